@@ -1,0 +1,102 @@
+"""`looplab` — the command line.
+
+This file only declares the commands and their flags; each command's work lives next to what it
+drives (`orchestrator.db`, `orchestrator.sql`, `orchestrator.commands`, `dashboard.launch`) and is
+imported lazily so `looplab --help` stays fast (no torch, no ray).
+
+The database is chosen by `--db URL` (any SQLAlchemy URL, or a plain path to a SQLite file), else
+the environment variable LOOPLAB_DB, else `sqlite:///looplab.db` in the working directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# command -> (module, function); the function takes the parsed argparse.Namespace, returns an exit code
+HANDLERS = {
+    "db": ("orchestrator.db", "cli_db"),
+    "sql": ("orchestrator.sql", "cli_sql"),
+    "submit": ("orchestrator.commands", "cli_submit"),
+    "run": ("orchestrator.commands", "cli_run"),
+    "status": ("orchestrator.commands", "cli_status"),
+    "cancel": ("orchestrator.commands", "cli_cancel"),
+    "retry": ("orchestrator.commands", "cli_retry"),
+    "logs": ("orchestrator.commands", "cli_logs"),
+    "demo": ("orchestrator.commands", "cli_demo"),
+    "dashboard": ("dashboard.launch", "cli_dashboard"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="looplab", description=__doc__.split("\n")[0].strip("`— "))
+    p.add_argument("--db", default=None, help="database URL or SQLite path (default: $LOOPLAB_DB or sqlite:///looplab.db)")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    db = sub.add_parser("db", help="database schema: upgrade, current")
+    db.add_argument("action", choices=["upgrade", "current"])
+
+    sql = sub.add_parser("sql", help="run a read-only SQL query and print the result")
+    sql.add_argument("query", help='e.g. "SELECT recipe, final_val_loss FROM runs"')
+    fmt = sql.add_mutually_exclusive_group()
+    fmt.add_argument("--csv", action="store_true", help="print CSV")
+    fmt.add_argument("--json", action="store_true", help="print JSON lines")
+
+    sm = sub.add_parser("submit", help="submit the grids defined in a Python file")
+    sm.add_argument("file", help="a .py file defining Grid objects (module-level names or a GRIDS list)")
+
+    run = sub.add_parser("run", help="run the queue (the scheduler driver)")
+    run.add_argument("--address", default=None, help="Ray cluster address (default: start a local Ray)")
+    run.add_argument("--until-empty", action="store_true", help="exit when no job is left to run")
+    run.add_argument("--num-cpus", type=int, default=None, help="CPUs for a local Ray instance")
+    run.add_argument("--num-gpus", type=float, default=None, help="GPUs for a local Ray instance")
+    run.add_argument("--artifacts", default=None, help="artifact directory (default: ./looplab_artifacts)")
+    run.add_argument("--max-concurrent", type=int, default=None, help="cap on jobs running at once")
+
+    st = sub.add_parser("status", help="jobs with progress and ETA")
+    st.add_argument("--watch", action="store_true", help="refresh every few seconds")
+    st.add_argument("--grid", default=None, help="only this grid (name or id)")
+    st.add_argument("--all", action="store_true", help="show finished jobs too")
+
+    for name, helptext in (("cancel", "cancel jobs"), ("retry", "re-queue failed or cancelled jobs")):
+        c = sub.add_parser(name, help=helptext)
+        c.add_argument("job_ids", nargs="+", type=int, metavar="JOB")
+
+    lg = sub.add_parser("logs", help="log lines and tracebacks of a job")
+    lg.add_argument("job_id", type=int, metavar="JOB")
+    lg.add_argument("-n", "--tail", type=int, default=200, help="last N lines (default 200)")
+
+    dm = sub.add_parser("demo", help="submit and run the demo grid end to end")
+    dm.add_argument("--fast", action="store_true", help="a smaller grid (for smoke tests)")
+
+    da = sub.add_parser("dashboard", help="start the Streamlit dashboard on 127.0.0.1")
+    da.add_argument("--port", type=int, default=8501)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    import logging
+
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    module, func = HANDLERS[args.command]
+    handler = getattr(importlib.import_module(module), func)
+    try:
+        return int(handler(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # user-facing: one clear line, not a traceback (use -v for that)
+        from orchestrator.errors import USER_ERRORS
+
+        if isinstance(e, USER_ERRORS) and not args.verbose:
+            print(f"looplab {args.command}: error: {e}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

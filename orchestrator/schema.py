@@ -1,0 +1,227 @@
+"""The results database: SQLAlchemy 2.0 typed ORM models.
+
+This module is the single definition of the schema. Alembic revisions in `migrations/` are
+checked against it (no drift), the scheduler writes through it, the dashboard reads through it.
+
+Conventions:
+- every timestamp is a float of epoch seconds (`time.time()`, UTC, one clock): heartbeats are
+  compared in total seconds, never as naive/aware datetimes;
+- JSON payloads (configs, budgets, resources) are canonical JSON text, so the same config hashes
+  the same way everywhere;
+- the config of a job is the source of truth; `recipe`, `size`, `seed` are copied out of it at
+  submission so that views and filters need no JSON functions (portable beyond SQLite).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# Deterministic constraint names, so Alembic autogenerate and batch mode on SQLite agree.
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+JOB_KINDS = ("train", "depth_sweep", "decode_bench")
+JOB_STATES = ("queued", "running", "succeeded", "failed", "cancelled")
+ATTEMPT_OUTCOMES = ("running", "succeeded", "failed", "interrupted", "cancelled")
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class Grid(Base):
+    __tablename__ = "grids"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), index=True)
+    spec: Mapped[str] = mapped_column(Text)  # canonical JSON of the Grid as submitted
+    spec_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    grid_id: Mapped[int | None] = mapped_column(ForeignKey("grids.id"), index=True)
+    kind: Mapped[str] = mapped_column(String(32))  # one of JOB_KINDS
+    config: Mapped[str] = mapped_column(Text)  # canonical JSON: the job's full spec
+    config_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    # copied out of config for views and filters
+    recipe: Mapped[str | None] = mapped_column(String(64))
+    size: Mapped[str | None] = mapped_column(String(32))
+    seed: Mapped[int | None] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16), default="queued")
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    max_attempts: Mapped[int] = mapped_column(Integer, default=3)
+    # budget as submitted, e.g. {"tokens": 2e6} | {"time_s": 60} | {"match_time_of": 12}
+    budget: Mapped[str | None] = mapped_column(Text)
+    # resolved budget (filled at submission, or when the referenced job succeeds)
+    budget_tokens: Mapped[int | None] = mapped_column(Integer)
+    budget_time_s: Mapped[float | None] = mapped_column(Float)
+    resources: Mapped[str | None] = mapped_column(Text)  # JSON: {"num_gpus": 1, "num_cpus": 1}
+    created_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float | None] = mapped_column(Float)
+    finished_at: Mapped[float | None] = mapped_column(Float)
+    heartbeat_at: Mapped[float | None] = mapped_column(Float)
+    worker: Mapped[str | None] = mapped_column(String(200))  # node / pid that runs it
+    gpu_ids: Mapped[str | None] = mapped_column(String(64))
+    error: Mapped[str | None] = mapped_column(Text)  # last traceback or reason
+    artifact_dir: Mapped[str | None] = mapped_column(Text)
+    checkpoint_path: Mapped[str | None] = mapped_column(Text)
+    checkpoint_step: Mapped[int | None] = mapped_column(Integer)
+    progress_done: Mapped[float | None] = mapped_column(Float)  # e.g. steps done
+    progress_total: Mapped[float | None] = mapped_column(Float)
+    eta_s: Mapped[float | None] = mapped_column(Float)
+
+    __table_args__ = (
+        Index("ix_jobs_status_priority", "status", "priority"),
+        Index("ix_jobs_recipe_size_seed", "recipe", "size", "seed"),
+    )
+
+
+class JobDep(Base):
+    __tablename__ = "job_deps"
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    depends_on: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+
+    __table_args__ = (Index("ix_job_deps_depends_on", "depends_on"),)
+
+
+class Attempt(Base):
+    __tablename__ = "attempts"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    n: Mapped[int] = mapped_column(Integer)  # 1, 2, ...
+    started_at: Mapped[float] = mapped_column(Float)
+    ended_at: Mapped[float | None] = mapped_column(Float)
+    outcome: Mapped[str] = mapped_column(String(16), default="running")  # ATTEMPT_OUTCOMES
+    error: Mapped[str | None] = mapped_column(Text)
+    resumed_from_step: Mapped[int | None] = mapped_column(Integer)
+    worker: Mapped[str | None] = mapped_column(String(200))
+
+    __table_args__ = (UniqueConstraint("job_id", "n"),)
+
+
+class Metric(Base):
+    """Long-format curves. (job_id, key, step) is unique: a resumed attempt that re-reports a
+    step overwrites it, so every point is stored exactly once."""
+
+    __tablename__ = "metrics"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    key: Mapped[str] = mapped_column(String(64))  # train_loss, val_loss, val_bpb, lr, tokens_per_s, ...
+    step: Mapped[int] = mapped_column(Integer)
+    tokens: Mapped[int | None] = mapped_column(Integer)
+    wall_s: Mapped[float | None] = mapped_column(Float)  # training seconds (excl. eval/ckpt)
+    value: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (UniqueConstraint("job_id", "key", "step"),)
+
+
+class LatestMetric(Base):
+    """Last value per (job, key): listings and the Queue page never scan the whole history."""
+
+    __tablename__ = "latest_metrics"
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    step: Mapped[int] = mapped_column(Integer)
+    tokens: Mapped[int | None] = mapped_column(Integer)
+    wall_s: Mapped[float | None] = mapped_column(Float)
+    value: Mapped[float] = mapped_column(Float)
+
+
+class TrainResult(Base):
+    """One row per finished training job: the numbers a paper table needs."""
+
+    __tablename__ = "train_results"
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    steps: Mapped[int] = mapped_column(Integer)
+    tokens: Mapped[int] = mapped_column(Integer)  # tokens actually trained on
+    train_seconds: Mapped[float] = mapped_column(Float)  # excl. eval and checkpoint time
+    eval_seconds: Mapped[float | None] = mapped_column(Float)
+    ckpt_seconds: Mapped[float | None] = mapped_column(Float)
+    tokens_per_s: Mapped[float | None] = mapped_column(Float)
+    final_train_loss: Mapped[float | None] = mapped_column(Float)
+    final_val_loss: Mapped[float | None] = mapped_column(Float)
+    final_val_bpb: Mapped[float | None] = mapped_column(Float)
+    peak_mem_mb: Mapped[float | None] = mapped_column(Float)
+    n_params: Mapped[int | None] = mapped_column(Integer)
+    n_params_non_embedding: Mapped[int | None] = mapped_column(Integer)
+    time_budget_s: Mapped[float | None] = mapped_column(Float)  # set in time-budget mode
+    calib_tokens_per_s: Mapped[float | None] = mapped_column(Float)
+    device: Mapped[str | None] = mapped_column(String(64))
+
+
+class DepthEval(Base):
+    __tablename__ = "depth_evals"
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    loops: Mapped[int] = mapped_column(Integer, primary_key=True)
+    val_loss: Mapped[float] = mapped_column(Float)
+    val_bpb: Mapped[float | None] = mapped_column(Float)
+    # loss on tokens whose next value occurs earlier in the context beyond the attention window
+    far_copy_loss: Mapped[float | None] = mapped_column(Float)
+    near_loss: Mapped[float | None] = mapped_column(Float)
+
+
+class RoundDelta(Base):
+    __tablename__ = "round_deltas"
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    loops: Mapped[int] = mapped_column(Integer, primary_key=True)  # loop count of the forward pass
+    round: Mapped[int] = mapped_column(Integer, primary_key=True)  # 1-based
+    rel_change: Mapped[float] = mapped_column(Float)  # ||h_t - h_{t-1}|| / ||h_{t-1}||
+
+
+class DecodeBench(Base):
+    __tablename__ = "decode_benches"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    arch: Mapped[str] = mapped_column(String(64))  # recipe name
+    size: Mapped[str | None] = mapped_column(String(32))
+    context_len: Mapped[int] = mapped_column(Integer)
+    batch_size: Mapped[int] = mapped_column(Integer)
+    ms_per_token: Mapped[float] = mapped_column(Float)  # median
+    ms_p10: Mapped[float | None] = mapped_column(Float)
+    ms_p90: Mapped[float | None] = mapped_column(Float)
+    kv_cache_mb: Mapped[float] = mapped_column(Float)
+    device: Mapped[str] = mapped_column(String(64))
+    dtype: Mapped[str] = mapped_column(String(16))
+    cuda_graph: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class JobLog(Base):
+    """Log lines and tracebacks a worker sent back (`looplab logs JOB`)."""
+
+    __tablename__ = "job_logs"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    attempt: Mapped[int | None] = mapped_column(Integer)
+    ts: Mapped[float] = mapped_column(Float)
+    level: Mapped[str] = mapped_column(String(16), default="INFO")
+    message: Mapped[str] = mapped_column(Text)
+
+    __table_args__ = (Index("ix_job_logs_job_id_ts", "job_id", "ts"),)
+
+
+# Result tables a worker may fill through `Reporter.result(table, row)`.
+RESULT_TABLES = {
+    "train_results": TrainResult,
+    "depth_evals": DepthEval,
+    "round_deltas": RoundDelta,
+    "decode_benches": DecodeBench,
+}

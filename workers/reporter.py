@@ -1,0 +1,145 @@
+"""The Reporter protocol: the only way a job talks outward.
+
+A job is a plain function `run(spec, reporter, artifact_dir) -> dict` (see `workers.jobs`). It never
+opens the database; everything it wants recorded goes through these calls. Under the queue the
+reporter batches events and ships them to the scheduler process (the one database writer); standalone
+it prints progress; in tests it keeps them in memory.
+
+Every event is a small picklable `Event(kind, job_time, payload)`. Kinds and payloads:
+- "metric":     {"key", "step", "tokens", "wall_s", "value"}      one curve point
+- "progress":   {"done", "total", "eta_s"}                          e.g. steps
+- "heartbeat":  {}                                                  "still alive"
+- "checkpoint": {"path", "step"}                                    a checkpoint was written
+- "result":     {"table", "row"}    a row of a result table (train_results, depth_evals,
+                                    round_deltas, decode_benches); the job id is added by the writer
+- "log":        {"level", "message"}
+- "resumed":    {"step"}            the job resumed from a checkpoint at this step: points the
+                                    previous attempt reported after it are superseded
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+log = logging.getLogger("looplab.workers")
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: str
+    ts: float
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+class Reporter(Protocol):
+    def metric(self, key: str, step: int, value: float, *, tokens: int | None = None,
+               wall_s: float | None = None) -> None: ...
+    def progress(self, done: float, total: float, eta_s: float | None = None) -> None: ...
+    def heartbeat(self) -> None: ...
+    def checkpoint(self, path: str, step: int) -> None: ...
+    def result(self, table: str, row: dict[str, Any]) -> None: ...
+    def log(self, message: str, level: str = "INFO") -> None: ...
+    def resumed(self, step: int) -> None: ...
+    def should_stop(self) -> bool:
+        """True when the job was asked to stop (Ctrl-C on the queue, cancel): checkpoint and return."""
+        ...
+
+
+class BaseReporter:
+    """Turns the calls into Events and hands them to `emit`. Subclasses override `emit`."""
+
+    stop_requested: bool = False
+
+    def emit(self, event: Event) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def _e(self, kind: str, **payload: Any) -> None:
+        self.emit(Event(kind, time.time(), payload))
+
+    def metric(self, key, step, value, *, tokens=None, wall_s=None):
+        self._e("metric", key=key, step=int(step), value=float(value),
+                tokens=None if tokens is None else int(tokens),
+                wall_s=None if wall_s is None else float(wall_s))
+
+    def progress(self, done, total, eta_s=None):
+        self._e("progress", done=float(done), total=float(total), eta_s=eta_s)
+
+    def heartbeat(self):
+        self._e("heartbeat")
+
+    def checkpoint(self, path, step):
+        self._e("checkpoint", path=str(path), step=int(step))
+
+    def result(self, table, row):
+        self._e("result", table=table, row=dict(row))
+
+    def log(self, message, level="INFO"):
+        self._e("log", level=level, message=str(message))
+
+    def resumed(self, step):
+        self._e("resumed", step=int(step))
+
+    def should_stop(self) -> bool:
+        return self.stop_requested
+
+
+class MemoryReporter(BaseReporter):
+    """Keeps every event in a list: for tests."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    def emit(self, event: Event) -> None:
+        self.events.append(event)
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [e.payload for e in self.events if e.kind == kind]
+
+    def curve(self, key: str) -> list[tuple[int, float]]:
+        return [(p["step"], p["value"]) for p in self.of("metric") if p["key"] == key]
+
+
+class ConsoleReporter(BaseReporter):
+    """For standalone runs (`python -m workers.train ...`): a tqdm progress bar plus log lines."""
+
+    def __init__(self, desc: str = "job", stream=sys.stderr) -> None:
+        from tqdm import tqdm
+
+        self._tqdm = tqdm
+        self._bar = None
+        self._desc = desc
+        self._stream = stream
+        self._last: dict[str, float] = {}
+        self.events_seen = 0
+
+    def emit(self, event: Event) -> None:
+        self.events_seen += 1
+        p = event.payload
+        if event.kind == "progress":
+            if self._bar is None or self._bar.total != p["total"]:
+                if self._bar is not None:
+                    self._bar.close()
+                self._bar = self._tqdm(total=p["total"], desc=self._desc, file=self._stream,
+                                       dynamic_ncols=True)
+            self._bar.n = p["done"]
+            if self._last:
+                self._bar.set_postfix({k: f"{v:.4g}" for k, v in self._last.items()}, refresh=False)
+            self._bar.refresh()
+        elif event.kind == "metric":
+            if p["key"] in ("train_loss", "val_loss", "tokens_per_s", "lr"):
+                self._last[p["key"]] = p["value"]
+        elif event.kind in ("log", "checkpoint", "resumed", "result"):
+            msg = p.get("message") if event.kind == "log" else f"{event.kind}: {p}"
+            if self._bar is not None:
+                self._bar.write(str(msg), file=self._stream)
+            else:
+                print(msg, file=self._stream)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
