@@ -131,7 +131,11 @@ class Metric(Base):
     wall_s: Mapped[float | None] = mapped_column(Float)  # training seconds (excl. eval/ckpt)
     value: Mapped[float] = mapped_column(Float)
 
-    __table_args__ = (UniqueConstraint("job_id", "key", "step"),)
+    __table_args__ = (
+        UniqueConstraint("job_id", "key", "step"),
+        # iso-time comparisons read one curve ordered by training seconds (revision 0002)
+        Index("ix_metrics_job_id_key_wall_s", "job_id", "key", "wall_s"),
+    )
 
 
 class LatestMetric(Base):

@@ -1,0 +1,97 @@
+"""Alembic environment for the looplab results database.
+
+There is no alembic.ini: `orchestrator.db.alembic_config()` builds the Config in code, pointing
+`script_location` at this package, so migrations run from an installed package and from any working
+directory. The caller usually hands over an open connection in `config.attributes["connection"]`
+(that is how `orchestrator.db.engine()` migrates under its file lock); otherwise the URL in the
+`sqlalchemy.url` option is opened here.
+
+Choices, and why:
+- the version table is ours (`looplab_alembic_version`), so looplab can share a database file with
+  other Alembic-managed tools without either one reading the other's revision;
+- `render_as_batch` on SQLite, whose ALTER TABLE cannot change columns or constraints in place;
+- foreign keys are switched off on SQLite while migrating: a batch migration recreates a table by
+  copy + DROP, and with `foreign_keys=ON` that DROP would cascade-delete every child row
+  (`ON DELETE CASCADE`). They are checked (`PRAGMA foreign_key_check`) and switched back on after.
+"""
+
+from __future__ import annotations
+
+from alembic import context
+from sqlalchemy import Connection, create_engine, pool
+
+from orchestrator.db import VERSION_TABLE
+from orchestrator.schema import Base
+
+config = context.config
+target_metadata = Base.metadata
+
+
+def include_name(name: str | None, type_: str, parent_names: dict) -> bool:
+    """Autogenerate compares only our tables: not the views, not other tools' tables."""
+    if type_ == "table":
+        return name in target_metadata.tables
+    return True
+
+
+def _configure(**kw) -> None:
+    context.configure(
+        target_metadata=target_metadata,
+        version_table=VERSION_TABLE,
+        compare_type=True,
+        include_name=include_name,
+        **kw,
+    )
+
+
+def run_offline() -> None:
+    """`alembic upgrade --sql`: print the DDL instead of running it."""
+    url = config.get_main_option("sqlalchemy.url")
+    _configure(url=url, literal_binds=True, render_as_batch=url.startswith("sqlite"))
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def _run_on(connection: Connection) -> None:
+    if connection.dialect.name != "sqlite":
+        _configure(connection=connection)
+        with context.begin_transaction():
+            context.run_migrations()
+        return
+    # PRAGMA foreign_keys is a no-op inside a transaction: end any open one first.
+    if connection.in_transaction():
+        connection.commit()
+    connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
+    try:
+        # SQLite can roll DDL back, but the driver never opens a transaction for it: open one
+        # ourselves, so a failed upgrade leaves the database at its old revision, not half-built.
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        _configure(connection=connection, render_as_batch=True, transactional_ddl=True)
+        with context.begin_transaction():
+            context.run_migrations()
+        broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+        if broken:
+            raise RuntimeError(f"migration left rows with dangling foreign keys: {broken[:5]}")
+        connection.commit()
+    except BaseException:
+        connection.rollback()
+        raise
+    finally:
+        connection.exec_driver_sql("PRAGMA foreign_keys=ON")
+
+
+def run_online() -> None:
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        _run_on(connection)
+        return
+    eng = create_engine(config.get_main_option("sqlalchemy.url"), poolclass=pool.NullPool)
+    with eng.connect() as connection:
+        _run_on(connection)
+        connection.commit()
+
+
+if context.is_offline_mode():
+    run_offline()
+else:
+    run_online()

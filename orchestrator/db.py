@@ -1,0 +1,371 @@
+"""Opening the results database: URL resolution, engines, sessions, migrate-on-open.
+
+    resolve_url(url)        --db / $LOOPLAB_DB / sqlite:///looplab.db; a plain path means SQLite
+    engine(url)             read-write; on SQLite WAL, foreign keys, busy timeout; migrates to head
+    readonly_engine(url)    SQLite `mode=ro` + `PRAGMA query_only=ON`; never migrates
+    session(engine)         an ORM Session that commits on success and rolls back on error
+
+Why it is built this way (lessons from Optuna's RDB storage and MLflow's tracking store):
+- opening for writing upgrades the schema, under a file lock next to the SQLite file, so two
+  processes opening a new database at once do not both run the initial revision;
+- a database stamped at a revision this looplab does not know (written by a newer looplab) is
+  refused before anything is written to it: the check reads the file read-only, first;
+- `busy_timeout` on every connection, because concurrent logging otherwise fails with
+  "database is locked"; WAL so readers (dashboard, `looplab sql`, `sqlite3`) never block the writer;
+- the Alembic version table has our own name, so the file can be shared with other tools.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+from sqlalchemy.orm import Session
+
+from orchestrator.errors import ConfigError, DatabaseError
+
+VERSION_TABLE = "looplab_alembic_version"
+VIEW_NAMES = ("runs", "curves", "depth", "decode")
+DEFAULT_FILE = "looplab.db"
+BUSY_TIMEOUT_S = 30.0
+
+_engines: dict[str, Engine] = {}
+_ro_engines: dict[str, Engine] = {}
+_lock = threading.Lock()
+# Alembic announces every plugin it loads at INFO; keep `Running upgrade ...` lines, drop the noise.
+logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
+
+
+# ---------------------------------------------------------------- URLs
+
+
+def resolve_url(url: str | os.PathLike | None = None) -> str:
+    """The database URL to use: `url`, else $LOOPLAB_DB, else `sqlite:///looplab.db` in the cwd.
+
+    A value without `://` is a path to a SQLite file. SQLite paths are made absolute, so the same
+    file always gives the same URL (engine cache, lock file) whatever the working directory later is.
+    """
+    if url is None:
+        url = os.environ.get("LOOPLAB_DB") or DEFAULT_FILE
+    text = os.fspath(url).strip()
+    if not text:
+        raise ConfigError("--db: empty database URL or path (give a SQLite file path or a SQLAlchemy URL)")
+    if "://" not in text:
+        return "sqlite:///" + str(Path(text).expanduser().absolute())
+    try:
+        parsed = make_url(text)
+        parsed.get_dialect()
+    except (ArgumentError, NoSuchModuleError, ValueError) as e:
+        raise ConfigError(
+            f"--db: {text!r} is not a database URL this installation can open ({e}); "
+            "give a SQLite file path, or a URL like sqlite:///path/to/looplab.db or "
+            "postgresql://user@host/dbname"
+        ) from None
+    if parsed.get_backend_name() == "sqlite":
+        path = _sqlite_path(parsed)
+        if path is not None and not Path(path).is_absolute():
+            query = text.partition("?")[2]
+            return f"{parsed.drivername}:///{Path(path).expanduser().absolute()}" + (
+                f"?{query}" if query else ""
+            )
+    return text
+
+
+def display_url(url: str) -> str:
+    """`url` with any password masked, for messages."""
+    return make_url(url).render_as_string(hide_password=True) if "@" in url else url
+
+
+def _sqlite_path(url: URL) -> str | None:
+    """The file of a SQLite URL, or None for an in-memory database."""
+    db = url.database
+    if not db or db == ":memory:" or db.startswith("file:"):
+        return None
+    return db
+
+
+def sqlite_file(url: str | None = None) -> Path | None:
+    """The SQLite file behind `url` (resolved), or None when it is not a SQLite file."""
+    parsed = make_url(resolve_url(url))
+    if parsed.get_backend_name() != "sqlite":
+        return None
+    path = _sqlite_path(parsed)
+    return Path(path) if path else None
+
+
+# ---------------------------------------------------------------- Alembic
+
+
+def alembic_config(url: str | None = None, connection=None):
+    """An Alembic Config built in code (no alembic.ini), valid from an installed package and any cwd."""
+    from alembic.config import Config
+
+    import migrations
+
+    cfg = Config()
+    cfg.set_main_option("script_location", os.path.dirname(migrations.__file__).replace("%", "%%"))
+    cfg.set_main_option("file_template", "%%(rev)s")  # versions/<revision id>.py, e.g. 0002_metrics_wall_s.py
+    if url is not None:
+        cfg.set_main_option("sqlalchemy.url", resolve_url(url).replace("%", "%%"))
+    if connection is not None:
+        cfg.attributes["connection"] = connection
+    return cfg
+
+
+@functools.cache
+def _script():
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(alembic_config())
+
+
+def head_revision() -> str:
+    """The newest revision this looplab knows."""
+    return _script().get_current_head()
+
+
+def known_revisions() -> set[str]:
+    """Every revision this looplab knows, oldest to newest (as a set)."""
+    return {s.revision for s in _script().walk_revisions()}
+
+
+def _check_known(rev: str | None, url: str) -> None:
+    """Refuse a database stamped by a newer looplab, before anything writes to it."""
+    if rev is not None and rev not in known_revisions():
+        raise DatabaseError(
+            f"database {display_url(url)} at revision {rev}, unknown to this looplab "
+            f"(head is {head_revision()}): upgrade looplab (the database was left untouched)"
+        )
+
+
+def _sqlite_ro_connect(path: Path) -> sqlite3.Connection:
+    """A read-only sqlite3 connection: `mode=ro`, so opening it cannot create or change the file."""
+    conn = sqlite3.connect(
+        f"file:{quote(str(path))}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False
+    )
+    conn.execute("PRAGMA query_only=ON")
+    return conn
+
+
+def _sqlite_revision(path: Path) -> str | None:
+    """The revision a SQLite file is stamped at (None: no file, or no looplab version table)."""
+    if not path.exists():
+        return None
+    conn = _sqlite_ro_connect(path)
+    try:
+        has = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (VERSION_TABLE,)
+        ).fetchone()
+        if not has:
+            return None
+        row = conn.execute(f"SELECT version_num FROM {VERSION_TABLE}").fetchone()
+        return row[0] if row else None
+    except sqlite3.DatabaseError as e:
+        raise DatabaseError(f"{path} is not a readable SQLite database ({e})") from None
+    finally:
+        conn.close()
+
+
+def _current_revision(eng: Engine) -> str | None:
+    """The revision stamped in the database (None: no looplab version table yet)."""
+    from sqlalchemy import inspect
+
+    with eng.connect() as conn:
+        if not inspect(conn).has_table(VERSION_TABLE):
+            return None
+        return conn.exec_driver_sql(f"SELECT version_num FROM {VERSION_TABLE}").scalar()
+
+
+def _upgrade(eng: Engine, url: str) -> None:
+    """Migrate `eng` to head (the caller holds the lock that makes this exclusive)."""
+    from alembic import command
+
+    rev = _current_revision(eng)
+    _check_known(rev, url)
+    if rev == head_revision():
+        return  # the common case: nothing to do, and no Alembic start-up cost
+    with eng.connect() as conn:
+        command.upgrade(alembic_config(connection=conn), "head")
+        if conn.in_transaction():
+            conn.commit()
+
+
+# ---------------------------------------------------------------- engines
+
+
+def _sqlite_pragmas(dbapi_conn, _record) -> None:
+    """Per-connection settings: WAL (readers never block the writer), FK enforcement, a busy wait."""
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+    cur.execute("PRAGMA synchronous=NORMAL")  # safe with WAL; a commit is not an fsync
+    cur.close()
+
+
+def engine(url: str | None = None) -> Engine:
+    """A read-write engine at `url`, migrated to head. One engine per URL per process.
+
+    Raises DatabaseError when the database is stamped at a revision unknown to this looplab.
+    """
+    url = resolve_url(url)
+    with _lock:
+        eng = _engines.get(url)
+        if eng is None:
+            eng = _open(url)
+            _engines[url] = eng
+        return eng
+
+
+def _open(url: str) -> Engine:
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        eng = create_engine(url, pool_pre_ping=True)
+        _upgrade(eng, url)
+        return eng
+    path = _sqlite_path(parsed)
+    kwargs: dict = {"connect_args": {"timeout": BUSY_TIMEOUT_S, "check_same_thread": False}}
+    if path is None:  # in-memory: one shared connection, or each connection is a new empty database
+        from sqlalchemy.pool import StaticPool
+
+        kwargs["poolclass"] = StaticPool
+        eng = create_engine(url, **kwargs)
+        event.listen(eng, "connect", _sqlite_pragmas)
+        _upgrade(eng, url)
+        return eng
+    file = Path(path)
+    if not file.parent.is_dir():
+        raise ConfigError(f"--db: directory {file.parent} does not exist (for database file {file})")
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(str(file) + ".lock")
+    try:
+        lock.acquire(timeout=300)
+    except Timeout:
+        raise DatabaseError(
+            f"another process has held {lock.lock_file} for 5 minutes (a stuck migration?)"
+        ) from None
+    try:
+        # Read-only look first: a file from a newer looplab must stay byte-for-byte as it is,
+        # and even setting journal_mode=WAL on it would change its header.
+        _check_known(_sqlite_revision(file), url)
+        eng = create_engine(url, **kwargs)
+        event.listen(eng, "connect", _sqlite_pragmas)
+        try:
+            _upgrade(eng, url)
+        except BaseException:
+            eng.dispose()
+            raise
+    finally:
+        lock.release()
+    return eng
+
+
+def readonly_engine(url: str | None = None) -> Engine:
+    """A read-only engine (SQLite `mode=ro` + `PRAGMA query_only=ON`). Never creates or migrates.
+
+    Raises DatabaseError when the file does not exist or its schema is not at head.
+    """
+    url = resolve_url(url)
+    with _lock:
+        eng = _ro_engines.get(url)
+        if eng is None:
+            eng = _open_readonly(url)
+            _ro_engines[url] = eng
+        return eng
+
+
+def _open_readonly(url: str) -> Engine:
+    parsed = make_url(url)
+    head = head_revision()
+    if parsed.get_backend_name() != "sqlite" or _sqlite_path(parsed) is None:
+        kwargs: dict = {}
+        if parsed.get_backend_name() == "postgresql":  # every transaction of the session read-only
+            kwargs["connect_args"] = {"options": "-c default_transaction_read_only=on"}
+        eng = create_engine(url, pool_pre_ping=True, **kwargs)
+        rev = _current_revision(eng)
+    else:
+        file = Path(_sqlite_path(parsed))
+        if not file.exists():
+            raise DatabaseError(
+                f"no database at {file}: run `looplab db upgrade` to create it, "
+                "or point --db (or $LOOPLAB_DB) at the right file"
+            )
+        rev = _sqlite_revision(file)
+        eng = create_engine(url, creator=lambda: _sqlite_ro_connect(file))
+    if rev != head:
+        _check_known(rev, url)
+        eng.dispose()
+        state = "has no looplab schema" if rev is None else f"is at revision {rev}, behind head {head}"
+        raise DatabaseError(f"database {display_url(url)} {state}: run `looplab db upgrade`")
+    return eng
+
+
+def dispose_all() -> None:
+    """Close every cached engine (tests; a forked child must not reuse its parent's connections)."""
+    with _lock:
+        for eng in (*_engines.values(), *_ro_engines.values()):
+            eng.dispose()
+        _engines.clear()
+        _ro_engines.clear()
+
+
+@contextlib.contextmanager
+def session(eng: Engine) -> Iterator[Session]:
+    """An ORM Session that commits when the block succeeds and rolls back when it raises.
+
+    `expire_on_commit=False`: objects read or added in the block stay usable after it (their
+    attributes are not reloaded from a closed session).
+    """
+    with Session(eng, expire_on_commit=False) as s:
+        try:
+            yield s
+            s.commit()
+        except BaseException:
+            s.rollback()
+            raise
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def cli_db(args) -> int:
+    """`looplab db upgrade` (create or migrate to head) and `looplab db current` (report, change nothing)."""
+    url = resolve_url(args.db)
+    shown = display_url(url)
+    head = head_revision()
+    if args.action == "upgrade":
+        eng = engine(url)
+        print(f"database {shown} at revision {_current_revision(eng)} (head)")
+        return 0
+    file = sqlite_file(url)
+    if file is not None:
+        if not file.exists():
+            print(f"no database at {file}: run `looplab db upgrade` to create it")
+            return 1
+        rev = _sqlite_revision(file)
+    else:
+        eng = create_engine(url)
+        try:
+            rev = _current_revision(eng)
+        finally:
+            eng.dispose()
+    if rev == head:
+        print(f"database {shown} at revision {rev} (head)")
+        return 0
+    if rev is None:
+        print(f"database {shown} has no looplab schema: run `looplab db upgrade`")
+        return 1
+    _check_known(rev, url)
+    print(f"database {shown} at revision {rev}, behind head {head}: run `looplab db upgrade`")
+    return 1
