@@ -15,6 +15,8 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    if not any("gpu" in item.keywords for item in items):
+        return  # spare the torch import
     try:
         import torch
 
