@@ -1,0 +1,246 @@
+"""Read queries behind the dashboard: each returns a DataFrame in the shape `dashboard.analysis` expects.
+
+Why it looks like this:
+- every query goes through `orchestrator.db.readonly_engine` (SQLite `mode=ro` + `query_only`), which
+  caches one engine per URL: the dashboard can never write, and opens the file once;
+- a page asks only for what it shows: the queue reads the jobs table and `latest_metrics` (never the
+  full metric history), curves are read only for the selected jobs and downsampled inside the SQL
+  query (window functions), so a database of 1,000 runs × 2,000 points stays fast;
+- no Streamlit here (pages wrap these in `st.cache_data`), so everything is testable and benchmarkable.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from functools import lru_cache
+
+import pandas as pd
+from sqlalchemy import Engine, bindparam, text
+
+from orchestrator.db import readonly_engine
+
+CURVE_KEYS = ("train_loss", "val_loss", "val_bpb", "lr", "tokens_per_s")
+MAX_POINTS = 500  # per curve; the first and the last point are always kept
+SQL_ROW_LIMIT = 10_000  # rows the SQL page fetches at most
+
+
+def engine(url: str) -> Engine:
+    """The read-only engine for `url` (cached per URL by orchestrator.db)."""
+    return readonly_engine(url)
+
+
+def _read(url: str, sql: str, **params) -> pd.DataFrame:
+    stmt = text(sql)
+    for name, value in params.items():
+        if isinstance(value, list | tuple):
+            stmt = stmt.bindparams(bindparam(name, expanding=True))
+    with engine(url).connect() as conn:
+        return pd.read_sql(stmt, conn, params=params)
+
+
+# ---------------------------------------------------------------- queue
+
+
+def grids(url: str) -> pd.DataFrame:
+    return _read(url, "SELECT id AS grid_id, name AS grid, created_at FROM grids ORDER BY id")
+
+
+def jobs(url: str) -> pd.DataFrame:
+    """Every job with its state and progress; the error text only for failed jobs."""
+    return _read(
+        url,
+        """
+        SELECT j.id AS job_id, j.grid_id, g.name AS grid, j.kind, j.recipe, j.size, j.seed, j.status,
+               j.priority, j.attempts, j.budget_tokens, j.budget_time_s, j.created_at, j.started_at,
+               j.finished_at, j.heartbeat_at, j.worker, j.progress_done, j.progress_total, j.eta_s,
+               CASE WHEN j.status = 'failed' THEN j.error END AS error
+        FROM jobs j LEFT JOIN grids g ON g.id = j.grid_id
+        ORDER BY j.id
+        """,
+    )
+
+
+def latest(url: str, job_ids: Iterable[int], keys: Iterable[str] = CURVE_KEYS) -> pd.DataFrame:
+    """Last reported value per (job, key) from `latest_metrics` for the given jobs."""
+    ids, keys = [int(i) for i in job_ids], list(keys)
+    if not ids or not keys:
+        return pd.DataFrame(columns=["job_id", "key", "step", "tokens", "wall_s", "value"])
+    return _read(
+        url,
+        "SELECT job_id, key, step, tokens, wall_s, value FROM latest_metrics "
+        "WHERE job_id IN :ids AND key IN :keys",
+        ids=ids,
+        keys=keys,
+    )
+
+
+# ---------------------------------------------------------------- runs and results
+
+
+def runs(url: str) -> pd.DataFrame:
+    """One row per train job with its result (NaN until it finished) and how it loops.
+
+    Adds `match_time_of` (the reference job of an iso-time run, from the budget as submitted) and
+    `loop_mode` / `train_loops` (from the recipe preset and the config's model overrides).
+    """
+    df = _read(
+        url,
+        """
+        SELECT j.id AS job_id, j.grid_id, g.name AS grid, j.recipe, j.size, j.seed, j.status,
+               j.budget, j.budget_tokens, j.budget_time_s, j.config, r.steps, r.tokens, r.train_seconds,
+               r.tokens_per_s, r.final_train_loss, r.final_val_loss, r.final_val_bpb, r.peak_mem_mb,
+               r.n_params, r.n_params_non_embedding, r.time_budget_s, r.device
+        FROM jobs j
+        LEFT JOIN grids g ON g.id = j.grid_id
+        LEFT JOIN train_results r ON r.job_id = j.id
+        WHERE j.kind = 'train'
+        ORDER BY j.id
+        """,
+    )
+    df["match_time_of"] = pd.array([_match_time_of(b) for b in df["budget"]], dtype="Int64")
+    info = [_loop_info(c) for c in df["config"]]
+    df["loop_mode"] = [m for m, _ in info]
+    df["train_loops"] = pd.array([n for _, n in info], dtype="Int64")
+    return df.drop(columns=["budget", "config"])
+
+
+def _match_time_of(budget: str | None) -> int | None:
+    if not budget:
+        return None
+    ref = json.loads(budget).get("match_time_of")
+    return ref if isinstance(ref, int) and not isinstance(ref, bool) else None
+
+
+def _loop_info(config: str | None) -> tuple[str | None, int | None]:
+    """("fixed" | "sampled" | "none", trained loop count) of a train config; (None, None) if unknown."""
+    try:
+        spec = json.loads(config or "{}")
+    except ValueError:
+        return None, None
+    model = spec.get("model") or {}
+    sampler, loops = _preset_loops(spec.get("recipe"), spec.get("size"))
+    sampler = model.get("loop_sampler", sampler)
+    loops = model.get("loops", loops)
+    if sampler is None:
+        return None, None
+    if sampler != "fixed":
+        return "sampled", loops  # `loops` is the sampler's mean here
+    return ("none" if loops == 1 else "fixed"), loops
+
+
+@lru_cache(maxsize=256)
+def _preset_loops(recipe: str | None, size: str | None) -> tuple[str | None, int | None]:
+    """Sampler and loop count of a recipe's preset; (None, None) when the preset cannot be built."""
+    if not recipe:
+        return None, None
+    try:
+        from model.presets import preset
+
+        cfg = preset(recipe, size or "tiny")
+    except Exception:  # unknown recipe or model room unavailable: say "unknown", never guess
+        return None, None
+    return cfg.loop_sampler, cfg.loops
+
+
+def depth(url: str) -> pd.DataFrame:
+    """Depth-sweep results labelled with the trained model (train_job_id, recipe, size, seed)."""
+    return _read(
+        url,
+        """
+        SELECT de.job_id AS sweep_job_id, t.id AS train_job_id, t.grid_id, t.recipe, t.size, t.seed,
+               t.budget_tokens, de.loops, de.val_loss, de.val_bpb, de.far_copy_loss, de.near_loss
+        FROM depth_evals de
+        JOIN job_deps d ON d.job_id = de.job_id
+        JOIN jobs t ON t.id = d.depends_on AND t.kind = 'train'
+        ORDER BY t.id, de.loops
+        """,
+    )
+
+
+def round_deltas(url: str) -> pd.DataFrame:
+    """Per-round relative hidden-state change, labelled with the trained model."""
+    return _read(
+        url,
+        """
+        SELECT rd.job_id AS sweep_job_id, t.id AS train_job_id, t.grid_id, t.recipe, t.size, t.seed,
+               t.budget_tokens, rd.loops, rd.round, rd.rel_change
+        FROM round_deltas rd
+        JOIN job_deps d ON d.job_id = rd.job_id
+        JOIN jobs t ON t.id = d.depends_on AND t.kind = 'train'
+        ORDER BY t.id, rd.loops, rd.round
+        """,
+    )
+
+
+def decode(url: str) -> pd.DataFrame:
+    return _read(
+        url,
+        """
+        SELECT b.job_id, j.grid_id, b.arch, b.size, b.context_len, b.batch_size, b.ms_per_token,
+               b.ms_p10, b.ms_p90, b.kv_cache_mb, b.device, b.dtype, b.cuda_graph
+        FROM decode_benches b JOIN jobs j ON j.id = b.job_id
+        ORDER BY b.arch, b.context_len, b.batch_size
+        """,
+    )
+
+
+# ---------------------------------------------------------------- curves
+
+
+def curves(
+    url: str,
+    job_ids: Iterable[int],
+    keys: Iterable[str] = ("train_loss", "val_loss"),
+    max_points: int = MAX_POINTS,
+) -> pd.DataFrame:
+    """Metric points of the given jobs, downsampled in SQL to ≤ `max_points` per (job, key).
+
+    Same rule as `analysis.downsample`: stride ceil((n-1)/(max_points-1)), first and last kept.
+    """
+    ids, keys = [int(i) for i in job_ids], list(keys)
+    if not ids or not keys:
+        return pd.DataFrame(columns=["job_id", "key", "step", "tokens", "wall_s", "value"])
+    m = max(2, int(max_points))
+    return _read(
+        url,
+        f"""
+        SELECT job_id, key, step, tokens, wall_s, value FROM (
+            SELECT job_id, key, step, tokens, wall_s, value,
+                   ROW_NUMBER() OVER (PARTITION BY job_id, key ORDER BY step) AS rn,
+                   COUNT(*) OVER (PARTITION BY job_id, key) AS n
+            FROM metrics WHERE job_id IN :ids AND key IN :keys
+        ) t
+        WHERE rn = n OR (rn - 1) % (CASE WHEN n <= {m} THEN 1 ELSE (n + {m} - 3) / ({m} - 1) END) = 0
+        ORDER BY job_id, key, step
+        """,
+        ids=ids,
+        keys=keys,
+    )
+
+
+# ---------------------------------------------------------------- SQL page
+
+
+def sql_query(url: str, sql: str, limit: int = SQL_ROW_LIMIT) -> tuple[pd.DataFrame, bool]:
+    """Run a user's read-only query: (first `limit` rows, whether more rows were cut off).
+
+    Raises orchestrator.sql.WriteRefused for anything that could write (checked before the database
+    is touched); the read-only engine is the second line of defence.
+    """
+    from sqlalchemy.exc import DBAPIError
+
+    from orchestrator.errors import DatabaseError
+    from orchestrator.sql import check_readonly
+
+    check_readonly(sql)
+    try:
+        with engine(url).connect() as conn:
+            result = conn.exec_driver_sql(sql.strip().rstrip(";"))
+            if not result.returns_rows:
+                return pd.DataFrame(), False
+            rows = result.fetchmany(limit + 1)
+            cols = list(result.keys())
+    except DBAPIError as e:
+        raise DatabaseError(str(e.orig)) from None
+    return pd.DataFrame.from_records(rows[:limit], columns=cols), len(rows) > limit

@@ -1,0 +1,44 @@
+"""`looplab dashboard [--db URL] [--port N]`: start Streamlit on 127.0.0.1 against the results database.
+
+The database URL travels to the app in $LOOPLAB_DB; the app opens it read-only and never writes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+APP = Path(__file__).with_name("app.py")
+
+
+def command(port: int) -> list[str]:
+    """The `streamlit run` command line (local only, no browser popup, no usage statistics)."""
+    return [sys.executable, "-m", "streamlit", "run", str(APP), "--server.address", "127.0.0.1",
+            "--server.port", str(int(port)), "--server.headless", "true",
+            "--browser.gatherUsageStats", "false"]  # fmt: skip
+
+
+def cli_dashboard(args) -> int:
+    """Resolve the database, check it opens read-only, then run Streamlit until Ctrl-C."""
+    from orchestrator.db import readonly_engine, resolve_url
+
+    url = resolve_url(args.db)
+    readonly_engine(url)  # fail here with one clear line (no file, schema behind), not in the browser
+    port = int(getattr(args, "port", 8501) or 8501)
+    print(f"looplab dashboard: http://127.0.0.1:{port}  (database {url}, read-only)", flush=True)
+    env = {**os.environ, "LOOPLAB_DB": url}
+    proc = subprocess.Popen(command(port), env=env)
+    # SIGTERM to this process must not orphan Streamlit (Ctrl-C reaches both through the terminal)
+    previous = signal.signal(signal.SIGTERM, lambda *_: proc.terminate())
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=10)

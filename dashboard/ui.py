@@ -1,0 +1,193 @@
+"""Streamlit pieces every page shares: the database URL, cached loaders, filters, tables.
+
+The loaders wrap `dashboard.data` in `st.cache_data(ttl=5)`: a page rerun (a widget change, the
+queue's auto-refresh) reuses results for a few seconds instead of querying again, and the data is
+never more than a few seconds stale. Filters live in `st.session_state["filters"]`, set once by the
+sidebar in `app.py`, so they hold across pages.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import analysis as A
+from dashboard import data as D
+
+TTL_S = 5
+NO_JOBS = (
+    "No jobs yet: submit a grid with `looplab submit grids.py` (or try `looplab demo --fast`), "
+    "then start the queue with `looplab run`. This page refreshes on its own."
+)
+VERDICT_COLORS = {"better": "#d4f4dd", "worse": "#fbd9d3", "noise": "#eeeeee", "reference": "#dde7f7"}
+
+
+def db_url() -> str:
+    """The database: `?db=` query parameter, else $LOOPLAB_DB (set by `looplab dashboard`), else the default."""
+    from orchestrator.db import resolve_url
+
+    return resolve_url(st.query_params.get("db") or os.environ.get("LOOPLAB_DB") or None)
+
+
+def open_db() -> str | None:
+    """The URL if the database opens read-only; otherwise explains why on the page and returns None."""
+    from orchestrator.errors import USER_ERRORS
+
+    try:
+        url = db_url()
+        D.engine(url)
+    except USER_ERRORS as e:
+        st.error(f"Cannot open the results database: {e}")
+        st.caption("Pass `--db PATH` to `looplab dashboard`, or set LOOPLAB_DB.")
+        return None
+    return url
+
+
+# ---------------------------------------------------------------- cached loaders
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def jobs(url: str) -> pd.DataFrame:
+    return D.jobs(url)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def runs(url: str) -> pd.DataFrame:
+    df = D.runs(url)
+    df["budget"] = A.budget_labels(df)
+    return df
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def latest(url: str, job_ids: tuple[int, ...], keys: tuple[str, ...] = D.CURVE_KEYS) -> pd.DataFrame:
+    return D.latest(url, job_ids, keys)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def depth(url: str) -> pd.DataFrame:
+    return D.depth(url)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def round_deltas(url: str) -> pd.DataFrame:
+    return D.round_deltas(url)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def decode(url: str) -> pd.DataFrame:
+    return D.decode(url)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def curves(url: str, job_ids: tuple[int, ...], keys: tuple[str, ...], max_points: int = D.MAX_POINTS):
+    return D.curves(url, job_ids, keys, max_points)
+
+
+# ---------------------------------------------------------------- filters
+
+
+FILTERS = (("grid", "Grid"), ("size", "Size"), ("budget", "Budget"), ("recipe", "Recipe"))
+
+
+def sidebar_filters(runs_df: pd.DataFrame) -> None:
+    """Multiselects for grid, size, budget and recipe; empty selection = everything.
+
+    A query parameter (`?recipe=lean,parcae&size=tiny`) preselects values, so a view can be linked.
+    """
+    chosen = {}
+    for col, label in FILTERS:
+        options = sorted({v for v in runs_df[col] if isinstance(v, str)}) if col in runs_df else []
+        wanted = [v for v in st.query_params.get(col, "").split(",") if v in options]
+        chosen[col] = st.sidebar.multiselect(label, options, default=wanted, key=f"filter_{col}",
+                                             placeholder="all")  # fmt: skip
+    st.session_state["filters"] = chosen
+
+
+def filter_runs(runs_df: pd.DataFrame) -> pd.DataFrame:
+    """`runs_df` restricted to the sidebar's selection."""
+    keep = pd.Series(True, index=runs_df.index)
+    for col, values in st.session_state.get("filters", {}).items():
+        if values and col in runs_df:
+            keep &= runs_df[col].isin(values)
+    return runs_df[keep]
+
+
+def filter_by_runs(df: pd.DataFrame, selected_runs: pd.DataFrame, on: str = "train_job_id") -> pd.DataFrame:
+    return df[df[on].isin(selected_runs["job_id"])] if not df.empty else df
+
+
+def selected(col: str) -> list:
+    return st.session_state.get("filters", {}).get(col) or []
+
+
+# ---------------------------------------------------------------- tables
+
+
+# columns that hold counts or ids: shown without decimals even when a missing value made them float
+INT_COLUMNS = {
+    "job_id", "ref_job_id", "grid_id", "seed", "ref_seed", "budget_tokens", "tokens", "ref_tokens", "steps",
+    "loops", "train_loops", "eval_loops", "round", "n_seeds", "n_runs", "n_pairs", "progress_done",
+    "progress_total", "context_len", "batch_size", "priority", "attempts", "match_time_of",
+}  # fmt: skip
+
+
+def table(
+    df: pd.DataFrame, *, precision: int = 4, key: str | None = None, height: int | str = "auto"
+) -> None:
+    """A dataframe as people read it: counts without decimals, epoch timestamps as UTC clock time,
+    missing values shown as missing (never 0), verdict cells coloured.
+
+    Formats go through `column_config` (cheap for thousands of rows); only tables with a verdict column
+    (a few rows each) use a pandas Styler, for the colours.
+    """
+    if df.empty:
+        st.caption("nothing to show for this selection")
+        return
+    df = df.copy()
+    config: dict = {}
+    for c in df.columns:
+        if (
+            not isinstance(c, str)
+            or not pd.api.types.is_numeric_dtype(df[c])
+            or pd.api.types.is_bool_dtype(df[c])
+        ):
+            continue
+        if c.endswith("_at"):
+            df[c] = pd.to_datetime(df[c], unit="s", utc=True).dt.tz_localize(None)
+            config[c] = st.column_config.DatetimeColumn(c, format="YYYY-MM-DD HH:mm:ss", help="UTC")
+        elif c in INT_COLUMNS or pd.api.types.is_integer_dtype(df[c]):
+            config[c] = st.column_config.NumberColumn(c, format="localized")
+        else:
+            config[c] = st.column_config.NumberColumn(c, format=f"%.{precision}f")
+    data = df
+    if "verdict" in df.columns:
+        fmt = {c: "{:,.0f}" for c in df.columns if c in INT_COLUMNS}
+        data = df.style.format(precision=precision, na_rep=A.MISSING, thousands=",")
+        data = data.format(fmt, na_rep=A.MISSING, subset=list(fmt)) if fmt else data
+        data = data.map(lambda v: f"background-color: {VERDICT_COLORS.get(v, 'white')}", subset=["verdict"])
+    st.dataframe(data, hide_index=True, key=key, height=height, column_config=config)
+
+
+def reference_picker(
+    options: list[str], label: str = "Reference recipe", key: str = "reference"
+) -> str | None:
+    options = sorted({o for o in options if isinstance(o, str)})
+    if not options:
+        return None
+    default = options.index("parcae") if "parcae" in options else 0
+    return st.selectbox(label, options, index=default, key=key)
+
+
+def url() -> str:
+    """The database URL `app.py` opened for this run."""
+    return st.session_state["db_url"]
+
+
+def require_jobs(jobs_df: pd.DataFrame) -> bool:
+    """False (and a friendly note on the page) when the database holds no job yet."""
+    if jobs_df.empty:
+        st.info(NO_JOBS)
+        return False
+    return True

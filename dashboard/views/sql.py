@@ -1,0 +1,40 @@
+"""SQL: a read-only query box over the results database, with the result table and a CSV download.
+
+Writes are refused before the database is touched (`orchestrator.sql.check_readonly`), and the
+connection itself is read-only (SQLite `mode=ro` + `query_only`).
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboard import data as D
+from dashboard import ui
+
+EXAMPLE = (
+    "SELECT recipe, size, seed, final_val_loss, best_loops, tokens_per_s\nFROM runs\n"
+    "WHERE final_val_loss IS NOT NULL\nORDER BY final_val_loss"
+)
+
+st.title("SQL")
+st.caption("Read-only: SELECT / WITH / EXPLAIN. Views for people: `runs`, `curves`, `depth`, `decode`; "
+           "tables: jobs, metrics, latest_metrics, train_results, depth_evals, round_deltas, decode_benches.")  # fmt: skip
+url = ui.url()
+with st.form("sql_form"):
+    sql = st.text_area("Query", value=EXAMPLE, height=140, key="sql_text")
+    st.form_submit_button("Run query", key="sql_run")
+if sql.strip():  # the example runs on first load; a form only reruns on submit, not per keystroke
+    from orchestrator.errors import DatabaseError
+    from orchestrator.sql import WriteRefused
+
+    try:
+        df, truncated = D.sql_query(url, sql)
+    except WriteRefused as e:
+        st.error(f"Refused — the dashboard never writes to the database. {e}")
+    except DatabaseError as e:
+        st.error(f"Query failed: {e}")
+    else:
+        st.caption(f"{len(df):,} rows" + (f" (first {D.SQL_ROW_LIMIT:,} shown)" if truncated else ""))
+        st.dataframe(df, hide_index=True, key="sql_result")
+        st.download_button("Download CSV", df.to_csv(index=False).encode(), file_name="looplab_query.csv",
+                           mime="text/csv", key="sql_csv")  # fmt: skip
