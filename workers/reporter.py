@@ -36,8 +36,9 @@ class Event:
 
 
 class Reporter(Protocol):
-    def metric(self, key: str, step: int, value: float, *, tokens: int | None = None,
-               wall_s: float | None = None) -> None: ...
+    def metric(
+        self, key: str, step: int, value: float, *, tokens: int | None = None, wall_s: float | None = None
+    ) -> None: ...
     def progress(self, done: float, total: float, eta_s: float | None = None) -> None: ...
     def heartbeat(self) -> None: ...
     def checkpoint(self, path: str, step: int) -> None: ...
@@ -61,9 +62,14 @@ class BaseReporter:
         self.emit(Event(kind, time.time(), payload))
 
     def metric(self, key, step, value, *, tokens=None, wall_s=None):
-        self._e("metric", key=key, step=int(step), value=float(value),
-                tokens=None if tokens is None else int(tokens),
-                wall_s=None if wall_s is None else float(wall_s))
+        self._e(
+            "metric",
+            key=key,
+            step=int(step),
+            value=float(value),
+            tokens=None if tokens is None else int(tokens),
+            wall_s=None if wall_s is None else float(wall_s),
+        )
 
     def progress(self, done, total, eta_s=None):
         self._e("progress", done=float(done), total=float(total), eta_s=eta_s)
@@ -123,8 +129,9 @@ class ConsoleReporter(BaseReporter):
             if self._bar is None or self._bar.total != p["total"]:
                 if self._bar is not None:
                     self._bar.close()
-                self._bar = self._tqdm(total=p["total"], desc=self._desc, file=self._stream,
-                                       dynamic_ncols=True)
+                self._bar = self._tqdm(
+                    total=p["total"], desc=self._desc, file=self._stream, dynamic_ncols=True
+                )
             self._bar.n = p["done"]
             if self._last:
                 self._bar.set_postfix({k: f"{v:.4g}" for k, v in self._last.items()}, refresh=False)
@@ -143,3 +150,29 @@ class ConsoleReporter(BaseReporter):
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+
+
+class JsonlReporter(BaseReporter):
+    """Appends every event as one JSON line to a file (flushed per line), optionally passing it on to
+    another reporter: `python -m workers.train ... --events-jsonl events.jsonl` records a run for later
+    analysis, and tests read the curves of killed subprocesses from it."""
+
+    def __init__(self, path, inner: BaseReporter | None = None) -> None:
+        import json
+
+        self._json = json
+        self._f = open(path, "a", buffering=1)  # noqa: SIM115 - lives as long as the reporter
+        self.inner = inner
+
+    def emit(self, event: Event) -> None:
+        self._f.write(self._json.dumps({"kind": event.kind, "ts": event.ts, **event.payload}) + "\n")
+        if self.inner is not None:
+            self.inner.emit(event)
+
+    def should_stop(self) -> bool:
+        return self.stop_requested or (self.inner is not None and self.inner.should_stop())
+
+    def close(self) -> None:
+        self._f.close()
+        if self.inner is not None and hasattr(self.inner, "close"):
+            self.inner.close()

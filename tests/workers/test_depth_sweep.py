@@ -1,0 +1,82 @@
+"""Depth sweep of a tiny trained fixed4 model: more loops help, rounds change the state, CLI works."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from model.errors import ConfigError
+from workers import depth_sweep, jobs
+from workers.evaluate import far_copy_mask
+from workers.reporter import MemoryReporter
+
+
+def test_spec_validation_and_defaults():
+    d = jobs.validate("depth_sweep", {})
+    assert d["loops"] == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32] and d["checkpoint"] is None
+    assert depth_sweep.Spec.from_dict(d).to_dict() == d
+    for bad, field in [
+        ({"loops": []}, "loops"),
+        ({"loops": [0]}, "loops"),
+        ({"eval_tokens": -1}, "eval_tokens"),
+        ({"x": 1}, "x"),
+        ({"split_far_copy": "yes"}, "split_far_copy"),
+    ]:
+        with pytest.raises(ConfigError, match=field):
+            depth_sweep.Spec.from_dict(bad)
+
+
+def test_four_loops_beat_one_and_rounds_change_the_state(trained_fixed4, tmp_path):
+    out, _ = trained_fixed4
+    rep = MemoryReporter()
+    spec = depth_sweep.Spec.from_dict(
+        {"checkpoint": str(out), "loops": [1, 4], "eval_tokens": 1024, "device": "cpu"}
+    )
+    res = depth_sweep.run(spec, rep, tmp_path)
+    evals = {r["row"]["loops"]: r["row"] for r in rep.of("result") if r["table"] == "depth_evals"}
+    assert evals[4]["val_loss"] < evals[1]["val_loss"]
+    deltas = [r["row"] for r in rep.of("result") if r["table"] == "round_deltas"]
+    assert [(d["loops"], d["round"]) for d in deltas] == [(1, 1), (4, 1), (4, 2), (4, 3), (4, 4)]
+    assert all(math.isfinite(d["rel_change"]) and d["rel_change"] > 0 for d in deltas)
+    assert res["far_window"] == 16  # full attention: 64, capped at seq_len // 2
+    for e in evals.values():
+        assert e["far_copy_loss"] is not None and e["near_loss"] is not None
+        assert (
+            min(e["far_copy_loss"], e["near_loss"])
+            <= e["val_loss"]
+            <= max(e["far_copy_loss"], e["near_loss"])
+        )
+    assert rep.of("progress")[-1]["done"] == rep.of("progress")[-1]["total"]
+
+
+def test_far_copy_mask_definition():
+    x = torch.tensor([[5, 1, 2, 3, 4, 6]])
+    y = torch.tensor([[1, 2, 3, 4, 6, 5]])  # last target 5 occurs at position 0, distance 5
+    m = far_copy_mask(x, y, window=3)
+    assert m.tolist() == [[False, False, False, False, False, True]]
+    assert far_copy_mask(x, y, window=6).sum() == 0
+
+
+def test_cli_prints_table_and_bad_input_exits_2(trained_fixed4, tmp_path, capsys):
+    out, _ = trained_fixed4
+    cmd = [sys.executable, "-m", "workers.depth_sweep", "--checkpoint", str(out), "--loops", "1,2"]
+    r = subprocess.run(
+        [*cmd, "--eval-tokens", "256", "--device", "cpu"], capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0, r.stderr
+    assert "best:" in r.stdout and "val_loss" in r.stdout
+    assert depth_sweep.main(["--checkpoint", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    assert "checkpoint" in err and "nope" in err and len(err.strip().splitlines()) == 1
+
+
+def test_bpe_run_without_its_cache_uses_its_own_tokenizer_json(tmp_path, looplab_cache):
+    (tmp_path / "tokenizer.json").write_text("{}")
+    train_spec = {"data": {"corpus": "offline", "tokenizer": "bpe", "vocab_size": 333}}
+    assert depth_sweep.data_spec(train_spec, tmp_path).tokenizer == str(tmp_path / "tokenizer.json")
+    train_spec["data"]["tokenizer"] = "byte"
+    assert depth_sweep.data_spec(train_spec, tmp_path).tokenizer == "byte"

@@ -1,0 +1,218 @@
+"""The depth-sweep job: a trained checkpoint evaluated at many inference loop counts.
+
+For each loop count: validation loss and bits per byte on the fixed validation set (the train job's
+first `eval_tokens` of the val shard) with a fixed h0 seed → a `depth_evals` row; the mean relative
+change of the hidden state per round, ||h_t - h_{t-1}|| / ||h_{t-1}|| → `round_deltas` rows.
+
+Far-copy split (`split_far_copy`): a predicted token counts as a *far copy* when its value occurs among
+the context tokens at a distance greater than the window W (some position j <= t - W for the target
+at t+1), which a W-token attention window cannot see directly. W is the smallest attention window of
+the recipe's recurrent rounds, or 64 when every round has full attention (so recipes compare on the
+same tokens); capped at half the sequence length so that short-context models still get a split. `far_copy_loss` / `near_loss` are the mean losses of the two groups.
+
+Standalone: `python -m workers.depth_sweep --checkpoint runs/x --loops 1,2,4,8`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from model.errors import ConfigError
+from workers import spec_fields as F
+
+DEFAULT_LOOPS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
+DEFAULT_FAR_WINDOW = 64
+
+
+@dataclass(frozen=True)
+class Spec:
+    checkpoint: str | None = None  # train artifact dir or checkpoint file; the queue fills it at launch
+    loops: list[int] = field(default_factory=lambda: list(DEFAULT_LOOPS))
+    eval_tokens: int = 32768
+    batch_size: int = 8
+    h0_seed: int = 0
+    split_far_copy: bool = True
+    device: str = "auto"
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Spec:
+        d = F.check_keys("depth_sweep", d, cls)
+        ck = d.get("checkpoint")
+        if ck is not None and (not isinstance(ck, str) or not ck):
+            raise ConfigError(f"checkpoint: expected a path string, got {ck!r}")
+        loops = d.get("loops", list(DEFAULT_LOOPS))
+        if not isinstance(loops, list | tuple) or not loops:
+            raise ConfigError(f"loops: expected a non-empty list of loop counts, got {loops!r}")
+        loops = sorted({F.integer("loops", n, lo=1) for n in loops})
+        return cls(
+            checkpoint=ck,
+            loops=loops,
+            eval_tokens=F.integer("eval_tokens", d.get("eval_tokens", cls.eval_tokens), lo=1),
+            batch_size=F.integer("batch_size", d.get("batch_size", cls.batch_size), lo=1),
+            h0_seed=F.integer("h0_seed", d.get("h0_seed", cls.h0_seed), lo=0),
+            split_far_copy=F.boolean("split_far_copy", d.get("split_far_copy", True)),
+            device=F.device("device", d.get("device", "auto")),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+def far_window(cfg) -> int:
+    windows = [r.window for r in getattr(cfg, "rounds", ()) if getattr(r, "window", None)]
+    return min(min(windows) if windows else DEFAULT_FAR_WINDOW, max(1, cfg.seq_len // 2))
+
+
+def load_model(path: str | Path, device):
+    """(model in eval mode, ModelConfig, train spec dict) from a train artifact dir or checkpoint file."""
+    from model.config import ModelConfig
+    from model.looped import LoopedLM
+    from workers import checkpoint as ckpt
+
+    state = ckpt.load(ckpt.find(path))
+    cfg = ModelConfig.from_dict(state["model_config"])
+    model = LoopedLM(cfg)
+    model.load_state_dict(state["model"])
+    return model.to(device).eval(), cfg, state["spec"]
+
+
+def data_spec(train_spec: dict[str, Any], checkpoint: Path):
+    """The train job's data; a BPE whose cache is gone (another machine) comes from the run's own
+    tokenizer.json, so the sweep scores exactly the tokens the model was trained on."""
+    from workers.data import DataSpec, is_cached
+
+    ds = DataSpec.from_dict(train_spec["data"])
+    tok = (checkpoint if checkpoint.is_dir() else checkpoint.parent) / "tokenizer.json"
+    if ds.tokenizer == "bpe" and not is_cached(ds) and tok.is_file():
+        ds = dataclasses.replace(ds, tokenizer=str(tok))
+    return ds
+
+
+def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
+    import torch
+
+    from workers.data import prepare, val_chunks
+    from workers.evaluate import evaluate
+
+    if spec.checkpoint is None:
+        raise ConfigError("checkpoint: missing; give a train artifact dir or a checkpoint file")
+    device = F.resolve_device(spec.device)
+    model, cfg, train_spec = load_model(spec.checkpoint, device)
+    data = prepare(data_spec(train_spec, Path(spec.checkpoint)))
+    if data.vocab_size != cfg.vocab_size:
+        raise ConfigError(f"checkpoint: model vocab {cfg.vocab_size} != tokenizer vocab {data.vocab_size}")
+    chunks = val_chunks(data.val, spec.eval_tokens, cfg.seq_len)
+    token_bytes = torch.from_numpy(data.token_bytes)
+    window = far_window(cfg) if spec.split_far_copy else None
+    n_batches = -(-len(chunks) // spec.batch_size)
+    total = n_batches * len(spec.loops)
+    done = 0
+
+    def tick(_: int) -> None:
+        nonlocal done
+        done += 1
+        reporter.progress(done, total)
+
+    evals, deltas = [], []
+    for n in spec.loops:
+        r = evaluate(
+            model,
+            chunks,
+            spec.batch_size,
+            device,
+            token_bytes,
+            loops=n,
+            h0_seed=spec.h0_seed,
+            far_window=window,
+            deltas=True,
+            on_batch=tick,
+        )
+        row = {
+            "loops": n,
+            "val_loss": r.loss,
+            "val_bpb": r.bpb,
+            "far_copy_loss": r.far_copy_loss,
+            "near_loss": r.near_loss,
+        }
+        reporter.result("depth_evals", row)
+        evals.append(row)
+        for i, c in enumerate(r.round_deltas or [], start=1):
+            d = {"loops": n, "round": i, "rel_change": float(c)}
+            reporter.result("round_deltas", d)
+            deltas.append(d)
+        reporter.log(
+            f"loops={n}: val_loss {r.loss:.4f}  bpb {r.bpb:.4f}"
+            + (f"  far {r.far_copy_loss:.4f} near {r.near_loss:.4f}" if r.far_copy_loss else "")
+        )
+        reporter.heartbeat()
+    best = min(evals, key=lambda e: e["val_loss"])
+    return {
+        "depth_evals": evals,
+        "round_deltas": deltas,
+        "best_loops": best["loops"],
+        "best_val_loss": best["val_loss"],
+        "far_window": window,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    from workers.checkpoint import find as find_checkpoint
+    from workers.train_cli import make_reporter
+
+    p = argparse.ArgumentParser(
+        prog="python -m workers.depth_sweep",
+        description="Validation loss of a trained looped LM at many loop counts.",
+    )
+    p.add_argument("--checkpoint", required=True, help="train artifact dir or checkpoint file")
+    p.add_argument("--loops", default=",".join(map(str, DEFAULT_LOOPS)), help="comma-separated, e.g. 1,2,4,8")
+    p.add_argument("--eval-tokens", type=int, default=Spec.eval_tokens)
+    p.add_argument("--batch-size", type=int, default=Spec.batch_size)
+    p.add_argument("--h0-seed", type=int, default=0)
+    p.add_argument("--no-far-copy", action="store_true", help="skip the far-copy loss split")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--events-jsonl", help="also append every event to this JSON-lines file")
+    a = p.parse_args(argv)
+    try:
+        loops = [int(x) for x in a.loops.split(",") if x.strip()]
+    except ValueError:
+        print(f"error: loops: expected comma-separated integers, got {a.loops!r}", file=sys.stderr)
+        return 2
+    rep = None
+    try:
+        spec = Spec.from_dict(
+            {
+                "checkpoint": a.checkpoint,
+                "loops": loops,
+                "eval_tokens": a.eval_tokens,
+                "batch_size": a.batch_size,
+                "h0_seed": a.h0_seed,
+                "split_far_copy": not a.no_far_copy,
+                "device": a.device,
+            }
+        )
+        find_checkpoint(spec.checkpoint)  # fail on a bad path before any work or output
+        rep = make_reporter("depth sweep", a.events_jsonl, quiet=False)
+        out = run(spec, rep, Path(a.checkpoint))
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    finally:
+        if rep is not None and hasattr(rep, "close"):
+            rep.close()
+    print(f"depth sweep of {a.checkpoint} (far-copy window {out['far_window']})")
+    print(f"{'loops':>6} {'val_loss':>9} {'val_bpb':>8} {'far_copy':>9} {'near':>8}")
+    for e in out["depth_evals"]:
+        fc = "-" if e["far_copy_loss"] is None else f"{e['far_copy_loss']:.4f}"
+        nr = "-" if e["near_loss"] is None else f"{e['near_loss']:.4f}"
+        print(f"{e['loops']:>6} {e['val_loss']:>9.4f} {e['val_bpb']:>8.4f} {fc:>9} {nr:>8}")
+    print(f"best: {out['best_loops']} loops (val_loss {out['best_val_loss']:.4f})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
