@@ -1,0 +1,272 @@
+"""The model configuration: one frozen dataclass that expresses every recipe and ablation of the study.
+
+Architecture (the Parcae layout): `n_prelude` layers run once, the `n_recurrent` layers (the recurrent
+block) run once per *round*, `n_coda` layers run once, then the tied LM head. Distinct layers are
+numbered 0..L-1 in that order (prelude, recurrent, coda); `value_embeds` names which of them get a
+value-embedding table.
+
+Looping:
+- `loop_sampler` picks the training loop count: "fixed" (always `loops`), "poisson_seq" (Poisson with
+  mean `loops` per sequence, at least 1; a batch is padded to its largest count) or "poisson_batch"
+  (one Poisson draw per batch: no padding waste). `loops` is also the default inference loop count.
+- `grad_rounds` = k: only the last min(n, k) rounds get gradients; None = every round.
+- `rounds`: per-round settings of the recurrent block. Entry i applies to round i+1; the LAST entry
+  applies to every later round. So `(RoundConfig(),)` is "all rounds the same" and
+  `(RoundConfig(), RoundConfig(window=64))` is "round 1 full, rounds 2+ windowed" (the lean recipe).
+- `injection`: "diagonal" = the Parcae input injection h <- exp(-dt*A) * h + dt * (B e) with a random
+  initial state h0 and a dense readout C; "none" = the recurrent block simply continues the residual
+  stream (h_1 = R(e), h_t = R(h_{t-1})): with `loops=1` that is a plain 6-layer transformer.
+
+Every bad value raises `ConfigError` naming the field and what is accepted, also through
+`dataclasses.replace` (validation lives in `__post_init__`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from model.errors import ConfigError
+
+SAMPLERS = ("fixed", "poisson_seq", "poisson_batch")
+INJECTIONS = ("diagonal", "none")
+VALUE_EMBED_RULES = ("alternate", "none", "all")
+
+
+def _int(name: str, v: Any, lo: int | None = None) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ConfigError(f"{name}: expected an integer, got {v!r}")
+    if lo is not None and v < lo:
+        raise ConfigError(f"{name}: must be >= {lo}, got {v}")
+    return v
+
+
+def _float(name: str, v: Any, lo_excl: float | None = None) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise ConfigError(f"{name}: expected a number, got {v!r}")
+    v = float(v)
+    if lo_excl is not None and not v > lo_excl:
+        raise ConfigError(f"{name}: must be > {lo_excl}, got {v}")
+    return v
+
+
+def _bool(name: str, v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise ConfigError(f"{name}: expected true or false, got {v!r}")
+    return v
+
+
+def _choice(name: str, v: Any, accepted: tuple[str, ...]) -> str:
+    if v not in accepted:
+        raise ConfigError(f"{name}: unknown {v!r}; accepted: {', '.join(accepted)}")
+    return v
+
+
+def _check_keys(name: str, d: Any, cls: type) -> None:
+    if not isinstance(d, dict):
+        raise ConfigError(f"{name}: expected a mapping, got {type(d).__name__}")
+    known = {f.name for f in fields(cls)}
+    for k in d:
+        if k not in known:
+            raise ConfigError(f"{name}: unknown key {k!r}; accepted: {', '.join(sorted(known))}")
+
+
+@dataclass(frozen=True)
+class RoundConfig:
+    """Settings of the recurrent block for one round.
+
+    window:    attention window in tokens (a query at t sees keys t-window+1..t); None = full context.
+    width:     fraction of heads and MLP hidden units used (1.0 or 0.5, any fraction giving whole
+               heads/units works); the narrow round uses the first heads/units of the same weights.
+    attention: False = MLP-only round (the attention sub-block is skipped).
+    reuse_kv:  reuse round 1's keys/values of the same layer instead of computing new ones (Q is new).
+    """
+
+    window: int | None = None
+    width: float = 1.0
+    attention: bool = True
+    reuse_kv: bool = False
+
+    def __post_init__(self) -> None:
+        if self.window is not None:
+            _int("rounds.window", self.window, lo=1)
+        w = _float("rounds.width", self.width)
+        if not 0.0 < w <= 1.0:
+            raise ConfigError(f"rounds.width: must be in (0, 1], e.g. 1.0 or 0.5; got {w}")
+        object.__setattr__(self, "width", w)
+        _bool("rounds.attention", self.attention)
+        _bool("rounds.reuse_kv", self.reuse_kv)
+        if self.reuse_kv and not self.attention:
+            raise ConfigError("rounds.reuse_kv: needs attention=true (an MLP-only round has no keys)")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], name: str = "rounds") -> RoundConfig:
+        _check_keys(name, d, cls)
+        return cls(**d)
+
+
+FULL_ROUND = RoundConfig()
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Architecture + looping of one looped LM. See the module docstring for the semantics."""
+
+    vocab_size: int = 256
+    d_model: int = 64
+    n_heads: int = 2
+    head_dim: int = 32
+    mlp_ratio: int = 4
+    n_prelude: int = 2
+    n_recurrent: int = 2
+    n_coda: int = 2
+    # "alternate": every second distinct layer, counted so the last layer has one (nanochat's rule:
+    # layers 1, 3, 5 of 6); "none"; "all"; or an explicit tuple of distinct-layer indices.
+    value_embeds: str | tuple[int, ...] = "alternate"
+    rope_base: float = 50000.0
+    seq_len: int = 64
+    tie_embeddings: bool = True
+    injection: str = "diagonal"
+    loop_sampler: str = "fixed"
+    loops: int = 4
+    grad_rounds: int | None = None
+    rounds: tuple[RoundConfig, ...] = field(default_factory=lambda: (FULL_ROUND,))
+    h0_std: float = 0.023
+    init_decay: float = 0.447  # exp(-softplus(dt_bias)) at init, with A = exp(0) = 1
+
+    def __post_init__(self) -> None:
+        s = object.__setattr__
+        for name in ("vocab_size", "d_model", "n_heads", "head_dim", "mlp_ratio", "n_recurrent", "seq_len"):
+            _int(name, getattr(self, name), lo=1)
+        for name in ("n_prelude", "n_coda"):
+            _int(name, getattr(self, name), lo=0)
+        if self.n_heads * self.head_dim != self.d_model:
+            raise ConfigError(
+                f"head_dim: n_heads * head_dim must equal d_model; got {self.n_heads} * {self.head_dim}"
+                f" != {self.d_model}"
+            )
+        if self.head_dim % 2:
+            raise ConfigError(f"head_dim: must be even (RoPE rotates pairs); got {self.head_dim}")
+        s(self, "rope_base", _float("rope_base", self.rope_base, lo_excl=0.0))
+        s(self, "h0_std", _float("h0_std", self.h0_std, lo_excl=0.0))
+        d = _float("init_decay", self.init_decay)
+        if not 0.0 < d < 1.0:
+            raise ConfigError(f"init_decay: must be in (0, 1); got {d}")
+        s(self, "init_decay", d)
+        _bool("tie_embeddings", self.tie_embeddings)
+        _choice("injection", self.injection, INJECTIONS)
+        _choice("loop_sampler", self.loop_sampler, SAMPLERS)
+        _int("loops", self.loops, lo=1)
+        if self.grad_rounds is not None:
+            _int("grad_rounds", self.grad_rounds, lo=1)
+        self._check_value_embeds()
+        self._check_rounds()
+
+    def _check_value_embeds(self) -> None:
+        ve = self.value_embeds
+        if isinstance(ve, str):
+            _choice("value_embeds", ve, VALUE_EMBED_RULES)
+            return
+        if not isinstance(ve, list | tuple):
+            raise ConfigError(
+                f"value_embeds: expected one of {', '.join(VALUE_EMBED_RULES)} or a list of layer indices;"
+                f" got {ve!r}"
+            )
+        idx = tuple(_int("value_embeds", i, lo=0) for i in ve)
+        if any(i >= self.n_layers for i in idx) or len(set(idx)) != len(idx):
+            raise ConfigError(
+                f"value_embeds: indices must be distinct and in 0..{self.n_layers - 1}; got {list(idx)}"
+            )
+        object.__setattr__(self, "value_embeds", tuple(sorted(idx)))
+
+    def _check_rounds(self) -> None:
+        rs = self.rounds
+        if isinstance(rs, RoundConfig):
+            rs = (rs,)
+        if not isinstance(rs, list | tuple) or not rs:
+            raise ConfigError("rounds: expected a non-empty list of round settings (round 1, round 2, ...)")
+        rs = tuple(
+            r if isinstance(r, RoundConfig) else RoundConfig.from_dict(r, f"rounds[{i}]")
+            for i, r in enumerate(rs)
+        )
+        first = rs[0]
+        if first.reuse_kv:
+            raise ConfigError(
+                "rounds[0].reuse_kv: round 1 has no earlier keys/values to reuse; accepted: false"
+            )
+        for i, r in enumerate(rs):
+            for n, what in ((self.n_heads, "heads"), (self.mlp_ratio * self.d_model, "MLP units")):
+                if abs(r.width * n - round(r.width * n)) > 1e-9 or round(r.width * n) < 1:
+                    raise ConfigError(
+                        f"rounds[{i}].width: {r.width} of {n} {what} is not a whole number >= 1"
+                    )
+            if r.reuse_kv:
+                if not first.attention:
+                    raise ConfigError(f"rounds[{i}].reuse_kv: round 1 is MLP-only, so it has no keys/values")
+                if r.width > first.width:
+                    raise ConfigError(f"rounds[{i}].width: a reuse_kv round cannot be wider than round 1")
+                if first.window is not None and (r.window is None or r.window > first.window):
+                    raise ConfigError(
+                        f"rounds[{i}].window: a reuse_kv round must not see further back than round 1's "
+                        f"window ({first.window}); got {r.window}"
+                    )
+        object.__setattr__(self, "rounds", rs)
+
+    # ---- derived -------------------------------------------------------------------------------
+
+    @property
+    def n_layers(self) -> int:
+        """Distinct layers (prelude + recurrent + coda)."""
+        return self.n_prelude + self.n_recurrent + self.n_coda
+
+    @property
+    def mlp_hidden(self) -> int:
+        return self.mlp_ratio * self.d_model
+
+    def round(self, r: int) -> RoundConfig:
+        """Settings of round r (0-based): the last entry repeats for every later round."""
+        return self.rounds[min(r, len(self.rounds) - 1)]
+
+    def round_heads(self, r: int) -> int:
+        return round(self.round(r).width * self.n_heads)
+
+    def round_hidden(self, r: int) -> int:
+        return round(self.round(r).width * self.mlp_hidden)
+
+    def value_embed_layers(self) -> tuple[int, ...]:
+        """Distinct-layer indices (0..n_layers-1) that carry a value-embedding table."""
+        ve, n = self.value_embeds, self.n_layers
+        if ve == "none":
+            return ()
+        if ve == "all":
+            return tuple(range(n))
+        if ve == "alternate":
+            return tuple(i for i in range(n) if i % 2 == (n - 1) % 2)
+        return tuple(ve)
+
+    # ---- serialisation -------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["rounds"] = [r.to_dict() for r in self.rounds]
+        if isinstance(self.value_embeds, tuple):
+            d["value_embeds"] = list(self.value_embeds)
+        return d
+
+    def to_json(self) -> str:
+        """Canonical JSON: sorted keys, no whitespace. Equal configs give equal strings."""
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
+        _check_keys("model", d, cls)
+        return cls(**d)
+
+    @classmethod
+    def from_json(cls, s: str) -> ModelConfig:
+        return cls.from_dict(json.loads(s))

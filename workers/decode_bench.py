@@ -1,0 +1,232 @@
+"""The decode benchmark job: per-token generation latency and KV-cache size of an architecture.
+
+Latency depends on the architecture, not on the weights or the cache contents, so the model has random
+weights and the cache is *fake-filled*: a static cache of exactly `context_len` slots (ring buffers of
+`window` slots for windowed rounds) is marked as holding positions 0..context_len-n-1, then the
+n = warmup + steps decode steps run at the last n positions. That makes a 16k-token cell cost seconds,
+not a 16k-token prefill, and the cache measured is exactly `kv_cache_bytes(cfg, context_len, ...)`.
+
+`ms_per_token` is the wall time of one decode step (one new token for each of the batch's sequences),
+median over `steps`, with p10/p90. On CUDA the timers are synchronised and, when `cuda_graph` is
+"auto" or true, the whole step is replayed from a captured CUDA graph (static shapes, no host sync).
+
+    python -m workers.decode_bench --preset lean --size tiny --context-lens 128,512 --batch-sizes 1,8
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from model.errors import ConfigError
+from workers import spec_fields as F
+from workers.reporter import ConsoleReporter, Reporter
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class Spec:
+    recipe: str = "lean"
+    size: str = "tiny"
+    model: dict[str, Any] = field(default_factory=dict)  # ModelConfig overrides
+    context_lens: list[int] = field(default_factory=lambda: [128, 512])
+    batch_sizes: list[int] = field(default_factory=lambda: [1, 8])
+    dtype: str = "auto"  # auto = bfloat16 on CUDA, float32 on CPU
+    warmup: int = 3
+    steps: int = 20
+    device: str = "auto"
+    cuda_graph: str | bool = "auto"  # "auto" (= on CUDA), true, false
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Spec:
+        from model.presets import RECIPES, SIZES, preset
+
+        d = F.check_keys("decode_bench", d, cls)
+        recipe = F.choice("recipe", d.get("recipe", cls.recipe), RECIPES)
+        size = F.choice("size", d.get("size", cls.size), tuple(SIZES))
+        model = d.get("model", {})
+        if not isinstance(model, dict):
+            raise ConfigError(f"model: expected a mapping of ModelConfig overrides, got {model!r}")
+        preset(recipe, size, **model)  # validates the overrides (ConfigError names the field)
+        warmup = F.integer("warmup", d.get("warmup", cls.warmup), lo=0)
+        steps = F.integer("steps", d.get("steps", cls.steps), lo=1)
+        lens = _int_list("context_lens", d.get("context_lens", [128, 512]))
+        if min(lens) <= warmup + steps:
+            raise ConfigError(
+                f"context_lens: each must exceed warmup + steps = {warmup + steps} (the steps run at the "
+                f"last positions of the context); got {lens}"
+            )
+        cg = d.get("cuda_graph", cls.cuda_graph)
+        if cg not in ("auto", True, False):
+            raise ConfigError(f"cuda_graph: unknown {cg!r}; accepted: auto, true, false")
+        return cls(
+            recipe=recipe,
+            size=size,
+            model=dict(model),
+            context_lens=lens,
+            batch_sizes=_int_list("batch_sizes", d.get("batch_sizes", [1, 8])),
+            dtype=F.choice("dtype", d.get("dtype", cls.dtype), DTYPES),
+            warmup=warmup,
+            steps=steps,
+            device=F.device("device", d.get("device", cls.device)),
+            cuda_graph=cg,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+def _int_list(name: str, v: Any) -> list[int]:
+    if not isinstance(v, list | tuple) or not v:
+        raise ConfigError(f"{name}: expected a non-empty list of positive integers, got {v!r}")
+    return sorted({F.integer(name, x, lo=1) for x in v})
+
+
+def _bench_cell(model, cfg, context_len: int, batch: int, dtype, device, spec: Spec, use_graph: bool):
+    """Median/p10/p90 ms per decode step at `context_len` and the cache's real size in bytes."""
+    import torch
+
+    n = spec.warmup + spec.steps
+    cache = model.setup_cache(batch, context_len, dtype=dtype, device=device)
+    g = torch.Generator(device="cpu").manual_seed(0)
+    tokens = torch.randint(0, cfg.vocab_size, (n, batch), generator=g).to(device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    step = None
+    if use_graph:
+        from model.decode import capture_decode_graph
+
+        cache.fake_fill(context_len - n)
+        graph, static_tokens, _ = capture_decode_graph(model, cache, tokens[0])
+
+        def step(t):
+            static_tokens.copy_(t)
+            graph.replay()
+
+    else:
+
+        def step(t):
+            model.decode_step(t, cache)
+
+    cache.fake_fill(context_len - n)
+    times = []
+    with torch.no_grad():
+        for i in range(n):
+            sync()
+            t0 = time.perf_counter()
+            step(tokens[i])
+            sync()
+            if i >= spec.warmup:
+                times.append((time.perf_counter() - t0) * 1e3)
+    q = statistics.quantiles(times, n=10, method="inclusive") if len(times) > 1 else [times[0]] * 9
+    return statistics.median(times), q[0], q[-1], cache.nbytes()
+
+
+def run(spec: Spec, reporter: Reporter, artifact_dir: str | Path | None = None) -> dict[str, Any]:
+    import torch
+
+    from model.counts import kv_cache_bytes
+    from model.looped import LoopedLM
+    from model.presets import preset
+    from workers.jobs import JobInterrupted
+
+    device = F.resolve_device(spec.device)
+    dtype_name = spec.dtype if spec.dtype != "auto" else ("bfloat16" if device.type == "cuda" else "float32")
+    dtype = getattr(torch, dtype_name)
+    use_graph = device.type == "cuda" and spec.cuda_graph in ("auto", True)
+    cfg = preset(spec.recipe, spec.size, **spec.model)
+    torch.manual_seed(0)
+    model = LoopedLM(cfg).to(device=device, dtype=dtype).eval()
+    cells = [(c, b) for c in spec.context_lens for b in spec.batch_sizes]
+    reporter.log(f"decode_bench {spec.recipe}/{spec.size} on {device} {dtype_name}, cuda_graph={use_graph}")
+    rows = []
+    for done, (ctx, batch) in enumerate(cells):
+        if reporter.should_stop():
+            raise JobInterrupted("decode_bench stopped between cells")
+        med, p10, p90, held = _bench_cell(model, cfg, ctx, batch, dtype, device, spec, use_graph)
+        want = kv_cache_bytes(cfg, ctx, batch, dtype)
+        if held != want:  # the analytic count is what the dashboard shows: it must be the truth
+            raise RuntimeError(f"kv cache holds {held} bytes but kv_cache_bytes says {want}")
+        row = {
+            "arch": spec.recipe,
+            "size": spec.size,
+            "context_len": ctx,
+            "batch_size": batch,
+            "ms_per_token": med,
+            "ms_p10": p10,
+            "ms_p90": p90,
+            "kv_cache_mb": want / 2**20,
+            "device": device.type,
+            "dtype": dtype_name,
+            "cuda_graph": use_graph,
+        }
+        reporter.result("decode_benches", row)
+        reporter.heartbeat()
+        reporter.progress(done + 1, len(cells))
+        rows.append(row)
+    summary = {"spec": spec.to_dict(), "rows": rows}
+    if artifact_dir is not None:
+        Path(artifact_dir).mkdir(parents=True, exist_ok=True)
+        (Path(artifact_dir) / "decode_bench.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    head = f"{'arch':<16}{'size':<6}{'ctx':>7}{'batch':>6}{'ms/tok':>9}{'p10':>8}{'p90':>8}{'KV MB':>10}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(
+            f"{r['arch']:<16}{r['size']:<6}{r['context_len']:>7}{r['batch_size']:>6}{r['ms_per_token']:>9.3f}"
+            f"{r['ms_p10']:>8.3f}{r['ms_p90']:>8.3f}{r['kv_cache_mb']:>10.2f}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m workers.decode_bench", description=__doc__.split("\n")[0])
+    p.add_argument("--preset", default="lean", help="recipe name (model.presets.RECIPES)")
+    p.add_argument("--size", default="tiny")
+    p.add_argument("--model", default="{}", help="JSON of ModelConfig overrides")
+    p.add_argument("--context-lens", default="128,512")
+    p.add_argument("--batch-sizes", default="1,8")
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--cuda-graph", default="auto", choices=["auto", "true", "false"])
+    p.add_argument("--out", default=None, help="artifact dir for decode_bench.json")
+    a = p.parse_args(argv)
+    try:
+        spec = Spec.from_dict(
+            {
+                "recipe": a.preset,
+                "size": a.size,
+                "model": json.loads(a.model),
+                "context_lens": [int(x) for x in a.context_lens.split(",")],
+                "batch_sizes": [int(x) for x in a.batch_sizes.split(",")],
+                "dtype": a.dtype,
+                "warmup": a.warmup,
+                "steps": a.steps,
+                "device": a.device,
+                "cuda_graph": {"auto": "auto", "true": True, "false": False}[a.cuda_graph],
+            }
+        )
+    except (ConfigError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    reporter = ConsoleReporter("decode_bench")
+    summary = run(spec, reporter, a.out)
+    reporter.close()
+    print(format_table(summary["rows"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
