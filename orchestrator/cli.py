@@ -31,7 +31,11 @@ HANDLERS = {
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="looplab", description=__doc__.split("\n")[0].strip("`— "))
-    p.add_argument("--db", default=None, help="database URL or SQLite path (default: $LOOPLAB_DB or sqlite:///looplab.db)")
+    p.add_argument(
+        "--db",
+        default=None,
+        help="database URL or SQLite path (default: $LOOPLAB_DB or sqlite:///looplab.db)",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -80,8 +84,11 @@ def main(argv: list[str] | None = None) -> int:
     import logging
 
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
     module, func = HANDLERS[args.command]
     handler = getattr(importlib.import_module(module), func)
     try:

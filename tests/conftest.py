@@ -47,9 +47,20 @@ def ray_cluster(looplab_cache):
     """A local Ray instance for the whole session: 2 CPUs and 2 *logical* GPUs (placement tests)."""
     import ray
 
-    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False,
-             configure_logging=False,
-             runtime_env={"env_vars": {"LOOPLAB_CACHE": str(looplab_cache), "HF_HUB_OFFLINE": "1",
-                                       "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}})
+    ray.init(
+        num_cpus=2,
+        num_gpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+        runtime_env={
+            "env_vars": {
+                "LOOPLAB_CACHE": str(looplab_cache),
+                "HF_HUB_OFFLINE": "1",
+                "HF_DATASETS_OFFLINE": "1",
+                "TOKENIZERS_PARALLELISM": "false",
+            }
+        },
+    )
     yield ray
     ray.shutdown()

@@ -18,7 +18,11 @@ from typing import Any
 from model.errors import ConfigError
 from workers.reporter import Reporter
 
-KINDS = {"train": "workers.train", "depth_sweep": "workers.depth_sweep", "decode_bench": "workers.decode_bench"}
+KINDS = {
+    "train": "workers.train",
+    "depth_sweep": "workers.depth_sweep",
+    "decode_bench": "workers.decode_bench",
+}
 
 
 class JobInterrupted(Exception):

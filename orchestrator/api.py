@@ -1,0 +1,102 @@
+"""The Python API: `Grid` (what to run) and `Queue` (submit, watch, cancel, retry, read results).
+
+    from orchestrator import Grid, Queue
+    grid = Grid("lean-vs-parcae", base={"size": "small", "tokens": 2_000_000},
+                sweep={"recipe": ["parcae", "lean"], "seed": [0, 1]},
+                then=["depth_sweep", "decode_bench"])
+    q = Queue()                       # $LOOPLAB_DB or sqlite:///looplab.db
+    ids = q.submit(grid)              # validated as a whole, one transaction, idempotent
+    q.run(until_empty=True)           # or `looplab run` in another terminal
+    q.status(); q.results("runs")     # DataFrames
+
+`Queue` only talks to the database; `run()` starts the Ray driver in this process (ray is imported
+only then). `kinds` replaces the job registry (workers.jobs) — tests use trivial fake jobs.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import sqlalchemy as sa
+
+from orchestrator import queue
+from orchestrator.display import status_frame
+from orchestrator.errors import ConfigError
+from orchestrator.grid import Grid
+
+__all__ = ["Grid", "Queue"]
+
+
+class Queue:
+    """A handle on the persistent queue in the results database."""
+
+    def __init__(self, db: str | None = None, artifacts: str | Path | None = None, kinds: Any = None) -> None:
+        from orchestrator.db import resolve_url
+
+        self.url = resolve_url(db)
+        self.eng = queue.open_engine(self.url)
+        self.artifacts = Path(artifacts or "looplab_artifacts")
+        self._kinds = kinds
+        self.last_added: list[int] = []  # ids the last submit() inserted (the rest already existed)
+
+    @property
+    def kinds(self) -> Any:
+        if self._kinds is None:
+            from orchestrator.scheduler import default_kinds
+
+            self._kinds = default_kinds()
+        return self._kinds
+
+    def submit(self, grids: Grid | list[Grid]) -> list[int]:
+        """Validate every grid, then insert all their jobs in one transaction. Returns the job ids
+        (existing ids for jobs already in the database; see `last_added` for the new ones)."""
+        grids = [grids] if isinstance(grids, Grid) else list(grids)
+        ids, self.last_added = queue.submit(self.eng, grids, self.kinds)
+        return ids
+
+    def status(self, grid: str | int | None = None, all: bool = True) -> pd.DataFrame:  # noqa: A002
+        return status_frame(self.eng, grid=grid, all_jobs=all)
+
+    def cancel(self, job_ids: int | list[int]) -> list[int]:
+        return queue.cancel(self.eng, [job_ids] if isinstance(job_ids, int) else list(job_ids))
+
+    def retry(self, job_ids: int | list[int]) -> list[int]:
+        return queue.retry(self.eng, [job_ids] if isinstance(job_ids, int) else list(job_ids))
+
+    def results(self, name: str = "runs") -> pd.DataFrame:
+        """A whole view or table (runs, curves, depth, decode, train_results, ...) as a DataFrame."""
+        insp = sa.inspect(self.eng)
+        names = set(insp.get_view_names()) | set(insp.get_table_names())
+        if name not in names:
+            raise ConfigError(
+                f"results: unknown view or table {name!r}; accepted: {', '.join(sorted(names))}"
+            )
+        with self.eng.connect() as conn:
+            return pd.read_sql_query(sa.text(f'SELECT * FROM "{name}"'), conn)
+
+    def logs(self, job_id: int) -> pd.DataFrame:
+        with self.eng.connect() as conn:
+            return pd.read_sql_query(
+                sa.text("SELECT ts, attempt, level, message FROM job_logs WHERE job_id = :j ORDER BY ts, id"),
+                conn, params={"j": job_id},
+            )  # fmt: skip
+
+    def run(self, until_empty: bool = True, **kwargs: Any) -> int:
+        """Run the scheduler in this process (Ray is started, or the running one used)."""
+        from orchestrator.scheduler import Scheduler
+
+        return Scheduler(self.eng, self.artifacts, self._kinds, until_empty=until_empty, **kwargs).run()
+
+    def wait(self, job_ids: list[int], timeout: float | None = None, poll_s: float = 1.0) -> dict[int, str]:
+        """Block until the jobs are finished (another process runs the queue); returns their statuses."""
+        end = None if timeout is None else time.time() + timeout
+        while True:
+            st = queue.statuses(self.eng, job_ids)
+            if all(s in ("succeeded", "failed", "cancelled") for s in st.values()):
+                return st
+            if end is not None and time.time() > end:
+                raise TimeoutError(f"jobs still pending after {timeout} s: {st}")
+            time.sleep(poll_s)

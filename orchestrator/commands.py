@@ -1,0 +1,130 @@
+"""The `looplab` command handlers of the orchestrator room (declared in orchestrator/cli.py).
+
+Each takes the argparse Namespace and returns an exit code. They are thin: the work lives in
+orchestrator.api / queue / scheduler, so the Python API and the CLI behave the same.
+"""
+
+from __future__ import annotations
+
+import runpy
+import time
+from pathlib import Path
+
+from orchestrator.errors import ConfigError
+
+
+def _queue(args, artifacts: str | None = None):
+    from orchestrator.api import Queue
+
+    return Queue(db=args.db, artifacts=artifacts)
+
+
+def load_grids(path: str) -> list:
+    """The grids a submission file defines: its GRIDS list if it has one, else every module-level Grid."""
+    from orchestrator.grid import Grid
+
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"submit: no such file {path!r}")
+    ns = runpy.run_path(str(file), run_name="looplab_submission")
+    if "GRIDS" in ns:
+        grids = list(ns["GRIDS"])
+    else:
+        grids = [v for k, v in ns.items() if isinstance(v, Grid) and not k.startswith("_")]
+    if not grids:
+        raise ConfigError(f"submit: {path} defines no Grid (module-level Grid objects or a GRIDS list)")
+    bad = [g for g in grids if not isinstance(g, Grid)]
+    if bad:
+        raise ConfigError(f"submit: GRIDS holds {type(bad[0]).__name__}, expected Grid objects")
+    return grids
+
+
+def cli_submit(args) -> int:
+    q = _queue(args)
+    grids = load_grids(args.file)
+    ids = q.submit(grids)
+    added = set(q.last_added)
+    print(
+        f"{len(grids)} grid(s), {len(ids)} job(s): {len(added)} added, {len(ids) - len(added)} already present"
+    )
+    df = q.status()
+    df = df[df["id"].isin(ids)]
+    for r in df.itertuples():
+        what = " ".join(str(x) for x in (r.recipe, r.size, "" if r.seed is None or r.seed != r.seed else
+                                          f"seed {r.seed}") if x and str(x) != "nan")  # fmt: skip
+        print(
+            f"  {'added  ' if r.id in added else 'present'} job {r.id:>4} {r.kind:<12} {what:<28} {r.status}"
+        )
+    return 0
+
+
+def cli_run(args) -> int:
+    from orchestrator.scheduler import Scheduler
+
+    q = _queue(args, artifacts=args.artifacts)
+    print(f"looplab run: database {q.url}, artifacts {q.artifacts.absolute()}", flush=True)
+    return Scheduler(q.eng, q.artifacts, address=args.address, num_cpus=args.num_cpus, num_gpus=args.num_gpus,
+                     until_empty=args.until_empty, max_concurrent=args.max_concurrent).run()  # fmt: skip
+
+
+def cli_status(args) -> int:
+    from orchestrator.display import status_frame, table
+
+    q = _queue(args)
+    while True:
+        df = status_frame(q.eng, grid=args.grid, all_jobs=args.all)
+        text = table(df)
+        if not args.all:
+            text += "\n(queued and running jobs; --all shows finished ones too)"
+        if not args.watch:
+            print(text)
+            return 0
+        print("\033[2J\033[H" + time.strftime("%H:%M:%S  ") + q.url + "\n" + text, flush=True)
+        time.sleep(3)
+
+
+def cli_cancel(args) -> int:
+    done = _queue(args).cancel(args.job_ids)
+    missed = sorted(set(args.job_ids) - set(done))
+    print(
+        f"cancelled: {done or 'none'}"
+        + (f"; not queued/running (left as they are): {missed}" if missed else "")
+    )
+    return 0 if done else 1
+
+
+def cli_retry(args) -> int:
+    done = _queue(args).retry(args.job_ids)
+    missed = sorted(set(args.job_ids) - set(done))
+    print(
+        f"re-queued: {done or 'none'}"
+        + (f"; not failed/cancelled (left as they are): {missed}" if missed else "")
+    )
+    return 0 if done else 1
+
+
+def cli_logs(args) -> int:
+    import sqlalchemy as sa
+
+    from orchestrator.schema import Job
+
+    q = _queue(args)
+    with q.eng.connect() as conn:
+        job = conn.execute(sa.select(Job.__table__).where(Job.id == args.job_id)).first()
+    if job is None:
+        raise ConfigError(f"logs: no job {args.job_id}")
+    print(f"job {job.id} {job.kind} {job.status} (attempts {job.attempts}/{job.max_attempts}) "
+          f"artifacts {job.artifact_dir or '-'}")  # fmt: skip
+    df = q.logs(args.job_id).tail(args.tail)
+    for r in df.itertuples():
+        stamp = time.strftime("%H:%M:%S", time.localtime(r.ts))
+        print(f"{stamp} [attempt {r.attempt}] {r.level}: {r.message.rstrip()}")
+    if job.error and (df.empty or job.error.strip() not in df["message"].iloc[-1]):
+        print(f"error:\n{job.error.rstrip()}")
+    return 0
+
+
+def cli_demo(args) -> int:
+    from orchestrator.demo import main
+
+    return main(db=args.db, fast=args.fast)

@@ -1,0 +1,115 @@
+"""What people read in a terminal: the job table (`looplab status`, `Queue.status()`) and the
+scheduler's live progress lines. One query per listing (jobs joined with latest_metrics), never one
+per job, so a listing of thousands of jobs stays fast."""
+
+from __future__ import annotations
+
+import time
+
+import pandas as pd
+import sqlalchemy as sa
+from sqlalchemy import Engine
+
+from orchestrator.schema import Grid, Job, LatestMetric
+
+COLUMNS = ["id", "grid", "kind", "recipe", "size", "seed", "status", "attempts", "progress_done",
+           "progress_total", "eta_s", "train_loss", "val_loss", "gpu_ids", "error"]  # fmt: skip
+
+
+def status_frame(eng: Engine, grid: str | int | None = None, all_jobs: bool = True,
+                 job_ids: list[int] | None = None) -> pd.DataFrame:  # fmt: skip
+    """One row per job with its latest train/val loss. `all_jobs=False` hides finished jobs."""
+    lm_train = sa.alias(LatestMetric.__table__, "lt")
+    lm_val = sa.alias(LatestMetric.__table__, "lv")
+    J = Job.__table__
+    q = (
+        sa.select(
+            J.c.id,
+            Grid.name.label("grid"),
+            J.c.kind,
+            J.c.recipe,
+            J.c.size,
+            J.c.seed,
+            J.c.status,
+            J.c.attempts,
+            J.c.progress_done,
+            J.c.progress_total,
+            J.c.eta_s,
+            lm_train.c.value.label("train_loss"),
+            lm_val.c.value.label("val_loss"),
+            J.c.gpu_ids,
+            J.c.error,
+        )  # fmt: skip
+        .outerjoin(Grid, Grid.id == J.c.grid_id)
+        .outerjoin(lm_train, sa.and_(lm_train.c.job_id == J.c.id, lm_train.c.key == "train_loss"))
+        .outerjoin(lm_val, sa.and_(lm_val.c.job_id == J.c.id, lm_val.c.key == "val_loss"))
+        .order_by(J.c.id)
+    )
+    if grid is not None:
+        q = q.where(Grid.id == int(grid)) if str(grid).isdigit() else q.where(Grid.name == str(grid))
+    if not all_jobs:
+        q = q.where(J.c.status.in_(["queued", "running"]))
+    if job_ids is not None:
+        q = q.where(J.c.id.in_(job_ids))
+    with eng.connect() as conn:
+        rows = conn.execute(q).all()
+    df = pd.DataFrame(rows, columns=COLUMNS)
+    df["seed"] = df["seed"].astype("Int64")
+    df["error"] = df["error"].map(
+        lambda e: e.strip().splitlines()[-1][:100] if isinstance(e, str) and e else ""
+    )
+    return df
+
+
+def bar(done: float | None, total: float | None, width: int = 20) -> str:
+    if not total or done is None:
+        return " " * (width + 7)
+    frac = max(0.0, min(1.0, done / total))
+    full = int(frac * width)
+    return "[" + "#" * full + "-" * (width - full) + f"] {frac * 100:3.0f}%"
+
+
+def fmt_eta(eta_s: float | None) -> str:
+    if eta_s is None or eta_s != eta_s:  # None or NaN
+        return ""
+    eta_s = int(eta_s)
+    return (
+        f"{eta_s // 3600}h{eta_s % 3600 // 60:02d}m" if eta_s >= 3600 else f"{eta_s // 60}m{eta_s % 60:02d}s"
+    )
+
+
+def _num(v: object, fmt: str = ".3f") -> str:
+    return "" if v is None or v != v else format(v, fmt)
+
+
+def table(df: pd.DataFrame) -> str:
+    """A compact text table with a progress bar and ETA per job."""
+    if df.empty:
+        return "no jobs"
+    lines = [f"{'id':>4} {'kind':<12} {'recipe':<8} {'size':<6} {'seed':>4} {'status':<9} {'att':>3} "
+             f"{'progress':<27} {'eta':>7} {'train':>7} {'val':>7}  note"]  # fmt: skip
+    for r in df.itertuples():
+        seed = "" if pd.isna(r.seed) else int(r.seed)
+        note = r.error if r.error else (f"gpu {r.gpu_ids}" if r.gpu_ids and r.status == "running" else "")
+        prog = bar(r.progress_done, r.progress_total) if r.status == "running" else (
+            bar(1, 1) if r.status == "succeeded" else " " * 27)  # fmt: skip
+        lines.append(
+            f"{r.id:>4} {r.kind:<12} {str(r.recipe or ''):<8} {str(r.size or ''):<6} {seed!s:>4} {r.status:<9} "
+            f"{r.attempts:>3} {prog:<27} {fmt_eta(r.eta_s) if r.status == 'running' else '':>7} "
+            f"{_num(r.train_loss):>7} {_num(r.val_loss):>7}  {note}"
+        )
+    counts = df["status"].value_counts().to_dict()
+    lines.append("  ".join(f"{k}: {v}" for k, v in sorted(counts.items())))
+    return "\n".join(lines)
+
+
+def print_progress(eng: Engine, job_ids: list[int]) -> None:
+    """The scheduler's live view: one line per running job."""
+    df = status_frame(eng, job_ids=job_ids)
+    stamp = time.strftime("%H:%M:%S")
+    for r in df.itertuples():
+        what = " ".join(
+            str(x) for x in (r.kind, r.recipe or "", "" if pd.isna(r.seed) else f"s{r.seed}") if x
+        )
+        print(f"{stamp} job {r.id:>3} {what:<28} {bar(r.progress_done, r.progress_total)} "
+              f"eta {fmt_eta(r.eta_s):>6}  loss {_num(r.train_loss)}", flush=True)  # fmt: skip

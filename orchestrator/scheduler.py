@@ -1,0 +1,237 @@
+"""The scheduler driver (`looplab run`): claims ready jobs from the database and runs them on Ray.
+
+One driver process is the only database writer. Each job runs as a Ray task (`execute_job`) with its
+resources; its `QueueReporter` batches the job's events and pushes them every half second to an
+`EventSink` actor owned by the driver, together with a heartbeat; the reply carries the stop flag
+that `reporter.should_stop()` returns (Ctrl-C on the driver, `looplab cancel`). The driver drains
+the sink, writes the events in one transaction (orchestrator/writer.py), and records outcomes.
+
+Why a sink actor rather than task return values: curves must reach the database while a training
+job runs (live dashboard), and events from remote nodes must not need database access.
+Resources are booked by the driver itself (cluster totals minus what it launched), so a job is only
+marked running when it can actually start; a job asking for more than the cluster has fails clearly.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import signal
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from orchestrator import queue
+from orchestrator.display import print_progress
+from orchestrator.task import EventSink, QueueReporter, execute_job, kinds_ref
+from orchestrator.writer import write_events
+
+log = logging.getLogger("looplab.scheduler")
+
+
+def grace_seconds() -> float:
+    """Heartbeat grace period for recovery ($LOOPLAB_HEARTBEAT_GRACE_S, default 60 s)."""
+    return float(os.environ.get("LOOPLAB_HEARTBEAT_GRACE_S", queue.DEFAULT_GRACE_S))
+
+
+def default_kinds() -> Any:
+    """The job registry: workers.jobs, or a module named by $LOOPLAB_JOB_KINDS (test/plugin hook)."""
+    return importlib.import_module(os.environ.get("LOOPLAB_JOB_KINDS", "workers.jobs"))
+
+
+class Scheduler:
+    """The driver loop. `run()` returns 0 when the queue is empty (until_empty), 130 after Ctrl-C."""
+
+    def __init__(self, eng, artifacts: str | Path = "looplab_artifacts", kinds: Any = None, *,
+                 address: str | None = None, num_cpus: int | None = None, num_gpus: float | None = None,
+                 until_empty: bool = False, max_concurrent: int | None = None, grace_s: float | None = None,
+                 poll_s: float = 0.5, progress: bool = True, progress_every_s: float = 5.0) -> None:  # fmt: skip
+        self.eng, self.artifacts = eng, Path(artifacts).absolute()
+        self.kinds = kinds if kinds is not None else default_kinds()
+        self.address, self.num_cpus, self.num_gpus = address, num_cpus, num_gpus
+        self.until_empty, self.max_concurrent = until_empty, max_concurrent
+        self.grace_s = grace_seconds() if grace_s is None else grace_s
+        self.poll_s, self.progress, self.progress_every_s = poll_s, progress, progress_every_s
+        self.running: dict[Any, tuple[int, int, dict[str, float]]] = {}  # ref -> (job, attempt, res)
+        self.art_dirs: dict[int, Path] = {}
+        self.stopping = 0  # 1: graceful stop asked, 2: forced
+        self.worker = f"driver@{os.uname().nodename}:{os.getpid()}"
+
+    # ------------------------------------------------------------ setup
+    def _connect(self) -> None:
+        if ray.is_initialized():
+            return
+        if self.address:
+            ray.init(address=self.address, log_to_driver=False, configure_logging=False)
+        else:
+            ray.init(num_cpus=self.num_cpus, num_gpus=self.num_gpus, include_dashboard=False,
+                     log_to_driver=False, configure_logging=False)  # fmt: skip
+
+    def _on_signal(self, signum, _frame) -> None:
+        self.stopping += 1
+        if self.stopping == 1:
+            print(f"\nstopping: asking {len(self.running)} running job(s) to checkpoint "
+                  "(press Ctrl-C again to stop at once)", flush=True)  # fmt: skip
+            self.sink.request_stop.remote(None)
+
+    def _resources(self, job: Any) -> dict[str, float]:
+        if job.resources:
+            res = json.loads(job.resources)
+            return {"num_cpus": float(res.get("num_cpus", 1)), "num_gpus": float(res.get("num_gpus", 0))}
+        return {"num_cpus": 1.0, "num_gpus": 1.0 if self.total["GPU"] > 0 else 0.0}
+
+    def _fits(self, res: dict[str, float]) -> bool:
+        used_cpu = sum(r["num_cpus"] for *_, r in self.running.values())
+        used_gpu = sum(r["num_gpus"] for *_, r in self.running.values())
+        return (used_cpu + res["num_cpus"] <= self.total["CPU"] + 1e-9
+                and used_gpu + res["num_gpus"] <= self.total["GPU"] + 1e-9)  # fmt: skip
+
+    # ------------------------------------------------------------ main loop
+    def run(self) -> int:
+        self._connect()
+        cluster = ray.cluster_resources()
+        self.total = {"CPU": float(cluster.get("CPU", 0)), "GPU": float(cluster.get("GPU", 0))}
+        self.sink = EventSink.remote()
+        back = queue.recover_stale(self.eng, self.grace_s)
+        if back:
+            print(f"recovered {len(back)} interrupted job(s) {back}: they resume from their checkpoints")
+        old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        if threading.current_thread() is threading.main_thread():
+            for s in old:
+                signal.signal(s, self._on_signal)
+        try:
+            self._loop()
+        finally:
+            if threading.current_thread() is threading.main_thread():
+                for s, h in old.items():
+                    signal.signal(s, h)
+            ray.kill(self.sink)
+        return 130 if self.stopping else 0
+
+    def _loop(self) -> None:
+        last_touch = last_progress = last_recover = time.time()
+        while True:
+            if self.stopping >= 2:
+                self._force_stop()
+                return
+            if not self.stopping:
+                self._launch_ready()
+            if not self.running:
+                if self.stopping or (self.until_empty and self._nothing_left()):
+                    return
+            refs = list(self.running)
+            done: list[Any] = []
+            if refs:
+                # wake on the first finished job (throughput), then collect any others already done
+                done, _ = ray.wait(refs, num_returns=1, timeout=self.poll_s, fetch_local=False)
+                if done:
+                    done, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
+            else:
+                time.sleep(self.poll_s)
+            self._drain()
+            for ref in done:
+                self._record(ref)
+            now = time.time()
+            if now - last_touch > 1.0:
+                self._heartbeat_and_cancels()
+                last_touch = now
+            if now - last_recover > max(1.0, self.grace_s / 2):
+                queue.recover_stale(self.eng, self.grace_s, exclude={j for j, *_ in self.running.values()})
+                queue.cascade(self.eng)
+                last_recover = now
+            if self.progress and now - last_progress > self.progress_every_s and self.running:
+                print_progress(self.eng, [j for j, *_ in self.running.values()])
+                last_progress = now
+
+    def _nothing_left(self) -> bool:
+        queue.cascade(self.eng)
+        if queue.ready_jobs(self.eng, limit=1):
+            return False
+        # running jobs of another (or a dead) driver may still unblock queued ones
+        with self.eng.connect() as conn:
+            return not conn.execute(
+                queue.sa.select(queue.J.c.id).where(queue.J.c.status == "running").limit(1)
+            ).first()
+
+    def _launch_ready(self) -> None:
+        for job in queue.ready_jobs(self.eng):
+            if self.max_concurrent is not None and len(self.running) >= self.max_concurrent:
+                return
+            res = self._resources(job)
+            if res["num_cpus"] > self.total["CPU"] or res["num_gpus"] > self.total["GPU"]:
+                self._refuse(job, res)
+                continue
+            if not self._fits(res):
+                continue  # a smaller job further down may still fit
+            art = self.artifacts / f"{job.id}-{job.kind}-{job.config_hash[:8]}"
+            n = queue.claim(self.eng, job.id, self.worker, str(art))
+            if n is None:
+                continue  # another driver won it
+            try:
+                spec = queue.launch_spec(self.eng, job)
+            except Exception:
+                queue.finish(self.eng, job.id, n, "failed", traceback.format_exc())
+                continue
+            ref = execute_job.options(num_cpus=res["num_cpus"], num_gpus=res["num_gpus"]).remote(
+                job.id, job.kind, spec, str(art), self.sink, kinds_ref(self.kinds)
+            )
+            self.running[ref] = (job.id, n, res)
+            self.art_dirs[job.id] = art
+            if self.progress:
+                print(
+                    f"{time.strftime('%H:%M:%S')} job {job.id} ({job.kind}) started, attempt {n}", flush=True
+                )
+
+    def _refuse(self, job: Any, res: dict[str, float]) -> None:
+        n = queue.claim(self.eng, job.id, self.worker, "")
+        if n is not None:
+            msg = (f"job {job.id} needs {res} but the cluster has {self.total}: "
+                   "change the grid's resources or add machines")  # fmt: skip
+            with self.eng.begin() as conn:  # not the job's fault: fail for good at once
+                conn.execute(queue.J.update().where(queue.J.c.id == job.id).values(max_attempts=n))
+            queue.finish(self.eng, job.id, n, "failed", msg)
+
+    def _drain(self) -> None:
+        batches = ray.get(self.sink.drain.remote())
+        if not batches:
+            return
+        attempt = {j: n for j, n, _ in self.running.values()}
+        write_events(self.eng, [(j, attempt.get(j, 0), evs) for j, evs in batches])
+
+    def _record(self, ref: Any) -> None:
+        job_id, n, _ = self.running.pop(ref)
+        try:
+            out = ray.get(ref)
+        except Exception as e:  # the worker process died (OOM-killed, node lost, ...)
+            out = {"outcome": "failed", "error": f"Ray task failed: {type(e).__name__}: {e}"}
+        status = queue.finish(self.eng, job_id, n, out["outcome"], out.get("error"))
+        art = self.art_dirs.pop(job_id, None)
+        if status == "succeeded" and art is not None:  # every point is in the database now
+            (art / QueueReporter.SPOOL).unlink(missing_ok=True)
+        if self.progress:
+            print(
+                f"{time.strftime('%H:%M:%S')} job {job_id} attempt {n} {out['outcome']} -> {status}",
+                flush=True,
+            )
+
+    def _heartbeat_and_cancels(self) -> None:
+        mine = [j for j, *_ in self.running.values()]
+        queue.touch(self.eng, mine)
+        for j, s in queue.statuses(self.eng, mine).items():
+            if s == "cancelled":
+                self.sink.request_stop.remote(j)
+
+    def _force_stop(self) -> None:
+        """Second Ctrl-C: kill the tasks; their jobs resume from their last checkpoint next time."""
+        for ref in self.running:
+            ray.cancel(ref, force=True)
+        self._drain()
+        for job_id, n, _ in self.running.values():
+            queue.finish(self.eng, job_id, n, "interrupted", "stopped by a second Ctrl-C (forced)")
+        self.running.clear()

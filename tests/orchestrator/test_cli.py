@@ -1,0 +1,64 @@
+"""The `looplab` handlers of the orchestrator room: submit, status, logs, cancel, retry (no Ray needed:
+the queue state is made directly in the database)."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator import Grid, Queue
+from orchestrator.cli import main
+from orchestrator.queue import claim, finish
+from tests.orchestrator import fake_jobs
+
+
+@pytest.fixture
+def db(tmp_path):
+    return str(tmp_path / "q.db")
+
+
+def test_submit_file_reports_added_then_present(tmp_path, db, capsys):
+    f = tmp_path / "grids.py"
+    f.write_text(
+        "from orchestrator import Grid\n"
+        "a = Grid('a', base={'size': 'tiny', 'tokens': 1000}, sweep={'recipe': ['lean', 'parcae']})\n"
+        "b = Grid('b', base={'size': 'tiny', 'tokens': 1000, 'recipe': 'lean', 'seed': 0})\n"
+    )
+    assert main(["--db", db, "submit", str(f)]) == 0
+    out = capsys.readouterr().out
+    assert "2 grid(s), 2 job(s): 2 added, 0 already present" in out  # b is a's lean job: one job
+    assert main(["--db", db, "submit", str(f)]) == 0
+    assert "0 added, 2 already present" in capsys.readouterr().out
+
+
+def test_submit_bad_file_is_one_clear_line(tmp_path, db, capsys):
+    f = tmp_path / "bad.py"
+    f.write_text("from orchestrator import Grid\ng = Grid('g', base={'tokens': 10, 'recipe': 'lena'})\n")
+    assert main(["--db", db, "submit", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and "recipe" in err and "accepted" in err
+    (tmp_path / "empty.py").write_text("x = 1\n")
+    assert main(["--db", db, "submit", str(tmp_path / "empty.py")]) == 2
+    assert "defines no Grid" in capsys.readouterr().err
+
+
+def test_status_logs_cancel_retry(db, tmp_path, capsys):
+    q = Queue(db=db, kinds=fake_jobs)
+    boom, sweep_src, other = q.submit(
+        [Grid("x", job="boom", max_attempts=1), Grid("y", job="noop", sweep={"tag": [1, 2]})]
+    )
+    n = claim(q.eng, boom, "test", str(tmp_path / "a"))
+    finish(q.eng, boom, n, "failed", "Traceback (most recent call last):\nRuntimeError: boom here")
+    assert main(["--db", db, "status"]) == 0
+    out = capsys.readouterr().out
+    assert "noop" in out and "boom" not in out  # finished jobs hidden without --all
+    assert main(["--db", db, "status", "--all", "--grid", "x"]) == 0
+    out = capsys.readouterr().out
+    assert "RuntimeError: boom here" in out and "noop" not in out
+    assert main(["--db", db, "logs", str(boom)]) == 0
+    assert "RuntimeError: boom here" in capsys.readouterr().out
+    assert main(["--db", db, "cancel", str(other), str(boom)]) == 0
+    assert "cancelled: [" in capsys.readouterr().out
+    assert q.status().set_index("id").loc[other, "status"] == "cancelled"
+    assert main(["--db", db, "retry", str(boom), str(other)]) == 0
+    assert set(q.status().set_index("id").loc[[boom, other], "status"]) == {"queued"}
+    assert main(["--db", db, "retry", str(sweep_src)]) == 1  # queued: nothing to retry

@@ -1,0 +1,171 @@
+"""The scheduler on the session's Ray (2 CPUs, 2 logical GPUs) with the fake job kinds: dependencies,
+failures and retry, placement, derived iso-time budgets, cancel, graceful stop and exact resume."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+import sqlalchemy as sa
+
+from orchestrator import Grid, Queue
+from orchestrator.scheduler import Scheduler
+from tests.orchestrator import fake_jobs
+from workers.reporter import MemoryReporter
+
+
+@pytest.fixture
+def q(tmp_path, ray_cluster):
+    return Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art", kinds=fake_jobs)
+
+
+def rows(q: Queue, sql: str, **params) -> list:
+    with q.eng.connect() as conn:
+        return conn.execute(sa.text(sql), params).all()
+
+
+def run(q: Queue, **kw) -> None:
+    q.run(until_empty=True, progress=False, poll_s=0.2, **kw)
+
+
+def test_dependencies_results_and_metrics(q):
+    grid = Grid("g", base={"tokens": 100, "steps": 5}, sweep={"recipe": ["lean", "parcae"]},
+                then=["depth_sweep", "decode_bench"])  # fmt: skip
+    ids = q.submit(grid)
+    run(q)
+    st = q.status().set_index("id")
+    assert set(st.loc[ids, "status"]) == {"succeeded"}
+    # a depth sweep never started before its train job finished (the fake sweep also checks final.json)
+    for job_id, dep in rows(q, "SELECT job_id, depends_on FROM job_deps"):
+        (start,) = rows(q, "SELECT started_at FROM attempts WHERE job_id=:j", j=job_id)[0]
+        (end,) = rows(q, "SELECT finished_at FROM jobs WHERE id=:j", j=dep)[0]
+        assert start >= end
+    assert len(q.results("depth_evals")) == 2 * 3 and len(q.results("decode_benches")) == 2
+    # every metric point once, latest_metrics at the last step, the train_results row there
+    for (jid,) in rows(q, "SELECT id FROM jobs WHERE kind='train'"):
+        steps = [s for (s,) in rows(q, "SELECT step FROM metrics WHERE job_id=:j ORDER BY step", j=jid)]
+        assert steps == [1, 2, 3, 4, 5]
+        assert rows(q, "SELECT step FROM latest_metrics WHERE job_id=:j", j=jid) == [(5,)]
+        assert rows(q, "SELECT steps FROM train_results WHERE job_id=:j", j=jid) == [(5,)]
+        art = rows(q, "SELECT artifact_dir, checkpoint_step FROM jobs WHERE id=:j", j=jid)[0]
+        assert art[0].endswith(f"/{jid}-train-" + art[0].rsplit("-", 1)[1]) and art[1] == 4
+
+
+def test_failed_train_fails_its_follow_ups_with_the_reason(q):
+    ids = q.submit(Grid("g", base={"tokens": 100, "fail": True}, then=["depth_sweep"], max_attempts=2))
+    run(q)
+    (train, sweep) = ids
+    st = q.status().set_index("id")
+    assert st.loc[train, "status"] == "failed" and st.loc[train, "attempts"] == 2
+    assert st.loc[sweep, "status"] == "failed" and st.loc[sweep, "attempts"] == 0
+    err = rows(q, "SELECT error FROM jobs WHERE id=:j", j=sweep)[0][0]
+    assert err.startswith(f"dependency job {train} failed") and "loss is NaN" in err
+
+
+def test_raising_job_records_traceback_queue_goes_on_and_retry(q):
+    boom, ok = q.submit([Grid("b", job="boom", base={"fail_times": 1}, max_attempts=1),
+                         Grid("n", job="noop")])  # fmt: skip
+    run(q)
+    assert dict(rows(q, "SELECT id, status FROM jobs")) == {boom: "failed", ok: "succeeded"}
+    err = rows(q, "SELECT error FROM jobs WHERE id=:j", j=boom)[0][0]
+    assert "Traceback" in err and "RuntimeError: boom (run 1)" in err and "fake_jobs.py" in err
+    assert any("Traceback" in m for (m,) in rows(q, "SELECT message FROM job_logs WHERE job_id=:j", j=boom))
+    assert rows(q, "SELECT outcome FROM attempts WHERE job_id=:j", j=boom) == [("failed",)]
+    assert q.retry(boom) == [boom]
+    run(q)
+    assert rows(q, "SELECT status, error FROM jobs WHERE id=:j", j=boom) == [("succeeded", None)]
+    assert rows(q, "SELECT n, outcome FROM attempts WHERE job_id=:j ORDER BY n", j=boom) == [
+        (1, "failed"), (2, "succeeded")]  # fmt: skip
+
+
+def test_cuda_oom_is_named_with_advice(q):
+    (jid,) = q.submit(Grid("oom", job="boom", base={"message": "CUDA out of memory. Tried to allocate"},
+                           max_attempts=1))  # fmt: skip
+    run(q)
+    err = rows(q, "SELECT error FROM jobs WHERE id=:j", j=jid)[0][0]
+    assert err.startswith("CUDA out of memory") and "batch_size" in err
+
+
+def test_placement_two_gpu_jobs_at_once_third_waits(q):
+    res = {"num_gpus": 1, "num_cpus": 0.5}
+    ids = q.submit(
+        Grid("p", job="sleep", base={"seconds": 2.0}, sweep={"tag": ["a", "b", "c"]}, resources=res)
+    )
+    run(q)
+    att = {j: (s, e) for j, s, e in rows(q, "SELECT job_id, started_at, ended_at FROM attempts")}
+    gpus = dict(rows(q, "SELECT id, gpu_ids FROM jobs"))
+    a, b, c = ids
+    assert att[a][0] < att[b][1] and att[b][0] < att[a][1]  # the first two overlapped
+    assert {gpus[a], gpus[b]} == {"0", "1"}  # on different devices
+    assert att[c][0] >= min(att[a][1], att[b][1])  # the third waited for a free GPU
+    logs = [m for (m,) in rows(q, "SELECT message FROM job_logs WHERE job_id=:j", j=a)]
+    assert logs == [f"CUDA_VISIBLE_DEVICES={gpus[a]}"]
+
+
+def test_job_larger_than_the_cluster_fails_clearly(q):
+    (jid,) = q.submit(Grid("big", job="noop", resources={"num_gpus": 4}))
+    run(q)
+    assert rows(q, "SELECT status FROM jobs WHERE id=:j", j=jid) == [("failed",)]
+    assert "cluster has" in rows(q, "SELECT error FROM jobs WHERE id=:j", j=jid)[0][0]
+
+
+def test_derived_iso_time_budget(q):
+    main = Grid("main", base={"recipe": "lean", "tokens": 100, "steps": 20, "step_s": 0.05})
+    iso = Grid("iso", base={"recipe": "parcae", "step_s": 0.05,
+                            "budget": {"match_time_of": {"recipe": "lean"}}})  # fmt: skip
+    ref, follower = q.submit([main, iso])
+    run(q)
+    (secs,) = rows(q, "SELECT train_seconds FROM train_results WHERE job_id=:j", j=ref)[0]
+    budget, resolved = rows(q, "SELECT budget, budget_time_s FROM jobs WHERE id=:j", j=follower)[0]
+    assert json.loads(budget) == {"match_time_of": ref} and resolved == secs
+    (real,) = rows(q, "SELECT train_seconds FROM train_results WHERE job_id=:j", j=follower)[0]
+    assert abs(real - secs) <= 0.1 * secs
+
+
+def _in_thread(sched: Scheduler) -> threading.Thread:
+    t = threading.Thread(target=sched.run, daemon=True)
+    t.start()
+    return t
+
+
+def _wait_for(q: Queue, sql: str, timeout: float = 60.0, **params) -> None:
+    end = time.time() + timeout
+    while not rows(q, sql, **params):
+        assert time.time() < end, f"timed out waiting for {sql}"
+        time.sleep(0.1)
+
+
+def test_cancel_running_job_stops_it(q):
+    (jid,) = q.submit(Grid("long", base={"tokens": 100, "steps": 400, "step_s": 0.05, "ckpt_every": 1}))
+    t = _in_thread(Scheduler(q.eng, q.artifacts, fake_jobs, until_empty=True, progress=False, poll_s=0.2))
+    _wait_for(q, "SELECT 1 FROM jobs WHERE id=:j AND checkpoint_step >= 2", j=jid)
+    assert q.cancel(jid) == [jid]
+    t.join(60)
+    assert not t.is_alive()
+    assert rows(q, "SELECT status FROM jobs WHERE id=:j", j=jid) == [("cancelled",)]
+    assert rows(q, "SELECT outcome FROM attempts WHERE job_id=:j", j=jid) == [("cancelled",)]
+
+
+def test_graceful_stop_then_exact_resume(q, tmp_path):
+    spec = {"tokens": 100, "steps": 80, "step_s": 0.05, "ckpt_every": 3, "seed": 7}
+    (jid,) = q.submit(Grid("stop", base=spec))
+    sched = Scheduler(q.eng, q.artifacts, fake_jobs, until_empty=True, progress=False, poll_s=0.2)
+    t = _in_thread(sched)
+    _wait_for(q, "SELECT 1 FROM jobs WHERE id=:j AND checkpoint_step >= 6", j=jid)
+    sched._on_signal(2, None)  # what Ctrl-C does
+    t.join(60)
+    assert not t.is_alive()
+    assert rows(q, "SELECT status FROM jobs WHERE id=:j", j=jid) == [("queued",)]
+    assert rows(q, "SELECT outcome FROM attempts WHERE job_id=:j", j=jid) == [("interrupted",)]
+    run(q)
+    (resumed,) = rows(q, "SELECT resumed_from_step FROM attempts WHERE job_id=:j AND n=2", j=jid)[0]
+    assert resumed >= 6
+    curve = rows(
+        q, "SELECT step, value FROM metrics WHERE job_id=:j AND key='train_loss' ORDER BY step", j=jid
+    )
+    ref = MemoryReporter()
+    (tmp_path / "ref").mkdir()
+    fake_jobs.run("train", spec, ref, tmp_path / "ref")
+    assert [tuple(r) for r in curve] == ref.curve("train_loss")  # bit for bit, each point once
