@@ -1,0 +1,92 @@
+"""The whole flow as a user runs it: `looplab demo --fast` in a fresh directory (a real local Ray,
+a real SQLite file, real training on the offline corpus), then the results read back through
+`looplab sql` and the dashboard's Compare page (AppTest) against the database the queue wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LOOPLAB = [sys.executable, "-m", "orchestrator.cli"]
+
+
+@pytest.fixture(scope="module")
+def demo_db(tmp_path_factory, looplab_cache):
+    work = tmp_path_factory.mktemp("demo")
+    db = work / "looplab.db"
+    env = {**os.environ, "LOOPLAB_CACHE": str(looplab_cache), "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": str(ROOT)}  # fmt: skip
+    out = subprocess.run([*LOOPLAB, "--db", str(db), "demo", "--fast"], cwd=work, env=env,
+                         capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return db, out.stdout, env
+
+
+def sql(demo_db, query: str) -> list[dict]:
+    db, _, env = demo_db
+    out = subprocess.run([*LOOPLAB, "--db", str(db), "sql", "--json", query], env=env,
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+
+
+def test_demo_prints_both_comparisons(demo_db):
+    _, stdout, _ = demo_db
+    assert "== iso-data" in stdout and "== iso-time" in stdout
+    iso_data = stdout.split("== iso-data")[1].split("== iso-time")[0]
+    assert "parcae" in iso_data and "lean" in iso_data and "reference" in iso_data
+    assert "(no finished iso-time pair)" not in stdout
+    assert "looplab dashboard" in stdout
+
+
+def test_every_job_succeeded_and_results_are_in_the_views(demo_db):
+    states = sql(demo_db, "SELECT kind, status, COUNT(*) AS n FROM jobs GROUP BY kind, status")
+    assert {r["status"] for r in states} == {"succeeded"}
+    kinds = {r["kind"]: r["n"] for r in states}
+    assert kinds["train"] == 3  # lean, parcae, and parcae at lean's training time
+    assert kinds["depth_sweep"] == 3 and kinds["decode_bench"] == 2
+
+    runs = sql(demo_db, "SELECT recipe, seed, final_val_loss, best_loops, train_seconds FROM runs")
+    assert len(runs) == 3
+    for r in runs:  # a trained byte-level model: below the uniform loss ln(256) = 5.55, above 0
+        assert 0 < r["final_val_loss"] < 5.55 and r["train_seconds"] > 0 and r["best_loops"] >= 1
+
+    depth = sql(demo_db, "SELECT recipe, loops, val_loss FROM depth ORDER BY recipe, loops")
+    assert {r["loops"] for r in depth} == {1, 2, 4, 8}
+    decode = sql(demo_db, "SELECT arch, kv_cache_mb, ms_per_token FROM decode")
+    assert {r["arch"] for r in decode} == {"lean", "parcae"}
+    assert all(r["kv_cache_mb"] > 0 and r["ms_per_token"] > 0 for r in decode)
+    # a windowed recipe keeps a ring buffer: less KV cache than parcae's full-context rounds
+    kv = {r["arch"]: r["kv_cache_mb"] for r in decode}
+    assert kv["lean"] < kv["parcae"]
+
+
+def test_iso_time_budget_resolved_from_the_reference_run(demo_db):
+    rows = sql(demo_db, "SELECT j.id, j.budget_time_s, t.train_seconds, t.time_budget_s "
+                        "FROM jobs j JOIN train_results t ON t.job_id = j.id "
+                        "WHERE j.budget_time_s IS NOT NULL")  # fmt: skip
+    assert len(rows) == 1
+    ref = sql(demo_db, "SELECT train_seconds FROM runs WHERE recipe = 'lean' AND seed = 0")[0]
+    assert rows[0]["budget_time_s"] == pytest.approx(ref["train_seconds"])
+    assert rows[0]["time_budget_s"] == pytest.approx(ref["train_seconds"])
+
+
+def test_dashboard_compare_page_on_the_queue_database(demo_db, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("LOOPLAB_DB", f"sqlite:///{demo_db[0]}")
+    at = AppTest.from_file(str(ROOT / "dashboard" / "app.py"), default_timeout=60)
+    at.run()
+    at.switch_page("views/compare.py").run()
+    assert not at.exception, [e.message for e in at.exception]
+    tables = [d.value for d in at.dataframe]
+    per_seed = next(df for df in tables if "verdict" in df.columns and "recipe" in df.columns)
+    assert set(per_seed["recipe"]) == {"lean", "parcae"}
+    assert per_seed.loc[per_seed["recipe"] == "parcae", "verdict"].iloc[0] == "reference"
