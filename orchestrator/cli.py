@@ -89,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
+    if not args.verbose:  # Alembic narrates every migration step at INFO; a user needs none of it
+        logging.getLogger("alembic").setLevel(logging.WARNING)
     module, func = HANDLERS[args.command]
     handler = getattr(importlib.import_module(module), func)
     try:
