@@ -62,7 +62,9 @@ def status_frame(eng: Engine, grid: str | int | None = None, all_jobs: bool = Tr
 
 
 def bar(done: float | None, total: float | None, width: int = 20) -> str:
-    if not total or done is None:
+    # NULL progress arrives from pandas as NaN, which is truthy: test for it, or a job that has not
+    # reported yet shows as 100 % done
+    if done is None or total is None or pd.isna(done) or pd.isna(total) or total <= 0:
         return " " * (width + 7)
     frac = max(0.0, min(1.0, done / total))
     full = int(frac * width)

@@ -62,3 +62,14 @@ def test_status_logs_cancel_retry(db, tmp_path, capsys):
     assert main(["--db", db, "retry", str(boom), str(other)]) == 0
     assert set(q.status().set_index("id").loc[[boom, other], "status"]) == {"queued"}
     assert main(["--db", db, "retry", str(sweep_src)]) == 1  # queued: nothing to retry
+
+
+def test_progress_bar_of_a_job_that_has_not_reported_is_empty_not_full():
+    import math
+
+    from orchestrator.display import bar
+
+    assert bar(None, None).strip() == "" and bar(math.nan, math.nan).strip() == ""
+    assert bar(3, 0).strip() == ""
+    assert bar(15, 30) == "[##########----------]  50%"
+    assert bar(30, 30).endswith("100%")
