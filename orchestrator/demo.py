@@ -19,8 +19,8 @@ DATA = {"corpus": "offline", "tokenizer": "byte"}
 FULL = {
     # lean first: the iso-time run waits for lean seed 0, so that should finish early
     "recipes": ["lean", "parcae", "fixed4", "plain"], "seeds": [0, 1],
-    "train": {"size": "small", "seq_len": 64, "batch_size": 8, "tokens": 8 * 64 * 30, "eval_every": 10,
-              "eval_tokens": 2048, "ckpt_every": 10, "calib_steps": 4, "data": DATA},
+    "train": {"size": "small", "seq_len": 64, "batch_size": 8, "tokens": 8 * 64 * 120, "eval_every": 20,
+              "eval_tokens": 2048, "ckpt_every": 40, "calib_steps": 4, "data": DATA},
     "depth_sweep": {"loops": [1, 2, 4, 8, 12, 16], "eval_tokens": 2048, "batch_size": 8},
     "decode_bench": {"context_lens": [64, 256], "batch_sizes": [1, 4], "warmup": 2, "steps": 6},
 }  # fmt: skip

@@ -12,8 +12,34 @@ run always completes its decay within its budget.
 from __future__ import annotations
 
 import torch
+from torch.optim import _muon
 
 DEFAULT_LR = {"muon": 0.02, "adamw": 3e-3}
+
+_newtonschulz_bf16 = _muon._zeropower_via_newtonschulz
+
+
+def _newtonschulz_fp32_on_cpu(grad, ns_coefficients, ns_steps, eps):
+    """torch.optim.Muon's orthogonalisation, run in fp32 when the gradient is on the CPU.
+
+    PyTorch's version casts to bf16, right for GPUs; CPUs without bf16 matrix units run those matmuls
+    ~10x slower than fp32 (measured here: 2.5 s vs 0.23 s per step of the `small` model). Same quintic
+    iteration and coefficients; on CUDA the original runs unchanged."""
+    if grad.device.type != "cpu":
+        return _newtonschulz_bf16(grad, ns_coefficients, ns_steps, eps)
+    a, b, c = ns_coefficients
+    x = grad.float()
+    if grad.size(0) > grad.size(1):
+        x = x.T
+    x = x / x.norm().clamp(min=eps)
+    for _ in range(ns_steps):
+        gram = x @ x.T
+        x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+    return x.T if grad.size(0) > grad.size(1) else x
+
+
+# torch.optim.Muon looks the function up in its module at every step: one swap serves every instance.
+_muon._zeropower_via_newtonschulz = _newtonschulz_fp32_on_cpu
 DEFAULT_ADAM_LR = 3e-3
 ADAM_BETAS = (0.9, 0.95)
 
