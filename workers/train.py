@@ -75,6 +75,10 @@ class Spec:
         model = d.get("model") or {}
         if not isinstance(model, dict):
             raise ConfigError(f"model: expected a dict of ModelConfig overrides, got {model!r}")
+        try:  # canonical JSON values (tuples -> lists), as spec.json and the queue will store them
+            model = json.loads(json.dumps(model))
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"model: overrides must be plain JSON values: {e}") from e
         v["model"] = dict(sorted(model.items()))
         v["seed"] = F.integer("seed", d.get("seed", 0), lo=0)
         v["tokens"] = F.integer("tokens", d.get("tokens"), lo=1, allow_none=True)

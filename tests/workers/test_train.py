@@ -152,3 +152,16 @@ def test_cli_bad_input_prints_one_line_and_exits_2(tmp_path):
         assert r.returncode == 2 and field in r.stderr, r.stderr
         assert len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "x").exists()  # nothing was started
+
+
+def test_tuple_overrides_are_canonical_so_the_same_spec_resumes(tmp_path):
+    """A Python caller's tuple must not make the rerun of the same spec look like a different spec."""
+    base = tiny_spec()
+    d = {**base, "model": {**base["model"], "value_embeds": (1, 3)}}
+    spec = train.Spec.from_dict(d)
+    assert spec.to_dict()["model"]["value_embeds"] == [1, 3]
+    assert jobs.validate("train", d) == train.Spec.from_dict(json.loads(json.dumps(d))).to_dict()
+    train.check_artifact_dir(spec, tmp_path)
+    train.check_artifact_dir(train.Spec.from_dict(d), tmp_path)  # used to raise "model: ... differing"
+    with pytest.raises(ConfigError, match="model"):
+        train.Spec.from_dict({**tiny_spec(), "model": {"h0_std": object()}})
