@@ -40,6 +40,8 @@ def load_grids(path: str) -> list:
 
 
 def cli_submit(args) -> int:
+    import pandas as pd
+
     q = _queue(args)
     grids = load_grids(args.file)
     ids = q.submit(grids)
@@ -50,8 +52,8 @@ def cli_submit(args) -> int:
     df = q.status()
     df = df[df["id"].isin(ids)]
     for r in df.itertuples():
-        what = " ".join(str(x) for x in (r.recipe, r.size, "" if r.seed is None or r.seed != r.seed else
-                                          f"seed {r.seed}") if x and str(x) != "nan")  # fmt: skip
+        seed = "" if pd.isna(r.seed) else f"seed {r.seed}"  # a decode bench has none (pd.NA: no bool)
+        what = " ".join(str(x) for x in (r.recipe, r.size, seed) if x and str(x) != "nan")
         print(
             f"  {'added  ' if r.id in added else 'present'} job {r.id:>4} {r.kind:<12} {what:<28} {r.status}"
         )
@@ -98,7 +100,7 @@ def cli_retry(args) -> int:
     missed = sorted(set(args.job_ids) - set(done))
     print(
         f"re-queued: {done or 'none'}"
-        + (f"; not failed/cancelled (left as they are): {missed}" if missed else "")
+        + (f"; not failed/cancelled, or still stopping (left as they are): {missed}" if missed else "")
     )
     return 0 if done else 1
 

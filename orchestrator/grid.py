@@ -170,6 +170,13 @@ def _match(refs: list[tuple[int, dict[str, Any]]], ref: dict[str, Any]) -> list[
     return [i for i, spec in refs if all(spec.get(k) == v for k, v in ref.items())]
 
 
+_FIELD_TYPES = (
+    ("base", dict, "a dict of spec keys"), ("sweep", dict, "a dict of key -> list of values"),
+    ("then", list | tuple, f"a list of {', '.join(FOLLOW_UPS)}"), ("follow", dict, "a dict kind -> spec"),
+    ("priority", int, "an int"), ("resources", dict | None, "a dict like {'num_gpus': 1, 'num_cpus': 1}"),
+)  # fmt: skip
+
+
 def expand(grids: list[Grid], kinds: Any) -> list[Plan]:
     """Validate every grid and expand them into plans. Raises ConfigError before anything is written."""
     plans: list[Plan] = []
@@ -178,6 +185,10 @@ def expand(grids: list[Grid], kinds: Any) -> list[Plan]:
     for gi, grid in enumerate(grids):
         if not isinstance(grid, Grid):
             raise ConfigError(f"submit: expected Grid objects, got {type(grid).__name__}")
+        for attr, types, what in _FIELD_TYPES:  # a wrong type must name its field, not crash later
+            value = getattr(grid, attr)
+            if isinstance(value, bool) or not isinstance(value, types):
+                raise ConfigError(f"grid {grid.name!r}: {attr}: {value!r} is not {what}")
         for t in grid.then:
             if t not in FOLLOW_UPS:
                 raise ConfigError(

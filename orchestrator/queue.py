@@ -61,10 +61,11 @@ def submit(eng: Engine, grids: list[Grid], kinds: Any) -> tuple[list[int], list[
                 sa.select(J.c.config_hash, J.c.id).where(J.c.config_hash.in_([p.config_hash for p in plans]))
             ).all()
         )
-        plan_ids: list[int] = []
-        for p in plans:
+        plan_ids: dict[int, int] = {}  # plan index -> job id
+        for i in _deps_first(plans):  # match_time_of may name a train job of a later grid
+            p = plans[i]
             if p.config_hash in existing:
-                plan_ids.append(existing[p.config_hash])
+                plan_ids[i] = existing[p.config_hash]
                 continue
             dep_ids = [plan_ids[d] for d in p.deps] + p.dep_ids
             budget = p.budget
@@ -97,10 +98,27 @@ def submit(eng: Engine, grids: list[Grid], kinds: Any) -> tuple[list[int], list[
             for d in dict.fromkeys(dep_ids):
                 conn.execute(D.insert().values(job_id=jid, depends_on=d))
             existing[p.config_hash] = jid
-            plan_ids.append(jid)
+            plan_ids[i] = jid
             added.append(jid)
-        ids = list(dict.fromkeys(plan_ids))
+        ids = list(dict.fromkeys(plan_ids[i] for i in range(len(plans))))
     return ids, added
+
+
+def _deps_first(plans: list[Any]) -> list[int]:
+    """Plan indexes with every plan after the plans it depends on (cycles were refused earlier)."""
+    order: list[int] = []
+    seen: set[int] = set()
+
+    def visit(i: int) -> None:
+        if i not in seen:
+            seen.add(i)
+            for d in plans[i].deps:
+                visit(d)
+            order.append(i)
+
+    for i in range(len(plans)):
+        visit(i)
+    return order
 
 
 def _grid_id(conn, grid: Grid, now: float) -> int:
@@ -178,17 +196,33 @@ def launch_spec(eng: Engine, job: Any) -> dict[str, Any]:
             if dirs:
                 spec["checkpoint"] = dirs[0]
         budget = json.loads(job.budget) if job.budget else None
+        t = None
         if budget and "match_time_of" in budget:
             t = conn.execute(sa.select(J.c.budget_time_s).where(J.c.id == job.id)).scalar()
-            if t is None:
-                raise RuntimeError(
-                    f"derived budget of job {job.id} not resolved (job {budget['match_time_of']})"
-                )
-            spec["time_s"], spec["tokens"] = float(t), None
+    if budget and "match_time_of" in budget:
+        if t is None:  # the reference had succeeded before this job was submitted
+            t = _resolve_budget_of(eng, job.id, budget["match_time_of"])
+        if t is None:
+            raise RuntimeError(f"derived budget of job {job.id} not resolved (job {budget['match_time_of']})")
+        spec["time_s"], spec["tokens"] = float(t), None
     return spec
 
 
 # ---------------------------------------------------------------- outcomes
+
+
+def _resolve_budget_of(eng: Engine, job_id: int, ref_id: int) -> float | None:
+    """Resolve one derived budget from its succeeded reference's measured training time."""
+    TR = RESULT_TABLES["train_results"]
+    with eng.begin() as conn:
+        secs = conn.execute(
+            sa.select(TR.train_seconds)
+            .join(J, J.c.id == TR.job_id)
+            .where(TR.job_id == ref_id, J.c.status == "succeeded")
+        ).scalar()  # fmt: skip
+        if secs is not None:
+            conn.execute(J.update().where(J.c.id == job_id).values(budget_time_s=float(secs)))
+    return None if secs is None else float(secs)
 
 
 def finish(eng: Engine, job_id: int, n: int, outcome: str, error: str | None = None) -> str:
@@ -303,6 +337,19 @@ def recover_stale(eng: Engine, grace_s: float, exclude: set[int] = frozenset()) 
                     )
                 )
                 out.append(jid)
+        # a job cancelled while it ran, whose driver died before the attempt ended: close the attempt
+        # (else it stays `running` for ever and the job can never be retried)
+        lost = sa.select(J.c.id).where(
+            J.c.status == "cancelled", sa.or_(J.c.heartbeat_at.is_(None), J.c.heartbeat_at < cutoff),
+            J.c.id.not_in(list(exclude)),
+        )  # fmt: skip
+        conn.execute(
+            A.update()
+            .where(A.c.outcome == "running", A.c.job_id.in_(lost))
+            .values(
+                outcome="cancelled", ended_at=time.time(), error="driver lost after the job was cancelled"
+            )
+        )
     return out
 
 
@@ -342,6 +389,8 @@ def retry(eng: Engine, job_ids: list[int]) -> list[int]:
             job = conn.execute(sa.select(J).where(J.c.id == jid)).first()
             if job is None or job.status not in ("failed", "cancelled"):
                 continue
+            if conn.execute(sa.select(A.c.n).where(A.c.job_id == jid, A.c.outcome == "running")).first():
+                continue  # cancelled but its attempt still runs until it stops: a retry now would run it twice
             failures = conn.execute(
                 sa.select(sa.func.count()).where(A.c.job_id == jid, A.c.outcome == "failed")
             ).scalar_one()

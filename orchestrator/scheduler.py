@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import ray
+import sqlalchemy as sa
 
 from orchestrator import queue
 from orchestrator.display import print_progress
@@ -178,6 +179,7 @@ class Scheduler:
             except Exception:
                 queue.finish(self.eng, job.id, n, "failed", traceback.format_exc())
                 continue
+            ray.get(self.sink.allow.remote(job.id))  # before the task can ask for its stop flag
             ref = execute_job.options(num_cpus=res["num_cpus"], num_gpus=res["num_gpus"]).remote(
                 job.id, job.kind, spec, str(art), self.sink, kinds_ref(self.kinds)
             )
@@ -193,8 +195,12 @@ class Scheduler:
         if n is not None:
             msg = (f"job {job.id} needs {res} but the cluster has {self.total}: "
                    "change the grid's resources or add machines")  # fmt: skip
+            A = queue.A
+            failed = sa.select(sa.func.count()).where(A.c.job_id == job.id, A.c.outcome == "failed")
             with self.eng.begin() as conn:  # not the job's fault: fail for good at once
-                conn.execute(queue.J.update().where(queue.J.c.id == job.id).values(max_attempts=n))
+                # this attempt's failure must reach max_attempts, whatever interruptions came before
+                conn.execute(queue.J.update().where(queue.J.c.id == job.id)
+                             .values(max_attempts=failed.scalar_subquery() + 1))  # fmt: skip
             queue.finish(self.eng, job.id, n, "failed", msg)
 
     def _drain(self) -> None:

@@ -53,6 +53,10 @@ class EventSink:
         else:
             self.stop.add(job_id)
 
+    def allow(self, job_id: int) -> None:
+        """A new attempt starts: forget a stop asked of an earlier one (a cancel, then a retry)."""
+        self.stop.discard(job_id)
+
 
 class QueueReporter(BaseReporter):
     """Runs inside the Ray task: buffers events, ships them with a heartbeat every `flush_s`.

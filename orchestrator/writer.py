@@ -7,7 +7,7 @@ queue cheap: one transaction for hundreds of metric points instead of one per po
 
 - metric     -> metrics upsert on (job_id, key, step) + latest_metrics upsert (dialect's ON CONFLICT)
 - progress   -> jobs.progress_done/progress_total/eta_s (last one of the batch wins)
-- heartbeat  -> jobs.heartbeat_at
+- heartbeat  -> jobs.heartbeat_at (time of writing: one clock, whatever the worker node's clock says)
 - checkpoint -> jobs.checkpoint_path/checkpoint_step
 - result     -> a row of RESULT_TABLES[table] with job_id added
 - log        -> job_logs
@@ -20,6 +20,7 @@ Events are applied in order per job, so a `resumed` deletes only points reported
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import sqlalchemy as sa
@@ -91,8 +92,8 @@ def _write_job(eng: Engine, conn, job_id: int, attempt_n: int, events: list[Any]
                             "tokens": p.get("tokens"), "wall_s": p.get("wall_s")})  # fmt: skip
         elif ev.kind == "progress":
             job_values.update(progress_done=p["done"], progress_total=p["total"], eta_s=p.get("eta_s"))
-        elif ev.kind == "heartbeat":
-            job_values["heartbeat_at"] = ev.ts
+        elif ev.kind == "heartbeat":  # the writer's clock: recovery compares with the drivers' clocks,
+            job_values["heartbeat_at"] = time.time()  # not with a remote node's (one clock)
         elif ev.kind == "checkpoint":
             job_values.update(checkpoint_path=p["path"], checkpoint_step=p["step"])
         elif ev.kind == "started":

@@ -30,6 +30,20 @@ def test_submit_file_reports_added_then_present(tmp_path, db, capsys):
     assert "0 added, 2 already present" in capsys.readouterr().out
 
 
+def test_submit_file_with_follow_ups_lists_every_job(tmp_path, db, capsys, monkeypatch):
+    """A decode bench has no seed (pd.NA in the status frame): listing it must not crash the command
+    after the jobs were written."""
+    monkeypatch.setenv("LOOPLAB_JOB_KINDS", "tests.orchestrator.fake_jobs")
+    f = tmp_path / "grids.py"
+    f.write_text(
+        "from orchestrator import Grid\n"
+        "g = Grid('g', base={'tokens': 100}, sweep={'recipe': ['lean']}, then=['depth_sweep', 'decode_bench'])\n"
+    )
+    assert main(["--db", db, "submit", str(f)]) == 0
+    out = capsys.readouterr().out
+    assert "3 added" in out and "decode_bench" in out and "depth_sweep  lean tiny seed 0" in out
+
+
 def test_submit_bad_file_is_one_clear_line(tmp_path, db, capsys):
     f = tmp_path / "bad.py"
     f.write_text("from orchestrator import Grid\ng = Grid('g', base={'tokens': 10, 'recipe': 'lena'})\n")

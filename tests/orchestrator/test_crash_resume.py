@@ -111,3 +111,45 @@ def test_recovery_puts_stale_running_jobs_back(tmp_path):
     assert claim(q.eng, stale, "driver-y", "") == 2
     assert finish(q.eng, stale, 1, "succeeded") == "running"
     assert rows(q, "SELECT status, attempts FROM jobs WHERE id=:j", j=stale) == [("running", 2)]
+
+
+def test_heartbeat_of_a_worker_with_a_skewed_clock_is_not_stale(tmp_path):
+    """Heartbeats are compared on one clock: a worker node whose clock runs 1000 s behind must not
+    make its live job look stale to another driver's recovery."""
+    from orchestrator import Grid
+    from orchestrator.queue import claim
+    from orchestrator.writer import write_events
+    from tests.orchestrator import fake_jobs
+    from workers.reporter import Event
+
+    q = Queue(db=tmp_path / "q.db", kinds=fake_jobs)
+    (jid,) = q.submit(Grid("h", job="noop"))
+    n = claim(q.eng, jid, "driver-x", str(tmp_path / "a"))
+    write_events(q.eng, [(jid, n, [Event("heartbeat", time.time() - 1000, {})])])
+    assert recover_stale(q.eng, grace_s=60) == []
+    assert rows(q, "SELECT status FROM jobs WHERE id=:j", j=jid) == [("running",)]
+
+
+def test_retry_waits_until_a_cancelled_attempt_has_ended(tmp_path):
+    """Cancel a running job, then retry it at once: while its attempt still runs (a depth sweep never
+    checks the stop flag), a retry would start a second run of the same job on the same artifact dir.
+    Once the driver is known lost (stale heartbeat), recovery closes the attempt and retry works."""
+    from orchestrator import Grid
+    from orchestrator.queue import cancel, claim, retry
+    from tests.orchestrator import fake_jobs
+
+    q = Queue(db=tmp_path / "q.db", kinds=fake_jobs)
+    (jid,) = q.submit(Grid("c", job="noop"))
+    claim(q.eng, jid, "driver-x", str(tmp_path / "a"))
+    assert cancel(q.eng, [jid]) == [jid]
+    assert retry(q.eng, [jid]) == []  # its attempt is still running
+    assert rows(q, "SELECT status FROM jobs WHERE id=:j", j=jid) == [("cancelled",)]
+    with q.eng.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE jobs SET heartbeat_at=:t WHERE id=:j"), {"t": time.time() - 120, "j": jid}
+        )
+    assert recover_stale(q.eng, grace_s=60) == []  # cancelled stays cancelled ...
+    assert rows(q, "SELECT outcome FROM attempts WHERE job_id=:j", j=jid) == [
+        ("cancelled",)
+    ]  # ... attempt closed
+    assert retry(q.eng, [jid]) == [jid]

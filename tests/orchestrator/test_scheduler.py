@@ -169,3 +169,56 @@ def test_graceful_stop_then_exact_resume(q, tmp_path):
     (tmp_path / "ref").mkdir()
     fake_jobs.run("train", spec, ref, tmp_path / "ref")
     assert [tuple(r) for r in curve] == ref.curve("train_loss")  # bit for bit, each point once
+
+
+def test_iso_time_job_submitted_after_its_reference_succeeded(q):
+    """Re-submitting the grid file with an iso-time grid added: the reference ran already, so no
+    `finish` of it will resolve the new job's budget; the queue must resolve it at launch."""
+    main = Grid("main", base={"recipe": "lean", "tokens": 100, "steps": 10, "step_s": 0.02})
+    (ref,) = q.submit(main)
+    run(q)
+    iso = Grid(
+        "iso", base={"recipe": "parcae", "step_s": 0.02, "budget": {"match_time_of": {"recipe": "lean"}}}
+    )
+    ref_again, follower = q.submit([main, iso])
+    assert ref_again == ref
+    run(q)
+    (secs,) = rows(q, "SELECT train_seconds FROM train_results WHERE job_id=:j", j=ref)[0]
+    assert rows(q, "SELECT status, budget_time_s FROM jobs WHERE id=:j", j=follower) == [("succeeded", secs)]
+
+
+def test_cancelled_running_job_retried_under_the_same_driver_runs(q):
+    """The stop asked of a cancelled attempt must not stop the attempt of a later retry (it looped
+    forever: interrupted -> queued -> relaunched -> stopped at once)."""
+    (jid,) = q.submit(Grid("cr", base={"tokens": 100, "steps": 200, "step_s": 0.03, "ckpt_every": 1}))
+    sched = Scheduler(q.eng, q.artifacts, fake_jobs, until_empty=False, progress=False, poll_s=0.2)
+    t = _in_thread(sched)
+    try:
+        _wait_for(q, "SELECT 1 FROM jobs WHERE id=:j AND checkpoint_step >= 2", j=jid)
+        assert q.cancel(jid) == [jid]
+        _wait_for(q, "SELECT 1 FROM attempts WHERE job_id=:j AND outcome='cancelled'", j=jid)
+        assert q.retry(jid) == [jid]
+        _wait_for(q, "SELECT 1 FROM jobs WHERE id=:j AND (status='succeeded' OR attempts >= 5)", j=jid)
+        assert rows(q, "SELECT status, attempts FROM jobs WHERE id=:j", j=jid) == [("succeeded", 2)]
+    finally:
+        sched._on_signal(2, None)
+        t.join(60)
+    assert not t.is_alive()
+
+
+def test_refused_job_fails_for_good_even_after_an_interruption(tmp_path):
+    """A job interrupted once (attempt 1), then too big for the cluster the next driver sees, must
+    fail at once, not loop claim -> refuse -> queued forever."""
+    from orchestrator.queue import claim, finish
+
+    q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art", kinds=fake_jobs)
+    (jid,) = q.submit(Grid("big", job="noop", resources={"num_gpus": 4}))
+    n = claim(q.eng, jid, "old-driver", str(tmp_path / "a"))
+    assert finish(q.eng, jid, n, "interrupted") == "queued"
+    sched = Scheduler(q.eng, q.artifacts, fake_jobs, progress=False)
+    sched.total = {"CPU": 2.0, "GPU": 0.0}
+    (job,) = rows(q, "SELECT * FROM jobs WHERE id=:j", j=jid)
+    sched._refuse(job, sched._resources(job))
+    status, error = rows(q, "SELECT status, error FROM jobs WHERE id=:j", j=jid)[0]
+    assert status == "failed" and "cluster has" in error
+    assert q.retry(jid) == [jid]  # and a retry still gives it one more try

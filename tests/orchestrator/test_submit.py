@@ -96,6 +96,18 @@ def test_match_time_of_depends_on_reference(fq):
     assert (fq.last_added[0], lean) in deps(fq)
 
 
+def test_match_time_of_may_name_a_train_job_of_a_later_grid(fq):
+    """The iso-time grid listed before its reference grid: ids in plan order, the dependency right."""
+    iso = Grid("iso", base={"recipe": "parcae", "budget": {"match_time_of": {"recipe": "lean"}}})
+    main = Grid("main", base={"recipe": "lean", "tokens": 100})
+    follower, ref = fq.submit([iso, main])
+    assert (follower, ref) in deps(fq)
+    with fq.eng.connect() as conn:
+        budget = conn.execute(sa.text("SELECT budget FROM jobs WHERE id=:i"), {"i": follower}).scalar()
+    assert json.loads(budget) == {"match_time_of": ref}
+    assert fq.submit([iso, main]) == [follower, ref] and fq.last_added == []
+
+
 def _sha(path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -110,6 +122,10 @@ BAD_GRIDS = [
     (Grid("bad", base={"tokens": 1000}, resources={"num_gpu": 1}), "resources.num_gpu"),
     (Grid("bad", base={"tokens": 1000}, then=["eval"]), "then"),
     (Grid("bad", base={"budget": {"match_time_of": {"recipe": "plain"}}}), "match_time_of"),
+    (Grid("bad", base={"tokens": 1000}, priority="high"), "priority"),
+    (Grid("bad", base={"tokens": 1000}, sweep=["lean"]), "sweep"),
+    (Grid("bad", base={"tokens": 1000}, resources=1), "resources"),
+    (Grid("bad", base={"tokens": 1000}, then="depth_sweep"), "then"),
 ]
 
 
