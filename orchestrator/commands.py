@@ -85,24 +85,19 @@ def cli_status(args) -> int:
         time.sleep(3)
 
 
-def cli_cancel(args) -> int:
-    done = _queue(args).cancel(args.job_ids)
-    missed = sorted(set(args.job_ids) - set(done))
-    print(
-        f"cancelled: {done or 'none'}"
-        + (f"; not queued/running (left as they are): {missed}" if missed else "")
-    )
+def _report(done: list[int], asked: list[int], verb: str, why_not: str) -> int:
+    missed = sorted(set(asked) - set(done))
+    print(f"{verb}: {done or 'none'}" + (f"; {why_not} (left as they are): {missed}" if missed else ""))
     return 0 if done else 1
+
+
+def cli_cancel(args) -> int:
+    return _report(_queue(args).cancel(args.job_ids), args.job_ids, "cancelled", "not queued/running")
 
 
 def cli_retry(args) -> int:
     done = _queue(args).retry(args.job_ids)
-    missed = sorted(set(args.job_ids) - set(done))
-    print(
-        f"re-queued: {done or 'none'}"
-        + (f"; not failed/cancelled, or still stopping (left as they are): {missed}" if missed else "")
-    )
-    return 0 if done else 1
+    return _report(done, args.job_ids, "re-queued", "not failed/cancelled, or still stopping")
 
 
 def cli_logs(args) -> int:

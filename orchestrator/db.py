@@ -218,12 +218,15 @@ def engine(url: str | None = None) -> Engine:
 
     Raises DatabaseError when the database is stamped at a revision unknown to this looplab.
     """
+    return _cached(_engines, url, _open)
+
+
+def _cached(cache: dict[str, Engine], url: str | None, opener) -> Engine:
     url = resolve_url(url)
     with _lock:
-        eng = _engines.get(url)
+        eng = cache.get(url)
         if eng is None:
-            eng = _open(url)
-            _engines[url] = eng
+            eng = cache[url] = opener(url)
         return eng
 
 
@@ -276,13 +279,7 @@ def readonly_engine(url: str | None = None) -> Engine:
 
     Raises DatabaseError when the file does not exist or its schema is not at head.
     """
-    url = resolve_url(url)
-    with _lock:
-        eng = _ro_engines.get(url)
-        if eng is None:
-            eng = _open_readonly(url)
-            _ro_engines[url] = eng
-        return eng
+    return _cached(_ro_engines, url, _open_readonly)
 
 
 def _open_readonly(url: str) -> Engine:
