@@ -35,7 +35,7 @@ class Spec:
     loops: list[int] = field(default_factory=lambda: list(DEFAULT_LOOPS))
     eval_tokens: int = 32768
     batch_size: int = 8
-    h0_seed: int = 0
+    h0_seed: int = F.EVAL_H0_SEED  # the seed of training's evaluations: same numbers at equal loops
     split_far_copy: bool = True
     device: str = "auto"
 

@@ -11,6 +11,10 @@ from typing import Any
 
 from model.errors import ConfigError
 
+# Validation draws h0 from this seed, in training's evaluations and in the depth sweep alike, so the
+# sweep's loss at a run's trained loop count is the run's final validation loss.
+EVAL_H0_SEED = 1234
+
 
 def check_keys(kind: str, d: Any, cls: type) -> dict[str, Any]:
     if not isinstance(d, dict):

@@ -24,9 +24,7 @@ from workers.data import get_batch, prepare, val_chunks
 from workers.evaluate import autocast, evaluate
 from workers.jobs import JobInterrupted
 from workers.optim import build_optimizers, lr_factor, set_lr
-from workers.spec_fields import resolve_device
-
-EVAL_H0_SEED = 1234  # fixed h0 draws for validation, so val curves are not noisy from h0
+from workers.spec_fields import EVAL_H0_SEED, resolve_device
 
 
 def peak_mem_mb(device: torch.device) -> float:

@@ -80,3 +80,15 @@ def test_bpe_run_without_its_cache_uses_its_own_tokenizer_json(tmp_path, looplab
     assert depth_sweep.data_spec(train_spec, tmp_path).tokenizer == str(tmp_path / "tokenizer.json")
     train_spec["data"]["tokenizer"] = "byte"
     assert depth_sweep.data_spec(train_spec, tmp_path).tokenizer == "byte"
+
+
+def test_sweep_at_the_trained_loop_count_reproduces_the_final_val_loss(trained_fixed4, tmp_path):
+    """Same validation tokens, same h0 seed: the depth table and the runs table agree at 4 loops."""
+    out, train_rep = trained_fixed4
+    final = next(r["row"] for r in train_rep.of("result") if r["table"] == "train_results")
+    rep = MemoryReporter()
+    spec = depth_sweep.Spec.from_dict({"checkpoint": str(out), "loops": [4], "eval_tokens": 1024,
+                                       "device": "cpu", "split_far_copy": False})  # fmt: skip
+    depth_sweep.run(spec, rep, tmp_path)
+    (row,) = [r["row"] for r in rep.of("result") if r["table"] == "depth_evals"]
+    assert row["val_loss"] == pytest.approx(final["final_val_loss"], rel=1e-6)
