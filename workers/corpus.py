@@ -16,7 +16,9 @@ from __future__ import annotations
 import hashlib
 import importlib
 import inspect
+import json
 import os
+import subprocess
 import sys
 import warnings
 from collections.abc import Iterator
@@ -62,6 +64,23 @@ def documents(corpus: str) -> Iterator[tuple[str, str]]:
 
 
 def _offline_documents() -> Iterator[tuple[str, str]]:
+    """The offline corpus, walked in a fresh interpreter.
+
+    Why a subprocess: what the calling process imported changes the walk. Libraries patch standard
+    functions (inspect.getfile, inspect.isgenerator, sys.excepthook are replaced once torch, ray and
+    friends are loaded) and load lazy attributes (concurrent.futures.ThreadPoolExecutor), so a Ray
+    worker and a plain `python -m workers.train` built corpora 3 documents apart, and the same seed
+    trained to different losses. A fresh `python -P` sees only the standard library."""
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    code = "import json, sys; from workers.corpus import _walk_offline; json.dump(list(_walk_offline()), sys.stdout)"
+    out = subprocess.run([sys.executable, "-P", "-c", code], env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"building the offline corpus failed:\n{out.stderr[-2000:]}")
+    yield from (tuple(doc) for doc in json.loads(out.stdout))
+
+
+def _walk_offline() -> Iterator[tuple[str, str]]:
     import pydoc_data.topics
 
     for key in sorted(pydoc_data.topics.topics):
@@ -132,7 +151,12 @@ def is_val(doc_id: str) -> bool:
 
 def corpus_identity(corpus: str) -> dict[str, Any]:
     if corpus == "offline":
-        return {"offline": f"{sys.version_info[0]}.{sys.version_info[1]}", "modules": OFFLINE_MODULES}
+        # "walk": 2 = walked in a fresh interpreter (shards built by an in-process walk differ)
+        return {
+            "offline": f"{sys.version_info[0]}.{sys.version_info[1]}",
+            "modules": OFFLINE_MODULES,
+            "walk": 2,
+        }
     if corpus.startswith("hf:"):
         return {"hf": corpus}
     _, files = _local_files(Path(corpus).expanduser())
