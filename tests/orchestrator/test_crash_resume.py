@@ -20,8 +20,9 @@ from workers import jobs
 from workers.reporter import MemoryReporter
 
 ROOT = Path(__file__).resolve().parents[2]
-TRAIN = {"recipe": "lean", "size": "tiny", "seq_len": 32, "batch_size": 4, "tokens": 4 * 32 * 12,
-         "ckpt_every": 3, "eval_every": 6, "eval_tokens": 256, "data": {"tokenizer": "byte"}}  # fmt: skip
+# long enough (100 steps) that the test catches a job running after its first checkpoint
+TRAIN = {"recipe": "lean", "size": "tiny", "seq_len": 32, "batch_size": 4, "tokens": 4 * 32 * 100,
+         "ckpt_every": 5, "eval_every": 20, "eval_tokens": 256, "data": {"tokenizer": "byte"}}  # fmt: skip
 GRID_FILE = f"""
 from orchestrator import Grid
 base = {TRAIN!r}
