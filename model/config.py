@@ -25,52 +25,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from model import fields as check
 from model.errors import ConfigError
 
 SAMPLERS = ("fixed", "poisson_seq", "poisson_batch")
 INJECTIONS = ("diagonal", "none")
 VALUE_EMBED_RULES = ("alternate", "none", "all")
-
-
-def _int(name: str, v: Any, lo: int | None = None) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise ConfigError(f"{name}: expected an integer, got {v!r}")
-    if lo is not None and v < lo:
-        raise ConfigError(f"{name}: must be >= {lo}, got {v}")
-    return v
-
-
-def _float(name: str, v: Any, lo_excl: float | None = None) -> float:
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        raise ConfigError(f"{name}: expected a number, got {v!r}")
-    v = float(v)
-    if lo_excl is not None and not v > lo_excl:
-        raise ConfigError(f"{name}: must be > {lo_excl}, got {v}")
-    return v
-
-
-def _bool(name: str, v: Any) -> bool:
-    if not isinstance(v, bool):
-        raise ConfigError(f"{name}: expected true or false, got {v!r}")
-    return v
-
-
-def _choice(name: str, v: Any, accepted: tuple[str, ...]) -> str:
-    if v not in accepted:
-        raise ConfigError(f"{name}: unknown {v!r}; accepted: {', '.join(accepted)}")
-    return v
-
-
-def _check_keys(name: str, d: Any, cls: type) -> None:
-    if not isinstance(d, dict):
-        raise ConfigError(f"{name}: expected a mapping, got {type(d).__name__}")
-    known = {f.name for f in fields(cls)}
-    for k in d:
-        if k not in known:
-            raise ConfigError(f"{name}: unknown key {k!r}; accepted: {', '.join(sorted(known))}")
+PARCAE_DECAY = math.sqrt(1.0 / 5.0)  # the reference's injection decay exp(-dt*A) at init (about 0.447)
 
 
 @dataclass(frozen=True)
@@ -90,14 +55,11 @@ class RoundConfig:
     reuse_kv: bool = False
 
     def __post_init__(self) -> None:
-        if self.window is not None:
-            _int("rounds.window", self.window, lo=1)
-        w = _float("rounds.width", self.width)
-        if not 0.0 < w <= 1.0:
-            raise ConfigError(f"rounds.width: must be in (0, 1], e.g. 1.0 or 0.5; got {w}")
-        object.__setattr__(self, "width", w)
-        _bool("rounds.attention", self.attention)
-        _bool("rounds.reuse_kv", self.reuse_kv)
+        set_field = object.__setattr__  # frozen: store the normalised values
+        set_field(self, "window", check.integer("rounds.window", self.window, lo=1, allow_none=True))
+        set_field(self, "width", check.number("rounds.width", self.width, lo=0.0, lo_open=True, hi=1.0))
+        check.boolean("rounds.attention", self.attention)
+        check.boolean("rounds.reuse_kv", self.reuse_kv)
         if self.reuse_kv and not self.attention:
             raise ConfigError("rounds.reuse_kv: needs attention=true (an MLP-only round has no keys)")
 
@@ -106,11 +68,20 @@ class RoundConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], name: str = "rounds") -> RoundConfig:
-        _check_keys(name, d, cls)
-        return cls(**d)
+        return cls(**check.known_keys(name, d, cls))
 
 
 FULL_ROUND = RoundConfig()
+
+
+@dataclass(frozen=True)
+class RoundSettings:
+    """One round's settings resolved against the model's size: everything a block needs to run it.
+    Prelude and coda layers run with `ModelConfig.full_settings` (full round, every head and unit)."""
+
+    round: RoundConfig
+    heads: int  # attention heads used: the first `heads` of n_heads
+    hidden: int  # MLP hidden units used: the first `hidden` of mlp_hidden
 
 
 @dataclass(frozen=True)
@@ -136,15 +107,15 @@ class ModelConfig:
     loops: int = 4
     grad_rounds: int | None = None
     rounds: tuple[RoundConfig, ...] = field(default_factory=lambda: (FULL_ROUND,))
-    h0_std: float = 0.023
-    init_decay: float = 0.447  # exp(-softplus(dt_bias)) at init, with A = exp(0) = 1
+    h0_std: float | None = None  # None = sqrt(2 / (5 d_model)), the reference's (see initial_state_std)
+    init_decay: float = PARCAE_DECAY  # exp(-softplus(dt_bias)) at init, with A = exp(0) = 1
 
     def __post_init__(self) -> None:
         s = object.__setattr__
         for name in ("vocab_size", "d_model", "n_heads", "head_dim", "mlp_ratio", "n_recurrent", "seq_len"):
-            _int(name, getattr(self, name), lo=1)
+            s(self, name, check.integer(name, getattr(self, name), lo=1))
         for name in ("n_prelude", "n_coda"):
-            _int(name, getattr(self, name), lo=0)
+            s(self, name, check.integer(name, getattr(self, name), lo=0))
         if self.n_heads * self.head_dim != self.d_model:
             raise ConfigError(
                 f"head_dim: n_heads * head_dim must equal d_model; got {self.n_heads} * {self.head_dim}"
@@ -152,32 +123,32 @@ class ModelConfig:
             )
         if self.head_dim % 2:
             raise ConfigError(f"head_dim: must be even (RoPE rotates pairs); got {self.head_dim}")
-        s(self, "rope_base", _float("rope_base", self.rope_base, lo_excl=0.0))
-        s(self, "h0_std", _float("h0_std", self.h0_std, lo_excl=0.0))
-        d = _float("init_decay", self.init_decay)
-        if not 0.0 < d < 1.0:
-            raise ConfigError(f"init_decay: must be in (0, 1); got {d}")
-        s(self, "init_decay", d)
-        _bool("tie_embeddings", self.tie_embeddings)
-        _choice("injection", self.injection, INJECTIONS)
-        _choice("loop_sampler", self.loop_sampler, SAMPLERS)
-        _int("loops", self.loops, lo=1)
-        if self.grad_rounds is not None:
-            _int("grad_rounds", self.grad_rounds, lo=1)
+        s(self, "rope_base", check.number("rope_base", self.rope_base, lo=0.0, lo_open=True))
+        s(self, "h0_std", check.number("h0_std", self.h0_std, lo=0.0, lo_open=True, allow_none=True))
+        s(
+            self,
+            "init_decay",
+            check.number("init_decay", self.init_decay, lo=0.0, lo_open=True, hi=1.0, hi_open=True),
+        )
+        check.boolean("tie_embeddings", self.tie_embeddings)
+        check.choice("injection", self.injection, INJECTIONS)
+        check.choice("loop_sampler", self.loop_sampler, SAMPLERS)
+        s(self, "loops", check.integer("loops", self.loops, lo=1))
+        s(self, "grad_rounds", check.integer("grad_rounds", self.grad_rounds, lo=1, allow_none=True))
         self._check_value_embeds()
         self._check_rounds()
 
     def _check_value_embeds(self) -> None:
         ve = self.value_embeds
         if isinstance(ve, str):
-            _choice("value_embeds", ve, VALUE_EMBED_RULES)
+            check.choice("value_embeds", ve, VALUE_EMBED_RULES)
             return
         if not isinstance(ve, list | tuple):
             raise ConfigError(
                 f"value_embeds: expected one of {', '.join(VALUE_EMBED_RULES)} or a list of layer indices;"
                 f" got {ve!r}"
             )
-        idx = tuple(_int("value_embeds", i, lo=0) for i in ve)
+        idx = tuple(check.integer("value_embeds", i, lo=0) for i in ve)
         if any(i >= self.n_layers for i in idx) or len(set(idx)) != len(idx):
             raise ConfigError(
                 f"value_embeds: indices must be distinct and in 0..{self.n_layers - 1}; got {list(idx)}"
@@ -238,6 +209,21 @@ class ModelConfig:
     def round_hidden(self, r: int) -> int:
         return round(self.round(r).width * self.mlp_hidden)
 
+    def round_settings(self, r: int) -> RoundSettings:
+        """Round r's settings (0-based) with its heads and hidden units resolved."""
+        return RoundSettings(self.round(r), self.round_heads(r), self.round_hidden(r))
+
+    @property
+    def full_settings(self) -> RoundSettings:
+        """What prelude and coda layers run with: full context, every head and hidden unit."""
+        return RoundSettings(FULL_ROUND, self.n_heads, self.mlp_hidden)
+
+    @property
+    def initial_state_std(self) -> float:
+        """Std of the initial state h0: `h0_std`, or sqrt(2 / (5 d_model)) (0.0228 at 768) when None,
+        as the reference draws it (the "small init" std of its embedding)."""
+        return self.h0_std if self.h0_std is not None else math.sqrt(2.0 / (5.0 * self.d_model))
+
     def value_embed_layers(self) -> tuple[int, ...]:
         """Distinct-layer indices (0..n_layers-1) that carry a value-embedding table."""
         ve, n = self.value_embeds, self.n_layers
@@ -264,8 +250,7 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
-        _check_keys("model", d, cls)
-        return cls(**d)
+        return cls(**check.known_keys("model", d, cls))
 
     @classmethod
     def from_json(cls, s: str) -> ModelConfig:

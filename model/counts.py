@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from model.config import ModelConfig
-from model.decode import cache_layout
+from model.kv_cache import cache_layout
 from model.layers import VE_GATE_CHANNELS
 
 _DTYPES = {
@@ -24,13 +24,14 @@ _DTYPES = {
 
 
 def param_count(cfg: ModelConfig) -> dict[str, int]:
+    """{"total", "non_embedding"} parameters of `LoopedLM(cfg)`, from the config alone."""
     d, V = cfg.d_model, cfg.vocab_size
     hd = cfg.n_heads * cfg.head_dim
     per_layer = 3 * d * hd + hd * d + 2 * d * cfg.mlp_hidden + 2 * d  # q,k,v,o + fc,proj + 2 norms
     n_ve = len(cfg.value_embed_layers())
     non_emb = cfg.n_layers * per_layer + n_ve * min(VE_GATE_CHANNELS, d) * cfg.n_heads + d  # + final norm
     if cfg.injection == "diagonal":
-        non_emb += 2 * d + 2 * d * d  # A_log, dt_bias, B, C
+        non_emb += 3 * d + 2 * d * d  # prelude-output norm, A_log, dt_bias, B, C
     emb = V * d * (1 + n_ve + (0 if cfg.tie_embeddings else 1))
     return {"total": emb + non_emb, "non_embedding": non_emb}
 
@@ -50,4 +51,4 @@ def kv_cache_bytes(
     cfg.loops): full-context applications keep context_len slots, windowed rounds min(window, ctx)."""
     item = torch.empty((), dtype=dtype_of(dtype)).element_size()
     layout = cache_layout(cfg, context_len, cfg.loops if loops is None else loops)
-    return sum(2 * batch * heads * slots * cfg.head_dim * item for heads, slots, _ in layout.values())
+    return sum(2 * batch * shape.heads * shape.slots * cfg.head_dim * item for shape in layout.values())

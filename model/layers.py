@@ -1,34 +1,45 @@
 """Building blocks: RMSNorm, RoPE, the MLP, causal self-attention with value embeddings, the block.
 
-A block is applied with the settings of one round (`RoundConfig`): a narrow round (width < 1) uses the
-first `width * n_heads` heads and the first `width * 4d` MLP units of the same weights (so it adds no
+A block is applied with the settings of one round (`RoundSettings`): a narrow round (width < 1) uses
+the first `heads` of the heads and the first `hidden` MLP units of the same weights (so it adds no
 parameters); an MLP-only round skips attention. *Where* keys/values go and come from (plain sequence,
-KV cache, round 1's keys for reuse) is the job of the `ctx` object passed in (see `model.looped`).
+KV cache, round 1's keys for reuse) is the job of the `ctx` object passed in (see `model.contexts`).
+
+Numerics follow the public Parcae code: RMSNorm eps 1e-5 on every normalisation with a weight; the
+qk-norm is `F.rms_norm` without eps (PyTorch's default, a machine epsilon); ReLU^2 is 0.5 * relu(x)^2.
+Initialisation: see `model.init`.
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from model.config import ModelConfig, RoundConfig
+from model.config import ModelConfig, RoundSettings
+from model.init import scaled_orthogonal_, small_init_std, torch_default_linear_
+from model.kv_cache import LayerKey
 
 VE_GATE_CHANNELS = 32  # the value-embedding gate reads the first 32 channels of the block input
+NORM_EPS = 1e-5  # block norms, the prelude-output norm and the final norm, as the reference
 
 
-def rms_norm(x: Tensor, eps: float = 1e-6) -> Tensor:
+def rms_norm(x: Tensor, eps: float = NORM_EPS) -> Tensor:
     """Parameter-free RMS norm over the last dim, computed in fp32."""
     xf = x.float()
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
 
+def qk_norm(x: Tensor) -> Tensor:
+    """The query/key norm: `F.rms_norm` with no eps, called exactly as the reference calls it. PyTorch
+    then uses a machine epsilon (fp32's, 1.2e-7, for fp32 and bf16 inputs alike in torch 2.13)."""
+    return F.rms_norm(x, (x.shape[-1],))
+
+
 class RMSNorm(nn.Module):
     """RMSNorm with a learnable weight, computed in fp32 (bf16 squares lose too much)."""
 
-    def __init__(self, d: int, eps: float = 1e-6) -> None:
+    def __init__(self, d: int, eps: float = NORM_EPS) -> None:
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(d))
@@ -47,7 +58,12 @@ def rope_tables(n: int, head_dim: int, base: float, device=None) -> tuple[Tensor
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """x (B, T, H, D); cos/sin (T, D/2). Rotates the two halves of the head dim (GPT-NeoX style)."""
+    """x (B, T, H, D); cos/sin (T, D/2). Rotates the two halves of the head dim (GPT-NeoX style).
+
+    The reference rotates neighbouring channels (2i, 2i+1) instead; the two are the same function up to
+    a fixed permutation of the rows of the q and k weights (channel i of the first half and channel i of
+    the second half here are channels 2i and 2i+1 there), and the qk-norm and the dot product do not see
+    the order of channels. A reference checkpoint loads by permuting those rows."""
     d = x.shape[-1] // 2
     x1, x2 = x[..., :d].float(), x[..., d:].float()
     c, s = cos[None, :, None, :], sin[None, :, None, :]
@@ -55,7 +71,7 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 
 class MLP(nn.Module):
-    """d -> 4d -> d with ReLU^2, no biases. `hidden` < 4d uses the first units only (narrow round)."""
+    """d -> 4d -> d with 0.5 * ReLU^2, no biases. `hidden` < 4d uses the first units only (narrow round)."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -63,7 +79,7 @@ class MLP(nn.Module):
         self.proj = nn.Linear(cfg.mlp_hidden, cfg.d_model, bias=False)
 
     def forward(self, x: Tensor, hidden: int) -> Tensor:
-        h = F.relu(F.linear(x, self.fc.weight[:hidden])).square()  # (B, T, hidden)
+        h = 0.5 * F.relu(F.linear(x, self.fc.weight[:hidden])).square()  # (B, T, hidden)
         return F.linear(h, self.proj.weight[:, :hidden])
 
 
@@ -72,33 +88,36 @@ class Attention(nn.Module):
 
     def __init__(self, cfg: ModelConfig, value_embed: bool) -> None:
         super().__init__()
-        d, self.D = cfg.d_model, cfg.head_dim
+        d, self.head_dim = cfg.d_model, cfg.head_dim
         self.q = nn.Linear(d, d, bias=False)
         self.k = nn.Linear(d, d, bias=False)
         self.v = nn.Linear(d, d, bias=False)
         self.o = nn.Linear(d, d, bias=False)
         self.gate_ch = min(VE_GATE_CHANNELS, d)
-        # value embedding: a vocab x d table added to V through a per-head sigmoid gate
+        # value embedding: a vocab x d table added to V through a per-head gate in (0, 2)
         self.ve = nn.Embedding(cfg.vocab_size, d) if value_embed else None
         self.ve_gate = nn.Linear(self.gate_ch, cfg.n_heads, bias=False) if value_embed else None
 
-    def forward(self, x: Tensor, idx: Tensor, rc: RoundConfig, heads: int, ctx, key: tuple) -> Tensor:
+    def forward(self, x: Tensor, idx: Tensor, *, settings: RoundSettings, ctx, key: LayerKey) -> Tensor:
+        """x (B, T, d), idx (B, T) token ids (for the value embedding) -> (B, T, d)."""
         B, T, _ = x.shape
-        H, D = heads, self.D
-        q = F.linear(x, self.q.weight[: H * D]).view(B, T, H, D)
-        q = rms_norm(apply_rope(q, ctx.cos, ctx.sin)).transpose(1, 2)  # (B, H, T, D)
+        heads, D, rc = settings.heads, self.head_dim, settings.round
+        q = F.linear(x, self.q.weight[: heads * D]).view(B, T, heads, D)
+        q = qk_norm(apply_rope(q, ctx.cos, ctx.sin)).transpose(1, 2)  # (B, H, T, D)
         if rc.reuse_kv:
             y = ctx.attend_reused(q, key, rc.window)
         else:
-            k = F.linear(x, self.k.weight[: H * D]).view(B, T, H, D)
-            v = F.linear(x, self.v.weight[: H * D]).view(B, T, H, D)
+            k = F.linear(x, self.k.weight[: heads * D]).view(B, T, heads, D)
+            v = F.linear(x, self.v.weight[: heads * D]).view(B, T, heads, D)
             if self.ve is not None:
-                gate = 2 * torch.sigmoid(F.linear(x[..., : self.gate_ch], self.ve_gate.weight[:H]))  # (B,T,H)
-                v = v + (gate.unsqueeze(-1) * self.ve(idx).view(B, T, -1, D)[:, :, :H]).to(v.dtype)
-            k = rms_norm(apply_rope(k, ctx.cos, ctx.sin)).transpose(1, 2)  # (B, H, T, D)
+                gate = 2 * torch.sigmoid(
+                    F.linear(x[..., : self.gate_ch], self.ve_gate.weight[:heads])
+                )  # (B,T,H)
+                v = v + (gate.unsqueeze(-1) * self.ve(idx).view(B, T, -1, D)[:, :, :heads]).to(v.dtype)
+            k = qk_norm(apply_rope(k, ctx.cos, ctx.sin)).transpose(1, 2)  # (B, H, T, D)
             y = ctx.attend(q, k, v.transpose(1, 2), key, rc.window)
-        y = y.transpose(1, 2).reshape(B, T, H * D)
-        return F.linear(y, self.o.weight[:, : H * D])
+        y = y.transpose(1, 2).reshape(B, T, heads * D)
+        return F.linear(y, self.o.weight[:, : heads * D])
 
 
 class Block(nn.Module):
@@ -111,24 +130,24 @@ class Block(nn.Module):
         self.norm2 = RMSNorm(cfg.d_model)
         self.mlp = MLP(cfg)
 
-    def forward(
-        self, x: Tensor, idx: Tensor, rc: RoundConfig, heads: int, hidden: int, ctx, key: tuple
-    ) -> Tensor:
-        if rc.attention:
-            x = x + self.attn(self.norm1(x), idx, rc, heads, ctx, key)
-        return x + self.mlp(self.norm2(x), hidden)
+    def forward(self, x: Tensor, idx: Tensor, *, settings: RoundSettings, ctx, key: LayerKey) -> Tensor:
+        """x (B, T, d) -> (B, T, d) with `settings` of the round; `key` names this application."""
+        if settings.round.attention:
+            x = x + self.attn(self.norm1(x), idx, settings=settings, ctx=ctx, key=key)
+        return x + self.mlp(self.norm2(x), settings.hidden)
 
     @torch.no_grad()
-    def init_weights(self, std_emb: float = 0.02) -> None:
-        """Uniform(-a, a) with std 1/sqrt(d) for input projections; output projections at zero."""
-        d = self.attn.q.weight.shape[1]
-        a = math.sqrt(3.0 / d)
+    def init_weights(self) -> None:
+        """The reference's block init (see `model.init`): q, k, v, fc scaled orthogonal with entry RMS
+        sqrt(2/(5d)); o and proj zero; norms one; value-embedding table N(0, 1) and gate PyTorch's
+        nn.Linear default."""
+        std = small_init_std(self.attn.q.weight.shape[1])
         for w in (self.attn.q.weight, self.attn.k.weight, self.attn.v.weight, self.mlp.fc.weight):
-            w.uniform_(-a, a)
+            scaled_orthogonal_(w, std)
         self.attn.o.weight.zero_()
         self.mlp.proj.weight.zero_()
         self.norm1.weight.fill_(1.0)
         self.norm2.weight.fill_(1.0)
         if self.attn.ve is not None:
-            self.attn.ve.weight.normal_(0.0, std_emb)
-            self.attn.ve_gate.weight.zero_()  # gate = 2*sigmoid(0) = 1 at init
+            self.attn.ve.weight.normal_(0.0, 1.0)
+            torch_default_linear_(self.attn.ve_gate.weight)

@@ -9,9 +9,9 @@ sequences, where they would not restrict anything. So the window scales with the
 tiny (seq 64): 16 / 32, small (seq 256): 32 / 128, 86m and 144m (seq 2048): 64 / 256.
 
 Parameter counts (from `model.counts.param_count`, tied embeddings, vocab 32768, value embeddings on
-distinct layers 1, 3, 5): 86m = 86,515,584 total / 19,406,720 non-embedding; 144m = 144,322,368 /
-43,659,072. MISSION quotes ~86.5 M / ~19.4 M and ~144 M / ~43.7 M, so these agree to the quoted
-precision (the 0.3 M above "144 M" is the rounding in the quoted figure).
+distinct layers 1, 3, 5, the injection with its learnable prelude-output norm): 86m = 86,516,096
+total / 19,407,232 non-embedding; 144m = 144,323,136 / 43,659,840 (the reference Parcae-small-140m
+has 144,323,136 too). `plain` has no injection: 2 d^2 + 3 d fewer.
 """
 
 from __future__ import annotations

@@ -63,6 +63,9 @@ def test_overrides_and_unknown_override():
         (dict(rounds=[]), "rounds"),
         (dict(d_model="64"), "d_model"),
         (dict(tie_embeddings=1), "tie_embeddings"),
+        (dict(h0_std=0.0), "h0_std"),
+        (dict(h0_std="small"), "h0_std"),
+        (dict(init_decay=1.0), "init_decay"),
     ],
 )
 def test_bad_settings_name_the_field(change, field):
@@ -83,3 +86,10 @@ def test_value_embeds_every_second_layer_ending_at_the_last():
     assert preset("parcae", "144m").value_embed_layers() == (1, 3, 5)
     assert ModelConfig(value_embeds=[4, 0]).value_embed_layers() == (0, 4)
     assert ModelConfig(value_embeds="none").value_embed_layers() == ()
+
+
+def test_h0_std_none_means_the_width_formula_and_an_explicit_value_round_trips():
+    cfg = preset("parcae", "tiny")
+    assert cfg.h0_std is None and cfg.to_dict()["h0_std"] is None
+    old = ModelConfig.from_dict({**cfg.to_dict(), "h0_std": 0.023})  # configs stored before the change
+    assert old.initial_state_std == 0.023 and ModelConfig.from_json(old.to_json()) == old

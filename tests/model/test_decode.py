@@ -7,6 +7,7 @@ import torch
 
 from model.counts import kv_cache_bytes
 from model.decode import generate
+from model.kv_cache import LayerKey
 from model.looped import LoopedLM
 from model.presets import RECIPES, preset
 from tests.model.conftest import randomize
@@ -72,9 +73,11 @@ def test_kv_cache_layout_follows_the_rounds():
         return LoopedLM(preset(recipe, "tiny")).setup_cache(1, ctx).sets
 
     lean = sets("lean")
-    assert lean[("r", 0, 0)].k.shape[2] == ctx and lean[("r", 3, 1)].k.shape[2] == 16
-    assert ("r", 1, 0) not in sets("mlp_only") and ("r", 1, 0) not in sets("reuse_kv")
-    assert sets("half_width")[("r", 2, 0)].k.shape[1] == 1
+    key = LayerKey.recurrent
+    assert lean[key(0, 0)].k.shape[2] == ctx and lean[key(3, 1)].k.shape[2] == 16
+    assert key(1, 0) not in sets("mlp_only") and key(1, 0) not in sets("reuse_kv")
+    assert sets("half_width")[key(2, 0)].k.shape[1] == 1
+    assert LayerKey.prelude(1) in lean and LayerKey.coda(0) in lean and LayerKey.prelude(2) not in lean
     fixed4, plain = (
         kv_cache_bytes(preset("fixed4", "144m"), 16000, 1),
         kv_cache_bytes(preset("plain", "144m"), 16000, 1),
@@ -93,6 +96,70 @@ def test_cuda_graph_decode_matches_eager():
     cache = m.setup_cache(2, T, h0_seed=0)
     graph, tok, logits = capture_decode_graph(m, cache, idx[:, 0])
     for t in range(T):
+        tok.copy_(idx[:, t])
+        graph.replay()
+        torch.testing.assert_close(logits, full[:, t], atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.parametrize("recipe", ["lean", "lean_all64", "parcae"])
+def test_warm_up_leaves_every_cache_slot_unchanged_after_a_prefill(recipe):
+    """What the CUDA-graph capture does before capturing, on CPU: after a prefill that wraps the ring
+    buffers of windowed rounds (37 tokens, windows 16 and 32), warm-up steps leave no trace."""
+    from model.decode import warm_up_without_trace
+
+    cfg = preset(recipe, "tiny")
+    m = randomize(LoopedLM(cfg), seed=5).eval()
+    idx = torch.randint(0, cfg.vocab_size, (2, T), generator=torch.Generator().manual_seed(3))
+    cache = m.setup_cache(2, T, h0_seed=0)
+    m.prefill(idx[:, :37], cache)
+    before = {key: (s.k.clone(), s.v.clone(), s.slot_pos.clone()) for key, s in cache.sets.items()}
+    warm_up_without_trace(m, cache, idx[:, 37], steps=3)
+    assert int(cache.pos) == 37
+    for key, s in cache.sets.items():
+        assert torch.equal(s.k, before[key][0]) and torch.equal(s.v, before[key][1]), key
+        assert torch.equal(s.slot_pos, before[key][2]), key
+    with torch.no_grad():
+        full = m(idx, h0_seed=0).logits
+    for t in range(37, T):  # and decoding goes on exactly as without the warm-up
+        torch.testing.assert_close(m.decode_step(idx[:, t], cache), full[:, t], atol=1e-4, rtol=1e-4)
+
+
+def test_decode_step_casts_into_a_cache_of_another_dtype():
+    cfg = preset("lean", "tiny")
+    m = randomize(LoopedLM(cfg), seed=6).eval()
+    idx = torch.randint(0, cfg.vocab_size, (2, 24), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        full = m(idx, h0_seed=0).logits
+    cache = m.setup_cache(2, 24, dtype=torch.bfloat16, h0_seed=0)  # fp32 model, bf16 cache
+    for t in range(24):
+        torch.testing.assert_close(m.decode_step(idx[:, t], cache), full[:, t], atol=0.1, rtol=0.05)
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_decode_under_bf16_autocast_equals_the_forward(recipe):
+    cfg = preset(recipe, "tiny")
+    m = randomize(LoopedLM(cfg), seed=7).eval()
+    idx = torch.randint(0, cfg.vocab_size, (2, 20), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        full = m(idx, h0_seed=0).logits
+        cache = m.setup_cache(2, 20, dtype=torch.bfloat16, h0_seed=0)
+        steps = torch.stack([m.decode_step(idx[:, t], cache) for t in range(20)], dim=1)
+    assert steps.dtype == torch.float32 and torch.isfinite(steps).all()
+    torch.testing.assert_close(steps, full, atol=0.15, rtol=0.05)
+
+
+@pytest.mark.gpu
+def test_cuda_graph_captured_after_a_wrapping_prefill_matches_eager():
+    from model.decode import capture_decode_graph
+
+    m = randomize(LoopedLM(preset("lean", "tiny")), seed=4).cuda().eval()
+    idx = torch.randint(0, 256, (2, T), device="cuda")
+    with torch.no_grad():
+        full = m(idx, h0_seed=0).logits
+    cache = m.setup_cache(2, T, h0_seed=0)
+    m.prefill(idx[:, :37], cache)
+    graph, tok, logits = capture_decode_graph(m, cache, idx[:, 37])
+    for t in range(37, T):
         tok.copy_(idx[:, t])
         graph.replay()
         torch.testing.assert_close(logits, full[:, t], atol=1e-3, rtol=1e-3)

@@ -6,10 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model.config import FULL_ROUND
+from model.contexts import SeqContext
 from model.counts import param_count
-from model.layers import rms_norm
-from model.looped import LoopedLM, SeqContext
+from model.kv_cache import LayerKey
+from model.looped import LoopedLM
 from model.presets import RECIPES, preset
 from tests.model.conftest import randomize
 
@@ -91,9 +91,9 @@ def _detach_reference_loss(m: LoopedLM, idx, n: int, k: int, seed: int) -> torch
     ctx = SeqContext(cos, sin)
     x = m.wte(idx)
     for i, blk in enumerate(m.prelude):
-        x = blk(x, idx, FULL_ROUND, m.cfg.n_heads, m.cfg.mlp_hidden, ctx, ("p", i))
+        x = blk(x, idx, settings=m.cfg.full_settings, ctx=ctx, key=LayerKey.prelude(i))
     dt = F.softplus(m.dt_bias)
-    inj = (torch.exp(-dt * torch.exp(m.A_log)), dt * F.linear(rms_norm(x), m.B))
+    inj = (torch.exp(-dt * torch.exp(m.A_log)), dt * F.linear(m.prelude_norm(x), m.B))
     h = m._h0(idx.shape[0], torch.arange(T), seed, x)
     for r in range(n):
         h = m._round(h, inj, idx, ctx, r)
@@ -101,7 +101,7 @@ def _detach_reference_loss(m: LoopedLM, idx, n: int, k: int, seed: int) -> torch
             h = h.detach()
     x = F.linear(h, m.C)
     for i, blk in enumerate(m.coda):
-        x = blk(x, idx, FULL_ROUND, m.cfg.n_heads, m.cfg.mlp_hidden, ctx, ("c", i))
+        x = blk(x, idx, settings=m.cfg.full_settings, ctx=ctx, key=LayerKey.coda(i))
     return F.cross_entropy(m._final(x).view(-1, m.cfg.vocab_size), idx.view(-1))
 
 
@@ -186,18 +186,27 @@ def test_param_count_tiny_matches_model(recipe):
     emb = sum(p.numel() for p in m.embedding_params())
     assert param_count(cfg) == {"total": total, "non_embedding": total - emb}
     groups = m.param_groups()
-    assert sum(p.numel() for g in groups.values() for p in g) == total
-    assert all(p.ndim == 2 for p in groups["matrix"])
+    assert set(groups) == {"matrix", "ve_gate", "other"}
+    ids = [id(p) for g in groups.values() for p in g]
+    assert len(ids) == len(set(ids)) and sum(p.numel() for g in groups.values() for p in g) == total
+    assert all(p.ndim == 2 for p in groups["matrix"]) and len(groups["matrix"]) == 6 * cfg.n_layers
+    assert len(groups["ve_gate"]) == len(cfg.value_embed_layers())
 
 
-@pytest.mark.parametrize("size, total, non_emb", [("86m", 86.5e6, 19.4e6), ("144m", 144.3e6, 43.7e6)])
-@pytest.mark.parametrize("recipe", ["parcae", "plain", "half_width"])
-def test_param_count_86m_144m_match_model_on_meta(size, total, non_emb, recipe):
+# exact counts: 144m equals the reference Parcae-small-140m (144,323,136 / 43,659,840)
+EXACT = {"86m": (86_516_096, 19_407_232), "144m": (144_323_136, 43_659_840)}
+
+
+@pytest.mark.parametrize("size", list(EXACT))
+@pytest.mark.parametrize("recipe", ["parcae", "plain", "half_width", "lean"])
+def test_param_count_86m_144m_match_model_on_meta(size, recipe):
     cfg = preset(recipe, size)
     with torch.device("meta"):
         m = LoopedLM(cfg)
     n = sum(p.numel() for p in m.parameters())
     ne = n - sum(p.numel() for p in m.embedding_params())
     assert param_count(cfg) == {"total": n, "non_embedding": ne}
-    if recipe != "plain":  # MISSION's figures (plain lacks the injection's B, C: ~2 d^2 fewer)
-        assert abs(n - total) < 0.1e6 and abs(ne - non_emb) < 0.1e6
+    total, non_emb = EXACT[size]
+    d = cfg.d_model
+    fewer = 0 if recipe != "plain" else 2 * d * d + 3 * d  # plain: no B, C, A_log, dt_bias, prelude norm
+    assert (n, ne) == (total - fewer, non_emb - fewer)

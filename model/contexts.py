@@ -1,0 +1,59 @@
+"""Attention contexts: where a layer's keys and values go and come from.
+
+A block computes q, k, v and hands them to the context it was given, so the same model code serves
+- `SeqContext`: a whole sequence (training, evaluation and prefill): plain causal attention; keeps
+  round 1's K, V for reuse_kv rounds; with a cache (prefill) also writes every application's K, V.
+- `StepContext`: one decode step against a `KVCache`: write the new K, V into its slot set and attend
+  over the slots visible from the current position.
+Both carry the RoPE tables (`cos`, `sin`, (T, head_dim/2) fp32) for the positions being computed.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from model.attention import attention, cached_attention
+from model.kv_cache import RECURRENT, KVCache, LayerKey
+
+
+class SeqContext:
+    """Attention over a whole sequence, optionally filling a cache (prefill)."""
+
+    def __init__(self, cos: Tensor, sin: Tensor, cache: KVCache | None = None) -> None:
+        self.cos, self.sin, self.cache = cos, sin, cache
+        self.round1_kv: dict[int, tuple[Tensor, Tensor]] = {}  # recurrent layer -> round 1's (K, V)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, key: LayerKey, window: int | None) -> Tensor:
+        """q, k, v (B, H, T, D) -> (B, H, T, D)."""
+        if key.part == RECURRENT and key.round == 0:
+            self.round1_kv[key.layer] = (k, v)
+        if self.cache is not None:
+            self.cache.write_prefill(key, k, v)
+        return attention(q, k, v, window)
+
+    def attend_reused(self, q: Tensor, key: LayerKey, window: int | None) -> Tensor:
+        """q (B, H, T, D) against round 1's keys/values of the same layer (first H heads)."""
+        k, v = self.round1_kv[key.layer]
+        heads = q.shape[1]
+        return attention(q, k[:, :heads], v[:, :heads], window)
+
+
+class StepContext:
+    """One decode step at `cache.pos`: write the new K, V, attend over the slot set."""
+
+    def __init__(self, cache: KVCache, cos: Tensor, sin: Tensor) -> None:
+        self.cache, self.cos, self.sin, self.pos = cache, cos, sin, cache.pos
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, key: LayerKey, window: int | None) -> Tensor:
+        """q, k, v (B, H, 1, D) -> (B, H, 1, D)."""
+        slots = self.cache.sets[key]
+        slots.write(k, v, self.pos)
+        # a cache of another dtype than the compute (e.g. a bf16 cache for an fp32 model) is read in q's
+        keys, values = slots.k.to(q.dtype), slots.v.to(q.dtype)  # no copy when the dtypes agree
+        return cached_attention(q, keys, values, slots.visible(self.pos, window))
+
+    def attend_reused(self, q: Tensor, key: LayerKey, window: int | None) -> Tensor:
+        slots = self.cache.sets[LayerKey.recurrent(0, key.layer)]
+        heads = q.shape[1]
+        keys, values = slots.k[:, :heads].to(q.dtype), slots.v[:, :heads].to(q.dtype)
+        return cached_attention(q, keys, values, slots.visible(self.pos, window))

@@ -1,0 +1,111 @@
+"""The one field-checking toolkit: every config and spec (ModelConfig, the job Specs, Grid) checks its
+values with these functions, so every bad value gets the same kind of message — the field's name and
+what is accepted — wherever it was given.
+
+It lives in `model/` because `model` is the bottom of the import graph (orchestrator → workers → model):
+from here every layer can use it. Pure Python, no torch.
+
+Each checker returns the (normalised) value or raises `ConfigError`, e.g.
+`integer("seed", -1, lo=0)` → `ConfigError("seed: must be >= 0, got -1")`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection
+from typing import Any
+
+from model.errors import ConfigError
+
+
+def known_keys(where: str, d: Any, cls_or_names: type | Collection[str]) -> dict[str, Any]:
+    """`d` as a dict, refused if it is not a mapping or has a key that is not a field of the dataclass
+    (or not in the given names). `where` names the thing being checked, e.g. "train" or "model"."""
+    if not isinstance(d, dict):
+        raise ConfigError(f"{where}: expected a mapping, got {type(d).__name__}")
+    if isinstance(cls_or_names, type):
+        names = [f.name for f in dataclasses.fields(cls_or_names)]
+    else:
+        names = list(cls_or_names)
+    unknown = sorted(str(k) for k in set(d) - set(names))
+    if unknown:
+        which = f"key {unknown[0]!r}" if len(unknown) == 1 else f"keys {unknown}"
+        raise ConfigError(f"{where}: unknown {which}; accepted: {', '.join(sorted(names))}")
+    return dict(d)
+
+
+def integer(
+    name: str, v: Any, lo: int | None = None, hi: int | None = None, allow_none: bool = False
+) -> int | None:
+    """An int (a float with an integral value, e.g. 2e6 from a CLI or JSON, counts as one)."""
+    if v is None and allow_none:
+        return None
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ConfigError(f"{name}: expected an integer{' or null' if allow_none else ''}, got {v!r}")
+    if lo is not None and v < lo:
+        raise ConfigError(f"{name}: must be >= {lo}, got {v}")
+    if hi is not None and v > hi:
+        raise ConfigError(f"{name}: must be <= {hi}, got {v}")
+    return v
+
+
+def number(
+    name: str,
+    v: Any,
+    lo: float | None = None,
+    lo_open: bool = False,
+    hi: float | None = None,
+    hi_open: bool = False,
+    allow_none: bool = False,
+) -> float | None:
+    """A finite-or-infinite real number (not NaN, not a bool) as a float, optionally bounded."""
+    if v is None and allow_none:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float) or v != v:
+        raise ConfigError(f"{name}: expected a number{' or null' if allow_none else ''}, got {v!r}")
+    v = float(v)
+    if lo is not None and (v <= lo if lo_open else v < lo):
+        raise ConfigError(f"{name}: must be {'>' if lo_open else '>='} {lo}, got {v}")
+    if hi is not None and (v >= hi if hi_open else v > hi):
+        raise ConfigError(f"{name}: must be {'<' if hi_open else '<='} {hi}, got {v}")
+    return v
+
+
+def choice(name: str, v: Any, accepted: Collection[str]) -> str:
+    """One of `accepted` (listed in the message in the order given)."""
+    if not isinstance(v, str) or v not in accepted:
+        raise ConfigError(f"{name}: unknown {v!r}; accepted: {', '.join(accepted)}")
+    return v
+
+
+def boolean(name: str, v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise ConfigError(f"{name}: expected true or false, got {v!r}")
+    return v
+
+
+def mapping(name: str, v: Any, what: str = "a mapping") -> dict[str, Any]:
+    """A dict (None counts as empty)."""
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise ConfigError(f"{name}: expected {what}, got {v!r}")
+    return dict(v)
+
+
+def int_list(name: str, v: Any, lo: int = 1) -> list[int]:
+    """A non-empty list of integers >= lo, returned sorted and without repeats."""
+    if not isinstance(v, list | tuple) or not v:
+        raise ConfigError(f"{name}: expected a non-empty list of integers >= {lo}, got {v!r}")
+    return sorted({integer(name, x, lo=lo) for x in v})
+
+
+def device(name: str, v: Any) -> str:
+    """A device name: auto, cpu, cuda or cuda:N (checked as text; no torch import here)."""
+    if not isinstance(v, str) or not (
+        v in ("auto", "cpu", "cuda") or (v.startswith("cuda:") and v[5:].isdigit())
+    ):
+        raise ConfigError(f"{name}: unknown {v!r}; accepted: auto, cpu, cuda, cuda:N")
+    return v
