@@ -1,47 +1,53 @@
 """Optimizers and the learning-rate schedule of a training run.
 
-Muon (`torch.optim.Muon`) for the 2-D weight matrices and AdamW for embeddings, norms and the injection
-parameters, as the reference recipe does; `optimizer="adamw"` uses AdamW for everything. Every param
-group remembers its `initial_lr`; the schedule multiplies it by `lr_factor(step, ...)` each step.
+Three optimizers, chosen by name:
+- "parcae" (default): the Parcae reference's Muon+AdamW (`workers.muon.ParcaeMuonAdamW`) — Muon for the
+  2-D matrices and the value-embedding gates, AdamW for embeddings, norms and the injection; lr 8e-3 for
+  both, cautious Muon weight decay 0.2 falling linearly to 0 over training, first step skipped.
+- "torch_muon": `torch.optim.Muon`'s algorithm (Newton–Schulz, lr 0.02, fp32 on the CPU) for the 2-D
+  matrices, AdamW (lr 3e-3, betas (0.9, 0.95)) for everything else, gates included.
+- "adamw": AdamW for everything.
 
-The schedule is a constant learning rate, an optional linear warmup, and a linear cooldown over the last
-`cooldown_frac` of the steps that reaches exactly zero on the last step, for any number of steps, so a
-run always completes its decay within its budget.
+Every param group remembers its `initial_lr` and `initial_weight_decay`; `set_lr` is called before each
+step with the schedule's factor and the fraction of training done. The schedule is a constant learning
+rate, an optional linear warmup, and a linear cooldown over the last `cooldown_frac` of the steps that
+reaches exactly zero on the last step, for any number of steps, so a run always completes its decay
+within its budget.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
-from torch.optim import _muon
 
-DEFAULT_LR = {"muon": 0.02, "adamw": 3e-3}
+from model import fields
+from workers.muon import ParcaeMuonAdamW, TorchMuon
 
-_newtonschulz_bf16 = _muon._zeropower_via_newtonschulz
-
-
-def _newtonschulz_fp32_on_cpu(grad, ns_coefficients, ns_steps, eps):
-    """torch.optim.Muon's orthogonalisation, run in fp32 when the gradient is on the CPU.
-
-    PyTorch's version casts to bf16, right for GPUs; CPUs without bf16 matrix units run those matmuls
-    ~10x slower than fp32 (measured here: 2.5 s vs 0.23 s per step of the `small` model). Same quintic
-    iteration and coefficients; on CUDA the original runs unchanged."""
-    if grad.device.type != "cpu":
-        return _newtonschulz_bf16(grad, ns_coefficients, ns_steps, eps)
-    a, b, c = ns_coefficients
-    x = grad.float()
-    if grad.size(0) > grad.size(1):
-        x = x.T
-    x = x / x.norm().clamp(min=eps)
-    for _ in range(ns_steps):
-        gram = x @ x.T
-        x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
-    return x.T if grad.size(0) > grad.size(1) else x
+OPTIMIZERS = ("parcae", "torch_muon", "adamw")
+DEFAULT_OPTIMIZER = "parcae"
+# Runs stored before the optimizers were renamed called today's "torch_muon" simply "muon".
+_OLD_NAMES = {"muon": "torch_muon"}
+ADAM_BETAS = (0.9, 0.95)  # AdamW of "torch_muon" and "adamw"; "parcae" uses the reference's (0.8, 0.95)
 
 
-# torch.optim.Muon looks the function up in its module at every step: one swap serves every instance.
-_muon._zeropower_via_newtonschulz = _newtonschulz_fp32_on_cpu
-DEFAULT_ADAM_LR = 3e-3
-ADAM_BETAS = (0.9, 0.95)
+@dataclass(frozen=True)
+class OptimizerDefaults:
+    """What `None` means for each argument of `build_optimizers`."""
+
+    lr: float  # Muon lr (AdamW lr for the matrices with "adamw")
+    adam_lr: float | None  # AdamW lr of the non-matrix parameters; None: same as lr
+    weight_decay: float  # Muon's (AdamW's with "adamw"); "parcae": the peak of its linear decay
+
+
+DEFAULTS = {
+    "parcae": OptimizerDefaults(lr=8e-3, adam_lr=8e-3, weight_decay=0.2),
+    "torch_muon": OptimizerDefaults(lr=0.02, adam_lr=3e-3, weight_decay=0.0),
+    "adamw": OptimizerDefaults(lr=3e-3, adam_lr=None, weight_decay=0.0),
+}
+# param-group key: how `set_lr` moves weight decay with training progress
+WEIGHT_DECAY_SCHEDULE = "weight_decay_schedule"
+LINEAR_TO_ZERO = "linear_to_zero"
 
 
 def lr_factor(step: int, total_steps: int, warmup_steps: int = 0, cooldown_frac: float = 0.5) -> float:
@@ -61,36 +67,69 @@ def lr_factor(step: int, total_steps: int, warmup_steps: int = 0, cooldown_frac:
 
 
 def build_optimizers(
-    model, optimizer: str, lr: float | None, adam_lr: float | None, weight_decay: float
+    model, optimizer: str, lr: float | None, adam_lr: float | None, weight_decay: float | None
 ) -> list[torch.optim.Optimizer]:
-    """`model.param_groups()` splits parameters into "matrix" (2-D, for Muon) and "other"."""
+    """The optimizers of `model` (stepped in order; the first group of the first is the matrix group).
+
+    `model.param_groups()` gives "matrix" (2-D weights), optionally "ve_gate" (value-embedding gates)
+    and "other"; `None` for lr/adam_lr/weight_decay means that optimizer's default (`DEFAULTS`)."""
+    optimizer = fields.choice("optimizer", _OLD_NAMES.get(optimizer, optimizer), OPTIMIZERS)
+    lr = fields.number("lr", lr, lo=0, lo_open=True, allow_none=True)
+    adam_lr = fields.number("adam_lr", adam_lr, lo=0, lo_open=True, allow_none=True)
+    weight_decay = fields.number("weight_decay", weight_decay, lo=0, allow_none=True)
+    defaults = DEFAULTS[optimizer]
+    lr = defaults.lr if lr is None else lr
+    adam_lr = (defaults.adam_lr or lr) if adam_lr is None else adam_lr
+    weight_decay = defaults.weight_decay if weight_decay is None else weight_decay
+
     groups = model.param_groups()
     matrix = [p for p in groups["matrix"] if p.requires_grad]
+    gates = [p for p in groups.get("ve_gate", []) if p.requires_grad]
     other = [p for p in groups["other"] if p.requires_grad]
-    base = DEFAULT_LR[optimizer] if lr is None else lr
-    a_lr = (DEFAULT_ADAM_LR if optimizer == "muon" else base) if adam_lr is None else adam_lr
-    if optimizer == "adamw":
-        opt = torch.optim.AdamW(
-            [{"params": matrix, "lr": base}, {"params": other, "lr": a_lr}],
-            lr=base,
-            betas=ADAM_BETAS,
-            weight_decay=weight_decay,
-        )
-        opts: list[torch.optim.Optimizer] = [opt]
+    # AdamW of torch_muon/adamw: the gates among the others in model order, the order of the single
+    # "other" list of checkpoints written before the gates had their own group
+    rest = _in_model_order(model, gates + other)
+    opts: list[torch.optim.Optimizer]
+    if optimizer == "parcae":
+        opt = ParcaeMuonAdamW(matrix + gates, other, lr=lr, adam_lr=adam_lr, weight_decay=weight_decay)
+        for group in opt.param_groups:
+            if group["kind"] == "muon":
+                group[WEIGHT_DECAY_SCHEDULE] = LINEAR_TO_ZERO
+        opts = [opt]
+    elif optimizer == "torch_muon":
+        opts = [
+            TorchMuon(matrix, lr=lr, weight_decay=weight_decay, momentum=0.95),
+            torch.optim.AdamW(rest, lr=adam_lr, betas=ADAM_BETAS, weight_decay=0.0),
+        ]
     else:
         opts = [
-            torch.optim.Muon(matrix, lr=base, weight_decay=weight_decay, momentum=0.95),
-            torch.optim.AdamW(other, lr=a_lr, betas=ADAM_BETAS, weight_decay=0.0),
+            torch.optim.AdamW(
+                [{"params": matrix, "lr": lr}, {"params": rest, "lr": adam_lr}],
+                lr=lr,
+                betas=ADAM_BETAS,
+                weight_decay=weight_decay,
+            )
         ]
-    for o in opts:
-        for g in o.param_groups:
-            g["initial_lr"] = g["lr"]
+    for opt in opts:
+        for group in opt.param_groups:
+            group["initial_lr"] = group["lr"]
+            group["initial_weight_decay"] = group["weight_decay"]
     return opts
 
 
-def set_lr(opts: list[torch.optim.Optimizer], factor: float) -> float:
-    """Scale every group to `factor` × its initial lr; returns the first (matrix) group's lr."""
-    for o in opts:
-        for g in o.param_groups:
-            g["lr"] = g["initial_lr"] * factor
+def _in_model_order(model, params: list[torch.Tensor]) -> list[torch.Tensor]:
+    wanted = {id(p) for p in params}
+    return [p for p in model.parameters() if id(p) in wanted]
+
+
+def set_lr(opts: list[torch.optim.Optimizer], factor: float, progress: float = 0.0) -> float:
+    """Before each step: every group's lr to `factor` × its initial lr, and the weight decay of groups
+    that decay it to initial × (1 − `progress`), `progress` = fraction of training done (step / total
+    steps, clamped to [0, 1]). Returns the first (matrix) group's lr."""
+    remaining = 1.0 - min(max(progress, 0.0), 1.0)
+    for opt in opts:
+        for group in opt.param_groups:
+            group["lr"] = group["initial_lr"] * factor
+            if group.get(WEIGHT_DECAY_SCHEDULE) == LINEAR_TO_ZERO:
+                group["weight_decay"] = group["initial_weight_decay"] * remaining
     return float(opts[0].param_groups[0]["lr"])
