@@ -13,13 +13,18 @@ decode benchmark (random weights, architecture only) is shared by every seed of 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from model import fields
 from model.errors import ConfigError
+
+if TYPE_CHECKING:
+    from workers.jobs import JobRegistry
 
 FOLLOW_UPS = ("depth_sweep", "decode_bench")
 # Grid-level keys that select the model of a train job; a decode bench keeps only these.
@@ -108,14 +113,14 @@ def _kind_resources(grid: Grid, kind: str) -> dict[str, Any] | None:
         res, where = res.get(kind), f"resources.{kind}"
     else:
         res, where = (res if kind == grid.job else None), "resources"
-    for k, v in (res or {}).items():
+    res = fields.mapping(f"grid {grid.name!r}: {where}", res, "a dict like {'num_gpus': 1, 'num_cpus': 1}")
+    for k, v in res.items():
         if k not in RESOURCE_KEYS:
             raise ConfigError(
                 f"grid {grid.name!r}: {where}.{k}: unknown; accepted: {', '.join(RESOURCE_KEYS)}"
             )
-        if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
-            raise ConfigError(f"grid {grid.name!r}: {where}.{k}: {v!r} is not a number >= 0")
-    return res
+        fields.number(f"grid {grid.name!r}: {where}.{k}", v, lo=0)
+    return res or None
 
 
 def _train_spec(name: str, cfg: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -137,27 +142,13 @@ def _train_spec(name: str, cfg: dict[str, Any]) -> tuple[dict[str, Any], dict[st
         raise ConfigError(f"grid {name!r}: budget: {budget!r}: give exactly one of {', '.join(_BUDGET_KEYS)}")
     (key, value), = budget.items()  # fmt: skip
     if key != "match_time_of":
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            raise ConfigError(f"grid {name!r}: budget.{key}: {value!r} is not a positive number")
-        cfg[key] = int(value) if key == "tokens" else float(value)
+        value = fields.number(f"grid {name!r}: budget.{key}", value, lo=0, lo_open=True)
+        cfg[key] = int(value) if key == "tokens" else value
         return cfg, {key: cfg[key]}
     return cfg, {"match_time_of": value}
 
 
-def _check_recipe(name: str, spec: dict[str, Any]) -> None:
-    if "recipe" not in spec:
-        return
-    try:
-        from model.presets import RECIPES
-    except ImportError:  # model room not there yet: the workers' validation still checks it
-        return
-    if spec["recipe"] not in RECIPES:
-        raise ConfigError(
-            f"grid {name!r}: recipe: unknown {spec['recipe']!r}; accepted: {', '.join(sorted(RECIPES))}"
-        )
-
-
-def _validate(kinds: Any, grid_name: str, kind: str, spec: dict[str, Any]) -> dict[str, Any]:
+def _validate(kinds: JobRegistry, grid_name: str, kind: str, spec: dict[str, Any]) -> dict[str, Any]:
     try:
         return kinds.validate(kind, spec)
     except ConfigError as e:
@@ -170,14 +161,32 @@ def _match(refs: list[tuple[int, dict[str, Any]]], ref: dict[str, Any]) -> list[
     return [i for i, spec in refs if all(spec.get(k) == v for k, v in ref.items())]
 
 
-_FIELD_TYPES = (
-    ("base", dict, "a dict of spec keys"), ("sweep", dict, "a dict of key -> list of values"),
-    ("then", list | tuple, f"a list of {', '.join(FOLLOW_UPS)}"), ("follow", dict, "a dict kind -> spec"),
-    ("priority", int, "an int"), ("resources", dict | None, "a dict like {'num_gpus': 1, 'num_cpus': 1}"),
-)  # fmt: skip
+def _checked(grid: Grid) -> Grid:
+    """`grid` with its own fields checked (a wrong type names its field, rather than crash later)."""
+    where = f"grid {grid.name!r}"
+    for attr, what in (("base", "a dict of spec keys"), ("sweep", "a dict of key -> list of values"),
+                       ("follow", "a dict kind -> spec")):  # fmt: skip
+        if not isinstance(getattr(grid, attr), dict):
+            raise ConfigError(f"{where}: {attr}: expected {what}, got {getattr(grid, attr)!r}")
+    if not isinstance(grid.then, list | tuple):
+        raise ConfigError(f"{where}: then: expected a list of {', '.join(FOLLOW_UPS)}, got {grid.then!r}")
+    for follow in grid.then:
+        fields.choice(f"{where}: then", follow, FOLLOW_UPS)
+    for k in grid.follow:
+        if k not in grid.then:
+            raise ConfigError(f"{where}: follow.{k}: not in then={list(grid.then)}")
+    if grid.then and grid.job != "train":
+        raise ConfigError(f"{where}: then: follow-ups attach to train jobs, not {grid.job!r}")
+    if grid.resources is not None:
+        fields.mapping(f"{where}: resources", grid.resources, "a dict like {'num_gpus': 1, 'num_cpus': 1}")
+    return dataclasses.replace(
+        grid,
+        priority=fields.integer(f"{where}: priority", grid.priority),
+        max_attempts=fields.integer(f"{where}: max_attempts", grid.max_attempts, lo=1),
+    )
 
 
-def expand(grids: list[Grid], kinds: Any) -> list[Plan]:
+def expand(grids: list[Grid], kinds: JobRegistry) -> list[Plan]:
     """Validate every grid and expand them into plans. Raises ConfigError before anything is written."""
     plans: list[Plan] = []
     trains: list[tuple[int, dict[str, Any]]] = []  # (plan index, canonical train spec)
@@ -185,27 +194,11 @@ def expand(grids: list[Grid], kinds: Any) -> list[Plan]:
     for gi, grid in enumerate(grids):
         if not isinstance(grid, Grid):
             raise ConfigError(f"submit: expected Grid objects, got {type(grid).__name__}")
-        for attr, types, what in _FIELD_TYPES:  # a wrong type must name its field, not crash later
-            value = getattr(grid, attr)
-            if isinstance(value, bool) or not isinstance(value, types):
-                raise ConfigError(f"grid {grid.name!r}: {attr}: {value!r} is not {what}")
-        for t in grid.then:
-            if t not in FOLLOW_UPS:
-                raise ConfigError(
-                    f"grid {grid.name!r}: then: unknown {t!r}; accepted: {', '.join(FOLLOW_UPS)}"
-                )
-        for k in grid.follow:
-            if k not in grid.then:
-                raise ConfigError(f"grid {grid.name!r}: follow.{k}: not in then={list(grid.then)}")
-        if grid.then and grid.job != "train":
-            raise ConfigError(f"grid {grid.name!r}: then: follow-ups attach to train jobs, not {grid.job!r}")
-        if not isinstance(grid.max_attempts, int) or grid.max_attempts < 1:
-            raise ConfigError(f"grid {grid.name!r}: max_attempts: {grid.max_attempts!r} (need an int >= 1)")
+        grid = _checked(grid)
         for cfg in grid.configs():
             budget = None
             if grid.job == "train":
                 spec, budget = _train_spec(grid.name, cfg)
-                _check_recipe(grid.name, spec)
                 if budget and "match_time_of" in budget:  # validated with a stand-in time budget
                     spec = _validate(kinds, grid.name, "train", {**spec, "time_s": _PENDING_TIME_S})
                     spec["time_s"] = None

@@ -7,12 +7,19 @@ dicts), so it loads with `torch.load(weights_only=True)`: opening a checkpoint n
 Writing: a temp file in the same directory, flushed and fsynced, then `os.replace` onto the final name
 and the directory fsynced. A crash at any point leaves either the previous checkpoint or the new one,
 never a torn file. A file that does not load is reported by name and left where it is.
+
+A full file system is reported as such: `torch.save` itself only says `[enforce fail at
+inline_container.cc:...] unexpected pos ...` when a write comes up short, so `save` turns that (and
+an OSError ENOSPC / EDQUOT) into `NoSpaceError` naming the path, the checkpoint's size and the free
+space. The partial temp file is removed first, so the previous checkpoint stays the loadable one.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import random
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +47,46 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+class NoSpaceError(OSError):
+    """The file system ran out of space while a checkpoint was written; the message says how much."""
+
+
+def state_nbytes(state: Any) -> int:
+    """Bytes of tensor data in a (nested) checkpoint state, each storage counted once: about the size
+    `torch.save` writes (its pickled structure adds a little)."""
+    seen: set[int] = set()
+    total = 0
+    stack = [state]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            storage = item.untyped_storage()
+            if storage.data_ptr() not in seen:
+                seen.add(storage.data_ptr())
+                total += storage.nbytes()
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return total
+
+
+def _out_of_space(error: BaseException) -> bool:
+    if isinstance(error, OSError):
+        return error.errno in (errno.ENOSPC, errno.EDQUOT)
+    # what torch.save's zip writer raises when a write comes up short (the disk filled up)
+    return isinstance(error, RuntimeError) and "unexpected pos" in str(error)
+
+
+def _no_space(path: Path, state: dict[str, Any]) -> NoSpaceError:
+    needed_mb = state_nbytes(state) / 2**20
+    free_mb = shutil.disk_usage(path.parent).free / 2**20
+    return NoSpaceError(
+        f"no space left writing the checkpoint at {path}: it needs ~{needed_mb:,.1f} MB, "
+        f"{free_mb:,.1f} MB are free (free space or use another artifact dir)"
+    )
+
+
 def _fsync_dir(d: Path) -> None:
     try:
         fd = os.open(d, os.O_RDONLY)
@@ -52,7 +99,7 @@ def _fsync_dir(d: Path) -> None:
 
 
 def save(path: str | Path, state: dict[str, Any]) -> None:
-    """Write `state` to `path` atomically (temp + fsync + rename)."""
+    """Write `state` to `path` atomically (temp + fsync + rename); NoSpaceError when the disk is full."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
@@ -61,6 +108,11 @@ def save(path: str | Path, state: dict[str, Any]) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except (OSError, RuntimeError) as e:
+        if not _out_of_space(e):
+            raise
+        tmp.unlink(missing_ok=True)  # before measuring: the free space the user has, without it
+        raise _no_space(path, state) from e
     finally:
         if tmp.exists():  # the rename did not happen: drop the partial file, keep the old checkpoint
             tmp.unlink()

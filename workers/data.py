@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import sys
 from dataclasses import asdict, dataclass
@@ -26,13 +25,12 @@ from typing import Any
 
 import numpy as np
 
+from model import fields
 from model.errors import ConfigError
 from workers.corpus import LOCAL_EXTS, VAL_PERMILLE, cache_root, corpus_identity, documents, is_val
 from workers.tokenizer import Tokenizer, load_tokenizer, train_bpe
 
 __all__ = ["DataSpec", "Shards", "prepare", "get_batch", "val_chunks", "documents", "is_val", "cache_root"]
-
-log = logging.getLogger("looplab.workers.data")
 
 CACHE_VERSION = 1
 DOC_SEP = "\n\n"  # joins documents in a shard (byte vocab has no room for a special token)
@@ -44,17 +42,17 @@ TOKENIZE_COUNT = 0
 @dataclass(frozen=True)
 class DataSpec:
     corpus: str = "offline"
+    """offline (the Python standard library's sources and docs), a local file or dir, or hf:NAME[:CONFIG]"""
     tokenizer: str = "byte"
-    vocab_size: int = 512  # BPE only
+    """byte, bpe (trained on the corpus) or a path to a tokenizer.json"""
+    vocab_size: int = 512
+    """BPE vocabulary size (bpe only)"""
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> DataSpec:
-        d = dict(d or {})
-        unknown = set(d) - {"corpus", "tokenizer", "vocab_size"}
-        if unknown:
-            raise ConfigError(
-                f"data: unknown key(s) {sorted(unknown)}; accepted: corpus, tokenizer, vocab_size"
-            )
+        d = fields.known_keys("data", {} if d is None else d, cls)
+        if "vocab_size" in d:  # 512.0 from JSON is 512, so equal specs hash equally
+            d["vocab_size"] = fields.integer("data.vocab_size", d["vocab_size"], lo=257, hi=2**31)
         spec = cls(**d)
         spec.check()
         return spec
@@ -81,8 +79,7 @@ class DataSpec:
             raise ConfigError("data.tokenizer: must be 'byte', 'bpe' or a path to a tokenizer.json")
         if t not in ("byte", "bpe") and not Path(t).expanduser().is_file():
             raise ConfigError(f"data.tokenizer: {t!r} is neither 'byte', 'bpe' nor an existing file")
-        if not isinstance(v, int) or isinstance(v, bool) or not 257 <= v <= 2**31:
-            raise ConfigError(f"data.vocab_size: {v!r} must be an integer in [257, 2**31]")
+        fields.integer("data.vocab_size", v, lo=257, hi=2**31)
 
 
 def _key(obj: Any) -> str:

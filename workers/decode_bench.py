@@ -15,7 +15,6 @@ median over `steps`, with p10/p90. On CUDA the timers are synchronised and, when
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import statistics
@@ -25,9 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from model import fields
 from model.errors import ConfigError
-from workers import spec_fields as F
-from workers.reporter import ConsoleReporter, Reporter
+from workers.reporter import ConsoleReporter, JobInterrupted, Reporter
+from workers.spec_cli import SpecParser
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -35,59 +35,62 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 @dataclass(frozen=True)
 class Spec:
     recipe: str = "lean"
+    """recipe name, one of model.presets.RECIPES"""
     size: str = "tiny"
-    model: dict[str, Any] = field(default_factory=dict)  # ModelConfig overrides
+    """model size, one of model.presets.SIZES"""
+    model: dict[str, Any] = field(default_factory=dict)
+    """ModelConfig field overrides, e.g. d_model=32"""
     context_lens: list[int] = field(default_factory=lambda: [128, 512])
+    """context lengths (tokens in the cache) to time a decode step at"""
     batch_sizes: list[int] = field(default_factory=lambda: [1, 8])
-    dtype: str = "auto"  # auto = bfloat16 on CUDA, float32 on CPU
+    """batch sizes (sequences decoded together) to time"""
+    dtype: str = "auto"
+    """auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16 or float16"""
     warmup: int = 3
+    """untimed decode steps before the timed ones"""
     steps: int = 20
+    """timed decode steps per cell"""
     device: str = "auto"
-    cuda_graph: str | bool = "auto"  # "auto" (= on CUDA), true, false
+    """auto, cpu, cuda or cuda:N"""
+    cuda_graph: str | bool = "auto"
+    """replay each step from a captured CUDA graph: auto (= on CUDA), true or false"""
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Spec:
         from model.presets import RECIPES, SIZES, preset
 
-        d = F.check_keys("decode_bench", d, cls)
-        recipe = F.choice("recipe", d.get("recipe", cls.recipe), RECIPES)
-        size = F.choice("size", d.get("size", cls.size), tuple(SIZES))
-        model = d.get("model", {})
-        if not isinstance(model, dict):
-            raise ConfigError(f"model: expected a mapping of ModelConfig overrides, got {model!r}")
+        given = fields.known_keys("decode_bench", d, cls)
+        d = {**vars(cls()), **given}
+        recipe = fields.choice("recipe", d["recipe"], RECIPES)
+        size = fields.choice("size", d["size"], tuple(SIZES))
+        model = fields.mapping("model", d["model"], "a mapping of ModelConfig overrides")
         preset(recipe, size, **model)  # validates the overrides (ConfigError names the field)
-        warmup = F.integer("warmup", d.get("warmup", cls.warmup), lo=0)
-        steps = F.integer("steps", d.get("steps", cls.steps), lo=1)
-        lens = _int_list("context_lens", d.get("context_lens", [128, 512]))
+        warmup = fields.integer("warmup", d["warmup"], lo=0)
+        steps = fields.integer("steps", d["steps"], lo=1)
+        lens = fields.int_list("context_lens", d["context_lens"], lo=1)
         if min(lens) <= warmup + steps:
             raise ConfigError(
                 f"context_lens: each must exceed warmup + steps = {warmup + steps} (the steps run at the "
                 f"last positions of the context); got {lens}"
             )
-        cg = d.get("cuda_graph", cls.cuda_graph)
-        if cg not in ("auto", True, False):
-            raise ConfigError(f"cuda_graph: unknown {cg!r}; accepted: auto, true, false")
+        cuda_graph = d["cuda_graph"]
+        if cuda_graph not in ("auto", True, False):
+            raise ConfigError(f"cuda_graph: unknown {cuda_graph!r}; accepted: auto, true, false")
         return cls(
             recipe=recipe,
             size=size,
-            model=dict(model),
+            model=model,
             context_lens=lens,
-            batch_sizes=_int_list("batch_sizes", d.get("batch_sizes", [1, 8])),
-            dtype=F.choice("dtype", d.get("dtype", cls.dtype), DTYPES),
+            batch_sizes=fields.int_list("batch_sizes", d["batch_sizes"], lo=1),
+            dtype=fields.choice("dtype", d["dtype"], DTYPES),
             warmup=warmup,
             steps=steps,
-            device=F.device("device", d.get("device", cls.device)),
-            cuda_graph=cg,
+            device=fields.device("device", d["device"]),
+            cuda_graph=cuda_graph,
         )
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-
-
-def _int_list(name: str, v: Any) -> list[int]:
-    if not isinstance(v, list | tuple) or not v:
-        raise ConfigError(f"{name}: expected a non-empty list of positive integers, got {v!r}")
-    return sorted({F.integer(name, x, lo=1) for x in v})
 
 
 def _bench_cell(model, cfg, context_len: int, batch: int, dtype, device, spec: Spec, use_graph: bool):
@@ -135,9 +138,9 @@ def run(spec: Spec, reporter: Reporter, artifact_dir: str | Path | None = None) 
     from model.counts import kv_cache_bytes
     from model.looped import LoopedLM
     from model.presets import preset
-    from workers.jobs import JobInterrupted
+    from workers.device import resolve_device
 
-    device = F.resolve_device(spec.device)
+    device = resolve_device(spec.device)
     dtype_name = spec.dtype if spec.dtype != "auto" else ("bfloat16" if device.type == "cuda" else "float32")
     dtype = getattr(torch, dtype_name)
     use_graph = device.type == "cuda" and spec.cuda_graph in ("auto", True)
@@ -189,41 +192,30 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def build_parser() -> SpecParser:
+    parser = SpecParser(
+        Spec,
+        aliases={"recipe": ["--preset"]},
+        prog="python -m workers.decode_bench",
+        description="Per-token decode latency and KV-cache size of an architecture.",
+    )
+    parser.add_argument("--out", default=None, help="artifact dir for decode_bench.json")
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m workers.decode_bench", description=__doc__.split("\n")[0])
-    p.add_argument("--preset", default="lean", help="recipe name (model.presets.RECIPES)")
-    p.add_argument("--size", default="tiny")
-    p.add_argument("--model", default="{}", help="JSON of ModelConfig overrides")
-    p.add_argument("--context-lens", default="128,512")
-    p.add_argument("--batch-sizes", default="1,8")
-    p.add_argument("--dtype", default="auto")
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--device", default="auto")
-    p.add_argument("--cuda-graph", default="auto", choices=["auto", "true", "false"])
-    p.add_argument("--out", default=None, help="artifact dir for decode_bench.json")
-    a = p.parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     try:
-        spec = Spec.from_dict(
-            {
-                "recipe": a.preset,
-                "size": a.size,
-                "model": json.loads(a.model),
-                "context_lens": [int(x) for x in a.context_lens.split(",")],
-                "batch_sizes": [int(x) for x in a.batch_sizes.split(",")],
-                "dtype": a.dtype,
-                "warmup": a.warmup,
-                "steps": a.steps,
-                "device": a.device,
-                "cuda_graph": {"auto": "auto", "true": True, "false": False}[a.cuda_graph],
-            }
-        )
-    except (ConfigError, ValueError) as e:
+        spec = Spec.from_dict(parser.spec_dict(args))
+    except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     reporter = ConsoleReporter("decode_bench")
-    summary = run(spec, reporter, a.out)
-    reporter.close()
+    try:
+        summary = run(spec, reporter, args.out)
+    finally:
+        reporter.close()
     print(format_table(summary["rows"]))
     return 0
 

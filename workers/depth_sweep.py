@@ -15,15 +15,16 @@ Standalone: `python -m workers.depth_sweep --checkpoint runs/x --loops 1,2,4,8`.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from model import fields
 from model.errors import ConfigError
-from workers import spec_fields as F
+from workers.spec_cli import SpecParser
+from workers.train_spec import EVAL_H0_SEED
 
 DEFAULT_LOOPS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 DEFAULT_FAR_WINDOW = 64
@@ -31,32 +32,37 @@ DEFAULT_FAR_WINDOW = 64
 
 @dataclass(frozen=True)
 class Spec:
-    checkpoint: str | None = None  # train artifact dir or checkpoint file; the queue fills it at launch
+    checkpoint: str | None = None
+    """train artifact dir or checkpoint file (the queue fills it in when the sweep starts)"""
     loops: list[int] = field(default_factory=lambda: list(DEFAULT_LOOPS))
+    """inference loop counts to evaluate"""
     eval_tokens: int = 32768
+    """validation tokens (the first ones of the val shard); the train job's eval_tokens reproduces its
+    validation loss"""
     batch_size: int = 8
-    h0_seed: int = F.EVAL_H0_SEED  # the seed of training's evaluations: same numbers at equal loops
+    """sequences per evaluation batch; the train job's batch_size reproduces its validation loss"""
+    h0_seed: int = EVAL_H0_SEED
+    """seed of the initial state h0 (batch i uses h0_seed + i); the default is training's evaluation seed"""
     split_far_copy: bool = True
+    """also report the loss on far-copy tokens and on the others"""
     device: str = "auto"
+    """auto, cpu, cuda or cuda:N"""
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Spec:
-        d = F.check_keys("depth_sweep", d, cls)
-        ck = d.get("checkpoint")
-        if ck is not None and (not isinstance(ck, str) or not ck):
-            raise ConfigError(f"checkpoint: expected a path string, got {ck!r}")
-        loops = d.get("loops", list(DEFAULT_LOOPS))
-        if not isinstance(loops, list | tuple) or not loops:
-            raise ConfigError(f"loops: expected a non-empty list of loop counts, got {loops!r}")
-        loops = sorted({F.integer("loops", n, lo=1) for n in loops})
+        given = fields.known_keys("depth_sweep", d, cls)
+        d = {**vars(cls()), **given}
+        checkpoint = d["checkpoint"]
+        if checkpoint is not None and (not isinstance(checkpoint, str) or not checkpoint):
+            raise ConfigError(f"checkpoint: expected a path string, got {checkpoint!r}")
         return cls(
-            checkpoint=ck,
-            loops=loops,
-            eval_tokens=F.integer("eval_tokens", d.get("eval_tokens", cls.eval_tokens), lo=1),
-            batch_size=F.integer("batch_size", d.get("batch_size", cls.batch_size), lo=1),
-            h0_seed=F.integer("h0_seed", d.get("h0_seed", cls.h0_seed), lo=0),
-            split_far_copy=F.boolean("split_far_copy", d.get("split_far_copy", True)),
-            device=F.device("device", d.get("device", "auto")),
+            checkpoint=checkpoint,
+            loops=fields.int_list("loops", d["loops"], lo=1),
+            eval_tokens=fields.integer("eval_tokens", d["eval_tokens"], lo=1),
+            batch_size=fields.integer("batch_size", d["batch_size"], lo=1),
+            h0_seed=fields.integer("h0_seed", d["h0_seed"], lo=0),
+            split_far_copy=fields.boolean("split_far_copy", d["split_far_copy"]),
+            device=fields.device("device", d["device"]),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -97,11 +103,12 @@ def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
     import torch
 
     from workers.data import prepare, val_chunks
+    from workers.device import resolve_device
     from workers.evaluate import evaluate
 
     if spec.checkpoint is None:
         raise ConfigError("checkpoint: missing; give a train artifact dir or a checkpoint file")
-    device = F.resolve_device(spec.device)
+    device = resolve_device(spec.device)
     model, cfg, train_spec = load_model(spec.checkpoint, device)
     data = prepare(data_spec(train_spec, Path(spec.checkpoint)))
     if data.vocab_size != cfg.vocab_size:
@@ -160,51 +167,37 @@ def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    from workers.checkpoint import find as find_checkpoint
-    from workers.train_cli import make_reporter
-
-    p = argparse.ArgumentParser(
+def build_parser() -> SpecParser:
+    parser = SpecParser(
+        Spec,
+        aliases={"split_far_copy": ["--far-copy"]},
+        required=("checkpoint",),
         prog="python -m workers.depth_sweep",
         description="Validation loss of a trained looped LM at many loop counts.",
     )
-    p.add_argument("--checkpoint", required=True, help="train artifact dir or checkpoint file")
-    p.add_argument("--loops", default=",".join(map(str, DEFAULT_LOOPS)), help="comma-separated, e.g. 1,2,4,8")
-    p.add_argument("--eval-tokens", type=int, default=Spec.eval_tokens)
-    p.add_argument("--batch-size", type=int, default=Spec.batch_size)
-    p.add_argument("--h0-seed", type=int, default=0)
-    p.add_argument("--no-far-copy", action="store_true", help="skip the far-copy loss split")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--events-jsonl", help="also append every event to this JSON-lines file")
-    a = p.parse_args(argv)
+    parser.add_argument("--events-jsonl", help="also append every event to this JSON-lines file")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from workers.checkpoint import find as find_checkpoint
+    from workers.reporter import make_reporter
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    reporter = None
     try:
-        loops = [int(x) for x in a.loops.split(",") if x.strip()]
-    except ValueError:
-        print(f"error: loops: expected comma-separated integers, got {a.loops!r}", file=sys.stderr)
-        return 2
-    rep = None
-    try:
-        spec = Spec.from_dict(
-            {
-                "checkpoint": a.checkpoint,
-                "loops": loops,
-                "eval_tokens": a.eval_tokens,
-                "batch_size": a.batch_size,
-                "h0_seed": a.h0_seed,
-                "split_far_copy": not a.no_far_copy,
-                "device": a.device,
-            }
-        )
+        spec = Spec.from_dict(parser.spec_dict(args))
         find_checkpoint(spec.checkpoint)  # fail on a bad path before any work or output
-        rep = make_reporter("depth sweep", a.events_jsonl, quiet=False)
-        out = run(spec, rep, Path(a.checkpoint))
+        reporter = make_reporter("depth sweep", args.events_jsonl)
+        out = run(spec, reporter, None)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     finally:
-        if rep is not None and hasattr(rep, "close"):
-            rep.close()
-    print(f"depth sweep of {a.checkpoint} (far-copy window {out['far_window']})")
+        if reporter is not None and hasattr(reporter, "close"):
+            reporter.close()
+    print(f"depth sweep of {spec.checkpoint} (far-copy window {out['far_window']})")
     print(f"{'loops':>6} {'val_loss':>9} {'val_bpb':>8} {'far_copy':>9} {'near':>8}")
     for e in out["depth_evals"]:
         fc = "-" if e["far_copy_loss"] is None else f"{e['far_copy_loss']:.4f}"

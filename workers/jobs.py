@@ -5,18 +5,21 @@
     run(kind, spec, reporter, artifact_dir) -> dict    the job's summary
 
 Each kind is a module with a frozen `Spec` dataclass (`Spec.from_dict(d)` rejects unknown keys,
-`spec.to_dict()` is canonical) and `run(spec, reporter, artifact_dir)`.
-The orchestrator imports only this module of workers/.
+`spec.to_dict()` is canonical) and `run(spec, reporter, artifact_dir)`. This module is the
+orchestrator's `JobRegistry` (tests pass fakes with the same two functions); besides it, the
+orchestrator imports only the Reporter's events (workers.reporter).
 """
 
 from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from model.errors import ConfigError
-from workers.reporter import Reporter
+from workers.reporter import JobInterrupted, Reporter
+
+__all__ = ["KINDS", "JobInterrupted", "JobRegistry", "run", "validate"]
 
 KINDS = {
     "train": "workers.train",
@@ -25,9 +28,14 @@ KINDS = {
 }
 
 
-class JobInterrupted(Exception):
-    """Raised by a job that was asked to stop (reporter.should_stop()) after it saved a checkpoint.
-    The queue puts such a job back to `queued`; it resumes from that checkpoint."""
+class JobRegistry(Protocol):
+    """What the orchestrator needs of a set of job kinds; this module is one."""
+
+    def validate(self, kind: str, spec: dict[str, Any]) -> dict[str, Any]: ...
+
+    def run(
+        self, kind: str, spec: dict[str, Any], reporter: Reporter, artifact_dir: str | Path
+    ) -> dict[str, Any]: ...
 
 
 def _module(kind: str):

@@ -19,13 +19,16 @@ Every event is a small picklable `Event(kind, job_time, payload)`. Kinds and pay
 
 from __future__ import annotations
 
-import logging
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-log = logging.getLogger("looplab.workers")
+
+class JobInterrupted(Exception):
+    """Raised by a job that was asked to stop (`Reporter.should_stop()`) after it saved a checkpoint.
+    The queue puts such a job back to `queued`; it resumes from that checkpoint."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,13 @@ class MemoryReporter(BaseReporter):
         return [(p["step"], p["value"]) for p in self.of("metric") if p["key"] == key]
 
 
+class SilentReporter(BaseReporter):
+    """Drops every event: a standalone run with --quiet (and no --events-jsonl) keeps nothing."""
+
+    def emit(self, event: Event) -> None:
+        pass
+
+
 class ConsoleReporter(BaseReporter):
     """For standalone runs (`python -m workers.train ...`): a tqdm progress bar plus log lines."""
 
@@ -176,3 +186,19 @@ class JsonlReporter(BaseReporter):
         self._f.close()
         if self.inner is not None and hasattr(self.inner, "close"):
             self.inner.close()
+
+
+def make_reporter(desc: str, events_jsonl: str | None = None, quiet: bool = False) -> BaseReporter:
+    """The reporter of a standalone run (`python -m workers.<job>`): a progress bar (or nothing, when
+    `quiet`), optionally recording every event to `events_jsonl`. Ctrl-C and SIGTERM ask the job to
+    stop: a train job checkpoints at its next step and can be resumed by rerunning the command."""
+    inner: BaseReporter = SilentReporter() if quiet else ConsoleReporter(desc)
+    rep: BaseReporter = JsonlReporter(events_jsonl, inner) if events_jsonl else inner
+
+    def stop(signum, frame) -> None:
+        rep.stop_requested = True
+        inner.stop_requested = True
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    return rep

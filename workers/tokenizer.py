@@ -14,7 +14,7 @@ import numpy as np
 from model.errors import ConfigError
 from workers.corpus import documents, is_val
 
-log = logging.getLogger("looplab.workers.data")
+log = logging.getLogger("looplab.workers.tokenizer")
 
 BPE_TRAIN_MAX_CHARS = 400_000_000  # BPE trains on at most this much train text (hub corpora)
 

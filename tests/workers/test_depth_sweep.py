@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from model.errors import ConfigError
-from workers import depth_sweep, jobs
+from tests.workers.conftest import tiny_spec
+from workers import depth_sweep, jobs, train
 from workers.evaluate import far_copy_mask
 from workers.reporter import MemoryReporter
 
@@ -25,6 +26,8 @@ def test_spec_validation_and_defaults():
         ({"eval_tokens": -1}, "eval_tokens"),
         ({"x": 1}, "x"),
         ({"split_far_copy": "yes"}, "split_far_copy"),
+        ({"h0_seed": -1}, "h0_seed"),
+        ({"checkpoint": ""}, "checkpoint"),
     ]:
         with pytest.raises(ConfigError, match=field):
             depth_sweep.Spec.from_dict(bad)
@@ -72,6 +75,12 @@ def test_cli_prints_table_and_bad_input_exits_2(trained_fixed4, tmp_path, capsys
     assert depth_sweep.main(["--checkpoint", str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err
     assert "checkpoint" in err and "nope" in err and len(err.strip().splitlines()) == 1
+    for args, line in [([], "error: checkpoint: required (give --checkpoint)"),
+                       (["--checkpoint", str(out), "--loops", "1,x"], "error: loops: expected an integer")]:  # fmt: skip
+        with pytest.raises(SystemExit) as e:
+            raise SystemExit(depth_sweep.main(args))
+        err = capsys.readouterr().err.strip()
+        assert e.value.code == 2 and err.startswith(line) and len(err.splitlines()) == 1, err
 
 
 def test_bpe_run_without_its_cache_uses_its_own_tokenizer_json(tmp_path, looplab_cache):
@@ -91,4 +100,23 @@ def test_sweep_at_the_trained_loop_count_reproduces_the_final_val_loss(trained_f
                                        "device": "cpu", "split_far_copy": False})  # fmt: skip
     depth_sweep.run(spec, rep, tmp_path)
     (row,) = [r["row"] for r in rep.of("result") if r["table"] == "depth_evals"]
-    assert row["val_loss"] == pytest.approx(final["final_val_loss"], rel=1e-6)
+    assert row["val_loss"] == final["final_val_loss"]
+
+
+def test_standalone_sweep_reproduces_a_parcae_runs_val_loss_exactly(looplab_cache, tmp_path):
+    """`python -m workers.depth_sweep` with its default h0 seed, at parcae's trained loop count (8),
+    gives exactly the train run's final_val_loss (h0 matters for parcae: its state keeps h0)."""
+    import json
+
+    out, events = tmp_path / "run", tmp_path / "sweep.jsonl"
+    spec = train.Spec.from_dict(tiny_spec(recipe="parcae", tokens=8 * 32 * 3, eval_loops=[8]))
+    final = train.run(spec, MemoryReporter(), out)["final_val_loss"]
+    cmd = [sys.executable, "-m", "workers.depth_sweep", "--checkpoint", str(out), "--loops", "2,8",
+           "--eval-tokens", "1024", "--batch-size", "8", "--device", "cpu", "--no-far-copy",
+           "--events-jsonl", str(events)]  # fmt: skip
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(line) for line in events.read_text().splitlines()]
+    loss = {e["row"]["loops"]: e["row"]["val_loss"] for e in rows if e["kind"] == "result" and
+            e["table"] == "depth_evals"}  # fmt: skip
+    assert loss[8] == final and loss[2] != final

@@ -20,6 +20,8 @@ import torch
 from workers import checkpoint as ckpt
 
 STEPS = 30
+# every curve that must replay exactly, train-time depth curves included (fixed4 evaluates 1, 2, 4, 8)
+KEYS = ("train_loss", "val_loss", "val_bpb", "lr", "val_loss@1", "val_loss@2", "val_loss@8")
 
 
 def _cmd(out, events) -> list[str]:
@@ -71,7 +73,7 @@ def _curves(*event_files) -> dict[str, dict[int, float]]:
     for f in event_files:
         for line in f.read_text().splitlines():
             e = json.loads(line)
-            if e["kind"] == "metric" and e["key"] in ("train_loss", "val_loss", "val_bpb", "lr"):
+            if e["kind"] == "metric" and e["key"] in KEYS:
                 curves.setdefault(e["key"], {})[e["step"]] = e["value"]
     return curves
 
@@ -93,7 +95,7 @@ def test_sigkill_then_resume_matches_uninterrupted_run_bit_for_bit(looplab_cache
     time.sleep(random.uniform(0.0, 0.3))  # a random point after the first checkpoint
     os.kill(proc.pid, signal.SIGKILL)
     assert proc.wait(timeout=30) == -signal.SIGKILL
-    killed_at = ckpt.load(out / "checkpoint.pt")["step"]
+    killed_at = ckpt.load(out / "checkpoint.pt")["trainer"]["step"]
     assert not (out / "final.pt").exists() and 10 <= killed_at < STEPS
 
     subprocess.run(_cmd(out, ev2), env=_env(), check=True, timeout=300, capture_output=True)
@@ -102,7 +104,7 @@ def test_sigkill_then_resume_matches_uninterrupted_run_bit_for_bit(looplab_cache
 
     ref, got = _curves(ref_ev), _curves(ev1, ev2)
     assert sorted(ref["train_loss"]) == list(range(STEPS))
-    for key in ("train_loss", "val_loss", "val_bpb", "lr"):
+    for key in KEYS:
         assert got[key] == ref[key], key  # exact float equality, every step
     # the points the killed attempt reported past its checkpoint were replayed identically
     first = _curves(ev1)["train_loss"]

@@ -18,7 +18,9 @@ from workers.reporter import MemoryReporter
 
 def test_spec_round_trip_fills_defaults():
     d = train.Spec.from_dict({"recipe": "lean", "tokens": 2e6}).to_dict()
-    assert d["tokens"] == 2_000_000 and d["time_s"] is None and d["optimizer"] == "muon"
+    assert d["tokens"] == 2_000_000 and d["time_s"] is None and d["optimizer"] == "parcae"
+    assert d["lr"] is None and d["adam_lr"] is None and d["weight_decay"] is None  # the optimizer's own
+    assert d["eval_loops"] is None
     assert d["data"] == {"corpus": "offline", "tokenizer": "byte", "vocab_size": 512}
     assert train.Spec.from_dict(d).to_dict() == d
     assert jobs.validate("train", {"recipe": "lean", "tokens": 2e6}) == d
@@ -36,6 +38,11 @@ def test_spec_round_trip_fills_defaults():
         ({"tokens": None}, "tokens / time_s"),
         ({"data": {"corpus": "/no/such/dir"}}, "data.corpus"),
         ({"optimizer": "sgd"}, "optimizer"),
+        ({"weight_decay": -0.1}, "weight_decay"),
+        ({"eval_loops": [0]}, "eval_loops"),
+        ({"eval_loops": 4}, "eval_loops"),
+        ({"data": {"vocab_size": 100}}, "data.vocab_size"),
+        ({"data": {"corpus": "offline", "bogus": 1}}, "data: unknown key 'bogus'"),
         ({"cooldown_frac": 0.0}, "cooldown_frac"),
         ({"batch_size": 0}, "batch_size"),
         ({"device": "tpu"}, "device"),
@@ -59,7 +66,8 @@ def test_run_reports_curves_and_one_complete_result_row(trained_fixed4):
     assert row["final_val_loss"] < math.log(256) and row["final_val_bpb"] > 0
     assert row["train_seconds"] > 0 and row["eval_seconds"] > 0 and row["ckpt_seconds"] > 0
     keys = {p["key"] for p in rep.of("metric")}
-    assert keys == {"train_loss", "val_loss", "val_bpb", "lr", "tokens_per_s", "peak_mem_mb"}
+    depth_keys = {"val_loss@1", "val_loss@2", "val_loss@4", "val_loss@8"}  # fixed4 is looped: the default
+    assert keys == {"train_loss", "val_loss", "val_bpb", "lr", "tokens_per_s", "peak_mem_mb"} | depth_keys
     lr = dict(rep.curve("lr"))
     assert lr[199] == 0.0 and lr[0] > 0  # the decay completes on the last step
     tl = rep.curve("train_loss")
@@ -69,7 +77,32 @@ def test_run_reports_curves_and_one_complete_result_row(trained_fixed4):
     assert [p["step"] for p in rep.of("checkpoint")] == [50, 100, 150, 200, 200]
     assert json.loads((out / "spec.json").read_text())["tokens"] == 200 * 8 * 32
     final = ckpt.load(out / "final.pt")
-    assert final["final"] and final["step"] == 200 and "optimizers" not in final
+    assert final["final"] and final["trainer"]["step"] == 200 and "optimizers" not in final
+
+
+def test_train_time_depth_curves_share_the_evaluations_points(trained_fixed4):
+    """val_loss@N at each evaluation, at val_loss's step/tokens/wall_s; @4 (trained count) is val_loss."""
+    _, rep = trained_fixed4
+    points = {}
+    for p in rep.of("metric"):
+        if p["key"].startswith("val_loss"):
+            points.setdefault(p["key"], []).append(p)
+    where = [(p["step"], p["tokens"], p["wall_s"]) for p in points["val_loss"]]
+    assert [s for s, _, _ in where] == [99, 199]
+    for n in (1, 2, 4, 8):
+        assert [(p["step"], p["tokens"], p["wall_s"]) for p in points[f"val_loss@{n}"]] == where
+    assert [p["value"] for p in points["val_loss@4"]] == [p["value"] for p in points["val_loss"]]
+    last = {n: points[f"val_loss@{n}"][-1]["value"] for n in (1, 2, 4, 8)}
+    assert len(set(last.values())) == 4 and last[4] < last[1]  # distinct evaluations; loops help
+
+
+def test_eval_loops_default_by_recipe_and_explicit():
+    plain = train.Spec.from_dict(tiny_spec(recipe="plain"))
+    assert plain.resolved_eval_loops(plain.model_config(256)) == [1]
+    looped = train.Spec.from_dict(tiny_spec(recipe="parcae"))
+    assert looped.resolved_eval_loops(looped.model_config(256)) == [1, 2, 4, 8]
+    given = train.Spec.from_dict(tiny_spec(recipe="plain", eval_loops=[3, 1, 3]))
+    assert given.eval_loops == [1, 3] and given.resolved_eval_loops(given.model_config(256)) == [1, 3]
 
 
 def test_rerun_of_finished_job_trains_nothing(trained_fixed4, tmp_path):
@@ -113,7 +146,7 @@ def test_stop_request_checkpoints_then_raises_and_resumes(looplab_cache, tmp_pat
     spec = train.Spec.from_dict(tiny_spec(tokens=8 * 32 * 12))
     with pytest.raises(jobs.JobInterrupted):
         train.run(spec, StopAt(), tmp_path)
-    assert ckpt.load(tmp_path / "checkpoint.pt")["step"] == 7
+    assert ckpt.load(tmp_path / "checkpoint.pt")["trainer"]["step"] == 7
     rep = MemoryReporter()
     train.run(spec, rep, tmp_path)
     assert rep.of("resumed") == [{"step": 7}] and [s for s, _ in rep.curve("train_loss")] == list(
@@ -121,10 +154,17 @@ def test_stop_request_checkpoints_then_raises_and_resumes(looplab_cache, tmp_pat
     )
 
 
-def test_time_budget_lands_within_ten_percent(looplab_cache, tmp_path):
+def test_time_budget_lands_within_ten_percent(looplab_cache, tmp_path, monkeypatch):
+    from workers import trainer
+
+    resets = []
+    monkeypatch.setattr(trainer, "reset_peak_mem", lambda device: resets.append(device))
     spec = train.Spec.from_dict(tiny_spec(tokens=None, time_s=6.0, log_every=10))
     rep = MemoryReporter()
     row = train.run(spec, rep, tmp_path)
+    assert len(resets) == 1  # the peak is measured from after the calibration's copy
+    schedule = ckpt.load(tmp_path / "checkpoint.pt")["trainer"]["schedule"]  # saved with the run
+    assert schedule["total_steps"] == row["steps"] and schedule["last_step"] == row["steps"] - 1
     assert row["time_budget_s"] == 6.0 and row["calib_tokens_per_s"] > 0
     assert (
         json.loads((tmp_path / "calibration.json").read_text())["calib_tokens_per_s"]
@@ -152,6 +192,96 @@ def test_cli_bad_input_prints_one_line_and_exits_2(tmp_path):
         assert r.returncode == 2 and field in r.stderr, r.stderr
         assert len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "x").exists()  # nothing was started
+
+
+@pytest.mark.parametrize(
+    "args,line",
+    [
+        (["--tokens", "abc"], "error: tokens: expected an integer or null, got 'abc'"),
+        (["--tokens", "1e3", "--model", "d_model"], "error: model: expected KEY=VALUE, got 'd_model'"),
+        (["--tokens", "1e3", "--eval-loops", "1,x"], "error: eval_loops: expected an integer"),
+        (["--tokens", "1e3", "--optimizer", "sgd"], "error: optimizer: unknown 'sgd'"),
+        (["--tokens"], "error: tokens: expected one argument"),
+        (["--tokens", "1e3", "--bogus", "1"], "error: unrecognized arguments: --bogus 1"),
+    ],
+)
+def test_cli_errors_are_one_line_naming_the_field(args, line, tmp_path, capsys):
+    from workers.train_cli import main
+
+    out = tmp_path / "x"
+    with pytest.raises(SystemExit) as e:
+        raise SystemExit(main([*args, "--out", str(out)]))
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and err.startswith(line) and len(err.splitlines()) == 1, err
+    assert not out.exists()
+
+
+def test_cli_passes_only_given_flags_so_defaults_live_in_the_spec():
+    from workers.train_cli import build_parser
+
+    parser = build_parser()
+    args = parser.parse_args(["--preset", "parcae", "--tokens", "2e6", "--out", "o", "--model", "loops=3",
+                              "--model", "value_embeds=[1,3]", "--eval-loops", "1,4", "--no-compile",
+                              "--vocab-size", "300", "--tokenizer", "bpe"])  # fmt: skip
+    given = parser.spec_dict(args)
+    assert given == {
+        "recipe": "parcae",
+        "tokens": 2e6,
+        "model": {"loops": 3, "value_embeds": [1, 3]},
+        "eval_loops": [1, 4],
+        "compile": False,
+        "data": {"vocab_size": 300, "tokenizer": "bpe"},
+    }
+    spec = train.Spec.from_dict(given)
+    assert spec.tokens == 2_000_000 and spec.batch_size == train.Spec.batch_size
+    assert spec.to_dict() == train.Spec.from_dict({**spec.to_dict()}).to_dict()
+    assert parser.spec_dict(parser.parse_args(["--out", "o"])) == {}
+
+
+def test_every_cli_has_a_flag_with_help_for_every_spec_field():
+    import dataclasses
+
+    from workers import decode_bench, depth_sweep
+    from workers.data import DataSpec
+    from workers.spec_cli import field_docs
+    from workers.train_cli import build_parser
+
+    for spec_cls, parser in [(train.Spec, build_parser()), (depth_sweep.Spec, depth_sweep.build_parser()),
+                             (decode_bench.Spec, decode_bench.build_parser())]:  # fmt: skip
+        names = [f.name for f in dataclasses.fields(spec_cls) if f.name != "data"]
+        if spec_cls is train.Spec:
+            names += [f.name for f in dataclasses.fields(DataSpec)]
+        help_text = "".join(parser.format_help().split())  # no whitespace: lines wrap at hyphens too
+        docs = {**field_docs(spec_cls), **field_docs(DataSpec)}
+        for name in names:
+            assert f"--{name.replace('_', '-')}" in help_text, name
+            assert "".join(docs[name].split()) in help_text, name
+    assert "(default:1234)" in "".join(depth_sweep.build_parser().format_help().split())
+
+
+def test_compile_time_is_kept_out_of_train_seconds(looplab_cache, tmp_path, monkeypatch):
+    """The first step of an attempt (where torch.compile compiles) is timed as compile_seconds."""
+    import time
+
+    import torch
+
+    class SlowFirstCall:  # stands in for a compiled model: the first call takes a while
+        def __init__(self, model):
+            self.model, self.calls = model, 0
+
+        def __call__(self, *args, **kwargs):
+            self.calls += 1
+            if self.calls == 1:
+                time.sleep(0.5)
+            return self.model(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "compile", SlowFirstCall)
+    rep = MemoryReporter()
+    out = train.run(train.Spec.from_dict(tiny_spec(tokens=8 * 32 * 3, compile=True)), rep, tmp_path)
+    assert out["compile_seconds"] >= 0.5
+    walls = [p["wall_s"] for p in rep.of("metric") if p["key"] == "train_loss"]
+    assert walls[0] == 0.0 and walls[-1] == out["train_seconds"] > 0  # step 0 is not training time
+    assert "compile_seconds" not in next(e["row"] for e in rep.of("result"))  # not a result column
 
 
 def test_tuple_overrides_are_canonical_so_the_same_spec_resumes(tmp_path):

@@ -1,0 +1,175 @@
+"""What a train job is asked to do: the `Spec` dataclass, its validation, and the artifact-dir guard.
+
+Torch-free, so validating a grid (`workers.jobs.validate`) never imports torch. Every field documents
+itself with the string under it; `python -m workers.train --help` is generated from those strings and
+the defaults here (workers/spec_cli.py), so a default is written once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from model import fields
+from model.errors import ConfigError
+from workers.data import DataSpec
+
+# Validation draws h0 from this seed, in training's evaluations and in the depth sweep alike, so the
+# sweep's loss at a run's trained loop count is the run's final validation loss.
+EVAL_H0_SEED = 1234
+
+OPTIMIZERS = ("parcae", "torch_muon", "adamw")
+
+# Loop counts evaluated at every evaluation of a looped recipe when `eval_loops` is not given.
+DEFAULT_EVAL_LOOPS = (1, 2, 4, 8)
+
+
+@dataclass(frozen=True)
+class Spec:
+    recipe: str = "lean"
+    """recipe name, one of model.presets.RECIPES (lean, parcae, fixed4, plain, ...)"""
+    size: str = "tiny"
+    """model size, one of model.presets.SIZES"""
+    model: dict[str, Any] = field(default_factory=dict)
+    """ModelConfig field overrides, e.g. d_model=32"""
+    seed: int = 0
+    """seed of the initial weights, the batches and the loop-count sampler"""
+    tokens: int | None = None
+    """token budget, e.g. 2e6 (give exactly one of tokens and time_s)"""
+    time_s: float | None = None
+    """training-time budget in seconds, steps planned from a short calibration"""
+    batch_size: int = 8
+    """sequences per step (and per evaluation batch)"""
+    seq_len: int | None = None
+    """tokens per sequence; none: the preset's seq_len"""
+    lr: float | None = None
+    """learning rate of the matrix parameters; none: the optimizer's default"""
+    adam_lr: float | None = None
+    """AdamW learning rate of embeddings, norms and injection parameters; none: the optimizer's default"""
+    optimizer: str = "parcae"
+    """parcae (the reference Muon+AdamW), torch_muon (torch.optim.Muon + AdamW) or adamw"""
+    weight_decay: float | None = None
+    """weight decay of the matrix parameters; none: the optimizer's default"""
+    warmup_steps: int = 0
+    """steps of linear learning-rate warmup"""
+    cooldown_frac: float = 0.5
+    """fraction of the steps over which the learning rate falls linearly to 0, in (0, 1]"""
+    grad_clip: float = 1.0
+    """gradient-norm clipping threshold; 0 disables clipping"""
+    eval_every: int = 50
+    """steps between evaluations (the last step always evaluates)"""
+    eval_tokens: int = 32768
+    """validation tokens per evaluation (the first ones of the val shard)"""
+    eval_loops: list[int] | None = None
+    """loop counts evaluated at each evaluation (metric val_loss@N); none: 1,2,4,8 for looped recipes,
+    the trained count for plain ones"""
+    ckpt_every: int = 100
+    """steps between checkpoints"""
+    ckpt_minutes: float = 10.0
+    """at most this many minutes between checkpoints"""
+    log_every: int = 1
+    """steps between train_loss / lr / tokens_per_s points"""
+    calib_steps: int = 6
+    """time budget only: at least this many timed calibration steps (on a copy that is thrown away)"""
+    compile: bool = False
+    """train through torch.compile (its first step is timed as compile_seconds, not train_seconds)"""
+    device: str = "auto"
+    """auto, cpu, cuda or cuda:N"""
+    data: DataSpec = field(default_factory=DataSpec)
+    """the corpus and tokenizer"""
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Spec:
+        from model.presets import RECIPES, SIZES
+
+        given = fields.known_keys("train", d, cls)
+        d = {**vars(cls()), **given}
+        v: dict[str, Any] = {}
+        v["recipe"] = fields.choice("recipe", d["recipe"], sorted(RECIPES))
+        v["size"] = fields.choice("size", d["size"], sorted(SIZES))
+        model = fields.mapping("model", d["model"], "a mapping of ModelConfig overrides")
+        try:  # canonical JSON values (tuples -> lists), as spec.json and the queue will store them
+            model = json.loads(json.dumps(model))
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"model: overrides must be plain JSON values: {e}") from e
+        v["model"] = dict(sorted(model.items()))
+        v["seed"] = fields.integer("seed", d["seed"], lo=0)
+        v["tokens"] = fields.integer("tokens", d["tokens"], lo=1, allow_none=True)
+        v["time_s"] = fields.number("time_s", d["time_s"], lo=0, lo_open=True, allow_none=True)
+        if (v["tokens"] is None) == (v["time_s"] is None):
+            raise ConfigError("tokens / time_s: give exactly one budget (a token count or training seconds)")
+        v["batch_size"] = fields.integer("batch_size", d["batch_size"], lo=1)
+        v["seq_len"] = fields.integer("seq_len", d["seq_len"], lo=2, allow_none=True)
+        for name in ("lr", "adam_lr"):
+            v[name] = fields.number(name, d[name], lo=0, lo_open=True, allow_none=True)
+        v["optimizer"] = fields.choice("optimizer", d["optimizer"], OPTIMIZERS)
+        v["weight_decay"] = fields.number("weight_decay", d["weight_decay"], lo=0, allow_none=True)
+        v["warmup_steps"] = fields.integer("warmup_steps", d["warmup_steps"], lo=0)
+        v["cooldown_frac"] = fields.number("cooldown_frac", d["cooldown_frac"], lo=0, lo_open=True, hi=1)
+        v["grad_clip"] = fields.number("grad_clip", d["grad_clip"], lo=0)
+        for name in ("eval_every", "eval_tokens", "ckpt_every", "log_every"):
+            v[name] = fields.integer(name, d[name], lo=1)
+        loops = d["eval_loops"]
+        v["eval_loops"] = None if loops is None else fields.int_list("eval_loops", loops, lo=1)
+        v["calib_steps"] = fields.integer("calib_steps", d["calib_steps"], lo=2)
+        v["ckpt_minutes"] = fields.number("ckpt_minutes", d["ckpt_minutes"], lo=0, lo_open=True)
+        v["compile"] = fields.boolean("compile", d["compile"])
+        v["device"] = fields.device("device", d["device"])
+        v["data"] = DataSpec.from_dict(given.get("data"))
+        spec = cls(**v)
+        spec.model_config(256)  # unknown model overrides fail here, naming the key
+        return spec
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["model"] = dict(self.model)
+        d["data"] = self.data.to_dict()
+        return d
+
+    def model_config(self, vocab_size: int):
+        """The ModelConfig this spec trains, for a tokenizer of `vocab_size` tokens."""
+        from model.presets import preset
+
+        overrides = dict(self.model)
+        if self.seq_len is not None:
+            overrides["seq_len"] = self.seq_len
+        try:
+            cfg = preset(self.recipe, self.size, **overrides)
+        except TypeError as e:  # a preset that does not name the bad key itself
+            raise ConfigError(f"model: bad override(s) {sorted(overrides)}: {e}") from e
+        return dataclasses.replace(cfg, vocab_size=vocab_size)
+
+    def resolved_eval_loops(self, cfg) -> list[int]:
+        """The loop counts each evaluation reports (`val_loss@N`) for the model config `cfg`."""
+        if self.eval_loops is not None:
+            return list(self.eval_loops)
+        looped = cfg.injection != "none" or cfg.loops > 1
+        return list(DEFAULT_EVAL_LOOPS) if looped else [cfg.loops]
+
+
+def check_artifact_dir(spec: Spec, artifact_dir: Path) -> None:
+    """Refuse to reuse a dir trained with a different spec; write spec.json for a new one."""
+    path = artifact_dir / "spec.json"
+    new = spec.to_dict()
+    if path.exists():
+        try:
+            old = json.loads(path.read_text())
+        except ValueError as e:
+            raise ConfigError(f"spec.json: {str(path)!r} is not valid JSON ({e})") from e
+        diff = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+        if diff:
+            k = diff[0]
+            raise ConfigError(
+                f"{k}: artifact dir {str(artifact_dir)!r} was trained with {k}={old.get(k)!r}, "
+                f"this spec has {new.get(k)!r} (differing fields: {', '.join(diff)}); "
+                "use a new artifact dir"
+            )
+        return
+    artifact_dir.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(new, indent=1, sort_keys=True))
+    os.replace(tmp, path)
