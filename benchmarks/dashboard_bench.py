@@ -36,6 +36,8 @@ LOOPS = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32]
 def build(path: Path, n_runs: int, n_points: int) -> dict:
     """Create and fill the database; returns counts. Bulk inserts with executemany on one sqlite3 connection."""
     from orchestrator.db import dispose_all, engine
+    from orchestrator.jobqueue import loop_columns
+    from orchestrator.states import JobStatus
 
     engine(str(path))  # creates the schema (migrations to head) and the views
     dispose_all()
@@ -55,7 +57,9 @@ def build(path: Path, n_runs: int, n_points: int) -> dict:
         job_id += 1
         recipe, size = RECIPES[i % len(RECIPES)], SIZES[(i // len(RECIPES)) % len(SIZES)]
         seed, budget = i // (len(RECIPES) * len(SIZES) * 5), [1, 2, 4, 8, 16][(i // 20) % 5] * 1_000_000
-        status = "running" if i % 50 == 7 else "failed" if i % 100 == 3 else "succeeded"
+        status = (
+            JobStatus.RUNNING if i % 50 == 7 else JobStatus.FAILED if i % 100 == 3 else JobStatus.SUCCEEDED
+        )
         match = train_ids[-5] if (i % 40 == 39 and len(train_ids) > 5) else None
         cfg = json.dumps(
             {"recipe": recipe, "size": size, "seed": seed, "model": {}, "tokens": budget, "i": i}
@@ -63,8 +67,9 @@ def build(path: Path, n_runs: int, n_points: int) -> dict:
         bud = json.dumps({"match_time_of": match} if match else {"tokens": budget})
         jobs.append((job_id, 1, "train", cfg, f"t{i}", recipe, size, seed, status, bud,
                      None if match else budget, 100.0 if match else None, now - 9000, now - 8000,
-                     now - 10 if status != "running" else None, now, 30.0, 100.0, 60.0,
-                     "Traceback ...\nRuntimeError: bench failure" if status == "failed" else None))  # fmt: skip
+                     now - 10 if status != JobStatus.RUNNING else None, now, 30.0, 100.0, 60.0,
+                     "Traceback ...\nRuntimeError: bench failure" if status == JobStatus.FAILED else None,
+                     *loop_columns(json.loads(cfg))))  # fmt: skip
         if match:
             deps.append((job_id, match))
         train_ids.append(job_id)
@@ -79,24 +84,25 @@ def build(path: Path, n_runs: int, n_points: int) -> dict:
         latest += [(job_id, "train_loss", n_train, n_train * 1000, n_train * 0.5, final),
                    (job_id, "val_loss", n_train, n_train * 1000, n_train * 0.5, final),
                    (job_id, "tokens_per_s", n_train, n_train * 1000, n_train * 0.5, 2000.0)]  # fmt: skip
-        if status == "succeeded":
+        if status == JobStatus.SUCCEEDED:
             results.append((job_id, n_train, budget, 100.0, 2000.0 + i % 7, final, final))
     for tid in list(train_ids):
         job_id += 1
-        jobs.append((job_id, 1, "depth_sweep", "{}", f"d{tid}", None, None, None, "succeeded", None, None, None,
-                     now, now, now, now, None, None, None, None))  # fmt: skip
+        jobs.append((job_id, 1, "depth_sweep", "{}", f"d{tid}", None, None, None, JobStatus.SUCCEEDED, None, None,
+                     None, now, now, now, now, None, None, None, None, *jobs[tid - 1][-2:]))  # fmt: skip
         deps.append((job_id, tid))
         depth += [(job_id, n, 3.0 + abs(n - 8) * 0.01) for n in LOOPS]
         deltas += [(job_id, 8, r, 0.5 / r) for r in range(1, 9)]
     job_id += 1
-    jobs.append((job_id, 1, "decode_bench", "{}", "dec", "parcae", "small", None, "succeeded", None, None, None,
-                 now, now, now, now, None, None, None, None))  # fmt: skip
+    jobs.append((job_id, 1, "decode_bench", "{}", "dec", "parcae", "small", None, JobStatus.SUCCEEDED, None, None,
+                 None, now, now, now, now, None, None, None, None, None, None))  # fmt: skip
     decode = [(job_id, a, "small", c, b, 1.0 + len(a) / 10 * c / 2000, 1.0, 2.0, c * b / 100, "cuda", "bfloat16", 1)
               for a in RECIPES for c in (2000, 16000) for b in (1, 8, 64)]  # fmt: skip
     db.executemany(
         "INSERT INTO jobs(id, grid_id, kind, config, config_hash, recipe, size, seed, status, budget, budget_tokens,"
         " budget_time_s, created_at, started_at, finished_at, heartbeat_at, progress_done, progress_total, eta_s,"
-        " error, priority, attempts, max_attempts) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0,1,3)",
+        " error, loop_sampler, loops, priority, attempts, max_attempts)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0,1,3)",
         jobs,
     )
     db.executemany("INSERT INTO job_deps(job_id, depends_on) VALUES (?,?)", deps)
@@ -120,44 +126,46 @@ def build(path: Path, n_runs: int, n_points: int) -> dict:
 
 def page_loads(url: str) -> dict:
     """Per page: the data and analysis calls the page makes (see dashboard/views/*.py), uncached."""
-    from dashboard import analysis as A
-    from dashboard import data as D
+    from dashboard import analysis, data
+    from orchestrator.states import JobStatus
 
     def queue():
-        jobs = D.jobs(url)
-        A.status_counts(jobs)
-        A.running_jobs(jobs, D.latest(url, jobs.loc[jobs["status"] == "running", "job_id"]))
-        A.recent_failures(jobs)
+        jobs = data.jobs(url)
+        analysis.status_counts(jobs)
+        analysis.running_jobs(jobs, data.latest(url, jobs.loc[jobs["status"] == JobStatus.RUNNING, "job_id"]))
+        analysis.recent_failures(jobs)
 
     def runs():
-        r = D.runs(url)
-        r["budget"] = A.budget_labels(r)
-        shown = r[r["status"].isin(["running", "succeeded"])].tail(60)
-        c = D.curves(url, shown["job_id"], ("val_loss",)).merge(shown[["job_id", "recipe", "size", "budget"]])
+        r = data.runs(url)
+        r["budget"] = analysis.budget_labels(r)
+        shown = r[r["status"].isin([JobStatus.RUNNING, JobStatus.SUCCEEDED])].tail(60)
+        c = data.curves(url, shown["job_id"], ("val_loss",)).merge(
+            shown[["job_id", "recipe", "size", "budget"]]
+        )
         c["config"] = c["recipe"] + c["size"] + c["budget"]
-        A.curve_bands(c, by=["config"], x="tokens")
-        A.seed_aggregate(r, "final_val_loss", by=["grid", "recipe", "size", "budget"])
+        analysis.curve_bands(c, by=["config"], x="tokens")
+        analysis.seed_aggregate(r, "final_val_loss", by=["grid", "recipe", "size", "budget"])
 
     def compare():
-        r = D.runs(url)
-        done = r[r["status"] == "succeeded"]
-        ev = A.eval_loss_per_run(done, D.depth(url))
-        A.iso_data_matrix(A.iso_data_table(ev, reference="parcae"))
-        pairs = A.iso_time_pairs(done)
-        A.iso_time_summary(pairs)
+        r = data.runs(url)
+        done = r[r["status"] == JobStatus.SUCCEEDED]
+        ev = analysis.eval_loss_per_run(done, data.depth(url))
+        analysis.iso_data_matrix(analysis.iso_data_table(ev, reference="parcae"))
+        pairs = analysis.iso_time_pairs(done)
+        analysis.iso_time_summary(pairs)
         ids = sorted(set(pairs["job_id"]) | set(pairs["ref_job_id"]))
-        A.wall_time_curves(D.curves(url, ids, ("val_loss",)), r)
-        A.throughput_table(done, reference="parcae")
+        analysis.wall_time_curves(data.curves(url, ids, ("val_loss",)), r)
+        analysis.throughput_table(done, reference="parcae")
 
     def depth():
-        A.depth_curves(D.depth(url))
-        A.round_delta_curves(D.round_deltas(url), loops=8)
+        analysis.depth_curves(data.depth(url))
+        analysis.round_delta_curves(data.round_deltas(url), loops=8)
 
     def decode():
-        A.decode_table(D.decode(url), reference="parcae")
+        analysis.decode_table(data.decode(url), reference="parcae")
 
     def sql():
-        D.sql_query(url, "SELECT recipe, size, seed, final_val_loss, best_loops, tokens_per_s FROM runs "
+        data.sql_query(url, "SELECT recipe, size, seed, final_val_loss, best_loops, tokens_per_s FROM runs "
                          "ORDER BY final_val_loss")  # fmt: skip
 
     return {"queue": queue, "runs": runs, "compare": compare, "depth": depth, "decode": decode, "sql": sql}

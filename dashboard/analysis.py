@@ -2,7 +2,8 @@
 
 The pages only draw what these functions return, so every number a researcher reads off the
 dashboard is unit-tested here (tests/dashboard/test_analysis.py). Nothing in this module imports
-Streamlit or touches the database; `dashboard.data` builds the input frames.
+Streamlit or touches the database (the job states come from `orchestrator.states`, a plain enum);
+`dashboard.data` builds the input frames.
 
 Honesty rules shared by all functions:
 - missing data stays missing (NaN), never 0: a recipe with one seed has no std, a looped run
@@ -30,11 +31,13 @@ import time
 import numpy as np
 import pandas as pd
 
+from orchestrator.states import JobStatus
+
 NOISE_THRESHOLD = 0.01
 MISSING = "—"
 # columns that identify a configuration; the seed is deliberately not one of them
 CONFIG_COLUMNS = ("grid", "recipe", "size", "budget_tokens", "budget_time_s")
-JOB_STATES = ("queued", "running", "succeeded", "failed", "cancelled")
+JOB_STATES = tuple(status.value for status in JobStatus)  # in the order a job moves through them
 
 
 def budget_labels(runs: pd.DataFrame) -> list[str]:
@@ -258,7 +261,7 @@ def wall_time_curves(curves: pd.DataFrame, runs: pd.DataFrame, key: str = "val_l
     c["series"] = [f"{r} · {s} · seed {int(sd) if present(sd) else '?'} · #{j}"
                    for r, s, sd, j in zip(c["recipe"], c["size"], c["seed"], c["job_id"])]  # fmt: skip
     last = c.groupby("job_id")["wall_s"].transform("max") == c["wall_s"]
-    c["point"] = np.where(last & (c["status"] == "succeeded"), "final (decayed)", "not decayed")
+    c["point"] = np.where(last & (c["status"] == JobStatus.SUCCEEDED), "final (decayed)", "not decayed")
     return c[cols].reset_index(drop=True)
 
 
@@ -397,7 +400,7 @@ def running_jobs(jobs: pd.DataFrame, latest: pd.DataFrame, now: float | None = N
     """Running jobs with progress (fraction), tokens/s (last reported), ETA and heartbeat age."""
     cols = ["job_id", "kind", "recipe", "size", "seed", "progress", "progress_done", "progress_total",
             "tokens_per_s", "eta", "heartbeat_age_s"]  # fmt: skip
-    r = jobs[jobs["status"] == "running"].copy() if not jobs.empty else jobs
+    r = jobs[jobs["status"] == JobStatus.RUNNING].copy() if not jobs.empty else jobs
     if r.empty:
         return pd.DataFrame(columns=cols)
     now = time.time() if now is None else now
@@ -413,7 +416,7 @@ def running_jobs(jobs: pd.DataFrame, latest: pd.DataFrame, now: float | None = N
 def recent_failures(jobs: pd.DataFrame, n: int = 10) -> pd.DataFrame:
     """The last `n` failed jobs with their error (the traceback's last line first, then all of it)."""
     cols = ["job_id", "kind", "recipe", "size", "seed", "finished_at", "error_summary", "error"]
-    f = jobs[jobs["status"] == "failed"].copy() if not jobs.empty else jobs
+    f = jobs[jobs["status"] == JobStatus.FAILED].copy() if not jobs.empty else jobs
     if f.empty:
         return pd.DataFrame(columns=cols)
     f["error_summary"] = f["error"].map(_last_line)

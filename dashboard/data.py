@@ -6,19 +6,21 @@ Why it looks like this:
 - a page asks only for what it shows: the queue reads the jobs table and `latest_metrics` (never the
   full metric history), curves are read only for the selected jobs and downsampled inside the SQL
   query (window functions), so a database of 1,000 runs × 2,000 points stays fast;
-- no Streamlit here (pages wrap these in `st.cache_data`), so everything is testable and benchmarkable.
+- no Streamlit here (pages wrap these in `st.cache_data`), so everything is testable and benchmarkable;
+- no model code either: what a page needs to know about a run (how it loops) is a column of `jobs`,
+  filled at submission.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from functools import lru_cache
 
 import pandas as pd
 from sqlalchemy import Engine, bindparam, text
 
 from orchestrator.db import readonly_engine
+from orchestrator.states import JobStatus
 
 CURVE_KEYS = ("train_loss", "val_loss", "val_bpb", "lr", "tokens_per_s")
 MAX_POINTS = 500  # per curve; the first and the last point are always kept
@@ -54,10 +56,11 @@ def jobs(url: str) -> pd.DataFrame:
         SELECT j.id AS job_id, j.grid_id, g.name AS grid, j.kind, j.recipe, j.size, j.seed, j.status,
                j.priority, j.attempts, j.budget_tokens, j.budget_time_s, j.created_at, j.started_at,
                j.finished_at, j.heartbeat_at, j.worker, j.progress_done, j.progress_total, j.eta_s,
-               CASE WHEN j.status = 'failed' THEN j.error END AS error
+               CASE WHEN j.status = :failed THEN j.error END AS error
         FROM jobs j LEFT JOIN grids g ON g.id = j.grid_id
         ORDER BY j.id
         """,
+        failed=JobStatus.FAILED.value,
     )
 
 
@@ -82,13 +85,14 @@ def runs(url: str) -> pd.DataFrame:
     """One row per train job with its result (NaN until it finished) and how it loops.
 
     Adds `match_time_of` (the reference job of an iso-time run, from the budget as submitted) and
-    `loop_mode` / `train_loops` (from the recipe preset and the config's model overrides).
+    `loop_mode` / `train_loops` (from the sampler and loop count stored with the job at submission).
     """
     df = _read(
         url,
         """
         SELECT j.id AS job_id, j.grid_id, g.name AS grid, j.recipe, j.size, j.seed, j.status,
-               j.budget, j.budget_tokens, j.budget_time_s, j.config, r.steps, r.tokens, r.train_seconds,
+               j.budget, j.budget_tokens, j.budget_time_s, j.loop_sampler, j.loops, r.steps, r.tokens,
+               r.train_seconds,
                r.tokens_per_s, r.final_train_loss, r.final_val_loss, r.final_val_bpb, r.peak_mem_mb,
                r.n_params, r.n_params_non_embedding, r.time_budget_s, r.device
         FROM jobs j
@@ -99,10 +103,9 @@ def runs(url: str) -> pd.DataFrame:
         """,
     )
     df["match_time_of"] = pd.array([_match_time_of(b) for b in df["budget"]], dtype="Int64")
-    info = [_loop_info(c) for c in df["config"]]
-    df["loop_mode"] = [m for m, _ in info]
-    df["train_loops"] = pd.array([n for _, n in info], dtype="Int64")
-    return df.drop(columns=["budget", "config"])
+    df["loop_mode"] = [_loop_mode(s, n) for s, n in zip(df["loop_sampler"], df["loops"], strict=True)]
+    df["train_loops"] = pd.array([None if pd.isna(n) else int(n) for n in df["loops"]], dtype="Int64")
+    return df.drop(columns=["budget", "loop_sampler", "loops"])
 
 
 def _match_time_of(budget: str | None) -> int | None:
@@ -112,35 +115,13 @@ def _match_time_of(budget: str | None) -> int | None:
     return ref if isinstance(ref, int) and not isinstance(ref, bool) else None
 
 
-def _loop_info(config: str | None) -> tuple[str | None, int | None]:
-    """("fixed" | "sampled" | "none", trained loop count) of a train config; (None, None) if unknown."""
-    try:
-        spec = json.loads(config or "{}")
-    except ValueError:
-        return None, None
-    model = spec.get("model") or {}
-    sampler, loops = _preset_loops(spec.get("recipe"), spec.get("size"))
-    sampler = model.get("loop_sampler", sampler)
-    loops = model.get("loops", loops)
-    if sampler is None:
-        return None, None
+def _loop_mode(sampler: str | None, loops: float | None) -> str | None:
+    """ "fixed" | "sampled" | "none" (one pass: not looped); None when the job's sampler is unknown."""
+    if sampler is None or pd.isna(sampler):
+        return None
     if sampler != "fixed":
-        return "sampled", loops  # `loops` is the sampler's mean here
-    return ("none" if loops == 1 else "fixed"), loops
-
-
-@lru_cache(maxsize=256)
-def _preset_loops(recipe: str | None, size: str | None) -> tuple[str | None, int | None]:
-    """Sampler and loop count of a recipe's preset; (None, None) when the preset cannot be built."""
-    if not recipe:
-        return None, None
-    try:
-        from model.presets import preset
-
-        cfg = preset(recipe, size or "tiny")
-    except Exception:  # unknown recipe or model room unavailable: say "unknown", never guess
-        return None, None
-    return cfg.loop_sampler, cfg.loops
+        return "sampled"  # the stored loop count is the sampler's mean
+    return "none" if loops == 1 else "fixed"
 
 
 def depth(url: str) -> pd.DataFrame:

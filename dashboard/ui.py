@@ -13,8 +13,7 @@ import os
 import pandas as pd
 import streamlit as st
 
-from dashboard import analysis as A
-from dashboard import data as D
+from dashboard import analysis, data
 
 TTL_S = 5
 NO_JOBS = (
@@ -37,7 +36,7 @@ def open_db() -> str | None:
 
     try:
         url = db_url()
-        D.engine(url)
+        data.engine(url)
     except USER_ERRORS as e:
         st.error(f"Cannot open the results database: {e}")
         st.caption("Pass `--db PATH` to `looplab dashboard`, or set LOOPLAB_DB.")
@@ -50,39 +49,39 @@ def open_db() -> str | None:
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def jobs(url: str) -> pd.DataFrame:
-    return D.jobs(url)
+    return data.jobs(url)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def runs(url: str) -> pd.DataFrame:
-    df = D.runs(url)
-    df["budget"] = A.budget_labels(df)
+    df = data.runs(url)
+    df["budget"] = analysis.budget_labels(df)
     return df
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def latest(url: str, job_ids: tuple[int, ...], keys: tuple[str, ...] = D.CURVE_KEYS) -> pd.DataFrame:
-    return D.latest(url, job_ids, keys)
+def latest(url: str, job_ids: tuple[int, ...], keys: tuple[str, ...] = data.CURVE_KEYS) -> pd.DataFrame:
+    return data.latest(url, job_ids, keys)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def depth(url: str) -> pd.DataFrame:
-    return D.depth(url)
+    return data.depth(url)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def round_deltas(url: str) -> pd.DataFrame:
-    return D.round_deltas(url)
+    return data.round_deltas(url)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def decode(url: str) -> pd.DataFrame:
-    return D.decode(url)
+    return data.decode(url)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def curves(url: str, job_ids: tuple[int, ...], keys: tuple[str, ...], max_points: int = D.MAX_POINTS):
-    return D.curves(url, job_ids, keys, max_points)
+def curves(url: str, job_ids: tuple[int, ...], keys: tuple[str, ...], max_points: int = data.MAX_POINTS):
+    return data.curves(url, job_ids, keys, max_points)
 
 
 # ---------------------------------------------------------------- filters
@@ -161,13 +160,13 @@ def table(
             config[c] = st.column_config.NumberColumn(c, format="localized")
         else:
             config[c] = st.column_config.NumberColumn(c, format=f"%.{precision}f")
-    data = df
+    shown = df
     if "verdict" in df.columns:
         fmt = {c: "{:,.0f}" for c in df.columns if c in INT_COLUMNS}
-        data = df.style.format(precision=precision, na_rep=A.MISSING, thousands=",")
-        data = data.format(fmt, na_rep=A.MISSING, subset=list(fmt)) if fmt else data
-        data = data.map(lambda v: f"background-color: {VERDICT_COLORS.get(v, 'white')}", subset=["verdict"])
-    st.dataframe(data, hide_index=True, key=key, height=height, column_config=config)
+        shown = df.style.format(precision=precision, na_rep=analysis.MISSING, thousands=",")
+        shown = shown.format(fmt, na_rep=analysis.MISSING, subset=list(fmt)) if fmt else shown
+        shown = shown.map(lambda v: f"background-color: {VERDICT_COLORS.get(v, 'white')}", subset=["verdict"])
+    st.dataframe(shown, hide_index=True, key=key, height=height, column_config=config)
 
 
 def reference_picker(

@@ -9,8 +9,8 @@ Adding a revision: change `orchestrator/schema.py`, then autogenerate against a 
     looplab --db /tmp/dev.db db upgrade
     python -c "from alembic import command; from orchestrator.db import alembic_config; \\
         command.revision(alembic_config('/tmp/dev.db'), message='what changed', \\
-                         rev_id='0003_what_changed', autogenerate=True)"
+                         rev_id='0004_what_changed', autogenerate=True)"
 
-then read and tidy the generated `versions/0003_what_changed.py` (views are plain SQL written by
+then read and tidy the generated `versions/0004_what_changed.py` (views are plain SQL written by
 hand), and run `pytest tests/db`: the no-drift and data-survives-upgrade tests cover it.
 """

@@ -11,21 +11,26 @@
 
 `Queue` only talks to the database; `run()` starts the Ray driver in this process (ray is imported
 only then). `kinds` replaces the job registry (workers.jobs) — tests use trivial fake jobs.
+Every change of a job's state is made by `orchestrator.jobqueue`; this class only forwards to it.
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import sqlalchemy as sa
 
-from orchestrator import queue
+from orchestrator import jobqueue
 from orchestrator.display import status_frame
 from orchestrator.errors import ConfigError
 from orchestrator.grid import Grid
+from orchestrator.states import JobStatus
+
+if TYPE_CHECKING:
+    from workers.jobs import JobRegistry
 
 __all__ = ["Grid", "Queue"]
 
@@ -33,17 +38,19 @@ __all__ = ["Grid", "Queue"]
 class Queue:
     """A handle on the persistent queue in the results database."""
 
-    def __init__(self, db: str | None = None, artifacts: str | Path | None = None, kinds: Any = None) -> None:
+    def __init__(
+        self, db: str | None = None, artifacts: str | Path | None = None, kinds: JobRegistry | None = None
+    ) -> None:
         from orchestrator.db import resolve_url
 
         self.url = resolve_url(db)
-        self.eng = queue.open_engine(self.url)
+        self.eng = jobqueue.open_engine(self.url)
         self.artifacts = Path(artifacts or "looplab_artifacts")
         self._kinds = kinds
         self.last_added: list[int] = []  # ids the last submit() inserted (the rest already existed)
 
     @property
-    def kinds(self) -> Any:
+    def kinds(self) -> JobRegistry:
         if self._kinds is None:
             from orchestrator.scheduler import default_kinds
 
@@ -54,17 +61,17 @@ class Queue:
         """Validate every grid, then insert all their jobs in one transaction. Returns the job ids
         (existing ids for jobs already in the database; see `last_added` for the new ones)."""
         grids = [grids] if isinstance(grids, Grid) else list(grids)
-        ids, self.last_added = queue.submit(self.eng, grids, self.kinds)
+        ids, self.last_added = jobqueue.submit(self.eng, grids, self.kinds)
         return ids
 
     def status(self, grid: str | int | None = None, all: bool = True) -> pd.DataFrame:  # noqa: A002
         return status_frame(self.eng, grid=grid, all_jobs=all)
 
     def cancel(self, job_ids: int | list[int]) -> list[int]:
-        return queue.cancel(self.eng, [job_ids] if isinstance(job_ids, int) else list(job_ids))
+        return jobqueue.cancel(self.eng, [job_ids] if isinstance(job_ids, int) else list(job_ids))
 
     def retry(self, job_ids: int | list[int]) -> list[int]:
-        return queue.retry(self.eng, [job_ids] if isinstance(job_ids, int) else list(job_ids))
+        return jobqueue.retry(self.eng, [job_ids] if isinstance(job_ids, int) else list(job_ids))
 
     def results(self, name: str = "runs") -> pd.DataFrame:
         """A whole view or table (runs, curves, depth, decode, train_results, ...) as a DataFrame."""
@@ -90,12 +97,14 @@ class Queue:
 
         return Scheduler(self.eng, self.artifacts, self._kinds, until_empty=until_empty, **kwargs).run()
 
-    def wait(self, job_ids: list[int], timeout: float | None = None, poll_s: float = 1.0) -> dict[int, str]:
+    def wait(
+        self, job_ids: list[int], timeout: float | None = None, poll_s: float = 1.0
+    ) -> dict[int, JobStatus]:
         """Block until the jobs are finished (another process runs the queue); returns their statuses."""
         end = None if timeout is None else time.time() + timeout
         while True:
-            st = queue.statuses(self.eng, job_ids)
-            if all(s in ("succeeded", "failed", "cancelled") for s in st.values()):
+            st = jobqueue.statuses(self.eng, job_ids)
+            if all(s.finished for s in st.values()):
                 return st
             if end is not None and time.time() > end:
                 raise TimeoutError(f"jobs still pending after {timeout} s: {st}")

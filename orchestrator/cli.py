@@ -14,6 +14,7 @@ import argparse
 import importlib
 import sys
 
+HEADLINE = "looplab: a job queue and results database for looped language models"
 # command -> (module, function); the function takes the parsed argparse.Namespace, returns an exit code
 HANDLERS = {
     "db": ("orchestrator.db", "cli_db"),
@@ -30,7 +31,7 @@ HANDLERS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="looplab", description=__doc__.split("\n")[0].strip("`— "))
+    p = argparse.ArgumentParser(prog="looplab", description=HEADLINE)
     p.add_argument(
         "--db",
         default=None,

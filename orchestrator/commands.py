@@ -1,7 +1,7 @@
-"""The `looplab` command handlers of the orchestrator room (declared in orchestrator/cli.py).
+"""The `looplab` command handlers of the orchestrator (declared in orchestrator/cli.py).
 
 Each takes the argparse Namespace and returns an exit code. They are thin: the work lives in
-orchestrator.api / queue / scheduler, so the Python API and the CLI behave the same.
+orchestrator.api / jobqueue / scheduler, so the Python API and the CLI behave the same.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ import os
 import time
 
 from orchestrator.grid import Grid
+from orchestrator.states import JobStatus
 
 DATA = {"corpus": "offline", "tokenizer": "byte"}
 FULL = {
@@ -88,7 +89,7 @@ def main(db: str | None = None, fast: bool = False, artifacts: str = "looplab_ar
     if rc != 0:
         print("demo stopped; finished work is kept: run `looplab demo` again to continue where it stopped")
         return rc
-    failed = st[st["status"] == "failed"]
+    failed = st[st["status"] == JobStatus.FAILED]
     for r in failed.itertuples():
         print(f"  job {r.id} ({r.kind}) failed: {r.error}   (details: looplab logs {r.id})")
     try:

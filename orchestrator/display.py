@@ -10,7 +10,8 @@ import pandas as pd
 import sqlalchemy as sa
 from sqlalchemy import Engine
 
-from orchestrator.schema import Grid, Job, LatestMetric
+from orchestrator.schema import GridRow, Job, LatestMetric
+from orchestrator.states import ACTIVE, JobStatus
 
 COLUMNS = ["id", "grid", "kind", "recipe", "size", "seed", "status", "attempts", "progress_done",
            "progress_total", "eta_s", "train_loss", "val_loss", "gpu_ids", "error"]  # fmt: skip
@@ -21,38 +22,39 @@ def status_frame(eng: Engine, grid: str | int | None = None, all_jobs: bool = Tr
     """One row per job with its latest train/val loss. `all_jobs=False` hides finished jobs."""
     lm_train = sa.alias(LatestMetric.__table__, "lt")
     lm_val = sa.alias(LatestMetric.__table__, "lv")
-    J = Job.__table__
-    q = (
+    jobs = Job.__table__
+    query = (
         sa.select(
-            J.c.id,
-            Grid.name.label("grid"),
-            J.c.kind,
-            J.c.recipe,
-            J.c.size,
-            J.c.seed,
-            J.c.status,
-            J.c.attempts,
-            J.c.progress_done,
-            J.c.progress_total,
-            J.c.eta_s,
+            jobs.c.id,
+            GridRow.name.label("grid"),
+            jobs.c.kind,
+            jobs.c.recipe,
+            jobs.c.size,
+            jobs.c.seed,
+            jobs.c.status,
+            jobs.c.attempts,
+            jobs.c.progress_done,
+            jobs.c.progress_total,
+            jobs.c.eta_s,
             lm_train.c.value.label("train_loss"),
             lm_val.c.value.label("val_loss"),
-            J.c.gpu_ids,
-            J.c.error,
+            jobs.c.gpu_ids,
+            jobs.c.error,
         )  # fmt: skip
-        .outerjoin(Grid, Grid.id == J.c.grid_id)
-        .outerjoin(lm_train, sa.and_(lm_train.c.job_id == J.c.id, lm_train.c.key == "train_loss"))
-        .outerjoin(lm_val, sa.and_(lm_val.c.job_id == J.c.id, lm_val.c.key == "val_loss"))
-        .order_by(J.c.id)
+        .outerjoin(GridRow, GridRow.id == jobs.c.grid_id)
+        .outerjoin(lm_train, sa.and_(lm_train.c.job_id == jobs.c.id, lm_train.c.key == "train_loss"))
+        .outerjoin(lm_val, sa.and_(lm_val.c.job_id == jobs.c.id, lm_val.c.key == "val_loss"))
+        .order_by(jobs.c.id)
     )
     if grid is not None:
-        q = q.where(Grid.id == int(grid)) if str(grid).isdigit() else q.where(Grid.name == str(grid))
+        by_id = str(grid).isdigit()
+        query = query.where(GridRow.id == int(grid)) if by_id else query.where(GridRow.name == str(grid))
     if not all_jobs:
-        q = q.where(J.c.status.in_(["queued", "running"]))
+        query = query.where(jobs.c.status.in_(ACTIVE))
     if job_ids is not None:
-        q = q.where(J.c.id.in_(job_ids))
+        query = query.where(jobs.c.id.in_(job_ids))
     with eng.connect() as conn:
-        rows = conn.execute(q).all()
+        rows = conn.execute(query).all()
     df = pd.DataFrame(rows, columns=COLUMNS)
     df["seed"] = df["seed"].astype("Int64")
     df["error"] = df["error"].map(
@@ -92,12 +94,13 @@ def table(df: pd.DataFrame) -> str:
              f"{'progress':<27} {'eta':>7} {'train':>7} {'val':>7}  note"]  # fmt: skip
     for r in df.itertuples():
         seed = "" if pd.isna(r.seed) else int(r.seed)
-        note = r.error if r.error else (f"gpu {r.gpu_ids}" if r.gpu_ids and r.status == "running" else "")
-        prog = bar(r.progress_done, r.progress_total) if r.status == "running" else (
-            bar(1, 1) if r.status == "succeeded" else " " * 27)  # fmt: skip
+        running = r.status == JobStatus.RUNNING
+        note = r.error if r.error else (f"gpu {r.gpu_ids}" if r.gpu_ids and running else "")
+        prog = bar(r.progress_done, r.progress_total) if running else (
+            bar(1, 1) if r.status == JobStatus.SUCCEEDED else " " * 27)  # fmt: skip
         lines.append(
             f"{r.id:>4} {r.kind:<12} {str(r.recipe or ''):<8} {str(r.size or ''):<6} {seed!s:>4} {r.status:<9} "
-            f"{r.attempts:>3} {prog:<27} {fmt_eta(r.eta_s) if r.status == 'running' else '':>7} "
+            f"{r.attempts:>3} {prog:<27} {fmt_eta(r.eta_s) if running else '':>7} "
             f"{_num(r.train_loss):>7} {_num(r.val_loss):>7}  {note}"
         )
     counts = df["status"].value_counts().to_dict()

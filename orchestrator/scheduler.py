@@ -1,10 +1,12 @@
 """The scheduler driver (`looplab run`): claims ready jobs from the database and runs them on Ray.
 
-One driver process is the only database writer. Each job runs as a Ray task (`execute_job`) with its
-resources; its `QueueReporter` batches the job's events and pushes them every half second to an
-`EventSink` actor owned by the driver, together with a heartbeat; the reply carries the stop flag
-that `reporter.should_stop()` returns (Ctrl-C on the driver, `looplab cancel`). The driver drains
-the sink, writes the events in one transaction (orchestrator/writer.py), and records outcomes.
+One driver process is the only database writer; every change of a job's state goes through
+`orchestrator.jobqueue` (claim, finish, refuse, recover, cascade), so this module issues no SQL of
+its own. Each job runs as a Ray task (`execute_job`) with its resources; its `QueueReporter` batches
+the job's events and pushes them every half second to an `EventSink` actor owned by the driver,
+together with a heartbeat; the reply carries the stop flag that `reporter.should_stop()` returns
+(Ctrl-C on the driver, `looplab cancel`). The driver drains the sink, writes the events in one
+transaction (orchestrator/writer.py), and records outcomes.
 
 Why a sink actor rather than task return values: curves must reach the database while a training
 job runs (live dashboard), and events from remote nodes must not need database access.
@@ -16,32 +18,32 @@ from __future__ import annotations
 
 import importlib
 import json
-import logging
 import os
 import signal
 import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
-import sqlalchemy as sa
 
-from orchestrator import queue
+from orchestrator import jobqueue
 from orchestrator.display import print_progress
+from orchestrator.states import AttemptOutcome, JobStatus
 from orchestrator.task import EventSink, QueueReporter, execute_job, kinds_ref
 from orchestrator.writer import write_events
 
-log = logging.getLogger("looplab.scheduler")
+if TYPE_CHECKING:
+    from workers.jobs import JobRegistry
 
 
 def grace_seconds() -> float:
     """Heartbeat grace period for recovery ($LOOPLAB_HEARTBEAT_GRACE_S, default 60 s)."""
-    return float(os.environ.get("LOOPLAB_HEARTBEAT_GRACE_S", queue.DEFAULT_GRACE_S))
+    return float(os.environ.get("LOOPLAB_HEARTBEAT_GRACE_S", jobqueue.DEFAULT_GRACE_S))
 
 
-def default_kinds() -> Any:
+def default_kinds() -> JobRegistry:
     """The job registry: workers.jobs, or a module named by $LOOPLAB_JOB_KINDS (test/plugin hook)."""
     return importlib.import_module(os.environ.get("LOOPLAB_JOB_KINDS", "workers.jobs"))
 
@@ -49,7 +51,7 @@ def default_kinds() -> Any:
 class Scheduler:
     """The driver loop. `run()` returns 0 when the queue is empty (until_empty), 130 after Ctrl-C."""
 
-    def __init__(self, eng, artifacts: str | Path = "looplab_artifacts", kinds: Any = None, *,
+    def __init__(self, eng, artifacts: str | Path = "looplab_artifacts", kinds: JobRegistry | None = None, *,
                  address: str | None = None, num_cpus: int | None = None, num_gpus: float | None = None,
                  until_empty: bool = False, max_concurrent: int | None = None, grace_s: float | None = None,
                  poll_s: float = 0.5, progress: bool = True, progress_every_s: float = 5.0) -> None:  # fmt: skip
@@ -99,7 +101,7 @@ class Scheduler:
         cluster = ray.cluster_resources()
         self.total = {"CPU": float(cluster.get("CPU", 0)), "GPU": float(cluster.get("GPU", 0))}
         self.sink = EventSink.remote()
-        back = queue.recover_stale(self.eng, self.grace_s)
+        back = jobqueue.recover_stale(self.eng, self.grace_s)
         if back:
             print(f"recovered {len(back)} interrupted job(s) {back}: they resume from their checkpoints")
         old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -124,7 +126,7 @@ class Scheduler:
             if not self.stopping:
                 self._launch_ready()
             if not self.running:
-                if self.stopping or (self.until_empty and self._nothing_left()):
+                if self.stopping or (self.until_empty and jobqueue.nothing_left(self.eng)):
                     return
             refs = list(self.running)
             done: list[Any] = []
@@ -143,41 +145,33 @@ class Scheduler:
                 self._heartbeat_and_cancels()
                 last_touch = now
             if now - last_recover > max(1.0, self.grace_s / 2):
-                queue.recover_stale(self.eng, self.grace_s, exclude={j for j, *_ in self.running.values()})
-                queue.cascade(self.eng)
+                jobqueue.recover_stale(self.eng, self.grace_s, exclude={j for j, *_ in self.running.values()})
+                jobqueue.cascade(self.eng)
                 last_recover = now
             if self.progress and now - last_progress > self.progress_every_s and self.running:
                 print_progress(self.eng, [j for j, *_ in self.running.values()])
                 last_progress = now
 
-    def _nothing_left(self) -> bool:
-        queue.cascade(self.eng)
-        if queue.ready_jobs(self.eng, limit=1):
-            return False
-        # running jobs of another (or a dead) driver may still unblock queued ones
-        with self.eng.connect() as conn:
-            return not conn.execute(
-                queue.sa.select(queue.J.c.id).where(queue.J.c.status == "running").limit(1)
-            ).first()
-
     def _launch_ready(self) -> None:
-        for job in queue.ready_jobs(self.eng):
+        for job in jobqueue.ready_jobs(self.eng):
             if self.max_concurrent is not None and len(self.running) >= self.max_concurrent:
                 return
             res = self._resources(job)
             if res["num_cpus"] > self.total["CPU"] or res["num_gpus"] > self.total["GPU"]:
-                self._refuse(job, res)
+                msg = (f"job {job.id} needs {res} but the cluster has {self.total}: "
+                       "change the grid's resources or add machines")  # fmt: skip
+                jobqueue.refuse(self.eng, job.id, self.worker, msg)
                 continue
             if not self._fits(res):
                 continue  # a smaller job further down may still fit
             art = self.artifacts / f"{job.id}-{job.kind}-{job.config_hash[:8]}"
-            n = queue.claim(self.eng, job.id, self.worker, str(art))
+            n = jobqueue.claim(self.eng, job.id, self.worker, str(art))
             if n is None:
                 continue  # another driver won it
             try:
-                spec = queue.launch_spec(self.eng, job)
+                spec = jobqueue.launch_spec(self.eng, job)
             except Exception:
-                queue.finish(self.eng, job.id, n, "failed", traceback.format_exc())
+                jobqueue.finish(self.eng, job.id, n, AttemptOutcome.FAILED, traceback.format_exc())
                 continue
             ray.get(self.sink.allow.remote(job.id))  # before the task can ask for its stop flag
             ref = execute_job.options(num_cpus=res["num_cpus"], num_gpus=res["num_gpus"]).remote(
@@ -189,19 +183,6 @@ class Scheduler:
                 print(
                     f"{time.strftime('%H:%M:%S')} job {job.id} ({job.kind}) started, attempt {n}", flush=True
                 )
-
-    def _refuse(self, job: Any, res: dict[str, float]) -> None:
-        n = queue.claim(self.eng, job.id, self.worker, "")
-        if n is not None:
-            msg = (f"job {job.id} needs {res} but the cluster has {self.total}: "
-                   "change the grid's resources or add machines")  # fmt: skip
-            A = queue.A
-            failed = sa.select(sa.func.count()).where(A.c.job_id == job.id, A.c.outcome == "failed")
-            with self.eng.begin() as conn:  # not the job's fault: fail for good at once
-                # this attempt's failure must reach max_attempts, whatever interruptions came before
-                conn.execute(queue.J.update().where(queue.J.c.id == job.id)
-                             .values(max_attempts=failed.scalar_subquery() + 1))  # fmt: skip
-            queue.finish(self.eng, job.id, n, "failed", msg)
 
     def _drain(self) -> None:
         batches = ray.get(self.sink.drain.remote())
@@ -215,10 +196,10 @@ class Scheduler:
         try:
             out = ray.get(ref)
         except Exception as e:  # the worker process died (OOM-killed, node lost, ...)
-            out = {"outcome": "failed", "error": f"Ray task failed: {type(e).__name__}: {e}"}
-        status = queue.finish(self.eng, job_id, n, out["outcome"], out.get("error"))
+            out = {"outcome": AttemptOutcome.FAILED, "error": f"Ray task failed: {type(e).__name__}: {e}"}
+        status = jobqueue.finish(self.eng, job_id, n, AttemptOutcome(out["outcome"]), out.get("error"))
         art = self.art_dirs.pop(job_id, None)
-        if status == "succeeded" and art is not None:  # every point is in the database now
+        if status == JobStatus.SUCCEEDED and art is not None:  # every point is in the database now
             (art / QueueReporter.SPOOL).unlink(missing_ok=True)
         if self.progress:
             print(
@@ -228,9 +209,9 @@ class Scheduler:
 
     def _heartbeat_and_cancels(self) -> None:
         mine = [j for j, *_ in self.running.values()]
-        queue.touch(self.eng, mine)
-        for j, s in queue.statuses(self.eng, mine).items():
-            if s == "cancelled":
+        jobqueue.touch(self.eng, mine)
+        for j, s in jobqueue.statuses(self.eng, mine).items():
+            if s == JobStatus.CANCELLED:
                 self.sink.request_stop.remote(j)
 
     def _force_stop(self) -> None:
@@ -239,5 +220,7 @@ class Scheduler:
             ray.cancel(ref, force=True)
         self._drain()
         for job_id, n, _ in self.running.values():
-            queue.finish(self.eng, job_id, n, "interrupted", "stopped by a second Ctrl-C (forced)")
+            jobqueue.finish(
+                self.eng, job_id, n, AttemptOutcome.INTERRUPTED, "stopped by a second Ctrl-C (forced)"
+            )
         self.running.clear()

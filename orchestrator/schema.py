@@ -1,15 +1,18 @@
 """The results database: SQLAlchemy 2.0 typed ORM models.
 
 This module is the single definition of the schema. Alembic revisions in `migrations/` are
-checked against it (no drift), the scheduler writes through it, the dashboard reads through it.
+checked against it (no drift); `orchestrator.jobqueue` alone writes job and attempt rows,
+`orchestrator.writer` writes what workers report, the dashboard reads.
 
 Conventions:
 - every timestamp is a float of epoch seconds (`time.time()`, UTC, one clock): heartbeats are
   compared in total seconds, never as naive/aware datetimes;
 - JSON payloads (configs, budgets, resources) are canonical JSON text, so the same config hashes
   the same way everywhere;
-- the config of a job is the source of truth; `recipe`, `size`, `seed` are copied out of it at
-  submission so that views and filters need no JSON functions (portable beyond SQLite).
+- the config of a job is the source of truth; `recipe`, `size`, `seed` (and how a run loops:
+  `loop_sampler`, `loops`) are copied out of it at submission so that views, filters and the
+  dashboard need no JSON functions (portable beyond SQLite) and no model code;
+- `jobs.status` and `attempts.outcome` hold the values of `orchestrator.states` as plain strings.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from orchestrator.states import AttemptOutcome, JobStatus
+
 # Deterministic constraint names, so Alembic autogenerate and batch mode on SQLite agree.
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -36,16 +41,14 @@ NAMING = {
     "pk": "pk_%(table_name)s",
 }
 
-JOB_KINDS = ("train", "depth_sweep", "decode_bench")
-JOB_STATES = ("queued", "running", "succeeded", "failed", "cancelled")
-ATTEMPT_OUTCOMES = ("running", "succeeded", "failed", "interrupted", "cancelled")
-
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
 
 
-class Grid(Base):
+class GridRow(Base):
+    """A submitted grid as stored (the user-facing `orchestrator.grid.Grid` is what was submitted)."""
+
     __tablename__ = "grids"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(200), index=True)
@@ -58,14 +61,14 @@ class Job(Base):
     __tablename__ = "jobs"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     grid_id: Mapped[int | None] = mapped_column(ForeignKey("grids.id"), index=True)
-    kind: Mapped[str] = mapped_column(String(32))  # one of JOB_KINDS
+    kind: Mapped[str] = mapped_column(String(32))  # train | depth_sweep | decode_bench | a plugin's kind
     config: Mapped[str] = mapped_column(Text)  # canonical JSON: the job's full spec
     config_hash: Mapped[str] = mapped_column(String(64), unique=True)
     # copied out of config for views and filters
     recipe: Mapped[str | None] = mapped_column(String(64))
     size: Mapped[str | None] = mapped_column(String(32))
     seed: Mapped[int | None] = mapped_column(Integer)
-    status: Mapped[str] = mapped_column(String(16), default="queued")
+    status: Mapped[str] = mapped_column(String(16), default=JobStatus.QUEUED)  # a JobStatus value
     priority: Mapped[int] = mapped_column(Integer, default=0)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     max_attempts: Mapped[int] = mapped_column(Integer, default=3)
@@ -82,12 +85,20 @@ class Job(Base):
     worker: Mapped[str | None] = mapped_column(String(200))  # node / pid that runs it
     gpu_ids: Mapped[str | None] = mapped_column(String(64))
     error: Mapped[str | None] = mapped_column(Text)  # last traceback or reason
+    # the dependency whose failure or cancellation failed this job (set by the cascade, cleared by a
+    # retry): a retry of that dependency re-queues exactly the jobs it took down (revision 0003)
+    failed_dependency: Mapped[int | None] = mapped_column(Integer)
     artifact_dir: Mapped[str | None] = mapped_column(Text)
     checkpoint_path: Mapped[str | None] = mapped_column(Text)
     checkpoint_step: Mapped[int | None] = mapped_column(Integer)
     progress_done: Mapped[float | None] = mapped_column(Float)  # e.g. steps done
     progress_total: Mapped[float | None] = mapped_column(Float)
     eta_s: Mapped[float | None] = mapped_column(Float)
+    # how a train job loops (a depth sweep copies its train job's): the preset's sampler (fixed |
+    # poisson_seq | poisson_batch) and loop count (the trained count, or the sampler's mean), with the
+    # config's model overrides applied; filled at submission so readers need no model code (rev. 0003)
+    loop_sampler: Mapped[str | None] = mapped_column(String(16))
+    loops: Mapped[int | None] = mapped_column(Integer)
 
     __table_args__ = (
         Index("ix_jobs_status_priority", "status", "priority"),
@@ -110,7 +121,9 @@ class Attempt(Base):
     n: Mapped[int] = mapped_column(Integer)  # 1, 2, ...
     started_at: Mapped[float] = mapped_column(Float)
     ended_at: Mapped[float | None] = mapped_column(Float)
-    outcome: Mapped[str] = mapped_column(String(16), default="running")  # ATTEMPT_OUTCOMES
+    outcome: Mapped[str] = mapped_column(
+        String(16), default=AttemptOutcome.RUNNING
+    )  # an AttemptOutcome value
     error: Mapped[str | None] = mapped_column(Text)
     resumed_from_step: Mapped[int | None] = mapped_column(Integer)
     worker: Mapped[str | None] = mapped_column(String(200))

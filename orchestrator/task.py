@@ -3,7 +3,9 @@
 `execute_job` runs one job on a Ray worker (any node). Its `QueueReporter` batches the job's events and
 pushes them every half second, with a heartbeat, to the `EventSink` actor that the driver owns; the
 reply carries the stop flag `reporter.should_stop()` returns (Ctrl-C on the driver, `looplab cancel`).
-Workers never open the database: the driver drains the sink and is the one writer.
+Workers never open the database: the driver drains the sink and is the one writer. Metric points
+also go to a `MetricSpool` file first, so that a kill between a point's report and its commit loses
+nothing (see QueueReporter).
 """
 
 from __future__ import annotations
@@ -18,11 +20,15 @@ import time
 import traceback
 import types
 from pathlib import Path
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any
 
 import ray
 
+from orchestrator.states import AttemptOutcome
 from workers.reporter import BaseReporter, Event
+
+if TYPE_CHECKING:
+    from workers.jobs import JobRegistry
 
 log = logging.getLogger("looplab.task")
 OOM_ADVICE = ("CUDA out of memory: the job did not fit on its GPU. Lower batch_size (or seq_len, or the "
@@ -58,17 +64,64 @@ class EventSink:
         self.stop.discard(job_id)
 
 
+class MetricSpool:
+    """An append-only file of a job's metric points, one JSON line each, in its artifact dir.
+
+    Why: a kill -9 (or power cut) can land after a checkpoint was written but before the points that
+    preceded it reached the database; the resumed attempt starts after that checkpoint and would
+    never report them again. So every point is written here before it is shipped, and a new attempt
+    first replays the file (metric upserts are idempotent), then its `resumed(step)` drops whatever
+    came after the checkpoint. The driver deletes the file once the job has succeeded.
+    """
+
+    NAME = "events.spool"
+
+    def __init__(self, artifact_dir: str | Path) -> None:
+        self.path = Path(artifact_dir) / self.NAME
+        self._file: IO[str] | None = None
+
+    def replay(self) -> list[Event]:
+        """Metric events of earlier attempts, in the order they were written (a torn last line from
+        a kill is skipped)."""
+        if not self.path.exists():
+            return []
+        events = []
+        for line in self.path.read_text().splitlines():
+            try:
+                point = json.loads(line)
+            except ValueError:
+                continue
+            events.append(Event("metric", point.pop("ts"), point))
+        return events
+
+    def append(self, event: Event) -> None:
+        if self._file is None:
+            torn = self.path.exists() and self.path.stat().st_size > 0 and not self._ends_with_newline()
+            self._file = open(self.path, "a", buffering=1)  # noqa: SIM115 - line-buffered: one write per point
+            if torn:  # end a kill's torn line, or this attempt's first point would be glued to it
+                self._file.write("\n")
+        self._file.write(json.dumps({"ts": event.ts, **event.payload}) + "\n")
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def _ends_with_newline(self) -> bool:
+        with open(self.path, "rb") as f:
+            f.seek(-1, 2)
+            return f.read(1) == b"\n"
+
+
 class QueueReporter(BaseReporter):
     """Runs inside the Ray task: buffers events, ships them with a heartbeat every `flush_s`.
 
-    Metric points are also appended to a spool file in the artifact dir before they are shipped.
-    Why: a kill -9 (or power cut) can land after a checkpoint was written but before the points that
-    preceded it reached the database; the resumed attempt starts after that checkpoint and would
-    never report them again. So a new attempt first replays the spool (metric upserts are
-    idempotent), and its `resumed(step)` then drops whatever came after the checkpoint.
+    With an artifact dir, metric points also go to its `MetricSpool` before they are shipped, and the
+    points an earlier attempt spooled are replayed first (see MetricSpool for why).
+    `_ship` is the one call that needs Ray: tests replace it to run the reporter without a cluster.
     """
 
-    SPOOL = "events.spool"
+    SPOOL = MetricSpool.NAME
     DRIVER_LOST_S = 30.0
 
     def __init__(self, job_id: int, sink: Any, artifact_dir: str | Path | None = None,
@@ -77,11 +130,9 @@ class QueueReporter(BaseReporter):
         self._buf: list[Event] = []
         self._lock = threading.Lock()  # guards the buffer
         self._send_lock = threading.Lock()  # keeps batches in order
-        self._spool = None
-        if artifact_dir is not None:
-            path = Path(artifact_dir) / self.SPOOL
-            self._buf.extend(_read_spool(path))
-            self._spool = open(path, "a", buffering=1)  # noqa: SIM115 - line-buffered: one write per point
+        self._spool = MetricSpool(artifact_dir) if artifact_dir is not None else None
+        if self._spool is not None:
+            self._buf.extend(self._spool.replay())
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
@@ -89,14 +140,18 @@ class QueueReporter(BaseReporter):
     def emit(self, event: Event) -> None:
         with self._lock:
             if event.kind == "metric" and self._spool is not None:
-                self._spool.write(json.dumps({"ts": event.ts, **event.payload}) + "\n")
+                self._spool.append(event)
             self._buf.append(event)
+
+    def _ship(self, batch: list[Event]) -> bool:
+        """Hand a batch to the driver's sink; returns the job's stop flag."""
+        return bool(ray.get(self.sink.push.remote(self.job_id, batch)))
 
     def flush(self) -> None:
         with self._send_lock:
             with self._lock:
                 batch, self._buf = self._buf, []
-            self.stop_requested = bool(ray.get(self.sink.push.remote(self.job_id, batch)))
+            self.stop_requested = self._ship(batch)
 
     def _loop(self) -> None:
         failing_since = None
@@ -120,21 +175,7 @@ class QueueReporter(BaseReporter):
             self._spool.close()
 
 
-def _read_spool(path: Path) -> list[Event]:
-    """Metric events of earlier attempts (a torn last line from a kill is skipped)."""
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            d = json.loads(line)
-        except ValueError:
-            continue
-        out.append(Event("metric", d.pop("ts"), d))
-    return out
-
-
-def kinds_ref(kinds: Any) -> Any:
+def kinds_ref(kinds: JobRegistry) -> Any:
     """A module travels as (name, the sys.path entry it was imported from): a Ray worker on another
     node, or started before a test put its root on sys.path, can still import it by name."""
     if isinstance(kinds, types.ModuleType):
@@ -145,7 +186,7 @@ def kinds_ref(kinds: Any) -> Any:
     return kinds
 
 
-def _load_kinds(ref: Any) -> Any:
+def _load_kinds(ref: Any) -> JobRegistry:
     if isinstance(ref, tuple) and ref and ref[0] == "module":
         _, name, root = ref
         try:
@@ -168,13 +209,13 @@ def execute_job(job_id: int, kind: str, spec: dict, artifact_dir: str, sink: Any
     rep.emit(Event("started", time.time(), {"worker": f"{node}:{os.getpid()}", "gpu_ids": gpus or None}))
     try:
         summary = _load_kinds(kinds_ref).run(kind, spec, rep, artifact_dir)
-        out = {"outcome": "succeeded", "summary": summary}
+        out = {"outcome": AttemptOutcome.SUCCEEDED, "summary": summary}
     except (JobInterrupted, KeyboardInterrupt):
-        out = {"outcome": "interrupted", "error": None}
+        out = {"outcome": AttemptOutcome.INTERRUPTED, "error": None}
     except BaseException as e:  # noqa: BLE001 - every failure is recorded, the queue goes on
         tb = traceback.format_exc()
         oom = type(e).__name__ == "OutOfMemoryError" or "CUDA out of memory" in str(e)
-        out = {"outcome": "failed", "error": (OOM_ADVICE + tb) if oom else tb}
+        out = {"outcome": AttemptOutcome.FAILED, "error": (OOM_ADVICE + tb) if oom else tb}
     try:
         rep.close()
     except Exception:

@@ -1,5 +1,5 @@
-"""The one database writer: persists batches of worker events (see workers/reporter.py) in one
-transaction per batch.
+"""The one database writer of worker events: persists batches of them (see workers/reporter.py) in
+one transaction per batch.
 
 Workers never open the database; their events reach the scheduler process, which calls
 `write_events` every half second or so with everything that arrived. Batching is what makes the
@@ -15,24 +15,202 @@ queue cheap: one transaction for hundreds of metric points instead of one per po
                 the resumed attempt reports them again, so every point is stored exactly once
 - started    -> jobs.worker/gpu_ids (sent by the task wrapper, not by jobs)
 Events are applied in order per job, so a `resumed` deletes only points reported before it.
+
+One bad event never costs the others: an event that does not fit (a metric without a value, a
+result row for an unknown table or with unknown columns, a NaN that SQLite would store as NULL) is
+dropped with a WARNING line in the job's log, before anything is written. Should the database still
+refuse a batch, it is written again job by job, then event by event, so only the bad event is lost.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
+from numbers import Real
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DataError, IntegrityError, InterfaceError, ProgrammingError
 
 from orchestrator.schema import RESULT_TABLES, Attempt, JobLog, LatestMetric, Metric
 from orchestrator.schema import Job as JobRow
+from workers.reporter import Event
 
 log = logging.getLogger("looplab.writer")
-J = JobRow.__table__
-M = Metric.__table__
-LM = LatestMetric.__table__
+JOBS = JobRow.__table__
+ATTEMPTS = Attempt.__table__
+METRICS = Metric.__table__
+LATEST = LatestMetric.__table__
+LOGS = JobLog.__table__
+# what the database raises for a row it will not take; a locked or lost database is not a bad row
+BAD_ROW_ERRORS = (IntegrityError, DataError, ProgrammingError, InterfaceError)
+
+
+def write_events(eng: Engine, batches: list[tuple[int, int, list[Event]]]) -> int:
+    """Persist `(job_id, attempt_n, events)` batches in one transaction; returns the event count."""
+    try:
+        with eng.begin() as conn:
+            for job_id, attempt_n, events in batches:
+                _write_job(eng, conn, job_id, attempt_n, events)
+    except BAD_ROW_ERRORS:
+        log.warning("the database refused a batch of events: writing it again job by job", exc_info=True)
+        for job_id, attempt_n, events in batches:
+            _write_job_alone(eng, job_id, attempt_n, events)
+    return sum(len(events) for _, _, events in batches)
+
+
+def _write_job_alone(eng: Engine, job_id: int, attempt_n: int, events: list[Event]) -> None:
+    """One job's events in their own transaction; if refused, one event per transaction (in order)."""
+    try:
+        with eng.begin() as conn:
+            _write_job(eng, conn, job_id, attempt_n, events)
+        return
+    except BAD_ROW_ERRORS:
+        pass
+    for event in events:
+        try:
+            with eng.begin() as conn:
+                _write_job(eng, conn, job_id, attempt_n, [event])
+        except BAD_ROW_ERRORS as e:
+            reason = f"the database refused it: {type(e).__name__}: {getattr(e, 'orig', e)}"
+            log.warning("job %s: %s event dropped (%s)", job_id, event.kind, reason)
+            try:
+                with eng.begin() as conn:
+                    _log_dropped(conn, job_id, attempt_n, event, reason)
+            except BAD_ROW_ERRORS:  # no such job: nowhere to say it but here
+                log.warning("job %s: could not record the dropped event in job_logs", job_id)
+
+
+# ---------------------------------------------------------------- checks
+
+
+def _number(value: Any, optional: bool = False) -> bool:
+    if value is None:
+        return optional
+    return isinstance(value, Real) and not isinstance(value, bool) and not math.isnan(value)
+
+
+def _integer(value: Any, optional: bool = False) -> bool:
+    if value is None:
+        return optional
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _problem(event: Event) -> str | None:
+    """Why `event` cannot be stored, or None when it can (result rows are checked by _result_problem)."""
+    p = event.payload if isinstance(event.payload, dict) else None
+    if p is None:
+        return f"payload is {type(event.payload).__name__}, not a dict"
+    if event.kind == "metric":
+        if not isinstance(p.get("key"), str) or not p["key"]:
+            return "metric without a key"
+        if not _integer(p.get("step")):
+            return f"metric {p['key']!r}: step {p.get('step')!r} is not an integer"
+        if not _number(p.get("value")):  # SQLite stores NaN as NULL, which the column refuses
+            return f"metric {p['key']!r} step {p['step']}: value {p.get('value')!r} is not a number"
+        if not _integer(p.get("tokens"), optional=True) or not _number(p.get("wall_s"), optional=True):
+            return f"metric {p['key']!r} step {p['step']}: tokens/wall_s are not numbers"
+    elif event.kind == "progress":
+        if not (_number(p.get("done")) and _number(p.get("total")) and _number(p.get("eta_s"), True)):
+            return "progress needs numbers done, total (and eta_s or None)"
+    elif event.kind == "checkpoint":
+        if not isinstance(p.get("path"), str) or not _integer(p.get("step")):
+            return "checkpoint needs a path and an integer step"
+    elif event.kind == "resumed":
+        if not _integer(p.get("step")):
+            return "resumed needs an integer step"
+    elif event.kind == "log":
+        if "message" not in p:
+            return "log without a message"
+    elif event.kind == "result":
+        if not isinstance(p.get("table"), str) or not isinstance(p.get("row"), dict):
+            return "result needs a table name and a row dict"
+    elif event.kind not in ("heartbeat", "started"):
+        return f"unknown event kind {event.kind!r}"
+    return None
+
+
+def _result_problem(table_name: str, row: dict[str, Any]) -> str | None:
+    model = RESULT_TABLES.get(table_name)
+    if model is None:
+        return f"unknown result table {table_name!r}; accepted: {', '.join(RESULT_TABLES)}"
+    table = model.__table__
+    unknown = sorted(set(row) - set(table.c.keys()))
+    if unknown:
+        return f"unknown columns {unknown}"
+    missing = sorted(
+        c.name for c in table.c
+        if not c.nullable and c.default is None and c.autoincrement is not True and row.get(c.name) is None
+        and not (c.primary_key and c.name == "id")
+    )  # fmt: skip
+    if missing:
+        return f"missing columns {missing}"
+    odd = sorted(k for k, v in row.items() if v is not None and not isinstance(v, str | Real))
+    nan = sorted(k for k, v in row.items() if isinstance(v, float) and math.isnan(v))
+    if odd:
+        return f"columns {odd} hold values that are neither numbers nor text"
+    if [k for k in nan if not table.c[k].nullable]:
+        return f"columns {nan} are NaN"
+    return None
+
+
+def _log_dropped(conn: Connection, job_id: int, attempt_n: int, event: Event, reason: str) -> None:
+    conn.execute(
+        LOGS.insert().values(
+            job_id=job_id,
+            attempt=attempt_n,
+            ts=event.ts,
+            level="WARNING",
+            message=f"{event.kind} event dropped ({reason}): {event.payload}",
+        )
+    )
+
+
+# ---------------------------------------------------------------- writing
+
+
+def _write_job(eng: Engine, conn: Connection, job_id: int, attempt_n: int, events: list[Event]) -> None:
+    metrics: list[dict[str, Any]] = []
+    job_values: dict[str, Any] = {}
+    this_attempt = (ATTEMPTS.c.job_id == job_id) & (ATTEMPTS.c.n == attempt_n)
+    for event in events:
+        bad = _problem(event)
+        if bad is None and event.kind == "result":
+            bad = _result_problem(event.payload["table"], dict(event.payload["row"], job_id=job_id))
+        if bad is not None:
+            _log_dropped(conn, job_id, attempt_n, event, bad)
+            continue
+        p = event.payload
+        if event.kind == "metric":
+            metrics.append({"job_id": job_id, "key": p["key"], "step": p["step"], "value": p["value"],
+                            "tokens": p.get("tokens"), "wall_s": p.get("wall_s")})  # fmt: skip
+        elif event.kind == "progress":
+            job_values.update(progress_done=p["done"], progress_total=p["total"], eta_s=p.get("eta_s"))
+        elif event.kind == "heartbeat":  # the writer's clock: recovery compares with the drivers' clocks,
+            job_values["heartbeat_at"] = time.time()  # not with a remote node's (one clock)
+        elif event.kind == "checkpoint":
+            job_values.update(checkpoint_path=p["path"], checkpoint_step=p["step"])
+        elif event.kind == "started":
+            job_values.update(worker=p.get("worker"), gpu_ids=p.get("gpu_ids"))
+            conn.execute(ATTEMPTS.update().where(this_attempt).values(worker=p.get("worker")))
+        elif event.kind == "log":
+            conn.execute(
+                LOGS.insert().values(job_id=job_id, attempt=attempt_n, ts=event.ts,
+                                     level=str(p.get("level", "INFO")), message=str(p["message"]))
+            )  # fmt: skip
+        elif event.kind == "resumed":
+            _upsert_metrics(eng, conn, metrics)
+            metrics = []
+            conn.execute(ATTEMPTS.update().where(this_attempt).values(resumed_from_step=p["step"]))
+            conn.execute(METRICS.delete().where(METRICS.c.job_id == job_id, METRICS.c.step > p["step"]))
+            conn.execute(LATEST.delete().where(LATEST.c.job_id == job_id, LATEST.c.step > p["step"]))
+        elif event.kind == "result":
+            _write_result(eng, conn, job_id, p["table"], p["row"])
+    _upsert_metrics(eng, conn, metrics)
+    if job_values:
+        conn.execute(JOBS.update().where(JOBS.c.id == job_id).values(**job_values))
 
 
 def _insert(eng: Engine, table: sa.Table):
@@ -44,12 +222,12 @@ def _insert(eng: Engine, table: sa.Table):
     return insert(table)
 
 
-def _upsert_metrics(eng: Engine, conn, rows: list[dict[str, Any]]) -> None:
+def _upsert_metrics(eng: Engine, conn: Connection, rows: list[dict[str, Any]]) -> None:
     if not rows:
         return
     # one point per (job, key, step) in the batch, the last one winning (as in the database)
     rows = list({(r["job_id"], r["key"], r["step"]): r for r in rows}.values())
-    ins = _insert(eng, M)
+    ins = _insert(eng, METRICS)
     conn.execute(
         ins.on_conflict_do_update(
             index_elements=["job_id", "key", "step"],
@@ -62,94 +240,23 @@ def _upsert_metrics(eng: Engine, conn, rows: list[dict[str, Any]]) -> None:
         k = (r["job_id"], r["key"])
         if k not in latest or r["step"] >= latest[k]["step"]:
             latest[k] = r
-    lins = _insert(eng, LM)
+    latest_insert = _insert(eng, LATEST)
     conn.execute(
-        lins.on_conflict_do_update(
+        latest_insert.on_conflict_do_update(
             index_elements=["job_id", "key"],
-            set_={c: getattr(lins.excluded, c) for c in ("step", "tokens", "wall_s", "value")},
+            set_={c: getattr(latest_insert.excluded, c) for c in ("step", "tokens", "wall_s", "value")},
         ),
         list(latest.values()),
     )
 
 
-def write_events(eng: Engine, batches: list[tuple[int, int, list[Any]]]) -> int:
-    """Persist `(job_id, attempt_n, events)` batches in one transaction; returns the event count."""
-    count = 0
-    with eng.begin() as conn:
-        for job_id, attempt_n, events in batches:
-            count += len(events)
-            _write_job(eng, conn, job_id, attempt_n, events)
-    return count
-
-
-def _write_job(eng: Engine, conn, job_id: int, attempt_n: int, events: list[Any]) -> None:
-    metrics: list[dict[str, Any]] = []
-    job_values: dict[str, Any] = {}
-    for ev in events:
-        p = ev.payload
-        if ev.kind == "metric":
-            metrics.append({"job_id": job_id, "key": p["key"], "step": p["step"], "value": p["value"],
-                            "tokens": p.get("tokens"), "wall_s": p.get("wall_s")})  # fmt: skip
-        elif ev.kind == "progress":
-            job_values.update(progress_done=p["done"], progress_total=p["total"], eta_s=p.get("eta_s"))
-        elif ev.kind == "heartbeat":  # the writer's clock: recovery compares with the drivers' clocks,
-            job_values["heartbeat_at"] = time.time()  # not with a remote node's (one clock)
-        elif ev.kind == "checkpoint":
-            job_values.update(checkpoint_path=p["path"], checkpoint_step=p["step"])
-        elif ev.kind == "started":
-            job_values.update(worker=p.get("worker"), gpu_ids=p.get("gpu_ids"))
-            conn.execute(
-                Attempt.__table__.update()
-                .where(Attempt.job_id == job_id, Attempt.n == attempt_n)
-                .values(worker=p.get("worker"))
-            )
-        elif ev.kind == "log":
-            conn.execute(JobLog.__table__.insert().values(job_id=job_id, attempt=attempt_n, ts=ev.ts,
-                                                          level=p.get("level", "INFO"), message=p["message"]))  # fmt: skip
-        elif ev.kind == "resumed":
-            _upsert_metrics(eng, conn, metrics)
-            metrics = []
-            conn.execute(
-                Attempt.__table__.update()
-                .where(Attempt.job_id == job_id, Attempt.n == attempt_n)
-                .values(resumed_from_step=p["step"])
-            )
-            conn.execute(M.delete().where(M.c.job_id == job_id, M.c.step > p["step"]))
-            conn.execute(LM.delete().where(LM.c.job_id == job_id, LM.c.step > p["step"]))
-        elif ev.kind == "result":
-            _write_result(eng, conn, job_id, attempt_n, p, ev.ts)
-        else:
-            log.warning("job %s: unknown event kind %r dropped", job_id, ev.kind)
-    _upsert_metrics(eng, conn, metrics)
-    if job_values:
-        conn.execute(J.update().where(J.c.id == job_id).values(**job_values))
-
-
-def _write_result(eng: Engine, conn, job_id: int, attempt_n: int, p: dict[str, Any], ts: float) -> None:
-    """One result row, upserted on the table's primary key (a re-reported row replaces the old one).
-    A row that does not fit its table is logged to job_logs, never fatal: one bad row must not stop
-    the writer that every other job depends on."""
-    model = RESULT_TABLES.get(p["table"])
-    row = dict(p["row"], job_id=job_id)
-    if model is None:
-        bad = f"unknown result table {p['table']!r}; accepted: {', '.join(RESULT_TABLES)}"
-    else:
-        table = model.__table__
-        unknown = sorted(set(row) - set(table.c.keys()))
-        missing = sorted(
-            c.name for c in table.c
-            if not c.nullable and c.default is None and c.autoincrement is not True and c.name not in row
-            and not (c.primary_key and c.name == "id")
-        )  # fmt: skip
-        bad = f"unknown columns {unknown}" if unknown else (f"missing columns {missing}" if missing else None)
-    if bad is None:
-        pk = [c.name for c in table.primary_key.columns]
-        ins = _insert(eng, table).values(**row)
-        if "id" not in pk:
-            ins = ins.on_conflict_do_update(
-                index_elements=pk, set_={k: v for k, v in row.items() if k not in pk}
-            )
-        conn.execute(ins)
-        return
-    conn.execute(JobLog.__table__.insert().values(job_id=job_id, attempt=attempt_n, ts=ts, level="WARNING",
-                                                  message=f"result row dropped ({bad}): {p['row']}"))  # fmt: skip
+def _write_result(eng: Engine, conn: Connection, job_id: int, table_name: str, row: dict[str, Any]) -> None:
+    """One result row (checked by _result_problem), upserted on the table's primary key: a
+    re-reported row replaces the old one."""
+    table = RESULT_TABLES[table_name].__table__
+    row = dict(row, job_id=job_id)
+    pk = [c.name for c in table.primary_key.columns]
+    ins = _insert(eng, table).values(**row)
+    if "id" not in pk:
+        ins = ins.on_conflict_do_update(index_elements=pk, set_={k: v for k, v in row.items() if k not in pk})
+    conn.execute(ins)

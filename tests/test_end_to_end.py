@@ -58,6 +58,13 @@ def test_every_job_succeeded_and_results_are_in_the_views(demo_db):
     for r in runs:  # a trained byte-level model: below the uniform loss ln(256) = 5.55, above 0
         assert 0 < r["final_val_loss"] < 5.55 and r["train_seconds"] > 0 and r["best_loops"] >= 1
 
+    # how each run loops is stored with it at submission (the dashboard reads it; no model code)
+    looping = sql(
+        demo_db, "SELECT DISTINCT recipe, loop_sampler, loops FROM jobs WHERE kind != 'decode_bench'"
+    )
+    assert {(r["recipe"], r["loop_sampler"], r["loops"]) for r in looping} == {
+        ("lean", "fixed", 4), ("parcae", "poisson_seq", 8)}  # fmt: skip
+
     depth = sql(demo_db, "SELECT recipe, loops, val_loss FROM depth ORDER BY recipe, loops")
     assert {r["loops"] for r in depth} == {1, 2, 4, 8}
     decode = sql(demo_db, "SELECT arch, kv_cache_mb, ms_per_token FROM decode")

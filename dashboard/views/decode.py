@@ -6,8 +6,7 @@ from __future__ import annotations
 import altair as alt
 import streamlit as st
 
-from dashboard import analysis as A
-from dashboard import ui
+from dashboard import analysis, ui
 
 st.title("Decode")
 url = ui.url()
@@ -19,7 +18,7 @@ if dec.empty:
     st.info("No decode benchmarks yet: attach `then=['decode_bench']` to a train grid.")
     st.stop()
 reference = ui.reference_picker(list(dec["arch"]), label="Reference architecture", key="decode_reference")
-table = A.decode_table(dec, reference=reference)
+table = analysis.decode_table(dec, reference=reference)
 st.caption("ms/token is the median step time (p10–p90 alongside); ratios are to the reference architecture at "
            "the same size, context, batch, device and dtype.")  # fmt: skip
 ui.table(table, precision=3, key="decode_table")

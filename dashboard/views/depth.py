@@ -6,8 +6,7 @@ from __future__ import annotations
 import altair as alt
 import streamlit as st
 
-from dashboard import analysis as A
-from dashboard import ui
+from dashboard import analysis, ui
 
 st.title("Depth")
 url = ui.url()
@@ -19,7 +18,7 @@ if depth.empty:
     st.stop()
 
 st.header("Validation loss vs loops")
-curves = A.depth_curves(depth)
+curves = analysis.depth_curves(depth)
 curves["series"] = curves["recipe"] + " · " + curves["size"].astype(str)
 base = alt.Chart(curves).encode(
     x=alt.X("loops:Q", title="inference loops", scale=alt.Scale(type="log", base=2)),
@@ -48,7 +47,7 @@ else:
     counts = sorted(deltas["loops"].unique())
     loops = st.selectbox("Forward pass with", counts, index=len(counts) - 1, key="delta_loops",
                          format_func=lambda n: f"{n} loops")  # fmt: skip
-    rd = A.round_delta_curves(deltas, loops=loops)
+    rd = analysis.round_delta_curves(deltas, loops=loops)
     rd["series"] = rd["recipe"] + " · " + rd["size"].astype(str)
     b = alt.Chart(rd).encode(x=alt.X("round:O", title="round"), color=alt.Color("series:N", title=None))
     ch = b.mark_line(point=True).encode(

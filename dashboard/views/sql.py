@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import data as D
-from dashboard import ui
+from dashboard import data, ui
 
 EXAMPLE = (
     "SELECT recipe, size, seed, final_val_loss, best_loops, tokens_per_s\nFROM runs\n"
@@ -28,13 +27,13 @@ if sql.strip():  # the example runs on first load; a form only reruns on submit,
     from orchestrator.sql import WriteRefused
 
     try:
-        df, truncated = D.sql_query(url, sql)
+        df, truncated = data.sql_query(url, sql)
     except WriteRefused as e:
         st.error(f"Refused — the dashboard never writes to the database. {e}")
     except DatabaseError as e:
         st.error(f"Query failed: {e}")
     else:
-        st.caption(f"{len(df):,} rows" + (f" (first {D.SQL_ROW_LIMIT:,} shown)" if truncated else ""))
+        st.caption(f"{len(df):,} rows" + (f" (first {data.SQL_ROW_LIMIT:,} shown)" if truncated else ""))
         st.dataframe(df, hide_index=True, key="sql_result")
         st.download_button("Download CSV", df.to_csv(index=False).encode(), file_name="looplab_query.csv",
                            mime="text/csv", key="sql_csv")  # fmt: skip

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dashboard import analysis as A
+from dashboard import analysis
 
 NAN = float("nan")
 
@@ -31,7 +31,7 @@ def frame(rows, **kw):
 
 def test_seed_aggregate_mean_std_min_max_count():
     df = frame([run(1, "a", 0, 3.0), run(2, "a", 1, 3.2), run(3, "b", 0, 2.5)])
-    out = A.seed_aggregate(df, "final_val_loss", by=["recipe", "size"]).set_index("recipe")
+    out = analysis.seed_aggregate(df, "final_val_loss", by=["recipe", "size"]).set_index("recipe")
     assert out.loc["a", "mean"] == pytest.approx(3.1)
     assert out.loc["a", "std"] == pytest.approx(math.sqrt(0.02))  # sample std of 3.0, 3.2
     assert (out.loc["a", "min"], out.loc["a", "max"], out.loc["a", "n_seeds"]) == (3.0, 3.2, 2)
@@ -41,15 +41,15 @@ def test_seed_aggregate_mean_std_min_max_count():
 
 def test_seed_aggregate_default_groups_by_config_not_seed():
     df = frame([run(1, "a", 0, 3.0), run(2, "a", 1, 3.4, budget=2_000_000)])
-    out = A.seed_aggregate(df, "final_val_loss")
+    out = analysis.seed_aggregate(df, "final_val_loss")
     assert "seed" not in out.columns and len(out) == 2  # two budgets = two configurations
     with pytest.raises(ValueError, match="seed"):
-        A.seed_aggregate(df, "final_val_loss", by=["seed"])
+        analysis.seed_aggregate(df, "final_val_loss", by=["seed"])
 
 
 def test_seed_aggregate_missing_values_are_not_counted():
     df = frame([run(1, "a", 0, 3.0), run(2, "a", 1, NAN)])
-    out = A.seed_aggregate(df, "final_val_loss", by=["recipe"])
+    out = analysis.seed_aggregate(df, "final_val_loss", by=["recipe"])
     assert out.loc[0, "mean"] == 3.0 and out.loc[0, "n_seeds"] == 1
 
 
@@ -74,7 +74,7 @@ def test_eval_loss_rules():
         run(4, "parcae", 1, 3.4),                                  # sampled, no sweep -> missing
         run(5, "plain", 0, 3.9, mode="none"),                      # no loop -> final val
     ])  # fmt: skip
-    out = A.eval_loss_per_run(runs, DEPTH).set_index("job_id")
+    out = analysis.eval_loss_per_run(runs, DEPTH).set_index("job_id")
     assert (out.loc[1, "eval_loss"], out.loc[1, "eval_loops"], out.loc[1, "loop_rule"]) == (
         3.0,
         8,
@@ -90,7 +90,7 @@ def test_eval_loss_rules():
 def test_eval_loss_with_empty_depth_frame():
     runs = frame([run(1, "parcae", 0, 3.5), run(2, "fixed4", 0, 3.6, mode="fixed", loops=4)])
     empty = pd.DataFrame(columns=["train_job_id", "loops", "val_loss"])
-    out = A.eval_loss_per_run(runs, empty).set_index("job_id")
+    out = analysis.eval_loss_per_run(runs, empty).set_index("job_id")
     assert math.isnan(out.loc[1, "eval_loss"]) and out.loc[2, "eval_loss"] == 3.6
 
 
@@ -109,11 +109,11 @@ def _iso_runs():
         {"train_job_id": 1, "loops": 8, "val_loss": 3.00}, {"train_job_id": 1, "loops": 12, "val_loss": 3.02},
         {"train_job_id": 2, "loops": 8, "val_loss": 3.01}, {"train_job_id": 2, "loops": 12, "val_loss": 3.00},
     ])  # fmt: skip
-    return A.eval_loss_per_run(frame(rows), depth)
+    return analysis.eval_loss_per_run(frame(rows), depth)
 
 
 def test_iso_data_table_per_seed_mean_best_loops_and_noise():
-    t = A.iso_data_table(_iso_runs(), reference="parcae").set_index("recipe")
+    t = analysis.iso_data_table(_iso_runs(), reference="parcae").set_index("recipe")
     assert list(t.index) == ["parcae", "fixed4", "lean", "plain"]  # reference first
     assert (t.loc["parcae", "seed 0"], t.loc["parcae", "seed 1"]) == (3.00, 3.00)
     assert t.loc["parcae", "best_loops"] == "8/12"  # seeds peaked at different counts: both shown
@@ -128,51 +128,51 @@ def test_iso_data_table_per_seed_mean_best_loops_and_noise():
 
 def test_iso_data_noise_threshold_both_sides():
     ev = _iso_runs()
-    t = A.iso_data_table(ev, reference="parcae", threshold=0.005).set_index("recipe")
+    t = analysis.iso_data_table(ev, reference="parcae", threshold=0.005).set_index("recipe")
     assert t.loc["lean", "verdict"] == "worse"  # 0.009 >= 0.005
-    t = A.iso_data_table(ev, reference="parcae", threshold=0.02).set_index("recipe")
+    t = analysis.iso_data_table(ev, reference="parcae", threshold=0.02).set_index("recipe")
     assert t.loc["lean", "verdict"] == "noise"
-    t = A.iso_data_table(ev, reference="plain", threshold=0.01).set_index("recipe")
+    t = analysis.iso_data_table(ev, reference="plain", threshold=0.01).set_index("recipe")
     assert t.loc["lean", "verdict"] == "better" and t.loc["lean", "diff"] == pytest.approx(-0.191)
 
 
 def test_iso_data_missing_seed_and_missing_sweep_are_nan_not_zero():
     ev = _iso_runs()
-    t = A.iso_data_table(ev, reference="parcae").set_index("recipe")
+    t = analysis.iso_data_table(ev, reference="parcae").set_index("recipe")
     assert math.isnan(t.loc["plain", "seed 1"]) and math.isnan(t.loc["plain", "std"])
     assert t.loc["plain", "n_seeds"] == 1
     # drop parcae seed 1's sweep: that seed is missing, the mean is over the seed that has one
-    ev2 = A.eval_loss_per_run(ev.drop(columns=["eval_loss", "eval_loops", "loop_rule"]),
+    ev2 = analysis.eval_loss_per_run(ev.drop(columns=["eval_loss", "eval_loops", "loop_rule"]),
                               frame([{"train_job_id": 1, "loops": 8, "val_loss": 3.0}]))  # fmt: skip
-    t2 = A.iso_data_table(ev2, reference="parcae").set_index("recipe")
+    t2 = analysis.iso_data_table(ev2, reference="parcae").set_index("recipe")
     assert math.isnan(t2.loc["parcae", "seed 1"]) and t2.loc["parcae", "n_seeds"] == 1
     # no sweep at all for the reference: every difference is missing, never computed against 0
-    ev3 = A.eval_loss_per_run(ev.drop(columns=["eval_loss", "eval_loops", "loop_rule"]),
+    ev3 = analysis.eval_loss_per_run(ev.drop(columns=["eval_loss", "eval_loops", "loop_rule"]),
                               frame([], columns=["train_job_id", "loops", "val_loss"]))  # fmt: skip
-    t3 = A.iso_data_table(ev3, reference="parcae").set_index("recipe")
+    t3 = analysis.iso_data_table(ev3, reference="parcae").set_index("recipe")
     assert math.isnan(t3.loc["parcae", "mean"]) and pd.isna(t3.loc["parcae", "best_loops"])
-    assert math.isnan(t3.loc["lean", "diff"]) and t3.loc["lean", "verdict"] == A.MISSING
+    assert math.isnan(t3.loc["lean", "diff"]) and t3.loc["lean", "verdict"] == analysis.MISSING
 
 
 def test_iso_data_excludes_iso_time_runs_and_matrix_shape():
-    t = A.iso_data_table(_iso_runs(), reference="parcae")
+    t = analysis.iso_data_table(_iso_runs(), reference="parcae")
     assert len(t) == 4  # run 8 (match_time_of) left out
-    m = A.iso_data_matrix(t)
+    m = analysis.iso_data_matrix(t)
     assert list(m.columns) == ["parcae", "fixed4", "lean", "plain"]
     assert m.loc[("tiny", 1_000_000), "lean"] == pytest.approx(3.009)
 
 
 def test_iso_data_separate_rows_per_size_and_budget():
-    ev = A.eval_loss_per_run(frame([
+    ev = analysis.eval_loss_per_run(frame([
         run(1, "plain", 0, 3.0, mode="none"), run(2, "plain", 0, 2.5, mode="none", budget=2_000_000),
         run(3, "plain", 0, 2.8, mode="none", size="small"),
     ]), frame([], columns=["train_job_id", "loops", "val_loss"]))  # fmt: skip
-    t = A.iso_data_table(ev)
+    t = analysis.iso_data_table(ev)
     assert len(t) == 3 and sorted(t["mean"]) == [2.5, 2.8, 3.0]
 
 
 def test_iso_data_empty():
-    assert A.iso_data_table(frame([]).assign(budget_tokens=[], recipe=[])).empty
+    assert analysis.iso_data_table(frame([]).assign(budget_tokens=[], recipe=[])).empty
 
 
 # ---------------------------------------------------------------- iso-time
@@ -186,7 +186,7 @@ def test_iso_time_pairs():
         run(3, "fixed4", 0, 3.005, budget=None, match_time_of=1, tokens=1_100_000, train_seconds=121.0),
         run(4, "plain", 0, NAN, budget=None, match_time_of=99, tokens=NAN, train_seconds=NAN),  # ref unknown
     ])  # fmt: skip
-    p = A.iso_time_pairs(runs).set_index("job_id")
+    p = analysis.iso_time_pairs(runs).set_index("job_id")
     assert len(p) == 3
     lean = p.loc[2]
     assert (lean["ref_job_id"], lean["ref_recipe"], lean["train_seconds"], lean["ref_train_seconds"]) == (
@@ -194,13 +194,13 @@ def test_iso_time_pairs():
     assert (lean["tokens"], lean["ref_tokens"]) == (1_600_000, 1_000_000)
     assert lean["diff"] == pytest.approx(-0.05) and lean["verdict"] == "better"
     assert p.loc[3, "verdict"] == "noise"
-    assert math.isnan(p.loc[4, "diff"]) and p.loc[4, "verdict"] == A.MISSING
-    s = A.iso_time_summary(p.reset_index()).set_index("recipe")
+    assert math.isnan(p.loc[4, "diff"]) and p.loc[4, "verdict"] == analysis.MISSING
+    s = analysis.iso_time_summary(p.reset_index()).set_index("recipe")
     assert s.loc["lean", "n_pairs"] == 1 and math.isnan(s.loc["lean", "diff_std"])
 
 
 def test_iso_time_pairs_none():
-    assert A.iso_time_pairs(frame([run(1, "a", 0, 3.0)])).empty
+    assert analysis.iso_time_pairs(frame([run(1, "a", 0, 3.0)])).empty
 
 
 def test_wall_time_curves_label_not_decayed():
@@ -210,7 +210,7 @@ def test_wall_time_curves_label_not_decayed():
         for s in (1, 2, 3)
     ] + [{"job_id": 2, "key": "val_loss", "step": 1, "tokens": 10, "wall_s": 1.0, "value": 3.9},
          {"job_id": 1, "key": "train_loss", "step": 1, "tokens": 10, "wall_s": 1.0, "value": 9.9}])  # fmt: skip
-    w = A.wall_time_curves(curves, runs)
+    w = analysis.wall_time_curves(curves, runs)
     assert len(w) == 4
     j1 = w[w["job_id"] == 1]
     assert list(j1["point"]) == ["not decayed", "not decayed", "final (decayed)"]
@@ -228,7 +228,7 @@ def test_depth_curves_and_round_deltas():
         {"recipe": "p", "size": "t", "loops": 4, "val_loss": 3.2, "train_job_id": 2, "seed": 1},
         {"recipe": "p", "size": "t", "loops": 8, "val_loss": 2.9, "train_job_id": 1, "seed": 0},
     ])  # fmt: skip
-    d = A.depth_curves(depth).set_index("loops")
+    d = analysis.depth_curves(depth).set_index("loops")
     assert d.loc[4, "mean"] == pytest.approx(3.1) and (d.loc[4, "min"], d.loc[4, "max"]) == (3.0, 3.2)
     assert d.loc[8, "n_seeds"] == 1 and math.isnan(d.loc[8, "std"])
     deltas = frame([
@@ -236,9 +236,9 @@ def test_depth_curves_and_round_deltas():
         for j, (r, v) in [(1, (1, 0.5)), (1, (2, 0.1)), (2, (1, 0.7)), (1, (1, 0.9))]
     ])  # fmt: skip
     deltas.loc[3, "loops"] = 8
-    rd = A.round_delta_curves(deltas, loops=4).set_index("round")
+    rd = analysis.round_delta_curves(deltas, loops=4).set_index("round")
     assert rd.loc[1, "mean"] == pytest.approx(0.6) and rd.loc[2, "n_seeds"] == 1
-    assert len(A.round_delta_curves(deltas)) == 3
+    assert len(analysis.round_delta_curves(deltas)) == 3
 
 
 def test_decode_table_ratios():
@@ -249,7 +249,7 @@ def test_decode_table_ratios():
                              dtype="float32", ms_per_token=ms * ctx / 128, ms_p10=None, ms_p90=None,
                              kv_cache_mb=kv * ctx / 128))  # fmt: skip
     rows.append(dict(rows[-1], arch="plain", context_len=2048))  # reference never ran at 2048
-    t = A.decode_table(frame(rows), reference="parcae")
+    t = analysis.decode_table(frame(rows), reference="parcae")
     lean = t[(t["arch"] == "lean") & (t["context_len"] == 512)].iloc[0]
     assert lean["ms_per_token"] == 20.0 and lean["ms_ratio"] == pytest.approx(0.5)
     assert lean["kv_ratio"] == pytest.approx(0.4)
@@ -259,7 +259,7 @@ def test_decode_table_ratios():
 def test_throughput_table():
     runs = frame([run(1, "parcae", 0, 3, tokens_per_s=1000.0), run(2, "parcae", 1, 3, tokens_per_s=1200.0),
                   run(3, "lean", 0, 3, tokens_per_s=1650.0), run(4, "lean", 1, 3, tokens_per_s=NAN)])  # fmt: skip
-    t = A.throughput_table(runs, reference="parcae").set_index("recipe")
+    t = analysis.throughput_table(runs, reference="parcae").set_index("recipe")
     assert t.loc["parcae", "tokens_per_s"] == 1100.0 and t.loc["parcae", "ratio"] == 1.0
     assert t.loc["lean", "ratio"] == pytest.approx(1.5) and t.loc["lean", "n_runs"] == 1
 
@@ -270,7 +270,7 @@ def test_throughput_table():
 @pytest.mark.parametrize("n", [1, 2, 499, 500, 501, 1000, 2000, 2001])
 def test_downsample_keeps_first_last_and_at_most_max(n):
     df = frame({"job_id": 1, "key": "val_loss", "step": np.arange(n), "value": np.arange(n, dtype=float)})
-    out = A.downsample(df, max_points=500)
+    out = analysis.downsample(df, max_points=500)
     assert len(out) <= 500 and out["step"].iloc[0] == 0 and out["step"].iloc[-1] == n - 1
     if n <= 500:
         assert len(out) == n
@@ -280,14 +280,14 @@ def test_downsample_keeps_first_last_and_at_most_max(n):
 def test_downsample_per_series():
     a = frame({"job_id": 1, "key": "k", "step": np.arange(1000), "value": 0.0})
     b = frame({"job_id": 2, "key": "k", "step": np.arange(10), "value": 0.0})
-    out = A.downsample(pd.concat([a, b]), max_points=100)
+    out = analysis.downsample(pd.concat([a, b]), max_points=100)
     assert (out["job_id"] == 2).sum() == 10 and (out["job_id"] == 1).sum() <= 100
 
 
 def test_curve_bands_mean_and_spread():
     c = frame([{"job_id": j, "recipe": "p", "tokens": t, "value": v}
                for j, vals in ((1, (4.0, 3.0)), (2, (4.2, 3.4))) for t, v in zip((100, 200), vals)])  # fmt: skip
-    b = A.curve_bands(c, by=["recipe"], x="tokens").set_index("tokens")
+    b = analysis.curve_bands(c, by=["recipe"], x="tokens").set_index("tokens")
     assert b.loc[200, "mean"] == pytest.approx(3.2) and (b.loc[200, "min"], b.loc[200, "max"]) == (3.0, 3.4)
     assert b.loc[100, "n_seeds"] == 2
 
@@ -306,30 +306,36 @@ def test_queue_summaries():
              progress_done=None, progress_total=None, eta_s=None, heartbeat_at=None, finished_at=None,
              error=None),
     ])  # fmt: skip
-    c = A.status_counts(jobs).set_index("status")["jobs"]
+    c = analysis.status_counts(jobs).set_index("status")["jobs"]
     assert (c["running"], c["failed"], c["queued"], c["succeeded"]) == (1, 1, 1, 0)
     latest = frame([{"job_id": 1, "key": "tokens_per_s", "value": 1234.0}])
-    r = A.running_jobs(jobs, latest, now=1000.0).iloc[0]
+    r = analysis.running_jobs(jobs, latest, now=1000.0).iloc[0]
     assert (r["progress"], r["tokens_per_s"], r["eta"], r["heartbeat_age_s"]) == (
         0.25,
         1234.0,
         "2m 05s",
         10.0,
     )
-    f = A.recent_failures(jobs)
+    f = analysis.recent_failures(jobs)
     assert list(f["job_id"]) == [2] and f.loc[0, "error_summary"] == "ValueError: boom"
 
 
 def test_format_duration():
-    assert [A.format_duration(x) for x in (None, NAN, 42, 185, 3725)] == ["—", "—", "42s", "3m 05s", "1h 02m"]
+    assert [analysis.format_duration(x) for x in (None, NAN, 42, 185, 3725)] == [
+        "—",
+        "—",
+        "42s",
+        "3m 05s",
+        "1h 02m",
+    ]
 
 
 def test_budget_labels():
     runs = frame([run(1, "a", 0, 3.0, budget=2_500_000), run(2, "a", 0, 3.0, budget=None, match_time_of=1),
                   run(3, "a", 0, 3.0, budget=None, budget_time_s=60.0), run(4, "a", 0, 3.0, budget=None)])  # fmt: skip
-    assert A.budget_labels(runs) == ["2.5M tokens", "time of #1", "60 s", "—"]
+    assert analysis.budget_labels(runs) == ["2.5M tokens", "time of #1", "60 s", "—"]
 
 
 def test_join_labels():
     df = frame({"recipe": ["a", "b"], "seed": [0, None]})
-    assert list(A.join_labels(df, ["recipe", "seed"])) == ["a · 0", "b · —"]
+    assert list(analysis.join_labels(df, ["recipe", "seed"])) == ["a · 0", "b · —"]

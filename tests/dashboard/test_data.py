@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import pandas as pd
 
-from dashboard import analysis as A
-from dashboard import data as D
+from dashboard import analysis, data
 
 
 def test_runs_frame_has_loop_mode_and_iso_time_reference(fixture_db):
-    runs = D.runs(fixture_db[0]).set_index("job_id")
+    runs = data.runs(fixture_db[0]).set_index("job_id")
     assert len(runs) == 9
     parcae = runs[runs["recipe"] == "parcae"].iloc[0]
     lean = runs[(runs["recipe"] == "lean") & runs["match_time_of"].isna()].iloc[0]
@@ -22,10 +21,10 @@ def test_runs_frame_has_loop_mode_and_iso_time_reference(fixture_db):
 
 def test_curves_downsampled_in_sql_like_analysis(fixture_db):
     url = fixture_db[0]
-    full = D.curves(url, [1, 2], ("train_loss", "val_loss"), max_points=10_000)
+    full = data.curves(url, [1, 2], ("train_loss", "val_loss"), max_points=10_000)
     assert len(full) == 2 * (50 + 5)  # every point when under the cap
-    small = D.curves(url, [1, 2], ("train_loss", "val_loss"), max_points=7)
-    expected = A.downsample(full, max_points=7)
+    small = data.curves(url, [1, 2], ("train_loss", "val_loss"), max_points=7)
+    expected = analysis.downsample(full, max_points=7)
     cols = ["job_id", "key", "step", "value"]
     pd.testing.assert_frame_equal(small[cols].reset_index(drop=True), expected[cols].reset_index(drop=True))
     first_last = small[small["key"] == "train_loss"].groupby("job_id")["step"].agg(["min", "max"])
@@ -34,14 +33,30 @@ def test_curves_downsampled_in_sql_like_analysis(fixture_db):
 
 def test_latest_and_empty_selections(fixture_db):
     url = fixture_db[0]
-    assert D.curves(url, [], ("val_loss",)).empty and D.latest(url, []).empty
-    lat = D.latest(url, [13], ("tokens_per_s",))
+    assert data.curves(url, [], ("val_loss",)).empty and data.latest(url, []).empty
+    lat = data.latest(url, [13], ("tokens_per_s",))
     assert lat["value"].tolist() == [1234.0]
 
 
 def test_depth_and_deltas_are_labelled_with_the_train_job(fixture_db):
     url = fixture_db[0]
-    depth = D.depth(url)
+    depth = data.depth(url)
     assert set(depth["recipe"]) == {"parcae", "lean"} and depth["train_job_id"].notna().all()
-    assert len(D.round_deltas(url)) == 4 * 8
-    assert len(D.decode(url)) == 12
+    assert len(data.round_deltas(url)) == 4 * 8
+    assert len(data.decode(url)) == 12
+
+
+def test_dashboard_imports_no_model_code():
+    """What a page needs about a run's loops is stored with the job: no dashboard module imports model/."""
+    import ast
+    from pathlib import Path
+
+    root = Path(data.__file__).parent
+    offenders = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            offenders += [f"{path.name}: {n}" for n in names if n == "model" or n.startswith("model.")]
+    assert len(list(root.rglob("*.py"))) > 5 and offenders == []

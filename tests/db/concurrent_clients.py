@@ -18,13 +18,13 @@ from pathlib import Path
 from sqlalchemy import insert, text
 
 from orchestrator.db import engine, readonly_engine, session
-from orchestrator.schema import Grid, Job, Metric
+from orchestrator.schema import GridRow, Job, Metric
 
 
 def writer(db: str, n: int, batch: int, ready: Path, done: Path) -> None:
     eng = engine(db)
     with session(eng) as s:
-        s.add(Grid(id=1, name="conc", spec="{}", spec_hash="conc", created_at=time.time()))
+        s.add(GridRow(id=1, name="conc", spec="{}", spec_hash="conc", created_at=time.time()))
         s.add(Job(id=1, grid_id=1, kind="train", config="{}", config_hash="conc", recipe="lean", size="tiny",
                   seed=0, status="running", created_at=time.time()))  # fmt: skip
     deadline = time.time() + 60

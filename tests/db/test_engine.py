@@ -14,7 +14,7 @@ from sqlalchemy.exc import OperationalError
 
 from orchestrator.db import engine, head_revision, readonly_engine, resolve_url, session
 from orchestrator.errors import ConfigError, DatabaseError
-from orchestrator.schema import Grid
+from orchestrator.schema import GridRow
 from tests.db.conftest import file_digest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,9 +57,9 @@ def test_engine_in_missing_directory_is_a_config_error(tmp_path):
 def test_session_commits_on_success_and_rolls_back_on_error(db_path):
     eng = engine(str(db_path))
     with session(eng) as s:
-        s.add(Grid(name="g", spec="{}", spec_hash="a", created_at=time.time()))
+        s.add(GridRow(name="g", spec="{}", spec_hash="a", created_at=time.time()))
     with pytest.raises(RuntimeError), session(eng) as s:
-        s.add(Grid(name="h", spec="{}", spec_hash="b", created_at=time.time()))
+        s.add(GridRow(name="h", spec="{}", spec_hash="b", created_at=time.time()))
         s.flush()
         raise RuntimeError("boom")
     with eng.connect() as c:

@@ -7,9 +7,11 @@ there, unchanged, after upgrading to head.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 
 import pytest
+import sqlalchemy as sa
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
@@ -143,3 +145,68 @@ def test_every_orm_table_is_reflected_with_its_columns(db_path):
     insp = inspect(eng)
     for name, table in Base.metadata.tables.items():
         assert {c["name"] for c in insp.get_columns(name)} == set(table.columns.keys())
+
+
+def test_0003_backfills_failed_dependency_and_loops(tmp_path):
+    """Rows written before 0003 get `failed_dependency` from the cascade's error text (only when that
+    job really is a dependency) and `loop_sampler`/`loops` from their config (recipe, then overrides);
+    a depth sweep gets its train job's."""
+    path = tmp_path / "at_0002.db"
+    command.upgrade(alembic_config(str(path)), "0002_metrics_wall_s")
+    raw = create_engine(f"sqlite:///{path}", poolclass=NullPool)
+
+    def config(recipe, **model):
+        return json.dumps({"recipe": recipe, "size": "tiny", "model": model})
+
+    jobs = [  # id, kind, config, status, error
+        (1, "train", config("parcae"), "failed", "Traceback\nValueError: loss is NaN"),
+        (2, "depth_sweep", "{}", "failed", "dependency job 1 failed: ValueError: loss is NaN"),
+        (3, "train", config("fixed4", loops=6), "cancelled", None),
+        (4, "depth_sweep", "{}", "failed", "dependency job 3 cancelled: cancelled"),
+        (5, "train", config("plain"), "failed", "dependency job 1 failed: but 1 is no dependency of 5"),
+        (6, "train", config("lean", loop_sampler="poisson_batch"), "succeeded", None),
+        (7, "train", config("no_such_recipe"), "queued", None),
+        (8, "train", "not json", "queued", None),
+        (9, "decode_bench", config("parcae"), "succeeded", None),
+    ]
+    with raw.begin() as conn:
+        conn.execute(
+            sa.text("INSERT INTO jobs (id, kind, config, config_hash, status, error, priority, attempts, "
+                    "max_attempts, created_at) VALUES (:id, :kind, :config, :id, :status, :error, 0, 0, 3, 0)"),
+            [dict(zip(("id", "kind", "config", "status", "error"), j, strict=True)) for j in jobs],
+        )  # fmt: skip
+        conn.execute(
+            sa.text("INSERT INTO job_deps (job_id, depends_on) VALUES (:a, :b)"),
+            [{"a": 2, "b": 1}, {"a": 4, "b": 3}],
+        )
+    engine(str(path))  # upgrades to head
+    with raw.connect() as conn:
+        got = conn.execute(
+            sa.text("SELECT id, failed_dependency, loop_sampler, loops FROM jobs ORDER BY id")
+        ).all()
+    raw.dispose()
+    assert [tuple(r) for r in got] == [
+        (1, None, "poisson_seq", 8),
+        (2, 1, "poisson_seq", 8),
+        (3, None, "fixed", 6),
+        (4, 3, "fixed", 6),
+        (5, None, "fixed", 1),
+        (6, None, "poisson_batch", 4),
+        (7, None, None, None),
+        (8, None, None, None),
+        (9, None, None, None),
+    ]
+
+
+def test_0003_recipe_table_matches_the_presets_it_was_copied_from():
+    """The migration's frozen copy was made right: it agrees with model/presets.py. A preset that
+    changes later does not make 0003 wrong (it back-filled the rows of its time): then this test goes."""
+    import importlib
+
+    from model.presets import RECIPES, preset
+
+    migration = importlib.import_module("migrations.versions.0003_job_state_columns")
+    assert set(migration.RECIPE_LOOPS) == set(RECIPES)
+    for recipe, (sampler, loops) in migration.RECIPE_LOOPS.items():
+        cfg = preset(recipe, "tiny")
+        assert (cfg.loop_sampler, cfg.loops) == (sampler, loops), recipe

@@ -14,7 +14,7 @@ import pytest
 
 from orchestrator.cli import main
 from orchestrator.db import dispose_all, engine, session
-from orchestrator.schema import Grid, Job, Metric
+from orchestrator.schema import GridRow, Job, Metric
 from orchestrator.sql import WriteRefused, check_readonly, fetch, query
 from tests.db.conftest import file_digest
 
@@ -90,7 +90,7 @@ def filled(tmp_path_factory):
     """One small database for the module: every test here must leave it unchanged anyway."""
     db_path = tmp_path_factory.mktemp("sql") / "looplab.db"
     with session(engine(str(db_path))) as s:
-        s.add(Grid(id=1, name="g1", spec="{}", spec_hash="g", created_at=1.0))
+        s.add(GridRow(id=1, name="g1", spec="{}", spec_hash="g", created_at=1.0))
         s.add(Job(id=1, grid_id=1, kind="train", config="{}", config_hash="a", recipe="lean", size="tiny",
                   seed=0, created_at=2.0))  # fmt: skip
         s.add_all([Metric(job_id=1, key="val_loss", step=i, value=4.0 - i / 4) for i in range(4)])

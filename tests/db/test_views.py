@@ -6,7 +6,7 @@ import pytest
 from sqlalchemy import text
 
 from orchestrator.db import engine, readonly_engine, session
-from orchestrator.schema import DecodeBench, DepthEval, Grid, Job, JobDep, Metric, TrainResult
+from orchestrator.schema import DecodeBench, DepthEval, GridRow, Job, JobDep, Metric, TrainResult
 
 
 def _job(id_: int, kind: str, **kw) -> Job:
@@ -16,7 +16,7 @@ def _job(id_: int, kind: str, **kw) -> Job:
 @pytest.fixture
 def filled(db_path):
     with session(engine(str(db_path))) as s:
-        s.add(Grid(id=1, name="g1", spec="{}", spec_hash="g", created_at=1.0))
+        s.add(GridRow(id=1, name="g1", spec="{}", spec_hash="g", created_at=1.0))
         s.flush()
         s.add_all(
             [

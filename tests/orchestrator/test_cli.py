@@ -1,4 +1,4 @@
-"""The `looplab` handlers of the orchestrator room: submit, status, logs, cancel, retry (no Ray needed:
+"""The `looplab` handlers of the orchestrator: submit, status, logs, cancel, retry (no Ray needed:
 the queue state is made directly in the database)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 from orchestrator import Grid, Queue
 from orchestrator.cli import main
-from orchestrator.queue import claim, finish
+from orchestrator.jobqueue import claim, finish
 from tests.orchestrator import fake_jobs
 
 

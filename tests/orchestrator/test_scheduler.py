@@ -204,21 +204,3 @@ def test_cancelled_running_job_retried_under_the_same_driver_runs(q):
         sched._on_signal(2, None)
         t.join(60)
     assert not t.is_alive()
-
-
-def test_refused_job_fails_for_good_even_after_an_interruption(tmp_path):
-    """A job interrupted once (attempt 1), then too big for the cluster the next driver sees, must
-    fail at once, not loop claim -> refuse -> queued forever."""
-    from orchestrator.queue import claim, finish
-
-    q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art", kinds=fake_jobs)
-    (jid,) = q.submit(Grid("big", job="noop", resources={"num_gpus": 4}))
-    n = claim(q.eng, jid, "old-driver", str(tmp_path / "a"))
-    assert finish(q.eng, jid, n, "interrupted") == "queued"
-    sched = Scheduler(q.eng, q.artifacts, fake_jobs, progress=False)
-    sched.total = {"CPU": 2.0, "GPU": 0.0}
-    (job,) = rows(q, "SELECT * FROM jobs WHERE id=:j", j=jid)
-    sched._refuse(job, sched._resources(job))
-    status, error = rows(q, "SELECT status, error FROM jobs WHERE id=:j", j=jid)[0]
-    assert status == "failed" and "cluster has" in error
-    assert q.retry(jid) == [jid]  # and a retry still gives it one more try

@@ -1,0 +1,510 @@
+"""The persistent queue: the one module that changes a job's state or writes job and attempt rows.
+
+Every state change is one small transaction on the database, which is the source of truth: the
+scheduler keeps no state it cannot rebuild from here, and issues no SQL on jobs or attempts itself.
+The legal transitions (states in orchestrator/states.py), and the function that makes each:
+
+    submit         (new)              -> queued
+    claim          queued             -> running      a conditional UPDATE ... WHERE status='queued'
+                                                      whose row count says whether this driver won
+                                                      (SQLite has no SELECT ... FOR UPDATE)
+    finish         running            -> succeeded | failed | queued (an interruption, or a failure
+                                                      under max_attempts); a cancelled job stays so
+    refuse         queued             -> failed       for good, without running (too big to ever fit)
+    cascade        queued             -> failed       a dependency failed or was cancelled; the job
+                                                      records which one (`failed_dependency`)
+    recover_stale  running            -> queued       the heartbeat is older than a grace period
+    cancel         queued | running   -> cancelled
+    retry          failed | cancelled -> queued       and the dependents the job took down with it
+
+Anything else is refused: a claim of a job that is not queued returns None, a finish of an attempt
+that no longer owns its job changes only that attempt, a cancel or retry of a job in another state
+leaves it as it is.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from sqlalchemy import Connection, Engine
+
+from orchestrator.errors import ConfigError
+from orchestrator.grid import Grid, Plan, assign_hashes, canonical_json, expand
+from orchestrator.schema import RESULT_TABLES, Attempt, GridRow, JobDep, JobLog, TrainResult
+from orchestrator.schema import Job as JobRow
+from orchestrator.states import ACTIVE, DEAD_ENDS, AttemptOutcome, JobStatus
+
+if TYPE_CHECKING:
+    from workers.jobs import JobRegistry
+
+JOBS = JobRow.__table__
+DEPS = JobDep.__table__
+ATTEMPTS = Attempt.__table__
+DEFAULT_GRACE_S = 60.0
+
+
+def open_engine(db: str | None = None) -> Engine:
+    from orchestrator.db import engine
+
+    return engine(db)
+
+
+# ---------------------------------------------------------------- submission
+
+
+def submit(eng: Engine, grids: list[Grid], kinds: JobRegistry) -> tuple[list[int], list[int]]:
+    """Validate and insert; returns (job ids in plan order, ids that were newly added)."""
+    plans = expand(grids, kinds)
+    ref_ids = sorted({j for p in plans for j in p.dep_ids})
+    with eng.connect() as conn:
+        rows = conn.execute(
+            sa.select(JOBS.c.id, JOBS.c.kind, JOBS.c.config_hash).where(JOBS.c.id.in_(ref_ids))
+        ).all()
+    known = {r.id: r for r in rows}
+    for j in ref_ids:
+        if j not in known or known[j].kind != "train":
+            raise ConfigError(f"budget.match_time_of: job {j} is not a train job of this database")
+    assign_hashes(plans, {j: known[j].config_hash for j in ref_ids})
+    now = time.time()
+    added: list[int] = []
+    with eng.begin() as conn:
+        grid_ids = [_grid_id(conn, g, now) for g in grids]
+        existing = dict(
+            conn.execute(
+                sa.select(JOBS.c.config_hash, JOBS.c.id).where(
+                    JOBS.c.config_hash.in_([p.config_hash for p in plans])
+                )
+            ).all()
+        )
+        plan_ids: dict[int, int] = {}  # plan index -> job id
+        for i in _deps_first(plans):  # match_time_of may name a train job of a later grid
+            plan = plans[i]
+            if plan.config_hash in existing:
+                plan_ids[i] = existing[plan.config_hash]
+                continue
+            dep_ids = [plan_ids[d] for d in plan.deps] + plan.dep_ids
+            budget = plan.budget
+            if budget is None and plan.kind == "train":  # stored as submitted-or-implied, for views
+                budget = {k: plan.spec[k] for k in ("tokens", "time_s") if plan.spec.get(k) is not None}
+                budget = budget or None
+            # a depth sweep is about its train job's model: copy the columns views filter on
+            sweep_of_train = plan.kind == "depth_sweep" and plan.deps
+            about = plans[plan.deps[0]].spec if sweep_of_train else plan.spec
+            sampler, loops = loop_columns(about) if plan.kind == "train" or sweep_of_train else (None, None)
+            if budget and "match_time_of" in budget:
+                budget = {"match_time_of": dep_ids[-1] if plan.dep_ids else plan_ids[plan.deps[-1]]}
+            job_id = conn.execute(
+                JOBS.insert().values(
+                    grid_id=grid_ids[plan.grid_index],
+                    kind=plan.kind,
+                    config=canonical_json(plan.spec),
+                    config_hash=plan.config_hash,
+                    recipe=about.get("recipe"),
+                    size=about.get("size"),
+                    seed=about.get("seed"),
+                    loop_sampler=sampler,
+                    loops=loops,
+                    status=JobStatus.QUEUED,
+                    priority=plan.priority,
+                    attempts=0,
+                    max_attempts=plan.max_attempts,
+                    budget=canonical_json(budget) if budget else None,
+                    budget_tokens=plan.spec.get("tokens"),
+                    budget_time_s=plan.spec.get("time_s"),
+                    resources=canonical_json(plan.resources) if plan.resources else None,
+                    created_at=now,
+                )
+            ).inserted_primary_key[0]
+            for dep in dict.fromkeys(dep_ids):
+                conn.execute(DEPS.insert().values(job_id=job_id, depends_on=dep))
+            existing[plan.config_hash] = job_id
+            plan_ids[i] = job_id
+            added.append(job_id)
+        ids = list(dict.fromkeys(plan_ids[i] for i in range(len(plans))))
+    return ids, added
+
+
+def loop_columns(spec: dict[str, Any]) -> tuple[str | None, int | None]:
+    """(loop sampler, loop count) of a train spec: its recipe's preset with the spec's model overrides.
+    (None, None) when the spec names no recipe the model knows (e.g. a plugin's own job kind)."""
+    from model.errors import ConfigError as ModelConfigError
+    from model.presets import preset
+
+    recipe, overrides = spec.get("recipe"), spec.get("model") or {}
+    if not isinstance(recipe, str) or not isinstance(overrides, dict):
+        return None, None
+    try:
+        cfg = preset(recipe, spec.get("size") or "tiny", **overrides)
+    except (ModelConfigError, TypeError, ValueError):
+        return None, None
+    return cfg.loop_sampler, cfg.loops
+
+
+def _deps_first(plans: list[Plan]) -> list[int]:
+    """Plan indexes with every plan after the plans it depends on (cycles were refused earlier)."""
+    order: list[int] = []
+    seen: set[int] = set()
+
+    def visit(i: int) -> None:
+        if i not in seen:
+            seen.add(i)
+            for d in plans[i].deps:
+                visit(d)
+            order.append(i)
+
+    for i in range(len(plans)):
+        visit(i)
+    return order
+
+
+def _grid_id(conn: Connection, grid: Grid, now: float) -> int:
+    spec_hash = grid.spec_hash()
+    grid_id = conn.execute(sa.select(GridRow.id).where(GridRow.spec_hash == spec_hash)).scalar()
+    if grid_id is None:
+        grid_id = conn.execute(
+            GridRow.__table__.insert().values(
+                name=grid.name, spec=canonical_json(grid.to_dict()), spec_hash=spec_hash, created_at=now
+            )
+        ).inserted_primary_key[0]
+    return grid_id
+
+
+# ---------------------------------------------------------------- claiming
+
+
+def ready_jobs(eng: Engine, limit: int = 50) -> list[Any]:
+    """Queued jobs whose dependencies all succeeded, highest priority first, then oldest."""
+    dep = sa.alias(JOBS, "dep")
+    blocked = (
+        sa.select(DEPS.c.job_id)
+        .join(dep, dep.c.id == DEPS.c.depends_on)
+        .where(DEPS.c.job_id == JOBS.c.id, dep.c.status != JobStatus.SUCCEEDED)
+        .exists()
+    )
+    query = (
+        sa.select(JOBS)
+        .where(JOBS.c.status == JobStatus.QUEUED, ~blocked)
+        .order_by(JOBS.c.priority.desc(), JOBS.c.id)
+        .limit(limit)
+    )
+    with eng.connect() as conn:
+        return conn.execute(query).all()
+
+
+def nothing_left(eng: Engine) -> bool:
+    """True when no job can start now or later without a user acting: none is ready, and none runs
+    (a running job, of this or of another, possibly dead, driver, may still unblock queued ones)."""
+    cascade(eng)
+    if ready_jobs(eng, limit=1):
+        return False
+    with eng.connect() as conn:
+        running = sa.select(JOBS.c.id).where(JOBS.c.status == JobStatus.RUNNING).limit(1)
+        return conn.execute(running).first() is None
+
+
+def claim(eng: Engine, job_id: int, worker: str, artifact_dir: str) -> int | None:
+    """Atomically move one queued job to running; returns the attempt number, or None if lost."""
+    now = time.time()
+    with eng.begin() as conn:
+        won = conn.execute(
+            JOBS.update()
+            .where(JOBS.c.id == job_id, JOBS.c.status == JobStatus.QUEUED)
+            .values(
+                status=JobStatus.RUNNING,
+                attempts=JOBS.c.attempts + 1,
+                started_at=now,
+                heartbeat_at=now,
+                finished_at=None,
+                error=None,
+                worker=worker,
+                artifact_dir=artifact_dir,
+            )
+        ).rowcount
+        if won != 1:
+            return None
+        n = conn.execute(sa.select(JOBS.c.attempts).where(JOBS.c.id == job_id)).scalar_one()
+        conn.execute(
+            ATTEMPTS.insert().values(
+                job_id=job_id, n=n, started_at=now, outcome=AttemptOutcome.RUNNING, worker=worker
+            )
+        )
+        # result rows of an earlier, unfinished attempt would be duplicated by this one
+        for model in RESULT_TABLES.values():
+            conn.execute(model.__table__.delete().where(model.__table__.c.job_id == job_id))
+    return n
+
+
+def refuse(eng: Engine, job_id: int, worker: str, reason: str) -> JobStatus | None:
+    """Fail a queued job for good without running it (it needs more than the cluster has: not the
+    job's fault, and no retry would help). None when another driver claimed it first."""
+    n = claim(eng, job_id, worker, "")
+    if n is None:
+        return None
+    failed = sa.select(sa.func.count()).where(
+        ATTEMPTS.c.job_id == job_id, ATTEMPTS.c.outcome == AttemptOutcome.FAILED
+    )
+    with eng.begin() as conn:
+        # this attempt's failure must reach max_attempts, whatever interruptions came before
+        conn.execute(
+            JOBS.update().where(JOBS.c.id == job_id).values(max_attempts=failed.scalar_subquery() + 1)
+        )
+    return finish(eng, job_id, n, AttemptOutcome.FAILED, reason)
+
+
+def launch_spec(eng: Engine, job: Any) -> dict[str, Any]:
+    """The spec the worker receives: stored config plus what only exists at launch time."""
+    spec = json.loads(job.config)
+    with eng.connect() as conn:
+        if job.kind == "depth_sweep" and "checkpoint" not in spec:
+            dirs = conn.execute(
+                sa.select(JOBS.c.artifact_dir)
+                .join(DEPS, DEPS.c.depends_on == JOBS.c.id)
+                .where(DEPS.c.job_id == job.id, JOBS.c.kind == "train")
+            ).scalars().all()  # fmt: skip
+            if dirs:
+                spec["checkpoint"] = dirs[0]
+        budget = json.loads(job.budget) if job.budget else None
+        seconds = None
+        if budget and "match_time_of" in budget:
+            seconds = conn.execute(sa.select(JOBS.c.budget_time_s).where(JOBS.c.id == job.id)).scalar()
+    if budget and "match_time_of" in budget:
+        if seconds is None:  # the reference had succeeded before this job was submitted
+            seconds = _resolve_budget_of(eng, job.id, budget["match_time_of"])
+        if seconds is None:
+            raise RuntimeError(f"derived budget of job {job.id} not resolved (job {budget['match_time_of']})")
+        spec["time_s"], spec["tokens"] = float(seconds), None
+    return spec
+
+
+# ---------------------------------------------------------------- outcomes
+
+
+def _resolve_budget_of(eng: Engine, job_id: int, ref_id: int) -> float | None:
+    """Resolve one derived budget from its succeeded reference's measured training time."""
+    with eng.begin() as conn:
+        seconds = conn.execute(
+            sa.select(TrainResult.train_seconds)
+            .join(JOBS, JOBS.c.id == TrainResult.job_id)
+            .where(TrainResult.job_id == ref_id, JOBS.c.status == JobStatus.SUCCEEDED)
+        ).scalar()  # fmt: skip
+        if seconds is not None:
+            conn.execute(JOBS.update().where(JOBS.c.id == job_id).values(budget_time_s=float(seconds)))
+    return None if seconds is None else float(seconds)
+
+
+def finish(eng: Engine, job_id: int, n: int, outcome: AttemptOutcome, error: str | None = None) -> JobStatus:
+    """Record attempt `n`'s outcome (succeeded | failed | interrupted); returns the job's new status.
+
+    failed: back to queued while the failed attempts are fewer than max_attempts (interruptions do not
+    count: a kill -9 is not the job's fault), else failed for good and the dependents with it.
+    A job cancelled while it ran stays cancelled whatever the attempt's outcome.
+    """
+    outcome = AttemptOutcome(outcome)
+    now = time.time()
+    this_attempt = (ATTEMPTS.c.job_id == job_id) & (ATTEMPTS.c.n == n)
+    with eng.begin() as conn:
+        conn.execute(ATTEMPTS.update().where(this_attempt).values(ended_at=now, outcome=outcome, error=error))
+        job = conn.execute(sa.select(JOBS).where(JOBS.c.id == job_id)).one()
+        if job.attempts != n:  # recovered and re-claimed meanwhile: that newer attempt owns the job
+            return JobStatus(job.status)
+        if job.status == JobStatus.CANCELLED:
+            conn.execute(ATTEMPTS.update().where(this_attempt).values(outcome=AttemptOutcome.CANCELLED))
+            status = JobStatus.CANCELLED
+        elif outcome == AttemptOutcome.SUCCEEDED:
+            status = JobStatus.SUCCEEDED
+        elif outcome == AttemptOutcome.INTERRUPTED:
+            status = JobStatus.QUEUED
+        else:
+            failures = conn.execute(
+                sa.select(sa.func.count()).where(
+                    ATTEMPTS.c.job_id == job_id, ATTEMPTS.c.outcome == AttemptOutcome.FAILED
+                )
+            ).scalar_one()
+            status = JobStatus.QUEUED if failures < job.max_attempts else JobStatus.FAILED
+        values: dict[str, Any] = {"status": status, "heartbeat_at": now}
+        if status in (JobStatus.SUCCEEDED, JobStatus.FAILED):
+            values.update(finished_at=now, eta_s=None)
+        if error is not None:
+            values["error"] = error
+            conn.execute(
+                JobLog.__table__.insert().values(
+                    job_id=job_id, attempt=n, ts=now, level="ERROR", message=error
+                )
+            )
+        conn.execute(
+            JOBS.update().where(JOBS.c.id == job_id, JOBS.c.status != JobStatus.CANCELLED).values(**values)
+        )
+        if status == JobStatus.SUCCEEDED:
+            _resolve_budgets(conn, job_id)
+    if status in DEAD_ENDS:
+        cascade(eng)
+    return status
+
+
+def _resolve_budgets(conn: Connection, job_id: int) -> None:
+    """Jobs whose budget is `match_time_of` this job get its measured training time as their budget."""
+    seconds = conn.execute(sa.select(TrainResult.train_seconds).where(TrainResult.job_id == job_id)).scalar()
+    if seconds is None:
+        return
+    derived = conn.execute(sa.select(JOBS.c.id, JOBS.c.budget).where(JOBS.c.budget.is_not(None))).all()
+    for other_id, budget in derived:
+        if json.loads(budget).get("match_time_of") == job_id:
+            conn.execute(JOBS.update().where(JOBS.c.id == other_id).values(budget_time_s=float(seconds)))
+
+
+def cascade(eng: Engine) -> list[int]:
+    """Fail every queued job with a failed or cancelled dependency, transitively; each records the
+    dependency that took it down in `failed_dependency`. Returns their ids."""
+    failed_all: list[int] = []
+    dep = sa.alias(JOBS, "dep")
+    while True:
+        with eng.begin() as conn:
+            rows = conn.execute(
+                sa.select(JOBS.c.id, dep.c.id.label("dep_id"), dep.c.status, dep.c.error)
+                .join(DEPS, DEPS.c.job_id == JOBS.c.id)
+                .join(dep, dep.c.id == DEPS.c.depends_on)
+                .where(JOBS.c.status == JobStatus.QUEUED, dep.c.status.in_(DEAD_ENDS))
+            ).all()  # fmt: skip
+            if not rows:
+                return failed_all
+            now = time.time()
+            for r in {r.id: r for r in rows}.values():
+                reason = (r.error or r.status).strip().splitlines()
+                msg = f"dependency job {r.dep_id} {r.status}: {reason[-1] if reason else ''}"
+                conn.execute(
+                    JOBS.update()
+                    .where(JOBS.c.id == r.id, JOBS.c.status == JobStatus.QUEUED)
+                    .values(status=JobStatus.FAILED, error=msg, finished_at=now, failed_dependency=r.dep_id)
+                )
+                failed_all.append(r.id)
+
+
+def recover_stale(eng: Engine, grace_s: float, exclude: set[int] = frozenset()) -> list[int]:
+    """`running` jobs with a heartbeat older than `grace_s` seconds (epoch floats, one clock) go back
+    to `queued`; their open attempt is recorded as interrupted. They resume from their checkpoint."""
+    cutoff = time.time() - grace_s
+    silent = sa.or_(JOBS.c.heartbeat_at.is_(None), JOBS.c.heartbeat_at < cutoff)
+    with eng.begin() as conn:
+        stale = conn.execute(
+            sa.select(JOBS.c.id, JOBS.c.attempts).where(JOBS.c.status == JobStatus.RUNNING, silent)
+        ).all()
+        recovered = []
+        for job_id, n in stale:
+            if job_id in exclude:
+                continue
+            won = conn.execute(
+                JOBS.update()
+                .where(JOBS.c.id == job_id, JOBS.c.status == JobStatus.RUNNING, JOBS.c.attempts == n)
+                .values(status=JobStatus.QUEUED)
+            ).rowcount
+            if won:
+                conn.execute(
+                    ATTEMPTS.update()
+                    .where(
+                        ATTEMPTS.c.job_id == job_id,
+                        ATTEMPTS.c.n == n,
+                        ATTEMPTS.c.outcome == AttemptOutcome.RUNNING,
+                    )
+                    .values(
+                        outcome=AttemptOutcome.INTERRUPTED,
+                        ended_at=time.time(),
+                        error="driver lost (stale heartbeat)",
+                    )
+                )
+                recovered.append(job_id)
+        # a job cancelled while it ran, whose driver died before the attempt ended: close the attempt
+        # (else it stays `running` for ever and the job can never be retried)
+        lost = sa.select(JOBS.c.id).where(
+            JOBS.c.status == JobStatus.CANCELLED, silent, JOBS.c.id.not_in(list(exclude))
+        )
+        conn.execute(
+            ATTEMPTS.update()
+            .where(ATTEMPTS.c.outcome == AttemptOutcome.RUNNING, ATTEMPTS.c.job_id.in_(lost))
+            .values(
+                outcome=AttemptOutcome.CANCELLED,
+                ended_at=time.time(),
+                error="driver lost after the job was cancelled",
+            )
+        )
+    return recovered
+
+
+def touch(eng: Engine, job_ids: list[int]) -> None:
+    """The driver's heartbeat for the jobs it owns: proves the owner is alive even between events."""
+    if job_ids:
+        with eng.begin() as conn:
+            conn.execute(
+                JOBS.update()
+                .where(JOBS.c.id.in_(job_ids), JOBS.c.status == JobStatus.RUNNING)
+                .values(heartbeat_at=time.time())
+            )
+
+
+# ---------------------------------------------------------------- user actions
+
+
+def cancel(eng: Engine, job_ids: list[int]) -> list[int]:
+    """Queued or running jobs become cancelled (a running one is asked to stop by its driver)."""
+    with eng.begin() as conn:
+        hit = conn.execute(
+            sa.select(JOBS.c.id).where(JOBS.c.id.in_(job_ids), JOBS.c.status.in_(ACTIVE))
+        ).scalars().all()  # fmt: skip
+        conn.execute(
+            JOBS.update()
+            .where(JOBS.c.id.in_(hit))
+            .values(status=JobStatus.CANCELLED, finished_at=time.time())
+        )
+    cascade(eng)
+    return list(hit)
+
+
+def retry(eng: Engine, job_ids: list[int]) -> list[int]:
+    """Failed or cancelled jobs go back to queued with one more allowed failure, and so do their
+    dependents that failed only because of them (`failed_dependency`)."""
+    requeued: list[int] = []
+    with eng.begin() as conn:
+        todo = list(job_ids)
+        while todo:
+            job_id = todo.pop()
+            job = conn.execute(sa.select(JOBS).where(JOBS.c.id == job_id)).first()
+            if job is None or job.status not in DEAD_ENDS:
+                continue
+            still_running = sa.select(ATTEMPTS.c.n).where(
+                ATTEMPTS.c.job_id == job_id, ATTEMPTS.c.outcome == AttemptOutcome.RUNNING
+            )
+            if conn.execute(still_running).first():
+                continue  # cancelled but its attempt still runs until it stops: a retry now would run it twice
+            failures = conn.execute(
+                sa.select(sa.func.count()).where(
+                    ATTEMPTS.c.job_id == job_id, ATTEMPTS.c.outcome == AttemptOutcome.FAILED
+                )
+            ).scalar_one()
+            conn.execute(
+                JOBS.update()
+                .where(JOBS.c.id == job_id)
+                .values(
+                    status=JobStatus.QUEUED,
+                    error=None,
+                    finished_at=None,
+                    failed_dependency=None,
+                    max_attempts=max(job.max_attempts, failures + 1),
+                )
+            )
+            requeued.append(job_id)
+            dependents = conn.execute(
+                sa.select(JOBS.c.id).where(
+                    JOBS.c.status == JobStatus.FAILED, JOBS.c.failed_dependency == job_id
+                )
+            ).scalars().all()  # fmt: skip
+            todo.extend(dependents)
+    return requeued
+
+
+def statuses(eng: Engine, job_ids: list[int]) -> dict[int, JobStatus]:
+    """The current status of each of `job_ids` that exists."""
+    with eng.connect() as conn:
+        rows = conn.execute(sa.select(JOBS.c.id, JOBS.c.status).where(JOBS.c.id.in_(job_ids))).all()
+    return {job_id: JobStatus(status) for job_id, status in rows}
