@@ -1,15 +1,21 @@
-"""Analytic parameter and KV-cache counts, computed from the config alone (no model is built).
+"""Analytic parameter, KV-cache and FLOP counts, computed from the config alone (no model is built).
 
-Both are tested against what the model and the cache really hold. "Embedding" parameters are the
-vocabulary-sized tables: the token embedding (tied with the head), the value-embedding tables and an
-untied head if any; everything else is "non_embedding".
+All are tested against what the model and the cache really hold (FLOPs: against PyTorch's counter,
+see `model.flops`). "Embedding" parameters are the vocabulary-sized tables: the token embedding (tied
+with the head), the value-embedding tables and an untied head if any; everything else is
+"non_embedding". `arch_summary` is the resolved architecture a results table stores per run;
+`tokens_for_flops` turns a FLOP budget into whole training steps.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 
+from model import fields as check
 from model.config import ModelConfig
+from model.flops import training_flops
 from model.kv_cache import cache_layout
 from model.layers import VE_GATE_CHANNELS
 
@@ -52,3 +58,59 @@ def kv_cache_bytes(
     item = torch.empty((), dtype=dtype_of(dtype)).element_size()
     layout = cache_layout(cfg, context_len, cfg.loops if loops is None else loops)
     return sum(2 * batch * shape.heads * shape.slots * cfg.head_dim * item for shape in layout.values())
+
+
+def once_and_recurrent_params(cfg: ModelConfig) -> dict[str, int]:
+    """{"n_once", "n_rec"}: N_rec = the shared recurrent block's parameters (its layers, value-embedding
+    gates included); N_once = the other non-embedding parameters a token passes through once (prelude,
+    coda, the injection with its prelude-output norm, the final norm) plus an untied head. So
+    n_once + n_rec + the embedding tables = param_count's total."""
+    d, hd = cfg.d_model, cfg.n_heads * cfg.head_dim
+    per_layer = 3 * d * hd + hd * d + 2 * d * cfg.mlp_hidden + 2 * d  # q,k,v,o + fc,proj + 2 norms
+    gate = min(VE_GATE_CHANNELS, d) * cfg.n_heads
+    ve = set(cfg.value_embed_layers())
+    layers = [per_layer + (gate if i in ve else 0) for i in range(cfg.n_layers)]
+    first, after = cfg.n_prelude, cfg.n_prelude + cfg.n_recurrent
+    n_rec = sum(layers[first:after])
+    n_once = sum(layers[:first]) + sum(layers[after:]) + d  # + final norm
+    if cfg.injection == "diagonal":
+        n_once += 3 * d + 2 * d * d  # prelude-output norm, A_log, dt_bias, B, C
+    if not cfg.tie_embeddings:
+        n_once += cfg.vocab_size * d
+    return {"n_once": n_once, "n_rec": n_rec}
+
+
+def arch_summary(cfg: ModelConfig, batch_size: int) -> dict:
+    """The resolved architecture of `cfg` trained at `batch_size` sequences of cfg.seq_len per step.
+
+    `loops` is the trained loop count (the Poisson mean for the sampled recipes), `effective_depth`
+    = n_prelude + n_recurrent * loops + n_coda; `flops_per_token` = training forward + backward FLOPs
+    per token expected over the loop sampler, padded rounds included (`model.flops.training_flops`,
+    dense attention convention); `padding_waste` = the fraction of recurrent-round FLOPs thrown away."""
+    flops = training_flops(cfg, batch_size)
+    params = param_count(cfg)
+    return {
+        "n_prelude": cfg.n_prelude,
+        "n_recurrent": cfg.n_recurrent,
+        "n_coda": cfg.n_coda,
+        "loops": cfg.loops,
+        "effective_depth": float(cfg.n_prelude + cfg.n_recurrent * cfg.loops + cfg.n_coda),
+        "d_model": cfg.d_model,
+        "injection": cfg.injection,
+        "n_params": params["total"],
+        "n_params_non_embedding": params["non_embedding"],
+        **once_and_recurrent_params(cfg),
+        "flops_per_token": float(flops.total),
+        "padding_waste": float(flops.padding_waste),
+    }
+
+
+def tokens_for_flops(cfg: ModelConfig, flops: float, batch_size: int, seq_len: int) -> int:
+    """Tokens of the whole training steps a budget of `flops` training FLOPs buys: steps =
+    max(1, floor(flops / (flops_per_token * batch_size * seq_len))), returned as steps * batch * seq."""
+    flops = check.number("flops", flops, lo=0.0, lo_open=True)
+    batch_size = check.integer("batch_size", batch_size, lo=1)
+    seq_len = check.integer("seq_len", seq_len, lo=1)
+    per_token = training_flops(cfg, batch_size, seq_len=seq_len).total
+    steps = max(1, math.floor(flops / (per_token * batch_size * seq_len)))
+    return steps * batch_size * seq_len

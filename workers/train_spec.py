@@ -39,9 +39,11 @@ class Spec:
     seed: int = 0
     """seed of the initial weights, the batches and the loop-count sampler"""
     tokens: int | None = None
-    """token budget, e.g. 2e6 (give exactly one of tokens and time_s)"""
+    """token budget, e.g. 2e6 (give exactly one of tokens, time_s and flops)"""
     time_s: float | None = None
     """training-time budget in seconds, steps planned from a short calibration"""
+    flops: float | None = None
+    """training-FLOP budget, e.g. 3e15 (forward + backward, model.flops), trained as whole steps"""
     batch_size: int = 8
     """sequences per step (and per evaluation batch)"""
     seq_len: int | None = None
@@ -100,8 +102,12 @@ class Spec:
         v["seed"] = fields.integer("seed", d["seed"], lo=0)
         v["tokens"] = fields.integer("tokens", d["tokens"], lo=1, allow_none=True)
         v["time_s"] = fields.number("time_s", d["time_s"], lo=0, lo_open=True, allow_none=True)
-        if (v["tokens"] is None) == (v["time_s"] is None):
-            raise ConfigError("tokens / time_s: give exactly one budget (a token count or training seconds)")
+        v["flops"] = fields.number("flops", d["flops"], lo=0, lo_open=True, allow_none=True)
+        if sum(v[name] is not None for name in ("tokens", "time_s", "flops")) != 1:
+            raise ConfigError(
+                "tokens / time_s / flops: give exactly one budget (a token count, training seconds or "
+                "training FLOPs)"
+            )
         v["batch_size"] = fields.integer("batch_size", d["batch_size"], lo=1)
         v["seq_len"] = fields.integer("seq_len", d["seq_len"], lo=2, allow_none=True)
         for name in ("lr", "adam_lr"):
@@ -132,6 +138,10 @@ class Spec:
 
     def model_config(self, vocab_size: int):
         """The ModelConfig this spec trains, for a tokenizer of `vocab_size` tokens."""
+        return dataclasses.replace(self._preset_config(), vocab_size=vocab_size)
+
+    def _preset_config(self):
+        """The preset with this spec's model overrides and seq_len, at the preset's vocabulary."""
         from model.presets import preset
 
         overrides = dict(self.model)
@@ -141,7 +151,20 @@ class Spec:
             cfg = preset(self.recipe, self.size, **overrides)
         except TypeError as e:  # a preset that does not name the bad key itself
             raise ConfigError(f"model: bad override(s) {sorted(overrides)}: {e}") from e
-        return dataclasses.replace(cfg, vocab_size=vocab_size)
+        return cfg
+
+    def resolved_model_config(self):
+        """The ModelConfig this spec trains, at the vocabulary its data will have, read without torch
+        and without the corpus: "byte" 256, "bpe" data.vocab_size, a tokenizer.json the size of its
+        vocabulary and added tokens (the preset's vocabulary if the file cannot be read)."""
+        tokenizer = self.data.tokenizer
+        if tokenizer == "byte":
+            vocab_size = 256
+        elif tokenizer == "bpe":
+            vocab_size = self.data.vocab_size
+        else:
+            vocab_size = tokenizer_json_vocab_size(Path(tokenizer).expanduser())
+        return self._preset_config() if vocab_size is None else self.model_config(vocab_size)
 
     def resolved_eval_loops(self, cfg) -> list[int]:
         """The loop counts each evaluation reports (`val_loss@N`) for the model config `cfg`."""
@@ -149,6 +172,20 @@ class Spec:
             return list(self.eval_loops)
         looped = cfg.injection != "none" or cfg.loops > 1
         return list(DEFAULT_EVAL_LOOPS) if looped else [cfg.loops]
+
+
+def tokenizer_json_vocab_size(path: Path) -> int | None:
+    """Tokens of a `tokenizers` tokenizer.json (its model's vocabulary plus added tokens, as
+    `Tokenizer.get_vocab_size()` counts them), read as plain JSON; None if the file cannot be read."""
+    try:
+        saved = json.loads(path.read_text())
+        vocab = saved["model"]["vocab"]
+        # BPE / WordPiece / WordLevel store {token: id}; Unigram stores [[token, score], ...]
+        tokens = set(vocab) if isinstance(vocab, dict) else {entry[0] for entry in vocab}
+        tokens |= {added["content"] for added in saved.get("added_tokens") or []}
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None
+    return len(tokens) or None
 
 
 def check_artifact_dir(spec: Spec, artifact_dir: Path) -> None:

@@ -1,0 +1,303 @@
+"""Training FLOPs of a looped LM per token, counted from the config alone (no model is built).
+
+What is counted: every matrix multiply (2 FLOPs per multiply-add) and the attention scores and
+weighted values (Q K^T and P V, 2 * 2 * head_dim per (query, key) pair and head). Left out: norms,
+RoPE, softmax, activations, the value-embedding add, the loss and the optimizer (elementwise, small
+next to the matmuls), and embedding lookups (no arithmetic). `torch.utils.flop_counter.FlopCounterMode`
+counts the same things; tests/model/test_flops.py checks the two agree on real training steps.
+
+Per token and layer application with h heads of head_dim D, m MLP units, model width d:
+    q, k, v, o   2 d (h D) each; a reuse_kv round computes q and o only (round 1's keys and values)
+    ve gate      2 * 32 h on layers with a value embedding (not in reuse_kv rounds)
+    attention    2 * 2 h D * pairs / T, with `pairs` the (query, key) pairs of a T-token sequence
+    MLP          2 d m + 2 m d (an MLP-only round has only this)
+plus once per forward the injection's B and C (2 d^2 each) and the head (2 d V). Backward costs twice
+the forward (the gradients of both operands of every matmul, including P V and Q K^T).
+
+Attention conventions (`attention=`):
+- "dense" (default): every (query, key) pair handed to the attention call, masked or not. Full context
+  counts T x T (what FlopCounterMode counts for SDPA, and the 6N + 12 L T d convention of MFU figures);
+  a windowed round counts what the CPU path of `model.attention.attention` lays out: the dense band
+  (T x T) below the block-local threshold, blocks of S queries against 2S keys above it. (Fused causal
+  kernels skip key blocks past the diagonal, the CPU flash kernel too: they compute about half of a
+  causal T x T; GPU FlexAttention computes the 128-key tiles that touch the window. Neither is modelled.)
+- "causal": only the pairs the mask lets through, T(T+1)/2 causal, sum of min(t+1, window) windowed:
+  the least any kernel must compute.
+
+Loop counts and truncated backprop follow `model.rounds` exactly: every global round runs forward for
+the whole batch (a batch with per-sequence counts runs max(count) rounds, the padded ones included);
+only the rounds `plan_rounds` runs with autograd cost a backward. `training_flops` takes the
+expectation over the loop sampler for a batch size; `step_flops` counts one step with given counts.
+`padding_waste` = the fraction of recurrent-round FLOPs (forward + backward) spent on rounds outside a
+sequence's own: 0 for fixed and per-batch sampling.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from model import fields as check
+from model.attention import cpu_block_size, use_block_local
+from model.config import ModelConfig, RoundSettings
+from model.layers import VE_GATE_CHANNELS
+from model.rounds import loop_counts, plan_rounds
+
+ATTENTION_CONVENTIONS = ("dense", "causal")
+BACKWARD_FACTOR = 2.0  # backward = gradients of both operands of every matmul = 2x the forward
+_TAIL = 1e-15  # the loop-count distribution is summed until P(more rounds) falls below this
+
+
+# ---- forward FLOPs per token of each part ---------------------------------------------------------
+
+
+def attention_pairs(seq_len: int, window: int | None, attention: str = "dense") -> float:
+    """(query, key) pairs scored for one head over a `seq_len`-token sequence (see the module docstring)."""
+    check.choice("attention", attention, ATTENTION_CONVENTIONS)
+    T = seq_len
+    full = window is None or window >= T  # `attention` runs full causal SDPA then
+    if attention == "causal":
+        return T * (T + 1) / 2 if full else window * (window + 1) / 2 + (T - window) * window
+    if full or not use_block_local(T, window):
+        return float(T * T)
+    block = cpu_block_size(window)
+    return -(-T // block) * block * 2 * block  # ceil(T / S) blocks (the tail padded) of S x 2S
+
+
+def layer_flops(
+    cfg: ModelConfig, settings: RoundSettings, value_embed: bool, seq_len: int, attention: str = "dense"
+) -> float:
+    """Forward FLOPs per token of one layer application with `settings` (module docstring)."""
+    d, head_dim = cfg.d_model, cfg.head_dim
+    width = settings.heads * head_dim  # channels of the heads used
+    flops = 4.0 * d * settings.hidden  # MLP fc + proj
+    round_cfg = settings.round
+    if round_cfg.attention:
+        flops += 2 * 2 * d * width  # q, o
+        if not round_cfg.reuse_kv:
+            flops += 2 * 2 * d * width  # k, v
+            if value_embed:
+                flops += 2 * min(VE_GATE_CHANNELS, d) * settings.heads
+        window = round_cfg.window
+        flops += 4.0 * width * attention_pairs(seq_len, window, attention) / seq_len
+    return flops
+
+
+def _value_embed_flags(cfg: ModelConfig) -> list[bool]:
+    ve = set(cfg.value_embed_layers())
+    return [i in ve for i in range(cfg.n_layers)]
+
+
+def prelude_flops(cfg: ModelConfig, seq_len: int, attention: str = "dense") -> float:
+    ve = _value_embed_flags(cfg)
+    return sum(layer_flops(cfg, cfg.full_settings, ve[i], seq_len, attention) for i in range(cfg.n_prelude))
+
+
+def coda_flops(cfg: ModelConfig, seq_len: int, attention: str = "dense") -> float:
+    ve, first = _value_embed_flags(cfg), cfg.n_prelude + cfg.n_recurrent
+    return sum(
+        layer_flops(cfg, cfg.full_settings, ve[first + i], seq_len, attention) for i in range(cfg.n_coda)
+    )
+
+
+def round_flops(cfg: ModelConfig, round_index: int, seq_len: int, attention: str = "dense") -> float:
+    """Forward FLOPs per token of one application of the recurrent block with round `round_index`'s
+    settings (0-based)."""
+    ve, settings = _value_embed_flags(cfg), cfg.round_settings(round_index)
+    return sum(
+        layer_flops(cfg, settings, ve[cfg.n_prelude + j], seq_len, attention) for j in range(cfg.n_recurrent)
+    )
+
+
+def injection_flops(cfg: ModelConfig) -> float:
+    """B e' before the rounds and the readout C h after them (once per forward each)."""
+    return 2 * 2.0 * cfg.d_model**2 if cfg.injection == "diagonal" else 0.0
+
+
+def head_flops(cfg: ModelConfig) -> float:
+    return 2.0 * cfg.d_model * cfg.vocab_size
+
+
+# ---- the breakdown ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PartFlops:
+    forward: float
+    backward: float
+
+    @property
+    def total(self) -> float:
+        return self.forward + self.backward
+
+
+@dataclass(frozen=True)
+class FlopBreakdown:
+    """Training FLOPs per token (forward + backward) by part; `rounds[g]` is global round g (expected
+    over the sampler for `training_flops`: P(it runs) x its FLOPs)."""
+
+    prelude: PartFlops
+    injection: PartFlops
+    rounds: tuple[PartFlops, ...]
+    coda: PartFlops
+    head: PartFlops
+    padding_waste: float
+    mean_rounds: float  # global rounds run forward per step
+    mean_grad_rounds: float  # of which with autograd
+
+    def parts(self) -> list[PartFlops]:
+        return [self.prelude, self.injection, *self.rounds, self.coda, self.head]
+
+    @property
+    def forward(self) -> float:
+        return sum(part.forward for part in self.parts())
+
+    @property
+    def backward(self) -> float:
+        return sum(part.backward for part in self.parts())
+
+    @property
+    def total(self) -> float:
+        return self.forward + self.backward
+
+    @property
+    def recurrent(self) -> float:
+        return sum(part.total for part in self.rounds)
+
+
+def _breakdown(
+    cfg: ModelConfig,
+    seq_len: int,
+    attention: str,
+    run: Sequence[float],
+    grad: Sequence[float],
+    own: tuple[Sequence[float], Sequence[float]] | None,
+    prelude_grad: float,
+) -> FlopBreakdown:
+    """Assemble per-token FLOPs from the schedule: `run[g]` / `grad[g]` = fraction of the batch's
+    sequences for which global round g runs forward / backward (the whole batch when it runs at all);
+    `own` = the same two for a sequence's own j-th round (the useful part), None when they equal
+    `run` and `grad` (no padding); `prelude_grad` = probability that the gradient reaches the prelude."""
+    distinct = [round_flops(cfg, r, seq_len, attention) for r in range(len(cfg.rounds))]  # the last repeats
+    per_round = [distinct[min(g, len(distinct) - 1)] for g in range(len(run))]
+    rounds = tuple(PartFlops(p * f, BACKWARD_FACTOR * q * f) for p, q, f in zip(run, grad, per_round))
+    waste = 0.0
+    if own is not None:
+        computed = sum(part.total for part in rounds)
+        useful = sum((p + BACKWARD_FACTOR * q) * f for p, q, f in zip(*own, per_round, strict=False))
+        waste = max(0.0, (computed - useful) / computed) if computed > 0 else 0.0
+
+    def once(forward: float, backward_probability: float) -> PartFlops:
+        return PartFlops(forward, BACKWARD_FACTOR * backward_probability * forward)
+
+    return FlopBreakdown(
+        prelude=once(prelude_flops(cfg, seq_len, attention), prelude_grad),
+        injection=once(injection_flops(cfg), 1.0),
+        rounds=rounds,
+        coda=once(coda_flops(cfg, seq_len, attention), 1.0),
+        head=once(head_flops(cfg), 1.0),
+        padding_waste=waste,
+        mean_rounds=float(sum(run)),
+        mean_grad_rounds=float(sum(grad)),
+    )
+
+
+def _resolved_seq_len(cfg: ModelConfig, seq_len: int | None, attention: str) -> int:
+    check.choice("attention", attention, ATTENTION_CONVENTIONS)
+    return cfg.seq_len if seq_len is None else check.integer("seq_len", seq_len, lo=1)
+
+
+def step_flops(
+    cfg: ModelConfig, counts, seq_len: int | None = None, attention: str = "dense"
+) -> FlopBreakdown:
+    """FLOPs per token of one training step whose sequences run `counts` rounds (an int for the whole
+    batch or one count per sequence), scheduled by `model.rounds.plan_rounds` as the model does."""
+    seq_len = _resolved_seq_len(cfg, seq_len, attention)
+    batch = len(counts) if isinstance(counts, list | tuple) else 1
+    counts = loop_counts(counts, batch)
+    plan = plan_rounds(counts, cfg.grad_rounds, True, rounds_share_settings=len(cfg.rounds) == 1)
+    per_seq = [counts] * batch if isinstance(counts, int) else counts
+    k = cfg.grad_rounds
+    n = plan.n_rounds
+    run = [1.0] * n
+    grad = [1.0 if g else 0.0 for g in plan.grad]
+    own_run = [sum(c > j for c in per_seq) / batch for j in range(n)]
+    own_grad = [sum(c > j and (k is None or j >= c - k) for c in per_seq) / batch for j in range(n)]
+    own = None if (own_run, own_grad) == (run, grad) else (own_run, own_grad)
+    return _breakdown(cfg, seq_len, attention, run, grad, own, _prelude_gets_grad(cfg, plan))
+
+
+def _prelude_gets_grad(cfg: ModelConfig, plan) -> float:
+    """Whether backward reaches the prelude. With the injection always (B e' enters every round). Without
+    it the prelude output is the state h: gradient reaches it only if h still depends on it (with
+    autograd) at the first round run with autograd. A round without autograd replaces h by its output,
+    except for the sequences it holds still (`torch.where` keeps their h and its graph)."""
+    if cfg.injection == "diagonal":
+        return 1.0
+    alive = True
+    for g in range(plan.n_rounds):
+        if plan.grad[g]:
+            return 1.0 if alive else 0.0
+        alive = alive and plan.active is not None and not plan.all_active[g]
+    return 0.0
+
+
+def _clamped_poisson_cdf(mean: float, upto: int) -> list[float]:
+    """P(count <= j) for j = 0..upto, count = max(1, Poisson(mean)) as `LoopedLM.sample_loops` draws."""
+    cdf, total = [], 0.0
+    for j in range(upto + 1):
+        total += math.exp(-mean + j * math.log(mean) - math.lgamma(j + 1))
+        cdf.append(0.0 if j == 0 else min(total, 1.0))
+    return cdf
+
+
+def training_flops(
+    cfg: ModelConfig, batch_size: int, seq_len: int | None = None, attention: str = "dense"
+) -> FlopBreakdown:
+    """Training FLOPs per token expected over the loop sampler at `batch_size` sequences per step.
+
+    With c the loop count (CDF F) and n the batch's max (CDF F^B for per-sequence sampling, B = 1 for
+    per-batch sampling), global round g runs forward with P(n > g). With gradient through the last k
+    rounds: the aligned schedule (one round setting) runs g with autograd when g < n <= g + k; the
+    staggered one when some sequence has c in [g+1, g+k], P = 1 - (1 - F(g+k) + F(g))^B. A sequence's
+    own round j runs with P(c > j) and needs gradient with probability F(j+k) - F(j)."""
+    seq_len = _resolved_seq_len(cfg, seq_len, attention)
+    batch_size = check.integer("batch_size", batch_size, lo=1)
+    if cfg.loop_sampler == "fixed":
+        return step_flops(cfg, cfg.loops, seq_len, attention)
+    sequences = batch_size if cfg.loop_sampler == "poisson_seq" else 1  # independent draws per step
+    mean, k = float(cfg.loops), cfg.grad_rounds
+    upto = int(mean + 40 * math.sqrt(mean) + 60)
+    cdf = _clamped_poisson_cdf(mean, upto + (k or 0))
+
+    def cdf_at(j: int) -> float:
+        return cdf[min(j, len(cdf) - 1)]
+
+    def in_window(j: int) -> float:  # P(a sequence's own round j is in its gradient window)
+        return 1.0 - cdf_at(j) if k is None else cdf_at(j + k) - cdf_at(j)
+
+    n_rounds = next((g for g in range(upto) if 1.0 - cdf_at(g) ** sequences < _TAIL), upto)
+    own_run = [1.0 - cdf_at(j) for j in range(n_rounds)]
+    own_grad = [in_window(j) for j in range(n_rounds)]
+    if sequences == 1:  # the whole batch runs one count: no padding
+        return _breakdown(cfg, seq_len, attention, own_run, own_grad, None, _prelude_grad(cfg, cdf_at, 1))
+    run = [1.0 - cdf_at(g) ** sequences for g in range(n_rounds)]
+    if k is None:
+        grad = run
+    elif len(cfg.rounds) == 1:  # aligned: the last k global rounds
+        grad = [cdf_at(g + k) ** sequences - cdf_at(g) ** sequences for g in range(n_rounds)]
+    else:
+        grad = [1.0 - (1.0 - in_window(g)) ** sequences for g in range(n_rounds)]
+    return _breakdown(
+        cfg, seq_len, attention, run, grad, (own_run, own_grad), _prelude_grad(cfg, cdf_at, sequences)
+    )
+
+
+def _prelude_grad(cfg: ModelConfig, cdf_at, sequences: int) -> float:
+    """Probability that backward reaches the prelude (see `_prelude_gets_grad`): always with the
+    injection; without it when some sequence of the step has c <= k."""
+    k = cfg.grad_rounds
+    if cfg.injection == "diagonal" or k is None:
+        return 1.0
+    return 1.0 - (1.0 - cdf_at(k)) ** sequences

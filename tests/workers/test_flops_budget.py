@@ -1,0 +1,150 @@
+"""FLOP budgets and the FLOP accounting of a train run: the `flops` spec field, the vocabulary a spec
+resolves to without reading its corpus, whole steps from a FLOP budget, the result row's FLOP fields,
+and the device peak table MFU is measured against."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from model.counts import arch_summary, tokens_for_flops
+from model.errors import ConfigError
+from model.flops import training_flops
+from tests.workers.conftest import tiny_spec
+from workers import train
+from workers.device import peak_flops_of
+from workers.reporter import MemoryReporter
+from workers.train_spec import Spec
+
+
+def _flop_spec(**kw) -> dict:
+    """A tiny spec whose budget is only what `kw` gives."""
+    return tiny_spec(**{"tokens": None, **kw})
+
+
+@pytest.mark.parametrize(
+    "budget",
+    [
+        {"tokens": 1000, "flops": 1e12},
+        {"time_s": 5.0, "flops": 1e12},
+        {"tokens": 1000, "time_s": 5.0, "flops": 1e12},
+        {},
+    ],
+)
+def test_exactly_one_budget(budget):
+    with pytest.raises(ConfigError, match="tokens / time_s / flops: give exactly one budget"):
+        Spec.from_dict(_flop_spec(**budget))
+
+
+@pytest.mark.parametrize("bad", [0, -1e12, "lots", True])
+def test_bad_flop_budget_names_the_field(bad):
+    with pytest.raises(ConfigError, match="flops"):
+        Spec.from_dict(_flop_spec(flops=bad))
+
+
+def test_flop_budget_round_trips():
+    spec = Spec.from_dict(_flop_spec(flops=3e15))
+    assert spec.flops == 3e15 and spec.tokens is None and spec.time_s is None
+    assert Spec.from_dict(spec.to_dict()) == spec
+
+
+def test_resolved_model_config_byte_and_bpe():
+    spec = Spec.from_dict(tiny_spec(recipe="lean", size="small", seq_len=128, model={"loops": 6}))
+    cfg = spec.resolved_model_config()
+    assert cfg.vocab_size == 256 and cfg.seq_len == 128 and cfg.loops == 6 and cfg.d_model == 128
+    bpe = Spec.from_dict(tiny_spec(data={"corpus": "offline", "tokenizer": "bpe", "vocab_size": 1000}))
+    assert bpe.resolved_model_config().vocab_size == 1000
+    assert bpe.resolved_model_config() == bpe.model_config(1000)
+
+
+def test_resolved_model_config_reads_a_tokenizer_json(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {token: i for i, token in enumerate(["a", "b", "c", "ab", "abc", "bc"])}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[("a", "b"), ("ab", "c"), ("b", "c")]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.add_special_tokens(["<|end|>", "<|pad|>"])
+    path = tmp_path / "tokenizer.json"
+    tok.save(str(path))
+    spec = Spec.from_dict(tiny_spec(data={"corpus": "offline", "tokenizer": str(path)}))
+    assert spec.resolved_model_config().vocab_size == tok.get_vocab_size() == 8
+    path.write_text("not json")  # unreadable: the preset's vocabulary
+    assert spec.resolved_model_config().vocab_size == 256  # size tiny
+
+
+def test_resolved_model_config_imports_no_torch():
+    code = (
+        "import sys; from workers.train_spec import Spec; "
+        "Spec.from_dict({'recipe': 'parcae', 'flops': 1e15}).resolved_model_config(); "
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_flop_budget_trains_the_expected_tokens(looplab_cache, tmp_path):
+    batch, seq = 8, 32
+    cfg = Spec.from_dict(tiny_spec()).model_config(256)  # byte data: the vocabulary the run will have
+    per_token = training_flops(cfg, batch).total
+    budget = 5.5 * per_token * batch * seq  # 5.5 steps' worth: 5 whole steps
+    assert tokens_for_flops(cfg, budget, batch, seq) == 5 * batch * seq
+    rep = MemoryReporter()
+    spec = Spec.from_dict(_flop_spec(flops=budget))
+    summary = train.run(spec, rep, tmp_path / "run")
+    row = next(e["row"] for e in rep.of("result") if e["table"] == "train_results")
+    assert row["steps"] == 5 and row["tokens"] == 5 * batch * seq
+    assert summary["tokens"] == row["tokens"]
+    assert row["flops_per_token"] == pytest.approx(per_token)
+    assert row["flops_per_token"] == pytest.approx(
+        arch_summary(spec.resolved_model_config(), batch)["flops_per_token"]
+    )
+    assert row["train_flops"] == pytest.approx(per_token * row["tokens"])
+    assert row["train_flops"] <= budget
+    assert row["achieved_flops_per_s"] == pytest.approx(row["train_flops"] / row["train_seconds"])
+    assert row["mfu"] is None and row["padding_waste"] == 0.0  # CPU; fixed loops
+    logs = [e["message"] for e in rep.of("log")]
+    assert any(f"FLOP budget {budget:.3g} → 5 steps ({5 * batch * seq:,} tokens)" in m for m in logs), logs
+    assert json.loads((tmp_path / "run" / "spec.json").read_text())["flops"] == budget
+
+
+def test_sampled_loops_report_padding_waste(looplab_cache, tmp_path):
+    rep = MemoryReporter()
+    spec = Spec.from_dict(tiny_spec(recipe="parcae", tokens=8 * 32 * 2))
+    train.run(spec, rep, tmp_path / "run")
+    row = next(e["row"] for e in rep.of("result") if e["table"] == "train_results")
+    expected = training_flops(spec.model_config(256), spec.batch_size)
+    assert 0 < row["padding_waste"] == pytest.approx(expected.padding_waste)
+    assert row["flops_per_token"] == pytest.approx(expected.total)
+
+
+@pytest.mark.parametrize(
+    "name,peak",
+    [
+        ("NVIDIA H100 80GB HBM3", 989.5e12),
+        ("NVIDIA H200", 989.5e12),
+        ("NVIDIA A100-SXM4-80GB", 312e12),
+        ("NVIDIA L4", 121e12),
+        ("NVIDIA GeForce RTX 4090", 165e12),
+        ("NVIDIA L40S", None),  # not an L4
+        ("Tesla V100-SXM2-16GB", None),
+    ],
+)
+def test_peak_flops_table(name, peak):
+    assert peak_flops_of(name) == peak
+
+
+@pytest.mark.gpu
+def test_mfu_on_gpu(looplab_cache, tmp_path):
+    import torch
+
+    rep = MemoryReporter()
+    spec = Spec.from_dict(tiny_spec(device="cuda", tokens=8 * 32 * 4))
+    train.run(spec, rep, tmp_path / "run")
+    row = next(e["row"] for e in rep.of("result") if e["table"] == "train_results")
+    peak = peak_flops_of(torch.cuda.get_device_name())
+    if peak is None:
+        assert row["mfu"] is None
+    else:
+        assert row["mfu"] == pytest.approx(row["achieved_flops_per_s"] / peak) and 0 < row["mfu"] < 1
