@@ -36,8 +36,8 @@ LOOPS = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32]
 def build(path: Path, n_runs: int, n_points: int) -> dict:
     """Create and fill the database; returns counts. Bulk inserts with executemany on one sqlite3 connection."""
     from orchestrator.db import dispose_all, engine
-    from orchestrator.jobqueue import loop_columns
     from orchestrator.states import JobStatus
+    from orchestrator.variants import VARIANT_COLUMNS, variant_columns
 
     engine(str(path))  # creates the schema (migrations to head) and the views
     dispose_all()
@@ -53,6 +53,7 @@ def build(path: Path, n_runs: int, n_points: int) -> dict:
     n_train = n_points - n_val - n_tps
     job_id = 0
     train_ids = []
+    variants: dict[tuple[str, str, str], tuple] = {}
     for i in range(n_runs):
         job_id += 1
         recipe, size = RECIPES[i % len(RECIPES)], SIZES[(i // len(RECIPES)) % len(SIZES)]
@@ -61,15 +62,21 @@ def build(path: Path, n_runs: int, n_points: int) -> dict:
             JobStatus.RUNNING if i % 50 == 7 else JobStatus.FAILED if i % 100 == 3 else JobStatus.SUCCEEDED
         )
         match = train_ids[-5] if (i % 40 == 39 and len(train_ids) > 5) else None
+        model = {"loops": 8} if recipe == "fixed4" and i % 3 == 0 else {}  # two variants of fixed4
         cfg = json.dumps(
-            {"recipe": recipe, "size": size, "seed": seed, "model": {}, "tokens": budget, "i": i}
+            {"recipe": recipe, "size": size, "seed": seed, "model": model, "tokens": budget, "i": i}
         )
+        key = (recipe, size, json.dumps(model))
+        # the columns submission stores (a bench config is no train Spec: the preset's vocabulary)
+        if key not in variants:
+            columns = variant_columns("train", {"recipe": recipe, "size": size, "model": model})
+            variants[key] = tuple(columns[c] for c in VARIANT_COLUMNS)
         bud = json.dumps({"match_time_of": match} if match else {"tokens": budget})
         jobs.append((job_id, 1, "train", cfg, f"t{i}", recipe, size, seed, status, bud,
                      None if match else budget, 100.0 if match else None, now - 9000, now - 8000,
                      now - 10 if status != JobStatus.RUNNING else None, now, 30.0, 100.0, 60.0,
                      "Traceback ...\nRuntimeError: bench failure" if status == JobStatus.FAILED else None,
-                     *loop_columns(json.loads(cfg))))  # fmt: skip
+                     *variants[key]))  # fmt: skip
         if match:
             deps.append((job_id, match))
         train_ids.append(job_id)
@@ -89,20 +96,23 @@ def build(path: Path, n_runs: int, n_points: int) -> dict:
     for tid in list(train_ids):
         job_id += 1
         jobs.append((job_id, 1, "depth_sweep", "{}", f"d{tid}", None, None, None, JobStatus.SUCCEEDED, None, None,
-                     None, now, now, now, now, None, None, None, None, *jobs[tid - 1][-2:]))  # fmt: skip
+                     None, now, now, now, now, None, None, None, None, *jobs[tid - 1][-len(VARIANT_COLUMNS):]))  # fmt: skip
         deps.append((job_id, tid))
         depth += [(job_id, n, 3.0 + abs(n - 8) * 0.01) for n in LOOPS]
         deltas += [(job_id, 8, r, 0.5 / r) for r in range(1, 9)]
     job_id += 1
+    bench_columns = [
+        variant_columns("decode_bench", {"recipe": "parcae", "size": "small"})[c] for c in VARIANT_COLUMNS
+    ]
     jobs.append((job_id, 1, "decode_bench", "{}", "dec", "parcae", "small", None, JobStatus.SUCCEEDED, None, None,
-                 None, now, now, now, now, None, None, None, None, None, None))  # fmt: skip
+                 None, now, now, now, now, None, None, None, None, *bench_columns))  # fmt: skip
     decode = [(job_id, a, "small", c, b, 1.0 + len(a) / 10 * c / 2000, 1.0, 2.0, c * b / 100, "cuda", "bfloat16", 1)
               for a in RECIPES for c in (2000, 16000) for b in (1, 8, 64)]  # fmt: skip
     db.executemany(
         "INSERT INTO jobs(id, grid_id, kind, config, config_hash, recipe, size, seed, status, budget, budget_tokens,"
         " budget_time_s, created_at, started_at, finished_at, heartbeat_at, progress_done, progress_total, eta_s,"
-        " error, loop_sampler, loops, priority, attempts, max_attempts)"
-        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0,1,3)",
+        f" error, {', '.join(VARIANT_COLUMNS)}, priority, attempts, max_attempts)"
+        f" VALUES ({', '.join('?' * (20 + len(VARIANT_COLUMNS)))},0,1,3)",
         jobs,
     )
     db.executemany("INSERT INTO job_deps(job_id, depends_on) VALUES (?,?)", deps)

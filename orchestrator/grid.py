@@ -1,10 +1,12 @@
 """Grids: what a user submits, expanded into validated job plans before anything is written.
 
-A `Grid` is a base config plus a sweep (the cartesian product of lists) of one job kind, with
-follow-up jobs attached to every training job (`then=["depth_sweep", "decode_bench"]`). `expand()`
-turns a list of grids into `Plan`s: one per job, each with its canonical spec (every default filled
-in by the workers' own `validate`), its dependencies and its config hash. Any bad value anywhere
-raises ConfigError naming the grid and the field, so a bad grid is refused whole.
+A `Grid` is a base config plus a sweep (the cartesian product of lists, with keys that may be dotted
+paths into `model`, `data` and `budget`, and zip groups whose lists vary together) of one job kind,
+with follow-up jobs attached to every training job (`then=["depth_sweep", "decode_bench"]`).
+`expand()` turns a list of grids into `Plan`s: one per job, each with its canonical spec (every
+default filled in by the workers' own `validate`), its dependencies, its config hash and the variant
+label the user gave (if any). Any bad value anywhere raises ConfigError naming the grid and the field
+(the dotted path for a nested one), so a bad grid is refused whole.
 
 Why hashes: a job is identified by sha256(canonical JSON of kind, spec, dependency hashes). The same
 grid submitted twice gives the same hashes, so the queue adds nothing (idempotent submission), and a
@@ -13,6 +15,7 @@ decode benchmark (random weights, architecture only) is shared by every seed of 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import itertools
@@ -22,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from model import fields
 from model.errors import ConfigError
+from orchestrator.variants import LABEL_MAX
 
 if TYPE_CHECKING:
     from workers.jobs import JobRegistry
@@ -29,7 +33,14 @@ if TYPE_CHECKING:
 FOLLOW_UPS = ("depth_sweep", "decode_bench")
 # Grid-level keys that select the model of a train job; a decode bench keeps only these.
 ARCH_KEYS = ("recipe", "size", "model")
-_BUDGET_KEYS = ("tokens", "time_s", "match_time_of")
+_BUDGET_KEYS = ("tokens", "time_s", "flops", "match_time_of")
+# Spec keys a budget sets; a grid gives at most one of them (directly or through `budget`).
+BUDGET_SPEC_KEYS = ("tokens", "time_s", "flops")
+# Top-level keys a dotted sweep path may go into.
+NESTED = ("model", "data", "budget")
+ZIP = "zip"
+# A grid key that names the variant for people; it is not part of the job spec (see `_pop_label`).
+LABEL = "label"
 # Placeholder values used only to run the workers' validation on specs that are completed later.
 _PENDING_CKPT = "<artifact dir of the train job>"
 _PENDING_TIME_S = 1.0
@@ -47,7 +58,17 @@ def sha256(obj: Any) -> str:
 class Grid:
     """A sweep of one job kind. `base` and `sweep` use the job spec's keys (for train: recipe, size,
     seed, tokens, time_s, model, lr, data, ...) plus `budget` (tokens as a number, or
-    {"tokens": N} | {"time_s": s} | {"match_time_of": <job id or {"recipe": .., "seed": ..}>}).
+    {"tokens": N} | {"time_s": s} | {"flops": F} | {"match_time_of": <job id or {"recipe": .., "seed": ..}>})
+    and `label` (a name for the variant, shown instead of the generated one; not part of the spec).
+
+    Sweep keys may be dotted paths one level into `model`, `data` or `budget`:
+    `sweep={"model.loops": [2, 4, 8], "budget.flops": [1e15, 3e15]}`. The sweep is the cartesian
+    product of its entries, in the order given. The entry `"zip"` is a zip group, a dict of keys whose
+    lists all have the same length and vary together (or a list of such dicts, several groups):
+    `sweep={"zip": {"model.n_recurrent": [16, 8, 4], "model.loops": [1, 2, 4]}, "seed": [0, 1]}` is
+    3 x 2 = 6 configs. A key (or path) may be given once only: not in base and sweep, not in the
+    sweep and a zip group; a whole `model` dict and one of its paths count as the same key.
+
     `follow` overrides the follow-up specs; `resources` is {"num_gpus": .., "num_cpus": ..} for the
     grid's own jobs, or a mapping kind -> resources (e.g. {"depth_sweep": {"num_gpus": 0.5}})."""
 
@@ -72,16 +93,139 @@ class Grid:
         return sha256(self.to_dict())
 
     def configs(self) -> list[dict[str, Any]]:
-        """The expanded configs (base + one point of the sweep), in sweep order."""
-        for key, values in self.sweep.items():
-            if not isinstance(values, list | tuple):
-                raise ConfigError(f"grid {self.name!r}: sweep.{key}: expected a list, got {values!r}")
-            if not values:
-                raise ConfigError(f"grid {self.name!r}: sweep.{key}: empty list (give at least one value)")
-            if key in self.base:
-                raise ConfigError(f"grid {self.name!r}: {key}: given in both base and sweep")
-        keys = list(self.sweep)
-        return [{**self.base, **dict(zip(keys, combo))} for combo in itertools.product(*self.sweep.values())]
+        """The expanded configs (base + one point of the sweep), in sweep order; dotted paths are
+        set inside their dict (`{"model.loops": 8}` -> `{"model": {..., "loops": 8}}`)."""
+        axes = _sweep_axes(self)
+        points = []
+        for combo in itertools.product(*(range(length) for _, length in axes)):
+            cfg = copy.deepcopy(self.base)
+            for (group, _), i in zip(axes, combo):
+                for path, values in group.items():
+                    _set_path(cfg, path, copy.deepcopy(values[i]))
+            points.append(cfg)
+        return points
+
+
+def _sweep_axes(grid: Grid) -> list[tuple[dict[str, list[Any]], int]]:
+    """The sweep as a list of axes (a plain key is an axis of one path, a zip group one of several),
+    each with its length; every path checked, and no path given twice."""
+    where = f"grid {grid.name!r}"
+    axes: list[tuple[dict[str, list[Any]], int]] = []
+    owner: dict[str, str] = {path: "base" for path in _base_paths(grid.base)}
+    for key, values in grid.sweep.items():
+        if key == ZIP:
+            groups = values if isinstance(values, list | tuple) else [values]
+            for n, group in enumerate(groups):
+                name = f"sweep.{ZIP}" if len(groups) == 1 else f"sweep.{ZIP}[{n}]"
+                if not isinstance(group, dict) or not group:
+                    raise ConfigError(
+                        f"{where}: {name}: expected a non-empty dict of key -> list of values "
+                        f"(or a list of such dicts), got {group!r}"
+                    )
+                for path, vals in group.items():
+                    _check_axis(where, f"{name}.{path}", path, vals)
+                    _claim(where, owner, path, name)
+                lengths = {path: len(vals) for path, vals in group.items()}
+                if len(set(lengths.values())) > 1:
+                    given = ", ".join(f"{path}: {length}" for path, length in lengths.items())
+                    raise ConfigError(
+                        f"{where}: {name}: lists of different lengths ({given}); every list of a zip "
+                        "group must have the same length"
+                    )
+                axes.append((dict(group), next(iter(lengths.values()))))
+            continue
+        _check_axis(where, f"sweep.{key}", key, values)
+        _claim(where, owner, key, "sweep")
+        axes.append(({key: values}, len(values)))
+    return axes
+
+
+def _base_paths(base: dict[str, Any]) -> list[str]:
+    """The paths `base` sets: one per key, or one per entry of a nested dict (`model.loops`)."""
+    paths = []
+    for key, value in base.items():
+        if key in NESTED and isinstance(value, dict):
+            paths += [f"{key}.{inner}" for inner in value]
+        else:
+            paths.append(key)
+    return paths
+
+
+def _claim(where: str, owner: dict[str, str], path: str, by: str) -> None:
+    """Record that `by` sets `path`; refuse a path set twice (equal, or one inside the other)."""
+    for other, other_by in owner.items():
+        if other == path or other.startswith(path + ".") or path.startswith(other + "."):
+            same = path if other == path else " and ".join(sorted((other, path), key=len))
+            both = f"both {other_by} and {by}" if other_by != by else f"{by} twice"
+            raise ConfigError(f"{where}: {same}: given in {both}; give each key once")
+    owner[path] = by
+
+
+def _check_axis(where: str, name: str, path: str, values: Any) -> None:
+    """One sweep entry: a known path and a non-empty list of values."""
+    _check_path(where, name, path)
+    if not isinstance(values, list | tuple):
+        raise ConfigError(f"{where}: {name}: expected a list, got {values!r}")
+    if not values:
+        raise ConfigError(f"{where}: {name}: empty list (give at least one value)")
+
+
+def _check_path(where: str, name: str, path: str) -> None:
+    """A dotted path goes one level into `model`, `data` or `budget`, to a key that exists there."""
+    if not isinstance(path, str) or not path:
+        raise ConfigError(f"{where}: {name}: a sweep key must be a non-empty string, got {path!r}")
+    if "." not in path:
+        return
+    head, _, rest = path.partition(".")
+    if head not in NESTED:
+        raise ConfigError(
+            f"{where}: {name}: {head!r} is not a dict a sweep can go into; dotted paths go into "
+            f"{', '.join(NESTED)}"
+        )
+    key, dot, _ = rest.partition(".")
+    if dot:
+        raise ConfigError(
+            f"{where}: {name}: {head}.{key} is not a dict (a path goes one level into {head}; "
+            "give the whole value)"
+        )
+    accepted = _nested_keys(head)
+    if key not in accepted:
+        raise ConfigError(f"{where}: {name}: unknown key {key!r}; accepted: {', '.join(accepted)}")
+
+
+def _nested_keys(head: str) -> tuple[str, ...]:
+    if head == "budget":
+        return _BUDGET_KEYS
+    if head == "model":
+        from model.config import ModelConfig
+
+        return tuple(sorted(f.name for f in dataclasses.fields(ModelConfig)))
+    from workers.data import DataSpec
+
+    return tuple(f.name for f in dataclasses.fields(DataSpec))
+
+
+def _set_path(cfg: dict[str, Any], path: str, value: Any) -> None:
+    head, dot, key = path.partition(".")
+    if not dot:
+        cfg[head] = value
+        return
+    inner = cfg.get(head)
+    cfg[head] = {**(inner if isinstance(inner, dict) else {}), key: value}
+
+
+def _pop_label(where: str, cfg: dict[str, Any]) -> str | None:
+    """Take the variant label out of a config. It names a variant for people and does not change what
+    runs, so it is not part of the spec and not of the config hash: the same spec submitted under two
+    labels is one job (the label given first stays)."""
+    label = cfg.pop(LABEL, None)
+    if label is None:
+        return None
+    if not isinstance(label, str) or not label.strip() or len(label) > LABEL_MAX:
+        raise ConfigError(
+            f"{where}: {LABEL}: expected a non-empty string of at most {LABEL_MAX} characters, got {label!r}"
+        )
+    return label.strip()
 
 
 @dataclass
@@ -100,6 +244,7 @@ class Plan:
     budget: dict[str, Any] | None = None
     dep_hashes: list[str] = field(default_factory=list)
     config_hash: str = ""
+    label: str | None = None  # the variant label the user gave (grid key `label`), else None
 
 
 RESOURCE_KEYS = ("num_cpus", "num_gpus")
@@ -129,7 +274,7 @@ def _train_spec(name: str, cfg: dict[str, Any]) -> tuple[dict[str, Any], dict[st
     budget = cfg.pop("budget", None)
     if budget is None:
         return cfg, None
-    both = [k for k in ("tokens", "time_s") if cfg.get(k) is not None]
+    both = [k for k in BUDGET_SPEC_KEYS if cfg.get(k) is not None]
     if both:
         raise ConfigError(f"grid {name!r}: budget: given together with {both[0]}; give one of them")
     if isinstance(budget, bool) or not isinstance(budget, int | float | dict):
@@ -143,7 +288,7 @@ def _train_spec(name: str, cfg: dict[str, Any]) -> tuple[dict[str, Any], dict[st
     (key, value), = budget.items()  # fmt: skip
     if key != "match_time_of":
         value = fields.number(f"grid {name!r}: budget.{key}", value, lo=0, lo_open=True)
-        cfg[key] = int(value) if key == "tokens" else value
+        cfg[key] = int(value) if key == "tokens" else float(value) if key == "flops" else value
         return cfg, {key: cfg[key]}
     return cfg, {"match_time_of": value}
 
@@ -196,6 +341,7 @@ def expand(grids: list[Grid], kinds: JobRegistry) -> list[Plan]:
             raise ConfigError(f"submit: expected Grid objects, got {type(grid).__name__}")
         grid = _checked(grid)
         for cfg in grid.configs():
+            label = _pop_label(f"grid {grid.name!r}", cfg)
             budget = None
             if grid.job == "train":
                 spec, budget = _train_spec(grid.name, cfg)
@@ -207,7 +353,7 @@ def expand(grids: list[Grid], kinds: JobRegistry) -> list[Plan]:
             else:
                 spec = _validate(kinds, grid.name, grid.job, cfg)
             plan = Plan(grid.job, spec, gi, grid.priority, grid.max_attempts, _kind_resources(grid, grid.job),
-                        budget=budget)  # fmt: skip
+                        budget=budget, label=label)  # fmt: skip
             plans.append(plan)
             idx = len(plans) - 1
             if budget and "match_time_of" in budget:
@@ -227,10 +373,13 @@ def expand(grids: list[Grid], kinds: JobRegistry) -> list[Plan]:
                     deps = [idx]
                 else:
                     arch = {k: spec[k] for k in ARCH_KEYS if k in spec}
+                    if spec.get("seq_len") is not None and isinstance(arch.get("model"), dict):
+                        # the trained model's seq_len is part of its architecture (and of its variant)
+                        arch["model"] = {**arch["model"], "seq_len": spec["seq_len"]}
                     fs = _validate(kinds, grid.name, follow, {**arch, **over})
                     deps = []  # architecture only: shared across seeds, needs no trained weights
                 plans.append(Plan(follow, fs, gi, grid.priority, grid.max_attempts,
-                                  _kind_resources(grid, follow), deps=deps))  # fmt: skip
+                                  _kind_resources(grid, follow), deps=deps, label=label))  # fmt: skip
     for idx, ref, name in pending_match:
         if isinstance(ref, bool) or not isinstance(ref, int | dict):
             raise ConfigError(f"grid {name!r}: budget.match_time_of: {ref!r} is neither a job id nor a dict")

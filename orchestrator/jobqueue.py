@@ -32,10 +32,11 @@ import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
 
 from orchestrator.errors import ConfigError
-from orchestrator.grid import Grid, Plan, assign_hashes, canonical_json, expand
+from orchestrator.grid import BUDGET_SPEC_KEYS, Grid, Plan, assign_hashes, canonical_json, expand
 from orchestrator.schema import RESULT_TABLES, Attempt, GridRow, JobDep, JobLog, TrainResult
 from orchestrator.schema import Job as JobRow
 from orchestrator.states import ACTIVE, DEAD_ENDS, AttemptOutcome, JobStatus
+from orchestrator.variants import VARIANT_COLUMNS, columns_of, flop_budget_tokens, resolve
 
 if TYPE_CHECKING:
     from workers.jobs import JobRegistry
@@ -68,6 +69,8 @@ def submit(eng: Engine, grids: list[Grid], kinds: JobRegistry) -> tuple[list[int
         if j not in known or known[j].kind != "train":
             raise ConfigError(f"budget.match_time_of: job {j} is not a train job of this database")
     assign_hashes(plans, {j: known[j].config_hash for j in ref_ids})
+    # derived from live model code, before the write transaction opens (the first call imports torch)
+    columns = _model_columns(plans)
     now = time.time()
     added: list[int] = []
     with eng.begin() as conn:
@@ -88,12 +91,11 @@ def submit(eng: Engine, grids: list[Grid], kinds: JobRegistry) -> tuple[list[int
             dep_ids = [plan_ids[d] for d in plan.deps] + plan.dep_ids
             budget = plan.budget
             if budget is None and plan.kind == "train":  # stored as submitted-or-implied, for views
-                budget = {k: plan.spec[k] for k in ("tokens", "time_s") if plan.spec.get(k) is not None}
+                budget = {k: plan.spec[k] for k in BUDGET_SPEC_KEYS if plan.spec.get(k) is not None}
                 budget = budget or None
-            # a depth sweep is about its train job's model: copy the columns views filter on
+            # a depth sweep is about its train job's model: it copies the identity columns too
             sweep_of_train = plan.kind == "depth_sweep" and plan.deps
             about = plans[plan.deps[0]].spec if sweep_of_train else plan.spec
-            sampler, loops = loop_columns(about) if plan.kind == "train" or sweep_of_train else (None, None)
             if budget and "match_time_of" in budget:
                 budget = {"match_time_of": dep_ids[-1] if plan.dep_ids else plan_ids[plan.deps[-1]]}
             job_id = conn.execute(
@@ -105,15 +107,15 @@ def submit(eng: Engine, grids: list[Grid], kinds: JobRegistry) -> tuple[list[int
                     recipe=about.get("recipe"),
                     size=about.get("size"),
                     seed=about.get("seed"),
-                    loop_sampler=sampler,
-                    loops=loops,
+                    **{c: columns[i].get(c) for c in VARIANT_COLUMNS},
                     status=JobStatus.QUEUED,
                     priority=plan.priority,
                     attempts=0,
                     max_attempts=plan.max_attempts,
                     budget=canonical_json(budget) if budget else None,
-                    budget_tokens=plan.spec.get("tokens"),
+                    budget_tokens=columns[i].get("budget_tokens", plan.spec.get("tokens")),
                     budget_time_s=plan.spec.get("time_s"),
+                    budget_flops=plan.spec.get("flops"),
                     resources=canonical_json(plan.resources) if plan.resources else None,
                     created_at=now,
                 )
@@ -125,6 +127,23 @@ def submit(eng: Engine, grids: list[Grid], kinds: JobRegistry) -> tuple[list[int
             added.append(job_id)
         ids = list(dict.fromkeys(plan_ids[i] for i in range(len(plans))))
     return ids, added
+
+
+def _model_columns(plans: list[Plan]) -> list[dict[str, Any]]:
+    """Per plan, the jobs columns about its model (VARIANT_COLUMNS; {} for a job about no model): a
+    depth sweep copies its train job's; a train job with a FLOP budget also gets `budget_tokens`, the
+    whole-step token count that budget trains (the trainer's own conversion)."""
+    out: list[dict[str, Any]] = []
+    for plan in plans:
+        resolved = resolve(plan.kind, plan.spec)
+        cols = {} if resolved is None else columns_of(resolved, plan.label)
+        if resolved is not None and plan.kind == "train" and plan.spec.get("flops") is not None:
+            cols["budget_tokens"] = flop_budget_tokens(resolved, float(plan.spec["flops"]))
+        out.append(cols)
+    for i, plan in enumerate(plans):
+        if plan.kind == "depth_sweep" and plan.deps and plans[plan.deps[0]].kind == "train":
+            out[i] = {c: out[plan.deps[0]].get(c) for c in VARIANT_COLUMNS}
+    return out
 
 
 def loop_columns(spec: dict[str, Any]) -> tuple[str | None, int | None]:

@@ -10,8 +10,9 @@ Conventions:
 - JSON payloads (configs, budgets, resources) are canonical JSON text, so the same config hashes
   the same way everywhere;
 - the config of a job is the source of truth; `recipe`, `size`, `seed` (and how a run loops:
-  `loop_sampler`, `loops`) are copied out of it at submission so that views, filters and the
-  dashboard need no JSON functions (portable beyond SQLite) and no model code;
+  `loop_sampler`, `loops`, its variant and resolved architecture) are copied out of it at submission
+  so that views, filters and the dashboard need no JSON functions (portable beyond SQLite) and no
+  model code;
 - `jobs.status` and `attempts.outcome` hold the values of `orchestrator.states` as plain strings.
 """
 
@@ -99,10 +100,34 @@ class Job(Base):
     # config's model overrides applied; filled at submission so readers need no model code (rev. 0003)
     loop_sampler: Mapped[str | None] = mapped_column(String(16))
     loops: Mapped[int | None] = mapped_column(Integer)
+    # The variant a train or decode-bench job is about (a depth sweep copies its train job's): the
+    # model as recipe + size + the model overrides that differ from the preset. variant_id = the first
+    # 12 hex digits of sha256 of that canonical JSON; seeds of one variant share it, and a decode bench
+    # has the id of the train jobs of its architecture. variant_label = the label given in the grid,
+    # else the recipe and ` · key=value` per differing override (rev. 0004).
+    variant_id: Mapped[str | None] = mapped_column(String(16))
+    variant_label: Mapped[str | None] = mapped_column(String(200))
+    # The resolved architecture (model.counts.arch_summary of the model the job trains), filled at
+    # submission: effective_depth = n_prelude + n_recurrent * loops + n_coda; n_once = non-embedding
+    # parameters applied once per token, n_rec = the shared recurrent block's; flops_per_token =
+    # training forward+backward FLOPs per token, expected over the loop sampler (rev. 0004).
+    n_prelude: Mapped[int | None] = mapped_column(Integer)
+    n_recurrent: Mapped[int | None] = mapped_column(Integer)
+    n_coda: Mapped[int | None] = mapped_column(Integer)
+    effective_depth: Mapped[float | None] = mapped_column(Float)
+    d_model: Mapped[int | None] = mapped_column(Integer)
+    injection: Mapped[str | None] = mapped_column(String(16))
+    n_params: Mapped[int | None] = mapped_column(Integer)
+    n_once: Mapped[int | None] = mapped_column(Integer)
+    n_rec: Mapped[int | None] = mapped_column(Integer)
+    flops_per_token: Mapped[float | None] = mapped_column(Float)
+    # the budget in FLOPs when it was given so (budget_tokens is then its whole-step token count)
+    budget_flops: Mapped[float | None] = mapped_column(Float)
 
     __table_args__ = (
         Index("ix_jobs_status_priority", "status", "priority"),
         Index("ix_jobs_recipe_size_seed", "recipe", "size", "seed"),
+        Index("ix_jobs_variant_id", "variant_id"),
     )
 
 
@@ -183,6 +208,14 @@ class TrainResult(Base):
     time_budget_s: Mapped[float | None] = mapped_column(Float)  # set in time-budget mode
     calib_tokens_per_s: Mapped[float | None] = mapped_column(Float)
     device: Mapped[str | None] = mapped_column(String(64))
+    # FLOP accounting (rev. 0004): training forward+backward FLOPs per token of the model, their total
+    # over the tokens trained, that total per training second, the model-FLOPs utilisation against the
+    # device's peak (GPU only) and the fraction of recurrent-round FLOPs computed for padding
+    flops_per_token: Mapped[float | None] = mapped_column(Float)
+    train_flops: Mapped[float | None] = mapped_column(Float)
+    achieved_flops_per_s: Mapped[float | None] = mapped_column(Float)
+    mfu: Mapped[float | None] = mapped_column(Float)
+    padding_waste: Mapped[float | None] = mapped_column(Float)
 
 
 class DepthEval(Base):

@@ -179,7 +179,7 @@ def test_0003_backfills_failed_dependency_and_loops(tmp_path):
             sa.text("INSERT INTO job_deps (job_id, depends_on) VALUES (:a, :b)"),
             [{"a": 2, "b": 1}, {"a": 4, "b": 3}],
         )
-    engine(str(path))  # upgrades to head
+    command.upgrade(alembic_config(str(path)), "0003_job_state_columns")
     with raw.connect() as conn:
         got = conn.execute(
             sa.text("SELECT id, failed_dependency, loop_sampler, loops FROM jobs ORDER BY id")
@@ -210,3 +210,46 @@ def test_0003_recipe_table_matches_the_presets_it_was_copied_from():
     for recipe, (sampler, loops) in migration.RECIPE_LOOPS.items():
         cfg = preset(recipe, "tiny")
         assert (cfg.loop_sampler, cfg.loops) == (sampler, loops), recipe
+
+
+def test_0004_backfills_variants_from_the_stored_configs(tmp_path):
+    """Rows written before 0004 get the variant and architecture columns their config gives today
+    (orchestrator.variants, live code); a depth sweep gets its train job's; a config that does not
+    resolve keeps NULLs; loop_sampler/loops that 0003 filled are not touched."""
+    from orchestrator.variants import variant_columns
+
+    path = tmp_path / "at_0003.db"
+    command.upgrade(alembic_config(str(path)), "0003_job_state_columns")
+    raw = create_engine(f"sqlite:///{path}", poolclass=NullPool)
+    fixed8 = {"recipe": "fixed4", "size": "tiny", "model": {"loops": 8}, "seed": 0, "tokens": 1000}
+    bench = {"recipe": "parcae", "size": "tiny", "model": {}}
+    jobs = [  # id, kind, config, loop_sampler, loops
+        (1, "train", json.dumps(fixed8), "fixed", 8),
+        (2, "depth_sweep", "{}", "fixed", 8),
+        (3, "train", json.dumps({**fixed8, "seed": 1}), "fixed", 8),
+        (4, "decode_bench", json.dumps(bench), None, None),
+        (5, "train", json.dumps({"recipe": "no_such_recipe"}), None, None),
+        (6, "train", "not json", None, None),
+        (7, "train", json.dumps({**fixed8, "model": {"loops": 2}}), "fixed", 99),  # loops stays
+    ]
+    with raw.begin() as conn:
+        conn.execute(
+            sa.text("INSERT INTO jobs (id, kind, config, config_hash, status, priority, attempts, max_attempts, "
+                    "created_at, loop_sampler, loops) VALUES (:id, :kind, :config, :id, 'queued', 0, 0, 3, 0, "
+                    ":sampler, :loops)"),
+            [dict(zip(("id", "kind", "config", "sampler", "loops"), j, strict=True)) for j in jobs],
+        )  # fmt: skip
+        conn.execute(sa.text("INSERT INTO job_deps (job_id, depends_on) VALUES (2, 1)"))
+    engine(str(path))  # upgrades to head
+    with raw.connect() as conn:
+        got = {r.id: dict(r._mapping) for r in conn.execute(sa.text("SELECT * FROM jobs"))}
+    raw.dispose()
+    expected = variant_columns("train", fixed8)
+    for job_id in (1, 2, 3):
+        assert {k: got[job_id][k] for k in expected} == expected, job_id
+    assert got[1]["variant_label"] == "fixed4 · loops=8"
+    assert {k: got[4][k] for k in expected} == variant_columns("decode_bench", bench)
+    assert got[4]["loop_sampler"] == "poisson_seq" and got[4]["loops"] == 8  # was NULL: filled
+    for job_id in (5, 6):
+        assert got[job_id]["variant_id"] is None and got[job_id]["n_params"] is None
+    assert got[7]["loops"] == 99 and got[7]["variant_label"] == "fixed4 · loops=2"

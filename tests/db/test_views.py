@@ -105,3 +105,56 @@ def test_curves_depth_decode(filled):
     assert [(d["job_id"], d["status"], d["arch"], d["ms_per_token"]) for d in decode] == [
         (5, "succeeded", "lean", 1.5)
     ]
+
+
+# ---------------------------------------------------------------- variants
+
+
+def test_two_variants_of_one_recipe_are_two_rows_in_every_view(tmp_path):
+    """fixed4 at loops 4 and at loops 8, same seed, submitted through the queue (which fills the variant
+    columns): every view keeps them apart by variant_id, while two seeds of one variant share an id."""
+    from orchestrator import Grid, Queue
+
+    q = Queue(db=tmp_path / "v.db", artifacts=tmp_path / "art")
+    grid = Grid("v", base={"recipe": "fixed4", "tokens": 1000}, then=["depth_sweep", "decode_bench"],
+                sweep={"model.loops": [4, 8], "seed": [0, 1]})  # fmt: skip
+    q.submit(grid)
+    with q.eng.connect() as conn:
+        jobs = conn.execute(text("SELECT id, kind, loops, seed FROM jobs ORDER BY id")).all()
+    with session(q.eng) as s:
+        for job_id, kind, loops, seed in jobs:
+            loss = 3.0 + loops / 100 + (seed or 0) / 1000  # a decode bench has no seed
+            if kind == "train":
+                s.add(TrainResult(job_id=job_id, steps=10, tokens=1000, train_seconds=2.0, final_val_loss=loss,
+                                  flops_per_token=1e6, train_flops=1e9, achieved_flops_per_s=5e8))  # fmt: skip
+                s.add(Metric(job_id=job_id, key="val_loss", step=10, tokens=1000, wall_s=2.0, value=loss))
+            elif kind == "depth_sweep":
+                s.add_all([DepthEval(job_id=job_id, loops=n, val_loss=loss + n / 10) for n in (1, 2)])
+            else:
+                s.add(DecodeBench(job_id=job_id, arch="fixed4", size="tiny", context_len=128, batch_size=1,
+                                  ms_per_token=float(loops), kv_cache_mb=0.5, device="cpu", dtype="float32"))  # fmt: skip
+    path = tmp_path / "v.db"
+    for view, loops_column, per_variant in (("runs", "loops", 2), ("curves", "loops", 2),
+                                            ("depth", "trained_loops", 4), ("decode", "loops", 1)):  # fmt: skip
+        got = _rows(path, f"SELECT variant_id, variant_label, {loops_column} AS trained, effective_depth, "
+                          f"d_model, n_recurrent FROM {view}")  # fmt: skip
+        by_variant: dict[str, list[dict]] = {}
+        for r in got:
+            by_variant.setdefault(r["variant_id"], []).append(r)
+        assert len(by_variant) == 2, view
+        assert sorted(len(v) for v in by_variant.values()) == [per_variant, per_variant], view
+        described = {
+            (v[0]["trained"], v[0]["variant_label"], v[0]["effective_depth"]) for v in by_variant.values()
+        }
+        assert described == {(4, "fixed4", 2 + 2 * 4 + 2.0), (8, "fixed4 · loops=8", 2 + 2 * 8 + 2.0)}, view
+        assert all(
+            len({(r["trained"], r["d_model"], r["n_recurrent"]) for r in v}) == 1 for v in by_variant.values()
+        )
+    runs = _rows(path, "SELECT seed, loops, variant_id, n_params, n_once, n_rec, flops_per_token, train_flops, "
+                       "achieved_flops_per_s, mfu FROM runs ORDER BY loops, seed")  # fmt: skip
+    assert [(r["seed"], r["loops"]) for r in runs] == [(0, 4), (1, 4), (0, 8), (1, 8)]
+    assert runs[0]["variant_id"] == runs[1]["variant_id"] != runs[2]["variant_id"] == runs[3]["variant_id"]
+    assert all(r["n_params"] > r["n_once"] + r["n_rec"] > 0 for r in runs)
+    assert {(r["flops_per_token"], r["train_flops"], r["achieved_flops_per_s"], r["mfu"]) for r in runs} == {
+        (1e6, 1e9, 5e8, None)
+    }

@@ -1,0 +1,155 @@
+"""Variant identity: which model a job is about, as the columns the views and the dashboard group by.
+
+A *variant* is recipe + size + the model overrides that change the preset (`model.loops=8`, a
+train spec's `seq_len`). Seeds of one variant share its id; two variants of one recipe never do, so
+nothing that averages over seeds mixes, say, loops 4 with loops 8. Overrides equal to the preset's
+value are left out: `{"loops": 4}` on fixed4 is fixed4. Runs that differ only in their data (tokenizer,
+vocabulary) or budget are the same variant: the data is what a variant is trained on, not what it is.
+
+The columns are derived from live model code (the resolved `ModelConfig` and `model.counts.arch_summary`)
+at submission and stored, so that readers need neither the model code nor JSON functions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from typing import Any
+
+VARIANT_ID_HEX = 12
+LABEL_MAX = 200  # jobs.variant_label is String(200)
+LABEL_SEPARATOR = " · "
+# Columns of `jobs` filled from `model.counts.arch_summary` (the contract's names, one for one).
+ARCH_COLUMNS = (
+    "n_prelude", "n_recurrent", "n_coda", "effective_depth", "d_model", "injection", "n_params", "n_once",
+    "n_rec", "flops_per_token",
+)  # fmt: skip
+VARIANT_COLUMNS = ("variant_id", "variant_label", "loop_sampler", "loops", *ARCH_COLUMNS)
+# Job kinds whose spec names a model (a depth sweep is about its train job's model: it copies it).
+MODEL_KINDS = ("train", "decode_bench")
+
+
+@dataclasses.dataclass(frozen=True)
+class Resolved:
+    """The model a spec is about: its config, the batch size its FLOPs are counted at, the variant."""
+
+    cfg: Any  # model.config.ModelConfig
+    batch_size: int
+    recipe: str
+    size: str
+    overrides: dict[str, Any]  # canonical: only the fields that differ from the preset, JSON values
+
+
+def resolve(kind: str, spec: dict[str, Any]) -> Resolved | None:
+    """The resolved model of a train or decode-bench spec; None when the spec names no model this code
+    knows (another job kind, a plugin's spec, a config that no longer builds).
+
+    A train spec is read through `workers.train_spec.Spec` (the vocabulary its data will have, the
+    spec's seq_len); a spec that is not one (a test double's, an old config whose data is gone) falls
+    back to the preset with its model overrides and the preset's vocabulary."""
+    from model.errors import ConfigError as ModelConfigError
+    from model.presets import preset
+    from workers.train_spec import Spec
+
+    if kind not in MODEL_KINDS or not isinstance(spec, dict):
+        return None
+    recipe, size, model = spec.get("recipe"), spec.get("size") or "tiny", spec.get("model") or {}
+    if not isinstance(recipe, str) or not isinstance(size, str) or not isinstance(model, dict):
+        return None
+    given = dict(model)
+    seq_len = spec.get("seq_len") if kind == "train" else None
+    if seq_len is not None:
+        given["seq_len"] = seq_len
+    batch_size = Spec.batch_size  # a decode bench: FLOPs at the train default
+    try:
+        cfg = None
+        if kind == "train":
+            probe = dict(spec)
+            if all(probe.get(k) is None for k in ("tokens", "time_s", "flops")):
+                probe["time_s"] = 1.0  # a budget resolved later (match_time_of) does not change the model
+            try:
+                train = Spec.from_dict(probe)
+                cfg, batch_size = train.resolved_model_config(), train.batch_size
+            except (ModelConfigError, TypeError, ValueError, OSError):
+                batch_size = spec.get("batch_size", batch_size)
+        if cfg is None:
+            cfg = preset(recipe, size, **given)
+        base = preset(recipe, size)
+    except (ModelConfigError, TypeError, ValueError):
+        return None
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        return None
+    overrides = {k: _plain(getattr(cfg, k)) for k in sorted(given) if getattr(cfg, k) != getattr(base, k)}
+    return Resolved(cfg, batch_size, recipe, size, overrides)
+
+
+def variant_id(recipe: str, size: str, overrides: dict[str, Any]) -> str:
+    """First 12 hex digits of sha256 of the canonical JSON of {recipe, size, model overrides}."""
+    text = json.dumps(
+        {"recipe": recipe, "size": size, "model": overrides}, sort_keys=True, separators=(",", ":")
+    )
+    return hashlib.sha256(text.encode()).hexdigest()[:VARIANT_ID_HEX]
+
+
+def variant_label(recipe: str, overrides: dict[str, Any]) -> str:
+    """`fixed4 · d_model=192 · loops=8`: the recipe and each override that differs from its preset
+    (the size has its own column), cut to LABEL_MAX characters."""
+    parts = [recipe, *(f"{key}={_label_value(value)}" for key, value in sorted(overrides.items()))]
+    return clip_label(LABEL_SEPARATOR.join(parts))
+
+
+def clip_label(label: str) -> str:
+    return label if len(label) <= LABEL_MAX else label[: LABEL_MAX - 1] + "…"
+
+
+def variant_columns(kind: str, spec: dict[str, Any], label: str | None = None) -> dict[str, Any]:
+    """The `jobs` columns that say which model a train or decode-bench spec is about: variant_id,
+    variant_label (`label` if given), loop_sampler, loops and ARCH_COLUMNS. {} when `resolve` gives None."""
+    resolved = resolve(kind, spec)
+    return {} if resolved is None else columns_of(resolved, label)
+
+
+def columns_of(resolved: Resolved, label: str | None = None) -> dict[str, Any]:
+    from model.counts import arch_summary
+
+    facts = arch_summary(resolved.cfg, resolved.batch_size)
+    out: dict[str, Any] = {
+        "variant_id": variant_id(resolved.recipe, resolved.size, resolved.overrides),
+        "variant_label": clip_label(label) if label else variant_label(resolved.recipe, resolved.overrides),
+        "loop_sampler": resolved.cfg.loop_sampler,
+        "loops": resolved.cfg.loops,
+    }
+    for column in ARCH_COLUMNS:
+        value = facts[column]
+        out[column] = None if isinstance(value, float) and not math.isfinite(value) else value
+    out["effective_depth"] = float(out["effective_depth"])
+    out["flops_per_token"] = float(out["flops_per_token"])
+    return out
+
+
+def flop_budget_tokens(resolved: Resolved, flops: float) -> int:
+    """The whole-step token count a FLOP budget trains (the trainer's own conversion)."""
+    from model.counts import tokens_for_flops
+
+    return int(tokens_for_flops(resolved.cfg, flops, resolved.batch_size, resolved.cfg.seq_len))
+
+
+def _plain(value: Any) -> Any:
+    """A config value as plain JSON: dataclasses as dicts, tuples as lists."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value
+
+
+def _label_value(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return str(value)
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
