@@ -6,15 +6,18 @@ Streamlit or touches the database (the job states come from `orchestrator.states
 `dashboard.data` builds the input frames.
 
 Honesty rules shared by all functions:
-- missing data stays missing (NaN), never 0: a recipe with one seed has no std, a looped run
+- seeds are averaged per *variant* (recipe + size + model overrides, `dashboard.variants`), never per
+  recipe: two variants of one recipe are two rows everywhere;
+- missing data stays missing (NaN), never 0: a variant with one seed has no std, a looped run
   without a depth sweep has no best-loop loss;
 - a difference whose magnitude is below the noise threshold (default 0.01 in loss) is "noise";
 - per-seed values are always shown next to the mean.
 
-Input frames (column names as `dashboard.data` produces them):
+Input frames (column names as `dashboard.data` produces them; every frame also carries `variant_id`,
+`variant_label` and the architecture columns of `dashboard.variants.ARCH_COLUMNS`):
 - runs:   one row per train job: job_id, grid, recipe, size, seed, status, budget_tokens,
-          budget_time_s, match_time_of, loop_mode ("fixed" | "sampled" | "none"), train_loops,
-          tokens, train_seconds, tokens_per_s, final_val_loss
+          budget_time_s, budget_flops, match_time_of, loop_mode ("fixed" | "sampled" | "none"),
+          train_loops, tokens, train_seconds, tokens_per_s, final_val_loss, train_flops, mfu
 - depth:  train_job_id, recipe, size, seed, loops, val_loss     (depth_evals of each run's sweep)
 - deltas: train_job_id, recipe, size, seed, loops, round, rel_change
 - decode: arch, size, context_len, batch_size, device, dtype, ms_per_token, ms_p10, ms_p90,
@@ -26,27 +29,32 @@ Input frames (column names as `dashboard.data` produces them):
 from __future__ import annotations
 
 import math
+import re
 import time
 
 import numpy as np
 import pandas as pd
 
+from dashboard.variants import MISSING, variant_info, with_variants
 from orchestrator.states import JobStatus
 
 NOISE_THRESHOLD = 0.01
-MISSING = "—"
+FLOP_TOLERANCE = 0.05  # runs whose training FLOPs differ by less than this fraction are at equal compute
 # columns that identify a configuration; the seed is deliberately not one of them
-CONFIG_COLUMNS = ("grid", "recipe", "size", "budget_tokens", "budget_time_s")
+CONFIG_COLUMNS = ("grid", "variant_id", "variant_label", "recipe", "size", "budget_tokens", "budget_time_s")
 JOB_STATES = tuple(status.value for status in JobStatus)  # in the order a job moves through them
+DEPTH_METRIC = re.compile(r"^val_loss@(\d+)$")  # validation loss at N loops, recorded during training
 
 
 def budget_labels(runs: pd.DataFrame) -> list[str]:
-    """A short label per run for its budget: '2M tokens', '60 s', or 'time of #12' (iso-time run)."""
+    """A short label per run for its budget: '2M tokens', '3e+15 FLOPs', '60 s', or 'time of #12'."""
     out = []
     for r in runs.itertuples(index=False):
         ref = getattr(r, "match_time_of", None)
         if present(ref):
             out.append(f"time of #{int(ref)}")
+        elif present(getattr(r, "budget_flops", None)):
+            out.append(f"{r.budget_flops:.3g} FLOPs")
         elif present(getattr(r, "budget_tokens", None)):
             out.append(f"{r.budget_tokens / 1e6:g}M tokens")
         elif present(getattr(r, "budget_time_s", None)):
@@ -124,7 +132,7 @@ def present(x) -> bool:
     return x is not None and not (isinstance(x, float) and math.isnan(x)) and x is not pd.NA
 
 
-# ---------------------------------------------------------------- iso-data
+# ---------------------------------------------------------------- comparisons against a reference
 
 
 def verdict(diff: float, threshold: float, lower_is_better: bool = True) -> str:
@@ -136,11 +144,51 @@ def verdict(diff: float, threshold: float, lower_is_better: bool = True) -> str:
     return "better" if (diff < 0) == lower_is_better else "worse"
 
 
-def _pick_reference(recipes, reference: str | None) -> str | None:
-    recipes = sorted({r for r in recipes if present(r)})
-    if reference in recipes:
+def _pick_reference(labels, reference: str | None) -> str | None:
+    """The reference variant label: the one asked for if present, else `parcae`, else the first."""
+    labels = sorted({r for r in labels if present(r)})
+    if reference in labels:
         return reference
-    return "parcae" if "parcae" in recipes else (recipes[0] if recipes else None)
+    return "parcae" if "parcae" in labels else (labels[0] if labels else None)
+
+
+def _versus_reference(
+    df: pd.DataFrame, block: list[str], reference: str | None, threshold: float, value: str
+) -> tuple[pd.DataFrame, list[str], str | None]:
+    """Seeds side by side per variant within each block (rows that are comparable), and each
+    variant's mean against the reference variant's mean in the same block.
+
+    Returns (table, per-seed column names, reference label). The table has the block columns,
+    variant_id, variant_label, recipe, one column per seed, mean, std, n_seeds, diff and verdict,
+    sorted by block with the reference first in each block.
+    """
+    keys = [*block, "variant_id"]
+    reference = _pick_reference(df["variant_label"], reference)
+    per_seed = df.groupby([*keys, "seed"], dropna=False)[value].mean().unstack("seed")
+    per_seed.columns = [f"seed {int(s)}" if present(s) else "seed ?" for s in per_seed.columns]
+    agg = df.groupby(keys, dropna=False)[value].agg(["mean", "std", "count"])
+    agg = agg.rename(columns={"count": "n_seeds"})
+    info = df.groupby(keys, dropna=False)[["variant_label", "recipe"]].first()
+    out = info.join(per_seed).join(agg).reset_index()
+    ref = out.loc[out["variant_label"] == reference, [*block, "mean"]].rename(columns={"mean": "_ref"})
+    out = out.merge(ref.drop_duplicates(block), on=block, how="left")
+    out["diff"] = out["mean"] - out["_ref"]
+    is_ref = out["variant_label"] == reference
+    out["verdict"] = ["reference" if r else verdict(d, threshold) for r, d in zip(is_ref, out["diff"])]
+    out["_not_ref"] = ~is_ref
+    out = out.sort_values([*block, "_not_ref", "variant_label"]).drop(columns=["_ref", "_not_ref"])
+    return out.reset_index(drop=True), list(per_seed.columns), reference
+
+
+def _loop_columns(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """`best_loops` ('8' or '8/12' when seeds differ) and `loop_rule` per group of `keys`."""
+    g = df.groupby(keys, dropna=False)
+    out = g["eval_loops"].agg(_join_loops).to_frame("best_loops")
+    out["loop_rule"] = g["loop_rule"].agg(lambda s: "/".join(sorted(set(s))))
+    return out.reset_index()
+
+
+# ---------------------------------------------------------------- iso-data
 
 
 def iso_data_table(
@@ -149,45 +197,29 @@ def iso_data_table(
     threshold: float = NOISE_THRESHOLD,
     value: str = "eval_loss",
 ) -> pd.DataFrame:
-    """Recipes side by side at equal model size and token budget.
+    """Variants side by side at equal model size and token budget.
 
-    One row per (size, budget_tokens, recipe): a column per seed, mean, std, n_seeds, the loop
+    One row per (size, budget_tokens, variant): a column per seed, mean, std, n_seeds, the loop
     count(s) the values were taken at (`best_loops`, '8' or '8/12' when seeds differ) and the rule
-    (`loop_rule`), the difference of the mean to the reference recipe's mean at the same size and
-    budget (`diff`), and `verdict` (reference / noise / better / worse / —).
+    (`loop_rule`), the difference of the mean to the reference variant's mean at the same size and
+    budget (`diff`), and `verdict` (reference / noise / better / worse / —). `reference` is a
+    variant label (a recipe run without overrides is labelled by its recipe, e.g. 'parcae').
 
     `evals` is `eval_loss_per_run(...)`; runs whose budget was derived from another run's time
     (iso-time runs) and time-budget runs are left out: they are not at equal data.
     """
-    df = evals
+    df = with_variants(evals)
     if "match_time_of" in df.columns:
         df = df[df["match_time_of"].isna()]
     df = df[df["budget_tokens"].notna()]
-    keys = ["size", "budget_tokens", "recipe"]
-    cols = [*keys, "mean", "std", "n_seeds", "best_loops", "loop_rule", "diff", "verdict"]
+    block = ["size", "budget_tokens"]
+    head = [*block, "variant_label", "recipe", "mean", "diff", "verdict", "best_loops"]
+    tail = ["std", "n_seeds", "loop_rule", "variant_id"]
     if df.empty:
-        return pd.DataFrame(columns=cols)
-    reference = _pick_reference(df["recipe"], reference)
-    per_seed = df.groupby([*keys, "seed"], dropna=False)[value].mean().unstack("seed")
-    per_seed.columns = [f"seed {int(s)}" if present(s) else "seed ?" for s in per_seed.columns]
-    agg = df.groupby(keys, dropna=False)[value].agg(["mean", "std", "count"])
-    agg = agg.rename(columns={"count": "n_seeds"})
-    agg["best_loops"] = df.groupby(keys, dropna=False)["eval_loops"].agg(_join_loops)
-    agg["loop_rule"] = df.groupby(keys, dropna=False)["loop_rule"].agg(lambda s: "/".join(sorted(set(s))))
-    out = per_seed.join(agg).reset_index()
-    ref = out[out["recipe"] == reference].set_index(["size", "budget_tokens"])["mean"]
-    ref_mean = pd.Series(
-        [ref.get((s, b), np.nan) for s, b in zip(out["size"], out["budget_tokens"])], index=out.index
-    )
-    out["diff"] = out["mean"] - ref_mean
-    out["verdict"] = [
-        "reference" if r == reference else verdict(d, threshold) for r, d in zip(out["recipe"], out["diff"])
-    ]
-    seed_cols = list(per_seed.columns)
-    out["_not_ref"] = out["recipe"] != reference  # reference recipe first in each block
-    out = out.sort_values(["size", "budget_tokens", "_not_ref", "recipe"])
-    order = [*keys, "mean", "diff", "verdict", "best_loops", *seed_cols, "std", "n_seeds", "loop_rule"]
-    return out[order].reset_index(drop=True)
+        return pd.DataFrame(columns=[*head, *tail])
+    out, seed_cols, _ = _versus_reference(df, block, reference, threshold, value)
+    out = out.merge(_loop_columns(df, [*block, "variant_id"]), on=[*block, "variant_id"], how="left")
+    return out[[*head, *seed_cols, *tail]]
 
 
 def _join_loops(s: pd.Series):
@@ -196,12 +228,120 @@ def _join_loops(s: pd.Series):
 
 
 def iso_data_matrix(table: pd.DataFrame, value: str = "mean") -> pd.DataFrame:
-    """The iso-data table as a paper table: rows (size, budget_tokens), one column per recipe."""
+    """The iso-data table as a paper table: rows (size, budget_tokens), one column per variant."""
     if table.empty:
         return pd.DataFrame()
-    m = table.pivot_table(index=["size", "budget_tokens"], columns="recipe", values=value, dropna=False)
-    recipes = list(dict.fromkeys(table["recipe"]))  # keep the table's order (reference first)
-    return m.reindex(columns=recipes)
+    m = table.pivot_table(
+        index=["size", "budget_tokens"], columns="variant_label", values=value, dropna=False
+    )
+    labels = list(dict.fromkeys(table["variant_label"]))  # keep the table's order (reference first)
+    return m.reindex(columns=labels)
+
+
+# ---------------------------------------------------------------- iso-FLOP
+
+
+def flop_classes(runs: pd.DataFrame, tolerance: float = FLOP_TOLERANCE) -> pd.Series:
+    """A class number per run such that runs of one class are at equal training compute.
+
+    Within each size, runs are sorted by `train_flops`; a class starts at its smallest run and takes
+    every following run whose FLOPs are at most (1 + tolerance) times that, so a class never spans
+    more than the tolerance. Runs without FLOPs get no class (NaN).
+    """
+    classes = pd.Series(np.nan, index=runs.index, dtype=float)
+    has = runs[runs["train_flops"].notna()] if not runs.empty else runs
+    next_class = 0
+    for _, group in has.groupby("size", dropna=False, sort=True):
+        anchor = None
+        for idx, flops in group["train_flops"].sort_values(kind="stable").items():
+            if anchor is None or flops > anchor * (1 + tolerance):
+                anchor, next_class = flops, next_class + 1
+            classes[idx] = next_class
+    return classes
+
+
+def _with_flop_classes(evals: pd.DataFrame, tolerance: float) -> pd.DataFrame:
+    """Runs that have training FLOPs, with `flop_class` and `flops` (the mean of their class)."""
+    df = with_variants(evals)
+    if df.empty or "train_flops" not in df.columns:
+        return df.iloc[0:0].assign(flop_class=[], flops=[])
+    df = df[df["train_flops"].notna()].copy()
+    df["flop_class"] = flop_classes(df, tolerance)
+    df["flops"] = df.groupby("flop_class")["train_flops"].transform("mean")
+    return df
+
+
+def iso_flop_table(
+    evals: pd.DataFrame,
+    reference: str | None = None,
+    tolerance: float = FLOP_TOLERANCE,
+    threshold: float = NOISE_THRESHOLD,
+    value: str = "eval_loss",
+) -> pd.DataFrame:
+    """Variants side by side at equal training compute, as `iso_data_table` does at equal tokens.
+
+    Runs of one size whose training FLOPs lie within `tolerance` of each other form a block
+    (`flop_classes`); `flops` is the block's mean. Per variant in a block: a column per seed, mean,
+    std, n_seeds, the variant's mean FLOPs and tokens (a cheaper variant trained more tokens), the
+    difference to the reference variant of the block and the seed-noise verdict. Runs without FLOPs
+    are left out; iso-time and FLOP-budget runs are in (compute is what is matched here).
+    """
+    df = _with_flop_classes(evals, tolerance)
+    block = ["size", "flops"]
+    head = [*block, "variant_label", "recipe", "mean", "diff", "verdict", "best_loops"]
+    tail = ["train_flops", "tokens", "std", "n_seeds", "loop_rule", "variant_id"]
+    if df.empty:
+        return pd.DataFrame(columns=[*head, *tail])
+    out, seed_cols, _ = _versus_reference(df, block, reference, threshold, value)
+    keys = [*block, "variant_id"]
+    spent = df.groupby(keys, dropna=False)[["train_flops", "tokens"]].mean().reset_index()
+    out = out.merge(spent, on=keys, how="left").merge(_loop_columns(df, keys), on=keys, how="left")
+    return out[[*head, *seed_cols, *tail]]
+
+
+def iso_flop_curve(
+    evals: pd.DataFrame, tolerance: float = FLOP_TOLERANCE, value: str = "eval_loss"
+) -> pd.DataFrame:
+    """Loss against training FLOPs per variant: one point per (variant, FLOP class) with the mean
+    FLOPs, the mean loss over seeds and its min–max spread; a variant trained at several budgets
+    traces a curve."""
+    cols = ["variant_id", "variant_label", "recipe", "size", "train_flops", "mean", "min", "max", "n_seeds"]
+    df = _with_flop_classes(evals, tolerance)
+    if df.empty:
+        return pd.DataFrame(columns=cols)
+    keys = ["variant_id", "size", "flop_class"]
+    g = df.groupby(keys, dropna=False)
+    out = g[["variant_label", "recipe"]].first()
+    out["train_flops"] = g["train_flops"].mean()
+    stats = g[value].agg(["mean", "min", "max", "count"]).rename(columns={"count": "n_seeds"})
+    out = out.join(stats).reset_index()
+    return out[cols].sort_values(["variant_label", "size", "train_flops"]).reset_index(drop=True)
+
+
+# ---------------------------------------------------------------- loss by architecture
+
+
+def by_architecture(evals: pd.DataFrame, x: str, color: str, value: str = "eval_loss") -> pd.DataFrame:
+    """One point per variant for a chart of loss against an architecture column `x`, coloured by
+    another column `color`: the variant's `x` and `color` values, mean over seeds, std, min, max and
+    n_seeds. Sorted by colour then x, so a line per colour reads left to right.
+
+    Raises ValueError naming a column the frame does not have.
+    """
+    df = with_variants(evals)
+    for role, col in (("x", x), ("color", color)):
+        if col not in df.columns:
+            raise ValueError(f"{role} = {col!r}: not a column of the runs; accepted: {', '.join(df.columns)}")
+    cols = list(
+        dict.fromkeys(["variant_id", "variant_label", x, color, "mean", "std", "min", "max", "n_seeds"])
+    )
+    if df.empty:
+        return pd.DataFrame(columns=cols)
+    stats = df.groupby("variant_id", dropna=False)[value].agg(["mean", "std", "min", "max", "count"])
+    stats = stats.rename(columns={"count": "n_seeds"})
+    info = df.groupby("variant_id", dropna=False)[list(dict.fromkeys(["variant_label", x, color]))].first()
+    out = info.join(stats).reset_index()
+    return out[cols].sort_values([color, x, "variant_label"], na_position="last").reset_index(drop=True)
 
 
 # ---------------------------------------------------------------- iso-time
@@ -212,37 +352,45 @@ def iso_time_pairs(runs: pd.DataFrame, threshold: float = NOISE_THRESHOLD) -> pd
 
     A run whose budget is {"match_time_of": J} trained for the time run J took; both finished
     their LR decay, so their final validation losses are comparable. One row per matched run, with
-    both times, both token counts, both final losses, `diff` = run − reference and the verdict.
+    both variants, both times, both token counts, both final losses, `diff` = run − reference and
+    the verdict.
     """
-    cols = ["size", "recipe", "seed", "ref_recipe", "ref_seed", "final_val_loss", "ref_final_val_loss",
-            "diff", "verdict", "train_seconds", "ref_train_seconds", "tokens", "ref_tokens", "job_id",
-            "ref_job_id"]  # fmt: skip
+    cols = ["size", "variant_label", "ref_variant_label", "seed", "ref_seed", "final_val_loss",
+            "ref_final_val_loss", "diff", "verdict", "train_seconds", "ref_train_seconds", "tokens",
+            "ref_tokens", "job_id", "ref_job_id", "recipe", "ref_recipe", "variant_id",
+            "ref_variant_id"]  # fmt: skip
     if runs.empty or "match_time_of" not in runs.columns:
         return pd.DataFrame(columns=cols)
+    runs = with_variants(runs)
     a = runs[runs["match_time_of"].notna()].copy()
     if a.empty:
         return pd.DataFrame(columns=cols)
     a["ref_job_id"] = a["match_time_of"].astype("int64")
-    ref = runs[["job_id", "recipe", "seed", "train_seconds", "tokens", "final_val_loss"]]
+    ref = runs[["job_id", "recipe", "variant_id", "variant_label", "seed", "train_seconds", "tokens",
+                "final_val_loss"]]  # fmt: skip
     ref = ref.rename(columns={c: f"ref_{c}" for c in ref.columns})
     out = a.merge(ref, on="ref_job_id", how="left")
     out["diff"] = out["final_val_loss"] - out["ref_final_val_loss"]
     out["verdict"] = [verdict(d, threshold) for d in out["diff"]]
-    return out[cols].sort_values(["size", "ref_recipe", "recipe", "seed"]).reset_index(drop=True)
+    order = ["size", "ref_variant_label", "variant_label", "seed"]
+    return out[cols].sort_values(order).reset_index(drop=True)
 
 
 def iso_time_summary(pairs: pd.DataFrame, threshold: float = NOISE_THRESHOLD) -> pd.DataFrame:
-    """Iso-time pairs averaged over seeds: one row per (size, recipe, reference recipe)."""
-    keys = ["size", "recipe", "ref_recipe"]
+    """Iso-time pairs averaged over seeds: one row per (size, variant, reference variant)."""
+    keys = ["size", "variant_label", "ref_variant_label"]
+    cols = [*keys, "final_val_loss", "ref_final_val_loss", "diff", "diff_std", "n_pairs", "verdict"]
     if pairs.empty:
-        return pd.DataFrame(columns=[*keys, "final_val_loss", "ref_final_val_loss", "diff", "diff_std",
-                                     "n_pairs", "verdict"])  # fmt: skip
-    g = pairs.groupby(keys, dropna=False)
-    out = g[["final_val_loss", "ref_final_val_loss", "diff"]].mean()
+        return pd.DataFrame(columns=cols)
+    g = pairs.groupby(["size", "variant_id", "ref_variant_id"], dropna=False)
+    out = g[["variant_label", "ref_variant_label"]].first()
+    out[["final_val_loss", "ref_final_val_loss", "diff"]] = g[
+        ["final_val_loss", "ref_final_val_loss", "diff"]
+    ].mean()
     out["diff_std"] = g["diff"].std()
     out["n_pairs"] = g["diff"].count()
     out["verdict"] = [verdict(d, threshold) for d in out["diff"]]
-    return out.reset_index()
+    return out.reset_index()[cols]
 
 
 def wall_time_curves(curves: pd.DataFrame, runs: pd.DataFrame, key: str = "val_loss") -> pd.DataFrame:
@@ -252,14 +400,14 @@ def wall_time_curves(curves: pd.DataFrame, runs: pd.DataFrame, key: str = "val_l
     *not decayed* and sits above where a run of that length would end; only the last point of a
     finished run is a decayed result. `point` says which.
     """
-    cols = ["job_id", "series", "recipe", "size", "seed", "wall_s", "value", "point"]
+    cols = ["job_id", "series", "variant_label", "recipe", "size", "seed", "wall_s", "value", "point"]
     c = curves[(curves["key"] == key) & curves["wall_s"].notna()] if not curves.empty else curves
     if c.empty:
         return pd.DataFrame(columns=cols)
-    info = runs[["job_id", "recipe", "size", "seed", "status"]]
+    info = with_variants(runs)[["job_id", "variant_label", "recipe", "size", "seed", "status"]]
     c = c.merge(info, on="job_id", how="inner").sort_values(["job_id", "wall_s"])
-    c["series"] = [f"{r} · {s} · seed {int(sd) if present(sd) else '?'} · #{j}"
-                   for r, s, sd, j in zip(c["recipe"], c["size"], c["seed"], c["job_id"])]  # fmt: skip
+    c["series"] = [f"{v} · {s} · seed {int(sd) if present(sd) else '?'} · #{j}"
+                   for v, s, sd, j in zip(c["variant_label"], c["size"], c["seed"], c["job_id"])]  # fmt: skip
     last = c.groupby("job_id")["wall_s"].transform("max") == c["wall_s"]
     c["point"] = np.where(last & (c["status"] == JobStatus.SUCCEEDED), "final (decayed)", "not decayed")
     return c[cols].reset_index(drop=True)
@@ -268,52 +416,109 @@ def wall_time_curves(curves: pd.DataFrame, runs: pd.DataFrame, key: str = "val_l
 # ---------------------------------------------------------------- depth
 
 
+def _per_variant(df: pd.DataFrame, value: str, by: list[str], name: str = "recipe") -> pd.DataFrame:
+    """`seed_aggregate` over seeds of each variant and `by`, with the variant's label, recipe, size
+    and architecture columns alongside (for colouring and filtering)."""
+    df = with_variants(df, name)
+    agg = seed_aggregate(df, value, by=["variant_id", *by])
+    info = variant_info(df, name).drop(columns=[c for c in by if c != "variant_id"], errors="ignore")
+    return agg.merge(info.reset_index(), on="variant_id", how="left")
+
+
 def depth_curves(depth: pd.DataFrame, value: str = "val_loss") -> pd.DataFrame:
-    """Validation loss against inference loop count per recipe: mean over seeds and the spread."""
-    return seed_aggregate(depth, value, by=["recipe", "size", "loops"])
+    """Validation loss against inference loop count per variant: mean over seeds and the spread.
+
+    `inference_depth` = n_prelude + n_recurrent · loops + n_coda, the layers a token passes through
+    at that loop count (missing without the architecture columns).
+    """
+    out = _per_variant(depth, value, by=["loops"])
+    if {"n_prelude", "n_recurrent", "n_coda"} <= set(out.columns):
+        out["inference_depth"] = out["n_prelude"] + out["n_recurrent"] * out["loops"] + out["n_coda"]
+    else:
+        out["inference_depth"] = np.nan
+    return out.sort_values(["variant_label", "loops"]).reset_index(drop=True)
+
+
+def depth_wide(curves: pd.DataFrame) -> pd.DataFrame:
+    """The depth curves as a table: one row per variant, one column per inference loop count."""
+    if curves.empty:
+        return pd.DataFrame()
+    wide = curves.pivot_table(index=["variant_label", "size"], columns="loops", values="mean").reset_index()
+    wide.columns = [c if isinstance(c, str) else f"{int(c)} loops" for c in wide.columns]
+    return wide
 
 
 def round_delta_curves(deltas: pd.DataFrame, loops: int | None = None) -> pd.DataFrame:
-    """Relative hidden-state change per round, per recipe (mean and spread over seeds).
+    """Relative hidden-state change per round, per variant (mean and spread over seeds).
 
     `loops` picks the forward pass's loop count; None keeps every count.
     """
     d = deltas if loops is None or deltas.empty else deltas[deltas["loops"] == loops]
-    return seed_aggregate(d, "rel_change", by=["recipe", "size", "loops", "round"])
+    return _per_variant(d, "rel_change", by=["loops", "round"])
+
+
+def split_first_round(curves: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(round 1, rounds 2 and later) of `round_delta_curves`.
+
+    Round 1 is the change from the random initial state h0, set by h0's scale rather than by how
+    the recurrence converges, and is often ten times the others: drawn on the same axis it flattens
+    every later round. The pages draw the two parts in separate panels.
+    """
+    if curves.empty:
+        return curves, curves
+    first = curves["round"] == 1
+    return curves[first].reset_index(drop=True), curves[~first].reset_index(drop=True)
 
 
 # ---------------------------------------------------------------- decode and throughput
 
 
 def decode_table(decode: pd.DataFrame, reference: str | None = None) -> pd.DataFrame:
-    """ms/token and KV-cache MB per architecture × context × batch, with ratios to the reference
-    architecture at the same size, context, batch, device and dtype (NaN where it was not run)."""
-    keys = ["arch", "size", "context_len", "batch_size", "device", "dtype"]
+    """ms/token and KV-cache MB per variant × context × batch, with ratios to the reference variant
+    (a label; a bench without a variant is labelled by its arch) at the same size, context, batch,
+    device and dtype (NaN where the reference was not run)."""
+    where = ["size", "context_len", "batch_size", "device", "dtype"]
     vals = ["ms_per_token", "ms_p10", "ms_p90", "kv_cache_mb"]
+    lead = ["variant_label", "arch"]
     if decode.empty:
-        return pd.DataFrame(columns=[*keys, *vals, "ms_ratio", "kv_ratio"])
-    t = decode.groupby(keys, dropna=False)[vals].mean().reset_index()
-    reference = _pick_reference(t["arch"], reference)
-    ref = t[t["arch"] == reference].drop(columns=["arch", "ms_p10", "ms_p90"])
-    ref = ref.rename(columns={"ms_per_token": "_ref_ms", "kv_cache_mb": "_ref_kv"})
-    t = t.merge(ref, on=keys[1:], how="left")
+        return pd.DataFrame(columns=[*lead, *where, *vals, "ms_ratio", "kv_ratio", "variant_id"])
+    d = with_variants(decode, name="arch")
+    t = d.groupby(["variant_id", *where], dropna=False)[vals].mean()
+    t = d.groupby(["variant_id", *where], dropna=False)[lead].first().join(t).reset_index()
+    reference = _pick_reference(t["variant_label"], reference)
+    ref = t.loc[t["variant_label"] == reference, [*where, "ms_per_token", "kv_cache_mb"]]
+    ref = ref.rename(columns={"ms_per_token": "_ref_ms", "kv_cache_mb": "_ref_kv"}).drop_duplicates(where)
+    t = t.merge(ref, on=where, how="left")
     t["ms_ratio"] = t["ms_per_token"] / t["_ref_ms"]
     t["kv_ratio"] = t["kv_cache_mb"] / t["_ref_kv"].replace(0, np.nan)
-    return t.drop(columns=["_ref_ms", "_ref_kv"]).sort_values(keys).reset_index(drop=True)
+    t = t.sort_values(["variant_label", *where])
+    return t[[*lead, *where, *vals, "ms_ratio", "kv_ratio", "variant_id"]].reset_index(drop=True)
 
 
 def throughput_table(runs: pd.DataFrame, reference: str | None = None) -> pd.DataFrame:
-    """Training tokens/s per recipe and size (mean over runs) and the ratio to the reference."""
-    cols = ["recipe", "size", "tokens_per_s", "std", "n_runs", "ratio"]
+    """Training tokens/s per variant (mean over runs) and the ratio to the reference variant at the
+    same size; the achieved FLOP/s and model-FLOPs utilisation alongside when they were recorded."""
+    cols = ["variant_label", "recipe", "size", "tokens_per_s", "std", "n_runs", "ratio",
+            "achieved_flops_per_s", "mfu", "variant_id"]  # fmt: skip
     r = runs[runs["tokens_per_s"].notna()] if not runs.empty else runs
     if r.empty:
         return pd.DataFrame(columns=cols)
-    t = r.groupby(["recipe", "size"], dropna=False)["tokens_per_s"].agg(["mean", "std", "count"])
-    t = t.reset_index().rename(columns={"mean": "tokens_per_s", "count": "n_runs"})
-    reference = _pick_reference(t["recipe"], reference)
-    ref = t[t["recipe"] == reference].set_index("size")["tokens_per_s"]
+    r = with_variants(r)
+    for col in ("achieved_flops_per_s", "mfu"):
+        if col not in r.columns:
+            r[col] = np.nan
+    g = r.groupby(["variant_id", "size"], dropna=False)
+    t = (
+        g["tokens_per_s"]
+        .agg(["mean", "std", "count"])
+        .rename(columns={"mean": "tokens_per_s", "count": "n_runs"})
+    )
+    t = g[["variant_label", "recipe"]].first().join(t).join(g[["achieved_flops_per_s", "mfu"]].mean())
+    t = t.reset_index()
+    reference = _pick_reference(t["variant_label"], reference)
+    ref = t[t["variant_label"] == reference].drop_duplicates("size").set_index("size")["tokens_per_s"]
     t["ratio"] = t["tokens_per_s"] / t["size"].map(ref)
-    return t[cols]
+    return t[cols].sort_values(["size", "variant_label"]).reset_index(drop=True)
 
 
 # ---------------------------------------------------------------- curves
@@ -372,6 +577,47 @@ def curve_bands(curves: pd.DataFrame, by: list[str], x: str = "tokens", bins: in
     out["max"] = g["value"].max()
     out["n_seeds"] = g["job_id"].nunique()
     return out.reset_index()[cols]
+
+
+def points_per_curve(n_runs: int, total: int = 60_000, most: int = 500, least: int = 20) -> int:
+    """How many points to read per curve so that every selected run is drawn: `total` points shared
+    among the runs, between `least` (a curve still has a shape) and `most` (the per-curve cap)."""
+    if n_runs <= 0:
+        return most
+    return int(max(least, min(most, total // n_runs)))
+
+
+def train_depth_curves(curves: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """Validation loss at several loop counts during training (`val_loss@N` metrics), per run.
+
+    One row per (run, loop count, evaluation): job_id, `run` (a label: variant · seed · #id),
+    `eval_loops` (N), step, tokens, wall_s, value; other metrics are ignored.
+    """
+    cols = ["job_id", "run", "eval_loops", "step", "tokens", "wall_s", "value"]
+    if curves.empty:
+        return pd.DataFrame(columns=cols)
+    loops = curves["key"].str.extract(DEPTH_METRIC)[0]
+    c = curves[loops.notna()].assign(eval_loops=pd.to_numeric(loops[loops.notna()]).astype(int))
+    if c.empty:
+        return pd.DataFrame(columns=cols)
+    info = with_variants(runs)[["job_id", "variant_label", "seed"]]
+    c = c.merge(info, on="job_id", how="left")
+    seeds = [f"seed {int(s)}" if present(s) else "seed ?" for s in c["seed"]]
+    c["run"] = [f"{v} · {s} · #{j}" for v, s, j in zip(c["variant_label"], seeds, c["job_id"])]
+    return c[cols].sort_values(["job_id", "eval_loops", "step"]).reset_index(drop=True)
+
+
+def train_depth_last(depth_curves: pd.DataFrame) -> pd.DataFrame:
+    """The last evaluation of each run as a table: one row per run, a column per loop count
+    (`val_loss@N`), and the tokens it was measured at."""
+    if depth_curves.empty:
+        return pd.DataFrame()
+    last = depth_curves.sort_values("step").groupby(["job_id", "run", "eval_loops"]).tail(1)
+    wide = last.pivot_table(index=["job_id", "run"], columns="eval_loops", values="value").reset_index()
+    wide.columns = [c if isinstance(c, str) else f"val_loss@{int(c)}" for c in wide.columns]
+    tokens = last.groupby("job_id")["tokens"].max()
+    wide.insert(2, "tokens", wide["job_id"].map(tokens))
+    return wide
 
 
 # ---------------------------------------------------------------- queue

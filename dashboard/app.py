@@ -5,6 +5,10 @@ shares, and hands over to the selected page. Pages live in `views/`, one file ea
 `dashboard.analysis` computes from what `dashboard.data` reads. The folder is not called `pages/`
 on purpose: Streamlit would then also serve those files as pages of their own (on a direct URL load),
 running them without this entry point.
+
+Every page has its own URL (`/queue`, `/runs`, `/compare`, `/depth`, `/decode`, `/sql`). Streamlit
+serves its default page at the root only, never at that page's `url_path`, so the default here is a
+hidden page that forwards the root to `/queue` (query parameters included).
 """
 
 from __future__ import annotations
@@ -13,17 +17,25 @@ import streamlit as st
 
 from dashboard import ui
 
+QUEUE = st.Page("views/queue.py", title="Queue", icon=":material/list:", url_path="queue")
 PAGES = [
-    st.Page("views/queue.py", title="Queue", icon=":material/list:", default=True),
-    st.Page("views/runs.py", title="Runs", icon=":material/show_chart:"),
-    st.Page("views/compare.py", title="Compare", icon=":material/compare_arrows:"),
-    st.Page("views/depth.py", title="Depth", icon=":material/repeat:"),
-    st.Page("views/decode.py", title="Decode", icon=":material/speed:"),
-    st.Page("views/sql.py", title="SQL", icon=":material/database:"),
+    QUEUE,
+    st.Page("views/runs.py", title="Runs", icon=":material/show_chart:", url_path="runs"),
+    st.Page("views/compare.py", title="Compare", icon=":material/compare_arrows:", url_path="compare"),
+    st.Page("views/depth.py", title="Depth", icon=":material/repeat:", url_path="depth"),
+    st.Page("views/decode.py", title="Decode", icon=":material/speed:", url_path="decode"),
+    st.Page("views/sql.py", title="SQL", icon=":material/database:", url_path="sql"),
 ]
 
+
+def _to_queue() -> None:
+    st.switch_page(QUEUE, query_params=st.query_params.to_dict())  # a linked filter survives the forward
+
+
+HOME = st.Page(_to_queue, title="looplab", url_path="home", default=True, visibility="hidden")
+
 st.set_page_config(page_title="looplab", page_icon=":material/loop:", layout="wide")
-page = st.navigation(PAGES)
+page = st.navigation([HOME, *PAGES])
 url = ui.open_db()
 if url is None:
     st.stop()

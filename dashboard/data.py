@@ -23,6 +23,7 @@ from orchestrator.db import readonly_engine
 from orchestrator.states import JobStatus
 
 CURVE_KEYS = ("train_loss", "val_loss", "val_bpb", "lr", "tokens_per_s")
+DEPTH_KEY_PATTERN = "val_loss@%"  # validation loss at N loops, recorded at each evaluation (SQL LIKE)
 MAX_POINTS = 500  # per curve; the first and the last point are always kept
 SQL_ROW_LIMIT = 10_000  # rows the SQL page fetches at most
 
@@ -53,7 +54,7 @@ def jobs(url: str) -> pd.DataFrame:
     return _read(
         url,
         """
-        SELECT j.id AS job_id, j.grid_id, g.name AS grid, j.kind, j.recipe, j.size, j.seed, j.status,
+        SELECT j.id AS job_id, j.grid_id, g.name AS grid, j.kind, j.recipe, j.variant_label, j.size, j.seed, j.status,
                j.priority, j.attempts, j.budget_tokens, j.budget_time_s, j.created_at, j.started_at,
                j.finished_at, j.heartbeat_at, j.worker, j.progress_done, j.progress_total, j.eta_s,
                CASE WHEN j.status = :failed THEN j.error END AS error
@@ -81,20 +82,33 @@ def latest(url: str, job_ids: Iterable[int], keys: Iterable[str] = CURVE_KEYS) -
 # ---------------------------------------------------------------- runs and results
 
 
+def _variant_sql(job: str) -> str:
+    """The variant and resolved architecture of job alias `job` (stored at submission, revision 0004);
+    the trained loop count is `train_loops` (a depth sweep's own `loops` is the evaluated count)."""
+    cols = ["variant_id", "variant_label", "n_prelude", "n_recurrent", "n_coda", "effective_depth", "d_model",
+            "injection", "n_once", "n_rec"]  # fmt: skip
+    return ", ".join(f"{job}.{c}" for c in cols) + f", {job}.loops AS train_loops"
+
+
 def runs(url: str) -> pd.DataFrame:
     """One row per train job with its result (NaN until it finished) and how it loops.
 
     Adds `match_time_of` (the reference job of an iso-time run, from the budget as submitted) and
-    `loop_mode` / `train_loops` (from the sampler and loop count stored with the job at submission).
+    `loop_mode` / `train_loops` (from the sampler and loop count stored with the job at submission),
+    the variant and architecture (`_variant_sql`), and the FLOPs: `train_flops` is the trainer's
+    total, else FLOPs per token × tokens trained (a run stored before FLOPs were counted).
     """
     df = _read(
         url,
-        """
+        f"""
         SELECT j.id AS job_id, j.grid_id, g.name AS grid, j.recipe, j.size, j.seed, j.status,
-               j.budget, j.budget_tokens, j.budget_time_s, j.loop_sampler, j.loops, r.steps, r.tokens,
-               r.train_seconds,
-               r.tokens_per_s, r.final_train_loss, r.final_val_loss, r.final_val_bpb, r.peak_mem_mb,
-               r.n_params, r.n_params_non_embedding, r.time_budget_s, r.device
+               j.budget, j.budget_tokens, j.budget_time_s, j.budget_flops, j.loop_sampler, {_variant_sql("j")},
+               r.steps, r.tokens, r.train_seconds, r.tokens_per_s, r.final_train_loss, r.final_val_loss,
+               r.final_val_bpb, r.peak_mem_mb, COALESCE(r.n_params, j.n_params) AS n_params,
+               r.n_params_non_embedding, r.time_budget_s, r.device,
+               COALESCE(r.flops_per_token, j.flops_per_token) AS flops_per_token,
+               COALESCE(r.train_flops, COALESCE(r.flops_per_token, j.flops_per_token) * r.tokens) AS train_flops,
+               r.achieved_flops_per_s, r.mfu, r.padding_waste
         FROM jobs j
         LEFT JOIN grids g ON g.id = j.grid_id
         LEFT JOIN train_results r ON r.job_id = j.id
@@ -103,9 +117,9 @@ def runs(url: str) -> pd.DataFrame:
         """,
     )
     df["match_time_of"] = pd.array([_match_time_of(b) for b in df["budget"]], dtype="Int64")
-    df["loop_mode"] = [_loop_mode(s, n) for s, n in zip(df["loop_sampler"], df["loops"], strict=True)]
-    df["train_loops"] = pd.array([None if pd.isna(n) else int(n) for n in df["loops"]], dtype="Int64")
-    return df.drop(columns=["budget", "loop_sampler", "loops"])
+    df["loop_mode"] = [_loop_mode(s, n) for s, n in zip(df["loop_sampler"], df["train_loops"], strict=True)]
+    df["train_loops"] = pd.array([None if pd.isna(n) else int(n) for n in df["train_loops"]], dtype="Int64")
+    return df.drop(columns=["budget", "loop_sampler"])
 
 
 def _match_time_of(budget: str | None) -> int | None:
@@ -125,12 +139,12 @@ def _loop_mode(sampler: str | None, loops: float | None) -> str | None:
 
 
 def depth(url: str) -> pd.DataFrame:
-    """Depth-sweep results labelled with the trained model (train_job_id, recipe, size, seed)."""
+    """Depth-sweep results labelled with the trained model (train_job_id, recipe, size, seed, variant)."""
     return _read(
         url,
-        """
+        f"""
         SELECT de.job_id AS sweep_job_id, t.id AS train_job_id, t.grid_id, t.recipe, t.size, t.seed,
-               t.budget_tokens, de.loops, de.val_loss, de.val_bpb, de.far_copy_loss, de.near_loss
+               t.budget_tokens, {_variant_sql("t")}, de.loops, de.val_loss, de.val_bpb, de.far_copy_loss, de.near_loss
         FROM depth_evals de
         JOIN job_deps d ON d.job_id = de.job_id
         JOIN jobs t ON t.id = d.depends_on AND t.kind = 'train'
@@ -140,12 +154,12 @@ def depth(url: str) -> pd.DataFrame:
 
 
 def round_deltas(url: str) -> pd.DataFrame:
-    """Per-round relative hidden-state change, labelled with the trained model."""
+    """Per-round relative hidden-state change, labelled with the trained model and its variant."""
     return _read(
         url,
-        """
+        f"""
         SELECT rd.job_id AS sweep_job_id, t.id AS train_job_id, t.grid_id, t.recipe, t.size, t.seed,
-               t.budget_tokens, rd.loops, rd.round, rd.rel_change
+               t.budget_tokens, {_variant_sql("t")}, rd.loops, rd.round, rd.rel_change
         FROM round_deltas rd
         JOIN job_deps d ON d.job_id = rd.job_id
         JOIN jobs t ON t.id = d.depends_on AND t.kind = 'train'
@@ -155,18 +169,34 @@ def round_deltas(url: str) -> pd.DataFrame:
 
 
 def decode(url: str) -> pd.DataFrame:
+    """Decode-bench rows with the bench job's variant (the id of the train jobs of that architecture)."""
     return _read(
         url,
-        """
-        SELECT b.job_id, j.grid_id, b.arch, b.size, b.context_len, b.batch_size, b.ms_per_token,
-               b.ms_p10, b.ms_p90, b.kv_cache_mb, b.device, b.dtype, b.cuda_graph
-        FROM decode_benches b JOIN jobs j ON j.id = b.job_id
+        f"""
+        SELECT b.job_id, j.grid_id, g.name AS grid, j.recipe, b.arch, b.size, {_variant_sql("j")},
+               b.context_len, b.batch_size, b.ms_per_token, b.ms_p10, b.ms_p90, b.kv_cache_mb, b.device,
+               b.dtype, b.cuda_graph
+        FROM decode_benches b JOIN jobs j ON j.id = b.job_id LEFT JOIN grids g ON g.id = j.grid_id
         ORDER BY b.arch, b.context_len, b.batch_size
         """,
     )
 
 
 # ---------------------------------------------------------------- curves
+
+
+def depth_metric_keys(url: str, job_ids: Iterable[int]) -> pd.DataFrame:
+    """(job_id, key) of every `val_loss@N` metric the given jobs reported, from `latest_metrics` (one
+    row per job and key: cheap), so a page knows which loop counts to read before reading curves."""
+    ids = [int(i) for i in job_ids]
+    if not ids:
+        return pd.DataFrame(columns=["job_id", "key"])
+    return _read(
+        url,
+        "SELECT job_id, key FROM latest_metrics WHERE job_id IN :ids AND key LIKE :pattern ORDER BY job_id, key",
+        ids=ids,
+        pattern=DEPTH_KEY_PATTERN,
+    )
 
 
 def curves(

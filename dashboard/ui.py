@@ -3,7 +3,8 @@
 The loaders wrap `dashboard.data` in `st.cache_data(ttl=5)`: a page rerun (a widget change, the
 queue's auto-refresh) reuses results for a few seconds instead of querying again, and the data is
 never more than a few seconds stale. Filters live in `st.session_state["filters"]`, set once by the
-sidebar in `app.py`, so they hold across pages.
+sidebar in `app.py`, so they hold across pages: grid, size, budget, recipe, variant, and every
+architecture column with more than one value among the runs (`dashboard.variants.arch_options`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 import pandas as pd
 import streamlit as st
 
-from dashboard import analysis, data
+from dashboard import analysis, data, variants
 
 TTL_S = 5
 NO_JOBS = (
@@ -80,6 +81,11 @@ def decode(url: str) -> pd.DataFrame:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
+def depth_metric_keys(url: str, job_ids: tuple[int, ...]) -> pd.DataFrame:
+    return data.depth_metric_keys(url, job_ids)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
 def curves(url: str, job_ids: tuple[int, ...], keys: tuple[str, ...], max_points: int = data.MAX_POINTS):
     return data.curves(url, job_ids, keys, max_points)
 
@@ -87,21 +93,41 @@ def curves(url: str, job_ids: tuple[int, ...], keys: tuple[str, ...], max_points
 # ---------------------------------------------------------------- filters
 
 
-FILTERS = (("grid", "Grid"), ("size", "Size"), ("budget", "Budget"), ("recipe", "Recipe"))
+FILTERS = (
+    ("grid", "Grid"),
+    ("size", "Size"),
+    ("budget", "Budget"),
+    ("recipe", "Recipe"),
+    ("variant_label", "Variant"),
+)
 
 
 def sidebar_filters(runs_df: pd.DataFrame) -> None:
-    """Multiselects for grid, size, budget and recipe; empty selection = everything.
+    """Multiselects for grid, size, budget, recipe and variant, and (folded) for each architecture
+    column with more than one value; an empty selection = everything.
 
-    A query parameter (`?recipe=lean,parcae&size=tiny`) preselects values, so a view can be linked.
+    A query parameter (`?recipe=lean,parcae&size=tiny&d_model=192`) preselects values, so a view can be
+    linked.
     """
     chosen = {}
     for col, label in FILTERS:
         options = sorted({v for v in runs_df[col] if isinstance(v, str)}) if col in runs_df else []
-        wanted = [v for v in st.query_params.get(col, "").split(",") if v in options]
-        chosen[col] = st.sidebar.multiselect(label, options, default=wanted, key=f"filter_{col}",
+        chosen[col] = st.sidebar.multiselect(label, options, default=_from_query(col, options), key=f"filter_{col}",
                                              placeholder="all")  # fmt: skip
+    arch = variants.arch_options(runs_df)
+    if arch:
+        wanted = {col: _from_query(col, options) for col, options in arch.items()}
+        with st.sidebar.expander("Architecture", expanded=any(wanted.values())):
+            for col, options in arch.items():
+                chosen[col] = st.multiselect(variants.ARCH_LABELS[col], options, default=wanted[col],
+                                             key=f"filter_{col}", placeholder="all")  # fmt: skip
     st.session_state["filters"] = chosen
+
+
+def _from_query(col: str, options: list) -> list:
+    """The options a `?col=a,b` query parameter names (compared as text, so `?loops=8` finds 8)."""
+    asked = set(st.query_params.get(col, "").split(","))
+    return [v for v in options if str(v) in asked]
 
 
 def filter_runs(runs_df: pd.DataFrame) -> pd.DataFrame:
@@ -128,24 +154,31 @@ def selected(col: str) -> list:
 INT_COLUMNS = {
     "job_id", "ref_job_id", "grid_id", "seed", "ref_seed", "budget_tokens", "tokens", "ref_tokens", "steps",
     "loops", "train_loops", "eval_loops", "round", "n_seeds", "n_runs", "n_pairs", "progress_done",
-    "progress_total", "context_len", "batch_size", "priority", "attempts", "match_time_of",
+    "progress_total", "context_len", "batch_size", "priority", "attempts", "match_time_of", "n_prelude",
+    "n_recurrent", "n_coda", "d_model", "n_params", "n_params_non_embedding", "n_once", "n_rec", "train_job_id",
+    "sweep_job_id",
 }  # fmt: skip
+# columns whose values span many orders of magnitude: shown as 1.98e+12
+SCIENTIFIC_COLUMNS = {"flops", "train_flops", "flops_per_token", "achieved_flops_per_s", "budget_flops"}
 
 
 def table(
     df: pd.DataFrame, *, precision: int = 4, key: str | None = None, height: int | str = "auto"
 ) -> None:
     """A dataframe as people read it: counts without decimals, epoch timestamps as UTC clock time,
-    missing values shown as missing (never 0), verdict cells coloured.
+    FLOPs in scientific notation, a missing value shown as "—" (never 0, never a grey "None"), verdict
+    cells coloured.
 
-    Formats go through `column_config` (cheap for thousands of rows); only tables with a verdict column
-    (a few rows each) use a pandas Styler, for the colours.
+    Formats go through `column_config` (cheap for thousands of rows) and missing cells through the
+    grid's own `placeholder`; only tables with a verdict column (a few rows each) use a pandas Styler,
+    for the colours, and then carry their number formats in the Styler (the grid ignores a Styler's
+    text for a number column that has a format of its own).
     """
     if df.empty:
         st.caption("nothing to show for this selection")
         return
     df = df.copy()
-    config: dict = {}
+    formats: dict = {}
     for c in df.columns:
         if (
             not isinstance(c, str)
@@ -155,28 +188,56 @@ def table(
             continue
         if c.endswith("_at"):
             df[c] = pd.to_datetime(df[c], unit="s", utc=True).dt.tz_localize(None)
-            config[c] = st.column_config.DatetimeColumn(c, format="YYYY-MM-DD HH:mm:ss", help="UTC")
+            formats[c] = ("YYYY-MM-DD HH:mm:ss", lambda v: v.strftime("%Y-%m-%d %H:%M:%S"))
+        elif c in SCIENTIFIC_COLUMNS:
+            formats[c] = ("scientific", "{:.3e}")
         elif c in INT_COLUMNS or pd.api.types.is_integer_dtype(df[c]):
-            config[c] = st.column_config.NumberColumn(c, format="localized")
+            formats[c] = ("localized", "{:,.0f}")
         else:
-            config[c] = st.column_config.NumberColumn(c, format=f"%.{precision}f")
-    shown = df
+            formats[c] = (f"%.{precision}f", f"{{:,.{precision}f}}")
     if "verdict" in df.columns:
-        fmt = {c: "{:,.0f}" for c in df.columns if c in INT_COLUMNS}
-        shown = df.style.format(precision=precision, na_rep=analysis.MISSING, thousands=",")
-        shown = shown.format(fmt, na_rep=analysis.MISSING, subset=list(fmt)) if fmt else shown
+        shown = df.style.format({c: fmt for c, (_, fmt) in formats.items()}, na_rep=analysis.MISSING)
         shown = shown.map(lambda v: f"background-color: {VERDICT_COLORS.get(v, 'white')}", subset=["verdict"])
-    st.dataframe(shown, hide_index=True, key=key, height=height, column_config=config)
+        st.dataframe(shown, hide_index=True, key=key, height=height, placeholder=analysis.MISSING)
+        return
+    config = {
+        c: st.column_config.DatetimeColumn(c, format=grid_format, help="UTC")
+        if c.endswith("_at")
+        else st.column_config.NumberColumn(c, format=grid_format)
+        for c, (grid_format, _) in formats.items()
+    }
+    st.dataframe(
+        df, hide_index=True, key=key, height=height, column_config=config, placeholder=analysis.MISSING
+    )
 
 
 def reference_picker(
-    options: list[str], label: str = "Reference recipe", key: str = "reference"
+    options: list[str], label: str = "Reference variant", key: str = "reference"
 ) -> str | None:
+    """A selectbox of variant labels; `parcae` (the recipe without overrides) is the default."""
     options = sorted({o for o in options if isinstance(o, str)})
     if not options:
         return None
     default = options.index("parcae") if "parcae" in options else 0
     return st.selectbox(label, options, index=default, key=key)
+
+
+def color(field: str, numeric: bool = False, title: str | None = None, **kw):
+    """An Altair colour channel: distinct hues for names (variants, recipes), an ordered scale for
+    numbers (d_model 64 < 96 < 192 reads as light to dark)."""
+    import altair as alt
+
+    if numeric:
+        return alt.Color(f"{field}:O", title=title, scale=alt.Scale(scheme="viridis"), **kw)
+    return alt.Color(f"{field}:N", title=title, scale=alt.Scale(scheme="tableau10"), **kw)
+
+
+def axis_picker(label: str, options: list[str], default: str, key: str) -> str:
+    """A selectbox of column names for a chart axis or colour, shown by their readable names."""
+    index = options.index(default) if default in options else 0
+    return st.selectbox(
+        label, options, index=index, key=key, format_func=lambda c: variants.ARCH_LABELS.get(c, c)
+    )
 
 
 def url() -> str:

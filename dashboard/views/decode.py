@@ -1,34 +1,32 @@
-"""Decode: per-token generation latency and KV-cache size per architecture × context × batch, with
-ratios to a reference architecture."""
+"""Decode: per-token generation latency and KV-cache size per variant × context × batch, with ratios
+to a reference variant. The sidebar filters apply (a bench carries the variant and architecture of
+the train jobs of its model)."""
 
 from __future__ import annotations
 
 import altair as alt
 import streamlit as st
 
-from dashboard import analysis, ui
+from dashboard import analysis, ui, variants
 
 st.title("Decode")
 url = ui.url()
-dec = ui.decode(url)
-for col, filt in (("arch", ui.selected("recipe")), ("size", ui.selected("size"))):
-    if filt:
-        dec = dec[dec[col].isin(filt)]
+dec = ui.filter_runs(variants.with_variants(ui.decode(url), name="arch"))
 if dec.empty:
     st.info("No decode benchmarks yet: attach `then=['decode_bench']` to a train grid.")
     st.stop()
-reference = ui.reference_picker(list(dec["arch"]), label="Reference architecture", key="decode_reference")
+reference = ui.reference_picker(list(dec["variant_label"]), key="decode_reference")
 table = analysis.decode_table(dec, reference=reference)
-st.caption("ms/token is the median step time (p10–p90 alongside); ratios are to the reference architecture at "
+st.caption("ms/token is the median step time (p10–p90 alongside); ratios are to the reference variant at "
            "the same size, context, batch, device and dtype.")  # fmt: skip
 ui.table(table, precision=3, key="decode_table")
 
 c1, c2 = st.columns(2)
 base = alt.Chart(table).encode(
     x=alt.X("context_len:Q", title="context (tokens)", scale=alt.Scale(type="log", base=2)),
-    color=alt.Color("arch:N"),
+    color=ui.color("variant_label", title="variant"),
     strokeDash=alt.StrokeDash("batch_size:N", title="batch"),
-    tooltip=["arch", "context_len", "batch_size", "ms_per_token", "kv_cache_mb", "ms_ratio"],
+    tooltip=["variant_label", "context_len", "batch_size", "ms_per_token", "kv_cache_mb", "ms_ratio"],
 )
 c1.altair_chart(base.mark_line(point=True).encode(y=alt.Y("ms_per_token:Q", title="ms / token"))
                 .properties(title="Latency", height=320), width="stretch")  # fmt: skip

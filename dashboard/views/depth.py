@@ -1,12 +1,16 @@
-"""Depth: validation loss against the inference loop count per recipe (mean over seeds with the
-min–max spread), and how much each round changes the hidden state."""
+"""Depth: validation loss against the inference loop count per variant (mean over seeds with the
+min–max spread), coloured by any architecture column, and how much each round changes the hidden
+state (round 1, the change from the random initial state, in its own panel)."""
 
 from __future__ import annotations
 
 import altair as alt
+import pandas as pd
 import streamlit as st
 
-from dashboard import analysis, ui
+from dashboard import analysis, ui, variants
+
+X_AXES = {"loops": "inference loops", "inference_depth": "effective depth at inference (layers)"}
 
 st.title("Depth")
 url = ui.url()
@@ -19,25 +23,31 @@ if depth.empty:
 
 st.header("Validation loss vs loops")
 curves = analysis.depth_curves(depth)
-curves["series"] = curves["recipe"] + " · " + curves["size"].astype(str)
+c1, c2 = st.columns(2)
+x_options = [x for x in X_AXES if curves[x].notna().any()]
+x = c1.selectbox("x axis", x_options, format_func=X_AXES.get, key="depth_x")
+with c2:
+    color = ui.axis_picker("Colour", variants.plot_columns(curves), "variant_label", key="depth_color")
+numeric_color = pd.api.types.is_numeric_dtype(curves[color])
 base = alt.Chart(curves).encode(
-    x=alt.X("loops:Q", title="inference loops", scale=alt.Scale(type="log", base=2)),
-    color=alt.Color("series:N", title=None),
+    x=alt.X(f"{x}:Q", title=X_AXES[x], scale=alt.Scale(type="log", base=2)),
+    color=ui.color(color, numeric_color, title=variants.ARCH_LABELS.get(color, color)),
+    detail="variant_label:N",  # one line per variant, whatever the colour
 )
-chart = base.mark_area(opacity=0.15).encode(y="min:Q", y2="max:Q") + base.mark_line(point=True).encode(
+chart = base.mark_line(point=True).encode(
     y=alt.Y("mean:Q", title="val_loss (mean over seeds)", scale=alt.Scale(zero=False)),
     tooltip=[
-        "series",
+        "variant_label",
+        "size",
         "loops",
+        x,
         alt.Tooltip("mean:Q", format=".4f"),
         alt.Tooltip("std:Q", format=".4f"),
         "n_seeds",
-    ],
-)
+    ],  # fmt: skip
+) + base.mark_area(opacity=0.15).encode(y="min:Q", y2="max:Q")  # legend from the line
 st.altair_chart(chart.properties(height=400), width="stretch")
-wide = curves.pivot_table(index=["recipe", "size"], columns="loops", values="mean").reset_index()
-wide.columns = [c if isinstance(c, str) else f"{c} loops" for c in wide.columns]
-ui.table(wide, key="depth_wide")
+ui.table(analysis.depth_wide(curves), key="depth_wide")
 
 st.header("Hidden-state change per round")
 deltas = ui.filter_by_runs(ui.round_deltas(url), runs)
@@ -48,11 +58,36 @@ else:
     loops = st.selectbox("Forward pass with", counts, index=len(counts) - 1, key="delta_loops",
                          format_func=lambda n: f"{n} loops")  # fmt: skip
     rd = analysis.round_delta_curves(deltas, loops=loops)
-    rd["series"] = rd["recipe"] + " · " + rd["size"].astype(str)
-    b = alt.Chart(rd).encode(x=alt.X("round:O", title="round"), color=alt.Color("series:N", title=None))
-    ch = b.mark_line(point=True).encode(
-        y=alt.Y("mean:Q", title="‖h_t − h_{t−1}‖ / ‖h_{t−1}‖", scale=alt.Scale(type="log")),
-        tooltip=["series", "round", alt.Tooltip("mean:Q", format=".4g"), "n_seeds"],
-    )
-    st.altair_chart(ch.properties(height=320), width="stretch")
-    ui.table(rd.drop(columns=["series"]), key="round_deltas")
+    first, rest = analysis.split_first_round(rd)
+    st.caption("‖h_t − h_{t−1}‖ / ‖h_{t−1}‖ per round, mean over seeds. Round 1 is the change from the random "
+               "initial state h0 — set by h0's scale, often ten times the later rounds — so it has its own "
+               "panel and the later rounds their own scale.")  # fmt: skip
+    p1, p2 = st.columns([1, 3])
+    if not first.empty:
+        p1.altair_chart(
+            alt.Chart(first)
+            .mark_bar()
+            .encode(
+                x=alt.X("variant_label:N", title=None),
+                y=alt.Y("mean:Q", title="round 1 (from h0)"),
+                color=ui.color("variant_label", legend=None),
+                tooltip=["variant_label", alt.Tooltip("mean:Q", format=".4g"), "n_seeds"],
+            )
+            .properties(height=320, title="Round 1"),
+            width="stretch",
+        )
+    if not rest.empty:
+        p2.altair_chart(
+            alt.Chart(rest)
+            .mark_line(point=True)
+            .encode(
+                x=alt.X("round:O", title="round"),
+                y=alt.Y("mean:Q", title="relative change", scale=alt.Scale(type="log")),
+                color=ui.color("variant_label", title="variant"),
+                tooltip=["variant_label", "round", alt.Tooltip("mean:Q", format=".4g"), "n_seeds"],
+            )
+            .properties(height=320, title="Rounds 2 and later"),
+            width="stretch",
+        )
+    shown = ["variant_label", "size", "loops", "round", "mean", "std", "min", "max", "n_seeds", "variant_id"]
+    ui.table(rd[shown], key="round_deltas")

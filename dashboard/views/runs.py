@@ -1,51 +1,56 @@
 """Runs: training and validation curves against tokens, wall time or step, grouped by configuration
-with a band over seeds (W&B/Aim style), plus the table of runs and their seed aggregates."""
+with a band over seeds (W&B/Aim style), the validation loss at several loop counts during training
+(train-time depth curves), and the table of runs and their seed aggregates.
+
+Every selected run is drawn: each curve is downsampled (in SQL) so that all of them together stay
+within `PLOT_POINTS` points."""
 
 from __future__ import annotations
 
 import altair as alt
 import streamlit as st
 
-from dashboard import analysis, data, ui
+from dashboard import analysis, data, ui, variants
 from orchestrator.states import JobStatus
 
-MAX_RUNS = 60  # curves are read for at most this many runs (the newest of the selection)
+PLOT_POINTS = 60_000  # metric points read for one chart, shared among the selected runs
 X_AXES = {"tokens": "tokens", "wall time (s)": "wall_s", "step": "step"}
-GROUP_CHOICES = ["recipe", "size", "budget", "grid", "seed"]
+GROUP_CHOICES = ["variant_label", "recipe", "size", "budget", "grid", "seed", *variants.ARCH_COLUMNS]
 
 st.title("Runs")
 url = ui.url()
-all_runs = ui.runs(url)
+all_runs = variants.with_variants(ui.runs(url))
 if not ui.require_jobs(all_runs):
     st.stop()
 runs = ui.filter_runs(all_runs)
+shown = runs[runs["status"].isin([JobStatus.RUNNING, JobStatus.SUCCEEDED])].sort_values("job_id")
+ids = tuple(int(i) for i in shown["job_id"])
+depth_keys = ui.depth_metric_keys(url, ids)
+metric_keys = [*data.CURVE_KEYS, *sorted(set(depth_keys["key"]), key=lambda k: int(k.split("@")[1]))]
 
 c1, c2, c3, c4 = st.columns(4)
-metric = c1.selectbox("Metric", list(data.CURVE_KEYS), index=1, key="runs_metric")
+metric = c1.selectbox("Metric", metric_keys, index=1, key="runs_metric")
 x_label = c2.selectbox("x axis", list(X_AXES), key="runs_x")
-group_by = c3.multiselect("Group by", GROUP_CHOICES, default=["recipe", "size", "budget"], key="runs_group")
+groups = [g for g in GROUP_CHOICES if g in runs.columns]
+group_by = c3.multiselect("Group by", groups, default=["variant_label", "size", "budget"], key="runs_group",
+                          format_func=lambda c: variants.ARCH_LABELS.get(c, c))  # fmt: skip
 band = c4.toggle("Seed band (min–max)", value=True, key="runs_band")
 x = X_AXES[x_label]
 if x == "wall_s":
     st.caption("Against wall time, each run's learning rate decays over its own budget: a point in the middle "
                "of a longer run is **not decayed** (see Compare → iso-time).")  # fmt: skip
 
-live_or_done = runs[runs["status"].isin([JobStatus.RUNNING, JobStatus.SUCCEEDED])]
-shown = live_or_done.sort_values("job_id").tail(MAX_RUNS)
-if len(shown) < len(live_or_done):
-    st.caption(
-        f"curves of the newest {MAX_RUNS} runs of the selection: narrow the sidebar filters to see others"
-    )
-curves = ui.curves(url, tuple(shown["job_id"]), (metric,))
+points = analysis.points_per_curve(len(ids), total=PLOT_POINTS, most=data.MAX_POINTS)
+curves = ui.curves(url, ids, (metric,), points)
 if curves.empty:
     st.info("no metric points for this selection yet")
 else:
-    group_by = group_by or ["recipe"]
-    cur = curves.merge(shown[["job_id", *[g for g in GROUP_CHOICES if g in shown]]], on="job_id")
+    group_by = group_by or ["variant_label"]
+    cur = curves.merge(shown[["job_id", *[g for g in groups if g in shown]]], on="job_id")
     cur["config"] = analysis.join_labels(cur, group_by)
     n_configs = cur["config"].nunique()
     bands = analysis.curve_bands(cur, by=["config"], x=x, bins=max(20, min(200, 5000 // n_configs)))
-    base = alt.Chart(bands).encode(x=alt.X(f"{x}:Q", title=x_label), color=alt.Color("config:N", title=None))
+    base = alt.Chart(bands).encode(x=alt.X(f"{x}:Q", title=x_label), color=ui.color("config"))
     line = base.mark_line().encode(
         y=alt.Y("mean:Q", title=metric, scale=alt.Scale(zero=False)),
         tooltip=[
@@ -53,16 +58,63 @@ else:
             alt.Tooltip(f"{x}:Q", format=",.0f"),
             alt.Tooltip("mean:Q", format=".4f"),
             "n_seeds",
-        ],  # fmt: skip
+        ],
     )
-    chart = (base.mark_area(opacity=0.2).encode(y="min:Q", y2="max:Q") + line) if band else line
+    chart = (
+        (line + base.mark_area(opacity=0.2).encode(y="min:Q", y2="max:Q")) if band else line
+    )  # legend: line
     st.altair_chart(chart.properties(height=420).interactive(), width="stretch")
+    st.caption(f"{len(ids):,} runs drawn (running and finished ones of the selection), each curve read at "
+               f"≤ {points} points.")  # fmt: skip
+
+st.subheader("Validation loss at several loop counts during training")
+with_depth = shown[shown["job_id"].isin(depth_keys["job_id"])]
+if with_depth.empty:
+    st.caption("no run of this selection recorded `val_loss@N` (training evaluates them for looped recipes)")
+else:
+    names = {
+        int(
+            r.job_id
+        ): f"#{r.job_id} {r.variant_label} · seed {int(r.seed) if analysis.present(r.seed) else '?'}"
+        for r in with_depth.itertuples()
+    }
+    per_run = depth_keys.groupby("job_id")["key"].nunique()
+    default = int(per_run[per_run == per_run.max()].index.max())  # the newest run with the most loop counts
+    picked = st.multiselect(
+        "Runs", list(names), default=[default], format_func=names.get, key="runs_depth_pick"
+    )
+    keys = tuple(sorted(set(depth_keys.loc[depth_keys["job_id"].isin(picked), "key"])))
+    td = analysis.train_depth_curves(ui.curves(url, tuple(picked), keys), with_depth)
+    if not td.empty:
+        chart = (
+            alt.Chart(td)
+            .mark_line(point=True)
+            .encode(
+                x=alt.X("tokens:Q", title="tokens"),
+                y=alt.Y("value:Q", title="validation loss", scale=alt.Scale(zero=False)),
+                color=ui.color("eval_loops", numeric=True, title="loops at evaluation"),
+                strokeDash=alt.StrokeDash("run:N", title="run"),
+                tooltip=[
+                    "run",
+                    "eval_loops",
+                    alt.Tooltip("tokens:Q", format=",.0f"),
+                    alt.Tooltip("value:Q", format=".4f"),
+                ],
+            )
+        )
+        st.altair_chart(chart.properties(height=360).interactive(), width="stretch")
+        st.caption("At the last evaluation:")
+        ui.table(analysis.train_depth_last(td), key="runs_depth_last")
 
 st.subheader("Runs")
-cols = ["job_id", "grid", "recipe", "size", "seed", "budget", "status", "tokens", "train_seconds",
-        "tokens_per_s", "final_train_loss", "final_val_loss", "loop_mode", "train_loops"]  # fmt: skip
+cols = ["job_id", "grid", "variant_label", "recipe", "size", "seed", "budget", "status", "tokens", "train_seconds",
+        "tokens_per_s", "final_train_loss", "final_val_loss", "loop_mode", "train_loops", *variants.ARCH_COLUMNS,
+        "flops_per_token", "train_flops", "mfu", "padding_waste", "variant_id"]  # fmt: skip
+cols = list(dict.fromkeys(c for c in cols if c in runs.columns))
 ui.table(runs[cols].sort_values("job_id"), key="runs_table", height=320)
 
 st.subheader("Mean over seeds")
-agg = analysis.seed_aggregate(runs, "final_val_loss", by=["grid", "recipe", "size", "budget"])
+agg = analysis.seed_aggregate(
+    runs, "final_val_loss", by=["grid", "variant_id", "variant_label", "size", "budget"]
+)
 ui.table(agg.rename(columns={"mean": "final_val_loss (mean)"}), key="runs_agg")

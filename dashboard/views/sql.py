@@ -11,12 +11,13 @@ import streamlit as st
 from dashboard import data, ui
 
 EXAMPLE = (
-    "SELECT recipe, size, seed, final_val_loss, best_loops, tokens_per_s\nFROM runs\n"
-    "WHERE final_val_loss IS NOT NULL\nORDER BY final_val_loss"
+    "SELECT variant_label, recipe, size, seed, final_val_loss, best_loops, train_flops, tokens_per_s\n"
+    "FROM runs\nWHERE final_val_loss IS NOT NULL\nORDER BY final_val_loss"
 )
 
 st.title("SQL")
-st.caption("Read-only: SELECT / WITH / EXPLAIN. Views for people: `runs`, `curves`, `depth`, `decode`; "
+st.caption("Read-only: SELECT / WITH / EXPLAIN. Views for people (each with the variant and architecture): "
+           "`runs`, `curves`, `depth`, `decode`; "
            "tables: jobs, metrics, latest_metrics, train_results, depth_evals, round_deltas, decode_benches.")  # fmt: skip
 url = ui.url()
 with st.form("sql_form"):
@@ -34,6 +35,6 @@ if sql.strip():  # the example runs on first load; a form only reruns on submit,
         st.error(f"Query failed: {e}")
     else:
         st.caption(f"{len(df):,} rows" + (f" (first {data.SQL_ROW_LIMIT:,} shown)" if truncated else ""))
-        st.dataframe(df, hide_index=True, key="sql_result")
+        st.dataframe(df, hide_index=True, key="sql_result", placeholder="—")
         st.download_button("Download CSV", df.to_csv(index=False).encode(), file_name="looplab_query.csv",
                            mime="text/csv", key="sql_csv")  # fmt: skip

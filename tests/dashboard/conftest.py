@@ -1,10 +1,12 @@
 """A small results database with known numbers, shared by the page tests (AppTest, browser, SQL).
 
 Contents (grid "study", size tiny, 1M-token budget):
-- parcae (sampled loops), lean (fixed 4), plain (no loop) × seeds 0, 1: succeeded train jobs with
-  metric curves and a train_results row each;
+- four variants, each × seeds 0, 1: parcae (sampled loops), lean (fixed 4), `lean · loops=8` (a second
+  variant of the recipe lean) and plain (no loop); succeeded train jobs with metric curves (val_loss@N
+  at each evaluation too) and a train_results row each, with FLOPs (plain's are the stored FLOPs per
+  token only, as for a run stored before FLOPs were counted);
 - a depth sweep (succeeded) per parcae/lean run with depth_evals and round_deltas;
-- one decode bench job: parcae/lean/plain × context 128/512 × batch 1/8;
+- one decode bench job per variant: context 128/512 × batch 1/8;
 - a running train job with progress and a tokens/s in latest_metrics; a failed one with a traceback;
 - an iso-time pair: lean seed 0 retrained with the time of parcae seed 0.
 
@@ -18,7 +20,18 @@ import time
 
 import pytest
 
-# depth sweep losses per (recipe, seed): parcae best at 8 (seed 0) and 12 (seed 1)
+# variant key -> (recipe, model overrides, architecture as stored at submission, FLOPs per token)
+ARCH = dict(n_prelude=2, n_recurrent=2, n_coda=2, d_model=64, injection="diagonal", n_params=300_000,
+            n_once=100_000, n_rec=80_000)  # fmt: skip
+VARIANTS = {
+    "parcae": ("parcae", {}, dict(ARCH, effective_depth=20.0), 2.0e6),
+    "lean": ("lean", {}, dict(ARCH, effective_depth=12.0), 1.0e6),
+    "lean8": ("lean", {"loops": 8}, dict(ARCH, effective_depth=20.0), 1.96e6),
+    "plain": ("plain", {}, dict(ARCH, n_recurrent=2, injection="none", effective_depth=6.0), 0.4e6),
+}
+# how each variant loops, as the queue stores it at submission (jobs.loop_sampler, jobs.loops)
+LOOPS = {"parcae": ("poisson_seq", 8), "lean": ("fixed", 4), "lean8": ("fixed", 8), "plain": ("fixed", 1)}
+# depth sweep losses per (variant, seed): parcae best at 8 (seed 0) and 12 (seed 1)
 DEPTH = {
     ("parcae", 0): {1: 4.0, 2: 3.6, 4: 3.3, 8: 3.10, 12: 3.11, 16: 3.15},
     ("parcae", 1): {1: 4.1, 2: 3.7, 4: 3.35, 8: 3.13, 12: 3.12, 16: 3.14},
@@ -26,20 +39,41 @@ DEPTH = {
     ("lean", 1): {1: 3.9, 2: 3.5, 4: 3.125, 8: 3.2},
 }
 FINAL_VAL = {("parcae", 0): 3.20, ("parcae", 1): 3.22, ("lean", 0): 3.15, ("lean", 1): 3.16,
-             ("plain", 0): 3.30, ("plain", 1): 3.34}  # fmt: skip
-TOKENS_PER_S = {"parcae": 1000.0, "lean": 1500.0, "plain": 2000.0}
+             ("lean8", 0): 3.05, ("lean8", 1): 3.07, ("plain", 0): 3.30, ("plain", 1): 3.34}  # fmt: skip
+# val_loss@N during training = val_loss + this offset (0 at the trained count)
+DEPTH_OFFSETS = {"parcae": {1: 0.9, 2: 0.5, 4: 0.15, 8: 0.0}, "lean": {1: 0.8, 2: 0.4, 4: 0.0, 8: 0.05},
+                 "lean8": {1: 0.7, 2: 0.3, 4: 0.1, 8: 0.0}, "plain": {1: 0.0}}  # fmt: skip
+TOKENS_PER_S = {"parcae": 1000.0, "lean": 1500.0, "lean8": 800.0, "plain": 2000.0}
+DECODE_MS = {"parcae": 4.0, "lean": 2.0, "lean8": 3.0, "plain": 1.0}
 EXPECTED = {
     "parcae_mean": 3.11,  # (3.10 + 3.12) / 2, best loops 8/12
     "lean_mean": 3.115,  # (3.105 + 3.125) / 2 at its trained 4 loops -> diff +0.005 -> noise
+    "lean8_mean": 3.06,  # (3.05 + 3.07) / 2, final val at 8 loops (no sweep) -> diff -0.05 -> better
     "plain_mean": 3.32,  # final val, diff +0.21 -> worse
     "lean_throughput_ratio": 1.5,
     "iso_time_diff": -0.07,  # lean iso-time run 3.13 vs parcae seed 0 final 3.20
     "running_progress": 0.3,
     "failure_line": "RuntimeError: CUDA out of memory (fixture)",
+    # iso-FLOP: parcae 2.0e6 x 1M = 2.0e12 and lean · loops=8 1.96e6 x 1M = 1.96e12 are within 5 %
+    "iso_flop_flops": (2 * 2.0e12 + 2 * 1.96e12) / 4,
+    "iso_flop_lean8_diff": -0.05,  # 3.06 - 3.11
+    "plain_train_flops": 0.4e6 * 1_000_000,  # FLOPs per token x tokens (no stored total)
+    "lean_last_val_loss_at_1": 3.15 + 0.8,  # lean seed 0's last evaluation at 1 loop
 }
 ISO_TIME_LOSS = 3.13
-# how each recipe loops, as the queue stores it at submission (jobs.loop_sampler, jobs.loops)
-LOOPS = {"parcae": ("poisson_seq", 8), "lean": ("fixed", 4), "plain": ("fixed", 1)}
+LEAN8_LABEL = "lean · loops=8"
+
+
+def variant_columns(key: str | None) -> dict:
+    """The jobs columns of a variant, as `orchestrator.variants` fills them at submission."""
+    from orchestrator.variants import variant_id, variant_label
+
+    if key is None:
+        return {}
+    recipe, overrides, arch, fpt = VARIANTS[key]
+    sampler, loops = LOOPS[key]
+    return dict(variant_id=variant_id(recipe, "tiny", overrides), variant_label=variant_label(recipe, overrides),
+                loop_sampler=sampler, loops=loops, flops_per_token=fpt, **arch)  # fmt: skip
 
 
 def build_fixture_db(path) -> str:
@@ -53,58 +87,68 @@ def build_fixture_db(path) -> str:
     now = time.time()
     n = iter(range(1, 10_000))
 
-    def job(kind, recipe=None, seed=None, status=JobStatus.SUCCEEDED, budget=None, **kw):
-        cfg = {"recipe": recipe, "size": "tiny", "seed": seed, "model": {}, "kind": kind, "n": next(n)}
-        sampler, loops = LOOPS.get(recipe, (None, None)) if kind in ("train", "depth_sweep") else (None, None)
+    def job(kind, key=None, seed=None, status=JobStatus.SUCCEEDED, budget=None, **kw):
+        recipe, overrides = (VARIANTS[key][0], VARIANTS[key][1]) if key else (None, {})
+        cfg = {"recipe": recipe, "size": "tiny", "seed": seed, "model": overrides, "kind": kind, "n": next(n)}
         return schema.Job(grid_id=1, kind=kind, config=json.dumps(cfg, sort_keys=True),
                           config_hash=f"h{cfg['n']}", recipe=recipe, size="tiny" if recipe else None, seed=seed,
                           status=status, budget=json.dumps(budget) if budget else None, created_at=now - 1000,
-                          started_at=now - 900, loop_sampler=sampler, loops=loops,
+                          started_at=now - 900,
                           finished_at=now - 100 if status in (JobStatus.SUCCEEDED, JobStatus.FAILED) else None,
-                          **kw)  # fmt: skip
+                          **variant_columns(key), **kw)  # fmt: skip
+
+    def result(job_id, key, tokens, final, **kw):
+        fpt = VARIANTS[key][3] if key != "plain" else None  # plain: stored before FLOPs were counted
+        flops = dict(flops_per_token=fpt, train_flops=fpt * tokens) if fpt else {}
+        return schema.TrainResult(job_id=job_id, steps=50, tokens=tokens, final_val_loss=final, **flops, **kw)
 
     with session(eng) as s:
         s.add(schema.GridRow(id=1, name="study", spec="{}", spec_hash="g1", created_at=now - 1000))
         s.flush()
         trains = {}
-        for recipe in ("parcae", "lean", "plain"):
+        for key in ("parcae", "lean", "lean8", "plain"):
             for seed in (0, 1):
-                j = job("train", recipe, seed, budget={"tokens": 1_000_000}, budget_tokens=1_000_000)
+                j = job("train", key, seed, budget={"tokens": 1_000_000}, budget_tokens=1_000_000)
                 s.add(j)
                 s.flush()
-                trains[(recipe, seed)] = j
+                trains[(key, seed)] = j
+                final = FINAL_VAL[(key, seed)]
                 _curves(
-                    s, schema, j.id, FINAL_VAL[(recipe, seed)], secs_per_step=1.0 + 0.5 * (recipe == "parcae")
+                    s,
+                    schema,
+                    j.id,
+                    final,
+                    secs_per_step=1.0 + 0.5 * (key == "parcae"),
+                    depth=DEPTH_OFFSETS[key],
                 )
-                s.add(schema.TrainResult(job_id=j.id, steps=50, tokens=1_000_000, train_seconds=100.0,
-                                    tokens_per_s=TOKENS_PER_S[recipe], final_train_loss=FINAL_VAL[(recipe, seed)] - 0.1,
-                                    final_val_loss=FINAL_VAL[(recipe, seed)]))  # fmt: skip
-        for (recipe, seed), losses in DEPTH.items():
-            sw = job("depth_sweep", recipe, seed)
+                s.add(result(j.id, key, 1_000_000, final, train_seconds=100.0, tokens_per_s=TOKENS_PER_S[key],
+                             final_train_loss=final - 0.1))  # fmt: skip
+        for (key, seed), losses in DEPTH.items():
+            sw = job("depth_sweep", key, seed)
             s.add(sw)
             s.flush()
-            s.add(schema.JobDep(job_id=sw.id, depends_on=trains[(recipe, seed)].id))
+            s.add(schema.JobDep(job_id=sw.id, depends_on=trains[(key, seed)].id))
             for loops, loss in losses.items():
                 s.add(schema.DepthEval(job_id=sw.id, loops=loops, val_loss=loss))
             for r in range(1, 9):
                 s.add(schema.RoundDelta(job_id=sw.id, loops=8, round=r, rel_change=0.5 / r + 0.01 * seed))
-        dec = job("decode_bench", "parcae")
-        s.add(dec)
-        s.flush()
-        for arch, ms in (("parcae", 4.0), ("lean", 2.0), ("plain", 1.0)):
+        for key, ms in DECODE_MS.items():
+            dec = job("decode_bench", key)
+            s.add(dec)
+            s.flush()
             for ctx in (128, 512):
                 for batch in (1, 8):
-                    s.add(schema.DecodeBench(job_id=dec.id, arch=arch, size="tiny", context_len=ctx, batch_size=batch,
-                                        ms_per_token=ms * ctx / 128, ms_p10=ms, ms_p90=ms * 1.2,
-                                        kv_cache_mb=ms * ctx / 64 * batch, device="cpu", dtype="float32"))  # fmt: skip
+                    s.add(schema.DecodeBench(job_id=dec.id, arch=VARIANTS[key][0], size="tiny", context_len=ctx,
+                                             batch_size=batch, ms_per_token=ms * ctx / 128, ms_p10=ms, ms_p90=ms * 1.2,
+                                             kv_cache_mb=ms * ctx / 64 * batch, device="cpu", dtype="float32"))  # fmt: skip
         ref = trains[("parcae", 0)]
         iso = job("train", "lean", 0, budget={"match_time_of": ref.id}, budget_time_s=100.0)
         s.add(iso)
         s.flush()
         s.add(schema.JobDep(job_id=iso.id, depends_on=ref.id))
         _curves(s, schema, iso.id, ISO_TIME_LOSS, secs_per_step=1.0)
-        s.add(schema.TrainResult(job_id=iso.id, steps=50, tokens=1_500_000, train_seconds=99.0, tokens_per_s=1500.0,
-                            final_val_loss=ISO_TIME_LOSS, time_budget_s=100.0))  # fmt: skip
+        s.add(result(iso.id, "lean", 1_500_000, ISO_TIME_LOSS, train_seconds=99.0, tokens_per_s=1500.0,
+                     time_budget_s=100.0))  # fmt: skip
         run = job("train", "lean", 2, status=JobStatus.RUNNING, budget={"tokens": 1_000_000}, budget_tokens=1_000_000,
                   progress_done=30.0, progress_total=100.0, eta_s=125.0, heartbeat_at=now)  # fmt: skip
         s.add(run)
@@ -126,17 +170,27 @@ def build_fixture_db(path) -> str:
     return url
 
 
-def _curves(s, schema, job_id: int, final: float, secs_per_step: float, steps: int = 50) -> None:
-    """train_loss every step, val_loss every 10 steps, ending at `final`; 20k tokens per step."""
+def _curves(
+    s, schema, job_id: int, final: float, secs_per_step: float, steps: int = 50, depth: dict | None = None
+) -> None:
+    """train_loss every step, val_loss every 10 steps, ending at `final`; 20k tokens per step; with
+    `depth`, val_loss@N = val_loss + depth[N] at each evaluation."""
+    extra = {f"val_loss@{n}": offset for n, offset in (depth or {}).items()}
     for step in range(1, steps + 1):
         tok, wall = step * 20_000, step * secs_per_step
         s.add(schema.Metric(job_id=job_id, key="train_loss", step=step, tokens=tok, wall_s=wall,
                        value=final - 0.1 + 2.0 / step))  # fmt: skip
         if step % 10 == 0 or step == steps:
-            s.add(schema.Metric(job_id=job_id, key="val_loss", step=step, tokens=tok, wall_s=wall,
-                           value=final + (steps - step) * 0.01))  # fmt: skip
-    s.add(schema.LatestMetric(job_id=job_id, key="val_loss", step=steps, tokens=steps * 20_000,
-                         wall_s=steps * secs_per_step, value=final))  # fmt: skip
+            val = final + (steps - step) * 0.01
+            for key, offset in {"val_loss": 0.0, **extra}.items():
+                s.add(
+                    schema.Metric(
+                        job_id=job_id, key=key, step=step, tokens=tok, wall_s=wall, value=val + offset
+                    )
+                )
+    for key, offset in {"val_loss": 0.0, **extra}.items():
+        s.add(schema.LatestMetric(job_id=job_id, key=key, step=steps, tokens=steps * 20_000,
+                                  wall_s=steps * secs_per_step, value=final + offset))  # fmt: skip
 
 
 @pytest.fixture(scope="session")

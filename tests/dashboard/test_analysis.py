@@ -195,7 +195,7 @@ def test_iso_time_pairs():
     assert lean["diff"] == pytest.approx(-0.05) and lean["verdict"] == "better"
     assert p.loc[3, "verdict"] == "noise"
     assert math.isnan(p.loc[4, "diff"]) and p.loc[4, "verdict"] == analysis.MISSING
-    s = analysis.iso_time_summary(p.reset_index()).set_index("recipe")
+    s = analysis.iso_time_summary(p.reset_index()).set_index("variant_label")
     assert s.loc["lean", "n_pairs"] == 1 and math.isnan(s.loc["lean", "diff_std"])
 
 

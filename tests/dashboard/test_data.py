@@ -3,20 +3,56 @@
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from dashboard import analysis, data
+from tests.dashboard.conftest import EXPECTED, LEAN8_LABEL
 
 
 def test_runs_frame_has_loop_mode_and_iso_time_reference(fixture_db):
     runs = data.runs(fixture_db[0]).set_index("job_id")
-    assert len(runs) == 9
+    assert len(runs) == 11
     parcae = runs[runs["recipe"] == "parcae"].iloc[0]
-    lean = runs[(runs["recipe"] == "lean") & runs["match_time_of"].isna()].iloc[0]
+    lean = runs[(runs["variant_label"] == "lean") & runs["match_time_of"].isna()].iloc[0]
     assert (parcae["loop_mode"], parcae["train_loops"]) == ("sampled", 8)
     assert (lean["loop_mode"], lean["train_loops"]) == ("fixed", 4)
     assert set(runs.loc[runs["recipe"] == "plain", "loop_mode"]) == {"none"}
     iso = runs[runs["match_time_of"].notna()]
     assert len(iso) == 1 and runs.loc[int(iso["match_time_of"].iloc[0]), "recipe"] == "parcae"
+
+
+def test_runs_frame_has_the_variant_architecture_and_flops(fixture_db):
+    runs = data.runs(fixture_db[0])
+    lean = runs[runs["recipe"] == "lean"]
+    # two variants of one recipe: two ids; the seeds of one variant share theirs
+    assert set(lean["variant_label"]) == {"lean", LEAN8_LABEL} and lean["variant_id"].nunique() == 2
+    lean8 = lean[lean["variant_label"] == LEAN8_LABEL]
+    assert len(lean8) == 2 and set(lean8["train_loops"]) == {8} and set(lean8["effective_depth"]) == {20.0}
+    assert lean8["train_flops"].tolist() == pytest.approx([1.96e12] * 2) and set(lean8["loop_mode"]) == {
+        "fixed"
+    }
+    # no stored total: FLOPs per token (the job's) x tokens trained
+    plain = runs[runs["recipe"] == "plain"]
+    assert plain["train_flops"].tolist() == pytest.approx([EXPECTED["plain_train_flops"]] * 2)
+    assert {"n_prelude", "n_recurrent", "n_coda", "d_model", "injection", "n_params", "n_once", "n_rec", "mfu",
+            "achieved_flops_per_s", "padding_waste", "budget_flops"} <= set(runs.columns)  # fmt: skip
+
+
+def test_depth_metric_keys_from_latest_metrics(fixture_db):
+    url = fixture_db[0]
+    runs = data.runs(url)
+    ids = runs.loc[runs["recipe"].isin(["lean", "plain"]) & (runs["seed"] == 0), "job_id"].tolist()
+    keys = data.depth_metric_keys(url, ids)
+    lean = runs.loc[(runs["variant_label"] == "lean") & (runs["seed"] == 0), "job_id"].min()
+    plain = runs.loc[(runs["recipe"] == "plain") & (runs["seed"] == 0), "job_id"].iloc[0]
+    assert keys.loc[keys["job_id"] == lean, "key"].tolist() == [
+        "val_loss@1",
+        "val_loss@2",
+        "val_loss@4",
+        "val_loss@8",
+    ]
+    assert keys.loc[keys["job_id"] == plain, "key"].tolist() == ["val_loss@1"]
+    assert data.depth_metric_keys(url, []).empty
 
 
 def test_curves_downsampled_in_sql_like_analysis(fixture_db):
@@ -34,7 +70,9 @@ def test_curves_downsampled_in_sql_like_analysis(fixture_db):
 def test_latest_and_empty_selections(fixture_db):
     url = fixture_db[0]
     assert data.curves(url, [], ("val_loss",)).empty and data.latest(url, []).empty
-    lat = data.latest(url, [13], ("tokens_per_s",))
+    jobs = data.jobs(url)
+    running = jobs.loc[jobs["status"] == "running", "job_id"].tolist()
+    lat = data.latest(url, running, ("tokens_per_s",))
     assert lat["value"].tolist() == [1234.0]
 
 
@@ -42,8 +80,15 @@ def test_depth_and_deltas_are_labelled_with_the_train_job(fixture_db):
     url = fixture_db[0]
     depth = data.depth(url)
     assert set(depth["recipe"]) == {"parcae", "lean"} and depth["train_job_id"].notna().all()
-    assert len(data.round_deltas(url)) == 4 * 8
-    assert len(data.decode(url)) == 12
+    assert set(depth["variant_label"]) == {"parcae", "lean"} and set(depth["train_loops"]) == {8, 4}
+    deltas = data.round_deltas(url)
+    assert len(deltas) == 4 * 8 and deltas["variant_id"].notna().all()
+    decode = data.decode(url)
+    assert len(decode) == 4 * 4
+    # a decode bench has the variant id of the train jobs of its architecture
+    runs = data.runs(url)
+    lean8 = set(runs.loc[runs["variant_label"] == LEAN8_LABEL, "variant_id"])
+    assert set(decode.loc[decode["variant_label"] == LEAN8_LABEL, "variant_id"]) == lean8
 
 
 def test_dashboard_imports_no_model_code():

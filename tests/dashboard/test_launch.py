@@ -30,7 +30,17 @@ def test_cli_dashboard_runs_streamlit_on_localhost_with_resolved_db(monkeypatch,
     assert cmd[cmd.index("--server.address") + 1] == "127.0.0.1"
     assert cmd[cmd.index("--server.port") + 1] == "8599"
     assert cmd[cmd.index("--server.headless") + 1] == "true"
+    assert cmd[cmd.index("--client.toolbarMode") + 1] == "viewer"  # no Deploy menu
     assert env["LOOPLAB_DB"] == url
+
+
+def test_app_config_hides_the_deploy_menu_for_a_plain_streamlit_run():
+    """`streamlit run dashboard/app.py` from any directory reads dashboard/.streamlit/config.toml."""
+    import tomllib
+    from pathlib import Path
+
+    config = tomllib.loads((Path(launch.APP).parent / ".streamlit" / "config.toml").read_text())
+    assert config["client"]["toolbarMode"] == "viewer"
 
 
 def test_cli_dashboard_refuses_a_missing_database(tmp_path):

@@ -9,10 +9,12 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from tests.dashboard.conftest import EXPECTED
+from tests.dashboard.conftest import EXPECTED, LEAN8_LABEL
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
 
@@ -31,6 +33,19 @@ def frames(at: AppTest) -> list:
     return [d.value for d in at.dataframe]
 
 
+def frame_with(at: AppTest, *columns: str):
+    return next(df for df in frames(at) if set(columns) <= set(df.columns))
+
+
+def shown_cells(at: AppTest, *columns: str):
+    """The text a person sees in the table that has `columns` (a Styler's display values)."""
+    for element in at.dataframe:
+        if set(columns) <= set(element.value.columns):
+            styler = element.proto.arrow_data.styler
+            return pa.ipc.open_stream(styler.display_values).read_all().to_pandas()
+    raise AssertionError(f"no table with {columns}")
+
+
 def text_of(at: AppTest) -> str:
     parts = [m.value for m in at.markdown] + [c.value for c in at.caption] + [i.value for i in at.info]
     parts += [e.value for e in at.error] + [t.value for t in at.title]
@@ -41,7 +56,7 @@ def test_queue_page(monkeypatch, fixture_db):
     at = render(monkeypatch, fixture_db[0])
     counts = {m.label: m.value for m in at.metric}
     assert counts["running"] == "1" and counts["failed"] == "1" and counts["queued"] == "1"
-    assert counts["succeeded"] == "12"  # 6 train + 4 sweeps + 1 decode bench + 1 iso-time run
+    assert counts["succeeded"] == "17"  # 8 train + 4 sweeps + 4 decode benches + 1 iso-time run
     bars = [p for p in at.get("progress")]
     assert len(bars) == 1 and bars[0].value == pytest.approx(EXPECTED["running_progress"] * 100, abs=1)
     assert "1,234 tok/s" in bars[0].proto.text and "ETA 2m 05s" in bars[0].proto.text
@@ -51,18 +66,48 @@ def test_queue_page(monkeypatch, fixture_db):
 
 def test_runs_page(monkeypatch, fixture_db):
     at = render(monkeypatch, fixture_db[0], "runs")
-    runs = next(df for df in frames(at) if "final_val_loss" in df.columns)
-    assert len(runs) == 9
-    agg = next(df for df in frames(at) if "final_val_loss (mean)" in df.columns)
-    row = agg[(agg["recipe"] == "plain")].iloc[0]
-    assert row["final_val_loss (mean)"] == pytest.approx(3.32) and row["n_seeds"] == 2
-    assert len(at.get("vega_lite_chart")) >= 1
+    runs = frame_with(at, "final_val_loss", "train_loops")
+    assert len(runs) == 11
+    agg = frame_with(at, "final_val_loss (mean)").set_index("variant_label")
+    assert (
+        agg.loc["plain", "final_val_loss (mean)"] == pytest.approx(3.32) and agg.loc["plain", "n_seeds"] == 2
+    )
+    # two variants of the recipe lean: two rows (the iso-time lean run has its own budget row)
+    lean8 = agg.loc[LEAN8_LABEL]
+    assert lean8["final_val_loss (mean)"] == pytest.approx(EXPECTED["lean8_mean"]) and lean8["n_seeds"] == 2
+    lean = agg[agg["budget"] == "1M tokens"].loc["lean"]
+    assert lean["final_val_loss (mean)"] == pytest.approx((3.15 + 3.16) / 2)
+    assert len(at.get("vega_lite_chart")) == 2  # the curves and the train-time depth curves
+    # a missing cell reads "—" (the grid's placeholder), not "None": the running run has no final loss yet
+    runs = runs.set_index("status")
+    assert runs.loc["running", "final_val_loss"] is None or np.isnan(runs.loc["running", "final_val_loss"])
+    assert {d.proto.placeholder for d in at.dataframe} == {"—"}
+
+
+def test_runs_page_train_time_depth_curves(monkeypatch, fixture_db):
+    at = render(monkeypatch, fixture_db[0], "runs")
+    last = frame_with(at, "val_loss@1", "val_loss@8")
+    assert last["run"].tolist() == [
+        f"{LEAN8_LABEL} · seed 1 · #6"
+    ]  # the newest run with the most loop counts
+    assert last["val_loss@1"].iloc[0] == pytest.approx(3.07 + 0.7) and last["val_loss@8"].iloc[
+        0
+    ] == pytest.approx(3.07)
+    lean0 = next(i for i in at.multiselect(key="runs_depth_pick").options if "#3 " in i)
+    at.multiselect(key="runs_depth_pick").set_value([3, 5]).run()
+    assert not at.exception and lean0
+    last = frame_with(at, "val_loss@1", "val_loss@8").set_index("job_id")
+    assert last.loc[3, "val_loss@1"] == pytest.approx(EXPECTED["lean_last_val_loss_at_1"])
+    assert last.loc[3, "val_loss@4"] == pytest.approx(3.15)  # the trained count: val_loss itself
+    # the val_loss@N keys are metrics of the curves chart too
+    assert "val_loss@8" in at.selectbox(key="runs_metric").options
+    at.selectbox(key="runs_metric").set_value("val_loss@8").run()
+    assert not at.exception and len(at.get("vega_lite_chart")) == 2
 
 
 def test_compare_page(monkeypatch, fixture_db):
     at = render(monkeypatch, fixture_db[0], "compare")
-    iso = next(df for df in frames(at) if "verdict" in df.columns and "best_loops" in df.columns)
-    iso = iso.set_index("recipe")
+    iso = frame_with(at, "verdict", "best_loops", "budget_tokens").set_index("variant_label")
     assert iso.loc["parcae", "mean"] == pytest.approx(EXPECTED["parcae_mean"])
     assert iso.loc["parcae", "best_loops"] == "8/12" and iso.loc["parcae", "verdict"] == "reference"
     assert (
@@ -73,37 +118,91 @@ def test_compare_page(monkeypatch, fixture_db):
         iso.loc["plain", "mean"] == pytest.approx(EXPECTED["plain_mean"])
         and iso.loc["plain", "verdict"] == "worse"
     )
-    pairs = next(df for df in frames(at) if "ref_job_id" in df.columns)
+    # a second variant of lean is its own row, never averaged with lean
+    assert iso.loc[LEAN8_LABEL, "mean"] == pytest.approx(EXPECTED["lean8_mean"])
+    assert iso.loc[LEAN8_LABEL, "verdict"] == "better" and iso.loc[LEAN8_LABEL, "recipe"] == "lean"
+    pairs = frame_with(at, "ref_job_id")
     assert pairs["diff"].iloc[0] == pytest.approx(EXPECTED["iso_time_diff"])
-    tp = next(df for df in frames(at) if "ratio" in df.columns).set_index("recipe")
+    tp = frame_with(at, "ratio", "tokens_per_s").set_index("variant_label")
     assert tp.loc["lean", "ratio"] == pytest.approx(EXPECTED["lean_throughput_ratio"])
     assert "not decayed" in text_of(at)
 
     # a tighter threshold turns lean's +0.005 into a real difference
     at.number_input(key="noise_threshold").set_value(0.001).run()
-    iso = next(df for df in frames(at) if "best_loops" in df.columns).set_index("recipe")
+    iso = frame_with(at, "best_loops", "budget_tokens").set_index("variant_label")
     assert iso.loc["lean", "verdict"] == "worse"
-    # another reference recipe
+    # another reference variant
     at.selectbox(key="reference").set_value("plain").run()
-    iso = next(df for df in frames(at) if "best_loops" in df.columns).set_index("recipe")
+    iso = frame_with(at, "best_loops", "budget_tokens").set_index("variant_label")
     assert iso.loc["plain", "verdict"] == "reference" and iso.loc["parcae", "diff"] == pytest.approx(-0.21)
+
+
+def test_compare_page_iso_flop(monkeypatch, fixture_db):
+    at = render(monkeypatch, fixture_db[0], "compare")
+    assert "Iso-FLOP" in [h.value for h in at.header]
+    flop = frame_with(at, "flops", "train_flops", "verdict")
+    block = flop[np.isclose(flop["flops"], EXPECTED["iso_flop_flops"])].set_index("variant_label")
+    assert list(block.index) == ["parcae", LEAN8_LABEL]  # 2.0e12 and 1.96e12: within 5 %
+    assert block.loc["parcae", "verdict"] == "reference"
+    assert block.loc[LEAN8_LABEL, "diff"] == pytest.approx(EXPECTED["iso_flop_lean8_diff"])
+    assert block.loc[LEAN8_LABEL, "verdict"] == "better"
+    # plain's FLOPs come from its FLOPs per token x tokens: its own class, far below
+    assert flop.loc[flop["variant_label"] == "plain", "train_flops"].tolist() == [
+        EXPECTED["plain_train_flops"]
+    ]
+    shown = shown_cells(at, "flops", "train_flops", "verdict")
+    assert set(shown.loc[shown["variant_label"] == "plain", "diff"]) == {"—"}  # no reference at its FLOPs
+    assert shown["flops"].str.fullmatch(r"\d\.\d{3}e\+\d\d").all()  # FLOPs in scientific notation
+    assert "1.980e+12" in set(shown["flops"])
+    # 1 %: 1.96e12 and 2.0e12 are no longer equal compute, lean · loops=8 has no reference left
+    at.number_input(key="flop_tolerance").set_value(1.0).run()
+    flop = frame_with(at, "flops", "train_flops", "verdict").set_index("variant_label")
+    assert flop.loc[LEAN8_LABEL, "verdict"] == "—" and np.isnan(flop.loc[LEAN8_LABEL, "diff"])
+
+
+def test_compare_page_loss_by_architecture(monkeypatch, fixture_db):
+    at = render(monkeypatch, fixture_db[0], "compare")
+    assert at.selectbox(key="arch_budget").value == "1M tokens"
+    assert (at.selectbox(key="arch_x").value, at.selectbox(key="arch_color").value) == (
+        "train_loops",
+        "d_model",
+    )
+    points = frame_with(at, "train_loops", "d_model", "mean").set_index("variant_label")
+    assert len(points) == 4 and points.loc[LEAN8_LABEL, "train_loops"] == 8
+    assert points.loc[LEAN8_LABEL, "mean"] == pytest.approx(EXPECTED["lean8_mean"])
+    at.selectbox(key="arch_x").set_value("effective_depth").run()
+    at.selectbox(key="arch_color").set_value("variant_label").run()
+    assert not at.exception
+    points = frame_with(at, "effective_depth", "mean").set_index("variant_label")
+    assert points.loc["plain", "effective_depth"] == 6.0
 
 
 def test_depth_page(monkeypatch, fixture_db):
     at = render(monkeypatch, fixture_db[0], "depth")
-    wide = next(df for df in frames(at) if "8 loops" in df.columns).set_index("recipe")
+    wide = frame_with(at, "8 loops").set_index("variant_label")
     assert wide.loc["parcae", "8 loops"] == pytest.approx((3.10 + 3.13) / 2)
-    rd = next(df for df in frames(at) if "round" in df.columns)
-    first = rd[(rd["recipe"] == "lean") & (rd["round"] == 1)].iloc[0]
+    rd = frame_with(at, "round", "mean")
+    first = rd[(rd["variant_label"] == "lean") & (rd["round"] == 1)].iloc[0]
     assert first["mean"] == pytest.approx(0.505) and first["n_seeds"] == 2
+    # loss vs loops, round 1 on its own, rounds 2+ on their own scale
+    assert len(at.get("vega_lite_chart")) == 3
+    at.selectbox(key="depth_x").set_value("inference_depth").run()
+    at.selectbox(key="depth_color").set_value("d_model").run()
+    assert not at.exception and len(at.get("vega_lite_chart")) == 3
 
 
 def test_decode_page(monkeypatch, fixture_db):
     at = render(monkeypatch, fixture_db[0], "decode")
     t = next(df for df in frames(at) if "ms_ratio" in df.columns)
-    lean = t[(t["arch"] == "lean") & (t["context_len"] == 512) & (t["batch_size"] == 8)].iloc[0]
-    assert lean["ms_per_token"] == pytest.approx(8.0) and lean["ms_ratio"] == pytest.approx(0.5)
-    assert lean["kv_cache_mb"] == pytest.approx(128.0)
+    at512 = t[(t["context_len"] == 512) & (t["batch_size"] == 8)].set_index("variant_label")
+    assert at512.loc["lean", "ms_per_token"] == pytest.approx(8.0) and at512.loc[
+        "lean", "ms_ratio"
+    ] == pytest.approx(0.5)
+    assert at512.loc["lean", "kv_cache_mb"] == pytest.approx(128.0)
+    # the second variant of lean is its own row: 3 ms x 4 = 12 ms, 0.75 of parcae's 16
+    assert at512.loc[LEAN8_LABEL, "arch"] == "lean" and at512.loc[LEAN8_LABEL, "ms_ratio"] == pytest.approx(
+        0.75
+    )
     assert len(at.get("vega_lite_chart")) == 2
 
 
@@ -112,10 +211,11 @@ def test_sql_page_reads_and_refuses_writes(monkeypatch, fixture_db):
     before = hashlib.sha256(Path(path).read_bytes()).hexdigest()
     at = render(monkeypatch, url, "sql")
     result = at.dataframe[0].value
-    assert {"recipe", "final_val_loss", "best_loops"} <= set(result.columns)
+    assert {"variant_label", "recipe", "final_val_loss", "best_loops", "train_flops"} <= set(result.columns)
+    assert LEAN8_LABEL in set(result["variant_label"])
     at.text_area(key="sql_text").set_value("SELECT COUNT(*) AS n FROM jobs")
     at.button(key="sql_run").click().run()
-    assert at.dataframe[0].value["n"].iloc[0] == 15
+    assert at.dataframe[0].value["n"].iloc[0] == 20
     for write in ("DELETE FROM jobs", "DROP TABLE metrics", "UPDATE jobs SET status='queued'",
                   "WITH x AS (SELECT 1) INSERT INTO grids(name) SELECT 'x'", "PRAGMA user_version = 7"):  # fmt: skip
         at.text_area(key="sql_text").set_value(write)
@@ -133,8 +233,24 @@ def test_filters_narrow_the_pages(monkeypatch, fixture_db):
     assert at.multiselect(key="filter_recipe").value == ["lean", "plain"]
     at.switch_page("views/compare.py").run()
     assert not at.exception
-    iso = next(df for df in frames(at) if "best_loops" in df.columns)
-    assert set(iso["recipe"]) == {"lean", "plain"}
+    iso = frame_with(at, "best_loops", "budget_tokens")
+    assert set(iso["variant_label"]) == {"lean", LEAN8_LABEL, "plain"}
+
+
+def test_architecture_filter_narrows_every_page(monkeypatch, fixture_db):
+    monkeypatch.setenv("LOOPLAB_DB", fixture_db[0])
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params["train_loops"] = "8"
+    at.run()
+    assert at.multiselect(key="filter_train_loops").value == [8]
+    assert at.multiselect(key="filter_train_loops").options == ["1", "4", "8"]  # as the widget shows them
+    at.switch_page("views/compare.py").run()
+    iso = frame_with(at, "best_loops", "budget_tokens")
+    assert set(iso["variant_label"]) == {"parcae", LEAN8_LABEL}  # parcae's sampler mean is 8 loops
+    at.switch_page("views/decode.py").run()
+    assert set(frame_with(at, "ms_ratio")["variant_label"]) == {"parcae", LEAN8_LABEL}
+    at.multiselect(key="filter_train_loops").set_value([]).run()
+    assert len(set(frame_with(at, "ms_ratio")["variant_label"])) == 4
 
 
 @pytest.mark.parametrize("page", [None, "runs", "compare", "depth", "decode", "sql"])
@@ -157,4 +273,4 @@ def test_runs_page_wall_time_and_seed_grouping(monkeypatch, fixture_db):
     at.multiselect(key="runs_group").set_value(["recipe", "seed"]).run()
     assert not at.exception
     assert "not decayed" in text_of(at)
-    assert len(at.get("vega_lite_chart")) == 1
+    assert len(at.get("vega_lite_chart")) == 2

@@ -1,0 +1,123 @@
+"""Which rows of a dashboard frame are seeds of one configuration, and the architecture a researcher
+filters and plots by.
+
+A *variant* is recipe + size + the model overrides that differ from the recipe's preset; the queue
+stores its id (`variant_id`, 12 hex digits) and a label for people (`variant_label`, e.g.
+`fixed4 · loops=8 · d_model=192`) with every job. Seeds of one variant are averaged; two variants of
+one recipe never are. A frame without variant columns (a hand-built one, or rows stored before
+variants existed) falls back to one variant per recipe, so nothing is averaged across recipes either.
+
+Pure pandas, no Streamlit, no database: `dashboard.analysis` and the pages call these.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+MISSING = "—"
+VARIANT_COLUMNS = ("variant_id", "variant_label")
+# The resolved architecture of a run, as `dashboard.data` names the columns (the trained loop count is
+# `train_loops`: the stored `loops`, or the sampler's mean for sampled recipes).
+ARCH_COLUMNS = ("n_prelude", "n_recurrent", "n_coda", "train_loops", "effective_depth", "d_model",
+                "injection", "n_params", "n_once", "n_rec")  # fmt: skip
+ARCH_LABELS = {
+    "n_prelude": "prelude layers",
+    "n_recurrent": "recurrent layers",
+    "n_coda": "coda layers",
+    "train_loops": "loops (trained)",
+    "effective_depth": "effective depth",
+    "d_model": "d_model",
+    "injection": "injection",
+    "n_params": "parameters",
+    "n_once": "N_once",
+    "n_rec": "N_rec",
+    "variant_label": "variant",
+    "recipe": "recipe",
+    "size": "size",
+    "train_flops": "training FLOPs",
+    "flops_per_token": "FLOPs per token",
+}
+
+
+def with_variants(df: pd.DataFrame, name: str = "recipe") -> pd.DataFrame:
+    """`df` with `variant_id` and `variant_label` on every row.
+
+    A row without a variant takes the value of its `name` column (the recipe, or a decode bench's
+    `arch`) as both id and label. A label that two variants of one size share (two grid labels that
+    collide) gets the id's first six characters appended, so a table keyed by label stays one row per
+    variant.
+    """
+    out = df.copy()
+    fallback = out[name] if name in out.columns else pd.Series(MISSING, index=out.index, dtype=object)
+    for col in VARIANT_COLUMNS:
+        current = out[col] if col in out.columns else pd.Series(None, index=out.index, dtype=object)
+        out[col] = current.astype(object).where(current.notna(), fallback.astype(object))
+    if out.empty:
+        return out
+    scope = ["size", "variant_label"] if "size" in out.columns else ["variant_label"]
+    shared = out.groupby(scope, dropna=False)["variant_id"].transform("nunique") > 1
+    if shared.any():
+        out.loc[shared, "variant_label"] = [
+            f"{label} ({str(vid)[:6]})"
+            for label, vid in zip(out.loc[shared, "variant_label"], out.loc[shared, "variant_id"])
+        ]
+    return out
+
+
+def variant_info(df: pd.DataFrame, name: str = "recipe") -> pd.DataFrame:
+    """One row per variant (index `variant_id`): its label, recipe, size and architecture columns
+    (the first non-missing value of each among the variant's rows)."""
+    df = with_variants(df, name)
+    cols = [c for c in ("variant_label", name, "size", *ARCH_COLUMNS, "flops_per_token") if c in df.columns]
+    cols = list(dict.fromkeys(cols))
+    if df.empty:
+        return pd.DataFrame(columns=cols, index=pd.Index([], name="variant_id"))
+    return df.groupby("variant_id", dropna=False)[cols].first()
+
+
+def arch_options(runs: pd.DataFrame) -> dict[str, list]:
+    """The architecture columns worth filtering by (present, with at least two distinct values) and
+    their values, sorted; numbers that are whole come back as int."""
+    out = {}
+    for col in ARCH_COLUMNS:
+        if col not in runs.columns:
+            continue
+        values = runs[col].dropna().unique().tolist()
+        if len(values) < 2:
+            continue
+        out[col] = sorted(_plain(v) for v in values) if _numeric(values) else sorted(map(str, values))
+    return out
+
+
+def _numeric(values: list) -> bool:
+    return all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+
+
+def _plain(v):
+    """A numpy or float scalar as the plain Python number a person reads (8.0 -> 8)."""
+    v = float(v)
+    return int(v) if v.is_integer() else v
+
+
+def filter_arch(runs: pd.DataFrame, chosen: dict[str, list]) -> pd.DataFrame:
+    """Rows whose architecture value is among the chosen ones, per column; an empty choice keeps all.
+
+    Raises ValueError naming a column that is not an architecture column of the frame.
+    """
+    keep = pd.Series(True, index=runs.index)
+    for col, values in chosen.items():
+        if col not in ARCH_COLUMNS or col not in runs.columns:
+            raise ValueError(
+                f"architecture filter {col!r}: not a column of the runs; accepted: "
+                f"{', '.join(c for c in ARCH_COLUMNS if c in runs.columns)}"
+            )
+        if values:
+            keep &= runs[col].isin(list(values))
+    return runs[keep]
+
+
+def plot_columns(df: pd.DataFrame, extra: tuple[str, ...] = ()) -> list[str]:
+    """Columns a chart can use as its x axis or colour: the variant, recipe, size, the architecture
+    columns present with a value, then `extra` ones present."""
+    base = ["variant_label", "recipe", "size", *ARCH_COLUMNS, *extra]
+    return [c for c in dict.fromkeys(base) if c in df.columns and df[c].notna().any()]
