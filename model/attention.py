@@ -231,6 +231,24 @@ def attention(q: Tensor, k: Tensor, v: Tensor, window: int | None) -> Tensor:
     return sdpa_banded(q, k, v, window)
 
 
+def prepare_masks(T: int, window: int | None, device: torch.device) -> None:
+    """Build now, eagerly, the mask `attention` will use for T tokens with `window` on `device`.
+    Called before compiled code runs: a mask missing inside a compiled region is built through a
+    graph break, which splits the graph around it. Mirrors the dispatch of `attention`."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:  # keyed like a tensor's device: "cuda:0"
+        device = torch.device("cuda", torch.cuda.current_device())
+    if window is None or window >= T:
+        return
+    if device.type == "cuda":
+        sliding_block_mask(flex_padded_len(T), window, device)
+    elif use_block_local(T, window):
+        block = cpu_block_size(window)
+        block_band_mask(-(-T // block), block, window, device)
+    else:
+        banded_mask(T, window, device)
+
+
 def cached_attention(q: Tensor, k: Tensor, v: Tensor, visible: Tensor) -> Tensor:
     """Decoding: q (B, H, 1, D) against cache k, v (B, H, S, D); visible (S,) bool per slot."""
     return F.scaled_dot_product_attention(q, k, v, attn_mask=visible.view(1, 1, 1, -1))

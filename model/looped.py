@@ -25,6 +25,13 @@ token-by-token decoding (which needs h0 at position p only) equal the full forwa
 and a sample's result independent of the batch it runs in. A `torch.Generator` draws (B, T, d) from it
 (reproducible, but decoding cannot reproduce it: decode with an int seed).
 
+Compiling: `compile_parts(**torch_compile_kwargs)` returns a `CompiledLM`, called like the model. The
+round loop (loop counts, which rounds get gradient, the per-sample masks, h0) stays in Python; three
+static-shape parts are compiled: the stem (embedding, prelude, injection inputs), one round of the
+recurrent block, and the tail (readout, coda, head, loss). A round compiles once per distinct round
+setting (and autograd variant), never per round index or loop count, so the number of graphs does not
+depend on the loop counts. Attention masks are built before the parts run, outside compiled code.
+
 Decoding: `setup_cache` -> `prefill(idx, cache)` -> `decode_step(tokens, cache)` per token. The cache
 and the attention contexts live in `model.kv_cache` / `model.contexts`; `model.decode` (generation,
 CUDA-graph capture) builds on this module and is never imported by it.
@@ -33,12 +40,15 @@ CUDA-graph capture) builds on this module and is never imported by it.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from model.attention import prepare_masks
 from model.config import ModelConfig
 from model.contexts import SeqContext, StepContext
 from model.init import draw_h0, scaled_orthogonal_, small_init_std
@@ -52,6 +62,35 @@ class LMOutput:
     logits: Tensor  # (B, T, V) fp32
     loss: Tensor | None = None  # mean cross-entropy over targets != -1
     round_deltas: Tensor | None = None  # (n_rounds,) mean ||h_t - h_{t-1}|| / ||h_{t-1}||
+
+
+class SeqParts(NamedTuple):
+    """The three static-shape parts of a forward over whole sequences, plain or compiled."""
+
+    stem: Callable  # (idx, cos, sin) -> (x, decay | None, drive | None)
+    round: Callable  # (h, decay, drive, idx, cos, sin, round1_kv, settings round) -> (h', round1_kv)
+    tail: Callable  # (h, idx, cos, sin, targets | None) -> (logits, loss | None)
+
+
+class CompiledLM:
+    """A `LoopedLM` whose forward runs through compiled parts (see `LoopedLM.compile_parts`): called
+    like the model's forward, same parameters, same results (up to the compiler's rounding)."""
+
+    def __init__(self, model: LoopedLM, parts: SeqParts) -> None:
+        self.model, self.parts = model, parts
+
+    def __call__(
+        self,
+        idx: Tensor,
+        targets: Tensor | None = None,
+        loops=None,
+        h0_seed=None,
+        return_deltas: bool = False,
+    ) -> LMOutput:
+        windows = {rc.window for rc in self.model.cfg.rounds if rc.attention}
+        for window in windows:  # built here, not inside a compiled part (where a miss breaks the graph)
+            prepare_masks(idx.shape[1], window, idx.device)
+        return self.model._seq_forward(self.parts, idx, targets, loops, h0_seed, return_deltas)
 
 
 class LoopedLM(nn.Module):
@@ -160,26 +199,103 @@ class LoopedLM(nn.Module):
     ) -> LMOutput:
         """idx (B, T) -> logits (B, T, V). loops: None (cfg.loops), an int, or per-sequence counts as a
         list or CPU tensor (a device tensor costs one host sync per forward to read it)."""
-        T = idx.shape[1]
+        parts = SeqParts(self._stem_part, self._round_part, self._tail_part)
+        return self._seq_forward(parts, idx, targets, loops, h0_seed, return_deltas)
+
+    def compile_parts(self, **compile_kwargs) -> CompiledLM:
+        """This model with the static-shape parts of its forward compiled, called like the model.
+
+        `torch.compile(model)` would trace the round loop, whose length and gradient pattern change
+        between training steps: the compiler either turns the round count into a symbol (and fails on
+        `set_grad_enabled`) or recompiles per loop count until its limit, then runs uncompiled. Here
+        the loop stays in Python and three parts are compiled (`dynamic=False` unless overridden):
+        the stem (embedding, prelude, injection inputs), one round of the recurrent block, and the
+        tail (readout, coda, final norm, head, loss). A round is compiled once per distinct round
+        setting (see `settings_round`) and autograd variant (no_grad; grad from a state with or
+        without gradient), never per round index or loop count: at most 2 + 3 x settings graphs.
+        Parameters are shared with this model (graphs read the current weights; copies of the model
+        reuse the graphs); the model itself is left uncompiled."""
+        kwargs = {"dynamic": False, **compile_kwargs}
+        parts = SeqParts(
+            *(torch.compile(part, **kwargs) for part in (self._stem_part, self._round_part, self._tail_part))
+        )
+        return CompiledLM(self, parts)
+
+    def settings_round(self, r: int) -> int:
+        """The first round that runs with round r's settings: rounds with equal settings share one
+        compiled graph of the round part (the round index only picks the settings)."""
+        settings = self.cfg.round_settings(r)
+        return next(i for i in range(r + 1) if self.cfg.round_settings(i) == settings)
+
+    @property
+    def reuses_kv(self) -> bool:
+        return any(rc.reuse_kv for rc in self.cfg.rounds)
+
+    def _seq_forward(self, parts: SeqParts, idx: Tensor, targets, loops, h0_seed, return_deltas: bool):
+        """A forward over whole sequences through `parts` (plain or compiled). Everything that depends
+        on the loop counts (the plan, masks, h0, per-round deltas) runs here, outside the parts."""
+        B, T = idx.shape
+        counts = loop_counts(self.cfg.loops if loops is None else loops, B)
         cos, sin = self._rope(T)
-        positions = torch.arange(T, device=idx.device)
-        logits, deltas = self._run(idx, SeqContext(cos, sin), positions, loops, h0_seed, return_deltas)
-        loss = None
-        if targets is not None:
-            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-1)
+        x, decay, drive = parts.stem(idx, cos, sin)
+        if decay is None:
+            h = x
+        else:  # contiguous: a seeded h0 is one row expanded over the batch (stride 0), which the
+            # compiled round would otherwise treat as another input layout (one more graph)
+            h = self._h0(B, torch.arange(T, device=idx.device), h0_seed, x).contiguous()
+        round1_kv: tuple = ()  # round 1's (K, V) per recurrent layer, when a later round reuses them
+
+        def one_round(h: Tensor, g: int) -> Tensor:
+            nonlocal round1_kv
+            new, kv = parts.round(h, decay, drive, idx, cos, sin, round1_kv, self.settings_round(g))
+            if g == 0:
+                round1_kv = kv
+            return new
+
+        h, deltas = self._loop(h, counts, one_round, return_deltas)
+        logits, loss = parts.tail(h, idx, cos, sin, targets)
         return LMOutput(logits=logits, loss=loss, round_deltas=deltas)
 
-    def _run(self, idx: Tensor, ctx, positions: Tensor, loops, h0_seed, return_deltas: bool):
-        """Shared by forward, prefill and decode_step: ctx decides where K,V go."""
-        counts = loop_counts(self.cfg.loops if loops is None else loops, idx.shape[0])
+    # The three parts of a sequence forward: tensors and Python ints in, tensors out, so each compiles
+    # to a graph of static shapes. Each builds its own attention context from the RoPE tables.
+
+    def _stem_part(self, idx: Tensor, cos: Tensor, sin: Tensor):
+        """-> x (B, T, d) after the prelude, and the injection's decay (d,) and drive dt*Be (B, T, d)
+        (None, None without injection)."""
+        x, inj = self._stem(idx, SeqContext(cos, sin))
+        return (x, None, None) if inj is None else (x, *inj)
+
+    def _round_part(self, h: Tensor, decay, drive, idx: Tensor, cos: Tensor, sin: Tensor, round1_kv, r: int):
+        """One round with round r's settings (r from `settings_round`) -> (h', round1_kv): round 1's
+        K, V per recurrent layer, returned by round 0 when later rounds reuse them (else ())."""
+        ctx = SeqContext(cos, sin)
+        ctx.round1_kv.update(enumerate(round1_kv))
+        new = self._round(h, None if decay is None else (decay, drive), idx, ctx, r)
+        if r == 0 and self.reuses_kv:
+            return new, tuple(ctx.round1_kv[j] for j in range(len(self.recurrent)))
+        return new, ()
+
+    def _tail_part(self, h: Tensor, idx: Tensor, cos: Tensor, sin: Tensor, targets: Tensor | None):
+        """-> logits (B, T, V) fp32, and the mean cross-entropy over targets != -1 (None without)."""
+        logits = self._tail(h, idx, SeqContext(cos, sin))
+        if targets is None:
+            return logits, None
+        return logits, F.cross_entropy(
+            logits.view(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-1
+        )
+
+    # The same pieces with an explicit context (where K, V go): shared by the parts and by decoding.
+
+    def _stem(self, idx: Tensor, ctx):
+        """Embedding + prelude -> x (B, T, d), and inj = (decay exp(-dt*A) (d,), dt*Be (B, T, d)) or None."""
         full = self.cfg.full_settings
         x = self.wte(idx)  # (B, T, d)
         for i, blk in enumerate(self.prelude):
             x = blk(x, idx, settings=full, ctx=ctx, key=LayerKey.prelude(i))
-        x, deltas = self._loop(x, idx, ctx, positions, counts, h0_seed, return_deltas)
-        for i, blk in enumerate(self.coda):
-            x = blk(x, idx, settings=full, ctx=ctx, key=LayerKey.coda(i))
-        return self._final(x), deltas
+        if self.cfg.injection != "diagonal":
+            return x, None
+        dt = F.softplus(self.dt_bias)  # (d,)
+        return x, (torch.exp(-dt * torch.exp(self.A_log)), dt * F.linear(self.prelude_norm(x), self.B))
 
     def _round(self, h: Tensor, inj, idx: Tensor, ctx, r: int) -> Tensor:
         """One application of the recurrent block with round r's settings. inj = (decay (d,), dt*Be
@@ -190,27 +306,39 @@ class LoopedLM(nn.Module):
             x = blk(x, idx, settings=settings, ctx=ctx, key=LayerKey.recurrent(r, j))
         return x
 
-    def _loop(self, e: Tensor, idx: Tensor, ctx, positions: Tensor, counts, h0_seed, return_deltas: bool):
-        """The rounds. Every decision is taken on the host from the Python plan; the per-sample masks
-        (if any) go to the device once, so the loop itself never waits for the device."""
+    def _tail(self, h: Tensor, idx: Tensor, ctx) -> Tensor:
+        """Readout C (with injection), coda, final norm and head -> logits (B, T, V) fp32."""
+        x = h if self.cfg.injection != "diagonal" else F.linear(h, self.C)
+        for i, blk in enumerate(self.coda):
+            x = blk(x, idx, settings=self.cfg.full_settings, ctx=ctx, key=LayerKey.coda(i))
+        return self._final(x)
+
+    def _run(self, idx: Tensor, ctx, positions: Tensor, loops, h0_seed) -> Tensor:
+        """Prefill and decode_step: a forward whose ctx decides where K, V go -> logits (B, T, V)."""
+        counts = loop_counts(self.cfg.loops if loops is None else loops, idx.shape[0])
+        x, inj = self._stem(idx, ctx)
+        h = x if inj is None else self._h0(idx.shape[0], positions, h0_seed, x)
+        h, _ = self._loop(h, counts, lambda h, g: self._round(h, inj, idx, ctx, g), False)
+        return self._tail(h, idx, ctx)
+
+    def _loop(self, h: Tensor, counts, one_round, return_deltas: bool):
+        """The rounds from the initial state h (B, T, d); `one_round(h, g)` applies global round g.
+        Every decision is taken on the host from the Python plan; the per-sample masks (if any) go to
+        the device once, so the loop itself never waits for the device."""
         cfg = self.cfg
         grad_on = torch.is_grad_enabled()
         plan = plan_rounds(
             counts, cfg.grad_rounds, grad_on, rounds_share_settings=len(cfg.rounds) == 1 and not return_deltas
         )
-        if cfg.injection == "diagonal":
-            dt = F.softplus(self.dt_bias)  # (d,)
-            inj = (torch.exp(-dt * torch.exp(self.A_log)), dt * F.linear(self.prelude_norm(e), self.B))
-            h = self._h0(e.shape[0], positions, h0_seed, e)
-        else:
-            inj, h = None, e
-        active, need = plan.device_masks(e.device)  # (n_rounds, B, 1, 1) bool each, or None
+        active, need = plan.device_masks(h.device)  # (n_rounds, B, 1, 1) bool each, or None
         all_active, need_is_active = plan.all_active, plan.need_is_active
         deltas = []
         for g in range(plan.n_rounds):
             use_grad = plan.grad[g] or (grad_on and self._truncate_by_detach)
             with torch.set_grad_enabled(use_grad):
-                new = self._round(h, inj, idx, ctx, g)
+                # a round without autograd gets the state detached: the same values, and one compiled
+                # graph for it whether or not the state carries gradient from earlier rounds
+                new = one_round(h if use_grad else h.detach(), g)
             # outside the no_grad block: a sample held still must keep its state's graph
             if active is not None:
                 if use_grad and not need_is_active[g]:  # samples outside their last k rounds: no gradient
@@ -222,8 +350,6 @@ class LoopedLM(nn.Module):
             if return_deltas:
                 deltas.append(_round_delta(h, new, None if active is None else active[g]))
             h = new
-        if inj is not None:
-            h = F.linear(h, self.C)
         return h, (torch.stack(deltas) if return_deltas else None)
 
     # ---- decoding ---------------------------------------------------------------------------------
@@ -246,7 +372,7 @@ class LoopedLM(nn.Module):
         cos, sin = self._rope(T)
         positions = torch.arange(T, device=idx.device)
         ctx = SeqContext(cos, sin, cache)
-        logits, _ = self._run(idx, ctx, positions, cache.loops, cache.h0_seed, False)
+        logits = self._run(idx, ctx, positions, cache.loops, cache.h0_seed)
         cache.pos.fill_(T)
         return logits
 
@@ -258,7 +384,7 @@ class LoopedLM(nn.Module):
         cos_all, sin_all = self._rope(cache.max_len)  # built by setup_cache: no allocation here
         cos, sin = cos_all.index_select(0, pos), sin_all.index_select(0, pos)  # (1, D/2)
         ctx = StepContext(cache, cos, sin)
-        logits, _ = self._run(tokens.view(-1, 1), ctx, pos, cache.loops, cache.h0_seed, False)
+        logits = self._run(tokens.view(-1, 1), ctx, pos, cache.loops, cache.h0_seed)
         cache.pos.add_(1)
         return logits[:, 0]
 

@@ -195,7 +195,6 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 def build_parser() -> SpecParser:
     parser = SpecParser(
         Spec,
-        aliases={"recipe": ["--preset"]},
         prog="python -m workers.decode_bench",
         description="Per-token decode latency and KV-cache size of an architecture.",
     )

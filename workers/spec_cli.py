@@ -93,10 +93,14 @@ def _show(value: Any) -> str:
     return "none" if value is None or value == {} else str(value)
 
 
+DEFAULT_ALIASES = {"recipe": ["--preset"]}
+
+
 class SpecParser(argparse.ArgumentParser):
     """An ArgumentParser with one flag per field of a Spec dataclass (see the module docstring).
 
-    `aliases` adds other flag names for a field (`{"recipe": ["--preset"]}`), `required` names fields
+    `aliases` adds other flag names for a field (every job's `recipe` is also `--preset`, the name the
+    README and the model code use), `required` names fields
     the command line must give, `skip` names fields the CLI does not offer. Extra CLI-only flags are
     added with `add_argument` as usual; `spec_dict` ignores them."""
 
@@ -112,7 +116,8 @@ class SpecParser(argparse.ArgumentParser):
         super().__init__(**kwargs)
         self._paths: dict[str, tuple[str, ...]] = {}  # dest -> field path, e.g. ("data", "corpus")
         self._flag_field: dict[str, str] = {}  # "--preset" -> "recipe", for error messages
-        self._add_fields(spec_cls, (), aliases or {}, set(required), set(skip))
+        aliases = {**DEFAULT_ALIASES, **(aliases or {})}
+        self._add_fields(spec_cls, (), aliases, set(required), set(skip))
 
     def _add_fields(
         self, cls: type, prefix: tuple[str, ...], aliases: dict, required: set[str], skip: set[str]

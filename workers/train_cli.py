@@ -26,7 +26,6 @@ from workers.train_spec import Spec
 def build_parser() -> SpecParser:
     parser = SpecParser(
         Spec,
-        aliases={"recipe": ["--preset"]},
         prog="python -m workers.train",
         description="Train one looped LM.",
     )

@@ -3,12 +3,19 @@
 Clocks: `train_seconds` counts only the training steps (batch, forward, backward, optimizer);
 evaluation and checkpoint writing are timed separately, so `wall_s` on every metric point and
 `tokens_per_s` describe training alone (what the iso-time comparison needs). With `compile: true` the
-first step of each attempt compiles the model: it is timed as `compile_seconds` (logged and in the
-returned summary, not a result column) and left out of `train_seconds`.
+model's static-shape parts are compiled (`LoopedLM.compile_parts`; the round loop stays in Python) and
+the first step of each attempt compiles them: it is timed as `compile_seconds` (logged and in the
+returned summary, not a result column) and left out of `train_seconds`. A round variant first needed
+later (e.g. the no-grad round of a Poisson recipe whose first step had no truncated round) compiles
+inside that later step's time.
 
 Peak memory (`peak_mem_mb`): on CUDA the peak allocated since the time-budget calibration ended (the
 calibration's copy of the model is not counted); on CPU the process's peak resident set size, which
 cannot be reset, so it does include the calibration (its value right after calibration is logged).
+
+Budgets: `tokens` (whole steps of batch x seq_len), `time_s` (planned by a calibration, re-planned
+every step) or `flops`, turned into whole steps through the FLOP model (`model.counts.tokens_for_flops`
+at the data's real vocabulary). Every result row carries the FLOP accounting (`_flop_fields`).
 
 A checkpoint is model + optimizers + RNG states + `TrainerState` (+ the spec and model config that
 identify it); restoring those four makes the rest of a token-budget run bit-identical on CPU.
@@ -29,12 +36,13 @@ from typing import Any
 
 import torch
 
-from model.counts import param_count
+from model.counts import param_count, tokens_for_flops
 from model.errors import ConfigError
+from model.flops import training_flops
 from model.looped import LoopedLM
 from workers import checkpoint as ckpt
 from workers.data import get_batch, prepare, val_chunks
-from workers.device import peak_mem_mb, reset_peak_mem, resolve_device
+from workers.device import peak_flops, peak_mem_mb, reset_peak_mem, resolve_device
 from workers.evaluate import autocast, evaluate
 from workers.optim import build_optimizers, lr_factor, set_lr
 from workers.reporter import JobInterrupted, Reporter
@@ -99,12 +107,14 @@ class Trainer:
         self.val = val_chunks(self.data.val, spec.eval_tokens, self.seq_len)  # (N, seq_len + 1)
         self.token_bytes = torch.from_numpy(self.data.token_bytes)  # (vocab,)
         self.param_counts = param_count(self.cfg)
+        self.flops = training_flops(self.cfg, spec.batch_size)  # per token, at the data's vocabulary
 
         seed_everything(spec.seed)
         self.model = LoopedLM(self.cfg).to(self.device)
         self.opts = build_optimizers(self.model, spec.optimizer, spec.lr, spec.adam_lr, spec.weight_decay)
-        # the model as the training steps call it: compiled when spec.compile
-        self.forward_model = torch.compile(self.model) if spec.compile else self.model
+        # the model as the training steps call it: with spec.compile, its static-shape parts compiled
+        # (the round loop stays in Python: loop counts change every step; see LoopedLM.compile_parts)
+        self.forward_model = self.model.compile_parts() if spec.compile else self.model
         self.state = TrainerState()
         self.schedule: TimeBudgetSchedule | None = None  # time budget only
 
@@ -114,6 +124,10 @@ class Trainer:
         if spec.time_s is not None:
             self.schedule = self._calibrate()
             state.total_steps = self.schedule.total_steps
+        elif spec.flops is not None:
+            tokens = tokens_for_flops(self.cfg, spec.flops, spec.batch_size, self.seq_len)
+            state.total_steps = tokens // self.tokens_per_step
+            rep.log(f"FLOP budget {spec.flops:.3g} → {state.total_steps} steps ({tokens:,} tokens)")
         else:
             state.total_steps = max(1, spec.tokens // self.tokens_per_step)
         seed_everything(spec.seed + 1)  # calibration or not, training starts from the same RNG state
@@ -147,6 +161,7 @@ class Trainer:
             "time_budget_s": spec.time_s,
             "calib_tokens_per_s": state.calib_tokens_per_s,
             "device": str(self.device),
+            **self._flop_fields(state.total_steps * self.tokens_per_step, state.train_seconds),
         }
         if spec.time_s is not None:
             off = (state.train_seconds - spec.time_s) / spec.time_s
@@ -155,6 +170,21 @@ class Trainer:
             rep.log(f"compile: {state.compile_seconds:.1f}s (first steps, not in train_seconds)")
         rep.result("train_results", row)
         return {**row, "compile_seconds": state.compile_seconds if spec.compile else None}
+
+    def _flop_fields(self, tokens: int, train_seconds: float) -> dict[str, float | None]:
+        """The result row's FLOP accounting: the model's training FLOPs per token (expected over the
+        loop sampler, see model.flops), their total over the tokens trained, that total per training
+        second and, on a GPU the peak table knows, its fraction of the device's peak (MFU)."""
+        per_token = self.flops.total
+        achieved = per_token * tokens / max(train_seconds, 1e-9)
+        peak = peak_flops(self.device)
+        return {
+            "flops_per_token": per_token,
+            "train_flops": per_token * tokens,
+            "achieved_flops_per_s": achieved,
+            "mfu": None if peak is None else achieved / peak,
+            "padding_waste": self.flops.padding_waste,
+        }
 
     def _calibrate(self) -> TimeBudgetSchedule:
         """The time-budget schedule, its first plan from the throughput of a few throw-away steps on a
@@ -166,7 +196,7 @@ class Trainer:
             state.calib_tokens_per_s, steps = saved["calib_tokens_per_s"], int(saved["total_steps"])
         else:
             model = copy.deepcopy(self.model)
-            forward_model = torch.compile(model) if spec.compile else model
+            forward_model = model.compile_parts() if spec.compile else model
             opts = build_optimizers(model, spec.optimizer, spec.lr, spec.adam_lr, spec.weight_decay)
             # Two untimed warm-up steps (allocation, compilation), then at least `calib_steps` timed
             # steps and at least 5 % of the budget (capped at 60 s), so one slow step does not skew it.
@@ -204,9 +234,9 @@ class Trainer:
         lr = set_lr(opts, factor, progress=progress)
         x, y = get_batch(self.data.train, spec.batch_size, self.seq_len, spec.seed, step)  # (B, T) each
         x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-        loops = model.sample_loops(spec.batch_size, step, spec.seed)  # (B,)
+        loops = model.sample_loops(spec.batch_size, step, spec.seed)  # (B,) on the CPU, read without a sync
         with autocast(self.device):
-            out = forward_model(x, targets=y, loops=loops.to(self.device))
+            out = forward_model(x, targets=y, loops=loops)
         out.loss.backward()
         if spec.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), spec.grad_clip)
