@@ -11,7 +11,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	# torch first, by its exact pin, so pip never resolves a bare `torch` (a multi-GB CUDA download here).
 	$(BIN)/python -m pip install -q "torch==2.13.0"
-	$(BIN)/python -m pip install -q -e ".[dev]"
+	# dev tools and the eval extra (lm-evaluation-harness), which the eval tests use
+	$(BIN)/python -m pip install -q -e ".[dev,eval]"
 	touch $(STAMP)
 
 install: $(STAMP)

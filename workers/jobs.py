@@ -1,4 +1,4 @@
-"""The three job kinds, by name: how to validate a spec and how to run one.
+"""The job kinds, by name: how to validate a spec and how to run one.
 
     validate(kind, spec) -> dict     the canonical spec (defaults filled in); ConfigError naming
                                      the field on bad input, before any work starts
@@ -25,6 +25,7 @@ KINDS = {
     "train": "workers.train",
     "depth_sweep": "workers.depth_sweep",
     "decode_bench": "workers.decode_bench",
+    "eval": "workers.eval",
 }
 
 

@@ -1,0 +1,143 @@
+"""The Tasks page: pooled accuracy with Wilson intervals worked out by hand, the read query, the page in
+AppTest and in a headless browser (accuracy vs loops drawn, chance and trained depth marked).
+
+The database is the dashboard fixture database plus eval jobs on the parcae and lean runs (seeds 0 and
+1): `deduction` (reasoning) with subsets depth=0 / depth=2 at loops 1, 4, 8, and `sciq` (knowledge)."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from dashboard import tasks
+from tests.dashboard.browser import check_page_in_browser, needs_chromium
+
+ROOT = Path(__file__).resolve().parents[2]
+# (variant, seed) -> {loops: (correct at depth=0, correct at depth=2)} out of 10 items each
+DEDUCTION = {
+    ("parcae", 0): {1: (5, 3), 4: (8, 5), 8: (9, 7)},
+    ("parcae", 1): {1: (6, 3), 4: (8, 6), 8: (9, 6)},
+    ("lean", 0): {1: (4, 3), 4: (7, 4), 8: (7, 4)},
+    ("lean", 1): {1: (5, 4), 4: (7, 5), 8: (6, 4)},
+}
+
+
+def test_wilson_interval_by_hand():
+    low, high = tasks.wilson(8, 10)  # p = 0.8, z = 1.96: centre 0.7167, half-width 0.2266
+    assert (round(low, 4), round(high, 4)) == (0.4902, 0.9433)
+    low, high = tasks.wilson(0, 20)
+    assert low == 0.0 and high == pytest.approx(0.1611, abs=1e-4)  # z^2 / (n + z^2)
+    assert all(math.isnan(v) for v in tasks.wilson(0, 0))
+
+
+def test_curves_pool_seeds_and_carry_chance_and_trained_loops():
+    base = dict(variant_id="v1", variant_label="lean", task="deduction", category="reasoning", loops=4,
+                acc_norm=0.5, chance=1 / 3, train_loops=4, eval_job_id=None)  # fmt: skip
+    scores = pd.DataFrame([
+        {**base, "train_job_id": 1, "subset": "all", "acc": 0.5, "n": 10},
+        {**base, "train_job_id": 2, "subset": "all", "acc": 0.7, "n": 10},
+        {**base, "train_job_id": 1, "subset": "depth=10", "acc": 1.0, "n": 4},
+        {**base, "train_job_id": 1, "subset": "depth=2", "acc": 0.25, "n": 4},
+        {**base, "train_job_id": 1, "subset": "all", "acc": 0.9, "n": 10, "loops": 1, "task": "sciq",
+         "category": None, "chance": 0.25},
+    ])  # fmt: skip
+    curves = tasks.accuracy_curves(scores)
+    pooled = curves[(curves["task"] == "deduction") & (curves["subset"] == "all")].iloc[0]
+    assert (pooled["acc"], pooled["n"], pooled["n_seeds"]) == (0.6, 20, 2)  # (5 + 7) / 20
+    assert (pooled["ci_low"], pooled["ci_high"]) == tasks.wilson(12, 20)
+    assert pooled["chance"] == pytest.approx(1 / 3) and pooled["train_loops"] == 4
+    assert list(curves[curves["task"] == "deduction"]["subset"]) == ["all", "depth=2", "depth=10"]
+    assert tasks.task_groups(scores) == {"reasoning": ["deduction"], "other": ["sciq"]}
+    assert tasks.subset_order(["length=10", "all", "length=2", "b", "a"]) == [
+        "all", "length=2", "length=10", "a", "b"]  # fmt: skip
+    wide = tasks.accuracy_wide(curves[curves["task"] == "deduction"])
+    assert list(wide.columns) == ["task", "variant_label", "acc@4", "train_loops", "best_loops"]
+    assert wide.iloc[0]["acc@4"] == 0.6 and wide.iloc[0]["best_loops"] == 4
+
+
+def _add_evals(path: Path) -> None:
+    """Eval jobs with task scores on the fixture database's parcae and lean runs."""
+    from orchestrator import schema
+    from orchestrator.db import engine, session
+    from orchestrator.states import JobStatus
+
+    eng = engine(str(path))
+    with session(eng) as s:
+        trains = {(j.recipe, j.seed): j for j in s.query(schema.Job).filter_by(kind="train", status="succeeded")
+                  if not j.variant_label or "·" not in j.variant_label}  # fmt: skip
+        for n, ((recipe, seed), by_loops) in enumerate(DEDUCTION.items()):
+            train = trains[(recipe, seed)]
+            columns = {c: getattr(train, c) for c in ("variant_id", "variant_label", "loop_sampler", "loops")}
+            job = schema.Job(grid_id=1, kind="eval", config=json.dumps({"n": n}), config_hash=f"eval{n}",
+                             recipe=recipe, size="tiny", seed=seed, status=JobStatus.SUCCEEDED,
+                             created_at=time.time(), **columns)  # fmt: skip
+            s.add(job)
+            s.flush()
+            s.add(schema.JobDep(job_id=job.id, depends_on=train.id))
+            for loops, (easy, hard) in by_loops.items():
+                for subset, correct, count in (
+                    ("depth=0", easy, 10),
+                    ("depth=2", hard, 10),
+                    ("all", easy + hard, 20),
+                ):
+                    s.add(schema.TaskScore(job_id=job.id, task="deduction", subset=subset, loops=loops, n=count,
+                                           category="reasoning", acc=correct / count, acc_norm=correct / count,
+                                           stderr=0.1, chance=1 / 3))  # fmt: skip
+                s.add(schema.TaskScore(job_id=job.id, task="sciq", subset="all", loops=loops, n=50,
+                                       category="knowledge", acc=0.3 + 0.01 * loops, acc_norm=None, stderr=0.06,
+                                       chance=0.25))  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def tasks_db(tmp_path_factory):
+    from orchestrator.db import dispose_all
+    from tests.dashboard.conftest import build_fixture_db
+
+    path = tmp_path_factory.mktemp("tasks_db") / "looplab.db"
+    url = build_fixture_db(path)
+    _add_evals(path)
+    dispose_all()
+    return url, path
+
+
+def test_task_scores_query_labels_rows_with_the_trained_variant(tasks_db):
+    from dashboard import data
+
+    df = data.task_scores(tasks_db[0])
+    assert len(df) == 4 * 3 * 4  # 4 runs x 3 loop counts x (3 deduction rows + sciq)
+    parcae = df[(df["recipe"] == "parcae") & (df["task"] == "deduction") & (df["subset"] == "all")]
+    assert set(parcae["train_loops"]) == {8} and set(parcae["variant_label"]) == {"parcae"}
+    curves = tasks.accuracy_curves(df)
+    at8 = curves[
+        (curves["variant_label"] == "parcae") & (curves["subset"] == "depth=2") & (curves["loops"] == 8)
+    ]
+    assert at8.iloc[0]["acc"] == (7 + 6) / 20 and at8.iloc[0]["n_seeds"] == 2
+
+
+def test_tasks_page_in_apptest(monkeypatch, tasks_db):
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("LOOPLAB_DB", tasks_db[0])
+    at = AppTest.from_file(str(ROOT / "dashboard" / "app.py"), default_timeout=60)
+    at.run()
+    at.switch_page("views/tasks.py").run()
+    assert not at.exception, [e.message for e in at.exception]
+    headers = [h.value for h in at.header]
+    assert headers == ["Accuracy vs loops", "Accuracy by subset"]
+    wide = next(d.value for d in at.dataframe if "acc@8" in d.value.columns)
+    parcae = wide[wide["variant_label"] == "parcae"].iloc[0]
+    assert parcae["acc@8"] == (16 + 15) / 40 and parcae["best_loops"] == 8 and parcae["train_loops"] == 8
+    caption = " ".join(c.value for c in at.caption)
+    assert "**reasoning**: deduction" in caption and "**knowledge**: sciq" in caption
+
+
+@pytest.mark.browser
+@needs_chromium
+def test_tasks_page_in_a_browser_shows_accuracy_vs_loops(tasks_db):
+    expected = ["Accuracy vs loops", "Accuracy by subset", "acc@8", "best_loops", "ci_high"]
+    check_page_in_browser(tasks_db[0], "tasks", "Tasks", expected, height=1800, min_charts=3)

@@ -1,0 +1,323 @@
+"""The eval job: a trained checkpoint scored on multiple-choice tasks at several inference loop counts.
+
+Tasks (`tasks`), each one of:
+- a built-in generator, `deduction` (proof depth 0-5) or `kinship` (chain length 2-10): written to
+  `<artifact dir>/tasks/<name>.jsonl` from `task_seed` with `n_per_subset` items per subset;
+- a task file `*.jsonl` in the schema of workers/tasks/schema.py (name: the file's stem), checked
+  whole when the spec is validated, so a bad file is refused before anything is submitted or run;
+- `harness:NAME`, an lm-evaluation-harness task or group (SciQ, ARC, ...; its data from the hub or the
+  local HF cache), or one defined by a YAML config in `harness_include`. Needs `pip install -e .[eval]`.
+
+Local tasks are scored through `LoopedScorer.loglikelihood` with the harness's multiple-choice rules
+(workers/tasks/scoring.py); harness tasks through the harness itself with the same scorer wrapped as
+its model (workers/lm_eval_adapter.py). Every loop count uses one fixed h0 seed (training's evaluation
+seed by default), so the scores are a function of the checkpoint and the spec.
+
+Resumable: each (task, loop count) result is written to `<artifact dir>/scores/` as soon as it is
+done, keyed by what it depends on (checkpoint file, device type, items, loops, h0 seed); a rerun reports the stored
+ones again and scores only the rest. A stop request (Ctrl-C, cancel) ends the job between two of them.
+Each result is a `task_scores` row per subset plus one for the whole task (subset "all").
+
+Standalone: `python -m workers.eval --checkpoint runs/x --tasks deduction,kinship --loops 1,2,4,8`
+(results under `<checkpoint dir>/eval` unless `--out DIR`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from model import fields
+from model.errors import ConfigError
+from workers.spec_cli import SpecParser, checkpoint_exists, job_parser, run_standalone
+from workers.tasks import GENERATORS
+from workers.tasks.schema import Item, dumps_jsonl, load_jsonl, write_jsonl
+from workers.train_spec import EVAL_H0_SEED
+
+DEFAULT_LOOPS = (1, 2, 4, 8)
+HARNESS_PREFIX = "harness:"
+CATEGORIES = ("knowledge", "reasoning")
+# harness tasks that test what a model knows (the built-in generators are reasoning)
+KNOWLEDGE_TASKS = ("sciq", "arc_easy", "arc_challenge", "openbookqa", "piqa", "hellaswag", "winogrande",
+                   "boolq", "lambada_openai", "lambada_standard", "triviaqa", "commonsense_qa", "mmlu")  # fmt: skip
+TABLE = "task_scores"
+HEARTBEAT_S = 10.0
+
+
+@dataclass(frozen=True)
+class Spec:
+    checkpoint: str | None = None
+    """train artifact dir or checkpoint file (the queue fills it in when the eval starts)"""
+    tasks: list[str] = field(default_factory=lambda: list(GENERATORS))
+    """deduction, kinship (generated), task files (.jsonl) or lm-evaluation-harness tasks as harness:NAME"""
+    loops: list[int] = field(default_factory=lambda: list(DEFAULT_LOOPS))
+    """inference loop counts to score at"""
+    n_per_subset: int = 60
+    """items per subset of a generated task (per proof depth, per chain length)"""
+    task_seed: int = 0
+    """seed of the generated tasks (the same seed writes the same files)"""
+    batch_size: int = 16
+    """sequences per forward pass (every choice of an item is one sequence)"""
+    h0_seed: int = EVAL_H0_SEED
+    """seed of the initial state h0, the same for every batch; the default is training's evaluation seed"""
+    limit: int | None = None
+    """score only the first N items of each task (none = all)"""
+    harness_include: str | None = None
+    """a folder of lm-evaluation-harness task configs (YAML) where harness:NAME tasks are also looked up"""
+    categories: dict[str, str] = field(default_factory=dict)
+    """task name -> knowledge or reasoning, for the Tasks page (generated tasks are reasoning, well-known
+    harness tasks knowledge)"""
+    device: str = "auto"
+    """auto, cpu, cuda or cuda:N"""
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Spec:
+        d = fields.with_defaults("eval", d, cls)
+        checkpoint = fields.optional_text("checkpoint", d["checkpoint"], "a path string")
+        include = d["harness_include"]
+        if include is not None and (not isinstance(include, str) or not Path(include).expanduser().is_dir()):
+            raise ConfigError(f"harness_include: expected an existing folder, got {include!r}")
+        categories = fields.mapping(
+            "categories", d["categories"], "a dict task name -> knowledge | reasoning"
+        )
+        for name, category in categories.items():
+            fields.choice(f"categories.{name}", category, CATEGORIES)
+        return cls(
+            checkpoint=checkpoint,
+            tasks=_tasks(d["tasks"]),
+            loops=fields.int_list("loops", d["loops"], lo=1),
+            n_per_subset=fields.integer("n_per_subset", d["n_per_subset"], lo=1, hi=100_000),
+            task_seed=fields.integer("task_seed", d["task_seed"], lo=0),
+            batch_size=fields.integer("batch_size", d["batch_size"], lo=1),
+            h0_seed=fields.integer("h0_seed", d["h0_seed"], lo=0),
+            limit=fields.integer("limit", d["limit"], lo=1, allow_none=True),
+            harness_include=None if include is None else str(Path(include).expanduser().resolve()),
+            categories=dict(sorted(categories.items())),
+            device=fields.device("device", d["device"]),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+def _tasks(value: Any) -> list[str]:
+    """The task list, each entry checked (a task file read whole) and named once; files made absolute."""
+    accepted = f"{', '.join(GENERATORS)}, a path to a .jsonl task file, or {HARNESS_PREFIX}NAME"
+    if not isinstance(value, list | tuple) or not value:
+        raise ConfigError(f"tasks: expected a non-empty list of {accepted}; got {value!r}")
+    out, names = [], set()
+    for entry in value:
+        if not isinstance(entry, str) or not entry.strip():
+            raise ConfigError(f"tasks: {entry!r} is not a task; accepted: {accepted}")
+        entry = entry.strip()
+        if entry.startswith(HARNESS_PREFIX):
+            if not entry[len(HARNESS_PREFIX) :]:
+                raise ConfigError(f"tasks: {entry!r} names no harness task (give {HARNESS_PREFIX}NAME)")
+        elif entry.endswith(".jsonl"):
+            path = Path(entry).expanduser().resolve()
+            load_jsonl(path)  # refuses a bad file, naming file, line and field
+            entry = str(path)
+        elif entry not in GENERATORS:
+            raise ConfigError(f"tasks: unknown {entry!r}; accepted: {accepted}")
+        name = task_name(entry)
+        if name in names:
+            raise ConfigError(f"tasks: two tasks named {name!r}; give each task once (rename a file)")
+        names.add(name)
+        out.append(entry)
+    return out
+
+
+def task_name(entry: str) -> str:
+    """The name a task's rows carry: the generator's, the file's stem, or the harness task's."""
+    if entry.startswith(HARNESS_PREFIX):
+        return entry[len(HARNESS_PREFIX) :]
+    return Path(entry).stem if entry.endswith(".jsonl") else entry
+
+
+def category(name: str, spec: Spec) -> str | None:
+    if name in spec.categories:
+        return spec.categories[name]
+    if name in GENERATORS:
+        return "reasoning"
+    if any(name == k or name.startswith(f"{k}_") for k in KNOWLEDGE_TASKS):
+        return "knowledge"
+    return None
+
+
+# ---------------------------------------------------------------------------------- resumable results
+
+
+def _fingerprint(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def _checkpoint_identity(checkpoint: str) -> dict[str, Any]:
+    """What a stored result depends on of the checkpoint: the file, its size and modification time."""
+    from workers.checkpoint import find
+
+    path = find(checkpoint)
+    stat = path.stat()
+    return {"path": str(path.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+class ResultStore:
+    """Per (task, loops) results as JSON files under `root`, each with the key it was computed for."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+
+    def _path(self, task: str, loops: int) -> Path:
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in task)
+        return self.root / f"{safe}@{loops}.json"
+
+    def get(self, task: str, loops: int, key: str) -> list[dict[str, Any]] | None:
+        path = self._path(task, loops)
+        try:
+            stored = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        return stored["rows"] if stored.get("key") == key else None
+
+    def put(self, task: str, loops: int, key: str, rows: list[dict[str, Any]]) -> None:
+        path = self._path(task, loops)
+        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+        tmp.write_text(json.dumps({"key": key, "task": task, "loops": loops, "rows": rows}, indent=1))
+        os.replace(tmp, path)  # a kill leaves the previous file or the new one, never half of one
+
+
+# ---------------------------------------------------------------------------------- the job
+
+
+def local_items(entry: str, spec: Spec, task_dir: Path) -> tuple[Path, list[Item]]:
+    """(task file, its items, cut to `limit`) of a generated task (written now) or a task file."""
+    if entry in GENERATORS:
+        items = GENERATORS[entry].generate(spec.n_per_subset, spec.task_seed)
+        path = task_dir / f"{entry}.jsonl"
+        if not path.is_file() or path.read_bytes() != dumps_jsonl(items):
+            write_jsonl(path, items)
+    else:
+        path = Path(entry)
+        items = load_jsonl(path)
+    return path, items[: spec.limit] if spec.limit else items
+
+
+def run(spec: Spec, reporter, artifact_dir: str | Path | None) -> dict[str, Any]:
+    from workers.device import resolve_device
+    from workers.reporter import JobInterrupted
+    from workers.tasks.likelihood import LoopedScorer, load_checkpoint
+    from workers.tasks.scoring import score_items, subset_rows
+
+    if spec.checkpoint is None:
+        raise ConfigError("checkpoint: missing; give a train artifact dir or a checkpoint file")
+    out_dir = Path(artifact_dir) if artifact_dir is not None else default_out(spec.checkpoint)
+    store = ResultStore(out_dir / "scores")
+    device = resolve_device(spec.device)
+    model, tokenizer = load_checkpoint(spec.checkpoint, device)
+    ckpt_id = _checkpoint_identity(spec.checkpoint)
+    local = [e for e in spec.tasks if not e.startswith(HARNESS_PREFIX)]
+    harness = [task_name(e) for e in spec.tasks if e.startswith(HARNESS_PREFIX)]
+    files = {task_name(e): local_items(e, spec, out_dir / "tasks") for e in local}
+    units = [(task_name(e), n) for e in spec.tasks for n in spec.loops]
+    all_rows: list[dict[str, Any]] = []
+    done = 0
+    reporter.progress(0, len(units))
+    harness_manager = None
+    last_beat = time.monotonic()
+
+    def heartbeat(_: int) -> None:  # after every forward pass, at most every HEARTBEAT_S
+        nonlocal last_beat
+        if time.monotonic() - last_beat > HEARTBEAT_S:
+            reporter.heartbeat()
+            last_beat = time.monotonic()
+
+    for name, loops in units:
+        if reporter.should_stop():
+            raise JobInterrupted(f"eval stopped after {done} of {len(units)} (task, loops) results")
+        if name in files:
+            key = _fingerprint(
+                ckpt_id, device.type, spec.h0_seed, loops, dumps_jsonl(files[name][1]).decode()
+            )
+        else:
+            key = _fingerprint(
+                ckpt_id, device.type, spec.h0_seed, loops, name, spec.limit, spec.harness_include
+            )
+        rows = store.get(name, loops, key)
+        resumed = rows is not None
+        if rows is None:
+            scorer = LoopedScorer(
+                model, tokenizer, loops=loops, h0_seed=spec.h0_seed, batch_size=spec.batch_size, device=device
+            )
+            scorer.on_batch = heartbeat
+            if name in files:
+                rows = [
+                    {"task": name, **r}
+                    for r in subset_rows(score_items(files[name][1], scorer.loglikelihood))
+                ]
+            else:
+                from workers.lm_eval_adapter import LooplabLM, harness_rows, task_manager
+
+                harness_manager = harness_manager or task_manager(spec.harness_include, harness)
+                by_task = harness_rows(LooplabLM.from_scorer(scorer), [name], harness_manager, spec.limit)
+                rows = [{"task": task, **r} for task, task_rows in by_task.items() for r in task_rows]
+            rows = [{**r, "loops": loops, "category": category(r["task"], spec)} for r in rows]
+            store.put(name, loops, key, rows)
+        for row in rows:
+            reporter.result(TABLE, row)
+        all_rows += rows
+        done += 1
+        reporter.progress(done, len(units))
+        whole = next((r for r in rows if r["subset"] == "all"), None)
+        if whole is not None:
+            reporter.log(
+                f"{name} @ {loops} loops: acc {whole['acc']:.3f} (n={whole['n']}, chance {whole['chance'] or 0:.3f})"
+                + ("  [stored result]" if resumed else "")
+            )
+    return {"task_scores": all_rows, "task_files": {name: str(path) for name, (path, _) in files.items()}}
+
+
+def default_out(checkpoint: str) -> Path:
+    """Where a standalone eval keeps its task files and results: `eval/` beside the checkpoint."""
+    path = Path(checkpoint)
+    return (path if path.is_dir() else path.parent) / "eval"
+
+
+# ---------------------------------------------------------------------------------- CLI
+
+
+def build_parser() -> SpecParser:
+    what = "Multiple-choice task accuracy of a trained looped LM at several loop counts."
+    out = "folder for task files and results (default: <checkpoint dir>/eval)"
+    return job_parser(Spec, "workers.eval", what, out_help=out, required=("checkpoint",))
+
+
+def print_table(spec: Spec, out: dict[str, Any], args: Any = None) -> None:
+    """The scores as a table, one row per (task, subset, loop count)."""
+    print(f"eval of {spec.checkpoint}")
+    print(
+        f"{'task':<16} {'subset':<12} {'loops':>5} {'n':>5} {'acc':>6} {'acc_norm':>8} {'stderr':>7} {'chance':>6}"
+    )
+    for r in out["task_scores"]:
+        norm = "-" if r["acc_norm"] is None else f"{r['acc_norm']:.3f}"
+        err = "-" if r["stderr"] is None else f"{r['stderr']:.3f}"
+        chance = "-" if r["chance"] is None else f"{r['chance']:.3f}"
+        print(
+            f"{r['task']:<16} {r['subset']:<12} {r['loops']:>5} {r['n']:>5} {r['acc']:>6.3f} {norm:>8} "
+            f"{err:>7} {chance:>6}"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_standalone(
+        build_parser(), Spec, run, print_table, desc="eval", argv=argv, before=checkpoint_exists
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
