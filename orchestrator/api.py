@@ -5,6 +5,7 @@
                 sweep={"recipe": ["parcae", "lean"], "seed": [0, 1]},
                 then=["depth_sweep", "decode_bench"])
     q = Queue()                       # $LOOPLAB_DB or sqlite:///looplab.db
+    print(q.plan(grid).text())        # estimated time, FLOPs, memory per job; the finish time
     ids = q.submit(grid)              # validated as a whole, one transaction, idempotent
     q.run(until_empty=True)           # or `looplab run` in another terminal
     q.status(); q.results("runs")     # DataFrames
@@ -30,6 +31,7 @@ from orchestrator.grid import Grid
 from orchestrator.states import JobStatus
 
 if TYPE_CHECKING:
+    from orchestrator.planner import PlanReport
     from workers.jobs import JobRegistry
 
 __all__ = ["Grid", "Queue"]
@@ -59,10 +61,26 @@ class Queue:
 
     def submit(self, grids: Grid | list[Grid]) -> list[int]:
         """Validate every grid, then insert all their jobs in one transaction. Returns the job ids
-        (existing ids for jobs already in the database; see `last_added` for the new ones)."""
+        (existing ids for jobs already in the database; see `last_added` for the new ones). Each new
+        job stores the planner's cheap estimate of its wall time (see `plan`)."""
+        from orchestrator.planner import submission_estimates
+
         grids = [grids] if isinstance(grids, Grid) else list(grids)
-        ids, self.last_added = jobqueue.submit(self.eng, grids, self.kinds)
+        ids, self.last_added = jobqueue.submit(self.eng, grids, self.kinds, estimate=submission_estimates)
         return ids
+
+    def plan(self, grids: Grid | list[Grid], *, num_cpus: float | None = None, num_gpus: float | None = None,
+             calibration: Any = "auto", device_memory_bytes: float | None = None) -> PlanReport:  # fmt: skip
+        """What submitting `grids` would add and how long it would take behind the current queue: every
+        job with its estimated wall time, FLOPs, peak memory and source, totals per device and the
+        finish time (`.text()`, `.frame()`; see orchestrator/planner.py). Validates like `submit`
+        and writes nothing. `num_cpus`/`num_gpus`: the parallelism (default: this machine's);
+        `calibration`: "auto" (cached, else measured now), "cached", a planner.Calibration or None."""
+        from orchestrator.planner import plan_grids
+
+        grids = [grids] if isinstance(grids, Grid) else list(grids)
+        return plan_grids(self.eng, grids, self.kinds, num_cpus=num_cpus, num_gpus=num_gpus,
+                          calibration=calibration, device_memory_bytes=device_memory_bytes)  # fmt: skip
 
     def status(self, grid: str | int | None = None, all: bool = True) -> pd.DataFrame:  # noqa: A002
         return status_frame(self.eng, grid=grid, all_jobs=all)

@@ -12,12 +12,22 @@ Why a sink actor rather than task return values: curves must reach the database 
 job runs (live dashboard), and events from remote nodes must not need database access.
 Resources are booked by the driver itself (cluster totals minus what it launched), so a job is only
 marked running when it can actually start; a job asking for more than the cluster has fails clearly.
+
+Exclusive jobs (decode benchmarks and the train jobs of an iso-time pair by default; see
+`jobqueue.job_resources`) have the node to themselves: one starts only when nothing of this driver
+runs, and nothing starts beside it while it runs. While it waits, jobs of lower priority do not
+start (the node drains for it); jobs of its priority or higher still do, so a grid's exclusive jobs
+fill the gaps and the end of the queue instead of idling the node each time (a higher priority
+makes one go first). The driver books the whole cluster as one node, so on a cluster of several nodes this is stricter
+than needed, never weaker. Every job's contention is recorded the same way: the number of other jobs
+this driver had running at any time during it goes into `concurrent_jobs` of its train_results and
+decode_benches rows (0: the device to itself). Jobs of another driver on the same machine are not
+seen.
 """
 
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import signal
 import threading
@@ -32,7 +42,7 @@ from orchestrator import jobqueue
 from orchestrator.display import print_progress
 from orchestrator.states import AttemptOutcome, JobStatus
 from orchestrator.task import EventSink, QueueReporter, execute_job, kinds_ref
-from orchestrator.writer import write_events
+from orchestrator.writer import record_concurrency, write_events
 
 if TYPE_CHECKING:
     from workers.jobs import JobRegistry
@@ -61,8 +71,10 @@ class Scheduler:
         self.until_empty, self.max_concurrent = until_empty, max_concurrent
         self.grace_s = grace_seconds() if grace_s is None else grace_s
         self.poll_s, self.progress, self.progress_every_s = poll_s, progress, progress_every_s
-        self.running: dict[Any, tuple[int, int, dict[str, float]]] = {}  # ref -> (job, attempt, res)
+        self.running: dict[Any, tuple[int, int, dict[str, Any]]] = {}  # ref -> (job, attempt, res)
         self.art_dirs: dict[int, Path] = {}
+        # job -> the other jobs that ran at some time while it ran (the contention of its timings)
+        self.overlaps: dict[int, set[int]] = {}
         self.stopping = 0  # 1: graceful stop asked, 2: forced
         self.worker = f"driver@{os.uname().nodename}:{os.getpid()}"
 
@@ -83,13 +95,10 @@ class Scheduler:
                   "(press Ctrl-C again to stop at once)", flush=True)  # fmt: skip
             self.sink.request_stop.remote(None)
 
-    def _resources(self, job: Any) -> dict[str, float]:
-        if job.resources:
-            res = json.loads(job.resources)
-            return {"num_cpus": float(res.get("num_cpus", 1)), "num_gpus": float(res.get("num_gpus", 0))}
-        return {"num_cpus": 1.0, "num_gpus": 1.0 if self.total["GPU"] > 0 else 0.0}
+    def _resources(self, job: Any) -> dict[str, Any]:
+        return jobqueue.job_resources(job.kind, job.resources, self.total["GPU"] > 0)
 
-    def _fits(self, res: dict[str, float]) -> bool:
+    def _fits(self, res: dict[str, Any]) -> bool:
         used_cpu = sum(r["num_cpus"] for *_, r in self.running.values())
         used_gpu = sum(r["num_gpus"] for *_, r in self.running.values())
         return (used_cpu + res["num_cpus"] <= self.total["CPU"] + 1e-9
@@ -153,15 +162,24 @@ class Scheduler:
                 last_progress = now
 
     def _launch_ready(self) -> None:
-        for job in jobqueue.ready_jobs(self.eng):
+        waiting: int | None = None  # priority of an exclusive job waiting for the node to empty
+        for job in jobqueue.ready_jobs(self.eng):  # priority first (descending), then job id
             if self.max_concurrent is not None and len(self.running) >= self.max_concurrent:
                 return
+            if any(r["exclusive"] for *_, r in self.running.values()):
+                return  # nothing starts beside an exclusive job
+            if waiting is not None and job.priority < waiting:
+                return  # the node drains for the exclusive job
             res = self._resources(job)
             if res["num_cpus"] > self.total["CPU"] or res["num_gpus"] > self.total["GPU"]:
-                msg = (f"job {job.id} needs {res} but the cluster has {self.total}: "
+                need = {k: v for k, v in res.items() if k != "exclusive"}
+                msg = (f"job {job.id} needs {need} but the cluster has {self.total}: "
                        "change the grid's resources or add machines")  # fmt: skip
                 jobqueue.refuse(self.eng, job.id, self.worker, msg)
                 continue
+            if res["exclusive"] and self.running:
+                waiting = job.priority if waiting is None else waiting
+                continue  # it waits for the node to empty
             if not self._fits(res):
                 continue  # a smaller job further down may still fit
             art = self.artifacts / f"{job.id}-{job.kind}-{job.config_hash[:8]}"
@@ -177,12 +195,18 @@ class Scheduler:
             ref = execute_job.options(num_cpus=res["num_cpus"], num_gpus=res["num_gpus"]).remote(
                 job.id, job.kind, spec, str(art), self.sink, kinds_ref(self.kinds)
             )
+            others = {j for j, *_ in self.running.values()}
+            self.overlaps[job.id] = self.overlaps.get(job.id, set()) | others
+            for other in others:
+                self.overlaps[other].add(job.id)
             self.running[ref] = (job.id, n, res)
             self.art_dirs[job.id] = art
             if self.progress:
                 print(
                     f"{time.strftime('%H:%M:%S')} job {job.id} ({job.kind}) started, attempt {n}", flush=True
                 )
+            if res["exclusive"]:
+                return
 
     def _drain(self) -> None:
         batches = ray.get(self.sink.drain.remote())
@@ -197,7 +221,12 @@ class Scheduler:
             out = ray.get(ref)
         except Exception as e:  # the worker process died (OOM-killed, node lost, ...)
             out = {"outcome": AttemptOutcome.FAILED, "error": f"Ray task failed: {type(e).__name__}: {e}"}
+        # every event of the job is written (drained before this), its result rows among them; a
+        # resumed job's count covers all its attempts under this driver
+        record_concurrency(self.eng, job_id, len(self.overlaps.get(job_id, ())))
         status = jobqueue.finish(self.eng, job_id, n, AttemptOutcome(out["outcome"]), out.get("error"))
+        if status.finished:
+            self.overlaps.pop(job_id, None)
         art = self.art_dirs.pop(job_id, None)
         if status == JobStatus.SUCCEEDED and art is not None:  # every point is in the database now
             (art / QueueReporter.SPOOL).unlink(missing_ok=True)

@@ -15,6 +15,8 @@ queue cheap: one transaction for hundreds of metric points instead of one per po
                 the resumed attempt reports them again, so every point is stored exactly once
 - started    -> jobs.worker/gpu_ids (sent by the task wrapper, not by jobs)
 Events are applied in order per job, so a `resumed` deletes only points reported before it.
+`record_concurrency` is the driver's own addition to a job's timing rows: how many other jobs ran
+beside it (`concurrent_jobs` of train_results and decode_benches).
 
 One bad event never costs the others: an event that does not fit (a metric without a value, a
 result row for an unknown table or with unknown columns, a NaN that SQLite would store as NULL) is
@@ -260,3 +262,16 @@ def _write_result(eng: Engine, conn: Connection, job_id: int, table_name: str, r
     if "id" not in pk:
         ins = ins.on_conflict_do_update(index_elements=pk, set_={k: v for k, v in row.items() if k not in pk})
     conn.execute(ins)
+
+
+# Result tables whose rows are timings: they record the contention they were measured under.
+TIMING_TABLES = ("train_results", "decode_benches")
+
+
+def record_concurrency(eng: Engine, job_id: int, others: int) -> None:
+    """Set `concurrent_jobs` = `others` (the number of other jobs that ran on the node at any time
+    while the job ran) on every timing row of the job."""
+    with eng.begin() as conn:
+        for name in TIMING_TABLES:
+            table = RESULT_TABLES[name].__table__
+            conn.execute(table.update().where(table.c.job_id == job_id).values(concurrent_jobs=int(others)))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import altair as alt
 import streamlit as st
 
-from dashboard import analysis, ui, variants
+from dashboard import analysis, timing, ui, variants
 
 st.title("Decode")
 url = ui.url()
@@ -16,9 +16,12 @@ if dec.empty:
     st.info("No decode benchmarks yet: attach `then=['decode_bench']` to a train grid.")
     st.stop()
 reference = ui.reference_picker(list(dec["variant_label"]), key="decode_reference")
-table = analysis.decode_table(dec, reference=reference)
+table = timing.mark_decode(analysis.decode_table(dec, reference=reference), dec)
 st.caption("ms/token is the median step time (p10–p90 alongside); ratios are to the reference variant at "
-           "the same size, context, batch, device and dtype.")  # fmt: skip
+           "the same size, context, batch, device and dtype. `contended`: timed while another job ran on "
+           "the node (not comparable); empty: not recorded.")  # fmt: skip
+if table["contended"].eq(True).any():
+    st.warning("Some timings were taken beside other jobs (`contended`): rerun those benches alone.")
 ui.table(table, precision=3, key="decode_table")
 
 c1, c2 = st.columns(2)

@@ -204,3 +204,40 @@ def test_cancelled_running_job_retried_under_the_same_driver_runs(q):
         sched._on_signal(2, None)
         t.join(60)
     assert not t.is_alive()
+
+
+def test_exclusive_jobs_run_alone_and_contention_is_recorded(q):
+    # 2 CPUs: the sleeps pair up; the exclusive ones (a sleep asking for it, a decode bench by its kind)
+    # must each have the node to themselves
+    ids = q.submit([
+        Grid("s", job="sleep", base={"seconds": 0.6}, sweep={"tag": ["a", "b", "c", "d"]},
+             resources={"num_cpus": 1}),
+        Grid("x", job="sleep", base={"seconds": 0.6, "tag": "x"}, resources={"num_cpus": 1, "exclusive": True}),
+        Grid("d", job="decode_bench"),
+        Grid("t", base={"tokens": 100, "steps": 4, "step_s": 0.2}, sweep={"recipe": ["lean", "parcae"]}),
+    ])  # fmt: skip
+    run(q)
+    spans = {j: (s, e) for j, s, e in rows(q, "SELECT job_id, started_at, ended_at FROM attempts")}
+    assert set(spans) == set(ids)
+    exclusive = {ids[4], ids[5]}
+
+    def overlap(a, b):
+        return spans[a][0] < spans[b][1] and spans[b][0] < spans[a][1]
+
+    for job in exclusive:
+        assert not [other for other in ids if other != job and overlap(job, other)]
+    assert any(overlap(a, b) for a in ids[:4] for b in ids[:4] if a != b)  # the others did share the node
+    # contention: the decode bench alone (0); each train job ran beside at least the other one
+    assert rows(q, "SELECT concurrent_jobs FROM decode_benches") == [(0,)]
+    trains = rows(q, "SELECT job_id, concurrent_jobs FROM train_results ORDER BY job_id")
+    expected = {j: sum(overlap(j, o) for o in ids if o != j) for j in ids[6:]}
+    assert dict(trains) == expected and all(n >= 1 for n in expected.values())
+
+
+def test_exclusive_can_be_opted_out(q):
+    # the decode bench asks not to be exclusive: it starts beside the sleep, and says so
+    ids = q.submit([Grid("s", job="sleep", base={"seconds": 1.0}, resources={"num_cpus": 1}),
+                    Grid("d", job="decode_bench", resources={"num_cpus": 1, "exclusive": False})])  # fmt: skip
+    run(q)
+    (n,) = rows(q, "SELECT concurrent_jobs FROM decode_benches")[0]
+    assert n == 1 and len(ids) == 2
