@@ -10,7 +10,10 @@ Honesty rules shared by all functions:
   recipe: two variants of one recipe are two rows everywhere;
 - missing data stays missing (NaN), never 0: a variant with one seed has no std, a looped run
   without a depth sweep has no best-loop loss;
-- a difference whose magnitude is below the noise threshold (default 0.01 in loss) is "noise";
+- every difference to a reference comes with a 95 % interval and n per side, and its verdict comes
+  from the interval (`dashboard.stats`): "better" / "worse" when it excludes 0, else "not resolved";
+  the noise is measured from repeated seeds, and the fixed threshold (default 0.01 in loss) decides
+  ("noise" below it) only where no interval exists (one seed per side and no replicated seeds);
 - per-seed values are always shown next to the mean.
 
 Input frames (column names as `dashboard.data` produces them; every frame also carries `variant_id`,
@@ -35,6 +38,14 @@ import time
 import numpy as np
 import pandas as pd
 
+from dashboard import stats
+from dashboard.scaling import (  # noqa: F401 (the iso-depth scaling law, re-exported: dashboard/scaling.py)
+    compare_forms,
+    compute_optimal,
+    fit_iso_depth,
+    fit_law,
+    recurrence_worth,
+)
 from dashboard.variants import MISSING, variant_info, with_variants
 from orchestrator.states import JobStatus
 
@@ -135,48 +146,81 @@ def present(x) -> bool:
 # ---------------------------------------------------------------- comparisons against a reference
 
 
-def verdict(diff: float, threshold: float, lower_is_better: bool = True) -> str:
-    """'noise' below the threshold, else 'better' / 'worse'; '—' when the difference is missing."""
-    if not present(diff):
-        return MISSING
-    if abs(diff) < threshold:
-        return "noise"
-    return "better" if (diff < 0) == lower_is_better else "worse"
+def default_reference(labels) -> str | None:
+    """The reference a comparison starts from when nobody chose one: parcae's plainest variant."""
+    return _pick_reference(labels, None)
 
 
 def _pick_reference(labels, reference: str | None) -> str | None:
-    """The reference variant label: the one asked for if present, else `parcae`, else the first."""
+    """The reference variant label: the one asked for if present, else the variant of that recipe with
+    the fewest overrides (labels read "recipe · key=value ..."), tried for `reference` and then for
+    `parcae` (a grid that sets e.g. seq_len labels every run "parcae · seq_len=64"); else the first."""
     labels = sorted({r for r in labels if present(r)})
-    if reference in labels:
-        return reference
-    return "parcae" if "parcae" in labels else (labels[0] if labels else None)
+    for wanted in (reference, "parcae"):
+        if wanted is None:
+            continue
+        if wanted in labels:
+            return wanted
+        of_recipe = [label for label in labels if label.split(" · ")[0] == wanted]
+        if of_recipe:
+            return min(of_recipe, key=lambda label: (label.count(" · "), label))
+    return labels[0] if labels else None
 
 
 def _versus_reference(
-    df: pd.DataFrame, block: list[str], reference: str | None, threshold: float, value: str
+    df: pd.DataFrame,
+    block: list[str],
+    reference: str | None,
+    threshold: float,
+    value: str,
+    noise: stats.NoiseFloor | None,
+    delta: float,
 ) -> tuple[pd.DataFrame, list[str], str | None]:
     """Seeds side by side per variant within each block (rows that are comparable), and each
-    variant's mean against the reference variant's mean in the same block.
+    variant's mean against the reference variant's mean in the same block, with a 95 % interval.
 
     Returns (table, per-seed column names, reference label). The table has the block columns,
-    variant_id, variant_label, recipe, one column per seed, mean, std, n_seeds, diff and verdict,
+    variant_id, variant_label, recipe, one column per seed, mean, std, n_seeds, n_ref (the reference's
+    seeds), diff, ci_low, ci_high, method (`stats.difference_interval`), verdict
+    (`stats.interval_verdict`) and seeds_needed (per side, to resolve `delta` at the noise floor),
     sorted by block with the reference first in each block.
     """
     keys = [*block, "variant_id"]
     reference = _pick_reference(df["variant_label"], reference)
     per_seed = df.groupby([*keys, "seed"], dropna=False)[value].mean().unstack("seed")
-    per_seed.columns = [f"seed {int(s)}" if present(s) else "seed ?" for s in per_seed.columns]
     agg = df.groupby(keys, dropna=False)[value].agg(["mean", "std", "count"])
     agg = agg.rename(columns={"count": "n_seeds"})
     info = df.groupby(keys, dropna=False)[["variant_label", "recipe"]].first()
+    by_seed = per_seed.reindex(info.index)  # row i: the seeds of the table's row i, seed -> value
+    per_seed.columns = [f"seed {int(s)}" if present(s) else "seed ?" for s in per_seed.columns]
     out = info.join(per_seed).join(agg).reset_index()
-    ref = out.loc[out["variant_label"] == reference, [*block, "mean"]].rename(columns={"mean": "_ref"})
-    out = out.merge(ref.drop_duplicates(block), on=block, how="left")
-    out["diff"] = out["mean"] - out["_ref"]
-    is_ref = out["variant_label"] == reference
-    out["verdict"] = ["reference" if r else verdict(d, threshold) for r, d in zip(is_ref, out["diff"])]
+    is_ref = (out["variant_label"] == reference).to_numpy()
+    ref_row = {}  # table row -> the row of its block's reference
+    for rows in out.groupby(block, dropna=False, sort=False).indices.values():
+        refs = [r for r in rows if is_ref[r]]
+        ref_row.update({r: refs[0] for r in rows if refs})
+    intervals = []
+    for row in range(len(out)):
+        if row not in ref_row:
+            intervals.append(stats.Interval(math.nan, math.nan, math.nan, MISSING, 0, 0))
+            continue
+        side, ref = by_seed.iloc[row].dropna(), by_seed.iloc[ref_row[row]].dropna()
+        interval = stats.difference_interval(side, ref, noise)
+        if is_ref[row]:  # the reference against itself: a difference of 0, no interval to speak of
+            interval = stats.Interval(0.0, math.nan, math.nan, MISSING, interval.n, interval.n_ref)
+        intervals.append(interval)
+    out["n_ref"] = [i.n_ref for i in intervals]
+    out["diff"] = [i.diff for i in intervals]
+    out["ci_low"] = [i.low for i in intervals]
+    out["ci_high"] = [i.high for i in intervals]
+    out["method"] = [i.method for i in intervals]
+    out["verdict"] = [
+        "reference" if r else stats.interval_verdict(i, threshold) for r, i in zip(is_ref, intervals)
+    ]
+    sigma = noise.sigma if noise is not None else math.nan
+    out["seeds_needed"] = np.where(is_ref, np.nan, stats.seeds_needed(sigma, delta))
     out["_not_ref"] = ~is_ref
-    out = out.sort_values([*block, "_not_ref", "variant_label"]).drop(columns=["_ref", "_not_ref"])
+    out = out.sort_values([*block, "_not_ref", "variant_label"]).drop(columns=["_not_ref"])
     return out.reset_index(drop=True), list(per_seed.columns), reference
 
 
@@ -196,30 +240,61 @@ def iso_data_table(
     reference: str | None = None,
     threshold: float = NOISE_THRESHOLD,
     value: str = "eval_loss",
+    noise: stats.NoiseFloor | None = None,
+    delta: float = NOISE_THRESHOLD,
 ) -> pd.DataFrame:
     """Variants side by side at equal model size and token budget.
 
     One row per (size, budget_tokens, variant): a column per seed, mean, std, n_seeds, the loop
     count(s) the values were taken at (`best_loops`, '8' or '8/12' when seeds differ) and the rule
     (`loop_rule`), the difference of the mean to the reference variant's mean at the same size and
-    budget (`diff`), and `verdict` (reference / noise / better / worse / —). `reference` is a
-    variant label (a recipe run without overrides is labelled by its recipe, e.g. 'parcae').
+    budget (`diff`) with its 95 % interval (`ci_low`, `ci_high`, `method`, `n_ref`: the reference's
+    seeds), `verdict` (reference / better / worse / not resolved; noise / better / worse by the fixed
+    `threshold` only where no interval exists; — without a difference), `seeds_needed` per side to
+    resolve a difference `delta` at the noise floor, and `data_worth_pct`: the difference as extra
+    training data for the reference (`with_data_worth`). `reference` is a variant label (a recipe run
+    without overrides is labelled by its recipe, e.g. 'parcae').
 
-    `evals` is `eval_loss_per_run(...)`; runs whose budget was derived from another run's time
-    (iso-time runs) and time-budget runs are left out: they are not at equal data.
+    `noise` defaults to `stats.noise_floor(evals)`. `evals` is `eval_loss_per_run(...)`; runs whose
+    budget was derived from another run's time (iso-time runs) and time-budget runs are left out:
+    they are not at equal data.
     """
     df = with_variants(evals)
     if "match_time_of" in df.columns:
         df = df[df["match_time_of"].isna()]
     df = df[df["budget_tokens"].notna()]
     block = ["size", "budget_tokens"]
-    head = [*block, "variant_label", "recipe", "mean", "diff", "verdict", "best_loops"]
-    tail = ["std", "n_seeds", "loop_rule", "variant_id"]
+    head = [*block, "variant_label", "recipe", "mean", "diff", "ci_low", "ci_high", "verdict", "n_seeds",
+            "n_ref", "method", "seeds_needed", "data_worth_pct", "best_loops"]  # fmt: skip
+    tail = ["std", "loop_rule", "variant_id"]
     if df.empty:
         return pd.DataFrame(columns=[*head, *tail])
-    out, seed_cols, _ = _versus_reference(df, block, reference, threshold, value)
+    noise = stats.noise_floor(df, value) if noise is None else noise
+    out, seed_cols, reference = _versus_reference(df, block, reference, threshold, value, noise, delta)
+    out = with_data_worth(out, df, reference, value)
     out = out.merge(_loop_columns(df, [*block, "variant_id"]), on=[*block, "variant_id"], how="left")
     return out[[*head, *seed_cols, *tail]]
+
+
+def with_data_worth(
+    table: pd.DataFrame, runs: pd.DataFrame, reference: str | None, value: str
+) -> pd.DataFrame:
+    """`table` (iso-data rows) with `data_worth_pct`: each row's difference as "worth X % more training
+    data", from the reference variant's L(D) fit at that size (`stats.data_fits`): the extra data the
+    reference would need, at its budget, to lower its fitted loss by −diff (negative: the variant is
+    worth less data than the reference). NaN where the reference has no fit (fewer than 3 budgets)."""
+    _, fits = stats.data_fits(
+        runs[runs["variant_label"] == reference], value
+    )  # only the reference's fit is used
+    refs = table.loc[table["variant_label"] == reference].drop_duplicates("size")
+    ref_ids = dict(zip(refs["size"], refs["variant_id"]))
+    worth = []
+    rows = zip(table["size"], table["budget_tokens"], table["diff"], table["variant_label"])
+    for size, tokens, diff, label in rows:
+        fit = fits.get((size, ref_ids.get(size)))
+        usable = fit is not None and label != reference and present(diff)
+        worth.append(fit.worth_pct(-diff, tokens) if usable else math.nan)
+    return table.assign(data_worth_pct=worth)
 
 
 def _join_loops(s: pd.Series):
@@ -277,22 +352,28 @@ def iso_flop_table(
     tolerance: float = FLOP_TOLERANCE,
     threshold: float = NOISE_THRESHOLD,
     value: str = "eval_loss",
+    noise: stats.NoiseFloor | None = None,
+    delta: float = NOISE_THRESHOLD,
 ) -> pd.DataFrame:
     """Variants side by side at equal training compute, as `iso_data_table` does at equal tokens.
 
     Runs of one size whose training FLOPs lie within `tolerance` of each other form a block
     (`flop_classes`); `flops` is the block's mean. Per variant in a block: a column per seed, mean,
     std, n_seeds, the variant's mean FLOPs and tokens (a cheaper variant trained more tokens), the
-    difference to the reference variant of the block and the seed-noise verdict. Runs without FLOPs
-    are left out; iso-time and FLOP-budget runs are in (compute is what is matched here).
+    difference to the reference variant of the block with its interval, n per side, verdict and
+    seeds_needed as in `iso_data_table`. Runs without FLOPs are left out; iso-time and FLOP-budget runs
+    are in (compute is what is matched here). `noise` defaults to `stats.noise_floor(evals)` (seeds at
+    one size and token budget).
     """
     df = _with_flop_classes(evals, tolerance)
     block = ["size", "flops"]
-    head = [*block, "variant_label", "recipe", "mean", "diff", "verdict", "best_loops"]
-    tail = ["train_flops", "tokens", "std", "n_seeds", "loop_rule", "variant_id"]
+    head = [*block, "variant_label", "recipe", "mean", "diff", "ci_low", "ci_high", "verdict", "n_seeds",
+            "n_ref", "method", "seeds_needed", "best_loops"]  # fmt: skip
+    tail = ["train_flops", "tokens", "std", "loop_rule", "variant_id"]
     if df.empty:
         return pd.DataFrame(columns=[*head, *tail])
-    out, seed_cols, _ = _versus_reference(df, block, reference, threshold, value)
+    noise = stats.noise_floor(evals, value) if noise is None else noise
+    out, seed_cols, _ = _versus_reference(df, block, reference, threshold, value, noise, delta)
     keys = [*block, "variant_id"]
     spent = df.groupby(keys, dropna=False)[["train_flops", "tokens"]].mean().reset_index()
     out = out.merge(spent, on=keys, how="left").merge(_loop_columns(df, keys), on=keys, how="left")
@@ -347,18 +428,21 @@ def by_architecture(evals: pd.DataFrame, x: str, color: str, value: str = "eval_
 # ---------------------------------------------------------------- iso-time
 
 
-def iso_time_pairs(runs: pd.DataFrame, threshold: float = NOISE_THRESHOLD) -> pd.DataFrame:
+def iso_time_pairs(
+    runs: pd.DataFrame, threshold: float = NOISE_THRESHOLD, noise: stats.NoiseFloor | None = None
+) -> pd.DataFrame:
     """Pairs of runs whose training times were matched by a derived budget.
 
     A run whose budget is {"match_time_of": J} trained for the time run J took; both finished
     their LR decay, so their final validation losses are comparable. One row per matched run, with
-    both variants, both times, both token counts, both final losses, `diff` = run − reference and
-    the verdict.
+    both variants, both times, both token counts, both final losses, `diff` = run − reference, its
+    interval (one run per side: only the noise floor `noise` gives one, see
+    `stats.difference_interval`) and the verdict.
     """
     cols = ["size", "variant_label", "ref_variant_label", "seed", "ref_seed", "final_val_loss",
-            "ref_final_val_loss", "diff", "verdict", "train_seconds", "ref_train_seconds", "tokens",
-            "ref_tokens", "job_id", "ref_job_id", "recipe", "ref_recipe", "variant_id",
-            "ref_variant_id"]  # fmt: skip
+            "ref_final_val_loss", "diff", "ci_low", "ci_high", "verdict", "method", "train_seconds",
+            "ref_train_seconds", "tokens", "ref_tokens", "job_id", "ref_job_id", "recipe", "ref_recipe",
+            "variant_id", "ref_variant_id"]  # fmt: skip
     if runs.empty or "match_time_of" not in runs.columns:
         return pd.DataFrame(columns=cols)
     runs = with_variants(runs)
@@ -370,27 +454,52 @@ def iso_time_pairs(runs: pd.DataFrame, threshold: float = NOISE_THRESHOLD) -> pd
                 "final_val_loss"]]  # fmt: skip
     ref = ref.rename(columns={c: f"ref_{c}" for c in ref.columns})
     out = a.merge(ref, on="ref_job_id", how="left")
-    out["diff"] = out["final_val_loss"] - out["ref_final_val_loss"]
-    out["verdict"] = [verdict(d, threshold) for d in out["diff"]]
+    intervals = [
+        stats.difference_interval(pd.Series([loss], dtype=float), pd.Series([ref_loss], dtype=float), noise)
+        for loss, ref_loss in zip(out["final_val_loss"], out["ref_final_val_loss"])
+    ]
+    out["diff"] = [i.diff for i in intervals]
+    out["ci_low"] = [i.low for i in intervals]
+    out["ci_high"] = [i.high for i in intervals]
+    out["method"] = [i.method for i in intervals]
+    out["verdict"] = [stats.interval_verdict(i, threshold) for i in intervals]
     order = ["size", "ref_variant_label", "variant_label", "seed"]
     return out[cols].sort_values(order).reset_index(drop=True)
 
 
-def iso_time_summary(pairs: pd.DataFrame, threshold: float = NOISE_THRESHOLD) -> pd.DataFrame:
-    """Iso-time pairs averaged over seeds: one row per (size, variant, reference variant)."""
+def iso_time_summary(
+    pairs: pd.DataFrame,
+    threshold: float = NOISE_THRESHOLD,
+    noise: stats.NoiseFloor | None = None,
+    delta: float = NOISE_THRESHOLD,
+) -> pd.DataFrame:
+    """Iso-time pairs over seeds: one row per (size, variant, reference variant).
+
+    `diff` = mean final loss of the variant's runs − mean of their reference runs (a reference run
+    matched twice counts once), with its interval: paired by seed when both sides have the same seeds,
+    as `stats.difference_interval` says; `diff_std` is the spread of the per-pair differences.
+    """
     keys = ["size", "variant_label", "ref_variant_label"]
-    cols = [*keys, "final_val_loss", "ref_final_val_loss", "diff", "diff_std", "n_pairs", "verdict"]
+    cols = [*keys, "final_val_loss", "ref_final_val_loss", "diff", "ci_low", "ci_high", "verdict", "n_seeds",
+            "n_ref", "method", "seeds_needed", "diff_std", "n_pairs"]  # fmt: skip
     if pairs.empty:
         return pd.DataFrame(columns=cols)
-    g = pairs.groupby(["size", "variant_id", "ref_variant_id"], dropna=False)
-    out = g[["variant_label", "ref_variant_label"]].first()
-    out[["final_val_loss", "ref_final_val_loss", "diff"]] = g[
-        ["final_val_loss", "ref_final_val_loss", "diff"]
-    ].mean()
-    out["diff_std"] = g["diff"].std()
-    out["n_pairs"] = g["diff"].count()
-    out["verdict"] = [verdict(d, threshold) for d in out["diff"]]
-    return out.reset_index()[cols]
+    sigma = noise.sigma if noise is not None else math.nan
+    rows = []
+    for _, group in pairs.groupby(["size", "variant_id", "ref_variant_id"], dropna=False, sort=True):
+        side = group.dropna(subset=["seed"]).groupby("seed")["final_val_loss"].mean()
+        ref = group.drop_duplicates("ref_job_id").dropna(subset=["ref_seed"])
+        ref = ref.groupby("ref_seed")["ref_final_val_loss"].mean()
+        interval = stats.difference_interval(side, ref, noise)
+        first = group.iloc[0]
+        rows.append(dict(size=first["size"], variant_label=first["variant_label"],
+                         ref_variant_label=first["ref_variant_label"], final_val_loss=side.mean(),
+                         ref_final_val_loss=ref.mean(), diff=interval.diff, ci_low=interval.low,
+                         ci_high=interval.high, verdict=stats.interval_verdict(interval, threshold),
+                         n_seeds=interval.n, n_ref=interval.n_ref, method=interval.method,
+                         seeds_needed=stats.seeds_needed(sigma, delta), diff_std=group["diff"].std(),
+                         n_pairs=int(group["diff"].count())))  # fmt: skip
+    return pd.DataFrame(rows, columns=cols)
 
 
 def wall_time_curves(curves: pd.DataFrame, runs: pd.DataFrame, key: str = "val_loss") -> pd.DataFrame:

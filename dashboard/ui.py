@@ -21,7 +21,11 @@ NO_JOBS = (
     "No jobs yet: submit a grid with `looplab submit grids.py` (or try `looplab demo --fast`), "
     "then start the queue with `looplab run`. This page refreshes on its own."
 )
-VERDICT_COLORS = {"better": "#d4f4dd", "worse": "#fbd9d3", "noise": "#eeeeee", "reference": "#dde7f7"}
+VERDICT_COLORS = {"better": "#d4f4dd", "worse": "#fbd9d3", "not resolved": "#eeeeee", "noise": "#eeeeee",
+                  "reference": "#dde7f7"}  # fmt: skip
+# the same verdicts as line colours on a chart (the cell colours are too pale to draw with)
+VERDICT_STROKES = {"better": "#2e9b4f", "worse": "#d0503a", "not resolved": "#9a9a9a", "noise": "#9a9a9a",
+                   "reference": "#4a78c2"}  # fmt: skip
 
 
 def db_url() -> str:
@@ -156,7 +160,7 @@ INT_COLUMNS = {
     "loops", "train_loops", "eval_loops", "round", "n_seeds", "n_runs", "n_pairs", "progress_done",
     "progress_total", "context_len", "batch_size", "priority", "attempts", "match_time_of", "n_prelude",
     "n_recurrent", "n_coda", "d_model", "n_params", "n_params_non_embedding", "n_once", "n_rec", "train_job_id",
-    "sweep_job_id",
+    "sweep_job_id", "n_ref", "seeds_needed", "n_budgets",
 }  # fmt: skip
 # columns whose values span many orders of magnitude: shown as 1.98e+12
 SCIENTIFIC_COLUMNS = {"flops", "train_flops", "flops_per_token", "achieved_flops_per_s", "budget_flops"}
@@ -214,11 +218,12 @@ def table(
 def reference_picker(
     options: list[str], label: str = "Reference variant", key: str = "reference"
 ) -> str | None:
-    """A selectbox of variant labels; `parcae` (the recipe without overrides) is the default."""
+    """A selectbox of variant labels; the default is `parcae`'s variant with the fewest overrides
+    (`analysis.default_reference`)."""
     options = sorted({o for o in options if isinstance(o, str)})
     if not options:
         return None
-    default = options.index("parcae") if "parcae" in options else 0
+    default = options.index(analysis.default_reference(options))
     return st.selectbox(label, options, index=default, key=key)
 
 
@@ -232,6 +237,22 @@ def color(field: str, numeric: bool = False, title: str | None = None, **kw):
     return alt.Color(f"{field}:N", title=title, scale=alt.Scale(scheme="tableau10"), **kw)
 
 
+def mean_with_spread(base, *, y_title: str, tooltip: list, spread: str | None = "area", points: bool = True):
+    """A line of the mean over seeds drawn over each point's min–max spread: `spread` "area" (a band
+    along a curve), "rule" (a bar at each of a few far-apart points) or None (the line alone). `base`
+    is an Altair chart encoding x and colour over rows with `mean`, `min` and `max` columns; the
+    legend comes from the line."""
+    import altair as alt
+
+    line = base.mark_line(point=points).encode(
+        y=alt.Y("mean:Q", title=y_title, scale=alt.Scale(zero=False)), tooltip=tooltip
+    )
+    if spread is None:
+        return line
+    marks = {"area": base.mark_area(opacity=0.2), "rule": base.mark_rule(opacity=0.5)}
+    return line + marks[spread].encode(y="min:Q", y2="max:Q")
+
+
 def axis_picker(label: str, options: list[str], default: str, key: str) -> str:
     """A selectbox of column names for a chart axis or colour, shown by their readable names."""
     index = options.index(default) if default in options else 0
@@ -243,6 +264,17 @@ def axis_picker(label: str, options: list[str], default: str, key: str) -> str:
 def url() -> str:
     """The database URL `app.py` opened for this run."""
     return st.session_state["db_url"]
+
+
+def runs_page(title: str) -> tuple[str, pd.DataFrame, pd.DataFrame]:
+    """The start of a page about runs: its title, then (database URL, every run with its variant
+    columns, the runs the sidebar filters select). Stops the page with a note when there is no job."""
+    st.title(title)
+    db = url()
+    all_runs = variants.with_variants(runs(db))
+    if not require_jobs(all_runs):
+        st.stop()
+    return db, all_runs, filter_runs(all_runs)
 
 
 def require_jobs(jobs_df: pd.DataFrame) -> bool:

@@ -1,6 +1,8 @@
 """Compare: variants at equal data (iso-data), equal training compute (iso-FLOP) and equal training
-time (iso-time), across seeds, with differences below the noise threshold marked as noise; loss
-against any architecture column; training throughput per variant."""
+time (iso-time), across seeds. Every difference to the reference comes with a 95 % interval, the seeds
+on each side and a verdict read off the interval; the noise floor measured from repeated seeds is shown
+beside each comparison, and an iso-data difference is also given as extra training data (an L(D) fit).
+Loss against any architecture column; training throughput per variant."""
 
 from __future__ import annotations
 
@@ -8,39 +10,104 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from dashboard import analysis, ui, variants
+from dashboard import analysis, stats, timing, ui, variants
 from orchestrator.states import JobStatus
 
-st.title("Compare")
-url = ui.url()
-all_runs = variants.with_variants(ui.runs(url))
-if not ui.require_jobs(all_runs):
-    st.stop()
-runs = ui.filter_runs(all_runs)
-c1, c2 = st.columns(2)
+url, all_runs, runs = ui.runs_page("Compare")
+c1, c2, c3 = st.columns(3)
 with c1:
     reference = ui.reference_picker(list(runs["variant_label"]))
-threshold = c2.number_input("Noise threshold (loss)", min_value=0.0, value=analysis.NOISE_THRESHOLD, step=0.005,
-                            format="%.3f", key="noise_threshold")  # fmt: skip
+delta = c2.number_input("Difference to resolve δ (loss), for `seeds_needed`", min_value=0.001,
+                        value=analysis.NOISE_THRESHOLD, step=0.005, format="%.3f", key="power_delta")  # fmt: skip
+threshold = c3.number_input("Fallback threshold (loss), only where no interval exists", min_value=0.0,
+                            value=analysis.NOISE_THRESHOLD, step=0.005, format="%.3f",
+                            key="noise_threshold")  # fmt: skip
 
 done = runs[runs["status"] == JobStatus.SUCCEEDED]  # a running or failed run is no result (yet)
 evals = analysis.eval_loss_per_run(done, ui.filter_by_runs(ui.depth(url), done))
+noise = stats.noise_floor(evals)
+
+
+def show_noise_floor() -> None:
+    """The measured noise floor (or the fallback) beside a comparison."""
+    if noise.measured:
+        st.markdown(f"**Noise floor:** {noise.describe(threshold)}.")
+    else:
+        st.warning(f"{noise.describe(threshold)}: every difference with one seed per side is judged by it.")
+
+
+with st.expander("How a difference is judged", expanded=False):
+    st.markdown(
+        f"""`diff` = variant − reference (lower loss is better), with a 95 % interval `ci_low`–`ci_high` and
+the seeds on each side (`n_seeds`, `n_ref`); `method` says how the interval was made:
+- **paired t**: both sides have the same ≥ 3 seeds (the same seed = the same data order and
+  initialisation), a t interval on the per-seed differences, so a seed effect both share cancels;
+- **Welch t**: ≥ 3 seeds a side, not the same seeds;
+- **bootstrap** ({stats.BOOTSTRAP_RESAMPLES} seeded resamples): a side has 2 seeds. A bootstrap can only
+  redraw the seeds it has: with n = 2 its interval is about the range of the two values and cannot show
+  a spread they did not. Where a noise floor was measured the interval is widened to at least the
+  noise-floor one (**bootstrap ∪ noise floor**);
+- **noise floor**: a side has 1 seed: diff ± t·σ·√(1/n + 1/n_ref), σ the pooled noise floor and t at its
+  degrees of freedom (one seed per side: diff ± t·σ·√2);
+- **n too small**: one seed a side and no noise floor: no interval; only there the fixed threshold
+  ({threshold:g}) decides (**noise** below it).
+
+`verdict`: **better** / **worse** when the interval excludes 0, else **not resolved**.
+`seeds_needed`: seeds per side to resolve a true difference δ = {delta:g} at the noise floor σ
+(two-sided α = 0.05, power 0.8, unpaired): n = 2·((z₀.₉₇₅ + z₀.₈)·σ/δ)², rounded up; pairing by seed
+needs at most that many."""
+    )
+show_noise_floor()
 
 st.header("Iso-data")
 st.caption(
     "Same size and token budget; one row per variant (recipe + model overrides), seeds side by side. Looped "
     "variants with a sampled loop count are compared at the best loop count of their depth sweep "
     "(`best_loops`); fixed-loop ones at their trained count; a plain transformer by its final validation "
-    f"loss. |diff| < {threshold:g} is marked **noise**; — is missing data."
+    "loss. — is missing data."
 )
-iso = analysis.iso_data_table(evals, reference=reference, threshold=threshold)
+iso = analysis.iso_data_table(evals, reference=reference, threshold=threshold, noise=noise, delta=delta)
 if iso.empty:
     st.info("no finished token-budget runs in this selection yet")
 else:
     st.markdown("**Mean validation loss over seeds** (rows: size × token budget, columns: variants)")
     ui.table(analysis.iso_data_matrix(iso).reset_index(), key="iso_matrix")
-    st.markdown(f"**Per seed, mean, difference to `{reference}`**")
+    st.markdown(f"**Per seed, mean, difference to `{reference}` with its 95 % interval**")
     ui.table(iso, key="iso_data")
+    shown = iso[iso["ci_low"].notna()].copy()  # the rows that have an interval, drawn as bars
+    shown["budget"] = [f"{tokens / 1e6:g}M tokens" for tokens in shown["budget_tokens"]]
+    shown["row"] = analysis.join_labels(shown, ["variant_label", "size", "budget"])
+    if not shown.empty:
+        verdicts = ["better", "worse", "not resolved"]
+        base = alt.Chart(shown).encode(y=alt.Y("row:N", title=None, sort=None, axis=alt.Axis(labelLimit=400)))
+        bars = base.mark_rule(strokeWidth=3).encode(
+            x=alt.X("ci_low:Q", title=f"diff to {reference} (loss), 95 % interval"), x2="ci_high:Q",
+            color=alt.Color("verdict:N", scale=alt.Scale(domain=verdicts,
+                                                         range=[ui.VERDICT_STROKES[v] for v in verdicts])),
+        )  # fmt: skip
+        dots = base.mark_point(filled=True, color="black").encode(
+            x="diff:Q", tooltip=["variant_label", "diff", "ci_low", "ci_high", "method", "n_seeds", "n_ref"]
+        )
+        zero = alt.Chart(pd.DataFrame({"x": [0.0]})).mark_rule(strokeDash=[4, 4]).encode(x="x:Q")
+        st.altair_chart((bars + dots + zero).properties(height=alt.Step(34)), width="stretch")
+    with st.expander("Seed-to-seed spread per variant (the noise floor's inputs)"):
+        st.caption("A variant with one seed at a size and budget has no spread to measure and adds nothing.")
+        ui.table(noise.groups, key="noise_groups")
+    fit_table, _ = stats.data_fits(evals)
+    st.markdown("**Loss-to-data exchange rate**")
+    ref_fitted = any(label == reference for label in fit_table.loc[fit_table["note"] == "", "variant_label"])
+    if ref_fitted:
+        st.caption(
+            f"L(D) = E + B·D^(−β) fitted to `{reference}`'s runs at each size; `data_worth_pct` in the table "
+            "above: the extra training data (%) the reference would need at its budget to lower its fitted "
+            "loss by −diff (negative: the variant is worth less data)."
+        )
+    else:
+        st.caption(
+            f"no exchange rate: `{reference}` has no L(D) fit (it needs runs at ≥ {stats.MIN_BUDGETS} token "
+            "budgets of one size), so `data_worth_pct` is empty."
+        )
+    ui.table(fit_table, key="data_fits")
 
 st.header("Iso-FLOP")
 tolerance_pct = st.number_input("Equal compute within (%)", min_value=0.0, max_value=50.0,
@@ -63,21 +130,17 @@ else:
         ),
         color=ui.color("variant_label", title="variant"),
     )
-    bars = base.mark_rule(opacity=0.5).encode(y=alt.Y("min:Q"), y2="max:Q")
-    line = base.mark_line(point=True).encode(
-        y=alt.Y("mean:Q", title="loss (mean over seeds)", scale=alt.Scale(zero=False)),
-        tooltip=[
-            "variant_label",
-            "size",
-            alt.Tooltip("train_flops:Q", format=".3e"),
-            alt.Tooltip("mean:Q", format=".4f"),
-            "n_seeds",
-        ],  # fmt: skip
+    tooltip = ["variant_label", "size", alt.Tooltip("train_flops:Q", format=".3e"),
+               alt.Tooltip("mean:Q", format=".4f"), "n_seeds"]  # fmt: skip
+    chart = ui.mean_with_spread(base, y_title="loss (mean over seeds)", tooltip=tooltip, spread="rule")
+    st.altair_chart(chart.properties(height=360), width="stretch")
+    flop_table = analysis.iso_flop_table(evals, reference=reference, tolerance=tolerance, threshold=threshold,
+                                         noise=noise, delta=delta)  # fmt: skip
+    st.markdown(
+        f"**Runs at equal FLOPs: per seed, mean, difference to `{reference}` with its 95 % interval**"
     )
-    st.altair_chart((line + bars).properties(height=360), width="stretch")  # legend from the line
-    flop_table = analysis.iso_flop_table(evals, reference=reference, tolerance=tolerance, threshold=threshold)
-    st.markdown(f"**Runs at equal FLOPs: per seed, mean, difference to `{reference}`**")
     ui.table(flop_table, key="iso_flop")
+    show_noise_floor()
 
 st.header("Loss by architecture")
 budgets = [b for b in dict.fromkeys(evals["budget"]) if isinstance(b, str)] if "budget" in evals else []
@@ -99,10 +162,8 @@ else:
         x=alt.X(f"{x}:{kind[x]}", title=variants.ARCH_LABELS.get(x, x), scale=alt.Scale(zero=False)),
         color=ui.color(color, kind[color] == "Q", title=variants.ARCH_LABELS.get(color, color)),
     )
-    chart = base.mark_line(point=True).encode(
-        y=alt.Y("mean:Q", title="loss (mean over seeds)", scale=alt.Scale(zero=False)),
-        tooltip=["variant_label", x, color, alt.Tooltip("mean:Q", format=".4f"), "n_seeds"],
-    ) + base.mark_rule(opacity=0.5).encode(y="min:Q", y2="max:Q")
+    tooltip = ["variant_label", x, color, alt.Tooltip("mean:Q", format=".4f"), "n_seeds"]
+    chart = ui.mean_with_spread(base, y_title="loss (mean over seeds)", tooltip=tooltip, spread="rule")
     st.caption(f"One point per variant at budget {budget} (the loss iso-data uses), min–max over seeds.")
     st.altair_chart(chart.properties(height=340), width="stretch")
     ui.table(points, key="by_arch")
@@ -110,12 +171,16 @@ else:
 st.header("Iso-time")
 st.caption("A run retrained with the wall-clock training time of a reference run (budget `match_time_of`); "
            "both finished their learning-rate decay, so their final losses compare.")  # fmt: skip
-pairs = analysis.iso_time_pairs(done, threshold=threshold)
+pairs = timing.mark_pairs(analysis.iso_time_pairs(done, threshold=threshold, noise=noise), done)
 if pairs.empty:
     st.info("no iso-time pair yet: submit a train job with budget {'match_time_of': <job id>}")
 else:
-    ui.table(analysis.iso_time_summary(pairs, threshold=threshold), key="iso_time_summary")
+    summary = analysis.iso_time_summary(pairs, threshold=threshold, noise=noise, delta=delta)
+    ui.table(summary, key="iso_time_summary")
     ui.table(pairs, key="iso_time_pairs")
+    st.caption("`contended`: either run of the pair trained beside another job, so its time is not a "
+               "clean measurement; empty: not recorded.")  # fmt: skip
+    show_noise_floor()
     ids = tuple(sorted(set(pairs["job_id"]) | set(pairs["ref_job_id"])))
     wt = analysis.wall_time_curves(ui.curves(url, ids, ("val_loss",)), all_runs)
     if not wt.empty:

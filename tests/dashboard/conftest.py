@@ -59,6 +59,10 @@ EXPECTED = {
     "iso_flop_lean8_diff": -0.05,  # 3.06 - 3.11
     "plain_train_flops": 0.4e6 * 1_000_000,  # FLOPs per token x tokens (no stored total)
     "lean_last_val_loss_at_1": 3.15 + 0.8,  # lean seed 0's last evaluation at 1 loop
+    # noise floor: the four variants' two seeds at 1M tokens, sample variances 0.0002 (parcae, lean,
+    # lean8: 0.02 apart) and 0.0008 (plain: 0.04 apart), pooled over 4 degrees of freedom
+    "noise_sigma": ((3 * 0.0002 + 0.0008) / 4) ** 0.5,
+    "noise_dof": 4,
 }
 ISO_TIME_LOSS = 3.13
 LEAN8_LABEL = "lean · loops=8"

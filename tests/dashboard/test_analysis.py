@@ -7,8 +7,9 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats as scipy_stats
 
-from dashboard import analysis
+from dashboard import analysis, stats
 
 NAN = float("nan")
 
@@ -112,28 +113,74 @@ def _iso_runs():
     return analysis.eval_loss_per_run(frame(rows), depth)
 
 
-def test_iso_data_table_per_seed_mean_best_loops_and_noise():
+def test_iso_data_table_per_seed_mean_best_loops_and_intervals():
     t = analysis.iso_data_table(_iso_runs(), reference="parcae").set_index("recipe")
     assert list(t.index) == ["parcae", "fixed4", "lean", "plain"]  # reference first
     assert (t.loc["parcae", "seed 0"], t.loc["parcae", "seed 1"]) == (3.00, 3.00)
     assert t.loc["parcae", "best_loops"] == "8/12"  # seeds peaked at different counts: both shown
     assert t.loc["parcae", "verdict"] == "reference" and t.loc["parcae", "diff"] == 0
+    assert math.isnan(t.loc["parcae", "ci_low"]) and math.isnan(t.loc["parcae", "seeds_needed"])
     assert t.loc["lean", "mean"] == pytest.approx(3.009)
     assert t.loc["lean", "best_loops"] == "4"
-    # |+0.009| < 0.01 -> noise ; |+0.2| -> worse ; -0.005 -> noise
-    assert t.loc["lean", "diff"] == pytest.approx(0.009) and t.loc["lean", "verdict"] == "noise"
-    assert t.loc["fixed4", "diff"] == pytest.approx(-0.005) and t.loc["fixed4", "verdict"] == "noise"
-    assert t.loc["plain", "verdict"] == "worse"
+    # noise floor: parcae (3.00, 3.00), lean (3.005, 3.013), fixed4 (3.030, 2.960) pooled, 3 dof; plain
+    # (one seed) adds nothing
+    sigma = math.sqrt((0 + 0.008**2 / 2 + 0.07**2 / 2) / 3)
+    half = scipy_stats.t.ppf(0.975, 3) * sigma  # √(1/2 + 1/2) = 1
+    # two seeds a side: the bootstrap, widened to the noise floor
+    lean = t.loc["lean"]
+    assert lean["diff"] == pytest.approx(0.009) and lean["method"] == "bootstrap ∪ noise floor"
+    assert (lean["ci_low"], lean["ci_high"]) == (pytest.approx(0.009 - half), pytest.approx(0.009 + half))
+    assert (lean["n_seeds"], lean["n_ref"], lean["verdict"]) == (2, 2, "not resolved")
+    assert t.loc["fixed4", "diff"] == pytest.approx(-0.005) and t.loc["fixed4", "verdict"] == "not resolved"
+    # one seed against two: diff ± t·σ·√(1 + 1/2), far from 0
+    plain = t.loc["plain"]
+    assert plain["method"] == "noise floor" and (plain["n_seeds"], plain["n_ref"]) == (1, 2)
+    assert plain["ci_low"] == pytest.approx(0.2 - half * math.sqrt(1.5)) and plain["verdict"] == "worse"
+    # seeds per side to resolve 0.01 at this σ: 2·((z.975 + z.8)·σ/0.01)²
+    z = scipy_stats.norm.ppf(0.975) + scipy_stats.norm.ppf(0.8)
+    assert lean["seeds_needed"] == math.ceil(2 * (z * sigma / 0.01) ** 2)
+    assert analysis.iso_data_table(_iso_runs(), delta=0.05).loc[1, "seeds_needed"] == math.ceil(
+        2 * (z * sigma / 0.05) ** 2
+    )
+    assert math.isnan(lean["data_worth_pct"])  # one budget: no L(D) fit
 
 
-def test_iso_data_noise_threshold_both_sides():
+def test_iso_data_threshold_decides_only_without_replicated_seeds():
     ev = _iso_runs()
-    t = analysis.iso_data_table(ev, reference="parcae", threshold=0.005).set_index("recipe")
-    assert t.loc["lean", "verdict"] == "worse"  # 0.009 >= 0.005
-    t = analysis.iso_data_table(ev, reference="parcae", threshold=0.02).set_index("recipe")
-    assert t.loc["lean", "verdict"] == "noise"
-    t = analysis.iso_data_table(ev, reference="plain", threshold=0.01).set_index("recipe")
-    assert t.loc["lean", "verdict"] == "better" and t.loc["lean", "diff"] == pytest.approx(-0.191)
+    for threshold in (0.001, 0.005, 0.02):  # seeds were repeated: the threshold plays no part
+        t = analysis.iso_data_table(ev, reference="parcae", threshold=threshold).set_index("recipe")
+        assert t.loc["lean", "verdict"] == "not resolved"
+    # one seed per variant and no noise floor: no interval ("n too small"), the threshold decides
+    single = ev[ev["seed"] == 0]
+    t = analysis.iso_data_table(single, reference="parcae", threshold=0.01).set_index("recipe")
+    assert (t.loc["lean", "method"], t.loc["lean", "verdict"]) == ("n too small", "noise")  # +0.005
+    assert math.isnan(t.loc["lean", "ci_low"]) and math.isnan(t.loc["lean", "seeds_needed"])
+    assert t.loc["plain", "verdict"] == "worse"  # +0.2
+    t = analysis.iso_data_table(single, reference="parcae", threshold=0.001).set_index("recipe")
+    assert t.loc["lean", "verdict"] == "worse"
+    # the same single seeds judged by a noise floor measured elsewhere
+    floor = stats.noise_floor(ev)
+    t = analysis.iso_data_table(single, reference="plain", noise=floor).set_index("recipe")
+    half = scipy_stats.t.ppf(0.975, floor.dof) * floor.sigma * math.sqrt(2)
+    assert t.loc["lean", "method"] == "noise floor" and t.loc["lean", "diff"] == pytest.approx(-0.195)
+    assert t.loc["lean", "ci_high"] == pytest.approx(-0.195 + half) and t.loc["lean", "verdict"] == "better"
+
+
+def test_iso_data_data_worth_from_the_reference_fit():
+    e, b, beta = 2.0, 150.0, 0.32
+    rows = [run(10 + i, "plain", s, e + b * d**-beta, mode="none", budget=d)
+            for i, d in enumerate((1e6, 2e6, 4e6)) for s in (0, 1)]  # fmt: skip
+    rows += [
+        run(20 + s, "lean", s, e + b * 2e6**-beta - 0.02, mode="fixed", loops=4, budget=2e6) for s in (0, 1)
+    ]
+    ev = analysis.eval_loss_per_run(frame(rows), frame([], columns=["train_job_id", "loops", "val_loss"]))
+    t = analysis.iso_data_table(ev, reference="plain")
+    lean = t[t["recipe"] == "lean"].iloc[0]
+    expected = (1 - 0.02 / (b * 2e6**-beta)) ** (-1 / beta) - 1  # 0.02 lower loss at 2M tokens
+    assert lean["diff"] == pytest.approx(-0.02) and lean["data_worth_pct"] == pytest.approx(
+        100 * expected, rel=1e-4
+    )
+    assert t[t["recipe"] == "plain"]["data_worth_pct"].isna().all()  # the reference itself
 
 
 def test_iso_data_missing_seed_and_missing_sweep_are_nan_not_zero():
@@ -195,8 +242,29 @@ def test_iso_time_pairs():
     assert lean["diff"] == pytest.approx(-0.05) and lean["verdict"] == "better"
     assert p.loc[3, "verdict"] == "noise"
     assert math.isnan(p.loc[4, "diff"]) and p.loc[4, "verdict"] == analysis.MISSING
+    assert p.loc[2, "method"] == "n too small" and math.isnan(p.loc[2, "ci_low"])  # no noise floor given
     s = analysis.iso_time_summary(p.reset_index()).set_index("variant_label")
     assert s.loc["lean", "n_pairs"] == 1 and math.isnan(s.loc["lean", "diff_std"])
+    assert (s.loc["lean", "n_seeds"], s.loc["lean", "n_ref"], s.loc["lean", "verdict"]) == (1, 1, "better")
+    # with a noise floor each pair has an interval: diff ± t·σ·√2
+    floor = stats.noise_floor(frame([run(9, "x", 0, 3.0), run(10, "x", 1, 3.1)]).assign(eval_loss=[3.0, 3.1]))
+    p = analysis.iso_time_pairs(runs, noise=floor).set_index("job_id")
+    half = scipy_stats.t.ppf(0.975, 1) * math.sqrt(0.005) * math.sqrt(2)
+    assert p.loc[2, "method"] == "noise floor" and p.loc[2, "ci_high"] == pytest.approx(-0.05 + half)
+    assert p.loc[2, "verdict"] == "not resolved"
+
+
+def test_iso_time_summary_pairs_by_seed():
+    # three seeds each, the reference's seed effect shared by the matched run of the same seed
+    rows = [run(1 + s, "parcae", s, 3.0 + eff) for s, eff in enumerate((0.0, 0.3, -0.2))]
+    rows += [run(10 + s, "lean", s, 2.97 + eff + jitter, budget=None, match_time_of=1 + s)
+             for s, (eff, jitter) in enumerate(((0.0, 0.001), (0.3, -0.001), (-0.2, 0.0)))]  # fmt: skip
+    s = analysis.iso_time_summary(analysis.iso_time_pairs(frame(rows))).iloc[0]
+    per_seed = np.array([-0.029, -0.031, -0.03])
+    half = scipy_stats.t.ppf(0.975, 2) * per_seed.std(ddof=1) / math.sqrt(3)
+    assert s["method"] == "paired t" and (s["n_seeds"], s["n_ref"], s["n_pairs"]) == (3, 3, 3)
+    assert s["diff"] == pytest.approx(-0.03) and s["ci_high"] == pytest.approx(-0.03 + half)
+    assert s["verdict"] == "better"
 
 
 def test_iso_time_pairs_none():
@@ -339,3 +407,15 @@ def test_budget_labels():
 def test_join_labels():
     df = frame({"recipe": ["a", "b"], "seed": [0, None]})
     assert list(analysis.join_labels(df, ["recipe", "seed"])) == ["a · 0", "b · —"]
+
+
+def test_reference_is_found_by_recipe_when_every_label_carries_overrides():
+    # a grid that sets seq_len labels every run "recipe · seq_len=64": parcae is still the reference
+    labels = ["lean · seq_len=64", "parcae · d_model=96 · seq_len=64", "parcae · seq_len=64"]
+    assert analysis._pick_reference(labels, None) == "parcae · seq_len=64"
+    assert analysis._pick_reference(labels, "lean") == "lean · seq_len=64"
+    assert (
+        analysis._pick_reference(labels, "parcae · d_model=96 · seq_len=64")
+        == "parcae · d_model=96 · seq_len=64"
+    )
+    assert analysis._pick_reference(["fixed4", "lean"], None) == "fixed4"

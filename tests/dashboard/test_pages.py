@@ -7,11 +7,15 @@ conftest.EXPECTED (a mean loss, a verdict, a progress fraction, an error line).
 from __future__ import annotations
 
 import hashlib
+import json
+import math
+import time
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pytest
+from scipy import stats as scipy_stats
 from streamlit.testing.v1 import AppTest
 
 from tests.dashboard.conftest import EXPECTED, LEAN8_LABEL
@@ -110,54 +114,123 @@ def test_compare_page(monkeypatch, fixture_db):
     iso = frame_with(at, "verdict", "best_loops", "budget_tokens").set_index("variant_label")
     assert iso.loc["parcae", "mean"] == pytest.approx(EXPECTED["parcae_mean"])
     assert iso.loc["parcae", "best_loops"] == "8/12" and iso.loc["parcae", "verdict"] == "reference"
-    assert (
-        iso.loc["lean", "mean"] == pytest.approx(EXPECTED["lean_mean"])
-        and iso.loc["lean", "verdict"] == "noise"
-    )
-    assert (
-        iso.loc["plain", "mean"] == pytest.approx(EXPECTED["plain_mean"])
-        and iso.loc["plain", "verdict"] == "worse"
-    )
-    # a second variant of lean is its own row, never averaged with lean
-    assert iso.loc[LEAN8_LABEL, "mean"] == pytest.approx(EXPECTED["lean8_mean"])
-    assert iso.loc[LEAN8_LABEL, "verdict"] == "better" and iso.loc[LEAN8_LABEL, "recipe"] == "lean"
+    # two seeds a side: the interval is at least diff ± t(4 dof)·σ·√(1/2 + 1/2) from the noise floor
+    half = scipy_stats.t.ppf(0.975, EXPECTED["noise_dof"]) * EXPECTED["noise_sigma"]
+    lean = iso.loc["lean"]
+    assert lean["mean"] == pytest.approx(EXPECTED["lean_mean"]) and lean["verdict"] == "not resolved"
+    assert (lean["ci_low"], lean["ci_high"]) == (pytest.approx(0.005 - half), pytest.approx(0.005 + half))
+    assert (lean["n_seeds"], lean["n_ref"], lean["method"]) == (2, 2, "bootstrap ∪ noise floor")
+    plain = iso.loc["plain"]
+    assert plain["mean"] == pytest.approx(EXPECTED["plain_mean"]) and plain["verdict"] == "worse"
+    assert plain["ci_low"] == pytest.approx(0.21 - half)
+    # a second variant of lean is its own row, never averaged with lean; -0.05 with two seeds a side
+    # is not resolved at this noise (its interval just reaches 0)
+    lean8 = iso.loc[LEAN8_LABEL]
+    assert lean8["mean"] == pytest.approx(EXPECTED["lean8_mean"]) and lean8["recipe"] == "lean"
+    assert lean8["ci_high"] == pytest.approx(-0.05 + half) and lean8["verdict"] == "not resolved"
+    z = scipy_stats.norm.ppf(0.975) + scipy_stats.norm.ppf(0.8)
+    assert lean["seeds_needed"] == math.ceil(2 * (z * EXPECTED["noise_sigma"] / 0.01) ** 2)
+    # the noise floor with its interval, beside the comparisons, and its inputs
+    text = text_of(at)
+    assert f"σ = {EXPECTED['noise_sigma']:.4f}" in text and "4 degree(s) of freedom" in text
+    assert text.count("Noise floor:") == 3  # the top, iso-FLOP and iso-time
+    groups = frame_with(at, "dof", "n_seeds", "std").set_index("variant_label")
+    assert groups.loc["plain", "std"] == pytest.approx(0.04 / 2**0.5) and groups.loc["plain", "dof"] == 1
+    # one token budget per variant: no L(D) fit, said so
+    fits = frame_with(at, "beta", "note")
+    assert fits["beta"].isna().all() and fits["note"].str.contains("3 token budgets").all()
+    assert "no exchange rate" in text and np.isnan(lean["data_worth_pct"])
+    assert len(at.get("vega_lite_chart")) >= 2  # the interval chart and the iso-FLOP chart at least
     pairs = frame_with(at, "ref_job_id")
     assert pairs["diff"].iloc[0] == pytest.approx(EXPECTED["iso_time_diff"])
+    assert pairs["method"].iloc[0] == "noise floor"  # one run a side: the noise floor gives the interval
+    assert pairs["ci_high"].iloc[0] == pytest.approx(EXPECTED["iso_time_diff"] + half * 2**0.5)
     tp = frame_with(at, "ratio", "tokens_per_s").set_index("variant_label")
     assert tp.loc["lean", "ratio"] == pytest.approx(EXPECTED["lean_throughput_ratio"])
-    assert "not decayed" in text_of(at)
+    assert "not decayed" in text
 
-    # a tighter threshold turns lean's +0.005 into a real difference
+    # seeds were repeated: the fallback threshold changes nothing, δ changes seeds_needed
     at.number_input(key="noise_threshold").set_value(0.001).run()
+    at.number_input(key="power_delta").set_value(0.02).run()
     iso = frame_with(at, "best_loops", "budget_tokens").set_index("variant_label")
-    assert iso.loc["lean", "verdict"] == "worse"
+    assert iso.loc["lean", "verdict"] == "not resolved"
+    assert iso.loc["lean", "seeds_needed"] == math.ceil(2 * (z * EXPECTED["noise_sigma"] / 0.02) ** 2)
     # another reference variant
     at.selectbox(key="reference").set_value("plain").run()
     iso = frame_with(at, "best_loops", "budget_tokens").set_index("variant_label")
     assert iso.loc["plain", "verdict"] == "reference" and iso.loc["parcae", "diff"] == pytest.approx(-0.21)
+    assert iso.loc["parcae", "verdict"] == "better"
 
 
-def test_compare_page_iso_flop(monkeypatch, fixture_db):
+def test_compare_page_without_replicated_seeds_says_so(monkeypatch, fixture_db):
     at = render(monkeypatch, fixture_db[0], "compare")
-    assert "Iso-FLOP" in [h.value for h in at.header]
-    flop = frame_with(at, "flops", "train_flops", "verdict")
-    block = flop[np.isclose(flop["flops"], EXPECTED["iso_flop_flops"])].set_index("variant_label")
-    assert list(block.index) == ["parcae", LEAN8_LABEL]  # 2.0e12 and 1.96e12: within 5 %
-    assert block.loc["parcae", "verdict"] == "reference"
-    assert block.loc[LEAN8_LABEL, "diff"] == pytest.approx(EXPECTED["iso_flop_lean8_diff"])
-    assert block.loc[LEAN8_LABEL, "verdict"] == "better"
-    # plain's FLOPs come from its FLOPs per token x tokens: its own class, far below
-    assert flop.loc[flop["variant_label"] == "plain", "train_flops"].tolist() == [
-        EXPECTED["plain_train_flops"]
-    ]
-    shown = shown_cells(at, "flops", "train_flops", "verdict")
-    assert set(shown.loc[shown["variant_label"] == "plain", "diff"]) == {"—"}  # no reference at its FLOPs
-    assert shown["flops"].str.fullmatch(r"\d\.\d{3}e\+\d\d").all()  # FLOPs in scientific notation
-    assert "1.980e+12" in set(shown["flops"])
-    # 1 %: 1.96e12 and 2.0e12 are no longer equal compute, lean · loops=8 has no reference left
-    at.number_input(key="flop_tolerance").set_value(1.0).run()
-    flop = frame_with(at, "flops", "train_flops", "verdict").set_index("variant_label")
-    assert flop.loc[LEAN8_LABEL, "verdict"] == "—" and np.isnan(flop.loc[LEAN8_LABEL, "diff"])
+    # only the iso-time run (its budget is "time of #N"): no variant has two seeds at one budget
+    time_budget = next(o for o in at.multiselect(key="filter_budget").options if o.startswith("time of"))
+    at.multiselect(key="filter_budget").set_value([time_budget]).run()
+    assert not at.exception
+    warnings = [w.value for w in at.warning]
+    assert "no replicated seeds: using the fixed 0.01 threshold: every difference with one seed per side is " \
+           "judged by it." in warnings  # fmt: skip
+    assert "Noise floor:" not in text_of(at)
+
+
+# a known L(D) for the exchange-rate page test: plain follows it, `lean · loops=8` is 0.02 lower
+LAW = dict(E=2.0, B=150.0, beta=0.32)
+LAW_BUDGETS = (1_000_000, 2_000_000, 4_000_000)
+
+
+def law(tokens: float) -> float:
+    return LAW["E"] + LAW["B"] * tokens ** -LAW["beta"]
+
+
+@pytest.fixture(scope="module")
+def budgets_db(tmp_path_factory):
+    """plain and `lean · loops=8` at 1M, 2M and 4M tokens × seeds 0, 1, losses from `law`."""
+    from orchestrator import schema
+    from orchestrator.db import dispose_all, engine, resolve_url, session
+    from orchestrator.states import JobStatus
+    from tests.dashboard.conftest import VARIANTS, variant_columns
+
+    url = resolve_url(str(tmp_path_factory.mktemp("budgets_db") / "looplab.db"))
+    eng = engine(url)
+    now = time.time()
+    with session(eng) as s:
+        s.add(schema.GridRow(id=1, name="budgets", spec="{}", spec_hash="g1", created_at=now))
+        for key, offset in (("plain", 0.0), ("lean8", -0.02)):
+            recipe, overrides = VARIANTS[key][0], VARIANTS[key][1]
+            for tokens in LAW_BUDGETS:
+                for seed in (0, 1):
+                    cfg = {"recipe": recipe, "model": overrides, "seed": seed, "tokens": tokens}
+                    job = schema.Job(grid_id=1, kind="train", config=json.dumps(cfg, sort_keys=True),
+                                     config_hash=json.dumps(cfg, sort_keys=True), recipe=recipe, size="tiny",
+                                     seed=seed, status=JobStatus.SUCCEEDED, budget=json.dumps({"tokens": tokens}),
+                                     budget_tokens=tokens, created_at=now, started_at=now, finished_at=now,
+                                     **variant_columns(key))  # fmt: skip
+                    s.add(job)
+                    s.flush()
+                    s.add(schema.TrainResult(job_id=job.id, steps=10, tokens=tokens, train_seconds=10.0,
+                                             final_val_loss=law(tokens) + offset + 0.001 * seed))  # fmt: skip
+    eng.dispose()
+    dispose_all()
+    return url
+
+
+def test_compare_page_exchange_rate(monkeypatch, budgets_db):
+    at = render(monkeypatch, budgets_db, "compare")
+    at.selectbox(key="reference").set_value("plain").run()
+    assert not at.exception
+    fits = frame_with(at, "beta", "note").set_index("variant_label")
+    assert (
+        fits.loc["plain", "beta"] == pytest.approx(LAW["beta"], rel=1e-3) and fits.loc["plain", "note"] == ""
+    )
+    iso = frame_with(at, "verdict", "data_worth_pct", "budget_tokens")
+    lean8 = iso[iso["variant_label"] == LEAN8_LABEL].set_index("budget_tokens")
+    for tokens in LAW_BUDGETS:  # 0.02 lower loss = the data that lowers plain's L(D) by 0.02 there
+        reducible = LAW["B"] * tokens ** -LAW["beta"]
+        expected = 100 * ((1 - 0.02 / reducible) ** (-1 / LAW["beta"]) - 1)
+        assert lean8.loc[tokens, "data_worth_pct"] == pytest.approx(expected, rel=1e-2)
+        assert lean8.loc[tokens, "verdict"] == "better"  # paired seeds, the same -0.02 each
+    assert "fitted to `plain`" in text_of(at)
 
 
 def test_compare_page_loss_by_architecture(monkeypatch, fixture_db):
