@@ -12,12 +12,20 @@ Parameter counts (from `model.counts.param_count`, tied embeddings, vocab 32768,
 distinct layers 1, 3, 5, the injection with its learnable prelude-output norm): 86m = 86,516,096
 total / 19,407,232 non-embedding; 144m = 144,323,136 / 43,659,840 (the reference Parcae-small-140m
 has 144,323,136 too). `plain` has no injection: 2 d^2 + 3 d fewer.
+
+The iso-depth family (`iso_depth(r, d_model)`, recipe "iso_depth"): effective depth 20 = 2 prelude +
+(16/r shared layers x r loops) + 2 coda for a recurrence r dividing 16, a fixed loop count, every round
+with gradient, so training FLOPs per token are (almost) equal across r while the parameters fall with r.
+The recipe itself is the r = 1 member, an ordinary 20-layer transformer (one round has nothing to inject
+between, so no injection). The family has no value embeddings: their tables are one per distinct layer,
+so they would grow with 16/r and give the r = 1 models capacity that N_once and N_rec do not count.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+from model import fields as check
 from model.config import FULL_ROUND, ModelConfig, RoundConfig
 from model.errors import ConfigError
 
@@ -35,6 +43,12 @@ WINDOWS: dict[str, tuple[int, int]] = {
     "86m": (64, 256),
     "144m": (64, 256),
 }
+
+
+# The iso-depth family: prelude and coda layers each, and recurrent-layer applications per token.
+ISO_DEPTH_OUTER = 2
+ISO_DEPTH_RECURRENT = 16
+ISO_DEPTH_INJECTIONS = ("diagonal", "none")
 
 
 def _recipe(name: str, w64: int, w256: int) -> dict:
@@ -60,6 +74,12 @@ def _recipe(name: str, w64: int, w256: int) -> dict:
         "plain": dict(
             loop_sampler="fixed", loops=1, grad_rounds=None, injection="none", rounds=(FULL_ROUND,)
         ),
+        # the r = 1 member; iso_depth(r, ...) sets the others
+        "iso_depth": {
+            **dict(loop_sampler="fixed", loops=1, grad_rounds=None, injection="none", rounds=(FULL_ROUND,)),
+            **dict(n_prelude=ISO_DEPTH_OUTER, n_recurrent=ISO_DEPTH_RECURRENT, n_coda=ISO_DEPTH_OUTER),
+            "value_embeds": "none",
+        },
     }
     return table[name]
 
@@ -79,6 +99,7 @@ RECIPES: tuple[str, ...] = (
     "mlp_only",
     "reuse_kv",
     "plain",
+    "iso_depth",
 )
 
 
@@ -94,3 +115,59 @@ def preset(recipe: str, size: str = "tiny", **overrides) -> ModelConfig:
             raise ConfigError(f"model: unknown key {k!r}; accepted: {', '.join(sorted(known))}")
     fields = {**SIZES[size], **_recipe(recipe, *WINDOWS[size]), **overrides}
     return ModelConfig(**fields)
+
+
+def iso_depth_overrides(
+    r: int,
+    d_model: int | None = None,
+    injection: str = "diagonal",
+    size: str = "tiny",
+    head_dim: int | None = None,
+    recurrent_depth: int = ISO_DEPTH_RECURRENT,
+) -> dict:
+    """The `model` overrides of recipe "iso_depth" that make its member of recurrence `r`:
+    n_recurrent = recurrent_depth / r shared layers run `loops` = r times, at width `d_model` (default:
+    the size's) split into heads of `head_dim` (default: the size's). `injection` is the looped members'
+    (r > 1); r = 1 is an ordinary transformer and has none. A grid sweeps these as model.* keys."""
+    if size not in SIZES:
+        raise ConfigError(f"size: unknown {size!r}; accepted: {', '.join(SIZES)}")
+    depth = check.integer("recurrent_depth", recurrent_depth, lo=1)
+    r = check.integer("r", r, lo=1)
+    if depth % r:
+        divisors = [n for n in range(1, depth + 1) if depth % n == 0]
+        raise ConfigError(
+            f"r: must divide the recurrent depth {depth} (the shared block is {depth}/r layers); "
+            f"accepted: {', '.join(map(str, divisors))}; got {r}"
+        )
+    injection = check.choice("injection", injection, ISO_DEPTH_INJECTIONS)
+    width = check.integer("d_model", SIZES[size]["d_model"] if d_model is None else d_model, lo=1)
+    head = check.integer("head_dim", SIZES[size]["head_dim"] if head_dim is None else head_dim, lo=2)
+    if width % head:
+        raise ConfigError(
+            f"d_model: must be a multiple of head_dim {head} (whole attention heads); got {width}"
+        )
+    return {
+        "n_recurrent": depth // r,
+        "loops": r,
+        "injection": injection if r > 1 else "none",
+        "d_model": width,
+        "n_heads": width // head,
+        "head_dim": head,
+    }
+
+
+def iso_depth(r: int, d_model: int | None = None, size: str = "tiny", **overrides) -> ModelConfig:
+    """The iso-depth member of recurrence `r` (see `iso_depth_overrides`, which also takes `injection`,
+    `head_dim` and `recurrent_depth`), with any other ModelConfig field overridden: `iso_depth(4, 128)`
+    is 2 + (4 shared layers x 4 loops) + 2 at width 128."""
+    family_args = {
+        k: overrides.pop(k) for k in ("injection", "head_dim", "recurrent_depth") if k in overrides
+    }
+    family = iso_depth_overrides(r, d_model, size=size, **family_args)
+    clash = sorted(set(family) & set(overrides))
+    if clash:
+        raise ConfigError(
+            f"{clash[0]}: set by the iso-depth family (from r, d_model, injection, head_dim); "
+            "give it through those arguments"
+        )
+    return preset("iso_depth", size, **family, **overrides)

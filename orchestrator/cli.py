@@ -16,16 +16,13 @@ import sys
 
 HEADLINE = "looplab: a job queue and results database for looped language models"
 # command -> (module, function); the function takes the parsed argparse.Namespace, returns an exit code
+# handled by orchestrator/commands.py
+QUEUE_COMMANDS = ("submit", "plan", "run", "status", "cancel", "retry", "logs", "demo")  # fmt: skip
 HANDLERS = {
     "db": ("orchestrator.db", "cli_db"),
     "sql": ("orchestrator.sql", "cli_sql"),
-    "submit": ("orchestrator.commands", "cli_submit"),
-    "run": ("orchestrator.commands", "cli_run"),
-    "status": ("orchestrator.commands", "cli_status"),
-    "cancel": ("orchestrator.commands", "cli_cancel"),
-    "retry": ("orchestrator.commands", "cli_retry"),
-    "logs": ("orchestrator.commands", "cli_logs"),
-    "demo": ("orchestrator.commands", "cli_demo"),
+    **{command: ("orchestrator.commands", f"cli_{command}") for command in QUEUE_COMMANDS},
+    "fit": ("dashboard.fit_cli", "cli_fit"),
     "dashboard": ("dashboard.launch", "cli_dashboard"),
 }
 
@@ -52,6 +49,20 @@ def build_parser() -> argparse.ArgumentParser:
     sm = sub.add_parser("submit", help="submit the grids defined in a Python file")
     sm.add_argument("file", help="a .py file defining Grid objects (module-level names or a GRIDS list)")
 
+    pl = sub.add_parser(
+        "plan", help="estimate time, FLOPs and memory of a grid file's jobs (submits nothing)"
+    )
+    pl.add_argument("file", help="a .py file defining Grid objects, as for submit")
+    pl.add_argument(
+        "--num-cpus", type=int, default=None, help="CPUs the queue runs on (default: this machine's)"
+    )
+    pl.add_argument(
+        "--num-gpus", type=float, default=None, help="GPUs the queue runs on (default: this machine's)"
+    )
+    pl.add_argument("--no-calibrate", action="store_true",
+                    help="never measure this machine (use a cached calibration, if any)")  # fmt: skip
+    pl.add_argument("--csv", action="store_true", help="print the per-job table as CSV")
+
     run = sub.add_parser("run", help="run the queue (the scheduler driver)")
     run.add_argument("--address", default=None, help="Ray cluster address (default: start a local Ray)")
     run.add_argument("--until-empty", action="store_true", help="exit when no job is left to run")
@@ -64,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--watch", action="store_true", help="refresh every few seconds")
     st.add_argument("--grid", default=None, help="only this grid (name or id)")
     st.add_argument("--all", action="store_true", help="show finished jobs too")
+    st.add_argument("--num-cpus", type=int, default=None, help="CPUs for the finish-time estimate")
+    st.add_argument("--num-gpus", type=float, default=None, help="GPUs for the finish-time estimate")
 
     for name, helptext in (("cancel", "cancel jobs"), ("retry", "re-queue failed or cancelled jobs")):
         c = sub.add_parser(name, help=helptext)
@@ -75,6 +88,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     dm = sub.add_parser("demo", help="submit and run the demo grid end to end")
     dm.add_argument("--fast", action="store_true", help="a smaller grid (for smoke tests)")
+    dm.add_argument("--study", choices=["iso-depth"], default=None,
+                    help="run a study instead: iso-depth = the iso-depth scaling law, CPU-sized")  # fmt: skip
+    dm.add_argument("--artifacts", default=None, help="artifact directory (default: ./looplab_artifacts)")
+
+    ft = sub.add_parser("fit", help="fit a study's scaling law to the finished runs and print it")
+    ft.add_argument("study", choices=["iso-depth"], help="iso-depth: L = E + A(N_once + r^phi N_rec)^-alpha + B D^-beta")  # fmt: skip
+    ft.add_argument("--grid", default=None, help="only this grid's runs (default: every iso_depth run)")
+    ft.add_argument("--bootstrap", type=int, default=200, help="bootstrap resamples over runs (default 200)")
+    ft.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
+    ft.add_argument("--flops", type=float, default=None,
+                    help="budget of the compute-optimal answers (default: the largest budget of the runs)")  # fmt: skip
+    ft.add_argument("--robust", default="linear", help="least-squares loss: linear, huber, soft_l1, cauchy, arctan")  # fmt: skip
+    ft.add_argument("--json", action="store_true", help="print JSON")
 
     da = sub.add_parser("dashboard", help="start the Streamlit dashboard on 127.0.0.1")
     da.add_argument("--port", type=int, default=8501)

@@ -60,6 +60,23 @@ def cli_submit(args) -> int:
     return 0
 
 
+def cli_plan(args) -> int:
+    from model import fields
+
+    if args.num_cpus is not None:
+        fields.integer("--num-cpus", args.num_cpus, lo=1)
+    if args.num_gpus is not None:
+        fields.number("--num-gpus", args.num_gpus, lo=0)
+    q = _queue(args)
+    grids = load_grids(args.file)
+    if not args.no_calibrate:
+        print("calibrating this machine if not cached (a few seconds, once) ...", flush=True)
+    report = q.plan(grids, num_cpus=args.num_cpus, num_gpus=args.num_gpus,
+                    calibration="cached" if args.no_calibrate else "auto")  # fmt: skip
+    print(report.frame().to_csv(index=False) if args.csv else report.text())
+    return 0
+
+
 def cli_run(args) -> int:
     from orchestrator.scheduler import Scheduler
 
@@ -78,11 +95,28 @@ def cli_status(args) -> int:
         text = table(df)
         if not args.all:
             text += "\n(queued and running jobs; --all shows finished ones too)"
+        text += "\n" + queue_eta(q.eng, args.num_cpus, args.num_gpus)
         if not args.watch:
             print(text)
             return 0
         print("\033[2J\033[H" + time.strftime("%H:%M:%S  ") + q.url + "\n" + text, flush=True)
         time.sleep(3)
+
+
+def queue_eta(eng, num_cpus: int | None = None, num_gpus: float | None = None) -> str:
+    """One line: the queue's estimated finish time (orchestrator.planner, from the stored estimates)."""
+    from orchestrator.display import fmt_eta
+    from orchestrator.planner import forecast_queue
+
+    report = forecast_queue(eng, num_cpus=num_cpus, num_gpus=num_gpus)
+    left = [j for j in report.jobs if j.status in ("queued", "running")]
+    if not left:
+        return "queue empty"
+    unknown = sum(j.remaining_s is None for j in left)
+    finish = time.strftime("%H:%M", time.localtime(report.finish_at))
+    line = (f"queue: {len(left)} job(s) left, estimated finish in {fmt_eta(report.makespan_s) or '0s'}"
+            f"{' at the earliest' if unknown else ''} ({finish}) on {report.cpus:g} CPU(s), {report.gpus:g} GPU(s)")  # fmt: skip
+    return line + (f"; {unknown} job(s) without an estimate" if unknown else "")
 
 
 def _report(done: list[int], asked: list[int], verb: str, why_not: str) -> int:
@@ -124,4 +158,8 @@ def cli_logs(args) -> int:
 def cli_demo(args) -> int:
     from orchestrator.demo import main
 
-    return main(db=args.db, fast=args.fast)
+    if args.study == "iso-depth":
+        from orchestrator.demo import main_iso_depth
+
+        return main_iso_depth(db=args.db, fast=args.fast, artifacts=args.artifacts or "looplab_artifacts")
+    return main(db=args.db, fast=args.fast, artifacts=args.artifacts or "looplab_artifacts")

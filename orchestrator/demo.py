@@ -6,6 +6,11 @@ with its depth sweep and decode benchmark, plus one iso-time run (parcae given t
 lean seed 0); runs the queue with live progress; prints the iso-data and iso-time tables.
 Sized to finish in about 10 minutes on 2 CPU cores (`--fast`: a 1-2 minute smoke test).
 Running it again reuses what is done (submission is idempotent, finished jobs are kept).
+
+`looplab demo --study iso-depth` runs a CPU-sized iso-depth scaling study instead (`ISO_DEPTH`:
+r in {1, 2, 4} x widths 32/48/64 x three FLOP budgets, tiny model, byte corpus; no depth sweeps, to
+spend the time on the runs) and prints the fitted law with its bootstrap intervals: whatever φ comes
+out of such small runs is reported as it is. Sized for about 8 minutes on 2 quiet cores.
 """
 
 from __future__ import annotations
@@ -32,6 +37,29 @@ FAST = {
     "depth_sweep": {"loops": [1, 2, 4, 8], "eval_tokens": 512, "batch_size": 4},
     "decode_bench": {"context_lens": [64], "batch_sizes": [1], "warmup": 1, "steps": 3},
 }  # fmt: skip
+
+
+# The iso-depth study at CPU size: 27 runs, about 3,600 steps in all (`--fast`: 12 runs, 800 steps).
+# Budgets double: the narrowest member at the largest budget trains about 390 steps of 8 x 64 tokens,
+# the widest at the smallest about 30.
+ISO_DEPTH = {
+    "r": [1, 2, 4], "widths": [32, 48, 64], "flops": [1e11, 2e11, 4e11], "seeds": [0],
+    "train": {"batch_size": 8, "seq_len": 64, "eval_every": 200, "eval_tokens": 4096, "ckpt_every": 1000,
+              "head_dim": 16},
+}  # fmt: skip
+ISO_DEPTH_FAST = {**ISO_DEPTH, "r": [1, 2], "widths": [32, 48], "flops": [4e10, 8e10, 1.6e11]}
+
+
+def iso_depth_grids(fast: bool = False) -> list[Grid]:
+    """The demo's iso-depth study (`orchestrator.studies.iso_depth_grid`), without depth sweeps."""
+    from orchestrator.studies import iso_depth_grid
+
+    p = ISO_DEPTH_FAST if fast else ISO_DEPTH
+    train = dict(p["train"])
+    head_dim = train.pop("head_dim")
+    return iso_depth_grid(r=p["r"], widths=p["widths"], flops=p["flops"], seeds=p["seeds"],
+                          name="demo-iso-depth-fast" if fast else "demo-iso-depth", data=DATA,
+                          head_dim=head_dim, then=[], **train)  # fmt: skip
 
 
 def grids(fast: bool = False) -> list[Grid]:
@@ -71,27 +99,38 @@ def print_tables(url: str) -> None:
         print(pairs[cols].to_string(index=False) if not pairs.empty else "(no finished iso-time pair)")
 
 
-def main(db: str | None = None, fast: bool = False, artifacts: str = "looplab_artifacts") -> int:
+def _run(grids: list[Grid], what: str, db: str | None, artifacts: str, progress_every_s: float):
+    """Submit `grids` and run the queue until they are done; returns (queue, status of their jobs,
+    the scheduler's exit code, the failed jobs). Prints what happened on the way."""
     from orchestrator.api import Queue
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # one thread per job: 2 jobs on 2 cores, no thrashing
     q = Queue(db=db, artifacts=artifacts)
     t0 = time.time()
-    ids = q.submit(grids(fast))
+    ids = q.submit(grids)
     print(
-        f"demo: {len(ids)} jobs ({len(q.last_added)} new) in {q.url}; artifacts in {q.artifacts.absolute()}"
+        f"{what}: {len(ids)} jobs ({len(q.last_added)} new) in {q.url}; artifacts in {q.artifacts.absolute()}"
     )
-    rc = q.run(until_empty=True, num_cpus=os.cpu_count() or 2, num_gpus=None, progress_every_s=10.0)
+    rc = q.run(
+        until_empty=True, num_cpus=os.cpu_count() or 2, num_gpus=None, progress_every_s=progress_every_s
+    )
     st = q.status()
     st = st[st["id"].isin(ids)]
     counts = {k: int(v) for k, v in st["status"].value_counts().items()}
-    print(f"\ndemo: {counts} in {time.time() - t0:.0f} s")
-    if rc != 0:
-        print("demo stopped; finished work is kept: run `looplab demo` again to continue where it stopped")
-        return rc
+    print(f"\n{what}: {counts} in {time.time() - t0:.0f} s")
     failed = st[st["status"] == JobStatus.FAILED]
-    for r in failed.itertuples():
-        print(f"  job {r.id} ({r.kind}) failed: {r.error}   (details: looplab logs {r.id})")
+    if rc != 0:
+        print("demo stopped; finished work is kept: run the same command again to continue where it stopped")
+    else:
+        for r in failed.itertuples():
+            print(f"  job {r.id} ({r.kind}) failed: {r.error}   (details: looplab logs {r.id})")
+    return q, rc, failed
+
+
+def main(db: str | None = None, fast: bool = False, artifacts: str = "looplab_artifacts") -> int:
+    q, rc, failed = _run(grids(fast), "demo", db, artifacts, progress_every_s=10.0)
+    if rc != 0:
+        return rc
     try:
         print_tables(q.url)
     except Exception as e:  # the tables are a summary; never hide the run's outcome behind them
@@ -99,4 +138,31 @@ def main(db: str | None = None, fast: bool = False, artifacts: str = "looplab_ar
         print(q.results("train_results")[["job_id", "tokens", "train_seconds", "final_val_loss"]].to_string())
     print("\nopen the dashboard: looplab dashboard" + (f" --db {db}" if db else ""))
     print('query the results:  looplab sql "SELECT recipe, seed, final_val_loss FROM runs"')
+    return 0 if failed.empty else 1
+
+
+def print_iso_depth_fit(url: str, grid: str, bootstrap: int = 200) -> None:
+    """The fitted iso-depth law of `grid`'s runs (`looplab fit iso-depth --grid NAME` prints the same)."""
+    from dashboard import fit_cli, scaling
+
+    runs = scaling.runs_for_fit(fit_cli.study_runs(url, grid))
+    print(scaling.report_text(scaling.fit_iso_depth(runs, bootstrap=bootstrap)))
+
+
+def main_iso_depth(db: str | None = None, fast: bool = False, artifacts: str = "looplab_artifacts") -> int:
+    t0 = time.time()
+    study = iso_depth_grids(fast)
+    q, rc, failed = _run(study, "demo --study iso-depth", db, artifacts, progress_every_s=15.0)
+    if rc != 0:
+        return rc
+    t_fit = time.time()
+    try:
+        print_iso_depth_fit(q.url, study[0].name)
+    except ValueError as e:  # ConfigError: too few finished runs to identify the law
+        print(f"(no fit: {e})")
+        return 1
+    db_flag = f" --db {db}" if db else ""
+    print(f"\nfit in {time.time() - t_fit:.0f} s; whole demo {time.time() - t0:.0f} s")
+    print(f"again, or as JSON: looplab{db_flag} fit iso-depth --grid {study[0].name} [--json]")
+    print(f"see it drawn:      looplab{db_flag} dashboard   (page Scaling)")
     return 0 if failed.empty else 1

@@ -1,0 +1,111 @@
+"""The iso-depth study grid: every (r, width) member at every FLOP budget and seed, with the token
+budget the queue derives from the FLOP model for that member, a label per variant and a depth sweep per
+run. Validation and submission only: nothing trains."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import sqlalchemy as sa
+
+from model.counts import arch_summary, tokens_for_flops
+from model.errors import ConfigError
+from model.presets import iso_depth
+from orchestrator import Queue
+from orchestrator.grid import expand
+from orchestrator.studies import iso_depth_grid, iso_depth_label
+from workers import jobs
+
+DATA = {"corpus": "offline", "tokenizer": "byte"}  # byte tokenizer: vocabulary 256, no file needed
+TRAIN = {"batch_size": 4, "seq_len": 32}
+
+
+def _trains(q: Queue) -> list[dict]:
+    with q.eng.connect() as conn:
+        rows = conn.execute(sa.text("SELECT * FROM jobs WHERE kind = 'train' ORDER BY id"))
+        return [dict(row._mapping) for row in rows]
+
+
+def test_budgets_match_the_flop_model_for_each_variant(tmp_path):
+    flops = [2e10, 6e10]
+    grids = iso_depth_grid(r=[1, 2, 4], widths=[32, 64], flops=flops, seeds=[0, 1], name="iso", data=DATA,
+                           head_dim=16, **TRAIN)  # fmt: skip
+    q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art")
+    q.submit(grids)
+    rows = _trains(q)
+    assert len(rows) == 3 * 2 * 2 * 2
+    seen = set()
+    for row in rows:
+        spec = json.loads(row["config"])
+        r, width = row["loops"], row["d_model"]
+        # the member rebuilt independently, at the byte vocabulary and the grid's sequence length
+        cfg = iso_depth(r, width, head_dim=16, vocab_size=256, seq_len=32)
+        assert tokens_for_flops(cfg, spec["flops"], 4, 32) == row["budget_tokens"], (r, width)
+        assert row["budget_flops"] == spec["flops"] and spec["flops"] in flops
+        summary = arch_summary(cfg, 4)
+        assert (row["n_once"], row["n_rec"]) == (summary["n_once"], summary["n_rec"])
+        assert row["flops_per_token"] == pytest.approx(summary["flops_per_token"])
+        assert row["effective_depth"] == 20.0 and row["n_recurrent"] * r == 16
+        assert row["injection"] == ("none" if r == 1 else "diagonal")
+        assert row["variant_label"] == iso_depth_label(r, width)
+        assert spec["eval_loops"] == [r]
+        seen.add((r, width, spec["flops"], row["seed"]))
+    assert len(seen) == len(rows)  # every combination once
+    # a bigger budget buys more tokens; at one budget the cheaper (narrower) member trains on more
+    by = {(row["loops"], row["d_model"], row["budget_flops"]): row["budget_tokens"] for row in rows}
+    assert by[(2, 32, 6e10)] > by[(2, 32, 2e10)] and by[(2, 32, 2e10)] > by[(2, 64, 2e10)]
+    with q.eng.connect() as conn:
+        sweeps = conn.execute(sa.text("SELECT COUNT(*) FROM jobs WHERE kind = 'depth_sweep'")).scalar()
+    assert sweeps == len(rows)
+    assert q.submit(grids) and q.last_added == []  # idempotent
+
+
+def test_variants_are_one_zip_group_and_train_keys_pass_through():
+    (grid,) = iso_depth_grid(r=[8, 1], widths=[64], flops=[1e12], seeds=[3], data=DATA, eval_every=7,
+                             then=[], **TRAIN)  # fmt: skip
+    plans = expand([grid], jobs)
+    assert [p.kind for p in plans] == ["train", "train"]
+    specs = [p.spec for p in plans]
+    assert [s["model"]["loops"] for s in specs] == [1, 8]  # sorted
+    assert [s["model"]["n_recurrent"] for s in specs] == [16, 2]
+    assert all(s["eval_every"] == 7 and s["seed"] == 3 and s["recipe"] == "iso_depth" for s in specs)
+    assert [p.label for p in plans] == ["iso_depth r=1 d=64", "iso_depth r=8 d=64"]
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"r": [3]}, "r: must divide the recurrent depth 16"),
+        ({"r": []}, "r: expected a non-empty list"),
+        ({"widths": [50]}, "d_model: must be a multiple of head_dim 32"),
+        ({"flops": [0]}, "flops: must be > 0"),
+        ({"flops": 1e12}, "flops: expected a non-empty list"),
+        ({"injection": "dense"}, "injection: unknown 'dense'"),
+        ({"tokens": 1000}, "tokens: set by the helper"),
+        ({"then": ["benchmark"]}, "then: unknown 'benchmark'"),
+    ],
+)
+def test_bad_arguments_are_named(kwargs, message):
+    with pytest.raises(ConfigError) as e:
+        iso_depth_grid(**kwargs)
+    assert message in str(e.value) and "iso_depth_grid 'iso-depth'" in str(e.value), str(e.value)
+
+
+def test_a_bad_train_key_is_refused_at_expansion():
+    (grid,) = iso_depth_grid(r=[1, 2], widths=[64], flops=[1e12], batch_sise=4)
+    with pytest.raises(ConfigError, match="batch_sise"):
+        expand([grid], jobs)
+
+
+@pytest.mark.parametrize("fast,runs", [(False, 27), (True, 12)])
+def test_the_demo_study_can_identify_the_law(fast, runs):
+    from orchestrator.demo import iso_depth_grids
+    from orchestrator.variants import flop_budget_tokens, resolve
+
+    plans = expand(iso_depth_grids(fast), jobs)
+    assert [p.kind for p in plans] == ["train"] * runs  # no depth sweeps: the time goes to the runs
+    members = {(p.spec["model"]["loops"], p.spec["model"]["d_model"]) for p in plans}
+    tokens = {flop_budget_tokens(resolve("train", p.spec), p.spec["flops"]) for p in plans}
+    assert runs >= 6 + 2 and len({r for r, _ in members}) >= 2 and len(tokens) >= 3
+    assert all(sum(1 for m in members if m[0] == r) >= 2 for r, _ in members)  # two widths per r
