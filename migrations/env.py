@@ -12,7 +12,10 @@ Choices, and why:
 - `render_as_batch` on SQLite, whose ALTER TABLE cannot change columns or constraints in place;
 - foreign keys are switched off on SQLite while migrating: a batch migration recreates a table by
   copy + DROP, and with `foreign_keys=ON` that DROP would cascade-delete every child row
-  (`ON DELETE CASCADE`). They are checked (`PRAGMA foreign_key_check`) and switched back on after.
+  (`ON DELETE CASCADE`). They are checked (`PRAGMA foreign_key_check`) and switched back on after;
+- the views are not versioned (they hold no data): every run drops them before the revisions run
+  (SQLite will not drop or rebuild a column a view reads) and, when it ends at head, creates them from
+  `orchestrator/views.py`, their one definition. Revision 0003's downgrade restores 0001's views.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from sqlalchemy import Connection, create_engine, pool
 
 from orchestrator.db import VERSION_TABLE
 from orchestrator.schema import Base
+from orchestrator.views import create_views, drop_views
 
 config = context.config
 target_metadata = Base.metadata
@@ -52,11 +56,19 @@ def run_offline() -> None:
         context.run_migrations()
 
 
+def _migrate(connection: Connection) -> None:
+    """Run the revisions, with the views dropped around them and re-created at head."""
+    with context.begin_transaction():
+        drop_views(connection)
+        context.run_migrations()
+        if context.get_context().get_current_revision() == context.script.get_current_head():
+            create_views(connection)
+
+
 def _run_on(connection: Connection) -> None:
     if connection.dialect.name != "sqlite":
         _configure(connection=connection)
-        with context.begin_transaction():
-            context.run_migrations()
+        _migrate(connection)
         return
     # PRAGMA foreign_keys is a no-op inside a transaction: end any open one first.
     if connection.in_transaction():
@@ -67,8 +79,7 @@ def _run_on(connection: Connection) -> None:
         # ourselves, so a failed upgrade leaves the database at its old revision, not half-built.
         connection.exec_driver_sql("BEGIN IMMEDIATE")
         _configure(connection=connection, render_as_batch=True, transactional_ddl=True)
-        with context.begin_transaction():
-            context.run_migrations()
+        _migrate(connection)
         broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
         if broken:
             raise RuntimeError(f"migration left rows with dangling foreign keys: {broken[:5]}")

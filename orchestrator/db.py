@@ -35,7 +35,6 @@ from sqlalchemy.orm import Session
 from orchestrator.errors import ConfigError, DatabaseError
 
 VERSION_TABLE = "looplab_alembic_version"
-VIEW_NAMES = ("runs", "curves", "depth", "decode")
 DEFAULT_FILE = "looplab.db"
 BUSY_TIMEOUT_S = 30.0
 

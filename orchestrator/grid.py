@@ -2,7 +2,7 @@
 
 A `Grid` is a base config plus a sweep (the cartesian product of lists, with keys that may be dotted
 paths into `model`, `data` and `budget`, and zip groups whose lists vary together) of one job kind,
-with follow-up jobs attached to every training job (`then=["depth_sweep", "decode_bench"]`).
+with follow-up jobs attached to every training job (`then=["depth_sweep", "decode_bench", "eval"]`).
 `expand()` turns a list of grids into `Plan`s: one per job, each with its canonical spec (every
 default filled in by the workers' own `validate`), its dependencies, its config hash and the variant
 label the user gave (if any). Any bad value anywhere raises ConfigError naming the grid and the field
@@ -30,7 +30,9 @@ from orchestrator.variants import LABEL_MAX
 if TYPE_CHECKING:
     from workers.jobs import JobRegistry
 
-FOLLOW_UPS = ("depth_sweep", "decode_bench")
+FOLLOW_UPS = ("depth_sweep", "decode_bench", "eval")
+# Follow-ups of a train job's trained weights: they depend on it, and the queue sets their checkpoint.
+CHECKPOINT_FOLLOW_UPS = ("depth_sweep", "eval")
 # Grid-level keys that select the model of a train job; a decode bench keeps only these.
 ARCH_KEYS = ("recipe", "size", "model")
 _BUDGET_KEYS = ("tokens", "time_s", "flops", "match_time_of")
@@ -70,7 +72,9 @@ class Grid:
     sweep and a zip group; a whole `model` dict and one of its paths count as the same key.
 
     `follow` overrides the follow-up specs; `resources` is {"num_gpus": .., "num_cpus": ..} for the
-    grid's own jobs, or a mapping kind -> resources (e.g. {"depth_sweep": {"num_gpus": 0.5}})."""
+    grid's own jobs, or a mapping kind -> resources (e.g. {"depth_sweep": {"num_gpus": 0.5}});
+    `"exclusive": false` lets a decode bench or an iso-time train job share its node (they run alone
+    by default: their timings are results; see orchestrator.jobqueue.job_resources)."""
 
     name: str
     job: str = "train"
@@ -247,7 +251,7 @@ class Plan:
     label: str | None = None  # the variant label the user gave (grid key `label`), else None
 
 
-RESOURCE_KEYS = ("num_cpus", "num_gpus")
+RESOURCE_KEYS = ("num_cpus", "num_gpus", "exclusive")
 
 
 def _kind_resources(grid: Grid, kind: str) -> dict[str, Any] | None:
@@ -264,7 +268,10 @@ def _kind_resources(grid: Grid, kind: str) -> dict[str, Any] | None:
             raise ConfigError(
                 f"grid {grid.name!r}: {where}.{k}: unknown; accepted: {', '.join(RESOURCE_KEYS)}"
             )
-        fields.number(f"grid {grid.name!r}: {where}.{k}", v, lo=0)
+        if k == "exclusive":  # the node to itself (see orchestrator.jobqueue.job_resources)
+            fields.boolean(f"grid {grid.name!r}: {where}.{k}", v)
+        else:
+            fields.number(f"grid {grid.name!r}: {where}.{k}", v, lo=0)
     return res or None
 
 
@@ -363,11 +370,9 @@ def expand(grids: list[Grid], kinds: JobRegistry) -> list[Plan]:
             trains.append((idx, spec))
             for follow in grid.then:
                 over = dict(grid.follow.get(follow, {}))
-                if follow == "depth_sweep":
+                if follow in CHECKPOINT_FOLLOW_UPS:
                     if "checkpoint" in over:
-                        raise ConfigError(
-                            f"grid {grid.name!r}: follow.depth_sweep.checkpoint: set by the queue"
-                        )
+                        raise ConfigError(f"grid {grid.name!r}: follow.{follow}.checkpoint: set by the queue")
                     fs = _validate(kinds, grid.name, follow, {**over, "checkpoint": _PENDING_CKPT})
                     fs.pop("checkpoint", None)
                     deps = [idx]

@@ -25,14 +25,24 @@ leaves it as it is.
 from __future__ import annotations
 
 import json
+import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
 
 from orchestrator.errors import ConfigError
-from orchestrator.grid import BUDGET_SPEC_KEYS, Grid, Plan, assign_hashes, canonical_json, expand
+from orchestrator.grid import (
+    BUDGET_SPEC_KEYS,
+    CHECKPOINT_FOLLOW_UPS,
+    Grid,
+    Plan,
+    assign_hashes,
+    canonical_json,
+    expand,
+)
 from orchestrator.schema import RESULT_TABLES, Attempt, GridRow, JobDep, JobLog, TrainResult
 from orchestrator.schema import Job as JobRow
 from orchestrator.states import ACTIVE, DEAD_ENDS, AttemptOutcome, JobStatus
@@ -41,6 +51,7 @@ from orchestrator.variants import VARIANT_COLUMNS, columns_of, flop_budget_token
 if TYPE_CHECKING:
     from workers.jobs import JobRegistry
 
+log = logging.getLogger("looplab.jobqueue")
 JOBS = JobRow.__table__
 DEPS = JobDep.__table__
 ATTEMPTS = Attempt.__table__
@@ -56,8 +67,12 @@ def open_engine(db: str | None = None) -> Engine:
 # ---------------------------------------------------------------- submission
 
 
-def submit(eng: Engine, grids: list[Grid], kinds: JobRegistry) -> tuple[list[int], list[int]]:
-    """Validate and insert; returns (job ids in plan order, ids that were newly added)."""
+def plan_ids_and_hashes(
+    eng: Engine, grids: list[Grid], kinds: JobRegistry
+) -> tuple[list[Plan], dict[str, int]]:
+    """Validate and expand the grids (ConfigError on any bad value; `match_time_of` ids must name train
+    jobs of this database) and hash them; returns the plans and {config hash: job id} of the plans
+    already in the database. Reads only."""
     plans = expand(grids, kinds)
     ref_ids = sorted({j for p in plans for j in p.dep_ids})
     with eng.connect() as conn:
@@ -69,8 +84,34 @@ def submit(eng: Engine, grids: list[Grid], kinds: JobRegistry) -> tuple[list[int
         if j not in known or known[j].kind != "train":
             raise ConfigError(f"budget.match_time_of: job {j} is not a train job of this database")
     assign_hashes(plans, {j: known[j].config_hash for j in ref_ids})
+    with eng.connect() as conn:
+        existing = dict(
+            conn.execute(
+                sa.select(JOBS.c.config_hash, JOBS.c.id).where(
+                    JOBS.c.config_hash.in_([p.config_hash for p in plans])
+                )
+            ).all()
+        )
+    return plans, existing
+
+
+# What `submit` may be given to store with each new job: (planned seconds, source) per plan, or None.
+Estimator = Callable[[Engine, list[Plan]], list[tuple[float | None, str | None]]]
+
+
+def submit(
+    eng: Engine, grids: list[Grid], kinds: JobRegistry, estimate: Estimator | None = None
+) -> tuple[list[int], list[int]]:
+    """Validate and insert; returns (job ids in plan order, ids that were newly added).
+
+    `estimate` (the API passes `orchestrator.planner.submission_estimates`; this module knows nothing
+    of planning) gives each new job the wall time it is expected to take (`planned_seconds`,
+    `planned_source`); an estimator that fails costs only the estimates. The train jobs of an iso-time pair (a `match_time_of` budget and the job
+    it names, while that one is still queued) are made exclusive unless their grid said otherwise."""
+    plans, _ = plan_ids_and_hashes(eng, grids, kinds)
     # derived from live model code, before the write transaction opens (the first call imports torch)
     columns = _model_columns(plans)
+    estimates = _planned(eng, plans, estimate)
     now = time.time()
     added: list[int] = []
     with eng.begin() as conn:
@@ -83,7 +124,7 @@ def submit(eng: Engine, grids: list[Grid], kinds: JobRegistry) -> tuple[list[int
             ).all()
         )
         plan_ids: dict[int, int] = {}  # plan index -> job id
-        for i in _deps_first(plans):  # match_time_of may name a train job of a later grid
+        for i in deps_first(plans):  # match_time_of may name a train job of a later grid
             plan = plans[i]
             if plan.config_hash in existing:
                 plan_ids[i] = existing[plan.config_hash]
@@ -93,8 +134,8 @@ def submit(eng: Engine, grids: list[Grid], kinds: JobRegistry) -> tuple[list[int
             if budget is None and plan.kind == "train":  # stored as submitted-or-implied, for views
                 budget = {k: plan.spec[k] for k in BUDGET_SPEC_KEYS if plan.spec.get(k) is not None}
                 budget = budget or None
-            # a depth sweep is about its train job's model: it copies the identity columns too
-            sweep_of_train = plan.kind == "depth_sweep" and plan.deps
+            # a depth sweep or eval is about its train job's model: it copies the identity columns too
+            sweep_of_train = plan.kind in CHECKPOINT_FOLLOW_UPS and plan.deps
             about = plans[plan.deps[0]].spec if sweep_of_train else plan.spec
             if budget and "match_time_of" in budget:
                 budget = {"match_time_of": dep_ids[-1] if plan.dep_ids else plan_ids[plan.deps[-1]]}
@@ -118,6 +159,8 @@ def submit(eng: Engine, grids: list[Grid], kinds: JobRegistry) -> tuple[list[int
                     budget_flops=plan.spec.get("flops"),
                     resources=canonical_json(plan.resources) if plan.resources else None,
                     created_at=now,
+                    planned_seconds=estimates[i][0],
+                    planned_source=estimates[i][1],
                 )
             ).inserted_primary_key[0]
             for dep in dict.fromkeys(dep_ids):
@@ -126,7 +169,64 @@ def submit(eng: Engine, grids: list[Grid], kinds: JobRegistry) -> tuple[list[int
             plan_ids[i] = job_id
             added.append(job_id)
         ids = list(dict.fromkeys(plan_ids[i] for i in range(len(plans))))
+        pairs = {j for p in plans if p.budget and "match_time_of" in p.budget for j in p.dep_ids}
+        for i, plan in enumerate(plans):
+            if plan.budget and "match_time_of" in plan.budget:
+                pairs |= {plan_ids[i], *(plan_ids[d] for d in plan.deps)}
+        _make_exclusive(conn, sorted(pairs))
     return ids, added
+
+
+def _planned(
+    eng: Engine, plans: list[Plan], estimate: Estimator | None
+) -> list[tuple[float | None, str | None]]:
+    """(planned seconds, source) per plan; (None, None) where there is no estimate."""
+    if estimate is None:
+        return [(None, None)] * len(plans)
+    try:
+        estimates = estimate(eng, plans)
+    except Exception:  # noqa: BLE001 - an estimate is advice: it never fails a submission
+        log.warning("no plan estimates for this submission", exc_info=True)
+        return [(None, None)] * len(plans)
+    return [(s, src) if s is not None else (None, None) for s, src in estimates]
+
+
+def _make_exclusive(conn: Connection, job_ids: list[int]) -> None:
+    """Queued train jobs of an iso-time pair run with the node to themselves (their timings are
+    compared), unless their resources say `exclusive: false`."""
+    rows = conn.execute(
+        sa.select(JOBS.c.id, JOBS.c.resources).where(
+            JOBS.c.id.in_(job_ids), JOBS.c.kind == "train", JOBS.c.status == JobStatus.QUEUED
+        )
+    ).all()
+    for job_id, resources in rows:
+        res = json.loads(resources) if resources else {}
+        if "exclusive" not in res:
+            conn.execute(
+                JOBS.update()
+                .where(JOBS.c.id == job_id)
+                .values(resources=canonical_json({**res, "exclusive": True}))
+            )
+
+
+# Job kinds that run with the node to themselves unless their grid opts out: their timings are results.
+EXCLUSIVE_KINDS = ("decode_bench",)
+
+
+def job_resources(kind: str, resources: str | dict[str, Any] | None, has_gpu: bool,
+                  exclusive_default: bool = False) -> dict[str, Any]:  # fmt: skip
+    """What a job asks of its node: num_cpus (default 1), num_gpus (default 1 on a node with GPUs,
+    else 0) and exclusive (default: its kind is in EXCLUSIVE_KINDS, or `exclusive_default`). The
+    scheduler and the planner read resources only through this."""
+    res = json.loads(resources) if isinstance(resources, str) else dict(resources or {})
+    exclusive = bool(res.get("exclusive", kind in EXCLUSIVE_KINDS or exclusive_default))
+    if "num_cpus" not in res and "num_gpus" not in res:  # no device asked for: one CPU, a GPU if any
+        return {"num_cpus": 1.0, "num_gpus": 1.0 if has_gpu else 0.0, "exclusive": exclusive}
+    return {
+        "num_cpus": float(res.get("num_cpus", 1)),
+        "num_gpus": float(res.get("num_gpus", 0)),
+        "exclusive": exclusive,
+    }
 
 
 def _model_columns(plans: list[Plan]) -> list[dict[str, Any]]:
@@ -141,7 +241,7 @@ def _model_columns(plans: list[Plan]) -> list[dict[str, Any]]:
             cols["budget_tokens"] = flop_budget_tokens(resolved, float(plan.spec["flops"]))
         out.append(cols)
     for i, plan in enumerate(plans):
-        if plan.kind == "depth_sweep" and plan.deps and plans[plan.deps[0]].kind == "train":
+        if plan.kind in CHECKPOINT_FOLLOW_UPS and plan.deps and plans[plan.deps[0]].kind == "train":
             out[i] = {c: out[plan.deps[0]].get(c) for c in VARIANT_COLUMNS}
     return out
 
@@ -162,7 +262,7 @@ def loop_columns(spec: dict[str, Any]) -> tuple[str | None, int | None]:
     return cfg.loop_sampler, cfg.loops
 
 
-def _deps_first(plans: list[Plan]) -> list[int]:
+def deps_first(plans: list[Plan]) -> list[int]:
     """Plan indexes with every plan after the plans it depends on (cycles were refused earlier)."""
     order: list[int] = []
     seen: set[int] = set()
@@ -277,7 +377,7 @@ def launch_spec(eng: Engine, job: Any) -> dict[str, Any]:
     """The spec the worker receives: stored config plus what only exists at launch time."""
     spec = json.loads(job.config)
     with eng.connect() as conn:
-        if job.kind == "depth_sweep" and "checkpoint" not in spec:
+        if job.kind in CHECKPOINT_FOLLOW_UPS and "checkpoint" not in spec:
             dirs = conn.execute(
                 sa.select(JOBS.c.artifact_dir)
                 .join(DEPS, DEPS.c.depends_on == JOBS.c.id)

@@ -62,7 +62,9 @@ class Job(Base):
     __tablename__ = "jobs"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     grid_id: Mapped[int | None] = mapped_column(ForeignKey("grids.id"), index=True)
-    kind: Mapped[str] = mapped_column(String(32))  # train | depth_sweep | decode_bench | a plugin's kind
+    kind: Mapped[str] = mapped_column(
+        String(32)
+    )  # train | depth_sweep | decode_bench | eval | a plugin's kind
     config: Mapped[str] = mapped_column(Text)  # canonical JSON: the job's full spec
     config_hash: Mapped[str] = mapped_column(String(64), unique=True)
     # copied out of config for views and filters
@@ -123,6 +125,10 @@ class Job(Base):
     flops_per_token: Mapped[float | None] = mapped_column(Float)
     # the budget in FLOPs when it was given so (budget_tokens is then its whole-step token count)
     budget_flops: Mapped[float | None] = mapped_column(Float)
+    # the planner's wall-time estimate at submission and its source (measured | flop_model | finished;
+    # see orchestrator.planner), kept so that planned and actual times can be compared (rev. 0005)
+    planned_seconds: Mapped[float | None] = mapped_column(Float)
+    planned_source: Mapped[str | None] = mapped_column(String(16))
 
     __table_args__ = (
         Index("ix_jobs_status_priority", "status", "priority"),
@@ -216,6 +222,9 @@ class TrainResult(Base):
     achieved_flops_per_s: Mapped[float | None] = mapped_column(Float)
     mfu: Mapped[float | None] = mapped_column(Float)
     padding_waste: Mapped[float | None] = mapped_column(Float)
+    # other jobs running on the node at any time during the training (0 = the device to itself;
+    # NULL = not recorded), from the driver's bookkeeping (rev. 0005)
+    concurrent_jobs: Mapped[int | None] = mapped_column(Integer)
 
 
 class DepthEval(Base):
@@ -252,6 +261,26 @@ class DecodeBench(Base):
     device: Mapped[str] = mapped_column(String(64))
     dtype: Mapped[str] = mapped_column(String(16))
     cuda_graph: Mapped[bool] = mapped_column(Boolean, default=False)
+    # other jobs running on the node at any time during the benchmark (0 = the device to itself;
+    # NULL = not recorded), from the driver's bookkeeping (rev. 0005)
+    concurrent_jobs: Mapped[int | None] = mapped_column(Integer)
+
+
+class TaskScore(Base):
+    """Multiple-choice task accuracy of an eval job at one inference loop count (rev. 0006): one row per
+    subset of the task (e.g. `depth=3`) and one for the whole task (subset `all`)."""
+
+    __tablename__ = "task_scores"
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    task: Mapped[str] = mapped_column(String(128), primary_key=True)
+    subset: Mapped[str] = mapped_column(String(64), primary_key=True)
+    loops: Mapped[int] = mapped_column(Integer, primary_key=True)  # inference loop count
+    category: Mapped[str | None] = mapped_column(String(16))  # knowledge | reasoning | NULL (unknown)
+    n: Mapped[int] = mapped_column(Integer)  # items scored
+    acc: Mapped[float] = mapped_column(Float)
+    acc_norm: Mapped[float | None] = mapped_column(Float)  # choice log-likelihood per character
+    stderr: Mapped[float | None] = mapped_column(Float)  # of acc: sample std / sqrt(n)
+    chance: Mapped[float | None] = mapped_column(Float)  # mean of 1 / number of choices
 
 
 class JobLog(Base):
@@ -274,4 +303,5 @@ RESULT_TABLES = {
     "depth_evals": DepthEval,
     "round_deltas": RoundDelta,
     "decode_benches": DecodeBench,
+    "task_scores": TaskScore,
 }

@@ -18,6 +18,7 @@ Create Date: 2026-12-06
 Downgrade drops the columns with ALTER TABLE ... DROP COLUMN (SQLite 3.35 or later, PostgreSQL).
 """
 
+import importlib
 import json
 import re
 from collections.abc import Sequence
@@ -77,6 +78,11 @@ def downgrade() -> None:
     op.drop_column("jobs", "loops")
     op.drop_column("jobs", "loop_sampler")
     op.drop_column("jobs", "failed_dependency")
+    # From this revision on the views come from orchestrator/views.py (see migrations/env.py), which
+    # dropped them before this ran: back at 0002, the database gets 0001's views, as that release had.
+    initial = importlib.import_module("migrations.versions.0001_initial")
+    for sql in initial.VIEWS.values():
+        op.execute(sql)
 
 
 def _backfill_failed_dependency(conn: sa.Connection) -> None:

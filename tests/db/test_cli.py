@@ -7,8 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from orchestrator.db import VERSION_TABLE, VIEW_NAMES, head_revision
+from orchestrator.db import VERSION_TABLE, head_revision
 from orchestrator.schema import Base
+from orchestrator.views import VIEW_NAMES
 
 LOOPLAB = str(Path(sys.executable).with_name("looplab"))
 

@@ -12,7 +12,7 @@ from workers import jobs
 BAD = [
     (Grid("g", base={"tokens": 1000}, priority="high"), "grid 'g': priority: expected an integer, got 'high'"),
     (Grid("g", base={"tokens": 1000}, max_attempts=0), "grid 'g': max_attempts: must be >= 1, got 0"),
-    (Grid("g", base={"tokens": 1000}, then=["eval"]), "grid 'g': then: unknown 'eval'; accepted: depth_sweep"),
+    (Grid("g", base={"tokens": 1000}, then=["evals"]), "grid 'g': then: unknown 'evals'; accepted: depth_sweep"),
     (Grid("g", base={"tokens": 1000}, resources={"num_gpus": -1}), "grid 'g': resources.num_gpus: must be >= 0"),
     (Grid("g", base={"tokens": 1000}, resources={"num_gpus": "1"}), "resources.num_gpus: expected a number"),
     (Grid("g", base={"tokens": 1000}, then=["depth_sweep"], resources={"depth_sweep": 3}),

@@ -120,7 +120,7 @@ BAD_GRIDS = [
     (Grid("bad", base={"budget": {"tokens": "2M"}}), "budget.tokens"),
     (Grid("bad", base={"tokens": 1000, "budget": 2000}), "budget"),
     (Grid("bad", base={"tokens": 1000}, resources={"num_gpu": 1}), "resources.num_gpu"),
-    (Grid("bad", base={"tokens": 1000}, then=["eval"]), "then"),
+    (Grid("bad", base={"tokens": 1000}, then=["evals"]), "then"),
     (Grid("bad", base={"budget": {"match_time_of": {"recipe": "plain"}}}), "match_time_of"),
     (Grid("bad", base={"tokens": 1000}, priority="high"), "priority"),
     (Grid("bad", base={"tokens": 1000}, sweep=["lean"]), "sweep"),

@@ -1,0 +1,171 @@
+"""The people-facing SQL views (`runs`, `curves`, `depth`, `decode`, `tasks`): one definition, like the ORM.
+
+Views hold no data, so they are not versioned like tables: after every migration that ends at head,
+the Alembic environment (migrations/env.py) drops them and creates them from this module, and before
+any migration runs it drops them (SQLite refuses to drop or rebuild a column a view reads). So a view
+is written once, here, and changes with the code; a revision only changes tables. The exception is
+history: revision 0001 created the first views itself, and the downgrade of 0003 re-creates those, so a
+database taken back to 0001/0002 is exactly what that release expects.
+
+Portable SQL only (SQLite and PostgreSQL): no JSON functions; the columns they show are copied out of
+each job's config at submission (orchestrator/jobqueue.py, orchestrator/variants.py).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection
+
+# The variant and resolved architecture of the job a row is about (`{p}` = the jobs alias).
+ARCH = """
+    {p}.variant_id,
+    {p}.variant_label,
+    {p}.n_prelude,
+    {p}.n_recurrent,
+    {p}.n_coda,
+    {p}.loop_sampler,
+    {p}.loops,
+    {p}.effective_depth,
+    {p}.d_model,
+    {p}.injection,
+    {p}.n_once,
+    {p}.n_rec"""
+
+# A follow-up job's trained model (depth sweep, eval): its train job through job_deps, as alias `t`;
+# `trained_loops` is the loop count it was trained at (the follow-up's `loops` is the evaluated one).
+TRAINED = """
+    t.variant_id,
+    t.variant_label,
+    t.n_prelude,
+    t.n_recurrent,
+    t.n_coda,
+    t.loop_sampler,
+    t.trained_loops,
+    t.effective_depth,
+    t.d_model,
+    t.injection,
+    t.n_params,
+    t.n_once,
+    t.n_rec,
+    t.flops_per_token"""
+
+
+def _trained_model_of(follow_up_id: str) -> str:
+    return f"""LEFT JOIN (
+    SELECT d.job_id AS follow_up_id, tj.id, tj.recipe, tj.size, tj.seed, tj.variant_id, tj.variant_label,
+        tj.n_prelude, tj.n_recurrent, tj.n_coda, tj.loop_sampler, tj.loops AS trained_loops,
+        tj.effective_depth, tj.d_model, tj.injection, tj.n_params, tj.n_once, tj.n_rec, tj.flops_per_token
+    FROM job_deps d
+    JOIN jobs tj ON tj.id = d.depends_on AND tj.kind = 'train'
+) t ON t.follow_up_id = {follow_up_id}"""
+
+
+def _with_job_architecture(view: str, table: str, columns: str) -> str:
+    """Rows of `table` ("name alias") with the variant and architecture of the job that wrote them."""
+    alias = table.split()[1]
+    return f"""
+CREATE VIEW {view} AS
+SELECT
+    {columns},{ARCH.format(p="j")},
+    j.n_params,
+    j.flops_per_token
+FROM {table}
+JOIN jobs j ON j.id = {alias}.job_id
+"""
+
+
+def _labelled_with_trained_model(view: str, table: str, id_name: str, columns: str) -> str:
+    """A follow-up job's result rows (`table` = "name alias") with its trained model's identity."""
+    alias = table.split()[1]
+    return f"""
+CREATE VIEW {view} AS
+SELECT
+    {alias}.job_id AS {id_name},
+    t.id AS train_job_id,
+    t.recipe,
+    t.size,
+    t.seed,
+    {columns},{TRAINED}
+FROM {table}
+{_trained_model_of(alias + ".job_id")}
+"""
+
+
+# The depth-sweep evaluations of one train job `j` (for best_loops / best_loop_val_loss).
+_SWEEP_EVALS = """
+        FROM job_deps {d}
+        JOIN jobs {s} ON {s}.id = {d}.job_id AND {s}.kind = 'depth_sweep'
+        JOIN depth_evals {de} ON {de}.job_id = {s}.id
+        WHERE {d}.depends_on = j.id"""
+
+VIEWS = {
+    # One row per training job, config flattened; best_loops = the loop count with the lowest
+    # depth-sweep val loss over the sweeps that depend on this run (NULL before any sweep).
+    # n_params and flops_per_token: the trainer's measured row when there, else the submission's.
+    "runs": f"""
+CREATE VIEW runs AS
+SELECT
+    j.id AS job_id, g.name AS grid, j.status, j.recipe, j.size, j.seed,
+    j.budget_tokens, j.budget_time_s,
+    r.tokens, r.steps, r.train_seconds, r.tokens_per_s,
+    r.final_train_loss, r.final_val_loss, r.final_val_bpb,
+    (
+        SELECT MIN(de.loops){_SWEEP_EVALS.format(d="d", s="s", de="de")}
+        AND de.val_loss = (
+            SELECT MIN(de2.val_loss){_SWEEP_EVALS.format(d="d2", s="s2", de="de2")}
+        )
+    ) AS best_loops,
+    (
+        SELECT MIN(de.val_loss){_SWEEP_EVALS.format(d="d", s="s", de="de")}
+    ) AS best_loop_val_loss,
+    COALESCE(r.n_params, j.n_params) AS n_params,
+    j.created_at, j.finished_at,{ARCH.format(p="j")},
+    j.budget_flops,
+    COALESCE(r.flops_per_token, j.flops_per_token) AS flops_per_token,
+    r.train_flops, r.achieved_flops_per_s, r.mfu, r.padding_waste
+FROM jobs j
+LEFT JOIN grids g ON g.id = j.grid_id
+LEFT JOIN train_results r ON r.job_id = j.id
+WHERE j.kind = 'train'
+""",
+    # Long-format curves with the run's identity, ready to pivot or plot.
+    "curves": _with_job_architecture(
+        "curves",
+        "metrics m",
+        "m.job_id, j.recipe, j.size, j.seed, m.key, m.step, m.tokens, m.wall_s, m.value",
+    ),
+    # Loss against the evaluated loop count, labelled with the trained model.
+    "depth": _labelled_with_trained_model(
+        "depth",
+        "depth_evals de",
+        "sweep_job_id",
+        "de.loops, de.val_loss, de.val_bpb, de.far_copy_loss, de.near_loss",
+    ),
+    "decode": _with_job_architecture(
+        "decode",
+        "decode_benches b",
+        "b.job_id, j.status, b.arch, b.size, b.context_len, b.batch_size, b.ms_per_token, b.ms_p10, "
+        "b.ms_p90, b.kv_cache_mb, b.device, b.dtype, b.cuda_graph",
+    ),
+    # Task accuracy of eval jobs labelled with the trained model (named after `depth`: a view
+    # cannot share its table's name). An eval of a checkpoint outside the queue has NULLs there.
+    "tasks": _labelled_with_trained_model(
+        "tasks",
+        "task_scores ts",
+        "eval_job_id",
+        "ts.task, ts.category, ts.subset, ts.loops, ts.n, ts.acc, ts.acc_norm, ts.stderr, ts.chance",
+    ),
+}
+VIEW_NAMES = tuple(VIEWS)
+
+
+def drop_views(conn: Connection) -> None:
+    """Drop every view of this module (those of revision 0001 have the same names)."""
+    for name in VIEW_NAMES:
+        conn.exec_driver_sql(f"DROP VIEW IF EXISTS {name}")
+
+
+def create_views(conn: Connection) -> None:
+    """(Re)create every view for the head schema."""
+    drop_views(conn)
+    for sql in VIEWS.values():
+        conn.exec_driver_sql(sql)
