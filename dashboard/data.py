@@ -108,7 +108,7 @@ def runs(url: str) -> pd.DataFrame:
                r.n_params_non_embedding, r.time_budget_s, r.device,
                COALESCE(r.flops_per_token, j.flops_per_token) AS flops_per_token,
                COALESCE(r.train_flops, COALESCE(r.flops_per_token, j.flops_per_token) * r.tokens) AS train_flops,
-               r.achieved_flops_per_s, r.mfu, r.padding_waste
+               r.achieved_flops_per_s, r.mfu, r.padding_waste, r.concurrent_jobs
         FROM jobs j
         LEFT JOIN grids g ON g.id = j.grid_id
         LEFT JOIN train_results r ON r.job_id = j.id
@@ -168,6 +168,23 @@ def round_deltas(url: str) -> pd.DataFrame:
     )
 
 
+def task_scores(url: str) -> pd.DataFrame:
+    """Eval-job task scores (one row per task, subset and loop count) labelled with the trained model
+    (train_job_id, recipe, size, seed, variant; `train_loops` the trained count, `loops` the evaluated)."""
+    return _read(
+        url,
+        f"""
+        SELECT ts.job_id AS eval_job_id, t.id AS train_job_id, t.grid_id, t.recipe, t.size, t.seed,
+               t.budget_tokens, {_variant_sql("t")}, ts.task, ts.category, ts.subset, ts.loops, ts.n,
+               ts.acc, ts.acc_norm, ts.stderr, ts.chance
+        FROM task_scores ts
+        JOIN job_deps d ON d.job_id = ts.job_id
+        JOIN jobs t ON t.id = d.depends_on AND t.kind = 'train'
+        ORDER BY t.id, ts.task, ts.subset, ts.loops
+        """,
+    )
+
+
 def decode(url: str) -> pd.DataFrame:
     """Decode-bench rows with the bench job's variant (the id of the train jobs of that architecture)."""
     return _read(
@@ -175,7 +192,7 @@ def decode(url: str) -> pd.DataFrame:
         f"""
         SELECT b.job_id, j.grid_id, g.name AS grid, j.recipe, b.arch, b.size, {_variant_sql("j")},
                b.context_len, b.batch_size, b.ms_per_token, b.ms_p10, b.ms_p90, b.kv_cache_mb, b.device,
-               b.dtype, b.cuda_graph
+               b.dtype, b.cuda_graph, b.concurrent_jobs
         FROM decode_benches b JOIN jobs j ON j.id = b.job_id LEFT JOIN grids g ON g.id = j.grid_id
         ORDER BY b.arch, b.context_len, b.batch_size
         """,

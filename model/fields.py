@@ -34,6 +34,11 @@ def known_keys(where: str, d: Any, cls_or_names: type | Collection[str]) -> dict
     return dict(d)
 
 
+def with_defaults(where: str, d: Any, cls: type) -> dict[str, Any]:
+    """`known_keys(where, d, cls)` with every field `d` leaves out set to the dataclass's default."""
+    return {**vars(cls()), **known_keys(where, d, cls)}
+
+
 def integer(
     name: str, v: Any, lo: int | None = None, hi: int | None = None, allow_none: bool = False
 ) -> int | None:
@@ -108,4 +113,11 @@ def device(name: str, v: Any) -> str:
         v in ("auto", "cpu", "cuda") or (v.startswith("cuda:") and v[5:].isdigit())
     ):
         raise ConfigError(f"{name}: unknown {v!r}; accepted: auto, cpu, cuda, cuda:N")
+    return v
+
+
+def optional_text(name: str, v: Any, what: str = "a non-empty string") -> str | None:
+    """None, or a non-empty string (a path, a name); `what` says which in the error."""
+    if v is not None and (not isinstance(v, str) or not v):
+        raise ConfigError(f"{name}: expected {what}, got {v!r}")
     return v

@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -79,18 +79,12 @@ class CompiledLM:
     def __init__(self, model: LoopedLM, parts: SeqParts) -> None:
         self.model, self.parts = model, parts
 
-    def __call__(
-        self,
-        idx: Tensor,
-        targets: Tensor | None = None,
-        loops=None,
-        h0_seed=None,
-        return_deltas: bool = False,
-    ) -> LMOutput:
+    def __call__(self, idx: Tensor, *args: Any, **kwargs: Any) -> LMOutput:
+        """The arguments of `LoopedLM.forward`: idx (B, T), then targets, loops, h0_seed, return_deltas."""
         windows = {rc.window for rc in self.model.cfg.rounds if rc.attention}
         for window in windows:  # built here, not inside a compiled part (where a miss breaks the graph)
             prepare_masks(idx.shape[1], window, idx.device)
-        return self.model._seq_forward(self.parts, idx, targets, loops, h0_seed, return_deltas)
+        return self.model._seq_forward(self.parts, idx, *args, **kwargs)
 
 
 class LoopedLM(nn.Module):
@@ -231,7 +225,9 @@ class LoopedLM(nn.Module):
     def reuses_kv(self) -> bool:
         return any(rc.reuse_kv for rc in self.cfg.rounds)
 
-    def _seq_forward(self, parts: SeqParts, idx: Tensor, targets, loops, h0_seed, return_deltas: bool):
+    def _seq_forward(
+        self, parts: SeqParts, idx: Tensor, targets=None, loops=None, h0_seed=None, return_deltas=False
+    ) -> LMOutput:
         """A forward over whole sequences through `parts` (plain or compiled). Everything that depends
         on the loop counts (the plan, masks, h0, per-round deltas) runs here, outside the parts."""
         B, T = idx.shape

@@ -29,6 +29,19 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_gpu)
 
 
+@pytest.fixture
+def one_torch_thread():
+    """Torch on one intra-op thread during the test, restored after: the test machine's few cores are
+    shared, and oversubscribed threads make a tiny model's ops many times slower without changing any
+    result a test asserts on. The model and workers tests use it for every test (their conftest)."""
+    import torch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
 @pytest.fixture(scope="session")
 def looplab_cache(tmp_path_factory):
     """One data/tokenizer cache for the whole session, so shards are built once."""

@@ -26,8 +26,8 @@ from typing import Any
 
 from model import fields
 from model.errors import ConfigError
-from workers.reporter import ConsoleReporter, JobInterrupted, Reporter
-from workers.spec_cli import SpecParser
+from workers.reporter import JobInterrupted, Reporter
+from workers.spec_cli import SpecParser, job_parser, run_standalone
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -59,8 +59,7 @@ class Spec:
     def from_dict(cls, d: dict[str, Any]) -> Spec:
         from model.presets import RECIPES, SIZES, preset
 
-        given = fields.known_keys("decode_bench", d, cls)
-        d = {**vars(cls()), **given}
+        d = fields.with_defaults("decode_bench", d, cls)
         recipe = fields.choice("recipe", d["recipe"], RECIPES)
         size = fields.choice("size", d["size"], tuple(SIZES))
         model = fields.mapping("model", d["model"], "a mapping of ModelConfig overrides")
@@ -193,30 +192,19 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 
 
 def build_parser() -> SpecParser:
-    parser = SpecParser(
-        Spec,
-        prog="python -m workers.decode_bench",
-        description="Per-token decode latency and KV-cache size of an architecture.",
-    )
-    parser.add_argument("--out", default=None, help="artifact dir for decode_bench.json")
-    return parser
+    what = "Per-token decode latency and KV-cache size of an architecture."
+    return job_parser(Spec, "workers.decode_bench", what, out_help="artifact dir for decode_bench.json")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        spec = Spec.from_dict(parser.spec_dict(args))
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    reporter = ConsoleReporter("decode_bench")
-    try:
-        summary = run(spec, reporter, args.out)
-    finally:
-        reporter.close()
-    print(format_table(summary["rows"]))
-    return 0
+    return run_standalone(
+        build_parser(),
+        Spec,
+        run,
+        lambda spec, summary, args: print(format_table(summary["rows"])),
+        desc="decode_bench",
+        argv=argv,
+    )
 
 
 if __name__ == "__main__":

@@ -16,14 +16,13 @@ Standalone: `python -m workers.depth_sweep --checkpoint runs/x --loops 1,2,4,8`.
 from __future__ import annotations
 
 import dataclasses
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from model import fields
 from model.errors import ConfigError
-from workers.spec_cli import SpecParser
+from workers.spec_cli import SpecParser, checkpoint_exists, job_parser, run_standalone
 from workers.train_spec import EVAL_H0_SEED
 
 DEFAULT_LOOPS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
@@ -50,11 +49,8 @@ class Spec:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Spec:
-        given = fields.known_keys("depth_sweep", d, cls)
-        d = {**vars(cls()), **given}
-        checkpoint = d["checkpoint"]
-        if checkpoint is not None and (not isinstance(checkpoint, str) or not checkpoint):
-            raise ConfigError(f"checkpoint: expected a path string, got {checkpoint!r}")
+        d = fields.with_defaults("depth_sweep", d, cls)
+        checkpoint = fields.optional_text("checkpoint", d["checkpoint"], "a path string")
         return cls(
             checkpoint=checkpoint,
             loops=fields.int_list("loops", d["loops"], lo=1),
@@ -168,35 +164,13 @@ def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
 
 
 def build_parser() -> SpecParser:
-    parser = SpecParser(
-        Spec,
-        aliases={"split_far_copy": ["--far-copy"]},
-        required=("checkpoint",),
-        prog="python -m workers.depth_sweep",
-        description="Validation loss of a trained looped LM at many loop counts.",
-    )
-    parser.add_argument("--events-jsonl", help="also append every event to this JSON-lines file")
-    return parser
+    what = "Validation loss of a trained looped LM at many loop counts."
+    aliases = {"split_far_copy": ["--far-copy"]}
+    return job_parser(Spec, "workers.depth_sweep", what, aliases=aliases, required=("checkpoint",))
 
 
-def main(argv: list[str] | None = None) -> int:
-    from workers.checkpoint import find as find_checkpoint
-    from workers.reporter import make_reporter
-
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    reporter = None
-    try:
-        spec = Spec.from_dict(parser.spec_dict(args))
-        find_checkpoint(spec.checkpoint)  # fail on a bad path before any work or output
-        reporter = make_reporter("depth sweep", args.events_jsonl)
-        out = run(spec, reporter, None)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    finally:
-        if reporter is not None and hasattr(reporter, "close"):
-            reporter.close()
+def print_table(spec: Spec, out: dict[str, Any], args: Any = None) -> None:
+    """The sweep as a table, one row per loop count, and the best loop count."""
     print(f"depth sweep of {spec.checkpoint} (far-copy window {out['far_window']})")
     print(f"{'loops':>6} {'val_loss':>9} {'val_bpb':>8} {'far_copy':>9} {'near':>8}")
     for e in out["depth_evals"]:
@@ -204,7 +178,12 @@ def main(argv: list[str] | None = None) -> int:
         nr = "-" if e["near_loss"] is None else f"{e['near_loss']:.4f}"
         print(f"{e['loops']:>6} {e['val_loss']:>9.4f} {e['val_bpb']:>8.4f} {fc:>9} {nr:>8}")
     print(f"best: {out['best_loops']} loops (val_loss {out['best_val_loss']:.4f})")
-    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_standalone(
+        build_parser(), Spec, run, print_table, desc="depth sweep", argv=argv, before=checkpoint_exists
+    )
 
 
 if __name__ == "__main__":

@@ -16,6 +16,11 @@ Flags default to "not given": `SpecParser.spec_dict(args)` returns only what the
 Spec's `from_dict` fills every default and stays the one validator. Converters never reject a value
 themselves; `from_dict` does, naming the field. Every parse error is one line, `error: <field>: ...`,
 with exit status 2.
+
+`job_parser` and `run_standalone` are the rest of every job's `python -m workers.<job>`: the
+reporting flags (`--events-jsonl`, `--quiet`, and `--out` where the job writes an artifact dir) and
+the parse → `Spec.from_dict` → reporter → run → print dance with its exit statuses (0 done, 2 bad
+input, 130 stopped), written once.
 """
 
 from __future__ import annotations
@@ -30,7 +35,11 @@ import sys
 import textwrap
 import types
 import typing
+from collections.abc import Callable
 from typing import Any, NoReturn
+
+from model.errors import ConfigError
+from workers.reporter import JobInterrupted, Reporter, make_reporter
 
 
 def field_docs(cls: type) -> dict[str, str]:
@@ -186,3 +195,72 @@ class SpecParser(argparse.ArgumentParser):
             message = f"{self._flag_field.get(first, first.lstrip('-'))}: required (give {first})"
         print(f"error: {message}", file=sys.stderr)
         sys.exit(2)
+
+
+def job_parser(
+    spec_cls: type,
+    module: str,
+    description: str,
+    *,
+    out_help: str | None = None,
+    out_required: bool = False,
+    **kwargs: Any,
+) -> SpecParser:
+    """The parser of `python -m <module>`, a job's standalone command: the Spec's flags (`kwargs` go to
+    `SpecParser`), plus `--events-jsonl` and `--quiet`, and `--out` when `out_help` is given (jobs that
+    keep files)."""
+    parser = SpecParser(spec_cls, prog=f"python -m {module}", description=description, **kwargs)
+    if out_help is not None:
+        parser.add_argument("--out", required=out_required, default=None, help=out_help)
+    parser.add_argument("--events-jsonl", help="also append every event to this JSON-lines file")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    return parser
+
+
+def checkpoint_exists(spec: Any) -> None:
+    """A `before` check for jobs that read a trained model: `spec.checkpoint` names a checkpoint
+    (a ConfigError naming the field otherwise), so a bad path fails before any work or output."""
+    from workers.checkpoint import find
+
+    find(spec.checkpoint)
+
+
+def run_standalone(
+    parser: SpecParser,
+    spec_cls: Any,
+    job: Callable[[Any, Reporter, Any], Any],
+    show: Callable[[Any, Any, argparse.Namespace], None],
+    *,
+    desc: str | Callable[[Any], str],
+    argv: list[str] | None = None,
+    before: Callable[[Any], None] | None = None,
+    resume_hint: str = "rerun the same command to continue",
+) -> int:
+    """Run one job from the command line and return its exit status.
+
+    Parses `argv` with `parser` (made by `job_parser`), builds the Spec with `spec_cls.from_dict`,
+    calls `before(spec)` (cheap checks that should fail before any output, e.g. a missing checkpoint),
+    then `job(spec, reporter, args.out)` with a console reporter named `desc` (or `desc(spec)`), and
+    finally `show(spec, result, args)` to print the result. A `ConfigError` anywhere prints
+    `error: <field>: ...` and returns 2; a stop request (Ctrl-C, SIGTERM) that ends the job with
+    `JobInterrupted` prints `interrupted (...); <resume_hint>` and returns 130."""
+    args = parser.parse_args(argv)
+    reporter: Any = None
+    try:
+        spec = spec_cls.from_dict(parser.spec_dict(args))
+        if before is not None:
+            before(spec)
+        name = desc(spec) if callable(desc) else desc
+        reporter = make_reporter(name, args.events_jsonl, args.quiet)
+        result = job(spec, reporter, getattr(args, "out", None))
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except JobInterrupted as e:
+        print(f"interrupted ({e}); {resume_hint}", file=sys.stderr)
+        return 130
+    finally:
+        if reporter is not None and hasattr(reporter, "close"):
+            reporter.close()
+    show(spec, result, args)
+    return 0

@@ -13,53 +13,31 @@ with status 2.
 from __future__ import annotations
 
 import logging
-import sys
 from pathlib import Path
 from typing import Any
 
-from model.errors import ConfigError
-from workers.reporter import JobInterrupted, make_reporter
-from workers.spec_cli import SpecParser
+from workers.spec_cli import SpecParser, job_parser, run_standalone
 from workers.train_spec import Spec
 
 
 def build_parser() -> SpecParser:
-    parser = SpecParser(
-        Spec,
-        prog="python -m workers.train",
-        description="Train one looped LM.",
-    )
-    parser.add_argument("--out", required=True, help="artifact dir (resumed if it holds a checkpoint)")
-    parser.add_argument("--events-jsonl", help="also append every event to this JSON-lines file")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    return parser
+    out = "artifact dir (resumed if it holds a checkpoint)"
+    return job_parser(Spec, "workers.train", "Train one looped LM.", out_help=out, out_required=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     from workers.trainer import train
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        spec = Spec.from_dict(parser.spec_dict(args))
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    reporter = make_reporter(f"train {spec.recipe}/{spec.size}", args.events_jsonl, args.quiet)
-    try:
-        row = train(spec, reporter, Path(args.out))
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except JobInterrupted as e:
-        print(f"interrupted ({e}); rerun the same command to resume", file=sys.stderr)
-        return 130
-    finally:
-        if hasattr(reporter, "close"):
-            reporter.close()
-    print(summary(row, args.out))
-    return 0
+    return run_standalone(
+        build_parser(),
+        Spec,
+        lambda spec, reporter, out: train(spec, reporter, Path(out)),
+        lambda spec, row, args: print(summary(row, args.out)),
+        desc=lambda spec: f"train {spec.recipe}/{spec.size}",
+        argv=argv,
+        resume_hint="rerun the same command to resume",
+    )
 
 
 def summary(row: dict[str, Any], out: str) -> str:

@@ -34,18 +34,9 @@ base = alt.Chart(curves).encode(
     color=ui.color(color, numeric_color, title=variants.ARCH_LABELS.get(color, color)),
     detail="variant_label:N",  # one line per variant, whatever the colour
 )
-chart = base.mark_line(point=True).encode(
-    y=alt.Y("mean:Q", title="val_loss (mean over seeds)", scale=alt.Scale(zero=False)),
-    tooltip=[
-        "variant_label",
-        "size",
-        "loops",
-        x,
-        alt.Tooltip("mean:Q", format=".4f"),
-        alt.Tooltip("std:Q", format=".4f"),
-        "n_seeds",
-    ],  # fmt: skip
-) + base.mark_area(opacity=0.15).encode(y="min:Q", y2="max:Q")  # legend from the line
+tooltip = ["variant_label", "size", "loops", x, alt.Tooltip("mean:Q", format=".4f"),
+           alt.Tooltip("std:Q", format=".4f"), "n_seeds"]  # fmt: skip
+chart = ui.mean_with_spread(base, y_title="val_loss (mean over seeds)", tooltip=tooltip)
 st.altair_chart(chart.properties(height=400), width="stretch")
 ui.table(analysis.depth_wide(curves), key="depth_wide")
 

@@ -17,12 +17,7 @@ PLOT_POINTS = 60_000  # metric points read for one chart, shared among the selec
 X_AXES = {"tokens": "tokens", "wall time (s)": "wall_s", "step": "step"}
 GROUP_CHOICES = ["variant_label", "recipe", "size", "budget", "grid", "seed", *variants.ARCH_COLUMNS]
 
-st.title("Runs")
-url = ui.url()
-all_runs = variants.with_variants(ui.runs(url))
-if not ui.require_jobs(all_runs):
-    st.stop()
-runs = ui.filter_runs(all_runs)
+url, _, runs = ui.runs_page("Runs")
 shown = runs[runs["status"].isin([JobStatus.RUNNING, JobStatus.SUCCEEDED])].sort_values("job_id")
 ids = tuple(int(i) for i in shown["job_id"])
 depth_keys = ui.depth_metric_keys(url, ids)
@@ -51,18 +46,10 @@ else:
     n_configs = cur["config"].nunique()
     bands = analysis.curve_bands(cur, by=["config"], x=x, bins=max(20, min(200, 5000 // n_configs)))
     base = alt.Chart(bands).encode(x=alt.X(f"{x}:Q", title=x_label), color=ui.color("config"))
-    line = base.mark_line().encode(
-        y=alt.Y("mean:Q", title=metric, scale=alt.Scale(zero=False)),
-        tooltip=[
-            "config",
-            alt.Tooltip(f"{x}:Q", format=",.0f"),
-            alt.Tooltip("mean:Q", format=".4f"),
-            "n_seeds",
-        ],
+    tooltip = ["config", alt.Tooltip(f"{x}:Q", format=",.0f"), alt.Tooltip("mean:Q", format=".4f"), "n_seeds"]
+    chart = ui.mean_with_spread(
+        base, y_title=metric, tooltip=tooltip, spread="area" if band else None, points=False
     )
-    chart = (
-        (line + base.mark_area(opacity=0.2).encode(y="min:Q", y2="max:Q")) if band else line
-    )  # legend: line
     st.altair_chart(chart.properties(height=420).interactive(), width="stretch")
     st.caption(f"{len(ids):,} runs drawn (running and finished ones of the selection), each curve read at "
                f"≤ {points} points.")  # fmt: skip

@@ -12,11 +12,8 @@ import torch
 
 
 @pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+def _one_thread(one_torch_thread):
+    """Every model test on one torch thread (tests/conftest.py)."""
 
 
 def randomize(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:

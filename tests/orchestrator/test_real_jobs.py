@@ -6,17 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
-import sqlalchemy as sa
 
 from orchestrator import Grid, Queue
+from tests.db_rows import rows
 
 TRAIN = {"size": "tiny", "seq_len": 32, "batch_size": 4, "eval_every": 8, "eval_tokens": 256,
          "ckpt_every": 8, "data": {"tokenizer": "byte"}}  # fmt: skip
-
-
-def rows(q: Queue, sql: str, **params) -> list:
-    with q.eng.connect() as conn:
-        return conn.execute(sa.text(sql), params).all()
 
 
 @pytest.mark.slow

@@ -35,13 +35,8 @@ def tiny_spec(**kw) -> dict:
 
 
 @pytest.fixture(autouse=True)
-def _one_thread():
-    import torch
-
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+def _one_thread(one_torch_thread):
+    """Every workers test on one torch thread (tests/conftest.py)."""
 
 
 @pytest.fixture(scope="session")
