@@ -3,9 +3,9 @@
 # check ends within 8 minutes on one H200 (the limits below plus the kill grace sum to 470 s):
 #   gpu_tests        the GPU-marked tests (compiled bf16 training vs eager, CUDA-graph decoding, Flex,
 #                    MFU, the decode-benchmark smoke run); the `slow` ones are left to the steps below
-#   train_compiled   `--compile` training of lean at 86m (8 x 2048 tokens a step, 120 steps): the
+#   train_compiled   `--compile` training of lean at 86m (8 x 2048 tokens a step, 120 steps; its summary has mfu): the
 #                    compiled parts on a real GPU, compile_seconds and tokens/s in its log
-#   bench_ratios     model_bench.py on CUDA: the study's training-speed ratios at 144m
+#   bench_ratios     model_bench.py on CUDA: the study's training-speed ratios and MFU at 144m
 #   bench_table      model_bench.py on CUDA: the per-recipe table
 # Every step runs even if an earlier one failed; results go under $OUT (default benchmarks/results/gpu):
 # one log per step, the benchmarks' JSON files, the training run's artifacts, and summary.json with each

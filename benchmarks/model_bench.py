@@ -9,7 +9,8 @@ time after one warm-up step. CPU: `small` width, vocabulary 256, batch 2, `--thr
 busy shared machine does not inflate it; wall-time ratios are printed beside). GPU: `144m`, batch 8,
 bf16 autocast, wall time. Prints the ratios lean/fixed4, lean_all64/fixed4, parcae_per_batch/parcae,
 plain/lean and lean/parcae, each beside the ratio a FLOP estimate predicts (see `step_flops`), so a
-gap between machine and arithmetic shows.
+gap between machine and arithmetic shows; per recipe also the achieved TFLOP/s by model/flops.py's count
+and, on a GPU whose peak workers/device.py knows, the model-FLOPs utilisation (MFU).
 
 Section "table": per recipe, training tokens/s (CPU: `small`, 4 x 128 tokens; GPU: `86m`, 8 x 2048,
 bf16) as a ratio against `parcae`; decode ms/token (workers.decode_bench: static cache, CUDA graph on
@@ -38,9 +39,11 @@ from model.attention import FLEX_BLOCK, cpu_block_size, use_block_local
 from model.config import ModelConfig
 from model.counts import kv_cache_bytes
 from model.errors import ConfigError
+from model.flops import step_flops as model_step_flops
 from model.looped import LoopedLM
 from model.presets import RECIPES, preset
 from model.rounds import loop_counts, plan_rounds
+from workers.device import peak_flops
 
 RESULTS = Path(__file__).parent / "results"
 SECTIONS = ("ratios", "table", "all")
@@ -172,6 +175,7 @@ def ratio_section(device: torch.device, steps: int) -> dict:
     wall: dict[str, list[float]] = {r: [] for r in RATIO_RECIPES}
     cpu: dict[str, list[float]] = {r: [] for r in RATIO_RECIPES}
     flops: dict[str, list[float]] = {r: [] for r in RATIO_RECIPES}
+    model_flops: dict[str, list[float]] = {r: [] for r in RATIO_RECIPES}  # model/flops.py, for MFU
     rounds: dict[str, list[int]] = {r: [] for r in RATIO_RECIPES}
     for i in range(steps + 1):  # step 0 is the warm-up
         order = RATIO_RECIPES[i % len(RATIO_RECIPES) :] + RATIO_RECIPES[: i % len(RATIO_RECIPES)]
@@ -181,13 +185,21 @@ def ratio_section(device: torch.device, steps: int) -> dict:
                 wall[r].append(wall_s)
                 cpu[r].append(cpu_s)
                 flops[r].append(step_flops(trainees[r].cfg, seq_len, batch, loops, device))
+                per_token = model_step_flops(trainees[r].cfg, loops, seq_len).total
+                model_flops[r].append(per_token * batch * seq_len)
                 rounds[r].append(max(loops))
         done = "  ".join(f"{r} {wall[r][-1]:.2f}s" for r in order) if i > 0 else "warm-up"
         print(f"  step {i}: {done}", flush=True)
     rows = {}
+    peak = peak_flops(device)
     for r in RATIO_RECIPES:
         step_s = statistics.median(cpu[r] if clock == "cpu" else wall[r])
+        # achieved FLOP/s by the FLOP model's standard count (dense attention pairs), and MFU on a GPU
+        # whose bf16 peak workers/device.py knows
+        achieved = statistics.median(f / t for f, t in zip(model_flops[r], wall[r], strict=True))
         rows[r] = {
+            "achieved_tflops": achieved / 1e12,
+            "mfu": None if peak is None else achieved / peak,
             "median_step_s": step_s,
             "tokens_per_s": batch * seq_len / step_s,
             "median_wall_s": statistics.median(wall[r]),
@@ -209,12 +221,13 @@ def ratio_section(device: torch.device, steps: int) -> dict:
         f"\nratios: {size}{'' if gpu else ' (vocab 256)'}, batch {batch} x {seq_len}, AdamW, {where}; "
         f"median of {steps} steps after 1 warm-up, recipes interleaved; clock: {clock} time"
     )
-    head = f"{'recipe':<18}{'step s':>8}{'tok/s':>9}{'wall s':>8}{'GFLOP/step':>12}  rounds run"
-    print(head + "\n" + "-" * len(head))
+    head = f"{'recipe':<18}{'step s':>8}{'tok/s':>9}{'wall s':>8}{'GFLOP/step':>12}{'TFLOP/s':>9}{'MFU':>7}"
+    print(head + "  rounds run\n" + "-" * len(head))
     for r, row in rows.items():
+        mfu = "-" if row["mfu"] is None else f"{row['mfu']:.1%}"
         print(
             f"{r:<18}{row['median_step_s']:>8.3f}{row['tokens_per_s']:>9,.0f}{row['median_wall_s']:>8.3f}"
-            f"{row['median_step_gflop']:>12.1f}  {row['rounds_run']}"
+            f"{row['median_step_gflop']:>12.1f}{row['achieved_tflops']:>9.3f}{mfu:>7}  {row['rounds_run']}"
         )
     print(f"\n{'speed ratio':<26}{'measured':>9}{'(wall)':>8}{'predicted':>10}")
     for name, ratio in ratios.items():
