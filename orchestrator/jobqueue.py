@@ -246,22 +246,6 @@ def _model_columns(plans: list[Plan]) -> list[dict[str, Any]]:
     return out
 
 
-def loop_columns(spec: dict[str, Any]) -> tuple[str | None, int | None]:
-    """(loop sampler, loop count) of a train spec: its recipe's preset with the spec's model overrides.
-    (None, None) when the spec names no recipe the model knows (e.g. a plugin's own job kind)."""
-    from model.errors import ConfigError as ModelConfigError
-    from model.presets import preset
-
-    recipe, overrides = spec.get("recipe"), spec.get("model") or {}
-    if not isinstance(recipe, str) or not isinstance(overrides, dict):
-        return None, None
-    try:
-        cfg = preset(recipe, spec.get("size") or "tiny", **overrides)
-    except (ModelConfigError, TypeError, ValueError):
-        return None, None
-    return cfg.loop_sampler, cfg.loops
-
-
 def deps_first(plans: list[Plan]) -> list[int]:
     """Plan indexes with every plan after the plans it depends on (cycles were refused earlier)."""
     order: list[int] = []
