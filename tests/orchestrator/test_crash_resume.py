@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
 from orchestrator import Queue
+from tests.db_rows import rows
 from workers import jobs
 from workers.reporter import MemoryReporter
 
@@ -34,11 +34,6 @@ def looplab(tmp_path, *args: str, env: dict, **kw) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "orchestrator.cli", "--db", str(tmp_path / "q.db"), *args]
     return subprocess.Popen(cmd, cwd=tmp_path, env=env, start_new_session=True, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, **kw)  # fmt: skip
-
-
-def rows(q: Queue, sql: str, **params) -> list:
-    with q.eng.connect() as conn:
-        return conn.execute(sa.text(sql), params).all()
 
 
 @pytest.mark.slow

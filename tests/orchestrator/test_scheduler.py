@@ -8,10 +8,10 @@ import threading
 import time
 
 import pytest
-import sqlalchemy as sa
 
 from orchestrator import Grid, Queue
 from orchestrator.scheduler import Scheduler
+from tests.db_rows import rows
 from tests.orchestrator import fake_jobs
 from workers.reporter import MemoryReporter
 
@@ -19,11 +19,6 @@ from workers.reporter import MemoryReporter
 @pytest.fixture
 def q(tmp_path, ray_cluster):
     return Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art", kinds=fake_jobs)
-
-
-def rows(q: Queue, sql: str, **params) -> list:
-    with q.eng.connect() as conn:
-        return conn.execute(sa.text(sql), params).all()
 
 
 def run(q: Queue, **kw) -> None:
