@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import hashlib
 import itertools
-import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from model import fields
 from model.errors import ConfigError
+from orchestrator.canonical import sha256
 from orchestrator.variants import LABEL_MAX
 
 if TYPE_CHECKING:
@@ -46,14 +45,6 @@ LABEL = "label"
 # Placeholder values used only to run the workers' validation on specs that are completed later.
 _PENDING_CKPT = "<artifact dir of the train job>"
 _PENDING_TIME_S = 1.0
-
-
-def canonical_json(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
-
-
-def sha256(obj: Any) -> str:
-    return hashlib.sha256(canonical_json(obj).encode()).hexdigest()
 
 
 @dataclass

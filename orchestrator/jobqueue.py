@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
 
+from orchestrator.canonical import canonical_json
 from orchestrator.errors import ConfigError
 from orchestrator.grid import (
     BUDGET_SPEC_KEYS,
@@ -40,7 +41,6 @@ from orchestrator.grid import (
     Grid,
     Plan,
     assign_hashes,
-    canonical_json,
     expand,
 )
 from orchestrator.schema import RESULT_TABLES, Attempt, GridRow, JobDep, JobLog, TrainResult

@@ -13,10 +13,10 @@ at submission and stored, so that readers need neither the model code nor JSON f
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import math
 from typing import Any
+
+from orchestrator.canonical import canonical_json, sha256
 
 VARIANT_ID_HEX = 12
 LABEL_MAX = 200  # jobs.variant_label is String(200)
@@ -87,10 +87,7 @@ def resolve(kind: str, spec: dict[str, Any]) -> Resolved | None:
 
 def variant_id(recipe: str, size: str, overrides: dict[str, Any]) -> str:
     """First 12 hex digits of sha256 of the canonical JSON of {recipe, size, model overrides}."""
-    text = json.dumps(
-        {"recipe": recipe, "size": size, "model": overrides}, sort_keys=True, separators=(",", ":")
-    )
-    return hashlib.sha256(text.encode()).hexdigest()[:VARIANT_ID_HEX]
+    return sha256({"recipe": recipe, "size": size, "model": overrides})[:VARIANT_ID_HEX]
 
 
 def variant_label(recipe: str, overrides: dict[str, Any]) -> str:
@@ -152,4 +149,4 @@ def _label_value(value: Any) -> str:
         return value
     if isinstance(value, float) and value.is_integer():
         return str(value)
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return canonical_json(value)
