@@ -348,6 +348,27 @@ class LoopedLM(nn.Module):
             h = new
         return h, (torch.stack(deltas) if return_deltas else None)
 
+    @torch.no_grad()
+    def round_states(self, idx: Tensor, loops: int, h0_seed=None, skip_round: int | None = None) -> Tensor:
+        """The state after every round of an evaluation forward -> (loops + 1, B, T, d): entry 0 is the
+        state the rounds start from (h0 with injection, the prelude output without), entry t the output
+        of round t. `skip_round` = i (0-based) replaces round i by the identity (h_i = h_{i-1}); later
+        rounds keep their own index and settings. For the loop-geometry metrics (model/geometry.py)."""
+        if skip_round is not None and not 0 <= skip_round < loops:
+            raise ValueError(f"skip_round: expected 0..{loops - 1}; got {skip_round}")
+        if skip_round == 0 and self.reuses_kv:
+            raise ValueError("skip_round: round 1 cannot be skipped when later rounds reuse its keys/values")
+        B, T = idx.shape
+        ctx = SeqContext(*self._rope(T))
+        x, inj = self._stem(idx, ctx)
+        h = x if inj is None else self._h0(B, torch.arange(T, device=idx.device), h0_seed, x)
+        states = [h]
+        for g in range(loops):
+            if g != skip_round:
+                h = self._round(h, inj, idx, ctx, g)
+            states.append(h)
+        return torch.stack(states)
+
     # ---- decoding ---------------------------------------------------------------------------------
 
     def setup_cache(

@@ -244,6 +244,22 @@ class RoundDelta(Base):
     loops: Mapped[int] = mapped_column(Integer, primary_key=True)  # loop count of the forward pass
     round: Mapped[int] = mapped_column(Integer, primary_key=True)  # 1-based
     rel_change: Mapped[float] = mapped_column(Float)  # ||h_t - h_{t-1}|| / ||h_{t-1}||
+    # rev. 0007 (NULL for older sweeps): mean angle between h_t and h_{t-1} in radians, and the mean
+    # over tokens of the variance of h_t across channels (definitions in model/geometry.py)
+    angle: Mapped[float | None] = mapped_column(Float)
+    state_var: Mapped[float | None] = mapped_column(Float)
+
+
+class RoundInteraction(Base):
+    """Computational interaction at inference depth `loops` (rev. 0007): how much skipping round
+    `skipped` changes the update of the later round `round` (both 1-based; see model/geometry.py)."""
+
+    __tablename__ = "round_interactions"
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    loops: Mapped[int] = mapped_column(Integer, primary_key=True)
+    skipped: Mapped[int] = mapped_column(Integer, primary_key=True)
+    round: Mapped[int] = mapped_column(Integer, primary_key=True)
+    interaction: Mapped[float] = mapped_column(Float)
 
 
 class DecodeBench(Base):
@@ -302,6 +318,7 @@ RESULT_TABLES = {
     "train_results": TrainResult,
     "depth_evals": DepthEval,
     "round_deltas": RoundDelta,
+    "round_interactions": RoundInteraction,
     "decode_benches": DecodeBench,
     "task_scores": TaskScore,
 }
