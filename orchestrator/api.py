@@ -75,7 +75,7 @@ class Queue:
         job with its estimated wall time, FLOPs, peak memory and source, totals per device and the
         finish time (`.text()`, `.frame()`; see orchestrator/planner.py). Validates like `submit`
         and writes nothing. `num_cpus`/`num_gpus`: the parallelism (default: this machine's);
-        `calibration`: "auto" (cached, else measured now), "cached", a planner.Calibration or None."""
+        `calibration`: "auto" (cached, else measured now), "cached", "fresh", a planner.Calibration or None."""
         from orchestrator.planner import plan_grids
 
         grids = [grids] if isinstance(grids, Grid) else list(grids)

@@ -59,8 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument(
         "--num-gpus", type=float, default=None, help="GPUs the queue runs on (default: this machine's)"
     )
-    pl.add_argument("--no-calibrate", action="store_true",
-                    help="never measure this machine (use a cached calibration, if any)")  # fmt: skip
+    how = pl.add_mutually_exclusive_group()
+    how.add_argument("--no-calibrate", action="store_true",
+                     help="never measure this machine (use a cached calibration, if any)")  # fmt: skip
+    how.add_argument("--recalibrate", action="store_true",
+                     help="measure this machine now (about 15 s), replacing the cached calibration")  # fmt: skip
     pl.add_argument("--csv", action="store_true", help="print the per-job table as CSV")
 
     run = sub.add_parser("run", help="run the queue (the scheduler driver)")

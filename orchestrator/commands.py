@@ -69,10 +69,10 @@ def cli_plan(args) -> int:
         fields.number("--num-gpus", args.num_gpus, lo=0)
     q = _queue(args)
     grids = load_grids(args.file)
-    if not args.no_calibrate:
-        print("calibrating this machine if not cached (a few seconds, once) ...", flush=True)
-    report = q.plan(grids, num_cpus=args.num_cpus, num_gpus=args.num_gpus,
-                    calibration="cached" if args.no_calibrate else "auto")  # fmt: skip
+    how = "cached" if args.no_calibrate else "fresh" if args.recalibrate else "auto"
+    if how != "cached":
+        print("calibrating this machine (about 15 s; cached for a week) ...", flush=True)
+    report = q.plan(grids, num_cpus=args.num_cpus, num_gpus=args.num_gpus, calibration=how)
     print(report.frame().to_csv(index=False) if args.csv else report.text())
     return 0
 

@@ -65,7 +65,10 @@ if TYPE_CHECKING:
 SOURCES = ("measured", "flop_model", "finished", "budget", "unknown")
 JOBS = JobRow.__table__
 CALIBRATION_FILE = "calibration.json"
-CALIBRATION_VERSION = 1
+CALIBRATION_VERSION = 2  # 2: forward-only rate, optimizer step cost, queue start-up, load; 1 is re-measured
+CALIBRATION_MAX_AGE_S = (
+    7 * 24 * 3600.0
+)  # older calibrations are measured again (the machine may have changed)
 DEFAULT_STARTUP_S = 5.0  # when neither the database nor a calibration says better
 FLOAT_BYTES = 4
 
@@ -75,8 +78,12 @@ FLOAT_BYTES = 4
 
 @dataclass(frozen=True)
 class Calibration:
-    """What this machine achieves: training FLOP/s of the tiny model, the fixed cost of one layer
-    application in a decode step, checkpoint bytes written per second, and a job's start-up time."""
+    """What this machine achieves: FLOP/s of the tiny model's forward+backward (rounds with autograd)
+    and of its forward without autograd (evaluations, and the gradient-free rounds of parcae-like
+    recipes, which run at another rate), the optimizer's step time per parameter (per optimizer), the
+    fixed cost of one layer application in a decode step, checkpoint bytes written per second, a job's
+    start-up time and the queue's (a driver starting Ray). `load`: the machine's 1-minute load average
+    per CPU when it was measured (above 1, other processes competed and the rates are too low)."""
 
     device: str  # "cpu" or "cuda"
     flops_per_s: float
@@ -86,6 +93,20 @@ class Calibration:
     threads: int = 1
     host: str = ""
     measured_at: float = 0.0
+    forward_flops_per_s: float | None = None  # None: as flops_per_s
+    opt_s_per_param: dict[str, float] | None = None  # optimizer name -> seconds per step per parameter
+    driver_start_s: float = 0.0  # `looplab run` until the first job can start (Ray start-up)
+    load: float | None = None
+
+    @property
+    def contended(self) -> bool:
+        return self.load is not None and self.load > 1.0
+
+    def optimizer_s(self, optimizer: str, params: int) -> float:
+        """Seconds of one optimizer step over `params` parameters (0 when not measured)."""
+        per = self.opt_s_per_param or {}
+        rate = per.get(optimizer, statistics.median(per.values()) if per else 0.0)
+        return rate * params
 
 
 def _calibration_key(device: str, threads: int) -> str:
@@ -105,16 +126,22 @@ def cached_calibration(device: str = "cpu", threads: int = 1) -> Calibration | N
         entry = saved[_calibration_key(device, threads)]
         if entry.pop("version", None) != CALIBRATION_VERSION:
             return None
-        return Calibration(**entry)
+        cal = Calibration(**entry)
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    if time.time() - cal.measured_at > CALIBRATION_MAX_AGE_S:
+        return None  # stale: the machine, its load or the code may have changed
+    return cal
 
 
-def calibrate(device: str = "cpu", threads: int = 1, steps: int = 5, save: bool = True) -> Calibration:
-    """Measure this machine (about 5-10 s on a CPU core) and cache the result: `steps` timed training
-    steps of the tiny `lean` model after two untimed ones, a few decode steps, one checkpoint write,
-    and the start-up of a fresh Python that imports torch and builds a model. On the CPU `threads`
-    torch threads (a job gets as many as its num_cpus; Ray sets OMP_NUM_THREADS so)."""
+def calibrate(device: str = "cpu", threads: int = 1, steps: int = 5, save: bool = True,
+              driver: bool = True) -> Calibration:  # fmt: skip
+    """Measure this machine (about 15 s on a CPU core) and cache the result: `steps` timed forward+
+    backward passes of the tiny `lean` model after two untimed ones, as many forwards without
+    autograd, the step of each optimizer, a few decode steps, one checkpoint write, the start-up of a
+    fresh Python that imports torch and builds a model, and (`driver`) of one that starts a local Ray
+    as `looplab run` does. On the CPU `threads` torch threads (a job gets as many as its num_cpus;
+    Ray sets OMP_NUM_THREADS so)."""
     import tempfile
 
     import torch
@@ -122,6 +149,9 @@ def calibrate(device: str = "cpu", threads: int = 1, steps: int = 5, save: bool 
     from model.flops import training_flops
     from model.looped import LoopedLM
     from model.presets import preset
+    from workers.optim import OPTIMIZERS, build_optimizers
+
+    load = os.getloadavg()[0] / (os.cpu_count() or 1) if hasattr(os, "getloadavg") else None
 
     dev = torch.device("cuda" if device == "cuda" else "cpu")
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
@@ -133,31 +163,38 @@ def calibrate(device: str = "cpu", threads: int = 1, steps: int = 5, save: bool 
         batch, seq = 8, cfg.seq_len
         torch.manual_seed(0)
         model = LoopedLM(cfg).to(dev)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         x = torch.randint(0, cfg.vocab_size, (batch, seq), device=dev)  # (B, T)
         y = torch.randint(0, cfg.vocab_size, (batch, seq), device=dev)
         autocast = torch.autocast("cuda", dtype=torch.bfloat16) if dev.type == "cuda" else None
 
-        def train_step(i: int) -> None:
-            loops = model.sample_loops(batch, i, 0)
-            if autocast is None:
-                out = model(x, targets=y, loops=loops)
-            else:
-                with autocast:
-                    out = model(x, targets=y, loops=loops)
-            out.loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+        def forward(grad: bool) -> None:
+            with torch.set_grad_enabled(grad):
+                if autocast is None:
+                    out = model(x, targets=y)
+                else:
+                    with autocast:
+                        out = model(x, targets=y)
+            if grad:
+                out.loss.backward()
 
-        for i in range(2):  # allocation, first-call costs
-            train_step(i)
-        sync()
-        t0 = time.perf_counter()
-        for i in range(steps):
-            train_step(2 + i)
-        sync()
-        train_s = (time.perf_counter() - t0) / steps
-        flops_per_s = training_flops(cfg, batch).total * batch * seq / train_s
+        def timed(fn: Callable[[], None]) -> float:
+            for _ in range(2):  # allocation, first-call costs
+                fn()
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                fn()
+            sync()
+            return (time.perf_counter() - t0) / steps
+
+        flops = training_flops(cfg, batch)
+        flops_per_s = flops.total * batch * seq / timed(lambda: forward(True))
+        forward_flops_per_s = flops.forward * batch * seq / timed(lambda: forward(False))
+        n_params = sum(p.numel() for p in model.parameters())
+        opt_s_per_param, opts = {}, []
+        for name in OPTIMIZERS:  # gradients are left in place by the last backward above
+            opts = build_optimizers(model, name, None, None, None)
+            opt_s_per_param[name] = timed(lambda opts=opts: [o.step() for o in opts]) / n_params
 
         model.eval()
         context, n_steps = 32, 6
@@ -175,7 +212,7 @@ def calibrate(device: str = "cpu", threads: int = 1, steps: int = 5, save: bool 
         decode_layer_s = (time.perf_counter() - t0) / n_steps / applications
 
         with tempfile.TemporaryDirectory() as tmp:
-            state = {"model": model.state_dict(), "opt": opt.state_dict()}
+            state = {"model": model.state_dict(), "opt": [o.state_dict() for o in opts]}
             t0 = time.perf_counter()
             torch.save(state, Path(tmp) / "c.pt")
             save_s = time.perf_counter() - t0
@@ -183,23 +220,38 @@ def calibrate(device: str = "cpu", threads: int = 1, steps: int = 5, save: bool 
     finally:
         torch.set_num_threads(old_threads)
     startup_s = _startup_seconds()
+    driver_start_s = _subprocess_seconds(_DRIVER_START) if driver else 0.0
     result = Calibration(device, flops_per_s, decode_layer_s, save_bytes_per_s, startup_s, threads,
-                         socket.gethostname(), time.time())  # fmt: skip
+                         socket.gethostname(), time.time(), forward_flops_per_s, opt_s_per_param,
+                         driver_start_s or 0.0, load)  # fmt: skip
     if save:
         _save_calibration(result)
     return result
 
 
-def _startup_seconds() -> float:
-    """Wall time of a fresh Python that imports torch and builds the tiny model (a job's fixed cost)."""
-    code = "import torch; from model.looped import LoopedLM; from model.presets import preset; LoopedLM(preset('lean'))"
+_JOB_START = "import torch; from model.looped import LoopedLM; from model.presets import preset; LoopedLM(preset('lean'))"
+# what `looplab run` does before its first job: import the driver, start a local Ray (and stop it)
+_DRIVER_START = (
+    "import ray, orchestrator.scheduler; ray.init(num_cpus=1, num_gpus=0, include_dashboard=False, "
+    "log_to_driver=False, configure_logging=False); ray.shutdown()"
+)
+
+
+def _subprocess_seconds(code: str) -> float | None:
+    """Wall time of a fresh Python running `code` in the repository, None when it fails."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a new local Ray, not a running one
     t0 = time.perf_counter()
     try:
         subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, timeout=120,
-                       cwd=str(Path(__file__).resolve().parents[1]))  # fmt: skip
+                       cwd=str(Path(__file__).resolve().parents[1]), env=env)  # fmt: skip
     except (OSError, subprocess.SubprocessError):
-        return DEFAULT_STARTUP_S
+        return None
     return time.perf_counter() - t0
+
+
+def _startup_seconds() -> float:
+    """Wall time of a fresh Python that imports torch and builds the tiny model (a job's fixed cost)."""
+    return _subprocess_seconds(_JOB_START) or DEFAULT_STARTUP_S
 
 
 def _save_calibration(cal: Calibration) -> None:
@@ -241,6 +293,7 @@ class _TrainFacts:
     tokens_per_step: int
     steps: int | None  # None for a time budget
     flops_per_token: float  # training forward + backward
+    grad_flops_per_token: float  # of which the parts run with autograd (their forward and backward)
     eval_flops: float  # forward FLOPs of one evaluation
     eval_every: int
     ckpt_every: int
@@ -266,7 +319,7 @@ def _forward_per_token(cfg: Any, loops: int, seq_len: int | None = None) -> floa
 def train_facts(spec: dict[str, Any]) -> _TrainFacts | None:
     """The FLOP and step arithmetic of a canonical train spec; None when it names no known model."""
     from model.counts import param_count, tokens_for_flops
-    from model.flops import training_flops
+    from model.flops import BACKWARD_FACTOR, training_flops
     from orchestrator.variants import resolve
 
     resolved = resolve("train", spec)
@@ -289,9 +342,11 @@ def train_facts(spec: dict[str, Any]) -> _TrainFacts | None:
     eval_tokens = max(1, int(spec.get("eval_tokens") or seq) // seq) * seq
     eval_flops = eval_tokens * sum(_forward_per_token(cfg, n) for n in counts)
     params = param_count(cfg)
+    flops = training_flops(cfg, batch)
     return _TrainFacts(
         cfg=cfg, batch=batch, tokens_per_step=tokens_per_step, steps=steps,
-        flops_per_token=float(training_flops(cfg, batch).total), eval_flops=eval_flops,
+        flops_per_token=float(flops.total), grad_flops_per_token=float(flops.backward * (1 + 1 / BACKWARD_FACTOR)),
+        eval_flops=eval_flops,
         eval_every=int(spec.get("eval_every") or 50), ckpt_every=int(spec.get("ckpt_every") or 100),
         params=params["total"], params_non_embedding=params["non_embedding"],
         optimizer=str(spec.get("optimizer") or "parcae"), compile=bool(spec.get("compile")),
@@ -385,8 +440,8 @@ class Estimator:
             startup = _median(h["overhead"] for h in same)
         elif self.calibration is not None:
             source = "flop_model"
-            tokens_per_s = self.calibration.flops_per_s / facts.flops_per_token
-            eval_rate = self.calibration.flops_per_s
+            tokens_per_s = facts.tokens_per_step / self._step_seconds(facts)
+            eval_rate = self.calibration.forward_flops_per_s or self.calibration.flops_per_s
             per_ckpt = (
                 3 * FLOAT_BYTES * facts.params / self.calibration.save_bytes_per_s
             )  # weights + 2 moments
@@ -417,6 +472,17 @@ class Estimator:
         ckpt_s = per_ckpt * facts.n_ckpts(steps)
         seconds = (startup or 0.0) + calib_s + train_s + eval_s + ckpt_s
         return Estimate(seconds, source, flops + eval_flops, memory, train_s)
+
+    def _step_seconds(self, facts: _TrainFacts) -> float:
+        """One training step by the FLOP model: the parts with autograd at the calibrated training
+        rate, the forward of gradient-free rounds at the forward rate, plus the optimizer's step."""
+        cal = self.calibration
+        assert cal is not None
+        no_grad = max(0.0, facts.flops_per_token - facts.grad_flops_per_token)
+        per_token = facts.grad_flops_per_token / cal.flops_per_s + no_grad / (
+            cal.forward_flops_per_s or cal.flops_per_s
+        )
+        return facts.tokens_per_step * per_token + cal.optimizer_s(facts.optimizer, facts.params)
 
     def _eval_flops_of(self, h: dict[str, Any]) -> float:
         facts = self.facts(h["spec"])
@@ -713,10 +779,11 @@ def queue_jobs(eng: Engine, estimator: Estimator, has_gpu: bool, now: float) -> 
     return out
 
 
-def schedule(jobs: list[PlannedJob], cpus: float, gpus: float) -> float:
+def schedule(jobs: list[PlannedJob], cpus: float, gpus: float, start_s: float = 0.0) -> float:
     """Replay the scheduler's policy on the estimates: fills start_s/end_s/device of every job and
     returns the makespan in seconds. A job without an estimate counts as taking no time (the
-    finish time is then a lower bound); one that can never fit the node is left unscheduled."""
+    finish time is then a lower bound); one that can never fit the node is left unscheduled.
+    `start_s`: when the first queued job can start (a driver still to be started)."""
     by_key = {j.key: j for j in jobs}
     pending = sorted(jobs, key=lambda j: (j.status != JobStatus.RUNNING, -j.priority, j.order))
     done: set[str] = set()
@@ -755,6 +822,7 @@ def schedule(jobs: list[PlannedJob], cpus: float, gpus: float) -> float:
     queued = [j for j in pending if j.status != JobStatus.RUNNING]
     never = [j for j in queued if j.cpus > cpus + 1e-9 or j.gpus > gpus + 1e-9]
     queued = [j for j in queued if j not in never]
+    now = start_s
     while queued or running:
         waiting: int | None = None  # priority of an exclusive job waiting for the node to empty
         for job in list(queued):
@@ -804,6 +872,7 @@ class PlanReport:
     makespan_s: float
     now: float
     calibration: Calibration | None = None
+    driver_start_s: float = 0.0  # included in makespan_s: the queue's start-up before the first job
 
     @property
     def finish_at(self) -> float:
@@ -881,7 +950,16 @@ class PlanReport:
         )
         finish = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.finish_at))
         bound = " at the earliest" if unknown else ""
-        lines.append(f"estimated finish: in {fmt_eta(self.makespan_s) or '0s'}{bound} ({finish})")
+        start = (
+            f", of which {self.driver_start_s:.0f} s to start the queue" if self.driver_start_s >= 0.5 else ""
+        )
+        lines.append(f"estimated finish: in {fmt_eta(self.makespan_s) or '0s'}{bound} ({finish}){start}")
+        cal = self.calibration
+        if cal is not None and cal.contended:
+            lines.append(
+                f"warning: this machine's calibration was measured under load ({cal.load:.1f} per CPU): "
+                "FLOP-model times are too long; run `looplab plan --recalibrate` on a quiet machine"
+            )
         if unknown:
             lines.append(f"no estimate for {len(unknown)} job(s): {', '.join(j.key for j in unknown[:10])}")
         flagged = [j.key for j in self.jobs if j.fits is False]
@@ -909,7 +987,8 @@ def plan_grids(eng: Engine, grids: list[Grid], kinds: JobRegistry, *, num_cpus: 
                num_gpus: float | None = None, calibration: Calibration | None | str = "auto",
                device_memory_bytes: float | None = None, now: float | None = None) -> PlanReport:  # fmt: skip
     """The plan of `grids` behind the current queue. `calibration`: "auto" (the cached one, else
-    measure now and cache it), "cached" (never measure), a Calibration, or None (no FLOP model).
+    measure now and cache it), "cached" (never measure), "fresh" (measure now), a Calibration, or
+    None (no FLOP model).
     Validates the grids as `submit` does (ConfigError) and writes nothing."""
     from orchestrator.jobqueue import job_resources, plan_ids_and_hashes
 
@@ -953,8 +1032,12 @@ def plan_grids(eng: Engine, grids: list[Grid], kinds: JobRegistry, *, num_cpus: 
             job.fits = est.peak_mem_bytes <= job.device_memory
         jobs.append(job)
     to_place = [j for j in jobs if j.status != "present"]
-    makespan = schedule(to_place, cpus, gpus)
-    return PlanReport(jobs, cpus, gpus, makespan, now, cal)
+    # no job runs: no driver is up, and `looplab run` spends its start-up before the first job
+    driver_start = (
+        0.0 if cal is None or any(j.status == JobStatus.RUNNING for j in jobs) else cal.driver_start_s
+    )
+    makespan = schedule(to_place, cpus, gpus, start_s=driver_start)
+    return PlanReport(jobs, cpus, gpus, makespan, now, cal, driver_start)
 
 
 def _calibration(calibration: Calibration | None | str, device: str) -> Calibration | None:
@@ -962,9 +1045,13 @@ def _calibration(calibration: Calibration | None | str, device: str) -> Calibrat
         return cached_calibration(device) or calibrate(device)
     if calibration == "cached":
         return cached_calibration(device)
+    if calibration == "fresh":
+        return calibrate(device)
     if calibration is None or isinstance(calibration, Calibration):
         return calibration
-    raise ValueError(f"calibration: expected 'auto', 'cached', a Calibration or None, got {calibration!r}")
+    raise ValueError(
+        f"calibration: expected 'auto', 'cached', 'fresh', a Calibration or None, got {calibration!r}"
+    )
 
 
 def _iso_member(plans: list[Plan], i: int) -> bool:

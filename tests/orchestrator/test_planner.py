@@ -4,7 +4,9 @@ No Ray and no calibration run: the database is filled by hand and calibrations a
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import time
 
 import pytest
 import sqlalchemy as sa
@@ -313,3 +315,59 @@ def test_sweep_and_decode_bench_scale_finished_runs_of_their_variant_by_flops():
     estimate = planner.decode_bench(bench)
     assert (estimate.source, estimate.seconds) == ("finished", pytest.approx(4.0 * bench_ratio))
     assert Estimator(None, None).decode_bench(bench).source == "unknown"
+
+
+def test_flop_model_splits_gradient_free_rounds_and_adds_the_optimizer_step(q):
+    """parcae's gradient-free rounds run at the forward rate, the rest at the training rate, and every
+    step pays the optimizer's per-parameter cost: hand-computed from the FLOP breakdown."""
+    from model.counts import param_count
+    from model.flops import BACKWARD_FACTOR
+
+    cal = dataclasses.replace(CAL, forward_flops_per_s=3e9, opt_s_per_param={"parcae": 2e-8, "adamw": 1e-8})
+    spec = {**TRAIN, "recipe": "parcae", "batch_size": 8, "tokens": 2560, "seed": 0}
+    (job,) = q.plan(Grid("p", base=spec), num_cpus=1, num_gpus=0, calibration=cal).new_jobs()
+    cfg = preset("parcae", "tiny", seq_len=32)
+    flops = training_flops(cfg, 8)
+    grad = flops.backward * (1 + 1 / BACKWARD_FACTOR)  # the forward and backward of the parts with autograd
+    no_grad = flops.total - grad
+    assert 0 < no_grad < flops.forward  # parcae runs rounds without autograd; lean would have none
+    steps, tokens_per_step = 2560 // (8 * 32), 8 * 32
+    step_s = tokens_per_step * (grad / 1e9 + no_grad / 3e9) + 2e-8 * param_count(cfg)["total"]
+    eval_flops = 64 * sum(step_flops(cfg, n).forward for n in (8, 1, 2, 4))
+    assert job.estimate.train_s == pytest.approx(steps * step_s, rel=1e-6)
+    assert job.estimate.seconds == pytest.approx(CAL.startup_s + steps * step_s + eval_flops / 3e9, rel=1e-4)
+    # an optimizer the calibration did not time costs the median of those it did
+    assert cal.optimizer_s("torch_muon", 1000) == pytest.approx(1.5e-8 * 1000)
+
+
+def test_plan_on_an_idle_queue_includes_the_driver_start(q):
+    cal = dataclasses.replace(CAL, driver_start_s=4.0)
+    grid = Grid("d", base={**TRAIN, "tokens": 1280}, sweep={"seed": [0, 1]})
+    without = q.plan(grid, num_cpus=2, num_gpus=0, calibration=CAL)
+    report = q.plan(grid, num_cpus=2, num_gpus=0, calibration=cal)
+    assert report.driver_start_s == 4.0
+    assert report.makespan_s == pytest.approx(without.makespan_s + 4.0)
+    assert [j.start_s for j in report.new_jobs()] == [4.0, 4.0]
+    assert "of which 4 s to start the queue" in report.text()
+    # a queue with a running job has its driver up: no start-up added
+    (running,) = q.submit(Grid("r", base={**TRAIN, "recipe": "plain", "tokens": 1280}))
+    exec_sql(
+        q, "UPDATE jobs SET status='running', attempts=1, started_at=:t WHERE id=:j", j=running, t=time.time()
+    )
+    assert q.plan(grid, num_cpus=2, num_gpus=0, calibration=cal).driver_start_s == 0.0
+
+
+def test_cached_calibration_expires_and_warns_when_measured_under_load(q):
+    from orchestrator import planner
+
+    planner._save_calibration(dataclasses.replace(CAL, host="h", measured_at=time.time() - 60, load=2.5))
+    cached = planner.cached_calibration("cpu")
+    assert cached is not None and cached.contended and cached.flops_per_s == CAL.flops_per_s
+    report = q.plan(Grid("w", base={**TRAIN, "tokens": 1280}), num_cpus=1, num_gpus=0, calibration="cached")
+    assert "measured under load (2.5 per CPU)" in report.text() and "--recalibrate" in report.text()
+    planner._save_calibration(
+        dataclasses.replace(CAL, measured_at=time.time() - planner.CALIBRATION_MAX_AGE_S - 1)
+    )
+    assert planner.cached_calibration("cpu") is None  # a week old: measured again by "auto"
+    quiet = q.plan(Grid("w", base={**TRAIN, "tokens": 1280}), num_cpus=1, num_gpus=0, calibration=CAL)
+    assert "measured under load" not in quiet.text()
