@@ -28,9 +28,10 @@ whose estimate exceeds its device's memory (the GPU's, times its GPU fraction; t
 the CPU) is flagged `fits = False`.
 
 The finish time replays the scheduler's policy on the estimates (orchestrator/scheduler.py): ready
-jobs in priority order, each started when its CPUs/GPUs are free, an exclusive job only on an empty
-node with nothing started beside it; the queue's queued and running jobs go first (a running one for
-what is left of it). Everything here reads the database and never writes it.
+jobs in priority order, each started when its CPUs/GPUs are free, a job that does not fit reserving
+what it asks for against lower priorities, an exclusive job only on an empty node with nothing
+started beside it; the queue's queued and running jobs go first (a running one for what is left of
+it). Priority aging is not replayed: the plan assumes no job waits long enough to age. Everything here reads the database and never writes it.
 """
 
 from __future__ import annotations
@@ -825,6 +826,10 @@ def schedule(jobs: list[PlannedJob], cpus: float, gpus: float, start_s: float = 
     now = start_s
     while queued or running:
         waiting: int | None = None  # priority of an exclusive job waiting for the node to empty
+        # reservations, as the scheduler makes them: a job that does not fit holds what it asks for
+        # against jobs of lower priority (they may only use what is left beside it)
+        pool = {"cpus": free_cpus(), "gpus": sum(gpu_free)}
+        level, reserve = None, []
         for job in list(queued):
             if any(d in by_key and d not in done for d in job.deps):
                 continue
@@ -832,14 +837,23 @@ def schedule(jobs: list[PlannedJob], cpus: float, gpus: float, start_s: float = 
                 break  # nothing starts beside an exclusive job
             if waiting is not None and job.priority < waiting:
                 break  # the node drains for the waiting exclusive job
+            if level is not None and job.priority < level:
+                for wanted in reserve:
+                    pool = {k: max(0.0, pool[k] - wanted[k]) for k in pool}
+                reserve = []
+            level = job.priority
             if job.exclusive and running:
                 waiting = job.priority if waiting is None else waiting
                 continue
-            if free_cpus() + 1e-9 < job.cpus:
+            wants = {"cpus": job.cpus, "gpus": job.gpus}
+            if any(wants[k] > pool[k] + 1e-9 for k in pool):
+                reserve.append(wants)
                 continue
             device = place_gpu(job)
             if device is None:
+                reserve.append(wants)
                 continue
+            pool = {k: pool[k] - wants[k] for k in pool}
             job.device = device
             queued.remove(job)
             start(job, now)

@@ -371,3 +371,18 @@ def test_cached_calibration_expires_and_warns_when_measured_under_load(q):
     assert planner.cached_calibration("cpu") is None  # a week old: measured again by "auto"
     quiet = q.plan(Grid("w", base={**TRAIN, "tokens": 1280}), num_cpus=1, num_gpus=0, calibration=CAL)
     assert "measured under load" not in quiet.text()
+
+
+def test_schedule_reserves_for_a_higher_priority_job_that_does_not_fit_yet():
+    """A 2-CPU job of priority 1 waits for a running 1-CPU job; the 1-CPU jobs of priority 0 behind it
+    may not take the freed CPU (the scheduler's reservation), so it starts as soon as the CPU is free."""
+    running = PlannedJob(key="#1", kind="train", what="r", status="running", estimate=None, priority=0,
+                         order=1, cpus=1, remaining_s=5.0)  # fmt: skip
+    big = PlannedJob(key="+0", kind="train", what="big", status="new", estimate=None, priority=1, order=2,
+                     cpus=2, remaining_s=10.0)  # fmt: skip
+    small = [PlannedJob(key=f"+{i}", kind="train", what="s", status="new", estimate=None, priority=0,
+                        order=2 + i, cpus=1, remaining_s=3.0) for i in (1, 2, 3)]  # fmt: skip
+    makespan = schedule([running, big, *small], cpus=2, gpus=0)
+    assert big.start_s == 5.0  # not delayed by the small ones
+    assert [j.start_s for j in small] == [15.0, 15.0, 18.0]
+    assert makespan == 21.0
