@@ -13,9 +13,35 @@ Looping:
 - `rounds`: per-round settings of the recurrent block. Entry i applies to round i+1; the LAST entry
   applies to every later round. So `(RoundConfig(),)` is "all rounds the same" and
   `(RoundConfig(), RoundConfig(window=64))` is "round 1 full, rounds 2+ windowed" (the lean recipe).
-- `injection`: "diagonal" = the Parcae input injection h <- exp(-dt*A) * h + dt * (B e) with a random
-  initial state h0 and a dense readout C; "none" = the recurrent block simply continues the residual
-  stream (h_1 = R(e), h_t = R(h_{t-1})): with `loops=1` that is a plain 6-layer transformer.
+
+Loop design (R = the recurrent block with round t's settings, e = the prelude output, or the token
+embedding when n_prelude = 0; x_t = round t's input, t = 1, 2, ...):
+- `injection`: how e enters every round.
+    "diagonal"  the Parcae form: h_0 ~ random (see `h0_std`), x_t = exp(-dt*A) * h_{t-1} + dt * (B e'),
+                e' = RMSNorm(e), and a dense readout C h_T before the coda (see `model.looped`).
+    "none"      h_0 = e, x_t = h_{t-1}: the block simply continues the residual stream; with
+                `loops=1` a plain transformer.
+    "scalar"    h_0 = e, x_t = h_{t-1} + a e, a one learned scalar, init 1.
+    "channel"   h_0 = e, x_t = h_{t-1} + a * e, a a learned vector (d,), init ones.
+    "dense"     h_0 = e, x_t = h_{t-1} + W e, W a learned (d, d) matrix, init identity.
+  At init scalar, channel and dense are the same function (x_t = h_{t-1} + e). None of them has a
+  readout: the coda reads h_T. a e / W e is computed once per forward, like the diagonal's B e'.
+- `history` = w >= 0: x_t additionally gets sum_{k=1..w} m_k * (h_{t-k} - h_{t-k-1}), m_k a learned
+  channel vector (d,) per lag, init zero (so at init history is off and the model equals w = 0);
+  differences that do not exist yet (t-k-1 < 0) count as zero. Works with every injection.
+- `timestep`: per-round learned parameters of the recurrent block (prelude and coda never):
+    "none"
+    "loop_gate"   h_t = x_t + g_t (R(x_t) - x_t), g_t a learned scalar per round, init 1.
+    "branch_gate" per round and recurrent layer, a scalar gate on the attention branch and one on the
+                  MLP branch: x <- x + ga_{t,j} attn(norm1(x)), x <- x + gm_{t,j} mlp(norm2(x)); init 1.
+    "adaln"       per round and recurrent layer, norm(x) * (1 + s) + b on the attention and the MLP
+                  pre-norm, s and b channel vectors (d,) each, init 0.
+  At init every kind is the unconditioned block (up to rounding for loop_gate).
+  `timestep_rounds` = the number of rounds with their own parameters: None = `loops` for the fixed
+  sampler, 2 * `loops` for the Poisson samplers (whose counts pass `loops` often; P(count > 2 * mean)
+  is 0.4% at mean 8). Round t > timestep_rounds reuses round timestep_rounds' parameters, so inference
+  can run deeper than training. A timestep makes rounds differ by index, so mixed loop counts run the
+  staggered schedule (`model.rounds`; `rounds_alike`).
 
 Every bad value raises `ConfigError` naming the field and what is accepted, also through
 `dataclasses.replace` (validation lives in `__post_init__`).
@@ -33,7 +59,8 @@ from model import fields as check
 from model.errors import ConfigError
 
 SAMPLERS = ("fixed", "poisson_seq", "poisson_batch")
-INJECTIONS = ("diagonal", "none")
+INJECTIONS = ("diagonal", "none", "scalar", "channel", "dense")
+TIMESTEPS = ("none", "loop_gate", "branch_gate", "adaln")
 VALUE_EMBED_RULES = ("alternate", "none", "all")
 PARCAE_DECAY = math.sqrt(1.0 / 5.0)  # the reference's injection decay exp(-dt*A) at init (about 0.447)
 
@@ -109,6 +136,9 @@ class ModelConfig:
     rounds: tuple[RoundConfig, ...] = field(default_factory=lambda: (FULL_ROUND,))
     h0_std: float | None = None  # None = sqrt(2 / (5 d_model)), the reference's (see initial_state_std)
     init_decay: float = PARCAE_DECAY  # exp(-softplus(dt_bias)) at init, with A = exp(0) = 1
+    history: int = 0  # w: recent state differences injected each round (0 = off)
+    timestep: str = "none"
+    timestep_rounds: int | None = None  # None = loops (fixed sampler) or 2 * loops (Poisson samplers)
 
     def __post_init__(self) -> None:
         s = object.__setattr__
@@ -135,6 +165,18 @@ class ModelConfig:
         check.choice("loop_sampler", self.loop_sampler, SAMPLERS)
         s(self, "loops", check.integer("loops", self.loops, lo=1))
         s(self, "grad_rounds", check.integer("grad_rounds", self.grad_rounds, lo=1, allow_none=True))
+        s(self, "history", check.integer("history", self.history, lo=0))
+        check.choice("timestep", self.timestep, TIMESTEPS)
+        s(
+            self,
+            "timestep_rounds",
+            check.integer("timestep_rounds", self.timestep_rounds, lo=1, allow_none=True),
+        )
+        if self.timestep == "none" and self.timestep_rounds is not None:
+            raise ConfigError(
+                f"timestep_rounds: only with a timestep conditioning (timestep one of "
+                f"{', '.join(TIMESTEPS[1:])}); accepted with timestep none: null; got {self.timestep_rounds}"
+            )
         self._check_value_embeds()
         self._check_rounds()
 
@@ -217,6 +259,33 @@ class ModelConfig:
     def full_settings(self) -> RoundSettings:
         """What prelude and coda layers run with: full context, every head and hidden unit."""
         return RoundSettings(FULL_ROUND, self.n_heads, self.mlp_hidden)
+
+    @property
+    def timestep_round_count(self) -> int:
+        """Rounds with their own timestep parameters (0 without timestep): `timestep_rounds`, or when
+        None `loops` for the fixed sampler and 2 * `loops` for the Poisson samplers."""
+        if self.timestep == "none":
+            return 0
+        if self.timestep_rounds is not None:
+            return self.timestep_rounds
+        return self.loops if self.loop_sampler == "fixed" else 2 * self.loops
+
+    def timestep_index(self, r: int) -> int:
+        """Which round's timestep parameters round r (0-based) uses: its own up to the last trained
+        one, then the last one's (the rule beyond `timestep_round_count`)."""
+        return min(r, self.timestep_round_count - 1)
+
+    @property
+    def rounds_alike(self) -> bool:
+        """Every round runs the same function of its input: one round setting and no per-round
+        parameters. Only then may a sample's rounds run at other global round indices (the aligned
+        schedule of `model.rounds`)."""
+        return len(self.rounds) == 1 and self.timestep == "none"
+
+    @property
+    def random_h0(self) -> bool:
+        """The rounds start from a random state (the diagonal injection); else from e."""
+        return self.injection == "diagonal"
 
     @property
     def initial_state_std(self) -> float:

@@ -36,10 +36,26 @@ def param_count(cfg: ModelConfig) -> dict[str, int]:
     per_layer = 3 * d * hd + hd * d + 2 * d * cfg.mlp_hidden + 2 * d  # q,k,v,o + fc,proj + 2 norms
     n_ve = len(cfg.value_embed_layers())
     non_emb = cfg.n_layers * per_layer + n_ve * min(VE_GATE_CHANNELS, d) * cfg.n_heads + d  # + final norm
-    if cfg.injection == "diagonal":
-        non_emb += 3 * d + 2 * d * d  # prelude-output norm, A_log, dt_bias, B, C
+    non_emb += injection_params(cfg) + timestep_params(cfg)
     emb = V * d * (1 + n_ve + (0 if cfg.tie_embeddings else 1))
     return {"total": emb + non_emb, "non_embedding": non_emb}
+
+
+def injection_params(cfg: ModelConfig) -> int:
+    """Parameters of the injection and the history maps (both applied every round, counted in N_once
+    like the diagonal injection's A_log and dt_bias): diagonal 3 d + 2 d^2 (prelude-output norm, A_log,
+    dt_bias, B, C), scalar 1, channel d, dense d^2, none 0; plus history w d."""
+    d = cfg.d_model
+    inject = {"diagonal": 3 * d + 2 * d * d, "none": 0, "scalar": 1, "channel": d, "dense": d * d}
+    return inject[cfg.injection] + cfg.history * d
+
+
+def timestep_params(cfg: ModelConfig) -> int:
+    """Per-round parameters of the recurrent block, for `timestep_round_count` rounds (counted in N_rec):
+    loop_gate 1, branch_gate 2 n_recurrent, adaln 4 n_recurrent d per round."""
+    n, d = cfg.n_recurrent, cfg.d_model
+    per_round = {"none": 0, "loop_gate": 1, "branch_gate": 2 * n, "adaln": 4 * n * d}[cfg.timestep]
+    return cfg.timestep_round_count * per_round
 
 
 def dtype_of(dtype) -> torch.dtype:
@@ -61,20 +77,18 @@ def kv_cache_bytes(
 
 
 def once_and_recurrent_params(cfg: ModelConfig) -> dict[str, int]:
-    """{"n_once", "n_rec"}: N_rec = the shared recurrent block's parameters (its layers, value-embedding
-    gates included); N_once = the other non-embedding parameters a token passes through once (prelude,
-    coda, the injection with its prelude-output norm, the final norm) plus an untied head. So
-    n_once + n_rec + the embedding tables = param_count's total."""
+    """{"n_once", "n_rec"}: N_rec = the recurrent block's parameters (its layers, value-embedding gates
+    included, and the per-round timestep parameters); N_once = the other non-embedding parameters
+    (prelude, coda, the injection with its prelude-output norm, the history maps, the final norm) plus
+    an untied head. So n_once + n_rec + the embedding tables = param_count's total."""
     d, hd = cfg.d_model, cfg.n_heads * cfg.head_dim
     per_layer = 3 * d * hd + hd * d + 2 * d * cfg.mlp_hidden + 2 * d  # q,k,v,o + fc,proj + 2 norms
     gate = min(VE_GATE_CHANNELS, d) * cfg.n_heads
     ve = set(cfg.value_embed_layers())
     layers = [per_layer + (gate if i in ve else 0) for i in range(cfg.n_layers)]
     first, after = cfg.n_prelude, cfg.n_prelude + cfg.n_recurrent
-    n_rec = sum(layers[first:after])
-    n_once = sum(layers[:first]) + sum(layers[after:]) + d  # + final norm
-    if cfg.injection == "diagonal":
-        n_once += 3 * d + 2 * d * d  # prelude-output norm, A_log, dt_bias, B, C
+    n_rec = sum(layers[first:after]) + timestep_params(cfg)
+    n_once = sum(layers[:first]) + sum(layers[after:]) + d + injection_params(cfg)  # + final norm
     if not cfg.tie_embeddings:
         n_once += cfg.vocab_size * d
     return {"n_once": n_once, "n_rec": n_rec}

@@ -11,8 +11,10 @@ Per token and layer application with h heads of head_dim D, m MLP units, model w
     ve gate      2 * 32 h on layers with a value embedding (not in reuse_kv rounds)
     attention    2 * 2 h D * pairs / T, with `pairs` the (query, key) pairs of a T-token sequence
     MLP          2 d m + 2 m d (an MLP-only round has only this)
-plus once per forward the injection's B and C (2 d^2 each) and the head (2 d V). Backward costs twice
-the forward (the gradients of both operands of every matmul, including P V and Q K^T).
+plus once per forward the injection's B and C (2 d^2 each; the dense injection's W e: 2 d^2) and the
+head (2 d V). Backward costs twice the forward (the gradients of both operands of every matmul,
+including P V and Q K^T). The scalar/channel injections, the history maps and the timestep
+conditioning are elementwise: no FLOPs counted.
 
 Attention conventions (`attention=`):
 - "dense" (default): every (query, key) pair handed to the attention call, masked or not. Full context
@@ -111,8 +113,10 @@ def round_flops(cfg: ModelConfig, round_index: int, seq_len: int, attention: str
 
 
 def injection_flops(cfg: ModelConfig) -> float:
-    """B e' before the rounds and the readout C h after them (once per forward each)."""
-    return 2 * 2.0 * cfg.d_model**2 if cfg.injection == "diagonal" else 0.0
+    """B e' before the rounds and the readout C h after them (once per forward each); the dense
+    injection's W e once; the other injections are elementwise (0)."""
+    matrices = {"diagonal": 2, "dense": 1}.get(cfg.injection, 0)
+    return matrices * 2.0 * cfg.d_model**2
 
 
 def head_flops(cfg: ModelConfig) -> float:
@@ -216,7 +220,7 @@ def step_flops(
     seq_len = _resolved_seq_len(cfg, seq_len, attention)
     batch = len(counts) if isinstance(counts, list | tuple) else 1
     counts = loop_counts(counts, batch)
-    plan = plan_rounds(counts, cfg.grad_rounds, True, rounds_share_settings=len(cfg.rounds) == 1)
+    plan = plan_rounds(counts, cfg.grad_rounds, True, rounds_share_settings=cfg.rounds_alike)
     per_seq = [counts] * batch if isinstance(counts, int) else counts
     k = cfg.grad_rounds
     n = plan.n_rounds
@@ -229,11 +233,11 @@ def step_flops(
 
 
 def _prelude_gets_grad(cfg: ModelConfig, plan) -> float:
-    """Whether backward reaches the prelude. With the injection always (B e' enters every round). Without
-    it the prelude output is the state h: gradient reaches it only if h still depends on it (with
+    """Whether backward reaches the prelude. With an injection always (B e' or a e enters every round).
+    Without one the prelude output is the state h: gradient reaches it only if h still depends on it (with
     autograd) at the first round run with autograd. A round without autograd replaces h by its output,
     except for the sequences it holds still (`torch.where` keeps their h and its graph)."""
-    if cfg.injection == "diagonal":
+    if cfg.injection != "none":
         return 1.0
     alive = True
     for g in range(plan.n_rounds):
@@ -285,7 +289,7 @@ def training_flops(
     run = [1.0 - cdf_at(g) ** sequences for g in range(n_rounds)]
     if k is None:
         grad = run
-    elif len(cfg.rounds) == 1:  # aligned: the last k global rounds
+    elif cfg.rounds_alike:  # aligned: the last k global rounds
         grad = [cdf_at(g + k) ** sequences - cdf_at(g) ** sequences for g in range(n_rounds)]
     else:
         grad = [1.0 - (1.0 - in_window(g)) ** sequences for g in range(n_rounds)]
@@ -298,6 +302,6 @@ def _prelude_grad(cfg: ModelConfig, cdf_at, sequences: int) -> float:
     """Probability that backward reaches the prelude (see `_prelude_gets_grad`): always with the
     injection; without it when some sequence of the step has c <= k."""
     k = cfg.grad_rounds
-    if cfg.injection == "diagonal" or k is None:
+    if cfg.injection != "none" or k is None:
         return 1.0
     return 1.0 - (1.0 - cdf_at(k)) ** sequences

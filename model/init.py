@@ -14,6 +14,8 @@ Parameter by parameter (d = d_model, std_d = sqrt(2 / (5 d)), "small init"; the 
     injection dt_bias       softplus^-1(-log(init_decay)): exp(-dt A) = init_decay = sqrt(1/5) at init
     injection B             identity
     RMSNorm weights         one (block norms, prelude-output norm, final norm)
+    loop-design parameters  scalar/channel/dense injection one/ones/identity, history maps zero,
+                            timestep gates one, adaLN scale and shift zero (`model.loop_design`)
     h0 (per forward)        truncated normal on [-3 std, 3 std], std = cfg.initial_state_std = std_d
 
 "Scaled orthogonal" as the reference does it: draw a standard normal truncated to [-2, 2] (PyTorch's

@@ -120,6 +120,18 @@ class Attention(nn.Module):
         return F.linear(y, self.o.weight[:, : heads * D])
 
 
+def _modulate(x: Tensor, scale: Tensor | None, shift: Tensor | None) -> Tensor:
+    """adaLN: x (B, T, d) * (1 + scale) + shift, scale and shift (d,); x itself when not conditioned."""
+    if scale is None:
+        return x
+    return x * (1.0 + scale.to(x.dtype)) + shift.to(x.dtype)
+
+
+def _gated(branch: Tensor, gate: Tensor | None) -> Tensor:
+    """A residual branch (B, T, d) scaled by its 0-dim gate, or as it is when not gated."""
+    return branch if gate is None else gate.to(branch.dtype) * branch
+
+
 class Block(nn.Module):
     """Pre-norm transformer layer: x + attn(norm(x)), then x + mlp(norm(x))."""
 
@@ -130,11 +142,27 @@ class Block(nn.Module):
         self.norm2 = RMSNorm(cfg.d_model)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: Tensor, idx: Tensor, *, settings: RoundSettings, ctx, key: LayerKey) -> Tensor:
-        """x (B, T, d) -> (B, T, d) with `settings` of the round; `key` names this application."""
+    def forward(
+        self, x: Tensor, idx: Tensor, *, settings: RoundSettings, ctx, key: LayerKey, cond=None
+    ) -> Tensor:
+        """x (B, T, d) -> (B, T, d) with `settings` of the round; `key` names this application.
+        `cond`: a `model.loop_design.LayerCondition` (per-round gates on the branches and/or scale and
+        shift of the pre-norms, for timestep conditioning) or None."""
+        if cond is None:
+            if settings.round.attention:
+                x = x + self.attn(self.norm1(x), idx, settings=settings, ctx=ctx, key=key)
+            return x + self.mlp(self.norm2(x), settings.hidden)
         if settings.round.attention:
-            x = x + self.attn(self.norm1(x), idx, settings=settings, ctx=ctx, key=key)
-        return x + self.mlp(self.norm2(x), settings.hidden)
+            branch = self.attn(
+                _modulate(self.norm1(x), cond.attn_scale, cond.attn_shift),
+                idx,
+                settings=settings,
+                ctx=ctx,
+                key=key,
+            )
+            x = x + _gated(branch, cond.attn_gate)
+        branch = self.mlp(_modulate(self.norm2(x), cond.mlp_scale, cond.mlp_shift), settings.hidden)
+        return x + _gated(branch, cond.mlp_gate)
 
     @torch.no_grad()
     def init_weights(self) -> None:

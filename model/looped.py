@@ -11,6 +11,12 @@ This is the function of the public Parcae code (see `model.init` for its initial
 parameter, and `model.layers` for its norms). `injection="none"` instead runs h_1 = R(e),
 h_t = R(h_{t-1}), with no prelude-output norm, B, C or h0: the plain transformer.
 
+Loop-design variants (`model.config` has the formulas, `model.loop_design` the parameters): the
+"scalar" / "channel" / "dense" injections start from h_0 = e and add a e / W e (computed once, in the
+stem) to every round's input; `history` adds the last w state differences, which the loop carries
+along with h (newest first; a sample held still adds a zero difference); `timestep` hands each round
+its own parameters (`_timestep_tensors`; rounds past the trained ones reuse the last trained round's).
+
 Loop counts: `loops` is an int for the whole batch, or per-sequence counts (B,) as a list of ints or
 a CPU tensor. A batch with mixed counts runs max(count) rounds and holds each sample's state still
 outside its own rounds, so every sample's output equals its solo run (rounds never mix samples).
@@ -54,6 +60,7 @@ from model.contexts import SeqContext, StepContext
 from model.init import draw_h0, scaled_orthogonal_, small_init_std
 from model.kv_cache import KVCache, LayerKey
 from model.layers import Block, RMSNorm, rope_tables
+from model.loop_design import HistoryMaps, InputInjection, TimestepConditioning, layer_conditions
 from model.rounds import loop_counts, plan_rounds
 
 
@@ -68,7 +75,8 @@ class SeqParts(NamedTuple):
     """The three static-shape parts of a forward over whole sequences, plain or compiled."""
 
     stem: Callable  # (idx, cos, sin) -> (x, decay | None, drive | None)
-    round: Callable  # (h, decay, drive, idx, cos, sin, round1_kv, settings round) -> (h', round1_kv)
+    # (h, decay, drive, past, timestep, idx, cos, sin, round1_kv, settings round) -> (h', round1_kv)
+    round: Callable
     tail: Callable  # (h, idx, cos, sin, targets | None) -> (logits, loss | None)
 
 
@@ -103,6 +111,12 @@ class LoopedLM(nn.Module):
             self.dt_bias = nn.Parameter(torch.zeros(d))
             self.B = nn.Parameter(torch.empty(d, d))
             self.C = nn.Parameter(torch.empty(d, d))
+        # the loop-design parameters (model.loop_design), each only when its variant is on
+        self.input_injection = (
+            InputInjection(cfg) if cfg.injection in ("scalar", "channel", "dense") else None
+        )
+        self.history = HistoryMaps(cfg) if cfg.history else None
+        self.timestep = TimestepConditioning(cfg) if cfg.timestep != "none" else None
         self.norm_f = RMSNorm(d)
         self.lm_head = None if cfg.tie_embeddings else nn.Linear(d, cfg.vocab_size, bias=False)
         # RoPE tables live outside the module's buffers so `model.to(bfloat16)` cannot round them
@@ -129,6 +143,9 @@ class LoopedLM(nn.Module):
             self.dt_bias.fill_(math.log(math.expm1(dt)))  # softplus^-1(dt)
             self.B.copy_(torch.eye(self.cfg.d_model))
             scaled_orthogonal_(self.C, std)
+        for part in (self.input_injection, self.history, self.timestep):
+            if part is not None:
+                part.init_weights()
 
     def blocks(self) -> list[Block]:
         return [*self.prelude, *self.recurrent, *self.coda]
@@ -136,7 +153,8 @@ class LoopedLM(nn.Module):
     def param_groups(self) -> dict[str, list[nn.Parameter]]:
         """ "matrix": the 2-D attention/MLP weights q, k, v, o, fc, proj; "ve_gate": the value-embedding
         gate weights (the reference optimises them with the matrices); "other": embeddings, norms,
-        injection (A_log, dt_bias, B, C) and an untied head. Together: every parameter exactly once."""
+        injection (A_log, dt_bias, B, C, or the scalar/channel/dense injection's weight), the history
+        maps, the timestep parameters and an untied head. Together: every parameter exactly once."""
         matrix, gates = [], []
         for blk in self.blocks():
             matrix += [blk.attn.q.weight, blk.attn.k.weight, blk.attn.v.weight, blk.attn.o.weight]
@@ -169,6 +187,13 @@ class LoopedLM(nn.Module):
 
     def _h0(self, batch: int, positions: Tensor, h0_seed, like: Tensor) -> Tensor:
         return draw_h0(batch, positions, self.cfg.d_model, self.cfg.initial_state_std, h0_seed, like)
+
+    def _timestep_tensors(self, g: int) -> tuple[Tensor, ...]:
+        """Round g's (0-based) timestep parameters, () without timestep: plain tensors, so the round
+        part never sees the round index (one compiled graph for every round of one setting)."""
+        if self.timestep is None:
+            return ()
+        return self.timestep.round_tensors(self.cfg.timestep_index(g))
 
     def sample_loops(self, batch_size: int, step: int, seed: int = 0) -> Tensor:
         """Training loop counts (B,) int64 on CPU: a pure function of (seed, step) per the sampler.
@@ -234,16 +259,19 @@ class LoopedLM(nn.Module):
         counts = loop_counts(self.cfg.loops if loops is None else loops, B)
         cos, sin = self._rope(T)
         x, decay, drive = parts.stem(idx, cos, sin)
-        if decay is None:
+        if not self.cfg.random_h0:
             h = x
         else:  # contiguous: a seeded h0 is one row expanded over the batch (stride 0), which the
             # compiled round would otherwise treat as another input layout (one more graph)
             h = self._h0(B, torch.arange(T, device=idx.device), h0_seed, x).contiguous()
         round1_kv: tuple = ()  # round 1's (K, V) per recurrent layer, when a later round reuses them
 
-        def one_round(h: Tensor, g: int) -> Tensor:
+        def one_round(h: Tensor, past: tuple[Tensor, ...], g: int) -> Tensor:
             nonlocal round1_kv
-            new, kv = parts.round(h, decay, drive, idx, cos, sin, round1_kv, self.settings_round(g))
+            timestep = self._timestep_tensors(g)
+            new, kv = parts.round(
+                h, decay, drive, past, timestep, idx, cos, sin, round1_kv, self.settings_round(g)
+            )
             if g == 0:
                 round1_kv = kv
             return new
@@ -257,16 +285,29 @@ class LoopedLM(nn.Module):
 
     def _stem_part(self, idx: Tensor, cos: Tensor, sin: Tensor):
         """-> x (B, T, d) after the prelude, and the injection's decay (d,) and drive dt*Be (B, T, d)
-        (None, None without injection)."""
+        (decay None for scalar/channel/dense, whose drive is a e or W e; both None without injection)."""
         x, inj = self._stem(idx, SeqContext(cos, sin))
         return (x, None, None) if inj is None else (x, *inj)
 
-    def _round_part(self, h: Tensor, decay, drive, idx: Tensor, cos: Tensor, sin: Tensor, round1_kv, r: int):
+    def _round_part(
+        self,
+        h: Tensor,
+        decay,
+        drive,
+        past,
+        timestep,
+        idx: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        round1_kv,
+        r: int,
+    ):
         """One round with round r's settings (r from `settings_round`) -> (h', round1_kv): round 1's
-        K, V per recurrent layer, returned by round 0 when later rounds reuse them (else ())."""
+        K, V per recurrent layer, returned by round 0 when later rounds reuse them (else ()). `past`:
+        the history differences, `timestep`: this round's timestep tensors (see `_round`)."""
         ctx = SeqContext(cos, sin)
         ctx.round1_kv.update(enumerate(round1_kv))
-        new = self._round(h, None if decay is None else (decay, drive), idx, ctx, r)
+        new = self._round(h, None if drive is None else (decay, drive), idx, ctx, r, past, timestep)
         if r == 0 and self.reuses_kv:
             return new, tuple(ctx.round1_kv[j] for j in range(len(self.recurrent)))
         return new, ()
@@ -283,24 +324,42 @@ class LoopedLM(nn.Module):
     # The same pieces with an explicit context (where K, V go): shared by the parts and by decoding.
 
     def _stem(self, idx: Tensor, ctx):
-        """Embedding + prelude -> x (B, T, d), and inj = (decay exp(-dt*A) (d,), dt*Be (B, T, d)) or None."""
+        """Embedding + prelude -> x (B, T, d), and inj = (decay exp(-dt*A) (d,), dt*Be (B, T, d)) for the
+        diagonal injection, (None, a e or W e (B, T, d)) for scalar/channel/dense, or None."""
         full = self.cfg.full_settings
         x = self.wte(idx)  # (B, T, d)
         for i, blk in enumerate(self.prelude):
             x = blk(x, idx, settings=full, ctx=ctx, key=LayerKey.prelude(i))
+        if self.input_injection is not None:
+            return x, (None, self.input_injection.drive(x))
         if self.cfg.injection != "diagonal":
             return x, None
         dt = F.softplus(self.dt_bias)  # (d,)
         return x, (torch.exp(-dt * torch.exp(self.A_log)), dt * F.linear(self.prelude_norm(x), self.B))
 
-    def _round(self, h: Tensor, inj, idx: Tensor, ctx, r: int) -> Tensor:
-        """One application of the recurrent block with round r's settings. inj = (decay (d,), dt*Be
-        (B, T, d)) or None (no injection)."""
-        x = h if inj is None else inj[0] * h + inj[1]
-        settings = self.cfg.round_settings(r)
+    def _round(
+        self, h: Tensor, inj, idx: Tensor, ctx, r: int, past: tuple[Tensor, ...] = (), timestep: tuple = ()
+    ) -> Tensor:
+        """One application of the recurrent block with round r's settings. inj = (decay (d,) or None,
+        drive (B, T, d)) or None (no injection); `past` = the history differences (B, T, d) each, newest
+        first; `timestep` = this round's timestep tensors (`TimestepConditioning.round_tensors`)."""
+        if inj is None:
+            x = h
+        elif inj[0] is None:  # scalar / channel / dense: h + a e
+            x = h + inj[1]
+        else:  # diagonal
+            x = inj[0] * h + inj[1]
+        if past:
+            x = self.history.add(x, past)
+        settings, kind = self.cfg.round_settings(r), self.cfg.timestep
+        conditions = layer_conditions(kind, timestep, len(self.recurrent)) if timestep else None
+        out = x
         for j, blk in enumerate(self.recurrent):
-            x = blk(x, idx, settings=settings, ctx=ctx, key=LayerKey.recurrent(r, j))
-        return x
+            cond = None if conditions is None else conditions[j]
+            out = blk(out, idx, settings=settings, ctx=ctx, key=LayerKey.recurrent(r, j), cond=cond)
+        if kind == "loop_gate":  # h_t = x_t + g_t (R(x_t) - x_t)
+            out = x + timestep[0].to(x.dtype) * (out - x)
+        return out
 
     def _tail(self, h: Tensor, idx: Tensor, ctx) -> Tensor:
         """Readout C (with injection), coda, final norm and head -> logits (B, T, V) fp32."""
@@ -313,47 +372,61 @@ class LoopedLM(nn.Module):
         """Prefill and decode_step: a forward whose ctx decides where K, V go -> logits (B, T, V)."""
         counts = loop_counts(self.cfg.loops if loops is None else loops, idx.shape[0])
         x, inj = self._stem(idx, ctx)
-        h = x if inj is None else self._h0(idx.shape[0], positions, h0_seed, x)
-        h, _ = self._loop(h, counts, lambda h, g: self._round(h, inj, idx, ctx, g), False)
+        h = self._h0(idx.shape[0], positions, h0_seed, x) if self.cfg.random_h0 else x
+
+        def one_round(h: Tensor, past: tuple[Tensor, ...], g: int) -> Tensor:
+            return self._round(h, inj, idx, ctx, g, past, self._timestep_tensors(g))
+
+        h, _ = self._loop(h, counts, one_round, False)
         return self._tail(h, idx, ctx)
 
     def _loop(self, h: Tensor, counts, one_round, return_deltas: bool):
-        """The rounds from the initial state h (B, T, d); `one_round(h, g)` applies global round g.
+        """The rounds from the initial state h (B, T, d); `one_round(h, past, g)` applies global round g
+        to h with the history differences `past` (newest first, at most cfg.history of them).
         Every decision is taken on the host from the Python plan; the per-sample masks (if any) go to
         the device once, so the loop itself never waits for the device."""
         cfg = self.cfg
         grad_on = torch.is_grad_enabled()
         plan = plan_rounds(
-            counts, cfg.grad_rounds, grad_on, rounds_share_settings=len(cfg.rounds) == 1 and not return_deltas
+            counts, cfg.grad_rounds, grad_on, rounds_share_settings=cfg.rounds_alike and not return_deltas
         )
         active, need = plan.device_masks(h.device)  # (n_rounds, B, 1, 1) bool each, or None
         all_active, need_is_active = plan.all_active, plan.need_is_active
         deltas = []
+        past: tuple[Tensor, ...] = ()  # history: h_t - h_{t-1} of the last rounds, newest first
         for g in range(plan.n_rounds):
             use_grad = plan.grad[g] or (grad_on and self._truncate_by_detach)
             with torch.set_grad_enabled(use_grad):
                 # a round without autograd gets the state detached: the same values, and one compiled
                 # graph for it whether or not the state carries gradient from earlier rounds
-                new = one_round(h if use_grad else h.detach(), g)
+                h_in = h if use_grad else h.detach()
+                new = one_round(h_in, past if use_grad else tuple(p.detach() for p in past), g)
+                diff = new - h_in if cfg.history else None  # (B, T, d), with the round's autograd
             # outside the no_grad block: a sample held still must keep its state's graph
             if active is not None:
                 if use_grad and not need_is_active[g]:  # samples outside their last k rounds: no gradient
                     new = torch.where(need[g], new, new.detach())
+                    diff = None if diff is None else torch.where(need[g], diff, diff.detach())
                 if not all_active[g]:
                     new = torch.where(active[g], new, h)
+                    diff = None if diff is None else torch.where(active[g], diff, 0.0)  # held: no change
             elif use_grad and not plan.grad[g]:
                 new = new.detach()
+                diff = None if diff is None else diff.detach()
             if return_deltas:
                 deltas.append(_round_delta(h, new, None if active is None else active[g]))
+            if diff is not None:
+                past = (diff, *past[: cfg.history - 1])
             h = new
         return h, (torch.stack(deltas) if return_deltas else None)
 
     @torch.no_grad()
     def round_states(self, idx: Tensor, loops: int, h0_seed=None, skip_round: int | None = None) -> Tensor:
         """The state after every round of an evaluation forward -> (loops + 1, B, T, d): entry 0 is the
-        state the rounds start from (h0 with injection, the prelude output without), entry t the output
-        of round t. `skip_round` = i (0-based) replaces round i by the identity (h_i = h_{i-1}); later
-        rounds keep their own index and settings. For the loop-geometry metrics (model/geometry.py)."""
+        state the rounds start from (h0 with the diagonal injection, the prelude output otherwise),
+        entry t the output of round t. `skip_round` = i (0-based) replaces round i by the identity
+        (h_i = h_{i-1}); later rounds keep their own index, settings and timestep parameters, and the
+        history sees the skipped round's difference as zero. For the loop-geometry metrics."""
         if skip_round is not None and not 0 <= skip_round < loops:
             raise ValueError(f"skip_round: expected 0..{loops - 1}; got {skip_round}")
         if skip_round == 0 and self.reuses_kv:
@@ -361,11 +434,16 @@ class LoopedLM(nn.Module):
         B, T = idx.shape
         ctx = SeqContext(*self._rope(T))
         x, inj = self._stem(idx, ctx)
-        h = x if inj is None else self._h0(B, torch.arange(T, device=idx.device), h0_seed, x)
-        states = [h]
+        h = self._h0(B, torch.arange(T, device=idx.device), h0_seed, x) if self.cfg.random_h0 else x
+        states, past, window = [h], (), self.cfg.history
         for g in range(loops):
-            if g != skip_round:
-                h = self._round(h, inj, idx, ctx, g)
+            if g == skip_round:
+                new = h
+            else:
+                new = self._round(h, inj, idx, ctx, g, past, self._timestep_tensors(g))
+            if window:
+                past = (new - h, *past[: window - 1])
+            h = new
             states.append(h)
         return torch.stack(states)
 

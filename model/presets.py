@@ -19,6 +19,20 @@ with gradient, so training FLOPs per token are (almost) equal across r while the
 The recipe itself is the r = 1 member, an ordinary 20-layer transformer (one round has nothing to inject
 between, so no injection). The family has no value embeddings: their tables are one per distinct layer,
 so they would grow with 16/r and give the r = 1 models capacity that N_once and N_rec do not count.
+
+The loop-design layouts (`loop_layout(layout, shared, loops)`, recipes "base_loop", "core_loop",
+"non_loop"): a fixed loop count with gradient through every round, no value embeddings (for the same
+reason as the iso-depth family: NonLoop's 8 distinct layers would carry 4 tables to BaseLoop 2x4's 1,
+capacity that the layout comparison must not include), one round setting.
+- base_loop: the whole stack is the loop, `shared` layers x `loops`, no prelude or coda, injection
+  "none" (default 2 x 4);
+- core_loop: `prelude` layers, `shared` layers x `loops`, `coda` layers, injection "diagonal"
+  (default 2 + 2 x 4 + 2);
+- non_loop: `shared` distinct layers run once (loops = 1), no prelude or coda, injection "none"
+  (default 8): BaseLoop k x n's effective depth with k n distinct layers.
+The three recipes differ only in the keys `loop_layout_overrides` sets, so any of them plus those
+overrides is that layout; a grid sweeps them as model.* keys, and the injection / history / timestep
+variants are further model.* keys on top.
 """
 
 from __future__ import annotations
@@ -50,6 +64,10 @@ ISO_DEPTH_OUTER = 2
 ISO_DEPTH_RECURRENT = 16
 ISO_DEPTH_INJECTIONS = ("diagonal", "none")
 
+# The loop-design layouts and the injection each starts with.
+LOOP_LAYOUTS = ("base_loop", "core_loop", "non_loop")
+LAYOUT_INJECTION = {"base_loop": "none", "core_loop": "diagonal", "non_loop": "none"}
+
 
 def _recipe(name: str, w64: int, w256: int) -> dict:
     parcae = dict(loop_sampler="poisson_seq", loops=8, grad_rounds=4, rounds=(FULL_ROUND,))
@@ -80,8 +98,16 @@ def _recipe(name: str, w64: int, w256: int) -> dict:
             **dict(n_prelude=ISO_DEPTH_OUTER, n_recurrent=ISO_DEPTH_RECURRENT, n_coda=ISO_DEPTH_OUTER),
             "value_embeds": "none",
         },
+        **{layout: _layout_recipe(layout) for layout in LOOP_LAYOUTS},
     }
     return table[name]
+
+
+def _layout_recipe(layout: str) -> dict:
+    """The loop-design recipe `layout` at its default shape (see the module docstring)."""
+    shape = {"base_loop": (2, 4, 0, 0), "core_loop": (2, 4, 2, 2), "non_loop": (8, 1, 0, 0)}[layout]
+    fixed = dict(loop_sampler="fixed", grad_rounds=None, rounds=(FULL_ROUND,), value_embeds="none")
+    return {**fixed, **loop_layout_overrides(layout, shape[0], shape[1], prelude=shape[2], coda=shape[3])}
 
 
 RECIPES: tuple[str, ...] = (
@@ -100,6 +126,7 @@ RECIPES: tuple[str, ...] = (
     "reuse_kv",
     "plain",
     "iso_depth",
+    *LOOP_LAYOUTS,
 )
 
 
@@ -171,3 +198,48 @@ def iso_depth(r: int, d_model: int | None = None, size: str = "tiny", **override
             "give it through those arguments"
         )
     return preset("iso_depth", size, **family, **overrides)
+
+
+def loop_layout_overrides(
+    layout: str, shared: int, loops: int, size: str = "tiny", prelude: int = 2, coda: int = 2
+) -> dict:
+    """The `model` overrides that make loop-design layout `layout` (base_loop | core_loop | non_loop):
+    n_prelude, n_recurrent = `shared`, n_coda, `loops` and the layout's injection. `prelude` and `coda`
+    apply to core_loop only (the others have none); for non_loop `shared` is the number of distinct
+    layers and `loops` must be 1. `size` is checked for the family's signature (the layout does not
+    depend on it). A grid sweeps these as model.* keys; an injection variant overrides `injection`."""
+    layout = check.choice("layout", layout, LOOP_LAYOUTS)
+    if size not in SIZES:
+        raise ConfigError(f"size: unknown {size!r}; accepted: {', '.join(SIZES)}")
+    shared = check.integer("shared", shared, lo=1)
+    loops = check.integer("loops", loops, lo=1)
+    if layout == "non_loop" and loops != 1:
+        raise ConfigError(f"loops: non_loop runs every layer once; accepted: 1; got {loops}")
+    outer = (check.integer("prelude", prelude, lo=0), check.integer("coda", coda, lo=0))
+    if layout != "core_loop":
+        outer = (0, 0)
+    return {
+        "n_prelude": outer[0],
+        "n_recurrent": shared,
+        "n_coda": outer[1],
+        "loops": loops,
+        "injection": LAYOUT_INJECTION[layout],
+    }
+
+
+_LAYOUT_KEYS = ("n_prelude", "n_recurrent", "n_coda", "loops")
+
+
+def loop_layout(layout: str, shared: int, loops: int, size: str = "tiny", **overrides) -> ModelConfig:
+    """The loop-design layout `layout` with `shared` layers x `loops` (see `loop_layout_overrides`,
+    which also takes `prelude` and `coda`), with any other ModelConfig field overridden, the injection
+    included: `loop_layout("base_loop", 4, 2, injection="scalar", timestep="loop_gate")`."""
+    outer = {k: overrides.pop(k) for k in ("prelude", "coda") if k in overrides}
+    layout_keys = loop_layout_overrides(layout, shared, loops, size=size, **outer)
+    clash = sorted(set(_LAYOUT_KEYS) & set(overrides))
+    if clash:
+        raise ConfigError(
+            f"{clash[0]}: set by the loop layout (from layout, shared, loops, prelude, coda); "
+            "give it through those arguments"
+        )
+    return preset(layout, size, **{**layout_keys, **overrides})

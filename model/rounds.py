@@ -8,9 +8,9 @@ and the same gradients:
 
 - *aligned* (the reference's): sample b runs in global rounds n - c_b .. n - 1 and holds h0 before, so
   every sample's last min(c_b, k) rounds fall in the last k global rounds: at most k rounds carry
-  autograd, the rest run under no_grad for the whole batch. Valid only when every round has the same
-  settings (`len(cfg.rounds) == 1`, e.g. every parcae recipe): sample b's j-th round runs at global
-  round n - c_b + j, so its settings must not depend on the round index.
+  autograd, the rest run under no_grad for the whole batch. Valid only when every round is alike
+  (`cfg.rounds_alike`: one round setting and no per-round timestep parameters, e.g. every parcae
+  recipe): sample b's j-th round runs at global round n - c_b + j, so it must not depend on the index.
 - *staggered*: sample b runs in global rounds 0 .. c_b - 1, so global round r is every sample's r-th
   round and runs round r's settings; needed when rounds differ (windows, widths, reuse_kv, MLP-only).
   The gradient windows are staggered, so up to n rounds carry autograd. Also used for per-round deltas

@@ -15,17 +15,30 @@ from tests.model.conftest import randomize
 T = 64  # tiny windows are 16 and 32 tokens: the ring buffers wrap 4 and 2 times
 
 
+def assert_decode_equals_forward(
+    m: LoopedLM, idx: torch.Tensor, loops: int | None = None, h0_seed: int = 7, prefill: int = 0
+) -> None:
+    """Prefill the first `prefill` tokens (none: decode from position 0), then decode the rest one token
+    at a time: every position's logits equal the full forward's at `loops` rounds (None: cfg.loops)."""
+    B, length = idx.shape
+    with torch.no_grad():
+        full = m(idx, loops=loops, h0_seed=h0_seed).logits  # (B, T, V)
+    cache = m.setup_cache(B, length, loops=loops, h0_seed=h0_seed)
+    if prefill:
+        torch.testing.assert_close(
+            m.prefill(idx[:, :prefill], cache), full[:, :prefill], atol=1e-4, rtol=1e-4
+        )
+    for t in range(prefill, length):
+        torch.testing.assert_close(m.decode_step(idx[:, t], cache), full[:, t], atol=1e-4, rtol=1e-4)
+    assert int(cache.pos) == length
+
+
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_decode_equals_full_forward_at_every_position(recipe):
     cfg = preset(recipe, "tiny")
     m = randomize(LoopedLM(cfg), seed=1).eval()
     idx = torch.randint(0, cfg.vocab_size, (2, T), generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        full = m(idx, h0_seed=7).logits  # (B, T, V)
-    cache = m.setup_cache(2, T, h0_seed=7)
-    for t in range(T):
-        torch.testing.assert_close(m.decode_step(idx[:, t], cache), full[:, t], atol=1e-4, rtol=1e-4)
-    assert int(cache.pos) == T
+    assert_decode_equals_forward(m, idx, h0_seed=7)
 
 
 @pytest.mark.parametrize("recipe", ["lean", "lean_all64", "reuse_kv", "parcae"])
@@ -33,12 +46,7 @@ def test_prefill_then_decode_equals_full_forward(recipe):
     cfg = preset(recipe, "tiny")
     m = randomize(LoopedLM(cfg), seed=2).eval()
     idx = torch.randint(0, cfg.vocab_size, (3, T), generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        full = m(idx, loops=3, h0_seed=0).logits
-    cache = m.setup_cache(3, T, loops=3, h0_seed=0)
-    torch.testing.assert_close(m.prefill(idx[:, :37], cache), full[:, :37], atol=1e-4, rtol=1e-4)
-    for t in range(37, T):
-        torch.testing.assert_close(m.decode_step(idx[:, t], cache), full[:, t], atol=1e-4, rtol=1e-4)
+    assert_decode_equals_forward(m, idx, loops=3, h0_seed=0, prefill=37)
 
 
 def test_generate_greedy_matches_argmax_of_full_forward():

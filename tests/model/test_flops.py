@@ -141,7 +141,7 @@ def _monte_carlo(cfg: ModelConfig, batch: int, steps: int) -> tuple[float, float
     for step in range(steps):
         counts = model.sample_loops(batch, step, seed=3).tolist()
         flops = step_flops(cfg, counts)
-        plan = plan_rounds(loop_counts(counts, batch), cfg.grad_rounds, True, len(cfg.rounds) == 1)
+        plan = plan_rounds(loop_counts(counts, batch), cfg.grad_rounds, True, cfg.rounds_alike)
         assert flops.mean_rounds == plan.n_rounds and flops.mean_grad_rounds == sum(plan.grad)
         total += flops.total
         rounds += plan.n_rounds

@@ -7,10 +7,11 @@ import json
 import math
 
 import pytest
+import torch
 
 from model.errors import ConfigError
 from orchestrator.schema import TrainResult
-from tests.workers.conftest import tiny_spec
+from tests.workers.conftest import TINY_MODEL, tiny_spec
 from workers import checkpoint as ckpt
 from workers import jobs, train
 from workers.reporter import MemoryReporter
@@ -153,6 +154,41 @@ def test_stop_request_checkpoints_then_raises_and_resumes(looplab_cache, tmp_pat
     assert rep.of("resumed") == [{"step": 7}] and [s for s, _ in rep.curve("train_loss")] == list(
         range(7, 12)
     )
+
+
+@pytest.mark.parametrize(
+    "recipe, overrides",
+    [
+        ("base_loop", {"injection": "scalar", "history": 1, "timestep": "loop_gate"}),
+        ("core_loop", {"injection": "dense", "timestep": "adaln"}),
+        ("base_loop", {"injection": "channel", "timestep": "branch_gate", "history": 2}),
+    ],
+    ids=["base_loop-scalar-history1-loop_gate", "core_loop-dense-adaln", "base_loop-channel-branch_gate-h2"],
+)
+def test_loop_design_variants_resume_bit_for_bit(looplab_cache, tmp_path, recipe, overrides):
+    """A loop-design variant (injection maps, history maps, per-round timestep parameters in the
+    checkpoint and the optimizer state) stopped at step 7 and resumed gives the uninterrupted curve."""
+
+    class StopAt(MemoryReporter):
+        def should_stop(self):
+            return len(self.curve("train_loss")) >= 7
+
+    spec = train.Spec.from_dict(
+        tiny_spec(recipe=recipe, tokens=8 * 32 * 12, ckpt_every=5, model={**TINY_MODEL, **overrides})
+    )
+    ref = MemoryReporter()
+    train.run(spec, ref, tmp_path / "ref")
+    with pytest.raises(jobs.JobInterrupted):
+        train.run(spec, StopAt(), tmp_path / "run")
+    resumed = MemoryReporter()
+    train.run(spec, resumed, tmp_path / "run")
+    assert resumed.of("resumed") == [{"step": 7}]
+    want = dict(ref.curve("train_loss"))
+    got = dict(resumed.curve("train_loss"))
+    assert sorted(got) == list(range(7, 12)) and all(got[s] == want[s] for s in got)  # exact equality
+    a = ckpt.load(tmp_path / "ref" / "final.pt")["model"]
+    b = ckpt.load(tmp_path / "run" / "final.pt")["model"]
+    assert any("timestep" in k for k in a) and all(torch.equal(a[k], b[k]) for k in a)
 
 
 def test_time_budget_lands_within_ten_percent(looplab_cache, tmp_path, monkeypatch):
