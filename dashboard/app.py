@@ -6,7 +6,8 @@ shares, and hands over to the selected page. Pages live in `views/`, one file ea
 on purpose: Streamlit would then also serve those files as pages of their own (on a direct URL load),
 running them without this entry point.
 
-Every page has its own URL (`/queue`, `/runs`, `/compare`, `/depth`, `/decode`, `/scaling`, `/sql`).
+Every page has its own URL (`/queue`, `/runs`, `/compare`, `/depth`, `/decode`, `/tasks`,
+`/extrapolation`, `/plan`, `/scaling`, `/sql`).
 Streamlit serves its default page at the root only, never at that page's `url_path`, so the default
 here is a hidden page that forwards the root to `/queue` (query parameters included).
 """
@@ -25,6 +26,12 @@ PAGES = [
     st.Page("views/depth.py", title="Depth", icon=":material/repeat:", url_path="depth"),
     st.Page("views/decode.py", title="Decode", icon=":material/speed:", url_path="decode"),
     st.Page("views/tasks.py", title="Tasks", icon=":material/quiz:", url_path="tasks"),
+    st.Page(
+        "views/extrapolation.py",
+        title="Extrapolation",
+        icon=":material/trending_flat:",
+        url_path="extrapolation",
+    ),
     st.Page("views/plan.py", title="Plan", icon=":material/schedule:", url_path="plan"),
     st.Page("views/scaling.py", title="Scaling", icon=":material/trending_down:", url_path="scaling"),
     st.Page("views/sql.py", title="SQL", icon=":material/database:", url_path="sql"),

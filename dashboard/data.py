@@ -154,16 +154,33 @@ def depth(url: str) -> pd.DataFrame:
 
 
 def round_deltas(url: str) -> pd.DataFrame:
-    """Per-round relative hidden-state change, labelled with the trained model and its variant."""
+    """Per-round loop geometry (relative change, angle, state variance; the last two NULL for sweeps
+    stored before revision 0007), labelled with the trained model and its variant."""
     return _read(
         url,
         f"""
         SELECT rd.job_id AS sweep_job_id, t.id AS train_job_id, t.grid_id, t.recipe, t.size, t.seed,
-               t.budget_tokens, {_variant_sql("t")}, rd.loops, rd.round, rd.rel_change
+               t.budget_tokens, {_variant_sql("t")}, rd.loops, rd.round, rd.rel_change, rd.angle, rd.state_var
         FROM round_deltas rd
         JOIN job_deps d ON d.job_id = rd.job_id
         JOIN jobs t ON t.id = d.depends_on AND t.kind = 'train'
         ORDER BY t.id, rd.loops, rd.round
+        """,
+    )
+
+
+def round_interactions(url: str) -> pd.DataFrame:
+    """The depth sweeps' interaction matrices (round `skipped` skipped, effect on the later round
+    `round`, at `loops` rounds), labelled with the trained model and its variant."""
+    return _read(
+        url,
+        f"""
+        SELECT ri.job_id AS sweep_job_id, t.id AS train_job_id, t.grid_id, t.recipe, t.size, t.seed,
+               t.budget_tokens, {_variant_sql("t")}, ri.loops, ri.skipped, ri.round, ri.interaction
+        FROM round_interactions ri
+        JOIN job_deps d ON d.job_id = ri.job_id
+        JOIN jobs t ON t.id = d.depends_on AND t.kind = 'train'
+        ORDER BY t.id, ri.loops, ri.skipped, ri.round
         """,
     )
 
@@ -250,25 +267,17 @@ def curves(
 # ---------------------------------------------------------------- SQL page
 
 
-def sql_query(url: str, sql: str, limit: int = SQL_ROW_LIMIT) -> tuple[pd.DataFrame, bool]:
+def sql_query(
+    url: str, sql: str, limit: int = SQL_ROW_LIMIT, timeout_s: float | None = None
+) -> tuple[pd.DataFrame, bool]:
     """Run a user's read-only query: (first `limit` rows, whether more rows were cut off).
 
     Raises orchestrator.sql.WriteRefused for anything that could write (checked before the database
-    is touched); the read-only engine is the second line of defence.
+    is touched); the query runs in a read-only transaction (the second line of defence) and is stopped
+    with orchestrator.sql.QueryTimeout after `timeout_s` seconds (default: orchestrator.sql's).
     """
-    from sqlalchemy.exc import DBAPIError
+    from orchestrator.sql import DEFAULT_TIMEOUT_S, run_readonly
 
-    from orchestrator.errors import DatabaseError
-    from orchestrator.sql import check_readonly
-
-    check_readonly(sql)
-    try:
-        with engine(url).connect() as conn:
-            result = conn.exec_driver_sql(sql.strip().rstrip(";"))
-            if not result.returns_rows:
-                return pd.DataFrame(), False
-            rows = result.fetchmany(limit + 1)
-            cols = list(result.keys())
-    except DBAPIError as e:
-        raise DatabaseError(str(e.orig)) from None
-    return pd.DataFrame.from_records(rows[:limit], columns=cols), len(rows) > limit
+    timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
+    columns, rows, truncated = run_readonly(url, sql, timeout_s=timeout_s, limit=limit)
+    return pd.DataFrame.from_records(rows, columns=columns), truncated

@@ -80,6 +80,16 @@ def round_deltas(url: str) -> pd.DataFrame:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
+def round_interactions(url: str) -> pd.DataFrame:
+    return data.round_interactions(url)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def task_scores(url: str) -> pd.DataFrame:
+    return data.task_scores(url)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
 def decode(url: str) -> pd.DataFrame:
     return data.decode(url)
 
@@ -147,6 +157,19 @@ def filter_by_runs(df: pd.DataFrame, selected_runs: pd.DataFrame, on: str = "tra
     return df[df[on].isin(selected_runs["job_id"])] if not df.empty else df
 
 
+def selected_sweeps(url: str, where_else: str = "") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the filtered runs, their depth-sweep rows); stops the page with a hint when there are none.
+    `where_else`: another way to get sweeps, added to the hint (e.g. a demo command)."""
+    chosen = filter_runs(runs(url))
+    sweeps = filter_by_runs(depth(url), chosen)
+    if sweeps.empty:
+        other = f" (or {where_else})" if where_else else ""
+        st.info(f"No depth sweep results yet: attach `then=['depth_sweep']` to a train grid{other}, or wait "
+                "for the sweeps to finish.")  # fmt: skip
+        st.stop()
+    return chosen, sweeps
+
+
 def selected(col: str) -> list:
     return st.session_state.get("filters", {}).get(col) or []
 
@@ -160,7 +183,8 @@ INT_COLUMNS = {
     "loops", "train_loops", "eval_loops", "round", "n_seeds", "n_runs", "n_pairs", "progress_done",
     "progress_total", "context_len", "batch_size", "priority", "attempts", "match_time_of", "n_prelude",
     "n_recurrent", "n_coda", "d_model", "n_params", "n_params_non_embedding", "n_once", "n_rec", "train_job_id",
-    "sweep_job_id", "n_ref", "seeds_needed", "n_budgets",
+    "sweep_job_id", "n_ref", "seeds_needed", "n_budgets", "trained_depth", "inference_depth", "best_depth",
+    "deepest", "skipped",
 }  # fmt: skip
 # columns whose values span many orders of magnitude: shown as 1.98e+12
 SCIENTIFIC_COLUMNS = {"flops", "train_flops", "flops_per_token", "achieved_flops_per_s", "budget_flops"}
@@ -237,16 +261,16 @@ def color(field: str, numeric: bool = False, title: str | None = None, **kw):
     return alt.Color(f"{field}:N", title=title, scale=alt.Scale(scheme="tableau10"), **kw)
 
 
-def mean_with_spread(base, *, y_title: str, tooltip: list, spread: str | None = "area", points: bool = True):
+def mean_with_spread(base, *, y_title: str, tooltip: list, spread: str | None = "area", points: bool = True,
+                     log_y: bool = False):  # fmt: skip
     """A line of the mean over seeds drawn over each point's min–max spread: `spread` "area" (a band
     along a curve), "rule" (a bar at each of a few far-apart points) or None (the line alone). `base`
     is an Altair chart encoding x and colour over rows with `mean`, `min` and `max` columns; the
-    legend comes from the line."""
+    legend comes from the line. `log_y`: a logarithmic y axis (positive values only)."""
     import altair as alt
 
-    line = base.mark_line(point=points).encode(
-        y=alt.Y("mean:Q", title=y_title, scale=alt.Scale(zero=False)), tooltip=tooltip
-    )
+    scale = alt.Scale(type="log") if log_y else alt.Scale(zero=False)
+    line = base.mark_line(point=points).encode(y=alt.Y("mean:Q", title=y_title, scale=scale), tooltip=tooltip)
     if spread is None:
         return line
     marks = {"area": base.mark_area(opacity=0.2), "rule": base.mark_rule(opacity=0.5)}

@@ -162,4 +162,8 @@ def cli_demo(args) -> int:
         from orchestrator.demo import main_iso_depth
 
         return main_iso_depth(db=args.db, fast=args.fast, artifacts=args.artifacts or "looplab_artifacts")
+    if args.study == "loop-design":
+        from orchestrator.demo import main_loop_design
+
+        return main_loop_design(db=args.db, fast=args.fast, artifacts=args.artifacts or "looplab_artifacts")
     return main(db=args.db, fast=args.fast, artifacts=args.artifacts or "looplab_artifacts")

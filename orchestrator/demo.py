@@ -11,6 +11,13 @@ Running it again reuses what is done (submission is idempotent, finished jobs ar
 r in {1, 2, 4} x widths 32/48/64 x three FLOP budgets, tiny model, byte corpus; no depth sweeps, to
 spend the time on the runs) and prints the fitted law with its bootstrap intervals: whatever φ comes
 out of such small runs is reported as it is. Sized for about 8 minutes on 2 quiet cores.
+
+`looplab demo --study loop-design` runs a CPU-sized loop-design study (`LOOP_DESIGN`,
+`orchestrator.studies.loop_design_grid`): BaseLoop 2x4 and 4x2 and NonLoop 8 on the same tokens, plus
+the injection (scalar, channel, dense, diagonal), history (1) and timestep (loop_gate, branch_gate,
+adaln) variants of BaseLoop 2x4, one seed each, every run with a depth sweep to 3x its trained loops
+(loop geometry per round, interaction matrices at the trained and twice the trained count); prints the
+extrapolation table and where the dashboard draws it (page Extrapolation).
 """
 
 from __future__ import annotations
@@ -60,6 +67,51 @@ def iso_depth_grids(fast: bool = False) -> list[Grid]:
     return iso_depth_grid(r=p["r"], widths=p["widths"], flops=p["flops"], seeds=p["seeds"],
                           name="demo-iso-depth-fast" if fast else "demo-iso-depth", data=DATA,
                           head_dim=head_dim, then=[], **train)  # fmt: skip
+
+
+# The loop-design study at CPU size: 11 runs of 8 x 64 tokens x 200 steps on a d_model 64 model of
+# effective depth 8 (`--fast`: the three layouts and two variants, 30 steps each).
+LOOP_DESIGN = {
+    "variants": {"injections": ["scalar", "channel", "dense", "diagonal"], "histories": [1],
+                 "timesteps": ["loop_gate", "branch_gate", "adaln"]},
+    "train": {"batch_size": 8, "seq_len": 64, "tokens": 8 * 64 * 200, "eval_every": 100, "eval_tokens": 2048,
+              "ckpt_every": 1000},
+    "depth_sweep": {"eval_tokens": 2048, "batch_size": 8, "interaction_tokens": 512},
+}  # fmt: skip
+LOOP_DESIGN_FAST = {
+    **LOOP_DESIGN,
+    "variants": {"injections": ["scalar"], "histories": [], "timesteps": ["loop_gate"]},
+    "train": {**LOOP_DESIGN["train"], "tokens": 8 * 64 * 30, "eval_every": 30, "eval_tokens": 1024},
+    "depth_sweep": {"eval_tokens": 1024, "batch_size": 8, "interaction_tokens": 256},
+}
+
+
+def loop_design_grids(fast: bool = False) -> list[Grid]:
+    """The demo's loop-design study (`orchestrator.studies.loop_design_grid`), with depth sweeps."""
+    from orchestrator.studies import loop_design_grid
+
+    p = LOOP_DESIGN_FAST if fast else LOOP_DESIGN
+    train = dict(p["train"])
+    tokens = train.pop("tokens")
+    return loop_design_grid(**p["variants"], tokens=tokens, name="demo-loop-design-fast" if fast else
+                            "demo-loop-design", data=DATA, follow={"depth_sweep": p["depth_sweep"]}, **train)  # fmt: skip
+
+
+def print_extrapolation(url: str, grid_prefix: str) -> None:
+    """The loss at the trained depth and beyond per variant of the study (the page's own table)."""
+    import pandas as pd
+
+    from dashboard import data, extrapolation
+
+    runs = data.runs(url)
+    ids = runs.loc[runs["grid"].fillna("").str.startswith(grid_prefix), "job_id"]
+    depth = data.depth(url)
+    table = extrapolation.summary(extrapolation.loss_curves(depth[depth["train_job_id"].isin(ids)]))
+    cols = ["variant_label", "trained_depth", "loss_at_trained", "best_depth", "best_loss", "deepest",
+            "loss_at_deepest", "gap_at_deepest"]  # fmt: skip
+    with pd.option_context("display.width", 160, "display.max_columns", 20, "display.precision", 4):
+        print("\n== extrapolation: validation loss at the trained effective depth and beyond ==")
+        print(table[cols].to_string(index=False) if not table.empty else "(no finished depth sweep)")
 
 
 def grids(fast: bool = False) -> list[Grid]:
@@ -165,4 +217,25 @@ def main_iso_depth(db: str | None = None, fast: bool = False, artifacts: str = "
     print(f"\nfit in {time.time() - t_fit:.0f} s; whole demo {time.time() - t0:.0f} s")
     print(f"again, or as JSON: looplab{db_flag} fit iso-depth --grid {study[0].name} [--json]")
     print(f"see it drawn:      looplab{db_flag} dashboard   (page Scaling)")
+    return 0 if failed.empty else 1
+
+
+def main_loop_design(db: str | None = None, fast: bool = False, artifacts: str = "looplab_artifacts") -> int:
+    t0 = time.time()
+    study = loop_design_grids(fast)
+    q, rc, failed = _run(study, "demo --study loop-design", db, artifacts, progress_every_s=15.0)
+    if rc != 0:
+        return rc
+    prefix = "demo-loop-design-fast" if fast else "demo-loop-design"
+    try:
+        print_extrapolation(q.url, prefix)
+    except Exception as e:  # a summary; never hide the run's outcome behind it
+        print(f"(extrapolation table unavailable: {type(e).__name__}: {e})")
+    db_flag = f" --db {db}" if db else ""
+    print(f"\nwhole demo {time.time() - t0:.0f} s")
+    print(f"see it drawn:      looplab{db_flag} dashboard   (page Extrapolation, /extrapolation)")
+    print(
+        f'query the results: looplab{db_flag} sql "SELECT variant_label, loops, skipped, round, interaction '
+        'FROM interactions"'
+    )
     return 0 if failed.empty else 1

@@ -520,9 +520,21 @@ class Estimator:
         facts = self.facts(train_spec)
         if facts is None:
             return None
+        from model.flops import head_flops
+        from workers.depth_sweep import DEFAULT_INTERACTION_LOOPS, DEFAULT_LOOPS
+
         cfg = facts.cfg
-        tokens = max(1, int(spec.get("eval_tokens") or cfg.seq_len) // cfg.seq_len) * cfg.seq_len
-        return tokens * sum(_forward_per_token(cfg, n) for n in spec.get("loops") or [cfg.loops]), facts
+        seq = cfg.seq_len
+        tokens = max(1, int(spec.get("eval_tokens") or seq) // seq) * seq
+        loops = spec.get("loops") or list(DEFAULT_LOOPS)
+        # per depth: the loss forward, and the loop-geometry forward of the same tokens (no head)
+        flops = tokens * sum(2 * _forward_per_token(cfg, n) - head_flops(cfg) for n in loops)
+        # per interaction depth n: n forwards without the head (one plain, n - 1 with a round skipped)
+        inter_loops = spec.get("interaction_loops")
+        inter_loops = list(DEFAULT_INTERACTION_LOOPS) if inter_loops is None else inter_loops
+        inter_tokens = min(tokens, max(seq, int(spec.get("interaction_tokens") or 4096) // seq * seq))
+        flops += inter_tokens * sum(n * (_forward_per_token(cfg, n) - head_flops(cfg)) for n in inter_loops)
+        return flops, facts
 
     def depth_sweep(self, spec: dict[str, Any], train_spec: dict[str, Any]) -> Estimate:
         counted = self.sweep_flops(spec, train_spec)

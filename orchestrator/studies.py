@@ -7,6 +7,13 @@ FLOPs (`budget.flops`); the queue turns each into the whole-step token count it 
 member's own FLOPs per token (`model.counts.tokens_for_flops`), so runs of one budget spend equal compute
 whatever their r and width. The variants are one zip group (n_recurrent, loops, injection, width and
 heads vary together), each with a readable label (`iso_depth r=4 d=64`).
+
+`loop_design_grid` is the loop-design study: layouts of one effective depth (BaseLoop 2x4 and 4x2,
+NonLoop 8: `model.presets.loop_layout_overrides`) trained on the same tokens, so at (almost) the same
+training compute, plus the injection, history and timestep variants on one of them
+(`base_loop 2x4 · injection=scalar`). Each run gets a depth sweep to `sweep_factor` x its trained loop
+count with the loop geometry, and interaction matrices at the trained and twice the trained count. The
+follow-up is one spec per grid, so the variants are split into one grid per trained loop count.
 """
 
 from __future__ import annotations
@@ -16,12 +23,26 @@ from typing import Any
 
 from model import fields
 from model.errors import ConfigError
-from model.presets import ISO_DEPTH_INJECTIONS, iso_depth_overrides
+from model.presets import ISO_DEPTH_INJECTIONS, LOOP_LAYOUTS, iso_depth_overrides, loop_layout_overrides
 from orchestrator.grid import FOLLOW_UPS, Grid
+from orchestrator.variants import LABEL_SEPARATOR
 
 ISO_DEPTH_RECIPE = "iso_depth"
 # Spec keys the helper sets itself; a caller's `train` may not give them.
 _SET_BY_HELPER = ("recipe", "size", "seed", "tokens", "time_s", "flops", "budget", "label", "data")
+
+
+def _check_train_and_then(where: str, train: dict[str, Any], then: Any, helper_args: str) -> list[str]:
+    """The follow-up kinds of a study helper, checked; refuses train keys the helper sets itself."""
+    taken = sorted(set(train) & set(_SET_BY_HELPER))
+    if taken:
+        raise ConfigError(
+            f"{where}: {taken[0]}: set by the helper (from {helper_args}); give it through those arguments"
+        )
+    follow_ups = list(then)
+    for kind in follow_ups:
+        fields.choice(f"{where}: then", kind, FOLLOW_UPS)
+    return follow_ups
 
 
 def iso_depth_label(r: int, width: int) -> str:
@@ -62,15 +83,7 @@ def iso_depth_grid(
         raise ConfigError(f"{where}: flops: expected a non-empty list of FLOP budgets, got {flops!r}")
     budgets = sorted({float(fields.number(f"{where}: flops", f, lo=0, lo_open=True)) for f in flops})
     fields.choice(f"{where}: injection", injection, ISO_DEPTH_INJECTIONS)
-    taken = sorted(set(train) & set(_SET_BY_HELPER))
-    if taken:
-        raise ConfigError(
-            f"{where}: {taken[0]}: set by the helper (from r, widths, flops, seeds, size, data); "
-            "give it through those arguments"
-        )
-    follow_ups = list(then)
-    for kind in follow_ups:
-        fields.choice(f"{where}: then", kind, FOLLOW_UPS)
+    follow_ups = _check_train_and_then(where, train, then, "r, widths, flops, seeds, size, data")
 
     variants: dict[str, list[Any]] = {}
     for recurrence in recurrences:
@@ -90,3 +103,131 @@ def iso_depth_grid(
         base["data"] = data
     sweep: dict[str, Any] = {"zip": variants, "budget.flops": budgets, "seed": seed_list}
     return [Grid(name, base=base, sweep=sweep, then=follow_ups, follow=dict(follow or {}), priority=priority)]
+
+
+# The loop-design study's layouts: (layout, shared layers, loops), effective depth 8 each.
+LOOP_DESIGN_LAYOUTS = (("base_loop", 2, 4), ("base_loop", 4, 2), ("non_loop", 8, 1))
+LOOP_DESIGN_INJECTIONS = ("scalar", "channel", "dense", "diagonal")
+LOOP_DESIGN_TIMESTEPS = ("loop_gate", "branch_gate", "adaln")
+# model keys every loop-design variant sets (one zip group: each key has a value for every variant)
+_DESIGN_DEFAULTS = {"history": 0, "timestep": "none"}
+# depth-sweep keys the helper sets from each grid's trained loop count
+_SWEEP_SET_BY_HELPER = ("loops", "checkpoint")
+
+
+def loop_design_label(
+    layout: str, shared: int, loops: int, prelude: int = 2, coda: int = 2, **changes: Any
+) -> str:
+    """`base_loop 2x4`, `non_loop 8`, `core_loop 2+2x4+2`, then each change: `base_loop 2x4 · history=1`."""
+    if layout == "non_loop":
+        shape = f"{shared}"
+    elif layout == "core_loop":
+        shape = f"{prelude}+{shared}x{loops}+{coda}"
+    else:
+        shape = f"{shared}x{loops}"
+    return LABEL_SEPARATOR.join([f"{layout} {shape}", *(f"{key}={value}" for key, value in changes.items())])
+
+
+def loop_design_grid(
+    layouts: Sequence[Sequence[Any]] = LOOP_DESIGN_LAYOUTS,
+    injections: Sequence[str] = LOOP_DESIGN_INJECTIONS,
+    histories: Sequence[int] = (1,),
+    timesteps: Sequence[str] = LOOP_DESIGN_TIMESTEPS,
+    tokens: int = 8 * 64 * 100,
+    seeds: Sequence[int] = (0,),
+    name: str = "loop-design",
+    data: dict[str, Any] | None = None,
+    *,
+    size: str = "tiny",
+    variants_on: int = 0,
+    sweep_factor: int = 3,
+    then: Sequence[str] = ("depth_sweep",),
+    follow: dict[str, dict[str, Any]] | None = None,
+    priority: int = 0,
+    **train: Any,
+) -> list[Grid]:
+    """The loop-design study as grids, one per trained loop count: every layout of `layouts`
+    ((layout, shared, loops) triples), and on `layouts[variants_on]` one variant per injection of
+    `injections`, history window of `histories` and timestep kind of `timesteps` (a value equal to the
+    layout's own is left out), x `seeds`, all trained on `tokens` tokens.
+
+    Each run evaluates at its trained loop count (`eval_loops`, unless `train` gives it). With
+    "depth_sweep" in `then`, the sweep runs loops 1..`sweep_factor` x trained loops and measures the
+    interaction matrix at max(2, trained) and 2 x trained loops; `follow["depth_sweep"]` gives its other
+    keys (eval_tokens, batch_size, interaction_tokens, ...; an `interaction_loops` of its own wins).
+    `data` is the train spec's data dict; `train` any other train spec key (batch_size, seq_len, lr, ...)."""
+    from model.config import INJECTIONS, TIMESTEPS
+    from model.geometry import MAX_INTERACTION_LOOPS
+
+    where = f"loop_design_grid {name!r}"
+    if not isinstance(layouts, list | tuple) or not layouts:
+        raise ConfigError(
+            f"{where}: layouts: expected a non-empty list of (layout, shared, loops), got {layouts!r}"
+        )
+    shapes = []
+    for entry in layouts:
+        if not isinstance(entry, list | tuple) or len(entry) != 3:
+            raise ConfigError(f"{where}: layouts: expected (layout, shared, loops) triples, got {entry!r}")
+        fields.choice(f"{where}: layouts", entry[0], LOOP_LAYOUTS)
+        shapes.append(tuple(entry))
+    on = fields.integer(f"{where}: variants_on", variants_on, lo=0, hi=len(shapes) - 1)
+    for kind in injections:
+        fields.choice(f"{where}: injections", kind, INJECTIONS)
+    for kind in timesteps:
+        fields.choice(f"{where}: timesteps", kind, TIMESTEPS)
+    windows = [fields.integer(f"{where}: histories", w, lo=0) for w in histories]
+    budget = fields.integer(f"{where}: tokens", tokens, lo=1)
+    seed_list = fields.int_list(f"{where}: seeds", seeds, lo=0)
+    factor = fields.integer(f"{where}: sweep_factor", sweep_factor, lo=1)
+    follow_ups = _check_train_and_then(where, train, then, "layouts, tokens, seeds, size, data")
+    follow = {kind: dict(spec) for kind, spec in (follow or {}).items()}
+    sweep_spec = follow.get("depth_sweep", {})
+    taken = sorted(set(sweep_spec) & set(_SWEEP_SET_BY_HELPER))
+    if taken:
+        raise ConfigError(f"{where}: follow.depth_sweep.{taken[0]}: set by the helper (from sweep_factor)")
+
+    # (model overrides, label) of every variant, grouped by trained loop count
+    groups: dict[int, list[tuple[str, dict[str, Any], str]]] = {}
+    for index, (layout, shared, loops) in enumerate(shapes):
+        try:
+            base = {**loop_layout_overrides(layout, shared, loops, size), **_DESIGN_DEFAULTS}
+        except ConfigError as e:
+            raise ConfigError(f"{where}: layouts: {e}") from None
+        changes: list[dict[str, Any]] = [{}]
+        if index == on:
+            changes += [{"injection": kind} for kind in injections]
+            changes += [{"history": w} for w in windows]
+            changes += [{"timestep": kind} for kind in timesteps]
+        for change in changes:
+            if change and all(base[key] == value for key, value in change.items()):
+                continue  # the layout itself
+            label = loop_design_label(layout, shared, loops, **change)
+            groups.setdefault(base["loops"], []).append((layout, {**base, **change}, label))
+
+    grids = []
+    for loops in sorted(groups, reverse=True):  # the deepest first: the longest runs start early
+        members = groups[loops]
+        variants: dict[str, list[Any]] = {"recipe": [m[0] for m in members], "label": [m[2] for m in members]}
+        for key in members[0][1]:
+            variants[f"model.{key}"] = [m[1][key] for m in members]
+        if "eval_loops" not in train:
+            variants["eval_loops"] = [[loops]] * len(members)
+        base_spec: dict[str, Any] = {"size": size, "tokens": budget, **train}
+        if data is not None:
+            base_spec["data"] = data
+        inter = sorted({max(2, loops), 2 * loops} & set(range(2, MAX_INTERACTION_LOOPS + 1)))
+        grid_follow = dict(follow)
+        if "depth_sweep" in follow_ups:
+            grid_follow["depth_sweep"] = {"interaction_loops": inter, **sweep_spec,
+                                          "loops": list(range(1, factor * loops + 1))}  # fmt: skip
+        grids.append(
+            Grid(
+                f"{name}-{loops}loops" if len(groups) > 1 else name,
+                base=base_spec,
+                sweep={"zip": variants, "seed": seed_list},
+                then=follow_ups,
+                follow=grid_follow,
+                priority=priority,
+            )  # fmt: skip
+        )
+    return grids

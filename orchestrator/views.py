@@ -1,4 +1,5 @@
-"""The people-facing SQL views (`runs`, `curves`, `depth`, `decode`, `tasks`): one definition, like the ORM.
+"""The people-facing SQL views (`runs`, `curves`, `depth`, `decode`, `tasks`, `geometry`, `interactions`):
+one definition, like the ORM.
 
 Views hold no data, so they are not versioned like tables: after every migration that ends at head,
 the Alembic environment (migrations/env.py) drops them and creates them from this module, and before
@@ -47,6 +48,10 @@ TRAINED = """
     t.n_once,
     t.n_rec,
     t.flops_per_token"""
+
+
+# The effective depth of the trained model `t` at an evaluated loop count (a column expression).
+INFERENCE_DEPTH = "t.n_prelude + t.n_recurrent * {loops} + t.n_coda AS inference_depth"
 
 
 def _trained_model_of(follow_up_id: str) -> str:
@@ -133,12 +138,33 @@ WHERE j.kind = 'train'
         "metrics m",
         "m.job_id, j.recipe, j.size, j.seed, m.key, m.step, m.tokens, m.wall_s, m.value",
     ),
-    # Loss against the evaluated loop count, labelled with the trained model.
+    # Loss against the evaluated loop count, labelled with the trained model; `inference_depth` = the
+    # layers a token passes at the evaluated count (n_prelude + n_recurrent * loops + n_coda),
+    # `trained_depth` the same at the trained count (the trained model's effective_depth).
     "depth": _labelled_with_trained_model(
         "depth",
         "depth_evals de",
         "sweep_job_id",
-        "de.loops, de.val_loss, de.val_bpb, de.far_copy_loss, de.near_loss",
+        f"de.loops, {INFERENCE_DEPTH.format(loops='de.loops')}, t.effective_depth AS trained_depth, "
+        "de.val_loss, de.val_bpb, de.far_copy_loss, de.near_loss",
+    ),
+    # Per-round loop geometry of the depth sweeps (model/geometry.py): relative change, angle and
+    # state variance of round `round` (1-based) of a forward with `loops` rounds.
+    "geometry": _labelled_with_trained_model(
+        "geometry",
+        "round_deltas rd",
+        "sweep_job_id",
+        f"rd.loops, {INFERENCE_DEPTH.format(loops='rd.loops')}, t.effective_depth AS trained_depth, "
+        "rd.round, rd.rel_change, rd.angle, rd.state_var",
+    ),
+    # The interaction matrices: how much skipping round `skipped` changes the update of the later
+    # round `round` in a forward with `loops` rounds (model/geometry.py).
+    "interactions": _labelled_with_trained_model(
+        "interactions",
+        "round_interactions ri",
+        "sweep_job_id",
+        f"ri.loops, {INFERENCE_DEPTH.format(loops='ri.loops')}, t.effective_depth AS trained_depth, "
+        "ri.skipped, ri.round, ri.interaction",
     ),
     "decode": _with_job_architecture(
         "decode",

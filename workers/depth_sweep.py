@@ -1,8 +1,13 @@
 """The depth-sweep job: a trained checkpoint evaluated at many inference loop counts.
 
 For each loop count: validation loss and bits per byte on the fixed validation set (the train job's
-first `eval_tokens` of the val shard) with a fixed h0 seed → a `depth_evals` row; the mean relative
-change of the hidden state per round, ||h_t - h_{t-1}|| / ||h_{t-1}|| → `round_deltas` rows.
+first `eval_tokens` of the val shard) with a fixed h0 seed → a `depth_evals` row; the loop geometry of
+every round on the same tokens (`model.geometry`: relative change ||h_t - h_{t-1}|| / ||h_{t-1}||,
+angle between h_t and h_{t-1}, variance of h_t across channels, each a mean over tokens) →
+`round_deltas` rows. At each depth of `interaction_loops`: the interaction matrix (how much skipping
+round i changes round j's update, i < j) over the first `interaction_tokens` validation tokens →
+`round_interactions` rows; a depth n costs n - 1 extra forwards of those tokens, so the depths are
+capped at `model.geometry.MAX_INTERACTION_LOOPS`.
 
 Far-copy split (`split_far_copy`): a predicted token counts as a *far copy* when its value occurs among
 the context tokens at a distance greater than the window W (some position j <= t - W for the target
@@ -16,17 +21,20 @@ Standalone: `python -m workers.depth_sweep --checkpoint runs/x --loops 1,2,4,8`.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from model import fields
 from model.errors import ConfigError
+from model.geometry import MAX_INTERACTION_LOOPS
 from workers.spec_cli import SpecParser, checkpoint_exists, job_parser, run_standalone
 from workers.train_spec import EVAL_H0_SEED
 
 DEFAULT_LOOPS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 DEFAULT_FAR_WINDOW = 64
+DEFAULT_INTERACTION_LOOPS = (4, 8)
 
 
 @dataclass(frozen=True)
@@ -44,6 +52,10 @@ class Spec:
     """seed of the initial state h0 (batch i uses h0_seed + i); the default is training's evaluation seed"""
     split_far_copy: bool = True
     """also report the loss on far-copy tokens and on the others"""
+    interaction_loops: list[int] = field(default_factory=lambda: list(DEFAULT_INTERACTION_LOOPS))
+    """inference loop counts (2..32) at which to measure the round-interaction matrix; [] for none"""
+    interaction_tokens: int = 4096
+    """validation tokens (the first ones, whole sequences) the interaction matrices are measured on"""
     device: str = "auto"
     """auto, cpu, cuda or cuda:N"""
 
@@ -58,11 +70,26 @@ class Spec:
             batch_size=fields.integer("batch_size", d["batch_size"], lo=1),
             h0_seed=fields.integer("h0_seed", d["h0_seed"], lo=0),
             split_far_copy=fields.boolean("split_far_copy", d["split_far_copy"]),
+            interaction_loops=interaction_loops(d["interaction_loops"]),
+            interaction_tokens=fields.integer("interaction_tokens", d["interaction_tokens"], lo=1),
             device=fields.device("device", d["device"]),
         )
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+def interaction_loops(v: Any) -> list[int]:
+    """[] or a list of loop counts in 2..MAX_INTERACTION_LOOPS (sorted, without repeats)."""
+    if isinstance(v, list | tuple) and not v:
+        return []
+    counts = fields.int_list("interaction_loops", v, lo=2)
+    if counts[-1] > MAX_INTERACTION_LOOPS:
+        raise ConfigError(
+            f"interaction_loops: at most {MAX_INTERACTION_LOOPS} (a depth n costs n - 1 extra forwards), "
+            f"got {counts[-1]}"
+        )
+    return counts
 
 
 def far_window(cfg) -> int:
@@ -100,7 +127,7 @@ def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
 
     from workers.data import prepare, val_chunks
     from workers.device import resolve_device
-    from workers.evaluate import evaluate
+    from workers.evaluate import evaluate, loop_geometry
 
     if spec.checkpoint is None:
         raise ConfigError("checkpoint: missing; give a train artifact dir or a checkpoint file")
@@ -113,7 +140,10 @@ def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
     token_bytes = torch.from_numpy(data.token_bytes)
     window = far_window(cfg) if spec.split_far_copy else None
     n_batches = -(-len(chunks) // spec.batch_size)
-    total = n_batches * len(spec.loops)
+    # whole sequences of the interaction tokens (at least one), as batches of the sweep
+    inter_chunks = min(len(chunks), max(1, spec.interaction_tokens // cfg.seq_len))
+    inter_batches = -(-inter_chunks // spec.batch_size)
+    total = 2 * n_batches * len(spec.loops) + inter_batches * len(spec.interaction_loops)
     done = 0
 
     def tick(_: int) -> None:
@@ -121,7 +151,7 @@ def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
         done += 1
         reporter.progress(done, total)
 
-    evals, deltas = [], []
+    evals, deltas, interactions = [], [], []
     for n in spec.loops:
         r = evaluate(
             model,
@@ -132,7 +162,6 @@ def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
             loops=n,
             h0_seed=spec.h0_seed,
             far_window=window,
-            deltas=True,
             on_batch=tick,
         )
         row = {
@@ -144,8 +173,9 @@ def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
         }
         reporter.result("depth_evals", row)
         evals.append(row)
-        for i, c in enumerate(r.round_deltas or [], start=1):
-            d = {"loops": n, "round": i, "rel_change": float(c)}
+        geo = loop_geometry(model, chunks, spec.batch_size, device, n, h0_seed=spec.h0_seed, on_batch=tick)
+        for i, (rel, angle, var) in enumerate(zip(geo.rel_change, geo.angle, geo.state_var), start=1):
+            d = {"loops": n, "round": i, "rel_change": rel, "angle": angle, "state_var": var}
             reporter.result("round_deltas", d)
             deltas.append(d)
         reporter.log(
@@ -153,10 +183,22 @@ def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
             + (f"  far {r.far_copy_loss:.4f} near {r.near_loss:.4f}" if r.far_copy_loss else "")
         )
         reporter.heartbeat()
+    for n in spec.interaction_loops:
+        geo = loop_geometry(model, chunks[:inter_chunks], spec.batch_size, device, n, h0_seed=spec.h0_seed,
+                            interaction_chunks=inter_chunks, on_batch=tick)  # fmt: skip
+        for i, row_values in enumerate(geo.interaction or [], start=1):
+            for j, value in enumerate(row_values, start=1):
+                if j > i and math.isfinite(value):
+                    d = {"loops": n, "skipped": i, "round": j, "interaction": value}
+                    reporter.result("round_interactions", d)
+                    interactions.append(d)
+        reporter.log(f"loops={n}: interaction matrix over {inter_chunks * cfg.seq_len} tokens")
+        reporter.heartbeat()
     best = min(evals, key=lambda e: e["val_loss"])
     return {
         "depth_evals": evals,
         "round_deltas": deltas,
+        "round_interactions": interactions,
         "best_loops": best["loops"],
         "best_val_loss": best["val_loss"],
         "far_window": window,

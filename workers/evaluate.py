@@ -4,6 +4,10 @@ Bits per byte: the summed cross-entropy of the predicted tokens in bits, divided
 those tokens stand for (`val_bpb = val_loss / ln 2 * tokens / bytes`), so runs with different
 tokenizers compare. Each validation batch uses a fixed h0 seed (`h0_seed + batch index`) so two
 evaluations of the same weights give the same number.
+
+`loop_geometry` measures the rounds themselves on the same batches and seeds: the per-round metrics
+and the interaction matrix of `model.geometry` (definitions there), averaged over every token. It runs
+in fp32 without autocast: the interaction compares updates of two forwards, which bf16 would blur.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+from model import geometry
 
 
 def autocast(device: torch.device):
@@ -30,6 +36,14 @@ class EvalResult:
     far_copy_loss: float | None = None
     near_loss: float | None = None
     round_deltas: list[float] | None = None
+
+
+@dataclass
+class GeometryResult:
+    rel_change: list[float]  # per round t = 1..n, mean over tokens
+    angle: list[float]
+    state_var: list[float]
+    interaction: list[list[float]] | None = None  # (n, n), entry [i-1][j-1] for i < j, NaN elsewhere
 
 
 def far_copy_mask(x: torch.Tensor, y: torch.Tensor, window: int) -> torch.Tensor:
@@ -91,3 +105,51 @@ def evaluate(
     if delta_sum is not None:
         res.round_deltas = (delta_sum / n_batches).tolist()
     return res
+
+
+@torch.no_grad()
+def loop_geometry(
+    model,
+    chunks: torch.Tensor,
+    batch_size: int,
+    device: torch.device,
+    loops: int,
+    h0_seed: int = 0,
+    interaction_chunks: int = 0,
+    on_batch=None,
+) -> GeometryResult:
+    """The `model.geometry` metrics of a LoopedLM at `loops` rounds over `chunks` (N, T+1), batch i with
+    h0 seed `h0_seed + i` (as `evaluate`): rel_change, angle and state_var per round over every chunk,
+    and the interaction matrix over the first `interaction_chunks` chunks (0: none; loops - 1 extra
+    forwards per batch). Means over batches are weighted by their tokens, so they are means over tokens."""
+    was_training = model.training
+    model.eval()
+    sums: dict[str, torch.Tensor] = {}
+    inter_sum: torch.Tensor | None = None
+    n_tokens = inter_tokens = 0
+    # a model whose later rounds reuse round 1's keys and values cannot run without round 1
+    skipped = range(2 if getattr(model, "reuses_kv", False) else 1, loops)
+    for i, start in enumerate(range(0, len(chunks), batch_size)):
+        x = chunks[start : start + batch_size, :-1].to(device)
+        tokens = x.numel()
+        states = model.round_states(x, loops, h0_seed=h0_seed + i)  # (loops + 1, B, T, d)
+        for name, values in geometry.round_metrics(states).items():
+            sums[name] = sums.get(name, 0.0) + values.cpu() * tokens
+        n_tokens += tokens
+        if start < interaction_chunks and loops > 1:
+            x = x[: interaction_chunks - start]
+            part = states[:, : x.shape[0]]
+            seed = h0_seed + i
+
+            def skip_forward(r: int, x=x, seed=seed) -> torch.Tensor:
+                return model.round_states(x, loops, h0_seed=seed, skip_round=r - 1)
+
+            matrix = geometry.interaction(part, skip_forward, skipped) * x.numel()
+            inter_sum = matrix if inter_sum is None else inter_sum + matrix
+            inter_tokens += x.numel()
+        if on_batch is not None:
+            on_batch(i + 1)
+    model.train(was_training)
+    per_round = {name: (total / n_tokens).tolist() for name, total in sums.items()}
+    matrix = None if inter_sum is None else (inter_sum / inter_tokens).tolist()
+    return GeometryResult(**per_round, interaction=matrix)

@@ -14,12 +14,7 @@ X_AXES = {"loops": "inference loops", "inference_depth": "effective depth at inf
 
 st.title("Depth")
 url = ui.url()
-runs = ui.filter_runs(ui.runs(url))
-depth = ui.filter_by_runs(ui.depth(url), runs)
-if depth.empty:
-    st.info("No depth sweep results yet: attach `then=['depth_sweep']` to a train grid, or wait for the "
-            "sweeps to finish.")  # fmt: skip
-    st.stop()
+runs, depth = ui.selected_sweeps(url)
 
 st.header("Validation loss vs loops")
 curves = analysis.depth_curves(depth)

@@ -1,4 +1,5 @@
-"""Every dashboard page rendered with Streamlit's AppTest against the fixture database.
+"""Every dashboard page rendered with Streamlit's AppTest against the fixture database, on SQLite and on
+PostgreSQL (`fixture_url`); the empty- and missing-database cases on SQLite.
 
 Each test checks that the page ran without an exception and shows the numbers worked out by hand in
 conftest.EXPECTED (a mean loss, a verdict, a progress fraction, an error line).
@@ -6,7 +7,6 @@ conftest.EXPECTED (a mean loss, a verdict, a progress fraction, an error line).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import time
@@ -19,6 +19,8 @@ from scipy import stats as scipy_stats
 from streamlit.testing.v1 import AppTest
 
 from tests.dashboard.conftest import EXPECTED, LEAN8_LABEL
+from tests.db.test_sql import RUNAWAY
+from tests.pg import snapshot
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
 
@@ -56,8 +58,8 @@ def text_of(at: AppTest) -> str:
     return "\n".join(str(p) for p in parts)
 
 
-def test_queue_page(monkeypatch, fixture_db):
-    at = render(monkeypatch, fixture_db[0])
+def test_queue_page(monkeypatch, fixture_url):
+    at = render(monkeypatch, fixture_url)
     counts = {m.label: m.value for m in at.metric}
     assert counts["running"] == "1" and counts["failed"] == "1" and counts["queued"] == "1"
     assert counts["succeeded"] == "17"  # 8 train + 4 sweeps + 4 decode benches + 1 iso-time run
@@ -68,8 +70,8 @@ def test_queue_page(monkeypatch, fixture_db):
     assert list(failures["error_summary"]) == [EXPECTED["failure_line"]]
 
 
-def test_runs_page(monkeypatch, fixture_db):
-    at = render(monkeypatch, fixture_db[0], "runs")
+def test_runs_page(monkeypatch, fixture_url):
+    at = render(monkeypatch, fixture_url, "runs")
     runs = frame_with(at, "final_val_loss", "train_loops")
     assert len(runs) == 11
     agg = frame_with(at, "final_val_loss (mean)").set_index("variant_label")
@@ -88,8 +90,8 @@ def test_runs_page(monkeypatch, fixture_db):
     assert {d.proto.placeholder for d in at.dataframe} == {"—"}
 
 
-def test_runs_page_train_time_depth_curves(monkeypatch, fixture_db):
-    at = render(monkeypatch, fixture_db[0], "runs")
+def test_runs_page_train_time_depth_curves(monkeypatch, fixture_url):
+    at = render(monkeypatch, fixture_url, "runs")
     last = frame_with(at, "val_loss@1", "val_loss@8")
     assert last["run"].tolist() == [
         f"{LEAN8_LABEL} · seed 1 · #6"
@@ -109,8 +111,8 @@ def test_runs_page_train_time_depth_curves(monkeypatch, fixture_db):
     assert not at.exception and len(at.get("vega_lite_chart")) == 2
 
 
-def test_compare_page(monkeypatch, fixture_db):
-    at = render(monkeypatch, fixture_db[0], "compare")
+def test_compare_page(monkeypatch, fixture_url):
+    at = render(monkeypatch, fixture_url, "compare")
     iso = frame_with(at, "verdict", "best_loops", "budget_tokens").set_index("variant_label")
     assert iso.loc["parcae", "mean"] == pytest.approx(EXPECTED["parcae_mean"])
     assert iso.loc["parcae", "best_loops"] == "8/12" and iso.loc["parcae", "verdict"] == "reference"
@@ -162,8 +164,8 @@ def test_compare_page(monkeypatch, fixture_db):
     assert iso.loc["parcae", "verdict"] == "better"
 
 
-def test_compare_page_without_replicated_seeds_says_so(monkeypatch, fixture_db):
-    at = render(monkeypatch, fixture_db[0], "compare")
+def test_compare_page_without_replicated_seeds_says_so(monkeypatch, fixture_url):
+    at = render(monkeypatch, fixture_url, "compare")
     # only the iso-time run (its budget is "time of #N"): no variant has two seeds at one budget
     time_budget = next(o for o in at.multiselect(key="filter_budget").options if o.startswith("time of"))
     at.multiselect(key="filter_budget").set_value([time_budget]).run()
@@ -233,8 +235,8 @@ def test_compare_page_exchange_rate(monkeypatch, budgets_db):
     assert "fitted to `plain`" in text_of(at)
 
 
-def test_compare_page_loss_by_architecture(monkeypatch, fixture_db):
-    at = render(monkeypatch, fixture_db[0], "compare")
+def test_compare_page_loss_by_architecture(monkeypatch, fixture_url):
+    at = render(monkeypatch, fixture_url, "compare")
     assert at.selectbox(key="arch_budget").value == "1M tokens"
     assert (at.selectbox(key="arch_x").value, at.selectbox(key="arch_color").value) == (
         "train_loops",
@@ -250,8 +252,8 @@ def test_compare_page_loss_by_architecture(monkeypatch, fixture_db):
     assert points.loc["plain", "effective_depth"] == 6.0
 
 
-def test_depth_page(monkeypatch, fixture_db):
-    at = render(monkeypatch, fixture_db[0], "depth")
+def test_depth_page(monkeypatch, fixture_url):
+    at = render(monkeypatch, fixture_url, "depth")
     wide = frame_with(at, "8 loops").set_index("variant_label")
     assert wide.loc["parcae", "8 loops"] == pytest.approx((3.10 + 3.13) / 2)
     rd = frame_with(at, "round", "mean")
@@ -264,8 +266,8 @@ def test_depth_page(monkeypatch, fixture_db):
     assert not at.exception and len(at.get("vega_lite_chart")) == 3
 
 
-def test_decode_page(monkeypatch, fixture_db):
-    at = render(monkeypatch, fixture_db[0], "decode")
+def test_decode_page(monkeypatch, fixture_url):
+    at = render(monkeypatch, fixture_url, "decode")
     t = next(df for df in frames(at) if "ms_ratio" in df.columns)
     at512 = t[(t["context_len"] == 512) & (t["batch_size"] == 8)].set_index("variant_label")
     assert at512.loc["lean", "ms_per_token"] == pytest.approx(8.0) and at512.loc[
@@ -279,9 +281,9 @@ def test_decode_page(monkeypatch, fixture_db):
     assert len(at.get("vega_lite_chart")) == 2
 
 
-def test_sql_page_reads_and_refuses_writes(monkeypatch, fixture_db):
-    url, path = fixture_db
-    before = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+def test_sql_page_reads_and_refuses_writes(monkeypatch, fixture_url):
+    url = fixture_url
+    before = snapshot(url)
     at = render(monkeypatch, url, "sql")
     result = at.dataframe[0].value
     assert {"variant_label", "recipe", "final_val_loss", "best_loops", "train_flops"} <= set(result.columns)
@@ -295,11 +297,17 @@ def test_sql_page_reads_and_refuses_writes(monkeypatch, fixture_db):
         at.button(key="sql_run").click().run()
         assert not at.exception
         assert at.error and "Refused" in at.error[0].value, write
-    assert hashlib.sha256(Path(path).read_bytes()).hexdigest() == before
+    # a runaway query is stopped at the page's timeout, with the limit named
+    at.text_area(key="sql_text").set_value(RUNAWAY)
+    at.number_input(key="sql_timeout").set_value(0.5)
+    at.button(key="sql_run").click().run()
+    assert not at.exception
+    assert at.error and "statement timeout of 0.5 s" in at.error[0].value
+    assert snapshot(url) == before
 
 
-def test_filters_narrow_the_pages(monkeypatch, fixture_db):
-    monkeypatch.setenv("LOOPLAB_DB", fixture_db[0])
+def test_filters_narrow_the_pages(monkeypatch, fixture_url):
+    monkeypatch.setenv("LOOPLAB_DB", fixture_url)
     at = AppTest.from_file(APP, default_timeout=60)
     at.query_params["recipe"] = "lean,plain"  # preselects the sidebar filter (a linkable view)
     at.run()
@@ -310,8 +318,8 @@ def test_filters_narrow_the_pages(monkeypatch, fixture_db):
     assert set(iso["variant_label"]) == {"lean", LEAN8_LABEL, "plain"}
 
 
-def test_architecture_filter_narrows_every_page(monkeypatch, fixture_db):
-    monkeypatch.setenv("LOOPLAB_DB", fixture_db[0])
+def test_architecture_filter_narrows_every_page(monkeypatch, fixture_url):
+    monkeypatch.setenv("LOOPLAB_DB", fixture_url)
     at = AppTest.from_file(APP, default_timeout=60)
     at.query_params["train_loops"] = "8"
     at.run()
@@ -339,8 +347,8 @@ def test_missing_database_is_friendly(monkeypatch, tmp_path):
     assert not (tmp_path / "nope.db").exists()
 
 
-def test_runs_page_wall_time_and_seed_grouping(monkeypatch, fixture_db):
-    at = render(monkeypatch, fixture_db[0], "runs")
+def test_runs_page_wall_time_and_seed_grouping(monkeypatch, fixture_url):
+    at = render(monkeypatch, fixture_url, "runs")
     at.selectbox(key="runs_x").set_value("wall time (s)")
     at.selectbox(key="runs_metric").set_value("train_loss")
     at.multiselect(key="runs_group").set_value(["recipe", "seed"]).run()

@@ -1,4 +1,5 @@
-"""The people-facing views (`runs`, `curves`, `depth`, `decode`) on a small hand-made database."""
+"""The people-facing views (`runs`, `curves`, `depth`, `decode`) on a small hand-made database, on SQLite and
+on PostgreSQL (`db_url`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,17 @@ import pytest
 from sqlalchemy import text
 
 from orchestrator.db import engine, readonly_engine, session
-from orchestrator.schema import DecodeBench, DepthEval, GridRow, Job, JobDep, Metric, TrainResult
+from orchestrator.schema import (
+    DecodeBench,
+    DepthEval,
+    GridRow,
+    Job,
+    JobDep,
+    Metric,
+    RoundDelta,
+    RoundInteraction,
+    TrainResult,
+)
 
 
 def _job(id_: int, kind: str, **kw) -> Job:
@@ -14,8 +25,8 @@ def _job(id_: int, kind: str, **kw) -> Job:
 
 
 @pytest.fixture
-def filled(db_path):
-    with session(engine(str(db_path))) as s:
+def filled(db_url):
+    with session(engine(db_url)) as s:
         s.add(GridRow(id=1, name="g1", spec="{}", spec_hash="g", created_at=1.0))
         s.flush()
         s.add_all(
@@ -64,11 +75,11 @@ def filled(db_path):
                 kv_cache_mb=0.5, device="cpu", dtype="float32", cuda_graph=False,
             )
         )  # fmt: skip
-    return db_path
+    return db_url
 
 
-def _rows(path, sql):
-    with readonly_engine(str(path)).connect() as c:
+def _rows(url, sql):
+    with readonly_engine(url).connect() as c:
         return [dict(r._mapping) for r in c.execute(text(sql))]
 
 
@@ -110,12 +121,12 @@ def test_curves_depth_decode(filled):
 # ---------------------------------------------------------------- variants
 
 
-def test_two_variants_of_one_recipe_are_two_rows_in_every_view(tmp_path):
+def test_two_variants_of_one_recipe_are_two_rows_in_every_view(db_url, tmp_path):
     """fixed4 at loops 4 and at loops 8, same seed, submitted through the queue (which fills the variant
     columns): every view keeps them apart by variant_id, while two seeds of one variant share an id."""
     from orchestrator import Grid, Queue
 
-    q = Queue(db=tmp_path / "v.db", artifacts=tmp_path / "art")
+    q = Queue(db=db_url, artifacts=tmp_path / "art")
     grid = Grid("v", base={"recipe": "fixed4", "tokens": 1000}, then=["depth_sweep", "decode_bench"],
                 sweep={"model.loops": [4, 8], "seed": [0, 1]})  # fmt: skip
     q.submit(grid)
@@ -130,10 +141,13 @@ def test_two_variants_of_one_recipe_are_two_rows_in_every_view(tmp_path):
                 s.add(Metric(job_id=job_id, key="val_loss", step=10, tokens=1000, wall_s=2.0, value=loss))
             elif kind == "depth_sweep":
                 s.add_all([DepthEval(job_id=job_id, loops=n, val_loss=loss + n / 10) for n in (1, 2)])
+                s.add_all([RoundDelta(job_id=job_id, loops=2, round=r, rel_change=0.5 / r, angle=0.1 * r,
+                                      state_var=float(r)) for r in (1, 2)])  # fmt: skip
+                s.add(RoundInteraction(job_id=job_id, loops=2, skipped=1, round=2, interaction=loss))
             else:
                 s.add(DecodeBench(job_id=job_id, arch="fixed4", size="tiny", context_len=128, batch_size=1,
                                   ms_per_token=float(loops), kv_cache_mb=0.5, device="cpu", dtype="float32"))  # fmt: skip
-    path = tmp_path / "v.db"
+    path = db_url
     for view, loops_column, per_variant in (("runs", "loops", 2), ("curves", "loops", 2),
                                             ("depth", "trained_loops", 4), ("decode", "loops", 1)):  # fmt: skip
         got = _rows(path, f"SELECT variant_id, variant_label, {loops_column} AS trained, effective_depth, "
@@ -150,6 +164,23 @@ def test_two_variants_of_one_recipe_are_two_rows_in_every_view(tmp_path):
         assert all(
             len({(r["trained"], r["d_model"], r["n_recurrent"]) for r in v}) == 1 for v in by_variant.values()
         )
+    # the depth views: effective depth at the evaluated loop count beside the trained one
+    depth = _rows(path, "SELECT trained_loops, loops, inference_depth, trained_depth FROM depth")
+    assert {(r["trained_loops"], r["loops"], r["inference_depth"], r["trained_depth"]) for r in depth} == {
+        (4, 1, 2 + 2 * 1 + 2, 12.0), (4, 2, 2 + 2 * 2 + 2, 12.0), (8, 1, 6, 20.0), (8, 2, 8, 20.0)
+    }  # fmt: skip
+    geometry = _rows(path, "SELECT variant_label, trained_depth, loops, inference_depth, round, rel_change, angle, "
+                           "state_var FROM geometry ORDER BY trained_depth, seed, round")  # fmt: skip
+    assert len(geometry) == 8 and geometry[0]["variant_label"] == "fixed4"
+    assert [(r["round"], r["angle"], r["state_var"], r["inference_depth"]) for r in geometry[:2]] == [
+        (1, 0.1, 1.0, 8), (2, 0.2, 2.0, 8)
+    ]  # fmt: skip
+    inter = _rows(path, "SELECT variant_label, seed, loops, skipped, round, interaction FROM interactions "
+                        "ORDER BY interaction")  # fmt: skip
+    assert [(r["variant_label"], r["seed"], r["skipped"], r["round"]) for r in inter] == [
+        ("fixed4", 0, 1, 2), ("fixed4", 1, 1, 2), ("fixed4 · loops=8", 0, 1, 2), ("fixed4 · loops=8", 1, 1, 2)
+    ]  # fmt: skip
+    assert inter[0]["interaction"] == pytest.approx(3.04)
     runs = _rows(path, "SELECT seed, loops, variant_id, n_params, n_once, n_rec, flops_per_token, train_flops, "
                        "achieved_flops_per_s, mfu FROM runs ORDER BY loops, seed")  # fmt: skip
     assert [(r["seed"], r["loops"]) for r in runs] == [(0, 4), (1, 4), (0, 8), (1, 8)]

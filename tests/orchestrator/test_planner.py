@@ -386,3 +386,21 @@ def test_schedule_reserves_for_a_higher_priority_job_that_does_not_fit_yet():
     assert big.start_s == 5.0  # not delayed by the small ones
     assert [j.start_s for j in small] == [15.0, 15.0, 18.0]
     assert makespan == 21.0
+
+
+def test_sweep_flops_count_the_geometry_and_interaction_forwards():
+    """Per depth n: the loss forward plus the geometry forward (no head) of the eval tokens; per
+    interaction depth m: m headless forwards of the interaction tokens (one plain, m - 1 skipping a round)."""
+    from model.flops import head_flops
+    from orchestrator.planner import Estimator
+
+    cfg = preset("lean", "tiny", seq_len=32)
+    fwd = {n: step_flops(cfg, n).forward for n in (1, 2, 3, 4)}
+    head = head_flops(cfg)
+    planner = Estimator(None, CAL)
+    spec = {"loops": [1, 2, 4], "eval_tokens": 128, "interaction_loops": [3], "interaction_tokens": 64}
+    flops, _ = planner.sweep_flops(spec, TRAIN)
+    want = 128 * sum(2 * fwd[n] - head for n in (1, 2, 4)) + 64 * 3 * (fwd[3] - head)
+    assert flops == pytest.approx(want)
+    no_interactions, _ = planner.sweep_flops({**spec, "interaction_loops": []}, TRAIN)
+    assert no_interactions == pytest.approx(128 * sum(2 * fwd[n] - head for n in (1, 2, 4)))

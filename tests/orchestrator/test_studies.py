@@ -109,3 +109,96 @@ def test_the_demo_study_can_identify_the_law(fast, runs):
     tokens = {flop_budget_tokens(resolve("train", p.spec), p.spec["flops"]) for p in plans}
     assert runs >= 6 + 2 and len({r for r, _ in members}) >= 2 and len(tokens) >= 3
     assert all(sum(1 for m in members if m[0] == r) >= 2 for r, _ in members)  # two widths per r
+
+
+# ---------------------------------------------------------------- loop design
+
+
+def test_loop_design_grid_expands_to_readable_variants_at_equal_compute():
+    from orchestrator.studies import loop_design_grid
+    from orchestrator.variants import variant_columns
+
+    grids = loop_design_grid(seeds=[0, 1], data=DATA, follow={"depth_sweep": {"eval_tokens": 512}}, **TRAIN)
+    assert [g.name for g in grids] == ["loop-design-4loops", "loop-design-2loops", "loop-design-1loops"]
+    plans = expand(grids, jobs)
+    trains = [p for p in plans if p.kind == "train"]
+    sweeps = [p for p in plans if p.kind == "depth_sweep"]
+    assert len(trains) == len(sweeps) == 11 * 2
+    labels = sorted({p.label for p in trains})
+    assert labels == sorted([
+        "base_loop 2x4", "base_loop 4x2", "non_loop 8", "base_loop 2x4 · injection=scalar",
+        "base_loop 2x4 · injection=channel", "base_loop 2x4 · injection=dense", "base_loop 2x4 · injection=diagonal",
+        "base_loop 2x4 · history=1", "base_loop 2x4 · timestep=loop_gate", "base_loop 2x4 · timestep=branch_gate",
+        "base_loop 2x4 · timestep=adaln",
+    ])  # fmt: skip
+    columns = {p.label: variant_columns("train", p.spec) for p in trains}
+    assert len({c["variant_id"] for c in columns.values()}) == 11  # every variant its own row
+    assert {c["effective_depth"] for c in columns.values()} == {8.0}
+    assert {p.spec["tokens"] for p in trains} == {8 * 64 * 100}  # the same tokens for every run
+    # same layers applied 8 times per token: training FLOPs per token within 2 % of BaseLoop 2x4's
+    reference = columns["base_loop 2x4"]["flops_per_token"]
+    for label, c in columns.items():
+        assert c["flops_per_token"] == pytest.approx(reference, rel=0.02), label
+    shape = {label: (c["n_recurrent"], c["loops"], c["injection"]) for label, c in columns.items()}
+    assert shape["base_loop 4x2"] == (4, 2, "none") and shape["non_loop 8"] == (8, 1, "none")
+    assert shape["base_loop 2x4 · injection=dense"] == (2, 4, "dense")
+    by_label = {p.label: p.spec for p in trains}
+    assert by_label["base_loop 2x4 · timestep=adaln"]["model"]["timestep"] == "adaln"
+    assert by_label["base_loop 2x4 · history=1"]["model"]["history"] == 1
+    assert by_label["base_loop 4x2"]["eval_loops"] == [2]
+    # depth sweeps to 3x the trained loop count, interactions at the trained and twice the trained count
+    loops_of = {
+        (tuple(s["loops"]), tuple(s["interaction_loops"]), s["eval_tokens"]) for s in (p.spec for p in sweeps)
+    }
+    assert loops_of == {
+        (tuple(range(1, 13)), (4, 8), 512),
+        (tuple(range(1, 7)), (2, 4), 512),
+        ((1, 2, 3), (2,), 512),
+    }
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"layouts": [("flat_loop", 2, 4)]}, "layouts: unknown 'flat_loop'"),
+        ({"layouts": [("base_loop", 2)]}, "layouts: expected (layout, shared, loops) triples"),
+        ({"layouts": [("non_loop", 8, 2)]}, "loops: non_loop runs every layer once"),
+        ({"injections": ["sparse"]}, "injections: unknown 'sparse'"),
+        ({"timesteps": ["film"]}, "timesteps: unknown 'film'"),
+        ({"histories": [-1]}, "histories: must be >= 0"),
+        ({"variants_on": 3}, "variants_on: must be <= 2"),
+        ({"tokens": 0}, "tokens: must be >= 1"),
+        ({"recipe": "fixed4"}, "recipe: set by the helper"),
+        ({"follow": {"depth_sweep": {"loops": [1]}}}, "follow.depth_sweep.loops: set by the helper"),
+    ],
+)
+def test_loop_design_bad_arguments_are_named(kwargs, message):
+    from orchestrator.studies import loop_design_grid
+
+    with pytest.raises(ConfigError) as e:
+        loop_design_grid(**kwargs)
+    assert message in str(e.value) and "loop_design_grid 'loop-design'" in str(e.value), str(e.value)
+
+
+def test_a_variant_equal_to_its_layout_is_left_out_and_one_loop_count_is_one_grid():
+    from orchestrator.studies import loop_design_grid
+
+    (grid,) = loop_design_grid(layouts=[("base_loop", 2, 4)], injections=["none", "scalar"], histories=[0],
+                               timesteps=["none"], then=[])  # fmt: skip
+    assert grid.name == "loop-design" and grid.sweep["zip"]["label"] == [
+        "base_loop 2x4",
+        "base_loop 2x4 · injection=scalar",
+    ]
+    assert grid.follow == {}
+
+
+@pytest.mark.parametrize("fast,runs", [(False, 11), (True, 5)])
+def test_the_loop_design_demo_grids(fast, runs):
+    from orchestrator.demo import loop_design_grids
+
+    plans = expand(loop_design_grids(fast), jobs)
+    trains = [p for p in plans if p.kind == "train"]
+    assert len(trains) == runs and sum(p.kind == "depth_sweep" for p in plans) == runs
+    assert {p.spec["data"]["tokenizer"] for p in trains} == {"byte"} and len(
+        {p.label for p in trains}
+    ) == runs

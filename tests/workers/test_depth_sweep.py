@@ -20,6 +20,8 @@ def test_spec_validation_and_defaults():
     d = jobs.validate("depth_sweep", {})
     assert d["loops"] == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32] and d["checkpoint"] is None
     assert depth_sweep.Spec.from_dict(d).to_dict() == d
+    assert d["interaction_loops"] == [4, 8] and d["interaction_tokens"] == 4096
+    assert depth_sweep.Spec.from_dict({"interaction_loops": []}).interaction_loops == []
     for bad, field in [
         ({"loops": []}, "loops"),
         ({"loops": [0]}, "loops"),
@@ -28,6 +30,10 @@ def test_spec_validation_and_defaults():
         ({"split_far_copy": "yes"}, "split_far_copy"),
         ({"h0_seed": -1}, "h0_seed"),
         ({"checkpoint": ""}, "checkpoint"),
+        ({"interaction_loops": [1]}, "interaction_loops"),
+        ({"interaction_loops": [4, 33]}, "interaction_loops: at most 32"),
+        ({"interaction_loops": "4"}, "interaction_loops"),
+        ({"interaction_tokens": 0}, "interaction_tokens"),
     ]:
         with pytest.raises(ConfigError, match=field):
             depth_sweep.Spec.from_dict(bad)
@@ -120,3 +126,36 @@ def test_standalone_sweep_reproduces_a_parcae_runs_val_loss_exactly(looplab_cach
     loss = {e["row"]["loops"]: e["row"]["val_loss"] for e in rows if e["kind"] == "result" and
             e["table"] == "depth_evals"}  # fmt: skip
     assert loss[8] == final and loss[2] != final
+
+
+def test_sweep_records_the_loop_geometry_and_the_interaction_matrix(trained_fixed4, tmp_path):
+    """Every round of every depth gets rel_change (the forward's own measure), angle and state
+    variance; each interaction depth n gets its n(n-1)/2 pairs i < j, all finite and positive."""
+    from workers.data import prepare, val_chunks
+    from workers.evaluate import evaluate
+
+    out, _ = trained_fixed4
+    rep = MemoryReporter()
+    spec = depth_sweep.Spec.from_dict({"checkpoint": str(out), "loops": [2, 4], "eval_tokens": 512,
+                                       "device": "cpu", "split_far_copy": False, "interaction_loops": [3, 4],
+                                       "interaction_tokens": 64})  # fmt: skip
+    res = depth_sweep.run(spec, rep, tmp_path)
+    deltas = [r["row"] for r in rep.of("result") if r["table"] == "round_deltas"]
+    assert [(d["loops"], d["round"]) for d in deltas] == [(2, 1), (2, 2), (4, 1), (4, 2), (4, 3), (4, 4)]
+    for d in deltas:
+        assert 0 < d["angle"] <= math.pi and d["state_var"] > 0 and d["rel_change"] > 0
+    # rel_change from the states equals the forward's own per-round measure on the same batches
+    model, cfg, train_spec = depth_sweep.load_model(out, torch.device("cpu"))
+    data = prepare(depth_sweep.data_spec(train_spec, out))
+    chunks = val_chunks(data.val, 512, cfg.seq_len)
+    forward = evaluate(model, chunks, 8, torch.device("cpu"), torch.from_numpy(data.token_bytes), loops=4,
+                       h0_seed=spec.h0_seed, deltas=True).round_deltas  # fmt: skip
+    assert [d["rel_change"] for d in deltas if d["loops"] == 4] == pytest.approx(forward, rel=1e-5)
+    pairs = [(r["loops"], r["skipped"], r["round"]) for r in res["round_interactions"]]
+    assert pairs == [(3, 1, 2), (3, 1, 3), (3, 2, 3), (4, 1, 2), (4, 1, 3), (4, 1, 4), (4, 2, 3), (4, 2, 4),
+                     (4, 3, 4)]  # fmt: skip
+    assert all(math.isfinite(r["interaction"]) and r["interaction"] > 0 for r in res["round_interactions"])
+    assert [r["row"] for r in rep.of("result") if r["table"] == "round_interactions"] == res[
+        "round_interactions"
+    ]
+    assert rep.of("progress")[-1]["done"] == rep.of("progress")[-1]["total"]
