@@ -1,14 +1,25 @@
-"""What the queue costs: the same tiny training job standalone and through the queue, in one run.
+"""What the queue costs: the same tiny training job standalone and through the queue, in one run; and
+what the database takes, on SQLite and on PostgreSQL side by side.
 
-Measures, on a fresh SQLite database and a local Ray:
+Measures, on a local Ray:
 1. training throughput (tokens/s as the train job measures it, excluding eval/checkpoint time) of one
    tiny train job called directly (in-process, no Ray, no database) vs. submitted and run by the
    scheduler (Ray task, event batching, heartbeats, database writer) -> ratio (target: cost < 2 %);
-2. metric-point ingest rate of the writer into SQLite (points/s, batches of 500 points);
-3. queued -> running latency of a job submitted while the driver is idle (median of N);
-4. throughput of 500 trivial jobs (jobs/s, submission included).
+2. queued -> running latency of a job submitted while the driver is idle (median of N);
+3. throughput of 500 trivial jobs (jobs/s, submission included);
+and, on each backend (a fresh SQLite file; a fresh database on a PostgreSQL server):
+4. claims per second with 4 drivers: 4 processes claim trivial queued jobs from one queue with
+   `jobqueue.claim` (what `looplab run` calls for each ready job it can start), every driver taking every
+   ready job it can, until none is left; each job must end with exactly one attempt (checked);
+5. metric points per second ingested by the writer (`write_events`, batches of 500 points).
+
+Sections 1-3 run on `--db` (default: fresh SQLite files, as before; a PostgreSQL URL: fresh databases
+the benchmark creates on that server and drops after, so its user needs CREATEDB). The PostgreSQL side
+of 4-5 uses that server, or else starts a throw-away one (tests/pg.py: initdb on a temp dir, needs the
+`postgresql` binaries); `--no-postgres` skips it.
 
     .venv/bin/python benchmarks/queue_bench.py [--trivial 500] [--tokens 8192] [--repeats 2]
+        [--db postgresql+psycopg://user@host/db] [--claim-jobs 1000] [--no-postgres] [--only backends]
 
 Prints a table and writes benchmarks/results/queue_bench.json.
 """
@@ -17,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import platform
 import statistics
@@ -24,7 +36,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -44,14 +58,56 @@ class TrivialKinds:
         return {}
 
 
-def bench_train(tmp: Path, tokens: int, repeats: int) -> dict:
+class Databases:
+    """Fresh, empty databases for the sections: SQLite files in a temp dir, or databases created on a
+    PostgreSQL server (`server_url`: any database on it; close() drops what was created)."""
+
+    def __init__(self, tmp: Path, server_url: str | None = None) -> None:
+        self.tmp, self.server_url = tmp, server_url
+        self.made: list[str] = []
+
+    @property
+    def backend(self) -> str:
+        return "sqlite" if self.server_url is None else "postgresql"
+
+    def _admin(self, sql: str) -> None:
+        import sqlalchemy as sa
+
+        admin = sa.create_engine(self.server_url, isolation_level="AUTOCOMMIT")
+        try:
+            with admin.connect() as conn:
+                conn.execute(sa.text(sql))
+        finally:
+            admin.dispose()
+
+    def new(self, name: str) -> str:
+        if self.server_url is None:
+            return f"sqlite:///{self.tmp / f'{name}.db'}"
+        from sqlalchemy.engine import make_url
+
+        database = f"looplab_bench_{os.getpid()}_{name}"
+        self._admin(f'DROP DATABASE IF EXISTS "{database}"')
+        self._admin(f'CREATE DATABASE "{database}"')
+        self.made.append(database)
+        return make_url(self.server_url).set(database=database).render_as_string(hide_password=False)
+
+    def close(self) -> None:
+        from orchestrator.db import dispose_all
+
+        dispose_all()  # the cached engines hold connections to the databases dropped next
+        for database in self.made:
+            self._admin(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        self.made.clear()
+
+
+def bench_train(dbs: Databases, tmp: Path, tokens: int, repeats: int) -> dict:
     from orchestrator import Grid, Queue
     from workers import jobs
     from workers.reporter import MemoryReporter
 
     spec = {**TRAIN, "tokens": tokens}
     standalone, queued = [], []
-    q = Queue(db=tmp / "train.db", artifacts=tmp / "art")
+    q = Queue(db=dbs.new("train"), artifacts=tmp / "art")
     for i in range(repeats):  # interleaved, so drifting machine load hits both sides alike
         out = jobs.run(
             "train", jobs.validate("train", {**spec, "seed": i}), MemoryReporter(), tmp / f"alone{i}"
@@ -65,31 +121,99 @@ def bench_train(tmp: Path, tokens: int, repeats: int) -> dict:
             "runs": repeats, "tokens": tokens}  # fmt: skip
 
 
-def bench_ingest(tmp: Path, points: int = 50_000, batch: int = 500) -> dict:
-    from orchestrator import Grid, Queue
+def bench_ingest(url: str, points: int = 50_000, batch: int = 500) -> dict:
+    """The writer's rate: `points` metric points of one job (5 keys), `batch` per transaction, as the
+    driver writes what it drained. The job is claimed first: the writer drops the events of an attempt
+    that does not own its job."""
+    from orchestrator import Grid, Queue, jobqueue
     from orchestrator.writer import write_events
+    from tests.db_rows import rows
     from workers.reporter import Event
 
-    q = Queue(db=tmp / "ingest.db", kinds=TrivialKinds())
+    q = Queue(db=url, kinds=TrivialKinds())
     (jid,) = q.submit(Grid("ingest", job="noop"))
+    n = jobqueue.claim(q.eng, jid, "bench", "unused")
     keys = ("train_loss", "lr", "tokens_per_s", "peak_mem_mb", "val_loss")
     events = [Event("metric", 0.0, {"key": keys[i % 5], "step": i // 5, "value": 1.0 / (i + 1),
-                                    "tokens": i * 64, "wall_s": i * 0.01}) for i in range(points)]  # fmt: skip
+                                    "tokens": i * 64, "wall_s": i * 0.01})
+              for i in range(points)]  # fmt: skip
     t = time.perf_counter()
     for i in range(0, points, batch):
-        write_events(q.eng, [(jid, 1, events[i : i + batch])])
+        write_events(q.eng, [(jid, n, events[i : i + batch])])
     dt = time.perf_counter() - t
+    stored = rows(q, "SELECT COUNT(*) FROM metrics WHERE job_id = :j", j=jid)[0][0]
+    if stored != points:
+        raise RuntimeError(f"ingest: {stored} of {points} metric points reached the database")
     return {"points": points, "batch": batch, "points_per_s": points / dt}
 
 
-def bench_latency_and_throughput(tmp: Path, n_trivial: int, n_latency: int = 10) -> dict:
+def claim_driver(url: str, name: str, start: Any, out: Any) -> None:
+    """One of the claiming drivers (a process of its own): claims every ready job it can, in the order
+    `looplab run` scans them, until a scan finds none; reports (won, lost, errors, end time)."""
+    from sqlalchemy.exc import OperationalError
+
+    from orchestrator import jobqueue
+
+    eng = jobqueue.open_engine(url)
+    out.put(("ready", name))
+    start.wait()
+    won = lost = 0
+    errors: list[str] = []
+    while True:
+        seen = 0
+        for job in jobqueue.ready_jobs(eng):
+            seen += 1
+            try:
+                n = jobqueue.claim(eng, job.id, name, "unused")
+            except OperationalError as e:  # e.g. SQLite's "database is locked": counted, not fatal
+                errors.append(str(e.orig))
+                continue
+            won, lost = (won + 1, lost) if n is not None else (won, lost + 1)
+        if not seen:
+            break
+    out.put(("done", name, won, lost, errors, time.time()))
+
+
+def bench_claims(url: str, n_jobs: int, drivers: int = 4) -> dict:
+    """Claims per second with `drivers` processes on one queue of `n_jobs` trivial jobs; raises if a
+    job was claimed twice or not at all."""
+    from orchestrator import Grid, Queue
+    from tests.db_rows import rows
+
+    q = Queue(db=url, kinds=TrivialKinds())
+    ids = q.submit(Grid("claims", job="noop", sweep={"i": list(range(n_jobs))}))
+    context = multiprocessing.get_context("spawn")  # fresh interpreters: no inherited connections
+    start, out = context.Event(), context.Queue()
+    procs = [context.Process(target=claim_driver, args=(url, f"bench-driver-{k}", start, out))
+             for k in range(drivers)]  # fmt: skip
+    for proc in procs:
+        proc.start()
+    for _ in procs:  # every driver has imported looplab and opened its engine
+        out.get(timeout=300)
+    t0 = time.time()
+    start.set()
+    done = [out.get(timeout=600) for _ in procs]
+    for proc in procs:
+        proc.join(60)
+    dt = max(end for *_, end in done) - t0
+    per_job = dict(rows(q, "SELECT job_id, COUNT(*) FROM attempts GROUP BY job_id"))
+    if sorted(per_job) != sorted(ids) or set(per_job.values()) != {1}:
+        twice = sorted(j for j, c in per_job.items() if c > 1)
+        raise RuntimeError(f"claims: {len(per_job)} of {len(ids)} jobs claimed; claimed twice: {twice[:10]}")
+    errors = [e for *_, errs, _ in done for e in errs]
+    return {"drivers": drivers, "jobs": n_jobs, "claims_per_s": n_jobs / dt, "total_s": dt,
+            "won_per_driver": [won for _, _, won, *_ in done], "lost_claims": sum(d[3] for d in done),
+            "errors": len(errors), "first_error": errors[0] if errors else None}  # fmt: skip
+
+
+def bench_latency_and_throughput(url: str, tmp: Path, n_trivial: int, n_latency: int = 10) -> dict:
     import sqlalchemy as sa
 
     from orchestrator import Grid, Queue
     from orchestrator.scheduler import Scheduler
 
     kinds = TrivialKinds()
-    q = Queue(db=tmp / "trivial.db", kinds=kinds)
+    q = Queue(db=url, kinds=kinds)
     sched = Scheduler(q.eng, tmp / "art", kinds, progress=False, poll_s=0.2)
     th = threading.Thread(target=sched.run, daemon=True)
     th.start()
@@ -113,37 +237,132 @@ def bench_latency_and_throughput(tmp: Path, n_trivial: int, n_latency: int = 10)
             "trivial_jobs_per_s": n_trivial / dt, "trivial_total_s": dt}  # fmt: skip
 
 
+def bench_backends(tmp: Path, pg_url: str | None, n_claim_jobs: int) -> dict:
+    """Claims with 4 drivers and metric ingest on SQLite and, given a server, on PostgreSQL."""
+    res = {}
+    for dbs in (Databases(tmp / "sqlite"), *([Databases(tmp, pg_url)] if pg_url else [])):
+        dbs.tmp.mkdir(exist_ok=True)
+        try:
+            res[dbs.backend] = {"claims": bench_claims(dbs.new("claims"), n_claim_jobs),
+                                "ingest": bench_ingest(dbs.new("ingest"))}  # fmt: skip
+        finally:
+            dbs.close()
+    return res
+
+
+def postgres_server(db: str, skip: bool) -> tuple[str | None, Callable[[], None], str | None]:
+    """(server URL, how to stop it, why there is none): the --db server, else a throw-away one."""
+    if db != "sqlite":
+        return db, lambda: None, None
+    if skip:
+        return None, lambda: None, "--no-postgres"
+    from tests.pg import PgUnavailable, start_server
+
+    try:
+        server = start_server()
+    except PgUnavailable as e:
+        return None, lambda: None, str(e)
+    return server.url("postgres"), server.stop, None
+
+
+def check_db(value: str) -> str:
+    """--db: `sqlite` or a PostgreSQL URL (argparse names the option in its message)."""
+    from orchestrator.db import resolve_url
+    from orchestrator.errors import ConfigError
+
+    if value == "sqlite":
+        return value
+    try:
+        url = resolve_url(value) if "://" in value else ""
+    except ConfigError:
+        url = ""
+    if not url.startswith("postgresql"):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not accepted; give `sqlite` (fresh SQLite files, the default) or a "
+            "PostgreSQL server URL like postgresql+psycopg://user@host:5432/postgres"
+        )
+    return url
+
+
+SECTIONS = ("train", "scheduling", "backends")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--trivial", type=int, default=500)
     ap.add_argument("--tokens", type=int, default=8 * 64 * 24)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--db", type=check_db, default="sqlite",
+                    help="`sqlite` (default: fresh files) or a PostgreSQL URL (needs CREATEDB)")  # fmt: skip
+    ap.add_argument("--claim-jobs", type=int, default=1000, help="trivial jobs the 4 drivers claim")
+    ap.add_argument("--no-postgres", action="store_true",
+                    help="without --db: no throw-away PostgreSQL server, SQLite only")  # fmt: skip
+    ap.add_argument("--only", choices=SECTIONS, action="append",
+                    help="run only this section (repeatable; default: all)")  # fmt: skip
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "queue_bench.json"))
     args = ap.parse_args()
-    import ray
+    sections = args.only or SECTIONS
+    pg_url, stop_pg, no_pg = postgres_server(args.db, args.no_postgres) if "backends" in sections else (
+        None, lambda: None, None)  # fmt: skip
+    res: dict[str, Any] = {}
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            tmp = Path(d)
+            dbs = Databases(tmp, None if args.db == "sqlite" else args.db)
+            try:
+                if {"train", "scheduling"} & set(sections):
+                    import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    with tempfile.TemporaryDirectory() as d:
-        tmp = Path(d)
-        res = {"train": bench_train(tmp, args.tokens, args.repeats), "ingest": bench_ingest(tmp),
-               "scheduling": bench_latency_and_throughput(tmp, args.trivial)}  # fmt: skip
-    ray.shutdown()
+                    ray.init(
+                        num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False
+                    )
+                    res["db"] = dbs.backend
+                    if "train" in sections:
+                        res["train"] = bench_train(dbs, tmp, args.tokens, args.repeats)
+                    if "scheduling" in sections:
+                        res["scheduling"] = bench_latency_and_throughput(
+                            dbs.new("trivial"), tmp, args.trivial
+                        )
+                    ray.shutdown()
+            finally:
+                dbs.close()
+            if "backends" in sections:
+                res["backends"] = bench_backends(tmp, pg_url, args.claim_jobs)
+                if no_pg:
+                    res["backends"]["postgresql_skipped"] = no_pg
+    finally:
+        stop_pg()
     res["machine"] = {
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
     }
-    t, i, s = res["train"], res["ingest"], res["scheduling"]
-    rows = [
-        ("train tokens/s standalone", f"{t['standalone_tokens_per_s']:.0f}"),
-        ("train tokens/s via queue", f"{t['queue_tokens_per_s']:.0f}"),
-        ("queue / standalone", f"{t['queue_over_standalone']:.3f}"),
-        ("metric ingest (points/s)", f"{i['points_per_s']:.0f}"),
-        ("queued->running latency (median s)", f"{s['latency_median_s']:.3f}"),
-        (f"{s['trivial_jobs']} trivial jobs (jobs/s)", f"{s['trivial_jobs_per_s']:.1f}"),
-    ]
-    w = max(len(k) for k, _ in rows)
-    for k, v in rows:
+    table = []
+    if "train" in res:
+        t = res["train"]
+        table += [
+            (f"train tokens/s standalone ({res['db']})", f"{t['standalone_tokens_per_s']:.0f}"),
+            (f"train tokens/s via queue ({res['db']})", f"{t['queue_tokens_per_s']:.0f}"),
+            ("queue / standalone", f"{t['queue_over_standalone']:.3f}"),
+        ]
+    if "scheduling" in res:
+        s = res["scheduling"]
+        table += [
+            (f"queued->running latency (median s, {res['db']})", f"{s['latency_median_s']:.3f}"),
+            (f"{s['trivial_jobs']} trivial jobs (jobs/s, {res['db']})", f"{s['trivial_jobs_per_s']:.1f}"),
+        ]
+    for backend, b in res.get("backends", {}).items():
+        if backend == "postgresql_skipped":
+            table.append(("postgresql", f"skipped: {b}"))
+            continue
+        c = b["claims"]
+        table += [
+            (f"claims/s, {c['drivers']} drivers ({backend})", f"{c['claims_per_s']:.0f}"),
+            (f"  lost claims / errors ({backend})", f"{c['lost_claims']} / {c['errors']}"),
+            (f"metric ingest points/s ({backend})", f"{b['ingest']['points_per_s']:.0f}"),
+        ]
+    w = max(len(k) for k, _ in table)
+    for k, v in table:
         print(f"{k:<{w}}  {v:>10}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(res, indent=1))

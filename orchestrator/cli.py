@@ -37,11 +37,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    db = sub.add_parser("db", help="database schema: upgrade, current")
-    db.add_argument("action", choices=["upgrade", "current"])
+    db = sub.add_parser("db", help="database schema: upgrade, current; grant-reader ROLE (PostgreSQL)")
+    db.add_argument("action", choices=["upgrade", "current", "grant-reader"])
+    db.add_argument("role", nargs="?", default=None,
+                    help="grant-reader: the PostgreSQL role to create (SELECT only, read-only sessions)")  # fmt: skip
 
     sql = sub.add_parser("sql", help="run a read-only SQL query and print the result")
     sql.add_argument("query", help='e.g. "SELECT recipe, final_val_loss FROM runs"')
+    sql.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                     help="stop the query after this many seconds (default 10)")  # fmt: skip
     fmt = sql.add_mutually_exclusive_group()
     fmt.add_argument("--csv", action="store_true", help="print CSV")
     fmt.add_argument("--json", action="store_true", help="print JSON lines")
@@ -91,8 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     dm = sub.add_parser("demo", help="submit and run the demo grid end to end")
     dm.add_argument("--fast", action="store_true", help="a smaller grid (for smoke tests)")
-    dm.add_argument("--study", choices=["iso-depth"], default=None,
-                    help="run a study instead: iso-depth = the iso-depth scaling law, CPU-sized")  # fmt: skip
+    dm.add_argument("--study", choices=["iso-depth", "loop-design"], default=None,
+                    help="run a study instead, CPU-sized: iso-depth = the iso-depth scaling law; "
+                         "loop-design = loop layouts, injections, history and timestep variants with "
+                         "depth sweeps (page Extrapolation)")  # fmt: skip
     dm.add_argument("--artifacts", default=None, help="artifact directory (default: ./looplab_artifacts)")
 
     ft = sub.add_parser("fit", help="fit a study's scaling law to the finished runs and print it")

@@ -2,8 +2,13 @@
 
     resolve_url(url)        --db / $LOOPLAB_DB / sqlite:///looplab.db; a plain path means SQLite
     engine(url)             read-write; on SQLite WAL, foreign keys, busy timeout; migrates to head
-    readonly_engine(url)    SQLite `mode=ro` + `PRAGMA query_only=ON`; never migrates
+    readonly_engine(url)    SQLite `mode=ro` + `PRAGMA query_only=ON`; PostgreSQL a read-only session
+                            (`default_transaction_read_only=on`); never migrates
     session(engine)         an ORM Session that commits on success and rolls back on error
+    reader_role_sql(role, database)   the SQL that makes a PostgreSQL role able to read and nothing else
+
+Backends: SQLite (a file path, or sqlite:///...) and PostgreSQL (postgresql+psycopg://user@host/dbname;
+a bare postgresql:// URL is given the psycopg 3 driver, which looplab installs).
 
 Why it is built this way (lessons from Optuna's RDB storage and MLflow's tracking store):
 - opening for writing upgrades the schema, under a file lock next to the SQLite file, so two
@@ -12,6 +17,7 @@ Why it is built this way (lessons from Optuna's RDB storage and MLflow's trackin
   refused before anything is written to it: the check reads the file read-only, first;
 - `busy_timeout` on every connection, because concurrent logging otherwise fails with
   "database is locked"; WAL so readers (dashboard, `looplab sql`, `sqlite3`) never block the writer;
+- on PostgreSQL the same one-migrator rule holds through an advisory lock (there is no file to lock);
 - the Alembic version table has our own name, so the file can be shared with other tools.
 """
 
@@ -21,6 +27,7 @@ import contextlib
 import functools
 import logging
 import os
+import re
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -37,6 +44,10 @@ from orchestrator.errors import ConfigError, DatabaseError
 VERSION_TABLE = "looplab_alembic_version"
 DEFAULT_FILE = "looplab.db"
 BUSY_TIMEOUT_S = 30.0
+# PostgreSQL advisory lock key held while migrating ("loop" in ASCII): one migrator per database
+MIGRATION_LOCK_KEY = 0x6C6F6F70
+# URL schemes that mean PostgreSQL through the driver looplab installs (psycopg 3)
+PG_SCHEMES = {"postgresql": "postgresql+psycopg", "postgres": "postgresql+psycopg"}
 
 _engines: dict[str, Engine] = {}
 _ro_engines: dict[str, Engine] = {}
@@ -61,6 +72,9 @@ def resolve_url(url: str | os.PathLike | None = None) -> str:
         raise ConfigError("--db: empty database URL or path (give a SQLite file path or a SQLAlchemy URL)")
     if "://" not in text:
         return "sqlite:///" + str(Path(text).expanduser().absolute())
+    scheme, _, rest = text.partition("://")
+    if scheme in PG_SCHEMES:  # no driver named: the one installed with looplab
+        text = f"{PG_SCHEMES[scheme]}://{rest}"
     try:
         parsed = make_url(text)
         parsed.get_dialect()
@@ -68,7 +82,7 @@ def resolve_url(url: str | os.PathLike | None = None) -> str:
         raise ConfigError(
             f"--db: {text!r} is not a database URL this installation can open ({e}); "
             "give a SQLite file path, or a URL like sqlite:///path/to/looplab.db or "
-            "postgresql://user@host/dbname"
+            "postgresql+psycopg://user@host/dbname"
         ) from None
     if parsed.get_backend_name() == "sqlite":
         path = _sqlite_path(parsed)
@@ -177,26 +191,44 @@ def _sqlite_revision(path: Path) -> str | None:
 
 def _current_revision(eng: Engine) -> str | None:
     """The revision stamped in the database (None: no looplab version table yet)."""
+    with eng.connect() as conn:
+        return _revision_on(conn)
+
+
+def _revision_on(conn) -> str | None:
     from sqlalchemy import inspect
 
-    with eng.connect() as conn:
-        if not inspect(conn).has_table(VERSION_TABLE):
-            return None
-        return conn.exec_driver_sql(f"SELECT version_num FROM {VERSION_TABLE}").scalar()
+    if not inspect(conn).has_table(VERSION_TABLE):
+        return None
+    return conn.exec_driver_sql(f"SELECT version_num FROM {VERSION_TABLE}").scalar()
 
 
 def _upgrade(eng: Engine, url: str) -> None:
-    """Migrate `eng` to head (the caller holds the lock that makes this exclusive)."""
+    """Migrate `eng` to head. On SQLite the caller holds the file lock that makes this exclusive; on
+    PostgreSQL a session advisory lock does, so two processes opening a new database at once do not
+    both run the initial revision (the second waits, then finds the schema at head)."""
     from alembic import command
 
-    rev = _current_revision(eng)
-    _check_known(rev, url)
-    if rev == head_revision():
-        return  # the common case: nothing to do, and no Alembic start-up cost
+    postgres = eng.dialect.name == "postgresql"
     with eng.connect() as conn:
-        command.upgrade(alembic_config(connection=conn), "head")
-        if conn.in_transaction():
+        if postgres:
+            conn.exec_driver_sql(f"SELECT pg_advisory_lock({MIGRATION_LOCK_KEY})")
             conn.commit()
+        try:
+            rev = _revision_on(conn)
+            conn.commit()  # end the read's transaction: Alembic begins its own
+            _check_known(rev, url)
+            if rev == head_revision():
+                return  # the common case: nothing to do, and no Alembic start-up cost
+            command.upgrade(alembic_config(connection=conn), "head")
+            if conn.in_transaction():
+                conn.commit()
+        finally:
+            if postgres:
+                if conn.in_transaction():
+                    conn.rollback()
+                conn.exec_driver_sql(f"SELECT pg_advisory_unlock({MIGRATION_LOCK_KEY})")
+                conn.commit()
 
 
 # ---------------------------------------------------------------- engines
@@ -335,11 +367,65 @@ def session(eng: Engine) -> Iterator[Session]:
 # ---------------------------------------------------------------- CLI
 
 
+# ---------------------------------------------------------------- a read-only PostgreSQL role
+
+ROLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+
+
+def reader_role_sql(role: str, database: str) -> list[str]:
+    """The statements that let `role` read every table and view of `database` and write nothing.
+
+    For people who query the results with their own tools (psql, a notebook): the role has SELECT and
+    nothing else, and its sessions start read-only. `ALTER DEFAULT PRIVILEGES` covers what the running
+    role creates later (the views are re-created by every upgrade), so run this as the role that
+    migrates the database (the one `looplab run` connects as). Creating the role needs CREATEROLE; give
+    it a password yourself (`ALTER ROLE name PASSWORD '...'`)."""
+    if not isinstance(role, str) or not ROLE_NAME.fullmatch(role):
+        raise ConfigError(f"ROLE: expected a PostgreSQL role name (letters, digits, _; not starting "
+                          f"with a digit; at most 63 characters), got {role!r}")  # fmt: skip
+    ident = f'"{role}"'
+    db_ident = '"' + database.replace('"', '""') + '"'
+    return [
+        f"DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{role}') THEN "
+        f"CREATE ROLE {ident} LOGIN; END IF; END $$",
+        f"GRANT CONNECT ON DATABASE {db_ident} TO {ident}",
+        f"GRANT USAGE ON SCHEMA public TO {ident}",
+        f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {ident}",  # tables and views
+        f"ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT ON TABLES TO {ident}",
+        f"ALTER ROLE {ident} SET default_transaction_read_only = on",
+    ]
+
+
+def grant_reader(url: str | None, role: str) -> list[str]:
+    """Run `reader_role_sql` on the PostgreSQL database at `url` (migrated first); return the statements."""
+    url = resolve_url(url)
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "postgresql":
+        raise ConfigError(
+            f"--db: grant-reader needs a PostgreSQL database (roles are a server feature), got "
+            f"{display_url(url)}; a SQLite file is read-only through `looplab sql` and the dashboard already"
+        )
+    statements = reader_role_sql(role, parsed.database or "")
+    with engine(url).begin() as conn:
+        for statement in statements:
+            conn.exec_driver_sql(statement)
+    return statements
+
+
 def cli_db(args) -> int:
-    """`looplab db upgrade` (create or migrate to head) and `looplab db current` (report, change nothing)."""
+    """`looplab db upgrade` (create or migrate to head), `looplab db current` (report, change nothing),
+    `looplab db grant-reader ROLE` (PostgreSQL: a role that can read everything and write nothing)."""
     url = resolve_url(args.db)
     shown = display_url(url)
     head = head_revision()
+    if args.action == "grant-reader":
+        if not getattr(args, "role", None):
+            raise ConfigError("ROLE: `looplab db grant-reader ROLE` needs the name of the role to create")
+        grant_reader(url, args.role)
+        print(f"role {args.role} can now read {shown} and write nothing (sessions start read-only)")
+        return 0
+    if getattr(args, "role", None):
+        raise ConfigError(f"ROLE: only `looplab db grant-reader` takes a role, not `db {args.action}`")
     if args.action == "upgrade":
         eng = engine(url)
         print(f"database {shown} at revision {_current_revision(eng)} (head)")

@@ -6,20 +6,31 @@ The legal transitions (states in orchestrator/states.py), and the function that 
 
     submit         (new)              -> queued
     claim          queued             -> running      a conditional UPDATE ... WHERE status='queued'
-                                                      whose row count says whether this driver won
-                                                      (SQLite has no SELECT ... FOR UPDATE)
+                                                      whose row count says whether this driver won;
+                                                      on PostgreSQL the row is first taken with
+                                                      SELECT ... FOR UPDATE SKIP LOCKED, so drivers
+                                                      racing for one job do not queue on its lock
     finish         running            -> succeeded | failed | queued (an interruption, or a failure
-                                                      under max_attempts); a cancelled job stays so
+                                                      under max_attempts, after a backoff: see
+                                                      retry_delay); a cancelled job stays so
     refuse         queued             -> failed       for good, without running (too big to ever fit)
     cascade        queued             -> failed       a dependency failed or was cancelled; the job
                                                       records which one (`failed_dependency`)
     recover_stale  running            -> queued       the heartbeat is older than a grace period
+    recover_dead   running            -> queued       its driver ran on this host and is dead
     cancel         queued | running   -> cancelled
     retry          failed | cancelled -> queued       and the dependents the job took down with it
 
-Anything else is refused: a claim of a job that is not queued returns None, a finish of an attempt
-that no longer owns its job changes only that attempt, a cancel or retry of a job in another state
-leaves it as it is.
+Anything else is refused: a claim of a job that is not queued returns None, a cancel or retry of a
+job in another state leaves it as it is.
+
+Fencing: the token of an attempt is its number `n`. `jobs.attempts` counts the claims of a job, so it
+only grows and each claim gets a new one; an attempt owns its job while `jobs.attempts == n` and its
+attempts row is still open (outcome `running`; recovery closes it in the transaction that re-queues
+the job). Every write on behalf of an attempt, here (`finish`, `touch`) and in orchestrator/writer.py
+(metrics, results, logs, progress, checkpoints, heartbeats), first takes the job row with `hold`, a
+conditional UPDATE on that ownership, and writes nothing when it fails: a stalled driver whose job
+was recovered and claimed again cannot write results, metrics or a status for it.
 """
 
 from __future__ import annotations
@@ -27,12 +38,13 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
 
+from orchestrator import drivers
 from orchestrator.canonical import canonical_json
 from orchestrator.errors import ConfigError
 from orchestrator.grid import (
@@ -56,6 +68,14 @@ JOBS = JobRow.__table__
 DEPS = JobDep.__table__
 ATTEMPTS = Attempt.__table__
 DEFAULT_GRACE_S = 60.0
+# retry backoff after a failed attempt: base * 2^(failures - 1) seconds, at most the cap
+DEFAULT_BACKOFF_S = 5.0
+DEFAULT_BACKOFF_MAX_S = 300.0
+# priority aging: each this many seconds of waiting add one to a ready job's effective priority
+DEFAULT_AGING_S = 300.0
+READY_PAGE = 200
+# the states of a job whose latest attempt may still run: a cancel lets the attempt stop on its own
+HELD = (JobStatus.RUNNING, JobStatus.CANCELLED)
 
 
 def open_engine(db: str | None = None) -> Engine:
@@ -278,40 +298,81 @@ def _grid_id(conn: Connection, grid: Grid, now: float) -> int:
 # ---------------------------------------------------------------- claiming
 
 
-def ready_jobs(eng: Engine, limit: int = 50) -> list[Any]:
-    """Queued jobs whose dependencies all succeeded, highest priority first, then oldest."""
+def _blocked() -> sa.ColumnElement[bool]:
+    """The job (of the outer query) has a dependency that has not succeeded."""
     dep = sa.alias(JOBS, "dep")
-    blocked = (
+    return (
         sa.select(DEPS.c.job_id)
         .join(dep, dep.c.id == DEPS.c.depends_on)
         .where(DEPS.c.job_id == JOBS.c.id, dep.c.status != JobStatus.SUCCEEDED)
         .exists()
     )
-    query = (
-        sa.select(JOBS)
-        .where(JOBS.c.status == JobStatus.QUEUED, ~blocked)
-        .order_by(JOBS.c.priority.desc(), JOBS.c.id)
-        .limit(limit)
-    )
-    with eng.connect() as conn:
-        return conn.execute(query).all()
+
+
+def effective_priority(eng: Engine, now: float, aging_s: float | None) -> sa.ColumnElement[int]:
+    """priority + floor(waiting seconds / aging_s), the waiting counted from `not_before` (the end of a
+    retry backoff, or a user's retry) or else from submission; just the priority when aging_s is None."""
+    if aging_s is None:
+        return JOBS.c.priority
+    waited = (now - sa.func.coalesce(JOBS.c.not_before, JOBS.c.created_at)) / float(aging_s)
+    if eng.dialect.name == "postgresql":  # its CAST rounds to the nearest integer
+        waited = sa.func.floor(waited)
+    # SQLite's CAST truncates, which is floor for the non-negative waits of ready jobs
+    return JOBS.c.priority + sa.cast(waited, sa.Integer)
+
+
+def ready_jobs(
+    eng: Engine, aging_s: float | None = None, now: float | None = None, page: int = READY_PAGE
+) -> Iterator[Any]:
+    """Every queued job whose dependencies all succeeded and whose backoff is over, highest effective
+    priority first (see `effective_priority`; its value is the row's `effective_priority`), then
+    oldest. Read lazily, `page` rows per query (keyset paging on that order, with one `now` for the
+    whole scan): a caller that stops early reads no more, one that goes on sees every ready job."""
+    now = time.time() if now is None else now
+    effective = effective_priority(eng, now, aging_s).label("effective_priority")
+    ready = (JOBS.c.status == JobStatus.QUEUED) & ~_blocked()
+    ready &= sa.or_(JOBS.c.not_before.is_(None), JOBS.c.not_before <= now)
+    after: tuple[int, int] | None = None
+    while True:
+        query = sa.select(JOBS, effective).where(ready)
+        if after is not None:
+            query = query.where(
+                sa.or_(effective < after[0], sa.and_(effective == after[0], JOBS.c.id > after[1]))
+            )
+        with eng.connect() as conn:
+            rows = conn.execute(query.order_by(effective.desc(), JOBS.c.id).limit(page)).all()
+        yield from rows
+        if len(rows) < page:
+            return
+        after = (rows[-1].effective_priority, rows[-1].id)
 
 
 def nothing_left(eng: Engine) -> bool:
-    """True when no job can start now or later without a user acting: none is ready, and none runs
-    (a running job, of this or of another, possibly dead, driver, may still unblock queued ones)."""
+    """True when no job can start now or later without a user acting: none is ready (a job waiting
+    out a retry backoff counts as ready), and none runs (a running job, of this or of another,
+    possibly dead, driver, may still unblock queued ones)."""
     cascade(eng)
-    if ready_jobs(eng, limit=1):
-        return False
     with eng.connect() as conn:
+        ready = sa.select(JOBS.c.id).where(JOBS.c.status == JobStatus.QUEUED, ~_blocked()).limit(1)
+        if conn.execute(ready).first() is not None:
+            return False
         running = sa.select(JOBS.c.id).where(JOBS.c.status == JobStatus.RUNNING).limit(1)
         return conn.execute(running).first() is None
 
 
-def claim(eng: Engine, job_id: int, worker: str, artifact_dir: str) -> int | None:
-    """Atomically move one queued job to running; returns the attempt number, or None if lost."""
+def claim(
+    eng: Engine, job_id: int, worker: str, artifact_dir: str, driver: drivers.DriverId | None = None
+) -> int | None:
+    """Atomically move one queued job to running; returns the attempt number (the attempt's fencing
+    token), or None if lost. `driver` (host, pid, start time) is recorded on the job and the attempt."""
     now = time.time()
+    who = {"driver_host": None, "driver_pid": None} if driver is None else {
+        "driver_host": driver.host, "driver_pid": driver.pid}  # fmt: skip
     with eng.begin() as conn:
+        # PostgreSQL: a row another driver is claiming right now is skipped, not waited for
+        free = sa.select(JOBS.c.id).where(JOBS.c.id == job_id, JOBS.c.status == JobStatus.QUEUED)
+        if conn.execute(free.with_for_update(skip_locked=True)).first() is None:
+            return None
         won = conn.execute(
             JOBS.update()
             .where(JOBS.c.id == job_id, JOBS.c.status == JobStatus.QUEUED)
@@ -324,6 +385,8 @@ def claim(eng: Engine, job_id: int, worker: str, artifact_dir: str) -> int | Non
                 error=None,
                 worker=worker,
                 artifact_dir=artifact_dir,
+                driver_started=None if driver is None else driver.started,
+                **who,
             )
         ).rowcount
         if won != 1:
@@ -331,7 +394,7 @@ def claim(eng: Engine, job_id: int, worker: str, artifact_dir: str) -> int | Non
         n = conn.execute(sa.select(JOBS.c.attempts).where(JOBS.c.id == job_id)).scalar_one()
         conn.execute(
             ATTEMPTS.insert().values(
-                job_id=job_id, n=n, started_at=now, outcome=AttemptOutcome.RUNNING, worker=worker
+                job_id=job_id, n=n, started_at=now, outcome=AttemptOutcome.RUNNING, worker=worker, **who
             )
         )
         # result rows of an earlier, unfinished attempt would be duplicated by this one
@@ -340,10 +403,31 @@ def claim(eng: Engine, job_id: int, worker: str, artifact_dir: str) -> int | Non
     return n
 
 
-def refuse(eng: Engine, job_id: int, worker: str, reason: str) -> JobStatus | None:
+def owns(job_id: int, n: int) -> sa.ColumnElement[bool]:
+    """Attempt `n` owns job `job_id` (a condition on the jobs table): it is the job's latest claim and
+    is still open. The fencing condition of every write on behalf of an attempt."""
+    open_attempt = (
+        sa.select(ATTEMPTS.c.id)
+        .where(ATTEMPTS.c.job_id == job_id, ATTEMPTS.c.n == n, ATTEMPTS.c.outcome == AttemptOutcome.RUNNING)
+        .exists()
+    )
+    return (JOBS.c.id == job_id) & (JOBS.c.attempts == n) & JOBS.c.status.in_(HELD) & open_attempt
+
+
+def hold(conn: Connection, job_id: int, n: int) -> bool:
+    """In the caller's transaction, take job `job_id`'s row for attempt `n` if that attempt owns it
+    (a no-op conditional UPDATE: the row stays locked until the transaction ends, so no recovery or
+    claim can slip in between this check and the caller's writes). False: write nothing for it."""
+    held = conn.execute(JOBS.update().where(owns(job_id, n)).values(attempts=JOBS.c.attempts)).rowcount
+    return held == 1
+
+
+def refuse(
+    eng: Engine, job_id: int, worker: str, reason: str, driver: drivers.DriverId | None = None
+) -> JobStatus | None:
     """Fail a queued job for good without running it (it needs more than the cluster has: not the
     job's fault, and no retry would help). None when another driver claimed it first."""
-    n = claim(eng, job_id, worker, "")
+    n = claim(eng, job_id, worker, "", driver)
     if n is None:
         return None
     failed = sa.select(sa.func.count()).where(
@@ -398,21 +482,38 @@ def _resolve_budget_of(eng: Engine, job_id: int, ref_id: int) -> float | None:
     return None if seconds is None else float(seconds)
 
 
-def finish(eng: Engine, job_id: int, n: int, outcome: AttemptOutcome, error: str | None = None) -> JobStatus:
+def retry_delay(
+    failures: int, base_s: float = DEFAULT_BACKOFF_S, max_s: float = DEFAULT_BACKOFF_MAX_S
+) -> float:
+    """Seconds a job waits before its next attempt after its `failures`-th failed one:
+    base_s * 2^(failures - 1), at most max_s."""
+    return min(max_s, base_s * 2.0 ** max(0, failures - 1))
+
+
+def finish(eng: Engine, job_id: int, n: int, outcome: AttemptOutcome, error: str | None = None, *,
+           backoff_s: float = DEFAULT_BACKOFF_S, backoff_max_s: float = DEFAULT_BACKOFF_MAX_S) -> JobStatus:  # fmt: skip
     """Record attempt `n`'s outcome (succeeded | failed | interrupted); returns the job's new status.
 
     failed: back to queued while the failed attempts are fewer than max_attempts (interruptions do not
-    count: a kill -9 is not the job's fault), else failed for good and the dependents with it.
+    count: a kill -9 is not the job's fault), not to be claimed before `retry_delay(failures,
+    backoff_s, backoff_max_s)` seconds have passed; else failed for good and the dependents with it.
     A job cancelled while it ran stays cancelled whatever the attempt's outcome.
+    An attempt that no longer owns its job (see `owns`: recovered, and maybe claimed again) changes
+    nothing, neither the job nor its attempt row; the job's status as it is is returned.
     """
     outcome = AttemptOutcome(outcome)
     now = time.time()
     this_attempt = (ATTEMPTS.c.job_id == job_id) & (ATTEMPTS.c.n == n)
     with eng.begin() as conn:
+        if not hold(conn, job_id, n):  # fenced off: a newer attempt, or a recovery, owns the job
+            status = conn.execute(sa.select(JOBS.c.status).where(JOBS.c.id == job_id)).scalar_one()
+            log.warning(
+                "job %s: attempt %s no longer owns the job; its %s is not recorded", job_id, n, outcome
+            )
+            return JobStatus(status)
         conn.execute(ATTEMPTS.update().where(this_attempt).values(ended_at=now, outcome=outcome, error=error))
         job = conn.execute(sa.select(JOBS).where(JOBS.c.id == job_id)).one()
-        if job.attempts != n:  # recovered and re-claimed meanwhile: that newer attempt owns the job
-            return JobStatus(job.status)
+        values: dict[str, Any] = {"heartbeat_at": now}
         if job.status == JobStatus.CANCELLED:
             conn.execute(ATTEMPTS.update().where(this_attempt).values(outcome=AttemptOutcome.CANCELLED))
             status = JobStatus.CANCELLED
@@ -427,7 +528,9 @@ def finish(eng: Engine, job_id: int, n: int, outcome: AttemptOutcome, error: str
                 )
             ).scalar_one()
             status = JobStatus.QUEUED if failures < job.max_attempts else JobStatus.FAILED
-        values: dict[str, Any] = {"status": status, "heartbeat_at": now}
+            if status == JobStatus.QUEUED:
+                values["not_before"] = now + retry_delay(failures, backoff_s, backoff_max_s)
+        values["status"] = status
         if status in (JobStatus.SUCCEEDED, JobStatus.FAILED):
             values.update(finished_at=now, eta_s=None)
         if error is not None:
@@ -485,6 +588,35 @@ def cascade(eng: Engine) -> list[int]:
                 failed_all.append(r.id)
 
 
+def _requeue(conn: Connection, job_id: int, n: int, reason: str) -> bool:
+    """Running attempt `n` of job `job_id` is lost: the job goes back to queued and the attempt is
+    closed as interrupted, in the caller's transaction. False when the job moved on meanwhile."""
+    won = conn.execute(
+        JOBS.update()
+        .where(JOBS.c.id == job_id, JOBS.c.status == JobStatus.RUNNING, JOBS.c.attempts == n)
+        .values(status=JobStatus.QUEUED)
+    ).rowcount
+    if won:
+        conn.execute(
+            ATTEMPTS.update()
+            .where(
+                ATTEMPTS.c.job_id == job_id, ATTEMPTS.c.n == n, ATTEMPTS.c.outcome == AttemptOutcome.RUNNING
+            )
+            .values(outcome=AttemptOutcome.INTERRUPTED, ended_at=time.time(), error=reason)
+        )
+    return bool(won)
+
+
+def _close_cancelled(conn: Connection, lost: sa.Select, reason: str) -> None:
+    """Close the still-open attempts of the cancelled jobs `lost` selects, whose driver is gone (else
+    they stay `running` for ever and the job can never be retried)."""
+    conn.execute(
+        ATTEMPTS.update()
+        .where(ATTEMPTS.c.outcome == AttemptOutcome.RUNNING, ATTEMPTS.c.job_id.in_(lost))
+        .values(outcome=AttemptOutcome.CANCELLED, ended_at=time.time(), error=reason)
+    )
+
+
 def recover_stale(eng: Engine, grace_s: float, exclude: set[int] = frozenset()) -> list[int]:
     """`running` jobs with a heartbeat older than `grace_s` seconds (epoch floats, one clock) go back
     to `queued`; their open attempt is recorded as interrupted. They resume from their checkpoint."""
@@ -492,58 +624,65 @@ def recover_stale(eng: Engine, grace_s: float, exclude: set[int] = frozenset()) 
     silent = sa.or_(JOBS.c.heartbeat_at.is_(None), JOBS.c.heartbeat_at < cutoff)
     with eng.begin() as conn:
         stale = conn.execute(
-            sa.select(JOBS.c.id, JOBS.c.attempts).where(JOBS.c.status == JobStatus.RUNNING, silent)
+            sa.select(JOBS.c.id, JOBS.c.attempts)
+            .where(JOBS.c.status == JobStatus.RUNNING, silent)
+            .order_by(JOBS.c.id)  # rows are taken in id order, as the writer takes them
         ).all()
-        recovered = []
-        for job_id, n in stale:
-            if job_id in exclude:
-                continue
-            won = conn.execute(
-                JOBS.update()
-                .where(JOBS.c.id == job_id, JOBS.c.status == JobStatus.RUNNING, JOBS.c.attempts == n)
-                .values(status=JobStatus.QUEUED)
-            ).rowcount
-            if won:
-                conn.execute(
-                    ATTEMPTS.update()
-                    .where(
-                        ATTEMPTS.c.job_id == job_id,
-                        ATTEMPTS.c.n == n,
-                        ATTEMPTS.c.outcome == AttemptOutcome.RUNNING,
-                    )
-                    .values(
-                        outcome=AttemptOutcome.INTERRUPTED,
-                        ended_at=time.time(),
-                        error="driver lost (stale heartbeat)",
-                    )
-                )
-                recovered.append(job_id)
-        # a job cancelled while it ran, whose driver died before the attempt ended: close the attempt
-        # (else it stays `running` for ever and the job can never be retried)
+        recovered = [
+            job_id
+            for job_id, n in stale
+            if job_id not in exclude and _requeue(conn, job_id, n, "driver lost (stale heartbeat)")
+        ]
         lost = sa.select(JOBS.c.id).where(
             JOBS.c.status == JobStatus.CANCELLED, silent, JOBS.c.id.not_in(list(exclude))
         )
-        conn.execute(
-            ATTEMPTS.update()
-            .where(ATTEMPTS.c.outcome == AttemptOutcome.RUNNING, ATTEMPTS.c.job_id.in_(lost))
-            .values(
-                outcome=AttemptOutcome.CANCELLED,
-                ended_at=time.time(),
-                error="driver lost after the job was cancelled",
-            )
-        )
+        _close_cancelled(conn, lost, "driver lost after the job was cancelled")
     return recovered
 
 
-def touch(eng: Engine, job_ids: list[int]) -> None:
-    """The driver's heartbeat for the jobs it owns: proves the owner is alive even between events."""
-    if job_ids:
+def recover_dead(
+    eng: Engine, me: drivers.DriverId, alive: Callable[[int, float | None], bool] = drivers.alive
+) -> list[int]:
+    """`running` jobs whose driver ran on this host (`me.host`) and is dead go back to `queued` at
+    once, without waiting for their heartbeat to go stale; returns their ids. `alive(pid, started)`
+    judges a driver (see orchestrator.drivers: a pid that is gone, or now belongs to a process that
+    started at another time, is dead). The calling driver's own jobs are never touched."""
+    on_host = (JOBS.c.driver_host == me.host) & JOBS.c.driver_pid.is_not(None)
+    with eng.begin() as conn:
+        rows = conn.execute(
+            sa.select(JOBS.c.id, JOBS.c.attempts, JOBS.c.status, JOBS.c.driver_pid, JOBS.c.driver_started)
+            .where(on_host, JOBS.c.status.in_(HELD)).order_by(JOBS.c.id)
+        ).all()  # fmt: skip
+        dead = [
+            r for r in rows
+            if r.driver_pid != me.pid and not alive(r.driver_pid, r.driver_started)
+        ]  # fmt: skip
+        reason = "driver lost (its process on {host} is gone: pid {pid})"
+        recovered = [
+            r.id
+            for r in dead
+            if r.status == JobStatus.RUNNING
+            and _requeue(conn, r.id, r.attempts, reason.format(host=me.host, pid=r.driver_pid))
+        ]
+        cancelled = [r.id for r in dead if r.status == JobStatus.CANCELLED]
+        if cancelled:
+            lost = sa.select(JOBS.c.id).where(JOBS.c.id.in_(cancelled))
+            _close_cancelled(conn, lost, "driver lost after the job was cancelled")
+    return recovered
+
+
+def touch(eng: Engine, attempts: dict[int, int]) -> None:
+    """The driver's heartbeat for the jobs it owns ({job id: attempt n}): proves the owner is alive
+    even between events. Only jobs the attempt still owns (see `owns`) are touched."""
+    if attempts:
+        now = time.time()
         with eng.begin() as conn:
-            conn.execute(
-                JOBS.update()
-                .where(JOBS.c.id.in_(job_ids), JOBS.c.status == JobStatus.RUNNING)
-                .values(heartbeat_at=time.time())
-            )
+            for job_id, n in sorted(attempts.items()):
+                conn.execute(
+                    JOBS.update()
+                    .where(owns(job_id, n), JOBS.c.status == JobStatus.RUNNING)
+                    .values(heartbeat_at=now)
+                )
 
 
 # ---------------------------------------------------------------- user actions
@@ -568,6 +707,7 @@ def retry(eng: Engine, job_ids: list[int]) -> list[int]:
     """Failed or cancelled jobs go back to queued with one more allowed failure, and so do their
     dependents that failed only because of them (`failed_dependency`)."""
     requeued: list[int] = []
+    now = time.time()
     with eng.begin() as conn:
         todo = list(job_ids)
         while todo:
@@ -594,6 +734,7 @@ def retry(eng: Engine, job_ids: list[int]) -> list[int]:
                     finished_at=None,
                     failed_dependency=None,
                     max_attempts=max(job.max_attempts, failures + 1),
+                    not_before=now,  # no backoff; its waiting (priority aging) counts from now
                 )
             )
             requeued.append(job_id)

@@ -13,10 +13,33 @@ job runs (live dashboard), and events from remote nodes must not need database a
 Resources are booked by the driver itself (cluster totals minus what it launched), so a job is only
 marked running when it can actually start; a job asking for more than the cluster has fails clearly.
 
+Which job starts (priorities without starvation). Every ready job is considered, in the order of its
+*effective priority*, highest first, then the oldest: effective priority = priority + one for each
+`aging_s` seconds it has waited (since submission, or since its retry backoff ended or a user retried
+it; $LOOPLAB_AGING_S, default 300 s). A job that does not fit into what is free reserves what it asks
+for against the jobs of lower effective priority: they start only in what is left beside it (on each
+resource: a CPU-only job may pass a job waiting for GPUs), so they never delay it; jobs of its own
+effective priority may still fill gaps it cannot use. Without aging that would let a stream of
+small jobs of one priority overtake a big one for ever; with it the big one's effective priority
+rises past theirs within `aging_s` seconds, and from then on its reservation holds them back until
+it starts. A low-priority job is overtaken by a stream of higher ones for at most (difference of
+priorities + 1) * aging_s seconds, for the same reason.
+
+Retry backoff: a failed attempt that is retried (fewer failures than max_attempts) waits
+base * 2^(failures - 1) seconds before it can be claimed again, at most a cap
+($LOOPLAB_RETRY_BACKOFF_S, default 5 s; $LOOPLAB_RETRY_BACKOFF_MAX_S, default 300 s).
+
+Many drivers may run on one queue, on one host or several: claims are conditional (one winner),
+every write on behalf of an attempt is fenced by its attempt number (see orchestrator/jobqueue.py),
+and each driver records its host, pid and process start time on the jobs it claims. A driver that
+starts (and every second after) re-queues at once the jobs of a dead driver of its own host (see
+orchestrator/drivers.py); the jobs of a driver on another host come back when their heartbeat is
+older than the grace period.
+
 Exclusive jobs (decode benchmarks and the train jobs of an iso-time pair by default; see
 `jobqueue.job_resources`) have the node to themselves: one starts only when nothing of this driver
 runs, and nothing starts beside it while it runs. While it waits, jobs of lower priority do not
-start (the node drains for it); jobs of its priority or higher still do, so a grid's exclusive jobs
+start (the node drains for it); jobs of its effective priority or higher still do, so a grid's exclusive jobs
 fill the gaps and the end of the queue instead of idling the node each time (a higher priority
 makes one go first). The driver books the whole cluster as one node, so on a cluster of several nodes this is stricter
 than needed, never weaker. Every job's contention is recorded the same way: the number of other jobs
@@ -38,10 +61,10 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from orchestrator import jobqueue
+from orchestrator import drivers, jobqueue
 from orchestrator.display import print_progress
 from orchestrator.states import AttemptOutcome, JobStatus
-from orchestrator.task import EventSink, QueueReporter, execute_job, kinds_ref
+from orchestrator.task import QueueReporter, execute_job, kinds_ref, sink_on_this_node
 from orchestrator.writer import record_concurrency, write_events
 
 if TYPE_CHECKING:
@@ -51,6 +74,28 @@ if TYPE_CHECKING:
 def grace_seconds() -> float:
     """Heartbeat grace period for recovery ($LOOPLAB_HEARTBEAT_GRACE_S, default 60 s)."""
     return float(os.environ.get("LOOPLAB_HEARTBEAT_GRACE_S", jobqueue.DEFAULT_GRACE_S))
+
+
+def _env_seconds(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    try:
+        seconds = float(default if value is None else value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0:
+        raise ValueError(f"${name}: {value!r} is not a number of seconds >= 0")
+    return seconds
+
+
+def aging_seconds() -> float:
+    """Seconds of waiting that add one to a job's effective priority ($LOOPLAB_AGING_S, default 300)."""
+    return _env_seconds("LOOPLAB_AGING_S", jobqueue.DEFAULT_AGING_S)
+
+
+def backoff_seconds() -> tuple[float, float]:
+    """(base, cap) of the retry backoff ($LOOPLAB_RETRY_BACKOFF_S, $LOOPLAB_RETRY_BACKOFF_MAX_S)."""
+    return (_env_seconds("LOOPLAB_RETRY_BACKOFF_S", jobqueue.DEFAULT_BACKOFF_S),
+            _env_seconds("LOOPLAB_RETRY_BACKOFF_MAX_S", jobqueue.DEFAULT_BACKOFF_MAX_S))  # fmt: skip
 
 
 def default_kinds() -> JobRegistry:
@@ -64,19 +109,30 @@ class Scheduler:
     def __init__(self, eng, artifacts: str | Path = "looplab_artifacts", kinds: JobRegistry | None = None, *,
                  address: str | None = None, num_cpus: int | None = None, num_gpus: float | None = None,
                  until_empty: bool = False, max_concurrent: int | None = None, grace_s: float | None = None,
-                 poll_s: float = 0.5, progress: bool = True, progress_every_s: float = 5.0) -> None:  # fmt: skip
+                 poll_s: float = 0.5, progress: bool = True, progress_every_s: float = 5.0,
+                 aging_s: float | None = None, retry_backoff_s: float | None = None,
+                 retry_backoff_max_s: float | None = None) -> None:  # fmt: skip
         self.eng, self.artifacts = eng, Path(artifacts).absolute()
         self.kinds = kinds if kinds is not None else default_kinds()
         self.address, self.num_cpus, self.num_gpus = address, num_cpus, num_gpus
         self.until_empty, self.max_concurrent = until_empty, max_concurrent
         self.grace_s = grace_seconds() if grace_s is None else grace_s
         self.poll_s, self.progress, self.progress_every_s = poll_s, progress, progress_every_s
+        self.aging_s = aging_seconds() if aging_s is None else aging_s
+        base, cap = backoff_seconds()
+        self.backoff_s = base if retry_backoff_s is None else retry_backoff_s
+        self.backoff_max_s = cap if retry_backoff_max_s is None else retry_backoff_max_s
+        for name, value in (("aging_s", self.aging_s), ("retry_backoff_s", self.backoff_s),
+                            ("retry_backoff_max_s", self.backoff_max_s)):  # fmt: skip
+            if not value >= 0:
+                raise ValueError(f"{name}: {value!r} is not a number of seconds >= 0")
         self.running: dict[Any, tuple[int, int, dict[str, Any]]] = {}  # ref -> (job, attempt, res)
         self.art_dirs: dict[int, Path] = {}
         # job -> the other jobs that ran at some time while it ran (the contention of its timings)
         self.overlaps: dict[int, set[int]] = {}
         self.stopping = 0  # 1: graceful stop asked, 2: forced
-        self.worker = f"driver@{os.uname().nodename}:{os.getpid()}"
+        self.driver = drivers.this_driver()
+        self.worker = f"driver@{self.driver.host}:{self.driver.pid}"
 
     # ------------------------------------------------------------ setup
     def _connect(self) -> None:
@@ -98,19 +154,20 @@ class Scheduler:
     def _resources(self, job: Any) -> dict[str, Any]:
         return jobqueue.job_resources(job.kind, job.resources, self.total["GPU"] > 0)
 
-    def _fits(self, res: dict[str, Any]) -> bool:
-        used_cpu = sum(r["num_cpus"] for *_, r in self.running.values())
-        used_gpu = sum(r["num_gpus"] for *_, r in self.running.values())
-        return (used_cpu + res["num_cpus"] <= self.total["CPU"] + 1e-9
-                and used_gpu + res["num_gpus"] <= self.total["GPU"] + 1e-9)  # fmt: skip
+    def _free(self) -> dict[str, float]:
+        """What this driver has not booked: cluster totals minus its running jobs' resources."""
+        return {
+            "num_cpus": self.total["CPU"] - sum(r["num_cpus"] for *_, r in self.running.values()),
+            "num_gpus": self.total["GPU"] - sum(r["num_gpus"] for *_, r in self.running.values()),
+        }
 
     # ------------------------------------------------------------ main loop
     def run(self) -> int:
         self._connect()
         cluster = ray.cluster_resources()
         self.total = {"CPU": float(cluster.get("CPU", 0)), "GPU": float(cluster.get("GPU", 0))}
-        self.sink = EventSink.remote()
-        back = jobqueue.recover_stale(self.eng, self.grace_s)
+        self.sink = sink_on_this_node()
+        back = jobqueue.recover_dead(self.eng, self.driver) + jobqueue.recover_stale(self.eng, self.grace_s)
         if back:
             print(f"recovered {len(back)} interrupted job(s) {back}: they resume from their checkpoints")
         old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -152,6 +209,9 @@ class Scheduler:
             now = time.time()
             if now - last_touch > 1.0:
                 self._heartbeat_and_cancels()
+                back = jobqueue.recover_dead(self.eng, self.driver)
+                if back and self.progress:
+                    print(f"recovered {len(back)} job(s) {back} of a dead driver on this host", flush=True)
                 last_touch = now
             if now - last_recover > max(1.0, self.grace_s / 2):
                 jobqueue.recover_stale(self.eng, self.grace_s, exclude={j for j, *_ in self.running.values()})
@@ -162,34 +222,48 @@ class Scheduler:
                 last_progress = now
 
     def _launch_ready(self) -> None:
-        waiting: int | None = None  # priority of an exclusive job waiting for the node to empty
-        for job in jobqueue.ready_jobs(self.eng):  # priority first (descending), then job id
+        """Start what fits, in effective-priority order, with reservations (the module's docstring)."""
+        waiting: int | None = None  # effective priority of an exclusive job waiting for the node to empty
+        # what jobs of the current effective priority may still use; the reservations of the jobs of
+        # that priority that did not fit are taken off it when the priority drops
+        pool, level, reserve = self._free(), None, []
+        for job in jobqueue.ready_jobs(self.eng, self.aging_s):
             if self.max_concurrent is not None and len(self.running) >= self.max_concurrent:
                 return
             if any(r["exclusive"] for *_, r in self.running.values()):
                 return  # nothing starts beside an exclusive job
-            if waiting is not None and job.priority < waiting:
+            priority = job.effective_priority
+            if waiting is not None and priority < waiting:
                 return  # the node drains for the exclusive job
+            if level is not None and priority < level:
+                for wanted in reserve:  # each reservation holds what is left of what it asks, no more
+                    pool = {k: max(0.0, pool[k] - wanted[k]) for k in pool}
+                reserve = []
+                if max(pool.values()) <= 1e-9:
+                    return  # everything is booked or reserved: no later job can start
+            level = priority
             res = self._resources(job)
             if res["num_cpus"] > self.total["CPU"] or res["num_gpus"] > self.total["GPU"]:
                 need = {k: v for k, v in res.items() if k != "exclusive"}
                 msg = (f"job {job.id} needs {need} but the cluster has {self.total}: "
                        "change the grid's resources or add machines")  # fmt: skip
-                jobqueue.refuse(self.eng, job.id, self.worker, msg)
+                jobqueue.refuse(self.eng, job.id, self.worker, msg, self.driver)
                 continue
             if res["exclusive"] and self.running:
-                waiting = job.priority if waiting is None else waiting
+                waiting = priority if waiting is None else waiting
                 continue  # it waits for the node to empty
-            if not self._fits(res):
+            if any(res[k] > pool[k] + 1e-9 for k in pool):
+                reserve.append(res)  # lower priorities may not take what it waits for
                 continue  # a smaller job further down may still fit
             art = self.artifacts / f"{job.id}-{job.kind}-{job.config_hash[:8]}"
-            n = jobqueue.claim(self.eng, job.id, self.worker, str(art))
+            n = jobqueue.claim(self.eng, job.id, self.worker, str(art), self.driver)
             if n is None:
                 continue  # another driver won it
+            pool = {k: pool[k] - res[k] for k in pool}
             try:
                 spec = jobqueue.launch_spec(self.eng, job)
             except Exception:
-                jobqueue.finish(self.eng, job.id, n, AttemptOutcome.FAILED, traceback.format_exc())
+                self._finish(job.id, n, AttemptOutcome.FAILED, traceback.format_exc())
                 continue
             ray.get(self.sink.allow.remote(job.id))  # before the task can ask for its stop flag
             ref = execute_job.options(num_cpus=res["num_cpus"], num_gpus=res["num_gpus"]).remote(
@@ -219,12 +293,14 @@ class Scheduler:
         job_id, n, _ = self.running.pop(ref)
         try:
             out = ray.get(ref)
-        except Exception as e:  # the worker process died (OOM-killed, node lost, ...)
+        except ray.exceptions.NodeDiedError as e:  # the machine went away: not the job's fault
+            out = {"outcome": AttemptOutcome.INTERRUPTED, "error": f"Ray node lost: {e}"}
+        except Exception as e:  # the worker process died (OOM-killed, a crash in native code, ...)
             out = {"outcome": AttemptOutcome.FAILED, "error": f"Ray task failed: {type(e).__name__}: {e}"}
         # every event of the job is written (drained before this), its result rows among them; a
         # resumed job's count covers all its attempts under this driver
-        record_concurrency(self.eng, job_id, len(self.overlaps.get(job_id, ())))
-        status = jobqueue.finish(self.eng, job_id, n, AttemptOutcome(out["outcome"]), out.get("error"))
+        record_concurrency(self.eng, job_id, n, len(self.overlaps.get(job_id, ())))
+        status = self._finish(job_id, n, AttemptOutcome(out["outcome"]), out.get("error"))
         if status.finished:
             self.overlaps.pop(job_id, None)
         art = self.art_dirs.pop(job_id, None)
@@ -236,9 +312,13 @@ class Scheduler:
                 flush=True,
             )
 
+    def _finish(self, job_id: int, n: int, outcome: AttemptOutcome, error: str | None) -> JobStatus:
+        return jobqueue.finish(self.eng, job_id, n, outcome, error, backoff_s=self.backoff_s,
+                               backoff_max_s=self.backoff_max_s)  # fmt: skip
+
     def _heartbeat_and_cancels(self) -> None:
         mine = [j for j, *_ in self.running.values()]
-        jobqueue.touch(self.eng, mine)
+        jobqueue.touch(self.eng, {j: n for j, n, _ in self.running.values()})
         for j, s in jobqueue.statuses(self.eng, mine).items():
             if s == JobStatus.CANCELLED:
                 self.sink.request_stop.remote(j)
@@ -249,7 +329,5 @@ class Scheduler:
             ray.cancel(ref, force=True)
         self._drain()
         for job_id, n, _ in self.running.values():
-            jobqueue.finish(
-                self.eng, job_id, n, AttemptOutcome.INTERRUPTED, "stopped by a second Ctrl-C (forced)"
-            )
+            self._finish(job_id, n, AttemptOutcome.INTERRUPTED, "stopped by a second Ctrl-C (forced)")
         self.running.clear()

@@ -129,6 +129,15 @@ class Job(Base):
     # see orchestrator.planner), kept so that planned and actual times can be compared (rev. 0005)
     planned_seconds: Mapped[float | None] = mapped_column(Float)
     planned_source: Mapped[str | None] = mapped_column(String(16))
+    # The driver that holds the running attempt (rev. 0008): its host name, process id and the
+    # process's start time (epoch seconds; NULL where it cannot be read), so that a driver starting on
+    # that host can tell a dead predecessor (pid gone, or reused by another process) from a live one.
+    driver_host: Mapped[str | None] = mapped_column(String(200))
+    driver_pid: Mapped[int | None] = mapped_column(Integer)
+    driver_started: Mapped[float | None] = mapped_column(Float)
+    # a queued job is not claimed before this time (epoch seconds): the retry backoff after a failed
+    # attempt; also where its waiting time for priority aging counts from (rev. 0008)
+    not_before: Mapped[float | None] = mapped_column(Float)
 
     __table_args__ = (
         Index("ix_jobs_status_priority", "status", "priority"),
@@ -158,6 +167,9 @@ class Attempt(Base):
     error: Mapped[str | None] = mapped_column(Text)
     resumed_from_step: Mapped[int | None] = mapped_column(Integer)
     worker: Mapped[str | None] = mapped_column(String(200))
+    # the driver that claimed this attempt (rev. 0008; see Job.driver_host)
+    driver_host: Mapped[str | None] = mapped_column(String(200))
+    driver_pid: Mapped[int | None] = mapped_column(Integer)
 
     __table_args__ = (UniqueConstraint("job_id", "n"),)
 

@@ -175,6 +175,16 @@ class QueueReporter(BaseReporter):
             self._spool.close()
 
 
+def sink_on_this_node() -> Any:
+    """A new EventSink on the driver's own node. Ray may place a zero-CPU actor on any node, and the
+    death of that node would take every job's mailbox with it (and stop the driver) although the
+    jobs and the driver ran elsewhere; pinned here, the sink lives exactly as long as the driver."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    return EventSink.options(scheduling_strategy=here).remote()
+
+
 def kinds_ref(kinds: JobRegistry) -> Any:
     """A module travels as (name, the sys.path entry it was imported from): a Ray worker on another
     node, or started before a test put its root on sys.path, can still import it by name."""

@@ -15,6 +15,12 @@ queue cheap: one transaction for hundreds of metric points instead of one per po
                 the resumed attempt reports them again, so every point is stored exactly once
 - started    -> jobs.worker/gpu_ids (sent by the task wrapper, not by jobs)
 Events are applied in order per job, so a `resumed` deletes only points reported before it.
+
+Fencing: a batch is written for the attempt `n` it was reported under, and only while that attempt
+owns its job (`jobqueue.hold`, in the same transaction, before anything is written; see
+orchestrator/jobqueue.py). The events of an attempt that was recovered (and maybe claimed again by
+another driver) are dropped whole, with a WARNING on the driver's log: they would overwrite the
+rows of the attempt that owns the job now.
 `record_concurrency` is the driver's own addition to a job's timing rows: how many other jobs ran
 beside it (`concurrent_jobs` of train_results and decode_benches).
 
@@ -36,6 +42,7 @@ import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DataError, IntegrityError, InterfaceError, ProgrammingError
 
+from orchestrator import jobqueue
 from orchestrator.schema import RESULT_TABLES, Attempt, JobLog, LatestMetric, Metric
 from orchestrator.schema import Job as JobRow
 from workers.reporter import Event
@@ -51,7 +58,11 @@ BAD_ROW_ERRORS = (IntegrityError, DataError, ProgrammingError, InterfaceError)
 
 
 def write_events(eng: Engine, batches: list[tuple[int, int, list[Event]]]) -> int:
-    """Persist `(job_id, attempt_n, events)` batches in one transaction; returns the event count."""
+    """Persist `(job_id, attempt_n, events)` batches in one transaction; returns the event count
+    (of those given: the batches of an attempt that does not own its job are dropped)."""
+    # job rows are taken in id order (as recovery takes them), so two writers never wait on each other
+    # in a cycle; the sort is stable: each job's batches keep their order
+    batches = sorted(batches, key=lambda batch: batch[0])
     try:
         with eng.begin() as conn:
             for job_id, attempt_n, events in batches:
@@ -80,7 +91,8 @@ def _write_job_alone(eng: Engine, job_id: int, attempt_n: int, events: list[Even
             log.warning("job %s: %s event dropped (%s)", job_id, event.kind, reason)
             try:
                 with eng.begin() as conn:
-                    _log_dropped(conn, job_id, attempt_n, event, reason)
+                    if jobqueue.hold(conn, job_id, attempt_n):
+                        _log_dropped(conn, job_id, attempt_n, event, reason)
             except BAD_ROW_ERRORS:  # no such job: nowhere to say it but here
                 log.warning("job %s: could not record the dropped event in job_logs", job_id)
 
@@ -174,6 +186,10 @@ def _log_dropped(conn: Connection, job_id: int, attempt_n: int, event: Event, re
 
 
 def _write_job(eng: Engine, conn: Connection, job_id: int, attempt_n: int, events: list[Event]) -> None:
+    if not jobqueue.hold(conn, job_id, attempt_n):
+        log.warning("job %s: %d event(s) of attempt %s dropped: the attempt no longer owns the job",
+                    job_id, len(events), attempt_n)  # fmt: skip
+        return
     metrics: list[dict[str, Any]] = []
     job_values: dict[str, Any] = {}
     this_attempt = (ATTEMPTS.c.job_id == job_id) & (ATTEMPTS.c.n == attempt_n)
@@ -268,10 +284,12 @@ def _write_result(eng: Engine, conn: Connection, job_id: int, table_name: str, r
 TIMING_TABLES = ("train_results", "decode_benches")
 
 
-def record_concurrency(eng: Engine, job_id: int, others: int) -> None:
+def record_concurrency(eng: Engine, job_id: int, attempt_n: int, others: int) -> None:
     """Set `concurrent_jobs` = `others` (the number of other jobs that ran on the node at any time
-    while the job ran) on every timing row of the job."""
+    while the job ran) on every timing row of the job, if attempt `attempt_n` still owns it."""
     with eng.begin() as conn:
+        if not jobqueue.hold(conn, job_id, attempt_n):
+            return
         for name in TIMING_TABLES:
             table = RESULT_TABLES[name].__table__
             conn.execute(table.update().where(table.c.job_id == job_id).values(concurrent_jobs=int(others)))

@@ -1,10 +1,22 @@
-"""Session-wide fixtures. One Ray instance per test session (started lazily by `ray_cluster`)."""
+"""Session-wide fixtures. One Ray instance per test session (started lazily by `ray_cluster`); one
+throw-away PostgreSQL server per session (started lazily by `pg_server`, see tests/pg.py).
+
+Database fixtures, for tests that should hold on both backends:
+    db_url             a fresh, empty database per test, parametrised [sqlite] / [postgresql]
+    migrated_db_url    the same, already at the head revision (a copy of a migrated template: fast)
+    new_db_url         a callable: another fresh empty database of the test's backend, per call
+The [postgresql] cases skip when no server can be started, unless LOOPLAB_REQUIRE_POSTGRES=1 (CI).
+A fixture of a wider scope makes its databases with tests.pg.Databases (e.g. tests/db/test_sql.py).
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
 
 import pytest
+
+from tests.pg import BACKENDS, Databases
 
 
 def pytest_configure(config):
@@ -77,3 +89,82 @@ def ray_cluster(looplab_cache):
     )
     yield ray
     ray.shutdown()
+
+
+# ---------------------------------------------------------------- databases on both backends
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """The session's PostgreSQL server (tests/pg.py), or None when none can be started here.
+
+    In CI (.ci/run sets LOOPLAB_REQUIRE_POSTGRES=1) a server that cannot be started fails the tests that
+    need it instead of skipping them."""
+    from tests.pg import PgUnavailable, start_server
+
+    try:
+        server = start_server()
+    except PgUnavailable as e:
+        if os.environ.get("LOOPLAB_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"LOOPLAB_REQUIRE_POSTGRES=1 but no PostgreSQL server: {e}")
+        yield None
+        return
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(params=BACKENDS)
+def db_backend(request) -> str:
+    """The backend, "sqlite" or "postgresql": a test asking for a database runs once on each."""
+    if request.param == "postgresql" and request.getfixturevalue("pg_server") is None:
+        pytest.skip("no PostgreSQL server here (apt-get install -y postgresql)")
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def _sqlite_template(tmp_path_factory) -> Callable[[], str]:
+    """The path of a SQLite file migrated to head, made on first use."""
+    made: list = []
+
+    def path():
+        if not made:
+            from alembic import command
+
+            from orchestrator.db import alembic_config
+
+            file = tmp_path_factory.mktemp("sqlite_template") / "looplab.db"
+            # Alembic on its own connection, closed after: the file alone is the whole database
+            command.upgrade(alembic_config(f"sqlite:///{file}"), "head")
+            made.append(file)
+        return made[0]
+
+    return path
+
+
+@pytest.fixture
+def _databases(db_backend, tmp_path, request, _sqlite_template) -> Iterator[Databases]:
+    server = request.getfixturevalue("pg_server") if db_backend == "postgresql" else None
+    dbs = Databases(db_backend, tmp_path, server, _sqlite_template)
+    yield dbs
+    dbs.close()
+
+
+@pytest.fixture
+def db_url(_databases) -> str:
+    """A fresh, empty database for this test: a SQLite file under tmp_path, or a new PostgreSQL database
+    (dropped after the test, stray connections terminated). Parametrised: ids [sqlite] and [postgresql]."""
+    return _databases.new()
+
+
+@pytest.fixture
+def migrated_db_url(_databases) -> str:
+    """A fresh database already at the head revision (copied from a template migrated once per session)."""
+    return _databases.new(migrated=True)
+
+
+@pytest.fixture
+def new_db_url(_databases) -> Callable[..., str]:
+    """`new_db_url(migrated=False)`: another fresh database on the test's backend, removed after the test."""
+    return _databases.new

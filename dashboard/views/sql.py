@@ -1,7 +1,8 @@
 """SQL: a read-only query box over the results database, with the result table and a CSV download.
 
 Writes are refused before the database is touched (`orchestrator.sql.check_readonly`), and the
-connection itself is read-only (SQLite `mode=ro` + `query_only`).
+query runs in a read-only transaction (SQLite `mode=ro` + `query_only`; PostgreSQL a read-only session)
+that is stopped after the timeout set on the page, so a runaway query cannot hang it.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import streamlit as st
 
 from dashboard import data, ui
+from orchestrator.sql import DEFAULT_TIMEOUT_S
 
 EXAMPLE = (
     "SELECT variant_label, recipe, size, seed, final_val_loss, best_loops, train_flops, tokens_per_s\n"
@@ -22,15 +24,20 @@ st.caption("Read-only: SELECT / WITH / EXPLAIN. Views for people (each with the 
 url = ui.url()
 with st.form("sql_form"):
     sql = st.text_area("Query", value=EXAMPLE, height=140, key="sql_text")
+    timeout_s = st.number_input("Timeout (s)", min_value=0.1, max_value=600.0, value=DEFAULT_TIMEOUT_S,
+                                step=1.0, key="sql_timeout",
+                                help="A query still running after this long is stopped.")  # fmt: skip
     st.form_submit_button("Run query", key="sql_run")
 if sql.strip():  # the example runs on first load; a form only reruns on submit, not per keystroke
     from orchestrator.errors import DatabaseError
-    from orchestrator.sql import WriteRefused
+    from orchestrator.sql import QueryTimeout, WriteRefused
 
     try:
-        df, truncated = data.sql_query(url, sql)
+        df, truncated = data.sql_query(url, sql, timeout_s=timeout_s)
     except WriteRefused as e:
         st.error(f"Refused — the dashboard never writes to the database. {e}")
+    except QueryTimeout as e:
+        st.error(f"Stopped — {e}")
     except DatabaseError as e:
         st.error(f"Query failed: {e}")
     else:

@@ -20,6 +20,8 @@ import time
 
 import pytest
 
+from tests.pg import BACKENDS, Databases
+
 # variant key -> (recipe, model overrides, architecture as stored at submission, FLOPs per token)
 ARCH = dict(n_prelude=2, n_recurrent=2, n_coda=2, d_model=64, injection="diagonal", n_params=300_000,
             n_once=100_000, n_rec=80_000)  # fmt: skip
@@ -203,6 +205,22 @@ def fixture_db(tmp_path_factory):
     path = tmp_path_factory.mktemp("dashboard_db") / "looplab.db"
     url = build_fixture_db(path)
     return url, path
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def fixture_url(request, tmp_path_factory):
+    """URL of the filled fixture database, on SQLite and on PostgreSQL (ids [sqlite] / [postgresql]): the
+    tests of dashboard.data and of the pages (AppTest) run on both. The browser and launch tests keep
+    `fixture_db`, SQLite only (a Streamlit server and a browser per backend would double minutes)."""
+    if request.param == "sqlite":
+        yield request.getfixturevalue("fixture_db")[0]
+        return
+    server = request.getfixturevalue("pg_server")
+    if server is None:
+        pytest.skip("no PostgreSQL server here (apt-get install -y postgresql)")
+    databases = Databases("postgresql", tmp_path_factory.mktemp("dashboard_pg"), server)
+    yield build_fixture_db(databases.new())
+    databases.close()
 
 
 @pytest.fixture(scope="session")

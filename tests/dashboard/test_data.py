@@ -1,4 +1,5 @@
-"""dashboard.data against the fixture database: the frames the pages read, and the SQL downsampling."""
+"""dashboard.data against the fixture database (SQLite and PostgreSQL): the frames the pages read, and the SQL
+downsampling."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from dashboard import analysis, data
 from tests.dashboard.conftest import EXPECTED, LEAN8_LABEL
 
 
-def test_runs_frame_has_loop_mode_and_iso_time_reference(fixture_db):
-    runs = data.runs(fixture_db[0]).set_index("job_id")
+def test_runs_frame_has_loop_mode_and_iso_time_reference(fixture_url):
+    runs = data.runs(fixture_url).set_index("job_id")
     assert len(runs) == 11
     parcae = runs[runs["recipe"] == "parcae"].iloc[0]
     lean = runs[(runs["variant_label"] == "lean") & runs["match_time_of"].isna()].iloc[0]
@@ -21,8 +22,8 @@ def test_runs_frame_has_loop_mode_and_iso_time_reference(fixture_db):
     assert len(iso) == 1 and runs.loc[int(iso["match_time_of"].iloc[0]), "recipe"] == "parcae"
 
 
-def test_runs_frame_has_the_variant_architecture_and_flops(fixture_db):
-    runs = data.runs(fixture_db[0])
+def test_runs_frame_has_the_variant_architecture_and_flops(fixture_url):
+    runs = data.runs(fixture_url)
     lean = runs[runs["recipe"] == "lean"]
     # two variants of one recipe: two ids; the seeds of one variant share theirs
     assert set(lean["variant_label"]) == {"lean", LEAN8_LABEL} and lean["variant_id"].nunique() == 2
@@ -38,8 +39,8 @@ def test_runs_frame_has_the_variant_architecture_and_flops(fixture_db):
             "achieved_flops_per_s", "padding_waste", "budget_flops"} <= set(runs.columns)  # fmt: skip
 
 
-def test_depth_metric_keys_from_latest_metrics(fixture_db):
-    url = fixture_db[0]
+def test_depth_metric_keys_from_latest_metrics(fixture_url):
+    url = fixture_url
     runs = data.runs(url)
     ids = runs.loc[runs["recipe"].isin(["lean", "plain"]) & (runs["seed"] == 0), "job_id"].tolist()
     keys = data.depth_metric_keys(url, ids)
@@ -55,8 +56,8 @@ def test_depth_metric_keys_from_latest_metrics(fixture_db):
     assert data.depth_metric_keys(url, []).empty
 
 
-def test_curves_downsampled_in_sql_like_analysis(fixture_db):
-    url = fixture_db[0]
+def test_curves_downsampled_in_sql_like_analysis(fixture_url):
+    url = fixture_url
     full = data.curves(url, [1, 2], ("train_loss", "val_loss"), max_points=10_000)
     assert len(full) == 2 * (50 + 5)  # every point when under the cap
     small = data.curves(url, [1, 2], ("train_loss", "val_loss"), max_points=7)
@@ -67,8 +68,8 @@ def test_curves_downsampled_in_sql_like_analysis(fixture_db):
     assert (first_last["min"] == 1).all() and (first_last["max"] == 50).all()
 
 
-def test_latest_and_empty_selections(fixture_db):
-    url = fixture_db[0]
+def test_latest_and_empty_selections(fixture_url):
+    url = fixture_url
     assert data.curves(url, [], ("val_loss",)).empty and data.latest(url, []).empty
     jobs = data.jobs(url)
     running = jobs.loc[jobs["status"] == "running", "job_id"].tolist()
@@ -76,8 +77,8 @@ def test_latest_and_empty_selections(fixture_db):
     assert lat["value"].tolist() == [1234.0]
 
 
-def test_depth_and_deltas_are_labelled_with_the_train_job(fixture_db):
-    url = fixture_db[0]
+def test_depth_and_deltas_are_labelled_with_the_train_job(fixture_url):
+    url = fixture_url
     depth = data.depth(url)
     assert set(depth["recipe"]) == {"parcae", "lean"} and depth["train_job_id"].notna().all()
     assert set(depth["variant_label"]) == {"parcae", "lean"} and set(depth["train_loops"]) == {8, 4}

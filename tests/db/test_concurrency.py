@@ -28,6 +28,8 @@ def _spawn(*args: str) -> subprocess.Popen:
 
 
 def test_writer_and_reader_processes_do_not_lock_each_other_out(tmp_path):
+    # SQLite only: "database is locked", WAL and the busy timeout are SQLite's; a PostgreSQL server
+    # has row-level concurrency (the many-drivers tests exercise it)
     db = str(tmp_path / "looplab.db")
     engine(db)  # created (and migrated) before the reader opens it read-only
     ready, done, out = tmp_path / "ready", tmp_path / "done", tmp_path / "seen.json"

@@ -1,18 +1,22 @@
-"""Opening the database: URL resolution, SQLite settings, read-only engines, unknown revisions."""
+"""Opening the database: URL resolution, SQLite settings, read-only engines, unknown revisions.
+
+Tests that take `db_url` run on SQLite and on PostgreSQL; the others are about SQLite files (pragmas,
+the lock file, a missing directory or file) and say so."""
 
 from __future__ import annotations
 
-import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from sqlalchemy import text
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.pool import NullPool
 
-from orchestrator.db import engine, head_revision, readonly_engine, resolve_url, session
+from orchestrator.db import dispose_all, engine, head_revision, readonly_engine, resolve_url, session
 from orchestrator.errors import ConfigError, DatabaseError
 from orchestrator.schema import GridRow
 from tests.db.conftest import file_digest
@@ -29,7 +33,10 @@ def test_resolve_url_defaults_env_and_paths(tmp_path, monkeypatch):
     assert resolve_url("sub/x.db") == f"sqlite:///{tmp_path}/sub/x.db"
     assert resolve_url("sqlite:///rel.db") == f"sqlite:///{tmp_path}/rel.db"
     assert resolve_url("sqlite:////abs/x.db") == "sqlite:////abs/x.db"
-    assert resolve_url("postgresql://u@h/db") == "postgresql://u@h/db"
+    # PostgreSQL: a bare scheme gets the driver looplab installs (psycopg 3); a named driver stays
+    assert resolve_url("postgresql://u@h/db") == "postgresql+psycopg://u@h/db"
+    assert resolve_url("postgres://u:pw@h:5433/db") == "postgresql+psycopg://u:pw@h:5433/db"
+    assert resolve_url("postgresql+psycopg://u@h/db") == "postgresql+psycopg://u@h/db"
 
 
 @pytest.mark.parametrize("bad", ["", "   ", "nosuchdb://x/y", "sqlite+nodriver:///x.db"])
@@ -38,7 +45,7 @@ def test_resolve_url_rejects_garbage_naming_the_flag(bad):
         resolve_url(bad)
 
 
-def test_engine_sets_sqlite_pragmas_and_is_cached(db_path):
+def test_engine_sets_sqlite_pragmas_and_is_cached(db_path):  # SQLite only: its pragmas and lock file
     eng = engine(str(db_path))
     assert engine(f"sqlite:///{db_path}") is eng
     with eng.connect() as c:
@@ -49,13 +56,13 @@ def test_engine_sets_sqlite_pragmas_and_is_cached(db_path):
     assert db_path.with_name("looplab.db.lock").exists()
 
 
-def test_engine_in_missing_directory_is_a_config_error(tmp_path):
+def test_engine_in_missing_directory_is_a_config_error(tmp_path):  # SQLite only: a file's directory
     with pytest.raises(ConfigError, match="does not exist"):
         engine(str(tmp_path / "nope" / "x.db"))
 
 
-def test_session_commits_on_success_and_rolls_back_on_error(db_path):
-    eng = engine(str(db_path))
+def test_session_commits_on_success_and_rolls_back_on_error(db_url):
+    eng = engine(db_url)
     with session(eng) as s:
         s.add(GridRow(name="g", spec="{}", spec_hash="a", created_at=time.time()))
     with pytest.raises(RuntimeError), session(eng) as s:
@@ -66,65 +73,81 @@ def test_session_commits_on_success_and_rolls_back_on_error(db_path):
         assert [r[0] for r in c.execute(text("SELECT name FROM grids"))] == ["g"]
 
 
-def test_foreign_keys_are_enforced(db_path):
-    eng = engine(str(db_path))
-    with pytest.raises(Exception, match="FOREIGN KEY"), eng.begin() as c:
+def test_foreign_keys_are_enforced(db_url):
+    eng = engine(db_url)
+    with pytest.raises(Exception, match="(?i)FOREIGN KEY"), eng.begin() as c:
         c.exec_driver_sql("INSERT INTO metrics (job_id, key, step, value) VALUES (999, 'x', 0, 1.0)")
 
 
-def test_readonly_engine_refuses_writes(db_path):
-    engine(str(db_path))
-    ro = readonly_engine(str(db_path))
+def test_readonly_engine_refuses_writes(db_url):
+    engine(db_url)
+    ro = readonly_engine(db_url)
     with ro.connect() as c:
-        assert c.exec_driver_sql("PRAGMA query_only").scalar() == 1
+        if db_url.startswith("sqlite"):
+            assert c.exec_driver_sql("PRAGMA query_only").scalar() == 1
+        else:
+            assert c.exec_driver_sql("SHOW transaction_read_only").scalar() == "on"
         assert c.exec_driver_sql("SELECT COUNT(*) FROM runs").scalar() == 0
-        with pytest.raises(OperationalError, match="readonly|read-only|query_only"):
+        with pytest.raises(DBAPIError, match="readonly|read-only|query_only"):
             c.exec_driver_sql(
                 "INSERT INTO grids (name, spec, spec_hash, created_at) VALUES ('g', '{}', 'h', 0)"
             )
 
 
-def test_readonly_engine_on_missing_file_says_what_to_do(tmp_path):
+def test_readonly_engine_on_missing_file_says_what_to_do(tmp_path):  # SQLite only: a missing file
     path = tmp_path / "missing.db"
     with pytest.raises(DatabaseError, match=r"looplab db upgrade.*--db"):
         readonly_engine(str(path))
     assert not path.exists()
 
 
-def test_readonly_engine_on_foreign_file_says_upgrade(tmp_path):
-    path = tmp_path / "other.db"
-    sqlite3.connect(path).execute("CREATE TABLE t (x)").connection.close()
+def test_readonly_engine_on_foreign_file_says_upgrade(db_url):
+    _raw_sql(db_url, "CREATE TABLE t (x INTEGER)")
     with pytest.raises(DatabaseError, match="no looplab schema.*looplab db upgrade"):
-        readonly_engine(str(path))
+        readonly_engine(db_url)
 
 
-def _stamp(path: Path, rev: str) -> None:
-    conn = sqlite3.connect(path)
-    conn.execute("UPDATE looplab_alembic_version SET version_num = ?", (rev,))
-    conn.commit()
-    conn.close()
+def _raw_sql(url: str, *statements: str) -> None:
+    """Run `statements` on a connection of their own (no looplab engine, nothing cached)."""
+    raw = sa.create_engine(url, poolclass=NullPool)
+    with raw.begin() as conn:
+        for statement in statements:
+            conn.exec_driver_sql(statement)
+    raw.dispose()
 
 
-def test_unknown_revision_is_refused_and_the_file_left_untouched(db_path):
-    engine(str(db_path))
-    from orchestrator.db import dispose_all
+def _snapshot(url: str) -> object:
+    """SQLite: the file's bytes; PostgreSQL: the stamped revision and the tables there are."""
+    if url.startswith("sqlite"):
+        return file_digest(Path(url.removeprefix("sqlite:///")))
+    raw = sa.create_engine(url, poolclass=NullPool)
+    with raw.connect() as conn:
+        stamp = conn.exec_driver_sql("SELECT version_num FROM looplab_alembic_version").all()
+    tables = sorted(sa.inspect(raw).get_table_names())
+    raw.dispose()
+    return stamp, tables
 
+
+def test_unknown_revision_is_refused_and_the_database_left_untouched(db_url):
+    engine(db_url)
     dispose_all()
-    _stamp(db_path, "9999_from_the_future")
-    before = file_digest(db_path)
+    _raw_sql(db_url, "UPDATE looplab_alembic_version SET version_num = '9999_from_the_future'")
+    before = _snapshot(db_url)
     msg = rf"9999_from_the_future, unknown to this looplab \(head is {head_revision()}\): upgrade looplab"
     with pytest.raises(DatabaseError, match=msg):
-        engine(str(db_path))
+        engine(db_url)
     with pytest.raises(DatabaseError, match="unknown to this looplab"):
-        readonly_engine(str(db_path))
-    assert file_digest(db_path) == before
+        readonly_engine(db_url)
+    assert _snapshot(db_url) == before
 
 
-def test_two_processes_creating_one_database_at_once_do_not_race(db_path):
+def test_two_processes_creating_one_database_at_once_do_not_race(db_url):
+    """SQLite: a file lock; PostgreSQL: an advisory lock. Either way one process migrates, the other
+    waits and finds the schema at head."""
     code = "import sys; from orchestrator.db import engine; engine(sys.argv[1]); print('ok')"
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", code, str(db_path)],
+            [sys.executable, "-c", code, db_url],
             cwd=REPO,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -134,6 +157,43 @@ def test_two_processes_creating_one_database_at_once_do_not_race(db_path):
     ]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outs]
-    conn = sqlite3.connect(db_path)
-    assert conn.execute("SELECT version_num FROM looplab_alembic_version").fetchall() == [(head_revision(),)]
-    conn.close()
+    raw = sa.create_engine(db_url, poolclass=NullPool)
+    with raw.connect() as conn:
+        stamps = conn.exec_driver_sql("SELECT version_num FROM looplab_alembic_version").all()
+    raw.dispose()
+    assert [tuple(r) for r in stamps] == [(head_revision(),)]
+
+
+def test_grant_reader_makes_a_role_that_reads_and_cannot_write(db_url):
+    """`looplab db grant-reader ROLE` (PostgreSQL): the role reads every table and view; its writes fail
+    for want of privileges even after it switches its session's read-only default off."""
+    from orchestrator.cli import main
+    from orchestrator.db import grant_reader
+
+    if db_url.startswith("sqlite"):
+        with pytest.raises(ConfigError, match="--db: grant-reader needs a PostgreSQL database"):
+            grant_reader(db_url, "reader")
+        return
+    with pytest.raises(ConfigError, match="ROLE: expected a PostgreSQL role name"):
+        grant_reader(db_url, "bad; DROP TABLE jobs")
+    role = f"reader_{sa.make_url(db_url).database}"
+    assert main(["--db", db_url, "db", "grant-reader", role]) == 0
+    assert main(["--db", db_url, "db", "grant-reader", role]) == 0  # again: the role exists, no error
+    as_reader = sa.make_url(db_url).set(username=role)
+    raw = sa.create_engine(as_reader, poolclass=NullPool)
+    try:
+        with raw.connect() as conn:
+            assert conn.exec_driver_sql("SELECT count(*) FROM runs").scalar() == 0
+            assert conn.exec_driver_sql("SELECT count(*) FROM jobs").scalar() == 0
+            assert conn.exec_driver_sql("SHOW default_transaction_read_only").scalar() == "on"
+            conn.rollback()
+            conn.exec_driver_sql("SET default_transaction_read_only = off")
+            conn.commit()
+            with pytest.raises(DBAPIError, match="permission denied"):
+                conn.exec_driver_sql(
+                    "INSERT INTO grids (name, spec, spec_hash, created_at) VALUES ('g', '{}', 'h', 0)"
+                )
+    finally:
+        raw.dispose()
+        dispose_all()
+        _raw_sql(db_url, f'DROP OWNED BY "{role}"', f'DROP ROLE "{role}"')

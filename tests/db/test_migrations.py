@@ -2,13 +2,12 @@
 
 The MLflow way of testing a migration chain: the migrated schema equals the ORM (compare_metadata),
 every older revision is recognised as old, and rows written under an old schema are all still
-there, unchanged, after upgrading to head.
+there, unchanged, after upgrading to head. Every test runs on SQLite and on PostgreSQL (`db_url`).
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
 
 import pytest
 import sqlalchemy as sa
@@ -36,16 +35,27 @@ REVISIONS = [
 ]
 
 
-def _objects(path) -> dict[str, set[str]]:
-    conn = sqlite3.connect(path)
+def _objects(url: str) -> dict[str, set[str]]:
+    """The tables, views and indexes in the database at `url` (any backend)."""
+    raw = create_engine(url, poolclass=NullPool)
     try:
-        rows = conn.execute("SELECT type, name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'").fetchall()
+        insp = inspect(raw)
+        tables = set(insp.get_table_names())
+        indexes = {ix["name"] for table in tables for ix in insp.get_indexes(table)}
+        return {"table": tables, "view": set(insp.get_view_names()), "index": indexes}
     finally:
-        conn.close()
-    out: dict[str, set[str]] = {"table": set(), "view": set(), "index": set()}
-    for type_, name in rows:
-        out.setdefault(type_, set()).add(name)
-    return out
+        raw.dispose()
+
+
+def _view_sql(url: str) -> dict[str, str]:
+    """name -> definition of every view. SQLite keeps the CREATE VIEW text as written; PostgreSQL keeps
+    a normalised SELECT, so there only the names can be compared with the source."""
+    raw = create_engine(url, poolclass=NullPool)
+    try:
+        insp = inspect(raw)
+        return {name: insp.get_view_definition(name) for name in insp.get_view_names()}
+    finally:
+        raw.dispose()
 
 
 def _orm_indexes() -> set[str]:
@@ -58,27 +68,27 @@ def test_revisions_form_one_line_starting_at_initial():
     assert len(REVISIONS) >= 2
 
 
-def test_round_trip_upgrade_downgrade_upgrade(db_path):
-    cfg = alembic_config(str(db_path))
+def test_round_trip_upgrade_downgrade_upgrade(db_url):
+    cfg = alembic_config(db_url)
     command.upgrade(cfg, "head")
-    objs = _objects(db_path)
+    objs = _objects(db_url)
     assert objs["table"] == set(Base.metadata.tables) | {VERSION_TABLE}
     assert objs["view"] == set(VIEW_NAMES)
     assert _orm_indexes() <= objs["index"]
 
     command.downgrade(cfg, "base")
-    objs = _objects(db_path)
+    objs = _objects(db_url)
     assert objs["table"] <= {VERSION_TABLE}
     assert objs["view"] == set() and objs["index"] == set()
 
     command.upgrade(cfg, "head")
-    objs = _objects(db_path)
+    objs = _objects(db_url)
     assert objs["table"] == set(Base.metadata.tables) | {VERSION_TABLE}
     assert objs["view"] == set(VIEW_NAMES)
 
 
-def test_migrated_schema_matches_orm(db_path):
-    eng = engine(str(db_path))
+def test_migrated_schema_matches_orm(db_url):
+    eng = engine(db_url)
     with eng.connect() as conn:
         ctx = MigrationContext.configure(
             conn,
@@ -92,11 +102,10 @@ def test_migrated_schema_matches_orm(db_path):
 
 
 @pytest.mark.parametrize("old", REVISIONS[:-1])
-def test_data_survives_upgrade_to_head(tmp_path, old):
+def test_data_survives_upgrade_to_head(db_url, old):
     """Build a database at `old`, fill every table, upgrade to head: every row is still there."""
-    path = tmp_path / f"at_{old}.db"
-    command.upgrade(alembic_config(str(path)), old)
-    raw = create_engine(f"sqlite:///{path}", poolclass=NullPool)
+    command.upgrade(alembic_config(db_url), old)
+    raw = create_engine(db_url, poolclass=NullPool)
     old_meta = MetaData()
     old_meta.reflect(raw)
     with raw.begin() as conn:
@@ -105,8 +114,8 @@ def test_data_survives_upgrade_to_head(tmp_path, old):
 
     # an older revision is recognised as old by the read-only path, and upgraded by engine()
     with pytest.raises(DatabaseError, match="looplab db upgrade"):
-        readonly_engine(str(path))
-    engine(str(path))
+        readonly_engine(db_url)
+    engine(db_url)
     with raw.connect() as conn:
         ctx = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
         assert ctx.get_current_revision() == head_revision()
@@ -125,8 +134,9 @@ def test_data_survives_upgrade_to_head(tmp_path, old):
     raw.dispose()
 
 
-def test_failed_upgrade_leaves_database_unchanged(db_path, monkeypatch):
-    """Migrations run in one SQLite transaction: a failure half-way leaves no half-built schema."""
+def test_failed_upgrade_leaves_database_unchanged(db_url, monkeypatch):
+    """Migrations run in one transaction (SQLite and PostgreSQL both roll DDL back): a failure half-way
+    leaves no half-built schema."""
     from alembic.operations import Operations
 
     def boom(*a, **kw):
@@ -134,26 +144,25 @@ def test_failed_upgrade_leaves_database_unchanged(db_path, monkeypatch):
 
     monkeypatch.setattr(Operations, "create_index", boom)
     with pytest.raises(RuntimeError, match="injected failure"):
-        engine(str(db_path))
-    objs = _objects(db_path)
+        engine(db_url)
+    objs = _objects(db_url)
     assert objs["table"] == set() and objs["view"] == set()
 
 
-def test_every_orm_table_is_reflected_with_its_columns(db_path):
+def test_every_orm_table_is_reflected_with_its_columns(db_url):
     """After upgrade the ORM can be used as is: every mapped table is reflected with its columns."""
-    eng = engine(str(db_path))
+    eng = engine(db_url)
     insp = inspect(eng)
     for name, table in Base.metadata.tables.items():
         assert {c["name"] for c in insp.get_columns(name)} == set(table.columns.keys())
 
 
-def test_0003_backfills_failed_dependency_and_loops(tmp_path):
+def test_0003_backfills_failed_dependency_and_loops(db_url):
     """Rows written before 0003 get `failed_dependency` from the cascade's error text (only when that
     job really is a dependency) and `loop_sampler`/`loops` from their config (recipe, then overrides);
     a depth sweep gets its train job's."""
-    path = tmp_path / "at_0002.db"
-    command.upgrade(alembic_config(str(path)), "0002_metrics_wall_s")
-    raw = create_engine(f"sqlite:///{path}", poolclass=NullPool)
+    command.upgrade(alembic_config(db_url), "0002_metrics_wall_s")
+    raw = create_engine(db_url, poolclass=NullPool)
 
     def config(recipe, **model):
         return json.dumps({"recipe": recipe, "size": "tiny", "model": model})
@@ -179,7 +188,7 @@ def test_0003_backfills_failed_dependency_and_loops(tmp_path):
             sa.text("INSERT INTO job_deps (job_id, depends_on) VALUES (:a, :b)"),
             [{"a": 2, "b": 1}, {"a": 4, "b": 3}],
         )
-    command.upgrade(alembic_config(str(path)), "0003_job_state_columns")
+    command.upgrade(alembic_config(db_url), "0003_job_state_columns")
     with raw.connect() as conn:
         got = conn.execute(
             sa.text("SELECT id, failed_dependency, loop_sampler, loops FROM jobs ORDER BY id")
@@ -212,15 +221,14 @@ def test_0003_recipe_table_matches_the_presets_it_was_copied_from():
         assert (cfg.loop_sampler, cfg.loops) == (sampler, loops), recipe
 
 
-def test_0004_backfills_variants_from_the_stored_configs(tmp_path):
+def test_0004_backfills_variants_from_the_stored_configs(db_url):
     """Rows written before 0004 get the variant and architecture columns their config gives today
     (orchestrator.variants, live code); a depth sweep gets its train job's; a config that does not
     resolve keeps NULLs; loop_sampler/loops that 0003 filled are not touched."""
     from orchestrator.variants import variant_columns
 
-    path = tmp_path / "at_0003.db"
-    command.upgrade(alembic_config(str(path)), "0003_job_state_columns")
-    raw = create_engine(f"sqlite:///{path}", poolclass=NullPool)
+    command.upgrade(alembic_config(db_url), "0003_job_state_columns")
+    raw = create_engine(db_url, poolclass=NullPool)
     fixed8 = {"recipe": "fixed4", "size": "tiny", "model": {"loops": 8}, "seed": 0, "tokens": 1000}
     bench = {"recipe": "parcae", "size": "tiny", "model": {}}
     jobs = [  # id, kind, config, loop_sampler, loops
@@ -240,7 +248,7 @@ def test_0004_backfills_variants_from_the_stored_configs(tmp_path):
             [dict(zip(("id", "kind", "config", "sampler", "loops"), j, strict=True)) for j in jobs],
         )  # fmt: skip
         conn.execute(sa.text("INSERT INTO job_deps (job_id, depends_on) VALUES (2, 1)"))
-    engine(str(path))  # upgrades to head
+    engine(db_url)  # upgrades to head
     with raw.connect() as conn:
         got = {r.id: dict(r._mapping) for r in conn.execute(sa.text("SELECT * FROM jobs"))}
     raw.dispose()
@@ -255,29 +263,41 @@ def test_0004_backfills_variants_from_the_stored_configs(tmp_path):
     assert got[7]["loops"] == 99 and got[7]["variant_label"] == "fixed4 · loops=2"
 
 
-def test_views_come_from_one_definition_at_head_and_from_0001_below_0003(db_path):
+def test_views_come_from_one_definition_at_head_and_from_0001_below_0003(db_url):
     """Views are re-created from orchestrator/views.py after every upgrade to head; taken back to
-    0002, the database has exactly the views revision 0001 made (what that release reads)."""
+    0002, the database has exactly the views revision 0001 made (what that release reads). SQLite
+    keeps each view's text, compared exactly; PostgreSQL the names and the columns each view shows."""
     import importlib
 
     from orchestrator.views import VIEWS
 
-    cfg = alembic_config(str(db_path))
+    initial = importlib.import_module("migrations.versions.0001_initial")
+    sqlite = db_url.startswith("sqlite")
+    cfg = alembic_config(db_url)
     command.upgrade(cfg, "head")
-    conn = sqlite3.connect(db_path)
-    try:
-        got = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'view'").fetchall())
-    finally:
-        conn.close()
-    assert {name: sql.strip() for name, sql in got.items()} == {n: s.strip() for n, s in VIEWS.items()}
+    got = _view_sql(db_url)
+    if sqlite:
+        assert {name: sql.strip() for name, sql in got.items()} == {n: s.strip() for n, s in VIEWS.items()}
+    else:
+        assert set(got) == set(VIEWS)
+    head_columns = _view_columns(db_url)
 
     command.downgrade(cfg, "0002_metrics_wall_s")
-    initial = importlib.import_module("migrations.versions.0001_initial")
-    conn = sqlite3.connect(db_path)
+    got = _view_sql(db_url)
+    if sqlite:
+        assert {name: sql.strip() for name, sql in got.items()} == {
+            n: s.strip() for n, s in initial.VIEWS.items()
+        }
+    else:
+        assert set(got) == set(initial.VIEWS)
+        old_columns = _view_columns(db_url)
+        assert "variant_id" in head_columns["runs"] and "variant_id" not in old_columns["runs"]
+
+
+def _view_columns(url: str) -> dict[str, list[str]]:
+    raw = create_engine(url, poolclass=NullPool)
     try:
-        got = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'view'").fetchall())
+        insp = inspect(raw)
+        return {name: [c["name"] for c in insp.get_columns(name)] for name in insp.get_view_names()}
     finally:
-        conn.close()
-    assert {name: sql.strip() for name, sql in got.items()} == {
-        n: s.strip() for n, s in initial.VIEWS.items()
-    }
+        raw.dispose()

@@ -1,5 +1,6 @@
 """The scheduler on the session's Ray (2 CPUs, 2 logical GPUs) with the fake job kinds: dependencies,
-failures and retry, placement, derived iso-time budgets, cancel, graceful stop and exact resume."""
+failures and retry (with backoff), placement, reservations by effective priority, derived iso-time
+budgets, cancel, graceful stop and exact resume."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import threading
 import time
 
 import pytest
+import sqlalchemy as sa
 
 from orchestrator import Grid, Queue
 from orchestrator.scheduler import Scheduler
@@ -22,6 +24,7 @@ def q(tmp_path, ray_cluster):
 
 
 def run(q: Queue, **kw) -> None:
+    kw.setdefault("retry_backoff_s", 0.05)  # retried failures wait a little, not the default 5 s
     q.run(until_empty=True, progress=False, poll_s=0.2, **kw)
 
 
@@ -236,3 +239,39 @@ def test_exclusive_can_be_opted_out(q):
     run(q)
     (n,) = rows(q, "SELECT concurrent_jobs FROM decode_benches")[0]
     assert n == 1 and len(ids) == 2
+
+
+def spans(q: Queue) -> dict[int, tuple[float, float]]:
+    return {j: (s, e) for j, s, e in rows(q, "SELECT job_id, started_at, ended_at FROM attempts")}
+
+
+@pytest.mark.parametrize("rule", ["higher priority", "aged", "same priority"])
+def test_a_job_waiting_for_gpus_reserves_them_against_lower_effective_priorities(q, rule):
+    """Two GPUs: a short and a long job hold them; a 2-GPU job waits. When the short one ends, one GPU
+    is free: 1-GPU jobs of lower effective priority (by priority, or by its 100 s of waiting with
+    aging_s=60) must leave it to the waiting job; jobs of its own effective priority fill the gap."""
+    gpu = {"num_gpus": 1, "num_cpus": 0.5}
+    q.submit([Grid("a", job="sleep", base={"seconds": 0.3, "tag": "short"}, resources=gpu, priority=5),
+              Grid("b", job="sleep", base={"seconds": 2.5, "tag": "long"}, resources=gpu, priority=5)])  # fmt: skip
+    (big,) = q.submit(Grid("big", job="sleep", base={"seconds": 0.1, "tag": "big"}, priority=int(rule == "higher priority"),
+                           resources={"num_gpus": 2, "num_cpus": 0.5}))  # fmt: skip
+    if rule == "aged":
+        with q.eng.begin() as conn:
+            conn.execute(sa.text("UPDATE jobs SET created_at = created_at - 100 WHERE id = :j"), {"j": big})
+    smalls = q.submit(
+        Grid("small", job="sleep", base={"seconds": 0.1}, sweep={"tag": ["1", "2", "3"]}, resources=gpu)
+    )
+    run(q, aging_s=60.0)
+    span = spans(q)
+    if rule == "same priority":  # the gap is filled: they all ran while the big job waited
+        assert all(span[s][0] < span[big][0] for s in smalls)
+    else:
+        assert all(span[s][0] >= span[big][0] for s in smalls)
+
+
+def test_a_failing_job_is_retried_after_a_doubling_backoff(q):
+    (jid,) = q.submit(Grid("b", job="boom", base={"fail_times": 2}, max_attempts=3))
+    run(q, retry_backoff_s=0.4)
+    att = rows(q, "SELECT n, outcome, started_at, ended_at FROM attempts WHERE job_id=:j ORDER BY n", j=jid)
+    assert [(n, o) for n, o, *_ in att] == [(1, "failed"), (2, "failed"), (3, "succeeded")]
+    assert att[1][2] - att[0][3] >= 0.4 and att[2][2] - att[1][3] >= 0.8  # 0.4 * 2^(failures - 1)

@@ -1,5 +1,5 @@
 """Submission: grid expansion, follow-ups and dependencies, idempotence, bad grids refused whole.
-No Ray here: submission only touches the database."""
+No Ray here: submission only touches the database, on SQLite and on PostgreSQL (`migrated_db_url`)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from orchestrator import Grid, Queue
+from orchestrator.db import sqlite_file
 from orchestrator.errors import ConfigError
 from tests.orchestrator import fake_jobs
 
@@ -28,8 +29,8 @@ def deps(q: Queue) -> set[tuple[int, int]]:
 
 
 @pytest.fixture
-def fq(tmp_path):
-    return Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art", kinds=fake_jobs)
+def fq(migrated_db_url, tmp_path):
+    return Queue(db=migrated_db_url, artifacts=tmp_path / "art", kinds=fake_jobs)
 
 
 def test_package_import_is_light():
@@ -130,19 +131,21 @@ BAD_GRIDS = [
 
 
 @pytest.mark.parametrize("grid,field", BAD_GRIDS, ids=[f for _, f in BAD_GRIDS])
-def test_bad_grid_refused_whole_with_the_field_named(tmp_path, grid, field):
-    """With the real job registry (workers.jobs): a good grid and a bad one together add nothing."""
-    q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art")
+def test_bad_grid_refused_whole_with_the_field_named(migrated_db_url, tmp_path, grid, field):
+    """With the real job registry (workers.jobs): a good grid and a bad one together add nothing
+    (SQLite: not a byte of the file changes; PostgreSQL: no row of any table)."""
+    q = Queue(db=migrated_db_url, artifacts=tmp_path / "art")
     q.submit(Grid("ok", base={"tokens": 1000, "size": "tiny"}, sweep={"seed": [0]}))
-    before, sha = counts(q), _sha(tmp_path / "q.db")
+    file = sqlite_file(migrated_db_url)
+    before, sha = counts(q), file and _sha(file)
     good = Grid("good", base={"tokens": 1000, "size": "tiny"}, sweep={"recipe": ["lean", "parcae"]})
     with pytest.raises(ConfigError) as e:
         q.submit([good, grid])
     assert field in str(e.value)
-    assert counts(q) == before and _sha(tmp_path / "q.db") == sha
+    assert counts(q) == before and (file and _sha(file)) == sha
 
 
-def test_unknown_key_names_accepted_keys(tmp_path):
-    q = Queue(db=tmp_path / "q.db")
+def test_unknown_key_names_accepted_keys(migrated_db_url):
+    q = Queue(db=migrated_db_url)
     with pytest.raises(ConfigError, match=r"learning_rate.*accepted:.*batch_size"):
         q.submit(Grid("bad", base={"tokens": 1000, "learning_rate": 0.1}))

@@ -1,5 +1,5 @@
 """Every state transition of a job, and the refusal of every illegal one, made by orchestrator.jobqueue
-directly on a real SQLite file: no Ray, no scheduler, so each case runs in milliseconds.
+directly on a real database of each backend (db_url): no Ray, no scheduler, so each case runs in milliseconds.
 
 Legal: queued -> running (claim); running -> succeeded | failed | queued (interrupted, or a failure
 under max_attempts) | cancelled; queued -> cancelled; failed | cancelled -> queued (retry);
@@ -23,8 +23,8 @@ from workers.reporter import Event
 
 
 @pytest.fixture
-def eng(tmp_path):
-    return engine(str(tmp_path / "q.db"))
+def eng(migrated_db_url):  # db_url, already migrated (a copy of a template: fast on PostgreSQL)
+    return engine(migrated_db_url)
 
 
 def submit(eng, *grids: Grid) -> list[int]:
@@ -172,9 +172,9 @@ def test_heartbeat_of_a_worker_with_a_skewed_clock_is_not_stale(eng):
 
 def test_touch_keeps_only_running_jobs_alive(eng):
     running, queued = submit(eng, Grid("t", job="noop", sweep={"tag": [1, 2]}))
-    jobqueue.claim(eng, running, "driver", "/tmp/a")
+    n = jobqueue.claim(eng, running, "driver", "/tmp/a")
     age_heartbeat(eng, running)
-    jobqueue.touch(eng, [running, queued])
+    jobqueue.touch(eng, {running: n, queued: 1})
     assert jobqueue.recover_stale(eng, grace_s=60) == []
     assert job(eng, queued).heartbeat_at is None
 
@@ -334,3 +334,61 @@ def test_submission_stores_how_each_run_loops(eng):
     # a spec that names no model the code knows (a plugin's job kind, an unknown recipe) gets no columns
     assert variants.variant_columns("train", {"recipe": "no_such_recipe"}) == {}
     assert variants.resolve("noop", {}) is None
+
+
+# ---------------------------------------------------------------- retry backoff and aging
+
+
+def test_retry_delay_doubles_per_failure_up_to_the_cap():
+    assert [jobqueue.retry_delay(k, 5.0, 300.0) for k in range(1, 9)] == [5, 10, 20, 40, 80, 160, 300, 300]
+
+
+def test_a_failed_attempt_is_retried_only_after_a_growing_backoff(eng):
+    (jid,) = submit(eng, Grid("b", job="boom", max_attempts=4))
+    for failures in (1, 2, 3):
+        n = jobqueue.claim(eng, jid, "driver", "/tmp/b")
+        before = time.time()
+        status = jobqueue.finish(eng, jid, n, AttemptOutcome.FAILED, "boom", backoff_s=2.0, backoff_max_s=6.0)
+        after = time.time()
+        assert status == JobStatus.QUEUED
+        delay = min(6.0, 2.0 * 2 ** (failures - 1))  # 2, 4, 6 (the cap)
+        not_before = job(eng, jid).not_before
+        assert before + delay <= not_before <= after + delay
+        assert [r.id for r in jobqueue.ready_jobs(eng, now=not_before - 0.5)] == []
+        assert not jobqueue.nothing_left(eng)  # a job waiting out its backoff is still to be run
+        assert [r.id for r in jobqueue.ready_jobs(eng, now=not_before)] == [jid]
+    # an interruption is not the job's fault: no backoff
+    n = jobqueue.claim(eng, jid, "driver", "/tmp/b")
+    jobqueue.finish(eng, jid, n, AttemptOutcome.INTERRUPTED)
+    assert [r.id for r in jobqueue.ready_jobs(eng, now=not_before)] == [jid]
+
+
+def set_created(eng, job_id: int, created_at: float) -> None:
+    with eng.begin() as conn:
+        conn.execute(sa.text("UPDATE jobs SET created_at = :t WHERE id = :j"), {"t": created_at, "j": job_id})
+
+
+def test_ready_jobs_are_ordered_by_priority_raised_by_waiting(eng):
+    (old,) = submit(eng, Grid("old", job="noop", sweep={"tag": [1]}, priority=0))
+    (new,) = submit(eng, Grid("new", job="noop", sweep={"tag": [2]}, priority=2))
+    now = time.time()
+    set_created(eng, old, now - 100)
+    set_created(eng, new, now - 1)
+
+    def order(aging_s):
+        return [(r.id, r.effective_priority) for r in jobqueue.ready_jobs(eng, aging_s=aging_s, now=now)]
+
+    assert order(None) == [(new, 2), (old, 0)]  # no aging: the priority alone
+    assert order(60.0) == [(new, 2), (old, 1)]
+    assert order(40.0) == [(old, 2), (new, 2)]  # a tie: the older first
+    assert order(30.0) == [(old, 3), (new, 2)]  # waited long enough to pass the higher priority
+
+
+def test_ready_jobs_reads_every_ready_job_page_by_page(eng):
+    ids = submit(eng, Grid("p", job="noop", sweep={"tag": list(range(7))}))
+    for i, job_id in enumerate(ids):  # priorities 0, 1, 2, 0, 1, 2, 0: ties across page boundaries
+        with eng.begin() as conn:
+            conn.execute(sa.text("UPDATE jobs SET priority = :p WHERE id = :j"), {"p": i % 3, "j": job_id})
+    expected = sorted(ids, key=lambda j: (-(ids.index(j) % 3), j))
+    for page in (2, 3, 200):
+        assert [r.id for r in jobqueue.ready_jobs(eng, aging_s=None, page=page)] == expected

@@ -19,8 +19,8 @@ from workers.train_spec import Spec
 
 
 @pytest.fixture
-def q(tmp_path):
-    return Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art")  # the real job registry
+def q(migrated_db_url, tmp_path):  # on SQLite and on PostgreSQL
+    return Queue(db=migrated_db_url, artifacts=tmp_path / "art")  # the real job registry
 
 
 def rows(q: Queue, where: str = "1=1") -> list[dict]:

@@ -42,13 +42,16 @@ class LocalReporter(QueueReporter):
 
 
 @pytest.fixture
-def eng(tmp_path):
-    return engine(str(tmp_path / "q.db"))
+def eng(migrated_db_url):
+    """The queue's database, on SQLite and on PostgreSQL (`db_url`, already migrated)."""
+    return engine(migrated_db_url)
 
 
 @pytest.fixture
 def train_job(eng) -> int:
+    """A train job claimed by a driver: its attempt 1 owns it (events of other attempts are fenced off)."""
     ids, _ = jobqueue.submit(eng, [Grid("w", base={"tokens": 100})], fake_jobs)
+    assert jobqueue.claim(eng, ids[0], "driver", "/tmp/w") == 1
     return ids[0]
 
 
@@ -175,6 +178,7 @@ def result(table: str, **row) -> Event:
 
 def test_bad_events_are_dropped_with_a_warning_and_the_rest_is_kept(eng, train_job):
     other, _ = jobqueue.submit(eng, [Grid("other", job="noop")], fake_jobs)
+    jobqueue.claim(eng, other[0], "driver", "/tmp/o")
     bad = [
         Event("metric", 0.0, {"key": "train_loss", "step": 2}),  # no value
         metric(3, value=math.nan),  # SQLite would store NULL, which the column refuses
