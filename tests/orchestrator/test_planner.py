@@ -74,12 +74,15 @@ def test_measured_estimates_totals_and_finish_time_on_two_slots(q):
     for job in new:
         assert job.estimate.seconds == pytest.approx(3.0 + 25.6 + 2.0 + 0.5)
         assert job.estimate.train_s == pytest.approx(25.6)
-    # 2 slots: the queued job (10 s) and the first new one start at 0; the second at 10, the third at 31.1
+    # 2 slots: the queued job (10 s) and the first new one start at 0; the second at 10, the third at 31.1,
+    # both in a worker process an earlier job left idle: without the 3 s start-up (28.1 s), ending at
+    # 38.1 and 59.2
     assert [(j.key, j.start_s) for j in report.jobs] == [
         (f"#{ahead}", 0.0), ("+0", 0.0), ("+1", pytest.approx(10.0)), ("+2", pytest.approx(31.1))]  # fmt: skip
-    assert report.makespan_s == pytest.approx(62.2)
+    assert [j.end_s for j in report.jobs] == pytest.approx([10.0, 31.1, 38.1, 59.2])
+    assert report.makespan_s == pytest.approx(59.2)
     assert report.totals()["all"] == pytest.approx(10.0 + 3 * 31.1)
-    assert report.finish_at == pytest.approx(report.now + 62.2)
+    assert report.finish_at == pytest.approx(report.now + 59.2)
     text = report.text()
     assert (
         "measured" in text and "3 new job(s) behind 1 queued/running" in text and "estimated finish" in text
