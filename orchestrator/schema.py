@@ -13,12 +13,14 @@ Conventions:
   `loop_sampler`, `loops`, its variant and resolved architecture) are copied out of it at submission
   so that views, filters and the dashboard need no JSON functions (portable beyond SQLite) and no
   model code;
+- token and parameter counts are 64-bit (`BigInteger`, rev. 0009): PostgreSQL's INTEGER stops at 2^31;
 - `jobs.status` and `attempts.outcome` hold the values of `orchestrator.states` as plain strings.
 """
 
 from __future__ import annotations
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     Float,
     ForeignKey,
@@ -78,7 +80,7 @@ class Job(Base):
     # budget as submitted, e.g. {"tokens": 2e6} | {"time_s": 60} | {"match_time_of": 12}
     budget: Mapped[str | None] = mapped_column(Text)
     # resolved budget (filled at submission, or when the referenced job succeeds)
-    budget_tokens: Mapped[int | None] = mapped_column(Integer)
+    budget_tokens: Mapped[int | None] = mapped_column(BigInteger)
     budget_time_s: Mapped[float | None] = mapped_column(Float)
     resources: Mapped[str | None] = mapped_column(Text)  # JSON: {"num_gpus": 1, "num_cpus": 1}
     created_at: Mapped[float] = mapped_column(Float)
@@ -119,7 +121,7 @@ class Job(Base):
     effective_depth: Mapped[float | None] = mapped_column(Float)
     d_model: Mapped[int | None] = mapped_column(Integer)
     injection: Mapped[str | None] = mapped_column(String(16))
-    n_params: Mapped[int | None] = mapped_column(Integer)
+    n_params: Mapped[int | None] = mapped_column(BigInteger)
     n_once: Mapped[int | None] = mapped_column(Integer)
     n_rec: Mapped[int | None] = mapped_column(Integer)
     flops_per_token: Mapped[float | None] = mapped_column(Float)
@@ -183,7 +185,7 @@ class Metric(Base):
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
     key: Mapped[str] = mapped_column(String(64))  # train_loss, val_loss, val_bpb, lr, tokens_per_s, ...
     step: Mapped[int] = mapped_column(Integer)
-    tokens: Mapped[int | None] = mapped_column(Integer)
+    tokens: Mapped[int | None] = mapped_column(BigInteger)
     wall_s: Mapped[float | None] = mapped_column(Float)  # training seconds (excl. eval/ckpt)
     value: Mapped[float] = mapped_column(Float)
 
@@ -201,7 +203,7 @@ class LatestMetric(Base):
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
     key: Mapped[str] = mapped_column(String(64), primary_key=True)
     step: Mapped[int] = mapped_column(Integer)
-    tokens: Mapped[int | None] = mapped_column(Integer)
+    tokens: Mapped[int | None] = mapped_column(BigInteger)
     wall_s: Mapped[float | None] = mapped_column(Float)
     value: Mapped[float] = mapped_column(Float)
 
@@ -212,7 +214,7 @@ class TrainResult(Base):
     __tablename__ = "train_results"
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
     steps: Mapped[int] = mapped_column(Integer)
-    tokens: Mapped[int] = mapped_column(Integer)  # tokens actually trained on
+    tokens: Mapped[int] = mapped_column(BigInteger)  # tokens actually trained on
     train_seconds: Mapped[float] = mapped_column(Float)  # excl. eval and checkpoint time
     eval_seconds: Mapped[float | None] = mapped_column(Float)
     ckpt_seconds: Mapped[float | None] = mapped_column(Float)
@@ -221,8 +223,8 @@ class TrainResult(Base):
     final_val_loss: Mapped[float | None] = mapped_column(Float)
     final_val_bpb: Mapped[float | None] = mapped_column(Float)
     peak_mem_mb: Mapped[float | None] = mapped_column(Float)
-    n_params: Mapped[int | None] = mapped_column(Integer)
-    n_params_non_embedding: Mapped[int | None] = mapped_column(Integer)
+    n_params: Mapped[int | None] = mapped_column(BigInteger)
+    n_params_non_embedding: Mapped[int | None] = mapped_column(BigInteger)
     time_budget_s: Mapped[float | None] = mapped_column(Float)  # set in time-budget mode
     calib_tokens_per_s: Mapped[float | None] = mapped_column(Float)
     device: Mapped[str | None] = mapped_column(String(64))

@@ -107,9 +107,10 @@ def _number(value: Any, optional: bool = False) -> bool:
 
 
 def _integer(value: Any, optional: bool = False) -> bool:
+    """A 64-bit integer: SQLite's driver raises OverflowError (no database error) on a larger one."""
     if value is None:
         return optional
-    return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
 
 
 def _problem(event: Event) -> str | None:
@@ -121,7 +122,7 @@ def _problem(event: Event) -> str | None:
         if not isinstance(p.get("key"), str) or not p["key"]:
             return "metric without a key"
         if not _integer(p.get("step")):
-            return f"metric {p['key']!r}: step {p.get('step')!r} is not an integer"
+            return f"metric {p['key']!r}: step {p.get('step')!r} is not a 64-bit integer"
         if not _number(p.get("value")):  # SQLite stores NaN as NULL, which the column refuses
             return f"metric {p['key']!r} step {p['step']}: value {p.get('value')!r} is not a number"
         if not _integer(p.get("tokens"), optional=True) or not _number(p.get("wall_s"), optional=True):

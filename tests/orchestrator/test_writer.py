@@ -184,6 +184,7 @@ def test_bad_events_are_dropped_with_a_warning_and_the_rest_is_kept(eng, train_j
         metric(3, value=math.nan),  # SQLite would store NULL, which the column refuses
         metric(4, value="high"),
         Event("metric", 0.0, {"step": 5, "value": 1.0}),  # no key
+        metric(2**70),  # beyond 64 bits: SQLite's driver would raise OverflowError, not a database error
         result("no_such_table", loops=1),
         result("depth_evals", loops=1, val_loss=3.0, colour="red"),  # unknown column
         result("train_results", steps=10),  # missing required columns
@@ -197,7 +198,7 @@ def test_bad_events_are_dropped_with_a_warning_and_the_rest_is_kept(eng, train_j
         metric(6, 0.25),
         Event("progress", 0.0, {"done": 6, "total": 10, "eta_s": None}),
     ]
-    mixed = [good[0], *bad[:4], good[1], *bad[4:], *good[2:]]
+    mixed = [good[0], *bad[:5], good[1], *bad[5:], *good[2:]]
     assert write_events(eng, [(train_job, 1, mixed), (other[0], 1, [metric(1, 9.0)])]) == len(mixed) + 1
     assert points(eng, train_job) == [(1, 0.5), (6, 0.25)]
     assert points(eng, other[0]) == [(1, 9.0)]
@@ -212,7 +213,7 @@ def test_bad_events_are_dropped_with_a_warning_and_the_rest_is_kept(eng, train_j
     assert logs == ["still here"]
     dropped = warnings(eng, train_job)
     assert len(dropped) == len(bad)
-    for text in ("not a number", "without a key", "unknown result table", "unknown columns ['colour']",
+    for text in ("not a number", "without a key", "not a 64-bit integer", "unknown result table", "unknown columns ['colour']",
                  "missing columns", "neither numbers nor text", "unknown event kind 'telepathy'"):  # fmt: skip
         assert any(text in line for line in dropped), text
 
@@ -223,3 +224,43 @@ def test_a_batch_the_database_refuses_is_written_job_by_job(eng, train_job):
     write_events(eng, batches)
     assert points(eng, train_job) == [(1, 0.5), (2, 0.4)]
     assert points(eng, 999) == []
+
+
+def test_an_owned_batch_the_database_refuses_is_written_job_by_job_then_event_by_event(eng, train_job):
+    """A metric key longer than its column (64 characters) is refused by PostgreSQL, not by SQLite (which
+    does not enforce lengths): on PostgreSQL the batch falls back job by job, then event by event, so only
+    that event is lost and a job_logs warning says why; on SQLite all of it is stored."""
+    (other,) = jobqueue.submit(eng, [Grid("w2", base={"tokens": 101})], fake_jobs)[0]
+    assert jobqueue.claim(eng, other, "driver", "/tmp/w2") == 1
+    long_key = "k" * 100
+    batches = [
+        (train_job, 1, [metric(1, 0.5), Event("metric", time.time(), {"key": long_key, "step": 1, "value": 2.0}),
+                        metric(2, 0.4)]),
+        (other, 1, [metric(1, 0.9)]),
+    ]  # fmt: skip
+    write_events(eng, batches)
+    assert points(eng, train_job) == [(1, 0.5), (2, 0.4)] and points(eng, other) == [(1, 0.9)]
+    if eng.dialect.name == "postgresql":
+        assert points(eng, train_job, long_key) == []
+        assert any("refused" in w for w in warnings(eng, train_job)), warnings(eng, train_job)
+    else:
+        assert points(eng, train_job, long_key) == [(1, 2.0)]
+
+
+def test_token_counts_beyond_32_bits_are_stored_on_every_backend(eng, train_job):
+    """3 B tokens (a study's budget) overflow PostgreSQL's INTEGER: the counts are BIGINT (revision 0009)."""
+    tokens = 3_000_000_000
+    write_events(eng, [(train_job, 1, [metric(1, 0.5, tokens=tokens)])])
+    with eng.connect() as conn:
+        stored = conn.execute(
+            sa.text("SELECT tokens FROM metrics WHERE job_id = :j"), {"j": train_job}
+        ).scalar()
+        latest = conn.execute(
+            sa.text("SELECT tokens FROM latest_metrics WHERE job_id = :j"), {"j": train_job}
+        ).scalar()
+    assert stored == latest == tokens
+    (big,) = jobqueue.submit(eng, [Grid("big", base={"tokens": 5_000_000_000})], fake_jobs)[0]
+    with eng.connect() as conn:
+        assert (
+            conn.execute(sa.text("SELECT budget_tokens FROM jobs WHERE id = :j"), {"j": big}).scalar() == 5e9
+        )
