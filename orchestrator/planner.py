@@ -98,6 +98,25 @@ class Calibration:
     opt_s_per_param: dict[str, float] | None = None  # optimizer name -> seconds per step per parameter
     driver_start_s: float = 0.0  # `looplab run` until the first job can start (Ray start-up)
     load: float | None = None
+    # [d_model, forward+backward FLOP/s, forward FLOP/s] at each calibrated width (None: flops_per_s)
+    width_rates: list[list[float]] | None = None
+
+    def rates(self, d_model: int) -> tuple[float, float]:
+        """(training, forward) FLOP/s at width `d_model`: log-log interpolated between the calibrated
+        widths, the nearest one's outside them (never extrapolated)."""
+        points = sorted(self.width_rates or [[d_model, self.flops_per_s, self.forward_flops_per_s]])
+        forward = [p[2] or p[1] for p in points]
+        if d_model <= points[0][0] or len(points) == 1:
+            return points[0][1], forward[0]
+        if d_model >= points[-1][0]:
+            return points[-1][1], forward[-1]
+        i = next(k for k in range(1, len(points)) if d_model <= points[k][0])
+        t = math.log(d_model / points[i - 1][0]) / math.log(points[i][0] / points[i - 1][0])
+
+        def between(a: float, b: float) -> float:
+            return math.exp(math.log(a) + t * (math.log(b) - math.log(a)))
+
+        return between(points[i - 1][1], points[i][1]), between(forward[i - 1], forward[i])
 
     @property
     def contended(self) -> bool:
@@ -163,18 +182,15 @@ def calibrate(device: str = "cpu", threads: int = 1, steps: int = 15, save: bool
         cfg = preset("lean", "tiny")
         batch, seq = 8, cfg.seq_len
         torch.manual_seed(0)
-        model = LoopedLM(cfg).to(dev)
-        x = torch.randint(0, cfg.vocab_size, (batch, seq), device=dev)  # (B, T)
-        y = torch.randint(0, cfg.vocab_size, (batch, seq), device=dev)
         autocast = torch.autocast("cuda", dtype=torch.bfloat16) if dev.type == "cuda" else None
 
-        def forward(grad: bool) -> None:
+        def forward(model: LoopedLM, x: torch.Tensor, grad: bool) -> None:
             with torch.set_grad_enabled(grad):
                 if autocast is None:
-                    out = model(x, targets=y)
+                    out = model(x, targets=x)
                 else:
                     with autocast:
-                        out = model(x, targets=y)
+                        out = model(x, targets=x)
             if grad:
                 out.loss.backward()
 
@@ -188,9 +204,22 @@ def calibrate(device: str = "cpu", threads: int = 1, steps: int = 15, save: bool
             sync()
             return (time.perf_counter() - t0) / steps
 
-        flops = training_flops(cfg, batch)
-        flops_per_s = flops.total * batch * seq / timed(lambda: forward(True))
-        forward_flops_per_s = flops.forward * batch * seq / timed(lambda: forward(False))
+        def rates(width_cfg) -> tuple[LoopedLM, float, float]:
+            """(the model, forward+backward FLOP/s, forward FLOP/s without autograd) at batch x seq."""
+            model = LoopedLM(width_cfg).to(dev)
+            x = torch.randint(0, width_cfg.vocab_size, (batch, seq), device=dev)  # (B, T)
+            flops = training_flops(width_cfg, batch)
+            train = flops.total * batch * seq / timed(lambda: forward(model, x, True))
+            return model, train, flops.forward * batch * seq / timed(lambda: forward(model, x, False))
+
+        # the rates grow with the width (bigger matrices, the same per-call overheads): measured at two
+        wide = preset("lean", "small", seq_len=seq)
+        _, wide_train, wide_forward = rates(wide)
+        model, flops_per_s, forward_flops_per_s = rates(cfg)  # last: its gradients feed the optimizers
+        width_rates = [
+            [cfg.d_model, flops_per_s, forward_flops_per_s],
+            [wide.d_model, wide_train, wide_forward],
+        ]
         n_params = sum(p.numel() for p in model.parameters())
         opt_s_per_param, opts = {}, []
         for name in OPTIMIZERS:  # gradients are left in place by the last backward above
@@ -224,7 +253,7 @@ def calibrate(device: str = "cpu", threads: int = 1, steps: int = 15, save: bool
     driver_start_s = _subprocess_seconds(_DRIVER_START) if driver else 0.0
     result = Calibration(device, flops_per_s, decode_layer_s, save_bytes_per_s, startup_s, threads,
                          socket.gethostname(), time.time(), forward_flops_per_s, opt_s_per_param,
-                         driver_start_s or 0.0, load)  # fmt: skip
+                         driver_start_s or 0.0, load, width_rates)  # fmt: skip
     if save:
         _save_calibration(result)
     return result
@@ -445,7 +474,7 @@ class Estimator:
         elif self.calibration is not None:
             source = "flop_model"
             tokens_per_s = facts.tokens_per_step / self._step_seconds(facts)
-            eval_rate = self.calibration.forward_flops_per_s or self.calibration.flops_per_s
+            eval_rate = self.calibration.rates(facts.cfg.d_model)[1]
             per_ckpt = (
                 3 * FLOAT_BYTES * facts.params / self.calibration.save_bytes_per_s
             )  # weights + 2 moments
@@ -483,10 +512,9 @@ class Estimator:
         rate, the forward of gradient-free rounds at the forward rate, plus the optimizer's step."""
         cal = self.calibration
         assert cal is not None
+        train_rate, forward_rate = cal.rates(facts.cfg.d_model)
         no_grad = max(0.0, facts.flops_per_token - facts.grad_flops_per_token)
-        per_token = facts.grad_flops_per_token / cal.flops_per_s + no_grad / (
-            cal.forward_flops_per_s or cal.flops_per_s
-        )
+        per_token = facts.grad_flops_per_token / train_rate + no_grad / forward_rate
         return facts.tokens_per_step * per_token + cal.optimizer_s(facts.optimizer, facts.params)
 
     def _eval_flops_of(self, h: dict[str, Any]) -> float:
@@ -560,7 +588,7 @@ class Estimator:
         )
         if past is not None:
             return past
-        rate = self.calibration.forward_flops_per_s or self.calibration.flops_per_s  # forwards only
+        rate = self.calibration.rates(cfg.d_model)[1]  # forwards only
         return Estimate(self.startup_s + flops / rate, "flop_model", flops, memory, startup_s=self.startup_s)
 
     # ---- decode bench

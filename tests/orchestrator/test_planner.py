@@ -407,3 +407,24 @@ def test_sweep_flops_count_the_geometry_and_interaction_forwards():
     assert flops == pytest.approx(want)
     no_interactions, _ = planner.sweep_flops({**spec, "interaction_loops": []}, TRAIN)
     assert no_interactions == pytest.approx(128 * sum(2 * fwd[n] - head for n in (1, 2, 4)))
+
+
+def test_calibrated_rates_interpolate_between_widths_and_never_extrapolate(q):
+    cal = dataclasses.replace(CAL, width_rates=[[64, 1e9, 2e9], [128, 4e9, 8e9]])
+    assert cal.rates(64) == (1e9, 2e9) and cal.rates(128) == (4e9, 8e9)
+    assert cal.rates(32) == (1e9, 2e9) and cal.rates(768) == (4e9, 8e9)  # the nearest measured width
+    assert cal.rates(64 * 2**0.5) == (pytest.approx(2e9), pytest.approx(4e9))  # log-log halfway
+    assert CAL.rates(512) == (1e9, 1e9)  # one rate: the training one for both
+    # a small (d_model 128) lean job is timed at the wide rate
+    spec = {**TRAIN, "size": "small", "seq_len": 32, "batch_size": 8, "tokens": 2560, "seed": 0}
+    (job,) = q.plan(Grid("wide", base=spec), num_cpus=1, num_gpus=0, calibration=cal).new_jobs()
+    from model.flops import BACKWARD_FACTOR
+    from orchestrator.variants import resolve
+
+    cfg = resolve("train", spec).cfg  # the queue's model: the byte tokenizer sets the vocabulary
+    assert cfg.d_model == 128
+    flops = training_flops(cfg, 8)
+    grad = flops.backward * (1 + 1 / BACKWARD_FACTOR)
+    steps, per_step = 2560 // (8 * 32), 8 * 32
+    want = steps * per_step * (grad / 4e9 + (flops.total - grad) / 8e9)
+    assert job.estimate.train_s == pytest.approx(want)
