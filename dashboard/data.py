@@ -138,50 +138,43 @@ def _loop_mode(sampler: str | None, loops: float | None) -> str | None:
     return "none" if loops == 1 else "fixed"
 
 
-def depth(url: str) -> pd.DataFrame:
-    """Depth-sweep results labelled with the trained model (train_job_id, recipe, size, seed, variant)."""
+def _sweep_rows(url: str, table: str, columns: str, order: str) -> pd.DataFrame:
+    """Rows of a depth-sweep result `table` (aliased r) labelled with the sweep's trained model: its
+    train_job_id, recipe, size, seed, budget and variant columns, then `columns` (of r), sorted by the
+    train job and then `order` (of r)."""
     return _read(
         url,
         f"""
-        SELECT de.job_id AS sweep_job_id, t.id AS train_job_id, t.grid_id, t.recipe, t.size, t.seed,
-               t.budget_tokens, {_variant_sql("t")}, de.loops, de.val_loss, de.val_bpb, de.far_copy_loss, de.near_loss
-        FROM depth_evals de
-        JOIN job_deps d ON d.job_id = de.job_id
+        SELECT r.job_id AS sweep_job_id, t.id AS train_job_id, t.grid_id, t.recipe, t.size, t.seed,
+               t.budget_tokens, {_variant_sql("t")}, {columns}
+        FROM {table} r
+        JOIN job_deps d ON d.job_id = r.job_id
         JOIN jobs t ON t.id = d.depends_on AND t.kind = 'train'
-        ORDER BY t.id, de.loops
+        ORDER BY t.id, {order}
         """,
+    )
+
+
+def depth(url: str) -> pd.DataFrame:
+    """Depth-sweep results labelled with the trained model (train_job_id, recipe, size, seed, variant)."""
+    return _sweep_rows(
+        url, "depth_evals", "r.loops, r.val_loss, r.val_bpb, r.far_copy_loss, r.near_loss", "r.loops"
     )
 
 
 def round_deltas(url: str) -> pd.DataFrame:
     """Per-round loop geometry (relative change, angle, state variance; the last two NULL for sweeps
     stored before revision 0007), labelled with the trained model and its variant."""
-    return _read(
-        url,
-        f"""
-        SELECT rd.job_id AS sweep_job_id, t.id AS train_job_id, t.grid_id, t.recipe, t.size, t.seed,
-               t.budget_tokens, {_variant_sql("t")}, rd.loops, rd.round, rd.rel_change, rd.angle, rd.state_var
-        FROM round_deltas rd
-        JOIN job_deps d ON d.job_id = rd.job_id
-        JOIN jobs t ON t.id = d.depends_on AND t.kind = 'train'
-        ORDER BY t.id, rd.loops, rd.round
-        """,
+    return _sweep_rows(
+        url, "round_deltas", "r.loops, r.round, r.rel_change, r.angle, r.state_var", "r.loops, r.round"
     )
 
 
 def round_interactions(url: str) -> pd.DataFrame:
     """The depth sweeps' interaction matrices (round `skipped` skipped, effect on the later round
     `round`, at `loops` rounds), labelled with the trained model and its variant."""
-    return _read(
-        url,
-        f"""
-        SELECT ri.job_id AS sweep_job_id, t.id AS train_job_id, t.grid_id, t.recipe, t.size, t.seed,
-               t.budget_tokens, {_variant_sql("t")}, ri.loops, ri.skipped, ri.round, ri.interaction
-        FROM round_interactions ri
-        JOIN job_deps d ON d.job_id = ri.job_id
-        JOIN jobs t ON t.id = d.depends_on AND t.kind = 'train'
-        ORDER BY t.id, ri.loops, ri.skipped, ri.round
-        """,
+    return _sweep_rows(
+        url, "round_interactions", "r.loops, r.skipped, r.round, r.interaction", "r.loops, r.skipped, r.round"
     )
 
 
