@@ -11,6 +11,7 @@ import pytest
 
 from dashboard import extrapolation
 from tests.dashboard.browser import check_page_in_browser, needs_chromium
+from tests.dashboard.test_pages import render
 
 # two variants of one effective depth 8: a 2-layer block x 4 loops and a 4-layer block x 2 loops
 VARIANTS = {
@@ -166,15 +167,7 @@ def geometry_db(tmp_path_factory):
 
 
 def test_extrapolation_page_in_apptest(monkeypatch, geometry_db):
-    from streamlit.testing.v1 import AppTest
-
-    from tests.dashboard.test_pages import APP
-
-    monkeypatch.setenv("LOOPLAB_DB", geometry_db[0])
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.run()
-    at.switch_page("views/extrapolation.py").run()
-    assert not at.exception, [e.message for e in at.exception]
+    at = render(monkeypatch, geometry_db[0], "extrapolation")
     assert [h.value for h in at.header] == ["Loss vs effective depth", "Loop geometry per round",
                                             "Round interactions"]  # fmt: skip
     table = next(d.value for d in at.dataframe if "gap_at_deepest" in d.value.columns).set_index(
@@ -199,15 +192,7 @@ def test_extrapolation_page_in_apptest(monkeypatch, geometry_db):
 
 
 def test_extrapolation_page_on_an_empty_database(monkeypatch, empty_db):
-    from streamlit.testing.v1 import AppTest
-
-    from tests.dashboard.test_pages import APP
-
-    monkeypatch.setenv("LOOPLAB_DB", empty_db[0])
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.run()
-    at.switch_page("views/extrapolation.py").run()
-    assert not at.exception, [e.message for e in at.exception]
+    at = render(monkeypatch, empty_db[0], "extrapolation")
     assert any("No depth sweep results yet" in i.value for i in at.info)
 
 

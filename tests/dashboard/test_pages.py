@@ -25,9 +25,10 @@ from tests.pg import snapshot
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
 
 
-def render(monkeypatch, url: str, page: str | None = None) -> AppTest:
+def render(monkeypatch, url: str, page: str | None = None, timeout: float = 60) -> AppTest:
+    """The dashboard on the database at `url`, switched to views/`page`.py; fails on any exception."""
     monkeypatch.setenv("LOOPLAB_DB", url)
-    at = AppTest.from_file(APP, default_timeout=60)
+    at = AppTest.from_file(APP, default_timeout=timeout)
     at.run()
     if page:
         at.switch_page(f"views/{page}.py").run()

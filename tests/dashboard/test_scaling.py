@@ -15,16 +15,14 @@ import numpy as np
 import pandas as pd
 import pytest
 from scipy.optimize import minimize_scalar
-from streamlit.testing.v1 import AppTest
 
 from dashboard import scaling
 from model.counts import arch_summary
 from model.presets import iso_depth
 from orchestrator.errors import ConfigError
 from tests.dashboard.browser import check_page_in_browser, needs_chromium
+from tests.dashboard.test_pages import render
 
-ROOT = Path(__file__).resolve().parents[2]
-APP = str(ROOT / "dashboard" / "app.py")
 # a law of the size of tiny CPU models (N ~ 1e5, D ~ 1e5..1e6)
 TRUE = dict(E=1.5, A=30.0, alpha=0.3, B=40.0, beta=0.3, phi=0.5)
 RS, WIDTHS, BUDGETS = (1, 2, 4), (32, 48, 64), (1.5e11, 3e11, 6e11)
@@ -290,11 +288,7 @@ def test_cli_fit_prints_the_table_and_json(study_db, capsys):
 
 
 def test_scaling_page(monkeypatch, study_db):
-    monkeypatch.setenv("LOOPLAB_DB", study_db[0])
-    at = AppTest.from_file(APP, default_timeout=120)
-    at.run()
-    at.switch_page("views/scaling.py").run()
-    assert not at.exception, [e.message for e in at.exception]
+    at = render(monkeypatch, study_db[0], "scaling", timeout=120)
     metrics = {m.label: m.value for m in at.metric}
     fit = scaling.fit_law(
         scaling.runs_for_fit(synthetic(11).assign(final_val_loss=lambda d: d["loss"], loops=lambda d: d["r"])),
@@ -316,11 +310,7 @@ def test_scaling_page(monkeypatch, study_db):
 
 
 def test_scaling_page_without_study_runs(monkeypatch, fixture_db):
-    monkeypatch.setenv("LOOPLAB_DB", fixture_db[0])
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.run()
-    at.switch_page("views/scaling.py").run()
-    assert not at.exception
+    at = render(monkeypatch, fixture_db[0], "scaling")
     assert any("No finished iso-depth runs yet" in i.value for i in at.info)
 
 

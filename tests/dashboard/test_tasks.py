@@ -16,8 +16,8 @@ import pytest
 
 from dashboard import tasks
 from tests.dashboard.browser import check_page_in_browser, needs_chromium
+from tests.dashboard.test_pages import render
 
-ROOT = Path(__file__).resolve().parents[2]
 # (variant, seed) -> {loops: (correct at depth=0, correct at depth=2)} out of 10 items each
 DEDUCTION = {
     ("parcae", 0): {1: (5, 3), 4: (8, 5), 8: (9, 7)},
@@ -120,13 +120,7 @@ def test_task_scores_query_labels_rows_with_the_trained_variant(tasks_db):
 
 
 def test_tasks_page_in_apptest(monkeypatch, tasks_db):
-    from streamlit.testing.v1 import AppTest
-
-    monkeypatch.setenv("LOOPLAB_DB", tasks_db[0])
-    at = AppTest.from_file(str(ROOT / "dashboard" / "app.py"), default_timeout=60)
-    at.run()
-    at.switch_page("views/tasks.py").run()
-    assert not at.exception, [e.message for e in at.exception]
+    at = render(monkeypatch, tasks_db[0], "tasks")
     headers = [h.value for h in at.header]
     assert headers == ["Accuracy vs loops", "Accuracy by subset"]
     wide = next(d.value for d in at.dataframe if "acc@8" in d.value.columns)

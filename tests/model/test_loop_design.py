@@ -15,12 +15,12 @@ from model.config import ModelConfig
 from model.contexts import SeqContext
 from model.counts import arch_summary, once_and_recurrent_params, param_count, timestep_params
 from model.errors import ConfigError
-from model.flops import step_flops, training_flops
+from model.flops import training_flops
 from model.looped import LoopedLM
 from model.presets import LOOP_LAYOUTS, loop_layout, loop_layout_overrides, preset
 from tests.model.conftest import randomize
 from tests.model.test_decode import assert_decode_equals_forward
-from tests.model.test_flops import SMALL, counted_step
+from tests.model.test_flops import SMALL, assert_flop_model_matches_counter
 
 VARIANTS: dict[str, dict] = {
     "injection none": {"injection": "none"},
@@ -172,12 +172,7 @@ FLOP_CASES = {
 
 @pytest.mark.parametrize("name", list(FLOP_CASES))
 def test_flop_model_matches_flop_counter_mode(name):
-    cfg, loops = FLOP_CASES[name]
-    batch = len(loops) if isinstance(loops, list) else 2
-    forward, backward = counted_step(cfg, batch, loops)
-    model = step_flops(cfg, loops)
-    assert model.forward == pytest.approx(forward, rel=0.02), name
-    assert model.backward == pytest.approx(backward, rel=0.02), name
+    assert_flop_model_matches_counter(*FLOP_CASES[name], name)
 
 
 def test_sampler_expectation_of_a_timestep_variant_matches_the_staggered_scheduler():
