@@ -61,6 +61,7 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
+from model import fields
 from orchestrator import drivers, jobqueue
 from orchestrator.display import print_progress
 from orchestrator.states import AttemptOutcome, JobStatus
@@ -71,25 +72,31 @@ if TYPE_CHECKING:
     from workers.jobs import JobRegistry
 
 
+def _seconds(name: str, value: Any, positive: bool = False) -> float:
+    """A number of seconds >= 0 (> 0 when `positive`), or a ConfigError naming `name`."""
+    return float(fields.number(name, value, lo=0.0, lo_open=positive))
+
+
+def _env_seconds(name: str, default: float, positive: bool = False) -> float:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    try:
+        parsed: Any = float(value)
+    except ValueError:
+        parsed = value  # refused below, naming the variable
+    return _seconds(f"${name}", parsed, positive)
+
+
 def grace_seconds() -> float:
     """Heartbeat grace period for recovery ($LOOPLAB_HEARTBEAT_GRACE_S, default 60 s)."""
-    return float(os.environ.get("LOOPLAB_HEARTBEAT_GRACE_S", jobqueue.DEFAULT_GRACE_S))
-
-
-def _env_seconds(name: str, default: float) -> float:
-    value = os.environ.get(name)
-    try:
-        seconds = float(default if value is None else value)
-    except ValueError:
-        seconds = -1.0
-    if not seconds >= 0:
-        raise ValueError(f"${name}: {value!r} is not a number of seconds >= 0")
-    return seconds
+    return _env_seconds("LOOPLAB_HEARTBEAT_GRACE_S", jobqueue.DEFAULT_GRACE_S, positive=True)
 
 
 def aging_seconds() -> float:
-    """Seconds of waiting that add one to a job's effective priority ($LOOPLAB_AGING_S, default 300)."""
-    return _env_seconds("LOOPLAB_AGING_S", jobqueue.DEFAULT_AGING_S)
+    """Seconds of waiting that add one to a job's effective priority ($LOOPLAB_AGING_S, default 300;
+    > 0: it divides the waiting time)."""
+    return _env_seconds("LOOPLAB_AGING_S", jobqueue.DEFAULT_AGING_S, positive=True)
 
 
 def backoff_seconds() -> tuple[float, float]:
@@ -118,14 +125,12 @@ class Scheduler:
         self.until_empty, self.max_concurrent = until_empty, max_concurrent
         self.grace_s = grace_seconds() if grace_s is None else grace_s
         self.poll_s, self.progress, self.progress_every_s = poll_s, progress, progress_every_s
-        self.aging_s = aging_seconds() if aging_s is None else aging_s
+        self.aging_s = aging_seconds() if aging_s is None else _seconds("aging_s", aging_s, positive=True)
         base, cap = backoff_seconds()
-        self.backoff_s = base if retry_backoff_s is None else retry_backoff_s
-        self.backoff_max_s = cap if retry_backoff_max_s is None else retry_backoff_max_s
-        for name, value in (("aging_s", self.aging_s), ("retry_backoff_s", self.backoff_s),
-                            ("retry_backoff_max_s", self.backoff_max_s)):  # fmt: skip
-            if not value >= 0:
-                raise ValueError(f"{name}: {value!r} is not a number of seconds >= 0")
+        self.backoff_s = base if retry_backoff_s is None else _seconds("retry_backoff_s", retry_backoff_s)
+        self.backoff_max_s = (
+            cap if retry_backoff_max_s is None else _seconds("retry_backoff_max_s", retry_backoff_max_s)
+        )
         self.running: dict[Any, tuple[int, int, dict[str, Any]]] = {}  # ref -> (job, attempt, res)
         self.art_dirs: dict[int, Path] = {}
         # job -> the other jobs that ran at some time while it ran (the contention of its timings)

@@ -30,16 +30,17 @@ WIDENED = {
     "train_results": ("tokens", "n_params", "n_params_non_embedding"),
 }
 NOT_NULL = {("train_results", "tokens")}
+# every view looplab has defined up to this revision (0001's and orchestrator/views.py's), spelled out:
+# a revision never imports live code
+LOOPLAB_VIEWS = ("runs", "curves", "depth", "decode", "tasks", "geometry", "interactions")
 
 
 def _retype(old: type, new: type) -> None:
-    # a column a view reads cannot be retyped (PostgreSQL) nor its table rebuilt (SQLite): drop every view
-    # first (they hold no data; migrations/env.py re-creates them at head), e.g. revision 0001's, which a
-    # fresh database still has at this point
-    bind = op.get_bind()
-    cascade = " CASCADE" if bind.dialect.name == "postgresql" else ""  # views may read other views
-    for name in sa.inspect(bind).get_view_names():
-        op.execute(f'DROP VIEW IF EXISTS "{name}"{cascade}')
+    # a column a view reads cannot be retyped (PostgreSQL) nor its table rebuilt (SQLite): drop looplab's
+    # views first (they hold no data; migrations/env.py re-creates them at head), e.g. revision 0001's,
+    # which a fresh database still has at this point. Only ours: the database may hold other tools' views.
+    for name in LOOPLAB_VIEWS:
+        op.execute(f"DROP VIEW IF EXISTS {name}")
     for table, columns in WIDENED.items():
         with op.batch_alter_table(table) as batch:
             for column in columns:

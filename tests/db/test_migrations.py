@@ -87,6 +87,20 @@ def test_round_trip_upgrade_downgrade_upgrade(db_url):
     assert objs["view"] == set(VIEW_NAMES)
 
 
+def test_another_tools_view_survives_the_upgrade_to_head(db_url):
+    """Revision 0009 rebuilds tables and so drops looplab's views first, but only looplab's."""
+    cfg = alembic_config(db_url)
+    command.upgrade(cfg, "0008_drivers")
+    raw = create_engine(db_url, poolclass=NullPool)
+    try:
+        with raw.begin() as conn:
+            conn.exec_driver_sql("CREATE VIEW other_tool_view AS SELECT 1 AS x")
+    finally:
+        raw.dispose()
+    command.upgrade(cfg, "head")
+    assert _objects(db_url)["view"] == set(VIEW_NAMES) | {"other_tool_view"}
+
+
 def test_migrated_schema_matches_orm(db_url):
     eng = engine(db_url)
     with eng.connect() as conn:

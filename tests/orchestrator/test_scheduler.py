@@ -5,6 +5,7 @@ budgets, cancel, graceful stop and exact resume."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 
@@ -275,3 +276,24 @@ def test_a_failing_job_is_retried_after_a_doubling_backoff(q):
     att = rows(q, "SELECT n, outcome, started_at, ended_at FROM attempts WHERE job_id=:j ORDER BY n", j=jid)
     assert [(n, o) for n, o, *_ in att] == [(1, "failed"), (2, "failed"), (3, "succeeded")]
     assert att[1][2] - att[0][3] >= 0.4 and att[2][2] - att[1][3] >= 0.8  # 0.4 * 2^(failures - 1)
+
+
+@pytest.mark.parametrize(
+    "env, value, named",
+    [
+        ("LOOPLAB_AGING_S", "0", "$LOOPLAB_AGING_S"),  # it divides the waiting time: 0 is refused
+        ("LOOPLAB_AGING_S", "soon", "$LOOPLAB_AGING_S"),
+        ("LOOPLAB_RETRY_BACKOFF_S", "-1", "$LOOPLAB_RETRY_BACKOFF_S"),
+        ("LOOPLAB_HEARTBEAT_GRACE_S", "a minute", "$LOOPLAB_HEARTBEAT_GRACE_S"),
+    ],
+)
+def test_bad_timing_settings_are_refused_naming_the_variable(q, monkeypatch, env, value, named):
+    from orchestrator.errors import ConfigError
+
+    monkeypatch.setenv(env, value)
+    with pytest.raises(ConfigError, match=re.escape(named)):
+        Scheduler(q.eng, kinds=fake_jobs)
+    monkeypatch.delenv(env)
+    with pytest.raises(ConfigError, match="aging_s"):
+        Scheduler(q.eng, kinds=fake_jobs, aging_s=0)
+    assert Scheduler(q.eng, kinds=fake_jobs, aging_s=10, retry_backoff_s=0).backoff_s == 0.0
