@@ -44,16 +44,15 @@ def _check(states: Tensor) -> Tensor:
     return states.float()
 
 
-def updates(states: Tensor) -> Tensor:
-    """Δ_t = h_t − h_{t−1} for t = 1..n -> (n, B, T, d)."""
-    s = _check(states)
+def _updates(s: Tensor) -> Tensor:
+    """Δ_t = h_t − h_{t−1} for t = 1..n of checked states -> (n, B, T, d)."""
     return s[1:] - s[:-1]
 
 
 def rel_update(states: Tensor) -> Tensor:
     """Mean over tokens of ‖Δ_t‖ / ‖h_{t−1}‖ -> (n,)."""
     s = _check(states)
-    rel = (s[1:] - s[:-1]).norm(dim=-1) / s[:-1].norm(dim=-1).clamp_min(EPS)  # (n, B, T)
+    rel = _updates(s).norm(dim=-1) / s[:-1].norm(dim=-1).clamp_min(EPS)  # (n, B, T)
     return rel.flatten(1).mean(dim=1)
 
 
@@ -89,7 +88,7 @@ def interaction(
     one whose later rounds reuse round 1's keys and values, passes 2..n−1)."""
     s = _check(states)
     n = s.shape[0] - 1
-    delta = s[1:] - s[:-1]  # (n, B, T, d)
+    delta = _updates(s)  # (n, B, T, d)
     delta_norm = delta.norm(dim=-1).clamp_min(EPS)  # (n, B, T)
     out = torch.full((n, n), float("nan"))
     for i in range(1, n) if skipped is None else skipped:

@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from model.config import ModelConfig, RoundSettings
 from model.init import scaled_orthogonal_, small_init_std, torch_default_linear_
 from model.kv_cache import LayerKey
+from model.loop_design import LayerCondition
 
 VE_GATE_CHANNELS = 32  # the value-embedding gate reads the first 32 channels of the block input
 NORM_EPS = 1e-5  # block norms, the prelude-output norm and the final norm, as the reference
@@ -120,6 +121,9 @@ class Attention(nn.Module):
         return F.linear(y, self.o.weight[:, : heads * D])
 
 
+UNCONDITIONED = LayerCondition()
+
+
 def _modulate(x: Tensor, scale: Tensor | None, shift: Tensor | None) -> Tensor:
     """adaLN: x (B, T, d) * (1 + scale) + shift, scale and shift (d,); x itself when not conditioned."""
     if scale is None:
@@ -148,10 +152,7 @@ class Block(nn.Module):
         """x (B, T, d) -> (B, T, d) with `settings` of the round; `key` names this application.
         `cond`: a `model.loop_design.LayerCondition` (per-round gates on the branches and/or scale and
         shift of the pre-norms, for timestep conditioning) or None."""
-        if cond is None:
-            if settings.round.attention:
-                x = x + self.attn(self.norm1(x), idx, settings=settings, ctx=ctx, key=key)
-            return x + self.mlp(self.norm2(x), settings.hidden)
+        cond = cond or UNCONDITIONED  # every part None: _modulate and _gated pass their input through
         if settings.round.attention:
             branch = self.attn(
                 _modulate(self.norm1(x), cond.attn_scale, cond.attn_shift),

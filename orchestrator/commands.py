@@ -60,13 +60,18 @@ def cli_submit(args) -> int:
     return 0
 
 
-def cli_plan(args) -> int:
+def _check_slots(args) -> None:
+    """--num-cpus >= 1 and --num-gpus >= 0 of `plan` and `status` (ConfigError naming the flag)."""
     from model import fields
 
     if args.num_cpus is not None:
         fields.integer("--num-cpus", args.num_cpus, lo=1)
     if args.num_gpus is not None:
         fields.number("--num-gpus", args.num_gpus, lo=0)
+
+
+def cli_plan(args) -> int:
+    _check_slots(args)
     q = _queue(args)
     grids = load_grids(args.file)
     how = "cached" if args.no_calibrate else "fresh" if args.recalibrate else "auto"
@@ -89,6 +94,7 @@ def cli_run(args) -> int:
 def cli_status(args) -> int:
     from orchestrator.display import status_frame, table
 
+    _check_slots(args)
     q = _queue(args)
     while True:
         df = status_frame(q.eng, grid=args.grid, all_jobs=args.all)

@@ -8,12 +8,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from dashboard import data, tasks, ui
-
-
-@st.cache_data(ttl=ui.TTL_S, show_spinner=False)
-def _scores(url: str) -> pd.DataFrame:
-    return data.task_scores(url)
+from dashboard import tasks, ui
 
 
 def _loops_axis(curves: pd.DataFrame) -> alt.X:
@@ -53,7 +48,7 @@ def _marks(curves: pd.DataFrame, color: alt.Color, detail: str, by_variant: bool
 st.title("Tasks")
 url = ui.url()
 runs = ui.filter_runs(ui.runs(url))
-scores = ui.filter_by_runs(_scores(url), runs)
+scores = ui.filter_by_runs(ui.task_scores(url), runs)
 if scores.empty:
     st.info("No task scores yet: attach `then=['eval']` to a train grid (generated reasoning tasks by "
             "default), or wait for the evals to finish.")  # fmt: skip

@@ -195,6 +195,8 @@ def test_cli_plan_prints_and_writes_nothing(q, tmp_path, capsys):
     assert counts(q) == before
     assert main(["--db", q.url, "plan", str(f), "--num-cpus", "0", "--no-calibrate"]) == 2
     assert "--num-cpus" in capsys.readouterr().err
+    assert main(["--db", q.url, "status", "--num-gpus", "-1"]) == 2  # the same check on status
+    assert "--num-gpus" in capsys.readouterr().err
 
 
 def test_submit_stores_the_estimate_and_status_shows_the_finish(q, capsys):
