@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from dashboard import analysis, tasks, variants
+from model import fields
 
 GEOMETRY_METRICS = {
     "rel_change": "relative update ‖h_t − h_{t−1}‖ / ‖h_{t−1}‖",
@@ -116,9 +117,7 @@ def geometry_depths(deltas: pd.DataFrame, metric: str) -> list[int]:
 
 
 def check_metric(metric: str) -> str:
-    if metric not in GEOMETRY_METRICS:
-        raise ValueError(f"metric: unknown {metric!r}; accepted: {', '.join(GEOMETRY_METRICS)}")
-    return metric
+    return fields.choice("metric", metric, GEOMETRY_METRICS)
 
 
 def geometry_curves(deltas: pd.DataFrame, metric: str, loops: int) -> pd.DataFrame:

@@ -45,6 +45,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares, nnls
 
+from model import fields
 from orchestrator.errors import ConfigError
 
 PARAMS = ("E", "A", "alpha", "B", "beta", "phi")
@@ -227,13 +228,9 @@ def _prepared(runs: pd.DataFrame, n_params: int) -> _Data:
 
 
 def _robust(robust: str, f_scale: float | None) -> tuple[str, float | None]:
-    if robust not in ROBUST_LOSSES:
-        raise ConfigError(f"robust: unknown {robust!r}; accepted: {', '.join(ROBUST_LOSSES)}")
-    if f_scale is not None and (not isinstance(f_scale, int | float) or not f_scale > 0):
-        raise ConfigError(
-            f"f_scale: expected a number > 0 (the residual size where the robust loss bends), got {f_scale!r}"
-        )
-    return robust, f_scale
+    robust = fields.choice("robust", robust, ROBUST_LOSSES)
+    # f_scale: the residual size where the robust loss bends
+    return robust, fields.number("f_scale", f_scale, lo=0.0, lo_open=True, allow_none=True)
 
 
 # ---------------------------------------------------------------- the fit
@@ -303,10 +300,8 @@ def fit_law(
     `phi`: None fits φ; a number fixes it (the nested forms: 1.0, 0.0). `bootstrap`: resamples for the
     intervals (0: none). `robust`: least_squares' loss ("linear", "huber", "soft_l1", ...); its
     `f_scale` defaults to 1.4826 × the median absolute residual of a plain fit. Deterministic for a seed."""
-    if isinstance(bootstrap, bool) or not isinstance(bootstrap, int) or bootstrap < 0:
-        raise ConfigError(f"bootstrap: expected a whole number of resamples >= 0, got {bootstrap!r}")
-    if not isinstance(confidence, float | int) or not 0 < confidence < 1:
-        raise ConfigError(f"confidence: expected a number in (0, 1), got {confidence!r}")
+    bootstrap = fields.integer("bootstrap", bootstrap, lo=0)
+    fields.number("confidence", confidence, lo=0.0, lo_open=True, hi=1.0, hi_open=True)
     data, theta, f_scale = _point_fit(runs, phi, robust, f_scale)
     estimate = _natural(theta, data, phi)
     params = dict(zip(PARAMS, map(float, estimate)))
@@ -452,8 +447,7 @@ def compute_optimal(
     its bootstrap interval (every draw re-optimised). The search runs over `width_range` (default: a
     quarter of the narrowest to 4x the widest width trained); `at_edge` flags an optimum on its boundary
     (the range does not contain the optimum). Needs columns d_model and flops_per_token, two widths per r."""
-    if isinstance(flops, bool) or not isinstance(flops, int | float) or not flops > 0:
-        raise ConfigError(f"flops: expected a FLOP budget > 0, got {flops!r}")
+    fields.number("flops", flops, lo=0.0, lo_open=True)
     missing = [c for c in ("d_model", "flops_per_token") if c not in fit.table]
     if missing:
         raise ConfigError(

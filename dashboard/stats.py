@@ -25,6 +25,7 @@ from scipy import optimize
 from scipy import stats as scipy_stats
 
 from dashboard.variants import with_variants
+from model import fields
 from orchestrator.errors import ConfigError
 
 LEVEL = 0.95  # every interval here is a two-sided 95 % interval
@@ -157,8 +158,7 @@ def difference_interval(
       its degrees of freedom (with one seed per side: diff ± t·σ·√2, t → 1.96 as dof grows);
       without a noise floor the interval is undefined ("n too small"), never a made-up one.
     """
-    if not 0 < level < 1:
-        raise ConfigError(f"level: must be between 0 and 1 (exclusive), got {level!r}")
+    fields.number("level", level, lo=0.0, lo_open=True, hi=1.0, hi_open=True)
     side, reference = side.dropna(), reference.dropna()
     n, n_ref = len(side), len(reference)
     if n == 0 or n_ref == 0:
@@ -263,10 +263,9 @@ def seeds_needed(sigma: float, delta: float, alpha: float = 1 - LEVEL, power: fl
 
     NaN when σ was not measured. Pairing by seed can only need fewer.
     """
-    if not (isinstance(delta, int | float) and delta > 0):
-        raise ConfigError(f"delta: the difference to resolve must be a number > 0, got {delta!r}")
-    if not 0 < alpha < 1 or not 0 < power < 1:
-        raise ConfigError(f"alpha, power: each must be between 0 and 1 (exclusive), got {alpha!r}, {power!r}")
+    fields.number("delta", delta, lo=0.0, lo_open=True)  # the difference to resolve
+    for name, value in (("alpha", alpha), ("power", power)):
+        fields.number(name, value, lo=0.0, lo_open=True, hi=1.0, hi_open=True)
     if not (isinstance(sigma, int | float) and math.isfinite(sigma)):
         return math.nan
     z = scipy_stats.norm.ppf(1 - alpha / 2) + scipy_stats.norm.ppf(power)

@@ -101,7 +101,7 @@ def test_the_fit_is_deterministic_for_a_seed():
         (synthetic(0).drop(columns="tokens"), {}, "runs: missing column(s) tokens"),
         (synthetic(0).assign(loss=np.nan), {}, "loss: every run needs a finite value > 0"),
         (synthetic(0), {"robust": "l1"}, "robust: unknown 'l1'; accepted: linear, huber"),
-        (synthetic(0), {"bootstrap": -1}, "bootstrap: expected a whole number of resamples >= 0"),
+        (synthetic(0), {"bootstrap": -1}, "bootstrap: must be >= 0, got -1"),
     ],
 )  # fmt: skip
 def test_data_that_cannot_identify_the_law_are_refused(runs, kwargs, message):
