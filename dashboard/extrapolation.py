@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from dashboard import analysis, tasks, variants
-from model import fields
+from orchestrator import fields
 
 GEOMETRY_METRICS = {
     "rel_change": "relative update ‖h_t − h_{t−1}‖ / ‖h_{t−1}‖",

@@ -45,7 +45,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares, nnls
 
-from model import fields
+from orchestrator import fields
 from orchestrator.errors import ConfigError
 
 PARAMS = ("E", "A", "alpha", "B", "beta", "phi")

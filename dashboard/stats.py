@@ -25,7 +25,7 @@ from scipy import optimize
 from scipy import stats as scipy_stats
 
 from dashboard.variants import with_variants
-from model import fields
+from orchestrator import fields
 from orchestrator.errors import ConfigError
 
 LEVEL = 0.95  # every interval here is a two-sided 95 % interval
