@@ -242,6 +242,14 @@ class Plan:
     label: str | None = None  # the variant label the user gave (grid key `label`), else None
 
 
+def trained_plan(plans: list[Plan], i: int) -> Plan | None:
+    """The train plan that plan i (a depth sweep or eval: a checkpoint follow-up) is about, else None."""
+    plan = plans[i]
+    if plan.kind in CHECKPOINT_FOLLOW_UPS and plan.deps and plans[plan.deps[0]].kind == "train":
+        return plans[plan.deps[0]]
+    return None
+
+
 RESOURCE_KEYS = ("num_cpus", "num_gpus", "exclusive")
 
 

@@ -54,6 +54,7 @@ from orchestrator.grid import (
     Plan,
     assign_hashes,
     expand,
+    trained_plan,
 )
 from orchestrator.schema import RESULT_TABLES, Attempt, GridRow, JobDep, JobLog, TrainResult
 from orchestrator.schema import Job as JobRow
@@ -155,8 +156,7 @@ def submit(
                 budget = {k: plan.spec[k] for k in BUDGET_SPEC_KEYS if plan.spec.get(k) is not None}
                 budget = budget or None
             # a depth sweep or eval is about its train job's model: it copies the identity columns too
-            sweep_of_train = plan.kind in CHECKPOINT_FOLLOW_UPS and plan.deps
-            about = plans[plan.deps[0]].spec if sweep_of_train else plan.spec
+            about = (trained_plan(plans, i) or plan).spec
             if budget and "match_time_of" in budget:
                 budget = {"match_time_of": dep_ids[-1] if plan.dep_ids else plan_ids[plan.deps[-1]]}
             job_id = conn.execute(
@@ -261,7 +261,7 @@ def _model_columns(plans: list[Plan]) -> list[dict[str, Any]]:
             cols["budget_tokens"] = flop_budget_tokens(resolved, float(plan.spec["flops"]))
         out.append(cols)
     for i, plan in enumerate(plans):
-        if plan.kind in CHECKPOINT_FOLLOW_UPS and plan.deps and plans[plan.deps[0]].kind == "train":
+        if trained_plan(plans, i) is not None:
             out[i] = {c: out[plan.deps[0]].get(c) for c in VARIANT_COLUMNS}
     return out
 

@@ -1061,6 +1061,7 @@ def plan_grids(eng: Engine, grids: list[Grid], kinds: JobRegistry, *, num_cpus: 
     measure now and cache it), "cached" (never measure), "fresh" (measure now), a Calibration, or
     None (no FLOP model).
     Validates the grids as `submit` does (ConfigError) and writes nothing."""
+    from orchestrator.grid import trained_plan
     from orchestrator.jobqueue import job_resources, plan_ids_and_hashes
 
     now = time.time() if now is None else now
@@ -1087,7 +1088,7 @@ def plan_grids(eng: Engine, grids: list[Grid], kinds: JobRegistry, *, num_cpus: 
         if (known is not None and known in queued_ids) or plan.config_hash in seen:
             continue  # already in the queue above, or the same job as an earlier plan (one decode bench)
         seen.add(plan.config_hash)
-        about = plans[plan.deps[0]] if plan.kind == "depth_sweep" and plan.deps else plan
+        about = trained_plan(plans, i) or plan
         res = job_resources(plan.kind, plan.resources, gpus > 0, exclusive_default=_iso_member(plans, i))
         est = estimates[i]
         job = PlannedJob(
@@ -1156,6 +1157,7 @@ def _max_job_id(eng: Engine) -> int:
 def estimate_plans(estimator: Estimator, plans: list[Plan],
                    existing_train_s: dict[int, float] | None = None) -> list[Estimate]:  # fmt: skip
     """One estimate per plan, references before the jobs whose budget copies their training time."""
+    from orchestrator.grid import trained_plan
     from orchestrator.jobqueue import deps_first
 
     existing_train_s = existing_train_s or {}
@@ -1168,9 +1170,8 @@ def estimate_plans(estimator: Estimator, plans: list[Plan],
                 ref_train_s = existing_train_s.get(plan.dep_ids[-1])
             elif plan.deps:
                 ref_train_s = out[plan.deps[-1]].train_s
-        train_spec = None
-        if plan.kind == "depth_sweep" and plan.deps:
-            train_spec = plans[plan.deps[0]].spec
+        trained = trained_plan(plans, i)
+        train_spec = None if trained is None else trained.spec
         try:
             out[i] = estimator.estimate(plan.kind, plan.spec, train_spec=train_spec, ref_train_s=ref_train_s)
         except (ValueError, TypeError, KeyError, ZeroDivisionError):  # a spec the FLOP model cannot read

@@ -430,3 +430,12 @@ def test_calibrated_rates_interpolate_between_widths_and_never_extrapolate(q):
     steps, per_step = 2560 // (8 * 32), 8 * 32
     want = steps * per_step * (grad / 4e9 + (flops.total - grad) / 8e9)
     assert job.estimate.train_s == pytest.approx(want)
+
+
+def test_follow_ups_of_a_train_job_are_described_by_its_model(q):
+    """A depth sweep's and an eval's row say which trained model they are about (the eval spec itself
+    names none): both follow-ups that read the train job's checkpoint are handled alike."""
+    grid = Grid("f", base={**TRAIN, "tokens": 1280, "seed": 3}, then=["depth_sweep", "eval"])
+    jobs = q.plan(grid, num_cpus=2, num_gpus=0, calibration=CAL).new_jobs()
+    assert [j.kind for j in jobs] == ["train", "depth_sweep", "eval"]
+    assert jobs[0].what and {j.what for j in jobs} == {jobs[0].what}
