@@ -4,7 +4,6 @@ throw-away PostgreSQL server per session (started lazily by `pg_server`, see tes
 Database fixtures, for tests that should hold on both backends:
     db_url             a fresh, empty database per test, parametrised [sqlite] / [postgresql]
     migrated_db_url    the same, already at the head revision (a copy of a migrated template: fast)
-    new_db_url         a callable: another fresh empty database of the test's backend, per call
 The [postgresql] cases skip when no server can be started, unless LOOPLAB_REQUIRE_POSTGRES=1 (CI).
 A fixture of a wider scope makes its databases with tests.pg.Databases (e.g. tests/db/test_sql.py).
 """
@@ -162,9 +161,3 @@ def db_url(_databases) -> str:
 def migrated_db_url(_databases) -> str:
     """A fresh database already at the head revision (copied from a template migrated once per session)."""
     return _databases.new(migrated=True)
-
-
-@pytest.fixture
-def new_db_url(_databases) -> Callable[..., str]:
-    """`new_db_url(migrated=False)`: another fresh database on the test's backend, removed after the test."""
-    return _databases.new
