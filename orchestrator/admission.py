@@ -150,11 +150,8 @@ class Candidate:
 
 
 @dataclass(frozen=True)
-class Start:
-    """Start `candidate.job` with every bundle placed as `placement` says."""
-
+class _Decision:
     candidate: Candidate
-    placement: Placement
 
     @property
     def job(self) -> Any:
@@ -164,21 +161,23 @@ class Start:
     def request(self) -> Request:
         return self.candidate.request
 
+
+@dataclass(frozen=True)
+class Start(_Decision):
+    """Start `candidate.job` with every bundle placed as `placement` says."""
+
+    placement: Placement
+
     @property
     def running(self) -> Running:
         return Running(self.request, self.placement)
 
 
 @dataclass(frozen=True)
-class Refuse:
+class Refuse(_Decision):
     """Fail `candidate.job` for good: it could never be placed on this cluster (`reason` says why)."""
 
-    candidate: Candidate
     reason: str
-
-    @property
-    def job(self) -> Any:
-        return self.candidate.job
 
 
 class Stop(enum.Enum):
@@ -232,10 +231,8 @@ class _Free:
         """Every bundle on the first node it fits (all of them, or None and nothing changed)."""
         bundles: list[Bundle] = []
         for _ in range(request.workers):
-            bundle = next(
-                (b for n in range(len(self.cpus)) if (b := self._bundle_on(n, request.cpus, request.gpus))),
-                None,
-            )
+            on_nodes = (self._bundle_on(n, request.cpus, request.gpus) for n in range(len(self.cpus)))
+            bundle = next((b for b in on_nodes if b is not None), None)
             if bundle is None:
                 for b in bundles:
                     self.unbook(b)
