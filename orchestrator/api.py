@@ -31,7 +31,7 @@ from orchestrator.grid import Grid
 from orchestrator.states import JobStatus
 
 if TYPE_CHECKING:
-    from orchestrator.planner import PlanReport
+    from orchestrator.planner import Forecast
     from workers.jobs import JobRegistry
 
 __all__ = ["Grid", "Queue"]
@@ -70,10 +70,10 @@ class Queue:
         return ids
 
     def plan(self, grids: Grid | list[Grid], *, num_cpus: float | None = None, num_gpus: float | None = None,
-             calibration: Any = "auto", device_memory_bytes: float | None = None) -> PlanReport:  # fmt: skip
+             calibration: Any = "auto", device_memory_bytes: float | None = None) -> Forecast:  # fmt: skip
         """What submitting `grids` would add and how long it would take behind the current queue: every
         job with its estimated wall time, FLOPs, peak memory and source, totals per device and the
-        finish time (`.text()`, `.frame()`; see orchestrator/planner.py). Validates like `submit`
+        finish time (`.text()`, `.frame()`; see orchestrator/planner/). Validates like `submit`
         and writes nothing. `num_cpus`/`num_gpus`: the parallelism (default: this machine's);
         `calibration`: "auto" (cached, else measured now), "cached", "fresh", a planner.Calibration or None."""
         from orchestrator.planner import plan_grids

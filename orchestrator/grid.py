@@ -250,7 +250,7 @@ def trained_plan(plans: list[Plan], i: int) -> Plan | None:
     return None
 
 
-RESOURCE_KEYS = ("num_cpus", "num_gpus", "exclusive")
+RESOURCE_KEYS = ("num_cpus", "num_gpus", "workers", "exclusive")
 
 
 def _kind_resources(grid: Grid, kind: str) -> dict[str, Any] | None:
@@ -269,6 +269,8 @@ def _kind_resources(grid: Grid, kind: str) -> dict[str, Any] | None:
             )
         if k == "exclusive":  # the node to itself (see orchestrator.jobqueue.job_resources)
             fields.boolean(f"grid {grid.name!r}: {where}.{k}", v)
+        elif k == "workers":  # bundles of num_cpus/num_gpus started all at once (orchestrator/admission.py)
+            fields.integer(f"grid {grid.name!r}: {where}.{k}", v, lo=1)
         else:
             fields.number(f"grid {grid.name!r}: {where}.{k}", v, lo=0)
     return res or None

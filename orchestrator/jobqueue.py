@@ -236,15 +236,23 @@ EXCLUSIVE_KINDS = ("decode_bench",)
 def job_resources(kind: str, resources: str | dict[str, Any] | None, has_gpu: bool,
                   exclusive_default: bool = False) -> dict[str, Any]:  # fmt: skip
     """What a job asks of its node: num_cpus (default 1), num_gpus (default 1 on a node with GPUs,
-    else 0) and exclusive (default: its kind is in EXCLUSIVE_KINDS, or `exclusive_default`). The
-    scheduler and the planner read resources only through this."""
+    else 0), each for every one of its `workers` (default 1; all started at once), and exclusive
+    (default: its kind is in EXCLUSIVE_KINDS, or `exclusive_default`). The scheduler and the planner
+    read resources only through this."""
     res = json.loads(resources) if isinstance(resources, str) else dict(resources or {})
     exclusive = bool(res.get("exclusive", kind in EXCLUSIVE_KINDS or exclusive_default))
+    workers = int(res.get("workers", 1))
     if "num_cpus" not in res and "num_gpus" not in res:  # no device asked for: one CPU, a GPU if any
-        return {"num_cpus": 1.0, "num_gpus": 1.0 if has_gpu else 0.0, "exclusive": exclusive}
+        return {
+            "num_cpus": 1.0,
+            "num_gpus": 1.0 if has_gpu else 0.0,
+            "workers": workers,
+            "exclusive": exclusive,
+        }
     return {
         "num_cpus": float(res.get("num_cpus", 1)),
         "num_gpus": float(res.get("num_gpus", 0)),
+        "workers": workers,
         "exclusive": exclusive,
     }
 

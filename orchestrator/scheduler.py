@@ -12,6 +12,9 @@ Why a sink actor rather than task return values: curves must reach the database 
 job runs (live dashboard), and events from remote nodes must not need database access.
 Resources are booked by the driver itself (cluster totals minus what it launched), so a job is only
 marked running when it can actually start; a job asking for more than the cluster has fails clearly.
+The rule below is written once, in orchestrator/admission.py (the planner replays the same function).
+A job asking for several workers at once (`resources: {"workers": N}`) is admitted whole or not at all,
+but this driver cannot launch one yet and refuses it when it would start.
 
 Which job starts (priorities without starvation). Every ready job is considered, in the order of its
 *effective priority*, highest first, then the oldest: effective priority = priority + one for each
@@ -63,6 +66,7 @@ import ray
 
 from model import fields
 from orchestrator import drivers, jobqueue
+from orchestrator.admission import Admission, Candidate, Node, Refuse, Request, Running
 from orchestrator.display import print_progress
 from orchestrator.states import AttemptOutcome, JobStatus
 from orchestrator.task import QueueReporter, execute_job, kinds_ref, sink_on_this_node
@@ -131,7 +135,7 @@ class Scheduler:
         self.backoff_max_s = (
             cap if retry_backoff_max_s is None else _seconds("retry_backoff_max_s", retry_backoff_max_s)
         )
-        self.running: dict[Any, tuple[int, int, dict[str, Any]]] = {}  # ref -> (job, attempt, res)
+        self.running: dict[Any, tuple[int, int, Running]] = {}  # ref -> (job, attempt, what it holds)
         self.art_dirs: dict[int, Path] = {}
         # job -> the other jobs that ran at some time while it ran (the contention of its timings)
         self.overlaps: dict[int, set[int]] = {}
@@ -156,15 +160,8 @@ class Scheduler:
                   "(press Ctrl-C again to stop at once)", flush=True)  # fmt: skip
             self.sink.request_stop.remote(None)
 
-    def _resources(self, job: Any) -> dict[str, Any]:
-        return jobqueue.job_resources(job.kind, job.resources, self.total["GPU"] > 0)
-
-    def _free(self) -> dict[str, float]:
-        """What this driver has not booked: cluster totals minus its running jobs' resources."""
-        return {
-            "num_cpus": self.total["CPU"] - sum(r["num_cpus"] for *_, r in self.running.values()),
-            "num_gpus": self.total["GPU"] - sum(r["num_gpus"] for *_, r in self.running.values()),
-        }
+    def _request(self, job: Any) -> Request:
+        return Request.of(jobqueue.job_resources(job.kind, job.resources, self.total["GPU"] > 0))
 
     # ------------------------------------------------------------ main loop
     def run(self) -> int:
@@ -227,65 +224,51 @@ class Scheduler:
                 last_progress = now
 
     def _launch_ready(self) -> None:
-        """Start what fits, in effective-priority order, with reservations (the module's docstring)."""
-        waiting: int | None = None  # effective priority of an exclusive job waiting for the node to empty
-        # what jobs of the current effective priority may still use; the reservations of the jobs of
-        # that priority that did not fit are taken off it when the priority drops
-        pool, level, reserve = self._free(), None, []
-        for job in jobqueue.ready_jobs(self.eng, self.aging_s):
-            if self.max_concurrent is not None and len(self.running) >= self.max_concurrent:
-                return
-            if any(r["exclusive"] for *_, r in self.running.values()):
-                return  # nothing starts beside an exclusive job
-            priority = job.effective_priority
-            if waiting is not None and priority < waiting:
-                return  # the node drains for the exclusive job
-            if level is not None and priority < level:
-                for wanted in reserve:  # each reservation holds what is left of what it asks, no more
-                    pool = {k: max(0.0, pool[k] - wanted[k]) for k in pool}
-                reserve = []
-                if max(pool.values()) <= 1e-9:
-                    return  # everything is booked or reserved: no later job can start
-            level = priority
-            res = self._resources(job)
-            if res["num_cpus"] > self.total["CPU"] or res["num_gpus"] > self.total["GPU"]:
-                need = {k: v for k, v in res.items() if k != "exclusive"}
-                msg = (f"job {job.id} needs {need} but the cluster has {self.total}: "
-                       "change the grid's resources or add machines")  # fmt: skip
+        """Start what the admission rule (orchestrator/admission.py) admits, confirming each start: a
+        claim lost to another driver or a launch that fails books nothing for the rest of the pass."""
+        ready = (Candidate(job, job.effective_priority, self._request(job))
+                 for job in jobqueue.ready_jobs(self.eng, self.aging_s))  # fmt: skip
+        # the whole cluster as one node (the module's docstring): what Ray reports, less what this driver runs
+        cluster = [Node.with_gpus(self.total["CPU"], self.total["GPU"])]
+        admission = Admission(ready, cluster, [r for *_, r in self.running.values()], self.max_concurrent)
+        for decision in admission:
+            job = decision.job
+            if isinstance(decision, Refuse):
+                jobqueue.refuse(self.eng, job.id, self.worker, f"job {job.id} {decision.reason}", self.driver)
+                continue
+            if decision.request.workers > 1:
+                admission.not_started(decision)
+                msg = (f"job {job.id} asks for {decision.request.workers} workers at once: admitted, but this "
+                       "driver cannot launch multi-worker jobs yet (no Ray Train launcher); give it workers 1")  # fmt: skip
                 jobqueue.refuse(self.eng, job.id, self.worker, msg, self.driver)
                 continue
-            if res["exclusive"] and self.running:
-                waiting = priority if waiting is None else waiting
-                continue  # it waits for the node to empty
-            if any(res[k] > pool[k] + 1e-9 for k in pool):
-                reserve.append(res)  # lower priorities may not take what it waits for
-                continue  # a smaller job further down may still fit
             art = self.artifacts / f"{job.id}-{job.kind}-{job.config_hash[:8]}"
             n = jobqueue.claim(self.eng, job.id, self.worker, str(art), self.driver)
             if n is None:
-                continue  # another driver won it
-            pool = {k: pool[k] - res[k] for k in pool}
+                admission.not_started(decision)  # another driver won it
+                continue
             try:
                 spec = jobqueue.launch_spec(self.eng, job)
             except Exception:
+                admission.not_started(decision)
                 self._finish(job.id, n, AttemptOutcome.FAILED, traceback.format_exc())
                 continue
+            admission.started(decision)
+            res = decision.request
             ray.get(self.sink.allow.remote(job.id))  # before the task can ask for its stop flag
-            ref = execute_job.options(num_cpus=res["num_cpus"], num_gpus=res["num_gpus"]).remote(
+            ref = execute_job.options(num_cpus=res.cpus, num_gpus=res.gpus).remote(
                 job.id, job.kind, spec, str(art), self.sink, kinds_ref(self.kinds)
             )
             others = {j for j, *_ in self.running.values()}
             self.overlaps[job.id] = self.overlaps.get(job.id, set()) | others
             for other in others:
                 self.overlaps[other].add(job.id)
-            self.running[ref] = (job.id, n, res)
+            self.running[ref] = (job.id, n, decision.running)
             self.art_dirs[job.id] = art
             if self.progress:
                 print(
                     f"{time.strftime('%H:%M:%S')} job {job.id} ({job.kind}) started, attempt {n}", flush=True
                 )
-            if res["exclusive"]:
-                return
 
     def _drain(self) -> None:
         batches = ray.get(self.sink.drain.remote())

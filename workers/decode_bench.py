@@ -26,6 +26,7 @@ from typing import Any
 
 from model import fields
 from model.errors import ConfigError
+from workers.cost import ForwardCost
 from workers.reporter import JobInterrupted, Reporter
 from workers.spec_cli import SpecParser, job_parser, run_standalone
 
@@ -90,6 +91,28 @@ class Spec:
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+def cost(spec: Spec) -> ForwardCost:
+    """Every decode step of every cell (warm-up and timed: `warmup + steps` per context length and batch
+    size), each a forward of one token per sequence at the cell's context length; a step also pays a
+    fixed cost per layer application. Memory: `model.memory.decode_memory` of the largest cell."""
+    from model.flops import step_flops
+    from model.memory import DEVICE_TYPES, decode_memory
+    from model.presets import preset
+
+    cfg = preset(spec.recipe, spec.size, **spec.model)
+    per_cell = spec.warmup + spec.steps
+    flops, n_steps = 0.0, 0
+    for context in spec.context_lens:
+        per_token = step_flops(cfg, cfg.loops, seq_len=context).forward
+        for batch in spec.batch_sizes:
+            flops += per_cell * batch * per_token
+            n_steps += per_cell
+    biggest = max(spec.context_lens), max(spec.batch_sizes)
+    memory = {d: decode_memory(cfg, *biggest, d) for d in DEVICE_TYPES}
+    applications = cfg.n_prelude + cfg.n_recurrent * cfg.loops + cfg.n_coda
+    return ForwardCost(float(flops), memory, cfg.d_model, n_steps, applications)
 
 
 def _bench_cell(model, cfg, context_len: int, batch: int, dtype, device, spec: Spec, use_graph: bool):

@@ -29,6 +29,7 @@ from typing import Any
 from model import fields
 from model.errors import ConfigError
 from model.geometry import MAX_INTERACTION_LOOPS
+from workers.cost import ForwardCost
 from workers.spec_cli import SpecParser, checkpoint_exists, job_parser, run_standalone
 from workers.train_spec import EVAL_H0_SEED
 
@@ -90,6 +91,23 @@ def interaction_loops(v: Any) -> list[int]:
             f"got {counts[-1]}"
         )
     return counts
+
+
+def cost(spec: Spec, cfg) -> ForwardCost:
+    """The sweep's forwards on the trained model `cfg` (the train job's): per loop count n, the loss
+    forward and the loop-geometry forward (no head) of the `eval_tokens` validation tokens (whole
+    sequences, at least one); per interaction depth m, m headless forwards (one plain, m - 1 each skipping
+    a round) of the interaction tokens. Memory: `model.memory.forward_memory` at `batch_size`."""
+    from model.flops import head_flops, step_flops
+    from model.memory import DEVICE_TYPES, forward_memory
+
+    seq, head = cfg.seq_len, head_flops(cfg)
+    tokens = max(1, spec.eval_tokens // seq) * seq
+    flops = tokens * sum(2 * step_flops(cfg, n).forward - head for n in spec.loops)
+    inter_tokens = min(tokens, max(seq, spec.interaction_tokens // seq * seq))
+    flops += inter_tokens * sum(n * (step_flops(cfg, n).forward - head) for n in spec.interaction_loops)
+    memory = forward_memory(cfg, spec.batch_size)
+    return ForwardCost(float(flops), {d: memory for d in DEVICE_TYPES}, cfg.d_model)
 
 
 def far_window(cfg) -> int:

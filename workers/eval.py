@@ -25,8 +25,10 @@ Standalone: `python -m workers.eval --checkpoint runs/x --tasks deduction,kinshi
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -35,6 +37,7 @@ from typing import Any
 
 from model import fields
 from model.errors import ConfigError
+from workers.cost import ForwardCost
 from workers.spec_cli import SpecParser, checkpoint_exists, job_parser, run_standalone
 from workers.tasks import GENERATORS
 from workers.tasks.schema import Item, dumps_jsonl, load_jsonl, write_jsonl
@@ -148,6 +151,58 @@ def category(name: str, spec: Spec) -> str | None:
     if any(name == k or name.startswith(f"{k}_") for k in KNOWLEDGE_TASKS):
         return "knowledge"
     return None
+
+
+# ---------------------------------------------------------------------------------- cost model
+
+# Bytes of task text per token under a BPE tokenizer (English prose under a 32k BPE): the cost model's
+# assumption where it cannot tokenize (the byte tokenizer has exactly 1).
+BPE_BYTES_PER_TOKEN = 4.0
+
+
+@functools.lru_cache(maxsize=32)
+def _generated(entry: str, n_per_subset: int, seed: int) -> tuple[Item, ...]:
+    return tuple(GENERATORS[entry].generate(n_per_subset, seed))
+
+
+def cost(spec: Spec, cfg, bytes_per_token: float = 1.0) -> ForwardCost | None:
+    """The forwards of scoring every (task, loop count) on the trained model `cfg`; None when a task's
+    items are not known before it runs (a `harness:` task: its data comes from the harness).
+
+    How it is counted, and where it is approximate: the items are the job's own (generated from
+    `task_seed`, or read from the task file; cut to `limit`); every choice of an item is one sequence
+    (the separator, the context, " " and the choice), of len(UTF-8 bytes) / `bytes_per_token` tokens (exact
+    for the byte tokenizer, an average for a BPE: see BPE_BYTES_PER_TOKEN) less the last one, cut to the
+    model's seq_len; a task's sequences are sorted by length and batched `batch_size` at a time, each
+    batch padded to its longest, as `LoopedScorer` does, and a batch of R rows of width W costs R W forward FLOPs per
+    token at that width (`model.flops.step_flops`) for each loop count. Memory: one batch at the
+    longest width (`model.memory.forward_memory`)."""
+    from model.flops import step_flops
+    from model.memory import DEVICE_TYPES, forward_memory
+    from workers.data import DOC_SEP
+    from workers.tasks.scoring import requests
+
+    if any(entry.startswith(HARNESS_PREFIX) for entry in spec.tasks):
+        return None
+    per_token = functools.cache(lambda loops, width: step_flops(cfg, loops, seq_len=width).forward)
+    flops, widest = 0.0, 0
+    for entry in spec.tasks:  # each task is scored alone: its sequences batched together
+        items = (
+            _generated(entry, spec.n_per_subset, spec.task_seed)
+            if entry in GENERATORS
+            else load_jsonl(Path(entry))
+        )
+        widths = []
+        for context, continuation in requests(list(items[: spec.limit] if spec.limit else items)):
+            n_bytes = len((DOC_SEP + context + continuation).encode())
+            widths.append(min(cfg.seq_len, max(1, math.ceil(n_bytes / bytes_per_token) - 1)))
+        widths.sort(reverse=True)
+        widest = max([widest, *widths[:1]])
+        for i in range(0, len(widths), spec.batch_size):  # (rows, width of the longest) per batch
+            rows, width = len(widths[i : i + spec.batch_size]), widths[i]
+            flops += sum(rows * width * per_token(loops, width) for loops in spec.loops)
+    memory = forward_memory(cfg, spec.batch_size, widest or cfg.seq_len)
+    return ForwardCost(float(flops), {d: memory for d in DEVICE_TYPES}, cfg.d_model)
 
 
 # ---------------------------------------------------------------------------------- resumable results

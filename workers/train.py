@@ -15,9 +15,10 @@ step the plan is re-fitted to the time left (workers/schedule.py), and the coold
 on the last step. The summary reports how far the real training time landed from `time_s`. Unlike a
 token budget, such a run is not bit-reproducible: its step count depends on the machine's speed.
 
-The job is three modules importing one way: workers/train_spec.py (the Spec, torch-free),
-workers/trainer.py (the loop) and workers/train_cli.py (the command line). This one only names them
-for `workers.jobs` and `python -m workers.train --preset lean --size tiny --tokens 2e6 --out runs/x`.
+The job is four modules importing one way: workers/train_spec.py (the Spec, torch-free),
+workers/trainer.py (the loop), workers/train_cost.py (its cost model: FLOPs, steps, memory) and
+workers/train_cli.py (the command line). This one only names them for `workers.jobs` and
+`python -m workers.train --preset lean --size tiny --tokens 2e6 --out runs/x`.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from workers.reporter import Reporter
+from workers.train_cost import TrainCost, cost
 from workers.train_spec import Spec, check_artifact_dir
 
-__all__ = ["Spec", "check_artifact_dir", "run"]
+__all__ = ["Spec", "TrainCost", "check_artifact_dir", "cost", "run"]
 
 
 def run(spec: Spec, reporter: Reporter, artifact_dir: str | Path) -> dict[str, Any]:

@@ -7,7 +7,7 @@ import altair as alt
 import streamlit as st
 
 from dashboard import data, ui
-from orchestrator.planner import planned_vs_actual
+from orchestrator.planner.history import planned_vs_actual
 
 st.title("Plan")
 st.caption("Planned: the estimate `looplab submit` stored (`looplab plan` shows the same before submitting); "

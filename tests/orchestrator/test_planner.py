@@ -16,7 +16,7 @@ from model.presets import preset
 from orchestrator import Grid, Queue
 from orchestrator.cli import main
 from orchestrator.errors import ConfigError
-from orchestrator.planner import Calibration, PlannedJob, schedule
+from orchestrator.planner import Calibration, ForecastJob, simulate
 from tests.orchestrator import fake_jobs
 
 TABLES = ("grids", "jobs", "job_deps", "attempts", "train_results", "decode_benches", "metrics")
@@ -164,12 +164,12 @@ def test_plan_dedups_a_shared_decode_bench_and_marks_present_jobs(q):
 
 def test_schedule_keeps_exclusive_jobs_alone_and_respects_priority():
     def job(key, seconds, exclusive=False, priority=0, deps=()):
-        return PlannedJob(key, "train", key, "new", estimate=None, priority=priority, order=int(key[1:]),
+        return ForecastJob(key, "train", key, "new", estimate=None, priority=priority, order=int(key[1:]),
                           deps=list(deps), exclusive=exclusive, remaining_s=seconds)  # fmt: skip
 
     # +1 (exclusive) becomes ready at 10, while +2 still runs
     jobs = [job("+0", 10), job("+1", 4, exclusive=True, deps=["+0"]), job("+2", 20), job("+3", 10)]
-    assert schedule(jobs, cpus=2, gpus=0) == pytest.approx(24.0)
+    assert simulate(jobs, cpus=2, gpus=0) == pytest.approx(24.0)
     # equal priority: +3 fills the gap; the exclusive job starts when the node is empty, alone
     assert {j.key: j.start_s for j in jobs} == {"+0": 0.0, "+2": 0.0, "+3": 10.0, "+1": 20.0}
     jobs = [
@@ -178,7 +178,7 @@ def test_schedule_keeps_exclusive_jobs_alone_and_respects_priority():
         job("+2", 20),
         job("+3", 10),
     ]
-    assert schedule(jobs, cpus=2, gpus=0) == pytest.approx(34.0)
+    assert simulate(jobs, cpus=2, gpus=0) == pytest.approx(34.0)
     # higher priority: once it is ready the node drains for it, and nothing starts beside it
     assert {j.key: j.start_s for j in jobs} == {"+0": 0.0, "+2": 0.0, "+1": 20.0, "+3": 24.0}
 
@@ -230,7 +230,7 @@ def test_planned_against_actual_and_contention_flags(q):
     import pandas as pd
 
     from dashboard import timing
-    from orchestrator.planner import planned_vs_actual
+    from orchestrator.planner.history import planned_vs_actual
 
     finished_run(q)
     (job,) = q.submit(Grid("s", base={**TRAIN, "tokens": 2560, "seed": 1}))  # planned 31.1 s (measured)
@@ -296,30 +296,31 @@ def test_dashboard_shows_plan_error_and_contended_decode_timings(q, monkeypatch)
 def test_sweep_and_decode_bench_scale_finished_runs_of_their_variant_by_flops():
     """A depth sweep or decode bench like a finished one of the same variant (same device for decode
     benches) takes its wall time scaled by the FLOP ratio; without one, the FLOP model decides."""
-    from orchestrator.planner import Estimator, _variant
+    from orchestrator.planner import TimeModel
+    from orchestrator.planner.history import variant_of
 
-    planner = Estimator(None, CAL)
+    planner = TimeModel(None, CAL)
     sweep, past_sweep = {"loops": [1, 2, 4]}, {"loops": [1]}
     bench = {"recipe": "lean", "size": "tiny", "context_lens": [64], "batch_sizes": [2], "steps": 3}
     past_bench = {**bench, "batch_sizes": [1]}
-    assert planner.depth_sweep(sweep, TRAIN).source == "flop_model"
-    assert planner.decode_bench(bench).source == "flop_model"
+    assert planner.estimate("depth_sweep", sweep, train_spec=TRAIN).source == "flop_model"
+    assert planner.estimate("decode_bench", bench).source == "flop_model"
     planner.history = [
-        {"kind": "depth_sweep", "variant_id": _variant(TRAIN), "spec": past_sweep, "train_spec": TRAIN,
+        {"kind": "depth_sweep", "variant_id": variant_of(TRAIN), "spec": past_sweep, "train_spec": TRAIN,
          "wall": 10.0, "device": "cpu"},
-        {"kind": "decode_bench", "variant_id": _variant(bench, "decode_bench"), "spec": past_bench,
+        {"kind": "decode_bench", "variant_id": variant_of(bench, "decode_bench"), "spec": past_bench,
          "wall": 4.0, "device": "cpu"},
-        {"kind": "decode_bench", "variant_id": _variant(bench, "decode_bench"), "spec": past_bench,
+        {"kind": "decode_bench", "variant_id": variant_of(bench, "decode_bench"), "spec": past_bench,
          "wall": 999.0, "device": "cuda"},
     ]  # fmt: skip
-    sweep_ratio = planner.sweep_flops(sweep, TRAIN)[0] / planner.sweep_flops(past_sweep, TRAIN)[0]
-    bench_ratio = planner.decode_flops(bench)[0] / planner.decode_flops(past_bench)[0]
+    sweep_ratio = planner.sweep_cost(sweep, TRAIN).flops / planner.sweep_cost(past_sweep, TRAIN).flops
+    bench_ratio = planner.decode_cost(bench).flops / planner.decode_cost(past_bench).flops
     assert sweep_ratio > 1 and bench_ratio > 1
-    estimate = planner.depth_sweep(sweep, TRAIN)
+    estimate = planner.estimate("depth_sweep", sweep, train_spec=TRAIN)
     assert (estimate.source, estimate.seconds) == ("finished", pytest.approx(10.0 * sweep_ratio))
-    estimate = planner.decode_bench(bench)
+    estimate = planner.estimate("decode_bench", bench)
     assert (estimate.source, estimate.seconds) == ("finished", pytest.approx(4.0 * bench_ratio))
-    assert Estimator(None, None).decode_bench(bench).source == "unknown"
+    assert TimeModel(None, None).estimate("decode_bench", bench).source == "unknown"
 
 
 def test_flop_model_splits_gradient_free_rounds_and_adds_the_optimizer_step(q):
@@ -363,7 +364,7 @@ def test_plan_on_an_idle_queue_includes_the_driver_start(q):
 
 
 def test_cached_calibration_expires_and_warns_when_measured_under_load(q):
-    from orchestrator import planner
+    from orchestrator.planner import calibration as planner
 
     planner._save_calibration(dataclasses.replace(CAL, host="h", measured_at=time.time() - 60, load=2.5))
     cached = planner.cached_calibration("cpu")
@@ -381,13 +382,13 @@ def test_cached_calibration_expires_and_warns_when_measured_under_load(q):
 def test_schedule_reserves_for_a_higher_priority_job_that_does_not_fit_yet():
     """A 2-CPU job of priority 1 waits for a running 1-CPU job; the 1-CPU jobs of priority 0 behind it
     may not take the freed CPU (the scheduler's reservation), so it starts as soon as the CPU is free."""
-    running = PlannedJob(key="#1", kind="train", what="r", status="running", estimate=None, priority=0,
+    running = ForecastJob(key="#1", kind="train", what="r", status="running", estimate=None, priority=0,
                          order=1, cpus=1, remaining_s=5.0)  # fmt: skip
-    big = PlannedJob(key="+0", kind="train", what="big", status="new", estimate=None, priority=1, order=2,
+    big = ForecastJob(key="+0", kind="train", what="big", status="new", estimate=None, priority=1, order=2,
                      cpus=2, remaining_s=10.0)  # fmt: skip
-    small = [PlannedJob(key=f"+{i}", kind="train", what="s", status="new", estimate=None, priority=0,
+    small = [ForecastJob(key=f"+{i}", kind="train", what="s", status="new", estimate=None, priority=0,
                         order=2 + i, cpus=1, remaining_s=3.0) for i in (1, 2, 3)]  # fmt: skip
-    makespan = schedule([running, big, *small], cpus=2, gpus=0)
+    makespan = simulate([running, big, *small], cpus=2, gpus=0)
     assert big.start_s == 5.0  # not delayed by the small ones
     assert [j.start_s for j in small] == [15.0, 15.0, 18.0]
     assert makespan == 21.0
@@ -397,17 +398,17 @@ def test_sweep_flops_count_the_geometry_and_interaction_forwards():
     """Per depth n: the loss forward plus the geometry forward (no head) of the eval tokens; per
     interaction depth m: m headless forwards of the interaction tokens (one plain, m - 1 skipping a round)."""
     from model.flops import head_flops
-    from orchestrator.planner import Estimator
+    from orchestrator.planner import TimeModel
 
     cfg = preset("lean", "tiny", seq_len=32)
     fwd = {n: step_flops(cfg, n).forward for n in (1, 2, 3, 4)}
     head = head_flops(cfg)
-    planner = Estimator(None, CAL)
+    planner = TimeModel(None, CAL)
     spec = {"loops": [1, 2, 4], "eval_tokens": 128, "interaction_loops": [3], "interaction_tokens": 64}
-    flops, _ = planner.sweep_flops(spec, TRAIN)
+    flops = planner.sweep_cost(spec, TRAIN).flops
     want = 128 * sum(2 * fwd[n] - head for n in (1, 2, 4)) + 64 * 3 * (fwd[3] - head)
     assert flops == pytest.approx(want)
-    no_interactions, _ = planner.sweep_flops({**spec, "interaction_loops": []}, TRAIN)
+    no_interactions = planner.sweep_cost({**spec, "interaction_loops": []}, TRAIN).flops
     assert no_interactions == pytest.approx(128 * sum(2 * fwd[n] - head for n in (1, 2, 4)))
 
 
@@ -439,3 +440,35 @@ def test_follow_ups_of_a_train_job_are_described_by_its_model(q):
     jobs = q.plan(grid, num_cpus=2, num_gpus=0, calibration=CAL).new_jobs()
     assert [j.kind for j in jobs] == ["train", "depth_sweep", "eval"]
     assert jobs[0].what and {j.what for j in jobs} == {jobs[0].what}
+
+
+def test_eval_cost_counts_exactly_the_forwards_the_scorer_runs():
+    """An eval job's FLOPs by its cost model (workers/eval.py) against the (batch, width) of every forward
+    the real scorer runs on a tiny model with the byte tokenizer: the same sum, batch by batch."""
+    import torch
+
+    from model.looped import LoopedLM
+    from workers import eval as eval_job
+    from workers.tasks.likelihood import LoopedScorer
+    from workers.tasks.scoring import score_items
+    from workers.tokenizer import Tokenizer
+
+    spec = eval_job.Spec.from_dict({"tasks": ["deduction", "kinship"], "n_per_subset": 1, "loops": [1, 3],
+                                    "batch_size": 5, "limit": 7})  # fmt: skip
+    cfg = preset("lean", "tiny", seq_len=48)  # shorter than most items: the cut to seq_len is counted too
+    model = LoopedLM(cfg).eval()
+    shapes: list[tuple[int, int, int]] = []
+    loops_now = []
+    model.register_forward_pre_hook(lambda _m, args: shapes.append((*args[0].shape, loops_now[-1])))
+    for loops in spec.loops:
+        loops_now.append(loops)
+        scorer = LoopedScorer(model, Tokenizer(), loops=loops, h0_seed=0, batch_size=spec.batch_size,
+                              device=torch.device("cpu"))  # fmt: skip
+        for entry in spec.tasks:
+            items = eval_job.GENERATORS[entry].generate(spec.n_per_subset, spec.task_seed)[: spec.limit]
+            score_items(items, scorer.loglikelihood)
+    ran = sum(b * t * step_flops(cfg, n, seq_len=t).forward for b, t, n in shapes)
+    cost = eval_job.cost(spec, cfg)
+    assert cost.flops == pytest.approx(ran, rel=1e-9)
+    assert cost.flops > 0 and cost.memory["cpu"] == cost.memory["cuda"]
+    assert eval_job.cost(eval_job.Spec.from_dict({"tasks": ["harness:sciq"]}), cfg) is None  # unknown items

@@ -110,6 +110,23 @@ def test_job_larger_than_the_cluster_fails_clearly(q):
     assert "cluster has" in rows(q, "SELECT error FROM jobs WHERE id=:j", j=jid)[0][0]
 
 
+def test_a_gang_job_is_admitted_whole_and_refused_until_a_launcher_exists(q):
+    """2 GPUs: a 3-worker job can never be placed (refused as too big); a 2-worker one would start whole,
+    which this driver cannot launch yet, so it is refused saying so; the queue goes on."""
+    gang, big, ok = q.submit([
+        Grid("g", job="noop", base={"tag": "g"}, resources={"workers": 2, "num_gpus": 1, "num_cpus": 0.5}),
+        Grid("b", job="noop", base={"tag": "b"}, resources={"workers": 3, "num_gpus": 1}),
+        Grid("n", job="noop", base={"tag": "n"}),
+    ])  # fmt: skip
+    run(q)
+    status = dict(rows(q, "SELECT id, status FROM jobs"))
+    error = dict(rows(q, "SELECT id, error FROM jobs"))
+    assert status == {gang: "failed", big: "failed", ok: "succeeded"}
+    assert error[gang].startswith(f"job {gang} asks for 2 workers at once") and "workers 1" in error[gang]
+    assert "needs 3 workers of {'num_cpus': 1.0, 'num_gpus': 1.0} at once" in error[big]
+    assert "cluster has {'CPU': 2.0, 'GPU': 2.0}" in error[big]
+
+
 def test_derived_iso_time_budget(q):
     main = Grid("main", base={"recipe": "lean", "tokens": 100, "steps": 20, "step_s": 0.05})
     iso = Grid("iso", base={"recipe": "parcae", "step_s": 0.05,

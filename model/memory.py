@@ -1,0 +1,70 @@
+"""Peak memory of training, evaluating and decoding a looped LM, in bytes, from the config alone.
+
+Training (`training_memory`), for `sequences` sequences of T tokens in one forward:
+
+    4 P (fp32 weights) + 4 P (gradients) + the optimizer's state + activations  B T (a A + 8 V)
+
+- the optimizer's state: AdamW 8 P (two moments); the Muon optimizers 4 P_matrix (momentum of the
+  non-embedding matrices) + 8 P_embedding (AdamW's two moments of the embedding tables);
+- P = parameters (`model.counts.param_count`), B = `sequences`, V = vocabulary;
+- A = layer applications with autograd: prelude + coda + recurrent layers x the mean rounds with
+  gradient (`model.flops.training_flops`, for a forward of B sequences);
+- a = bytes kept per token and application: (6 d + 4 h D + 2 m) elements of 4 bytes on the CPU, 2 under
+  CUDA autocast, plus h T softmax probabilities (4 bytes) on the CPU, whose math attention keeps them
+  (fused CUDA kernels keep none);
+- 8 V: the fp32 logits and their gradient, per token.
+
+Evaluation forwards without autograd (`forward_memory`): 4 P + B T 4 (6 d + 2 m + h T + 2 V) (the
+activations of one layer at a time, the attention probabilities, the fp32 logits and their log-softmax).
+Decoding (`decode_memory`): the weights, the static KV cache (`model.counts.kv_cache_bytes`) and the fp32
+logits of one step, at 2 bytes per element on CUDA (bf16) and 4 on the CPU.
+These are the planner's estimates; on CUDA it prefers a measured peak of the same variant when it has one.
+"""
+
+from __future__ import annotations
+
+from model.config import ModelConfig
+from model.counts import kv_cache_bytes, param_count
+from model.flops import training_flops
+
+FLOAT_BYTES = 4
+DEVICE_TYPES = ("cpu", "cuda")
+
+
+def _item(device_type: str) -> int:
+    if device_type not in DEVICE_TYPES:
+        raise ValueError(f"device_type: unknown {device_type!r}; accepted: {', '.join(DEVICE_TYPES)}")
+    return 2 if device_type == "cuda" else FLOAT_BYTES
+
+
+def training_memory(cfg: ModelConfig, sequences: int, device_type: str, optimizer: str) -> float:
+    """Peak bytes of a training step whose forward holds `sequences` sequences of cfg.seq_len tokens, on
+    "cpu" or "cuda", with `optimizer` ("adamw", or a Muon optimizer: anything else)."""
+    item = _item(device_type)
+    params = param_count(cfg)
+    p, p_matrix = params["total"], params["non_embedding"]
+    state = 8 * p if optimizer == "adamw" else 4 * p_matrix + 8 * (p - p_matrix)
+    grad_rounds = training_flops(cfg, sequences).mean_grad_rounds
+    applications = cfg.n_prelude + cfg.n_coda + cfg.n_recurrent * grad_rounds
+    per_application = (6 * cfg.d_model + 4 * cfg.n_heads * cfg.head_dim + 2 * cfg.mlp_hidden) * item
+    if device_type != "cuda":
+        per_application += FLOAT_BYTES * cfg.n_heads * cfg.seq_len  # softmax probabilities (math path)
+    tokens = sequences * cfg.seq_len
+    activations = tokens * (applications * per_application + 2 * FLOAT_BYTES * cfg.vocab_size)
+    return float(2 * FLOAT_BYTES * p + state + activations)
+
+
+def forward_memory(cfg: ModelConfig, sequences: int, seq_len: int | None = None) -> float:
+    """Peak bytes of an evaluation forward (no autograd) of `sequences` sequences of `seq_len` tokens
+    (default cfg.seq_len), on either device."""
+    T = cfg.seq_len if seq_len is None else seq_len
+    per_token = 6 * cfg.d_model + 2 * cfg.mlp_hidden + cfg.n_heads * T + 2 * cfg.vocab_size
+    return float(FLOAT_BYTES * param_count(cfg)["total"] + sequences * T * FLOAT_BYTES * per_token)
+
+
+def decode_memory(cfg: ModelConfig, context_len: int, batch: int, device_type: str) -> float:
+    """Peak bytes of decoding `batch` sequences with a static cache of `context_len` tokens."""
+    item = _item(device_type)
+    weights = param_count(cfg)["total"] * item
+    cache = kv_cache_bytes(cfg, context_len, batch, dtype="float32") * item / FLOAT_BYTES
+    return float(weights + cache + batch * cfg.vocab_size * FLOAT_BYTES)

@@ -1,0 +1,28 @@
+"""How long will this grid take? Per-job estimates of wall time, FLOPs and peak memory, and the queue's
+finish time, before anything is submitted (`looplab plan`, `Queue.plan`, `looplab status`).
+
+The parts, in the order a forecast uses them:
+- calibration.py: what this machine achieves (measured once, cached per machine and device);
+- history.py: reads of finished jobs (the history estimates learn from; planned against actual);
+- estimates.py: `TimeModel`, each job's seconds from its kind's cost model (FLOPs, memory, counts:
+  `cost()` in the kind's workers module, defaults from its Spec) and the history or calibration;
+- jobs.py: the queue's jobs and the grids' plans as `ForecastJob`s, with what they ask;
+- simulate.py: the scheduler's own admission rule (orchestrator/admission.py) replayed on the estimates;
+- report.py: `Forecast`, the text and table a user reads;
+- forecast.py: the entry points `plan_grids`, `forecast_queue`, `submission_estimates`.
+Everything here reads the database and never writes it.
+"""
+
+from orchestrator.planner.calibration import Calibration, cached_calibration, calibrate
+from orchestrator.planner.estimates import SOURCES, Estimate, TimeModel
+from orchestrator.planner.forecast import forecast_queue, plan_grids, submission_estimates
+from orchestrator.planner.history import planned_vs_actual
+from orchestrator.planner.jobs import ForecastJob, device_memory, local_slots
+from orchestrator.planner.report import Forecast
+from orchestrator.planner.simulate import simulate
+
+__all__ = [
+    "SOURCES", "Calibration", "Estimate", "Forecast", "ForecastJob", "TimeModel", "cached_calibration",
+    "calibrate", "device_memory", "forecast_queue", "local_slots", "plan_grids", "planned_vs_actual",
+    "simulate", "submission_estimates",
+]  # fmt: skip
