@@ -60,7 +60,7 @@ from orchestrator.states import AttemptOutcome, JobStatus
 if TYPE_CHECKING:
     import pandas as pd
 
-    from orchestrator.grid import Grid, Plan
+    from orchestrator.grid import Grid, JobPlan
     from workers.jobs import JobRegistry
 
 SOURCES = ("measured", "flop_model", "finished", "budget", "unknown")
@@ -1126,7 +1126,7 @@ def _calibration(calibration: Calibration | None | str, device: str) -> Calibrat
     )
 
 
-def _iso_member(plans: list[Plan], i: int) -> bool:
+def _iso_member(plans: list[JobPlan], i: int) -> bool:
     """Whether plan i is a train job of an iso-time pair: it has a `match_time_of` budget, or such a
     budget of this submission names it."""
     plan = plans[i]
@@ -1137,7 +1137,7 @@ def _iso_member(plans: list[Plan], i: int) -> bool:
     return any(p.budget and "match_time_of" in p.budget and i in p.deps for p in plans)
 
 
-def _existing_train_seconds(eng: Engine, plans: list[Plan]) -> dict[int, float]:
+def _existing_train_seconds(eng: Engine, plans: list[JobPlan]) -> dict[int, float]:
     """Training seconds of the existing jobs that `match_time_of` budgets of the plans name by id."""
     ids = sorted({j for p in plans for j in p.dep_ids})
     if not ids:
@@ -1154,7 +1154,7 @@ def _max_job_id(eng: Engine) -> int:
         return int(conn.execute(sa.select(sa.func.max(JOBS.c.id))).scalar() or 0)
 
 
-def estimate_plans(estimator: Estimator, plans: list[Plan],
+def estimate_plans(estimator: Estimator, plans: list[JobPlan],
                    existing_train_s: dict[int, float] | None = None) -> list[Estimate]:  # fmt: skip
     """One estimate per plan, references before the jobs whose budget copies their training time."""
     from orchestrator.grid import trained_plan
@@ -1179,7 +1179,7 @@ def estimate_plans(estimator: Estimator, plans: list[Plan],
     return [out[i] for i in range(len(plans))]
 
 
-def submission_estimates(eng: Engine, plans: list[Plan]) -> list[tuple[float | None, str | None]]:
+def submission_estimates(eng: Engine, plans: list[JobPlan]) -> list[tuple[float | None, str | None]]:
     """What `jobqueue.submit` stores as (planned_seconds, planned_source) per plan: the database's
     throughputs, else the FLOP model with a calibration already cached (never measured here)."""
     _, gpus = local_slots(num_cpus=1)
