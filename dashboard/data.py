@@ -13,13 +13,14 @@ Why it looks like this:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 
 import pandas as pd
 from sqlalchemy import Engine, bindparam, text
 
 from orchestrator.db import readonly_engine
+from orchestrator.jobkinds import TRAIN
+from orchestrator.pairing import MATCH_TIME, stored_reference
 from orchestrator.states import JobStatus
 
 CURVE_KEYS = ("train_loss", "val_loss", "val_bpb", "lr", "tokens_per_s")
@@ -93,7 +94,7 @@ def _variant_sql(job: str) -> str:
 def runs(url: str) -> pd.DataFrame:
     """One row per train job with its result (NaN until it finished) and how it loops.
 
-    Adds `match_time_of` (the reference job of an iso-time run, from the budget as submitted) and
+    Adds `match_time_of` (the reference job of an iso-time run, orchestrator.pairing) and
     `loop_mode` / `train_loops` (from the sampler and loop count stored with the job at submission),
     the variant and architecture (`_variant_sql`), and the FLOPs: `train_flops` is the trainer's
     total, else FLOPs per token × tokens trained (a run stored before FLOPs were counted).
@@ -112,21 +113,15 @@ def runs(url: str) -> pd.DataFrame:
         FROM jobs j
         LEFT JOIN grids g ON g.id = j.grid_id
         LEFT JOIN train_results r ON r.job_id = j.id
-        WHERE j.kind = 'train'
+        WHERE j.kind = :train
         ORDER BY j.id
         """,
+        train=TRAIN,
     )
-    df["match_time_of"] = pd.array([_match_time_of(b) for b in df["budget"]], dtype="Int64")
+    df[MATCH_TIME] = pd.array([stored_reference(b) for b in df["budget"]], dtype="Int64")
     df["loop_mode"] = [_loop_mode(s, n) for s, n in zip(df["loop_sampler"], df["train_loops"], strict=True)]
     df["train_loops"] = pd.array([None if pd.isna(n) else int(n) for n in df["train_loops"]], dtype="Int64")
     return df.drop(columns=["budget", "loop_sampler"])
-
-
-def _match_time_of(budget: str | None) -> int | None:
-    if not budget:
-        return None
-    ref = json.loads(budget).get("match_time_of")
-    return ref if isinstance(ref, int) and not isinstance(ref, bool) else None
 
 
 def _loop_mode(sampler: str | None, loops: float | None) -> str | None:
@@ -149,9 +144,10 @@ def _sweep_rows(url: str, table: str, columns: str, order: str) -> pd.DataFrame:
                t.budget_tokens, {_variant_sql("t")}, {columns}
         FROM {table} r
         JOIN job_deps d ON d.job_id = r.job_id
-        JOIN jobs t ON t.id = d.depends_on AND t.kind = 'train'
+        JOIN jobs t ON t.id = d.depends_on AND t.kind = :train
         ORDER BY t.id, {order}
         """,
+        train=TRAIN,
     )
 
 
@@ -189,9 +185,10 @@ def task_scores(url: str) -> pd.DataFrame:
                ts.acc, ts.acc_norm, ts.stderr, ts.chance
         FROM task_scores ts
         JOIN job_deps d ON d.job_id = ts.job_id
-        JOIN jobs t ON t.id = d.depends_on AND t.kind = 'train'
+        JOIN jobs t ON t.id = d.depends_on AND t.kind = :train
         ORDER BY t.id, ts.task, ts.subset, ts.loops
         """,
+        train=TRAIN,
     )
 
 

@@ -54,9 +54,9 @@ class Queue:
     @property
     def kinds(self) -> JobRegistry:
         if self._kinds is None:
-            from orchestrator.scheduler import default_kinds
+            from orchestrator.jobkinds import registry
 
-            self._kinds = default_kinds()
+            self._kinds = registry()
         return self._kinds
 
     def submit(self, grids: Grid | list[Grid]) -> list[int]:

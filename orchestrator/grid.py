@@ -2,8 +2,9 @@
 
 A `Grid` is a base config plus a sweep (the cartesian product of lists, with keys that may be dotted
 paths into `model`, `data` and `budget`, and zip groups whose lists vary together) of one job kind,
-with follow-up jobs attached to every training job (`then=["depth_sweep", "decode_bench", "eval"]`).
-`expand()` turns a list of grids into `Plan`s: one per job, each with its canonical spec (every
+with follow-up jobs attached to every job of the kind they follow (`then=["depth_sweep", "decode_bench",
+"eval"]` on a train grid; what a kind follows and is about is its declaration, orchestrator.jobkinds).
+`expand()` turns a list of grids into `JobPlan`s: one per job, each with its canonical spec (every
 default filled in by the workers' own `validate`), its dependencies, its config hash and the variant
 label the user gave (if any). Any bad value anywhere raises ConfigError naming the grid and the field
 (the dotted path for a nested one), so a bad grid is refused whole.
@@ -23,18 +24,19 @@ from typing import TYPE_CHECKING, Any
 
 from model import fields
 from model.errors import ConfigError
+from orchestrator import jobkinds, pairing
 from orchestrator.canonical import sha256
+from orchestrator.jobkinds import CHECKPOINT, TRAIN, Kind
+from orchestrator.pairing import MATCH_TIME
 from orchestrator.variants import LABEL_MAX
 
 if TYPE_CHECKING:
     from workers.jobs import JobRegistry
 
-FOLLOW_UPS = ("depth_sweep", "decode_bench", "eval")
-# Follow-ups of a train job's trained weights: they depend on it, and the queue sets their checkpoint.
-CHECKPOINT_FOLLOW_UPS = ("depth_sweep", "eval")
-# Grid-level keys that select the model of a train job; a decode bench keeps only these.
-ARCH_KEYS = ("recipe", "size", "model")
-_BUDGET_KEYS = ("tokens", "time_s", "flops", "match_time_of")
+# The follow-ups of a train grid's jobs (`then`) among the built-in kinds (orchestrator.studies checks
+# a helper's `then` against them).
+FOLLOW_UPS = jobkinds.follow_ups(TRAIN)
+_BUDGET_KEYS = ("tokens", "time_s", "flops", MATCH_TIME)
 # Spec keys a budget sets; a grid gives at most one of them (directly or through `budget`).
 BUDGET_SPEC_KEYS = ("tokens", "time_s", "flops")
 # Top-level keys a dotted sweep path may go into.
@@ -68,7 +70,7 @@ class Grid:
     by default: their timings are results; see orchestrator.jobqueue.job_resources)."""
 
     name: str
-    job: str = "train"
+    job: str = TRAIN
     base: dict[str, Any] = field(default_factory=dict)
     sweep: dict[str, list[Any]] = field(default_factory=dict)
     then: list[str] = field(default_factory=list)
@@ -224,28 +226,31 @@ def _pop_label(where: str, cfg: dict[str, Any]) -> str | None:
 
 
 @dataclass
-class Plan:
-    """One job to insert: canonical spec, dependencies (indexes into the plan list, or existing job
-    ids), and its config hash."""
+class JobPlan:
+    """One job to insert: its kind and that kind's declaration, canonical spec, dependencies (indexes
+    into the plan list, or existing job ids), and its config hash."""
 
     kind: str
+    declared: Kind  # the kind's declaration in the registry the grid was expanded with
     spec: dict[str, Any]
     grid_index: int
     priority: int
     max_attempts: int
     resources: dict[str, Any] | None = None
     deps: list[int] = field(default_factory=list)  # indexes of other plans
-    dep_ids: list[int] = field(default_factory=list)  # existing jobs (match_time_of by id)
+    dep_ids: list[int] = field(default_factory=list)  # existing jobs (a match-time reference by id)
     budget: dict[str, Any] | None = None
     dep_hashes: list[str] = field(default_factory=list)
     config_hash: str = ""
     label: str | None = None  # the variant label the user gave (grid key `label`), else None
 
 
-def trained_plan(plans: list[Plan], i: int) -> Plan | None:
-    """The train plan that plan i (a depth sweep or eval: a checkpoint follow-up) is about, else None."""
+def trained_plan(plans: list[JobPlan], i: int) -> JobPlan | None:
+    """The plan whose trained checkpoint plan i is about (a depth sweep's or an eval's train plan: the
+    job it follows, its first dependency), else None."""
     plan = plans[i]
-    if plan.kind in CHECKPOINT_FOLLOW_UPS and plan.deps and plans[plan.deps[0]].kind == "train":
+    about, follows = plan.declared.about, plan.declared.follows
+    if about == CHECKPOINT and plan.deps and plans[plan.deps[0]].kind == follows:
         return plans[plan.deps[0]]
     return None
 
@@ -253,11 +258,11 @@ def trained_plan(plans: list[Plan], i: int) -> Plan | None:
 RESOURCE_KEYS = ("num_cpus", "num_gpus", "workers", "exclusive")
 
 
-def _kind_resources(grid: Grid, kind: str) -> dict[str, Any] | None:
+def _kind_resources(grid: Grid, kind: str, follow_ups: tuple[str, ...]) -> dict[str, Any] | None:
     res = grid.resources
     if not res:
         return None
-    if any(k in res for k in (grid.job, *FOLLOW_UPS)):  # per-kind mapping
+    if any(k in res for k in (grid.job, *follow_ups)):  # per-kind mapping
         res, where = res.get(kind), f"resources.{kind}"
     else:
         res, where = (res if kind == grid.job else None), "resources"
@@ -294,11 +299,11 @@ def _train_spec(name: str, cfg: dict[str, Any]) -> tuple[dict[str, Any], dict[st
     if len(budget) != 1 or next(iter(budget)) not in _BUDGET_KEYS:
         raise ConfigError(f"grid {name!r}: budget: {budget!r}: give exactly one of {', '.join(_BUDGET_KEYS)}")
     (key, value), = budget.items()  # fmt: skip
-    if key != "match_time_of":
+    if key != MATCH_TIME:
         value = fields.number(f"grid {name!r}: budget.{key}", value, lo=0, lo_open=True)
         cfg[key] = int(value) if key == "tokens" else float(value) if key == "flops" else value
         return cfg, {key: cfg[key]}
-    return cfg, {"match_time_of": value}
+    return cfg, {MATCH_TIME: value}
 
 
 def _validate(kinds: JobRegistry, grid_name: str, kind: str, spec: dict[str, Any]) -> dict[str, Any]:
@@ -310,26 +315,26 @@ def _validate(kinds: JobRegistry, grid_name: str, kind: str, spec: dict[str, Any
         raise ConfigError(f"grid {grid_name!r}: {kind}: {e}") from None
 
 
-def _match(refs: list[tuple[int, dict[str, Any]]], ref: dict[str, Any]) -> list[int]:
-    return [i for i, spec in refs if all(spec.get(k) == v for k, v in ref.items())]
-
-
-def _checked(grid: Grid) -> Grid:
-    """`grid` with its own fields checked (a wrong type names its field, rather than crash later)."""
+def _checked(grid: Grid, kinds: JobRegistry) -> Grid:
+    """`grid` with its own fields checked (a wrong type names its field, rather than crash later);
+    `then` against the follow-ups the registry `kinds` declares."""
     where = f"grid {grid.name!r}"
     for attr, what in (("base", "a dict of spec keys"), ("sweep", "a dict of key -> list of values"),
                        ("follow", "a dict kind -> spec")):  # fmt: skip
         if not isinstance(getattr(grid, attr), dict):
             raise ConfigError(f"{where}: {attr}: expected {what}, got {getattr(grid, attr)!r}")
+    follow_ups = jobkinds.follow_ups(None, kinds)
     if not isinstance(grid.then, list | tuple):
-        raise ConfigError(f"{where}: then: expected a list of {', '.join(FOLLOW_UPS)}, got {grid.then!r}")
+        raise ConfigError(f"{where}: then: expected a list of {', '.join(follow_ups)}, got {grid.then!r}")
     for follow in grid.then:
-        fields.choice(f"{where}: then", follow, FOLLOW_UPS)
+        fields.choice(f"{where}: then", follow, follow_ups)
     for k in grid.follow:
         if k not in grid.then:
             raise ConfigError(f"{where}: follow.{k}: not in then={list(grid.then)}")
-    if grid.then and grid.job != "train":
-        raise ConfigError(f"{where}: then: follow-ups attach to train jobs, not {grid.job!r}")
+    for follow in grid.then:
+        follows = jobkinds.declared(follow, kinds).follows
+        if follows != grid.job:
+            raise ConfigError(f"{where}: then: {follow} attaches to {follows} jobs, not {grid.job!r}")
     if grid.resources is not None:
         fields.mapping(f"{where}: resources", grid.resources, "a dict like {'num_gpus': 1, 'num_cpus': 1}")
     return dataclasses.replace(
@@ -339,83 +344,81 @@ def _checked(grid: Grid) -> Grid:
     )
 
 
-def expand(grids: list[Grid], kinds: JobRegistry) -> list[Plan]:
+def expand(grids: list[Grid], kinds: JobRegistry) -> list[JobPlan]:
     """Validate every grid and expand them into plans. Raises ConfigError before anything is written."""
-    plans: list[Plan] = []
+    plans: list[JobPlan] = []
     trains: list[tuple[int, dict[str, Any]]] = []  # (plan index, canonical train spec)
-    pending_match: list[tuple[int, Any, str]] = []
+    pending_match: list[tuple[int, str]] = []  # (plan index, grid name) of match-time budgets
+    follow_ups = jobkinds.follow_ups(None, kinds)
     for gi, grid in enumerate(grids):
         if not isinstance(grid, Grid):
             raise ConfigError(f"submit: expected Grid objects, got {type(grid).__name__}")
-        grid = _checked(grid)
+        grid = _checked(grid, kinds)
+        declared = jobkinds.declared(grid.job, kinds)
         for cfg in grid.configs():
             label = _pop_label(f"grid {grid.name!r}", cfg)
             budget = None
-            if grid.job == "train":
+            if grid.job == TRAIN:
                 spec, budget = _train_spec(grid.name, cfg)
-                if budget and "match_time_of" in budget:  # validated with a stand-in time budget
-                    spec = _validate(kinds, grid.name, "train", {**spec, "time_s": _PENDING_TIME_S})
+                if pairing.is_match_time(budget):  # validated with a stand-in time budget
+                    spec = _validate(kinds, grid.name, TRAIN, {**spec, "time_s": _PENDING_TIME_S})
                     spec["time_s"] = None
                 else:
-                    spec = _validate(kinds, grid.name, "train", spec)
+                    spec = _validate(kinds, grid.name, TRAIN, spec)
             else:
                 spec = _validate(kinds, grid.name, grid.job, cfg)
-            plan = Plan(grid.job, spec, gi, grid.priority, grid.max_attempts, _kind_resources(grid, grid.job),
-                        budget=budget, label=label)  # fmt: skip
+            plan = JobPlan(grid.job, declared, spec, gi, grid.priority, grid.max_attempts,
+                           _kind_resources(grid, grid.job, follow_ups), budget=budget, label=label)  # fmt: skip
             plans.append(plan)
             idx = len(plans) - 1
-            if budget and "match_time_of" in budget:
-                pending_match.append((idx, budget["match_time_of"], grid.name))
-            if grid.job != "train":
-                continue
-            trains.append((idx, spec))
+            if pairing.is_match_time(budget):
+                pending_match.append((idx, grid.name))
+            if grid.job == TRAIN:
+                trains.append((idx, spec))
             for follow in grid.then:
-                over = dict(grid.follow.get(follow, {}))
-                if follow in CHECKPOINT_FOLLOW_UPS:
-                    if "checkpoint" in over:
-                        raise ConfigError(f"grid {grid.name!r}: follow.{follow}.checkpoint: set by the queue")
-                    fs = _validate(kinds, grid.name, follow, {**over, "checkpoint": _PENDING_CKPT})
-                    fs.pop("checkpoint", None)
-                    deps = [idx]
-                else:
-                    arch = {k: spec[k] for k in ARCH_KEYS if k in spec}
-                    if spec.get("seq_len") is not None and isinstance(arch.get("model"), dict):
-                        # the trained model's seq_len is part of its architecture (and of its variant)
-                        arch["model"] = {**arch["model"], "seq_len": spec["seq_len"]}
-                    fs = _validate(kinds, grid.name, follow, {**arch, **over})
-                    deps = []  # architecture only: shared across seeds, needs no trained weights
-                plans.append(Plan(follow, fs, gi, grid.priority, grid.max_attempts,
-                                  _kind_resources(grid, follow), deps=deps, label=label))  # fmt: skip
-    for idx, ref, name in pending_match:
-        if isinstance(ref, bool) or not isinstance(ref, int | dict):
-            raise ConfigError(f"grid {name!r}: budget.match_time_of: {ref!r} is neither a job id nor a dict")
-        if isinstance(ref, int):
-            plans[idx].dep_ids.append(ref)
-            continue
-        hits = [i for i in _match(trains, ref) if i != idx]
-        if len(hits) != 1:
-            raise ConfigError(
-                f"grid {name!r}: budget.match_time_of: {ref!r} matches {len(hits)} train jobs "
-                "of this submission (need exactly one)"
-            )
-        plans[idx].deps.append(hits[0])
+                plans.append(_follow_up(kinds, grid, follow, idx, spec, gi, label, follow_ups))
+    pairing.link(plans, trains, pending_match)
     return plans
 
 
-def assign_hashes(plans: list[Plan], dep_id_hash: dict[int, str]) -> None:
+def _follow_up(kinds: JobRegistry, grid: Grid, follow: str, idx: int, spec: dict[str, Any], gi: int,
+               label: str | None, follow_ups: tuple[str, ...]) -> JobPlan:  # fmt: skip
+    """The plan of follow-up kind `follow` of plan `idx` (canonical spec `spec`), by what it is about:
+    the checkpoint (it depends on the plan; the queue sets its checkpoint at launch) or the
+    architecture (the plan's model keys, no dependency: shared across seeds, needs no trained weights)."""
+    declared = jobkinds.declared(follow, kinds)
+    over = dict(grid.follow.get(follow, {}))
+    if declared.about == CHECKPOINT:
+        if "checkpoint" in over:
+            raise ConfigError(f"grid {grid.name!r}: follow.{follow}.checkpoint: set by the queue")
+        fs = _validate(kinds, grid.name, follow, {**over, "checkpoint": _PENDING_CKPT})
+        fs.pop("checkpoint", None)
+        deps = [idx]
+    else:
+        arch = {k: spec[k] for k in declared.arch_keys if k in spec}
+        if spec.get("seq_len") is not None and isinstance(arch.get("model"), dict):
+            # the trained model's seq_len is part of its architecture (and of its variant)
+            arch["model"] = {**arch["model"], "seq_len": spec["seq_len"]}
+        fs = _validate(kinds, grid.name, follow, {**arch, **over})
+        deps = []
+    return JobPlan(follow, declared, fs, gi, grid.priority, grid.max_attempts,
+                   _kind_resources(grid, follow, follow_ups), deps=deps, label=label)  # fmt: skip
+
+
+def assign_hashes(plans: list[JobPlan], dep_id_hash: dict[int, str]) -> None:
     """Fill each plan's config hash, dependencies first (a dep's hash is part of its dependents')."""
     done: set[int] = set()
 
     def visit(i: int, stack: tuple[int, ...] = ()) -> str:
         if i in stack:
-            raise ConfigError("budget.match_time_of: circular reference between jobs")
+            raise ConfigError(f"budget.{MATCH_TIME}: circular reference between jobs")
         p = plans[i]
         if i not in done:
             p.dep_hashes = sorted(
                 [visit(d, (*stack, i)) for d in p.deps] + [dep_id_hash[j] for j in p.dep_ids]
             )
             # a derived budget is identified by its reference's hash (in deps), not by how it was named
-            derived = bool(p.budget and "match_time_of" in p.budget)
+            derived = pairing.is_match_time(p.budget)
             p.config_hash = sha256(
                 {"kind": p.kind, "spec": p.spec, "deps": p.dep_hashes, "match_time": derived}
             )

@@ -44,18 +44,11 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
 
-from orchestrator import drivers
+from orchestrator import drivers, jobkinds, pairing
 from orchestrator.canonical import canonical_json
 from orchestrator.errors import ConfigError
-from orchestrator.grid import (
-    BUDGET_SPEC_KEYS,
-    CHECKPOINT_FOLLOW_UPS,
-    Grid,
-    Plan,
-    assign_hashes,
-    expand,
-    trained_plan,
-)
+from orchestrator.grid import BUDGET_SPEC_KEYS, Grid, JobPlan, assign_hashes, expand, trained_plan
+from orchestrator.jobkinds import CHECKPOINT, TRAIN
 from orchestrator.schema import RESULT_TABLES, Attempt, GridRow, JobDep, JobLog, TrainResult
 from orchestrator.schema import Job as JobRow
 from orchestrator.states import ACTIVE, DEAD_ENDS, AttemptOutcome, JobStatus
@@ -90,20 +83,20 @@ def open_engine(db: str | None = None) -> Engine:
 
 def plan_ids_and_hashes(
     eng: Engine, grids: list[Grid], kinds: JobRegistry
-) -> tuple[list[Plan], dict[str, int]]:
-    """Validate and expand the grids (ConfigError on any bad value; `match_time_of` ids must name train
-    jobs of this database) and hash them; returns the plans and {config hash: job id} of the plans
-    already in the database. Reads only."""
+) -> tuple[list[JobPlan], dict[str, int]]:
+    """Validate and expand the grids (ConfigError on any bad value; match-time references by id must
+    name train jobs of this database) and hash them; returns the plans and {config hash: job id} of the
+    plans already in the database. Reads only."""
     plans = expand(grids, kinds)
-    ref_ids = sorted({j for p in plans for j in p.dep_ids})
+    ref_ids = pairing.existing_references(plans)
     with eng.connect() as conn:
         rows = conn.execute(
             sa.select(JOBS.c.id, JOBS.c.kind, JOBS.c.config_hash).where(JOBS.c.id.in_(ref_ids))
         ).all()
     known = {r.id: r for r in rows}
     for j in ref_ids:
-        if j not in known or known[j].kind != "train":
-            raise ConfigError(f"budget.match_time_of: job {j} is not a train job of this database")
+        if j not in known or known[j].kind != TRAIN:
+            raise ConfigError(f"budget.{pairing.MATCH_TIME}: job {j} is not a train job of this database")
     assign_hashes(plans, {j: known[j].config_hash for j in ref_ids})
     with eng.connect() as conn:
         existing = dict(
@@ -117,18 +110,19 @@ def plan_ids_and_hashes(
 
 
 # What `submit` may be given to store with each new job: (planned seconds, source) per plan, or None.
-Estimator = Callable[[Engine, list[Plan]], list[tuple[float | None, str | None]]]
+PlanEstimates = Callable[[Engine, list[JobPlan]], list[tuple[float | None, str | None]]]
 
 
 def submit(
-    eng: Engine, grids: list[Grid], kinds: JobRegistry, estimate: Estimator | None = None
+    eng: Engine, grids: list[Grid], kinds: JobRegistry, estimate: PlanEstimates | None = None
 ) -> tuple[list[int], list[int]]:
     """Validate and insert; returns (job ids in plan order, ids that were newly added).
 
     `estimate` (the API passes `orchestrator.planner.submission_estimates`; this module knows nothing
     of planning) gives each new job the wall time it is expected to take (`planned_seconds`,
-    `planned_source`); an estimator that fails costs only the estimates. The train jobs of an iso-time pair (a `match_time_of` budget and the job
-    it names, while that one is still queued) are made exclusive unless their grid said otherwise."""
+    `planned_source`); an estimator that fails costs only the estimates. The train jobs of an iso-time
+    pair (orchestrator.pairing: a match-time budget and the job it names, while that one is still
+    queued) are made exclusive unless their grid said otherwise."""
     plans, _ = plan_ids_and_hashes(eng, grids, kinds)
     # derived from live model code, before the write transaction opens (the first call imports torch)
     columns = _model_columns(plans)
@@ -145,20 +139,20 @@ def submit(
             ).all()
         )
         plan_ids: dict[int, int] = {}  # plan index -> job id
-        for i in deps_first(plans):  # match_time_of may name a train job of a later grid
+        for i in deps_first(plans):  # a match-time budget may name a train job of a later grid
             plan = plans[i]
             if plan.config_hash in existing:
                 plan_ids[i] = existing[plan.config_hash]
                 continue
             dep_ids = [plan_ids[d] for d in plan.deps] + plan.dep_ids
             budget = plan.budget
-            if budget is None and plan.kind == "train":  # stored as submitted-or-implied, for views
+            if budget is None and plan.kind == TRAIN:  # stored as submitted-or-implied, for views
                 budget = {k: plan.spec[k] for k in BUDGET_SPEC_KEYS if plan.spec.get(k) is not None}
                 budget = budget or None
             # a depth sweep or eval is about its train job's model: it copies the identity columns too
             about = (trained_plan(plans, i) or plan).spec
-            if budget and "match_time_of" in budget:
-                budget = {"match_time_of": dep_ids[-1] if plan.dep_ids else plan_ids[plan.deps[-1]]}
+            if pairing.is_match_time(budget):
+                budget = pairing.stored(pairing.reference_id(plan, plan_ids))
             job_id = conn.execute(
                 JOBS.insert().values(
                     grid_id=grid_ids[plan.grid_index],
@@ -189,16 +183,12 @@ def submit(
             plan_ids[i] = job_id
             added.append(job_id)
         ids = list(dict.fromkeys(plan_ids[i] for i in range(len(plans))))
-        pairs = {j for p in plans if p.budget and "match_time_of" in p.budget for j in p.dep_ids}
-        for i, plan in enumerate(plans):
-            if plan.budget and "match_time_of" in plan.budget:
-                pairs |= {plan_ids[i], *(plan_ids[d] for d in plan.deps)}
-        _make_exclusive(conn, sorted(pairs))
+        _make_exclusive(conn, pairing.member_ids(plans, plan_ids))
     return ids, added
 
 
 def _planned(
-    eng: Engine, plans: list[Plan], estimate: Estimator | None
+    eng: Engine, plans: list[JobPlan], estimate: PlanEstimates | None
 ) -> list[tuple[float | None, str | None]]:
     """(planned seconds, source) per plan; (None, None) where there is no estimate."""
     if estimate is None:
@@ -216,7 +206,7 @@ def _make_exclusive(conn: Connection, job_ids: list[int]) -> None:
     compared), unless their resources say `exclusive: false`."""
     rows = conn.execute(
         sa.select(JOBS.c.id, JOBS.c.resources).where(
-            JOBS.c.id.in_(job_ids), JOBS.c.kind == "train", JOBS.c.status == JobStatus.QUEUED
+            JOBS.c.id.in_(job_ids), JOBS.c.kind == TRAIN, JOBS.c.status == JobStatus.QUEUED
         )
     ).all()
     for job_id, resources in rows:
@@ -229,18 +219,15 @@ def _make_exclusive(conn: Connection, job_ids: list[int]) -> None:
             )
 
 
-# Job kinds that run with the node to themselves unless their grid opts out: their timings are results.
-EXCLUSIVE_KINDS = ("decode_bench",)
-
-
 def job_resources(kind: str, resources: str | dict[str, Any] | None, has_gpu: bool,
-                  exclusive_default: bool = False) -> dict[str, Any]:  # fmt: skip
+                  exclusive_default: bool = False, kinds: JobRegistry | None = None) -> dict[str, Any]:  # fmt: skip
     """What a job asks of its node: num_cpus (default 1), num_gpus (default 1 on a node with GPUs,
     else 0), each for every one of its `workers` (default 1; all started at once), and exclusive
-    (default: its kind is in EXCLUSIVE_KINDS, or `exclusive_default`). The scheduler and the planner
-    read resources only through this."""
+    (default: its kind is declared `exclusive` in registry `kinds`, default jobkinds.registry(): its
+    timings are results; or `exclusive_default`). The scheduler and the planner read resources only
+    through this."""
     res = json.loads(resources) if isinstance(resources, str) else dict(resources or {})
-    exclusive = bool(res.get("exclusive", kind in EXCLUSIVE_KINDS or exclusive_default))
+    exclusive = bool(res.get("exclusive", jobkinds.declared(kind, kinds).exclusive or exclusive_default))
     workers = int(res.get("workers", 1))
     if "num_cpus" not in res and "num_gpus" not in res:  # no device asked for: one CPU, a GPU if any
         return {
@@ -257,15 +244,16 @@ def job_resources(kind: str, resources: str | dict[str, Any] | None, has_gpu: bo
     }
 
 
-def _model_columns(plans: list[Plan]) -> list[dict[str, Any]]:
+def _model_columns(plans: list[JobPlan]) -> list[dict[str, Any]]:
     """Per plan, the jobs columns about its model (VARIANT_COLUMNS; {} for a job about no model): a
-    depth sweep copies its train job's; a train job with a FLOP budget also gets `budget_tokens`, the
-    whole-step token count that budget trains (the trainer's own conversion)."""
+    checkpoint follow-up (depth sweep, eval) copies its train job's (`trained_plan`); a train job with
+    a FLOP budget also gets `budget_tokens`, the whole-step token count that budget trains (the
+    trainer's own conversion)."""
     out: list[dict[str, Any]] = []
     for plan in plans:
-        resolved = resolve(plan.kind, plan.spec)
+        resolved = resolve(plan.kind, plan.spec, plan.declared)
         cols = {} if resolved is None else columns_of(resolved, plan.label)
-        if resolved is not None and plan.kind == "train" and plan.spec.get("flops") is not None:
+        if resolved is not None and plan.kind == TRAIN and plan.spec.get("flops") is not None:
             cols["budget_tokens"] = flop_budget_tokens(resolved, float(plan.spec["flops"]))
         out.append(cols)
     for i, plan in enumerate(plans):
@@ -274,7 +262,7 @@ def _model_columns(plans: list[Plan]) -> list[dict[str, Any]]:
     return out
 
 
-def deps_first(plans: list[Plan]) -> list[int]:
+def deps_first(plans: list[JobPlan]) -> list[int]:
     """Plan indexes with every plan after the plans it depends on (cycles were refused earlier)."""
     order: list[int] = []
     seen: set[int] = set()
@@ -449,27 +437,30 @@ def refuse(
     return finish(eng, job_id, n, AttemptOutcome.FAILED, reason)
 
 
-def launch_spec(eng: Engine, job: Any) -> dict[str, Any]:
-    """The spec the worker receives: stored config plus what only exists at launch time."""
+def launch_spec(eng: Engine, job: Any, kinds: JobRegistry | None = None) -> dict[str, Any]:
+    """The spec the worker receives: stored config plus what only exists at launch time: a checkpoint
+    follow-up's `checkpoint` (the artifact dir of the job it follows; its kind's declaration in
+    registry `kinds`, default jobkinds.registry()), a match-time job's time budget."""
     spec = json.loads(job.config)
+    declared = jobkinds.declared(job.kind, kinds)
+    ref = pairing.stored_reference(job.budget)
     with eng.connect() as conn:
-        if job.kind in CHECKPOINT_FOLLOW_UPS and "checkpoint" not in spec:
+        if declared.about == CHECKPOINT and "checkpoint" not in spec:
             dirs = conn.execute(
                 sa.select(JOBS.c.artifact_dir)
                 .join(DEPS, DEPS.c.depends_on == JOBS.c.id)
-                .where(DEPS.c.job_id == job.id, JOBS.c.kind == "train")
+                .where(DEPS.c.job_id == job.id, JOBS.c.kind == declared.follows)
             ).scalars().all()  # fmt: skip
             if dirs:
                 spec["checkpoint"] = dirs[0]
-        budget = json.loads(job.budget) if job.budget else None
         seconds = None
-        if budget and "match_time_of" in budget:
+        if ref is not None:
             seconds = conn.execute(sa.select(JOBS.c.budget_time_s).where(JOBS.c.id == job.id)).scalar()
-    if budget and "match_time_of" in budget:
+    if ref is not None:
         if seconds is None:  # the reference had succeeded before this job was submitted
-            seconds = _resolve_budget_of(eng, job.id, budget["match_time_of"])
+            seconds = _resolve_budget_of(eng, job.id, ref)
         if seconds is None:
-            raise RuntimeError(f"derived budget of job {job.id} not resolved (job {budget['match_time_of']})")
+            raise RuntimeError(f"derived budget of job {job.id} not resolved (job {ref})")
         spec["time_s"], spec["tokens"] = float(seconds), None
     return spec
 
@@ -559,14 +550,13 @@ def finish(eng: Engine, job_id: int, n: int, outcome: AttemptOutcome, error: str
 
 
 def _resolve_budgets(conn: Connection, job_id: int) -> None:
-    """Jobs whose budget is `match_time_of` this job get its measured training time as their budget."""
+    """Jobs whose budget copies this job's time (orchestrator.pairing) get its measured training time
+    as their budget."""
     seconds = conn.execute(sa.select(TrainResult.train_seconds).where(TrainResult.job_id == job_id)).scalar()
     if seconds is None:
         return
-    derived = conn.execute(sa.select(JOBS.c.id, JOBS.c.budget).where(JOBS.c.budget.is_not(None))).all()
-    for other_id, budget in derived:
-        if json.loads(budget).get("match_time_of") == job_id:
-            conn.execute(JOBS.update().where(JOBS.c.id == other_id).values(budget_time_s=float(seconds)))
+    for other_id in pairing.matched_to(conn, job_id):
+        conn.execute(JOBS.update().where(JOBS.c.id == other_id).values(budget_time_s=float(seconds)))
 
 
 def cascade(eng: Engine) -> list[int]:

@@ -53,7 +53,6 @@ seen.
 
 from __future__ import annotations
 
-import importlib
 import os
 import signal
 import threading
@@ -65,7 +64,7 @@ from typing import TYPE_CHECKING, Any
 import ray
 
 from model import fields
-from orchestrator import drivers, jobqueue
+from orchestrator import drivers, jobkinds, jobqueue
 from orchestrator.admission import Admission, Candidate, Node, Refuse, Request, Running
 from orchestrator.display import print_progress
 from orchestrator.states import AttemptOutcome, JobStatus
@@ -109,11 +108,6 @@ def backoff_seconds() -> tuple[float, float]:
             _env_seconds("LOOPLAB_RETRY_BACKOFF_MAX_S", jobqueue.DEFAULT_BACKOFF_MAX_S))  # fmt: skip
 
 
-def default_kinds() -> JobRegistry:
-    """The job registry: workers.jobs, or a module named by $LOOPLAB_JOB_KINDS (test/plugin hook)."""
-    return importlib.import_module(os.environ.get("LOOPLAB_JOB_KINDS", "workers.jobs"))
-
-
 class Scheduler:
     """The driver loop. `run()` returns 0 when the queue is empty (until_empty), 130 after Ctrl-C."""
 
@@ -124,7 +118,7 @@ class Scheduler:
                  aging_s: float | None = None, retry_backoff_s: float | None = None,
                  retry_backoff_max_s: float | None = None) -> None:  # fmt: skip
         self.eng, self.artifacts = eng, Path(artifacts).absolute()
-        self.kinds = kinds if kinds is not None else default_kinds()
+        self.kinds = kinds if kinds is not None else jobkinds.registry()
         self.address, self.num_cpus, self.num_gpus = address, num_cpus, num_gpus
         self.until_empty, self.max_concurrent = until_empty, max_concurrent
         self.grace_s = grace_seconds() if grace_s is None else grace_s
@@ -161,7 +155,7 @@ class Scheduler:
             self.sink.request_stop.remote(None)
 
     def _request(self, job: Any) -> Request:
-        return Request.of(jobqueue.job_resources(job.kind, job.resources, self.total["GPU"] > 0))
+        return Request.of(jobqueue.job_resources(job.kind, job.resources, self.total["GPU"] > 0, kinds=self.kinds))
 
     # ------------------------------------------------------------ main loop
     def run(self) -> int:
@@ -248,7 +242,7 @@ class Scheduler:
                 admission.not_started(decision)  # another driver won it
                 continue
             try:
-                spec = jobqueue.launch_spec(self.eng, job)
+                spec = jobqueue.launch_spec(self.eng, job, self.kinds)
             except Exception:
                 admission.not_started(decision)
                 self._finish(job.id, n, AttemptOutcome.FAILED, traceback.format_exc())

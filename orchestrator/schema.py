@@ -33,6 +33,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from orchestrator.jobkinds import result_tables
 from orchestrator.states import AttemptOutcome, JobStatus
 
 # Deterministic constraint names, so Alembic autogenerate and batch mode on SQLite agree.
@@ -327,12 +328,15 @@ class JobLog(Base):
     __table_args__ = (Index("ix_job_logs_job_id_ts", "job_id", "ts"),)
 
 
+def _result_tables() -> dict[str, type[Base]]:
+    """The result tables the job kinds declare (workers.jobs.KINDS), by name, mapped to their ORM
+    classes; a declared name with no class here is refused at import."""
+    orm = {mapper.class_.__tablename__: mapper.class_ for mapper in Base.registry.mappers}
+    missing = [name for name in result_tables() if name not in orm]
+    if missing:
+        raise RuntimeError(f"job kinds declare result tables that orchestrator/schema.py lacks: {missing}")
+    return {name: orm[name] for name in result_tables()}
+
+
 # Result tables a worker may fill through `Reporter.result(table, row)`.
-RESULT_TABLES = {
-    "train_results": TrainResult,
-    "depth_evals": DepthEval,
-    "round_deltas": RoundDelta,
-    "round_interactions": RoundInteraction,
-    "decode_benches": DecodeBench,
-    "task_scores": TaskScore,
-}
+RESULT_TABLES = _result_tables()

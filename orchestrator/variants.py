@@ -16,7 +16,9 @@ import dataclasses
 import math
 from typing import Any
 
+from orchestrator import jobkinds
 from orchestrator.canonical import canonical_json, sha256
+from orchestrator.jobkinds import TRAIN, Kind
 
 VARIANT_ID_HEX = 12
 LABEL_MAX = 200  # jobs.variant_label is String(200)
@@ -27,8 +29,6 @@ ARCH_COLUMNS = (
     "n_rec", "flops_per_token",
 )  # fmt: skip
 VARIANT_COLUMNS = ("variant_id", "variant_label", "loop_sampler", "loops", *ARCH_COLUMNS)
-# Job kinds whose spec names a model (a depth sweep is about its train job's model: it copies it).
-MODEL_KINDS = ("train", "decode_bench")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,9 +42,10 @@ class Resolved:
     overrides: dict[str, Any]  # canonical: only the fields that differ from the preset, JSON values
 
 
-def resolve(kind: str, spec: dict[str, Any]) -> Resolved | None:
-    """The resolved model of a train or decode-bench spec; None when the spec names no model this code
-    knows (another job kind, a plugin's spec, a config that no longer builds).
+def resolve(kind: str, spec: dict[str, Any], declared: Kind | None = None) -> Resolved | None:
+    """The resolved model of the spec of a kind that names one (declared with `arch_keys`: train,
+    decode bench; `declared`, default `jobkinds.declared(kind)`); None when the spec names no model
+    this code knows (a kind about another job's model, a plugin's spec, a config that no longer builds).
 
     A train spec is read through `workers.train_spec.Spec` (the vocabulary its data will have, the
     spec's seq_len); a spec that is not one (a test double's, an old config whose data is gone) falls
@@ -53,22 +54,23 @@ def resolve(kind: str, spec: dict[str, Any]) -> Resolved | None:
     from model.presets import preset
     from workers.train_spec import Spec
 
-    if kind not in MODEL_KINDS or not isinstance(spec, dict):
+    declared = jobkinds.declared(kind) if declared is None else declared
+    if not declared.arch_keys or not isinstance(spec, dict):
         return None
     recipe, size, model = spec.get("recipe"), spec.get("size") or "tiny", spec.get("model") or {}
     if not isinstance(recipe, str) or not isinstance(size, str) or not isinstance(model, dict):
         return None
     given = dict(model)
-    seq_len = spec.get("seq_len") if kind == "train" else None
+    seq_len = spec.get("seq_len") if kind == TRAIN else None
     if seq_len is not None:
         given["seq_len"] = seq_len
     batch_size = Spec.batch_size  # a decode bench: FLOPs at the train default
     try:
         cfg = None
-        if kind == "train":
+        if kind == TRAIN:
             probe = dict(spec)
             if all(probe.get(k) is None for k in ("tokens", "time_s", "flops")):
-                probe["time_s"] = 1.0  # a budget resolved later (match_time_of) does not change the model
+                probe["time_s"] = 1.0  # a budget resolved later (a match-time one) does not change the model
             try:
                 train = Spec.from_dict(probe)
                 cfg, batch_size = train.resolved_model_config(), train.batch_size

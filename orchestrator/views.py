@@ -10,11 +10,19 @@ database taken back to 0001/0002 is exactly what that release expects.
 
 Portable SQL only (SQLite and PostgreSQL): no JSON functions; the columns they show are copied out of
 each job's config at submission (orchestrator/jobqueue.py, orchestrator/variants.py).
+
+Each view is declared by the job kind whose result table it shows (`Kind.views`, workers/jobs.py; a
+test checks the declarations and VIEWS name the same views), and the kinds the SQL names are read
+from the declarations: the kind follow-ups are about (`train`) and the kind that writes `depth_evals`.
 """
 
 from __future__ import annotations
 
 from sqlalchemy import Connection
+
+from orchestrator.jobkinds import TRAIN, writer_of
+
+DEPTH_SWEEP = writer_of("depth_evals")
 
 # The variant and resolved architecture of the job a row is about (`{p}` = the jobs alias).
 ARCH = """
@@ -60,7 +68,7 @@ def _trained_model_of(follow_up_id: str) -> str:
         tj.n_prelude, tj.n_recurrent, tj.n_coda, tj.loop_sampler, tj.loops AS trained_loops,
         tj.effective_depth, tj.d_model, tj.injection, tj.n_params, tj.n_once, tj.n_rec, tj.flops_per_token
     FROM job_deps d
-    JOIN jobs tj ON tj.id = d.depends_on AND tj.kind = 'train'
+    JOIN jobs tj ON tj.id = d.depends_on AND tj.kind = '{TRAIN}'
 ) t ON t.follow_up_id = {follow_up_id}"""
 
 
@@ -95,12 +103,15 @@ FROM {table}
 """
 
 
-# The depth-sweep evaluations of one train job `j` (for best_loops / best_loop_val_loss).
-_SWEEP_EVALS = """
+def _sweep_evals(d: str, s: str, de: str) -> str:
+    """The depth-sweep evaluations of one train job `j` (for best_loops / best_loop_val_loss), with
+    aliases `d` (job_deps), `s` (the sweep job) and `de` (depth_evals)."""
+    return f"""
         FROM job_deps {d}
-        JOIN jobs {s} ON {s}.id = {d}.job_id AND {s}.kind = 'depth_sweep'
+        JOIN jobs {s} ON {s}.id = {d}.job_id AND {s}.kind = '{DEPTH_SWEEP}'
         JOIN depth_evals {de} ON {de}.job_id = {s}.id
         WHERE {d}.depends_on = j.id"""
+
 
 VIEWS = {
     # One row per training job, config flattened; best_loops = the loop count with the lowest
@@ -114,13 +125,13 @@ SELECT
     r.tokens, r.steps, r.train_seconds, r.tokens_per_s,
     r.final_train_loss, r.final_val_loss, r.final_val_bpb,
     (
-        SELECT MIN(de.loops){_SWEEP_EVALS.format(d="d", s="s", de="de")}
+        SELECT MIN(de.loops){_sweep_evals("d", "s", "de")}
         AND de.val_loss = (
-            SELECT MIN(de2.val_loss){_SWEEP_EVALS.format(d="d2", s="s2", de="de2")}
+            SELECT MIN(de2.val_loss){_sweep_evals("d2", "s2", "de2")}
         )
     ) AS best_loops,
     (
-        SELECT MIN(de.val_loss){_SWEEP_EVALS.format(d="d", s="s", de="de")}
+        SELECT MIN(de.val_loss){_sweep_evals("d", "s", "de")}
     ) AS best_loop_val_loss,
     COALESCE(r.n_params, j.n_params) AS n_params,
     j.created_at, j.finished_at,{ARCH.format(p="j")},
@@ -130,7 +141,7 @@ SELECT
 FROM jobs j
 LEFT JOIN grids g ON g.id = j.grid_id
 LEFT JOIN train_results r ON r.job_id = j.id
-WHERE j.kind = 'train'
+WHERE j.kind = '{TRAIN}'
 """,
     # Long-format curves with the run's identity, ready to pivot or plot.
     "curves": _with_job_architecture(

@@ -33,11 +33,12 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Engine
 
 from model.errors import ConfigError
+from orchestrator import pairing
 from orchestrator.planner.calibration import DEFAULT_STARTUP_S, Calibration, cached_calibration
 from orchestrator.planner.history import finished_runs, variant_of
 
 if TYPE_CHECKING:
-    from orchestrator.grid import Plan
+    from orchestrator.grid import JobPlan
     from workers.cost import ForwardCost
     from workers.train_cost import TrainCost
     from workers.train_spec import Spec as TrainSpec
@@ -275,7 +276,7 @@ class LazyTimeModel:
         return self._inner.estimate(*args, **kwargs)
 
 
-def estimate_plans(model: TimeModel, plans: list[Plan],
+def estimate_plans(model: TimeModel, plans: list[JobPlan],
                    existing_train_s: dict[int, float] | None = None) -> list[Estimate]:  # fmt: skip
     """One estimate per plan, references before the jobs whose budget copies their training time."""
     from orchestrator.grid import trained_plan
@@ -285,12 +286,9 @@ def estimate_plans(model: TimeModel, plans: list[Plan],
     out: dict[int, Estimate] = {}
     for i in deps_first(plans):
         plan = plans[i]
-        ref_train_s = None
-        if plan.budget and "match_time_of" in plan.budget:
-            if plan.dep_ids:
-                ref_train_s = existing_train_s.get(plan.dep_ids[-1])
-            elif plan.deps:
-                ref_train_s = out[plan.deps[-1]].train_s
+        ref, ref_train_s = pairing.reference(plan), None
+        if ref is not None:
+            ref_train_s = existing_train_s.get(ref.job) if ref.job is not None else out[ref.plan].train_s
         trained = trained_plan(plans, i)
         train_spec = None if trained is None else trained.spec
         out[i] = model.estimate(plan.kind, plan.spec, train_spec=train_spec, ref_train_s=ref_train_s)

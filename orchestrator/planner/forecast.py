@@ -19,7 +19,7 @@ from orchestrator.planner.simulate import simulate
 from orchestrator.states import JobStatus
 
 if TYPE_CHECKING:
-    from orchestrator.grid import Grid, Plan
+    from orchestrator.grid import Grid, JobPlan
     from workers.jobs import JobRegistry
 
 
@@ -61,7 +61,7 @@ def plan_grids(eng: Engine, grids: list[Grid], kinds: JobRegistry, *, num_cpus: 
     return Forecast(jobs, cpus, gpus, makespan, now, cal, driver_start)
 
 
-def submission_estimates(eng: Engine, plans: list[Plan]) -> list[tuple[float | None, str | None]]:
+def submission_estimates(eng: Engine, plans: list[JobPlan]) -> list[tuple[float | None, str | None]]:
     """What `jobqueue.submit` stores as (planned_seconds, planned_source) per plan: the database's
     throughputs, else the FLOP model with a calibration already cached (never measured here)."""
     _, gpus = local_slots(num_cpus=1)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy import Engine
 
-from orchestrator.grid import CHECKPOINT_FOLLOW_UPS
+from orchestrator import jobkinds, pairing
 from orchestrator.schema import Attempt, DecodeBench, GridRow, JobDep, TrainResult
 from orchestrator.schema import Job as JobRow
 from orchestrator.states import AttemptOutcome, JobStatus
@@ -19,7 +19,7 @@ from orchestrator.states import AttemptOutcome, JobStatus
 if TYPE_CHECKING:
     import pandas as pd
 
-    from orchestrator.grid import Plan
+    from orchestrator.grid import JobPlan
 
 JOBS = JobRow.__table__
 
@@ -69,7 +69,7 @@ def finished_runs(eng: Engine) -> list[dict[str, Any]]:
     trained_by = (
         sa.select(deps.c.job_id, train.c.config)
         .join(train, train.c.id == deps.c.depends_on)
-        .where(train.c.kind == "train")
+        .where(train.c.kind == jobkinds.TRAIN)
     )
     decode_device = sa.select(DecodeBench.job_id, sa.func.min(DecodeBench.device)).group_by(
         DecodeBench.job_id
@@ -96,7 +96,7 @@ def finished_runs(eng: Engine) -> list[dict[str, Any]]:
             )  # fmt: skip
             if r.train_seconds is None:
                 continue
-        if r.kind in CHECKPOINT_FOLLOW_UPS:  # about its train job's model
+        if jobkinds.declared(r.kind).about == jobkinds.CHECKPOINT:  # about its train job's model
             trained = json.loads(train_spec[r.id]) if r.id in train_spec else None
             item.update(train_spec=trained)
             item["variant_id"] = r.variant_id or (variant_of(trained) if trained is not None else None)
@@ -104,9 +104,9 @@ def finished_runs(eng: Engine) -> list[dict[str, Any]]:
     return out
 
 
-def existing_train_seconds(eng: Engine, plans: list[Plan]) -> dict[int, float]:
-    """Training seconds of the existing jobs that `match_time_of` budgets of the plans name by id."""
-    ids = sorted({j for p in plans for j in p.dep_ids})
+def existing_train_seconds(eng: Engine, plans: list[JobPlan]) -> dict[int, float]:
+    """Training seconds of the existing jobs that match-time budgets of the plans name by id."""
+    ids = pairing.existing_references(plans)
     if not ids:
         return {}
     with eng.connect() as conn:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy import Engine
 
+from orchestrator import jobkinds, pairing
 from orchestrator.admission import Request
 from orchestrator.planner.estimates import Estimate, TimeModel
 from orchestrator.schema import Job as JobRow
@@ -21,7 +22,7 @@ from orchestrator.schema import JobDep
 from orchestrator.states import JobStatus
 
 if TYPE_CHECKING:
-    from orchestrator.grid import Plan
+    from orchestrator.grid import JobPlan
 
 JOBS = JobRow.__table__
 
@@ -129,7 +130,12 @@ def queue_jobs(eng: Engine, model: TimeModel, has_gpu: bool, now: float) -> list
         if any(d.status in (JobStatus.FAILED, JobStatus.CANCELLED) for d in my_deps):
             continue  # the cascade fails it: it will not run
         spec = json.loads(r.config)
-        train_spec = next((json.loads(d.config) for d in my_deps if d.kind == "train"), None)
+        # a checkpoint follow-up is about the train job it depends on (a match-time train job's
+        # dependency is its reference: it is about no other job)
+        about_checkpoint = jobkinds.declared(r.kind).about == jobkinds.CHECKPOINT
+        train_spec = next(
+            (json.loads(d.config) for d in my_deps if about_checkpoint and d.kind == jobkinds.TRAIN), None
+        )
         if r.planned_seconds is not None:  # what was planned at submission
             est = Estimate(r.planned_seconds, r.planned_source or "unknown")
         else:
@@ -151,7 +157,7 @@ def queue_jobs(eng: Engine, model: TimeModel, has_gpu: bool, now: float) -> list
     return out
 
 
-def grid_jobs(plans: list[Plan], existing: dict[str, int], estimates: list[Estimate], queued_ids: set[int],
+def grid_jobs(plans: list[JobPlan], existing: dict[str, int], estimates: list[Estimate], queued_ids: set[int],
               next_id: int, gpus: float, memory: float | None) -> list[ForecastJob]:  # fmt: skip
     """The grids' plans as ForecastJobs behind the queue: one per distinct job ("present" when the
     database has it already; skipped when it is queued or running, so it is among `queue_jobs`), in the
@@ -164,6 +170,7 @@ def grid_jobs(plans: list[Plan], existing: dict[str, int], estimates: list[Estim
         f"#{existing[p.config_hash]}" if p.config_hash in existing else f"+{i}" for i, p in enumerate(plans)
     ]
     rank = {i: n for n, i in enumerate(deps_first(plans))}
+    pairs = pairing.members(plans)  # train jobs of an iso-time pair: exclusive by default
     seen: set[str] = set()
     out = []
     for i, plan in enumerate(plans):
@@ -172,7 +179,7 @@ def grid_jobs(plans: list[Plan], existing: dict[str, int], estimates: list[Estim
             continue  # already in the queue above, or the same job as an earlier plan (one decode bench)
         seen.add(plan.config_hash)
         about = trained_plan(plans, i) or plan
-        res = job_resources(plan.kind, plan.resources, gpus > 0, exclusive_default=iso_member(plans, i))
+        res = job_resources(plan.kind, plan.resources, gpus > 0, exclusive_default=i in pairs)
         est = estimates[i]
         job = ForecastJob(
             key=keys[i], kind=plan.kind, what=describe(about.kind, about.spec, about.label),
@@ -186,14 +193,3 @@ def grid_jobs(plans: list[Plan], existing: dict[str, int], estimates: list[Estim
             job.fits = est.peak_mem_bytes <= job.device_memory
         out.append(job)
     return out
-
-
-def iso_member(plans: list[Plan], i: int) -> bool:
-    """Whether plan i is a train job of an iso-time pair: it has a `match_time_of` budget, or such a
-    budget of this submission names it."""
-    plan = plans[i]
-    if plan.kind != "train":
-        return False
-    if plan.budget and "match_time_of" in plan.budget:
-        return True
-    return any(p.budget and "match_time_of" in p.budget and i in p.deps for p in plans)

@@ -7,10 +7,14 @@
 - sleep:        sleeps, logs CUDA_VISIBLE_DEVICES (placement)
 - boom:         raises (tracebacks, retries); `fail_times` > 0 fails only the first N runs
 - noop:         returns at once (throughput)
+
+`KINDS` declares them: the doubles of the real kinds with the real declarations (what they follow, are
+about, run alone, write), run by this module; the others plain kinds.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -19,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from model.errors import ConfigError
-from workers.jobs import JobInterrupted
+from workers import jobs
+from workers.jobs import JobInterrupted, Kind
 
 SPECS: dict[str, dict[str, Any]] = {
     "train": {
@@ -41,6 +46,10 @@ SPECS: dict[str, dict[str, Any]] = {
     "noop": {"tag": 0},
 }
 RECIPES = ("fixed4", "lean", "parcae", "plain")
+KINDS = {
+    kind: dataclasses.replace(jobs.KINDS[kind], module=__name__) if kind in jobs.KINDS else Kind(__name__)
+    for kind in SPECS
+}
 
 
 def validate(kind: str, spec: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,83 @@
+"""The orchestrator's reader of the job-kind declarations (`workers.jobs.KINDS`, one `Kind` per kind).
+
+The declarations live in workers/jobs.py, next to the code that runs each kind, because both sides
+read them and imports point one way (orchestrator -> workers). This module is where the orchestrator
+and the dashboard ask about a kind: which registry is in use, a kind's declaration in it, and the
+relations derived from the declarations (the follow-ups of a kind, which kind writes a table). The
+grid, the queue, the variants, the views, the schema's result tables and the dashboard read kinds
+only through here, so a new kind is its worker module plus one `Kind` entry.
+
+A registry (`workers.jobs`, or a test double / plugin named by $LOOPLAB_JOB_KINDS) may declare its
+kinds in a `KINDS` of its own; a kind it does not declare gets the built-in declaration of that name
+(a double stands in for the real kind), else `PLAIN`: a kind that follows nothing, runs beside
+others, names no model and writes no result table.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from workers.jobs import ARCHITECTURE, CHECKPOINT, KINDS, Kind
+
+if TYPE_CHECKING:
+    from workers.jobs import JobRegistry
+
+__all__ = ["ARCHITECTURE", "CHECKPOINT", "PLAIN", "TRAIN", "Kind", "declared", "follow_ups", "registry"]
+
+# The kind that trains: budgets and iso-time pairs are its, and the built-in follow-ups attach to it.
+TRAIN = "train"
+PLAIN = Kind(module="")
+REGISTRY_ENV = "LOOPLAB_JOB_KINDS"
+
+
+def registry() -> JobRegistry:
+    """The job registry in use: workers.jobs, or a module named by $LOOPLAB_JOB_KINDS (test/plugin hook)."""
+    return importlib.import_module(os.environ.get(REGISTRY_ENV, "workers.jobs"))
+
+
+def _declarations(kinds: JobRegistry | None) -> Mapping[str, Kind]:
+    own = getattr(registry() if kinds is None else kinds, "KINDS", None)
+    return own if isinstance(own, Mapping) else {}
+
+
+def declared(kind: str, kinds: JobRegistry | None = None) -> Kind:
+    """The declaration of `kind` in registry `kinds` (default: `registry()`): its own, else the
+    built-in one of that name, else PLAIN."""
+    decl = _declarations(kinds).get(kind)
+    if isinstance(decl, Kind):
+        return decl
+    return KINDS.get(kind, PLAIN)
+
+
+def names(kinds: JobRegistry | None = None) -> list[str]:
+    """Every declared kind of the registry: its own, then the built-in ones it does not redeclare."""
+    own = [k for k, v in _declarations(kinds).items() if isinstance(v, Kind)]
+    return own + [k for k in KINDS if k not in own]
+
+
+def follow_ups(of: str | None = None, kinds: JobRegistry | None = None) -> tuple[str, ...]:
+    """The kinds that follow kind `of` (any kind when None), in declaration order."""
+    return tuple(
+        k for k in names(kinds) if (f := declared(k, kinds).follows) is not None and (of is None or f == of)
+    )
+
+
+def writer_of(table: str) -> str:
+    """The built-in kind that writes result table `table` (KeyError when none declares it)."""
+    for name, kind in KINDS.items():
+        if table in kind.tables:
+            return name
+    raise KeyError(f"no job kind declares result table {table!r}")
+
+
+def result_tables() -> tuple[str, ...]:
+    """Every result table the built-in kinds declare, in declaration order."""
+    return tuple(dict.fromkeys(t for kind in KINDS.values() for t in kind.tables))
+
+
+def view_names() -> tuple[str, ...]:
+    """Every view the built-in kinds declare, in declaration order."""
+    return tuple(dict.fromkeys(v for kind in KINDS.values() for v in kind.views))
