@@ -155,7 +155,9 @@ class Scheduler:
             self.sink.request_stop.remote(None)
 
     def _request(self, job: Any) -> Request:
-        return Request.of(jobqueue.job_resources(job.kind, job.resources, self.total["GPU"] > 0, kinds=self.kinds))
+        return Request.of(
+            jobqueue.job_resources(job.kind, job.resources, self.total["GPU"] > 0, kinds=self.kinds)
+        )
 
     # ------------------------------------------------------------ main loop
     def run(self) -> int:
