@@ -52,10 +52,6 @@ def _read(url: str, sql: str, **params) -> pd.DataFrame:
 # ---------------------------------------------------------------- the job listing
 
 
-def grids(url: str) -> pd.DataFrame:
-    return _read(url, "SELECT id AS grid_id, name AS grid, created_at FROM grids ORDER BY id")
-
-
 def job_listing(
     eng: Engine,
     grid: str | int | None = None,
