@@ -135,47 +135,51 @@ def build(path: Path, n_runs: int, n_points: int) -> dict:
 
 
 def page_loads(url: str) -> dict:
-    """Per page: the data and analysis calls the page makes (see dashboard/views/*.py), uncached."""
-    from dashboard import analysis, data
+    """Per page: the frames and analysis calls the page makes (see dashboard/views/*.py), uncached."""
+    from analysis import comparison, curves, variants
+    from dashboard import listing
+    from orchestrator import frames
     from orchestrator.states import JobStatus
 
     def queue():
-        jobs = data.jobs(url)
-        analysis.status_counts(jobs)
-        analysis.running_jobs(jobs, data.latest(url, jobs.loc[jobs["status"] == JobStatus.RUNNING, "job_id"]))
-        analysis.recent_failures(jobs)
+        jobs = frames.jobs(url)
+        listing.status_counts(jobs)
+        listing.running_jobs(
+            jobs, frames.latest(url, jobs.loc[jobs["status"] == JobStatus.RUNNING, "job_id"])
+        )
+        listing.recent_failures(jobs)
 
     def runs():
-        r = data.runs(url)
-        r["budget"] = analysis.budget_labels(r)
+        r = frames.runs(url)
+        r["budget"] = variants.budget_labels(r)
         shown = r[r["status"].isin([JobStatus.RUNNING, JobStatus.SUCCEEDED])].tail(60)
-        c = data.curves(url, shown["job_id"], ("val_loss",)).merge(
+        c = frames.curves(url, shown["job_id"], ("val_loss",)).merge(
             shown[["job_id", "recipe", "size", "budget"]]
         )
         c["config"] = c["recipe"] + c["size"] + c["budget"]
-        analysis.curve_bands(c, by=["config"], x="tokens")
-        analysis.seed_aggregate(r, "final_val_loss", by=["grid", "recipe", "size", "budget"])
+        curves.curve_bands(c, by=["config"], x="tokens")
+        variants.seed_aggregate(r, "final_val_loss", by=["grid", "recipe", "size", "budget"])
 
     def compare():
-        r = data.runs(url)
+        r = frames.runs(url)
         done = r[r["status"] == JobStatus.SUCCEEDED]
-        ev = analysis.eval_loss_per_run(done, data.depth(url))
-        analysis.iso_data_matrix(analysis.iso_data_table(ev, reference="parcae"))
-        pairs = analysis.iso_time_pairs(done)
-        analysis.iso_time_summary(pairs)
+        ev = comparison.eval_loss_per_run(done, frames.depth(url))
+        comparison.iso_data_matrix(comparison.iso_data_table(ev, reference="parcae"))
+        pairs = comparison.iso_time_pairs(done)
+        comparison.iso_time_summary(pairs)
         ids = sorted(set(pairs["job_id"]) | set(pairs["ref_job_id"]))
-        analysis.wall_time_curves(data.curves(url, ids, ("val_loss",)), r)
-        analysis.throughput_table(done, reference="parcae")
+        curves.wall_time_curves(frames.curves(url, ids, ("val_loss",)), r, done["job_id"])
+        comparison.throughput_table(done, reference="parcae")
 
     def depth():
-        analysis.depth_curves(data.depth(url))
-        analysis.round_delta_curves(data.round_deltas(url), loops=8)
+        curves.depth_curves(frames.depth(url))
+        curves.round_delta_curves(frames.round_deltas(url), loops=8)
 
     def decode():
-        analysis.decode_table(data.decode(url), reference="parcae")
+        comparison.decode_table(frames.decode(url), reference="parcae")
 
     def sql():
-        data.sql_query(url, "SELECT recipe, size, seed, final_val_loss, best_loops, tokens_per_s FROM runs "
+        frames.sql_query(url, "SELECT recipe, size, seed, final_val_loss, best_loops, tokens_per_s FROM runs "
                          "ORDER BY final_val_loss")  # fmt: skip
 
     return {"queue": queue, "runs": runs, "compare": compare, "depth": depth, "decode": decode, "sql": sql}

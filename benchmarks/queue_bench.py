@@ -267,8 +267,8 @@ def postgres_server(db: str, skip: bool) -> tuple[str | None, Callable[[], None]
 
 def check_db(value: str) -> str:
     """--db: `sqlite` or a PostgreSQL URL (argparse names the option in its message)."""
+    from model.errors import ConfigError
     from orchestrator.db import resolve_url
-    from orchestrator.errors import ConfigError
 
     if value == "sqlite":
         return value

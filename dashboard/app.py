@@ -2,7 +2,7 @@
 
 This entry point only opens the database (read-only), draws the sidebar filters that every page
 shares, and hands over to the selected page. Pages live in `views/`, one file each, and draw what
-`dashboard.analysis` computes from what `dashboard.data` reads. The folder is not called `pages/`
+`analysis/` computes from what `orchestrator.frames` reads. The folder is not called `pages/`
 on purpose: Streamlit would then also serve those files as pages of their own (on a direct URL load),
 running them without this entry point.
 

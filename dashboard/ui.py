@@ -1,10 +1,10 @@
 """Streamlit pieces every page shares: the database URL, cached loaders, filters, tables.
 
-The loaders wrap `dashboard.data` in `st.cache_data(ttl=5)`: a page rerun (a widget change, the
+The loaders wrap `orchestrator.frames` in `st.cache_data(ttl=5)`: a page rerun (a widget change, the
 queue's auto-refresh) reuses results for a few seconds instead of querying again, and the data is
 never more than a few seconds stale. Filters live in `st.session_state["filters"]`, set once by the
 sidebar in `app.py`, so they hold across pages: grid, size, budget, recipe, variant, and every
-architecture column with more than one value among the runs (`dashboard.variants.arch_options`).
+architecture column with more than one value among the runs (`analysis.variants.arch_options`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import os
 import pandas as pd
 import streamlit as st
 
-from dashboard import analysis, data, variants
+from analysis import comparison, variants
+from orchestrator import frames
 
 TTL_S = 5
 NO_JOBS = (
@@ -41,7 +42,7 @@ def open_db() -> str | None:
 
     try:
         url = db_url()
-        data.engine(url)
+        frames.engine(url)
     except USER_ERRORS as e:
         st.error(f"Cannot open the results database: {e}")
         st.caption("Pass `--db PATH` to `looplab dashboard`, or set LOOPLAB_DB.")
@@ -54,54 +55,54 @@ def open_db() -> str | None:
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def jobs(url: str) -> pd.DataFrame:
-    return data.jobs(url)
+    return frames.jobs(url)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def runs(url: str) -> pd.DataFrame:
-    df = data.runs(url)
-    df["budget"] = analysis.budget_labels(df)
+    df = frames.runs(url)
+    df["budget"] = variants.budget_labels(df)
     return df
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def latest(url: str, job_ids: tuple[int, ...], keys: tuple[str, ...] = data.CURVE_KEYS) -> pd.DataFrame:
-    return data.latest(url, job_ids, keys)
+def latest(url: str, job_ids: tuple[int, ...], keys: tuple[str, ...] = frames.CURVE_KEYS) -> pd.DataFrame:
+    return frames.latest(url, job_ids, keys)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def depth(url: str) -> pd.DataFrame:
-    return data.depth(url)
+    return frames.depth(url)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def round_deltas(url: str) -> pd.DataFrame:
-    return data.round_deltas(url)
+    return frames.round_deltas(url)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def round_interactions(url: str) -> pd.DataFrame:
-    return data.round_interactions(url)
+    return frames.round_interactions(url)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def task_scores(url: str) -> pd.DataFrame:
-    return data.task_scores(url)
+    return frames.task_scores(url)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def decode(url: str) -> pd.DataFrame:
-    return data.decode(url)
+    return frames.decode(url)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def depth_metric_keys(url: str, job_ids: tuple[int, ...]) -> pd.DataFrame:
-    return data.depth_metric_keys(url, job_ids)
+    return frames.depth_metric_keys(url, job_ids)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def curves(url: str, job_ids: tuple[int, ...], keys: tuple[str, ...], max_points: int = data.MAX_POINTS):
-    return data.curves(url, job_ids, keys, max_points)
+def curves(url: str, job_ids: tuple[int, ...], keys: tuple[str, ...], max_points: int = frames.MAX_POINTS):
+    return frames.curves(url, job_ids, keys, max_points)
 
 
 # ---------------------------------------------------------------- filters
@@ -224,9 +225,9 @@ def table(
         else:
             formats[c] = (f"%.{precision}f", f"{{:,.{precision}f}}")
     if "verdict" in df.columns:
-        shown = df.style.format({c: fmt for c, (_, fmt) in formats.items()}, na_rep=analysis.MISSING)
+        shown = df.style.format({c: fmt for c, (_, fmt) in formats.items()}, na_rep=variants.MISSING)
         shown = shown.map(lambda v: f"background-color: {VERDICT_COLORS.get(v, 'white')}", subset=["verdict"])
-        st.dataframe(shown, hide_index=True, key=key, height=height, placeholder=analysis.MISSING)
+        st.dataframe(shown, hide_index=True, key=key, height=height, placeholder=variants.MISSING)
         return
     config = {
         c: st.column_config.DatetimeColumn(c, format=grid_format, help="UTC")
@@ -235,7 +236,7 @@ def table(
         for c, (grid_format, _) in formats.items()
     }
     st.dataframe(
-        df, hide_index=True, key=key, height=height, column_config=config, placeholder=analysis.MISSING
+        df, hide_index=True, key=key, height=height, column_config=config, placeholder=variants.MISSING
     )
 
 
@@ -243,11 +244,11 @@ def reference_picker(
     options: list[str], label: str = "Reference variant", key: str = "reference"
 ) -> str | None:
     """A selectbox of variant labels; the default is `parcae`'s variant with the fewest overrides
-    (`analysis.default_reference`)."""
+    (`analysis.comparison.default_reference`)."""
     options = sorted({o for o in options if isinstance(o, str)})
     if not options:
         return None
-    default = options.index(analysis.default_reference(options))
+    default = options.index(comparison.default_reference(options))
     return st.selectbox(label, options, index=default, key=key)
 
 

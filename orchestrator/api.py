@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 import sqlalchemy as sa
 
+from model.errors import ConfigError
 from orchestrator import jobqueue
 from orchestrator.display import status_frame
-from orchestrator.errors import ConfigError
 from orchestrator.grid import Grid
 from orchestrator.states import JobStatus
 

@@ -22,7 +22,7 @@ HANDLERS = {
     "db": ("orchestrator.db", "cli_db"),
     "sql": ("orchestrator.sql", "cli_sql"),
     **{command: ("orchestrator.commands", f"cli_{command}") for command in QUEUE_COMMANDS},
-    "fit": ("dashboard.fit_cli", "cli_fit"),
+    "fit": ("orchestrator.fit", "cli_fit"),
     "dashboard": ("dashboard.launch", "cli_dashboard"),
 }
 

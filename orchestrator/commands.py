@@ -10,7 +10,7 @@ import runpy
 import time
 from pathlib import Path
 
-from orchestrator.errors import ConfigError
+from model.errors import ConfigError
 
 
 def _queue(args, artifacts: str | None = None):

@@ -39,7 +39,8 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.orm import Session
 
-from orchestrator.errors import ConfigError, DatabaseError
+from model.errors import ConfigError
+from orchestrator.errors import DatabaseError
 
 VERSION_TABLE = "looplab_alembic_version"
 DEFAULT_FILE = "looplab.db"

@@ -101,11 +101,12 @@ def print_extrapolation(url: str, grid_prefix: str) -> None:
     """The loss at the trained depth and beyond per variant of the study (the page's own table)."""
     import pandas as pd
 
-    from dashboard import data, extrapolation
+    from analysis import extrapolation
+    from orchestrator import frames
 
-    runs = data.runs(url)
+    runs = frames.runs(url)
     ids = runs.loc[runs["grid"].fillna("").str.startswith(grid_prefix), "job_id"]
-    depth = data.depth(url)
+    depth = frames.depth(url)
     table = extrapolation.summary(extrapolation.loss_curves(depth[depth["train_job_id"].isin(ids)]))
     cols = ["variant_label", "trained_depth", "loss_at_trained", "best_depth", "best_loss", "deepest",
             "loss_at_deepest", "gap_at_deepest"]  # fmt: skip
@@ -132,20 +133,21 @@ def grids(fast: bool = False) -> list[Grid]:
 
 
 def print_tables(url: str) -> None:
-    """The iso-data and iso-time comparisons, computed by the dashboard's tested functions."""
+    """The iso-data and iso-time comparisons, computed by the Compare page's tested functions."""
     import pandas as pd
 
-    from dashboard import analysis, data
+    from analysis import comparison
+    from orchestrator import frames
 
-    runs = data.runs(url)
-    evals = analysis.eval_loss_per_run(runs, data.depth(url))
+    runs = frames.runs(url)
+    evals = comparison.eval_loss_per_run(runs, frames.depth(url))
     with pd.option_context("display.width", 160, "display.max_columns", 20, "display.precision", 4):
         print("\n== iso-data: equal model size and tokens (looped recipes at their best loop count) ==")
-        iso_data = analysis.iso_data_table(evals)
+        iso_data = comparison.iso_data_table(evals)
         cols = [c for c in iso_data.columns if c not in ("size", "budget_tokens", "std", "loop_rule")]
         print(iso_data[cols].to_string(index=False) if not iso_data.empty else "(no finished runs)")
         print("\n== iso-time: equal training wall time (final validation loss) ==")
-        pairs = analysis.iso_time_pairs(runs)
+        pairs = comparison.iso_time_pairs(runs)
         cols = ["recipe", "seed", "ref_recipe", "ref_seed", "final_val_loss", "ref_final_val_loss", "diff",
                 "verdict", "train_seconds", "ref_train_seconds", "tokens", "ref_tokens"]  # fmt: skip
         print(pairs[cols].to_string(index=False) if not pairs.empty else "(no finished iso-time pair)")
@@ -195,10 +197,10 @@ def main(db: str | None = None, fast: bool = False, artifacts: str = "looplab_ar
 
 def print_iso_depth_fit(url: str, grid: str, bootstrap: int = 200) -> None:
     """The fitted iso-depth law of `grid`'s runs (`looplab fit iso-depth --grid NAME` prints the same)."""
-    from dashboard import fit_cli, scaling
+    from analysis import iso_depth
+    from orchestrator.fit import fit_runs
 
-    runs = scaling.runs_for_fit(fit_cli.study_runs(url, grid))
-    print(scaling.report_text(scaling.fit_iso_depth(runs, bootstrap=bootstrap)))
+    print(iso_depth.report_text(iso_depth.fit_iso_depth(fit_runs(url, grid), bootstrap=bootstrap)))
 
 
 def main_iso_depth(db: str | None = None, fast: bool = False, artifacts: str = "looplab_artifacts") -> int:

@@ -1,17 +1,17 @@
 """What people read in a terminal: the job table (`looplab status`, `Queue.status()`) and the
-scheduler's live progress lines. One query per listing (jobs joined with latest_metrics), never one
-per job, so a listing of thousands of jobs stays fast."""
+scheduler's live progress lines. Both show columns of the one job listing (`orchestrator.frames.job_listing`:
+jobs joined with latest_metrics in one query, never one per job), so a listing of thousands of jobs stays
+fast and reads like the dashboard's Queue page."""
 
 from __future__ import annotations
 
 import time
 
 import pandas as pd
-import sqlalchemy as sa
 from sqlalchemy import Engine
 
-from orchestrator.schema import GridRow, Job, LatestMetric
-from orchestrator.states import ACTIVE, JobStatus
+from orchestrator.frames import job_listing
+from orchestrator.states import JobStatus
 
 COLUMNS = ["id", "grid", "kind", "recipe", "size", "seed", "status", "attempts", "progress_done",
            "progress_total", "eta_s", "train_loss", "val_loss", "gpu_ids", "error"]  # fmt: skip
@@ -20,42 +20,8 @@ COLUMNS = ["id", "grid", "kind", "recipe", "size", "seed", "status", "attempts",
 def status_frame(eng: Engine, grid: str | int | None = None, all_jobs: bool = True,
                  job_ids: list[int] | None = None) -> pd.DataFrame:  # fmt: skip
     """One row per job with its latest train/val loss. `all_jobs=False` hides finished jobs."""
-    lm_train = sa.alias(LatestMetric.__table__, "lt")
-    lm_val = sa.alias(LatestMetric.__table__, "lv")
-    jobs = Job.__table__
-    query = (
-        sa.select(
-            jobs.c.id,
-            GridRow.name.label("grid"),
-            jobs.c.kind,
-            jobs.c.recipe,
-            jobs.c.size,
-            jobs.c.seed,
-            jobs.c.status,
-            jobs.c.attempts,
-            jobs.c.progress_done,
-            jobs.c.progress_total,
-            jobs.c.eta_s,
-            lm_train.c.value.label("train_loss"),
-            lm_val.c.value.label("val_loss"),
-            jobs.c.gpu_ids,
-            jobs.c.error,
-        )  # fmt: skip
-        .outerjoin(GridRow, GridRow.id == jobs.c.grid_id)
-        .outerjoin(lm_train, sa.and_(lm_train.c.job_id == jobs.c.id, lm_train.c.key == "train_loss"))
-        .outerjoin(lm_val, sa.and_(lm_val.c.job_id == jobs.c.id, lm_val.c.key == "val_loss"))
-        .order_by(jobs.c.id)
-    )
-    if grid is not None:
-        by_id = str(grid).isdigit()
-        query = query.where(GridRow.id == int(grid)) if by_id else query.where(GridRow.name == str(grid))
-    if not all_jobs:
-        query = query.where(jobs.c.status.in_(ACTIVE))
-    if job_ids is not None:
-        query = query.where(jobs.c.id.in_(job_ids))
-    with eng.connect() as conn:
-        rows = conn.execute(query).all()
-    df = pd.DataFrame(rows, columns=COLUMNS)
+    listing = job_listing(eng, grid=grid, active_only=not all_jobs, job_ids=job_ids)
+    df = listing.rename(columns={"job_id": "id"})[COLUMNS].copy()
     df["seed"] = df["seed"].astype("Int64")
     df["error"] = df["error"].map(
         lambda e: e.strip().splitlines()[-1][:100] if isinstance(e, str) and e else ""

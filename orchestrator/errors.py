@@ -1,8 +1,12 @@
-"""Errors a user sees. The CLI prints them as one line (`-v` for the traceback)."""
+"""Errors a user sees. The CLI prints them as one line (`-v` for the traceback).
+
+Bad configuration is `model.errors.ConfigError` (raised by the field toolkit, model/fields.py, in every
+package); the errors here are the orchestrator's own. `USER_ERRORS` is what a front end (the CLI, the
+dashboard) shows as one line instead of a traceback."""
 
 from model.errors import ConfigError
 
-__all__ = ["ConfigError", "DatabaseError", "LooplabError", "USER_ERRORS"]
+__all__ = ["DatabaseError", "LooplabError", "USER_ERRORS"]
 
 
 class LooplabError(Exception):

@@ -44,9 +44,9 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
 
+from model.errors import ConfigError
 from orchestrator import drivers, jobkinds, pairing
 from orchestrator.canonical import canonical_json
-from orchestrator.errors import ConfigError
 from orchestrator.grid import BUDGET_SPEC_KEYS, Grid, JobPlan, assign_hashes, expand, trained_plan
 from orchestrator.jobkinds import CHECKPOINT, TRAIN
 from orchestrator.schema import RESULT_TABLES, Attempt, GridRow, JobDep, JobLog, TrainResult

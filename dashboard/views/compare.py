@@ -10,7 +10,8 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from dashboard import analysis, stats, timing, ui, variants
+from analysis import comparison, curves, stats, timing, variants
+from dashboard import ui
 from orchestrator.states import JobStatus
 
 url, all_runs, runs = ui.runs_page("Compare")
@@ -18,13 +19,13 @@ c1, c2, c3 = st.columns(3)
 with c1:
     reference = ui.reference_picker(list(runs["variant_label"]))
 delta = c2.number_input("Difference to resolve δ (loss), for `seeds_needed`", min_value=0.001,
-                        value=analysis.NOISE_THRESHOLD, step=0.005, format="%.3f", key="power_delta")  # fmt: skip
+                        value=comparison.NOISE_THRESHOLD, step=0.005, format="%.3f", key="power_delta")  # fmt: skip
 threshold = c3.number_input("Fallback threshold (loss), only where no interval exists", min_value=0.0,
-                            value=analysis.NOISE_THRESHOLD, step=0.005, format="%.3f",
+                            value=comparison.NOISE_THRESHOLD, step=0.005, format="%.3f",
                             key="noise_threshold")  # fmt: skip
 
 done = runs[runs["status"] == JobStatus.SUCCEEDED]  # a running or failed run is no result (yet)
-evals = analysis.eval_loss_per_run(done, ui.filter_by_runs(ui.depth(url), done))
+evals = comparison.eval_loss_per_run(done, ui.filter_by_runs(ui.depth(url), done))
 noise = stats.noise_floor(evals)
 
 
@@ -66,17 +67,17 @@ st.caption(
     "(`best_loops`); fixed-loop ones at their trained count; a plain transformer by its final validation "
     "loss. — is missing data."
 )
-iso = analysis.iso_data_table(evals, reference=reference, threshold=threshold, noise=noise, delta=delta)
+iso = comparison.iso_data_table(evals, reference=reference, threshold=threshold, noise=noise, delta=delta)
 if iso.empty:
     st.info("no finished token-budget runs in this selection yet")
 else:
     st.markdown("**Mean validation loss over seeds** (rows: size × token budget, columns: variants)")
-    ui.table(analysis.iso_data_matrix(iso).reset_index(), key="iso_matrix")
+    ui.table(comparison.iso_data_matrix(iso).reset_index(), key="iso_matrix")
     st.markdown(f"**Per seed, mean, difference to `{reference}` with its 95 % interval**")
     ui.table(iso, key="iso_data")
     shown = iso[iso["ci_low"].notna()].copy()  # the rows that have an interval, drawn as bars
     shown["budget"] = [f"{tokens / 1e6:g}M tokens" for tokens in shown["budget_tokens"]]
-    shown["row"] = analysis.join_labels(shown, ["variant_label", "size", "budget"])
+    shown["row"] = curves.join_labels(shown, ["variant_label", "size", "budget"])
     if not shown.empty:
         verdicts = ["better", "worse", "not resolved"]
         base = alt.Chart(shown).encode(y=alt.Y("row:N", title=None, sort=None, axis=alt.Axis(labelLimit=400)))
@@ -111,7 +112,7 @@ else:
 
 st.header("Iso-FLOP")
 tolerance_pct = st.number_input("Equal compute within (%)", min_value=0.0, max_value=50.0,
-                                value=100 * analysis.FLOP_TOLERANCE, step=1.0, format="%.1f",
+                                value=100 * comparison.FLOP_TOLERANCE, step=1.0, format="%.1f",
                                 key="flop_tolerance")  # fmt: skip
 tolerance = tolerance_pct / 100
 st.caption(
@@ -120,7 +121,7 @@ st.caption(
     "compared (`flops` is their mean); the loss is the one iso-data uses. A cheaper variant trains more "
     "tokens for the same compute (`tokens`)."
 )
-curve = analysis.iso_flop_curve(evals, tolerance=tolerance)
+curve = comparison.iso_flop_curve(evals, tolerance=tolerance)
 if curve.empty:
     st.info("no finished run with a FLOP count in this selection yet")
 else:
@@ -134,7 +135,7 @@ else:
                alt.Tooltip("mean:Q", format=".4f"), "n_seeds"]  # fmt: skip
     chart = ui.mean_with_spread(base, y_title="loss (mean over seeds)", tooltip=tooltip, spread="rule")
     st.altair_chart(chart.properties(height=360), width="stretch")
-    flop_table = analysis.iso_flop_table(evals, reference=reference, tolerance=tolerance, threshold=threshold,
+    flop_table = comparison.iso_flop_table(evals, reference=reference, tolerance=tolerance, threshold=threshold,
                                          noise=noise, delta=delta)  # fmt: skip
     st.markdown(
         f"**Runs at equal FLOPs: per seed, mean, difference to `{reference}` with its 95 % interval**"
@@ -156,7 +157,7 @@ else:
         x = ui.axis_picker("x axis", choices, "train_loops", key="arch_x")
     with b3:
         color = ui.axis_picker("Colour", choices, "d_model", key="arch_color")
-    points = analysis.by_architecture(at_budget, x=x, color=color)
+    points = comparison.by_architecture(at_budget, x=x, color=color)
     kind = {c: "Q" if pd.api.types.is_numeric_dtype(points[c]) else "N" for c in (x, color)}
     base = alt.Chart(points).encode(
         x=alt.X(f"{x}:{kind[x]}", title=variants.ARCH_LABELS.get(x, x), scale=alt.Scale(zero=False)),
@@ -171,18 +172,19 @@ else:
 st.header("Iso-time")
 st.caption("A run retrained with the wall-clock training time of a reference run (budget `match_time_of`); "
            "both finished their learning-rate decay, so their final losses compare.")  # fmt: skip
-pairs = timing.mark_pairs(analysis.iso_time_pairs(done, threshold=threshold, noise=noise), done)
+pairs = timing.mark_pairs(comparison.iso_time_pairs(done, threshold=threshold, noise=noise), done)
 if pairs.empty:
     st.info("no iso-time pair yet: submit a train job with budget {'match_time_of': <job id>}")
 else:
-    summary = analysis.iso_time_summary(pairs, threshold=threshold, noise=noise, delta=delta)
+    summary = comparison.iso_time_summary(pairs, threshold=threshold, noise=noise, delta=delta)
     ui.table(summary, key="iso_time_summary")
     ui.table(pairs, key="iso_time_pairs")
     st.caption("`contended`: either run of the pair trained beside another job, so its time is not a "
                "clean measurement; empty: not recorded.")  # fmt: skip
     show_noise_floor()
     ids = tuple(sorted(set(pairs["job_id"]) | set(pairs["ref_job_id"])))
-    wt = analysis.wall_time_curves(ui.curves(url, ids, ("val_loss",)), all_runs)
+    finished = all_runs.loc[all_runs["status"] == JobStatus.SUCCEEDED, "job_id"]
+    wt = curves.wall_time_curves(ui.curves(url, ids, ("val_loss",)), all_runs, finished)
     if not wt.empty:
         st.markdown("**Validation loss vs training wall time** — intermediate points are *not decayed*; "
                     "only each finished run's last point is a decayed result.")  # fmt: skip
@@ -195,5 +197,5 @@ else:
         st.altair_chart((base.mark_line(opacity=0.6) + pts).properties(height=360), width="stretch")
 
 st.header("Training throughput")
-tp = analysis.throughput_table(done, reference=reference)
+tp = comparison.throughput_table(done, reference=reference)
 ui.table(tp, precision=3, key="throughput")

@@ -7,7 +7,8 @@ from __future__ import annotations
 import altair as alt
 import streamlit as st
 
-from dashboard import analysis, timing, ui, variants
+from analysis import comparison, timing, variants
+from dashboard import ui
 
 st.title("Decode")
 url = ui.url()
@@ -16,7 +17,7 @@ if dec.empty:
     st.info("No decode benchmarks yet: attach `then=['decode_bench']` to a train grid.")
     st.stop()
 reference = ui.reference_picker(list(dec["variant_label"]), key="decode_reference")
-table = timing.mark_decode(analysis.decode_table(dec, reference=reference), dec)
+table = timing.mark_decode(comparison.decode_table(dec, reference=reference), dec)
 st.caption("ms/token is the median step time (p10–p90 alongside); ratios are to the reference variant at "
            "the same size, context, batch, device and dtype. `contended`: timed while another job ran on "
            "the node (not comparable); empty: not recorded.")  # fmt: skip

@@ -8,7 +8,8 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from dashboard import analysis, ui, variants
+from analysis import curves, variants
+from dashboard import ui
 
 X_AXES = {"loops": "inference loops", "inference_depth": "effective depth at inference (layers)"}
 
@@ -17,14 +18,14 @@ url = ui.url()
 runs, depth = ui.selected_sweeps(url)
 
 st.header("Validation loss vs loops")
-curves = analysis.depth_curves(depth)
+by_loops = curves.depth_curves(depth)
 c1, c2 = st.columns(2)
-x_options = [x for x in X_AXES if curves[x].notna().any()]
+x_options = [x for x in X_AXES if by_loops[x].notna().any()]
 x = c1.selectbox("x axis", x_options, format_func=X_AXES.get, key="depth_x")
 with c2:
-    color = ui.axis_picker("Colour", variants.plot_columns(curves), "variant_label", key="depth_color")
-numeric_color = pd.api.types.is_numeric_dtype(curves[color])
-base = alt.Chart(curves).encode(
+    color = ui.axis_picker("Colour", variants.plot_columns(by_loops), "variant_label", key="depth_color")
+numeric_color = pd.api.types.is_numeric_dtype(by_loops[color])
+base = alt.Chart(by_loops).encode(
     x=alt.X(f"{x}:Q", title=X_AXES[x], scale=alt.Scale(type="log", base=2)),
     color=ui.color(color, numeric_color, title=variants.ARCH_LABELS.get(color, color)),
     detail="variant_label:N",  # one line per variant, whatever the colour
@@ -33,7 +34,7 @@ tooltip = ["variant_label", "size", "loops", x, alt.Tooltip("mean:Q", format=".4
            alt.Tooltip("std:Q", format=".4f"), "n_seeds"]  # fmt: skip
 chart = ui.mean_with_spread(base, y_title="val_loss (mean over seeds)", tooltip=tooltip)
 st.altair_chart(chart.properties(height=400), width="stretch")
-ui.table(analysis.depth_wide(curves), key="depth_wide")
+ui.table(curves.depth_wide(by_loops), key="depth_wide")
 
 st.header("Hidden-state change per round")
 deltas = ui.filter_by_runs(ui.round_deltas(url), runs)
@@ -43,8 +44,8 @@ else:
     counts = sorted(deltas["loops"].unique())
     loops = st.selectbox("Forward pass with", counts, index=len(counts) - 1, key="delta_loops",
                          format_func=lambda n: f"{n} loops")  # fmt: skip
-    rd = analysis.round_delta_curves(deltas, loops=loops)
-    first, rest = analysis.split_first_round(rd)
+    rd = curves.round_delta_curves(deltas, loops=loops)
+    first, rest = curves.split_first_round(rd)
     st.caption("‖h_t − h_{t−1}‖ / ‖h_{t−1}‖ per round, mean over seeds. Round 1 is the change from the random "
                "initial state h0 — set by h0's scale, often ten times the later rounds — so it has its own "
                "panel and the later rounds their own scale.")  # fmt: skip

@@ -1,14 +1,15 @@
 """Extrapolation: how each variant behaves at inference depths other than the one it was trained at.
 Validation loss (and task accuracy, where eval jobs ran) against the effective depth, the trained depth
 marked; the loop geometry per round at one depth; the interaction matrix of one variant as a heatmap.
-Every number comes from `dashboard.extrapolation`; this page only draws."""
+Every number comes from `analysis.extrapolation`; this page only draws."""
 
 from __future__ import annotations
 
 import altair as alt
 import streamlit as st
 
-from dashboard import extrapolation, ui
+from analysis import extrapolation
+from dashboard import ui
 
 DEPTH_AXIS = "effective depth at inference (layers)"
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import altair as alt
 import streamlit as st
 
-from dashboard import data, ui
-from orchestrator.planner.history import planned_vs_actual
+from dashboard import ui
+from orchestrator import frames
+from orchestrator.planner import planned_vs_actual
 
 st.title("Plan")
 st.caption("Planned: the estimate `looplab submit` stored (`looplab plan` shows the same before submitting); "
@@ -16,7 +17,7 @@ st.caption("Planned: the estimate `looplab submit` stored (`looplab plan` shows 
            "calibrated FLOP/s), `finished` (finished jobs of the same kind), `budget` (a time budget). "
            "`concurrent_jobs`: other jobs beside it (contention slows a job down).")  # fmt: skip
 url = ui.url()
-df = planned_vs_actual(data.engine(url))
+df = planned_vs_actual(frames.engine(url))
 grids = ui.selected("grid")
 if not df.empty and grids:
     df = df[df["grid"].isin(grids)]

@@ -10,7 +10,8 @@ import time
 
 import streamlit as st
 
-from dashboard import analysis, ui
+from analysis.variants import MISSING, present
+from dashboard import listing, ui
 from orchestrator.states import JobStatus
 
 REFRESH_S = 5
@@ -28,34 +29,34 @@ def queue_view() -> None:
         jobs = jobs[jobs["grid"].isin(grids)]
     if not ui.require_jobs(jobs):
         return
-    counts = analysis.status_counts(jobs)
+    counts = listing.status_counts(jobs)
     for col, row in zip(st.columns(len(counts)), counts.itertuples(index=False)):
         col.metric(row.status, row.jobs)
 
     st.subheader("Running")
-    running = analysis.running_jobs(
+    running = listing.running_jobs(
         jobs, ui.latest(url, tuple(jobs.loc[jobs["status"] == JobStatus.RUNNING, "job_id"]))
     )
     if running.empty:
         st.caption("no job is running")
     for r in running.itertuples(index=False):
         who = " · ".join(str(x) for x in (r.kind, r.recipe, r.size) if isinstance(x, str))
-        seed = f" · seed {int(r.seed)}" if analysis.present(r.seed) else ""
-        frac = float(r.progress) if analysis.present(r.progress) else 0.0
-        tps = f"{r.tokens_per_s:,.0f} tok/s" if analysis.present(r.tokens_per_s) else "— tok/s"
+        seed = f" · seed {int(r.seed)}" if present(r.seed) else ""
+        frac = float(r.progress) if present(r.progress) else 0.0
+        tps = f"{r.tokens_per_s:,.0f} tok/s" if present(r.tokens_per_s) else "— tok/s"
         st.progress(frac, text=f"#{r.job_id} {who}{seed} — {frac:.0%} · {tps} · ETA {r.eta}")
     if not running.empty:
         ui.table(running, precision=2, key="running_table")
 
     st.subheader("Recent failures")
-    failures = analysis.recent_failures(jobs)
+    failures = listing.recent_failures(jobs)
     if failures.empty:
         st.caption("no failed job")
     else:
         ui.table(failures.drop(columns=["error"]), key="failures_table")
         for r in failures.itertuples(index=False):
             with st.expander(f"#{r.job_id} {r.kind} {r.recipe or ''}: {r.error_summary}"):
-                st.code(r.error or analysis.MISSING, language="text")
+                st.code(r.error or MISSING, language="text")
 
     st.subheader("All jobs")
     show = jobs.drop(columns=["error", "grid_id"]).sort_values("job_id", ascending=False)

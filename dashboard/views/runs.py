@@ -10,7 +10,9 @@ from __future__ import annotations
 import altair as alt
 import streamlit as st
 
-from dashboard import analysis, data, ui, variants
+from analysis import curves, variants
+from dashboard import ui
+from orchestrator import frames
 from orchestrator.states import JobStatus
 
 PLOT_POINTS = 60_000  # metric points read for one chart, shared among the selected runs
@@ -21,7 +23,7 @@ url, _, runs = ui.runs_page("Runs")
 shown = runs[runs["status"].isin([JobStatus.RUNNING, JobStatus.SUCCEEDED])].sort_values("job_id")
 ids = tuple(int(i) for i in shown["job_id"])
 depth_keys = ui.depth_metric_keys(url, ids)
-metric_keys = [*data.CURVE_KEYS, *sorted(set(depth_keys["key"]), key=lambda k: int(k.split("@")[1]))]
+metric_keys = [*frames.CURVE_KEYS, *sorted(set(depth_keys["key"]), key=lambda k: int(k.split("@")[1]))]
 
 c1, c2, c3, c4 = st.columns(4)
 metric = c1.selectbox("Metric", metric_keys, index=1, key="runs_metric")
@@ -35,16 +37,16 @@ if x == "wall_s":
     st.caption("Against wall time, each run's learning rate decays over its own budget: a point in the middle "
                "of a longer run is **not decayed** (see Compare → iso-time).")  # fmt: skip
 
-points = analysis.points_per_curve(len(ids), total=PLOT_POINTS, most=data.MAX_POINTS)
-curves = ui.curves(url, ids, (metric,), points)
-if curves.empty:
+points = curves.points_per_curve(len(ids), total=PLOT_POINTS, most=frames.MAX_POINTS)
+points_read = ui.curves(url, ids, (metric,), points)
+if points_read.empty:
     st.info("no metric points for this selection yet")
 else:
     group_by = group_by or ["variant_label"]
-    cur = curves.merge(shown[["job_id", *[g for g in groups if g in shown]]], on="job_id")
-    cur["config"] = analysis.join_labels(cur, group_by)
+    cur = points_read.merge(shown[["job_id", *[g for g in groups if g in shown]]], on="job_id")
+    cur["config"] = curves.join_labels(cur, group_by)
     n_configs = cur["config"].nunique()
-    bands = analysis.curve_bands(cur, by=["config"], x=x, bins=max(20, min(200, 5000 // n_configs)))
+    bands = curves.curve_bands(cur, by=["config"], x=x, bins=max(20, min(200, 5000 // n_configs)))
     base = alt.Chart(bands).encode(x=alt.X(f"{x}:Q", title=x_label), color=ui.color("config"))
     tooltip = ["config", alt.Tooltip(f"{x}:Q", format=",.0f"), alt.Tooltip("mean:Q", format=".4f"), "n_seeds"]
     chart = ui.mean_with_spread(
@@ -62,7 +64,7 @@ else:
     names = {
         int(
             r.job_id
-        ): f"#{r.job_id} {r.variant_label} · seed {int(r.seed) if analysis.present(r.seed) else '?'}"
+        ): f"#{r.job_id} {r.variant_label} · seed {int(r.seed) if variants.present(r.seed) else '?'}"
         for r in with_depth.itertuples()
     }
     per_run = depth_keys.groupby("job_id")["key"].nunique()
@@ -71,7 +73,7 @@ else:
         "Runs", list(names), default=[default], format_func=names.get, key="runs_depth_pick"
     )
     keys = tuple(sorted(set(depth_keys.loc[depth_keys["job_id"].isin(picked), "key"])))
-    td = analysis.train_depth_curves(ui.curves(url, tuple(picked), keys), with_depth)
+    td = curves.train_depth_curves(ui.curves(url, tuple(picked), keys), with_depth)
     if not td.empty:
         chart = (
             alt.Chart(td)
@@ -91,7 +93,7 @@ else:
         )
         st.altair_chart(chart.properties(height=360).interactive(), width="stretch")
         st.caption("At the last evaluation:")
-        ui.table(analysis.train_depth_last(td), key="runs_depth_last")
+        ui.table(curves.train_depth_last(td), key="runs_depth_last")
 
 st.subheader("Runs")
 cols = ["job_id", "grid", "variant_label", "recipe", "size", "seed", "budget", "status", "tokens", "train_seconds",
@@ -101,7 +103,7 @@ cols = list(dict.fromkeys(c for c in cols if c in runs.columns))
 ui.table(runs[cols].sort_values("job_id"), key="runs_table", height=320)
 
 st.subheader("Mean over seeds")
-agg = analysis.seed_aggregate(
+agg = variants.seed_aggregate(
     runs, "final_val_loss", by=["grid", "variant_id", "variant_label", "size", "budget"]
 )
 ui.table(agg.rename(columns={"mean": "final_val_loss (mean)"}), key="runs_agg")

@@ -1,5 +1,5 @@
 """Scaling: the iso-depth law L = E + A·(N_once + r^φ·N_rec)^(−α) + B·D^(−β) fitted to the finished
-runs (`dashboard.scaling`): the runs against the fitted law (loss vs effective parameters and vs
+runs (`analysis.iso_depth`): the runs against the fitted law (loss vs effective parameters and vs
 training FLOPs, coloured by r), the residuals, φ with its bootstrap interval, the parameter table, which
 form the data support, what one recurrence is worth, and the compute-optimal width and tokens per r.
 
@@ -12,15 +12,17 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from dashboard import scaling, ui
-from orchestrator.errors import ConfigError
+from analysis import iso_depth, scaling
+from dashboard import ui
+from orchestrator.errors import USER_ERRORS
+from orchestrator.states import JobStatus
 
 LAW = r"L = E + A\,(N_\mathrm{once} + r^{\varphi} N_\mathrm{rec})^{-\alpha} + B\,D^{-\beta}"
 
 
 @st.cache_data(show_spinner="fitting the law (bootstrap over runs) ...", max_entries=16)
 def fitted(runs: pd.DataFrame, bootstrap: int, seed: int, robust: str, flops: float | None):
-    return scaling.fit_iso_depth(runs, flops=flops, bootstrap=bootstrap, seed=seed, robust=robust)
+    return iso_depth.fit_iso_depth(runs, flops=flops, bootstrap=bootstrap, seed=seed, robust=robust)
 
 
 st.title("Scaling")
@@ -29,7 +31,7 @@ url = ui.url()
 runs = ui.filter_runs(ui.runs(url))
 if not ui.selected("grid"):
     runs = runs[runs["recipe"] == "iso_depth"]
-study_runs = scaling.runs_for_fit(runs)
+study_runs = iso_depth.runs_for_fit(runs[runs["status"] == JobStatus.SUCCEEDED])
 if study_runs.empty:
     st.info("No finished iso-depth runs yet: submit the study (`orchestrator.studies.iso_depth_grid`, or "
             "`looplab demo --study iso-depth`), or pick a grid of fixed-loop runs in the sidebar.")  # fmt: skip
@@ -41,12 +43,12 @@ bootstrap = c1.number_input(
 )
 seed = c2.number_input("Bootstrap seed", 0, 2**31 - 1, 0, key="fit_seed")
 robust = c3.selectbox("Least-squares loss", scaling.ROBUST_LOSSES, key="fit_robust")
-default_flops = scaling.default_budget(study_runs)
+default_flops = iso_depth.default_budget(study_runs)
 flops = c4.number_input("FLOP budget of the compute-optimal answers", min_value=1.0,
                         value=float(default_flops or 1e15), format="%.3e", key="fit_flops")  # fmt: skip
 try:
     study = fitted(study_runs, int(bootstrap), int(seed), robust, float(flops))
-except ConfigError as e:
+except USER_ERRORS as e:  # a ConfigError: these runs cannot identify the law
     st.warning(f"The law cannot be fitted to these {len(study_runs)} runs: {e}")
     st.stop()
 fit = study.fit

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import data, ui
+from dashboard import ui
+from orchestrator import frames
 from orchestrator.sql import DEFAULT_TIMEOUT_S
 
 EXAMPLE = (
@@ -33,7 +34,7 @@ if sql.strip():  # the example runs on first load; a form only reruns on submit,
     from orchestrator.sql import QueryTimeout, WriteRefused
 
     try:
-        df, truncated = data.sql_query(url, sql, timeout_s=timeout_s)
+        df, truncated = frames.sql_query(url, sql, timeout_s=timeout_s)
     except WriteRefused as e:
         st.error(f"Refused — the dashboard never writes to the database. {e}")
     except QueryTimeout as e:
@@ -41,7 +42,7 @@ if sql.strip():  # the example runs on first load; a form only reruns on submit,
     except DatabaseError as e:
         st.error(f"Query failed: {e}")
     else:
-        st.caption(f"{len(df):,} rows" + (f" (first {data.SQL_ROW_LIMIT:,} shown)" if truncated else ""))
+        st.caption(f"{len(df):,} rows" + (f" (first {frames.SQL_ROW_LIMIT:,} shown)" if truncated else ""))
         st.dataframe(df, hide_index=True, key="sql_result", placeholder="—")
         st.download_button("Download CSV", df.to_csv(index=False).encode(), file_name="looplab_query.csv",
                            mime="text/csv", key="sql_csv")  # fmt: skip

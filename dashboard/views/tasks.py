@@ -8,7 +8,8 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from dashboard import tasks, ui
+from analysis import tasks
+from dashboard import ui
 
 
 def _loops_axis(curves: pd.DataFrame) -> alt.X:

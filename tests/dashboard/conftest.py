@@ -210,7 +210,7 @@ def fixture_db(tmp_path_factory):
 @pytest.fixture(scope="session", params=BACKENDS)
 def fixture_url(request, tmp_path_factory):
     """URL of the filled fixture database, on SQLite and on PostgreSQL (ids [sqlite] / [postgresql]): the
-    tests of dashboard.data and of the pages (AppTest) run on both. The browser and launch tests keep
+    tests of orchestrator.frames and of the pages (AppTest) run on both. The browser and launch tests keep
     `fixture_db`, SQLite only (a Streamlit server and a browser per backend would double minutes)."""
     if request.param == "sqlite":
         yield request.getfixturevalue("fixture_db")[0]

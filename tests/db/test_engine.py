@@ -16,8 +16,9 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
+from model.errors import ConfigError
 from orchestrator.db import dispose_all, engine, head_revision, readonly_engine, resolve_url, session
-from orchestrator.errors import ConfigError, DatabaseError
+from orchestrator.errors import DatabaseError
 from orchestrator.schema import GridRow
 from tests.db.conftest import file_digest
 

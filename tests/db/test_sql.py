@@ -16,9 +16,10 @@ import re
 import pytest
 from sqlalchemy import make_url
 
+from model.errors import ConfigError
 from orchestrator.cli import main
 from orchestrator.db import dispose_all, engine, session
-from orchestrator.errors import ConfigError, DatabaseError
+from orchestrator.errors import DatabaseError
 from orchestrator.schema import GridRow, Job, Metric
 from orchestrator.sql import QueryTimeout, WriteRefused, check_readonly, fetch, query
 from tests.pg import BACKENDS, Databases, snapshot

@@ -10,6 +10,7 @@ import time
 import pytest
 import sqlalchemy as sa
 
+from model.errors import ConfigError
 from orchestrator import Grid, Queue, jobqueue
 from orchestrator.admission import (
     Admission,
@@ -24,7 +25,6 @@ from orchestrator.admission import (
     effective_priority,
     place,
 )
-from orchestrator.errors import ConfigError
 from orchestrator.planner import Estimate, Forecast, ForecastJob, simulate
 from tests.orchestrator import fake_jobs
 

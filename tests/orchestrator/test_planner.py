@@ -11,11 +11,11 @@ import time
 import pytest
 import sqlalchemy as sa
 
+from model.errors import ConfigError
 from model.flops import step_flops, training_flops
 from model.presets import preset
 from orchestrator import Grid, Queue
 from orchestrator.cli import main
-from orchestrator.errors import ConfigError
 from orchestrator.planner import Calibration, ForecastJob, simulate
 from tests.orchestrator import fake_jobs
 
@@ -229,7 +229,7 @@ def test_exclusive_resource_is_validated_and_iso_pairs_are_exclusive(tmp_path):
 def test_planned_against_actual_and_contention_flags(q):
     import pandas as pd
 
-    from dashboard import timing
+    from analysis import timing
     from orchestrator.planner.history import planned_vs_actual
 
     finished_run(q)

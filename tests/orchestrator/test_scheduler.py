@@ -305,7 +305,7 @@ def test_a_failing_job_is_retried_after_a_doubling_backoff(q):
     ],
 )
 def test_bad_timing_settings_are_refused_naming_the_variable(q, monkeypatch, env, value, named):
-    from orchestrator.errors import ConfigError
+    from model.errors import ConfigError
 
     monkeypatch.setenv(env, value)
     with pytest.raises(ConfigError, match=re.escape(named)):

@@ -10,9 +10,9 @@ import sys
 import pytest
 import sqlalchemy as sa
 
+from model.errors import ConfigError
 from orchestrator import Grid, Queue
 from orchestrator.db import sqlite_file
-from orchestrator.errors import ConfigError
 from tests.orchestrator import fake_jobs
 
 TABLES = ("grids", "jobs", "job_deps", "attempts")

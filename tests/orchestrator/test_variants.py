@@ -11,9 +11,9 @@ import pytest
 import sqlalchemy as sa
 
 from model.counts import arch_summary, tokens_for_flops
+from model.errors import ConfigError
 from model.presets import preset
 from orchestrator import Grid, Queue
-from orchestrator.errors import ConfigError
 from orchestrator.variants import ARCH_COLUMNS, variant_columns, variant_id
 from workers.train_spec import Spec
 

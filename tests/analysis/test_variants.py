@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 
-from dashboard import analysis, stats, variants
+from analysis import comparison, curves, stats, variants
 
 NAN = float("nan")
 # two variants of the recipe fixed4 (4 and 8 loops) and one of lean; the architecture as stored per job
@@ -40,7 +40,7 @@ def runs_two_variants_of_one_recipe() -> pd.DataFrame:
 
 
 def evals(runs: pd.DataFrame) -> pd.DataFrame:
-    return analysis.eval_loss_per_run(runs, pd.DataFrame(columns=["train_job_id", "loops", "val_loss"]))
+    return comparison.eval_loss_per_run(runs, pd.DataFrame(columns=["train_job_id", "loops", "val_loss"]))
 
 
 # ---------------------------------------------------------------- variant identity
@@ -59,7 +59,7 @@ def test_with_variants_falls_back_to_the_recipe_and_keeps_labels_unique_per_size
 
 
 def test_iso_data_two_variants_of_one_recipe_are_two_rows_and_seeds_are_averaged():
-    t = analysis.iso_data_table(evals(runs_two_variants_of_one_recipe()), reference="fixed4")
+    t = comparison.iso_data_table(evals(runs_two_variants_of_one_recipe()), reference="fixed4")
     assert list(t["variant_label"]) == ["fixed4", "fixed4 · loops=8", "lean · d_model=96"]
     assert list(t["recipe"]) == ["fixed4", "fixed4", "lean"]
     t = t.set_index("variant_label")
@@ -72,17 +72,17 @@ def test_iso_data_two_variants_of_one_recipe_are_two_rows_and_seeds_are_averaged
         -0.09 + scipy_stats.t.ppf(0.975, 2) * 0.0005**0.5
     )
     assert (t.loc["fixed4 · loops=8", "seed 0"], t.loc["fixed4 · loops=8", "seed 1"]) == (2.90, 2.94)
-    m = analysis.iso_data_matrix(t.reset_index())
+    m = comparison.iso_data_matrix(t.reset_index())
     assert list(m.columns) == ["fixed4", "fixed4 · loops=8", "lean · d_model=96"]
 
 
 def test_seed_aggregate_default_keeps_variants_apart():
-    out = analysis.seed_aggregate(runs_two_variants_of_one_recipe(), "final_val_loss")
+    out = variants.seed_aggregate(runs_two_variants_of_one_recipe(), "final_val_loss")
     assert len(out) == 3 and sorted(out["n_seeds"]) == [1, 2, 2]
 
 
 def test_throughput_per_variant_with_ratio_to_the_reference_variant():
-    t = analysis.throughput_table(runs_two_variants_of_one_recipe(), reference="fixed4").set_index(
+    t = comparison.throughput_table(runs_two_variants_of_one_recipe(), reference="fixed4").set_index(
         "variant_label"
     )
     assert t.loc["fixed4", "tokens_per_s"] == 1100.0 and t.loc["fixed4", "n_runs"] == 2
@@ -98,24 +98,24 @@ def test_depth_curves_and_round_deltas_per_variant():
         for loops, loss in zip((4, 8), losses):
             rows.append(dict(train_job_id=job, recipe="fixed4", size="tiny", seed=seed, loops=loops, val_loss=loss,
                              **{k: v for k, v in arch.items() if k != "train_loops"}))  # fmt: skip
-    d = analysis.depth_curves(pd.DataFrame(rows))
+    d = curves.depth_curves(pd.DataFrame(rows))
     assert len(d) == 4  # 2 variants x 2 loop counts
     at8 = d[d["loops"] == 8].set_index("variant_label")
     assert at8.loc["fixed4", "mean"] == pytest.approx(3.05) and at8.loc["fixed4", "n_seeds"] == 2
     assert at8.loc["fixed4 · loops=8", "mean"] == 2.9 and at8.loc["fixed4 · loops=8", "n_seeds"] == 1
     assert at8.loc["fixed4", "inference_depth"] == 2 + 2 * 8 + 2  # prelude + recurrent x loops + coda
-    wide = analysis.depth_wide(d).set_index("variant_label")
+    wide = curves.depth_wide(d).set_index("variant_label")
     assert wide.loc["fixed4", "4 loops"] == pytest.approx(3.3)
     deltas = pd.DataFrame([
         dict(train_job_id=j, recipe="fixed4", size="tiny", seed=s, loops=4, round=r, rel_change=v, **a)
         for j, a, s in ((1, FIXED4, 0), (2, FIXED4, 1), (3, FIXED4_L8, 0))
         for r, v in ((1, 2.0 + j), (2, 0.1 * j))
     ])  # fmt: skip
-    rd = analysis.round_delta_curves(deltas, loops=4)
+    rd = curves.round_delta_curves(deltas, loops=4)
     assert len(rd) == 4
     second = rd[rd["round"] == 2].set_index("variant_label")["mean"]
     assert second["fixed4"] == pytest.approx(0.15) and second["fixed4 · loops=8"] == pytest.approx(0.3)
-    first, rest = analysis.split_first_round(rd)
+    first, rest = curves.split_first_round(rd)
     assert set(first["round"]) == {1} and set(rest["round"]) == {2} and len(first) == len(rest) == 2
     assert first.set_index("variant_label").loc["fixed4", "mean"] == pytest.approx(3.5)
 
@@ -125,7 +125,7 @@ def test_decode_table_per_variant():
                  ms_per_token=ms, ms_p10=ms, ms_p90=ms, kv_cache_mb=kv, variant_id=vid, variant_label=label)
             for vid, label, ms, kv in (("aaaaaaaaaaaa", "fixed4", 2.0, 10.0), ("bbbbbbbbbbbb", "fixed4 · loops=8", 3.0, 10.0),
                                        ("aaaaaaaaaaaa", "fixed4", 2.2, 10.0))]  # fmt: skip
-    t = analysis.decode_table(pd.DataFrame(rows), reference="fixed4").set_index("variant_label")
+    t = comparison.decode_table(pd.DataFrame(rows), reference="fixed4").set_index("variant_label")
     assert len(t) == 2 and t.loc["fixed4", "ms_per_token"] == pytest.approx(2.1)
     assert t.loc["fixed4 · loops=8", "ms_ratio"] == pytest.approx(3.0 / 2.1)
 
@@ -137,7 +137,7 @@ def test_iso_time_summary_per_variant():
         run(3, "fixed4", 1, 2.97, FIXED4_L8, budget=None, match_time_of=1),
         run(4, "lean", 0, 3.05, LEAN_W, budget=None, match_time_of=1),
     ])  # fmt: skip
-    s = analysis.iso_time_summary(analysis.iso_time_pairs(runs)).set_index("variant_label")
+    s = comparison.iso_time_summary(comparison.iso_time_pairs(runs)).set_index("variant_label")
     assert list(s["ref_variant_label"]) == ["fixed4", "fixed4"]
     assert s.loc["fixed4 · loops=8", "n_pairs"] == 2 and s.loc["fixed4 · loops=8", "diff"] == pytest.approx(
         -0.04
@@ -166,12 +166,14 @@ def test_arch_options_and_filter():
 
 
 def test_by_architecture_one_point_per_variant():
-    out = analysis.by_architecture(evals(runs_two_variants_of_one_recipe()), x="train_loops", color="d_model")
+    out = comparison.by_architecture(
+        evals(runs_two_variants_of_one_recipe()), x="train_loops", color="d_model"
+    )
     assert list(zip(out["d_model"], out["train_loops"])) == [(64, 4), (64, 8), (96, 4)]
     assert list(out["mean"]) == pytest.approx([3.01, 2.92, 3.10]) and list(out["n_seeds"]) == [2, 2, 1]
     assert math.isnan(out.loc[2, "std"])
     with pytest.raises(ValueError, match="x = 'width'"):
-        analysis.by_architecture(evals(runs_two_variants_of_one_recipe()), x="width", color="d_model")
+        comparison.by_architecture(evals(runs_two_variants_of_one_recipe()), x="width", color="d_model")
 
 
 def test_plot_columns_only_those_with_values():
@@ -200,18 +202,20 @@ def iso_flop_runs() -> pd.DataFrame:
 
 
 def test_flop_classes_never_span_more_than_the_tolerance():
-    classes = analysis.flop_classes(iso_flop_runs(), tolerance=0.05)
+    classes = comparison.flop_classes(iso_flop_runs(), tolerance=0.05)
     c = dict(zip(iso_flop_runs()["job_id"], classes))
     assert c[1] == c[2] == c[3] and c[4] == c[5] and c[1] != c[4]
     assert math.isnan(c[6]) and c[7] not in (c[1], c[4])
-    wide = analysis.flop_classes(iso_flop_runs(), tolerance=0.2)
+    wide = comparison.flop_classes(iso_flop_runs(), tolerance=0.2)
     assert len(set(wide.dropna())) == 2  # one class per size
 
 
 def test_iso_flop_table_matches_runs_at_equal_compute():
     # no noise floor: with one seed on a side there is no interval, the fixed threshold decides
     unmeasured = stats.noise_floor(pd.DataFrame())
-    t = analysis.iso_flop_table(evals(iso_flop_runs()), reference="fixed4", tolerance=0.05, noise=unmeasured)
+    t = comparison.iso_flop_table(
+        evals(iso_flop_runs()), reference="fixed4", tolerance=0.05, noise=unmeasured
+    )
     first = t[(t["size"] == "tiny") & np.isclose(t["flops"], 1.02e15)].set_index("variant_label")
     assert list(first.index) == ["fixed4", "fixed4 · loops=8"]  # reference first
     assert (
@@ -232,17 +236,19 @@ def test_iso_flop_table_matches_runs_at_equal_compute():
     assert len(small) == 1 and small["verdict"].iloc[0] == "reference"
     assert 6 not in set(t["n_seeds"]) and len(t) == 5  # run 6 (no FLOPs) left out
     assert first.loc["fixed4 · loops=8", "method"] == "n too small"
-    loose = analysis.iso_flop_table(
+    loose = comparison.iso_flop_table(
         evals(iso_flop_runs()), reference="fixed4", threshold=0.05, noise=unmeasured
     ).set_index("variant_label")
     assert loose.loc["fixed4 · loops=8", "verdict"] == "noise"  # |-0.04| < 0.05
     # the noise floor measured from these runs (fixed4's four seeds spread widely) resolves neither
-    measured = analysis.iso_flop_table(evals(iso_flop_runs()), reference="fixed4").set_index("variant_label")
+    measured = comparison.iso_flop_table(evals(iso_flop_runs()), reference="fixed4").set_index(
+        "variant_label"
+    )
     assert set(measured.loc[["fixed4 · loops=8", "lean · d_model=96"], "verdict"]) == {"not resolved"}
 
 
 def test_iso_flop_curve_points_per_variant_and_budget():
-    c = analysis.iso_flop_curve(evals(iso_flop_runs()), tolerance=0.05)
+    c = comparison.iso_flop_curve(evals(iso_flop_runs()), tolerance=0.05)
     fixed4 = c[(c["variant_label"] == "fixed4") & (c["size"] == "tiny")]
     assert list(fixed4["train_flops"]) == pytest.approx([1.01e15, 1.10e15])  # two budgets: a curve
     assert list(fixed4["mean"]) == pytest.approx([3.02, 2.80]) and list(fixed4["n_seeds"]) == [2, 1]
@@ -251,13 +257,15 @@ def test_iso_flop_curve_points_per_variant_and_budget():
 
 def test_iso_flop_without_flops_is_empty():
     no_flops = runs_two_variants_of_one_recipe()
-    assert analysis.iso_flop_table(evals(no_flops)).empty and analysis.iso_flop_curve(evals(no_flops)).empty
-    assert analysis.iso_flop_table(evals(no_flops.drop(columns=["train_flops"]))).empty
+    assert (
+        comparison.iso_flop_table(evals(no_flops)).empty and comparison.iso_flop_curve(evals(no_flops)).empty
+    )
+    assert comparison.iso_flop_table(evals(no_flops.drop(columns=["train_flops"]))).empty
 
 
 def test_budget_label_of_a_flop_budget():
     runs = pd.DataFrame([run(1, "fixed4", 0, 3.0, FIXED4, budget_flops=3e15, budget=1_234_567)])
-    assert analysis.budget_labels(runs) == ["3e+15 FLOPs"]
+    assert variants.budget_labels(runs) == ["3e+15 FLOPs"]
 
 
 # ---------------------------------------------------------------- curves
@@ -267,23 +275,23 @@ def test_budget_label_of_a_flop_budget():
     ("n_runs", "points"), [(0, 500), (1, 500), (120, 500), (121, 495), (1000, 60), (10_000, 20)]
 )
 def test_points_per_curve_shares_a_total(n_runs, points):
-    assert analysis.points_per_curve(n_runs, total=60_000, most=500, least=20) == points
+    assert curves.points_per_curve(n_runs, total=60_000, most=500, least=20) == points
 
 
 def test_train_depth_curves_parse_the_loop_count():
     runs = runs_two_variants_of_one_recipe()
-    curves = pd.DataFrame([
+    points = pd.DataFrame([
         {"job_id": 3, "key": k, "step": s, "tokens": s * 100, "wall_s": float(s), "value": v}
         for s, base in ((10, 3.5), (20, 3.0))
         for k, v in (("val_loss", base), ("val_loss@1", base + 1.0), ("val_loss@8", base), ("val_loss@16", base + 0.1),
                      ("train_loss", 9.0), ("val_loss@x", 0.0))
     ])  # fmt: skip
-    d = analysis.train_depth_curves(curves, runs)
+    d = curves.train_depth_curves(points, runs)
     assert sorted(set(d["eval_loops"])) == [1, 8, 16] and len(d) == 6
     assert set(d["run"]) == {"fixed4 · loops=8 · seed 0 · #3"}
-    last = analysis.train_depth_last(d).iloc[0]
+    last = curves.train_depth_last(d).iloc[0]
     assert (last["val_loss@1"], last["val_loss@8"], last["val_loss@16"]) == (4.0, 3.0, pytest.approx(3.1))
     assert last["tokens"] == 2000
-    assert list(analysis.train_depth_last(d).columns) == ["job_id", "run", "tokens", "val_loss@1", "val_loss@8",
+    assert list(curves.train_depth_last(d).columns) == ["job_id", "run", "tokens", "val_loss@1", "val_loss@8",
                                                           "val_loss@16"]  # fmt: skip
-    assert analysis.train_depth_curves(curves[curves["key"] == "val_loss"], runs).empty
+    assert curves.train_depth_curves(points[points["key"] == "val_loss"], runs).empty

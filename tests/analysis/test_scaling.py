@@ -1,27 +1,23 @@
-"""The iso-depth scaling law: on runs generated from the law with known parameters plus noise the fit
-recovers them (each inside its bootstrap interval; over 40 draws the 95 % interval of φ covers the truth
-at least 80 % of the time), unidentifiable data are refused, a seed gives the same fit, the nested forms
-are told apart, the derived answers follow from the fit; then `looplab fit iso-depth`, the Scaling page
-(AppTest) and the page in a headless browser, against a database of such runs."""
+"""The iso-depth scaling law (analysis.scaling, analysis.iso_depth): on runs generated from the law with
+known parameters plus noise the fit recovers them (each inside its bootstrap interval; over 40 draws the
+95 % interval of φ covers the truth at least 80 % of the time), unidentifiable data are refused, a seed
+gives the same fit, the nested forms are told apart, the derived answers follow from the fit. The
+command and the page against a database of such runs: tests/dashboard/test_scaling_page.py."""
 
 from __future__ import annotations
 
 import json
 import math
-import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 from scipy.optimize import minimize_scalar
 
-from dashboard import scaling
+from analysis import iso_depth, scaling
+from model import presets
 from model.counts import arch_summary
-from model.presets import iso_depth
-from orchestrator.errors import ConfigError
-from tests.dashboard.browser import check_page_in_browser, needs_chromium
-from tests.dashboard.test_pages import render
+from model.errors import ConfigError
 
 # a law of the size of tiny CPU models (N ~ 1e5, D ~ 1e5..1e6)
 TRUE = dict(E=1.5, A=30.0, alpha=0.3, B=40.0, beta=0.3, phi=0.5)
@@ -34,7 +30,7 @@ def architectures(rs=RS, widths=WIDTHS) -> pd.DataFrame:
     rows = []
     for r in rs:
         for width in widths:
-            summary = arch_summary(iso_depth(r, width, head_dim=16, seq_len=64), 8)
+            summary = arch_summary(presets.iso_depth(r, width, head_dim=16, seq_len=64), 8)
             rows.append({"r": r, "d_model": width, "n_once": summary["n_once"], "n_rec": summary["n_rec"],
                          "flops_per_token": summary["flops_per_token"]})  # fmt: skip
     return pd.DataFrame(rows)
@@ -140,7 +136,7 @@ def test_a_robust_loss_resists_an_outlier():
 
 def test_one_recurrence_is_worth_r_to_the_phi_blocks():
     fit = scaling.fit_law(synthetic(5), bootstrap=100, seed=0)
-    worth = scaling.recurrence_worth(fit).set_index("r")
+    worth = iso_depth.recurrence_worth(fit).set_index("r")
     lo, hi = fit.intervals["phi"]
     for r in RS:
         assert worth.loc[r, "blocks"] == pytest.approx(r**fit.phi)
@@ -151,7 +147,7 @@ def test_one_recurrence_is_worth_r_to_the_phi_blocks():
 
 
 def test_width_model_is_the_flop_model_at_any_width():
-    coef = scaling.width_model(ARCH)
+    coef = iso_depth.width_model(ARCH)
     unseen = architectures(widths=(80, 128))
     for row in unseen.itertuples():
         for column in ("flops_per_token", "n_once", "n_rec"):
@@ -162,10 +158,10 @@ def test_width_model_is_the_flop_model_at_any_width():
 def test_compute_optimal_width_minimises_the_fitted_law_at_the_budget():
     fit = scaling.fit_law(synthetic(6), bootstrap=50, seed=0)
     budget = 6e11
-    optimal = scaling.compute_optimal(fit, budget).set_index("r")
+    optimal = iso_depth.compute_optimal(fit, budget).set_index("r")
     assert list(optimal.index) == list(RS)
     for r in RS:
-        coef = scaling.width_model(ARCH)[float(r)]  # the FLOP model's counts as exact quadratics in width
+        coef = iso_depth.width_model(ARCH)[float(r)]  # the FLOP model's counts as exact quadratics in width
 
         def counts(width: float, coef: dict = coef) -> tuple[float, float, float]:
             return tuple(
@@ -196,130 +192,21 @@ def test_runs_for_fit_reads_the_finished_fixed_loop_runs():
         "n_rec": [5, 5, 5, 5], "tokens": [100, 100, 100, 200], "d_model": [32, 32, 32, 48],
         "flops_per_token": [7.0, 7.0, 7.0, 9.0], "grid": ["g"] * 4,
     })  # fmt: skip
-    got = scaling.runs_for_fit(view)
+    got = iso_depth.runs_for_fit(view)
     assert list(got["job_id"]) == [1, 4] and list(got["r"]) == [2, 4] and list(got["loss"]) == [3.0, 3.2]
     assert list(got["flops"]) == [700.0, 1800.0]
     with pytest.raises(ConfigError, match="missing column"):
-        scaling.runs_for_fit(view.drop(columns="n_rec"))
+        iso_depth.runs_for_fit(view.drop(columns="n_rec"))
 
 
 def test_the_study_report_as_text_and_json():
-    study = scaling.fit_iso_depth(synthetic(7), bootstrap=50)
-    text = scaling.report_text(study)
+    study = iso_depth.fit_iso_depth(synthetic(7), bootstrap=50)
+    text = iso_depth.report_text(study)
     assert "phi" in text and "<- supported" in text and "compute-optimal at C = 6e+11" in text
     assert f"{study.fit.phi:.4g}" in text
-    out = json.loads(json.dumps(scaling.report_json(study)))
+    out = json.loads(json.dumps(iso_depth.report_json(study)))
     assert out["params"]["phi"] == pytest.approx(study.fit.phi) and len(out["runs"]) == len(synthetic(7))
     assert {row["r"] for row in out["compute_optimal"]} == set(RS)
-
-
-# ---------------------------------------------------------------- database, CLI, page, browser
-
-
-def build_study_db(path: Path) -> str:
-    """A database with the synthetic study as grid "iso" (recipe iso_depth), one failed and one
-    running iso_depth job, and a parcae run of another grid (none of which the fit may read)."""
-    from orchestrator import schema
-    from orchestrator.db import dispose_all, engine, resolve_url, session
-    from orchestrator.states import JobStatus
-
-    url = resolve_url(str(path))
-    eng = engine(url)
-    now = time.time()
-    runs = synthetic(11)
-    with session(eng) as s:
-        s.add(schema.GridRow(id=1, name="iso", spec="{}", spec_hash="g1", created_at=now))
-        s.add(schema.GridRow(id=2, name="other", spec="{}", spec_hash="g2", created_at=now))
-        s.flush()
-        extra = [(JobStatus.FAILED, 1, "iso_depth"), (JobStatus.RUNNING, 1, "iso_depth"),
-                 (JobStatus.SUCCEEDED, 2, "parcae")]  # fmt: skip
-        for n, row in enumerate([*runs.itertuples(), *extra]):
-            status, grid, recipe = (JobStatus.SUCCEEDED, 1, "iso_depth") if n < len(runs) else row
-            arch = runs.iloc[n % len(runs)]
-            job = schema.Job(
-                grid_id=grid, kind="train", config=json.dumps({"n": n}), config_hash=f"h{n}", recipe=recipe,
-                size="tiny", seed=0, status=status, created_at=now, loop_sampler="fixed", loops=int(arch["r"]),
-                n_once=int(arch["n_once"]), n_rec=int(arch["n_rec"]), d_model=int(arch["d_model"]),
-                flops_per_token=float(arch["flops_per_token"]), budget_flops=float(arch["budget_flops"]),
-                variant_label=f"iso_depth r={int(arch['r'])} d={int(arch['d_model'])}",
-            )  # fmt: skip
-            s.add(job)
-            s.flush()
-            if status == JobStatus.SUCCEEDED:
-                s.add(schema.TrainResult(job_id=job.id, steps=10, tokens=int(arch["tokens"]), train_seconds=10.0,
-                                         final_val_loss=float(arch["loss"]) + (5.0 if recipe == "parcae" else 0.0)))  # fmt: skip
-    eng.dispose()
-    dispose_all()
-    return url
-
-
-@pytest.fixture(scope="module")
-def study_db(tmp_path_factory):
-    path = tmp_path_factory.mktemp("scaling_db") / "looplab.db"
-    return build_study_db(path), path
-
-
-def _looplab(capsys, *args: str) -> tuple[int, str, str]:
-    from orchestrator.cli import main
-
-    code = main(list(args))
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
-def test_cli_fit_prints_the_table_and_json(study_db, capsys):
-    path = str(study_db[1])
-    code, out, err = _looplab(capsys, "--db", path, "fit", "iso-depth", "--bootstrap", "40")
-    assert code == 0, err
-    assert "iso-depth scaling law: 27 runs, r in {1, 2, 4}" in out and "<- supported" in out
-    code, out, _ = _looplab(
-        capsys, "--db", path, "fit", "iso-depth", "--grid", "iso", "--bootstrap", "40", "--json"
-    )
-    got = json.loads(out)
-    expected = scaling.fit_iso_depth(scaling.runs_for_fit(synthetic(11).assign(
-        final_val_loss=lambda d: d["loss"], loops=lambda d: d["r"])), bootstrap=40)  # fmt: skip
-    assert got["params"]["phi"] == pytest.approx(expected.fit.phi, rel=1e-6)
-    assert got["intervals"]["phi"] == pytest.approx(list(expected.fit.intervals["phi"]), rel=1e-6)
-    assert got["n_runs"] == 27 and got["budget_flops"] == 6e11
-    code, _, err = _looplab(capsys, "--db", path, "fit", "iso-depth", "--grid", "nope")
-    assert code == 2 and "--grid: no runs in grid 'nope'; grids with runs: iso, other" in err
-    code, _, err = _looplab(capsys, "--db", path, "fit", "iso-depth", "--grid", "other")
-    assert code == 2 and "runs: 1 runs for 6 parameters" in err
-
-
-def test_scaling_page(monkeypatch, study_db):
-    at = render(monkeypatch, study_db[0], "scaling", timeout=120)
-    metrics = {m.label: m.value for m in at.metric}
-    fit = scaling.fit_law(
-        scaling.runs_for_fit(synthetic(11).assign(final_val_loss=lambda d: d["loss"], loops=lambda d: d["r"])),
-        bootstrap=scaling.DEFAULT_BOOTSTRAP,
-    )  # fmt: skip
-    assert metrics["φ"] == f"{fit.phi:.3f}"
-    lo, hi = fit.intervals["phi"]
-    assert metrics["φ 95% interval"] == f"[{lo:.3f}, {hi:.3f}]"
-    headers = [h.value for h in at.header]
-    assert headers == ["Runs against the fitted law", "Residuals", "Parameters", "Which form the data support",
-                       "What one recurrence is worth", "Compute-optimal width and tokens"]  # fmt: skip
-    tables = [d.value for d in at.dataframe]
-    runs_table = next(t for t in tables if "residual" in t.columns)
-    assert len(runs_table) == 27  # the failed, running and other-recipe jobs are not fitted
-    params = next(t for t in tables if "parameter" in t.columns)
-    assert list(params["parameter"]) == list(scaling.PARAMS)
-    optimal = next(t for t in tables if "gap_to_r1" in t.columns)
-    assert list(optimal["r"]) == [1, 2, 4]
-
-
-def test_scaling_page_without_study_runs(monkeypatch, fixture_db):
-    at = render(monkeypatch, fixture_db[0], "scaling")
-    assert any("No finished iso-depth runs yet" in i.value for i in at.info)
-
-
-@pytest.mark.browser
-@needs_chromium
-def test_scaling_page_renders_in_a_browser(study_db):
-    expected = ["Runs against the fitted law", "Residuals", "Which form the data support", "gap_to_r1",
-                "loo_rmse"]  # fmt: skip
-    check_page_in_browser(study_db[0], "scaling", "Scaling", expected, height=2600, min_charts=3)
 
 
 def test_a_parameter_the_runs_do_not_pin_down_is_flagged():
@@ -330,4 +217,4 @@ def test_a_parameter_the_runs_do_not_pin_down_is_flagged():
     flat["loss"] += np.random.default_rng(0).normal(0, NOISE, len(flat))
     fit = scaling.fit_law(flat, bootstrap=0)
     assert fit.at_bound, fit.params
-    assert "at the edge of its range" in scaling.report_text(scaling.fit_iso_depth(flat, bootstrap=20))
+    assert "at the edge of its range" in iso_depth.report_text(iso_depth.fit_iso_depth(flat, bootstrap=20))

@@ -1,5 +1,5 @@
-"""Which rows of a dashboard frame are seeds of one configuration, and the architecture a researcher
-filters and plots by.
+"""Which rows of a frame are seeds of one configuration, and the architecture a researcher filters and
+plots by.
 
 A *variant* is recipe + size + the model overrides that differ from the recipe's preset; the queue
 stores its id (`variant_id`, 12 hex digits) and a label for people (`variant_label`, e.g.
@@ -7,16 +7,24 @@ stores its id (`variant_id`, 12 hex digits) and a label for people (`variant_lab
 one recipe never are. A frame without variant columns (a hand-built one, or rows stored before
 variants existed) falls back to one variant per recipe, so nothing is averaged across recipes either.
 
-Pure pandas, no Streamlit, no database: `dashboard.analysis` and the pages call these.
+A configuration is everything that defines a run except its seed (`CONFIG_COLUMNS`); `seed_aggregate`
+gives the mean, spread and count over its seeds. A missing value is shown as `MISSING` and tested with
+`present`, never replaced by 0.
+
+Pure pandas, no Streamlit, no database: the other analysis modules and the pages call these.
 """
 
 from __future__ import annotations
+
+import math
 
 import pandas as pd
 
 MISSING = "—"
 VARIANT_COLUMNS = ("variant_id", "variant_label")
-# The resolved architecture of a run, as `dashboard.data` names the columns (the trained loop count is
+# columns that identify a configuration; the seed is deliberately not one of them
+CONFIG_COLUMNS = ("grid", "variant_id", "variant_label", "recipe", "size", "budget_tokens", "budget_time_s")
+# The resolved architecture of a run, as `orchestrator.frames` names the columns (the trained loop count is
 # `train_loops`: the stored `loops`, or the sampler's mean for sampled recipes).
 ARCH_COLUMNS = ("n_prelude", "n_recurrent", "n_coda", "train_loops", "effective_depth", "d_model",
                 "injection", "n_params", "n_once", "n_rec")  # fmt: skip
@@ -121,3 +129,49 @@ def plot_columns(df: pd.DataFrame, extra: tuple[str, ...] = ()) -> list[str]:
     columns present with a value, then `extra` ones present."""
     base = ["variant_label", "recipe", "size", *ARCH_COLUMNS, *extra]
     return [c for c in dict.fromkeys(base) if c in df.columns and df[c].notna().any()]
+
+
+def present(x) -> bool:
+    """False for a missing value (None, NaN, pd.NA): missing data stays missing, never 0."""
+    return x is not None and not (isinstance(x, float) and math.isnan(x)) and x is not pd.NA
+
+
+# ---------------------------------------------------------------- seeds of one configuration
+
+
+def config_columns(df: pd.DataFrame) -> list[str]:
+    """The configuration columns present in `df` (everything that defines a run except its seed)."""
+    return [c for c in CONFIG_COLUMNS if c in df.columns]
+
+
+def seed_aggregate(df: pd.DataFrame, value: str, by: list[str] | None = None) -> pd.DataFrame:
+    """Mean, std, min, max and count over seeds of `value`, one row per configuration.
+
+    `by` defaults to the configuration columns present. `n_seeds` counts non-missing values, and
+    std needs two of them (one seed gives NaN, not 0).
+    """
+    by = list(by) if by is not None else config_columns(df)
+    if "seed" in by:
+        raise ValueError("seed_aggregate groups over seeds; 'seed' cannot be a grouping column")
+    if df.empty:
+        return pd.DataFrame(columns=[*by, "mean", "std", "min", "max", "n_seeds"])
+    out = df.groupby(by, dropna=False, sort=True)[value].agg(["mean", "std", "min", "max", "count"])
+    return out.reset_index().rename(columns={"count": "n_seeds"})
+
+
+def budget_labels(runs: pd.DataFrame) -> list[str]:
+    """A short label per run for its budget: '2M tokens', '3e+15 FLOPs', '60 s', or 'time of #12'."""
+    out = []
+    for r in runs.itertuples(index=False):
+        ref = getattr(r, "match_time_of", None)
+        if present(ref):
+            out.append(f"time of #{int(ref)}")
+        elif present(getattr(r, "budget_flops", None)):
+            out.append(f"{r.budget_flops:.3g} FLOPs")
+        elif present(getattr(r, "budget_tokens", None)):
+            out.append(f"{r.budget_tokens / 1e6:g}M tokens")
+        elif present(getattr(r, "budget_time_s", None)):
+            out.append(f"{r.budget_time_s:g} s")
+        else:
+            out.append(MISSING)
+    return out

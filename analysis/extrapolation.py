@@ -11,8 +11,8 @@ n_prelude + n_recurrent · loops + n_coda), so a 2-layer block looped 4 times an
 - the loop geometry per round (`model/geometry.py`: rel_change, angle, state_var) at one depth;
 - the interaction matrix of one variant at one depth, mean over seeds.
 
-Rows are grouped by variant (`dashboard.variants`): seeds of one variant are averaged, two variants
-never are. Inputs are the frames of `dashboard.data` (depth, round_deltas, round_interactions,
+Rows are grouped by variant (`analysis.variants`): seeds of one variant are averaged, two variants
+never are. Inputs are the frames of `orchestrator.frames` (depth, round_deltas, round_interactions,
 task_scores).
 """
 
@@ -21,8 +21,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dashboard import analysis, tasks, variants
-from orchestrator import fields
+from analysis import tasks, variants
+from analysis.curves import depth_curves
+from model import fields
 
 GEOMETRY_METRICS = {
     "rel_change": "relative update ‖h_t − h_{t−1}‖ / ‖h_{t−1}‖",
@@ -53,7 +54,7 @@ def loss_curves(depth: pd.DataFrame, value: str = "val_loss") -> pd.DataFrame:
     if depth.empty:
         return pd.DataFrame(columns=["variant_id", "variant_label", "loops", *SPREAD, "inference_depth",
                                      "trained_depth", "at_trained"])  # fmt: skip
-    out = _with_depths(analysis.depth_curves(depth, value))
+    out = _with_depths(depth_curves(depth, value))
     out["at_trained"] = out["inference_depth"] == out["trained_depth"]
     return out.sort_values(["variant_label", "inference_depth"]).reset_index(drop=True)
 
@@ -96,7 +97,7 @@ def summary(curves: pd.DataFrame) -> pd.DataFrame:
 
 
 def accuracy_curves(scores: pd.DataFrame, subset: str = tasks.ALL) -> pd.DataFrame:
-    """Task accuracy per variant, task and loop count for one subset (`dashboard.tasks.accuracy_curves`:
+    """Task accuracy per variant, task and loop count for one subset (`analysis.tasks.accuracy_curves`:
     seeds pooled, Wilson interval), with `inference_depth` and `trained_depth` of the variant."""
     curves = tasks.accuracy_curves(scores)
     if curves.empty:
@@ -128,7 +129,7 @@ def geometry_curves(deltas: pd.DataFrame, metric: str, loops: int) -> pd.DataFra
     if part.empty:
         return pd.DataFrame(columns=["variant_id", "variant_label", "loops", "round", *SPREAD])
     part = variants.with_variants(part)
-    agg = analysis.seed_aggregate(part, metric, by=["variant_id", "loops", "round"])
+    agg = variants.seed_aggregate(part, metric, by=["variant_id", "loops", "round"])
     info = variants.variant_info(part).reset_index()[["variant_id", "variant_label"]]
     out = agg.merge(info, on="variant_id", how="left")
     return out.sort_values(["variant_label", "round"]).reset_index(drop=True)
@@ -152,7 +153,7 @@ def interaction_matrix(interactions: pd.DataFrame, variant_label: str, loops: in
     part = labelled[(labelled["variant_label"] == variant_label) & (labelled["loops"] == loops)]
     if part.empty:
         return pd.DataFrame(columns=INTERACTION_COLUMNS)
-    agg = analysis.seed_aggregate(
+    agg = variants.seed_aggregate(
         part, "interaction", by=["variant_id", "variant_label", "loops", "skipped", "round"]
     )
     return agg[INTERACTION_COLUMNS].sort_values(["skipped", "round"]).reset_index(drop=True)

@@ -1,14 +1,19 @@
-"""Read queries behind the dashboard: each returns a DataFrame in the shape `dashboard.analysis` expects.
+"""The results database as DataFrames, in the shapes `analysis/` reads: the job listing, the runs, the
+depth sweeps, task scores, decode benches and metric curves. The dashboard's pages (through
+`st.cache_data` in dashboard/ui.py), the demo's tables and `looplab fit` read them, so each is written
+once, here, below all three.
 
 Why it looks like this:
-- every query goes through `orchestrator.db.readonly_engine` (SQLite `mode=ro` + `query_only`), which
-  caches one engine per URL: the dashboard can never write, and opens the file once;
-- a page asks only for what it shows: the queue reads the jobs table and `latest_metrics` (never the
-  full metric history), curves are read only for the selected jobs and downsampled inside the SQL
+- a run is what the `runs` view says (orchestrator/views.py, its one definition): `runs` reads the view
+  and adds only what people do not query (the submitted budget, the run's node and memory); the job
+  listing is one query (`job_listing`) that `looplab status` and the Queue page both show columns of;
+- every query by URL goes through `orchestrator.db.readonly_engine` (SQLite `mode=ro` + `query_only`),
+  which caches one engine per URL: a reader can never write, and opens the file once;
+- a reader asks only for what it shows: the listing reads the jobs table and `latest_metrics` (never
+  the full metric history), curves are read only for the selected jobs and downsampled inside the SQL
   query (window functions), so a database of 1,000 runs × 2,000 points stays fast;
-- no Streamlit here (pages wrap these in `st.cache_data`), so everything is testable and benchmarkable;
-- no model code either: what a page needs to know about a run (how it loops) is a column of `jobs`,
-  filled at submission.
+- no Streamlit, no model code: what a reader needs to know about a run (how it loops) is a column of
+  `jobs`, filled at submission.
 """
 
 from __future__ import annotations
@@ -16,12 +21,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import pandas as pd
+import sqlalchemy as sa
 from sqlalchemy import Engine, bindparam, text
 
 from orchestrator.db import readonly_engine
 from orchestrator.jobkinds import TRAIN
 from orchestrator.pairing import MATCH_TIME, stored_reference
-from orchestrator.states import JobStatus
+from orchestrator.schema import GridRow, Job, LatestMetric
+from orchestrator.states import ACTIVE, JobStatus
 
 CURVE_KEYS = ("train_loss", "val_loss", "val_bpb", "lr", "tokens_per_s")
 DEPTH_KEY_PATTERN = "val_loss@%"  # validation loss at N loops, recorded at each evaluation (SQL LIKE)
@@ -43,27 +50,80 @@ def _read(url: str, sql: str, **params) -> pd.DataFrame:
         return pd.read_sql(stmt, conn, params=params)
 
 
-# ---------------------------------------------------------------- queue
+# ---------------------------------------------------------------- the job listing
 
 
-def grids(url: str) -> pd.DataFrame:
-    return _read(url, "SELECT id AS grid_id, name AS grid, created_at FROM grids ORDER BY id")
+def job_listing(
+    eng: Engine,
+    grid: str | int | None = None,
+    active_only: bool = False,
+    job_ids: Iterable[int] | None = None,
+) -> pd.DataFrame:
+    """One row per job in id order: its grid, kind, run identity, state, attempts, timestamps, worker and
+    GPUs, progress and ETA, its latest train and val loss (`latest_metrics`) and its error text.
+
+    One query however many jobs there are. `grid`: a grid id or name; `active_only`: only queued and
+    running jobs (`orchestrator.states.ACTIVE`); `job_ids`: only these jobs. `looplab status` /
+    `Queue.status()` (orchestrator/display.py) and the Queue page (`jobs`) each show columns of it."""
+    lm_train = sa.alias(LatestMetric.__table__, "lt")
+    lm_val = sa.alias(LatestMetric.__table__, "lv")
+    j = Job.__table__
+    query = (
+        sa.select(
+            j.c.id.label("job_id"),
+            j.c.grid_id,
+            GridRow.name.label("grid"),
+            j.c.kind,
+            j.c.recipe,
+            j.c.variant_label,
+            j.c.size,
+            j.c.seed,
+            j.c.status,
+            j.c.priority,
+            j.c.attempts,
+            j.c.budget_tokens,
+            j.c.budget_time_s,
+            j.c.created_at,
+            j.c.started_at,
+            j.c.finished_at,
+            j.c.heartbeat_at,
+            j.c.worker,
+            j.c.gpu_ids,
+            j.c.progress_done,
+            j.c.progress_total,
+            j.c.eta_s,
+            lm_train.c.value.label("train_loss"),
+            lm_val.c.value.label("val_loss"),
+            j.c.error,
+        )
+        .outerjoin(GridRow, GridRow.id == j.c.grid_id)
+        .outerjoin(lm_train, sa.and_(lm_train.c.job_id == j.c.id, lm_train.c.key == "train_loss"))
+        .outerjoin(lm_val, sa.and_(lm_val.c.job_id == j.c.id, lm_val.c.key == "val_loss"))
+        .order_by(j.c.id)
+    )
+    if grid is not None:
+        by_id = str(grid).isdigit()
+        query = query.where(GridRow.id == int(grid)) if by_id else query.where(GridRow.name == str(grid))
+    if active_only:
+        query = query.where(j.c.status.in_(ACTIVE))
+    if job_ids is not None:
+        query = query.where(j.c.id.in_([int(i) for i in job_ids]))
+    with eng.connect() as conn:
+        return pd.read_sql(query, conn)
+
+
+# the Queue page's columns of the listing
+JOB_COLUMNS = ["job_id", "grid_id", "grid", "kind", "recipe", "variant_label", "size", "seed", "status",
+               "priority", "attempts", "budget_tokens", "budget_time_s", "created_at", "started_at",
+               "finished_at", "heartbeat_at", "worker", "progress_done", "progress_total", "eta_s", "error"]  # fmt: skip
 
 
 def jobs(url: str) -> pd.DataFrame:
-    """Every job with its state and progress; the error text only for failed jobs."""
-    return _read(
-        url,
-        """
-        SELECT j.id AS job_id, j.grid_id, g.name AS grid, j.kind, j.recipe, j.variant_label, j.size, j.seed, j.status,
-               j.priority, j.attempts, j.budget_tokens, j.budget_time_s, j.created_at, j.started_at,
-               j.finished_at, j.heartbeat_at, j.worker, j.progress_done, j.progress_total, j.eta_s,
-               CASE WHEN j.status = :failed THEN j.error END AS error
-        FROM jobs j LEFT JOIN grids g ON g.id = j.grid_id
-        ORDER BY j.id
-        """,
-        failed=JobStatus.FAILED.value,
-    )
+    """Every job with its state and progress (`JOB_COLUMNS` of `job_listing`); the error text only for
+    failed jobs (a retried job's old traceback is not its state)."""
+    df = job_listing(engine(url))[JOB_COLUMNS].copy()
+    df["error"] = df["error"].where(df["status"] == JobStatus.FAILED)
+    return df
 
 
 def latest(url: str, job_ids: Iterable[int], keys: Iterable[str] = CURVE_KEYS) -> pd.DataFrame:
@@ -92,31 +152,32 @@ def _variant_sql(job: str) -> str:
 
 
 def runs(url: str) -> pd.DataFrame:
-    """One row per train job with its result (NaN until it finished) and how it loops.
+    """One row per run of the `runs` view (orchestrator/views.py) with its result (NaN until it
+    finished) and how it loops.
 
     Adds `match_time_of` (the reference job of an iso-time run, orchestrator.pairing) and
     `loop_mode` / `train_loops` (from the sampler and loop count stored with the job at submission),
-    the variant and architecture (`_variant_sql`), and the FLOPs: `train_flops` is the trainer's
-    total, else FLOPs per token × tokens trained (a run stored before FLOPs were counted).
+    what the view leaves to the tables (grid id, peak memory, device, concurrent jobs), and the FLOPs:
+    `train_flops` is the trainer's total, else FLOPs per token × tokens trained (a run stored before
+    FLOPs were counted). Only the view's columns named here are read, so its best-loop subqueries
+    are not evaluated.
     """
     df = _read(
         url,
-        f"""
-        SELECT j.id AS job_id, j.grid_id, g.name AS grid, j.recipe, j.size, j.seed, j.status,
-               j.budget, j.budget_tokens, j.budget_time_s, j.budget_flops, j.loop_sampler, {_variant_sql("j")},
-               r.steps, r.tokens, r.train_seconds, r.tokens_per_s, r.final_train_loss, r.final_val_loss,
-               r.final_val_bpb, r.peak_mem_mb, COALESCE(r.n_params, j.n_params) AS n_params,
-               r.n_params_non_embedding, r.time_budget_s, r.device,
-               COALESCE(r.flops_per_token, j.flops_per_token) AS flops_per_token,
-               COALESCE(r.train_flops, COALESCE(r.flops_per_token, j.flops_per_token) * r.tokens) AS train_flops,
-               r.achieved_flops_per_s, r.mfu, r.padding_waste, r.concurrent_jobs
-        FROM jobs j
-        LEFT JOIN grids g ON g.id = j.grid_id
-        LEFT JOIN train_results r ON r.job_id = j.id
-        WHERE j.kind = :train
-        ORDER BY j.id
+        """
+        SELECT v.job_id, j.grid_id, v.grid, v.recipe, v.size, v.seed, v.status,
+               j.budget, v.budget_tokens, v.budget_time_s, v.budget_flops, v.loop_sampler, v.variant_id,
+               v.variant_label, v.n_prelude, v.n_recurrent, v.n_coda, v.effective_depth, v.d_model, v.injection,
+               v.n_once, v.n_rec, v.loops AS train_loops,
+               v.steps, v.tokens, v.train_seconds, v.tokens_per_s, v.final_train_loss, v.final_val_loss,
+               v.final_val_bpb, r.peak_mem_mb, v.n_params, r.n_params_non_embedding, r.time_budget_s, r.device,
+               v.flops_per_token, COALESCE(v.train_flops, v.flops_per_token * v.tokens) AS train_flops,
+               v.achieved_flops_per_s, v.mfu, v.padding_waste, r.concurrent_jobs
+        FROM runs v
+        JOIN jobs j ON j.id = v.job_id
+        LEFT JOIN train_results r ON r.job_id = v.job_id
+        ORDER BY v.job_id
         """,
-        train=TRAIN,
     )
     df[MATCH_TIME] = pd.array([stored_reference(b) for b in df["budget"]], dtype="Int64")
     df["loop_mode"] = [_loop_mode(s, n) for s, n in zip(df["loop_sampler"], df["train_loops"], strict=True)]
@@ -231,7 +292,7 @@ def curves(
 ) -> pd.DataFrame:
     """Metric points of the given jobs, downsampled in SQL to ≤ `max_points` per (job, key).
 
-    Same rule as `analysis.downsample`: stride ceil((n-1)/(max_points-1)), first and last kept.
+    Same rule as `analysis.curves.downsample`: stride ceil((n-1)/(max_points-1)), first and last kept.
     """
     ids, keys = [int(i) for i in job_ids], list(keys)
     if not ids or not keys:

@@ -11,7 +11,7 @@
 - `fit_loss_vs_data`, `data_fits`: L(D) = E + B·D^(−β) per variant, and with it a loss difference
   expressed as "worth X % more training data".
 
-Pure numpy / scipy / pandas: no Streamlit, no database. Tested in tests/dashboard/test_stats.py.
+Pure numpy / scipy / pandas: no Streamlit, no database. Tested in tests/analysis/test_stats.py.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ import pandas as pd
 from scipy import optimize
 from scipy import stats as scipy_stats
 
-from dashboard.variants import with_variants
-from orchestrator import fields
-from orchestrator.errors import ConfigError
+from analysis.variants import MISSING, with_variants
+from model import fields
+from model.errors import ConfigError
 
 LEVEL = 0.95  # every interval here is a two-sided 95 % interval
 POWER = 0.8  # the power `seeds_needed` plans for
@@ -37,7 +37,6 @@ NO_REPLICATES = "no replicated seeds: using the fixed {threshold:g} threshold"
 # `Interval.method` values
 PAIRED, WELCH, BOOTSTRAP, FLOOR, TOO_SMALL = "paired t", "Welch t", "bootstrap", "noise floor", "n too small"
 BOOTSTRAP_AND_FLOOR = "bootstrap ∪ noise floor"
-MISSING = "—"
 
 
 # ---------------------------------------------------------------- noise floor

@@ -1,4 +1,5 @@
-"""dashboard.analysis on hand-built frames whose answers are worked out by hand in each test."""
+"""analysis.comparison (and the seed aggregates of analysis.variants) on hand-built frames whose
+answers are worked out by hand in each test."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 
-from dashboard import analysis, stats
+from analysis import comparison, stats, variants
 
 NAN = float("nan")
 
@@ -32,7 +33,7 @@ def frame(rows, **kw):
 
 def test_seed_aggregate_mean_std_min_max_count():
     df = frame([run(1, "a", 0, 3.0), run(2, "a", 1, 3.2), run(3, "b", 0, 2.5)])
-    out = analysis.seed_aggregate(df, "final_val_loss", by=["recipe", "size"]).set_index("recipe")
+    out = variants.seed_aggregate(df, "final_val_loss", by=["recipe", "size"]).set_index("recipe")
     assert out.loc["a", "mean"] == pytest.approx(3.1)
     assert out.loc["a", "std"] == pytest.approx(math.sqrt(0.02))  # sample std of 3.0, 3.2
     assert (out.loc["a", "min"], out.loc["a", "max"], out.loc["a", "n_seeds"]) == (3.0, 3.2, 2)
@@ -42,15 +43,15 @@ def test_seed_aggregate_mean_std_min_max_count():
 
 def test_seed_aggregate_default_groups_by_config_not_seed():
     df = frame([run(1, "a", 0, 3.0), run(2, "a", 1, 3.4, budget=2_000_000)])
-    out = analysis.seed_aggregate(df, "final_val_loss")
+    out = variants.seed_aggregate(df, "final_val_loss")
     assert "seed" not in out.columns and len(out) == 2  # two budgets = two configurations
     with pytest.raises(ValueError, match="seed"):
-        analysis.seed_aggregate(df, "final_val_loss", by=["seed"])
+        variants.seed_aggregate(df, "final_val_loss", by=["seed"])
 
 
 def test_seed_aggregate_missing_values_are_not_counted():
     df = frame([run(1, "a", 0, 3.0), run(2, "a", 1, NAN)])
-    out = analysis.seed_aggregate(df, "final_val_loss", by=["recipe"])
+    out = variants.seed_aggregate(df, "final_val_loss", by=["recipe"])
     assert out.loc[0, "mean"] == 3.0 and out.loc[0, "n_seeds"] == 1
 
 
@@ -75,7 +76,7 @@ def test_eval_loss_rules():
         run(4, "parcae", 1, 3.4),                                  # sampled, no sweep -> missing
         run(5, "plain", 0, 3.9, mode="none"),                      # no loop -> final val
     ])  # fmt: skip
-    out = analysis.eval_loss_per_run(runs, DEPTH).set_index("job_id")
+    out = comparison.eval_loss_per_run(runs, DEPTH).set_index("job_id")
     assert (out.loc[1, "eval_loss"], out.loc[1, "eval_loops"], out.loc[1, "loop_rule"]) == (
         3.0,
         8,
@@ -91,7 +92,7 @@ def test_eval_loss_rules():
 def test_eval_loss_with_empty_depth_frame():
     runs = frame([run(1, "parcae", 0, 3.5), run(2, "fixed4", 0, 3.6, mode="fixed", loops=4)])
     empty = pd.DataFrame(columns=["train_job_id", "loops", "val_loss"])
-    out = analysis.eval_loss_per_run(runs, empty).set_index("job_id")
+    out = comparison.eval_loss_per_run(runs, empty).set_index("job_id")
     assert math.isnan(out.loc[1, "eval_loss"]) and out.loc[2, "eval_loss"] == 3.6
 
 
@@ -110,11 +111,11 @@ def _iso_runs():
         {"train_job_id": 1, "loops": 8, "val_loss": 3.00}, {"train_job_id": 1, "loops": 12, "val_loss": 3.02},
         {"train_job_id": 2, "loops": 8, "val_loss": 3.01}, {"train_job_id": 2, "loops": 12, "val_loss": 3.00},
     ])  # fmt: skip
-    return analysis.eval_loss_per_run(frame(rows), depth)
+    return comparison.eval_loss_per_run(frame(rows), depth)
 
 
 def test_iso_data_table_per_seed_mean_best_loops_and_intervals():
-    t = analysis.iso_data_table(_iso_runs(), reference="parcae").set_index("recipe")
+    t = comparison.iso_data_table(_iso_runs(), reference="parcae").set_index("recipe")
     assert list(t.index) == ["parcae", "fixed4", "lean", "plain"]  # reference first
     assert (t.loc["parcae", "seed 0"], t.loc["parcae", "seed 1"]) == (3.00, 3.00)
     assert t.loc["parcae", "best_loops"] == "8/12"  # seeds peaked at different counts: both shown
@@ -139,7 +140,7 @@ def test_iso_data_table_per_seed_mean_best_loops_and_intervals():
     # seeds per side to resolve 0.01 at this σ: 2·((z.975 + z.8)·σ/0.01)²
     z = scipy_stats.norm.ppf(0.975) + scipy_stats.norm.ppf(0.8)
     assert lean["seeds_needed"] == math.ceil(2 * (z * sigma / 0.01) ** 2)
-    assert analysis.iso_data_table(_iso_runs(), delta=0.05).loc[1, "seeds_needed"] == math.ceil(
+    assert comparison.iso_data_table(_iso_runs(), delta=0.05).loc[1, "seeds_needed"] == math.ceil(
         2 * (z * sigma / 0.05) ** 2
     )
     assert math.isnan(lean["data_worth_pct"])  # one budget: no L(D) fit
@@ -148,19 +149,19 @@ def test_iso_data_table_per_seed_mean_best_loops_and_intervals():
 def test_iso_data_threshold_decides_only_without_replicated_seeds():
     ev = _iso_runs()
     for threshold in (0.001, 0.005, 0.02):  # seeds were repeated: the threshold plays no part
-        t = analysis.iso_data_table(ev, reference="parcae", threshold=threshold).set_index("recipe")
+        t = comparison.iso_data_table(ev, reference="parcae", threshold=threshold).set_index("recipe")
         assert t.loc["lean", "verdict"] == "not resolved"
     # one seed per variant and no noise floor: no interval ("n too small"), the threshold decides
     single = ev[ev["seed"] == 0]
-    t = analysis.iso_data_table(single, reference="parcae", threshold=0.01).set_index("recipe")
+    t = comparison.iso_data_table(single, reference="parcae", threshold=0.01).set_index("recipe")
     assert (t.loc["lean", "method"], t.loc["lean", "verdict"]) == ("n too small", "noise")  # +0.005
     assert math.isnan(t.loc["lean", "ci_low"]) and math.isnan(t.loc["lean", "seeds_needed"])
     assert t.loc["plain", "verdict"] == "worse"  # +0.2
-    t = analysis.iso_data_table(single, reference="parcae", threshold=0.001).set_index("recipe")
+    t = comparison.iso_data_table(single, reference="parcae", threshold=0.001).set_index("recipe")
     assert t.loc["lean", "verdict"] == "worse"
     # the same single seeds judged by a noise floor measured elsewhere
     floor = stats.noise_floor(ev)
-    t = analysis.iso_data_table(single, reference="plain", noise=floor).set_index("recipe")
+    t = comparison.iso_data_table(single, reference="plain", noise=floor).set_index("recipe")
     half = scipy_stats.t.ppf(0.975, floor.dof) * floor.sigma * math.sqrt(2)
     assert t.loc["lean", "method"] == "noise floor" and t.loc["lean", "diff"] == pytest.approx(-0.195)
     assert t.loc["lean", "ci_high"] == pytest.approx(-0.195 + half) and t.loc["lean", "verdict"] == "better"
@@ -173,8 +174,8 @@ def test_iso_data_data_worth_from_the_reference_fit():
     rows += [
         run(20 + s, "lean", s, e + b * 2e6**-beta - 0.02, mode="fixed", loops=4, budget=2e6) for s in (0, 1)
     ]
-    ev = analysis.eval_loss_per_run(frame(rows), frame([], columns=["train_job_id", "loops", "val_loss"]))
-    t = analysis.iso_data_table(ev, reference="plain")
+    ev = comparison.eval_loss_per_run(frame(rows), frame([], columns=["train_job_id", "loops", "val_loss"]))
+    t = comparison.iso_data_table(ev, reference="plain")
     lean = t[t["recipe"] == "lean"].iloc[0]
     expected = (1 - 0.02 / (b * 2e6**-beta)) ** (-1 / beta) - 1  # 0.02 lower loss at 2M tokens
     assert lean["diff"] == pytest.approx(-0.02) and lean["data_worth_pct"] == pytest.approx(
@@ -185,41 +186,41 @@ def test_iso_data_data_worth_from_the_reference_fit():
 
 def test_iso_data_missing_seed_and_missing_sweep_are_nan_not_zero():
     ev = _iso_runs()
-    t = analysis.iso_data_table(ev, reference="parcae").set_index("recipe")
+    t = comparison.iso_data_table(ev, reference="parcae").set_index("recipe")
     assert math.isnan(t.loc["plain", "seed 1"]) and math.isnan(t.loc["plain", "std"])
     assert t.loc["plain", "n_seeds"] == 1
     # drop parcae seed 1's sweep: that seed is missing, the mean is over the seed that has one
-    ev2 = analysis.eval_loss_per_run(ev.drop(columns=["eval_loss", "eval_loops", "loop_rule"]),
+    ev2 = comparison.eval_loss_per_run(ev.drop(columns=["eval_loss", "eval_loops", "loop_rule"]),
                               frame([{"train_job_id": 1, "loops": 8, "val_loss": 3.0}]))  # fmt: skip
-    t2 = analysis.iso_data_table(ev2, reference="parcae").set_index("recipe")
+    t2 = comparison.iso_data_table(ev2, reference="parcae").set_index("recipe")
     assert math.isnan(t2.loc["parcae", "seed 1"]) and t2.loc["parcae", "n_seeds"] == 1
     # no sweep at all for the reference: every difference is missing, never computed against 0
-    ev3 = analysis.eval_loss_per_run(ev.drop(columns=["eval_loss", "eval_loops", "loop_rule"]),
+    ev3 = comparison.eval_loss_per_run(ev.drop(columns=["eval_loss", "eval_loops", "loop_rule"]),
                               frame([], columns=["train_job_id", "loops", "val_loss"]))  # fmt: skip
-    t3 = analysis.iso_data_table(ev3, reference="parcae").set_index("recipe")
+    t3 = comparison.iso_data_table(ev3, reference="parcae").set_index("recipe")
     assert math.isnan(t3.loc["parcae", "mean"]) and pd.isna(t3.loc["parcae", "best_loops"])
-    assert math.isnan(t3.loc["lean", "diff"]) and t3.loc["lean", "verdict"] == analysis.MISSING
+    assert math.isnan(t3.loc["lean", "diff"]) and t3.loc["lean", "verdict"] == variants.MISSING
 
 
 def test_iso_data_excludes_iso_time_runs_and_matrix_shape():
-    t = analysis.iso_data_table(_iso_runs(), reference="parcae")
+    t = comparison.iso_data_table(_iso_runs(), reference="parcae")
     assert len(t) == 4  # run 8 (match_time_of) left out
-    m = analysis.iso_data_matrix(t)
+    m = comparison.iso_data_matrix(t)
     assert list(m.columns) == ["parcae", "fixed4", "lean", "plain"]
     assert m.loc[("tiny", 1_000_000), "lean"] == pytest.approx(3.009)
 
 
 def test_iso_data_separate_rows_per_size_and_budget():
-    ev = analysis.eval_loss_per_run(frame([
+    ev = comparison.eval_loss_per_run(frame([
         run(1, "plain", 0, 3.0, mode="none"), run(2, "plain", 0, 2.5, mode="none", budget=2_000_000),
         run(3, "plain", 0, 2.8, mode="none", size="small"),
     ]), frame([], columns=["train_job_id", "loops", "val_loss"]))  # fmt: skip
-    t = analysis.iso_data_table(ev)
+    t = comparison.iso_data_table(ev)
     assert len(t) == 3 and sorted(t["mean"]) == [2.5, 2.8, 3.0]
 
 
 def test_iso_data_empty():
-    assert analysis.iso_data_table(frame([]).assign(budget_tokens=[], recipe=[])).empty
+    assert comparison.iso_data_table(frame([]).assign(budget_tokens=[], recipe=[])).empty
 
 
 # ---------------------------------------------------------------- iso-time
@@ -233,7 +234,7 @@ def test_iso_time_pairs():
         run(3, "fixed4", 0, 3.005, budget=None, match_time_of=1, tokens=1_100_000, train_seconds=121.0),
         run(4, "plain", 0, NAN, budget=None, match_time_of=99, tokens=NAN, train_seconds=NAN),  # ref unknown
     ])  # fmt: skip
-    p = analysis.iso_time_pairs(runs).set_index("job_id")
+    p = comparison.iso_time_pairs(runs).set_index("job_id")
     assert len(p) == 3
     lean = p.loc[2]
     assert (lean["ref_job_id"], lean["ref_recipe"], lean["train_seconds"], lean["ref_train_seconds"]) == (
@@ -241,14 +242,14 @@ def test_iso_time_pairs():
     assert (lean["tokens"], lean["ref_tokens"]) == (1_600_000, 1_000_000)
     assert lean["diff"] == pytest.approx(-0.05) and lean["verdict"] == "better"
     assert p.loc[3, "verdict"] == "noise"
-    assert math.isnan(p.loc[4, "diff"]) and p.loc[4, "verdict"] == analysis.MISSING
+    assert math.isnan(p.loc[4, "diff"]) and p.loc[4, "verdict"] == variants.MISSING
     assert p.loc[2, "method"] == "n too small" and math.isnan(p.loc[2, "ci_low"])  # no noise floor given
-    s = analysis.iso_time_summary(p.reset_index()).set_index("variant_label")
+    s = comparison.iso_time_summary(p.reset_index()).set_index("variant_label")
     assert s.loc["lean", "n_pairs"] == 1 and math.isnan(s.loc["lean", "diff_std"])
     assert (s.loc["lean", "n_seeds"], s.loc["lean", "n_ref"], s.loc["lean", "verdict"]) == (1, 1, "better")
     # with a noise floor each pair has an interval: diff ± t·σ·√2
     floor = stats.noise_floor(frame([run(9, "x", 0, 3.0), run(10, "x", 1, 3.1)]).assign(eval_loss=[3.0, 3.1]))
-    p = analysis.iso_time_pairs(runs, noise=floor).set_index("job_id")
+    p = comparison.iso_time_pairs(runs, noise=floor).set_index("job_id")
     half = scipy_stats.t.ppf(0.975, 1) * math.sqrt(0.005) * math.sqrt(2)
     assert p.loc[2, "method"] == "noise floor" and p.loc[2, "ci_high"] == pytest.approx(-0.05 + half)
     assert p.loc[2, "verdict"] == "not resolved"
@@ -259,7 +260,7 @@ def test_iso_time_summary_pairs_by_seed():
     rows = [run(1 + s, "parcae", s, 3.0 + eff) for s, eff in enumerate((0.0, 0.3, -0.2))]
     rows += [run(10 + s, "lean", s, 2.97 + eff + jitter, budget=None, match_time_of=1 + s)
              for s, (eff, jitter) in enumerate(((0.0, 0.001), (0.3, -0.001), (-0.2, 0.0)))]  # fmt: skip
-    s = analysis.iso_time_summary(analysis.iso_time_pairs(frame(rows))).iloc[0]
+    s = comparison.iso_time_summary(comparison.iso_time_pairs(frame(rows))).iloc[0]
     per_seed = np.array([-0.029, -0.031, -0.03])
     half = scipy_stats.t.ppf(0.975, 2) * per_seed.std(ddof=1) / math.sqrt(3)
     assert s["method"] == "paired t" and (s["n_seeds"], s["n_ref"], s["n_pairs"]) == (3, 3, 3)
@@ -268,45 +269,10 @@ def test_iso_time_summary_pairs_by_seed():
 
 
 def test_iso_time_pairs_none():
-    assert analysis.iso_time_pairs(frame([run(1, "a", 0, 3.0)])).empty
+    assert comparison.iso_time_pairs(frame([run(1, "a", 0, 3.0)])).empty
 
 
-def test_wall_time_curves_label_not_decayed():
-    runs = frame([run(1, "a", 0, 3.0), run(2, "b", 0, 3.0, status="running")])
-    curves = frame([
-        {"job_id": 1, "key": "val_loss", "step": s, "tokens": s * 10, "wall_s": float(s), "value": 4.0 - s / 10}
-        for s in (1, 2, 3)
-    ] + [{"job_id": 2, "key": "val_loss", "step": 1, "tokens": 10, "wall_s": 1.0, "value": 3.9},
-         {"job_id": 1, "key": "train_loss", "step": 1, "tokens": 10, "wall_s": 1.0, "value": 9.9}])  # fmt: skip
-    w = analysis.wall_time_curves(curves, runs)
-    assert len(w) == 4
-    j1 = w[w["job_id"] == 1]
-    assert list(j1["point"]) == ["not decayed", "not decayed", "final (decayed)"]
-    # a running job's last point is not a decayed result
-    assert list(w[w["job_id"] == 2]["point"]) == ["not decayed"]
-    assert j1["series"].iloc[0] == "a · tiny · seed 0 · #1"
-
-
-# ---------------------------------------------------------------- depth, decode, throughput
-
-
-def test_depth_curves_and_round_deltas():
-    depth = frame([
-        {"recipe": "p", "size": "t", "loops": 4, "val_loss": 3.0, "train_job_id": 1, "seed": 0},
-        {"recipe": "p", "size": "t", "loops": 4, "val_loss": 3.2, "train_job_id": 2, "seed": 1},
-        {"recipe": "p", "size": "t", "loops": 8, "val_loss": 2.9, "train_job_id": 1, "seed": 0},
-    ])  # fmt: skip
-    d = analysis.depth_curves(depth).set_index("loops")
-    assert d.loc[4, "mean"] == pytest.approx(3.1) and (d.loc[4, "min"], d.loc[4, "max"]) == (3.0, 3.2)
-    assert d.loc[8, "n_seeds"] == 1 and math.isnan(d.loc[8, "std"])
-    deltas = frame([
-        {"recipe": "p", "size": "t", "loops": 4, "round": r, "rel_change": v, "train_job_id": j}
-        for j, (r, v) in [(1, (1, 0.5)), (1, (2, 0.1)), (2, (1, 0.7)), (1, (1, 0.9))]
-    ])  # fmt: skip
-    deltas.loc[3, "loops"] = 8
-    rd = analysis.round_delta_curves(deltas, loops=4).set_index("round")
-    assert rd.loc[1, "mean"] == pytest.approx(0.6) and rd.loc[2, "n_seeds"] == 1
-    assert len(analysis.round_delta_curves(deltas)) == 3
+# ---------------------------------------------------------------- decode, throughput
 
 
 def test_decode_table_ratios():
@@ -317,7 +283,7 @@ def test_decode_table_ratios():
                              dtype="float32", ms_per_token=ms * ctx / 128, ms_p10=None, ms_p90=None,
                              kv_cache_mb=kv * ctx / 128))  # fmt: skip
     rows.append(dict(rows[-1], arch="plain", context_len=2048))  # reference never ran at 2048
-    t = analysis.decode_table(frame(rows), reference="parcae")
+    t = comparison.decode_table(frame(rows), reference="parcae")
     lean = t[(t["arch"] == "lean") & (t["context_len"] == 512)].iloc[0]
     assert lean["ms_per_token"] == 20.0 and lean["ms_ratio"] == pytest.approx(0.5)
     assert lean["kv_ratio"] == pytest.approx(0.4)
@@ -327,95 +293,27 @@ def test_decode_table_ratios():
 def test_throughput_table():
     runs = frame([run(1, "parcae", 0, 3, tokens_per_s=1000.0), run(2, "parcae", 1, 3, tokens_per_s=1200.0),
                   run(3, "lean", 0, 3, tokens_per_s=1650.0), run(4, "lean", 1, 3, tokens_per_s=NAN)])  # fmt: skip
-    t = analysis.throughput_table(runs, reference="parcae").set_index("recipe")
+    t = comparison.throughput_table(runs, reference="parcae").set_index("recipe")
     assert t.loc["parcae", "tokens_per_s"] == 1100.0 and t.loc["parcae", "ratio"] == 1.0
     assert t.loc["lean", "ratio"] == pytest.approx(1.5) and t.loc["lean", "n_runs"] == 1
 
 
-# ---------------------------------------------------------------- curves
-
-
-@pytest.mark.parametrize("n", [1, 2, 499, 500, 501, 1000, 2000, 2001])
-def test_downsample_keeps_first_last_and_at_most_max(n):
-    df = frame({"job_id": 1, "key": "val_loss", "step": np.arange(n), "value": np.arange(n, dtype=float)})
-    out = analysis.downsample(df, max_points=500)
-    assert len(out) <= 500 and out["step"].iloc[0] == 0 and out["step"].iloc[-1] == n - 1
-    if n <= 500:
-        assert len(out) == n
-    assert out["step"].is_monotonic_increasing
-
-
-def test_downsample_per_series():
-    a = frame({"job_id": 1, "key": "k", "step": np.arange(1000), "value": 0.0})
-    b = frame({"job_id": 2, "key": "k", "step": np.arange(10), "value": 0.0})
-    out = analysis.downsample(pd.concat([a, b]), max_points=100)
-    assert (out["job_id"] == 2).sum() == 10 and (out["job_id"] == 1).sum() <= 100
-
-
-def test_curve_bands_mean_and_spread():
-    c = frame([{"job_id": j, "recipe": "p", "tokens": t, "value": v}
-               for j, vals in ((1, (4.0, 3.0)), (2, (4.2, 3.4))) for t, v in zip((100, 200), vals)])  # fmt: skip
-    b = analysis.curve_bands(c, by=["recipe"], x="tokens").set_index("tokens")
-    assert b.loc[200, "mean"] == pytest.approx(3.2) and (b.loc[200, "min"], b.loc[200, "max"]) == (3.0, 3.4)
-    assert b.loc[100, "n_seeds"] == 2
-
-
-# ---------------------------------------------------------------- queue
-
-
-def test_queue_summaries():
-    jobs = frame([
-        dict(job_id=1, kind="train", recipe="a", size="t", seed=0, status="running", progress_done=25.0,
-             progress_total=100.0, eta_s=125.0, heartbeat_at=990.0, finished_at=None, error=None),
-        dict(job_id=2, kind="train", recipe="a", size="t", seed=1, status="failed", progress_done=None,
-             progress_total=None, eta_s=None, heartbeat_at=None, finished_at=500.0,
-             error="Traceback (most recent call last):\n  ...\nValueError: boom"),
-        dict(job_id=3, kind="depth_sweep", recipe=None, size=None, seed=None, status="queued",
-             progress_done=None, progress_total=None, eta_s=None, heartbeat_at=None, finished_at=None,
-             error=None),
-    ])  # fmt: skip
-    c = analysis.status_counts(jobs).set_index("status")["jobs"]
-    assert (c["running"], c["failed"], c["queued"], c["succeeded"]) == (1, 1, 1, 0)
-    latest = frame([{"job_id": 1, "key": "tokens_per_s", "value": 1234.0}])
-    r = analysis.running_jobs(jobs, latest, now=1000.0).iloc[0]
-    assert (r["progress"], r["tokens_per_s"], r["eta"], r["heartbeat_age_s"]) == (
-        0.25,
-        1234.0,
-        "2m 05s",
-        10.0,
-    )
-    f = analysis.recent_failures(jobs)
-    assert list(f["job_id"]) == [2] and f.loc[0, "error_summary"] == "ValueError: boom"
-
-
-def test_format_duration():
-    assert [analysis.format_duration(x) for x in (None, NAN, 42, 185, 3725)] == [
-        "—",
-        "—",
-        "42s",
-        "3m 05s",
-        "1h 02m",
-    ]
+# ---------------------------------------------------------------- labels and references
 
 
 def test_budget_labels():
     runs = frame([run(1, "a", 0, 3.0, budget=2_500_000), run(2, "a", 0, 3.0, budget=None, match_time_of=1),
                   run(3, "a", 0, 3.0, budget=None, budget_time_s=60.0), run(4, "a", 0, 3.0, budget=None)])  # fmt: skip
-    assert analysis.budget_labels(runs) == ["2.5M tokens", "time of #1", "60 s", "—"]
-
-
-def test_join_labels():
-    df = frame({"recipe": ["a", "b"], "seed": [0, None]})
-    assert list(analysis.join_labels(df, ["recipe", "seed"])) == ["a · 0", "b · —"]
+    assert variants.budget_labels(runs) == ["2.5M tokens", "time of #1", "60 s", "—"]
 
 
 def test_reference_is_found_by_recipe_when_every_label_carries_overrides():
     # a grid that sets seq_len labels every run "recipe · seq_len=64": parcae is still the reference
     labels = ["lean · seq_len=64", "parcae · d_model=96 · seq_len=64", "parcae · seq_len=64"]
-    assert analysis._pick_reference(labels, None) == "parcae · seq_len=64"
-    assert analysis._pick_reference(labels, "lean") == "lean · seq_len=64"
+    assert comparison._pick_reference(labels, None) == "parcae · seq_len=64"
+    assert comparison._pick_reference(labels, "lean") == "lean · seq_len=64"
     assert (
-        analysis._pick_reference(labels, "parcae · d_model=96 · seq_len=64")
+        comparison._pick_reference(labels, "parcae · d_model=96 · seq_len=64")
         == "parcae · d_model=96 · seq_len=64"
     )
-    assert analysis._pick_reference(["fixed4", "lean"], None) == "fixed4"
+    assert comparison._pick_reference(["fixed4", "lean"], None) == "fixed4"

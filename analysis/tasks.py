@@ -1,6 +1,6 @@
 """Task accuracy against inference loops: pure pandas behind the Tasks page.
 
-Input: the rows of `dashboard.data.task_scores` (one per eval job, task, subset and loop count, with
+Input: the rows of `orchestrator.frames.task_scores` (one per eval job, task, subset and loop count, with
 the trained model's variant). Seeds of a variant are pooled: the items each seed's eval got right add
 up (`correct = acc * n`), and the accuracy is correct / n over all of them, with a Wilson score
 interval for that binomial proportion (it stays inside [0, 1] and is honest at 0 or n correct, where

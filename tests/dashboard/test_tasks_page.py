@@ -1,5 +1,5 @@
-"""The Tasks page: pooled accuracy with Wilson intervals worked out by hand, the read query, the page in
-AppTest and in a headless browser (accuracy vs loops drawn, chance and trained depth marked).
+"""The Tasks page: the read query, the page in AppTest and in a headless browser (accuracy vs loops
+drawn, chance and trained depth marked); its numbers: tests/analysis/test_tasks.py.
 
 The database is the dashboard fixture database plus eval jobs on the parcae and lean runs (seeds 0 and
 1): `deduction` (reasoning) with subsets depth=0 / depth=2 at loops 1, 4, 8, and `sciq` (knowledge)."""
@@ -7,14 +7,12 @@ The database is the dashboard fixture database plus eval jobs on the parcae and 
 from __future__ import annotations
 
 import json
-import math
 import time
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
-from dashboard import tasks
+from analysis import tasks
 from tests.dashboard.browser import check_page_in_browser, needs_chromium
 from tests.dashboard.test_pages import render
 
@@ -25,39 +23,6 @@ DEDUCTION = {
     ("lean", 0): {1: (4, 3), 4: (7, 4), 8: (7, 4)},
     ("lean", 1): {1: (5, 4), 4: (7, 5), 8: (6, 4)},
 }
-
-
-def test_wilson_interval_by_hand():
-    low, high = tasks.wilson(8, 10)  # p = 0.8, z = 1.96: centre 0.7167, half-width 0.2266
-    assert (round(low, 4), round(high, 4)) == (0.4902, 0.9433)
-    low, high = tasks.wilson(0, 20)
-    assert low == 0.0 and high == pytest.approx(0.1611, abs=1e-4)  # z^2 / (n + z^2)
-    assert all(math.isnan(v) for v in tasks.wilson(0, 0))
-
-
-def test_curves_pool_seeds_and_carry_chance_and_trained_loops():
-    base = dict(variant_id="v1", variant_label="lean", task="deduction", category="reasoning", loops=4,
-                acc_norm=0.5, chance=1 / 3, train_loops=4, eval_job_id=None)  # fmt: skip
-    scores = pd.DataFrame([
-        {**base, "train_job_id": 1, "subset": "all", "acc": 0.5, "n": 10},
-        {**base, "train_job_id": 2, "subset": "all", "acc": 0.7, "n": 10},
-        {**base, "train_job_id": 1, "subset": "depth=10", "acc": 1.0, "n": 4},
-        {**base, "train_job_id": 1, "subset": "depth=2", "acc": 0.25, "n": 4},
-        {**base, "train_job_id": 1, "subset": "all", "acc": 0.9, "n": 10, "loops": 1, "task": "sciq",
-         "category": None, "chance": 0.25},
-    ])  # fmt: skip
-    curves = tasks.accuracy_curves(scores)
-    pooled = curves[(curves["task"] == "deduction") & (curves["subset"] == "all")].iloc[0]
-    assert (pooled["acc"], pooled["n"], pooled["n_seeds"]) == (0.6, 20, 2)  # (5 + 7) / 20
-    assert (pooled["ci_low"], pooled["ci_high"]) == tasks.wilson(12, 20)
-    assert pooled["chance"] == pytest.approx(1 / 3) and pooled["train_loops"] == 4
-    assert list(curves[curves["task"] == "deduction"]["subset"]) == ["all", "depth=2", "depth=10"]
-    assert tasks.task_groups(scores) == {"reasoning": ["deduction"], "other": ["sciq"]}
-    assert tasks.subset_order(["length=10", "all", "length=2", "b", "a"]) == [
-        "all", "length=2", "length=10", "a", "b"]  # fmt: skip
-    wide = tasks.accuracy_wide(curves[curves["task"] == "deduction"])
-    assert list(wide.columns) == ["task", "variant_label", "acc@4", "train_loops", "best_loops"]
-    assert wide.iloc[0]["acc@4"] == 0.6 and wide.iloc[0]["best_loops"] == 4
 
 
 def _add_evals(path: Path) -> None:
@@ -106,9 +71,9 @@ def tasks_db(tmp_path_factory):
 
 
 def test_task_scores_query_labels_rows_with_the_trained_variant(tasks_db):
-    from dashboard import data
+    from orchestrator import frames
 
-    df = data.task_scores(tasks_db[0])
+    df = frames.task_scores(tasks_db[0])
     assert len(df) == 4 * 3 * 4  # 4 runs x 3 loop counts x (3 deduction rows + sciq)
     parcae = df[(df["recipe"] == "parcae") & (df["task"] == "deduction") & (df["subset"] == "all")]
     assert set(parcae["train_loops"]) == {8} and set(parcae["variant_label"]) == {"parcae"}

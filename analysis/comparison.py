@@ -1,101 +1,42 @@
-"""The numbers behind every dashboard page: pure pandas functions, DataFrame in, DataFrame out.
-
-The pages only draw what these functions return, so every number a researcher reads off the
-dashboard is unit-tested here (tests/dashboard/test_analysis.py). Nothing in this module imports
-Streamlit or touches the database (the job states come from `orchestrator.states`, a plain enum);
-`dashboard.data` builds the input frames.
+"""Variants compared against a reference: at equal data (iso-data), equal training compute (iso-FLOP),
+equal training time (iso-time), by architecture, and in decode and training throughput. Pure pandas,
+DataFrame in, DataFrame out; the Compare and Decode pages draw what these return and the demo prints it.
 
 Honesty rules shared by all functions:
-- seeds are averaged per *variant* (recipe + size + model overrides, `dashboard.variants`), never per
+- seeds are averaged per *variant* (recipe + size + model overrides, `analysis.variants`), never per
   recipe: two variants of one recipe are two rows everywhere;
 - missing data stays missing (NaN), never 0: a variant with one seed has no std, a looped run
   without a depth sweep has no best-loop loss;
 - every difference to a reference comes with a 95 % interval and n per side, and its verdict comes
-  from the interval (`dashboard.stats`): "better" / "worse" when it excludes 0, else "not resolved";
+  from the interval (`analysis.stats`): "better" / "worse" when it excludes 0, else "not resolved";
   the noise is measured from repeated seeds, and the fixed threshold (default 0.01 in loss) decides
   ("noise" below it) only where no interval exists (one seed per side and no replicated seeds);
 - per-seed values are always shown next to the mean.
 
-Input frames (column names as `dashboard.data` produces them; every frame also carries `variant_id`,
-`variant_label` and the architecture columns of `dashboard.variants.ARCH_COLUMNS`):
+Input frames (column names as `orchestrator.frames` produces them; every frame also carries
+`variant_id`, `variant_label` and the architecture columns of `analysis.variants.ARCH_COLUMNS`):
 - runs:   one row per train job: job_id, grid, recipe, size, seed, status, budget_tokens,
           budget_time_s, budget_flops, match_time_of, loop_mode ("fixed" | "sampled" | "none"),
           train_loops, tokens, train_seconds, tokens_per_s, final_val_loss, train_flops, mfu
 - depth:  train_job_id, recipe, size, seed, loops, val_loss     (depth_evals of each run's sweep)
-- deltas: train_job_id, recipe, size, seed, loops, round, rel_change
 - decode: arch, size, context_len, batch_size, device, dtype, ms_per_token, ms_p10, ms_p90,
           kv_cache_mb
-- curves: job_id, key, step, tokens, wall_s, value
-- jobs / latest: the queue listing and the last metric value per (job, key)
+A comparison reads the rows it is given: the pages pass the finished runs (job states are
+`orchestrator.states`'; this package does not import the orchestrator).
 """
 
 from __future__ import annotations
 
 import math
-import re
-import time
 
 import numpy as np
 import pandas as pd
 
-from dashboard import stats
-from dashboard.scaling import (  # noqa: F401 (the iso-depth scaling law, re-exported: dashboard/scaling.py)
-    compare_forms,
-    compute_optimal,
-    fit_iso_depth,
-    fit_law,
-    recurrence_worth,
-)
-from dashboard.variants import MISSING, variant_info, with_variants
-from orchestrator.states import JobStatus
+from analysis import stats
+from analysis.variants import MISSING, present, with_variants
 
 NOISE_THRESHOLD = 0.01
 FLOP_TOLERANCE = 0.05  # runs whose training FLOPs differ by less than this fraction are at equal compute
-# columns that identify a configuration; the seed is deliberately not one of them
-CONFIG_COLUMNS = ("grid", "variant_id", "variant_label", "recipe", "size", "budget_tokens", "budget_time_s")
-JOB_STATES = tuple(status.value for status in JobStatus)  # in the order a job moves through them
-DEPTH_METRIC = re.compile(r"^val_loss@(\d+)$")  # validation loss at N loops, recorded during training
-
-
-def budget_labels(runs: pd.DataFrame) -> list[str]:
-    """A short label per run for its budget: '2M tokens', '3e+15 FLOPs', '60 s', or 'time of #12'."""
-    out = []
-    for r in runs.itertuples(index=False):
-        ref = getattr(r, "match_time_of", None)
-        if present(ref):
-            out.append(f"time of #{int(ref)}")
-        elif present(getattr(r, "budget_flops", None)):
-            out.append(f"{r.budget_flops:.3g} FLOPs")
-        elif present(getattr(r, "budget_tokens", None)):
-            out.append(f"{r.budget_tokens / 1e6:g}M tokens")
-        elif present(getattr(r, "budget_time_s", None)):
-            out.append(f"{r.budget_time_s:g} s")
-        else:
-            out.append(MISSING)
-    return out
-
-
-# ---------------------------------------------------------------- seeds
-
-
-def config_columns(df: pd.DataFrame) -> list[str]:
-    """The configuration columns present in `df` (everything that defines a run except its seed)."""
-    return [c for c in CONFIG_COLUMNS if c in df.columns]
-
-
-def seed_aggregate(df: pd.DataFrame, value: str, by: list[str] | None = None) -> pd.DataFrame:
-    """Mean, std, min, max and count over seeds of `value`, one row per configuration.
-
-    `by` defaults to the configuration columns present. `n_seeds` counts non-missing values, and
-    std needs two of them (one seed gives NaN, not 0).
-    """
-    by = list(by) if by is not None else config_columns(df)
-    if "seed" in by:
-        raise ValueError("seed_aggregate groups over seeds; 'seed' cannot be a grouping column")
-    if df.empty:
-        return pd.DataFrame(columns=[*by, "mean", "std", "min", "max", "n_seeds"])
-    out = df.groupby(by, dropna=False, sort=True)[value].agg(["mean", "std", "min", "max", "count"])
-    return out.reset_index().rename(columns={"count": "n_seeds"})
 
 
 # ---------------------------------------------------------------- loop count used for comparison
@@ -137,10 +78,6 @@ def eval_loss_per_run(runs: pd.DataFrame, depth: pd.DataFrame) -> pd.DataFrame:
     rules = ["sweep @ trained", "final val @ trained", "final val (no loop)", "best of sweep"]
     out["loop_rule"] = np.select(conds, rules, "no depth sweep")
     return out
-
-
-def present(x) -> bool:
-    return x is not None and not (isinstance(x, float) and math.isnan(x)) and x is not pd.NA
 
 
 # ---------------------------------------------------------------- comparisons against a reference
@@ -502,83 +439,6 @@ def iso_time_summary(
     return pd.DataFrame(rows, columns=cols)
 
 
-def wall_time_curves(curves: pd.DataFrame, runs: pd.DataFrame, key: str = "val_loss") -> pd.DataFrame:
-    """Loss against training seconds for runs of different lengths.
-
-    Each run's LR schedule decays over its own budget, so a point in the middle of a longer run is
-    *not decayed* and sits above where a run of that length would end; only the last point of a
-    finished run is a decayed result. `point` says which.
-    """
-    cols = ["job_id", "series", "variant_label", "recipe", "size", "seed", "wall_s", "value", "point"]
-    c = curves[(curves["key"] == key) & curves["wall_s"].notna()] if not curves.empty else curves
-    if c.empty:
-        return pd.DataFrame(columns=cols)
-    info = with_variants(runs)[["job_id", "variant_label", "recipe", "size", "seed", "status"]]
-    c = c.merge(info, on="job_id", how="inner").sort_values(["job_id", "wall_s"])
-    c["series"] = [f"{v} · {s} · seed {int(sd) if present(sd) else '?'} · #{j}"
-                   for v, s, sd, j in zip(c["variant_label"], c["size"], c["seed"], c["job_id"])]  # fmt: skip
-    last = c.groupby("job_id")["wall_s"].transform("max") == c["wall_s"]
-    c["point"] = np.where(last & (c["status"] == JobStatus.SUCCEEDED), "final (decayed)", "not decayed")
-    return c[cols].reset_index(drop=True)
-
-
-# ---------------------------------------------------------------- depth
-
-
-def _per_variant(df: pd.DataFrame, value: str, by: list[str], name: str = "recipe") -> pd.DataFrame:
-    """`seed_aggregate` over seeds of each variant and `by`, with the variant's label, recipe, size
-    and architecture columns alongside (for colouring and filtering)."""
-    df = with_variants(df, name)
-    agg = seed_aggregate(df, value, by=["variant_id", *by])
-    info = variant_info(df, name).drop(columns=[c for c in by if c != "variant_id"], errors="ignore")
-    return agg.merge(info.reset_index(), on="variant_id", how="left")
-
-
-def depth_curves(depth: pd.DataFrame, value: str = "val_loss") -> pd.DataFrame:
-    """Validation loss against inference loop count per variant: mean over seeds and the spread.
-
-    `inference_depth` = n_prelude + n_recurrent · loops + n_coda, the layers a token passes through
-    at that loop count (missing without the architecture columns).
-    """
-    out = _per_variant(depth, value, by=["loops"])
-    if {"n_prelude", "n_recurrent", "n_coda"} <= set(out.columns):
-        out["inference_depth"] = out["n_prelude"] + out["n_recurrent"] * out["loops"] + out["n_coda"]
-    else:
-        out["inference_depth"] = np.nan
-    return out.sort_values(["variant_label", "loops"]).reset_index(drop=True)
-
-
-def depth_wide(curves: pd.DataFrame) -> pd.DataFrame:
-    """The depth curves as a table: one row per variant, one column per inference loop count."""
-    if curves.empty:
-        return pd.DataFrame()
-    wide = curves.pivot_table(index=["variant_label", "size"], columns="loops", values="mean").reset_index()
-    wide.columns = [c if isinstance(c, str) else f"{int(c)} loops" for c in wide.columns]
-    return wide
-
-
-def round_delta_curves(deltas: pd.DataFrame, loops: int | None = None) -> pd.DataFrame:
-    """Relative hidden-state change per round, per variant (mean and spread over seeds).
-
-    `loops` picks the forward pass's loop count; None keeps every count.
-    """
-    d = deltas if loops is None or deltas.empty else deltas[deltas["loops"] == loops]
-    return _per_variant(d, "rel_change", by=["loops", "round"])
-
-
-def split_first_round(curves: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(round 1, rounds 2 and later) of `round_delta_curves`.
-
-    Round 1 is the change from the random initial state h0, set by h0's scale rather than by how
-    the recurrence converges, and is often ten times the others: drawn on the same axis it flattens
-    every later round. The pages draw the two parts in separate panels.
-    """
-    if curves.empty:
-        return curves, curves
-    first = curves["round"] == 1
-    return curves[first].reset_index(drop=True), curves[~first].reset_index(drop=True)
-
-
 # ---------------------------------------------------------------- decode and throughput
 
 
@@ -628,158 +488,3 @@ def throughput_table(runs: pd.DataFrame, reference: str | None = None) -> pd.Dat
     ref = t[t["variant_label"] == reference].drop_duplicates("size").set_index("size")["tokens_per_s"]
     t["ratio"] = t["tokens_per_s"] / t["size"].map(ref)
     return t[cols].sort_values(["size", "variant_label"]).reset_index(drop=True)
-
-
-# ---------------------------------------------------------------- curves
-
-
-def downsample(
-    df: pd.DataFrame, max_points: int = 500, by: tuple[str, ...] = ("job_id", "key"), order: str = "step"
-) -> pd.DataFrame:
-    """Keep at most `max_points` evenly strided points per series, always the first and the last.
-
-    The stride is ceil((n-1)/(max_points-1)), the same rule `dashboard.data` applies in SQL.
-    """
-    if df.empty or max_points < 2:
-        return df
-    df = df.sort_values([*by, order])
-    g = df.groupby(list(by), sort=False)
-    rn = g.cumcount()
-    n = g[order].transform("size")
-    stride = np.maximum(1, -(-(n - 1) // (max_points - 1)))
-    keep = (rn % stride == 0) | (rn == n - 1)
-    return df[keep.to_numpy()].reset_index(drop=True)
-
-
-def join_labels(df: pd.DataFrame, columns: list[str], sep: str = " · ") -> pd.Series:
-    """One label per row from several columns ('lean · tiny · 1M tokens'), vectorised (a row-wise
-    join takes seconds on a few thousand curve points)."""
-    parts = []
-    for c in columns:
-        col = df[c]
-        if pd.api.types.is_float_dtype(col) and (col.dropna() % 1 == 0).all():
-            col = col.astype("Int64")  # a seed column made float by a missing value: show 0, not 0.0
-        parts.append(col.astype(object).where(col.notna(), MISSING).astype(str))
-    out = parts[0]
-    for p in parts[1:]:
-        out = out + sep + p
-    return out
-
-
-def curve_bands(curves: pd.DataFrame, by: list[str], x: str = "tokens", bins: int = 200) -> pd.DataFrame:
-    """Mean line and min–max band over seeds for curves grouped by configuration.
-
-    Seeds of one configuration log at the same steps, but wall time differs between them, so x is
-    binned (per group, `bins` bins up to the group's largest x) before averaging.
-    """
-    cols = [*by, x, "mean", "min", "max", "n_seeds"]
-    c = curves.dropna(subset=[x, "value"]) if not curves.empty else curves
-    if c.empty:
-        return pd.DataFrame(columns=cols)
-    c = c.copy()
-    xmax = c.groupby(by, dropna=False)[x].transform("max").replace(0, 1)
-    c["_bin"] = np.floor(c[x] / xmax * bins).astype(int)
-    g = c.groupby([*by, "_bin"], dropna=False)
-    out = g[x].mean().to_frame()
-    out["mean"] = g["value"].mean()
-    out["min"] = g["value"].min()
-    out["max"] = g["value"].max()
-    out["n_seeds"] = g["job_id"].nunique()
-    return out.reset_index()[cols]
-
-
-def points_per_curve(n_runs: int, total: int = 60_000, most: int = 500, least: int = 20) -> int:
-    """How many points to read per curve so that every selected run is drawn: `total` points shared
-    among the runs, between `least` (a curve still has a shape) and `most` (the per-curve cap)."""
-    if n_runs <= 0:
-        return most
-    return int(max(least, min(most, total // n_runs)))
-
-
-def train_depth_curves(curves: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
-    """Validation loss at several loop counts during training (`val_loss@N` metrics), per run.
-
-    One row per (run, loop count, evaluation): job_id, `run` (a label: variant · seed · #id),
-    `eval_loops` (N), step, tokens, wall_s, value; other metrics are ignored.
-    """
-    cols = ["job_id", "run", "eval_loops", "step", "tokens", "wall_s", "value"]
-    if curves.empty:
-        return pd.DataFrame(columns=cols)
-    loops = curves["key"].str.extract(DEPTH_METRIC)[0]
-    c = curves[loops.notna()].assign(eval_loops=pd.to_numeric(loops[loops.notna()]).astype(int))
-    if c.empty:
-        return pd.DataFrame(columns=cols)
-    info = with_variants(runs)[["job_id", "variant_label", "seed"]]
-    c = c.merge(info, on="job_id", how="left")
-    seeds = [f"seed {int(s)}" if present(s) else "seed ?" for s in c["seed"]]
-    c["run"] = [f"{v} · {s} · #{j}" for v, s, j in zip(c["variant_label"], seeds, c["job_id"])]
-    return c[cols].sort_values(["job_id", "eval_loops", "step"]).reset_index(drop=True)
-
-
-def train_depth_last(depth_curves: pd.DataFrame) -> pd.DataFrame:
-    """The last evaluation of each run as a table: one row per run, a column per loop count
-    (`val_loss@N`), and the tokens it was measured at."""
-    if depth_curves.empty:
-        return pd.DataFrame()
-    last = depth_curves.sort_values("step").groupby(["job_id", "run", "eval_loops"]).tail(1)
-    wide = last.pivot_table(index=["job_id", "run"], columns="eval_loops", values="value").reset_index()
-    wide.columns = [c if isinstance(c, str) else f"val_loss@{int(c)}" for c in wide.columns]
-    tokens = last.groupby("job_id")["tokens"].max()
-    wide.insert(2, "tokens", wide["job_id"].map(tokens))
-    return wide
-
-
-# ---------------------------------------------------------------- queue
-
-
-def status_counts(jobs: pd.DataFrame) -> pd.DataFrame:
-    """Number of jobs per state, every state listed (a real zero here means no job in that state)."""
-    counts = jobs["status"].value_counts() if not jobs.empty else pd.Series(dtype=int)
-    states = list(JOB_STATES) + sorted(set(counts.index) - set(JOB_STATES))
-    return pd.DataFrame({"status": states, "jobs": [int(counts.get(s, 0)) for s in states]})
-
-
-def format_duration(seconds) -> str:
-    """'1h 02m', '3m 05s', '42s'; '—' when unknown."""
-    if not present(seconds) or seconds < 0:
-        return MISSING
-    s = int(round(seconds))
-    if s >= 3600:
-        return f"{s // 3600}h {s % 3600 // 60:02d}m"
-    if s >= 60:
-        return f"{s // 60}m {s % 60:02d}s"
-    return f"{s}s"
-
-
-def running_jobs(jobs: pd.DataFrame, latest: pd.DataFrame, now: float | None = None) -> pd.DataFrame:
-    """Running jobs with progress (fraction), tokens/s (last reported), ETA and heartbeat age."""
-    cols = ["job_id", "kind", "recipe", "size", "seed", "progress", "progress_done", "progress_total",
-            "tokens_per_s", "eta", "heartbeat_age_s"]  # fmt: skip
-    r = jobs[jobs["status"] == JobStatus.RUNNING].copy() if not jobs.empty else jobs
-    if r.empty:
-        return pd.DataFrame(columns=cols)
-    now = time.time() if now is None else now
-    total = r["progress_total"].where(r["progress_total"] > 0)
-    r["progress"] = (r["progress_done"] / total).clip(0, 1)
-    tps = latest[latest["key"] == "tokens_per_s"].set_index("job_id")["value"] if not latest.empty else {}
-    r["tokens_per_s"] = r["job_id"].map(tps) if len(tps) else np.nan
-    r["eta"] = r["eta_s"].map(format_duration)
-    r["heartbeat_age_s"] = now - r["heartbeat_at"]
-    return r[cols].sort_values("job_id").reset_index(drop=True)
-
-
-def recent_failures(jobs: pd.DataFrame, n: int = 10) -> pd.DataFrame:
-    """The last `n` failed jobs with their error (the traceback's last line first, then all of it)."""
-    cols = ["job_id", "kind", "recipe", "size", "seed", "finished_at", "error_summary", "error"]
-    f = jobs[jobs["status"] == JobStatus.FAILED].copy() if not jobs.empty else jobs
-    if f.empty:
-        return pd.DataFrame(columns=cols)
-    f["error_summary"] = f["error"].map(_last_line)
-    f = f.sort_values(["finished_at", "job_id"], ascending=False, na_position="last").head(n)
-    return f[cols].reset_index(drop=True)
-
-
-def _last_line(text) -> str:
-    if not isinstance(text, str) or not text.strip():
-        return MISSING
-    return text.strip().splitlines()[-1]

@@ -1,4 +1,4 @@
-"""dashboard.stats on hand-built samples: the noise floor, intervals on a difference, the power estimate
+"""analysis.stats on hand-built samples: the noise floor, intervals on a difference, the power estimate
 and the loss-to-data exchange rate, each checked against a value worked by hand or by scipy directly."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 
-from dashboard import stats
-from orchestrator.errors import ConfigError
+from analysis import stats
+from model.errors import ConfigError
 
 NAN = float("nan")
 

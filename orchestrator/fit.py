@@ -1,8 +1,8 @@
 """`looplab fit iso-depth`: the study's scaling law fitted to the finished runs of a database, printed.
 
-Declared in orchestrator/cli.py; it lives here because the fit (`dashboard.scaling`) is the dashboard's
-and the orchestrator does not import the dashboard. Reads the `runs` view read-only (final_val_loss,
-n_once, n_rec, loops = r, tokens, d_model, flops_per_token), so it can run while the queue runs.
+Declared in orchestrator/cli.py; the fit and its report are `analysis.iso_depth`. Reads the `runs` view
+read-only (final_val_loss, n_once, n_rec, loops = r, tokens, d_model, flops_per_token), so it can run
+while the queue runs.
 """
 
 from __future__ import annotations
@@ -12,16 +12,18 @@ import json
 import pandas as pd
 from sqlalchemy import text
 
-from dashboard import data, scaling
+from analysis import iso_depth
+from model.errors import ConfigError
+from orchestrator import frames
 from orchestrator.db import resolve_url
-from orchestrator.errors import ConfigError
+from orchestrator.states import JobStatus
 
 ISO_DEPTH_RECIPE = "iso_depth"
 
 
 def study_runs(url: str, grid: str | None = None) -> pd.DataFrame:
     """The runs the fit reads: one grid's (any fixed-loop recipe), else every run of recipe iso_depth."""
-    with data.engine(url).connect() as conn:
+    with frames.engine(url).connect() as conn:
         runs = pd.read_sql(text("SELECT * FROM runs ORDER BY job_id"), conn)
     if grid is not None:
         chosen = runs[runs["grid"] == grid]
@@ -38,13 +40,18 @@ def study_runs(url: str, grid: str | None = None) -> pd.DataFrame:
     return chosen
 
 
+def fit_runs(url: str, grid: str | None = None) -> pd.DataFrame:
+    """`study_runs` that succeeded, in the shape the fit reads (`analysis.iso_depth.runs_for_fit`)."""
+    runs = study_runs(url, grid)
+    return iso_depth.runs_for_fit(runs[runs["status"] == JobStatus.SUCCEEDED])
+
+
 def cli_fit(args) -> int:
-    url = resolve_url(args.db)
-    runs = scaling.runs_for_fit(study_runs(url, args.grid))
+    runs = fit_runs(resolve_url(args.db), args.grid)
     if runs.empty:
         raise ConfigError("fit: none of the selected runs has finished (succeeded, with a fixed loop count)")
-    study = scaling.fit_iso_depth(
+    study = iso_depth.fit_iso_depth(
         runs, flops=args.flops, bootstrap=args.bootstrap, seed=args.seed, robust=args.robust
     )
-    print(json.dumps(scaling.report_json(study), indent=1) if args.json else scaling.report_text(study))
+    print(json.dumps(iso_depth.report_json(study), indent=1) if args.json else iso_depth.report_text(study))
     return 0
