@@ -122,12 +122,13 @@ def _kind(event: Event) -> EventKind | None:
         return None
 
 
-def _problem(event: Event) -> str | None:
-    """Why `event` cannot be stored, or None when it can (result rows are checked by _result_problem)."""
+def _problem(event: Event, kind: EventKind | None) -> str | None:
+    """Why `event` (of `kind`, from `_kind`) cannot be stored, or None when it can (result rows are
+    checked by _result_problem)."""
     p = event.payload if isinstance(event.payload, dict) else None
     if p is None:
         return f"payload is {type(event.payload).__name__}, not a dict"
-    match _kind(event):
+    match kind:
         case EventKind.METRIC:
             if not isinstance(p.get("key"), str) or not p["key"]:
                 return "metric without a key"
@@ -209,14 +210,15 @@ def _write_job(eng: Engine, conn: Connection, job_id: int, attempt_n: int, event
     metrics: list[dict[str, Any]] = []
     live: dict[str, Any] = {}  # the job's live columns, the last value of the batch winning
     for event in events:
-        bad = _problem(event)
-        if bad is None and event.kind == EventKind.RESULT:
+        kind = _kind(event)
+        bad = _problem(event, kind)
+        if bad is None and kind == EventKind.RESULT:
             bad = _result_problem(event.payload["table"], dict(event.payload["row"], job_id=job_id))
         if bad is not None:
             _log_dropped(conn, job_id, attempt_n, event, bad)
             continue
         p = event.payload
-        match EventKind(event.kind):
+        match kind:
             case EventKind.METRIC:
                 metrics.append({"job_id": job_id, "key": p["key"], "step": p["step"], "value": p["value"],
                                 "tokens": p.get("tokens"), "wall_s": p.get("wall_s")})  # fmt: skip
