@@ -128,14 +128,14 @@ def bench_ingest(url: str, points: int = 50_000, batch: int = 500) -> dict:
     from orchestrator import Grid, Queue, jobqueue
     from orchestrator.writer import write_events
     from tests.db_rows import rows
-    from workers.reporter import Event
+    from workers.reporter import Event, EventKind
 
     q = Queue(db=url, kinds=TrivialKinds())
     (jid,) = q.submit(Grid("ingest", job="noop"))
     n = jobqueue.claim(q.eng, jid, "bench", "unused")
     keys = ("train_loss", "lr", "tokens_per_s", "peak_mem_mb", "val_loss")
-    events = [Event("metric", 0.0, {"key": keys[i % 5], "step": i // 5, "value": 1.0 / (i + 1),
-                                    "tokens": i * 64, "wall_s": i * 0.01})
+    events = [Event(EventKind.METRIC, 0.0, {"key": keys[i % 5], "step": i // 5, "value": 1.0 / (i + 1),
+                                             "tokens": i * 64, "wall_s": i * 0.01})
               for i in range(points)]  # fmt: skip
     t = time.perf_counter()
     for i in range(0, points, batch):

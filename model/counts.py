@@ -29,14 +29,22 @@ _DTYPES = {
 }
 
 
+def layer_params(cfg: ModelConfig) -> list[int]:
+    """Non-embedding parameters of each distinct layer 0..n_layers-1 (prelude, recurrent, coda): q, k,
+    v, o + fc, proj + 2 norms, plus the value-embedding gate on a layer with a value embedding (whose
+    table is an embedding parameter)."""
+    d, hd = cfg.d_model, cfg.n_heads * cfg.head_dim
+    per_layer = 3 * d * hd + hd * d + 2 * d * cfg.mlp_hidden + 2 * d  # q,k,v,o + fc,proj + 2 norms
+    gate = min(VE_GATE_CHANNELS, d) * cfg.n_heads
+    ve = set(cfg.value_embed_layers())
+    return [per_layer + (gate if i in ve else 0) for i in range(cfg.n_layers)]
+
+
 def param_count(cfg: ModelConfig) -> dict[str, int]:
     """{"total", "non_embedding"} parameters of `LoopedLM(cfg)`, from the config alone."""
     d, V = cfg.d_model, cfg.vocab_size
-    hd = cfg.n_heads * cfg.head_dim
-    per_layer = 3 * d * hd + hd * d + 2 * d * cfg.mlp_hidden + 2 * d  # q,k,v,o + fc,proj + 2 norms
     n_ve = len(cfg.value_embed_layers())
-    non_emb = cfg.n_layers * per_layer + n_ve * min(VE_GATE_CHANNELS, d) * cfg.n_heads + d  # + final norm
-    non_emb += injection_params(cfg) + timestep_params(cfg)
+    non_emb = sum(layer_params(cfg)) + d + injection_params(cfg) + timestep_params(cfg)  # d: final norm
     emb = V * d * (1 + n_ve + (0 if cfg.tie_embeddings else 1))
     return {"total": emb + non_emb, "non_embedding": non_emb}
 
@@ -81,11 +89,7 @@ def once_and_recurrent_params(cfg: ModelConfig) -> dict[str, int]:
     included, and the per-round timestep parameters); N_once = the other non-embedding parameters
     (prelude, coda, the injection with its prelude-output norm, the history maps, the final norm) plus
     an untied head. So n_once + n_rec + the embedding tables = param_count's total."""
-    d, hd = cfg.d_model, cfg.n_heads * cfg.head_dim
-    per_layer = 3 * d * hd + hd * d + 2 * d * cfg.mlp_hidden + 2 * d  # q,k,v,o + fc,proj + 2 norms
-    gate = min(VE_GATE_CHANNELS, d) * cfg.n_heads
-    ve = set(cfg.value_embed_layers())
-    layers = [per_layer + (gate if i in ve else 0) for i in range(cfg.n_layers)]
+    d, layers = cfg.d_model, layer_params(cfg)
     first, after = cfg.n_prelude, cfg.n_prelude + cfg.n_recurrent
     n_rec = sum(layers[first:after]) + timestep_params(cfg)
     n_once = sum(layers[:first]) + sum(layers[after:]) + d + injection_params(cfg)  # + final norm

@@ -6,8 +6,8 @@ what `LoopedLM.round_states` returns. Δ_t = h_t − h_{t−1} is round t's upda
 per token (each of the B·T positions) and then averaged over the tokens, so each is one number per
 round (or per pair of rounds):
 
-- rel_update_t = ‖Δ_t‖ / ‖h_{t−1}‖ (the depth sweep's `rel_change`, as `LoopedLM` measures it in its
-  forward): how far round t moves the state, relative to its size.
+- rel_update_t = ‖Δ_t‖ / ‖h_{t−1}‖ (the depth sweep's `rel_change`): how far round t moves the state,
+  relative to its size.
 - angle_t = arccos(cos_sim(h_t, h_{t−1})) in radians, in [0, π]: 0 when the round only rescales the
   state, π/2 when it turns it orthogonal. Computed as 2·atan2(‖u − v‖, ‖u + v‖) with u, v the unit
   vectors of h_t and h_{t−1}: the same angle, without arccos's loss of precision near 0 and π.
@@ -20,7 +20,7 @@ round (or per pair of rounds):
   depth n costs n − 1 extra forwards (skipping round n changes no later round), each holding n + 1
   states: callers keep n small (the depth sweep caps it at `MAX_INTERACTION_LOOPS`).
 
-A norm in a denominator is clamped at 1e-12 (the forward's own rule), so a zero state or a zero update
+A norm in a denominator is clamped at 1e-12, so a zero state or a zero update
 gives a large finite value, never a division by zero. Pure torch, no model code: a test builds the
 states by hand.
 """

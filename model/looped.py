@@ -68,7 +68,6 @@ from model.rounds import loop_counts, plan_rounds
 class LMOutput:
     logits: Tensor  # (B, T, V) fp32
     loss: Tensor | None = None  # mean cross-entropy over targets != -1
-    round_deltas: Tensor | None = None  # (n_rounds,) mean ||h_t - h_{t-1}|| / ||h_{t-1}||
 
 
 class SeqParts(NamedTuple):
@@ -88,11 +87,11 @@ class CompiledLM:
         self.model, self.parts = model, parts
 
     def __call__(self, idx: Tensor, *args: Any, **kwargs: Any) -> LMOutput:
-        """The arguments of `LoopedLM.forward`: idx (B, T), then targets, loops, h0_seed, return_deltas."""
+        """The arguments of `LoopedLM.forward`: idx (B, T), then targets, loops, h0_seed."""
         windows = {rc.window for rc in self.model.cfg.rounds if rc.attention}
         for window in windows:  # built here, not inside a compiled part (where a miss breaks the graph)
             prepare_masks(idx.shape[1], window, idx.device)
-        return self.model._seq_forward(self.parts, idx, *args, **kwargs)
+        return self.model.forward_parts(self.parts, idx, *args, **kwargs)
 
 
 class LoopedLM(nn.Module):
@@ -121,7 +120,6 @@ class LoopedLM(nn.Module):
         self.lm_head = None if cfg.tie_embeddings else nn.Linear(d, cfg.vocab_size, bias=False)
         # RoPE tables live outside the module's buffers so `model.to(bfloat16)` cannot round them
         self._rope_tables: tuple[Tensor, Tensor] | None = None
-        self._truncate_by_detach = False  # tests only: detach instead of no_grad (same gradients)
         self.init_weights()
 
     # ---- initialisation & parameter bookkeeping -------------------------------------------------
@@ -208,18 +206,11 @@ class LoopedLM(nn.Module):
 
     # ---- forward --------------------------------------------------------------------------------
 
-    def forward(
-        self,
-        idx: Tensor,
-        targets: Tensor | None = None,
-        loops=None,
-        h0_seed=None,
-        return_deltas: bool = False,
-    ) -> LMOutput:
+    def forward(self, idx: Tensor, targets: Tensor | None = None, loops=None, h0_seed=None) -> LMOutput:
         """idx (B, T) -> logits (B, T, V). loops: None (cfg.loops), an int, or per-sequence counts as a
         list or CPU tensor (a device tensor costs one host sync per forward to read it)."""
         parts = SeqParts(self._stem_part, self._round_part, self._tail_part)
-        return self._seq_forward(parts, idx, targets, loops, h0_seed, return_deltas)
+        return self.forward_parts(parts, idx, targets, loops, h0_seed)
 
     def compile_parts(self, **compile_kwargs) -> CompiledLM:
         """This model with the static-shape parts of its forward compiled, called like the model.
@@ -250,11 +241,10 @@ class LoopedLM(nn.Module):
     def reuses_kv(self) -> bool:
         return any(rc.reuse_kv for rc in self.cfg.rounds)
 
-    def _seq_forward(
-        self, parts: SeqParts, idx: Tensor, targets=None, loops=None, h0_seed=None, return_deltas=False
-    ) -> LMOutput:
-        """A forward over whole sequences through `parts` (plain or compiled). Everything that depends
-        on the loop counts (the plan, masks, h0, per-round deltas) runs here, outside the parts."""
+    def forward_parts(self, parts: SeqParts, idx: Tensor, targets=None, loops=None, h0_seed=None) -> LMOutput:
+        """`forward` through `parts`: the model's own (plain) or `compile_parts`' (compiled), which is
+        how `CompiledLM` runs. Everything that depends on the loop counts (the plan, masks, h0) runs
+        here, outside the parts."""
         B, T = idx.shape
         counts = loop_counts(self.cfg.loops if loops is None else loops, B)
         cos, sin = self._rope(T)
@@ -276,9 +266,9 @@ class LoopedLM(nn.Module):
                 round1_kv = kv
             return new
 
-        h, deltas = self._loop(h, counts, one_round, return_deltas)
+        h = self._loop(h, counts, one_round)
         logits, loss = parts.tail(h, idx, cos, sin, targets)
-        return LMOutput(logits=logits, loss=loss, round_deltas=deltas)
+        return LMOutput(logits=logits, loss=loss)
 
     # The three parts of a sequence forward: tensors and Python ints in, tensors out, so each compiles
     # to a graph of static shapes. Each builds its own attention context from the RoPE tables.
@@ -371,31 +361,38 @@ class LoopedLM(nn.Module):
     def _run(self, idx: Tensor, ctx, positions: Tensor, loops, h0_seed) -> Tensor:
         """Prefill and decode_step: a forward whose ctx decides where K, V go -> logits (B, T, V)."""
         counts = loop_counts(self.cfg.loops if loops is None else loops, idx.shape[0])
+        return self._tail(self._rounds(idx, ctx, positions, counts, h0_seed), idx, ctx)
+
+    def _rounds(self, idx: Tensor, ctx, positions: Tensor, counts, h0_seed, skip_round=None, observe=None):
+        """Stem, initial state and rounds with an explicit context -> the last state (B, T, d).
+        `skip_round` = g runs global round g as the identity; `observe(h)` is handed the initial state,
+        then every round's output (see `_loop`)."""
         x, inj = self._stem(idx, ctx)
         h = self._h0(idx.shape[0], positions, h0_seed, x) if self.cfg.random_h0 else x
 
         def one_round(h: Tensor, past: tuple[Tensor, ...], g: int) -> Tensor:
+            if g == skip_round:
+                return h
             return self._round(h, inj, idx, ctx, g, past, self._timestep_tensors(g))
 
-        h, _ = self._loop(h, counts, one_round, False)
-        return self._tail(h, idx, ctx)
+        if observe is not None:
+            observe(h)
+        return self._loop(h, counts, one_round, observe)
 
-    def _loop(self, h: Tensor, counts, one_round, return_deltas: bool):
-        """The rounds from the initial state h (B, T, d); `one_round(h, past, g)` applies global round g
-        to h with the history differences `past` (newest first, at most cfg.history of them).
+    def _loop(self, h: Tensor, counts, one_round, observe: Callable[[Tensor], None] | None = None) -> Tensor:
+        """The rounds from the initial state h (B, T, d) -> the last state; `one_round(h, past, g)`
+        applies global round g to h with the history differences `past` (newest first, at most
+        cfg.history of them); `observe`, if given, is handed the state after every round.
         Every decision is taken on the host from the Python plan; the per-sample masks (if any) go to
         the device once, so the loop itself never waits for the device."""
         cfg = self.cfg
         grad_on = torch.is_grad_enabled()
-        plan = plan_rounds(
-            counts, cfg.grad_rounds, grad_on, rounds_share_settings=cfg.rounds_alike and not return_deltas
-        )
+        plan = plan_rounds(counts, cfg.grad_rounds, grad_on, rounds_share_settings=cfg.rounds_alike)
         active, need = plan.device_masks(h.device)  # (n_rounds, B, 1, 1) bool each, or None
         all_active, need_is_active = plan.all_active, plan.need_is_active
-        deltas = []
         past: tuple[Tensor, ...] = ()  # history: h_t - h_{t-1} of the last rounds, newest first
         for g in range(plan.n_rounds):
-            use_grad = plan.grad[g] or (grad_on and self._truncate_by_detach)
+            use_grad = plan.grad[g]
             with torch.set_grad_enabled(use_grad):
                 # a round without autograd gets the state detached: the same values, and one compiled
                 # graph for it whether or not the state carries gradient from earlier rounds
@@ -410,15 +407,12 @@ class LoopedLM(nn.Module):
                 if not all_active[g]:
                     new = torch.where(active[g], new, h)
                     diff = None if diff is None else torch.where(active[g], diff, 0.0)  # held: no change
-            elif use_grad and not plan.grad[g]:
-                new = new.detach()
-                diff = None if diff is None else diff.detach()
-            if return_deltas:
-                deltas.append(_round_delta(h, new, None if active is None else active[g]))
+            if observe is not None:
+                observe(new)
             if diff is not None:
                 past = (diff, *past[: cfg.history - 1])
             h = new
-        return h, (torch.stack(deltas) if return_deltas else None)
+        return h
 
     @torch.no_grad()
     def round_states(self, idx: Tensor, loops: int, h0_seed=None, skip_round: int | None = None) -> Tensor:
@@ -426,25 +420,16 @@ class LoopedLM(nn.Module):
         state the rounds start from (h0 with the diagonal injection, the prelude output otherwise),
         entry t the output of round t. `skip_round` = i (0-based) replaces round i by the identity
         (h_i = h_{i-1}); later rounds keep their own index, settings and timestep parameters, and the
-        history sees the skipped round's difference as zero. For the loop-geometry metrics."""
+        history sees the skipped round's difference as zero. For the loop-geometry metrics: the
+        rounds of prefill and decoding (`_rounds`), watched."""
         if skip_round is not None and not 0 <= skip_round < loops:
             raise ValueError(f"skip_round: expected 0..{loops - 1}; got {skip_round}")
         if skip_round == 0 and self.reuses_kv:
             raise ValueError("skip_round: round 1 cannot be skipped when later rounds reuse its keys/values")
-        B, T = idx.shape
-        ctx = SeqContext(*self._rope(T))
-        x, inj = self._stem(idx, ctx)
-        h = self._h0(B, torch.arange(T, device=idx.device), h0_seed, x) if self.cfg.random_h0 else x
-        states, past, window = [h], (), self.cfg.history
-        for g in range(loops):
-            if g == skip_round:
-                new = h
-            else:
-                new = self._round(h, inj, idx, ctx, g, past, self._timestep_tensors(g))
-            if window:
-                past = (new - h, *past[: window - 1])
-            h = new
-            states.append(h)
+        T = idx.shape[1]
+        states: list[Tensor] = []
+        ctx, positions = SeqContext(*self._rope(T)), torch.arange(T, device=idx.device)
+        self._rounds(idx, ctx, positions, loops, h0_seed, skip_round, states.append)
         return torch.stack(states)
 
     # ---- decoding ---------------------------------------------------------------------------------
@@ -482,14 +467,3 @@ class LoopedLM(nn.Module):
         logits = self._run(tokens.view(-1, 1), ctx, pos, cache.loops, cache.h0_seed)
         cache.pos.add_(1)
         return logits[:, 0]
-
-
-def _round_delta(h: Tensor, new: Tensor, active: Tensor | None) -> Tensor:
-    """Mean ||new - h|| / ||h|| over positions (and over the samples that moved: a masked mean, so no
-    host sync). h, new (B, T, d); active (B, 1, 1) bool or None."""
-    with torch.no_grad():
-        rel = (new - h).float().norm(dim=-1) / h.float().norm(dim=-1).clamp_min(1e-12)  # (B, T)
-        if active is None:
-            return rel.mean()
-        weight = active.view(-1, 1).to(rel.dtype)  # (B, 1)
-        return (rel * weight).sum() / (weight.sum() * rel.shape[1]).clamp_min(1.0)

@@ -13,8 +13,7 @@ and the same gradients:
   recipe): sample b's j-th round runs at global round n - c_b + j, so it must not depend on the index.
 - *staggered*: sample b runs in global rounds 0 .. c_b - 1, so global round r is every sample's r-th
   round and runs round r's settings; needed when rounds differ (windows, widths, reuse_kv, MLP-only).
-  The gradient windows are staggered, so up to n rounds carry autograd. Also used for per-round deltas
-  (`return_deltas`), which average each *local* round over the samples that run it.
+  The gradient windows are staggered, so up to n rounds carry autograd.
 
 Everything here is Python: the loop asks `grad[g]` without touching the device, and the masks go to
 the device once per forward (`device_masks`). Reading counts from a device tensor needs one host

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from model.errors import ConfigError
+from orchestrator.states import ACTIVE, DEAD_ENDS, JobStatus
 
 
 def _queue(args, artifacts: str | None = None):
@@ -115,7 +116,7 @@ def queue_eta(eng, num_cpus: int | None = None, num_gpus: float | None = None) -
     from orchestrator.planner import forecast_queue
 
     report = forecast_queue(eng, num_cpus=num_cpus, num_gpus=num_gpus)
-    left = [j for j in report.jobs if j.status in ("queued", "running")]
+    left = [j for j in report.jobs if j.status in ACTIVE]
     if not left:
         return "queue empty"
     unknown = sum(j.remaining_s is None for j in left)
@@ -132,12 +133,13 @@ def _report(done: list[int], asked: list[int], verb: str, why_not: str) -> int:
 
 
 def cli_cancel(args) -> int:
-    return _report(_queue(args).cancel(args.job_ids), args.job_ids, "cancelled", "not queued/running")
+    done = _queue(args).cancel(args.job_ids)  # the active jobs
+    return _report(done, args.job_ids, JobStatus.CANCELLED, f"not {'/'.join(ACTIVE)}")
 
 
 def cli_retry(args) -> int:
-    done = _queue(args).retry(args.job_ids)
-    return _report(done, args.job_ids, "re-queued", "not failed/cancelled, or still stopping")
+    done = _queue(args).retry(args.job_ids)  # the dead ends, once their attempt has stopped
+    return _report(done, args.job_ids, "re-queued", f"not {'/'.join(DEAD_ENDS)}, or still stopping")
 
 
 def cli_logs(args) -> int:

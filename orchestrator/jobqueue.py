@@ -27,8 +27,9 @@ job in another state leaves it as it is.
 Fencing: the token of an attempt is its number `n`. `jobs.attempts` counts the claims of a job, so it
 only grows and each claim gets a new one; an attempt owns its job while `jobs.attempts == n` and its
 attempts row is still open (outcome `running`; recovery closes it in the transaction that re-queues
-the job). Every write on behalf of an attempt, here (`finish`, `touch`) and in orchestrator/writer.py
-(metrics, results, logs, progress, checkpoints, heartbeats), first takes the job row with `hold`, a
+the job). Every write on behalf of an attempt, here (`finish`, `touch`, and `record_*`, which the
+event writer orchestrator/writer.py calls for progress, checkpoints, heartbeats and where the attempt
+runs) and in the writer (metrics, results, logs), first takes the job row with `hold`, a
 conditional UPDATE on that ownership, and writes nothing when it fails: a stalled driver whose job
 was recovered and claimed again cannot write results, metrics or a status for it.
 """
@@ -681,6 +682,41 @@ def touch(eng: Engine, attempts: dict[int, int]) -> None:
                     .where(owns(job_id, n), JOBS.c.status == JobStatus.RUNNING)
                     .values(heartbeat_at=now)
                 )
+
+
+# What a running attempt reports about its job: the writer's (orchestrator/writer.py) row writes, in
+# its transaction, after `hold(conn, job_id, n)` took the row. They never touch a job's state.
+
+# jobs columns set from progress, heartbeat and checkpoint events
+LIVE_COLUMNS = (
+    "progress_done", "progress_total", "eta_s", "heartbeat_at", "checkpoint_path", "checkpoint_step",
+)  # fmt: skip
+
+
+def record_live(conn: Connection, job_id: int, n: int, values: dict[str, Any]) -> None:
+    """Set the LIVE_COLUMNS in `values` on job `job_id` for attempt `n` (one UPDATE per batch)."""
+    unknown = sorted(set(values) - set(LIVE_COLUMNS))
+    if unknown:
+        raise ValueError(f"record_live: {unknown} are not live columns; accepted: {', '.join(LIVE_COLUMNS)}")
+    if values:
+        conn.execute(JOBS.update().where(JOBS.c.id == job_id, JOBS.c.attempts == n).values(**values))
+
+
+def record_started(conn: Connection, job_id: int, n: int, worker: str, gpu_ids: str | None) -> None:
+    """Attempt `n` runs on `worker` ("node:pid") with GPUs `gpu_ids`: on its attempts row and its job."""
+    conn.execute(
+        ATTEMPTS.update().where(ATTEMPTS.c.job_id == job_id, ATTEMPTS.c.n == n).values(worker=worker)
+    )
+    conn.execute(
+        JOBS.update().where(JOBS.c.id == job_id, JOBS.c.attempts == n).values(worker=worker, gpu_ids=gpu_ids)
+    )
+
+
+def record_resumed(conn: Connection, job_id: int, n: int, step: int) -> None:
+    """Attempt `n` resumed from the checkpoint at `step` (its attempts row keeps it)."""
+    conn.execute(
+        ATTEMPTS.update().where(ATTEMPTS.c.job_id == job_id, ATTEMPTS.c.n == n).values(resumed_from_step=step)
+    )
 
 
 # ---------------------------------------------------------------- user actions

@@ -25,7 +25,7 @@ from typing import IO, TYPE_CHECKING, Any
 import ray
 
 from orchestrator.states import AttemptOutcome
-from workers.reporter import BaseReporter, Event
+from workers.reporter import BaseReporter, Event, EventKind
 
 if TYPE_CHECKING:
     from workers.jobs import JobRegistry
@@ -91,7 +91,7 @@ class MetricSpool:
                 point = json.loads(line)
             except ValueError:
                 continue
-            events.append(Event("metric", point.pop("ts"), point))
+            events.append(Event(EventKind.METRIC, point.pop("ts"), point))
         return events
 
     def append(self, event: Event) -> None:
@@ -139,7 +139,7 @@ class QueueReporter(BaseReporter):
 
     def emit(self, event: Event) -> None:
         with self._lock:
-            if event.kind == "metric" and self._spool is not None:
+            if event.kind == EventKind.METRIC and self._spool is not None:
                 self._spool.append(event)
             self._buf.append(event)
 
@@ -216,7 +216,7 @@ def execute_job(job_id: int, kind: str, spec: dict, artifact_dir: str, sink: Any
     rep = QueueReporter(job_id, sink, artifact_dir)
     gpus = os.environ.get("CUDA_VISIBLE_DEVICES") or ",".join(str(g) for g in ray.get_gpu_ids())
     node = ray.get_runtime_context().get_node_id()[:12]
-    rep.emit(Event("started", time.time(), {"worker": f"{node}:{os.getpid()}", "gpu_ids": gpus or None}))
+    rep.started(f"{node}:{os.getpid()}", gpus or None)
     try:
         summary = _load_kinds(kinds_ref).run(kind, spec, rep, artifact_dir)
         out = {"outcome": AttemptOutcome.SUCCEEDED, "summary": summary}

@@ -5,15 +5,19 @@ Workers never open the database; their events reach the scheduler process, which
 `write_events` every half second or so with everything that arrived. Batching is what makes the
 queue cheap: one transaction for hundreds of metric points instead of one per point.
 
+Per `EventKind` (workers/reporter.py); the `jobs` and `attempts` columns are written through
+orchestrator/jobqueue.py (the one module that writes those rows), in this writer's transaction:
 - metric     -> metrics upsert on (job_id, key, step) + latest_metrics upsert (dialect's ON CONFLICT)
-- progress   -> jobs.progress_done/progress_total/eta_s (last one of the batch wins)
+- progress   -> jobs.progress_done/progress_total/eta_s
 - heartbeat  -> jobs.heartbeat_at (time of writing: one clock, whatever the worker node's clock says)
 - checkpoint -> jobs.checkpoint_path/checkpoint_step
+                (these three: `record_live`, one UPDATE per batch, the last value of the batch winning)
 - result     -> a row of RESULT_TABLES[table] with job_id added
 - log        -> job_logs
-- resumed    -> attempts.resumed_from_step, and the job's metric points after that step are deleted:
-                the resumed attempt reports them again, so every point is stored exactly once
-- started    -> jobs.worker/gpu_ids (sent by the task wrapper, not by jobs)
+- resumed    -> attempts.resumed_from_step (`record_resumed`), and the job's metric points after that
+                step are deleted: the resumed attempt reports them again, so every point is stored once
+- started    -> attempts.worker, jobs.worker/gpu_ids (`record_started`; sent by the task wrapper)
+A kind that is no `EventKind` is a bad event (below).
 Events are applied in order per job, so a `resumed` deletes only points reported before it.
 
 Fencing: a batch is written for the attempt `n` it was reported under, and only while that attempt
@@ -43,13 +47,10 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DataError, IntegrityError, InterfaceError, ProgrammingError
 
 from orchestrator import jobqueue
-from orchestrator.schema import RESULT_TABLES, Attempt, JobLog, LatestMetric, Metric
-from orchestrator.schema import Job as JobRow
-from workers.reporter import Event
+from orchestrator.schema import RESULT_TABLES, JobLog, LatestMetric, Metric
+from workers.reporter import Event, EventKind
 
 log = logging.getLogger("looplab.writer")
-JOBS = JobRow.__table__
-ATTEMPTS = Attempt.__table__
 METRICS = Metric.__table__
 LATEST = LatestMetric.__table__
 LOGS = JobLog.__table__
@@ -113,37 +114,52 @@ def _integer(value: Any, optional: bool = False) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
 
 
-def _problem(event: Event) -> str | None:
-    """Why `event` cannot be stored, or None when it can (result rows are checked by _result_problem)."""
+def _kind(event: Event) -> EventKind | None:
+    """The event's kind as an `EventKind`, None when it is none (a plain string of no member)."""
+    try:
+        return EventKind(event.kind)
+    except ValueError:
+        return None
+
+
+def _problem(event: Event, kind: EventKind | None) -> str | None:
+    """Why `event` (of `kind`, from `_kind`) cannot be stored, or None when it can (result rows are
+    checked by _result_problem)."""
     p = event.payload if isinstance(event.payload, dict) else None
     if p is None:
         return f"payload is {type(event.payload).__name__}, not a dict"
-    if event.kind == "metric":
-        if not isinstance(p.get("key"), str) or not p["key"]:
-            return "metric without a key"
-        if not _integer(p.get("step")):
-            return f"metric {p['key']!r}: step {p.get('step')!r} is not a 64-bit integer"
-        if not _number(p.get("value")):  # SQLite stores NaN as NULL, which the column refuses
-            return f"metric {p['key']!r} step {p['step']}: value {p.get('value')!r} is not a number"
-        if not _integer(p.get("tokens"), optional=True) or not _number(p.get("wall_s"), optional=True):
-            return f"metric {p['key']!r} step {p['step']}: tokens/wall_s are not numbers"
-    elif event.kind == "progress":
-        if not (_number(p.get("done")) and _number(p.get("total")) and _number(p.get("eta_s"), True)):
-            return "progress needs numbers done, total (and eta_s or None)"
-    elif event.kind == "checkpoint":
-        if not isinstance(p.get("path"), str) or not _integer(p.get("step")):
-            return "checkpoint needs a path and an integer step"
-    elif event.kind == "resumed":
-        if not _integer(p.get("step")):
-            return "resumed needs an integer step"
-    elif event.kind == "log":
-        if "message" not in p:
-            return "log without a message"
-    elif event.kind == "result":
-        if not isinstance(p.get("table"), str) or not isinstance(p.get("row"), dict):
-            return "result needs a table name and a row dict"
-    elif event.kind not in ("heartbeat", "started"):
-        return f"unknown event kind {event.kind!r}"
+    match kind:
+        case EventKind.METRIC:
+            if not isinstance(p.get("key"), str) or not p["key"]:
+                return "metric without a key"
+            if not _integer(p.get("step")):
+                return f"metric {p['key']!r}: step {p.get('step')!r} is not a 64-bit integer"
+            if not _number(p.get("value")):  # SQLite stores NaN as NULL, which the column refuses
+                return f"metric {p['key']!r} step {p['step']}: value {p.get('value')!r} is not a number"
+            if not _integer(p.get("tokens"), optional=True) or not _number(p.get("wall_s"), optional=True):
+                return f"metric {p['key']!r} step {p['step']}: tokens/wall_s are not numbers"
+        case EventKind.PROGRESS:
+            if not (_number(p.get("done")) and _number(p.get("total")) and _number(p.get("eta_s"), True)):
+                return "progress needs numbers done, total (and eta_s or None)"
+        case EventKind.CHECKPOINT:
+            if not isinstance(p.get("path"), str) or not _integer(p.get("step")):
+                return "checkpoint needs a path and an integer step"
+        case EventKind.RESUMED:
+            if not _integer(p.get("step")):
+                return "resumed needs an integer step"
+        case EventKind.LOG:
+            if "message" not in p:
+                return "log without a message"
+        case EventKind.RESULT:
+            if not isinstance(p.get("table"), str) or not isinstance(p.get("row"), dict):
+                return "result needs a table name and a row dict"
+        case EventKind.STARTED:
+            if not isinstance(p.get("worker"), str) or not isinstance(p.get("gpu_ids"), str | None):
+                return "started needs a worker name (and gpu_ids text or None)"
+        case EventKind.HEARTBEAT:
+            pass
+        case None:
+            return f"unknown event kind {event.kind!r}; accepted: {', '.join(EventKind)}"
     return None
 
 
@@ -192,44 +208,43 @@ def _write_job(eng: Engine, conn: Connection, job_id: int, attempt_n: int, event
                     job_id, len(events), attempt_n)  # fmt: skip
         return
     metrics: list[dict[str, Any]] = []
-    job_values: dict[str, Any] = {}
-    this_attempt = (ATTEMPTS.c.job_id == job_id) & (ATTEMPTS.c.n == attempt_n)
+    live: dict[str, Any] = {}  # the job's live columns, the last value of the batch winning
     for event in events:
-        bad = _problem(event)
-        if bad is None and event.kind == "result":
+        kind = _kind(event)
+        bad = _problem(event, kind)
+        if bad is None and kind == EventKind.RESULT:
             bad = _result_problem(event.payload["table"], dict(event.payload["row"], job_id=job_id))
         if bad is not None:
             _log_dropped(conn, job_id, attempt_n, event, bad)
             continue
         p = event.payload
-        if event.kind == "metric":
-            metrics.append({"job_id": job_id, "key": p["key"], "step": p["step"], "value": p["value"],
-                            "tokens": p.get("tokens"), "wall_s": p.get("wall_s")})  # fmt: skip
-        elif event.kind == "progress":
-            job_values.update(progress_done=p["done"], progress_total=p["total"], eta_s=p.get("eta_s"))
-        elif event.kind == "heartbeat":  # the writer's clock: recovery compares with the drivers' clocks,
-            job_values["heartbeat_at"] = time.time()  # not with a remote node's (one clock)
-        elif event.kind == "checkpoint":
-            job_values.update(checkpoint_path=p["path"], checkpoint_step=p["step"])
-        elif event.kind == "started":
-            job_values.update(worker=p.get("worker"), gpu_ids=p.get("gpu_ids"))
-            conn.execute(ATTEMPTS.update().where(this_attempt).values(worker=p.get("worker")))
-        elif event.kind == "log":
-            conn.execute(
-                LOGS.insert().values(job_id=job_id, attempt=attempt_n, ts=event.ts,
-                                     level=str(p.get("level", "INFO")), message=str(p["message"]))
-            )  # fmt: skip
-        elif event.kind == "resumed":
-            _upsert_metrics(eng, conn, metrics)
-            metrics = []
-            conn.execute(ATTEMPTS.update().where(this_attempt).values(resumed_from_step=p["step"]))
-            conn.execute(METRICS.delete().where(METRICS.c.job_id == job_id, METRICS.c.step > p["step"]))
-            conn.execute(LATEST.delete().where(LATEST.c.job_id == job_id, LATEST.c.step > p["step"]))
-        elif event.kind == "result":
-            _write_result(eng, conn, job_id, p["table"], p["row"])
+        match kind:
+            case EventKind.METRIC:
+                metrics.append({"job_id": job_id, "key": p["key"], "step": p["step"], "value": p["value"],
+                                "tokens": p.get("tokens"), "wall_s": p.get("wall_s")})  # fmt: skip
+            case EventKind.PROGRESS:
+                live.update(progress_done=p["done"], progress_total=p["total"], eta_s=p.get("eta_s"))
+            case EventKind.HEARTBEAT:  # the writer's clock: recovery compares with the drivers' clocks,
+                live["heartbeat_at"] = time.time()  # not with a remote node's (one clock)
+            case EventKind.CHECKPOINT:
+                live.update(checkpoint_path=p["path"], checkpoint_step=p["step"])
+            case EventKind.STARTED:
+                jobqueue.record_started(conn, job_id, attempt_n, p["worker"], p.get("gpu_ids"))
+            case EventKind.LOG:
+                conn.execute(
+                    LOGS.insert().values(job_id=job_id, attempt=attempt_n, ts=event.ts,
+                                         level=str(p.get("level", "INFO")), message=str(p["message"]))
+                )  # fmt: skip
+            case EventKind.RESUMED:
+                _upsert_metrics(eng, conn, metrics)
+                metrics = []
+                jobqueue.record_resumed(conn, job_id, attempt_n, p["step"])
+                conn.execute(METRICS.delete().where(METRICS.c.job_id == job_id, METRICS.c.step > p["step"]))
+                conn.execute(LATEST.delete().where(LATEST.c.job_id == job_id, LATEST.c.step > p["step"]))
+            case EventKind.RESULT:
+                _write_result(eng, conn, job_id, p["table"], p["row"])
     _upsert_metrics(eng, conn, metrics)
-    if job_values:
-        conn.execute(JOBS.update().where(JOBS.c.id == job_id).values(**job_values))
+    jobqueue.record_live(conn, job_id, attempt_n, live)
 
 
 def _insert(eng: Engine, table: sa.Table):

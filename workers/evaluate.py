@@ -35,7 +35,6 @@ class EvalResult:
     bpb: float
     far_copy_loss: float | None = None
     near_loss: float | None = None
-    round_deltas: list[float] | None = None
 
 
 @dataclass
@@ -66,22 +65,20 @@ def evaluate(
     loops=None,
     h0_seed: int = 0,
     far_window: int | None = None,
-    deltas: bool = False,
     on_batch=None,
 ) -> EvalResult:
-    """Mean CE over every predicted token of `chunks` (N, T+1); optional far-copy split and round deltas."""
+    """Mean CE over every predicted token of `chunks` (N, T+1); optional far-copy split."""
     was_training = model.training
     model.eval()
     total = n = 0.0
     n_bytes = 0
     far_sum = far_n = 0.0
-    delta_sum: torch.Tensor | None = None
     n_batches = 0
     for i, start in enumerate(range(0, len(chunks), batch_size)):
         c = chunks[start : start + batch_size].to(device)
         x, y = c[:, :-1], c[:, 1:]
         with autocast(device):
-            out = model(x, loops=loops, h0_seed=h0_seed + i, return_deltas=deltas)
+            out = model(x, loops=loops, h0_seed=h0_seed + i)
         ce = F.cross_entropy(out.logits.float().flatten(0, 1), y.flatten(), reduction="none").view_as(y)
         total += ce.sum().item()
         n += ce.numel()
@@ -90,9 +87,6 @@ def evaluate(
             m = far_copy_mask(x, y, far_window)
             far_sum += ce[m].sum().item()
             far_n += int(m.sum())
-        if deltas and out.round_deltas is not None:
-            d = out.round_deltas.detach().float().cpu()
-            delta_sum = d if delta_sum is None else delta_sum + d
         n_batches += 1
         if on_batch is not None:
             on_batch(n_batches)
@@ -102,8 +96,6 @@ def evaluate(
     if far_window is not None:
         res.far_copy_loss = far_sum / far_n if far_n else None
         res.near_loss = (total - far_sum) / (n - far_n) if n > far_n else None
-    if delta_sum is not None:
-        res.round_deltas = (delta_sum / n_batches).tolist()
     return res
 
 

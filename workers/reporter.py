@@ -5,16 +5,19 @@ opens the database; everything it wants recorded goes through these calls. Under
 reporter batches events and ships them to the scheduler process (the one database writer); standalone
 it prints progress; in tests it keeps them in memory.
 
-Every event is a small picklable `Event(kind, job_time, payload)`. Kinds and payloads:
-- "metric":     {"key", "step", "tokens", "wall_s", "value"}      one curve point
-- "progress":   {"done", "total", "eta_s"}                          e.g. steps
-- "heartbeat":  {}                                                  "still alive"
-- "checkpoint": {"path", "step"}                                    a checkpoint was written
-- "result":     {"table", "row"}    a row of a result table (train_results, depth_evals,
-                                    round_deltas, decode_benches); the job id is added by the writer
-- "log":        {"level", "message"}
-- "resumed":    {"step"}            the job resumed from a checkpoint at this step: points the
-                                    previous attempt reported after it are superseded
+Every event is a small picklable `Event(kind, ts, payload)`, made by one `Reporter` method per kind.
+The kinds are `EventKind` (the only place their names are spelled); kinds and payloads:
+- metric:     {"key", "step", "tokens", "wall_s", "value"}      one curve point
+- progress:   {"done", "total", "eta_s"}                          e.g. steps
+- heartbeat:  {}                                                  "still alive"
+- checkpoint: {"path", "step"}                                    a checkpoint was written
+- result:     {"table", "row"}    a row of a result table (train_results, depth_evals,
+                                  round_deltas, decode_benches); the job id is added by the writer
+- log:        {"level", "message"}
+- resumed:    {"step"}            the job resumed from a checkpoint at this step: points the
+                                  previous attempt reported after it are superseded
+- started:    {"worker", "gpu_ids"}  where the attempt runs ("node:pid", the visible GPUs or None);
+                                  sent by the queue's task wrapper before the job starts, not by jobs
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Protocol
 
 
@@ -31,9 +35,24 @@ class JobInterrupted(Exception):
     The queue puts such a job back to `queued`; it resumes from that checkpoint."""
 
 
+class EventKind(StrEnum):
+    """What an event says (payloads in the module docstring). A string enum, like
+    `orchestrator.states.JobStatus`: an event that crossed a process boundary or a JSON line compares
+    equal to its member (`"metric" == EventKind.METRIC`), and a JSON line stores the plain value."""
+
+    METRIC = "metric"
+    PROGRESS = "progress"
+    HEARTBEAT = "heartbeat"
+    CHECKPOINT = "checkpoint"
+    RESULT = "result"
+    LOG = "log"
+    RESUMED = "resumed"
+    STARTED = "started"
+
+
 @dataclass(frozen=True)
 class Event:
-    kind: str
+    kind: EventKind  # a plain string that is no member is refused by the writer as a bad event
     ts: float
     payload: dict[str, Any] = field(default_factory=dict)
 
@@ -48,6 +67,7 @@ class Reporter(Protocol):
     def result(self, table: str, row: dict[str, Any]) -> None: ...
     def log(self, message: str, level: str = "INFO") -> None: ...
     def resumed(self, step: int) -> None: ...
+    def started(self, worker: str, gpu_ids: str | None) -> None: ...
     def should_stop(self) -> bool:
         """True when the job was asked to stop (Ctrl-C on the queue, cancel): checkpoint and return."""
         ...
@@ -61,12 +81,12 @@ class BaseReporter:
     def emit(self, event: Event) -> None:  # pragma: no cover - overridden
         raise NotImplementedError
 
-    def _e(self, kind: str, **payload: Any) -> None:
+    def _e(self, kind: EventKind, **payload: Any) -> None:
         self.emit(Event(kind, time.time(), payload))
 
     def metric(self, key, step, value, *, tokens=None, wall_s=None):
         self._e(
-            "metric",
+            EventKind.METRIC,
             key=key,
             step=int(step),
             value=float(value),
@@ -75,22 +95,25 @@ class BaseReporter:
         )
 
     def progress(self, done, total, eta_s=None):
-        self._e("progress", done=float(done), total=float(total), eta_s=eta_s)
+        self._e(EventKind.PROGRESS, done=float(done), total=float(total), eta_s=eta_s)
 
     def heartbeat(self):
-        self._e("heartbeat")
+        self._e(EventKind.HEARTBEAT)
 
     def checkpoint(self, path, step):
-        self._e("checkpoint", path=str(path), step=int(step))
+        self._e(EventKind.CHECKPOINT, path=str(path), step=int(step))
 
     def result(self, table, row):
-        self._e("result", table=table, row=dict(row))
+        self._e(EventKind.RESULT, table=table, row=dict(row))
 
     def log(self, message, level="INFO"):
-        self._e("log", level=level, message=str(message))
+        self._e(EventKind.LOG, level=level, message=str(message))
 
     def resumed(self, step):
-        self._e("resumed", step=int(step))
+        self._e(EventKind.RESUMED, step=int(step))
+
+    def started(self, worker, gpu_ids):
+        self._e(EventKind.STARTED, worker=str(worker), gpu_ids=gpu_ids)
 
     def should_stop(self) -> bool:
         return self.stop_requested
@@ -105,11 +128,11 @@ class MemoryReporter(BaseReporter):
     def emit(self, event: Event) -> None:
         self.events.append(event)
 
-    def of(self, kind: str) -> list[dict[str, Any]]:
+    def of(self, kind: EventKind | str) -> list[dict[str, Any]]:
         return [e.payload for e in self.events if e.kind == kind]
 
     def curve(self, key: str) -> list[tuple[int, float]]:
-        return [(p["step"], p["value"]) for p in self.of("metric") if p["key"] == key]
+        return [(p["step"], p["value"]) for p in self.of(EventKind.METRIC) if p["key"] == key]
 
 
 class SilentReporter(BaseReporter):
@@ -120,7 +143,10 @@ class SilentReporter(BaseReporter):
 
 
 class ConsoleReporter(BaseReporter):
-    """For standalone runs (`python -m workers.train ...`): a tqdm progress bar plus log lines."""
+    """For standalone runs (`python -m workers.train ...`): a tqdm progress bar plus a line for each
+    event of the kinds in `SAID` (a log message as it is, the others as `kind: payload`)."""
+
+    SAID = (EventKind.LOG, EventKind.CHECKPOINT, EventKind.RESUMED, EventKind.RESULT, EventKind.STARTED)
 
     def __init__(self, desc: str = "job", stream=sys.stderr) -> None:
         from tqdm import tqdm
@@ -135,7 +161,7 @@ class ConsoleReporter(BaseReporter):
     def emit(self, event: Event) -> None:
         self.events_seen += 1
         p = event.payload
-        if event.kind == "progress":
+        if event.kind == EventKind.PROGRESS:
             if self._bar is None or self._bar.total != p["total"]:
                 if self._bar is not None:
                     self._bar.close()
@@ -146,11 +172,11 @@ class ConsoleReporter(BaseReporter):
             if self._last:
                 self._bar.set_postfix({k: f"{v:.4g}" for k, v in self._last.items()}, refresh=False)
             self._bar.refresh()
-        elif event.kind == "metric":
+        elif event.kind == EventKind.METRIC:
             if p["key"] in ("train_loss", "val_loss", "tokens_per_s", "lr"):
                 self._last[p["key"]] = p["value"]
-        elif event.kind in ("log", "checkpoint", "resumed", "result"):
-            msg = p.get("message") if event.kind == "log" else f"{event.kind}: {p}"
+        elif event.kind in self.SAID:
+            msg = p.get("message") if event.kind == EventKind.LOG else f"{event.kind}: {p}"
             if self._bar is not None:
                 self._bar.write(str(msg), file=self._stream)
             else:

@@ -235,11 +235,17 @@ def test_0003_recipe_table_matches_the_presets_it_was_copied_from():
         assert (cfg.loop_sampler, cfg.loops) == (sampler, loops), recipe
 
 
+def _revision(name: str):
+    import importlib
+
+    return importlib.import_module(f"migrations.versions.{name}")
+
+
 def test_0004_backfills_variants_from_the_stored_configs(db_url):
-    """Rows written before 0004 get the variant and architecture columns their config gives today
-    (orchestrator.variants, live code); a depth sweep gets its train job's; a config that does not
-    resolve keeps NULLs; loop_sampler/loops that 0003 filled are not touched."""
-    from orchestrator.variants import variant_columns
+    """Rows written before 0004 get the variant and architecture columns their config gives under the
+    revision's own (frozen) derivation, the numbers of its time; a depth sweep gets its train job's; a
+    config that does not resolve keeps NULLs; loop_sampler/loops that 0003 filled are not touched."""
+    variant_columns = _revision("0004_variants_and_flops").variant_columns
 
     command.upgrade(alembic_config(db_url), "0003_job_state_columns")
     raw = create_engine(db_url, poolclass=NullPool)
@@ -270,11 +276,75 @@ def test_0004_backfills_variants_from_the_stored_configs(db_url):
     for job_id in (1, 2, 3):
         assert {k: got[job_id][k] for k in expected} == expected, job_id
     assert got[1]["variant_label"] == "fixed4 · loops=8"
+    # the numbers of the revision's time, whatever today's code says
+    assert {k: got[1][k] for k in ("variant_id", "n_params", "n_once", "n_rec", "flops_per_token")} == {
+        "variant_id": "18af39d51155", "n_params": 369856, "n_once": 205696, "n_rec": 98624,
+        "flops_per_token": 7032576.0,
+    }  # fmt: skip
     assert {k: got[4][k] for k in expected} == variant_columns("decode_bench", bench)
+    assert got[4]["variant_id"] == "f8eba31ec95b"
+    assert got[4]["flops_per_token"] == pytest.approx(6166713.783957511, rel=1e-12)  # Poisson-weighted
     assert got[4]["loop_sampler"] == "poisson_seq" and got[4]["loops"] == 8  # was NULL: filled
     for job_id in (5, 6):
         assert got[job_id]["variant_id"] is None and got[job_id]["n_params"] is None
     assert got[7]["loops"] == 99 and got[7]["variant_label"] == "fixed4 · loops=2"
+
+
+def _configs_of_0004s_time() -> list[tuple[str, dict]]:
+    """Train and decode-bench configs over every recipe and size of revision 0004, with model overrides
+    of its ModelConfig fields (some refused), and train specs whose data, batch size, seq_len, budget or
+    other fields decide the vocabulary and the batch the FLOPs are counted at (some refused)."""
+    overrides = [
+        {}, {"loops": 8}, {"loops": 4.0}, {"d_model": 96, "n_heads": 3, "head_dim": 32}, {"grad_rounds": 2},
+        {"grad_rounds": None}, {"value_embeds": [0, 2]}, {"value_embeds": "all"}, {"tie_embeddings": False},
+        {"injection": "none"}, {"loop_sampler": "poisson_seq", "loops": 3}, {"loop_sampler": "poisson_batch"},
+        {"rounds": [{"window": 8}]}, {"rounds": [{}, {"width": 0.5, "window": 16}]}, {"n_prelude": 0, "n_coda": 1},
+        {"rope_base": 10000}, {"h0_std": 0.02}, {"mlp_ratio": 2}, {"vocab_size": 1000},
+        {"no_such_field": 1}, {"loops": 0}, {"rounds": [{"reuse_kv": True}]}, {"head_dim": 31},
+    ]  # fmt: skip
+    train_specs = [
+        {"seq_len": 32, "batch_size": 4, "time_s": 5}, {"data": {"tokenizer": "bpe", "vocab_size": 700}, "flops": 1e12},
+        {"data": {"tokenizer": "byte"}, "tokens": 5, "lr": -1}, {"tokens": 5, "time_s": 3}, {"unknown_key": 1},
+        {"batch_size": 2.0}, {"batch_size": 0}, {"data": {"corpus": "/no/such/corpus"}}, {"seq_len": 1},
+    ]  # fmt: skip
+    configs: list[tuple[str, dict]] = []
+    for recipe in _revision("0004_variants_and_flops").RECIPES:
+        for size in ("tiny", "small", "86m", "144m"):
+            base = {"recipe": recipe, "size": size}
+            for model in overrides:
+                configs += [
+                    ("decode_bench", {**base, "model": model}),
+                    ("train", {**base, "model": model, "tokens": 9}),
+                ]
+            configs += [("train", {**base, **spec}) for spec in train_specs]
+    return configs
+
+
+def test_0004_frozen_derivation_matches_the_code_it_was_copied_from(tmp_path):
+    """The revision's frozen copy was made right: on the configs of its time it gives what
+    orchestrator.variants gives today (refusals included). A later change of the live code does not make
+    0004 wrong (it back-filled the rows of its time): then the configs that change leave this test."""
+    from orchestrator.variants import variant_columns
+
+    frozen = _revision("0004_variants_and_flops").variant_columns
+    tokenizer = tmp_path / "tokenizer.json"  # 300 tokens + 2 added ones: the vocabulary of its data
+    vocab = {f"t{i}": i for i in range(300)}
+    tokenizer.write_text(
+        json.dumps({"model": {"vocab": vocab}, "added_tokens": [{"content": "<a>"}, {"content": "<b>"}]})
+    )
+    with_file = {"recipe": "fixed4", "size": "small", "tokens": 9, "data": {"tokenizer": str(tokenizer)}}
+    assert frozen("train", with_file)["n_params"] - frozen("train", {**with_file, "data": {}})[
+        "n_params"
+    ] == (
+        (302 - 256) * 128 * 4  # the token table and the three value-embedding tables of fixed4 at small
+    )
+    configs = [*_configs_of_0004s_time(), ("train", with_file), ("train", {**with_file, "recipe": "parcae"})]
+    resolved = 0
+    for kind, spec in configs:
+        want = variant_columns(kind, spec)
+        assert frozen(kind, spec) == want, (kind, spec)
+        resolved += bool(want)
+    assert 0 < resolved < len(configs)  # both outcomes are compared
 
 
 def test_views_come_from_one_definition_at_head_and_from_0001_below_0003(db_url):

@@ -1,5 +1,6 @@
 """Shared helpers for the model tests: one CPU thread (the machine is shared; tiny ops only lose to
-thread overhead) and a way to give a model random non-trivial weights.
+thread overhead), a way to give a model random non-trivial weights, and the states a forward passes
+through (`forward_states`).
 
 Why randomise: at init every output projection is zero, so every block is the identity and a test of
 attention, windows or decoding would pass vacuously.
@@ -28,3 +29,23 @@ def randomize(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
             else:
                 p.add_(torch.randn(p.shape, generator=g) * 0.1)
     return model
+
+
+def forward_states(model, idx: torch.Tensor, through=None, **forward_kwargs) -> torch.Tensor:
+    """The states `model`'s forward passes through -> (n_rounds + 1, B, T, d): the initial state, then
+    the state after every global round (a held sample's state included), watched in the model's round
+    loop while `through(idx, **forward_kwargs)` runs (`through`: the model, or its `CompiledLM`). The
+    independent reading of what `LoopedLM.round_states` returns, through the forward's own parts."""
+    seen: list[torch.Tensor] = []
+    loop = type(model)._loop
+
+    def watched(h, counts, one_round, observe=None):
+        seen.append(h)
+        return loop(model, h, counts, one_round, seen.append)
+
+    model._loop = watched  # this instance only
+    try:
+        (model if through is None else through)(idx, **forward_kwargs)
+    finally:
+        del model._loop
+    return torch.stack(seen)

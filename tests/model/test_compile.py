@@ -15,9 +15,10 @@ import torch
 from torch._dynamo.utils import counters
 
 from model.attention import clear_mask_cache, prepare_masks
+from model.geometry import rel_update
 from model.looped import LoopedLM
 from model.presets import RECIPES, preset
-from tests.model.conftest import randomize
+from tests.model.conftest import forward_states, randomize
 
 B, T = 2, 64  # the tiny size's sequence length
 
@@ -144,16 +145,21 @@ def test_prepare_masks_builds_what_attention_then_uses(T, window, device):
     assert set(attn._MASKS) == prepared and len(prepared) == (window < T)
 
 
-def test_compiled_round_deltas_and_eval_forward_equal_eager():
-    """Outside training: no-grad forwards (every round without autograd) and per-round deltas."""
+def test_compiled_round_states_and_eval_forward_equal_eager():
+    """Outside training: no-grad forwards (every round without autograd), and the state after every
+    round (the per-round geometry) equal to the eager forward's."""
     model = randomize(LoopedLM(_cfg("lean")), seed=3).eval()
     compiled = model.compile_parts(backend="aot_eager")
     idx = torch.randint(0, 256, (B, T))
     with torch.no_grad():
-        want = model(idx, loops=[2, 5], h0_seed=4, return_deltas=True)
-        got = compiled(idx, loops=[2, 5], h0_seed=4, return_deltas=True)
+        want = model(idx, loops=[2, 5], h0_seed=4)
+        got = compiled(idx, loops=[2, 5], h0_seed=4)
+        want_states = forward_states(model, idx, loops=[2, 5], h0_seed=4)
+        got_states = forward_states(model, idx, through=compiled, loops=[2, 5], h0_seed=4)
     torch.testing.assert_close(got.logits, want.logits, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(got.round_deltas, want.round_deltas, rtol=1e-5, atol=1e-6)
+    assert got_states.shape == want_states.shape == (6, B, T, model.cfg.d_model)
+    torch.testing.assert_close(rel_update(got_states), rel_update(want_states), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got_states, want_states, rtol=1e-5, atol=1e-5)
 
 
 def test_rounds_with_equal_settings_share_one_graph():

@@ -23,7 +23,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
 from model.config import ModelConfig
-from model.counts import arch_summary, once_and_recurrent_params, param_count, tokens_for_flops
+from model.counts import arch_summary, layer_params, once_and_recurrent_params, param_count, tokens_for_flops
 from model.errors import ConfigError
 from model.flops import attention_pairs, step_flops, training_flops
 from model.looped import LoopedLM
@@ -209,6 +209,9 @@ def test_n_once_and_n_rec_add_up_to_the_parameter_count():
         model = LoopedLM(dataclasses.replace(cfg, vocab_size=64, **SMALL))
         recurrent = sum(p.numel() for name, p in model.recurrent.named_parameters() if ".ve." not in name)
         assert once_and_recurrent_params(model.cfg)["n_rec"] == recurrent
+        per_layer = [sum(p.numel() for name, p in blk.named_parameters() if not name.startswith("attn.ve."))
+                     for blk in model.blocks()]  # fmt: skip
+        assert layer_params(model.cfg) == per_layer
         total = sum(p.numel() for p in model.parameters())
         tables = sum(p.numel() for p in model.embedding_params())
         untied = 0 if cfg.tie_embeddings else 64 * SMALL["d_model"]

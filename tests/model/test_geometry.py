@@ -10,6 +10,7 @@ import torch
 from model import geometry
 from model.looped import LoopedLM
 from model.presets import preset
+from tests.model.conftest import forward_states
 
 
 def rollout(h0: torch.Tensor, step, n: int, skip: int | None = None) -> torch.Tensor:
@@ -90,15 +91,18 @@ def test_interaction_with_a_subset_of_skipped_rounds_and_bad_input():
         geometry.angle(torch.zeros(1, 1, 1, 2))
 
 
-def test_a_looped_lm_has_interacting_rounds_and_matches_its_forward_deltas():
+def test_a_looped_lm_has_interacting_rounds_and_round_states_are_its_forwards_states():
     torch.manual_seed(0)
     cfg = preset("fixed4", "tiny", d_model=32, n_heads=1, head_dim=32, seq_len=16)
     model = LoopedLM(cfg).eval()
     idx = torch.randint(0, cfg.vocab_size, (2, 16))
     states = model.round_states(idx, 4, h0_seed=3)
     with torch.no_grad():
-        forward = model(idx, loops=4, h0_seed=3, return_deltas=True).round_deltas
-    assert geometry.rel_update(states).tolist() == pytest.approx(forward.tolist(), rel=1e-5)
+        forward = forward_states(model, idx, loops=4, h0_seed=3)  # read from the forward's own rounds
+    assert geometry.rel_update(states).tolist() == pytest.approx(
+        geometry.rel_update(forward).tolist(), rel=1e-5
+    )
+    torch.testing.assert_close(states, forward)
     matrix = geometry.interaction(states, lambda i: model.round_states(idx, 4, h0_seed=3, skip_round=i - 1))
     upper = torch.triu(torch.ones(4, 4, dtype=torch.bool), diagonal=1)
     assert (matrix[upper] > 0).all() and torch.isfinite(matrix[upper]).all()

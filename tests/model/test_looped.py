@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from model.contexts import SeqContext
 from model.counts import param_count
+from model.geometry import rel_update
 from model.kv_cache import LayerKey
 from model.looped import LoopedLM
 from model.presets import RECIPES, preset
@@ -170,12 +171,12 @@ def test_truncated_rounds_keep_no_graph():
     assert outs == [False, False, False, True, True, True]
 
 
-def test_round_deltas():
-    m = _model("lean")
-    with torch.no_grad():
-        out = m(_idx(), loops=6, h0_seed=0, return_deltas=True)
-    assert out.round_deltas.shape == (6,) and torch.isfinite(out.round_deltas).all()
-    assert (out.round_deltas > 0).all()
+def test_every_round_moves_the_state():
+    """The per-round relative update (the depth sweep's rel_change) of a randomised model: one finite,
+    positive number per round."""
+    rel = rel_update(_model("lean").round_states(_idx(), 6, h0_seed=0))
+    assert rel.shape == (6,) and torch.isfinite(rel).all()
+    assert (rel > 0).all()
 
 
 @pytest.mark.parametrize("recipe", RECIPES)

@@ -9,10 +9,11 @@ import torch
 
 import model.looped as looped
 from model.errors import ConfigError
+from model.geometry import rel_update
 from model.looped import LoopedLM
 from model.presets import preset
 from model.rounds import loop_counts, plan_rounds
-from tests.model.conftest import randomize
+from tests.model.conftest import forward_states, randomize
 
 COUNTS = [2, 7, 1, 5]
 
@@ -118,16 +119,17 @@ def test_the_round_loop_never_reads_a_tensor_on_the_host(monkeypatch, recipe):
     idx = _idx()
     counts_tensor = torch.tensor(COUNTS)  # the sampler's CPU tensor
     loop = LoopedLM._loop
+    seen = []
 
-    def guarded_loop(self, *args, **kwargs):
+    def guarded_loop(self, h, counts, one_round, observe=None):
         with monkeypatch.context() as patch:
             _forbid_host_sync(patch)
-            return loop(self, *args, **kwargs)
+            return loop(self, h, counts, one_round, seen.append)  # an observer of every round too
 
     monkeypatch.setattr(LoopedLM, "_loop", guarded_loop)
-    out = m(idx, targets=idx, loops=counts_tensor, h0_seed=1, return_deltas=True)
+    out = m(idx, targets=idx, loops=counts_tensor, h0_seed=1)
     out.loss.backward()
-    assert out.round_deltas.shape == (7,)
+    assert len(seen) == 7  # max(COUNTS) rounds, each seen
     monkeypatch.setattr(LoopedLM, "_loop", loop)
     with monkeypatch.context() as patch:  # Python counts: the whole forward is free of reads
         _forbid_host_sync(patch)
@@ -135,13 +137,17 @@ def test_the_round_loop_never_reads_a_tensor_on_the_host(monkeypatch, recipe):
     loss.backward()
 
 
-def test_round_deltas_average_only_the_samples_that_moved():
+def test_in_a_mixed_batch_a_sample_moves_as_in_its_solo_run_and_is_held_after_its_rounds():
+    """Per-round geometry per sample: sample 1 (5 rounds) updates as alone; sample 0 (2 rounds) does
+    not move in rounds 3-5."""
     m = randomize(LoopedLM(preset("lean", "tiny")), seed=2).eval()
     idx = _idx(B=2)
     with torch.no_grad():
-        mixed = m(idx, loops=[2, 5], h0_seed=0, return_deltas=True).round_deltas
-        solo = m(idx[1:], loops=5, h0_seed=0, return_deltas=True).round_deltas
-    torch.testing.assert_close(mixed[2:], solo[2:], rtol=1e-5, atol=1e-6)  # rounds 3-5: only sample 1 runs
+        mixed = forward_states(m, idx, loops=[2, 5], h0_seed=0)  # (6, 2, T, d)
+        solo = forward_states(m, idx[1:], loops=5, h0_seed=0)
+    assert mixed.shape[0] == solo.shape[0] == 6
+    torch.testing.assert_close(rel_update(mixed[:, 1:]), rel_update(solo), rtol=1e-5, atol=1e-6)
+    assert (rel_update(mixed[2:, :1]) == 0).all()  # rounds 3-5 of sample 0: held, exactly
 
 
 @pytest.mark.gpu

@@ -71,11 +71,18 @@ def test_status_logs_cancel_retry(db, tmp_path, capsys):
     assert main(["--db", db, "logs", str(boom)]) == 0
     assert "RuntimeError: boom here" in capsys.readouterr().out
     assert main(["--db", db, "cancel", str(other), str(boom)]) == 0
-    assert "cancelled: [" in capsys.readouterr().out
+    assert (
+        capsys.readouterr().out == f"cancelled: [{other}]; not queued/running (left as they are): [{boom}]\n"
+    )
     assert q.status().set_index("id").loc[other, "status"] == "cancelled"
     assert main(["--db", db, "retry", str(boom), str(other)]) == 0
     assert set(q.status().set_index("id").loc[[boom, other], "status"]) == {"queued"}
+    capsys.readouterr()
     assert main(["--db", db, "retry", str(sweep_src)]) == 1  # queued: nothing to retry
+    assert (
+        capsys.readouterr().out
+        == f"re-queued: none; not failed/cancelled, or still stopping (left as they are): [{sweep_src}]\n"
+    )
 
 
 def test_progress_bar_of_a_job_that_has_not_reported_is_empty_not_full():

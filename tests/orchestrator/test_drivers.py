@@ -23,7 +23,7 @@ from orchestrator.drivers import DriverId
 from orchestrator.states import AttemptOutcome, JobStatus
 from orchestrator.writer import record_concurrency, write_events
 from tests.orchestrator import fake_jobs
-from workers.reporter import Event
+from workers.reporter import Event, EventKind, MemoryReporter
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,28 +45,27 @@ def age_heartbeat(eng, job_id: int, seconds: float = 120.0) -> None:
 
 
 def events(step: int, value: float) -> list[Event]:
-    """One of each kind of write an attempt makes on behalf of its job."""
-    now = time.time()
-    return [
-        Event("metric", now, {"key": "train_loss", "step": step, "value": value}),
-        Event("progress", now, {"done": step, "total": 10, "eta_s": 1.0}),
-        Event("checkpoint", now, {"path": f"/ckpt/{value}", "step": step}),
-        Event("log", now, {"level": "INFO", "message": f"from value {value}"}),
-        Event(
-            "result",
-            now,
-            {"table": "train_results", "row": {"steps": step, "tokens": step, "train_seconds": value}},
-        ),  # fmt: skip
-        Event("heartbeat", now, {}),
-    ]
+    """One of each kind of write an attempt makes on behalf of its job, made as a job makes them."""
+    rep = MemoryReporter()
+    rep.started(f"node-{value}:1", str(step))
+    rep.resumed(step - 1)
+    rep.metric("train_loss", step, value)
+    rep.progress(step, 10, eta_s=1.0)
+    rep.checkpoint(f"/ckpt/{value}", step)
+    rep.log(f"from value {value}")
+    rep.result("train_results", {"steps": step, "tokens": step, "train_seconds": value})
+    rep.heartbeat()
+    assert {e.kind for e in rep.events} == set(EventKind)
+    return rep.events
 
 
 def snapshot(eng, job_id: int) -> tuple:
     """Everything a job's attempt may write, as it is now."""
     return (
-        rows(eng, "SELECT status, attempts, heartbeat_at, progress_done, checkpoint_path, error FROM jobs "
-                  "WHERE id = :j", j=job_id),
-        rows(eng, "SELECT n, outcome, ended_at, error FROM attempts WHERE job_id = :j ORDER BY n", j=job_id),
+        rows(eng, "SELECT status, attempts, heartbeat_at, progress_done, checkpoint_path, error, worker, gpu_ids "
+                  "FROM jobs WHERE id = :j", j=job_id),
+        rows(eng, "SELECT n, outcome, ended_at, error, worker, resumed_from_step FROM attempts WHERE job_id = :j "
+                  "ORDER BY n", j=job_id),
         rows(eng, "SELECT key, step, value FROM metrics WHERE job_id = :j ORDER BY step", j=job_id),
         rows(eng, "SELECT message FROM job_logs WHERE job_id = :j ORDER BY id", j=job_id),
         rows(eng, "SELECT steps, train_seconds, concurrent_jobs FROM train_results WHERE job_id = :j", j=job_id),
@@ -106,8 +105,10 @@ def test_a_stalled_driver_writes_nothing_once_its_job_was_claimed_again(eng):
         (1, 1.0), (2, 2.0)]  # fmt: skip
     assert rows(eng, "SELECT steps, train_seconds, concurrent_jobs FROM train_results WHERE job_id = :j",
                 j=jid) == [(2, 2.0, 0)]  # fmt: skip
-    assert rows(eng, "SELECT checkpoint_path, progress_done FROM jobs WHERE id = :j", j=jid) == [
-        ("/ckpt/2.0", 2)]  # fmt: skip
+    assert rows(eng, "SELECT checkpoint_path, progress_done, worker, gpu_ids FROM jobs WHERE id = :j", j=jid) == [
+        ("/ckpt/2.0", 2, "node-2.0:1", "2")]  # fmt: skip
+    assert rows(eng, "SELECT n, worker, resumed_from_step FROM attempts WHERE job_id = :j ORDER BY n", j=jid) == [
+        (1, "node-1.0:1", 0), (2, "node-2.0:1", 1)]  # fmt: skip
     assert [m for (m,) in rows(eng, "SELECT message FROM job_logs WHERE job_id = :j", j=jid)] == [
         "from value 1.0", "from value 2.0"]  # fmt: skip
 

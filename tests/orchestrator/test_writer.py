@@ -19,7 +19,7 @@ from orchestrator.states import AttemptOutcome
 from orchestrator.task import MetricSpool, QueueReporter
 from orchestrator.writer import write_events
 from tests.orchestrator import fake_jobs
-from workers.reporter import Event
+from workers.reporter import Event, EventKind
 
 
 class LocalReporter(QueueReporter):
@@ -190,6 +190,7 @@ def test_bad_events_are_dropped_with_a_warning_and_the_rest_is_kept(eng, train_j
         result("train_results", steps=10),  # missing required columns
         result("depth_evals", loops=3, val_loss={"not": "a number"}),
         Event("telepathy", 0.0, {}),
+        Event("started", 0.0, {"gpu_ids": "0"}),  # no worker
     ]
     good = [
         metric(1, 0.5),
@@ -214,8 +215,23 @@ def test_bad_events_are_dropped_with_a_warning_and_the_rest_is_kept(eng, train_j
     dropped = warnings(eng, train_job)
     assert len(dropped) == len(bad)
     for text in ("not a number", "without a key", "not a 64-bit integer", "unknown result table", "unknown columns ['colour']",
-                 "missing columns", "neither numbers nor text", "unknown event kind 'telepathy'"):  # fmt: skip
+                 "missing columns", "neither numbers nor text", "unknown event kind 'telepathy'",
+                 "started needs a worker"):  # fmt: skip
         assert any(text in line for line in dropped), text
+
+
+def test_the_writer_reaches_a_jobs_row_only_through_the_queue_and_never_its_state(eng, train_job):
+    """Progress, heartbeat and checkpoint events become `jobqueue.record_live`'s columns; anything else
+    on the jobs row (its status, its attempt counter) is refused by name."""
+    write_events(eng, [(train_job, 1, [Event(EventKind.CHECKPOINT, 0.0, {"path": "/c", "step": 3})])])
+    with eng.begin() as conn:
+        with pytest.raises(ValueError, match=r"\['status'\] are not live columns; accepted: progress_done"):
+            jobqueue.record_live(conn, train_job, 1, {"checkpoint_step": 4, "status": "failed"})
+        row = conn.execute(
+            sa.text("SELECT status, checkpoint_path, checkpoint_step FROM jobs WHERE id = :j"),
+            {"j": train_job},
+        ).one()
+    assert tuple(row) == ("running", "/c", 3)
 
 
 def test_a_batch_the_database_refuses_is_written_job_by_job(eng, train_job):

@@ -129,10 +129,11 @@ def test_standalone_sweep_reproduces_a_parcae_runs_val_loss_exactly(looplab_cach
 
 
 def test_sweep_records_the_loop_geometry_and_the_interaction_matrix(trained_fixed4, tmp_path):
-    """Every round of every depth gets rel_change (the forward's own measure), angle and state
-    variance; each interaction depth n gets its n(n-1)/2 pairs i < j, all finite and positive."""
+    """Every round of every depth gets rel_change, angle and state variance (of the states the forward
+    passes through); each interaction depth n gets its n(n-1)/2 pairs i < j, all finite and positive."""
+    from model.geometry import rel_update
+    from tests.model.conftest import forward_states
     from workers.data import prepare, val_chunks
-    from workers.evaluate import evaluate
 
     out, _ = trained_fixed4
     rep = MemoryReporter()
@@ -144,13 +145,22 @@ def test_sweep_records_the_loop_geometry_and_the_interaction_matrix(trained_fixe
     assert [(d["loops"], d["round"]) for d in deltas] == [(2, 1), (2, 2), (4, 1), (4, 2), (4, 3), (4, 4)]
     for d in deltas:
         assert 0 < d["angle"] <= math.pi and d["state_var"] > 0 and d["rel_change"] > 0
-    # rel_change from the states equals the forward's own per-round measure on the same batches
+    # rel_change equals the relative update of the states the forward passes through, on the same
+    # batches and h0 seeds, as a mean over tokens
     model, cfg, train_spec = depth_sweep.load_model(out, torch.device("cpu"))
     data = prepare(depth_sweep.data_spec(train_spec, out))
     chunks = val_chunks(data.val, 512, cfg.seq_len)
-    forward = evaluate(model, chunks, 8, torch.device("cpu"), torch.from_numpy(data.token_bytes), loops=4,
-                       h0_seed=spec.h0_seed, deltas=True).round_deltas  # fmt: skip
-    assert [d["rel_change"] for d in deltas if d["loops"] == 4] == pytest.approx(forward, rel=1e-5)
+    total, tokens = torch.zeros(4), 0
+    for i, start in enumerate(range(0, len(chunks), spec.batch_size)):
+        x = chunks[start : start + spec.batch_size, :-1]
+        with torch.no_grad():
+            total += (
+                rel_update(forward_states(model.eval(), x, loops=4, h0_seed=spec.h0_seed + i)) * x.numel()
+            )
+        tokens += x.numel()
+    assert [d["rel_change"] for d in deltas if d["loops"] == 4] == pytest.approx(
+        (total / tokens).tolist(), rel=1e-5
+    )
     pairs = [(r["loops"], r["skipped"], r["round"]) for r in res["round_interactions"]]
     assert pairs == [(3, 1, 2), (3, 1, 3), (3, 2, 3), (4, 1, 2), (4, 1, 3), (4, 1, 4), (4, 2, 3), (4, 2, 4),
                      (4, 3, 4)]  # fmt: skip
