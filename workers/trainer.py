@@ -218,8 +218,10 @@ class Trainer:
 
     def _flop_fields(self, tokens: int, train_seconds: float) -> dict[str, float | None]:
         """The result row's FLOP accounting: the model's training FLOPs per token (expected over the
-        loop sampler, see model.flops), their total over the tokens trained, that total per training
-        second and, on a GPU the peak table knows, its fraction of the device's peak (MFU)."""
+        loop sampler, see model.flops, for one forward of the whole batch: the run's accounting, which
+        a FLOP budget also uses, whatever the micro-batches; the split's own padding is logged), their
+        total over the tokens trained, that total per training second and, on a GPU the peak table
+        knows, its fraction of the device's peak (MFU)."""
         per_token = self.flops.total
         achieved = per_token * tokens / max(train_seconds, 1e-9)
         peak = peak_flops(self.device)
