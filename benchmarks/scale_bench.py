@@ -92,6 +92,7 @@ def main() -> int:
     p.add_argument(
         "--threads", type=int, default=1, help="torch intra-op threads (the VM's cores are shared)"
     )
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (each step ends in a host sync)")
     p.add_argument("--workers", action="store_true", help="also 2-worker vs 1-worker (not built yet)")
     args = p.parse_args()
 
