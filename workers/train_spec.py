@@ -73,8 +73,8 @@ class Spec:
     flops: float | None = None
     """training-FLOP budget, e.g. 3e15 (forward + backward, model.flops), trained as whole steps"""
     batch_size: int = SIZE_BATCH["tiny"]
-    """sequences per optimizer step (the global batch; evaluation's h0 seed changes every batch_size
-    sequences); not given: the size's, 8 at tiny and small, 256 at 86m and 144m"""
+    """sequences per optimizer step, the global batch (and per evaluation batch); not given: the
+    size's, 8 at tiny and small, 256 at 86m and 144m"""
     micro_batch_size: int | None = field(default=None, metadata=EXECUTION)
     """sequences per forward (the step's gradient is accumulated over its forwards; need not divide
     batch_size, forwards differ by at most one sequence), also per evaluation forward; none: the whole

@@ -56,6 +56,7 @@ from model.errors import ConfigError
 from model.flops import training_flops
 from model.init import RowKey, draw_h0
 from model.looped import LoopedLM
+from model.rounds import forward_sizes
 from workers import checkpoint as ckpt
 from workers.batching import split_step
 from workers.data import get_batch, prepare, val_chunks
@@ -204,7 +205,7 @@ class Trainer:
     def _batch_line(self) -> str:
         """How a step runs: global batch, micro-batch, bucketing, and the padding that remains."""
         spec = self.spec
-        forwards = -(-spec.batch_size // (spec.micro_batch_size or spec.batch_size))
+        forwards = len(forward_sizes(spec.batch_size, spec.micro_batch_size))
         line = (
             f"global batch {spec.batch_size}, micro-batch {spec.micro_batch_size or spec.batch_size} "
             f"({forwards} forward{'s' if forwards > 1 else ''} per step), "
