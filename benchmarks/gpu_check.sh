@@ -35,7 +35,7 @@ timeout 30 "$PYTHON" -c "import torch; assert torch.cuda.is_available(), 'no CUD
 
 step gpu_tests 140 "$PYTHON" -m pytest -m "gpu and not slow" -q -p no:cacheprovider tests
 rm -rf "$OUT/train_compiled" # a fresh run, not a resume of the last check's
-step train_compiled 105 "$PYTHON" -m workers.train --preset lean --size 86m --tokens $((120 * 8 * 2048)) \
+step train_compiled 105 "$PYTHON" -m workers.train --preset lean --size 86m --batch-size 8 --tokens $((120 * 8 * 2048)) \
     --compile --device cuda --eval-every 100000 --eval-tokens 16384 --eval-loops 4 --ckpt-every 100000 \
     --out "$OUT/train_compiled"
 step bench_ratios 75 "$PYTHON" benchmarks/model_bench.py --device cuda --section ratios --ratio-steps 3 --out "$OUT"

@@ -26,12 +26,21 @@ Attention conventions (`attention=`):
 - "causal": only the pairs the mask lets through, T(T+1)/2 causal, sum of min(t+1, window) windowed:
   the least any kernel must compute.
 
-Loop counts and truncated backprop follow `model.rounds` exactly: every global round runs forward for
-the whole batch (a batch with per-sequence counts runs max(count) rounds, the padded ones included);
-only the rounds `plan_rounds` runs with autograd cost a backward. `training_flops` takes the
+Loop counts and truncated backprop follow `model.rounds` exactly: every global round of a forward
+runs for all its rows (a forward with per-sequence counts runs max(count) rounds, the padded ones
+included); only the rounds `plan_rounds` runs with autograd cost a backward. `training_flops` takes the
 expectation over the loop sampler for a batch size; `step_flops` counts one step with given counts.
 `padding_waste` = the fraction of recurrent-round FLOPs (forward + backward) spent on rounds outside a
 sequence's own: 0 for fixed and per-batch sampling.
+
+Micro-batches: a step whose rows run in several forwards (`model.rounds.forward_sizes`) pads each
+forward to its own largest count only. `step_flops(..., forwards=)` counts a given split exactly (the
+row indices of each forward); `training_flops(..., micro_batch_size=, bucketing=, ranks=)` takes the
+expectation of the trainer's split (workers/batching.py): without bucketing a forward holds s rows
+drawn independently, whose largest count has CDF F^s; with bucketing the rows are sorted by count and
+cut in order, so the forward holding sorted positions a+1..a+s (1 = the largest count) has the
+(a+1)-th largest count of the batch as its own largest: P(it runs round g) = P(N_g >= a+1), N_g ~
+Binomial(B, 1 - F(g)) the number of rows with more than g rounds (`_sorted_forward`).
 """
 
 from __future__ import annotations
@@ -44,7 +53,7 @@ from model import fields as check
 from model.attention import cpu_block_size, use_block_local
 from model.config import ModelConfig, RoundSettings
 from model.layers import VE_GATE_CHANNELS
-from model.rounds import loop_counts, plan_rounds
+from model.rounds import forward_sizes, loop_counts, plan_rounds
 
 ATTENTION_CONVENTIONS = ("dense", "causal")
 BACKWARD_FACTOR = 2.0  # backward = gradients of both operands of every matmul = 2x the forward
@@ -147,7 +156,7 @@ class FlopBreakdown:
     coda: PartFlops
     head: PartFlops
     padding_waste: float
-    mean_rounds: float  # global rounds run forward per step
+    mean_rounds: float  # global rounds run forward per step (a row-weighted mean over its forwards)
     mean_grad_rounds: float  # of which with autograd
 
     def parts(self) -> list[PartFlops]:
@@ -213,23 +222,40 @@ def _resolved_seq_len(cfg: ModelConfig, seq_len: int | None, attention: str) -> 
 
 
 def step_flops(
-    cfg: ModelConfig, counts, seq_len: int | None = None, attention: str = "dense"
+    cfg: ModelConfig,
+    counts,
+    seq_len: int | None = None,
+    attention: str = "dense",
+    forwards: Sequence[Sequence[int]] | None = None,
 ) -> FlopBreakdown:
     """FLOPs per token of one training step whose sequences run `counts` rounds (an int for the whole
-    batch or one count per sequence), scheduled by `model.rounds.plan_rounds` as the model does."""
+    batch or one count per sequence), scheduled by `model.rounds.plan_rounds` as the model does.
+    `forwards`: the row indices of each forward the step runs (micro-batches; every row once), None =
+    one forward of the whole batch; each forward pads its rows to its own largest count."""
     seq_len = _resolved_seq_len(cfg, seq_len, attention)
     batch = len(counts) if isinstance(counts, list | tuple) else 1
     counts = loop_counts(counts, batch)
-    plan = plan_rounds(counts, cfg.grad_rounds, True, rounds_share_settings=cfg.rounds_alike)
     per_seq = [counts] * batch if isinstance(counts, int) else counts
+    if forwards is None:
+        forwards = [range(batch)]
+    if sorted(r for rows in forwards for r in rows) != list(range(batch)):
+        raise ValueError(f"forwards: expected every row 0..{batch - 1} exactly once")
     k = cfg.grad_rounds
-    n = plan.n_rounds
-    run = [1.0] * n
-    grad = [1.0 if g else 0.0 for g in plan.grad]
+    n = max(per_seq)
+    run_rows, grad_rows = [0] * n, [0] * n  # rows whose forward runs global round g (with autograd)
+    prelude = 0.0
+    for rows in forwards:
+        part = loop_counts([per_seq[r] for r in rows], len(rows))
+        plan = plan_rounds(part, k, True, rounds_share_settings=cfg.rounds_alike)
+        for g in range(plan.n_rounds):
+            run_rows[g] += len(rows)
+            grad_rows[g] += len(rows) if plan.grad[g] else 0
+        prelude += len(rows) / batch * _prelude_gets_grad(cfg, plan)
+    run, grad = [r / batch for r in run_rows], [r / batch for r in grad_rows]
     own_run = [sum(c > j for c in per_seq) / batch for j in range(n)]
     own_grad = [sum(c > j and (k is None or j >= c - k) for c in per_seq) / batch for j in range(n)]
     own = None if (own_run, own_grad) == (run, grad) else (own_run, own_grad)
-    return _breakdown(cfg, seq_len, attention, run, grad, own, _prelude_gets_grad(cfg, plan))
+    return _breakdown(cfg, seq_len, attention, run, grad, own, prelude)
 
 
 def _prelude_gets_grad(cfg: ModelConfig, plan) -> float:
@@ -257,17 +283,27 @@ def _clamped_poisson_cdf(mean: float, upto: int) -> list[float]:
 
 
 def training_flops(
-    cfg: ModelConfig, batch_size: int, seq_len: int | None = None, attention: str = "dense"
+    cfg: ModelConfig,
+    batch_size: int,
+    seq_len: int | None = None,
+    attention: str = "dense",
+    micro_batch_size: int | None = None,
+    bucketing: bool = False,
+    ranks: int = 1,
 ) -> FlopBreakdown:
-    """Training FLOPs per token expected over the loop sampler at `batch_size` sequences per step.
+    """Training FLOPs per token expected over the loop sampler at `batch_size` sequences per step, run
+    in the forwards `model.rounds.forward_sizes(batch_size, micro_batch_size, ranks)` (default: one
+    forward of the whole batch), the rows sorted by loop count first with `bucketing`.
 
-    With c the loop count (CDF F) and n the batch's max (CDF F^B for per-sequence sampling, B = 1 for
-    per-batch sampling), global round g runs forward with P(n > g). With gradient through the last k
-    rounds: the aligned schedule (one round setting) runs g with autograd when g < n <= g + k; the
-    staggered one when some sequence has c in [g+1, g+k], P = 1 - (1 - F(g+k) + F(g))^B. A sequence's
-    own round j runs with P(c > j) and needs gradient with probability F(j+k) - F(j)."""
+    With c the loop count (CDF F) and n a forward's max (CDF F^s for s rows sampled per sequence, one
+    draw per step for per-batch sampling), global round g runs forward with P(n > g). With gradient
+    through the last k rounds: the aligned schedule (one round setting) runs g with autograd when
+    g < n <= g + k; the staggered one when some sequence has c in [g+1, g+k], P = 1 - (1 - F(g+k) +
+    F(g))^s. A sequence's own round j runs with P(c > j) and needs gradient with probability
+    F(j+k) - F(j). Sorted forwards: the same events for order statistics (`_sorted_forward`)."""
     seq_len = _resolved_seq_len(cfg, seq_len, attention)
     batch_size = check.integer("batch_size", batch_size, lo=1)
+    sizes = forward_sizes(batch_size, micro_batch_size, ranks)
     if cfg.loop_sampler == "fixed":
         return step_flops(cfg, cfg.loops, seq_len, attention)
     sequences = batch_size if cfg.loop_sampler == "poisson_seq" else 1  # independent draws per step
@@ -286,16 +322,80 @@ def training_flops(
     own_grad = [in_window(j) for j in range(n_rounds)]
     if sequences == 1:  # the whole batch runs one count: no padding
         return _breakdown(cfg, seq_len, attention, own_run, own_grad, None, _prelude_grad(cfg, cdf_at, 1))
-    run = [1.0 - cdf_at(g) ** sequences for g in range(n_rounds)]
+
+    def drawn_forward(s: int) -> tuple[list[float], list[float], float]:
+        """(run, grad, prelude) of a forward of s independently drawn rows."""
+        run = [1.0 - cdf_at(g) ** s for g in range(n_rounds)]
+        if k is None:
+            grad = run
+        elif cfg.rounds_alike:  # aligned: the last k global rounds
+            grad = [cdf_at(g + k) ** s - cdf_at(g) ** s for g in range(n_rounds)]
+        else:
+            grad = [1.0 - (1.0 - in_window(g)) ** s for g in range(n_rounds)]
+        return run, grad, _prelude_grad(cfg, cdf_at, s)
+
+    if bucketing and len(sizes) > 1:
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        tails = [_binomial_tail(batch_size, 1.0 - cdf_at(g)) for g in range(n_rounds + (k or 0) + 1)]
+        parts = [_sorted_forward(cfg, cdf_at, tails, n_rounds, a, s) for a, s in zip(starts, sizes)]
+    else:
+        drawn = {s: drawn_forward(s) for s in set(sizes)}
+        parts = [drawn[s] for s in sizes]
+    run, grad, prelude = [0.0] * n_rounds, [0.0] * n_rounds, 0.0
+    for s, (part_run, part_grad, part_prelude) in zip(sizes, parts):
+        share = s / batch_size
+        run = [r + share * p for r, p in zip(run, part_run)]
+        grad = [r + share * p for r, p in zip(grad, part_grad)]
+        prelude += share * part_prelude
+    return _breakdown(cfg, seq_len, attention, run, grad, (own_run, own_grad), prelude)
+
+
+def _binomial_tail(n: int, p: float) -> list[float]:
+    """P(N >= j) for j = 0..n+1, N ~ Binomial(n, p)."""
+    if p <= 0.0 or p >= 1.0:
+        return [1.0] * (1 if p <= 0.0 else n + 1) + [0.0] * (n + 1 if p <= 0.0 else 1)
+    log_p, log_q, log_n = math.log(p), math.log1p(-p), math.lgamma(n + 1)
+    pmf = [math.exp(log_n - math.lgamma(t + 1) - math.lgamma(n - t + 1) + t * log_p + (n - t) * log_q)
+           for t in range(n + 1)]  # fmt: skip
+    tail = [0.0] * (n + 2)
+    for t in range(n, -1, -1):
+        tail[t] = tail[t + 1] + pmf[t]
+    return tail
+
+
+def _sorted_forward(cfg: ModelConfig, cdf_at, tails, n_rounds: int, a: int, s: int):
+    """(run, grad, prelude) of the forward holding sorted positions a+1..a+s of a bucketed batch of B
+    rows (1 = the largest count). tails[g][j] = P(N_g >= j), N_g = rows with more than g rounds.
+
+    It runs round g when its largest count (the (a+1)-th largest) exceeds g: P(N_g >= a+1). Aligned
+    gradient: that count in (g, g+k]. Staggered: some of its rows has c in [g+1, g+k]; with A = N_{g+k}
+    rows above the window and C = N_g - A in it, sorted positions A+1..A+C fall in the window, so none
+    of a+1..a+s does iff A + C <= a, or A >= a + s, or C = 0 (disjoint when C = 0 is taken with
+    a < A < a + s: P(C = 0, A = t) = C(B, t) (1 - F(g+k))^t F(g)^(B-t)). The prelude gets gradient
+    (no injection) when its smallest count, the (a+s)-th largest, is at most k: P(N_k <= a+s-1)."""
+    k, batch = cfg.grad_rounds, len(tails[0]) - 2
+    run = [tails[g][a + 1] for g in range(n_rounds)]
     if k is None:
         grad = run
-    elif cfg.rounds_alike:  # aligned: the last k global rounds
-        grad = [cdf_at(g + k) ** sequences - cdf_at(g) ** sequences for g in range(n_rounds)]
+    elif cfg.rounds_alike:
+        grad = [tails[g][a + 1] - tails[g + k][a + 1] for g in range(n_rounds)]
     else:
-        grad = [1.0 - (1.0 - in_window(g)) ** sequences for g in range(n_rounds)]
-    return _breakdown(
-        cfg, seq_len, attention, run, grad, (own_run, own_grad), _prelude_grad(cfg, cdf_at, sequences)
-    )
+        grad = []
+        for g in range(n_rounds):
+            above, below = 1.0 - cdf_at(g + k), cdf_at(g)
+            held = sum(_binomial_term(batch, t, above, below) for t in range(a + 1, a + s))
+            grad.append(max(0.0, 1.0 - ((1.0 - tails[g][a + 1]) + tails[g + k][a + s] + held)))
+    if cfg.injection != "none" or k is None:
+        return run, grad, 1.0
+    return run, grad, 1.0 - tails[k][a + s]
+
+
+def _binomial_term(n: int, t: int, p: float, q: float) -> float:
+    """C(n, t) p^t q^(n - t) (p + q need not be 1), 0 when a zero base has a positive power."""
+    if (p <= 0.0 and t > 0) or (q <= 0.0 and n - t > 0):
+        return 0.0
+    log = math.lgamma(n + 1) - math.lgamma(t + 1) - math.lgamma(n - t + 1)
+    return math.exp(log + (t * math.log(p) if t else 0.0) + ((n - t) * math.log(q) if n - t else 0.0))
 
 
 def _prelude_grad(cfg: ModelConfig, cdf_at, sequences: int) -> float:

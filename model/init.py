@@ -17,6 +17,8 @@ Parameter by parameter (d = d_model, std_d = sqrt(2 / (5 d)), "small init"; the 
     loop-design parameters  scalar/channel/dense injection one/ones/identity, history maps zero,
                             timestep gates one, adaLN scale and shift zero (`model.loop_design`)
     h0 (per forward)        truncated normal on [-3 std, 3 std], std = cfg.initial_state_std = std_d
+                            (training: a function of (seed, step, global row, position, channel),
+                            see `RowKey`; evaluation and decoding: of (seed, position, channel))
 
 "Scaled orthogonal" as the reference does it: draw a standard normal truncated to [-2, 2] (PyTorch's
 `trunc_normal_` default bounds), take Q of its QR decomposition with the signs of R's diagonal (a
@@ -27,6 +29,7 @@ has entry RMS 1/sqrt(max(rows, cols)), so the result has entry RMS exactly `std`
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -90,11 +93,58 @@ def h0_from_seed(seed: int, positions: Tensor, d: int, std: float) -> Tensor:
     return _trunc_normal_from_uniform(u, std)
 
 
+@dataclass(frozen=True)
+class RowKey:
+    """The h0 key of a training forward: its rows are rows `rows` of the global batch of step `step`
+    of a run seeded `seed`. Row b's h0 is a pure function of (seed, step, rows[b], position, channel)
+    (`h0_rows`), so a step's initial states do not depend on how its rows are split into micro-batches,
+    ordered by loop count or spread over workers."""
+
+    seed: int
+    step: int
+    rows: tuple[int, ...]  # the global row index of each row of the forward, in order
+
+
+def _row_keys(key: RowKey) -> list[int]:
+    """One 32-bit key per row of `key`, hashed on the host from (seed, step, row)."""
+    s = _mix32(((key.seed & _M32) * 0x9E3779B9 + 0x7F4A7C15) & _M32)
+    s = _mix32(s ^ ((key.step & _M32) * 0x85EBCA6B + 0x68E31DA4) & _M32)
+    return [_mix32(s ^ ((row & _M32) * 0xC2B2AE35 + 0x27D4EB2F) & _M32) for row in key.rows]
+
+
+def h0_rows(key: RowKey, positions: Tensor, d: int, std: float) -> Tensor:
+    """Deterministic truncated-normal (+-3 std) initial states (B, T, d) of the rows of `key`, B =
+    len(key.rows): a counter-based hash of (seed, step, global row, position, channel), the int-seed
+    recipe of `h0_from_seed` with one key per row. positions: (T,) int64 on the target device; the
+    row keys are computed on the host and copied without waiting for the device."""
+    rows = torch.tensor(_row_keys(key), dtype=torch.long)  # (B,)
+    if positions.device.type == "cuda":
+        rows = rows.pin_memory()
+    rows = rows.to(positions.device, non_blocking=True)
+    channels = torch.arange(d, device=positions.device)
+    cell = _mix32((positions[:, None].long() * d + channels[None, :]) & _M32)  # (T, d)
+    x = _mix32(cell[None] ^ rows[:, None, None])  # (B, T, d)
+    u = ((x >> 8).float() + 0.5) / float(1 << 24)  # uniform in (0, 1)
+    return _trunc_normal_from_uniform(u, std)
+
+
 def draw_h0(batch: int, positions: Tensor, d: int, std: float, h0_seed, like: Tensor) -> Tensor:
     """h0 (B, T, d) in like's dtype and device. `h0_seed`: None = fresh from the global RNG; an int =
-    `h0_from_seed` (the same for every row); a torch.Generator = drawn from it on its device."""
+    `h0_from_seed` (the same for every row); a `RowKey` = `h0_rows` (training, one state per global
+    row); a torch.Generator = drawn from it on its device; a Tensor (B, T, d) = the states themselves
+    (rows of a draw made for the whole step, e.g. a run whose checkpoint predates `RowKey`)."""
     if isinstance(h0_seed, int) and not isinstance(h0_seed, bool):
         return h0_from_seed(h0_seed, positions, d, std).to(like.dtype).expand(batch, -1, -1)
+    if isinstance(h0_seed, RowKey):
+        if len(h0_seed.rows) != batch:
+            raise ValueError(f"h0_seed: a RowKey of {len(h0_seed.rows)} rows for a batch of {batch}")
+        return h0_rows(h0_seed, positions, d, std).to(like.dtype)
+    if isinstance(h0_seed, Tensor):
+        if h0_seed.shape != (batch, positions.shape[0], d):
+            raise ValueError(
+                f"h0_seed: states of shape {tuple(h0_seed.shape)} for ({batch}, {positions.shape[0]}, {d})"
+            )
+        return h0_seed.to(device=like.device, dtype=like.dtype)
     gen_device = like.device if h0_seed is None else h0_seed.device
     u = torch.rand(batch, positions.shape[0], d, device=gen_device, generator=h0_seed)  # (B, T, d)
     return _trunc_normal_from_uniform(u.to(like.device), std).to(like.dtype)

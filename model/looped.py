@@ -24,9 +24,13 @@ Truncated backprop: when grad is enabled, a sample with n rounds gets gradient t
 min(n, grad_rounds) rounds only; rounds that no sample needs gradient for run under `torch.no_grad()`
 (no activations kept). See `model.rounds` for how the rounds of a mixed batch are scheduled.
 
-h0 and seeds: `h0_seed=None` draws fresh from the global RNG, shape (B, T, d), as in training.
-An int seed gives a *deterministic function of (seed, position, channel)* (a counter-based hash, no
-generator state), identical for every row of the batch, on any device. That is what makes
+h0 and seeds: `h0_seed=None` draws fresh from the global RNG, shape (B, T, d). Training passes a
+`model.init.RowKey` (seed, step, global rows): each row's h0 is a pure function of (seed, step, global
+row, position, channel), so splitting a step into micro-batches, reordering or sharding its rows
+leaves every row's h0 as it was (a run whose checkpoint predates it passes its step's global-RNG draw
+as a (B, T, d) tensor instead). An int seed gives a *deterministic function of (seed, position,
+channel)* (a counter-based hash, no generator state), identical for every row of the batch, on any
+device. That is what makes
 token-by-token decoding (which needs h0 at position p only) equal the full forward at every position,
 and a sample's result independent of the batch it runs in. A `torch.Generator` draws (B, T, d) from it
 (reproducible, but decoding cannot reproduce it: decode with an int seed).

@@ -15,6 +15,10 @@ and the same gradients:
   round and runs round r's settings; needed when rounds differ (windows, widths, reuse_kv, MLP-only).
   The gradient windows are staggered, so up to n rounds carry autograd.
 
+A training step may run its rows in several forwards (micro-batches, maybe on several ranks):
+`forward_sizes` says how many forwards and how many rows each, the one rule that the trainer's split
+(workers/batching.py) and the FLOP model's expectation (model/flops.py) both read.
+
 Everything here is Python: the loop asks `grad[g]` without touching the device, and the masks go to
 the device once per forward (`device_masks`). Reading counts from a device tensor needs one host
 sync: pass a list or a CPU tensor (the trainer passes the sampler's CPU tensor).
@@ -96,3 +100,19 @@ def plan_rounds(
         need = tuple(tuple(r < c and (k is None or r >= c - k) for c in counts) for r in range(n))
     grad = tuple(grad_enabled and any(row) for row in need)
     return RoundPlan(n, grad, active, need)
+
+
+def forward_sizes(batch: int, micro_batch_size: int | None, ranks: int = 1) -> list[int]:
+    """The rows of each forward of one training step of `batch` rows over `ranks` ranks, largest
+    first: every rank runs M = ceil(batch / ranks / m) forwards (m = micro_batch_size; None: one
+    forward of a rank's whole share), so the ranks step in lockstep, and the batch is cut into
+    ranks x M forwards whose sizes differ by at most one (each at most m). Several ranks need a batch
+    they divide (every rank then holds batch / ranks rows)."""
+    batch = check.integer("batch_size", batch, lo=1)
+    ranks = check.integer("ranks", ranks, lo=1)
+    if batch % ranks:
+        raise ValueError(f"batch_size: {batch} rows cannot be shared evenly by {ranks} ranks")
+    share = batch // ranks
+    m = share if micro_batch_size is None else check.integer("micro_batch_size", micro_batch_size, lo=1)
+    n = ranks * -(-share // m)
+    return [batch // n + (i < batch % n) for i in range(n)]

@@ -9,8 +9,8 @@ them; later runs reuse the files. Shards are written to temp names and renamed, 
 under a file lock, so concurrent jobs build a cache once and a crash never leaves a half shard.
 
 `get_batch(train, B, T, seed, step)` draws random windows from a generator seeded by (seed, step):
-resuming at step s needs no loader state. `val_chunks` is the fixed validation set: the first
-`eval_tokens` of the val shard in `seq_len` windows.
+resuming at step s needs no loader state (`rows=` reads only some global rows of that batch).
+`val_chunks` is the fixed validation set: the first `eval_tokens` of the val shard in `seq_len` windows.
 """
 
 from __future__ import annotations
@@ -223,15 +223,19 @@ def prepare(spec: DataSpec) -> Shards:
 # ------------------------------------------------------------------------------------------ batches
 
 
-def get_batch(tokens: np.ndarray, batch_size: int, seq_len: int, seed: int, step: int):
+def get_batch(tokens: np.ndarray, batch_size: int, seq_len: int, seed: int, step: int, rows=None):
     """The training batch at `step`: random windows drawn from a generator seeded by (seed, step), so a
-    resumed run needs no loader state. Returns int64 tensors x, y of shape (B, T)."""
+    resumed run needs no loader state. Returns int64 tensors x, y of shape (B, T); with `rows` (global
+    row indices of the batch of `batch_size`), just those rows of it, in that order, (len(rows), T):
+    every row's window is a function of (seed, step, row), whatever micro-batch or rank reads it."""
     import torch
 
     if len(tokens) <= seq_len + 1:
         raise ConfigError(f"seq_len: {seq_len} is longer than the train shard ({len(tokens)} tokens)")
     rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, int(step), 0x10091AB])
     offs = rng.integers(0, len(tokens) - seq_len - 1, size=batch_size)
+    if rows is not None:
+        offs = offs[np.asarray(rows, dtype=np.int64)]
     win = np.stack([np.asarray(tokens[o : o + seq_len + 1], dtype=np.int64) for o in offs])
     win_t = torch.from_numpy(win)
     return win_t[:, :-1].contiguous(), win_t[:, 1:].contiguous()

@@ -3,7 +3,10 @@
 Bits per byte: the summed cross-entropy of the predicted tokens in bits, divided by the UTF-8 bytes
 those tokens stand for (`val_bpb = val_loss / ln 2 * tokens / bytes`), so runs with different
 tokenizers compare. Each validation batch uses a fixed h0 seed (`h0_seed + batch index`) so two
-evaluations of the same weights give the same number.
+evaluations of the same weights give the same number. A batch may run in several forwards of
+`micro_batch_size` sequences (`eval_forwards`): the seeded h0 is the same for every row, so the split
+changes no sequence's loss (at 256 sequences of 2,048 tokens the fp32 logits of one forward alone
+would be ~69 GB).
 
 `loop_geometry` measures the rounds themselves on the same batches and seeds: the per-round metrics
 and the interaction matrix of `model.geometry` (definitions there), averaged over every token. It runs
@@ -55,6 +58,16 @@ def far_copy_mask(x: torch.Tensor, y: torch.Tensor, window: int) -> torch.Tensor
     return (eq & far[None]).any(dim=-1)
 
 
+def eval_forwards(n: int, batch_size: int, micro_batch_size: int | None = None):
+    """(batch index, slice of chunks) of every forward over n chunks: batches of `batch_size` (batch i
+    seeds its h0 with h0_seed + i), each in forwards of at most `micro_batch_size` chunks."""
+    step = batch_size if micro_batch_size is None else min(micro_batch_size, batch_size)
+    for i, start in enumerate(range(0, n, batch_size)):
+        stop = min(start + batch_size, n)
+        for sub in range(start, stop, step):
+            yield i, slice(sub, min(sub + step, stop))
+
+
 @torch.no_grad()
 def evaluate(
     model,
@@ -66,16 +79,18 @@ def evaluate(
     h0_seed: int = 0,
     far_window: int | None = None,
     on_batch=None,
+    micro_batch_size: int | None = None,
 ) -> EvalResult:
-    """Mean CE over every predicted token of `chunks` (N, T+1); optional far-copy split."""
+    """Mean CE over every predicted token of `chunks` (N, T+1); optional far-copy split.
+    Batches of `batch_size` chunks, each run in forwards of `micro_batch_size` (None: the batch)."""
     was_training = model.training
     model.eval()
     total = n = 0.0
     n_bytes = 0
     far_sum = far_n = 0.0
     n_batches = 0
-    for i, start in enumerate(range(0, len(chunks), batch_size)):
-        c = chunks[start : start + batch_size].to(device)
+    for i, rows in eval_forwards(len(chunks), batch_size, micro_batch_size):
+        c = chunks[rows].to(device)
         x, y = c[:, :-1], c[:, 1:]
         with autocast(device):
             out = model(x, loops=loops, h0_seed=h0_seed + i)

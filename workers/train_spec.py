@@ -3,6 +3,26 @@
 Torch-free, so validating a grid (`workers.jobs.validate`) never imports torch. Every field documents
 itself with the string under it; `python -m workers.train --help` is generated from those strings and
 the defaults here (workers/spec_cli.py), so a default is written once.
+
+What a run is. Every field either *defines* the run or says only *how it executes*:
+
+- defining (the default): what is trained and what its numbers mean: recipe, size, model, seed, the
+  budget, batch_size (sequences per optimizer step), seq_len, the optimizer and its settings, the
+  schedule, gradient clipping, the validation set (eval_tokens), the data. Two specs that differ in
+  one are different runs: a checkpoint made under one never resumes under the other.
+- execution (`field(metadata=EXECUTION)`): where and in what pieces the same computation runs, and
+  what is measured or saved along the way: micro_batch_size, bucketing, compile, device, the log /
+  evaluation / checkpoint cadences (log_every, eval_every, ckpt_every, ckpt_minutes), which extra depths
+  an evaluation reports (eval_loops) and the time budget's calibration length (calib_steps). Changing one
+  changes no row's sequences, loop counts, initial state or gradient (micro-batches and buckets change
+  the float summation order only, see workers/batching.py), so a checkpoint resumes under it.
+
+The rule for a new field: it is execution only if no weight after any step and no reported value
+(a loss, a result column) depends on it beyond float summation order; otherwise it defines the run.
+`identity(spec_dict)` is a spec with its execution fields dropped: what the artifact-dir guard and the
+checkpoint's resume check compare (and what a job's hash and variant should be computed from). A
+spec dict stored before a field existed simply lacks it; `identity` drops execution fields present or
+not, so such a dict keeps matching.
 """
 
 from __future__ import annotations
@@ -27,6 +47,14 @@ OPTIMIZERS = ("parcae", "torch_muon", "adamw")
 # Loop counts evaluated at every evaluation of a looped recipe when `eval_loops` is not given.
 DEFAULT_EVAL_LOOPS = (1, 2, 4, 8)
 
+# Sequences per optimizer step when `batch_size` is not given: the published recipe's 256 x 2,048
+# tokens at the study's sizes (sandyresearch/parcae, launch_configs/parcae-small-140m.yaml), the
+# small batches that train on a CPU at tiny and small. The same for every recipe, so they compare.
+SIZE_BATCH = {"tiny": 8, "small": 8, "86m": 256, "144m": 256}
+
+# The metadata of an execution field (see the module docstring).
+EXECUTION = {"execution": True}
+
 
 @dataclass(frozen=True)
 class Spec:
@@ -44,8 +72,16 @@ class Spec:
     """training-time budget in seconds, steps planned from a short calibration"""
     flops: float | None = None
     """training-FLOP budget, e.g. 3e15 (forward + backward, model.flops), trained as whole steps"""
-    batch_size: int = 8
-    """sequences per step (and per evaluation batch)"""
+    batch_size: int = SIZE_BATCH["tiny"]
+    """sequences per optimizer step, the global batch (and per evaluation batch); not given: the
+    size's, 8 at tiny and small, 256 at 86m and 144m"""
+    micro_batch_size: int | None = field(default=None, metadata=EXECUTION)
+    """sequences per forward (the step's gradient is accumulated over its forwards; need not divide
+    batch_size, forwards differ by at most one sequence), also per evaluation forward; none: the whole
+    batch"""
+    bucketing: bool = field(default=True, metadata=EXECUTION)
+    """with per-sequence loop counts and several forwards per step, put sequences of similar counts in
+    the same forward (the same gradient, fewer padded rounds)"""
     seq_len: int | None = None
     """tokens per sequence; none: the preset's seq_len"""
     lr: float | None = None
@@ -62,24 +98,24 @@ class Spec:
     """fraction of the steps over which the learning rate falls linearly to 0, in (0, 1]"""
     grad_clip: float = 1.0
     """gradient-norm clipping threshold; 0 disables clipping"""
-    eval_every: int = 50
+    eval_every: int = field(default=50, metadata=EXECUTION)
     """steps between evaluations (the last step always evaluates)"""
     eval_tokens: int = 32768
     """validation tokens per evaluation (the first ones of the val shard)"""
-    eval_loops: list[int] | None = None
+    eval_loops: list[int] | None = field(default=None, metadata=EXECUTION)
     """loop counts evaluated at each evaluation (metric val_loss@N); none: 1,2,4,8 for looped recipes,
     the trained count for plain ones"""
-    ckpt_every: int = 100
+    ckpt_every: int = field(default=100, metadata=EXECUTION)
     """steps between checkpoints"""
-    ckpt_minutes: float = 10.0
+    ckpt_minutes: float = field(default=10.0, metadata=EXECUTION)
     """at most this many minutes between checkpoints"""
-    log_every: int = 1
+    log_every: int = field(default=1, metadata=EXECUTION)
     """steps between train_loss / lr / tokens_per_s points"""
-    calib_steps: int = 6
+    calib_steps: int = field(default=6, metadata=EXECUTION)
     """time budget only: at least this many timed calibration steps (on a copy that is thrown away)"""
-    compile: bool = False
+    compile: bool = field(default=False, metadata=EXECUTION)
     """train through torch.compile (its first step is timed as compile_seconds, not train_seconds)"""
-    device: str = "auto"
+    device: str = field(default="auto", metadata=EXECUTION)
     """auto, cpu, cuda or cuda:N"""
     data: DataSpec = field(default_factory=DataSpec)
     """the corpus and tokenizer"""
@@ -108,7 +144,13 @@ class Spec:
                 "tokens / time_s / flops: give exactly one budget (a token count, training seconds or "
                 "training FLOPs)"
             )
+        if "batch_size" not in given:  # the size's published batch
+            d["batch_size"] = SIZE_BATCH[v["size"]]
         v["batch_size"] = fields.integer("batch_size", d["batch_size"], lo=1)
+        v["micro_batch_size"] = fields.integer(
+            "micro_batch_size", d["micro_batch_size"], lo=1, hi=v["batch_size"], allow_none=True
+        )
+        v["bucketing"] = fields.boolean("bucketing", d["bucketing"])
         v["seq_len"] = fields.integer("seq_len", d["seq_len"], lo=2, allow_none=True)
         for name in ("lr", "adam_lr"):
             v[name] = fields.number(name, d[name], lo=0, lo_open=True, allow_none=True)
@@ -188,8 +230,27 @@ def tokenizer_json_vocab_size(path: Path) -> int | None:
     return len(tokens) or None
 
 
+def execution_fields() -> frozenset[str]:
+    """The Spec fields that say how a run executes, not what it is (see the module docstring)."""
+    return frozenset(f.name for f in dataclasses.fields(Spec) if f.metadata.get("execution"))
+
+
+def identity(spec_dict: dict[str, Any]) -> dict[str, Any]:
+    """What defines the run of a train spec dict (canonical, `Spec.to_dict()`, or stored by an older
+    version without some execution fields): the dict without its execution fields."""
+    drop = execution_fields()
+    return {k: v for k, v in spec_dict.items() if k not in drop}
+
+
+def identity_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """The defining fields in which two train spec dicts differ, sorted."""
+    old, new = identity(old), identity(new)
+    return [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+
+
 def check_artifact_dir(spec: Spec, artifact_dir: Path) -> None:
-    """Refuse to reuse a dir trained with a different spec; write spec.json for a new one."""
+    """Refuse to reuse a dir trained as a different run (a defining field differs), naming the field;
+    write spec.json for a new one, and rewrite it when only execution fields changed."""
     path = artifact_dir / "spec.json"
     new = spec.to_dict()
     if path.exists():
@@ -197,7 +258,7 @@ def check_artifact_dir(spec: Spec, artifact_dir: Path) -> None:
             old = json.loads(path.read_text())
         except ValueError as e:
             raise ConfigError(f"spec.json: {str(path)!r} is not valid JSON ({e})") from e
-        diff = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+        diff = identity_diff(old, new)
         if diff:
             k = diff[0]
             raise ConfigError(
@@ -205,7 +266,8 @@ def check_artifact_dir(spec: Spec, artifact_dir: Path) -> None:
                 f"this spec has {new.get(k)!r} (differing fields: {', '.join(diff)}); "
                 "use a new artifact dir"
             )
-        return
+        if old == new:
+            return
     artifact_dir.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(new, indent=1, sort_keys=True))

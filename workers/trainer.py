@@ -17,8 +17,23 @@ Budgets: `tokens` (whole steps of batch x seq_len), `time_s` (planned by a calib
 every step) or `flops`, turned into whole steps through the FLOP model (`model.counts.tokens_for_flops`
 at the data's real vocabulary). Every result row carries the FLOP accounting (`_flop_fields`).
 
+Global and micro batch: a step is `batch_size` sequences (its rows: data windows, loop counts and
+initial states, each a function of (seed, step, global row)), run in the forwards that
+`workers.batching.split_step` makes of them (`micro_batch_size` rows at most, sorted into loop-count
+buckets with `bucketing`); each forward's mean loss is scaled by its share of the step's target
+tokens, so the accumulated gradient is the mean over the whole batch whatever the split. Evaluation
+runs in forwards of `micro_batch_size` too.
+
 A checkpoint is model + optimizers + RNG states + `TrainerState` (+ the spec and model config that
-identify it); restoring those four makes the rest of a token-budget run bit-identical on CPU.
+identify it); restoring those four makes the rest of a token-budget run bit-identical on CPU. It
+resumes under any spec with the same `identity` (workers/train_spec.py): a new micro-batch size or
+compile flag continues the same run (a different split sums in a different order: equal to float
+rounding, not bit for bit).
+
+h0 versions (`TrainerState.h0_version`): 1 = `model.init.RowKey`, each row's initial state a hash of
+(seed, step, global row, position, channel); 0 = a run whose checkpoint predates it (no version saved):
+one draw of (B, T, d) per step from the global RNG, as its earlier steps had, sliced per forward, so it
+resumes exactly as it was.
 """
 
 from __future__ import annotations
@@ -39,15 +54,20 @@ import torch
 from model.counts import param_count, tokens_for_flops
 from model.errors import ConfigError
 from model.flops import training_flops
+from model.init import RowKey, draw_h0
 from model.looped import LoopedLM
+from model.rounds import forward_sizes
 from workers import checkpoint as ckpt
+from workers.batching import split_step
 from workers.data import get_batch, prepare, val_chunks
 from workers.device import peak_flops, peak_mem_mb, reset_peak_mem, resolve_device
 from workers.evaluate import autocast, evaluate
 from workers.optim import build_optimizers, lr_factor, set_lr
 from workers.reporter import JobInterrupted, Reporter
 from workers.schedule import TimeBudgetSchedule
-from workers.train_spec import EVAL_H0_SEED, Spec, check_artifact_dir
+from workers.train_spec import EVAL_H0_SEED, Spec, check_artifact_dir, identity_diff
+
+H0_VERSION = 1  # the h0 draw of new runs (see the module docstring); 0: the global RNG, per step
 
 
 @dataclass
@@ -66,13 +86,18 @@ class TrainerState:
     step_of_last_val: int = -1  # `step` when the last evaluation ran
     calib_tokens_per_s: float | None = None  # time budget: the calibration's throughput
     schedule: dict[str, Any] | None = None  # time budget: TimeBudgetSchedule.state_dict()
+    h0_version: int = H0_VERSION  # how training draws h0 (module docstring)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainerState:
-        return cls(**d)
+        """A saved state; one saved before `h0_version` existed drew h0 the old way (version 0)."""
+        state = cls(**{"h0_version": 0, **d})
+        if state.h0_version not in (0, H0_VERSION):
+            raise ConfigError(f"checkpoint: h0_version {state.h0_version} is newer than this trainer")
+        return state
 
 
 def seed_everything(seed: int) -> None:
@@ -107,7 +132,12 @@ class Trainer:
         self.val = val_chunks(self.data.val, spec.eval_tokens, self.seq_len)  # (N, seq_len + 1)
         self.token_bytes = torch.from_numpy(self.data.token_bytes)  # (vocab,)
         self.param_counts = param_count(self.cfg)
-        self.flops = training_flops(self.cfg, spec.batch_size)  # per token, at the data's vocabulary
+        # per token, at the data's vocabulary: the run's accounting (one forward of the whole batch, as
+        # the budget counts it), and what the split really runs (its padding is less)
+        self.flops = training_flops(self.cfg, spec.batch_size)
+        self.split_flops = training_flops(
+            self.cfg, spec.batch_size, micro_batch_size=spec.micro_batch_size, bucketing=spec.bucketing
+        )
 
         seed_everything(spec.seed)
         self.model = LoopedLM(self.cfg).to(self.device)
@@ -138,7 +168,8 @@ class Trainer:
             rep.log(f"resumed from {self.ckpt_path} at step {self.state.step}/{self.state.total_steps}")
         rep.log(
             f"train {spec.recipe}/{spec.size}: {self.param_counts['total']:,} params, "
-            f"{self.state.total_steps} steps of {self.tokens_per_step} tokens on {self.device}"
+            f"{self.state.total_steps} steps of {self.tokens_per_step} tokens on {self.device}; "
+            + self._batch_line()
         )
         self._loop()
         state = self.state
@@ -171,10 +202,27 @@ class Trainer:
         rep.result("train_results", row)
         return {**row, "compile_seconds": state.compile_seconds if spec.compile else None}
 
+    def _batch_line(self) -> str:
+        """How a step runs: global batch, micro-batch, bucketing, and the padding that remains."""
+        spec = self.spec
+        forwards = len(forward_sizes(spec.batch_size, spec.micro_batch_size))
+        line = (
+            f"global batch {spec.batch_size}, micro-batch {spec.micro_batch_size or spec.batch_size} "
+            f"({forwards} forward{'s' if forwards > 1 else ''} per step), "
+            f"bucketing {'on' if spec.bucketing else 'off'}"
+        )
+        if self.flops.padding_waste > 0:
+            line += f", padding {self.split_flops.padding_waste:.1%} of the rounds' FLOPs"
+            if forwards > 1:
+                line += f" (one forward of the batch: {self.flops.padding_waste:.1%})"
+        return line
+
     def _flop_fields(self, tokens: int, train_seconds: float) -> dict[str, float | None]:
         """The result row's FLOP accounting: the model's training FLOPs per token (expected over the
-        loop sampler, see model.flops), their total over the tokens trained, that total per training
-        second and, on a GPU the peak table knows, its fraction of the device's peak (MFU)."""
+        loop sampler, see model.flops, for one forward of the whole batch: the run's accounting, which
+        a FLOP budget also uses, whatever the micro-batches; the split's own padding is logged), their
+        total over the tokens trained, that total per training second and, on a GPU the peak table
+        knows, its fraction of the device's peak (MFU)."""
         per_token = self.flops.total
         achieved = per_token * tokens / max(train_seconds, 1e-9)
         peak = peak_flops(self.device)
@@ -228,23 +276,49 @@ class Trainer:
 
     # --------------------------------------------------------------------------------------- steps
     def _train_step(self, model, forward_model, opts, step: int, factor: float, progress: float):
-        """One optimizer step at `step` (the batch and loop counts are functions of seed and step);
-        returns (train loss, matrix-group lr)."""
-        spec = self.spec
+        """One optimizer step at `step`: the gradient of `_accumulate`, clipped, applied; returns
+        (train loss, matrix-group lr)."""
         lr = set_lr(opts, factor, progress=progress)
-        x, y = get_batch(self.data.train, spec.batch_size, self.seq_len, spec.seed, step)  # (B, T) each
-        x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-        loops = model.sample_loops(spec.batch_size, step, spec.seed)  # (B,) on the CPU, read without a sync
-        with autocast(self.device):
-            out = forward_model(x, targets=y, loops=loops)
-        out.loss.backward()
-        if spec.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), spec.grad_clip)
+        loss = self._accumulate(model, forward_model, step)
+        if self.spec.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), self.spec.grad_clip)
         for opt in opts:
             opt.step()
         for opt in opts:
             opt.zero_grad(set_to_none=True)
-        return out.loss.item(), lr
+        return loss.item(), lr
+
+    def _accumulate(self, model, forward_model, step: int) -> torch.Tensor:
+        """Forward and backward of every forward of step `step` (`split_step`), adding into the
+        parameters' .grad the gradient of the step's mean loss; returns that loss (a 0-d device tensor).
+        A row's window, loop count and h0 are functions of (seed, step, global row), whatever forward
+        holds it; each forward's mean is scaled by its share of the step's target tokens."""
+        spec, T = self.spec, self.seq_len
+        counts = model.sample_loops(spec.batch_size, step, spec.seed)  # (B,) on the CPU, read without a sync
+        (forwards,) = split_step(counts, spec.micro_batch_size, spec.bucketing)
+        h0 = self._step_h0(step)  # (B, T, d) for a version-0 run, else None
+        n_targets = spec.batch_size * T  # get_batch's targets are all real tokens (none is -1)
+        loss = torch.zeros((), device=self.device)
+        for rows in forwards:
+            x, y = get_batch(self.data.train, spec.batch_size, T, spec.seed, step, rows=rows)  # (b, T)
+            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            key = RowKey(spec.seed, step, tuple(rows)) if h0 is None else h0[rows]
+            with autocast(self.device):
+                out = forward_model(x, targets=y, loops=counts[rows], h0_seed=key)
+            part = out.loss * (len(rows) * T / n_targets)  # this forward's share of the step's mean
+            part.backward()
+            loss += part.detach()
+        return loss
+
+    def _step_h0(self, step: int) -> torch.Tensor | None:
+        """A version-0 run's h0 for the whole step: (B, T, d) fp32 from the global RNG, drawn exactly as
+        its one forward per step drew it before h0 was row-addressed (None for version 1)."""
+        cfg = self.cfg
+        if self.state.h0_version != 0 or not cfg.random_h0:
+            return None
+        positions = torch.arange(self.seq_len, device=self.device)
+        like = torch.empty((), device=self.device)
+        return draw_h0(self.spec.batch_size, positions, cfg.d_model, cfg.initial_state_std, None, like)
 
     def _factor(self, step: int) -> float:
         """Learning-rate multiplier at `step`: the fixed schedule, or the time budget's moving one."""
@@ -317,6 +391,7 @@ class Trainer:
                 self.token_bytes,
                 loops=loops,
                 h0_seed=EVAL_H0_SEED,
+                micro_batch_size=self.spec.micro_batch_size,
             )
 
         trained = run_eval(None)
@@ -354,8 +429,15 @@ class Trainer:
         self.reporter.checkpoint(str(self.ckpt_path), self.state.step)
 
     def _restore(self, saved: dict[str, Any]) -> None:
-        if saved["spec"] != self.spec.to_dict():
-            raise ConfigError(f"checkpoint: {self.ckpt_path} belongs to a different spec (see its spec)")
+        """Continue from a checkpoint of the same run: its spec may differ from this one in execution
+        fields only (workers/train_spec.py `identity`)."""
+        diff = identity_diff(saved["spec"], self.spec.to_dict())
+        if diff:
+            k = diff[0]
+            raise ConfigError(
+                f"checkpoint: {self.ckpt_path} belongs to a different run: {k}={saved['spec'].get(k)!r}, "
+                f"this spec has {self.spec.to_dict().get(k)!r} (differing fields: {', '.join(diff)})"
+            )
         if "trainer" not in saved:
             raise ConfigError(
                 f"checkpoint: {self.ckpt_path} was written by an older version of the trainer; "
