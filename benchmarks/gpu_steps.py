@@ -369,9 +369,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _ddp_rank(rank: int, world: int, backend: str, port: int, size: str, steps: int, out: str) -> None:
-    """One rank of the DDP smoke run: lean at `size`, its share of every batch, AdamW; rank 0 writes
-    the step times and, after the last step, the largest difference of any parameter between ranks."""
+def _ddp_train(rank: int, world: int, cuda: bool, size: str, steps: int) -> dict:
+    """Train lean at `size` under DDP for `steps` steps, each rank on its own rows; the step times,
+    losses and the largest difference of any parameter between ranks after the last step."""
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
@@ -379,60 +379,63 @@ def _ddp_rank(rank: int, world: int, backend: str, port: int, size: str, steps: 
     from model.looped import LoopedLM
     from model.presets import preset
 
+    device = torch.device("cuda", rank) if cuda else torch.device("cpu")
+    torch.manual_seed(0)  # the same initial weights on every rank (DDP broadcasts rank 0's anyway)
+    cfg = preset("lean", size)
+    model = LoopedLM(cfg).to(device)
+    # rounds a step does not run leave their parameters without gradient: DDP must allow that
+    ddp = DistributedDataParallel(model, device_ids=[rank] if cuda else None, find_unused_parameters=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    batch, seq = 8, cfg.seq_len
+    gen = torch.Generator().manual_seed(1000 + rank)  # each rank its own rows
+    times, losses = [], []
+    for step in range(steps):
+        tokens = torch.randint(0, cfg.vocab_size, (batch, seq + 1), generator=gen).to(device)
+        loops = model.sample_loops(batch, step, seed=0).tolist()  # a list: DDP moves tensors to the GPU
+        if cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
+            loss = ddp(tokens[:, :-1], targets=tokens[:, 1:], loops=loops).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if cuda:
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+        losses.append(loss.item())
+    diff = torch.zeros((), device=device)
+    for p in model.parameters():  # |p - max over ranks| is 0 everywhere when the ranks agree
+        top = p.detach().clone()
+        dist.all_reduce(top, op=dist.ReduceOp.MAX)
+        diff = torch.maximum(diff, (top - p.detach()).abs().max())
+    dist.all_reduce(diff, op=dist.ReduceOp.MAX)
+    timed = times[1:] or times  # the first step includes DDP's first-iteration set-up
+    figures = {"world": world, "size": size, "batch_per_rank": batch, "seq_len": seq, "step_s": times}
+    figures |= {"losses": losses, "max_param_diff_between_ranks": diff.item()}
+    figures["tokens_per_s"] = world * batch * seq / sorted(timed)[len(timed) // 2]
+    return figures
+
+
+def _ddp_rank(rank: int, world: int, backend: str, port: int, size: str, steps: int, out: str) -> None:
+    """One rank of the DDP run; rank 0 writes the figures to `out`. The model, DDP and its reducer are
+    freed (when `_ddp_train` returns) before the process group is destroyed: a reducer outliving its
+    process group can hang the process at exit."""
+    import torch
+    import torch.distributed as dist
+
+    cuda = backend == "nccl"
+    if cuda:
+        torch.cuda.set_device(rank)
+    else:
+        torch.set_num_threads(1)  # ranks sharing a few cores: more threads each would fight for them
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
-        cuda = backend == "nccl"
-        device = torch.device("cuda", rank) if cuda else torch.device("cpu")
-        if cuda:
-            torch.cuda.set_device(device)
-        else:
-            torch.set_num_threads(1)  # ranks sharing a few cores: more threads each would fight for them
-        torch.manual_seed(0)  # the same initial weights on every rank (DDP broadcasts rank 0's anyway)
-        cfg = preset("lean", size)
-        model = LoopedLM(cfg).to(device)
-        # rounds a step does not run leave their parameters without gradient: DDP must allow that
-        ddp = DistributedDataParallel(model, device_ids=[rank] if cuda else None, find_unused_parameters=True)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-        batch, seq = 8, cfg.seq_len
-        gen = torch.Generator().manual_seed(1000 + rank)  # each rank its own rows
-        times, losses = [], []
-        for step in range(steps):
-            tokens = torch.randint(0, cfg.vocab_size, (batch, seq + 1), generator=gen).to(device)
-            loops = model.sample_loops(
-                batch, step, seed=0
-            ).tolist()  # a list: DDP moves tensors to the device
-            if cuda:
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
-                loss = ddp(tokens[:, :-1], targets=tokens[:, 1:], loops=loops).loss
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            if cuda:
-                torch.cuda.synchronize()
-            times.append(time.perf_counter() - t0)
-            losses.append(loss.item())
-        diff = torch.zeros((), device=device)
-        for p in model.parameters():  # |p - max over ranks| is 0 everywhere when the ranks agree
-            top = p.detach().clone()
-            dist.all_reduce(top, op=dist.ReduceOp.MAX)
-            diff = torch.maximum(diff, (top - p.detach()).abs().max())
-        dist.all_reduce(diff, op=dist.ReduceOp.MAX)
-        if rank == 0:
-            step_s = sorted(times[1:] or times)[len(times[1:] or times) // 2]
-            figures = {
-                "world": world,
-                "backend": backend,
-                "size": size,
-                "batch_per_rank": batch,
-                "seq_len": seq,
-            }
-            figures |= {"step_s": times, "losses": losses, "max_param_diff_between_ranks": diff.item()}
-            figures["tokens_per_s"] = world * batch * seq / step_s
-            Path(out).write_text(json.dumps(figures))
+        figures = _ddp_train(rank, world, cuda, size, steps)
     finally:
         dist.destroy_process_group()
+    if rank == 0:
+        Path(out).write_text(json.dumps({**figures, "backend": backend}))
 
 
 def ddp(a) -> tuple[int, dict]:

@@ -115,3 +115,16 @@ def test_dry_run_passes(tmp_path):
     assert counts.get("failed", 0) == 0 and counts["passed"] > 0
     assert figures["train_compiled"]["row"]["tokens_per_s"] > 0
     assert figures["ddp"]["world"] == 2 and figures["ddp"]["max_param_diff_between_ranks"] == 0.0
+
+
+def test_the_slots_train_runner_trains_and_streams_its_events(tmp_path, looplab_cache):
+    """What the micro_batch and loop_buckets slots run once their fields land, without those fields:
+    a tiny lean run on CPU through workers.train.run, its figures returned and its events streamed."""
+    import argparse
+
+    a = argparse.Namespace(dry_run=True, out=str(tmp_path / "out"), scratch=str(tmp_path / "scratch"))
+    (tmp_path / "out").mkdir()
+    row = gpu_steps._train_in_process(a, "slot", "lean", "tiny", 8, 2, {"seed": 1})
+    assert row["tokens_per_s"] > 0 and row["peak_mem_mb"] > 0 and row["final_train_loss"] > 0
+    kinds = {e["kind"] for e in gpu_steps._events(tmp_path / "out" / "slot.jsonl")}
+    assert {"metric", "result"} <= kinds
