@@ -1,45 +1,87 @@
 #!/usr/bin/env bash
-# The first thing a GPU machine runs, in this order, each step under its own time limit so the whole
-# check ends within 8 minutes on one H200 (the limits below plus the kill grace sum to 470 s):
-#   gpu_tests        the GPU-marked tests (compiled bf16 training vs eager, CUDA-graph decoding, Flex,
-#                    MFU, the decode-benchmark smoke run); the `slow` ones are left to the steps below
-#   train_compiled   `--compile` training of lean at 86m (8 x 2048 tokens a step, 120 steps; its summary has mfu): the
-#                    compiled parts on a real GPU, compile_seconds and tokens/s in its log
-#   bench_ratios     model_bench.py on CUDA: the study's training-speed ratios and MFU at 144m
-#   bench_table      model_bench.py on CUDA: the per-recipe table
-# Every step runs even if an earlier one failed; results go under $OUT (default benchmarks/results/gpu):
-# one log per step, the benchmarks' JSON files, the training run's artifacts, and summary.json with each
-# step's exit status and seconds (124 = it hit its time limit).
+# The first thing a GPU box runs. A box as researchers get it has PyTorch preinstalled, no internet and
+# a 15-minute slot, so this check uses the box's own python3 (its CUDA torch), installs nothing but the
+# carried wheelhouse (benchmarks/gpu_prepare.sh), collects only tests/gpu, and ends within 5 minutes:
+# every step below has its own time limit (the limits plus the kill graces sum to at most 300 s), runs
+# even if an earlier one failed (except `device`: no CUDA, no check), and writes its figures as it ends.
+# The steps, most valuable first (benchmarks/gpu_steps.py says what each runs):
+#   wheels          the wheelhouse into $SCRATCH/site (put on PYTHONPATH)
+#   device          GPU, versions, the torch APIs the code uses, the jobs' imports
+#   gpu_tests       tests/gpu: compiled bf16 training vs eager, CUDA-graph decoding, FlexAttention, MFU
+#   train_compiled  lean 86m --compile, 60 steps of 8 x 2,048 tokens: compile seconds, tokens/s, MFU
+#   bench_ratios    model_bench.py at 144m: the study's speed ratios, MFU per recipe
+#   bench_table     model_bench.py for lean and parcae: 86m training, decode at 2k/16k x 1/8/64
+#   micro_batch     slot for issue 23's accumulation at 86m/144m (skips until it lands)
+#   loop_buckets    slot for issue 23's loop-count bucketing (skips until it lands)
+#   exit_rules      slot for issue 25's exit rules in decoding (skips until it lands)
+#   ddp             DDP with torch.distributed alone, NCCL (skips on one GPU)
+# Figures under $OUT (default benchmarks/results/gpu): STEP.json and STEP.log per step, the jobs'
+# events (*.jsonl), model_bench's JSON, and summary.json (each step's exit status, limit and seconds;
+# 124 = it hit its limit), rewritten after every step. Exit status 1 when any step failed.
 #
-#     bash benchmarks/gpu_check.sh            # PYTHON=path/to/python to use another interpreter (CUDA torch)
+#     bash benchmarks/gpu_check.sh             # the box's python3; PYTHON=path/to/python for another
+#     bash benchmarks/gpu_check.sh --venv      # .venv/bin/python instead
+#     bash benchmarks/gpu_check.sh --dry-run   # any machine: each step's tiny CPU version, with the
+#                                              # packages a box lacks made unimportable, limits x3
 set -u
 cd "$(dirname "$0")/.."
+dry=0
+venv=0
+for arg in "$@"; do
+    case $arg in
+    --dry-run) dry=1 ;;
+    --venv) venv=1 ;;
+    *)
+        echo "usage: bash benchmarks/gpu_check.sh [--dry-run] [--venv]" >&2
+        exit 2
+        ;;
+    esac
+done
+if [ -z "${PYTHON:-}" ]; then
+    PYTHON=python3
+    [ $venv = 1 ] && PYTHON=.venv/bin/python
+fi
 OUT="${OUT:-benchmarks/results/gpu}"
-PYTHON="${PYTHON:-.venv/bin/python}"
-GRACE=5 # seconds between a step's TERM at its limit and its KILL
-mkdir -p "$OUT"
-summary=()
+WHEELS="${WHEELS:-benchmarks/wheelhouse}"
+SCRATCH="${SCRATCH:-${TMPDIR:-/tmp}/looplab-gpu-check}" # installed wheels, checkpoints: not in $OUT
+GRACE=2 # seconds between a step's TERM at its limit and its KILL
+mkdir -p "$OUT" "$SCRATCH"
+export PYTHONPATH="$PWD:$SCRATCH/site${PYTHONPATH:+:$PYTHONPATH}"
+export LOOPLAB_CACHE="${LOOPLAB_CACHE:-$SCRATCH/cache}" HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+flags=(--out "$OUT" --scratch "$SCRATCH" --wheels "$WHEELS")
+scale=1
+if [ $dry = 1 ]; then
+    flags+=(--dry-run)
+    scale=3 # a small shared CPU is slower at the tiny versions than a box's GPU at the real ones
+    export LOOPLAB_BOX_IMPORTS=1 PYTHONPATH="$PWD/benchmarks/box_imports:$PYTHONPATH"
+fi
+echo "gpu_check: $PYTHON ($(command -v "$PYTHON")), out $OUT, dry run $dry"
+summary=("\"dry_run\": $([ $dry = 1 ] && echo true || echo false)")
 
-step() { # step NAME SECONDS COMMAND...: run COMMAND under a time limit, log it, record its status
-    local name=$1 limit=$2 start status
-    shift 2
+step() { # step NAME SECONDS: run gpu_steps.py NAME under a time limit, log it, record its status
+    local name=$1 limit=$(($2 * scale)) start status
     start=$(date +%s)
-    timeout --kill-after="$GRACE" "$limit" "$@" >"$OUT/$name.log" 2>&1
+    timeout --kill-after="$GRACE" "$limit" "$PYTHON" benchmarks/gpu_steps.py "$name" "${flags[@]}" \
+        >"$OUT/$name.log" 2>&1
     status=$?
-    summary+=("\"$name\": {\"rc\": $status, \"seconds\": $(($(date +%s) - start))}")
-    echo "$name: rc $status ($(tail -n 1 "$OUT/$name.log" | cut -c1-200))"
+    summary+=("\"$name\": {\"rc\": $status, \"limit\": $limit, \"seconds\": $(($(date +%s) - start))}")
+    (IFS=,; echo "{${summary[*]}}") >"$OUT/summary.json"
+    echo "$name: rc $status in $(($(date +%s) - start)) s ($(tail -n 1 "$OUT/$name.log" | cut -c1-160))"
+    [ $status = 0 ] || failed+=("$name")
+    return $status
 }
+failed=()
 
-timeout 30 "$PYTHON" -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.cuda.get_device_name())" \
-    >"$OUT/device.log" 2>&1 || { cat "$OUT/device.log"; exit 1; }
-
-step gpu_tests 140 "$PYTHON" -m pytest -m "gpu and not slow" -q -p no:cacheprovider tests
-rm -rf "$OUT/train_compiled" # a fresh run, not a resume of the last check's
-step train_compiled 105 "$PYTHON" -m workers.train --preset lean --size 86m --batch-size 8 --tokens $((120 * 8 * 2048)) \
-    --compile --device cuda --eval-every 100000 --eval-tokens 16384 --eval-loops 4 --ckpt-every 100000 \
-    --out "$OUT/train_compiled"
-step bench_ratios 75 "$PYTHON" benchmarks/model_bench.py --device cuda --section ratios --ratio-steps 3 --out "$OUT"
-step bench_table 100 "$PYTHON" benchmarks/model_bench.py --device cuda --section table --train-steps 2 --out "$OUT"
-
-(IFS=,; echo "{${summary[*]}}") >"$OUT/summary.json"
+step wheels 8
+step device 10 || { cat "$OUT/device.log"; exit 1; }
+step gpu_tests 70
+step train_compiled 50
+step bench_ratios 35
+step bench_table 35
+step micro_batch 20
+step loop_buckets 20
+step exit_rules 12
+step ddp 20
 cat "$OUT/summary.json"
+echo
+[ ${#failed[@]} = 0 ] || { echo "gpu_check: failed steps: ${failed[*]}" >&2; exit 1; }

@@ -17,11 +17,15 @@ bf16) as a ratio against `parcae`; decode ms/token (workers.decode_bench: static
 GPU) at two contexts x batch sizes (CPU: 256 / 1024 x 1 / 8 at `small`; GPU: 2000 / 16000 x 1 / 8 / 64
 at `144m`); KV-cache MB for `144m` at 2,000 and 16,000 tokens, batch 1, bf16 (analytic, exact).
 
+`--size` runs every section at one size instead (benchmarks/gpu_check.sh's dry run: `tiny` on CPU),
+`--recipes` limits the table to some recipes (the GPU check's time slot holds two).
+
 Writes <out>/model_bench.json (table) and <out>/model_bench_ratios.json (ratios) and ends with one JSON
 line holding every section that ran.
 
     python benchmarks/model_bench.py [--section ratios|table|all] [--device auto|cpu|cuda]
                                      [--threads 1] [--train-steps 3] [--ratio-steps 5] [--out DIR]
+                                     [--size SIZE] [--recipes lean,parcae]
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from model.counts import kv_cache_bytes
 from model.errors import ConfigError
 from model.flops import step_flops as model_step_flops
 from model.looped import LoopedLM
-from model.presets import RECIPES, preset
+from model.presets import RECIPES, SIZES, preset
 from model.rounds import loop_counts, plan_rounds
 from workers.device import peak_flops
 
@@ -156,16 +160,18 @@ def step_flops(cfg: ModelConfig, T: int, batch: int, loops: list[int], device: t
 # ---- the ratio section ------------------------------------------------------------------------------
 
 
-def ratio_section(device: torch.device, steps: int) -> dict:
+def ratio_section(device: torch.device, steps: int, size: str | None = None) -> dict:
     """Train every RATIO_RECIPES model in turn, one step each per repeat (the order rotates every
     repeat), and compare median step times with the FLOP estimate of the same steps.
 
     Clock: on a CPU run with one thread the ratios use the process's CPU time per step, which on an idle
     machine equals the wall time but does not count the time spent waiting for a core that another
     process holds (on a shared machine the wall-time ratios swing by 30% from one run to the next);
-    the wall-time ratios are printed beside them. With several threads or on a GPU: wall time."""
+    the wall-time ratios are printed beside them. With several threads or on a GPU: wall time.
+    `size` replaces the default size (144m on a GPU, small on CPU)."""
     gpu = device.type == "cuda"
-    size, batch, seq_len = ("144m", 8, 2048) if gpu else ("small", 2, 2048)
+    default_size, batch, seq_len = ("144m", 8, 2048) if gpu else ("small", 2, 2048)
+    size = size or default_size
     overrides = {} if gpu else {"vocab_size": 256}
     threads = None if gpu else torch.get_num_threads()
     clock = "cpu" if threads == 1 else "wall"
@@ -250,7 +256,10 @@ def ratio_section(device: torch.device, steps: int) -> dict:
 # ---- the table section ----------------------------------------------------------------------------
 
 
-def table_section(device: torch.device, steps: int) -> dict:
+def table_section(
+    device: torch.device, steps: int, size: str | None = None, recipes: tuple[str, ...] = RECIPES
+) -> dict:
+    """The per-recipe table for `recipes`; `size` replaces both default sizes (training and decode)."""
     from workers.decode_bench import Spec
     from workers.decode_bench import run as decode_run
     from workers.reporter import MemoryReporter
@@ -260,8 +269,9 @@ def table_section(device: torch.device, steps: int) -> dict:
     dec_size, contexts, batches = (
         ("144m", [2000, 16000], [1, 8, 64]) if gpu else ("small", [256, 1024], [1, 8])
     )
+    train_size, dec_size = size or train_size, size or dec_size
     rows = {}
-    for recipe in RECIPES:
+    for recipe in recipes:
         tps = train_tokens_per_s(recipe, train_size, device, batch, seq_len, steps)
         spec = Spec.from_dict(
             {
@@ -284,11 +294,11 @@ def table_section(device: torch.device, steps: int) -> dict:
             },
         }
         print(f"  {recipe}: {tps:,.0f} tok/s", flush=True)
-    base = rows["parcae"]["train_tokens_per_s"]
+    base = rows["parcae"]["train_tokens_per_s"] if "parcae" in rows else None  # no ratio without it
     for r in rows.values():
-        r["train_ratio_vs_parcae"] = r["train_tokens_per_s"] / base
+        r["train_ratio_vs_parcae"] = None if base is None else r["train_tokens_per_s"] / base
 
-    cells = list(rows["parcae"]["decode_ms"])
+    cells = list(rows[recipes[0]]["decode_ms"])
     head = f"{'recipe':<17}{'train tok/s':>12}{'x parcae':>9}" + "".join(f"{'ms ' + c:>13}" for c in cells)
     head += f"{'KV MB 2k':>10}{'KV MB 16k':>11}"
     print(
@@ -297,7 +307,8 @@ def table_section(device: torch.device, steps: int) -> dict:
     print(head)
     print("-" * len(head))
     for name, r in rows.items():
-        line = f"{name:<17}{r['train_tokens_per_s']:>12,.0f}{r['train_ratio_vs_parcae']:>9.2f}"
+        ratio = "-" if r["train_ratio_vs_parcae"] is None else f"{r['train_ratio_vs_parcae']:.2f}"
+        line = f"{name:<17}{r['train_tokens_per_s']:>12,.0f}{ratio:>9}"
         line += "".join(f"{r['decode_ms'][c]:>13.2f}" for c in cells)
         line += f"{r['kv_mb_144m']['2000']:>10.1f}{r['kv_mb_144m']['16000']:>11.1f}"
         print(line)
@@ -321,9 +332,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--threads", type=int, default=1, help="CPU threads (1: stable ratios on a shared machine)"
     )
     p.add_argument("--out", default=str(RESULTS), help="folder for the JSON results")
+    p.add_argument("--size", default=None, help="one model size for every section (default: per device)")
+    p.add_argument("--recipes", default=",".join(RECIPES), help="comma-separated recipes of the table")
     a = p.parse_args(argv)
     try:
         a.section = check.choice("section", a.section, SECTIONS)
+        if a.size is not None:
+            a.size = check.choice("size", a.size, tuple(SIZES))
+        a.recipes = tuple(
+            check.choice("recipes", r.strip(), RECIPES) for r in a.recipes.split(",") if r.strip()
+        )
+        if not a.recipes:
+            raise ConfigError(f"recipes: give at least one of {', '.join(RECIPES)}")
         a.device = check.device("device", a.device)
         a.train_steps = check.integer("train-steps", a.train_steps, lo=1)
         a.ratio_steps = check.integer("ratio-steps", a.ratio_steps, lo=1)
@@ -350,10 +370,10 @@ def main(argv: list[str] | None = None) -> int:
         "threads": None if gpu else torch.get_num_threads(),
     }
     if a.section in ("ratios", "all"):
-        result["ratios"] = ratio_section(device, a.ratio_steps)
+        result["ratios"] = ratio_section(device, a.ratio_steps, a.size)
         (out / "model_bench_ratios.json").write_text(json.dumps({**result}, indent=2))
     if a.section in ("table", "all"):
-        result["table"] = table_section(device, a.train_steps)
+        result["table"] = table_section(device, a.train_steps, a.size, a.recipes)
         (out / "model_bench.json").write_text(
             json.dumps({k: v for k, v in result.items() if k != "ratios"}, indent=2)
         )

@@ -3,7 +3,7 @@ of compiled graphs however the loop counts change, and no graph breaks.
 
 Most tests compile with `backend="aot_eager"`: the compiler's tracing and autograd split run in full
 (the parts that decide which graphs exist and how gradients flow) without code generation, so they
-take seconds. The `slow` ones run the default inductor backend; the `gpu` ones a bf16 step on CUDA.
+take seconds. The `slow` ones run the default inductor backend; the CUDA ones live in tests/gpu/.
 """
 
 from __future__ import annotations
@@ -130,7 +130,6 @@ def test_reused_keys_of_every_recurrent_layer_flow_between_compiled_rounds():
         (64, 16, "cpu"),
         (1024, 32, "cpu"),
         (64, 64, "cpu"),
-        pytest.param(200, 64, "cuda", marks=pytest.mark.gpu),
     ],
 )
 def test_prepare_masks_builds_what_attention_then_uses(T, window, device):
@@ -193,39 +192,3 @@ def test_inductor_training_equals_eager(recipe):
     """The default backend (inductor, C++ code generation on CPU): a windowed and a per-sample recipe."""
     model, _, _ = _train_pair(recipe, (0, 1), backend="inductor", n_recurrent=2)
     assert _graph_breaks() == 0 and 3 <= _graphs() <= _graph_bound(model)
-
-
-# ---- GPU: the first GPU run needs these -----------------------------------------------------------
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("recipe", ["lean", "parcae"])
-def test_compiled_bf16_training_step_on_cuda_equals_eager(recipe):
-    """The trainer's step on CUDA: fp32 weights, bf16 autocast, inductor (Flex inside the graph for the
-    windowed rounds). Loss and every gradient equal eager within bf16 rounding."""
-    from workers.evaluate import autocast
-
-    device = torch.device("cuda")
-    cfg = preset(recipe, "small")
-    eager = randomize(LoopedLM(cfg), seed=0).to(device)
-    twin = copy.deepcopy(eager)
-    compiled = twin.compile_parts()
-    tokens = torch.randint(0, cfg.vocab_size, (4, cfg.seq_len + 1), device=device)
-    idx, targets = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
-    for step in range(2):  # the second step runs the graphs compiled by the first
-        loops = eager.sample_loops(4, step, seed=0)
-        losses, grads = [], []
-        for model, forward in ((eager, eager), (twin, compiled)):
-            model.zero_grad(set_to_none=True)
-            torch.manual_seed(step)
-            with autocast(device):
-                loss = forward(idx, targets=targets, loops=loops).loss
-            loss.backward()
-            losses.append(loss.item())
-            grads.append({n: p.grad.float() for n, p in model.named_parameters() if p.grad is not None})
-        assert losses[1] == pytest.approx(losses[0], rel=2e-2)
-        assert grads[1].keys() == grads[0].keys()
-        for name, want in grads[0].items():
-            err = (grads[1][name] - want).norm() / want.norm().clamp_min(1e-12)
-            assert err < 5e-2, f"{recipe} step {step}: {name} relative error {err:.3f}"
-    assert _graph_breaks() == 0

@@ -133,18 +133,3 @@ def test_sampled_loops_report_padding_waste(looplab_cache, tmp_path):
 )
 def test_peak_flops_table(name, peak):
     assert peak_flops_of(name) == peak
-
-
-@pytest.mark.gpu
-def test_mfu_on_gpu(looplab_cache, tmp_path):
-    import torch
-
-    rep = MemoryReporter()
-    spec = Spec.from_dict(tiny_spec(device="cuda", tokens=8 * 32 * 4))
-    train.run(spec, rep, tmp_path / "run")
-    row = next(e["row"] for e in rep.of("result") if e["table"] == "train_results")
-    peak = peak_flops_of(torch.cuda.get_device_name())
-    if peak is None:
-        assert row["mfu"] is None
-    else:
-        assert row["mfu"] == pytest.approx(row["achieved_flops_per_s"] / peak) and 0 < row["mfu"] < 1
