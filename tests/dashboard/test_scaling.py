@@ -20,7 +20,7 @@ from dashboard import scaling
 from model.counts import arch_summary
 from model.presets import iso_depth
 from orchestrator.errors import ConfigError
-from tests.dashboard.browser import check_page_in_browser, needs_chromium
+from tests.dashboard.browser import check_page_in_browser
 from tests.dashboard.test_pages import render
 
 # a law of the size of tiny CPU models (N ~ 1e5, D ~ 1e5..1e6)
@@ -314,12 +314,12 @@ def test_scaling_page_without_study_runs(monkeypatch, fixture_db):
     assert any("No finished iso-depth runs yet" in i.value for i in at.info)
 
 
-@pytest.mark.browser
-@needs_chromium
-def test_scaling_page_renders_in_a_browser(study_db):
+def test_scaling_page_renders_in_a_browser(study_db, dashboard_server, browser):
     expected = ["Runs against the fitted law", "Residuals", "Which form the data support", "gap_to_r1",
                 "loo_rmse"]  # fmt: skip
-    check_page_in_browser(study_db[0], "scaling", "Scaling", expected, height=2600, min_charts=3)
+    check_page_in_browser(
+        dashboard_server, browser, study_db[0], "scaling", "Scaling", expected, height=2600, min_charts=3
+    )
 
 
 def test_a_parameter_the_runs_do_not_pin_down_is_flagged():
