@@ -44,16 +44,16 @@ def free_port() -> int:
 
 
 @contextmanager
-def streamlit_server(db_path: str, log_name: str = "streamlit.log") -> Iterator[str]:
-    """The dashboard served against `db_path` (its output in artifacts/<log_name>); yields the base URL
+def streamlit_server(db: str) -> Iterator[str]:
+    """The dashboard served against `db` (its output in artifacts/streamlit.log); yields the base URL
     once the server answers its health check, and stops it afterwards."""
     from dashboard.launch import command
 
     port = free_port()
     SHOTS.mkdir(parents=True, exist_ok=True)
-    log_path = SHOTS.parent / log_name
+    log_path = SHOTS.parent / "streamlit.log"
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(command(port), cwd=ROOT, env={**os.environ, "LOOPLAB_DB": db_path},
+        proc = subprocess.Popen(command(port), cwd=ROOT, env={**os.environ, "LOOPLAB_DB": db},
                                 stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
         try:
             base = f"http://127.0.0.1:{port}"
