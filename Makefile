@@ -1,10 +1,14 @@
-# Two commands: `make demo` and `make test`. Both create/refresh .venv first.
+# `make demo`, `make check` (the fast tier) and `make test` (everything; CI runs it). Each creates or
+# refreshes .venv first.
 PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The fast tier: every test that needs no Ray cluster, browser, several nodes or demo subprocess, and is
+# not slow (the markers are registered in pyproject.toml; tests/conftest.py sets ray/browser by fixture).
+FAST := not ray and not browser and not multinode and not demo and not slow
 
-.PHONY: install demo test lint format bench clean
+.PHONY: install demo check test lint format bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -19,6 +23,9 @@ install: $(STAMP)
 
 demo: install
 	$(BIN)/looplab demo
+
+check: install
+	$(BIN)/python -m pytest -q -m "$(FAST)" $(PYTEST_ARGS)
 
 test: install
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)

@@ -27,8 +27,30 @@ HANDLERS = {
 }
 
 
+# command -> the guide (under docs/ in the repository) that `looplab COMMAND --help` names
+GUIDES = {
+    "db": "docs/queue.md (the database, read-only SQL); PostgreSQL and grant-reader: docs/scale-out.md",
+    "sql": "docs/queue.md (read-only SQL, the views)",
+    "submit": "docs/variants.md (recipes, variants, sweeps, budgets); the tour: README.md",
+    "plan": "docs/planning.md",
+    "run": "docs/queue.md (which job starts, stopping and resuming); several GPUs or nodes: docs/scale-out.md",
+    "status": "docs/queue.md; the estimated finish: docs/planning.md",
+    "cancel": "docs/queue.md",
+    "retry": "docs/queue.md",
+    "logs": "docs/queue.md",
+    "demo": "docs/studies.md",
+    "fit": "docs/studies.md (Study 2: iso-depth scaling laws)",
+    "dashboard": "docs/statistics.md (the verdicts and intervals); the study pages: docs/studies.md",
+}
+EPILOG = (
+    "Guides: README.md (start here), docs/queue.md, docs/variants.md, docs/planning.md, "
+    "docs/statistics.md, docs/studies.md, docs/evaluation.md, docs/scale-out.md, docs/measured.md, "
+    "docs/gpu.md, docs/testing.md. `looplab COMMAND --help` names the guide of a command."
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="looplab", description=HEADLINE)
+    p = argparse.ArgumentParser(prog="looplab", description=HEADLINE, epilog=EPILOG)
     p.add_argument(
         "--db",
         default=None,
@@ -113,6 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     da = sub.add_parser("dashboard", help="start the Streamlit dashboard on 127.0.0.1")
     da.add_argument("--port", type=int, default=8501)
+    for name, command in sub.choices.items():
+        command.epilog = f"guide: {GUIDES[name]}"
     return p
 
 

@@ -6,6 +6,12 @@ Database fixtures, for tests that should hold on both backends:
     migrated_db_url    the same, already at the head revision (a copy of a migrated template: fast)
 The [postgresql] cases skip when no server can be started, unless LOOPLAB_REQUIRE_POSTGRES=1 (CI).
 A fixture of a wider scope makes its databases with tests.pg.Databases (e.g. tests/db/test_sql.py).
+
+Test tiers (markers registered in pyproject.toml): a test is marked by what it needs, `ray`, `browser`,
+`multinode`, `demo`, `slow`, `gpu`; `make check` deselects all but `gpu` (which skips without CUDA),
+`make test` and CI run everything. A test that asks for one of the fixtures of `NEEDS_BY_FIXTURE` is
+marked by `pytest_collection_modifyitems`, so a new Ray or browser test lands in its tier by itself;
+a test that needs Ray through a subprocess (a `looplab run` driver, the demo) is marked in its module.
 """
 
 from __future__ import annotations
@@ -25,7 +31,15 @@ def pytest_configure(config):
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+# fixture -> the marker of what a test using it needs (tests/dashboard/conftest.py has the browser ones)
+NEEDS_BY_FIXTURE = {"ray_cluster": "ray", "browser": "browser", "dashboard_server": "browser"}
+
+
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for fixture, marker in NEEDS_BY_FIXTURE.items():
+            if fixture in item.fixturenames and item.get_closest_marker(marker) is None:
+                item.add_marker(marker)
     # the `gpu` marker, not the keyword: every test under tests/gpu/ has "gpu" among its keywords
     gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu_items:

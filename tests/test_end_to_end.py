@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = [pytest.mark.demo, pytest.mark.ray]  # `looplab demo` runs the queue on a local Ray
+
 ROOT = Path(__file__).resolve().parents[1]
 LOOPLAB = [sys.executable, "-m", "orchestrator.cli"]
 

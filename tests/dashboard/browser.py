@@ -1,7 +1,12 @@
 """The dashboard in a real browser, for the browser tests of every page: `streamlit run` against a test
 database on a free port, headless Chromium (Debian's /usr/bin/chromium driven by Playwright), a page
 opened and waited for until Streamlit is idle, and the checks every page must pass. Screenshots go to
-artifacts/screenshots/ for review."""
+artifacts/screenshots/ for review.
+
+One server and one browser serve every browser test of a session (the fixtures `dashboard_server` and
+`browser` of tests/dashboard/conftest.py): a page of another database than the server's is opened with
+`?db=PATH`, which the app reads before $LOOPLAB_DB (dashboard/ui.py), and its cached loaders are keyed
+by that URL, so databases never mix. A test using either fixture is marked `browser` (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import os
 import socket
 import subprocess
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,12 +29,12 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
         "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
 START_TIMEOUT_S = 60
 
-# CI (.ci/run) sets LOOPLAB_REQUIRE_BROWSER=1: there a missing browser fails instead of skipping
-needs_chromium = pytest.mark.skipif(
-    not Path(CHROMIUM).exists() and not os.environ.get("LOOPLAB_REQUIRE_BROWSER"),
-    reason=f"{CHROMIUM} missing (apt-get install -y chromium)",
-)
-BROWSER_MARKS = [pytest.mark.browser, needs_chromium]  # a browser test module's `pytestmark`
+
+def require_chromium() -> None:
+    """Skip the test when Chromium is missing, except in CI (.ci/run sets LOOPLAB_REQUIRE_BROWSER=1),
+    where a missing browser fails the test instead."""
+    if not Path(CHROMIUM).exists() and not os.environ.get("LOOPLAB_REQUIRE_BROWSER"):
+        pytest.skip(f"{CHROMIUM} missing (apt-get install -y chromium)")
 
 
 def free_port() -> int:
@@ -38,16 +44,16 @@ def free_port() -> int:
 
 
 @contextmanager
-def streamlit_server(db_path: str, log_name: str = "streamlit.log") -> Iterator[str]:
-    """The dashboard served against `db_path` (its output in artifacts/<log_name>); yields the base URL
+def streamlit_server(db: str) -> Iterator[str]:
+    """The dashboard served against `db` (its output in artifacts/streamlit.log); yields the base URL
     once the server answers its health check, and stops it afterwards."""
     from dashboard.launch import command
 
     port = free_port()
     SHOTS.mkdir(parents=True, exist_ok=True)
-    log_path = SHOTS.parent / log_name
+    log_path = SHOTS.parent / "streamlit.log"
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(command(port), cwd=ROOT, env={**os.environ, "LOOPLAB_DB": db_path},
+        proc = subprocess.Popen(command(port), cwd=ROOT, env={**os.environ, "LOOPLAB_DB": db},
                                 stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
         try:
             base = f"http://127.0.0.1:{port}"
@@ -121,15 +127,24 @@ def assert_page_shows(page, title: str, expected: list[str], min_charts: int = 0
     return body
 
 
+def page_url(server: str, path: str, db: str) -> str:
+    """The address of page `path` of `server` showing the database `db` (a URL or a SQLite path)."""
+    return f"{server}/{path}?db={urllib.parse.quote(str(db), safe='')}"
+
+
 def check_page_in_browser(
-    db_path: str, path: str, title: str, expected: list[str], *, height: int = 1800, min_charts: int = 0
+    server: str,
+    browser,
+    db: str,
+    path: str,
+    title: str,
+    expected: list[str],
+    *,
+    height: int = 1800,
+    min_charts: int = 0,
 ) -> str:
-    """One page on its own server against `db_path`: opened at /`path`, saved as screenshots/<path>.png,
-    and checked with `assert_page_shows`. Returns the page's text."""
-    with (
-        streamlit_server(db_path, f"streamlit_{path}.log") as base,
-        chromium() as browser,
-        open_page(browser, f"{base}/{path}", title, expected, height=height) as page,
-    ):
+    """Page `path` of the shared `server` against the database `db`, in the shared `browser`: saved as
+    screenshots/<path>.png and checked with `assert_page_shows`. Returns the page's text."""
+    with open_page(browser, page_url(server, path, db), title, expected, height=height) as page:
         page.screenshot(path=str(SHOTS / f"{path}.png"), full_page=True)
         return assert_page_shows(page, title, expected, min_charts=min_charts)

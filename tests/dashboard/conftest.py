@@ -233,3 +233,27 @@ def empty_db(tmp_path_factory):
     engine(url)
     dispose_all()
     return url, path
+
+
+# ---------------------------------------------------------------- one server, one browser
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """The session's headless Chromium (a Playwright `Browser`), shared by every browser test."""
+    from tests.dashboard.browser import chromium, require_chromium
+
+    require_chromium()
+    with chromium() as browser:
+        yield browser
+
+
+@pytest.fixture(scope="session")
+def dashboard_server(fixture_db):
+    """The session's Streamlit server (its base URL), serving the fixture database; a test of another
+    database opens its page with `?db=` (tests.dashboard.browser.page_url)."""
+    from tests.dashboard.browser import require_chromium, streamlit_server
+
+    require_chromium()  # a server nobody can look at is not started
+    with streamlit_server(fixture_db[0]) as base:
+        yield base

@@ -1,20 +1,15 @@
 """The dashboard in a real browser: `streamlit run` against the fixture database, every page opened by
 its own URL in headless Chromium (Debian's /usr/bin/chromium driven by Playwright), screenshots saved
 to artifacts/screenshots/<page>.png, no Streamlit exception, the page's own title, expected table
-headers and sections visible, and no Deploy button (the viewer toolbar)."""
+headers and sections visible, and no Deploy button (the viewer toolbar). The server and the browser
+are the session's (`dashboard_server`, `browser`: tests/dashboard/conftest.py), shared with the other
+pages' browser tests."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.dashboard.browser import (
-    BROWSER_MARKS,
-    SHOTS,
-    assert_page_shows,
-    chromium,
-    open_page,
-    streamlit_server,
-)
+from tests.dashboard.browser import SHOTS, assert_page_shows, open_page
 
 # page url path -> (title, texts that must be on the page: table headers, labels, section titles)
 PAGES = {
@@ -50,25 +45,10 @@ PAGES = {
 }
 
 
-pytestmark = BROWSER_MARKS
-
-
-@pytest.fixture(scope="module")
-def server(fixture_db):
-    with streamlit_server(fixture_db[0]) as base:
-        yield base
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as browser:
-        yield browser
-
-
 @pytest.mark.parametrize("path", list(PAGES))
-def test_page_opens_by_its_own_url(server, browser, path):
+def test_page_opens_by_its_own_url(dashboard_server, browser, path):
     title, expected = PAGES[path]
-    with open_page(browser, f"{server}/{path}", title, expected, height=2200) as page:
+    with open_page(browser, f"{dashboard_server}/{path}", title, expected, height=2200) as page:
         page.screenshot(path=str(SHOTS / f"{title.lower()}.png"), full_page=True)
         body = assert_page_shows(page, title, expected)
         assert "Page not found" not in body
@@ -77,15 +57,17 @@ def test_page_opens_by_its_own_url(server, browser, path):
         assert page.locator('[data-testid="stAppDeployButton"]').count() == 0  # toolbarMode = viewer
 
 
-def test_root_forwards_to_the_queue_with_its_query(server, browser):
-    with open_page(browser, f"{server}/?grid=study", "Queue", ["Recent failures"], height=1200) as page:
+def test_root_forwards_to_the_queue_with_its_query(dashboard_server, browser):
+    with open_page(
+        browser, f"{dashboard_server}/?grid=study", "Queue", ["Recent failures"], height=1200
+    ) as page:
         assert page.url.split("?")[0].endswith("/queue") and "grid=study" in page.url
         assert page.locator("h1").first.inner_text().strip() == "Queue"
 
 
-def test_compare_noise_floor_and_intervals_screenshot(server, browser):
+def test_compare_noise_floor_and_intervals_screenshot(dashboard_server, browser):
     """The noise floor line and the iso-data intervals as a person sees them (saved for review)."""
-    with open_page(browser, f"{server}/compare", "Compare", ["Noise floor:", "ci_high"]) as page:
+    with open_page(browser, f"{dashboard_server}/compare", "Compare", ["Noise floor:", "ci_high"]) as page:
         body = page.inner_text("body")
         assert "Noise floor: σ = 0.0187 (95 % interval 0.0112–0.0538)" in body
         assert "with its 95 % interval" in body
@@ -96,9 +78,11 @@ def test_compare_noise_floor_and_intervals_screenshot(server, browser):
         page.screenshot(path=str(SHOTS / "compare_intervals.png"))
 
 
-def test_compare_iso_flop_section_screenshot(server, browser):
+def test_compare_iso_flop_section_screenshot(dashboard_server, browser):
     """The iso-FLOP section as a person sees it: the chart and the matched table (saved for review)."""
-    with open_page(browser, f"{server}/compare", "Compare", ["Iso-FLOP", "train_flops"], height=1000) as page:
+    with open_page(
+        browser, f"{dashboard_server}/compare", "Compare", ["Iso-FLOP", "train_flops"], height=1000
+    ) as page:
         section = page.get_by_role("heading", name="Iso-FLOP")
         section.evaluate("e => e.scrollIntoView({block: 'start'})")  # the app scrolls its own container
         page.wait_for_timeout(1000)

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.dashboard.browser import check_page_in_browser, needs_chromium
+from tests.dashboard.browser import check_page_in_browser
 from tests.dashboard.test_pages import render
 
 
@@ -66,10 +66,15 @@ def test_extrapolation_page_on_an_empty_database(monkeypatch, empty_db):
     assert any("No depth sweep results yet" in i.value for i in at.info)
 
 
-@pytest.mark.browser
-@needs_chromium
-def test_extrapolation_page_in_a_browser(geometry_db):
+def test_extrapolation_page_in_a_browser(geometry_db, dashboard_server, browser):
     expected = ["Loss vs effective depth", "gap_at_deepest", "Loop geometry per round", "Round interactions"]
     check_page_in_browser(
-        geometry_db[1], "extrapolation", "Extrapolation", expected, height=2600, min_charts=3
+        dashboard_server,
+        browser,
+        geometry_db[1],
+        "extrapolation",
+        "Extrapolation",
+        expected,
+        height=2600,
+        min_charts=3,
     )

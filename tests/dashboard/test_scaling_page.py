@@ -11,7 +11,7 @@ import pytest
 
 from analysis import iso_depth, scaling
 from tests.analysis.test_scaling import synthetic
-from tests.dashboard.browser import check_page_in_browser, needs_chromium
+from tests.dashboard.browser import check_page_in_browser
 from tests.dashboard.test_pages import render
 
 
@@ -114,9 +114,9 @@ def test_scaling_page_without_study_runs(monkeypatch, fixture_db):
     assert any("No finished iso-depth runs yet" in i.value for i in at.info)
 
 
-@pytest.mark.browser
-@needs_chromium
-def test_scaling_page_renders_in_a_browser(study_db):
+def test_scaling_page_renders_in_a_browser(study_db, dashboard_server, browser):
     expected = ["Runs against the fitted law", "Residuals", "Which form the data support", "gap_to_r1",
                 "loo_rmse"]  # fmt: skip
-    check_page_in_browser(study_db[0], "scaling", "Scaling", expected, height=2600, min_charts=3)
+    check_page_in_browser(
+        dashboard_server, browser, study_db[0], "scaling", "Scaling", expected, height=2600, min_charts=3
+    )

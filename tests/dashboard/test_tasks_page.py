@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from analysis import tasks
-from tests.dashboard.browser import check_page_in_browser, needs_chromium
+from tests.dashboard.browser import check_page_in_browser
 from tests.dashboard.test_pages import render
 
 # (variant, seed) -> {loops: (correct at depth=0, correct at depth=2)} out of 10 items each
@@ -95,8 +95,8 @@ def test_tasks_page_in_apptest(monkeypatch, tasks_db):
     assert "**reasoning**: deduction" in caption and "**knowledge**: sciq" in caption
 
 
-@pytest.mark.browser
-@needs_chromium
-def test_tasks_page_in_a_browser_shows_accuracy_vs_loops(tasks_db):
+def test_tasks_page_in_a_browser_shows_accuracy_vs_loops(tasks_db, dashboard_server, browser):
     expected = ["Accuracy vs loops", "Accuracy by subset", "acc@8", "best_loops", "ci_high"]
-    check_page_in_browser(tasks_db[0], "tasks", "Tasks", expected, height=1800, min_charts=3)
+    check_page_in_browser(
+        dashboard_server, browser, tasks_db[0], "tasks", "Tasks", expected, height=1800, min_charts=3
+    )

@@ -1,4 +1,5 @@
-"""`looplab db upgrade` / `looplab db current` as a user runs them: the installed console script."""
+"""`looplab db upgrade` / `looplab db current`: the commands in-process (`orchestrator.cli.main`, what the
+console script calls), and once the installed console script itself in its own process."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
+from orchestrator.cli import main
 from orchestrator.db import VERSION_TABLE, head_revision
 from orchestrator.schema import Base
 from orchestrator.views import VIEW_NAMES
@@ -16,14 +18,9 @@ from orchestrator.views import VIEW_NAMES
 LOOPLAB = str(Path(sys.executable).with_name("looplab"))
 
 
-def _looplab(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([LOOPLAB, *args], cwd=cwd, capture_output=True, text=True, timeout=120)
-
-
-def test_db_upgrade_creates_every_table_and_view(db_url, tmp_path):
-    p = _looplab("--db", db_url, "db", "upgrade", cwd=tmp_path)
-    assert p.returncode == 0, p.stderr
-    assert p.stdout.strip() == f"database {db_url} at revision {head_revision()} (head)"
+def test_db_upgrade_creates_every_table_and_view(db_url, capsys):
+    assert main(["--db", db_url, "db", "upgrade"]) == 0
+    assert capsys.readouterr().out.strip() == f"database {db_url} at revision {head_revision()} (head)"
     raw = sa.create_engine(db_url, poolclass=NullPool)
     insp = sa.inspect(raw)
     tables, views = set(insp.get_table_names()), set(insp.get_view_names())
@@ -31,13 +28,30 @@ def test_db_upgrade_creates_every_table_and_view(db_url, tmp_path):
     assert {*Base.metadata.tables, VERSION_TABLE} <= tables
     assert set(VIEW_NAMES) <= views
 
-    p = _looplab("--db", db_url, "db", "current", cwd=tmp_path)
-    assert p.returncode == 0 and "(head)" in p.stdout
+    assert main(["--db", db_url, "db", "current"]) == 0
+    assert "(head)" in capsys.readouterr().out
 
 
-def test_db_current_on_a_missing_file_creates_nothing(tmp_path, monkeypatch):  # SQLite only: a file
+def test_db_current_on_a_missing_file_creates_nothing(tmp_path, monkeypatch, capsys):  # SQLite only: a file
     monkeypatch.delenv("LOOPLAB_DB", raising=False)
-    p = _looplab("db", "current", cwd=tmp_path)  # default: ./looplab.db
-    assert p.returncode == 1
-    assert "looplab db upgrade" in p.stdout
+    monkeypatch.chdir(tmp_path)
+    assert main(["db", "current"]) == 1  # default: ./looplab.db
+    assert "looplab db upgrade" in capsys.readouterr().out
+    assert not (tmp_path / "looplab.db").exists()
+
+
+def test_the_installed_console_script_runs_a_command_and_exits_with_its_status(tmp_path, monkeypatch):
+    """`looplab` as pip installed it (pyproject's console entry point), as a user runs it: the command's
+    output on stdout and its exit status, 0 or 1, reach the shell."""
+    monkeypatch.delenv("LOOPLAB_DB", raising=False)
+
+    def looplab(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([LOOPLAB, *args], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    p = looplab("--db", url, "db", "upgrade")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == f"database {url} at revision {head_revision()} (head)"
+    p = looplab("db", "current")  # ./looplab.db does not exist
+    assert p.returncode == 1 and "looplab db upgrade" in p.stdout
     assert not (tmp_path / "looplab.db").exists()

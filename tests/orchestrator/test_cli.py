@@ -94,3 +94,28 @@ def test_progress_bar_of_a_job_that_has_not_reported_is_empty_not_full():
     assert bar(3, 0).strip() == ""
     assert bar(15, 30) == "[##########----------]  50%"
     assert bar(30, 30).endswith("100%")
+
+
+def test_help_names_the_guide_of_every_command_and_every_guide_exists(capsys):
+    """`looplab --help` lists the guides, `looplab COMMAND --help` names its own (e.g. plan ->
+    docs/planning.md); every page named exists in the repository."""
+    import argparse
+    import re
+    from pathlib import Path
+
+    from orchestrator.cli import build_parser
+
+    root = Path(__file__).resolve().parents[2]
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    named = {
+        name: re.findall(r"docs/[\w-]+\.md", command.epilog or "") for name, command in sub.choices.items()
+    }
+    assert all(named.values()), [name for name, pages in named.items() if not pages]
+    listed = re.findall(r"docs/[\w-]+\.md", parser.epilog)
+    assert {page for pages in named.values() for page in pages} <= set(listed)
+    missing = [page for page in listed if not (root / page).is_file()]
+    assert not missing, missing
+    with pytest.raises(SystemExit) as e:
+        main(["plan", "--help"])
+    assert e.value.code == 0 and "guide: docs/planning.md" in capsys.readouterr().out

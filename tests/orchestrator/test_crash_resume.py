@@ -18,6 +18,8 @@ from tests.db_rows import rows
 from workers import jobs
 from workers.reporter import MemoryReporter
 
+pytestmark = pytest.mark.ray  # `looplab run` starts a local Ray in its subprocess
+
 ROOT = Path(__file__).resolve().parents[2]
 # long enough (100 steps) that the test catches a job running after its first checkpoint
 TRAIN = {"recipe": "lean", "size": "tiny", "seq_len": 32, "batch_size": 4, "tokens": 4 * 32 * 100,

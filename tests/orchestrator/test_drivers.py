@@ -224,6 +224,7 @@ def wait_for(eng, sql: str, driver: subprocess.Popen, timeout_s: float = 240.0) 
 
 
 @pytest.mark.slow
+@pytest.mark.ray  # each `looplab run` driver starts its own local Ray
 def test_two_drivers_on_one_queue_run_every_job_exactly_once(eng, db_url, tmp_path):
     """Two `looplab run` processes, each with its own local Ray, drain one queue of 20 train jobs."""
     ids = jobqueue.submit(eng, [Grid("two", base={"tokens": 100, "steps": 4, "step_s": 0.25},
@@ -249,6 +250,7 @@ def test_two_drivers_on_one_queue_run_every_job_exactly_once(eng, db_url, tmp_pa
 
 
 @pytest.mark.slow
+@pytest.mark.ray  # each `looplab run` driver starts its own local Ray
 def test_a_driver_restarted_after_kill_9_requeues_its_predecessors_job_at_once(eng, db_url, tmp_path):
     """The heartbeat grace is 10 minutes: only the dead driver's pid lets the new one take the job."""
     (jid,) = jobqueue.submit(eng, [Grid("k", base={"tokens": 100, "steps": 30, "step_s": 0.1,

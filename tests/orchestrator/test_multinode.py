@@ -34,6 +34,8 @@ from tests.orchestrator.test_crash_resume import GRID_FILE, TRAIN
 from workers import jobs
 from workers.reporter import MemoryReporter
 
+pytestmark = [pytest.mark.ray, pytest.mark.multinode]
+
 ROOT = Path(__file__).resolve().parents[2]
 RAY = Path(sys.executable).parent / "ray"
 # flags both nodes get: one logical CPU (one train job at a time), no GPU, a small object store (the

@@ -27,6 +27,8 @@ import sqlalchemy as sa
 from orchestrator import Grid, Queue
 from tests.orchestrator import fake_jobs
 
+pytestmark = [pytest.mark.ray, pytest.mark.multinode]  # a Ray head of its own, `ray start`
+
 ROOT = Path(__file__).resolve().parents[2]
 RAY = Path(sys.executable).parent / "ray"
 

@@ -211,23 +211,21 @@ def test_time_budget_lands_within_ten_percent(looplab_cache, tmp_path, monkeypat
     assert abs(row["train_seconds"] - 6.0) / 6.0 < 0.10, row
 
 
-def test_cli_bad_input_prints_one_line_and_exits_2(tmp_path):
-    import subprocess
-    import sys
+def test_cli_bad_input_prints_one_line_and_exits_2(tmp_path, capsys):
+    """In-process, as the next test: `python -m workers.train` is this `main` (test_resume.py runs
+    the real command)."""
+    from workers.train_cli import main
 
     for args, field in [
         (["--preset", "nope", "--tokens", "1e3"], "recipe"),
         (["--tokens", "-5"], "tokens"),
         (["--corpus", str(tmp_path / "missing.txt"), "--tokens", "1e3"], "data.corpus"),
     ]:
-        r = subprocess.run(
-            [sys.executable, "-m", "workers.train", *args, "--out", str(tmp_path / "x")],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert r.returncode == 2 and field in r.stderr, r.stderr
-        assert len(r.stderr.strip().splitlines()) == 1
+        with pytest.raises(SystemExit) as e:
+            raise SystemExit(main([*args, "--out", str(tmp_path / "x")]))
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and field in err, err
+        assert len(err.strip().splitlines()) == 1
     assert not (tmp_path / "x").exists()  # nothing was started
 
 
