@@ -54,6 +54,29 @@ def training_memory(cfg: ModelConfig, sequences: int, device_type: str, optimize
     return float(2 * FLOAT_BYTES * p + state + activations)
 
 
+def largest_micro_batch(
+    cfg: ModelConfig,
+    batch_size: int,
+    device_type: str,
+    optimizer: str,
+    memory_bytes: float,
+    headroom: float = 0.9,
+) -> int:
+    """The most sequences per forward, at most `batch_size`, whose `training_memory` fits `headroom` of
+    `memory_bytes` (the rest is the allocator's and the framework's); 1 when not even one fits (the run
+    then fails as it would, with the device's own out-of-memory error). `training_memory` grows with
+    the sequences (activations; a batch's rounds with autograd do not shrink), so a bisection finds it."""
+    budget = headroom * memory_bytes
+    lo, hi = 1, batch_size
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if training_memory(cfg, mid, device_type, optimizer) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 def forward_memory(cfg: ModelConfig, sequences: int, seq_len: int | None = None) -> float:
     """Peak bytes of an evaluation forward (no autograd) of `sequences` sequences of `seq_len` tokens
     (default cfg.seq_len), on either device."""

@@ -388,6 +388,7 @@ def _follow_up(kinds: JobRegistry, grid: Grid, follow: str, idx: int, spec: dict
     architecture (the plan's model keys, no dependency: shared across seeds, needs no trained weights)."""
     declared = jobkinds.declared(follow, kinds)
     over = dict(grid.follow.get(follow, {}))
+    over = {**{k: spec[k] for k in declared.inherits if k in spec and k not in over}, **over}
     if declared.about == CHECKPOINT:
         if "checkpoint" in over:
             raise ConfigError(f"grid {grid.name!r}: follow.{follow}.checkpoint: set by the queue")
@@ -405,8 +406,12 @@ def _follow_up(kinds: JobRegistry, grid: Grid, follow: str, idx: int, spec: dict
                    _kind_resources(grid, follow, follow_ups), deps=deps, label=label)  # fmt: skip
 
 
-def assign_hashes(plans: list[JobPlan], dep_id_hash: dict[int, str]) -> None:
-    """Fill each plan's config hash, dependencies first (a dep's hash is part of its dependents')."""
+def assign_hashes(
+    plans: list[JobPlan], dep_id_hash: dict[int, str], kinds: JobRegistry | None = None
+) -> None:
+    """Fill each plan's config hash, dependencies first (a dep's hash is part of its dependents'). The
+    hash is of what defines the job (`jobkinds.identity`: the spec without its execution fields), so
+    the same grid with another micro-batch size, device or cadence is the same job."""
     done: set[int] = set()
 
     def visit(i: int, stack: tuple[int, ...] = ()) -> str:
@@ -420,7 +425,12 @@ def assign_hashes(plans: list[JobPlan], dep_id_hash: dict[int, str]) -> None:
             # a derived budget is identified by its reference's hash (in deps), not by how it was named
             derived = pairing.is_match_time(p.budget)
             p.config_hash = sha256(
-                {"kind": p.kind, "spec": p.spec, "deps": p.dep_hashes, "match_time": derived}
+                {
+                    "kind": p.kind,
+                    "spec": jobkinds.identity(p.kind, p.spec, kinds),
+                    "deps": p.dep_hashes,
+                    "match_time": derived,
+                }
             )
             done.add(i)
         return p.config_hash

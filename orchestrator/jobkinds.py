@@ -52,6 +52,14 @@ def declared(kind: str, kinds: JobRegistry | None = None) -> Kind:
     return KINDS.get(kind, PLAIN)
 
 
+def identity(kind: str, spec: dict, kinds: JobRegistry | None = None) -> dict:
+    """What defines a job of `kind` (its config hash is computed from this): the registry's
+    `identity(kind, spec)` when it has one (workers.jobs: the spec without its execution fields, see
+    workers/identity.py), else the whole spec."""
+    fn = getattr(registry() if kinds is None else kinds, "identity", None)
+    return dict(spec) if fn is None else fn(kind, spec)
+
+
 def names(kinds: JobRegistry | None = None) -> list[str]:
     """Every declared kind of the registry: its own, then the built-in ones it does not redeclare."""
     own = [k for k, v in _declarations(kinds).items() if isinstance(v, Kind)]

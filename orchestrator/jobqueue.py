@@ -98,7 +98,7 @@ def plan_ids_and_hashes(
     for j in ref_ids:
         if j not in known or known[j].kind != TRAIN:
             raise ConfigError(f"budget.{pairing.MATCH_TIME}: job {j} is not a train job of this database")
-    assign_hashes(plans, {j: known[j].config_hash for j in ref_ids})
+    assign_hashes(plans, {j: known[j].config_hash for j in ref_ids}, kinds)
     with eng.connect() as conn:
         existing = dict(
             conn.execute(

@@ -106,12 +106,17 @@ class Job(Base):
     loop_sampler: Mapped[str | None] = mapped_column(String(16))
     loops: Mapped[int | None] = mapped_column(Integer)
     # The variant a train or decode-bench job is about (a depth sweep copies its train job's): the
-    # model as recipe + size + the model overrides that differ from the preset. variant_id = the first
-    # 12 hex digits of sha256 of that canonical JSON; seeds of one variant share it, and a decode bench
-    # has the id of the train jobs of its architecture. variant_label = the label given in the grid,
-    # else the recipe and ` · key=value` per differing override (rev. 0004).
+    # model as recipe + size + the model overrides that differ from the preset. The architecture's id =
+    # the first 12 hex digits of sha256 of that canonical JSON (a decode bench's variant_id); seeds of
+    # one variant share it. variant_label = the label given in the grid, else the recipe and
+    # ` · key=value` per differing override (rev. 0004).
     variant_id: Mapped[str | None] = mapped_column(String(16))
     variant_label: Mapped[str | None] = mapped_column(String(200))
+    # A training run's variant also holds its global batch (batch_size: sequences per optimizer step) and the
+    # vocabulary its tokenizer asks for: variant_id = sha256 of {architecture's id, batch_size,
+    # vocab_size}; NULL for a job that trains nothing (a decode bench keeps the architecture's id) (rev. 0010).
+    global_batch: Mapped[int | None] = mapped_column(Integer)
+    vocab_size: Mapped[int | None] = mapped_column(Integer)
     # The resolved architecture (model.counts.arch_summary of the model the job trains), filled at
     # submission: effective_depth = n_prelude + n_recurrent * loops + n_coda; n_once = non-embedding
     # parameters applied once per token, n_rec = the shared recurrent block's; flops_per_token =

@@ -31,8 +31,10 @@ if TYPE_CHECKING:
     from workers.jobs import JobRegistry
 
 log = logging.getLogger("looplab.task")
-OOM_ADVICE = ("CUDA out of memory: the job did not fit on its GPU. Lower batch_size (or seq_len, or the "
-              "model size), or give it a whole GPU (resources num_gpus=1). Traceback follows.\n")  # fmt: skip
+OOM_ADVICE = ("CUDA out of memory: the job did not fit on its GPU. Lower micro_batch_size (sequences per "
+              "forward: the same run, its gradient accumulated over more forwards), or give it a whole GPU "
+              "(resources num_gpus=1); batch_size, seq_len or the model size change the run. "
+              "Traceback follows.\n")  # fmt: skip
 
 
 @ray.remote(num_cpus=0)

@@ -1,10 +1,15 @@
 """Variant identity: which model a job is about, as the columns the views and the dashboard group by.
 
 A *variant* is recipe + size + the model overrides that change the preset (`model.loops=8`, a
-train spec's `seq_len`). Seeds of one variant share its id; two variants of one recipe never do, so
-nothing that averages over seeds mixes, say, loops 4 with loops 8. Overrides equal to the preset's
-value are left out: `{"loops": 4}` on fixed4 is fixed4. Runs that differ only in their data (tokenizer,
-vocabulary) or budget are the same variant: the data is what a variant is trained on, not what it is.
+train spec's `seq_len`) and, for a training run, the batch it trains with and the vocabulary its
+tokenizer asks for. Seeds of one variant share its id; two variants of one recipe never do, so
+nothing that averages over seeds mixes, say, loops 4 with loops 8, batch 8 with batch 256, or a
+byte-level run with a 32k BPE one. Overrides equal to the preset's value are left out: `{"loops": 4}`
+on fixed4 is fixed4. Runs that differ only in their budget (or the corpus) are the same variant.
+
+The id is built in two steps, so a migration can re-derive it from stored columns: the architecture's
+id = sha256 of {recipe, size, model overrides} (what a decode benchmark, which trains nothing, is
+known by), then a training run's id = sha256 of {architecture id, batch_size, vocab_size}.
 
 The columns are derived from live model code (the resolved `ModelConfig` and `model.counts.arch_summary`)
 at submission and stored, so that readers need neither the model code nor JSON functions.
@@ -28,7 +33,9 @@ ARCH_COLUMNS = (
     "n_prelude", "n_recurrent", "n_coda", "effective_depth", "d_model", "injection", "n_params", "n_once",
     "n_rec", "flops_per_token",
 )  # fmt: skip
-VARIANT_COLUMNS = ("variant_id", "variant_label", "loop_sampler", "loops", *ARCH_COLUMNS)
+# What a training run's variant adds to its architecture's (revision 0010); NULL for a decode bench.
+RUN_COLUMNS = ("global_batch", "vocab_size")
+VARIANT_COLUMNS = ("variant_id", "variant_label", "loop_sampler", "loops", *RUN_COLUMNS, *ARCH_COLUMNS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +47,12 @@ class Resolved:
     recipe: str
     size: str
     overrides: dict[str, Any]  # canonical: only the fields that differ from the preset, JSON values
+    trained: bool = False  # a training run: its batch size and vocabulary are part of its variant
+
+    def run_design(self) -> dict[str, int] | None:
+        """What a training run's variant adds to its architecture's: the global batch and the asked
+        vocabulary (None for a job that trains nothing)."""
+        return {"batch_size": self.batch_size, "vocab_size": self.cfg.vocab_size} if self.trained else None
 
 
 def resolve(kind: str, spec: dict[str, Any], declared: Kind | None = None) -> Resolved | None:
@@ -64,7 +77,7 @@ def resolve(kind: str, spec: dict[str, Any], declared: Kind | None = None) -> Re
     seq_len = spec.get("seq_len") if kind == TRAIN else None
     if seq_len is not None:
         given["seq_len"] = seq_len
-    batch_size = Spec.batch_size  # a decode bench: FLOPs at the train default
+    batch_size = Spec.batch_size  # a decode bench: FLOPs at the small sizes' train batch
     try:
         cfg = None
         if kind == TRAIN:
@@ -84,12 +97,20 @@ def resolve(kind: str, spec: dict[str, Any], declared: Kind | None = None) -> Re
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         return None
     overrides = {k: _plain(getattr(cfg, k)) for k in sorted(given) if getattr(cfg, k) != getattr(base, k)}
-    return Resolved(cfg, batch_size, recipe, size, overrides)
+    return Resolved(cfg, batch_size, recipe, size, overrides, trained=kind == TRAIN)
 
 
-def variant_id(recipe: str, size: str, overrides: dict[str, Any]) -> str:
-    """First 12 hex digits of sha256 of the canonical JSON of {recipe, size, model overrides}."""
-    return sha256({"recipe": recipe, "size": size, "model": overrides})[:VARIANT_ID_HEX]
+def variant_id(recipe: str, size: str, overrides: dict[str, Any], run: dict[str, Any] | None = None) -> str:
+    """First 12 hex digits of sha256 of the canonical JSON of {recipe, size, model overrides}: the
+    architecture's id; with `run` ({batch_size, vocab_size} of a training run) `run_variant_id` of it."""
+    arch = sha256({"recipe": recipe, "size": size, "model": overrides})[:VARIANT_ID_HEX]
+    return arch if run is None else run_variant_id(arch, run)
+
+
+def run_variant_id(arch_id: str, run: dict[str, Any]) -> str:
+    """A training run's variant id: the first 12 hex digits of sha256 of {architecture: its id, batch_size,
+    vocab_size} (revision 0010 re-derives stored ids this way)."""
+    return sha256({"architecture": arch_id, **run})[:VARIANT_ID_HEX]
 
 
 def variant_label(recipe: str, overrides: dict[str, Any]) -> str:
@@ -115,10 +136,12 @@ def columns_of(resolved: Resolved, label: str | None = None) -> dict[str, Any]:
 
     facts = arch_summary(resolved.cfg, resolved.batch_size)
     out: dict[str, Any] = {
-        "variant_id": variant_id(resolved.recipe, resolved.size, resolved.overrides),
+        "variant_id": variant_id(resolved.recipe, resolved.size, resolved.overrides, resolved.run_design()),
         "variant_label": clip_label(label) if label else variant_label(resolved.recipe, resolved.overrides),
         "loop_sampler": resolved.cfg.loop_sampler,
         "loops": resolved.cfg.loops,
+        "global_batch": resolved.batch_size if resolved.trained else None,
+        "vocab_size": resolved.cfg.vocab_size if resolved.trained else None,
     }
     for column in ARCH_COLUMNS:
         value = facts[column]

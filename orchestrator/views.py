@@ -28,6 +28,8 @@ DEPTH_SWEEP = writer_of("depth_evals")
 ARCH = """
     {p}.variant_id,
     {p}.variant_label,
+    {p}.global_batch,
+    {p}.vocab_size,
     {p}.n_prelude,
     {p}.n_recurrent,
     {p}.n_coda,
@@ -44,6 +46,8 @@ ARCH = """
 TRAINED = """
     t.variant_id,
     t.variant_label,
+    t.global_batch,
+    t.vocab_size,
     t.n_prelude,
     t.n_recurrent,
     t.n_coda,
@@ -65,7 +69,7 @@ INFERENCE_DEPTH = "t.n_prelude + t.n_recurrent * {loops} + t.n_coda AS inference
 def _trained_model_of(follow_up_id: str) -> str:
     return f"""LEFT JOIN (
     SELECT d.job_id AS follow_up_id, tj.id, tj.recipe, tj.size, tj.seed, tj.variant_id, tj.variant_label,
-        tj.n_prelude, tj.n_recurrent, tj.n_coda, tj.loop_sampler, tj.loops AS trained_loops,
+        tj.global_batch, tj.vocab_size, tj.n_prelude, tj.n_recurrent, tj.n_coda, tj.loop_sampler, tj.loops AS trained_loops,
         tj.effective_depth, tj.d_model, tj.injection, tj.n_params, tj.n_once, tj.n_rec, tj.flops_per_token
     FROM job_deps d
     JOIN jobs tj ON tj.id = d.depends_on AND tj.kind = '{TRAIN}'

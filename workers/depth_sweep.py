@@ -30,6 +30,7 @@ from model import fields
 from model.errors import ConfigError
 from model.geometry import MAX_INTERACTION_LOOPS
 from workers.cost import ForwardCost
+from workers.identity import EXECUTION
 from workers.spec_cli import SpecParser, checkpoint_exists, job_parser, run_standalone
 from workers.train_spec import EVAL_H0_SEED
 
@@ -48,7 +49,11 @@ class Spec:
     """validation tokens (the first ones of the val shard); the train job's eval_tokens reproduces its
     validation loss"""
     batch_size: int = 8
-    """sequences per evaluation batch; the train job's batch_size reproduces its validation loss"""
+    """sequences per evaluation batch (batch i draws h0 from h0_seed + i); the train job's batch_size
+    reproduces its validation loss, and a grid's sweep takes it unless the grid sets one"""
+    micro_batch_size: int | None = field(default=None, metadata=EXECUTION)
+    """sequences per forward (a batch runs in several forwards of this many; the same losses); none: the
+    whole batch"""
     h0_seed: int = EVAL_H0_SEED
     """seed of the initial state h0 (batch i uses h0_seed + i); the default is training's evaluation seed"""
     split_far_copy: bool = True
@@ -57,7 +62,7 @@ class Spec:
     """inference loop counts (2..32) at which to measure the round-interaction matrix; [] for none"""
     interaction_tokens: int = 4096
     """validation tokens (the first ones, whole sequences) the interaction matrices are measured on"""
-    device: str = "auto"
+    device: str = field(default="auto", metadata=EXECUTION)
     """auto, cpu, cuda or cuda:N"""
 
     @classmethod
@@ -69,6 +74,7 @@ class Spec:
             loops=fields.int_list("loops", d["loops"], lo=1),
             eval_tokens=fields.integer("eval_tokens", d["eval_tokens"], lo=1),
             batch_size=fields.integer("batch_size", d["batch_size"], lo=1),
+            micro_batch_size=fields.integer("micro_batch_size", d["micro_batch_size"], lo=1, allow_none=True),
             h0_seed=fields.integer("h0_seed", d["h0_seed"], lo=0),
             split_far_copy=fields.boolean("split_far_copy", d["split_far_copy"]),
             interaction_loops=interaction_loops(d["interaction_loops"]),
@@ -181,6 +187,7 @@ def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
             h0_seed=spec.h0_seed,
             far_window=window,
             on_batch=tick,
+            micro_batch_size=spec.micro_batch_size,
         )
         row = {
             "loops": n,
@@ -191,7 +198,8 @@ def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
         }
         reporter.result("depth_evals", row)
         evals.append(row)
-        geo = loop_geometry(model, chunks, spec.batch_size, device, n, h0_seed=spec.h0_seed, on_batch=tick)
+        geo = loop_geometry(model, chunks, spec.batch_size, device, n, h0_seed=spec.h0_seed, on_batch=tick,
+                            micro_batch_size=spec.micro_batch_size)  # fmt: skip
         for i, (rel, angle, var) in enumerate(zip(geo.rel_change, geo.angle, geo.state_var), start=1):
             d = {"loops": n, "round": i, "rel_change": rel, "angle": angle, "state_var": var}
             reporter.result("round_deltas", d)
@@ -203,7 +211,8 @@ def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
         reporter.heartbeat()
     for n in spec.interaction_loops:
         geo = loop_geometry(model, chunks[:inter_chunks], spec.batch_size, device, n, h0_seed=spec.h0_seed,
-                            interaction_chunks=inter_chunks, on_batch=tick)  # fmt: skip
+                            interaction_chunks=inter_chunks, on_batch=tick,
+                            micro_batch_size=spec.micro_batch_size)  # fmt: skip
         for i, row_values in enumerate(geo.interaction or [], start=1):
             for j, value in enumerate(row_values, start=1):
                 if j > i and math.isfinite(value):

@@ -7,6 +7,7 @@ it into a `torch.device` here, when they start.
 
 from __future__ import annotations
 
+import os
 import re
 import resource
 
@@ -22,6 +23,13 @@ def resolve_device(name: str) -> torch.device:
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"device: {name!r} requested but CUDA is not available")
     return torch.device(name)
+
+
+def memory_bytes(device: torch.device) -> float:
+    """Bytes of memory a job on `device` has: the GPU's total, or the machine's RAM on the CPU."""
+    if device.type == "cuda":
+        return float(torch.cuda.get_device_properties(device).total_memory)
+    return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
 def peak_mem_mb(device: torch.device) -> float:

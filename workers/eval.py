@@ -38,6 +38,7 @@ from typing import Any
 from model import fields
 from model.errors import ConfigError
 from workers.cost import ForwardCost
+from workers.identity import EXECUTION
 from workers.spec_cli import SpecParser, checkpoint_exists, job_parser, run_standalone
 from workers.tasks import GENERATORS
 from workers.tasks.schema import Item, dumps_jsonl, load_jsonl, write_jsonl
@@ -76,7 +77,7 @@ class Spec:
     categories: dict[str, str] = field(default_factory=dict)
     """task name -> knowledge or reasoning, for the Tasks page (generated tasks are reasoning, well-known
     harness tasks knowledge)"""
-    device: str = "auto"
+    device: str = field(default="auto", metadata=EXECUTION)
     """auto, cpu, cuda or cuda:N"""
 
     @classmethod

@@ -59,13 +59,14 @@ def far_copy_mask(x: torch.Tensor, y: torch.Tensor, window: int) -> torch.Tensor
 
 
 def eval_forwards(n: int, batch_size: int, micro_batch_size: int | None = None):
-    """(batch index, slice of chunks) of every forward over n chunks: batches of `batch_size` (batch i
-    seeds its h0 with h0_seed + i), each in forwards of at most `micro_batch_size` chunks."""
+    """(batch index, slice of chunks, whether it ends the batch) of every forward over n chunks: batches
+    of `batch_size` (batch i seeds its h0 with h0_seed + i), each in forwards of at most
+    `micro_batch_size` chunks."""
     step = batch_size if micro_batch_size is None else min(micro_batch_size, batch_size)
     for i, start in enumerate(range(0, n, batch_size)):
         stop = min(start + batch_size, n)
         for sub in range(start, stop, step):
-            yield i, slice(sub, min(sub + step, stop))
+            yield i, slice(sub, min(sub + step, stop)), sub + step >= stop
 
 
 @torch.no_grad()
@@ -88,8 +89,7 @@ def evaluate(
     total = n = 0.0
     n_bytes = 0
     far_sum = far_n = 0.0
-    n_batches = 0
-    for i, rows in eval_forwards(len(chunks), batch_size, micro_batch_size):
+    for i, rows, ends_batch in eval_forwards(len(chunks), batch_size, micro_batch_size):
         c = chunks[rows].to(device)
         x, y = c[:, :-1], c[:, 1:]
         with autocast(device):
@@ -102,9 +102,8 @@ def evaluate(
             m = far_copy_mask(x, y, far_window)
             far_sum += ce[m].sum().item()
             far_n += int(m.sum())
-        n_batches += 1
-        if on_batch is not None:
-            on_batch(n_batches)
+        if on_batch is not None and ends_batch:
+            on_batch(i + 1)
     model.train(was_training)
     loss = total / n
     res = EvalResult(loss=loss, bpb=loss / math.log(2) * n / max(1, n_bytes))
@@ -124,11 +123,13 @@ def loop_geometry(
     h0_seed: int = 0,
     interaction_chunks: int = 0,
     on_batch=None,
+    micro_batch_size: int | None = None,
 ) -> GeometryResult:
     """The `model.geometry` metrics of a LoopedLM at `loops` rounds over `chunks` (N, T+1), batch i with
     h0 seed `h0_seed + i` (as `evaluate`): rel_change, angle and state_var per round over every chunk,
     and the interaction matrix over the first `interaction_chunks` chunks (0: none; loops - 1 extra
-    forwards per batch). Means over batches are weighted by their tokens, so they are means over tokens."""
+    forwards per batch). Means over batches are weighted by their tokens, so they are means over tokens,
+    and a batch may run in forwards of `micro_batch_size` chunks (every metric is a mean over tokens)."""
     was_training = model.training
     model.eval()
     sums: dict[str, torch.Tensor] = {}
@@ -136,8 +137,9 @@ def loop_geometry(
     n_tokens = inter_tokens = 0
     # a model whose later rounds reuse round 1's keys and values cannot run without round 1
     skipped = range(2 if getattr(model, "reuses_kv", False) else 1, loops)
-    for i, start in enumerate(range(0, len(chunks), batch_size)):
-        x = chunks[start : start + batch_size, :-1].to(device)
+    for i, rows, ends_batch in eval_forwards(len(chunks), batch_size, micro_batch_size):
+        start = rows.start
+        x = chunks[rows, :-1].to(device)
         tokens = x.numel()
         states = model.round_states(x, loops, h0_seed=h0_seed + i)  # (loops + 1, B, T, d)
         for name, values in geometry.round_metrics(states).items():
@@ -154,7 +156,7 @@ def loop_geometry(
             matrix = geometry.interaction(part, skip_forward, skipped) * x.numel()
             inter_sum = matrix if inter_sum is None else inter_sum + matrix
             inter_tokens += x.numel()
-        if on_batch is not None:
+        if on_batch is not None and ends_batch:
             on_batch(i + 1)
     model.train(was_training)
     per_round = {name: (total / n_tokens).tolist() for name, total in sums.items()}

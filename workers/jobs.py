@@ -26,9 +26,20 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from model.errors import ConfigError
+from workers.identity import identity as _identity
 from workers.reporter import JobInterrupted, Reporter
 
-__all__ = ["ARCHITECTURE", "CHECKPOINT", "KINDS", "JobInterrupted", "JobRegistry", "Kind", "run", "validate"]
+__all__ = [
+    "ARCHITECTURE",
+    "CHECKPOINT",
+    "KINDS",
+    "JobInterrupted",
+    "JobRegistry",
+    "Kind",
+    "identity",
+    "run",
+    "validate",
+]
 
 # What a follow-up is about (`Kind.about`).
 CHECKPOINT = "checkpoint"  # the trained weights of the job it follows: it depends on that job
@@ -50,7 +61,9 @@ class Kind:
     says otherwise (its timings are results). `arch_keys`: the spec keys that select its model (a kind
     without them names no model of its own). `tables`: the result tables it writes
     (`Reporter.result`), by name (orchestrator/schema.py maps names to ORM tables); `views`: the SQL
-    views (orchestrator/views.py) that show them."""
+    views (orchestrator/views.py) that show them. `inherits`: the spec keys a follow-up takes from
+    the spec of the job it follows when its grid does not set them (a depth sweep evaluates in the
+    train job's batches, so its loss at the trained depth is the run's validation loss)."""
 
     module: str  # the worker module: a frozen `Spec` and `run(spec, reporter, artifact_dir)`
     follows: str | None = None
@@ -59,6 +72,7 @@ class Kind:
     arch_keys: tuple[str, ...] = ()
     tables: tuple[str, ...] = ()
     views: tuple[str, ...] = ()
+    inherits: tuple[str, ...] = ()  # spec keys a follow-up takes from the followed job's spec unless given
 
     def __post_init__(self) -> None:
         if (self.follows is None) != (self.about is None):
@@ -77,7 +91,7 @@ KINDS: dict[str, Kind] = {
     "train": Kind("workers.train", arch_keys=MODEL_KEYS, tables=("train_results",), views=("runs", "curves")),
     "depth_sweep": Kind("workers.depth_sweep", follows="train", about=CHECKPOINT,
                         tables=("depth_evals", "round_deltas", "round_interactions"),
-                        views=("depth", "geometry", "interactions")),
+                        views=("depth", "geometry", "interactions"), inherits=("batch_size",)),
     "decode_bench": Kind("workers.decode_bench", follows="train", about=ARCHITECTURE, exclusive=True,
                          arch_keys=MODEL_KEYS, tables=("decode_benches",), views=("decode",)),
     "eval": Kind("workers.eval", follows="train", about=CHECKPOINT, tables=("task_scores",), views=("tasks",)),
@@ -94,6 +108,8 @@ class JobRegistry(Protocol):
         self, kind: str, spec: dict[str, Any], reporter: Reporter, artifact_dir: str | Path
     ) -> dict[str, Any]: ...
 
+    # optional: `identity(kind, spec) -> dict`, what defines a job (its hash); without it, the whole spec
+
 
 def _module(kind: str):
     if kind not in KINDS:
@@ -103,6 +119,14 @@ def _module(kind: str):
 
 def validate(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
     return _module(kind).Spec.from_dict(spec).to_dict()
+
+
+def identity(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """What defines a job of `kind` (workers/identity.py): its canonical spec without the execution
+    fields of the kind's Spec; the whole spec for a kind this registry does not know."""
+    if kind not in KINDS:
+        return dict(spec)
+    return _identity(_module(kind).Spec, spec)
 
 
 def run(kind: str, spec: dict[str, Any], reporter: Reporter, artifact_dir: str | Path) -> dict[str, Any]:

@@ -162,6 +162,8 @@ class SpecParser(argparse.ArgumentParser):
                 options.update(type=_key_value, action="append", metavar="KEY=VALUE")
             elif set(kinds) <= {int, float}:
                 options.update(type=_number, metavar="N")
+            elif set(kinds) == {int, str}:
+                options.update(type=_number, metavar="N|TEXT")
             else:
                 options.update(metavar=f.name.upper())
             self.add_argument(*flags, **options)

@@ -10,7 +10,7 @@ What a run is. Every field either *defines* the run or says only *how it execute
   budget, batch_size (sequences per optimizer step), seq_len, the optimizer and its settings, the
   schedule, gradient clipping, the validation set (eval_tokens), the data. Two specs that differ in
   one are different runs: a checkpoint made under one never resumes under the other.
-- execution (`field(metadata=EXECUTION)`): where and in what pieces the same computation runs, and
+- execution (`field(metadata=EXECUTION)`, the rule of workers/identity.py): where and in what pieces the same computation runs, and
   what is measured or saved along the way: micro_batch_size, bucketing, compile, device, the log /
   evaluation / checkpoint cadences (log_every, eval_every, ckpt_every, ckpt_minutes), which extra depths
   an evaluation reports (eval_loops) and the time budget's calibration length (calib_steps). Changing one
@@ -37,6 +37,9 @@ from typing import Any
 from model import fields
 from model.errors import ConfigError
 from workers.data import DataSpec
+from workers.identity import EXECUTION
+from workers.identity import execution_fields as _execution_fields
+from workers.identity import identity as _identity
 
 # Validation draws h0 from this seed, in training's evaluations and in the depth sweep alike, so the
 # sweep's loss at a run's trained loop count is the run's final validation loss.
@@ -51,9 +54,10 @@ DEFAULT_EVAL_LOOPS = (1, 2, 4, 8)
 # tokens at the study's sizes (sandyresearch/parcae, launch_configs/parcae-small-140m.yaml), the
 # small batches that train on a CPU at tiny and small. The same for every recipe, so they compare.
 SIZE_BATCH = {"tiny": 8, "small": 8, "86m": 256, "144m": 256}
-
-# The metadata of an execution field (see the module docstring).
-EXECUTION = {"execution": True}
+# Sequences per forward when `micro_batch_size` is not given: at the study's sizes the largest that fits
+# the device (the whole published batch does not fit one GPU), else the whole batch.
+SIZE_MICRO_BATCH: dict[str, str | None] = {"86m": "auto", "144m": "auto"}
+AUTO = "auto"
 
 
 @dataclass(frozen=True)
@@ -75,10 +79,10 @@ class Spec:
     batch_size: int = SIZE_BATCH["tiny"]
     """sequences per optimizer step, the global batch (and per evaluation batch); not given: the
     size's, 8 at tiny and small, 256 at 86m and 144m"""
-    micro_batch_size: int | None = field(default=None, metadata=EXECUTION)
+    micro_batch_size: int | str | None = field(default=None, metadata=EXECUTION)
     """sequences per forward (the step's gradient is accumulated over its forwards; need not divide
-    batch_size, forwards differ by at most one sequence), also per evaluation forward; none: the whole
-    batch"""
+    batch_size, forwards differ by at most one sequence), also per evaluation forward; auto: the largest
+    that fits the device by model/memory.py (the default at 86m and 144m); none: the whole batch"""
     bucketing: bool = field(default=True, metadata=EXECUTION)
     """with per-sequence loop counts and several forwards per step, put sequences of similar counts in
     the same forward (the same gradient, fewer padded rounds)"""
@@ -147,9 +151,17 @@ class Spec:
         if "batch_size" not in given:  # the size's published batch
             d["batch_size"] = SIZE_BATCH[v["size"]]
         v["batch_size"] = fields.integer("batch_size", d["batch_size"], lo=1)
-        v["micro_batch_size"] = fields.integer(
-            "micro_batch_size", d["micro_batch_size"], lo=1, hi=v["batch_size"], allow_none=True
-        )
+        if "micro_batch_size" not in given:
+            d["micro_batch_size"] = SIZE_MICRO_BATCH.get(v["size"])
+        if d["micro_batch_size"] == AUTO:
+            v["micro_batch_size"] = AUTO
+        else:
+            try:
+                v["micro_batch_size"] = fields.integer(
+                    "micro_batch_size", d["micro_batch_size"], lo=1, hi=v["batch_size"], allow_none=True
+                )
+            except ConfigError as e:
+                raise ConfigError(f"{e}; or 'auto' (the largest that fits the device)") from None
         v["bucketing"] = fields.boolean("bucketing", d["bucketing"])
         v["seq_len"] = fields.integer("seq_len", d["seq_len"], lo=2, allow_none=True)
         for name in ("lr", "adam_lr"):
@@ -231,15 +243,14 @@ def tokenizer_json_vocab_size(path: Path) -> int | None:
 
 
 def execution_fields() -> frozenset[str]:
-    """The Spec fields that say how a run executes, not what it is (see the module docstring)."""
-    return frozenset(f.name for f in dataclasses.fields(Spec) if f.metadata.get("execution"))
+    """The train Spec fields that say how a run executes, not what it is (see the module docstring)."""
+    return _execution_fields(Spec)
 
 
 def identity(spec_dict: dict[str, Any]) -> dict[str, Any]:
     """What defines the run of a train spec dict (canonical, `Spec.to_dict()`, or stored by an older
     version without some execution fields): the dict without its execution fields."""
-    drop = execution_fields()
-    return {k: v for k, v in spec_dict.items() if k not in drop}
+    return _identity(Spec, spec_dict)
 
 
 def identity_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

@@ -56,16 +56,17 @@ from model.errors import ConfigError
 from model.flops import training_flops
 from model.init import RowKey, draw_h0
 from model.looped import LoopedLM
+from model.memory import largest_micro_batch
 from model.rounds import forward_sizes
 from workers import checkpoint as ckpt
 from workers.batching import split_step
 from workers.data import get_batch, prepare, val_chunks
-from workers.device import peak_flops, peak_mem_mb, reset_peak_mem, resolve_device
+from workers.device import memory_bytes, peak_flops, peak_mem_mb, reset_peak_mem, resolve_device
 from workers.evaluate import autocast, evaluate
 from workers.optim import build_optimizers, lr_factor, set_lr
 from workers.reporter import JobInterrupted, Reporter
 from workers.schedule import TimeBudgetSchedule
-from workers.train_spec import EVAL_H0_SEED, Spec, check_artifact_dir, identity_diff
+from workers.train_spec import AUTO, EVAL_H0_SEED, Spec, check_artifact_dir, identity_diff
 
 H0_VERSION = 1  # the h0 draw of new runs (see the module docstring); 0: the global RNG, per step
 
@@ -126,6 +127,13 @@ class Trainer:
                 (self.data.dir / self.data.meta["tokenizer"]).read_bytes()
             )
         self.cfg = spec.model_config(self.data.vocab_size)
+        self.auto_memory = None  # bytes `micro_batch_size: auto` fitted into
+        if spec.micro_batch_size == AUTO:  # an execution field: resolved here, on the device it runs on
+            self.auto_memory = memory_bytes(self.device)
+            fits = largest_micro_batch(
+                self.cfg, spec.batch_size, self.device.type, spec.optimizer, self.auto_memory
+            )
+            self.spec = spec = dataclasses.replace(spec, micro_batch_size=fits)
         self.eval_loops = spec.resolved_eval_loops(self.cfg)
         self.seq_len = self.cfg.seq_len
         self.tokens_per_step = spec.batch_size * self.seq_len
@@ -208,7 +216,13 @@ class Trainer:
         forwards = len(forward_sizes(spec.batch_size, spec.micro_batch_size))
         line = (
             f"global batch {spec.batch_size}, micro-batch {spec.micro_batch_size or spec.batch_size} "
-            f"({forwards} forward{'s' if forwards > 1 else ''} per step), "
+            f"({forwards} forward{'s' if forwards > 1 else ''} per step"
+            + (
+                ""
+                if self.auto_memory is None
+                else f"; auto: the most that fit {self.auto_memory / 2**30:.0f} GiB"
+            )
+            + "), "
             f"bucketing {'on' if spec.bucketing else 'off'}"
         )
         if self.flops.padding_waste > 0:

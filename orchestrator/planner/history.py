@@ -32,7 +32,9 @@ def variant_of(spec: dict[str, Any], kind: str = "train") -> str | None:
     from orchestrator.variants import resolve, variant_id
 
     resolved = resolve(kind, spec)
-    return None if resolved is None else variant_id(resolved.recipe, resolved.size, resolved.overrides)
+    if resolved is None:
+        return None
+    return variant_id(resolved.recipe, resolved.size, resolved.overrides, resolved.run_design())
 
 
 def finished_runs(eng: Engine) -> list[dict[str, Any]]:

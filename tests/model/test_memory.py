@@ -7,7 +7,7 @@ import pytest
 
 from model.counts import kv_cache_bytes, param_count
 from model.flops import training_flops
-from model.memory import decode_memory, forward_memory, training_memory
+from model.memory import decode_memory, forward_memory, largest_micro_batch, training_memory
 from model.presets import preset
 
 
@@ -39,3 +39,15 @@ def test_forward_and_decode_memory_and_bad_device():
     assert decode_memory(cfg, 512, 2, "cuda") == weights / 2 + cache / 2 + 2 * cfg.vocab_size * 4
     with pytest.raises(ValueError, match="device_type: unknown 'tpu'; accepted: cpu, cuda"):
         training_memory(cfg, 1, "tpu", "adamw")
+
+
+@pytest.mark.parametrize("recipe", ["fixed4", "parcae"])
+def test_largest_micro_batch_is_the_most_sequences_whose_training_memory_fits(recipe):
+    cfg = preset(recipe, "small")
+    per = [training_memory(cfg, m, "cuda", "parcae") for m in range(1, 33)]
+    assert all(a < b for a, b in zip(per, per[1:]))  # more sequences, more memory: a bisection finds it
+    budget = (per[11] + per[12]) / 2  # 12 sequences fit, 13 do not
+    assert largest_micro_batch(cfg, 32, "cuda", "parcae", budget, headroom=1.0) == 12
+    assert largest_micro_batch(cfg, 32, "cuda", "parcae", budget / 0.9) == 12  # 90 % of the memory by default
+    assert largest_micro_batch(cfg, 8, "cuda", "parcae", budget, headroom=1.0) == 8  # at most the batch
+    assert largest_micro_batch(cfg, 32, "cuda", "parcae", per[0] / 2, headroom=1.0) == 1  # none fits: one

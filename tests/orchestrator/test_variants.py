@@ -14,7 +14,7 @@ from model.counts import arch_summary, tokens_for_flops
 from model.errors import ConfigError
 from model.presets import preset
 from orchestrator import Grid, Queue
-from orchestrator.variants import ARCH_COLUMNS, variant_columns, variant_id
+from orchestrator.variants import ARCH_COLUMNS, run_variant_id, variant_columns, variant_id
 from workers.train_spec import Spec
 
 
@@ -34,6 +34,9 @@ def train(recipe: str = "fixed4", **kw) -> dict:
     return {"recipe": recipe, "size": "tiny", "tokens": 1000, **kw}
 
 
+BYTE_RUN = {"batch_size": 8, "vocab_size": 256}  # a tiny run's default batch, on the byte-level tokenizer
+
+
 # ---------------------------------------------------------------- the identity itself
 
 
@@ -41,7 +44,9 @@ def test_overrides_equal_to_the_preset_are_the_preset():
     plain = variant_columns("train", train())
     assert variant_columns("train", train(model={"loops": 4}))["variant_id"] == plain["variant_id"]
     assert plain["variant_label"] == "fixed4"
-    assert plain["variant_id"] == variant_id("fixed4", "tiny", {})
+    assert plain["variant_id"] == variant_id("fixed4", "tiny", {}, BYTE_RUN)
+    assert plain["variant_id"] == run_variant_id(variant_id("fixed4", "tiny", {}), BYTE_RUN)  # in two steps
+    assert (plain["global_batch"], plain["vocab_size"]) == (8, 256)
     assert len(plain["variant_id"]) == 12 and int(plain["variant_id"], 16) >= 0
 
 
@@ -50,22 +55,26 @@ def test_label_names_only_what_differs_from_the_preset():
     assert (
         cols["variant_label"] == "fixed4 · d_model=128 · head_dim=64 · loops=8"
     )  # n_prelude=2 is the preset's
-    assert cols["variant_id"] == variant_id("fixed4", "tiny", {"d_model": 128, "head_dim": 64, "loops": 8})
+    assert cols["variant_id"] == variant_id(
+        "fixed4", "tiny", {"d_model": 128, "head_dim": 64, "loops": 8}, BYTE_RUN
+    )
     windowed = variant_columns("train", train(model={"rounds": [{"window": 8}]}))
     assert windowed["variant_label"].startswith('fixed4 · rounds=[{"attention":true,')
 
 
-def test_seeds_budgets_and_data_share_a_variant_model_overrides_and_seq_len_do_not():
+def test_seeds_budgets_and_execution_share_a_variant_model_batch_and_vocabulary_do_not():
     ids = {
         name: variant_columns("train", spec)["variant_id"]
         for name, spec in {
             "base": train(), "seed": train(seed=3), "budget": train(tokens=None, time_s=5.0),
+            "micro": train(micro_batch_size=2, compile=True, eval_every=7),
             "loops8": train(model={"loops": 8}), "seq32": train(seq_len=32), "size": train(size="small"),
-            "recipe": train("fixed8"),
+            "recipe": train("fixed8"), "batch": train(batch_size=4),
+            "vocab": train(data={"tokenizer": "bpe", "vocab_size": 1024}),
         }.items()
     }  # fmt: skip
-    assert ids["base"] == ids["seed"] == ids["budget"]
-    assert len({ids[k] for k in ("base", "loops8", "seq32", "size", "recipe")}) == 5
+    assert ids["base"] == ids["seed"] == ids["budget"] == ids["micro"]
+    assert len({ids[k] for k in ("base", "loops8", "seq32", "size", "recipe", "batch", "vocab")}) == 7
     assert variant_columns("train", train(seq_len=32))["variant_label"] == "fixed4 · seq_len=32"
 
 
@@ -75,9 +84,14 @@ def test_architecture_columns_are_the_flop_models_summary():
     facts = arch_summary(preset("parcae", "tiny", n_recurrent=4), 4)
     assert {c: cols[c] for c in ARCH_COLUMNS} == {c: facts[c] for c in ARCH_COLUMNS}
     assert (cols["loop_sampler"], cols["loops"], cols["effective_depth"]) == ("poisson_seq", 8, 2 + 4 * 8 + 2)
-    # a decode bench of that architecture is the same variant (its FLOPs counted at the default batch)
+    # a decode bench of that architecture carries the architecture's id, which is the run's before its
+    # batch and vocabulary are added (its FLOPs counted at the size's default batch); it trains nothing
     bench = variant_columns("decode_bench", {"recipe": "parcae", "size": "tiny", "model": {"n_recurrent": 4}})
-    assert bench["variant_id"] == cols["variant_id"] and bench["n_params"] == cols["n_params"]
+    arch = variant_id("parcae", "tiny", {"n_recurrent": 4})
+    assert bench["variant_id"] == arch and cols["variant_id"] == run_variant_id(
+        arch, {**BYTE_RUN, "batch_size": 4}
+    )
+    assert bench["n_params"] == cols["n_params"] and bench["global_batch"] is None
 
 
 def test_no_model_no_columns():
@@ -111,16 +125,19 @@ def test_two_variants_of_one_recipe_are_two_variants_and_seeds_share_one(q):
         )).all()  # fmt: skip
     assert len(pairs) == 4 and all(p[0] == p[1] and p[2] == p[3] and p[4] == p[5] for p in pairs)
     benches = rows(q, "kind = 'decode_bench'")
-    assert sorted(b["variant_id"] for b in benches) == sorted(by_loops[4] | by_loops[8])
+    archs = {variant_id("fixed4", "tiny", {}), variant_id("fixed4", "tiny", {"loops": 8})}
+    assert sorted(b["variant_id"] for b in benches) == sorted(archs)
+    assert {run_variant_id(a, BYTE_RUN) for a in archs} == by_loops[4] | by_loops[8]
     assert all(b["flops_per_token"] > 0 and b["loops"] in (4, 8) for b in benches)
 
 
-def test_a_decode_bench_is_the_variant_of_its_train_jobs_seq_len_included(q):
+def test_a_decode_bench_is_the_architecture_of_its_train_jobs_seq_len_included(q):
     q.submit(Grid("s", base={"recipe": "lean", "tokens": 1000, "seq_len": 32}, sweep={"seed": [0, 1]},
                   then=["decode_bench"]))  # fmt: skip
     got = rows(q)
     assert [r["kind"] for r in got] == ["train", "decode_bench", "train"]
-    assert len({r["variant_id"] for r in got}) == 1 and got[1]["variant_label"] == "lean · seq_len=32"
+    assert got[0]["variant_id"] == got[2]["variant_id"] == run_variant_id(got[1]["variant_id"], BYTE_RUN)
+    assert got[1]["variant_label"] == "lean · seq_len=32"
     assert json.loads(got[1]["config"])["model"] == {"seq_len": 32}
 
 
@@ -206,3 +223,26 @@ def test_readme_example_submits(q):
         "fixed4 · d_model=256 · head_dim=128 · loops=1 · n_recurrent=8"
     }
     assert all(r["budget_tokens"] > 0 and r["budget_flops"] in (1e15, 3e15) for r in trains)
+
+
+# ---------------------------------------------------------------- what a run is
+
+
+def test_a_grid_again_with_other_execution_fields_is_the_same_jobs(q):
+    base = {"recipe": "fixed4", "tokens": 1000, "batch_size": 4}
+    ids = q.submit(Grid("e", base=base, sweep={"seed": [0, 1]}, then=["depth_sweep"]))
+    again = Grid("e2", base={**base, "micro_batch_size": 2, "compile": True, "eval_every": 7, "device": "cpu"},
+                 sweep={"seed": [0, 1]}, then=["depth_sweep"], follow={"depth_sweep": {"micro_batch_size": 1}})  # fmt: skip
+    assert q.submit(again) == ids and q.last_added == []
+    # what defines a run is not merged away: another batch is another run (and another variant)
+    other = q.submit(Grid("b", base={**base, "batch_size": 2}))
+    assert q.last_added == other and len(rows(q, "kind = 'train'")) == 3
+    assert len({r["variant_id"] for r in rows(q, "kind = 'train'")}) == 2
+
+
+def test_a_depth_sweep_evaluates_in_its_train_jobs_batches_unless_told(q):
+    q.submit(Grid("s", base={"recipe": "fixed4", "tokens": 1000, "batch_size": 4}, then=["depth_sweep"]))
+    q.submit(Grid("t", base={"recipe": "fixed4", "tokens": 1000, "batch_size": 2}, then=["depth_sweep"],
+                  follow={"depth_sweep": {"batch_size": 8}}))  # fmt: skip
+    sweeps = [json.loads(r["config"])["batch_size"] for r in rows(q, "kind = 'depth_sweep'")]
+    assert sweeps == [4, 8]

@@ -24,7 +24,7 @@ from tests.workers.conftest import TINY_MODEL, tiny_spec
 from workers import checkpoint as ckpt
 from workers import jobs, train
 from workers.data import get_batch
-from workers.evaluate import evaluate
+from workers.evaluate import eval_forwards, evaluate
 from workers.optim import set_lr
 from workers.reporter import MemoryReporter
 from workers.train_spec import SIZE_BATCH, Spec, execution_fields, identity
@@ -137,9 +137,13 @@ def test_evaluation_in_micro_batches_gives_the_same_loss(looplab_cache, tmp_path
     randomize(trainer.model)
     args = (trainer.model, trainer.val, 4, trainer.device, trainer.token_bytes)
     whole = evaluate(*args, loops=3, h0_seed=7)
-    forwards = []
-    split = evaluate(*args, loops=3, h0_seed=7, micro_batch_size=3, on_batch=forwards.append)
-    assert len(trainer.val) == 10 and forwards == list(range(1, 6))  # batches 4, 4, 2: forwards 3+1, 3+1, 2
+    batches = []
+    split = evaluate(*args, loops=3, h0_seed=7, micro_batch_size=3, on_batch=batches.append)
+    # batches of 4, 4, 2 in forwards of 3+1, 3+1, 2: progress counts each batch once, when it is done
+    assert len(trainer.val) == 10 and batches == [1, 2, 3]
+    assert [(i, r.start, r.stop, end) for i, r, end in eval_forwards(10, 4, 3)] == [
+        (0, 0, 3, False), (0, 3, 4, True), (1, 4, 7, False), (1, 7, 8, True), (2, 8, 10, True)
+    ]  # fmt: skip
     assert split.loss == pytest.approx(whole.loss, rel=1e-6) and split.bpb == pytest.approx(
         whole.bpb, rel=1e-6
     )
@@ -157,7 +161,10 @@ def test_batch_size_defaults_by_size_and_an_explicit_one_stays():
     assert d["batch_size"] == 8 and Spec.from_dict(d).to_dict() == d  # a stored config is unchanged
     resolved = Spec.from_dict({"size": "86m", "tokens": 1}).to_dict()
     assert resolved["batch_size"] == 256 and jobs.validate("train", resolved) == resolved
-    assert resolved["micro_batch_size"] is None and resolved["bucketing"] is True
+    assert resolved["micro_batch_size"] == "auto" and resolved["bucketing"] is True  # the most that fits
+    assert Spec.from_dict({"size": "small", "tokens": 1}).micro_batch_size is None  # the whole batch
+    given = Spec.from_dict({"size": "86m", "tokens": 1, "micro_batch_size": None})
+    assert given.micro_batch_size is None and given.batch_size == 256  # a given value stays
 
 
 @pytest.mark.parametrize(
@@ -165,7 +172,7 @@ def test_batch_size_defaults_by_size_and_an_explicit_one_stays():
     [
         ({"micro_batch_size": 0}, "micro_batch_size: must be >= 1"),
         ({"micro_batch_size": 9}, "micro_batch_size: must be <= 8"),
-        ({"micro_batch_size": "auto"}, "micro_batch_size: expected an integer"),
+        ({"micro_batch_size": "lots"}, "micro_batch_size: expected an integer.*or 'auto'"),
         ({"micro_batch_size": 2.5}, "micro_batch_size: expected an integer"),
         ({"bucketing": "yes"}, "bucketing"),
         ({"batch_size": 0}, "batch_size: must be >= 1"),
@@ -351,5 +358,9 @@ def test_cli_global_batch_and_micro_batch(looplab_cache, tmp_path, capsys):
     assert "global batch 8, micro-batch 3 (3 forwards per step), bucketing off" in logs("off")
     assert json.loads((tmp_path / "run" / "spec.json").read_text())["micro_batch_size"] == 2
     capsys.readouterr()
-    assert main([*args, "--micro-batch-size", "auto", "--out", str(tmp_path / "x")]) == 2
+    assert main([*args, "--micro-batch-size", "lots", "--out", str(tmp_path / "x")]) == 2
     assert "error: micro_batch_size: expected an integer" in capsys.readouterr().err
+    out = ["--out", str(tmp_path / "auto"), "--events-jsonl", str(tmp_path / "auto.jsonl")]
+    assert main([*args, "--micro-batch-size", "auto", *out]) == 0  # 8 tiny sequences fit any machine
+    assert "global batch 8, micro-batch 8 (1 forward per step; auto: the most that fit" in logs("auto")
+    assert json.loads((tmp_path / "auto" / "spec.json").read_text())["micro_batch_size"] == "auto"
