@@ -17,8 +17,9 @@ import sys
 HEADLINE = "looplab: a job queue and results database for looped language models"
 # command -> (module, function); the function takes the parsed argparse.Namespace, returns an exit code
 # handled by orchestrator/commands.py
-QUEUE_COMMANDS = ("submit", "plan", "run", "status", "cancel", "retry", "logs", "demo")  # fmt: skip
+QUEUE_COMMANDS = ("submit", "plan", "run", "status", "cancel", "retry", "logs", "demo", "gc")  # fmt: skip
 HANDLERS = {
+    "calibrate": ("workers.calibrate", "cli_calibrate"),  # needs only torch: runs on a bare GPU box
     "db": ("orchestrator.db", "cli_db"),
     "sql": ("orchestrator.sql", "cli_sql"),
     **{command: ("orchestrator.commands", f"cli_{command}") for command in QUEUE_COMMANDS},
@@ -28,6 +29,8 @@ HANDLERS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from workers.calibrate import DEFAULT_MFU, add_arguments  # standard library only: --help stays fast
+
     p = argparse.ArgumentParser(prog="looplab", description=HEADLINE)
     p.add_argument(
         "--db",
@@ -68,7 +71,20 @@ def build_parser() -> argparse.ArgumentParser:
                      help="never measure this machine (use a cached calibration, if any)")  # fmt: skip
     how.add_argument("--recalibrate", action="store_true",
                      help="measure this machine now (about 15 s), replacing the cached calibration")  # fmt: skip
+    how.add_argument("--calibration", default=None, metavar="FILE",
+                     help="price for the machine that wrote FILE (looplab calibrate --out FILE there)")  # fmt: skip
+    how.add_argument("--device", default=None, metavar="NAME",
+                     help="price for a GPU of the device table: h100, h200, a100, rtx5090, rtx4090, ...")  # fmt: skip
+    pl.add_argument("--mfu", type=float, default=None,
+                    help=f"with --device: the MFU training reaches (default {DEFAULT_MFU})")  # fmt: skip
     pl.add_argument("--csv", action="store_true", help="print the per-job table as CSV")
+
+    add_arguments(sub.add_parser(
+        "calibrate", help="measure this machine's device for planning elsewhere (needs only torch)"))  # fmt: skip
+
+    gc = sub.add_parser("gc", help="delete the resume state (checkpoint.pt) of succeeded jobs, keep final.pt")
+    gc.add_argument("--dry-run", action="store_true", help="say what would be deleted, delete nothing")
+    gc.add_argument("--grid", default=None, help="only this grid's jobs (name or id)")
 
     run = sub.add_parser("run", help="run the queue (the scheduler driver)")
     run.add_argument("--address", default=None, help="Ray cluster address (default: start a local Ray)")
