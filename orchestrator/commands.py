@@ -112,14 +112,10 @@ def cli_gc(args) -> int:
     verb = "would free" if args.dry_run else "freed"
     for job_id, freed in done.freed.items():
         print(f"  job {job_id:>5}: {verb} {retention.fmt_bytes(freed)}")
-    kept = (
-        f"; {len(done.kept_all)} succeeded job(s) of grids with retention 'all' left as they are"
-        if done.kept_all
-        else ""
-    )
-    print(
-        f"gc: {verb} {retention.fmt_bytes(done.total)} ({done.total:,} bytes) in {len(done.freed)} job(s){kept}"
-    )
+    total = f"{retention.fmt_bytes(done.total)} ({done.total:,} bytes) in {len(done.freed)} job(s)"
+    kept = len(done.kept_all)
+    print(f"gc: {verb} {total}" + (f"; {kept} succeeded job(s) of grids with retention 'all' left as they are"
+                                   if kept else ""))  # fmt: skip
     return 0
 
 

@@ -14,8 +14,8 @@ What is measured, each after untimed warm-up calls (about 15 s on a CPU core, a 
   CUDA as the trainer runs; the planner interpolates between the widths;
 - the step of each optimizer per parameter (on the widest model), one decode step's fixed cost per layer
   application (the tiny model: what a step costs besides its FLOPs and bytes), the memory bandwidth (a
-  large on-device copy), the checkpoint write rate (torch.save of weights and optimizer state), and a
-  job's start-up (a fresh Python that imports torch and builds a model).
+  large on-device copy), the checkpoint write rate (`workers.checkpoint.save` of 1 GiB of tensors, fsync
+  included), and a job's start-up (a fresh Python that imports torch and builds a model).
 
 The file is JSON: {"format": "looplab-calibration", "version": 3, "device": {...}, "rates": {...}, ...}
 (`FIELDS` lists every key); reading one refuses another format or version, an unknown or missing key
@@ -299,8 +299,6 @@ def measure(device: str = "cpu", threads: int = 1, steps: int = 15, widths: tupl
     of each thing after three untimed ones, on the CPU with `threads` torch threads (a job gets as many
     as its num_cpus). `widths`: on CUDA the widths to measure (default CUDA_WIDTHS, those that fit);
     `startup`: also time a fresh Python's start-up (else DEFAULT_STARTUP_S)."""
-    import tempfile
-
     import torch
 
     from model.flops import training_flops
@@ -352,13 +350,8 @@ def measure(device: str = "cpu", threads: int = 1, steps: int = 15, widths: tupl
             opts = build_optimizers(model, name, None, None, None)
             opt_s_per_param[name] = timed(lambda opts=opts: [o.step() for o in opts]) / n_params
 
-        with tempfile.TemporaryDirectory() as tmp:
-            state = {"model": model.state_dict(), "opt": [o.state_dict() for o in opts]}
-            t0 = time.perf_counter()
-            torch.save(state, Path(tmp) / "c.pt")
-            save_s = time.perf_counter() - t0
-            save_bytes_per_s = (Path(tmp) / "c.pt").stat().st_size / max(save_s, 1e-6)
-        del model, opts, state
+        del model, opts
+        save_bytes_per_s = _save_rate(dev)
         decode_layer_s = _decode_layer_seconds(dev, sync)
         bandwidth = _bandwidth(dev, sync, steps)
         name, memory, count = _device_facts(dev)
@@ -396,6 +389,25 @@ def _width_configs(dev, widths: tuple[int, ...] | None) -> list[tuple[Any, int]]
     if not out:
         raise ConfigError(f"widths: none of {list(widths or CUDA_WIDTHS)} fits this device's memory")
     return out
+
+
+def _save_rate(dev) -> float:
+    """Bytes per second of a checkpoint write as the trainer makes one (`workers.checkpoint.save`: temp
+    file, fsync, rename) of 1 GiB of tensors from CUDA or 64 MiB on the CPU: the disk, not the page cache."""
+    import tempfile
+
+    import torch
+
+    from workers import checkpoint
+
+    n = (2**30 if dev.type == "cuda" else 2**26) // 4
+    state = {"model": {"w": torch.ones(n, dtype=torch.float32, device=dev)}}
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        checkpoint.save(Path(tmp) / "c.pt", state)
+        seconds = time.perf_counter() - t0
+        size = (Path(tmp) / "c.pt").stat().st_size
+    return size / max(seconds, 1e-6)
 
 
 def _decode_layer_seconds(dev, sync: Callable[[], None], n_steps: int = 6) -> float:

@@ -34,10 +34,10 @@ def disk_line(used: retention.DiskInUse) -> str:
     """One line: the artifacts' bytes, and what `looplab gc` would free of them."""
     if not used.dirs:
         return "Disk: no artifact dir yet"
-    free = (
-        f"; `looplab gc` would free {retention.fmt_bytes(used.reclaimable)} (resume state of succeeded jobs)"
-    )
-    return f"Disk: {retention.fmt_bytes(used.total)} in {used.dirs} artifact dir(s){free if used.reclaimable else ''}"
+    line = f"Disk: {retention.fmt_bytes(used.total)} in {used.dirs} artifact dir(s)"
+    if used.reclaimable:
+        line += f"; `looplab gc` would free {retention.fmt_bytes(used.reclaimable)} (resume state of succeeded jobs)"
+    return line
 
 
 @st.fragment(run_every=REFRESH_S if live else None)

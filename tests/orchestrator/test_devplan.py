@@ -267,6 +267,7 @@ def _blocked(code: str, tmp_path: Path) -> subprocess.CompletedProcess:
                           env=env, timeout=600)  # fmt: skip
 
 
+@pytest.mark.slow
 def test_calibrate_runs_with_only_torch(tmp_path):
     """`python -m workers.calibrate --out FILE` measures and writes a file `--calibration` reads; the
     `looplab calibrate` subcommand reaches the same code without sqlalchemy or ray."""
