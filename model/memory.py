@@ -17,17 +17,20 @@ Training (`training_memory`), for `sequences` sequences of T tokens in one forwa
 Evaluation forwards without autograd (`forward_memory`): 4 P + B T 4 (6 d + 2 m + h T + 2 V) (the
 activations of one layer at a time, the attention probabilities, the fp32 logits and their log-softmax).
 Decoding (`decode_memory`): the weights, the static KV cache (`model.counts.kv_cache_bytes`) and the fp32
-logits of one step, at 2 bytes per element on CUDA (bf16) and 4 on the CPU.
+logits of one step, at 2 bytes per element on CUDA (bf16) and 4 on the CPU; `decode_step_bytes`: what one
+step reads (each layer application's weights, the head, the whole cache). The optimizer's state
+(`optimizer_state_bytes`) is also what a checkpoint holds besides the weights.
 These are the planner's estimates; on CUDA it prefers a measured peak of the same variant when it has one.
 """
 
 from __future__ import annotations
 
 from model.config import ModelConfig
-from model.counts import kv_cache_bytes, param_count
+from model.counts import kv_cache_bytes, layer_params, param_count
 from model.flops import training_flops
 
 FLOAT_BYTES = 4
+HEADROOM = 0.9  # of a device's memory a training step may plan on (the allocator and framework keep the rest)
 DEVICE_TYPES = ("cpu", "cuda")
 
 
@@ -41,9 +44,8 @@ def training_memory(cfg: ModelConfig, sequences: int, device_type: str, optimize
     """Peak bytes of a training step whose forward holds `sequences` sequences of cfg.seq_len tokens, on
     "cpu" or "cuda", with `optimizer` ("adamw", or a Muon optimizer: anything else)."""
     item = _item(device_type)
-    params = param_count(cfg)
-    p, p_matrix = params["total"], params["non_embedding"]
-    state = 8 * p if optimizer == "adamw" else 4 * p_matrix + 8 * (p - p_matrix)
+    p = param_count(cfg)["total"]
+    state = optimizer_state_bytes(cfg, optimizer)
     grad_rounds = training_flops(cfg, sequences).mean_grad_rounds
     applications = cfg.n_prelude + cfg.n_coda + cfg.n_recurrent * grad_rounds
     per_application = (6 * cfg.d_model + 4 * cfg.n_heads * cfg.head_dim + 2 * cfg.mlp_hidden) * item
@@ -60,7 +62,7 @@ def largest_micro_batch(
     device_type: str,
     optimizer: str,
     memory_bytes: float,
-    headroom: float = 0.9,
+    headroom: float = HEADROOM,
 ) -> int:
     """The most sequences per forward, at most `batch_size`, whose `training_memory` fits `headroom` of
     `memory_bytes` (the rest is the allocator's and the framework's); 1 when not even one fits (the run
@@ -77,6 +79,15 @@ def largest_micro_batch(
     return lo
 
 
+def optimizer_state_bytes(cfg: ModelConfig, optimizer: str) -> float:
+    """Bytes of the optimizer's state (fp32): AdamW's two moments of every parameter (8 P), the Muon
+    optimizers' momentum of the non-embedding matrices and AdamW's moments of the embeddings (4 P_matrix
+    + 8 P_embedding). What a checkpoint holds besides the weights (within ~3 % of a real one: scalars)."""
+    params = param_count(cfg)
+    p, p_matrix = params["total"], params["non_embedding"]
+    return float(8 * p if optimizer == "adamw" else 4 * p_matrix + 8 * (p - p_matrix))
+
+
 def forward_memory(cfg: ModelConfig, sequences: int, seq_len: int | None = None) -> float:
     """Peak bytes of an evaluation forward (no autograd) of `sequences` sequences of `seq_len` tokens
     (default cfg.seq_len), on either device."""
@@ -89,5 +100,19 @@ def decode_memory(cfg: ModelConfig, context_len: int, batch: int, device_type: s
     """Peak bytes of decoding `batch` sequences with a static cache of `context_len` tokens."""
     item = _item(device_type)
     weights = param_count(cfg)["total"] * item
+    cache = kv_cache_bytes(cfg, context_len, batch, dtype="float32") * item / FLOAT_BYTES
+    return float(weights + cache + batch * cfg.vocab_size * FLOAT_BYTES)
+
+
+def decode_step_bytes(cfg: ModelConfig, context_len: int, batch: int, item: int) -> float:
+    """Bytes one decode step reads and writes, at `item` bytes per weight and cache element: every layer
+    application reads its layer's weights (a recurrent layer once per round), the head reads the
+    embedding table (vocabulary x d), attention reads the whole static cache (every slot, every step:
+    static shapes), and the fp32 logits of the batch are written. What bounds a decode step on a GPU
+    when its FLOPs do not (the planner divides it by the memory bandwidth)."""
+    layers = layer_params(cfg)
+    first, shared = cfg.n_prelude, cfg.n_prelude + cfg.n_recurrent
+    applied = sum(layers[:first]) + cfg.loops * sum(layers[first:shared]) + sum(layers[shared:])
+    weights = (applied + cfg.vocab_size * cfg.d_model) * item
     cache = kv_cache_bytes(cfg, context_len, batch, dtype="float32") * item / FLOAT_BYTES
     return float(weights + cache + batch * cfg.vocab_size * FLOAT_BYTES)

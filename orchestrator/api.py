@@ -70,17 +70,21 @@ class Queue:
         return ids
 
     def plan(self, grids: Grid | list[Grid], *, num_cpus: float | None = None, num_gpus: float | None = None,
-             calibration: Any = "auto", device_memory_bytes: float | None = None) -> Forecast:  # fmt: skip
+             calibration: Any = "auto", device_memory_bytes: float | None = None,
+             elsewhere: bool = False) -> Forecast:  # fmt: skip
         """What submitting `grids` would add and how long it would take behind the current queue: every
         job with its estimated wall time, FLOPs, peak memory and source, totals per device and the
         finish time (`.text()`, `.frame()`; see orchestrator/planner/). Validates like `submit`
         and writes nothing. `num_cpus`/`num_gpus`: the parallelism (default: this machine's);
-        `calibration`: "auto" (cached, else measured now), "cached", "fresh", a planner.Calibration or None."""
+        `calibration`: "auto" (cached, else measured now), "cached", "fresh", a planner.Calibration or None;
+        `elsewhere`: the Calibration is another machine's (`workers.calibrate.read_file`, `for_device`),
+        and the grids are priced alone on it (see planner.plan_grids)."""
         from orchestrator.planner import plan_grids
 
         grids = [grids] if isinstance(grids, Grid) else list(grids)
         return plan_grids(self.eng, grids, self.kinds, num_cpus=num_cpus, num_gpus=num_gpus,
-                          calibration=calibration, device_memory_bytes=device_memory_bytes)  # fmt: skip
+                          calibration=calibration, device_memory_bytes=device_memory_bytes,
+                          elsewhere=elsewhere)  # fmt: skip
 
     def status(self, grid: str | int | None = None, all: bool = True) -> pd.DataFrame:  # noqa: A002
         return status_frame(self.eng, grid=grid, all_jobs=all)

@@ -17,8 +17,9 @@ import sys
 HEADLINE = "looplab: a job queue and results database for looped language models"
 # command -> (module, function); the function takes the parsed argparse.Namespace, returns an exit code
 # handled by orchestrator/commands.py
-QUEUE_COMMANDS = ("submit", "plan", "run", "status", "cancel", "retry", "logs", "demo")  # fmt: skip
+QUEUE_COMMANDS = ("submit", "plan", "run", "status", "cancel", "retry", "logs", "demo", "gc")  # fmt: skip
 HANDLERS = {
+    "calibrate": ("workers.calibrate", "cli_calibrate"),  # needs only torch: runs on a bare GPU box
     "db": ("orchestrator.db", "cli_db"),
     "sql": ("orchestrator.sql", "cli_sql"),
     **{command: ("orchestrator.commands", f"cli_{command}") for command in QUEUE_COMMANDS},
@@ -32,7 +33,9 @@ GUIDES = {
     "db": "docs/queue.md (the database, read-only SQL); PostgreSQL and grant-reader: docs/scale-out.md",
     "sql": "docs/queue.md (read-only SQL, the views)",
     "submit": "docs/variants.md (recipes, variants, sweeps, budgets); the tour: README.md",
-    "plan": "docs/planning.md",
+    "plan": "docs/planning.md (also for a device you are not on: --calibration, --device); disk: docs/disk.md",
+    "calibrate": "docs/planning.md (Planning for a device you are not on)",
+    "gc": "docs/disk.md (what a finished run keeps)",
     "run": "docs/queue.md (which job starts, stopping and resuming); several GPUs or nodes: docs/scale-out.md",
     "status": "docs/queue.md; the estimated finish: docs/planning.md",
     "cancel": "docs/queue.md",
@@ -45,11 +48,13 @@ GUIDES = {
 EPILOG = (
     "Guides: README.md (start here), docs/queue.md, docs/variants.md, docs/planning.md, "
     "docs/statistics.md, docs/studies.md, docs/evaluation.md, docs/scale-out.md, docs/measured.md, "
-    "docs/gpu.md, docs/testing.md. `looplab COMMAND --help` names the guide of a command."
+    "docs/gpu.md, docs/testing.md, docs/disk.md, docs/scale-training.md. `looplab COMMAND --help` names the guide of a command."
 )
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from workers.calibrate import DEFAULT_MFU, add_arguments  # standard library only: --help stays fast
+
     p = argparse.ArgumentParser(prog="looplab", description=HEADLINE, epilog=EPILOG)
     p.add_argument(
         "--db",
@@ -90,7 +95,20 @@ def build_parser() -> argparse.ArgumentParser:
                      help="never measure this machine (use a cached calibration, if any)")  # fmt: skip
     how.add_argument("--recalibrate", action="store_true",
                      help="measure this machine now (about 15 s), replacing the cached calibration")  # fmt: skip
+    how.add_argument("--calibration", default=None, metavar="FILE",
+                     help="price for the machine that wrote FILE (looplab calibrate --out FILE there)")  # fmt: skip
+    how.add_argument("--device", default=None, metavar="NAME",
+                     help="price for a GPU of the device table: h100, h200, a100, rtx5090, rtx4090, ...")  # fmt: skip
+    pl.add_argument("--mfu", type=float, default=None,
+                    help=f"with --device: the MFU training reaches (default {DEFAULT_MFU})")  # fmt: skip
     pl.add_argument("--csv", action="store_true", help="print the per-job table as CSV")
+
+    add_arguments(sub.add_parser(
+        "calibrate", help="measure this machine's device for planning elsewhere (needs only torch)"))  # fmt: skip
+
+    gc = sub.add_parser("gc", help="delete the resume state (checkpoint.pt) of succeeded jobs, keep final.pt")
+    gc.add_argument("--dry-run", action="store_true", help="say what would be deleted, delete nothing")
+    gc.add_argument("--grid", default=None, help="only this grid's jobs (name or id)")
 
     run = sub.add_parser("run", help="run the queue (the scheduler driver)")
     run.add_argument("--address", default=None, help="Ray cluster address (default: start a local Ray)")

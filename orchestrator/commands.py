@@ -75,11 +75,47 @@ def cli_plan(args) -> int:
     _check_slots(args)
     q = _queue(args)
     grids = load_grids(args.file)
-    how = "cached" if args.no_calibrate else "fresh" if args.recalibrate else "auto"
-    if how != "cached":
-        print("calibrating this machine (about 15 s; cached for a week) ...", flush=True)
-    report = q.plan(grids, num_cpus=args.num_cpus, num_gpus=args.num_gpus, calibration=how)
+    target = plan_target(args)
+    if target is not None:
+        report = q.plan(
+            grids, num_cpus=args.num_cpus, num_gpus=args.num_gpus, calibration=target, elsewhere=True
+        )
+    else:
+        how = "cached" if args.no_calibrate else "fresh" if args.recalibrate else "auto"
+        if how != "cached":
+            print("calibrating this machine (about 15 s; cached for a week) ...", flush=True)
+        report = q.plan(grids, num_cpus=args.num_cpus, num_gpus=args.num_gpus, calibration=how)
     print(report.frame().to_csv(index=False) if args.csv else report.text())
+    return 0
+
+
+def plan_target(args):
+    """The Calibration of the machine `looplab plan` prices for: --calibration FILE (written there by
+    `looplab calibrate`) or --device NAME of the table with --mfu; None for this machine."""
+    from workers import calibrate
+
+    if args.mfu is not None and args.device is None:
+        raise ConfigError("--mfu: only with --device (a calibration file has its own rates)")
+    if args.calibration is not None:
+        return calibrate.read_file(args.calibration)
+    if args.device is not None:
+        return calibrate.for_device(args.device, args.mfu, 1 if args.num_gpus is None else args.num_gpus)
+    return None
+
+
+def cli_gc(args) -> int:
+    """Apply the retention rule to succeeded jobs (orchestrator/retention.py) and say what it freed."""
+    from orchestrator import retention
+
+    q = _queue(args)
+    done = retention.gc(q.eng, grid=args.grid, dry_run=args.dry_run)
+    verb = "would free" if args.dry_run else "freed"
+    for job_id, freed in done.freed.items():
+        print(f"  job {job_id:>5}: {verb} {retention.fmt_bytes(freed)}")
+    total = f"{retention.fmt_bytes(done.total)} ({done.total:,} bytes) in {len(done.freed)} job(s)"
+    kept = len(done.kept_all)
+    print(f"gc: {verb} {total}" + (f"; {kept} succeeded job(s) of grids with retention 'all' left as they are"
+                                   if kept else ""))  # fmt: skip
     return 0
 
 

@@ -28,6 +28,7 @@ from orchestrator import jobkinds, pairing
 from orchestrator.canonical import sha256
 from orchestrator.jobkinds import CHECKPOINT, TRAIN, Kind
 from orchestrator.pairing import MATCH_TIME
+from orchestrator.retention import DEFAULT_RETENTION, RETENTIONS
 from orchestrator.variants import LABEL_MAX
 
 if TYPE_CHECKING:
@@ -67,7 +68,10 @@ class Grid:
     `follow` overrides the follow-up specs; `resources` is {"num_gpus": .., "num_cpus": ..} for the
     grid's own jobs, or a mapping kind -> resources (e.g. {"depth_sweep": {"num_gpus": 0.5}});
     `"exclusive": false` lets a decode bench or an iso-time train job share its node (they run alone
-    by default: their timings are results; see orchestrator.jobqueue.job_resources)."""
+    by default: their timings are results; see orchestrator.jobqueue.job_resources). `retention`: what
+    a job's artifact dir keeps once it succeeded, "final" (the final weights: its resume state is
+    deleted) or "all" (orchestrator/retention.py); it says how the runs are kept, not what they are, so
+    it is no part of a job's identity."""
 
     name: str
     job: str = TRAIN
@@ -78,12 +82,15 @@ class Grid:
     priority: int = 0
     max_attempts: int = 3
     resources: dict[str, Any] | None = None
+    retention: str = DEFAULT_RETENTION
 
     def to_dict(self) -> dict[str, Any]:
+        # `retention` only when not the default: a grid submitted before it existed keeps its hash
+        extra = {} if self.retention == DEFAULT_RETENTION else {"retention": self.retention}
         return {
             "name": self.name, "job": self.job, "base": self.base, "sweep": self.sweep,
             "then": list(self.then), "follow": self.follow, "priority": self.priority,
-            "max_attempts": self.max_attempts, "resources": self.resources,
+            "max_attempts": self.max_attempts, "resources": self.resources, **extra,
         }  # fmt: skip
 
     def spec_hash(self) -> str:
@@ -243,6 +250,7 @@ class JobPlan:
     dep_hashes: list[str] = field(default_factory=list)
     config_hash: str = ""
     label: str | None = None  # the variant label the user gave (grid key `label`), else None
+    retention: str = DEFAULT_RETENTION  # the grid's (orchestrator/retention.py)
 
 
 def trained_plan(plans: list[JobPlan], i: int) -> JobPlan | None:
@@ -341,6 +349,7 @@ def _checked(grid: Grid, kinds: JobRegistry) -> Grid:
         grid,
         priority=fields.integer(f"{where}: priority", grid.priority),
         max_attempts=fields.integer(f"{where}: max_attempts", grid.max_attempts, lo=1),
+        retention=fields.choice(f"{where}: retention", grid.retention, RETENTIONS),
     )
 
 
@@ -368,7 +377,8 @@ def expand(grids: list[Grid], kinds: JobRegistry) -> list[JobPlan]:
             else:
                 spec = _validate(kinds, grid.name, grid.job, cfg)
             plan = JobPlan(grid.job, declared, spec, gi, grid.priority, grid.max_attempts,
-                           _kind_resources(grid, grid.job, follow_ups), budget=budget, label=label)  # fmt: skip
+                           _kind_resources(grid, grid.job, follow_ups), budget=budget, label=label,
+                           retention=grid.retention)  # fmt: skip
             plans.append(plan)
             idx = len(plans) - 1
             if pairing.is_match_time(budget):
@@ -403,7 +413,8 @@ def _follow_up(kinds: JobRegistry, grid: Grid, follow: str, idx: int, spec: dict
         fs = _validate(kinds, grid.name, follow, {**arch, **over})
         deps = []
     return JobPlan(follow, declared, fs, gi, grid.priority, grid.max_attempts,
-                   _kind_resources(grid, follow, follow_ups), deps=deps, label=label)  # fmt: skip
+                   _kind_resources(grid, follow, follow_ups), deps=deps, label=label,
+                   retention=grid.retention)  # fmt: skip
 
 
 def assign_hashes(

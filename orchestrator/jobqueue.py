@@ -173,6 +173,7 @@ def submit(
                     budget_time_s=plan.spec.get("time_s"),
                     budget_flops=plan.spec.get("flops"),
                     resources=canonical_json(plan.resources) if plan.resources else None,
+                    retention=plan.retention,
                     created_at=now,
                     planned_seconds=estimates[i][0],
                     planned_source=estimates[i][1],

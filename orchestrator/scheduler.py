@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING, Any
 import ray
 
 from model import fields
-from orchestrator import drivers, jobkinds, jobqueue
+from orchestrator import drivers, jobkinds, jobqueue, retention
 from orchestrator.admission import Admission, Candidate, Node, Refuse, Request, Running
 from orchestrator.display import print_progress
 from orchestrator.states import AttemptOutcome, JobStatus
@@ -130,7 +130,7 @@ class Scheduler:
             cap if retry_backoff_max_s is None else _seconds("retry_backoff_max_s", retry_backoff_max_s)
         )
         self.running: dict[Any, tuple[int, int, Running]] = {}  # ref -> (job, attempt, what it holds)
-        self.art_dirs: dict[int, Path] = {}
+        self.art_dirs: dict[int, tuple[Path, str | None]] = {}  # job -> (artifact dir, its retention)
         # job -> the other jobs that ran at some time while it ran (the contention of its timings)
         self.overlaps: dict[int, set[int]] = {}
         self.stopping = 0  # 1: graceful stop asked, 2: forced
@@ -260,7 +260,7 @@ class Scheduler:
             for other in others:
                 self.overlaps[other].add(job.id)
             self.running[ref] = (job.id, n, decision.running)
-            self.art_dirs[job.id] = art
+            self.art_dirs[job.id] = (art, job.retention)
             if self.progress:
                 print(
                     f"{time.strftime('%H:%M:%S')} job {job.id} ({job.kind}) started, attempt {n}", flush=True
@@ -287,9 +287,11 @@ class Scheduler:
         status = self._finish(job_id, n, AttemptOutcome(out["outcome"]), out.get("error"))
         if status.finished:
             self.overlaps.pop(job_id, None)
-        art = self.art_dirs.pop(job_id, None)
+        art, keep = self.art_dirs.pop(job_id, (None, None))
         if status == JobStatus.SUCCEEDED and art is not None:  # every point is in the database now
             (art / QueueReporter.SPOOL).unlink(missing_ok=True)
+            if retention.removes(keep):  # its success is committed: the resume state is no longer needed
+                retention.apply(art)
         if self.progress:
             print(
                 f"{time.strftime('%H:%M:%S')} job {job_id} attempt {n} {out['outcome']} -> {status}",

@@ -95,6 +95,9 @@ class Job(Base):
     # retry): a retry of that dependency re-queues exactly the jobs it took down (revision 0003)
     failed_dependency: Mapped[int | None] = mapped_column(Integer)
     artifact_dir: Mapped[str | None] = mapped_column(Text)
+    # what its artifact dir keeps once it succeeded (orchestrator/retention.py): "final" (the final
+    # weights only) or "all"; none for jobs submitted before the rule, left as they are (revision 0011)
+    retention: Mapped[str | None] = mapped_column(String(16))
     checkpoint_path: Mapped[str | None] = mapped_column(Text)
     checkpoint_step: Mapped[int | None] = mapped_column(Integer)
     progress_done: Mapped[float | None] = mapped_column(Float)  # e.g. steps done

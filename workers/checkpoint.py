@@ -26,9 +26,7 @@ from typing import Any
 import torch
 
 from model.errors import ConfigError
-
-CHECKPOINT = "checkpoint.pt"
-FINAL = "final.pt"
+from workers.artifacts import CHECKPOINT, FINAL
 
 
 def rng_state() -> dict[str, Any]:

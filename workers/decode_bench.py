@@ -96,23 +96,37 @@ class Spec:
 def cost(spec: Spec) -> ForwardCost:
     """Every decode step of every cell (warm-up and timed: `warmup + steps` per context length and batch
     size), each a forward of one token per sequence at the cell's context length; a step also pays a
-    fixed cost per layer application. Memory: `model.memory.decode_memory` of the largest cell."""
+    fixed cost per layer application. Per cell and device type, the FLOPs and the bytes of one step
+    (`model.memory.decode_step_bytes` at the dtype it runs in there). Memory: `model.memory.decode_memory`
+    of the largest cell."""
     from model.flops import step_flops
-    from model.memory import DEVICE_TYPES, decode_memory
+    from model.memory import DEVICE_TYPES, decode_memory, decode_step_bytes
     from model.presets import preset
 
     cfg = preset(spec.recipe, spec.size, **spec.model)
     per_cell = spec.warmup + spec.steps
     flops, n_steps = 0.0, 0
+    cells: dict[str, list[tuple[int, float, float]]] = {d: [] for d in DEVICE_TYPES}
     for context in spec.context_lens:
         per_token = step_flops(cfg, cfg.loops, seq_len=context).forward
         for batch in spec.batch_sizes:
             flops += per_cell * batch * per_token
             n_steps += per_cell
+            for d in DEVICE_TYPES:
+                read = decode_step_bytes(cfg, context, batch, _item_bytes(spec.dtype, d))
+                cells[d].append((per_cell, float(batch * per_token), read))
     biggest = max(spec.context_lens), max(spec.batch_sizes)
     memory = {d: decode_memory(cfg, *biggest, d) for d in DEVICE_TYPES}
     applications = cfg.n_prelude + cfg.n_recurrent * cfg.loops + cfg.n_coda
-    return ForwardCost(float(flops), memory, cfg.d_model, n_steps, applications)
+    return ForwardCost(float(flops), memory, cfg.d_model, n_steps, applications,
+                       {d: tuple(c) for d, c in cells.items()})  # fmt: skip
+
+
+def _item_bytes(dtype: str, device_type: str) -> int:
+    """Bytes per weight and cache element of `dtype` on `device_type` ("auto": bfloat16 on CUDA)."""
+    if dtype == "auto":
+        dtype = "bfloat16" if device_type == "cuda" else "float32"
+    return 4 if dtype == "float32" else 2
 
 
 def _bench_cell(model, cfg, context_len: int, batch: int, dtype, device, spec: Spec, use_graph: bool):

@@ -1,5 +1,6 @@
-"""Devices and memory for the jobs: the torch side of the `device` spec field, peak memory, and the
-peak FLOP/s that model-FLOPs utilisation (MFU) is measured against.
+"""Devices and memory for the jobs: the torch side of the `device` spec field, peak memory, and the table
+of GPUs (`DEVICES`: peak FLOP/s, memory, bandwidth) that model-FLOPs utilisation (MFU) is measured against
+and that the planner prices a device by when it has no calibration of it.
 
 The spec modules only check a device name as text (model.fields.device, no torch import); the jobs turn
 it into a `torch.device` here, when they start.
@@ -10,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import resource
+from dataclasses import dataclass
 
 import torch
 
@@ -46,25 +48,61 @@ def reset_peak_mem(device: torch.device) -> None:
         torch.cuda.reset_peak_memory_stats(device)
 
 
-# Dense bf16 tensor-core peak FLOP/s (no sparsity) by the GPU's name, as its vendor states it: a name
-# matches an entry when it contains the entry as a whole word ("NVIDIA H100 80GB HBM3" -> H100, while
-# "NVIDIA L40S" is not an L4). The first match wins, so more specific entries come first.
-PEAK_FLOPS: tuple[tuple[str, float], ...] = (
-    ("H100 PCIe", 756e12),
-    ("H100", 989.5e12),
-    ("H200", 989.5e12),
-    ("A100", 312e12),
-    ("L4", 121e12),
-    ("RTX 4090", 165e12),
+@dataclass(frozen=True)
+class DeviceSpec:
+    """A GPU as its vendor's datasheet states it: what the planner prices a device by when it has no
+    calibration measured on one (`looplab plan --device KEY`), and what MFU is measured against."""
+
+    key: str  # the name `looplab plan --device` takes
+    name: str  # matched as a whole word in torch.cuda.get_device_name(): "NVIDIA H100 80GB HBM3" -> H100
+    peak_flops: float  # dense bf16 tensor-core FLOP/s with FP32 accumulate (no sparsity)
+    memory_bytes: float  # the datasheet's GB x 1e9 (the cards report a little more: conservative)
+    bandwidth: float  # memory bandwidth, bytes per second
+
+
+# The table, from the vendors' datasheets (sparsity figures halved to dense ones). A name matches an entry
+# when it contains the entry's `name` as a whole word ("NVIDIA L40S" is not an L4); the first match wins,
+# so the more specific entries come first.
+DEVICES: tuple[DeviceSpec, ...] = (
+    # NVIDIA H100 Tensor Core GPU datasheet, H100 PCIe: BF16 1,513 TFLOPS with sparsity, 80 GB HBM2e, 2 TB/s
+    DeviceSpec("h100_pcie", "H100 PCIe", 756e12, 80e9, 2.0e12),
+    # same datasheet, H100 SXM: BF16 1,979 TFLOPS with sparsity, 80 GB HBM3, 3.35 TB/s
+    DeviceSpec("h100", "H100", 989.5e12, 80e9, 3.35e12),
+    # NVIDIA H200 Tensor Core GPU datasheet, H200 SXM: BF16 1,979 TFLOPS with sparsity, 141 GB HBM3e, 4.8 TB/s
+    DeviceSpec("h200", "H200", 989.5e12, 141e9, 4.8e12),
+    # NVIDIA A100 Tensor Core GPU datasheet, A100 80GB SXM: BF16 312 TFLOPS dense, 80 GB HBM2e, 2,039 GB/s
+    DeviceSpec("a100", "A100", 312e12, 80e9, 2.039e12),
+    # NVIDIA L4 Tensor Core GPU datasheet: BF16 242 TFLOPS with sparsity, 24 GB GDDR6, 300 GB/s
+    DeviceSpec("l4", "L4", 121e12, 24e9, 300e9),
+    # NVIDIA RTX Blackwell GPU architecture whitepaper, GeForce RTX 5090: peak BF16 tensor TFLOPS with FP32
+    # accumulate 209.5 dense (419 with sparsity), 32 GB GDDR7, 1,792 GB/s
+    DeviceSpec("rtx5090", "RTX 5090", 209.5e12, 32e9, 1.792e12),
+    # NVIDIA Ada GPU architecture whitepaper, GeForce RTX 4090: peak BF16 tensor TFLOPS with FP32 accumulate
+    # 165.2 dense (330.4 with sparsity), 24 GB GDDR6X, 1,008 GB/s
+    DeviceSpec("rtx4090", "RTX 4090", 165e12, 24e9, 1.008e12),
 )
+
+
+def device_spec(key: str, name: str = "--device") -> DeviceSpec:
+    """The table's entry `key` (h100, h200, a100, rtx5090, ...); a ConfigError naming `name` otherwise."""
+    for spec in DEVICES:
+        if spec.key == key:
+            return spec
+    raise ConfigError(f"{name}: unknown device {key!r}; accepted: {', '.join(d.key for d in DEVICES)}")
+
+
+def spec_of(name: str) -> DeviceSpec | None:
+    """The table's entry for a GPU named `name` (torch.cuda.get_device_name), None when it is not listed."""
+    for spec in DEVICES:
+        if re.search(rf"(?<![A-Za-z0-9]){re.escape(spec.name)}(?![A-Za-z0-9])", name):
+            return spec
+    return None
 
 
 def peak_flops_of(name: str) -> float | None:
     """The table's peak FLOP/s for a GPU named `name`, None when the table does not know it."""
-    for entry, flops in PEAK_FLOPS:
-        if re.search(rf"(?<![A-Za-z0-9]){re.escape(entry)}(?![A-Za-z0-9])", name):
-            return flops
-    return None
+    spec = spec_of(name)
+    return None if spec is None else spec.peak_flops
 
 
 def peak_flops(device: torch.device) -> float | None:

@@ -18,6 +18,8 @@ from typing import Any
 from workers.train_spec import Spec
 
 FLOAT_BYTES = 4
+# the metrics the trainer reports at each logged step (workers/trainer.py: train_loss, lr, tokens_per_s)
+LOG_POINTS = 3
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,9 @@ class TrainCost:
     eval_flops: float  # forward FLOPs of one evaluation
     eval_every: int
     ckpt_every: int
+    log_every: int
+    log_points: int  # metric points of one logged step (train_loss, lr, tokens_per_s)
+    eval_points: int  # metric points of one evaluation (val_loss, val_bpb, val_loss@n per count, peak_mem_mb)
     calib_steps: int  # a time budget's calibration steps (on a throw-away copy)
     params: int
     optimizer: str
@@ -52,8 +57,23 @@ class TrainCost:
 
     @property
     def checkpoint_bytes(self) -> float:
-        """What one checkpoint writes: the fp32 weights and two optimizer moments."""
-        return 3.0 * FLOAT_BYTES * self.params
+        """What one checkpoint (`checkpoint.pt`) writes: the fp32 weights and the optimizer's state
+        (`model.memory.optimizer_state_bytes`)."""
+        from model.memory import optimizer_state_bytes
+
+        return self.final_bytes + optimizer_state_bytes(self.cfg, self.optimizer)
+
+    @property
+    def final_bytes(self) -> float:
+        """What the final weights (`final.pt`) hold: the fp32 weights."""
+        return float(FLOAT_BYTES * self.params)
+
+    def metric_points(self, steps: float) -> int:
+        """Metric points the run reports: `log_points` at every `log_every`-th step (0-based) and at the
+        last one, `eval_points` per evaluation."""
+        steps = max(1, int(steps))
+        logs = -(-steps // self.log_every) + (1 if (steps - 1) % self.log_every else 0)
+        return logs * self.log_points + self.n_evals(steps) * self.eval_points
 
 
 def cost(spec: Spec) -> TrainCost:
@@ -79,7 +99,9 @@ def cost(spec: Spec) -> TrainCost:
         flops_per_token=float(flops.total),
         grad_flops_per_token=float(flops.backward * (1 + 1 / BACKWARD_FACTOR)),
         eval_flops=float(eval_tokens * sum(step_flops(cfg, n).forward for n in counts)),
-        eval_every=spec.eval_every, ckpt_every=spec.ckpt_every, calib_steps=spec.calib_steps,
+        eval_every=spec.eval_every, ckpt_every=spec.ckpt_every, log_every=spec.log_every,
+        log_points=LOG_POINTS, eval_points=3 + len(spec.resolved_eval_loops(cfg)),
+        calib_steps=spec.calib_steps,
         params=param_count(cfg)["total"], optimizer=spec.optimizer, compile=spec.compile,
         memory={d: training_memory(cfg, batch, d, spec.optimizer) for d in DEVICE_TYPES},
     )  # fmt: skip

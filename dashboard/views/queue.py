@@ -1,7 +1,9 @@
-"""Queue: what is queued, running, done and failed; progress of each running job; recent errors.
+"""Queue: what is queued, running, done and failed; the disk the jobs' artifacts take; progress of each
+running job; recent errors.
 
 Reads only the jobs table and `latest_metrics` (never the metric history), so it stays cheap enough
-to refresh every few seconds.
+to refresh every few seconds; the disk line walks the jobs' artifact dirs, at most once a minute
+(`DISK_TTL_S`).
 """
 
 from __future__ import annotations
@@ -12,13 +14,30 @@ import streamlit as st
 
 from analysis.variants import MISSING, present
 from dashboard import listing, ui
+from orchestrator import frames, retention
 from orchestrator.states import JobStatus
 
 REFRESH_S = 5
+DISK_TTL_S = 60  # the artifact dirs are walked at most once a minute (a study's are thousands of files)
 
 st.title("Queue")
 url = ui.url()
 live = st.toggle(f"Auto-refresh every {REFRESH_S} s", value=True, key="queue_autorefresh")
+
+
+@st.cache_data(ttl=DISK_TTL_S, show_spinner=False)
+def disk(url: str, job_ids: tuple[int, ...]) -> retention.DiskInUse:
+    return retention.disk_in_use(frames.engine(url), list(job_ids))
+
+
+def disk_line(used: retention.DiskInUse) -> str:
+    """One line: the artifacts' bytes, and what `looplab gc` would free of them."""
+    if not used.dirs:
+        return "Disk: no artifact dir yet"
+    line = f"Disk: {retention.fmt_bytes(used.total)} in {used.dirs} artifact dir(s)"
+    if used.reclaimable:
+        line += f"; `looplab gc` would free {retention.fmt_bytes(used.reclaimable)} (resume state of succeeded jobs)"
+    return line
 
 
 @st.fragment(run_every=REFRESH_S if live else None)
@@ -32,6 +51,7 @@ def queue_view() -> None:
     counts = listing.status_counts(jobs)
     for col, row in zip(st.columns(len(counts)), counts.itertuples(index=False)):
         col.metric(row.status, row.jobs)
+    st.caption(disk_line(disk(url, tuple(int(i) for i in jobs["job_id"]))))
 
     st.subheader("Running")
     running = listing.running_jobs(

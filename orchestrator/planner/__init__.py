@@ -2,10 +2,13 @@
 finish time, before anything is submitted (`looplab plan`, `Queue.plan`, `looplab status`).
 
 The parts, in the order a forecast uses them:
-- calibration.py: what this machine achieves (measured once, cached per machine and device);
+- calibration.py: what this machine achieves (measured by workers/calibrate.py once, cached per machine
+  and device); another machine's comes from its calibration file or the device table
+  (`workers.calibrate.read_file`, `for_device`, with `plan_grids(..., elsewhere=True)`);
 - history.py: reads of finished jobs (the history estimates learn from; planned against actual);
 - estimates.py: `TimeModel`, each job's seconds from its kind's cost model (FLOPs, memory, counts:
-  `cost()` in the kind's workers module, defaults from its Spec) and the history or calibration;
+  `cost()` in the kind's workers module, defaults from its Spec) and the history or calibration, a train
+  job's micro-batch that fits and its disk (orchestrator/retention.py);
 - jobs.py: the queue's jobs and the grids' plans as `ForecastJob`s, with what they ask;
 - simulate.py: the scheduler's own admission rule (orchestrator/admission.py) replayed on the estimates;
 - report.py: `Forecast`, the text and table a user reads;

@@ -17,8 +17,17 @@ database's finished jobs (orchestrator/planner/history.py) or this machine's cal
   takes the median wall time of its finished jobs.
 - `budget`: a time budget (or `match_time_of`) whose throughput is unknown: the budget plus start-up.
 - `unknown`: nothing to go on (a plugin's kind never run before, a harness eval, no calibration).
+Decode steps by the FLOP model: each cell's steps at the larger of their FLOPs over the rate and the bytes
+they read (weights of every layer application, the head, the whole KV cache) over the memory bandwidth,
+when the calibration has one, plus the fixed cost per layer application. A device of the table
+(`workers.calibrate.for_device`) has rates of its peak times an MFU, its bandwidth, and no fixed cost.
 Peak memory: the kind's cost model on the device type the jobs run on; on CUDA a measured `peak_mem_mb`
-of the same variant and batch replaces a train job's.
+of the same variant and batch replaces a train job's. A train job's `micro_batch`: its spec's
+`micro_batch_size` when it gives a number, what `auto` picks on the device (`model.memory.
+largest_micro_batch`, the trainer's own rule; the memory is then that forward's), else (the whole batch
+per forward) the most that would fit, reported beside the whole batch's memory.
+Disk: a train job's checkpoint (weights and optimizer state), final weights and metric spool
+(`orchestrator.retention.PlannedDisk`).
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ from model.errors import ConfigError
 from orchestrator import pairing
 from orchestrator.planner.calibration import DEFAULT_STARTUP_S, Calibration, cached_calibration
 from orchestrator.planner.history import finished_runs, variant_of
+from orchestrator.retention import PlannedDisk
 
 if TYPE_CHECKING:
     from orchestrator.grid import JobPlan
@@ -44,6 +54,9 @@ if TYPE_CHECKING:
     from workers.train_spec import Spec as TrainSpec
 
 SOURCES = ("measured", "flop_model", "finished", "budget", "unknown")
+# bytes of one metric point in a job's spool (orchestrator/task.py MetricSpool: a JSON line of ts, key,
+# step, value, tokens, wall_s), for a point of a long run (6-10 digit steps and tokens, 17-digit floats)
+SPOOL_POINT_BYTES = 140
 # what a spec the cost models cannot read raises (a plugin's spec, a test double's, an old config)
 UNREADABLE = (ConfigError, ValueError, TypeError, KeyError, ZeroDivisionError, OSError)
 
@@ -60,6 +73,9 @@ class Estimate:
     # the part of `seconds` that a fresh worker process spends starting (imports, model build); a job
     # that Ray starts in a worker an earlier job left idle skips it (see orchestrator/planner/simulate.py)
     startup_s: float = 0.0
+    micro_batch: int | None = None  # a train job's sequences per forward (see the module docstring)
+    micro_batch_given: bool = False  # the spec's micro_batch_size (else: the most that fit the device)
+    disk: PlannedDisk | None = None
 
 
 def _median(values: Iterable[float | None]) -> float | None:
@@ -73,11 +89,13 @@ def _key(spec: dict[str, Any]) -> str:
 
 class TimeModel:
     """Turns jobs' costs into wall seconds from this database's finished jobs and a calibration (one read
-    of the history). `device` is where the jobs will run ("cpu" or "cuda"); `calibration` None leaves
-    `flop_model` rows without a time (their FLOPs and memory are still given)."""
+    of the history; `eng` None: no history). `device` is where the jobs will run ("cpu" or "cuda"), with
+    `device_memory` bytes each (None: no micro-batch is fitted); `calibration` None leaves `flop_model`
+    rows without a time (their FLOPs and memory are still given)."""
 
-    def __init__(self, eng: Engine | None, calibration: Calibration | None, device: str = "cpu") -> None:
-        self.calibration, self.device = calibration, device
+    def __init__(self, eng: Engine | None, calibration: Calibration | None, device: str = "cpu",
+                 device_memory: float | None = None) -> None:  # fmt: skip
+        self.calibration, self.device, self.device_memory = calibration, device, device_memory
         self.history: list[dict[str, Any]] = finished_runs(eng) if eng is not None else []
         self._train: dict[str, tuple[TrainSpec, TrainCost] | None] = {}
         overheads = [h["overhead"] for h in self.history if h["kind"] == "train"]
@@ -157,10 +175,38 @@ class TimeModel:
         wall = _median(h["wall"] for h in self.history if h["kind"] == kind)
         return Estimate(wall, "finished" if wall is not None else "unknown")
 
+    def micro_batch(self, train: TrainSpec, cost: TrainCost) -> tuple[int | None, bool]:
+        """(sequences per forward, whether the run will use it): the spec's `micro_batch_size` as given;
+        with `auto`, what the trainer picks on `device_memory` (`model.memory.largest_micro_batch`, the
+        same rule); else (the whole batch per forward) the most that would fit. None when not even one
+        sequence fits, or without a device memory."""
+        from model.memory import HEADROOM, largest_micro_batch, training_memory
+
+        given = getattr(train, "micro_batch_size", None)  # an execution field of newer train Specs
+        if isinstance(given, int):
+            return given, True
+        fit = None
+        if self.device_memory is not None:
+            fit = largest_micro_batch(cost.cfg, cost.batch, self.device, cost.optimizer, self.device_memory)
+            if training_memory(cost.cfg, fit, self.device, cost.optimizer) > HEADROOM * self.device_memory:
+                fit = None  # not even one sequence
+        return fit, given == "auto" and fit is not None
+
     def train(self, spec: dict[str, Any], ref_train_s: float | None = None) -> Estimate:
-        cost = self.train_cost(spec)
-        if cost is None:
+        found = self._train_of(spec)
+        if found is None:
             return Estimate(None, "unknown")
+        est = self._train_estimate(spec, found[1], ref_train_s)
+        est.micro_batch, est.micro_batch_given = self.micro_batch(*found)
+        if est.micro_batch_given:
+            from model.memory import training_memory
+
+            est.peak_mem_bytes = training_memory(
+                found[1].cfg, est.micro_batch, self.device, found[1].optimizer
+            )
+        return est
+
+    def _train_estimate(self, spec: dict[str, Any], cost: TrainCost, ref_train_s: float | None) -> Estimate:
         variant = variant_of(spec)
         same = [
             h for h in self.history
@@ -192,18 +238,19 @@ class TimeModel:
         budget_s = ref_train_s if ref_train_s is not None else spec.get("time_s")
         steps = cost.steps
         calib_s = 0.0
+        disk = PlannedDisk(cost.checkpoint_bytes, cost.final_bytes, 0.0)
         if steps is None:  # a time budget: trains budget_s, after a calibration on a copy of the model
             if budget_s is None:
-                return Estimate(None, "unknown", peak_mem_bytes=memory)
+                return Estimate(None, "unknown", peak_mem_bytes=memory, disk=disk)
             train_s = float(budget_s)
             if step_s is None:
                 return Estimate(train_s + startup, "budget", peak_mem_bytes=memory, train_s=train_s,
-                                startup_s=startup)  # fmt: skip
+                                startup_s=startup, disk=disk)  # fmt: skip
             steps = max(1, int(train_s / step_s))
             calib_s = max(cost.calib_steps * step_s, min(0.05 * train_s, 60.0)) + 2 * step_s
         elif step_s is None:
             return Estimate(None, source, flops=steps * cost.tokens_per_step * cost.flops_per_token,
-                            peak_mem_bytes=memory)  # fmt: skip
+                            peak_mem_bytes=memory, disk=self._disk(cost, steps))  # fmt: skip
         else:
             train_s = steps * step_s
         flops = steps * cost.tokens_per_step * cost.flops_per_token
@@ -211,7 +258,14 @@ class TimeModel:
         eval_s = eval_flops / eval_rate if eval_rate else 0.0
         ckpt_s = per_ckpt * cost.n_ckpts(steps)
         seconds = (startup or 0.0) + calib_s + train_s + eval_s + ckpt_s
-        return Estimate(seconds, source, flops + eval_flops, memory, train_s, startup or 0.0)
+        return Estimate(seconds, source, flops + eval_flops, memory, train_s, startup or 0.0,
+                        disk=self._disk(cost, steps))  # fmt: skip
+
+    @staticmethod
+    def _disk(cost: TrainCost, steps: int) -> PlannedDisk:
+        return PlannedDisk(
+            cost.checkpoint_bytes, cost.final_bytes, cost.metric_points(steps) * SPOOL_POINT_BYTES
+        )
 
     def _step_seconds(self, cost: TrainCost) -> float:
         """One training step by the FLOP model: the parts with autograd at the calibrated training
@@ -254,13 +308,23 @@ class TimeModel:
         cal = self.calibration
         if cal is None:
             return Estimate(None, "unknown", cost.flops, memory)
-        if cost.decode_steps:  # decode steps: the training rate, plus a fixed cost per layer application
-            seconds = (
-                cost.flops / cal.flops_per_s + cost.decode_steps * cost.applications * cal.decode_layer_s
-            )
+        if cost.decode_steps:
+            seconds = self._decode_seconds(cost)
         else:
             seconds = cost.flops / cal.rates(cost.d_model)[1]  # forwards only
         return Estimate(self.startup_s + seconds, "flop_model", cost.flops, memory, startup_s=self.startup_s)
+
+    def _decode_seconds(self, cost: ForwardCost) -> float:
+        """Decode steps: per cell, its steps at the larger of their FLOPs over the training rate and their
+        bytes over the memory bandwidth (when the calibration has one), plus a fixed cost per layer
+        application of every step."""
+        cal = self.calibration
+        assert cal is not None
+        cells = cost.cells.get(self.device) or ((cost.decode_steps, cost.flops / cost.decode_steps, 0.0),)
+        bandwidth = cal.memory_bandwidth
+        bound = sum(n * max(flops / cal.flops_per_s, read / bandwidth if bandwidth else 0.0)
+                    for n, flops, read in cells)  # fmt: skip
+        return bound + cost.decode_steps * cost.applications * cal.decode_layer_s
 
 
 class LazyTimeModel:

@@ -54,6 +54,13 @@ class ForecastJob:
     end_s: float | None = None
     device: str = ""  # where the simulation placed it: "cpu" or "gpu0", "gpu1", ...
     refused: str | None = None  # why the scheduler will refuse it (it can never be placed)
+    retention: str | None = None  # what its artifact dir keeps once it succeeded (orchestrator/retention.py)
+
+    @property
+    def disk_kept(self) -> float | None:
+        """Bytes its artifact files keep after it succeeded (None: not planned)."""
+        disk = self.estimate.disk if self.estimate is not None else None
+        return None if disk is None else disk.kept(self.retention)
 
     @property
     def request(self) -> Request:
@@ -146,6 +153,7 @@ def queue_jobs(eng: Engine, model: TimeModel, has_gpu: bool, now: float) -> list
             estimate=est, priority=r.priority, order=r.id, job_id=r.id, remaining_s=est.seconds,
             since_s=(r.not_before if r.not_before is not None else r.created_at) - now,
             deps=[f"#{d.depends_on}" for d in my_deps if d.status != JobStatus.SUCCEEDED],
+            retention=r.retention,
         ).asks(job_resources(r.kind, r.resources, has_gpu))  # fmt: skip
         if r.status == JobStatus.RUNNING:
             elapsed = now - (r.started_at or now)
@@ -185,7 +193,7 @@ def grid_jobs(plans: list[JobPlan], existing: dict[str, int], estimates: list[Es
             key=keys[i], kind=plan.kind, what=describe(about.kind, about.spec, about.label),
             status="present" if known is not None else "new", estimate=est, priority=plan.priority,
             order=next_id + rank[i], deps=[keys[d] for d in plan.deps] + [f"#{j}" for j in plan.dep_ids],
-            job_id=known, remaining_s=None if known is not None else est.seconds,
+            job_id=known, remaining_s=None if known is not None else est.seconds, retention=plan.retention,
         ).asks(res)  # fmt: skip
         share = res["num_gpus"] if gpus > 0 and res["num_gpus"] > 0 else 1.0
         if memory is not None and est.peak_mem_bytes is not None:
