@@ -300,18 +300,24 @@ def state_dict_from_parcae(
     if rest:
         raise ConfigError(f"weights: unexpected tensor(s) {', '.join(sorted(rest))} (no such parameter in "
                           "a Parcae model of this config.json)")  # fmt: skip
-    missing = [name for name in want if name not in mapped]
-    if missing:
-        raise ConfigError(
-            "weights: missing tensor(s) " + ", ".join(_their_name(name, cfg) for name in missing)
-        )
-    for name, value in mapped.items():
-        if tuple(value.shape) != tuple(want[name].shape):
-            raise ConfigError(
-                f"weights: {where[name]} has shape {tuple(value.shape)}; config.json makes it "
-                f"{tuple(want[name].shape)}"
-            )
+    check_tensors(mapped, want, name=lambda ours: where.get(ours) or _their_name(ours, cfg))
     return mapped
+
+
+def check_tensors(got: dict[str, Tensor], want: dict[str, Tensor], name=lambda key: key) -> None:
+    """`got` fills exactly the tensors of `want` (a model's state dict) with their shapes; else ConfigError
+    naming the tensor(s) as the file calls them (`name(our key)`): unexpected, missing, or both shapes."""
+    unexpected = sorted(set(got) - set(want))
+    if unexpected:
+        raise ConfigError(f"weights: unexpected tensor(s) {', '.join(map(name, unexpected))}")
+    missing = [key for key in want if key not in got]
+    if missing:
+        raise ConfigError(f"weights: missing tensor(s) {', '.join(map(name, missing))}")
+    for key, value in got.items():
+        if tuple(value.shape) != tuple(want[key].shape):
+            raise ConfigError(
+                f"weights: {name(key)} has shape {tuple(value.shape)}; its config makes it {tuple(want[key].shape)}"
+            )
 
 
 def _their_name(ours: str, cfg: ModelConfig) -> str:

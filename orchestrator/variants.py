@@ -6,6 +6,11 @@ nothing that averages over seeds mixes, say, loops 4 with loops 8. Overrides equ
 value are left out: `{"loops": 4}` on fixed4 is fixed4. Runs that differ only in their data (tokenizer,
 vocabulary) or budget are the same variant: the data is what a variant is trained on, not what it is.
 
+An imported model (workers/importer.py) is known by where it came from as well: its kind declares
+`identity_keys` (source and revision), which join the variant id, make its label (`parcae-140m@1a2b3c4d5e6f`)
+and fill `imported_from`, so a published model never shares a variant with a run of the same
+architecture trained here, while a decode bench of it (architecture only) does.
+
 The columns are derived from live model code (the resolved `ModelConfig` and `model.counts.arch_summary`)
 at submission and stored, so that readers need neither the model code nor JSON functions.
 """
@@ -28,7 +33,8 @@ ARCH_COLUMNS = (
     "n_prelude", "n_recurrent", "n_coda", "effective_depth", "d_model", "injection", "n_params", "n_once",
     "n_rec", "flops_per_token",
 )  # fmt: skip
-VARIANT_COLUMNS = ("variant_id", "variant_label", "loop_sampler", "loops", *ARCH_COLUMNS)
+VARIANT_COLUMNS = ("variant_id", "variant_label", "loop_sampler", "loops", *ARCH_COLUMNS, "imported_from")
+REVISION_SHOWN = 12  # hex digits of a revision in a label
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +46,7 @@ class Resolved:
     recipe: str
     size: str
     overrides: dict[str, Any]  # canonical: only the fields that differ from the preset, JSON values
+    identity: dict[str, Any] = dataclasses.field(default_factory=dict)  # the kind's identity_keys' values
 
 
 def resolve(kind: str, spec: dict[str, Any], declared: Kind | None = None) -> Resolved | None:
@@ -84,12 +91,17 @@ def resolve(kind: str, spec: dict[str, Any], declared: Kind | None = None) -> Re
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         return None
     overrides = {k: _plain(getattr(cfg, k)) for k in sorted(given) if getattr(cfg, k) != getattr(base, k)}
-    return Resolved(cfg, batch_size, recipe, size, overrides)
+    identity = {k: spec.get(k) for k in declared.identity_keys}
+    return Resolved(cfg, batch_size, recipe, size, overrides, identity)
 
 
-def variant_id(recipe: str, size: str, overrides: dict[str, Any]) -> str:
-    """First 12 hex digits of sha256 of the canonical JSON of {recipe, size, model overrides}."""
-    return sha256({"recipe": recipe, "size": size, "model": overrides})[:VARIANT_ID_HEX]
+def variant_id(
+    recipe: str, size: str, overrides: dict[str, Any], identity: dict[str, Any] | None = None
+) -> str:
+    """First 12 hex digits of sha256 of the canonical JSON of {recipe, size, model overrides} (and the
+    identity of an imported model, when it has one)."""
+    key = {"recipe": recipe, "size": size, "model": overrides}
+    return sha256({**key, "identity": identity} if identity else key)[:VARIANT_ID_HEX]
 
 
 def variant_label(recipe: str, overrides: dict[str, Any]) -> str:
@@ -97,6 +109,22 @@ def variant_label(recipe: str, overrides: dict[str, Any]) -> str:
     (the size has its own column), cut to LABEL_MAX characters."""
     parts = [recipe, *(f"{key}={_label_value(value)}" for key, value in sorted(overrides.items()))]
     return clip_label(LABEL_SEPARATOR.join(parts))
+
+
+def identity_label(identity: dict[str, Any]) -> str:
+    """`parcae-140m@1a2b3c4d5e6f`: the identity's values joined by @, a path as its last part and a
+    revision as its first REVISION_SHOWN hex digits (an imported model's source and revision)."""
+    parts = []
+    for value in identity.values():
+        text = str(value)
+        if text.startswith("hf:"):
+            text = text.rsplit("/", 1)[-1]
+        elif "/" in text:
+            text = text.rstrip("/").rsplit("/", 1)[-1]
+        else:
+            text = text.removeprefix("sha256:")[:REVISION_SHOWN]
+        parts.append(text)
+    return clip_label("@".join(parts))
 
 
 def clip_label(label: str) -> str:
@@ -114,12 +142,16 @@ def columns_of(resolved: Resolved, label: str | None = None) -> dict[str, Any]:
     from model.counts import arch_summary
 
     facts = arch_summary(resolved.cfg, resolved.batch_size)
+    identity = resolved.identity
+    generated = identity_label(identity) if identity else variant_label(resolved.recipe, resolved.overrides)
     out: dict[str, Any] = {
-        "variant_id": variant_id(resolved.recipe, resolved.size, resolved.overrides),
-        "variant_label": clip_label(label) if label else variant_label(resolved.recipe, resolved.overrides),
+        "variant_id": variant_id(resolved.recipe, resolved.size, resolved.overrides, identity),
+        "variant_label": clip_label(label) if label else generated,
         "loop_sampler": resolved.cfg.loop_sampler,
         "loops": resolved.cfg.loops,
     }
+    if identity:  # an imported model: where it came from (left out, so NULL, for a model trained here)
+        out["imported_from"] = "@".join(str(v) for v in identity.values())
     for column in ARCH_COLUMNS:
         value = facts[column]
         out[column] = None if isinstance(value, float) and not math.isfinite(value) else value
