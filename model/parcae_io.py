@@ -293,14 +293,14 @@ def state_dict_from_parcae(
         else:
             put("lm_head.weight", "lm_head.weight", head)
     rope = rest.pop(ROPE_BUFFER, None)
-    if rope is not None:
-        _check_rope(rope, cfg)
     for value_embed in [k for k in rest if k.startswith("value_embeds.")]:
         rest.pop(value_embed)  # a table of a layer without a gate: unused by the public model
     if rest:
         raise ConfigError(f"weights: unexpected tensor(s) {', '.join(sorted(rest))} (no such parameter in "
                           "a Parcae model of this config.json)")  # fmt: skip
     check_tensors(mapped, want, name=lambda ours: where.get(ours) or _their_name(ours, cfg))
+    if rope is not None:
+        _check_rope(rope, cfg)
     return mapped
 
 
