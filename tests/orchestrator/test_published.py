@@ -1,7 +1,7 @@
 """A published model studied through the real queue on local Ray: the import job (the public code's
 fixture, tests/fixtures/parcae_tiny) and its depth sweep and decode bench, shown in the views as a run
 without training, its losses in bits per byte of the same validation text, measured with its own
-tokenizer."""
+tokenizer; the Depth page then draws bits per byte and says why."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ SWEEP = {"loops": [1, 2, 4], "eval_tokens": 512, "batch_size": 4, "interaction_l
 
 
 @pytest.mark.slow
-def test_an_imported_models_depth_sweep_runs_through_the_queue(tmp_path, ray_cluster):
+def test_an_imported_models_depth_sweep_runs_through_the_queue(tmp_path, ray_cluster, monkeypatch):
     from workers.data import DataSpec, prepare, val_chunks
     from workers.depth_sweep import load_model
     from workers.train_spec import EVAL_H0_SEED
@@ -79,3 +79,10 @@ def test_an_imported_models_depth_sweep_runs_through_the_queue(tmp_path, ray_clu
     n_bytes = len(data.tokenizer.decode(targets).encode())
     assert first["val_bpb"] == pytest.approx(float(ce.sum()) / math.log(2) / n_bytes, rel=2e-3)
     assert first["val_bpb"] < first["val_loss"] / math.log(2)  # more than one byte per token: not per token
+
+    from tests.dashboard.test_pages import frame_with, render, text_of
+
+    at = render(monkeypatch, str(tmp_path / "q.db"), "depth")
+    assert "bits per byte (val_bpb)" in text_of(at)
+    wide = frame_with(at, "4 loops").set_index("variant_label")
+    assert wide.loc[run["variant_label"], "1 loops"] == pytest.approx(first["val_bpb"])
