@@ -25,7 +25,11 @@ HANDLERS = {
     **{command: ("orchestrator.commands", f"cli_{command}") for command in QUEUE_COMMANDS},
     "fit": ("orchestrator.fit", "cli_fit"),
     "dashboard": ("dashboard.launch", "cli_dashboard"),
+    "export-model": ("orchestrator.commands", "cli_export_model"),
+    "lm-eval": ("orchestrator.commands", "cli_lm_eval"),
 }
+# the command whose arguments are another program's (lm-evaluation-harness): passed through unparsed
+PASS_THROUGH = "lm-eval"
 
 
 # command -> the guide (under docs/ in the repository) that `looplab COMMAND --help` names
@@ -36,6 +40,8 @@ GUIDES = {
     "plan": "docs/planning.md (also for a device you are not on: --calibration, --device); disk: docs/disk.md",
     "calibrate": "docs/planning.md (Planning for a device you are not on)",
     "gc": "docs/disk.md (what a finished run keeps)",
+    "export-model": "docs/published-models.md (Exporting a model)",
+    "lm-eval": "docs/published-models.md (lm-evaluation-harness from the shell)",
     "run": "docs/queue.md (which job starts, stopping and resuming); several GPUs or nodes: docs/scale-out.md",
     "status": "docs/queue.md; the estimated finish: docs/planning.md",
     "cancel": "docs/queue.md",
@@ -48,7 +54,7 @@ GUIDES = {
 EPILOG = (
     "Guides: README.md (start here), docs/queue.md, docs/variants.md, docs/planning.md, "
     "docs/statistics.md, docs/studies.md, docs/evaluation.md, docs/scale-out.md, docs/measured.md, "
-    "docs/gpu.md, docs/testing.md, docs/disk.md, docs/scale-training.md. `looplab COMMAND --help` names the guide of a command."
+    "docs/gpu.md, docs/testing.md, docs/disk.md, docs/scale-training.md, docs/published-models.md. `looplab COMMAND --help` names the guide of a command."
 )
 
 
@@ -153,15 +159,39 @@ def build_parser() -> argparse.ArgumentParser:
 
     da = sub.add_parser("dashboard", help="start the Streamlit dashboard on 127.0.0.1")
     da.add_argument("--port", type=int, default=8501)
+    ex = sub.add_parser("export-model", help="write a checkpoint as a model directory (config.json, "
+                        "model.safetensors, tokenizer.json) that looplab, an import job and lm-eval read")  # fmt: skip
+    ex.add_argument("checkpoint", help="a train or import artifact dir, or a checkpoint file")
+    ex.add_argument("-o", "--out", required=True, help="the directory to write (new or empty)")
+
+    sub.add_parser(
+        PASS_THROUGH, add_help=False,
+        help="lm-evaluation-harness with looplab models registered: every argument is the harness's own, "
+             "e.g. lm-eval --model looplab --model_args checkpoint=DIR,loops=8 --tasks sciq",
+    )  # fmt: skip
+
     for name, command in sub.choices.items():
         command.epilog = f"guide: {GUIDES[name]}"
     return p
 
 
+def _split_pass_through(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(looplab's own arguments, the rest) when the command is PASS_THROUGH: everything after it belongs
+    to the other program, `--help` included."""
+    i = 0
+    while i < len(argv) and argv[i].startswith("-"):  # looplab's global options
+        i += 2 if argv[i] == "--db" else 1
+    if i < len(argv) and argv[i] == PASS_THROUGH:
+        return argv[: i + 1], argv[i + 1 :]
+    return argv, []
+
+
 def main(argv: list[str] | None = None) -> int:
     import logging
 
-    args = build_parser().parse_args(argv)
+    own, passed = _split_pass_through(sys.argv[1:] if argv is None else list(argv))
+    args = build_parser().parse_args(own)
+    args.passed = passed
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

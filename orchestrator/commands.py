@@ -211,3 +211,34 @@ def cli_demo(args) -> int:
 
         return main_loop_design(db=args.db, fast=args.fast, artifacts=args.artifacts or "looplab_artifacts")
     return main(db=args.db, fast=args.fast, artifacts=args.artifacts or "looplab_artifacts")
+
+
+def cli_export_model(args) -> int:
+    from workers.export import export_model
+
+    out = export_model(args.checkpoint, args.out)
+    print(f"exported {args.checkpoint} to {out} ({', '.join(sorted(p.name for p in out.iterdir()))})")
+    return 0
+
+
+def cli_lm_eval(args) -> int:
+    """lm-evaluation-harness's own command line with the looplab model registered (`--model looplab`)."""
+    import sys
+
+    try:
+        from lm_eval.__main__ import cli_evaluate
+
+        import workers.lm_eval_adapter  # noqa: F401 - registers the model with the harness
+    except ImportError as e:
+        raise ConfigError(
+            f"lm-eval: lm-evaluation-harness is not installed (pip install -e .[eval]): {e}"
+        ) from e
+    argv = sys.argv
+    sys.argv = ["lm-eval", *args.passed]  # the harness reads its arguments from sys.argv
+    try:
+        cli_evaluate()
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        sys.argv = argv
+    return 0

@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from sqlalchemy import Engine, bindparam, text
 
 from orchestrator.db import readonly_engine
-from orchestrator.jobkinds import TRAIN
+from orchestrator.jobkinds import MODEL_SOURCES
 from orchestrator.pairing import MATCH_TIME, stored_reference
 from orchestrator.schema import GridRow, Job, LatestMetric
 from orchestrator.states import ACTIVE, JobStatus
@@ -144,10 +144,11 @@ def latest(url: str, job_ids: Iterable[int], keys: Iterable[str] = CURVE_KEYS) -
 
 
 def _variant_sql(job: str) -> str:
-    """The variant and resolved architecture of job alias `job` (stored at submission, revision 0004);
-    the trained loop count is `train_loops` (a depth sweep's own `loops` is the evaluated count)."""
+    """The variant and resolved architecture of job alias `job` (stored at submission, revision 0004) and
+    where an imported model came from (NULL for one trained here, revision 0012); the trained loop count
+    is `train_loops` (a depth sweep's own `loops` is the evaluated count)."""
     cols = ["variant_id", "variant_label", "n_prelude", "n_recurrent", "n_coda", "effective_depth", "d_model",
-            "injection", "n_once", "n_rec"]  # fmt: skip
+            "injection", "n_once", "n_rec", "imported_from"]  # fmt: skip
     return ", ".join(f"{job}.{c}" for c in cols) + f", {job}.loops AS train_loops"
 
 
@@ -172,7 +173,7 @@ def runs(url: str) -> pd.DataFrame:
                v.steps, v.tokens, v.train_seconds, v.tokens_per_s, v.final_train_loss, v.final_val_loss,
                v.final_val_bpb, r.peak_mem_mb, v.n_params, r.n_params_non_embedding, r.time_budget_s, r.device,
                v.flops_per_token, COALESCE(v.train_flops, v.flops_per_token * v.tokens) AS train_flops,
-               v.achieved_flops_per_s, v.mfu, v.padding_waste, r.concurrent_jobs
+               v.achieved_flops_per_s, v.mfu, v.padding_waste, r.concurrent_jobs, v.imported_from
         FROM runs v
         JOIN jobs j ON j.id = v.job_id
         LEFT JOIN train_results r ON r.job_id = v.job_id
@@ -205,10 +206,10 @@ def _sweep_rows(url: str, table: str, columns: str, order: str) -> pd.DataFrame:
                t.budget_tokens, {_variant_sql("t")}, {columns}
         FROM {table} r
         JOIN job_deps d ON d.job_id = r.job_id
-        JOIN jobs t ON t.id = d.depends_on AND t.kind = :train
+        JOIN jobs t ON t.id = d.depends_on AND t.kind IN :kinds
         ORDER BY t.id, {order}
         """,
-        train=TRAIN,
+        kinds=list(MODEL_SOURCES),
     )
 
 
@@ -246,10 +247,10 @@ def task_scores(url: str) -> pd.DataFrame:
                ts.acc, ts.acc_norm, ts.stderr, ts.chance
         FROM task_scores ts
         JOIN job_deps d ON d.job_id = ts.job_id
-        JOIN jobs t ON t.id = d.depends_on AND t.kind = :train
+        JOIN jobs t ON t.id = d.depends_on AND t.kind IN :kinds
         ORDER BY t.id, ts.task, ts.subset, ts.loops
         """,
-        train=TRAIN,
+        kinds=list(MODEL_SOURCES),
     )
 
 

@@ -254,11 +254,11 @@ class JobPlan:
 
 
 def trained_plan(plans: list[JobPlan], i: int) -> JobPlan | None:
-    """The plan whose trained checkpoint plan i is about (a depth sweep's or an eval's train plan: the
-    job it follows, its first dependency), else None."""
+    """The plan whose model checkpoint plan i is about (a depth sweep's or an eval's train or import plan:
+    the job it follows, its first dependency), else None."""
     plan = plans[i]
     about, follows = plan.declared.about, plan.declared.follows
-    if about == CHECKPOINT and plan.deps and plans[plan.deps[0]].kind == follows:
+    if about == CHECKPOINT and plan.deps and plans[plan.deps[0]].kind in follows:
         return plans[plan.deps[0]]
     return None
 
@@ -341,8 +341,10 @@ def _checked(grid: Grid, kinds: JobRegistry) -> Grid:
             raise ConfigError(f"{where}: follow.{k}: not in then={list(grid.then)}")
     for follow in grid.then:
         follows = jobkinds.declared(follow, kinds).follows
-        if follows != grid.job:
-            raise ConfigError(f"{where}: then: {follow} attaches to {follows} jobs, not {grid.job!r}")
+        if grid.job not in follows:
+            raise ConfigError(
+                f"{where}: then: {follow} attaches to {' or '.join(follows)} jobs, not {grid.job!r}"
+            )
     if grid.resources is not None:
         fields.mapping(f"{where}: resources", grid.resources, "a dict like {'num_gpus': 1, 'num_cpus': 1}")
     return dataclasses.replace(

@@ -20,14 +20,25 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from workers.jobs import ARCHITECTURE, CHECKPOINT, KINDS, Kind
+from workers.jobs import ARCHITECTURE, CHECKPOINT, KINDS, MODEL_SOURCES, Kind
 
 if TYPE_CHECKING:
     from workers.jobs import JobRegistry
 
-__all__ = ["ARCHITECTURE", "CHECKPOINT", "PLAIN", "TRAIN", "Kind", "declared", "follow_ups", "registry"]
+__all__ = [
+    "ARCHITECTURE",
+    "CHECKPOINT",
+    "MODEL_SOURCES",
+    "PLAIN",
+    "TRAIN",
+    "Kind",
+    "declared",
+    "follow_ups",
+    "registry",
+]
 
-# The kind that trains: budgets and iso-time pairs are its, and the built-in follow-ups attach to it.
+# The kind that trains: budgets and iso-time pairs are its. The built-in follow-ups attach to it and to
+# an import (MODEL_SOURCES: the kinds whose jobs yield a model, the rows the views call runs).
 TRAIN = "train"
 PLAIN = Kind(module="")
 REGISTRY_ENV = "LOOPLAB_JOB_KINDS"
@@ -69,7 +80,7 @@ def names(kinds: JobRegistry | None = None) -> list[str]:
 def follow_ups(of: str | None = None, kinds: JobRegistry | None = None) -> tuple[str, ...]:
     """The kinds that follow kind `of` (any kind when None), in declaration order."""
     return tuple(
-        k for k in names(kinds) if (f := declared(k, kinds).follows) is not None and (of is None or f == of)
+        k for k in names(kinds) if (f := declared(k, kinds).follows) is not None and (of is None or of in f)
     )
 
 

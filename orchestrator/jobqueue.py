@@ -451,7 +451,7 @@ def launch_spec(eng: Engine, job: Any, kinds: JobRegistry | None = None) -> dict
             dirs = conn.execute(
                 sa.select(JOBS.c.artifact_dir)
                 .join(DEPS, DEPS.c.depends_on == JOBS.c.id)
-                .where(DEPS.c.job_id == job.id, JOBS.c.kind == declared.follows)
+                .where(DEPS.c.job_id == job.id, JOBS.c.kind.in_(declared.follows))
             ).scalars().all()  # fmt: skip
             if dirs:
                 spec["checkpoint"] = dirs[0]

@@ -149,6 +149,10 @@ class Job(Base):
     # a queued job is not claimed before this time (epoch seconds): the retry backoff after a failed
     # attempt; also where its waiting time for priority aging counts from (rev. 0008)
     not_before: Mapped[float | None] = mapped_column(Float)
+    # where an imported model came from, SOURCE@REVISION (`hf:ORG/NAME@<commit>`, or a directory and the
+    # sha256 of its config and weights); NULL for a model trained here. A follow-up copies its model's
+    # (rev. 0012)
+    imported_from: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (
         Index("ix_jobs_status_priority", "status", "priority"),

@@ -11,6 +11,11 @@ The id is built in two steps, so a migration can re-derive it from stored column
 id = sha256 of {recipe, size, model overrides} (what a decode benchmark, which trains nothing, is
 known by), then a training run's id = sha256 of {architecture id, batch_size, vocab_size}.
 
+An imported model (workers/importer.py) is known by where it came from as well: its kind declares
+`identity_keys` (source and revision), which join the variant id, make its label (`parcae-140m@1a2b3c4d5e6f`)
+and fill `imported_from`, so a published model never shares a variant with a run of the same
+architecture trained here, while a decode bench of it (architecture only) does.
+
 The columns are derived from live model code (the resolved `ModelConfig` and `model.counts.arch_summary`)
 at submission and stored, so that readers need neither the model code nor JSON functions.
 """
@@ -35,7 +40,16 @@ ARCH_COLUMNS = (
 )  # fmt: skip
 # What a training run's variant adds to its architecture's (revision 0010); NULL for a decode bench.
 RUN_COLUMNS = ("global_batch", "vocab_size")
-VARIANT_COLUMNS = ("variant_id", "variant_label", "loop_sampler", "loops", *RUN_COLUMNS, *ARCH_COLUMNS)
+VARIANT_COLUMNS = (
+    "variant_id",
+    "variant_label",
+    "loop_sampler",
+    "loops",
+    *RUN_COLUMNS,
+    *ARCH_COLUMNS,
+    "imported_from",
+)
+REVISION_SHOWN = 12  # hex digits of a revision in a label
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +61,7 @@ class Resolved:
     recipe: str
     size: str
     overrides: dict[str, Any]  # canonical: only the fields that differ from the preset, JSON values
+    identity: dict[str, Any] = dataclasses.field(default_factory=dict)  # the kind's identity_keys' values
     trained: bool = False  # a training run: its batch size and vocabulary are part of its variant
 
     def run_design(self) -> dict[str, int] | None:
@@ -97,13 +112,22 @@ def resolve(kind: str, spec: dict[str, Any], declared: Kind | None = None) -> Re
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         return None
     overrides = {k: _plain(getattr(cfg, k)) for k in sorted(given) if getattr(cfg, k) != getattr(base, k)}
-    return Resolved(cfg, batch_size, recipe, size, overrides, trained=kind == TRAIN)
+    identity = {k: spec.get(k) for k in declared.identity_keys}
+    return Resolved(cfg, batch_size, recipe, size, overrides, identity, trained=kind == TRAIN)
 
 
-def variant_id(recipe: str, size: str, overrides: dict[str, Any], run: dict[str, Any] | None = None) -> str:
-    """First 12 hex digits of sha256 of the canonical JSON of {recipe, size, model overrides}: the
-    architecture's id; with `run` ({batch_size, vocab_size} of a training run) `run_variant_id` of it."""
-    arch = sha256({"recipe": recipe, "size": size, "model": overrides})[:VARIANT_ID_HEX]
+def variant_id(
+    recipe: str,
+    size: str,
+    overrides: dict[str, Any],
+    run: dict[str, Any] | None = None,
+    identity: dict[str, Any] | None = None,
+) -> str:
+    """First 12 hex digits of sha256 of the canonical JSON of {recipe, size, model overrides} (and the
+    identity of an imported model, when it has one): the architecture's id; with `run` ({batch_size,
+    vocab_size} of a training run) `run_variant_id` of it."""
+    key = {"recipe": recipe, "size": size, "model": overrides}
+    arch = sha256({**key, "identity": identity} if identity else key)[:VARIANT_ID_HEX]
     return arch if run is None else run_variant_id(arch, run)
 
 
@@ -118,6 +142,22 @@ def variant_label(recipe: str, overrides: dict[str, Any]) -> str:
     (the size has its own column), cut to LABEL_MAX characters."""
     parts = [recipe, *(f"{key}={_label_value(value)}" for key, value in sorted(overrides.items()))]
     return clip_label(LABEL_SEPARATOR.join(parts))
+
+
+def identity_label(identity: dict[str, Any]) -> str:
+    """`parcae-140m@1a2b3c4d5e6f`: the identity's values joined by @, a path as its last part and a
+    revision as its first REVISION_SHOWN hex digits (an imported model's source and revision)."""
+    parts = []
+    for value in identity.values():
+        text = str(value)
+        if text.startswith("hf:"):
+            text = text.rsplit("/", 1)[-1]
+        elif "/" in text:
+            text = text.rstrip("/").rsplit("/", 1)[-1]
+        else:
+            text = text.removeprefix("sha256:")[:REVISION_SHOWN]
+        parts.append(text)
+    return clip_label("@".join(parts))
 
 
 def clip_label(label: str) -> str:
@@ -135,14 +175,20 @@ def columns_of(resolved: Resolved, label: str | None = None) -> dict[str, Any]:
     from model.counts import arch_summary
 
     facts = arch_summary(resolved.cfg, resolved.batch_size)
+    identity = resolved.identity
+    generated = identity_label(identity) if identity else variant_label(resolved.recipe, resolved.overrides)
     out: dict[str, Any] = {
-        "variant_id": variant_id(resolved.recipe, resolved.size, resolved.overrides, resolved.run_design()),
-        "variant_label": clip_label(label) if label else variant_label(resolved.recipe, resolved.overrides),
+        "variant_id": variant_id(
+            resolved.recipe, resolved.size, resolved.overrides, resolved.run_design(), identity
+        ),
+        "variant_label": clip_label(label) if label else generated,
         "loop_sampler": resolved.cfg.loop_sampler,
         "loops": resolved.cfg.loops,
         "global_batch": resolved.batch_size if resolved.trained else None,
         "vocab_size": resolved.cfg.vocab_size if resolved.trained else None,
     }
+    if identity:  # an imported model: where it came from (left out, so NULL, for a model trained here)
+        out["imported_from"] = "@".join(str(v) for v in identity.values())
     for column in ARCH_COLUMNS:
         value = facts[column]
         out[column] = None if isinstance(value, float) and not math.isfinite(value) else value

@@ -13,16 +13,20 @@ each job's config at submission (orchestrator/jobqueue.py, orchestrator/variants
 
 Each view is declared by the job kind whose result table it shows (`Kind.views`, workers/jobs.py; a
 test checks the declarations and VIEWS name the same views), and the kinds the SQL names are read
-from the declarations: the kind follow-ups are about (`train`) and the kind that writes `depth_evals`.
+from the declarations: the kinds follow-ups are about (`train`, and `import`: a published model brought
+in, a run without training whose rows show where it came from, `imported_from`) and the kind that
+writes `depth_evals`.
 """
 
 from __future__ import annotations
 
 from sqlalchemy import Connection
 
-from orchestrator.jobkinds import TRAIN, writer_of
+from orchestrator.jobkinds import MODEL_SOURCES, writer_of
 
 DEPTH_SWEEP = writer_of("depth_evals")
+# the jobs a follow-up is about, and the rows of `runs`: a SQL list of the kinds that yield a model
+RUN_KINDS = ", ".join(f"'{kind}'" for kind in MODEL_SOURCES)
 
 # The variant and resolved architecture of the job a row is about (`{p}` = the jobs alias).
 ARCH = """
@@ -59,7 +63,8 @@ TRAINED = """
     t.n_params,
     t.n_once,
     t.n_rec,
-    t.flops_per_token"""
+    t.flops_per_token,
+    t.imported_from"""
 
 
 # The effective depth of the trained model `t` at an evaluated loop count (a column expression).
@@ -69,10 +74,11 @@ INFERENCE_DEPTH = "t.n_prelude + t.n_recurrent * {loops} + t.n_coda AS inference
 def _trained_model_of(follow_up_id: str) -> str:
     return f"""LEFT JOIN (
     SELECT d.job_id AS follow_up_id, tj.id, tj.recipe, tj.size, tj.seed, tj.variant_id, tj.variant_label,
-        tj.global_batch, tj.vocab_size, tj.n_prelude, tj.n_recurrent, tj.n_coda, tj.loop_sampler, tj.loops AS trained_loops,
-        tj.effective_depth, tj.d_model, tj.injection, tj.n_params, tj.n_once, tj.n_rec, tj.flops_per_token
+        tj.global_batch, tj.vocab_size, tj.n_prelude, tj.n_recurrent, tj.n_coda, tj.loop_sampler,
+        tj.loops AS trained_loops, tj.effective_depth, tj.d_model, tj.injection, tj.n_params, tj.n_once, tj.n_rec,
+        tj.flops_per_token, tj.imported_from
     FROM job_deps d
-    JOIN jobs tj ON tj.id = d.depends_on AND tj.kind = '{TRAIN}'
+    JOIN jobs tj ON tj.id = d.depends_on AND tj.kind IN ({RUN_KINDS})
 ) t ON t.follow_up_id = {follow_up_id}"""
 
 
@@ -121,6 +127,7 @@ VIEWS = {
     # One row per training job, config flattened; best_loops = the loop count with the lowest
     # depth-sweep val loss over the sweeps that depend on this run (NULL before any sweep).
     # n_params and flops_per_token: the trainer's measured row when there, else the submission's.
+    # An import job is a run without training: NULL training columns, `imported_from` set.
     "runs": f"""
 CREATE VIEW runs AS
 SELECT
@@ -141,11 +148,12 @@ SELECT
     j.created_at, j.finished_at,{ARCH.format(p="j")},
     j.budget_flops,
     COALESCE(r.flops_per_token, j.flops_per_token) AS flops_per_token,
-    r.train_flops, r.achieved_flops_per_s, r.mfu, r.padding_waste
+    r.train_flops, r.achieved_flops_per_s, r.mfu, r.padding_waste,
+    j.imported_from
 FROM jobs j
 LEFT JOIN grids g ON g.id = j.grid_id
 LEFT JOIN train_results r ON r.job_id = j.id
-WHERE j.kind = '{TRAIN}'
+WHERE j.kind IN ({RUN_KINDS})
 """,
     # Long-format curves with the run's identity, ready to pivot or plot.
     "curves": _with_job_architecture(

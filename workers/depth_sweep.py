@@ -122,11 +122,18 @@ def far_window(cfg) -> int:
 
 
 def load_model(path: str | Path, device):
-    """(model in eval mode, ModelConfig, train spec dict) from a train artifact dir or checkpoint file."""
+    """(model in eval mode, ModelConfig, train spec dict) from a train or import artifact dir, a
+    checkpoint file, or a model directory (workers/hub.py: an export, a published checkpoint; its
+    spec is only its tokenizer)."""
     from model.config import ModelConfig
     from model.looped import LoopedLM
     from workers import checkpoint as ckpt
+    from workers import hub
 
+    if hub.is_model_dir(path):
+        model, info, tokenizer = hub.load_model_dir(path)
+        data = {"tokenizer": "byte" if tokenizer is None else str(tokenizer)}
+        return model.to(device).eval(), info.cfg, {"data": data, "recipe": info.recipe, "size": info.size}
     state = ckpt.load(ckpt.find(path))
     cfg = ModelConfig.from_dict(state["model_config"])
     model = LoopedLM(cfg)
@@ -135,12 +142,17 @@ def load_model(path: str | Path, device):
 
 
 def data_spec(train_spec: dict[str, Any], checkpoint: Path):
-    """The train job's data; a BPE whose cache is gone (another machine) comes from the run's own
-    tokenizer.json, so the sweep scores exactly the tokens the model was trained on."""
+    """The train (or import) job's data; a BPE whose cache is gone (another machine), or a tokenizer file
+    that moved with its artifact dir, comes from the run's own tokenizer.json, so the sweep scores exactly
+    the tokens the model was trained on (an imported model: its own tokenizer, on the same documents)."""
     from workers.data import DataSpec, is_cached
 
-    ds = DataSpec.from_dict(train_spec["data"])
+    data = dict(train_spec.get("data") or {})
     tok = (checkpoint if checkpoint.is_dir() else checkpoint.parent) / "tokenizer.json"
+    named = data.get("tokenizer", "byte")
+    if named not in ("byte", "bpe") and not Path(named).expanduser().is_file() and tok.is_file():
+        data["tokenizer"] = str(tok)
+    ds = DataSpec.from_dict(data)
     if ds.tokenizer == "bpe" and not is_cached(ds) and tok.is_file():
         ds = dataclasses.replace(ds, tokenizer=str(tok))
     return ds
@@ -158,8 +170,8 @@ def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
     device = resolve_device(spec.device)
     model, cfg, train_spec = load_model(spec.checkpoint, device)
     data = prepare(data_spec(train_spec, Path(spec.checkpoint)))
-    if data.vocab_size != cfg.vocab_size:
-        raise ConfigError(f"checkpoint: model vocab {cfg.vocab_size} != tokenizer vocab {data.vocab_size}")
+    if data.vocab_size > cfg.vocab_size:  # fewer is a padded embedding table (an imported model's)
+        raise ConfigError(f"checkpoint: tokenizer vocab {data.vocab_size} > model vocab {cfg.vocab_size}")
     chunks = val_chunks(data.val, spec.eval_tokens, cfg.seq_len)
     token_bytes = torch.from_numpy(data.token_bytes)
     window = far_window(cfg) if spec.split_far_copy else None

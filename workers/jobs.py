@@ -33,6 +33,7 @@ __all__ = [
     "ARCHITECTURE",
     "CHECKPOINT",
     "KINDS",
+    "MODEL_SOURCES",
     "JobInterrupted",
     "JobRegistry",
     "Kind",
@@ -47,14 +48,17 @@ ARCHITECTURE = "architecture"  # only the model the followed job trains: random 
 ABOUT = (CHECKPOINT, ARCHITECTURE)
 # Spec keys that select a model (recipe x size presets, with `model` overrides).
 MODEL_KEYS = ("recipe", "size", "model")
+# The kinds whose jobs yield a model that follow-ups are about: a trained one, or one imported from a
+# published checkpoint (an import is a run without training).
+MODEL_SOURCES = ("train", "import")
 
 
 @dataclass(frozen=True)
 class Kind:
     """One job kind's declaration.
 
-    `follows`: the kind whose grid it attaches to (`Grid(job=follows, then=[this kind])`), with
-    `about` what of that job it is about: CHECKPOINT (depends on the followed job; the queue sets its
+    `follows`: the kind (or kinds: a tuple) whose grid it attaches to (`Grid(job=follows, then=[this
+    kind])`; stored as a tuple), with `about` what of that job it is about: CHECKPOINT (depends on the followed job; the queue sets its
     spec's `checkpoint` to that job's artifact dir at launch; its rows are labelled with that job's
     model) or ARCHITECTURE (gets the followed job's `arch_keys` and no dependency: one job per
     architecture, shared across seeds). `exclusive`: it runs with the node to itself unless its grid
@@ -63,18 +67,24 @@ class Kind:
     (`Reporter.result`), by name (orchestrator/schema.py maps names to ORM tables); `views`: the SQL
     views (orchestrator/views.py) that show them. `inherits`: the spec keys a follow-up takes from
     the spec of the job it follows when its grid does not set them (a depth sweep evaluates in the
-    train job's batches, so its loss at the trained depth is the run's validation loss)."""
+    train job's batches, so its loss at the trained depth is the run's validation loss).
+    `identity_keys`: spec keys that, besides the model, say which variant a job is (an import: its
+    source and revision, so a published model never shares a variant with a run of the same
+    architecture trained here)."""
 
     module: str  # the worker module: a frozen `Spec` and `run(spec, reporter, artifact_dir)`
-    follows: str | None = None
+    follows: str | tuple[str, ...] | None = None
     about: Literal["checkpoint", "architecture"] | None = None
     exclusive: bool = False
     arch_keys: tuple[str, ...] = ()
     tables: tuple[str, ...] = ()
     views: tuple[str, ...] = ()
     inherits: tuple[str, ...] = ()  # spec keys a follow-up takes from the followed job's spec unless given
+    identity_keys: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if isinstance(self.follows, str):
+            object.__setattr__(self, "follows", (self.follows,))
         if (self.follows is None) != (self.about is None):
             raise ConfigError(f"kind {self.module}: follows and about: give both or neither")
         if self.about is not None and self.about not in ABOUT:
@@ -89,12 +99,14 @@ class Kind:
 
 KINDS: dict[str, Kind] = {
     "train": Kind("workers.train", arch_keys=MODEL_KEYS, tables=("train_results",), views=("runs", "curves")),
-    "depth_sweep": Kind("workers.depth_sweep", follows="train", about=CHECKPOINT,
+    "import": Kind("workers.importer", arch_keys=MODEL_KEYS, identity_keys=("source", "revision")),
+    "depth_sweep": Kind("workers.depth_sweep", follows=MODEL_SOURCES, about=CHECKPOINT,
                         tables=("depth_evals", "round_deltas", "round_interactions"),
                         views=("depth", "geometry", "interactions"), inherits=("batch_size",)),
-    "decode_bench": Kind("workers.decode_bench", follows="train", about=ARCHITECTURE, exclusive=True,
+    "decode_bench": Kind("workers.decode_bench", follows=MODEL_SOURCES, about=ARCHITECTURE, exclusive=True,
                          arch_keys=MODEL_KEYS, tables=("decode_benches",), views=("decode",)),
-    "eval": Kind("workers.eval", follows="train", about=CHECKPOINT, tables=("task_scores",), views=("tasks",)),
+    "eval": Kind("workers.eval", follows=MODEL_SOURCES, about=CHECKPOINT, tables=("task_scores",),
+                 views=("tasks",)),
 }  # fmt: skip
 
 

@@ -8,8 +8,13 @@ otherwise):
     import workers.lm_eval_adapter, lm_eval
     lm_eval.simple_evaluate(model="looplab", model_args="checkpoint=runs/x,loops=8", tasks=["sciq"])
 
-Model arguments: `checkpoint` (train artifact dir or checkpoint file), `loops` (inference loop count;
-default the model's own), `h0_seed` (default training's evaluation seed), `batch_size`, `device`.
+Model arguments: `checkpoint` (a train or import artifact dir, a checkpoint file, or a model directory
+that `looplab export-model` wrote), `loops` (inference loop count; default the model's own), `h0_seed`
+(default training's evaluation seed), `batch_size`, `device`. A CUDA device that this machine does not
+have (the harness's default is `cuda:0`) falls back to the CPU, as the harness's own HF model does.
+
+From the shell: `looplab lm-eval --model looplab --model_args checkpoint=DIR --tasks sciq` (the
+harness's own command line, with this module imported first).
 Scoring is `workers.tasks.likelihood.LoopedScorer` (tokenization, truncation and determinism are
 documented there); generation is not supported.
 
@@ -20,6 +25,7 @@ The harness is the optional extra `pip install -e .[eval]`.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +39,25 @@ from workers.tasks.scoring import Outcome, subset_rows
 from workers.train_spec import EVAL_H0_SEED
 
 MODEL_NAME = "looplab"
+log = logging.getLogger("looplab.lm_eval")
+
+
+def harness_device(name: str | None):
+    """The torch device for a `device` the harness passes: `auto`/None as the jobs resolve it; a CUDA
+    device this machine lacks (no CUDA, or no such index) falls back to cuda if there is one, else the
+    CPU, as the harness's HFLM falls back ("Device not specified")."""
+    import torch
+
+    from workers.device import resolve_device
+
+    name = fields.device("device", name or "auto")
+    if name.startswith("cuda"):
+        index = int(name.partition(":")[2] or 0)
+        if not torch.cuda.is_available() or index >= torch.cuda.device_count():
+            fallback = "cuda" if torch.cuda.is_available() else "cpu"
+            log.warning("looplab: device %r is not available here; using %s", name, fallback)
+            return torch.device(fallback)
+    return resolve_device(name)
 
 
 def _int_arg(name: str, value: Any, lo: int) -> int:
@@ -58,13 +83,11 @@ class LooplabLM(LM):
     ) -> None:
         super().__init__()
         if scorer is None:
-            from workers.device import resolve_device
-
             if not checkpoint:
                 raise ValueError(
                     "looplab: model_args needs checkpoint=<train artifact dir or checkpoint file>"
                 )
-            torch_device = resolve_device(fields.device("device", device or "auto"))
+            torch_device = harness_device(device)
             model, tokenizer = load_checkpoint(checkpoint, torch_device)
             if batch_size in (None, "auto") or str(batch_size).startswith("auto"):
                 batch_size = 16

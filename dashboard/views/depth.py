@@ -18,7 +18,14 @@ url = ui.url()
 runs, depth = ui.selected_sweeps(url)
 
 st.header("Validation loss vs loops")
-by_loops = curves.depth_curves(depth)
+# an imported model has its own tokenizer: a loss per token would compare vocabularies, bits per byte of
+# the same validation text do not
+imported = "imported_from" in depth and depth["imported_from"].notna().any()
+value = "val_bpb" if imported else "val_loss"
+if imported:
+    st.caption("Imported models use their own tokenizer, so the losses are in bits per byte (val_bpb) of the "
+               "same validation text, re-tokenized for each model.")  # fmt: skip
+by_loops = curves.depth_curves(depth, value)
 c1, c2 = st.columns(2)
 x_options = [x for x in X_AXES if by_loops[x].notna().any()]
 x = c1.selectbox("x axis", x_options, format_func=X_AXES.get, key="depth_x")
@@ -32,7 +39,7 @@ base = alt.Chart(by_loops).encode(
 )
 tooltip = ["variant_label", "size", "loops", x, alt.Tooltip("mean:Q", format=".4f"),
            alt.Tooltip("std:Q", format=".4f"), "n_seeds"]  # fmt: skip
-chart = ui.mean_with_spread(base, y_title="val_loss (mean over seeds)", tooltip=tooltip)
+chart = ui.mean_with_spread(base, y_title=f"{value} (mean over seeds)", tooltip=tooltip)
 st.altair_chart(chart.properties(height=400), width="stretch")
 ui.table(curves.depth_wide(by_loops), key="depth_wide")
 

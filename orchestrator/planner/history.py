@@ -34,7 +34,9 @@ def variant_of(spec: dict[str, Any], kind: str = "train") -> str | None:
     resolved = resolve(kind, spec)
     if resolved is None:
         return None
-    return variant_id(resolved.recipe, resolved.size, resolved.overrides, resolved.run_design())
+    return variant_id(
+        resolved.recipe, resolved.size, resolved.overrides, resolved.run_design(), resolved.identity
+    )
 
 
 def finished_runs(eng: Engine) -> list[dict[str, Any]]:

@@ -1,9 +1,16 @@
 """The function of the public Parcae code, written out here independently of model/layers.py and
 model/looped.py: norms with eps 1e-5 (and a learnable prelude-output norm), the qk-norm without eps,
 0.5 * ReLU^2, RoPE on neighbouring channel pairs (the reference's layout, which ours equals up to a
-permutation of q/k rows). Small-scale inputs make the epsilons visible: an eps off by 10x fails."""
+permutation of q/k rows, `model.parcae_io.pairs_to_halves`). Small-scale inputs make the epsilons
+visible: an eps off by 10x fails.
+
+And the public code itself: tests/fixtures/parcae_tiny is a checkpoint it wrote, with its logits at 1,
+2, 4 and 8 loops; mapped by `model.parcae_io` (the importer's mapping), ours equal them."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +20,7 @@ from model.contexts import SeqContext
 from model.kv_cache import LayerKey
 from model.layers import qk_norm
 from model.looped import LoopedLM
+from model.parcae_io import config_from_parcae, halves_to_pairs, pairs_to_halves, state_dict_from_parcae
 from model.presets import preset
 from tests.model.conftest import randomize
 
@@ -29,13 +37,6 @@ def _rope_pairs(x, base, positions):
     c, s = ang.cos()[None, :, None], ang.sin()[None, :, None]
     even, odd = x[..., 0::2], x[..., 1::2]
     return torch.stack([even * c - odd * s, odd * c + even * s], dim=-1).flatten(-2)
-
-
-def _pairs_to_halves(weight, heads):
-    """Rows of a reference-layout q/k weight reordered to ours (channel c <- 2c, c + D/2 <- 2c + 1)."""
-    D = weight.shape[0] // heads
-    perm = torch.cat([torch.arange(0, D, 2), torch.arange(1, D, 2)])
-    return weight[torch.cat([h * D + perm for h in range(heads)])]
 
 
 def _reference_block(blk, x, idx, q_w, k_w, heads, base):
@@ -67,8 +68,8 @@ def test_block_equals_the_reference_formula(scale):
     q_pairs = torch.randn(64, 64) * 0.2 * scale  # a reference-layout q/k weight ...
     k_pairs = torch.randn(64, 64) * 0.2 * scale
     with torch.no_grad():  # ... and the same weight in our layout
-        blk.attn.q.weight.copy_(_pairs_to_halves(q_pairs, heads))
-        blk.attn.k.weight.copy_(_pairs_to_halves(k_pairs, heads))
+        blk.attn.q.weight.copy_(pairs_to_halves(q_pairs, heads))
+        blk.attn.k.weight.copy_(pairs_to_halves(k_pairs, heads))
     idx = torch.randint(0, 256, (2, 24), generator=torch.Generator().manual_seed(0))
     x = torch.randn(2, 24, 64, generator=torch.Generator().manual_seed(1)) * scale
     with torch.no_grad():
@@ -95,3 +96,31 @@ def test_prelude_norm_is_learnable_and_feeds_the_injection():
     m(idx, targets=idx, loops=2, h0_seed=0).loss.backward()
     assert m.prelude_norm.weight.grad is not None and m.prelude_norm.weight.grad.abs().sum() > 0
     assert not hasattr(LoopedLM(preset("plain", "tiny")), "prelude_norm")  # no injection, no norm
+
+
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "parcae_tiny"
+
+
+def test_the_public_codes_checkpoint_gives_its_logits_at_1_2_4_and_8_loops():
+    cfg = config_from_parcae(json.loads((FIXTURE / "config.json").read_text()))
+    assert (cfg.vocab_size, cfg.d_model, cfg.n_heads, cfg.loops, cfg.grad_rounds) == (320, 40, 2, 4, 2)
+    assert cfg.loop_sampler == "poisson_seq" and cfg.value_embed_layers() == (1, 3, 5)
+    model = LoopedLM(cfg)
+    state = torch.load(FIXTURE / "model.pt", map_location="cpu", weights_only=True)
+    model.load_state_dict(state_dict_from_parcae(state, cfg, model.state_dict()))
+    ref = torch.load(FIXTURE / "reference_logits.pt", map_location="cpu", weights_only=True)
+    model._h0 = lambda batch, positions, h0_seed, like: ref["h0"]  # the state the public code drew
+    model.eval()
+    with torch.no_grad():
+        for i, loops in enumerate(ref["loops"].tolist()):
+            ours = model(ref["input_ids"], loops=loops).logits
+            torch.testing.assert_close(ours, ref["logits"][i], atol=1e-4, rtol=0)
+        # the loop count matters at this tolerance: 1 loop is not 8
+        assert (model(ref["input_ids"], loops=1).logits - ref["logits"][3]).abs().max() > 1e-2
+
+
+def test_the_rope_permutation_round_trips():
+    w = torch.randn(64, 16)
+    assert torch.equal(halves_to_pairs(pairs_to_halves(w, 2), 2), w)
+    assert torch.equal(pairs_to_halves(w, 2)[:2], w[[0, 2]])  # our channel 1 is its channel 2
+    assert not torch.equal(pairs_to_halves(w, 2), w)

@@ -1,0 +1,259 @@
+"""Model directories: a published Parcae checkpoint or a looplab export, from the Hugging Face hub or disk.
+
+A *model directory* holds
+- `config.json` with `_class_name`: `ParcaeConfig` (the public Parcae code's layout, read through
+  `model.parcae_io`) or `looplab.LoopedLM` (what `export_model` writes: our `ModelConfig`);
+- the weights: `model.safetensors`, `pytorch_model.bin` or `model.pt` (the first found; a `.bin`/`.pt`
+  loads with `torch.load(weights_only=True)`, so opening one never runs code);
+- its tokenizer: `tokenizer.json`, or `tokenizer/tokenizer.json` (the published layout's tokenizer
+  directory); a looplab export of a byte-level model has none and says `"tokenizer": "byte"`.
+
+A *source* names one: `hf:ORG/NAME[@REVISION]` (through `huggingface_hub` when there is a network; its
+local cache otherwise, and with HF_HUB_OFFLINE=1) or a local directory. A source is known by its
+revision: the hub's commit of the files, or for a directory `sha256:` of its config.json and weights
+(`local_revision`, cached per file size and modification time).
+
+Every bad source is a ConfigError that names the problem: the missing file and what was looked for,
+the unknown `_class_name` and the accepted ones, the tensor whose shape differs (both shapes), the
+unexpected or missing tensors, the config field looplab cannot compute.
+
+`load_model_dir` reads any of them into a checked `LoopedLM`; workers/export.py writes a looplab
+checkpoint as one (read back bit for bit).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from model import parcae_io
+from model.errors import ConfigError
+
+HF_PREFIX = "hf:"
+CONFIG = "config.json"
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.pt")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer/tokenizer.json")
+LOOPLAB_CLASS = "looplab.LoopedLM"
+CLASSES = (parcae_io.CLASS_NAME, LOOPLAB_CLASS)
+# What a hub snapshot needs of a model repo (nothing else is downloaded)
+HUB_FILES = [CONFIG, *WEIGHT_FILES, "tokenizer.json", "tokenizer/*", "tokenizer_config.json",
+             "special_tokens_map.json"]  # fmt: skip
+LAYOUT = (
+    f"a model directory holds {CONFIG}, weights as {' / '.join(WEIGHT_FILES)} and a tokenizer as "
+    f"{' or '.join(TOKENIZER_FILES)}"
+)
+
+
+@dataclass(frozen=True)
+class Source:
+    """A parsed source: a hub repo (with the revision asked for, None = main) or a local directory."""
+
+    text: str  # as given, without the @REVISION
+    repo: str | None = None
+    revision: str | None = None
+    path: Path | None = None
+
+
+def parse_source(text: Any, name: str = "source") -> Source:
+    """`hf:ORG/NAME[@REVISION]` or a local directory that exists; ConfigError naming `name` otherwise."""
+    accepted = "hf:ORG/NAME[@REVISION] or a local model directory"
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigError(f"{name}: expected {accepted}, got {text!r}")
+    text = text.strip()
+    if text.startswith(HF_PREFIX):
+        repo, _, revision = text[len(HF_PREFIX) :].partition("@")
+        parts = repo.split("/")
+        if len(parts) != 2 or not all(parts) or (_ and not revision):
+            raise ConfigError(f"{name}: {text!r} is not {HF_PREFIX}ORG/NAME[@REVISION]")
+        return Source(f"{HF_PREFIX}{repo}", repo=repo, revision=revision or None)
+    path = Path(text).expanduser().resolve()
+    if not path.is_dir():
+        raise ConfigError(f"{name}: {text!r} is neither {HF_PREFIX}ORG/NAME nor an existing directory")
+    return Source(str(path), path=path)
+
+
+def _hub_error(source: Source, what: str, error: Exception) -> ConfigError:
+    from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
+
+    at = f"{source.text}@{source.revision}" if source.revision else source.text
+    if isinstance(error, RevisionNotFoundError):
+        return ConfigError(f"source: {at}: no such revision on the hub")
+    if isinstance(error, RepositoryNotFoundError):
+        return ConfigError(f"source: {at}: no such model repository on the hub (or it is private)")
+    if isinstance(error, EntryNotFoundError) and "local" not in type(error).__name__.lower():
+        return ConfigError(f"source: {at}: the repository has no {what} ({LAYOUT})")
+    return ConfigError(
+        f"source: {at}: {what} is not in the local hub cache and the hub cannot be reached (offline or "
+        f"HF_HUB_OFFLINE=1; {type(error).__name__}): run once with a network, or download the model to a "
+        "directory and give that directory"
+    )
+
+
+def hub_config(source: Source) -> tuple[Path, str]:
+    """(local config.json, commit) of a hub source: downloaded when online, from the cache otherwise."""
+    from huggingface_hub import hf_hub_download
+
+    try:
+        path = Path(hf_hub_download(source.repo, CONFIG, revision=source.revision))
+    except Exception as e:  # noqa: BLE001 - every hub failure becomes one message about the source
+        raise _hub_error(source, CONFIG, e) from e
+    return path, path.parent.name  # .../snapshots/<commit>/config.json
+
+
+def materialise(source: Source, revision: str | None = None) -> Path:
+    """The local directory of a source: itself, or the hub snapshot at `revision` (a commit) with the
+    files a model needs (HUB_FILES), downloaded when online."""
+    if source.path is not None:
+        return source.path
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(
+            snapshot_download(source.repo, revision=revision or source.revision, allow_patterns=HUB_FILES)
+        )
+    except Exception as e:  # noqa: BLE001
+        raise _hub_error(source, "the model's files", e) from e
+
+
+def config_path(directory: Path) -> Path:
+    path = directory / CONFIG
+    if not path.is_file():
+        raise ConfigError(f"source: {directory}: no {CONFIG} ({LAYOUT})")
+    return path
+
+
+def weights_path(directory: Path) -> Path:
+    """The directory's weights file (WEIGHT_FILES, the first one there)."""
+    for name in WEIGHT_FILES:
+        if (directory / name).is_file():
+            return directory / name
+    raise ConfigError(f"source: {directory}: no weights file; looked for {', '.join(WEIGHT_FILES)}")
+
+
+def tokenizer_path(directory: Path) -> Path | None:
+    """The directory's tokenizer.json (TOKENIZER_FILES), None when it has none."""
+    for name in TOKENIZER_FILES:
+        if (directory / name).is_file():
+            return directory / name
+    return None
+
+
+def given_tokenizer(text: str) -> Path:
+    """A tokenizer named apart from the model: a tokenizer.json, a directory holding one (either layout),
+    or `hf:ORG/NAME` (its tokenizer.json)."""
+    if text.startswith(HF_PREFIX):
+        source = parse_source(text, "tokenizer")
+        directory = materialise(source)
+    else:
+        path = Path(text).expanduser().resolve()
+        if path.is_file():
+            return path
+        directory = path
+    found = tokenizer_path(directory) if directory.is_dir() else None
+    if found is None:
+        raise ConfigError(f"tokenizer: {text!r} holds no {' or '.join(TOKENIZER_FILES)}")
+    return found
+
+
+_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def _file_sha256(path: Path) -> str:
+    stat = path.stat()
+    key = (str(path), stat.st_size, stat.st_mtime_ns)
+    if key not in _DIGESTS:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                h.update(block)
+        _DIGESTS[key] = h.hexdigest()
+    return _DIGESTS[key]
+
+
+def local_revision(directory: Path) -> str:
+    """`sha256:` of a local directory's config.json and weights (what the model is)."""
+    parts = [_file_sha256(config_path(directory)), _file_sha256(weights_path(directory))]
+    return "sha256:" + hashlib.sha256(" ".join(parts).encode()).hexdigest()
+
+
+# ---------------------------------------------------------------- reading a model directory
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What config.json says: the ModelConfig, the layout it came in, and the recipe/size a looplab
+    export was trained as (None for a Parcae checkpoint)."""
+
+    cfg: Any  # model.config.ModelConfig
+    layout: str  # one of CLASSES
+    recipe: str | None = None
+    size: str | None = None
+    tokenizer: str | None = None  # "byte" when a looplab export says so
+
+
+def read_config(directory: Path) -> ModelInfo:
+    path = config_path(directory)
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"source: {path}: not a JSON file ({e})") from e
+    if not isinstance(raw, dict):
+        raise ConfigError(f"source: {path}: expected a JSON object")
+    cls = raw.get("_class_name")
+    if cls == parcae_io.CLASS_NAME:
+        return ModelInfo(parcae_io.config_from_parcae(raw), cls)
+    if cls == LOOPLAB_CLASS:
+        from model.config import ModelConfig
+
+        return ModelInfo(ModelConfig.from_dict(raw.get("model_config") or {}), cls, raw.get("recipe"),
+                         raw.get("size"), raw.get("tokenizer"))  # fmt: skip
+    raise ConfigError(f"config._class_name: {cls!r} in {path} is unknown; accepted: {', '.join(CLASSES)}")
+
+
+def read_weights(path: Path) -> dict[str, Any]:
+    """A state dict from a weights file, executing nothing: safetensors, or torch.load(weights_only)."""
+    import torch
+
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            state = load_file(str(path))
+        else:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - a file that does not load is refused by name
+        first = str(e).splitlines()[0] if str(e) else ""
+        raise ConfigError(
+            f"weights: {path} does not load as a state dict ({type(e).__name__}: {first})"
+        ) from e
+    if isinstance(state, dict) and isinstance(state.get("model"), dict):
+        state = state["model"]  # a training checkpoint of the public code: {"model": state dict, ...}
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ConfigError(f"weights: {path} is not a state dict (name -> tensor)")
+    return state
+
+
+def load_model_dir(directory: str | Path):
+    """(LoopedLM on the CPU, its ModelInfo, its tokenizer.json or None) of a model directory, weights
+    loaded and checked tensor by tensor."""
+    from model.looped import LoopedLM
+
+    directory = Path(directory)
+    info = read_config(directory)
+    model = LoopedLM(info.cfg)
+    want = model.state_dict()
+    state = read_weights(weights_path(directory))
+    if info.layout == parcae_io.CLASS_NAME:
+        state = parcae_io.state_dict_from_parcae(state, info.cfg, want)
+    else:
+        parcae_io.check_tensors(state, want)
+    model.load_state_dict(state)
+    return model, info, tokenizer_path(directory)
+
+
+def is_model_dir(path: str | Path) -> bool:
+    """A directory with a config.json (a model directory, not a train artifact dir)."""
+    return Path(path).is_dir() and (Path(path) / CONFIG).is_file()
