@@ -81,6 +81,9 @@ KINDS: dict[str, Kind] = {
     "decode_bench": Kind("workers.decode_bench", follows="train", about=ARCHITECTURE, exclusive=True,
                          arch_keys=MODEL_KEYS, tables=("decode_benches",), views=("decode",)),
     "eval": Kind("workers.eval", follows="train", about=CHECKPOINT, tables=("task_scores",), views=("tasks",)),
+    "adaptive": Kind("workers.adaptive", follows="train", about=CHECKPOINT, exclusive=True,
+                     tables=("adaptive_evals", "adaptive_exit_rounds", "adaptive_task_scores", "adaptive_decodes"),
+                     views=("adaptive", "exit_rounds", "adaptive_tasks", "adaptive_decode")),
 }  # fmt: skip
 
 

@@ -118,9 +118,11 @@ def test_every_view_is_declared_by_the_kind_whose_rows_it_shows():
 
 
 def test_the_built_in_declarations_say_what_the_old_lists_said():
-    assert jobkinds.follow_ups("train") == ("depth_sweep", "decode_bench", "eval")
-    assert [k for k in jobs.KINDS if jobs.KINDS[k].about == CHECKPOINT] == ["depth_sweep", "eval"]
-    assert [k for k in jobs.KINDS if jobs.KINDS[k].exclusive] == ["decode_bench"]
+    # the four kinds of the old lists, then the adaptive job (workers/adaptive.py): a checkpoint
+    # follow-up that runs alone, since it times decoding
+    assert jobkinds.follow_ups("train") == ("depth_sweep", "decode_bench", "eval", "adaptive")
+    assert [k for k in jobs.KINDS if jobs.KINDS[k].about == CHECKPOINT] == ["depth_sweep", "eval", "adaptive"]
+    assert [k for k in jobs.KINDS if jobs.KINDS[k].exclusive] == ["decode_bench", "adaptive"]
     assert [k for k in jobs.KINDS if jobs.KINDS[k].arch_keys] == ["train", "decode_bench"]
     assert jobs.KINDS["decode_bench"].arch_keys == ("recipe", "size", "model")
 
