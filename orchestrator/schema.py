@@ -319,7 +319,7 @@ class AdaptiveEval(Base):
     threshold (rule `fixed`: the fixed depth max_rounds, threshold NULL) under a KV strategy, on the
     validation set. `config` names the cell (`kl<0.01 | per_round`); `changes_function`: the strategy
     (first, last_m) differs from the trained model even without exits. `mean_rounds` = recurrent rounds
-    per token; `flops_per_token` = forward FLOPs a token-by-token implementation spends (the rule's
+    per token; `forward_flops_per_token` = forward FLOPs a token-by-token implementation spends (the rule's
     readouts, `rule_flops_per_token`, included); `equivalent_rounds` = the fixed depth of the trained
     model spending as much. `kv_mib`: the static cache of one seq_len sequence in bf16; `kv_mib_needed`:
     what the strategy must keep given the exits (less than kv_mib only for `latest`)."""
@@ -339,7 +339,7 @@ class AdaptiveEval(Base):
     tokens: Mapped[int] = mapped_column(BigInteger)
     mean_rounds: Mapped[float] = mapped_column(Float)
     equivalent_rounds: Mapped[float | None] = mapped_column(Float)
-    flops_per_token: Mapped[float | None] = mapped_column(Float)
+    forward_flops_per_token: Mapped[float | None] = mapped_column(Float)
     rule_flops_per_token: Mapped[float | None] = mapped_column(Float)
     fixed_flops_per_token: Mapped[float | None] = mapped_column(Float)
     kv_mib: Mapped[float | None] = mapped_column(Float)

@@ -200,7 +200,7 @@ WHERE j.kind = '{TRAIN}'
         "adaptive_job_id",
         "ae.config, ae.rule, ae.threshold, ae.kv_strategy, ae.kv_m, ae.min_rounds, ae.max_rounds, "
         "ae.changes_function, ae.val_loss, ae.val_bpb, ae.tokens, ae.mean_rounds, ae.equivalent_rounds, "
-        "ae.flops_per_token, ae.rule_flops_per_token, ae.fixed_flops_per_token, ae.kv_mib, ae.kv_mib_needed",
+        "ae.forward_flops_per_token, ae.rule_flops_per_token, ae.fixed_flops_per_token, ae.kv_mib, ae.kv_mib_needed",
     ),
     # Their exit-round histograms: tokens that stopped after `round`, by position or loss bucket.
     "exit_rounds": _labelled_with_trained_model(

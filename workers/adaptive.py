@@ -385,7 +385,7 @@ def run(spec: Spec, reporter, artifact_dir: str | Path | None) -> dict[str, Any]
             "kv_m": cell.m, "min_rounds": spec.min_rounds, "max_rounds": R,
             "changes_function": cell.strategy in CHANGES_FUNCTION, "val_loss": r["loss"], "val_bpb": r["bpb"],
             "tokens": r["tokens"], "mean_rounds": r["mean_rounds"], "equivalent_rounds": eq,
-            "flops_per_token": spent, "rule_flops_per_token": rule_flops,
+            "forward_flops_per_token": spent, "rule_flops_per_token": rule_flops,
             "fixed_flops_per_token": fixed_depth_flops(cfg, R, seq), "kv_mib": allocated / 2**20,
             "kv_mib_needed": needed / 2**20,
         }  # fmt: skip

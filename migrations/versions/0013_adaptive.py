@@ -64,7 +64,7 @@ def upgrade() -> None:
         sa.Column("val_bpb", sa.Float(), nullable=True),
         sa.Column("tokens", sa.BigInteger(), nullable=False),
         sa.Column("mean_rounds", sa.Float(), nullable=False),
-        *_floats("equivalent_rounds", "flops_per_token", "rule_flops_per_token", "fixed_flops_per_token",
+        *_floats("equivalent_rounds", "forward_flops_per_token", "rule_flops_per_token", "fixed_flops_per_token",
                  "kv_mib", "kv_mib_needed"),
     ])  # fmt: skip
     _create("adaptive_exit_rounds", [
