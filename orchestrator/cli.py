@@ -95,10 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     dm = sub.add_parser("demo", help="submit and run the demo grid end to end")
     dm.add_argument("--fast", action="store_true", help="a smaller grid (for smoke tests)")
-    dm.add_argument("--study", choices=["iso-depth", "loop-design"], default=None,
+    dm.add_argument("--study", choices=["iso-depth", "loop-design", "adaptive"], default=None,
                     help="run a study instead, CPU-sized: iso-depth = the iso-depth scaling law; "
                          "loop-design = loop layouts, injections, history and timestep variants with "
-                         "depth sweeps (page Extrapolation)")  # fmt: skip
+                         "depth sweeps (page Extrapolation); adaptive = per-token exit rules and KV "
+                         "strategies against the fixed depth (page Adaptive)")  # fmt: skip
     dm.add_argument("--artifacts", default=None, help="artifact directory (default: ./looplab_artifacts)")
 
     ft = sub.add_parser("fit", help="fit a study's scaling law to the finished runs and print it")
