@@ -4,7 +4,8 @@ All are tested against what the model and the cache really hold (FLOPs: against 
 see `model.flops`). "Embedding" parameters are the vocabulary-sized tables: the token embedding (tied
 with the head), the value-embedding tables and an untied head if any; everything else is
 "non_embedding". `arch_summary` is the resolved architecture a results table stores per run;
-`tokens_for_flops` turns a FLOP budget into whole training steps.
+`tokens_for_flops` turns a FLOP budget into whole training steps; `kv_strategy_bytes` gives the KV bytes a
+KV strategy across rounds allocates and needs (`model.kv_cache`).
 """
 
 from __future__ import annotations

@@ -32,6 +32,10 @@ only the rounds `plan_rounds` runs with autograd cost a backward. `training_flop
 expectation over the loop sampler for a batch size; `step_flops` counts one step with given counts.
 `padding_waste` = the fraction of recurrent-round FLOPs (forward + backward) spent on rounds outside a
 sequence's own: 0 for fixed and per-batch sampling.
+
+Per-token exits (`model.exits`): `readout_flops` is what the kl / entropy / argmax rules spend per
+compared round (readout C, coda, head), `exit_flops` the forward FLOPs per token of an exit-round
+distribution with the rule's readouts, and `equivalent_rounds` the fixed depth that spends as much.
 """
 
 from __future__ import annotations

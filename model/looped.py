@@ -389,7 +389,7 @@ class LoopedLM(nn.Module):
         cfg.history of them); `observe`, if given, is handed the state after every round. `keep`, if
         given, is asked before every round which tokens run it (per-token exits, `model.exits`): a
         (B, T, 1) bool mask (the others keep their state, as a held sample does), or False to stop
-        the rounds there (no token runs).
+        the rounds there (no token runs; knowing that takes `keep` a host sync).
         Every decision is taken on the host from the Python plan; the per-sample masks (if any) go to
         the device once, so the loop itself never waits for the device."""
         cfg = self.cfg

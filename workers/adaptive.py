@@ -303,10 +303,6 @@ def _share(hist: dict) -> dict[int, float]:
 def run(spec: Spec, reporter, artifact_dir: str | Path | None) -> dict[str, Any]:
     import torch
 
-    from model.counts import kv_strategy_bytes
-    from model.exits import kv_view
-    from model.flops import equivalent_rounds, exit_flops, fixed_depth_flops
-    from model.kv_cache import CHANGES_FUNCTION
     from workers.data import prepare, val_chunks
     from workers.depth_sweep import data_spec, load_model
     from workers.device import resolve_device
@@ -330,20 +326,7 @@ def run(spec: Spec, reporter, artifact_dir: str | Path | None) -> dict[str, Any]
     chunks = val_chunks(data.val, spec.eval_tokens, seq)
     token_bytes = torch.from_numpy(data.token_bytes)
 
-    views, kv_bytes = {}, {}
-    for strategy in spec.kv_strategies:
-        m = spec.kv_m if strategy == "last_m" else None
-        try:
-            views[strategy] = kv_view(model, strategy, R, m)
-        except ConfigError as e:
-            reporter.log(f"kv_strategy {strategy}: skipped, this model cannot run it ({e})", level="WARNING")
-            continue
-        held = views[strategy].setup_cache(1, seq, dtype=getattr(torch, KV_DTYPE), loops=R).nbytes()
-        kv_bytes[strategy] = kv_strategy_bytes(cfg, seq, 1, strategy, R, m, dtype=KV_DTYPE)[0]
-        if held != kv_bytes[strategy]:  # the analytic count is what the page shows: it must be the truth
-            raise RuntimeError(
-                f"{strategy}: the cache holds {held} bytes, kv_strategy_bytes says {kv_bytes[strategy]}"
-            )
+    views, kv_bytes = _strategy_views(model, spec, R, reporter)
     grid = [c for c in cells(spec, R) if c.strategy in views]
     items = (
         _task_items(spec, Path(artifact_dir or default_out(spec.checkpoint)) / "tasks") if spec.tasks else {}
@@ -361,54 +344,89 @@ def run(spec: Spec, reporter, artifact_dir: str | Path | None) -> dict[str, Any]
 
     hardness = _hardness(model, chunks, spec, device, R, tick)
     evaluated: dict[tuple, dict] = {}  # one evaluation per function (latest is per_round's)
+    scored: dict[tuple, list] = {}  # (function, task) -> its score rows
     fixed_ms: dict[tuple, dict] = {}  # (strategy, batch, mode) -> the fixed depth's decode timing
     out: dict[str, list] = {t: [] for t in TABLES}
     for cell in grid:
-        view = views[cell.strategy]
+        view, fn = views[cell.strategy], _same_function(cell)
         lm = ExitLM(view, cell.rule, R)
-        fn = _same_function(cell)
         if fn not in evaluated:
             evaluated[fn] = _evaluate(lm, chunks, spec, device, token_bytes, hardness, tick)
         r = evaluated[fn]
-        share = _share(r["hist"])
-        if cell.rule is None:
-            spent, rule_flops = fixed_depth_flops(view.cfg, R, seq), 0.0
-            eq = equivalent_rounds(cfg, spent, seq)
-        else:
-            f = exit_flops(view.cfg, share, cell.rule, seq, reference=cfg)
-            spent, rule_flops, eq = f.total, f.rule, f.equivalent_rounds
-        allocated, needed = kv_strategy_bytes(cfg, seq, 1, cell.strategy, R, cell.m, dtype=KV_DTYPE,
-                                              exit_share=share)  # fmt: skip
-        row = {
-            "config": cell.key, "rule": FIXED if cell.rule is None else cell.rule.rule,
-            "threshold": None if cell.rule is None else cell.rule.threshold, "kv_strategy": cell.strategy,
-            "kv_m": cell.m, "min_rounds": spec.min_rounds, "max_rounds": R,
-            "changes_function": cell.strategy in CHANGES_FUNCTION, "val_loss": r["loss"], "val_bpb": r["bpb"],
-            "tokens": r["tokens"], "mean_rounds": r["mean_rounds"], "equivalent_rounds": eq,
-            "forward_flops_per_token": spent, "rule_flops_per_token": rule_flops,
-            "fixed_flops_per_token": fixed_depth_flops(cfg, R, seq), "kv_mib": allocated / 2**20,
-            "kv_mib_needed": needed / 2**20,
-        }  # fmt: skip
-        _emit(reporter, out, "adaptive_evals", [row])
-        _emit(reporter, out, "adaptive_exit_rounds", _hist_rows(cell.key, r["hist"], seq))
+        _emit(reporter, out, "adaptive_evals", [_eval_row(cell, r, view.cfg, cfg, spec, R)])
+        _emit(reporter, out, "adaptive_exit_rounds", _hist_rows(cell.key, r["hist"], cfg.seq_len))
         for name, (task_items, category) in items.items():
-            scorer = LoopedScorer(lm, tokenizer, loops=R, h0_seed=spec.h0_seed, batch_size=spec.batch_size,
-                                  device=device)  # fmt: skip
-            rows = subset_rows(score_items(task_items, scorer.loglikelihood))
-            _emit(reporter, out, "adaptive_task_scores",
-                  [{"config": cell.key, "task": name, "category": category, **row} for row in rows])  # fmt: skip
+            if (fn, name) not in scored:
+                scorer = LoopedScorer(lm, tokenizer, loops=R, h0_seed=spec.h0_seed, batch_size=spec.batch_size,
+                                      device=device)  # fmt: skip
+                scored[(fn, name)] = subset_rows(score_items(task_items, scorer.loglikelihood))
+            rows = [
+                {"config": cell.key, "task": name, "category": category, **row} for row in scored[(fn, name)]
+            ]
+            _emit(reporter, out, "adaptive_task_scores", rows)
             tick()
         if spec.decode_steps:
-            _emit(
-                reporter,
-                out,
-                "adaptive_decodes",
-                _decode(view, cfg, cell, R, chunks, spec, device, fixed_ms, tick),
-            )
-        reporter.log(f"{cell.key}: val_loss {r['loss']:.4f}, {r['mean_rounds']:.2f} rounds/token, "
-                     f"{eq:.2f} rounds' worth of FLOPs")  # fmt: skip
+            rows = _decode(view, cfg, cell, R, chunks, spec, device, fixed_ms, tick)
+            _emit(reporter, out, "adaptive_decodes", rows)
+        reporter.log(f"{cell.key}: val_loss {r['loss']:.4f}, {r['mean_rounds']:.2f} rounds/token")
         reporter.heartbeat()
     return {**out, "max_rounds": R, "kv_bytes": kv_bytes}
+
+
+def _strategy_views(model, spec: Spec, R: int, reporter) -> tuple[dict, dict]:
+    """({strategy: the model under it}, {strategy: KV bytes of one seq_len sequence in bf16}); the
+    analytic bytes are checked against a real allocation, and a strategy the model cannot run is
+    skipped with a warning."""
+    import torch
+
+    from model.counts import kv_strategy_bytes
+    from model.exits import kv_view
+
+    views, kv_bytes = {}, {}
+    seq = model.cfg.seq_len
+    for strategy in spec.kv_strategies:
+        m = spec.kv_m if strategy == "last_m" else None
+        try:
+            views[strategy] = kv_view(model, strategy, R, m)
+        except ConfigError as e:
+            reporter.log(f"kv_strategy {strategy}: skipped, this model cannot run it ({e})", level="WARNING")
+            continue
+        held = views[strategy].setup_cache(1, seq, dtype=getattr(torch, KV_DTYPE), loops=R).nbytes()
+        kv_bytes[strategy] = kv_strategy_bytes(model.cfg, seq, 1, strategy, R, m, dtype=KV_DTYPE)[0]
+        if held != kv_bytes[strategy]:  # the analytic count is what the page shows: it must be the truth
+            raise RuntimeError(
+                f"{strategy}: the cache holds {held} bytes, kv_strategy_bytes says {kv_bytes[strategy]}"
+            )
+    return views, kv_bytes
+
+
+def _eval_row(cell: Cell, r: dict, view_cfg, cfg, spec: Spec, R: int) -> dict[str, Any]:
+    """The `adaptive_evals` row of a cell from its evaluation `r`: FLOPs spent (the rule's readouts
+    included) and KV bytes (allocated, needed) from the measured exit rounds."""
+    from model.counts import kv_strategy_bytes
+    from model.flops import equivalent_rounds, exit_flops, fixed_depth_flops
+    from model.kv_cache import CHANGES_FUNCTION
+
+    seq, share = cfg.seq_len, _share(r["hist"])
+    if cell.rule is None:
+        spent, rule_flops = fixed_depth_flops(view_cfg, R, seq), 0.0
+        eq = equivalent_rounds(cfg, spent, seq)
+    else:
+        f = exit_flops(view_cfg, share, cell.rule, seq, reference=cfg)
+        spent, rule_flops, eq = f.total, f.rule, f.equivalent_rounds
+    allocated, needed = kv_strategy_bytes(
+        cfg, seq, 1, cell.strategy, R, cell.m, dtype=KV_DTYPE, exit_share=share
+    )
+    return {
+        "config": cell.key, "rule": FIXED if cell.rule is None else cell.rule.rule,
+        "threshold": None if cell.rule is None else cell.rule.threshold, "kv_strategy": cell.strategy,
+        "kv_m": cell.m, "min_rounds": spec.min_rounds, "max_rounds": R,
+        "changes_function": cell.strategy in CHANGES_FUNCTION, "val_loss": r["loss"], "val_bpb": r["bpb"],
+        "tokens": r["tokens"], "mean_rounds": r["mean_rounds"], "equivalent_rounds": eq,
+        "forward_flops_per_token": spent, "rule_flops_per_token": rule_flops,
+        "fixed_flops_per_token": fixed_depth_flops(cfg, R, seq), "kv_mib": allocated / 2**20,
+        "kv_mib_needed": needed / 2**20,
+    }  # fmt: skip
 
 
 def default_out(checkpoint: str) -> Path:
