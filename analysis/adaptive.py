@@ -20,6 +20,7 @@ max_rounds, val_loss, mean_rounds, equivalent_rounds, kv_mib, kv_mib_needed; wor
   rule saves against simply running fewer rounds (negative: the shallower fixed model is cheaper).
   The reference is the trained model's fixed depth; `first` and `last_m` change the function even
   without exits, and their rows say so (`changes_function`).
+- `accuracy_frontier`: task accuracy against the same compute (measured on the validation text).
 - `kv_table`: KV MiB (allocated by a static cache, and needed) against loss per strategy.
 - `exit_histogram`: the exit-round distribution of a cell by position or by loss bucket, as shares.
 
@@ -190,6 +191,32 @@ def _shallowest_equal(curve: pd.DataFrame, ref: pd.Series, noise, threshold: flo
         if _equal(_per_seed(rows), ref, noise, threshold)["equal"]:
             return float(loops)
     return None
+
+
+def accuracy_frontier(tasks: pd.DataFrame, evals: pd.DataFrame, subset: str = "all") -> pd.DataFrame:
+    """Task accuracy against compute: per variant, task, rule, KV strategy and threshold, the mean over
+    seeds of `acc` (of `subset`, default the whole task) with the cell's mean rounds and equivalent
+    rounds measured on the validation text (`evals`, joined on the adaptive job and the cell)."""
+    cols = ["variant_label", "size", "task", "rule", "strategy", "threshold", "acc", "mean_rounds",
+            "equivalent_rounds", "n_seeds", "variant_id"]  # fmt: skip
+    t = tasks[tasks["subset"] == subset] if not tasks.empty else tasks
+    if t.empty or evals.empty:
+        return pd.DataFrame(columns=cols)
+    job = "adaptive_job_id"
+    cells = evals[
+        [job, "config", "rule", "threshold", "kv_strategy", "kv_m", "mean_rounds", "equivalent_rounds"]
+    ]
+    df = _variants(t.merge(cells, on=[job, "config"], how="inner"))
+    keys = [*POINT, "task"]
+    g = df.groupby(keys, sort=False, dropna=False)
+    out = g[["acc", "mean_rounds", "equivalent_rounds"]].mean()
+    out["n_seeds"] = g["acc"].count()
+    out = out.join(g[["variant_label"]].first()).reset_index()
+    out["strategy"] = [f"last_m{m}" if s == "last_m" else s for s, m in zip(out["kv_strategy"], out["kv_m"])]
+    out["threshold"] = out["threshold"].where(out["threshold"] >= 0)
+    return out.sort_values(["variant_label", "task", "rule", "strategy", "mean_rounds"])[cols].reset_index(
+        drop=True
+    )
 
 
 def kv_table(evals: pd.DataFrame) -> pd.DataFrame:

@@ -21,6 +21,11 @@ CHANGES = ("`first` and `last_m` change the function even without exits (rounds 
            "values): their points are compared with the trained model's fixed depth all the same.")  # fmt: skip
 
 
+def _strategy_of(config: str) -> str:
+    """The KV strategy label of a cell's name (`kl<0.01 | last_m2` -> `last_m2`)."""
+    return config.rsplit(" | ", 1)[-1]
+
+
 @st.cache_data(ttl=ui.TTL_S, show_spinner=False)
 def _load(url: str, what: str) -> pd.DataFrame:
     read = {"evals": frames.adaptive, "hist": frames.exit_rounds, "tasks": frames.adaptive_tasks,
@@ -98,19 +103,15 @@ ui.table(saved.drop(columns=["variant_id"]), key="adaptive_saved")
 tasks = ui.filter_by_runs(_load(url, "tasks"), runs)
 if not tasks.empty:
     st.header("Task accuracy vs compute")
-    whole = tasks[tasks["subset"] == "all"].merge(
-        evals[[frames.ADAPTIVE_ID, "config", "rule", "kv_strategy", "mean_rounds", "equivalent_rounds"]],
-        on=[frames.ADAPTIVE_ID, "config"],
-    )
-    acc = whole.groupby(["variant_label", "task", "rule", "kv_strategy", "config"], as_index=False)[
-        ["acc", "mean_rounds", "equivalent_rounds"]
-    ].mean()
-    acc = acc[acc["variant_label"] == variant]
+    acc = adaptive.accuracy_frontier(tasks, evals)
+    acc = acc[(acc["variant_label"] == variant) & acc["strategy"].isin(shown)]
     st.altair_chart(
         alt.Chart(acc).mark_line(point=True).encode(
             x=alt.X(f"{x}:Q", title=X_AXES[x] + " (on validation text)"), y=alt.Y("acc:Q", title="accuracy"),
-            color=ui.color("rule", title="exit rule"), strokeDash="kv_strategy:N", column=alt.Column("task:N"),
-            tooltip=["config", alt.Tooltip("acc:Q", format=".3f"), alt.Tooltip("mean_rounds:Q", format=".2f")],
+            color=ui.color("rule", title="exit rule"), strokeDash=alt.StrokeDash("strategy:N", title="KV strategy"),
+            column=alt.Column("task:N"),
+            tooltip=["rule", "strategy", "threshold", alt.Tooltip("acc:Q", format=".3f"),
+                     alt.Tooltip("mean_rounds:Q", format=".2f"), "n_seeds"],
         ).properties(height=260, width=320)
     )  # fmt: skip
 
@@ -121,7 +122,10 @@ configs = sorted(in_variant["config"].unique()) if not in_variant.empty else []
 if not configs:
     st.caption("no exit-round histograms for this selection")
 else:
-    default = next((i for i, c in enumerate(configs) if not c.startswith(adaptive.FIXED)), 0)
+    rules_first = [i for i, c in enumerate(configs) if not c.startswith(adaptive.FIXED)]
+    default = next(
+        (i for i in rules_first if _strategy_of(configs[i]) in shown), rules_first[0] if rules_first else 0
+    )
     config = st.selectbox("Cell", configs, index=default, key="adaptive_config")
     p1, p2 = st.columns(2)
     for column, split, title in (

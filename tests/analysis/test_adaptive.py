@@ -142,3 +142,22 @@ def test_exit_histogram_shares_per_bucket():
     assert first["mean_round"].tolist() == [2.5, 2.5] and first["bucket_label"].iloc[0] == "[0, 8)"
     by_loss = adaptive.exit_histogram(hist, "loss")
     assert by_loss["bucket_label"].tolist() == ["[4, ∞)"] and by_loss["share"].tolist() == [1.0]
+
+
+def test_accuracy_frontier_joins_each_cell_with_its_compute():
+    evals = evals_frame()
+    evals["adaptive_job_id"] = evals["train_job_id"] + 100
+    tasks = pd.DataFrame(
+        [dict(adaptive_job_id=110 + seed, train_job_id=10 + seed, seed=seed, size="tiny", variant_id="a",
+              variant_label="parcae", config=config, task="deduction", subset=subset, acc=acc)
+         for seed in (0, 1)
+         for config, subset, acc in [("state | per_round", "all", 0.5 + 0.1 * seed), ("state | per_round", "depth=1", 0.9),
+                                     ("kl | per_round", "all", 0.4)]]
+    )  # fmt: skip
+    # the configs of the hand-built frame name every threshold of a rule alike: keep one cell per name
+    evals = evals.drop_duplicates(["adaptive_job_id", "config"])
+    acc = adaptive.accuracy_frontier(tasks, evals).set_index("rule")
+    assert acc.loc["state", "acc"] == pytest.approx(0.55) and acc.loc["state", "n_seeds"] == 2
+    assert acc.loc["state", "mean_rounds"] == 5.5 and acc.loc["state", "threshold"] == 0.01
+    assert acc.loc["kl", "acc"] == pytest.approx(0.4) and acc.loc["kl", "equivalent_rounds"] == 7
+    assert adaptive.accuracy_frontier(tasks.iloc[:0], evals).empty
