@@ -4,7 +4,8 @@ All are tested against what the model and the cache really hold (FLOPs: against 
 see `model.flops`). "Embedding" parameters are the vocabulary-sized tables: the token embedding (tied
 with the head), the value-embedding tables and an untied head if any; everything else is
 "non_embedding". `arch_summary` is the resolved architecture a results table stores per run;
-`tokens_for_flops` turns a FLOP budget into whole training steps.
+`tokens_for_flops` turns a FLOP budget into whole training steps; `kv_strategy_bytes` gives the KV bytes a
+KV strategy across rounds allocates and needs (`model.kv_cache`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import torch
 from model import fields as check
 from model.config import ModelConfig
 from model.flops import training_flops
-from model.kv_cache import cache_layout
+from model.kv_cache import RECURRENT, cache_layout, strategy_config
 from model.layers import VE_GATE_CHANNELS
 
 _DTYPES = {
@@ -82,6 +83,36 @@ def kv_cache_bytes(
     item = torch.empty((), dtype=dtype_of(dtype)).element_size()
     layout = cache_layout(cfg, context_len, cfg.loops if loops is None else loops)
     return sum(2 * batch * shape.heads * shape.slots * cfg.head_dim * item for shape in layout.values())
+
+
+def kv_strategy_bytes(
+    cfg: ModelConfig,
+    context_len: int,
+    batch: int,
+    strategy: str,
+    max_rounds: int,
+    m: int | None = None,
+    dtype=torch.bfloat16,
+    exit_share: dict[int, float] | None = None,
+) -> tuple[int, int]:
+    """(allocated, needed) bytes of K and V for `context_len` tokens decoded with up to `max_rounds`
+    rounds under KV strategy `strategy` (`model.kv_cache`). Allocated: the static cache of the
+    strategy's config (`strategy_config`), exactly what `KVCache` holds. Needed: what the strategy
+    must keep when a fraction `exit_share[e]` of the tokens stops after round e (None: none stops
+    early). For `latest` only a token's computed rounds are kept (round r's slots for the share of
+    tokens with e >= r); the other strategies need every slot they allocate (per_round holds a copy of
+    an exited token's last keys/values in each later round)."""
+    item = torch.empty((), dtype=dtype_of(dtype)).element_size()
+    layout = cache_layout(strategy_config(cfg, strategy, max_rounds, m), context_len, max_rounds)
+    per_set = {
+        key: 2 * batch * shape.heads * shape.slots * cfg.head_dim * item for key, shape in layout.items()
+    }
+    allocated = sum(per_set.values())
+    if strategy != "latest" or exit_share is None:
+        return allocated, allocated
+    reach = {r: sum(share for e, share in exit_share.items() if e > r) for r in range(max_rounds)}  # 0-based
+    needed = sum(n if key.part != RECURRENT else reach[key.round] * n for key, n in per_set.items())
+    return allocated, round(needed)
 
 
 def once_and_recurrent_params(cfg: ModelConfig) -> dict[str, int]:

@@ -41,6 +41,10 @@ drawn independently, whose largest count has CDF F^s; with bucketing the rows ar
 cut in order, so the forward holding sorted positions a+1..a+s (1 = the largest count) has the
 (a+1)-th largest count of the batch as its own largest: P(it runs round g) = P(N_g >= a+1), N_g ~
 Binomial(B, 1 - F(g)) the number of rows with more than g rounds (`_sorted_forward`).
+
+Per-token exits (`model.exits`): `readout_flops` is what the kl / entropy / argmax rules spend per
+compared round (readout C, coda, head), `exit_flops` the forward FLOPs per token of an exit-round
+distribution with the rule's readouts, and `equivalent_rounds` the fixed depth that spends as much.
 """
 
 from __future__ import annotations
@@ -405,3 +409,78 @@ def _prelude_grad(cfg: ModelConfig, cdf_at, sequences: int) -> float:
     if cfg.injection != "none" or k is None:
         return 1.0
     return 1.0 - (1.0 - cdf_at(k)) ** sequences
+
+
+# ---- adaptive compute: per-token exits (model.exits) -------------------------------------------------
+
+
+def readout_flops(cfg: ModelConfig, seq_len: int, attention: str = "dense") -> float:
+    """Forward FLOPs per token of reading a state out as next-token logits: the readout C (diagonal
+    injection), the coda and the head. The kl, entropy and argmax exit rules spend one per round they
+    compare (at 86m and 2,048 tokens about 2.6 recurrent rounds' worth)."""
+    readout = 2.0 * cfg.d_model**2 if cfg.injection == "diagonal" else 0.0
+    return readout + coda_flops(cfg, seq_len, attention) + head_flops(cfg)
+
+
+@dataclass(frozen=True)
+class ExitFlops:
+    """Forward FLOPs per token of a forward with per-token exits, as a token-by-token implementation
+    spends them (each token its own rounds and its rule's readouts; the dense emulation of
+    `model.exits` computes every round for every token and spends more)."""
+
+    rounds: float  # recurrent rounds, mean over tokens
+    rule: float  # the exit rule's readouts beyond the output, mean over tokens
+    total: float  # prelude, injection, rounds, rule, readout C, coda, head
+    fixed: float  # the same forward at a fixed max_rounds, no rule
+    equivalent_rounds: float  # the fixed depth of `reference` (interpolated) that spends `total`
+
+
+def fixed_depth_flops(cfg: ModelConfig, rounds: float, seq_len: int, attention: str = "dense") -> float:
+    """Forward FLOPs per token at a fixed depth of `rounds` (a fraction interpolates the next round)."""
+    whole = math.floor(rounds)
+    per_round = [round_flops(cfg, r, seq_len, attention) for r in range(whole + 1)]
+    rest = prelude_flops(cfg, seq_len, attention) + injection_flops(cfg) + coda_flops(cfg, seq_len, attention)
+    return rest + head_flops(cfg) + sum(per_round[:whole]) + (rounds - whole) * per_round[whole]
+
+
+def equivalent_rounds(cfg: ModelConfig, flops: float, seq_len: int, attention: str = "dense") -> float:
+    """The fixed depth n (a real number: linear within a round) at which `cfg`'s forward spends `flops`
+    per token; 0 below the cost of the forward without rounds."""
+    remaining = flops - fixed_depth_flops(cfg, 0, seq_len, attention)
+    n = 0
+    while remaining > 0:
+        cost = round_flops(cfg, n, seq_len, attention)
+        if remaining <= cost:
+            return n + remaining / cost
+        remaining -= cost
+        n += 1
+    return float(n)
+
+
+def exit_flops(
+    cfg: ModelConfig,
+    exit_share: dict[int, float],
+    rule,
+    seq_len: int,
+    reference: ModelConfig | None = None,
+    attention: str = "dense",
+) -> ExitFlops:
+    """FLOPs per token of `cfg` (the model under its KV strategy) when a fraction `exit_share[e]` of the
+    tokens stops after round e (1-based; the fractions sum to 1), under `rule` (a `model.exits.ExitRule`:
+    its readouts per token are `model.exits.readouts_per_token`). `equivalent_rounds` is measured
+    against `reference` (default `cfg`): the trained model, whose fixed-depth curve is the depth sweep's."""
+    from model.exits import readouts_per_token
+
+    R = rule.max_rounds
+    per_round = [round_flops(cfg, r, seq_len, attention) for r in range(R)]
+    rounds = sum(share * sum(per_round[:e]) for e, share in exit_share.items())
+    readouts = sum(share * readouts_per_token(rule, e) for e, share in exit_share.items())
+    rule_flops = readouts * readout_flops(cfg, seq_len, attention)
+    total = fixed_depth_flops(cfg, 0, seq_len, attention) + rounds + rule_flops
+    return ExitFlops(
+        rounds=rounds,
+        rule=rule_flops,
+        total=total,
+        fixed=fixed_depth_flops(cfg, R, seq_len, attention),
+        equivalent_rounds=equivalent_rounds(reference or cfg, total, seq_len, attention),
+    )

@@ -12,18 +12,42 @@ misalignment and every step has the same shapes.
 
 `cache_layout` is the one description of what the cache holds: the cache allocates from it and
 `model.counts.kv_cache_bytes` counts from it.
+
+KV strategies across rounds (`KV_STRATEGIES`; for decoding and for evaluation with per-token exits,
+`model.exits`), for a forward of at most R = `max_rounds` rounds:
+- `per_round`: every round keeps its own keys/values (the model as trained). A token that exited after
+  round e offers every later round the keys/values of its last computed round (they are written into
+  those rounds' slots: no recompute).
+- `latest`: the same function; an exited token's round-e keys/values serve every later round where they
+  are, without a copy per round. A static cache allocates what `per_round` does; what the strategy
+  *needs* is only the computed entries (`model.counts.kv_strategy_bytes`).
+- `first`: round 1's keys/values serve every round (rounds >= 2 compute queries only), as the
+  `reuse_kv` ablation does in training: one round's cache. Changes the function even without exits.
+- `last_m`: round 1 and the last m rounds (R-m+1..R) keep their own cache; every older round (2..R-m)
+  reads round 1's, as `first` does. An older round cannot read a *later* kept round's keys: in a
+  causal forward over the whole sequence those do not exist yet when it runs, so decoding and the full
+  forward could not agree. 1 + m caches; changes the function even without exits (m >= R-1 is
+  `per_round`).
+`first` and `last_m` are the model with those rounds turned into reuse_kv rounds (`strategy_config`),
+so the cache layout, the KV bytes and the FLOPs follow from the config; `per_round` and `latest` leave
+it as it is.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from model.config import ModelConfig
+from model import fields as check
+from model.config import ModelConfig, RoundConfig
+from model.errors import ConfigError
 
 PRELUDE, RECURRENT, CODA = "prelude", "recurrent", "coda"
+KV_STRATEGIES = ("per_round", "latest", "first", "last_m")
+CHANGES_FUNCTION = ("first", "last_m")  # these differ from the trained model even without exits
 
 
 class LayerKey(NamedTuple):
@@ -110,6 +134,48 @@ def cache_layout(cfg: ModelConfig, max_len: int, loops: int) -> dict[LayerKey, S
     for i in range(cfg.n_coda):
         out[LayerKey.coda(i)] = SlotShape(cfg.n_heads, max_len, None)
     return out
+
+
+def check_strategy(strategy: str, m: int | None) -> tuple[str, int | None]:
+    """(strategy, m) checked: m (>= 1) only with last_m, which needs it."""
+    check.choice("kv_strategy", strategy, KV_STRATEGIES)
+    if strategy != "last_m":
+        if m is not None:
+            raise ConfigError(
+                f"kv_m: only with kv_strategy last_m; accepted with {strategy}: null; got {m!r}"
+            )
+        return strategy, None
+    if m is None:
+        raise ConfigError("kv_m: last_m needs m, the number of last rounds that keep their own cache (>= 1)")
+    return strategy, check.integer("kv_m", m, lo=1)
+
+
+def _reads_round1(rc: RoundConfig) -> RoundConfig:
+    return dataclasses.replace(rc, reuse_kv=True) if rc.attention else rc
+
+
+def strategy_config(cfg: ModelConfig, strategy: str, max_rounds: int, m: int | None = None) -> ModelConfig:
+    """The config whose forward at up to `max_rounds` rounds is `cfg` under KV strategy `strategy` (see
+    the module docstring): `cfg` itself for per_round and latest; for first and last_m the rounds that
+    read round 1's keys/values become reuse_kv rounds (the same weights: reuse adds no parameters).
+    ConfigError names kv_strategy when the model cannot share round 1's keys (e.g. round 1 is MLP-only,
+    or a later round is wider or sees further back than round 1)."""
+    strategy, m = check_strategy(strategy, m)
+    max_rounds = check.integer("max_rounds", max_rounds, lo=1)
+    if strategy in ("per_round", "latest"):
+        return cfg
+    own_from = max_rounds if strategy == "first" else max(1, max_rounds - m)  # 0-based first kept round
+    if own_from == 1:  # last_m with m >= max_rounds - 1: every round keeps its own
+        return cfg
+    rounds = [cfg.round(0)] + [
+        cfg.round(r) if r >= own_from else _reads_round1(cfg.round(r)) for r in range(1, max_rounds)
+    ]
+    if strategy == "first":  # the last entry repeats: every later round reads round 1's too
+        rounds.append(_reads_round1(cfg.round(max_rounds)))
+    try:
+        return dataclasses.replace(cfg, rounds=tuple(rounds))
+    except ConfigError as e:
+        raise ConfigError(f"kv_strategy: {strategy} cannot share round 1's keys/values here: {e}") from None
 
 
 class KVCache:

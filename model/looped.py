@@ -367,10 +367,12 @@ class LoopedLM(nn.Module):
         counts = loop_counts(self.cfg.loops if loops is None else loops, idx.shape[0])
         return self._tail(self._rounds(idx, ctx, positions, counts, h0_seed), idx, ctx)
 
-    def _rounds(self, idx: Tensor, ctx, positions: Tensor, counts, h0_seed, skip_round=None, observe=None):
+    def _rounds(
+        self, idx: Tensor, ctx, positions: Tensor, counts, h0_seed, skip_round=None, observe=None, keep=None
+    ):
         """Stem, initial state and rounds with an explicit context -> the last state (B, T, d).
         `skip_round` = g runs global round g as the identity; `observe(h)` is handed the initial state,
-        then every round's output (see `_loop`)."""
+        then every round's output; `keep()` says which tokens run each round (see `_loop`)."""
         x, inj = self._stem(idx, ctx)
         h = self._h0(idx.shape[0], positions, h0_seed, x) if self.cfg.random_h0 else x
 
@@ -381,12 +383,17 @@ class LoopedLM(nn.Module):
 
         if observe is not None:
             observe(h)
-        return self._loop(h, counts, one_round, observe)
+        return self._loop(h, counts, one_round, observe, keep)
 
-    def _loop(self, h: Tensor, counts, one_round, observe: Callable[[Tensor], None] | None = None) -> Tensor:
+    def _loop(
+        self, h: Tensor, counts, one_round, observe: Callable[[Tensor], None] | None = None, keep=None
+    ) -> Tensor:
         """The rounds from the initial state h (B, T, d) -> the last state; `one_round(h, past, g)`
         applies global round g to h with the history differences `past` (newest first, at most
-        cfg.history of them); `observe`, if given, is handed the state after every round.
+        cfg.history of them); `observe`, if given, is handed the state after every round. `keep`, if
+        given, is asked before every round which tokens run it (per-token exits, `model.exits`): a
+        (B, T, 1) bool mask (the others keep their state, as a held sample does), or False to stop
+        the rounds there (no token runs; knowing that takes `keep` a host sync).
         Every decision is taken on the host from the Python plan; the per-sample masks (if any) go to
         the device once, so the loop itself never waits for the device."""
         cfg = self.cfg
@@ -396,6 +403,9 @@ class LoopedLM(nn.Module):
         all_active, need_is_active = plan.all_active, plan.need_is_active
         past: tuple[Tensor, ...] = ()  # history: h_t - h_{t-1} of the last rounds, newest first
         for g in range(plan.n_rounds):
+            running = None if keep is None else keep()
+            if running is False:
+                break
             use_grad = plan.grad[g]
             with torch.set_grad_enabled(use_grad):
                 # a round without autograd gets the state detached: the same values, and one compiled
@@ -411,6 +421,9 @@ class LoopedLM(nn.Module):
                 if not all_active[g]:
                     new = torch.where(active[g], new, h)
                     diff = None if diff is None else torch.where(active[g], diff, 0.0)  # held: no change
+            if running is not None:
+                new = torch.where(running, new, h)
+                diff = None if diff is None else torch.where(running, diff, 0.0)
             if observe is not None:
                 observe(new)
             if diff is not None:

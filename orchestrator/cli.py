@@ -47,14 +47,14 @@ GUIDES = {
     "cancel": "docs/queue.md",
     "retry": "docs/queue.md",
     "logs": "docs/queue.md",
-    "demo": "docs/studies.md",
+    "demo": "docs/studies.md; --study adaptive: docs/adaptive.md",
     "fit": "docs/studies.md (Study 2: iso-depth scaling laws)",
     "dashboard": "docs/statistics.md (the verdicts and intervals); the study pages: docs/studies.md",
 }
 EPILOG = (
     "Guides: README.md (start here), docs/queue.md, docs/variants.md, docs/planning.md, "
     "docs/statistics.md, docs/studies.md, docs/evaluation.md, docs/scale-out.md, docs/measured.md, "
-    "docs/gpu.md, docs/testing.md, docs/disk.md, docs/scale-training.md, docs/published-models.md. `looplab COMMAND --help` names the guide of a command."
+    "docs/gpu.md, docs/testing.md, docs/disk.md, docs/scale-training.md, docs/published-models.md, docs/adaptive.md. `looplab COMMAND --help` names the guide of a command."
 )
 
 
@@ -141,10 +141,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     dm = sub.add_parser("demo", help="submit and run the demo grid end to end")
     dm.add_argument("--fast", action="store_true", help="a smaller grid (for smoke tests)")
-    dm.add_argument("--study", choices=["iso-depth", "loop-design"], default=None,
+    dm.add_argument("--study", choices=["iso-depth", "loop-design", "adaptive"], default=None,
                     help="run a study instead, CPU-sized: iso-depth = the iso-depth scaling law; "
                          "loop-design = loop layouts, injections, history and timestep variants with "
-                         "depth sweeps (page Extrapolation)")  # fmt: skip
+                         "depth sweeps (page Extrapolation); adaptive = per-token exit rules and KV "
+                         "strategies against the fixed depth (page Adaptive)")  # fmt: skip
     dm.add_argument("--artifacts", default=None, help="artifact directory (default: ./looplab_artifacts)")
 
     ft = sub.add_parser("fit", help="fit a study's scaling law to the finished runs and print it")

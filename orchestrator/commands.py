@@ -210,6 +210,10 @@ def cli_demo(args) -> int:
         from orchestrator.demo import main_loop_design
 
         return main_loop_design(db=args.db, fast=args.fast, artifacts=args.artifacts or "looplab_artifacts")
+    if args.study == "adaptive":
+        from orchestrator.demo import main_adaptive
+
+        return main_adaptive(db=args.db, fast=args.fast, artifacts=args.artifacts or "looplab_artifacts")
     return main(db=args.db, fast=args.fast, artifacts=args.artifacts or "looplab_artifacts")
 
 

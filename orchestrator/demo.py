@@ -18,6 +18,12 @@ the injection (scalar, channel, dense, diagonal), history (1) and timestep (loop
 adaln) variants of BaseLoop 2x4, one seed each, every run with a depth sweep to 3x its trained loops
 (loop geometry per round, interaction matrices at the trained and twice the trained count); prints the
 extrapolation table and where the dashboard draws it (page Extrapolation).
+
+`looplab demo --study adaptive` runs a CPU-sized adaptive-compute study (`ADAPTIVE`,
+`orchestrator.studies.adaptive_grid`): parcae, fixed4, lean and two loop-design variants trained on
+~1 M tokens each, each with a depth sweep and an adaptive job (exit rules x thresholds x KV strategies,
+task scores and decode timings with exits); prints the rounds saved at equal loss and the frontier
+(page Adaptive draws them). See docs/adaptive.md for its run time.
 """
 
 from __future__ import annotations
@@ -113,6 +119,84 @@ def print_extrapolation(url: str, grid_prefix: str) -> None:
     with pd.option_context("display.width", 160, "display.max_columns", 20, "display.precision", 4):
         print("\n== extrapolation: validation loss at the trained effective depth and beyond ==")
         print(table[cols].to_string(index=False) if not table.empty else "(no finished depth sweep)")
+
+
+# The adaptive-compute study at CPU size: parcae, fixed4, lean, BaseLoop 2x4 and BaseLoop 2x4 with loop
+# gating, ~1 M tokens each on `tiny` (16 x 64 tokens x 1,000 steps: enough that depth matters; at the
+# main demo's tokens the depth curves are flat and a frontier degenerate), each with a depth sweep and
+# an adaptive job of 4 rules x 3 thresholds x 4 KV strategies on 4,096 validation tokens (`--fast`:
+# parcae and fixed4, 20 steps, one threshold per rule).
+ADAPTIVE = {
+    "recipes": ["parcae", "fixed4", "lean"], "designs": {},
+    "train": {"batch_size": 16, "seq_len": 64, "eval_every": 500, "eval_tokens": 2048, "ckpt_every": 500},
+    "tokens": 16 * 64 * 1000, "sweep_tokens": 4096,
+    "adaptive": {"rules": {"state": [0.02, 0.05, 0.1], "kl": [0.002, 0.01, 0.05], "entropy": [0.005, 0.02, 0.1],
+                           "argmax": [1, 2, 3]},
+                 "kv_strategies": ["per_round", "latest", "first", "last_m"], "kv_m": 2,
+                 "tasks": ["deduction"], "n_per_subset": 4, "decode_steps": 6, "decode_batch_sizes": [1, 4]},
+}  # fmt: skip
+ADAPTIVE_FAST = {
+    **ADAPTIVE, "recipes": ["parcae", "fixed4"], "designs": {"layouts": []},
+    "train": {**ADAPTIVE["train"], "eval_every": 20, "eval_tokens": 512}, "tokens": 16 * 64 * 20,
+    "sweep_tokens": 1024,
+    "adaptive": {**ADAPTIVE["adaptive"], "rules": {"state": [0.05], "kl": [0.01], "entropy": [0.02], "argmax": [2]},
+                 "n_per_subset": 2, "decode_steps": 2, "decode_batch_sizes": [2]},
+}  # fmt: skip
+
+
+def adaptive_grids(fast: bool = False) -> list[Grid]:
+    """The demo's adaptive-compute study (`orchestrator.studies.adaptive_grid`)."""
+    from orchestrator.studies import adaptive_grid
+
+    p = ADAPTIVE_FAST if fast else ADAPTIVE
+    return adaptive_grid(p["recipes"], p["designs"], tokens=p["tokens"], name="demo-adaptive-fast" if fast else
+                         "demo-adaptive", data=DATA, sweep_tokens=p["sweep_tokens"], adaptive=p["adaptive"],
+                         **p["train"])  # fmt: skip
+
+
+def print_adaptive(url: str, grid_prefix: str) -> None:
+    """The frontier of the study's runs (the page Adaptive's tables): rounds saved at equal loss per
+    variant, rule and KV strategy, then every per_round point (loss against rounds and compute)."""
+    import pandas as pd
+
+    from analysis import adaptive, comparison, stats
+    from orchestrator import frames
+
+    runs = frames.runs(url)
+    ids = runs.loc[runs["grid"].fillna("").str.startswith(grid_prefix), "job_id"]
+    evals, depth = frames.adaptive(url), frames.depth(url)
+    evals, depth = evals[evals["train_job_id"].isin(ids)], depth[depth["train_job_id"].isin(ids)]
+    noise = stats.noise_floor(comparison.eval_loss_per_run(runs, frames.depth(url)))
+    saved = adaptive.rounds_saved(evals, depth, noise)
+    points = adaptive.frontier(evals)
+    with pd.option_context("display.width", 200, "display.max_columns", 30, "display.max_rows", 500,
+                           "display.precision", 4):  # fmt: skip
+        print("\n== adaptive compute: rounds saved at equal loss to the fixed depth (max_rounds) ==")
+        print(f"noise floor: {noise.describe(adaptive.EQUAL_THRESHOLD)}")
+        cols = [
+            "variant_label",
+            "rule",
+            "strategy",
+            "max_rounds",
+            "reference_loss",
+            "threshold",
+            "val_loss",
+            "mean_rounds",
+            "equivalent_rounds",
+            "rounds_saved",
+            "compute_saved",
+            "fixed_equal_depth",
+            "vs_fixed",
+        ]
+        print(saved[cols].to_string(index=False) if not saved.empty else "(no finished adaptive job)")
+        print("(first and last_m change the function even without exits: they are compared with the trained "
+              "model's fixed depth all the same)")  # fmt: skip
+        print(
+            "\n== the frontier under per_round: loss against rounds per token and compute (rounds' worth) =="
+        )
+        cols = ["variant_label", "rule", "threshold", "mean_rounds", "equivalent_rounds", "val_loss"]
+        shown = points[points["strategy"] == "per_round"]
+        print(shown[cols].to_string(index=False) if not shown.empty else "(no finished adaptive job)")  # fmt: skip
 
 
 def grids(fast: bool = False) -> list[Grid]:
@@ -239,5 +323,23 @@ def main_loop_design(db: str | None = None, fast: bool = False, artifacts: str =
     print(
         f'query the results: looplab{db_flag} sql "SELECT variant_label, loops, skipped, round, interaction '
         'FROM interactions"'
+    )
+    return 0 if failed.empty else 1
+
+
+def main_adaptive(db: str | None = None, fast: bool = False, artifacts: str = "looplab_artifacts") -> int:
+    t0 = time.time()
+    q, rc, failed = _run(adaptive_grids(fast), "demo --study adaptive", db, artifacts, progress_every_s=15.0)
+    if rc != 0:
+        return rc
+    try:
+        print_adaptive(q.url, "demo-adaptive-fast" if fast else "demo-adaptive")
+    except Exception as e:  # a summary; never hide the run's outcome behind it
+        print(f"(adaptive tables unavailable: {type(e).__name__}: {e})")
+    db_flag = f" --db {db}" if db else ""
+    print(f"\nwhole demo {time.time() - t0:.0f} s")
+    print(f"see it drawn:      looplab{db_flag} dashboard   (page Adaptive, /adaptive)")
+    print(
+        f'query the results: looplab{db_flag} sql "SELECT variant_label, config, val_loss, mean_rounds FROM adaptive"'
     )
     return 0 if failed.empty else 1

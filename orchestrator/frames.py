@@ -1,5 +1,5 @@
 """The results database as DataFrames, in the shapes `analysis/` reads: the job listing, the runs, the
-depth sweeps, task scores, decode benches and metric curves. The dashboard's pages (through
+depth sweeps, task scores, decode benches, the adaptive jobs' cells and metric curves. The dashboard's pages (through
 `st.cache_data` in dashboard/ui.py), the demo's tables and `looplab fit` read them, so each is written
 once, here, below all three.
 
@@ -195,14 +195,14 @@ def _loop_mode(sampler: str | None, loops: float | None) -> str | None:
     return "none" if loops == 1 else "fixed"
 
 
-def _sweep_rows(url: str, table: str, columns: str, order: str) -> pd.DataFrame:
-    """Rows of a depth-sweep result `table` (aliased r) labelled with the sweep's trained model: its
-    train_job_id, recipe, size, seed, budget and variant columns, then `columns` (of r), sorted by the
-    train job and then `order` (of r)."""
+def _sweep_rows(url: str, table: str, columns: str, order: str, job_id: str = "sweep_job_id") -> pd.DataFrame:
+    """Rows of a follow-up's result `table` (aliased r; a depth sweep's by default) labelled with its
+    trained model: the follow-up's id as `job_id`, the train_job_id, recipe, size, seed, budget and
+    variant columns, then `columns` (of r), sorted by the train job and then `order` (of r)."""
     return _read(
         url,
         f"""
-        SELECT r.job_id AS sweep_job_id, t.id AS train_job_id, t.grid_id, t.recipe, t.size, t.seed,
+        SELECT r.job_id AS {job_id}, t.id AS train_job_id, t.grid_id, t.recipe, t.size, t.seed,
                t.budget_tokens, {_variant_sql("t")}, {columns}
         FROM {table} r
         JOIN job_deps d ON d.job_id = r.job_id
@@ -252,6 +252,40 @@ def task_scores(url: str) -> pd.DataFrame:
         """,
         kinds=list(MODEL_SOURCES),
     )
+
+
+ADAPTIVE_ID = "adaptive_job_id"
+
+
+def adaptive(url: str) -> pd.DataFrame:
+    """The adaptive jobs' cells (exit rule x threshold x KV strategy, rule `fixed` for the fixed depth;
+    workers/adaptive.py) labelled with the trained model and its variant."""
+    columns = ("r.config, r.rule, r.threshold, r.kv_strategy, r.kv_m, r.min_rounds, r.max_rounds, r.changes_function, "
+               "r.val_loss, r.val_bpb, r.tokens, r.mean_rounds, r.equivalent_rounds, r.forward_flops_per_token, "
+               "r.rule_flops_per_token, r.fixed_flops_per_token, r.kv_mib, r.kv_mib_needed")  # fmt: skip
+    return _sweep_rows(url, "adaptive_evals", columns, "r.config", ADAPTIVE_ID)
+
+
+def exit_rounds(url: str) -> pd.DataFrame:
+    """The adaptive jobs' exit-round histograms (by token position and by loss bucket), labelled."""
+    columns = "r.config, r.split, r.bucket, r.bucket_lo, r.bucket_hi, r.round, r.count"
+    return _sweep_rows(
+        url, "adaptive_exit_rounds", columns, "r.config, r.split, r.bucket, r.round", ADAPTIVE_ID
+    )
+
+
+def adaptive_tasks(url: str) -> pd.DataFrame:
+    """The adaptive jobs' task scores per cell, labelled with the trained model."""
+    columns = "r.config, r.task, r.category, r.subset, r.n, r.acc, r.acc_norm, r.stderr, r.chance"
+    return _sweep_rows(url, "adaptive_task_scores", columns, "r.config, r.task, r.subset", ADAPTIVE_ID)
+
+
+def adaptive_decodes(url: str) -> pd.DataFrame:
+    """The adaptive jobs' decode timings with exits against the fixed depth, labelled."""
+    columns = ("r.config, r.batch_size, r.mode, r.context_len, r.ms_per_token, r.ms_p10, r.ms_p90, r.tokens_per_s, "
+               "r.fixed_ms_per_token, r.speedup, r.mean_exit_round, r.mean_step_rounds, r.kv_mib, r.kv_mib_needed, "
+               "r.device, r.concurrent_jobs")  # fmt: skip
+    return _sweep_rows(url, "adaptive_decodes", columns, "r.config, r.batch_size, r.mode", ADAPTIVE_ID)
 
 
 def decode(url: str) -> pd.DataFrame:

@@ -326,6 +326,96 @@ class TaskScore(Base):
     chance: Mapped[float | None] = mapped_column(Float)  # mean of 1 / number of choices
 
 
+class AdaptiveEval(Base):
+    """One cell of an adaptive job's grid (rev. 0013_adaptive, workers/adaptive.py): an exit rule at a
+    threshold (rule `fixed`: the fixed depth max_rounds, threshold NULL) under a KV strategy, on the
+    validation set. `config` names the cell (`kl<0.01 | per_round`); `changes_function`: the strategy
+    (first, last_m) differs from the trained model even without exits. `mean_rounds` = recurrent rounds
+    per token; `forward_flops_per_token` = forward FLOPs a token-by-token implementation spends (the rule's
+    readouts, `rule_flops_per_token`, included); `equivalent_rounds` = the fixed depth of the trained
+    model spending as much. `kv_mib`: the static cache of one seq_len sequence in bf16; `kv_mib_needed`:
+    what the strategy must keep given the exits (less than kv_mib only for `latest`)."""
+
+    __tablename__ = "adaptive_evals"
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    config: Mapped[str] = mapped_column(String(96), primary_key=True)
+    rule: Mapped[str] = mapped_column(String(16))  # state | kl | entropy | argmax | fixed
+    threshold: Mapped[float | None] = mapped_column(Float)  # eps, or k for argmax; may be infinite
+    kv_strategy: Mapped[str] = mapped_column(String(16))  # per_round | latest | first | last_m
+    kv_m: Mapped[int | None] = mapped_column(Integer)  # last_m only
+    min_rounds: Mapped[int] = mapped_column(Integer)
+    max_rounds: Mapped[int] = mapped_column(Integer)
+    changes_function: Mapped[bool] = mapped_column(Boolean)
+    val_loss: Mapped[float] = mapped_column(Float)
+    val_bpb: Mapped[float | None] = mapped_column(Float)
+    tokens: Mapped[int] = mapped_column(BigInteger)
+    mean_rounds: Mapped[float] = mapped_column(Float)
+    equivalent_rounds: Mapped[float | None] = mapped_column(Float)
+    forward_flops_per_token: Mapped[float | None] = mapped_column(Float)
+    rule_flops_per_token: Mapped[float | None] = mapped_column(Float)
+    fixed_flops_per_token: Mapped[float | None] = mapped_column(Float)
+    kv_mib: Mapped[float | None] = mapped_column(Float)
+    kv_mib_needed: Mapped[float | None] = mapped_column(Float)
+
+
+class AdaptiveExitRound(Base):
+    """How many validation tokens of a cell stopped after round `round` (rev. 0013_adaptive), by token
+    position (`split` position: bucket of positions [bucket_lo, bucket_hi)) and by how hard the token
+    is (`split` loss: its loss at the fixed depth max_rounds in [bucket_lo, bucket_hi) nats)."""
+
+    __tablename__ = "adaptive_exit_rounds"
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    config: Mapped[str] = mapped_column(String(96), primary_key=True)
+    split: Mapped[str] = mapped_column(String(16), primary_key=True)  # position | loss
+    bucket: Mapped[int] = mapped_column(Integer, primary_key=True)
+    round: Mapped[int] = mapped_column(Integer, primary_key=True)  # 1-based exit round
+    bucket_lo: Mapped[float] = mapped_column(Float)
+    bucket_hi: Mapped[float] = mapped_column(Float)  # may be infinite (the last loss bucket)
+    count: Mapped[int] = mapped_column(BigInteger)
+
+
+class AdaptiveTaskScore(Base):
+    """Multiple-choice task accuracy of a cell of an adaptive job (rev. 0013_adaptive), as `task_scores`."""
+
+    __tablename__ = "adaptive_task_scores"
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    config: Mapped[str] = mapped_column(String(96), primary_key=True)
+    task: Mapped[str] = mapped_column(String(128), primary_key=True)
+    subset: Mapped[str] = mapped_column(String(64), primary_key=True)
+    category: Mapped[str | None] = mapped_column(String(16))
+    n: Mapped[int] = mapped_column(Integer)
+    acc: Mapped[float] = mapped_column(Float)
+    acc_norm: Mapped[float | None] = mapped_column(Float)
+    stderr: Mapped[float | None] = mapped_column(Float)
+    chance: Mapped[float | None] = mapped_column(Float)
+
+
+class AdaptiveDecode(Base):
+    """Decode latency of a cell against the fixed depth (rev. 0013_adaptive): `mode` masked (every
+    round runs, stopped rows held) or batch_stop (a step's rounds end when every row stopped); one step
+    decodes one token per row of `batch_size`. `mean_step_rounds` = rounds a step ran (the batch's
+    padding to its slowest row), `speedup` = fixed_ms_per_token / ms_per_token."""
+
+    __tablename__ = "adaptive_decodes"
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    config: Mapped[str] = mapped_column(String(96), primary_key=True)
+    batch_size: Mapped[int] = mapped_column(Integer, primary_key=True)
+    mode: Mapped[str] = mapped_column(String(16), primary_key=True)
+    context_len: Mapped[int] = mapped_column(Integer)
+    ms_per_token: Mapped[float] = mapped_column(Float)  # median step time
+    ms_p10: Mapped[float | None] = mapped_column(Float)
+    ms_p90: Mapped[float | None] = mapped_column(Float)
+    tokens_per_s: Mapped[float | None] = mapped_column(Float)
+    fixed_ms_per_token: Mapped[float | None] = mapped_column(Float)
+    speedup: Mapped[float | None] = mapped_column(Float)
+    mean_exit_round: Mapped[float | None] = mapped_column(Float)
+    mean_step_rounds: Mapped[float | None] = mapped_column(Float)
+    kv_mib: Mapped[float | None] = mapped_column(Float)
+    kv_mib_needed: Mapped[float | None] = mapped_column(Float)
+    device: Mapped[str | None] = mapped_column(String(64))
+    concurrent_jobs: Mapped[int | None] = mapped_column(Integer)  # as decode_benches
+
+
 class JobLog(Base):
     """Log lines and tracebacks a worker sent back (`looplab logs JOB`)."""
 

@@ -14,6 +14,11 @@ training compute, plus the injection, history and timestep variants on one of th
 (`base_loop 2x4 · injection=scalar`). Each run gets a depth sweep to `sweep_factor` x its trained loop
 count with the loop geometry, and interaction matrices at the trained and twice the trained count. The
 follow-up is one spec per grid, so the variants are split into one grid per trained loop count.
+
+`adaptive_grid` is the adaptive-compute study: recipes (parcae, fixed4, lean) and loop-design variants
+trained on the same tokens, each followed by a depth sweep (the fixed-depth reference curve) and an
+adaptive job (exit rules x thresholds x KV strategies, workers/adaptive.py) on the same validation
+tokens, so the page Adaptive can put every rule's frontier against the fixed depth.
 """
 
 from __future__ import annotations
@@ -23,7 +28,13 @@ from typing import Any
 
 from model import fields
 from model.errors import ConfigError
-from model.presets import ISO_DEPTH_INJECTIONS, LOOP_LAYOUTS, iso_depth_overrides, loop_layout_overrides
+from model.presets import (
+    ISO_DEPTH_INJECTIONS,
+    LOOP_LAYOUTS,
+    RECIPES,
+    iso_depth_overrides,
+    loop_layout_overrides,
+)
 from orchestrator.grid import FOLLOW_UPS, Grid
 from orchestrator.variants import LABEL_SEPARATOR
 
@@ -230,4 +241,71 @@ def loop_design_grid(
                 priority=priority,
             )  # fmt: skip
         )
+    return grids
+
+
+# The adaptive-compute study's models: recipes, and loop-design variants (`loop_design_grid` arguments).
+ADAPTIVE_RECIPES = ("parcae", "fixed4", "lean")
+ADAPTIVE_DESIGNS = {
+    "layouts": [("base_loop", 2, 4)],
+    "injections": [],
+    "histories": [],
+    "timesteps": ["loop_gate"],
+}
+# depth-sweep and adaptive keys the helper sets once for both (so threshold 0 reproduces the sweep)
+_SHARED_EVAL = ("eval_tokens", "batch_size", "h0_seed")
+
+
+def adaptive_grid(
+    recipes: Sequence[str] = ADAPTIVE_RECIPES,
+    designs: dict[str, Any] | None = None,
+    tokens: int = 16 * 64 * 1000,
+    seeds: Sequence[int] = (0,),
+    name: str = "adaptive",
+    data: dict[str, Any] | None = None,
+    *,
+    size: str = "tiny",
+    sweep_loops: Sequence[int] = (1, 2, 3, 4, 6, 8),
+    sweep_tokens: int = 4096,
+    sweep_batch: int = 8,
+    adaptive: dict[str, Any] | None = None,
+    design_sweep_factor: int = 2,
+    priority: int = 0,
+    **train: Any,
+) -> list[Grid]:
+    """The adaptive-compute study as grids: the `recipes` and the loop-design variants of `designs`
+    (`loop_design_grid`'s layouts / injections / histories / timesteps; default BaseLoop 2x4 and
+    BaseLoop 2x4 with loop gating), x `seeds`, trained on `tokens` tokens; each run followed by a depth
+    sweep (the fixed-depth reference, no interaction matrices: the recipes' at `sweep_loops`, the
+    designs' at 1..`design_sweep_factor` x their trained loops, as `loop_design_grid` does) and an adaptive job
+    (workers/adaptive.py; `adaptive` gives its other keys: rules, kv_strategies, tasks, decode_*). Both
+    evaluate the same `sweep_tokens` validation tokens in batches of `sweep_batch`, so an adaptive cell
+    at threshold 0 reproduces the sweep's loss at its max_rounds. `train`: any other train spec key."""
+    where = f"adaptive_grid {name!r}"
+    for recipe in recipes:
+        fields.choice(f"{where}: recipes", recipe, RECIPES)
+    adaptive_spec = dict(adaptive or {})
+    taken = sorted(set(adaptive_spec) & {*_SHARED_EVAL, "checkpoint"})
+    if taken:
+        raise ConfigError(f"{where}: adaptive.{taken[0]}: set by the helper (from sweep_tokens, sweep_batch)")
+    shared = {"eval_tokens": fields.integer(f"{where}: sweep_tokens", sweep_tokens, lo=1),
+              "batch_size": fields.integer(f"{where}: sweep_batch", sweep_batch, lo=1)}  # fmt: skip
+    sweep = {"loops": fields.int_list(f"{where}: sweep_loops", list(sweep_loops), lo=1), "interaction_loops": [],
+             **shared}  # fmt: skip
+    follow = {"depth_sweep": sweep, "adaptive": {**adaptive_spec, **shared}}
+    then = ["depth_sweep", "adaptive"]
+    base: dict[str, Any] = {"size": size, "tokens": fields.integer(f"{where}: tokens", tokens, lo=1), **train}
+    if data is not None:
+        base["data"] = data
+    grids = []
+    if recipes:
+        grids.append(Grid(f"{name}-recipes", base=base, sweep={"recipe": list(recipes), "seed": list(seeds)},
+                          then=then, follow=follow, priority=priority))  # fmt: skip
+    design = {**ADAPTIVE_DESIGNS, **(designs or {})}
+    if design["layouts"]:
+        design_sweep = {k: v for k, v in sweep.items() if k != "loops"}  # loop_design_grid sets the loops
+        grids += loop_design_grid(**design, tokens=tokens, seeds=seeds, name=f"{name}-designs", data=data,
+                                  size=size, sweep_factor=design_sweep_factor, then=then,
+                                  follow={"depth_sweep": design_sweep, "adaptive": follow["adaptive"]},
+                                  priority=priority, **train)  # fmt: skip
     return grids

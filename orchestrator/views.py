@@ -1,5 +1,6 @@
-"""The people-facing SQL views (`runs`, `curves`, `depth`, `decode`, `tasks`, `geometry`, `interactions`):
-one definition, like the ORM.
+"""The people-facing SQL views (`runs`, `curves`, `depth`, `decode`, `tasks`, `geometry`, `interactions`,
+and the adaptive job's `adaptive`, `exit_rounds`, `adaptive_tasks`, `adaptive_decode`): one definition,
+like the ORM.
 
 Views hold no data, so they are not versioned like tables: after every migration that ends at head,
 the Alembic environment (migrations/env.py) drops them and creates them from this module, and before
@@ -202,6 +203,38 @@ WHERE j.kind IN ({RUN_KINDS})
         "task_scores ts",
         "eval_job_id",
         "ts.task, ts.category, ts.subset, ts.loops, ts.n, ts.acc, ts.acc_norm, ts.stderr, ts.chance",
+    ),
+    # The adaptive job's cells (workers/adaptive.py): loss and compute per exit rule, threshold and KV
+    # strategy, labelled with the trained model; `changes_function` marks first / last_m.
+    "adaptive": _labelled_with_trained_model(
+        "adaptive",
+        "adaptive_evals ae",
+        "adaptive_job_id",
+        "ae.config, ae.rule, ae.threshold, ae.kv_strategy, ae.kv_m, ae.min_rounds, ae.max_rounds, "
+        "ae.changes_function, ae.val_loss, ae.val_bpb, ae.tokens, ae.mean_rounds, ae.equivalent_rounds, "
+        "ae.forward_flops_per_token, ae.rule_flops_per_token, ae.fixed_flops_per_token, ae.kv_mib, ae.kv_mib_needed",
+    ),
+    # Their exit-round histograms: tokens that stopped after `round`, by position or loss bucket.
+    "exit_rounds": _labelled_with_trained_model(
+        "exit_rounds",
+        "adaptive_exit_rounds er",
+        "adaptive_job_id",
+        "er.config, er.split, er.bucket, er.bucket_lo, er.bucket_hi, er.round, er.count",
+    ),
+    "adaptive_tasks": _labelled_with_trained_model(
+        "adaptive_tasks",
+        "adaptive_task_scores at",
+        "adaptive_job_id",
+        "at.config, at.task, at.category, at.subset, at.n, at.acc, at.acc_norm, at.stderr, at.chance",
+    ),
+    # Decode latency with exits against the fixed depth, per batch size and mode (masked | batch_stop).
+    "adaptive_decode": _labelled_with_trained_model(
+        "adaptive_decode",
+        "adaptive_decodes ad",
+        "adaptive_job_id",
+        "ad.config, ad.batch_size, ad.mode, ad.context_len, ad.ms_per_token, ad.ms_p10, ad.ms_p90, "
+        "ad.tokens_per_s, ad.fixed_ms_per_token, ad.speedup, ad.mean_exit_round, ad.mean_step_rounds, "
+        "ad.kv_mib, ad.kv_mib_needed, ad.device, ad.concurrent_jobs",
     ),
 }
 VIEW_NAMES = tuple(VIEWS)

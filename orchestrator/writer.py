@@ -297,7 +297,7 @@ def _write_result(eng: Engine, conn: Connection, job_id: int, table_name: str, r
 
 
 # Result tables whose rows are timings: they record the contention they were measured under.
-TIMING_TABLES = ("train_results", "decode_benches")
+TIMING_TABLES = ("train_results", "decode_benches", "adaptive_decodes")
 
 
 def record_concurrency(eng: Engine, job_id: int, attempt_n: int, others: int) -> None:

@@ -107,6 +107,9 @@ KINDS: dict[str, Kind] = {
                          arch_keys=MODEL_KEYS, tables=("decode_benches",), views=("decode",)),
     "eval": Kind("workers.eval", follows=MODEL_SOURCES, about=CHECKPOINT, tables=("task_scores",),
                  views=("tasks",)),
+    "adaptive": Kind("workers.adaptive", follows=MODEL_SOURCES, about=CHECKPOINT, exclusive=True,
+                     tables=("adaptive_evals", "adaptive_exit_rounds", "adaptive_task_scores", "adaptive_decodes"),
+                     views=("adaptive", "exit_rounds", "adaptive_tasks", "adaptive_decode")),
 }  # fmt: skip
 
 

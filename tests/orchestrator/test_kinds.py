@@ -118,10 +118,12 @@ def test_every_view_is_declared_by_the_kind_whose_rows_it_shows():
 
 
 def test_the_built_in_declarations_say_what_the_old_lists_said():
-    assert jobkinds.follow_ups("train") == ("depth_sweep", "decode_bench", "eval")
-    assert jobkinds.follow_ups("import") == ("depth_sweep", "decode_bench", "eval")  # an import is a run too
-    assert [k for k in jobs.KINDS if jobs.KINDS[k].about == CHECKPOINT] == ["depth_sweep", "eval"]
-    assert [k for k in jobs.KINDS if jobs.KINDS[k].exclusive] == ["decode_bench"]
+    # the old lists' four kinds, the import kind, then the adaptive job (workers/adaptive.py): a checkpoint
+    # follow-up that runs alone, since it times decoding
+    assert jobkinds.follow_ups("train") == ("depth_sweep", "decode_bench", "eval", "adaptive")
+    assert jobkinds.follow_ups("import") == ("depth_sweep", "decode_bench", "eval", "adaptive")  # a run too
+    assert [k for k in jobs.KINDS if jobs.KINDS[k].about == CHECKPOINT] == ["depth_sweep", "eval", "adaptive"]
+    assert [k for k in jobs.KINDS if jobs.KINDS[k].exclusive] == ["decode_bench", "adaptive"]
     assert [k for k in jobs.KINDS if jobs.KINDS[k].arch_keys] == ["train", "import", "decode_bench"]
     assert [k for k in jobs.KINDS if jobs.KINDS[k].identity_keys] == ["import"]
     assert jobs.KINDS["decode_bench"].arch_keys == ("recipe", "size", "model")

@@ -202,3 +202,39 @@ def test_the_loop_design_demo_grids(fast, runs):
     assert {p.spec["data"]["tokenizer"] for p in trains} == {"byte"} and len(
         {p.label for p in trains}
     ) == runs
+
+
+# ---------------------------------------------------------------- adaptive compute
+
+
+@pytest.mark.parametrize("fast,runs", [(False, 5), (True, 2)])
+def test_the_adaptive_demo_grids(fast, runs):
+    """Each run of the study gets a depth sweep and an adaptive job on the same validation tokens and
+    batches (threshold 0 then reproduces the sweep); the designs sweep to twice their trained loops."""
+    from orchestrator.demo import adaptive_grids
+
+    plans = expand(adaptive_grids(fast), jobs)
+    trains = [p for p in plans if p.kind == "train"]
+    assert len(trains) == runs and [p.kind for p in plans].count("adaptive") == runs
+    assert [p.kind for p in plans].count("depth_sweep") == runs
+    for sweep, job in zip(
+        [p for p in plans if p.kind == "depth_sweep"], [p for p in plans if p.kind == "adaptive"]
+    ):
+        assert (sweep.spec["eval_tokens"], sweep.spec["batch_size"]) == (
+            job.spec["eval_tokens"],
+            job.spec["batch_size"],
+        )
+        assert sweep.spec["interaction_loops"] == [] and job.spec["max_rounds"] is None  # the trained loops
+    if not fast:
+        assert sorted(p.label or p.spec["recipe"] for p in trains) == [
+            "base_loop 2x4", "base_loop 2x4 · timestep=loop_gate", "fixed4", "lean", "parcae"]  # fmt: skip
+        assert {p.spec["tokens"] for p in trains} == {16 * 64 * 1000}
+
+
+def test_adaptive_grid_refuses_what_it_sets_itself():
+    from orchestrator.studies import adaptive_grid
+
+    with pytest.raises(ConfigError, match="adaptive.eval_tokens: set by the helper"):
+        adaptive_grid(adaptive={"eval_tokens": 10})
+    with pytest.raises(ConfigError, match="recipes: unknown 'parcea'"):
+        adaptive_grid(recipes=["parcea"])

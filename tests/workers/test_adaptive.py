@@ -1,0 +1,180 @@
+"""The adaptive job (workers/adaptive.py) on a tiny trained model: its limits reproduce the depth sweep
+exactly, latest is per_round's function with smaller KV needs, the histograms count every token, the
+FLOPs follow model/flops.py, tasks and decode timings come per cell; bad specs are refused by name; its
+rows go through the writer into the schema and the `adaptive` view on both backends."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from model.errors import ConfigError
+from model.flops import fixed_depth_flops
+from workers import adaptive
+from workers.reporter import MemoryReporter
+
+SPEC = {
+    "rules": {"state": [0, "inf", 0.05], "kl": [0, 0.01], "argmax": ["inf", 0, 2]},
+    "kv_strategies": ["per_round", "latest", "first", "last_m"],
+    "kv_m": 1,
+    "max_rounds": 4,
+    "eval_tokens": 512,
+    "batch_size": 8,
+    "tasks": ["deduction"],
+    "n_per_subset": 2,
+    "decode_steps": 3,
+    "decode_warmup": 1,
+    "decode_prompt": 8,
+    "decode_batch_sizes": [1, 2],
+    "device": "cpu",
+}
+
+
+@pytest.fixture(scope="module")
+def result(trained_fixed4, tmp_path_factory):
+    out = tmp_path_factory.mktemp("adaptive")
+    spec = adaptive.Spec.from_dict({**SPEC, "checkpoint": str(trained_fixed4[0])})
+    reporter = MemoryReporter()
+    return adaptive.run(spec, reporter, out), reporter
+
+
+@pytest.fixture(scope="module")
+def sweep(trained_fixed4, tmp_path_factory):
+    from workers import depth_sweep
+
+    spec = depth_sweep.Spec.from_dict({"checkpoint": str(trained_fixed4[0]), "loops": [2, 4], "eval_tokens": 512,
+                                       "batch_size": 8, "interaction_loops": [], "device": "cpu"})  # fmt: skip
+    out = depth_sweep.run(spec, MemoryReporter(), tmp_path_factory.mktemp("sweep"))
+    return {e["loops"]: e["val_loss"] for e in out["depth_evals"]}
+
+
+def rows_of(out, strategy="per_round"):
+    return {r["config"].split(" | ")[0]: r for r in out["adaptive_evals"] if r["kv_strategy"] == strategy}
+
+
+def test_the_limits_reproduce_the_depth_sweep_exactly(result, sweep):
+    out, _ = result
+    cells = rows_of(out)
+    for never in ("fixed", "state<0", "kl<0", "argmax>=inf"):  # threshold 0 / k = inf: the fixed depth 4
+        assert cells[never]["val_loss"] == sweep[4] and cells[never]["mean_rounds"] == 4, never
+    for always in ("state<inf", "argmax>=0"):  # an infinite threshold / k = 0: min_rounds = 2
+        assert cells[always]["val_loss"] == sweep[2] and cells[always]["mean_rounds"] == 2, always
+    assert cells["state<inf"]["forward_flops_per_token"] == fixed_depth_flops_of(result, 2)
+    assert cells["state<inf"]["equivalent_rounds"] == pytest.approx(2.0)
+    assert cells["kl<0"]["rule_flops_per_token"] > 0 == cells["state<0"]["rule_flops_per_token"]  # readouts
+    assert 2 < cells["kl<0.01"]["mean_rounds"] < 4  # the rule stops tokens at different rounds
+
+
+def fixed_depth_flops_of(result, rounds):
+    from model.presets import preset
+    from tests.workers.conftest import TINY_MODEL
+
+    return fixed_depth_flops(preset("fixed4", "tiny", **TINY_MODEL), rounds, 32)
+
+
+def test_latest_is_per_rounds_function_and_first_and_last_m_are_marked(result):
+    out, _ = result
+    per_round, latest = rows_of(out), rows_of(out, "latest")
+    for name, row in per_round.items():
+        assert latest[name]["val_loss"] == row["val_loss"] and latest[name]["kv_mib"] == row["kv_mib"]
+        assert latest[name]["kv_mib_needed"] <= row["kv_mib_needed"] == row["kv_mib"]
+    assert latest["state<inf"]["kv_mib_needed"] < per_round["state<inf"]["kv_mib_needed"]
+    first, last = rows_of(out, "first"), rows_of(out, "last_m")
+    assert all(r["changes_function"] for r in [*first.values(), *last.values()])
+    assert not any(r["changes_function"] for r in per_round.values())
+    assert first["fixed"]["kv_mib"] < last["fixed"]["kv_mib"] < per_round["fixed"]["kv_mib"]
+    assert first["fixed"]["val_loss"] != per_round["fixed"]["val_loss"]  # a different function
+    assert out["kv_bytes"]["first"] < out["kv_bytes"]["per_round"]
+
+
+def test_the_histograms_count_every_token_once_per_split(result):
+    out, _ = result
+    for row in out["adaptive_evals"]:
+        hist = [h for h in out["adaptive_exit_rounds"] if h["config"] == row["config"]]
+        for split in ("position", "loss"):
+            counts = [(h["round"], h["count"]) for h in hist if h["split"] == split]
+            assert sum(c for _, c in counts) == row["tokens"] == 512
+            assert sum(r * c for r, c in counts) / row["tokens"] == pytest.approx(row["mean_rounds"])
+    positions = {h["bucket"]: (h["bucket_lo"], h["bucket_hi"]) for h in out["adaptive_exit_rounds"]
+                 if h["split"] == "position"}  # fmt: skip
+    assert positions[0] == (0, 4) and positions[7] == (28, 32)
+    assert all(
+        math.isinf(h["bucket_hi"])
+        for h in out["adaptive_exit_rounds"]
+        if h["split"] == "loss" and h["bucket"] == 5
+    )
+
+
+def test_tasks_and_decode_timings_per_cell(result):
+    out, reporter = result
+    n_cells = len(out["adaptive_evals"])
+    assert n_cells == 4 * (1 + 3 + 2 + 3)
+    whole = [r for r in out["adaptive_task_scores"] if r["subset"] == "all"]
+    assert len(whole) == n_cells and all(r["task"] == "deduction" and r["n"] == 12 for r in whole)
+    decodes = out["adaptive_decodes"]
+    assert len(decodes) == n_cells * 2 * 2  # batch sizes 1, 2 x modes masked, batch_stop
+    by = {(d["config"], d["batch_size"], d["mode"]): d for d in decodes}
+    assert by[("fixed | per_round", 2, "masked")]["speedup"] == 1.0
+    early = by[("state<inf | per_round", 2, "batch_stop")]
+    assert early["mean_exit_round"] == 2 and early["mean_step_rounds"] == 2  # every row stops at round 2
+    assert by[("state<inf | per_round", 2, "masked")]["mean_step_rounds"] == 4  # masked: every round runs
+    assert len(reporter.of("result")) == sum(len(out[t]) for t in adaptive.TABLES)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"rules": {"halt": [0.1]}}, "rules: unknown 'halt'; accepted: state, kl, entropy, argmax"),
+        ({"rules": {"kl": [-1]}}, "rules.kl: must be >= 0.0"),
+        ({"rules": {"argmax": [2.5]}}, "exit.threshold: argmax counts rounds"),
+        ({"rules": {"kl": []}}, "rules.kl: expected a non-empty list of thresholds"),
+        ({"rules": {}}, "rules: expected a mapping of state"),
+        ({"min_rounds": 1}, "min_rounds: must be >= 2"),
+        ({"min_rounds": 3, "max_rounds": 2}, "max_rounds: must be >= 3"),
+        (
+            {"kv_strategies": ["paged"]},
+            "kv_strategies: unknown 'paged'; accepted: per_round, latest, first, last_m",
+        ),
+        ({"kv_m": 0}, "kv_m: must be >= 1"),
+        ({"tasks": ["harness:sciq"]}, "tasks: harness tasks are not scored with exits"),
+        ({"tasks": ["trivia"]}, "tasks: unknown 'trivia'"),
+        ({"rulez": {}}, "adaptive: unknown key 'rulez'"),
+    ],
+)
+def test_bad_specs_are_refused_by_name(change, message):
+    with pytest.raises(ConfigError, match=message):
+        adaptive.Spec.from_dict(change)
+
+
+def test_spec_defaults_and_infinity():
+    spec = adaptive.Spec.from_dict({"rules": {"state": ["inf", 0.1, 0.1]}})
+    assert spec.rules == {"state": [0.1, math.inf]} and spec.kv_strategies == list(adaptive.STRATEGY_NAMES)
+    assert adaptive.Spec.from_dict({}).to_dict() == adaptive.Spec().to_dict() | {
+        "rules": adaptive.DEFAULT_RULES
+    }
+
+
+def test_the_rows_go_through_the_writer_into_the_schema_and_views(result, migrated_db_url, tmp_path):
+    """On SQLite and PostgreSQL: the job's events as the driver's writer persists them, read back by
+    `orchestrator.frames` with the trained model's identity (an infinite threshold included)."""
+    from orchestrator import Grid, Queue, frames, jobqueue
+    from orchestrator.writer import write_events
+    from tests.workers.conftest import tiny_spec
+
+    out, reporter = result
+    q = Queue(db=migrated_db_url, artifacts=tmp_path / "art")
+    train_id, job_id = q.submit(Grid("ad", base=tiny_spec(), then=["adaptive"], follow={"adaptive": SPEC}))
+    attempt = jobqueue.claim(q.eng, job_id, "w", str(tmp_path / "job"))
+    write_events(q.eng, [(job_id, attempt, reporter.events)])
+    evals = frames.adaptive(q.url)
+    assert len(evals) == len(out["adaptive_evals"]) and set(evals["train_job_id"]) == {train_id}
+    assert set(evals["recipe"]) == {"fixed4"} and evals["variant_id"].notna().all()
+    inf = evals[evals["config"] == "state<inf | per_round"]
+    assert math.isinf(inf["threshold"].iloc[0]) and inf["mean_rounds"].iloc[0] == 2
+    assert evals.loc[evals["rule"] == "fixed", "threshold"].isna().all()
+    assert len(frames.exit_rounds(q.url)) == len(out["adaptive_exit_rounds"])
+    assert len(frames.adaptive_tasks(q.url)) == len(out["adaptive_task_scores"])
+    assert len(frames.adaptive_decodes(q.url)) == len(out["adaptive_decodes"])
+    view = q.results("adaptive")
+    assert len(view) == len(evals) and set(view["adaptive_job_id"]) == {job_id}

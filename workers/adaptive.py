@@ -1,0 +1,517 @@
+"""The adaptive job: a trained checkpoint evaluated with per-token exit rules and KV strategies.
+
+For every cell of the grid (exit rule x threshold x KV strategy, `model.exits` and `model.kv_cache`;
+plus the fixed depth `max_rounds` under each strategy, rule "fixed"), on the depth sweep's validation
+set (the same chunks, batches and h0 seeds: threshold 0 under per_round reproduces the sweep's loss at
+`max_rounds`):
+- validation loss and bits per byte, mean rounds per token and the FLOPs a token-by-token
+  implementation spends per token, the exit rule's readouts included (`model.flops.exit_flops`), with
+  `equivalent_rounds`, the fixed depth that spends as much: an `adaptive_evals` row;
+- the exit rounds as histograms by token position (8 equal bins of the sequence) and by loss bucket
+  (the token's loss at the fixed depth max_rounds under per_round: how hard it is): `adaptive_exit_rounds`;
+- KV MiB of the strategy at one sequence of `seq_len` tokens in bf16: what the static cache allocates
+  (checked against a real allocation) and what the strategy needs given the measured exits;
+- task scores (`tasks`, the eval job's generated tasks or task files) with the exits:
+  `adaptive_task_scores`;
+- with `decode_steps` > 0: decode latency with the exits against the fixed depth, per batch size and
+  mode (`masked` / `batch_stop`, `workers.decode_bench.exit_decode_cell`): `adaptive_decodes`.
+`per_round` and `latest` are one function, evaluated once and reported under both names (only their KV
+needs differ); `first` and `last_m` change the function even without exits (their rows say so:
+`changes_function`). A strategy a model cannot run (e.g. `first` when round 1 is MLP-only) is skipped
+with a log line.
+
+Why a kind of its own rather than a depth-sweep option: its grid is not a list of loop counts, its rows
+are not keyed by one (four tables of their own), it scores tasks like the eval job, and it times
+decoding, so it runs alone on its node like the decode benchmark (`exclusive`), which the sweep does not.
+
+Standalone: `python -m workers.adaptive --checkpoint runs/x --rules 'state=[0.01,0.1]'`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from model import fields
+from model.errors import ConfigError
+from workers.spec_cli import SpecParser, checkpoint_exists, job_parser, run_standalone
+from workers.train_spec import EVAL_H0_SEED
+
+RULE_NAMES = ("state", "kl", "entropy", "argmax")  # model.exits.RULES (torch-free here)
+STRATEGY_NAMES = ("per_round", "latest", "first", "last_m")  # model.kv_cache.KV_STRATEGIES
+DEFAULT_RULES = {"state": [0.01, 0.03, 0.1], "kl": [0.001, 0.01, 0.05], "entropy": [0.01, 0.05, 0.2],
+                 "argmax": [1, 2, 3]}  # fmt: skip
+FIXED = "fixed"  # the rule name of the fixed-depth cells
+POSITION_BINS = 8
+LOSS_EDGES = (0.0, 0.5, 1.0, 2.0, 4.0, math.inf)  # nats, of the token's fixed-depth loss
+KV_DTYPE = "bfloat16"
+TABLES = ("adaptive_evals", "adaptive_exit_rounds", "adaptive_task_scores", "adaptive_decodes")
+
+
+@dataclass(frozen=True)
+class Spec:
+    checkpoint: str | None = None
+    """train artifact dir or checkpoint file (the queue fills it in when the job starts)"""
+    rules: dict[str, list[float]] = field(
+        default_factory=lambda: {k: list(v) for k, v in DEFAULT_RULES.items()}
+    )
+    """exit rule -> thresholds: eps for state, kl and entropy, rounds k for argmax; "inf" for infinity"""
+    kv_strategies: list[str] = field(default_factory=lambda: list(STRATEGY_NAMES))
+    """KV strategies across rounds: per_round, latest, first, last_m"""
+    kv_m: int = 2
+    """last_m: the last m rounds keep their own cache"""
+    min_rounds: int = 2
+    """the earliest round a token may stop after (>= 2: the first comparison is rounds 1 and 2)"""
+    max_rounds: int | None = None
+    """the most rounds a token runs; none: the trained loop count"""
+    eval_tokens: int = 32768
+    """validation tokens (the first ones of the val shard), as the depth sweep's"""
+    batch_size: int = 8
+    """sequences per evaluation batch (batch i uses h0 seed h0_seed + i), as the depth sweep's"""
+    h0_seed: int = EVAL_H0_SEED
+    """seed of the initial state h0; the default is training's evaluation seed"""
+    tasks: list[str] = field(default_factory=list)
+    """tasks scored with every cell's exits: deduction, kinship or .jsonl task files; none by default"""
+    n_per_subset: int = 20
+    """items per subset of a generated task"""
+    task_seed: int = 0
+    """seed of the generated tasks"""
+    task_limit: int | None = None
+    """score only the first N items of each task (none = all)"""
+    decode_steps: int = 0
+    """timed decode steps per cell, batch size and mode (0: no decode timing)"""
+    decode_warmup: int = 2
+    """untimed decode steps before the timed ones"""
+    decode_prompt: int = 16
+    """validation tokens prefilled before decoding"""
+    decode_batch_sizes: list[int] = field(default_factory=lambda: [1, 8])
+    """batch sizes decoded together (rows: validation sequences)"""
+    device: str = "auto"
+    """auto, cpu, cuda or cuda:N"""
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Spec:
+        from workers.eval import HARNESS_PREFIX, _tasks
+
+        d = fields.with_defaults("adaptive", d, cls)
+        min_rounds = fields.integer("min_rounds", d["min_rounds"], lo=2)
+        max_rounds = fields.integer("max_rounds", d["max_rounds"], lo=min_rounds, allow_none=True)
+        strategies = d["kv_strategies"]
+        if not isinstance(strategies, list | tuple) or not strategies:
+            raise ConfigError(f"kv_strategies: expected a non-empty list of {', '.join(STRATEGY_NAMES)}")
+        strategies = list(
+            dict.fromkeys(fields.choice("kv_strategies", s, STRATEGY_NAMES) for s in strategies)
+        )
+        tasks = list(d["tasks"]) if isinstance(d["tasks"], list | tuple) else d["tasks"]
+        if tasks and any(isinstance(t, str) and t.startswith(HARNESS_PREFIX) for t in tasks):
+            raise ConfigError(
+                "tasks: harness tasks are not scored with exits; give generated tasks or .jsonl files"
+            )
+        prompt = fields.integer("decode_prompt", d["decode_prompt"], lo=1)
+        return cls(
+            checkpoint=fields.optional_text("checkpoint", d["checkpoint"], "a path string"),
+            rules=rules_of(d["rules"], min_rounds),
+            kv_strategies=strategies,
+            kv_m=fields.integer("kv_m", d["kv_m"], lo=1),
+            min_rounds=min_rounds,
+            max_rounds=max_rounds,
+            eval_tokens=fields.integer("eval_tokens", d["eval_tokens"], lo=1),
+            batch_size=fields.integer("batch_size", d["batch_size"], lo=1),
+            h0_seed=fields.integer("h0_seed", d["h0_seed"], lo=0),
+            tasks=_tasks(tasks) if tasks else [],
+            n_per_subset=fields.integer("n_per_subset", d["n_per_subset"], lo=1, hi=100_000),
+            task_seed=fields.integer("task_seed", d["task_seed"], lo=0),
+            task_limit=fields.integer("task_limit", d["task_limit"], lo=1, allow_none=True),
+            decode_steps=fields.integer("decode_steps", d["decode_steps"], lo=0),
+            decode_warmup=fields.integer("decode_warmup", d["decode_warmup"], lo=0),
+            decode_prompt=prompt,
+            decode_batch_sizes=fields.int_list("decode_batch_sizes", d["decode_batch_sizes"], lo=1),
+            device=fields.device("device", d["device"]),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+def threshold_of(name: str, v: Any) -> float:
+    """A threshold as a float: a number, or "inf" / "infinity" for infinity."""
+    if isinstance(v, str) and v.strip().lower() in ("inf", "infinity"):
+        return math.inf
+    return fields.number(name, v, lo=0.0)
+
+
+def rules_of(value: Any, min_rounds: int) -> dict[str, list[float]]:
+    """{rule: sorted thresholds without repeats}, each (rule, threshold) checked by `model.exits.ExitRule`."""
+    from model.exits import ExitRule
+
+    accepted = f"a mapping of {', '.join(RULE_NAMES)} to lists of thresholds"
+    rules = fields.mapping("rules", value, accepted)
+    if not rules:
+        raise ConfigError(f"rules: expected {accepted}, got none")
+    out = {}
+    for rule, thresholds in rules.items():
+        fields.choice("rules", rule, RULE_NAMES)
+        if not isinstance(thresholds, list | tuple) or not thresholds:
+            raise ConfigError(f"rules.{rule}: expected a non-empty list of thresholds, got {thresholds!r}")
+        values = sorted({threshold_of(f"rules.{rule}", t) for t in thresholds})
+        for t in values:
+            ExitRule(rule, t, min_rounds, min_rounds)
+        out[rule] = values
+    return out
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One cell of the grid: an exit rule (None: the fixed depth) under a KV strategy."""
+
+    rule: Any  # model.exits.ExitRule | None
+    strategy: str
+    m: int | None
+
+    @property
+    def strategy_label(self) -> str:
+        return f"last_m{self.m}" if self.strategy == "last_m" else self.strategy
+
+    @property
+    def key(self) -> str:
+        """e.g. `kl<0.01 | per_round`, `fixed | last_m2`: the rows' `config`."""
+        return f"{FIXED if self.rule is None else self.rule.label} | {self.strategy_label}"
+
+
+def cells(spec: Spec, max_rounds: int) -> list[Cell]:
+    from model.exits import ExitRule
+
+    out = []
+    for strategy in spec.kv_strategies:
+        m = spec.kv_m if strategy == "last_m" else None
+        out.append(Cell(None, strategy, m))
+        for rule, thresholds in spec.rules.items():
+            out += [Cell(ExitRule(rule, t, spec.min_rounds, max_rounds), strategy, m) for t in thresholds]
+    return out
+
+
+def _same_function(cell: Cell) -> tuple:
+    """Cells computing one function share one evaluation: latest is per_round's function."""
+    return (cell.rule, "per_round" if cell.strategy == "latest" else cell.strategy, cell.m)
+
+
+# ---------------------------------------------------------------------------------- the job
+
+
+class ExitLM:
+    """The exit forward of one cell, also as a model `workers.tasks.likelihood.LoopedScorer` calls."""
+
+    def __init__(self, model, rule, max_rounds: int) -> None:
+        self.model, self.rule, self.max_rounds, self.cfg = model, rule, max_rounds, model.cfg
+
+    def eval(self) -> ExitLM:
+        return self
+
+    def exits(self, idx, h0_seed: int):
+        """`model.exits.exit_forward` of idx (B, T): the rule's exits, or every token at max_rounds."""
+        import torch
+
+        from model.exits import exit_forward
+
+        fixed = None if self.rule is not None else torch.full(idx.shape, self.max_rounds, device=idx.device)
+        return exit_forward(self.model, idx, self.rule, h0_seed=h0_seed, exits=fixed,
+                            max_rounds=self.max_rounds, stop=True)  # fmt: skip
+
+    def __call__(self, idx, loops=None, h0_seed: int = 0):
+        from model.looped import LMOutput
+
+        return LMOutput(logits=self.exits(idx, h0_seed).logits)
+
+
+def _evaluate(lm: ExitLM, chunks, spec: Spec, device, token_bytes, hardness, tick) -> dict[str, Any]:
+    """Loss, bits per byte, mean rounds and exit-round histograms of one cell over the chunks."""
+    import torch
+    import torch.nn.functional as F
+
+    from workers.evaluate import autocast
+
+    T = chunks.shape[1] - 1
+    position_bin = (torch.arange(T) * POSITION_BINS // T)[None, :]  # (1, T)
+    loss_edges = torch.tensor(LOSS_EDGES[1:-1])
+    total, n, n_bytes, rounds_sum = 0.0, 0, 0, 0
+    hist: dict[str, dict[tuple[int, int], int]] = {"position": {}, "loss": {}}
+    for i, start in enumerate(range(0, len(chunks), spec.batch_size)):
+        c = chunks[start : start + spec.batch_size].to(device)
+        x, y = c[:, :-1], c[:, 1:]
+        with autocast(device):
+            out = lm.exits(x, spec.h0_seed + i)
+        ce = F.cross_entropy(out.logits.float().flatten(0, 1), y.flatten(), reduction="none").view_as(y)
+        total += ce.sum().item()
+        n += ce.numel()
+        n_bytes += int(token_bytes[y.cpu()].sum())
+        rounds = out.exit_round.cpu()  # (B, T)
+        rounds_sum += int(rounds.sum())
+        loss_bin = torch.bucketize(hardness[i], loss_edges, right=True)
+        for split, bins in (("position", position_bin.expand_as(rounds)), ("loss", loss_bin)):
+            pairs, counts = torch.stack([bins.flatten(), rounds.flatten()]).unique(dim=1, return_counts=True)
+            for (b, r), k in zip(pairs.t().tolist(), counts.tolist()):
+                hist[split][(b, r)] = hist[split].get((b, r), 0) + k
+        tick()
+    return {"loss": total / n, "bpb": total / n / math.log(2) * n / max(1, n_bytes), "tokens": n,
+            "mean_rounds": rounds_sum / n, "hist": hist}  # fmt: skip
+
+
+def _hardness(model, chunks, spec: Spec, device, max_rounds: int, tick) -> list:
+    """Per batch, each token's loss (B, T) at the fixed depth max_rounds (per_round): its loss bucket."""
+    import torch
+    import torch.nn.functional as F
+
+    from workers.evaluate import autocast
+
+    out = []
+    with torch.no_grad():
+        for i, start in enumerate(range(0, len(chunks), spec.batch_size)):
+            c = chunks[start : start + spec.batch_size].to(device)
+            with autocast(device):
+                logits = model(c[:, :-1], loops=max_rounds, h0_seed=spec.h0_seed + i).logits
+            ce = F.cross_entropy(logits.float().flatten(0, 1), c[:, 1:].flatten(), reduction="none")
+            out.append(ce.view(c.shape[0], -1).cpu())
+            tick()
+    return out
+
+
+def _hist_rows(key: str, hist: dict, seq_len: int) -> list[dict[str, Any]]:
+    rows = []
+    for split, counts in hist.items():
+        for (b, r), k in sorted(counts.items()):
+            if split == "position":
+                lo, hi = b * seq_len / POSITION_BINS, (b + 1) * seq_len / POSITION_BINS
+            else:
+                lo, hi = LOSS_EDGES[b], LOSS_EDGES[b + 1]
+            rows.append({"config": key, "split": split, "bucket": b, "bucket_lo": lo, "bucket_hi": hi,
+                         "round": r, "count": k})  # fmt: skip
+    return rows
+
+
+def _share(hist: dict) -> dict[int, float]:
+    """{exit round: fraction of the tokens} from the position histogram (it counts every token once)."""
+    per_round: dict[int, int] = {}
+    for (_, r), k in hist["position"].items():
+        per_round[r] = per_round.get(r, 0) + k
+    total = sum(per_round.values())
+    return {r: k / total for r, k in sorted(per_round.items())}
+
+
+def run(spec: Spec, reporter, artifact_dir: str | Path | None) -> dict[str, Any]:
+    import torch
+
+    from workers.data import prepare, val_chunks
+    from workers.depth_sweep import data_spec, load_model
+    from workers.device import resolve_device
+    from workers.tasks.likelihood import LoopedScorer, checkpoint_tokenizer
+    from workers.tasks.scoring import score_items, subset_rows
+
+    if spec.checkpoint is None:
+        raise ConfigError("checkpoint: missing; give a train artifact dir or a checkpoint file")
+    device = resolve_device(spec.device)
+    model, cfg, train_spec = load_model(spec.checkpoint, device)
+    R = cfg.loops if spec.max_rounds is None else spec.max_rounds
+    if R < spec.min_rounds:
+        raise ConfigError(f"max_rounds: the trained loop count {R} is below min_rounds {spec.min_rounds}; "
+                          "give max_rounds")  # fmt: skip
+    seq = cfg.seq_len
+    if spec.decode_steps and spec.decode_prompt + spec.decode_warmup + spec.decode_steps > seq:
+        raise ConfigError(
+            f"decode_steps: decode_prompt + decode_warmup + decode_steps must fit seq_len {seq}"
+        )
+    data = prepare(data_spec(train_spec, Path(spec.checkpoint)))
+    chunks = val_chunks(data.val, spec.eval_tokens, seq)
+    token_bytes = torch.from_numpy(data.token_bytes)
+
+    views, kv_bytes = _strategy_views(model, spec, R, reporter)
+    grid = [c for c in cells(spec, R) if c.strategy in views]
+    items = (
+        _task_items(spec, Path(artifact_dir or default_out(spec.checkpoint)) / "tasks") if spec.tasks else {}
+    )
+    tokenizer = checkpoint_tokenizer(train_spec, spec.checkpoint) if items else None
+    n_batches = -(-len(chunks) // spec.batch_size)
+    per_cell = len(items) + (2 * len(spec.decode_batch_sizes) if spec.decode_steps else 0)
+    total = n_batches * (1 + len({_same_function(c) for c in grid})) + len(grid) * per_cell
+    done = 0
+
+    def tick() -> None:
+        nonlocal done
+        done += 1
+        reporter.progress(done, total)
+
+    hardness = _hardness(model, chunks, spec, device, R, tick)
+    evaluated: dict[tuple, dict] = {}  # one evaluation per function (latest is per_round's)
+    scored: dict[tuple, list] = {}  # (function, task) -> its score rows
+    fixed_ms: dict[tuple, dict] = {}  # (strategy, batch, mode) -> the fixed depth's decode timing
+    out: dict[str, list] = {t: [] for t in TABLES}
+    for cell in grid:
+        view, fn = views[cell.strategy], _same_function(cell)
+        lm = ExitLM(view, cell.rule, R)
+        if fn not in evaluated:
+            evaluated[fn] = _evaluate(lm, chunks, spec, device, token_bytes, hardness, tick)
+        r = evaluated[fn]
+        _emit(reporter, out, "adaptive_evals", [_eval_row(cell, r, view.cfg, cfg, spec, R)])
+        _emit(reporter, out, "adaptive_exit_rounds", _hist_rows(cell.key, r["hist"], cfg.seq_len))
+        for name, (task_items, category) in items.items():
+            if (fn, name) not in scored:
+                scorer = LoopedScorer(lm, tokenizer, loops=R, h0_seed=spec.h0_seed, batch_size=spec.batch_size,
+                                      device=device)  # fmt: skip
+                scored[(fn, name)] = subset_rows(score_items(task_items, scorer.loglikelihood))
+            rows = [
+                {"config": cell.key, "task": name, "category": category, **row} for row in scored[(fn, name)]
+            ]
+            _emit(reporter, out, "adaptive_task_scores", rows)
+            tick()
+        if spec.decode_steps:
+            rows = _decode(view, cfg, cell, R, chunks, spec, device, fixed_ms, tick)
+            _emit(reporter, out, "adaptive_decodes", rows)
+        reporter.log(f"{cell.key}: val_loss {r['loss']:.4f}, {r['mean_rounds']:.2f} rounds/token")
+        reporter.heartbeat()
+    return {**out, "max_rounds": R, "kv_bytes": kv_bytes}
+
+
+def _strategy_views(model, spec: Spec, R: int, reporter) -> tuple[dict, dict]:
+    """({strategy: the model under it}, {strategy: KV bytes of one seq_len sequence in bf16}); the
+    analytic bytes are checked against a real allocation, and a strategy the model cannot run is
+    skipped with a warning."""
+    import torch
+
+    from model.counts import kv_strategy_bytes
+    from model.exits import kv_view
+
+    views, kv_bytes = {}, {}
+    seq = model.cfg.seq_len
+    for strategy in spec.kv_strategies:
+        m = spec.kv_m if strategy == "last_m" else None
+        try:
+            views[strategy] = kv_view(model, strategy, R, m)
+        except ConfigError as e:
+            reporter.log(f"kv_strategy {strategy}: skipped, this model cannot run it ({e})", level="WARNING")
+            continue
+        held = views[strategy].setup_cache(1, seq, dtype=getattr(torch, KV_DTYPE), loops=R).nbytes()
+        kv_bytes[strategy] = kv_strategy_bytes(model.cfg, seq, 1, strategy, R, m, dtype=KV_DTYPE)[0]
+        if held != kv_bytes[strategy]:  # the analytic count is what the page shows: it must be the truth
+            raise RuntimeError(
+                f"{strategy}: the cache holds {held} bytes, kv_strategy_bytes says {kv_bytes[strategy]}"
+            )
+    return views, kv_bytes
+
+
+def _eval_row(cell: Cell, r: dict, view_cfg, cfg, spec: Spec, R: int) -> dict[str, Any]:
+    """The `adaptive_evals` row of a cell from its evaluation `r`: FLOPs spent (the rule's readouts
+    included) and KV bytes (allocated, needed) from the measured exit rounds."""
+    from model.counts import kv_strategy_bytes
+    from model.flops import equivalent_rounds, exit_flops, fixed_depth_flops
+    from model.kv_cache import CHANGES_FUNCTION
+
+    seq, share = cfg.seq_len, _share(r["hist"])
+    if cell.rule is None:
+        spent, rule_flops = fixed_depth_flops(view_cfg, R, seq), 0.0
+        eq = equivalent_rounds(cfg, spent, seq)
+    else:
+        f = exit_flops(view_cfg, share, cell.rule, seq, reference=cfg)
+        spent, rule_flops, eq = f.total, f.rule, f.equivalent_rounds
+    allocated, needed = kv_strategy_bytes(
+        cfg, seq, 1, cell.strategy, R, cell.m, dtype=KV_DTYPE, exit_share=share
+    )
+    return {
+        "config": cell.key, "rule": FIXED if cell.rule is None else cell.rule.rule,
+        "threshold": None if cell.rule is None else cell.rule.threshold, "kv_strategy": cell.strategy,
+        "kv_m": cell.m, "min_rounds": spec.min_rounds, "max_rounds": R,
+        "changes_function": cell.strategy in CHANGES_FUNCTION, "val_loss": r["loss"], "val_bpb": r["bpb"],
+        "tokens": r["tokens"], "mean_rounds": r["mean_rounds"], "equivalent_rounds": eq,
+        "forward_flops_per_token": spent, "rule_flops_per_token": rule_flops,
+        "fixed_flops_per_token": fixed_depth_flops(cfg, R, seq), "kv_mib": allocated / 2**20,
+        "kv_mib_needed": needed / 2**20,
+    }  # fmt: skip
+
+
+def default_out(checkpoint: str) -> Path:
+    """Where a standalone run keeps its generated task files: `adaptive/` beside the checkpoint."""
+    path = Path(checkpoint)
+    return (path if path.is_dir() else path.parent) / "adaptive"
+
+
+def _emit(reporter, out: dict, table: str, rows: list[dict]) -> None:
+    for row in rows:
+        reporter.result(table, row)
+    out[table] += rows
+
+
+def _task_items(spec: Spec, task_dir: Path) -> dict[str, tuple[list, str | None]]:
+    """{task name: (items, category)} of the spec's tasks (generated into `task_dir`, or files)."""
+    from workers import eval as eval_job
+
+    espec = eval_job.Spec.from_dict({"tasks": spec.tasks, "n_per_subset": spec.n_per_subset,
+                                     "task_seed": spec.task_seed, "limit": spec.task_limit})  # fmt: skip
+    out = {}
+    for entry in espec.tasks:
+        name = eval_job.task_name(entry)
+        out[name] = (eval_job.local_items(entry, espec, task_dir)[1], eval_job.category(name, espec))
+    return out
+
+
+def _decode(view, cfg, cell: Cell, R: int, chunks, spec: Spec, device, fixed_ms: dict, tick) -> list[dict]:
+    """Decode latency of the cell against the fixed depth (timed once per strategy, batch and mode),
+    per batch size and mode, with the KV MiB the strategy allocates and needs for the exits seen."""
+    from model.counts import kv_strategy_bytes
+    from workers.decode_bench import EXIT_MODES, exit_decode_cell
+
+    rows = []
+    P, S = spec.decode_prompt, spec.decode_warmup + spec.decode_steps
+    for batch in spec.decode_batch_sizes:
+        c = chunks[[i % len(chunks) for i in range(batch)]].to(device)  # validation rows, repeated if few
+        prompt, continuation = c[:, :P], c[:, P : P + S]
+        for mode in EXIT_MODES:
+            key = (cell.strategy_label, batch, mode)
+            if key not in fixed_ms:
+                fixed_ms[key] = exit_decode_cell(view, prompt, continuation, None, R, spec.h0_seed, mode,
+                                                 spec.decode_warmup)  # fmt: skip
+            fixed = fixed_ms[key]
+            got = fixed if cell.rule is None else exit_decode_cell(
+                view, prompt, continuation, cell.rule, R, spec.h0_seed, mode, spec.decode_warmup
+            )  # fmt: skip
+            seen = got["exit_rounds"]
+            share = {r: seen.count(r) / len(seen) for r in sorted(set(seen))}
+            allocated, needed = kv_strategy_bytes(cfg, P + S, batch, cell.strategy, R, cell.m,
+                                                  dtype=view.wte.weight.dtype, exit_share=share)  # fmt: skip
+            rows.append({
+                "config": cell.key, "batch_size": batch, "mode": mode, "context_len": P + S,
+                "ms_per_token": got["ms_per_token"], "ms_p10": got["ms_p10"], "ms_p90": got["ms_p90"],
+                "tokens_per_s": got["tokens_per_s"], "fixed_ms_per_token": fixed["ms_per_token"],
+                "speedup": fixed["ms_per_token"] / got["ms_per_token"],
+                "mean_exit_round": got["mean_exit_round"], "mean_step_rounds": got["mean_step_rounds"],
+                "kv_mib": allocated / 2**20, "kv_mib_needed": needed / 2**20, "device": device.type,
+            })  # fmt: skip
+            tick()
+    return rows
+
+
+# ---------------------------------------------------------------------------------- CLI
+
+
+def build_parser() -> SpecParser:
+    what = "Loss, compute and decode latency of a trained looped LM with per-token exit rules."
+    return job_parser(Spec, "workers.adaptive", what, out_help="folder for generated task files",
+                      required=("checkpoint",))  # fmt: skip
+
+
+def print_table(spec: Spec, out: dict[str, Any], args: Any = None) -> None:
+    """One row per cell: loss, mean rounds, equivalent rounds (FLOPs incl. the rule), KV MiB."""
+    print(f"adaptive compute of {spec.checkpoint} (max {out['max_rounds']} rounds)")
+    print(f"{'config':<28} {'val_loss':>9} {'rounds':>7} {'eq_rounds':>9} {'kv_MiB':>7} {'needed':>7}")
+    for r in out["adaptive_evals"]:
+        print(f"{r['config']:<28} {r['val_loss']:>9.4f} {r['mean_rounds']:>7.2f} {r['equivalent_rounds']:>9.2f} "
+              f"{r['kv_mib']:>7.3f} {r['kv_mib_needed']:>7.3f}")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_standalone(build_parser(), Spec, run, print_table, desc="adaptive", argv=argv,
+                          before=checkpoint_exists)  # fmt: skip
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
