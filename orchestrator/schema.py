@@ -141,6 +141,12 @@ class Job(Base):
     # a queued job is not claimed before this time (epoch seconds): the retry backoff after a failed
     # attempt; also where its waiting time for priority aging counts from (rev. 0008)
     not_before: Mapped[float | None] = mapped_column(Float)
+    # How a train job's step runs, copied out of its config and resources at submission (rev. 0015):
+    # the global batch, the micro-batch as given (NULL: the whole batch in one forward), and the
+    # data-parallel workers it asks for (every kind; 1 unless its resources say `workers`)
+    batch_size: Mapped[int | None] = mapped_column(Integer)
+    micro_batch_size: Mapped[int | None] = mapped_column(Integer)
+    workers: Mapped[int | None] = mapped_column(Integer)
 
     __table_args__ = (
         Index("ix_jobs_status_priority", "status", "priority"),
@@ -240,6 +246,9 @@ class TrainResult(Base):
     # other jobs running on the node at any time during the training (0 = the device to itself;
     # NULL = not recorded), from the driver's bookkeeping (rev. 0005)
     concurrent_jobs: Mapped[int | None] = mapped_column(Integer)
+    # the data-parallel workers that trained it (rev. 0015): train_seconds are wall seconds of that
+    # many devices at once (device-seconds = train_seconds x workers)
+    workers: Mapped[int | None] = mapped_column(Integer)
 
 
 class DepthEval(Base):

@@ -116,7 +116,9 @@ def _sweep_evals(d: str, s: str, de: str) -> str:
 VIEWS = {
     # One row per training job, config flattened; best_loops = the loop count with the lowest
     # depth-sweep val loss over the sweeps that depend on this run (NULL before any sweep).
-    # n_params and flops_per_token: the trainer's measured row when there, else the submission's.
+    # n_params and flops_per_token: the trainer's measured row when there, else the submission's;
+    # micro_batch_size: sequences per forward (the whole batch when the spec gives none); workers: the
+    # data-parallel workers that trained it, else those it asks for.
     "runs": f"""
 CREATE VIEW runs AS
 SELECT
@@ -137,7 +139,9 @@ SELECT
     j.created_at, j.finished_at,{ARCH.format(p="j")},
     j.budget_flops,
     COALESCE(r.flops_per_token, j.flops_per_token) AS flops_per_token,
-    r.train_flops, r.achieved_flops_per_s, r.mfu, r.padding_waste
+    r.train_flops, r.achieved_flops_per_s, r.mfu, r.padding_waste,
+    j.batch_size, COALESCE(j.micro_batch_size, j.batch_size) AS micro_batch_size,
+    COALESCE(r.workers, j.workers) AS workers
 FROM jobs j
 LEFT JOIN grids g ON g.id = j.grid_id
 LEFT JOIN train_results r ON r.job_id = j.id
