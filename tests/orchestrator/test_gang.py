@@ -15,6 +15,7 @@ N workers, and the Runs frame's batch, micro-batch and workers columns.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -57,7 +58,7 @@ def _wait(q: Queue, sql: str, proc: subprocess.Popen, what: str, timeout: float 
 def _train_workers(session: int) -> list[int]:
     """Pids of the Ray Train worker processes of the Ray that a driver started in process group `session`
     (each Ray worker leads a process group of its own; its parent, the raylet, is in the driver's)."""
-    out = subprocess.run(["ps", "-eo", "pid=,ppid=,pgid=,args="], capture_output=True, text=True).stdout
+    out = subprocess.run(["ps", "-ww", "-eo", "pid=,ppid=,pgid=,args="], capture_output=True, text=True).stdout
     procs = [line.split(None, 3) for line in out.splitlines() if len(line.split(None, 3)) == 4]
     raylets = {int(pid) for pid, _, pgid, args in procs if int(pgid) == session and "raylet" in args}
     return [int(pid) for pid, ppid, _, args in procs
@@ -88,7 +89,7 @@ def test_two_workers_give_the_two_micro_batch_curve_through_kills(tmp_path, loop
           s=resumed + 5)  # fmt: skip
     workers = _train_workers(second.pid)
     assert len(workers) == 2, subprocess.run(
-        ["ps", "-eo", "pid,pgid,args"], capture_output=True, text=True
+        ["ps", "-ww", "-eo", "pid,ppid,pgid,args"], capture_output=True, text=True
     ).stdout
     os.kill(workers[1], signal.SIGKILL)
     out = second.communicate(timeout=600)[0]
@@ -215,3 +216,43 @@ def test_the_runs_frame_shows_batch_micro_batch_and_workers(tmp_path):
     frames.engine(url).dispose()
     assert frames.runs(url).set_index("job_id").loc[gang, "workers"] == 3  # as it trained
     assert q.results("runs").set_index("job_id").loc[gang, "workers"] == 3  # the view has the column
+
+
+def test_an_old_database_gets_how_its_runs_step_back_filled(db_url):
+    """Revision 0015 copies batch, micro-batch and workers out of the stored configs and resources;
+    results trained before it were trained by one worker."""
+    from alembic import command
+    from sqlalchemy.pool import NullPool
+
+    from orchestrator.db import alembic_config
+
+    cfg = alembic_config(db_url)
+    command.upgrade(cfg, "0009_big_counts")
+    raw = sa.create_engine(db_url, poolclass=NullPool)
+    jobs_at = [(1, "train", {"batch_size": 8, "micro_batch_size": 2}, {"workers": 2}),
+               (2, "train", {"batch_size": 4, "micro_batch_size": None}, None),
+               (3, "depth_sweep", {"batch_size": 4}, {"num_cpus": 1})]  # fmt: skip
+    try:
+        with raw.begin() as conn:
+            for job_id, kind, config, resources in jobs_at:
+                conn.execute(
+                    sa.text("INSERT INTO jobs (id, kind, config, config_hash, status, priority, attempts, "
+                            "max_attempts, resources, created_at) VALUES (:i, :k, :c, :h, 'succeeded', 0, 1, 1, "
+                            ":r, 0)"),
+                    {"i": job_id, "k": kind, "c": json.dumps(config), "h": f"h{job_id}",
+                     "r": None if resources is None else json.dumps(resources)},
+                )  # fmt: skip
+            conn.execute(sa.text("INSERT INTO train_results (job_id, steps, tokens, train_seconds) "
+                                 "VALUES (2, 1, 128, 1.0)"))  # fmt: skip
+        command.upgrade(cfg, "head")
+        with raw.connect() as conn:
+            got = conn.execute(
+                sa.text("SELECT id, batch_size, micro_batch_size, workers FROM jobs ORDER BY id")
+            )
+            assert [tuple(r) for r in got] == [(1, 8, 2, 2), (2, 4, None, 1), (3, None, None, 1)]
+            assert conn.execute(sa.text("SELECT workers FROM train_results")).all() == [(1,)]
+            runs = conn.execute(sa.text("SELECT job_id, batch_size, micro_batch_size, workers FROM runs "
+                                        "ORDER BY job_id")).all()  # fmt: skip
+            assert [tuple(r) for r in runs] == [(1, 8, 2, 2), (2, 4, 4, 1)]
+    finally:
+        raw.dispose()
