@@ -4,7 +4,8 @@
 `execute_gang` for a train job of N workers (`resources: {"workers": N}`), which runs it data-parallel
 on Ray Train (workers/distributed.py). Where the resources are held, for a gang: the task that hosts
 Ray Train's driver (`TorchTrainer.fit`, its controller actor beside it) holds none (num_cpus=0, no
-GPU); the N training workers run in the one placement group Ray Train reserves for them, N bundles of
+GPU) and runs on the driver's node (so it is lost only with the driver, and Ray's placement group
+with it); the N training workers run in the one placement group Ray Train reserves for them, N bundles of
 the job's per-worker `num_cpus` / `num_gpus`: exactly what the admission booked (all bundles at once, or
 the job waits whole), so the driver's booking and Ray's placement group agree and a gang never holds a
 partial set of workers. Rank 0 reports through its own `QueueReporter` (metrics, checkpoints, the
@@ -193,10 +194,14 @@ def sink_on_this_node() -> Any:
     """A new EventSink on the driver's own node. Ray may place a zero-CPU actor on any node, and the
     death of that node would take every job's mailbox with it (and stop the driver) although the
     jobs and the driver ran elsewhere; pinned here, the sink lives exactly as long as the driver."""
+    return EventSink.options(scheduling_strategy=_this_node()).remote()
+
+
+def _this_node() -> Any:
+    """A scheduling strategy that keeps an actor or task on the driver's node."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    return EventSink.options(scheduling_strategy=here).remote()
+    return NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
 
 
 def kinds_ref(kinds: JobRegistry) -> Any:
@@ -232,7 +237,12 @@ def launch(job_id: int, kind: str, spec: dict, artifact_dir: str, sink: Any, kin
     if kind != TRAIN:
         raise ConfigError(f"resources.workers: {request.workers}: only {TRAIN} jobs run on several workers, "
                           f"not {kind}; give it workers 1")  # fmt: skip
-    return execute_gang.remote(job_id, spec, artifact_dir, sink, request.workers, request.cpus, request.gpus)
+    # on the driver's node: Ray Train's controller runs beside its host, and their placement group lives
+    # until the driver ends; were the host's node lost while the driver lives, the group would hold the
+    # workers' resources the admission believes free (see `sink_on_this_node` for the same reasoning)
+    return execute_gang.options(scheduling_strategy=_this_node()).remote(
+        job_id, spec, artifact_dir, sink, request.workers, request.cpus, request.gpus
+    )
 
 
 @ray.remote(max_retries=0, num_cpus=0, num_gpus=0)

@@ -22,8 +22,10 @@ parameter that only later rounds or gradient rounds use (the history maps of a s
 states, the parameters of rounds run without autograd). DDP is built with `find_unused_parameters=True`:
 on the syncing micro-step it walks that forward's autograd graph and marks what this rank did not use,
 reducing its locally accumulated gradient (from earlier micro-steps) or zeros; a parameter no rank used
-keeps `.grad` None, exactly as in one process. The walk costs one traversal of the graph per optimizer
-step (not per micro-step), small next to the forward. The alternatives change the run or do not hold:
+keeps `.grad` None, exactly as in one process. The walk visits the last forward's autograd graph once
+per optimizer step (not per micro-step; DDP logs a warning once when a step happens to use every
+parameter). Without it, a fixed loop count with truncated backprop already fails (tests/workers/
+test_ddp.py was checked against that). The alternatives change the run or do not hold:
 a zero contribution from every parameter (`0 * p.sum()`) gives unused parameters a zero gradient where
 one process has None, and the optimizers then apply weight decay and decay their moments for them;
 `static_graph` requires the same parameters used in every step, which sampled loop counts break.
@@ -62,6 +64,9 @@ RAY_TRAIN_ENV = {
     "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
     "RAY_TRAIN_METRICS_ENABLED": "0",
 }
+
+
+START_TRIES = 10  # Ray Train's worker-group start timeouts (60 s each by default) before the attempt fails
 
 
 class WorkerLost(Exception):
@@ -215,7 +220,11 @@ def fit(spec: dict[str, Any], artifact_dir: str | Path, workers: int, cpus: floa
             run_config=RunConfig(
                 name=f"attempt-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
                 storage_path=str(artifact_dir / "ray_train"),
-                failure_config=FailureConfig(max_failures=0, max_preemption_failures=0),
+                # the queue retries; a placement group Ray cannot grant (the cluster used beside the
+                # queue) fails the attempt after START_TRIES waits of Ray Train's start timeout
+                failure_config=FailureConfig(
+                    max_failures=0, max_preemption_failures=0, controller_failure_limit=START_TRIES
+                ),
             ),
         )
         try:

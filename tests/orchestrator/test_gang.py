@@ -58,7 +58,9 @@ def _wait(q: Queue, sql: str, proc: subprocess.Popen, what: str, timeout: float 
 def _train_workers(session: int) -> list[int]:
     """Pids of the Ray Train worker processes of the Ray that a driver started in process group `session`
     (each Ray worker leads a process group of its own; its parent, the raylet, is in the driver's)."""
-    out = subprocess.run(["ps", "-ww", "-eo", "pid=,ppid=,pgid=,args="], capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["ps", "-ww", "-eo", "pid=,ppid=,pgid=,args="], capture_output=True, text=True
+    ).stdout
     procs = [line.split(None, 3) for line in out.splitlines() if len(line.split(None, 3)) == 4]
     raylets = {int(pid) for pid, _, pgid, args in procs if int(pgid) == session and "raylet" in args}
     return [int(pid) for pid, ppid, _, args in procs
@@ -199,7 +201,7 @@ def test_the_planner_scales_one_worker_throughput_until_that_count_was_measured(
     assert one.new_jobs()[0].estimate.train_s == pytest.approx(2560 / FINISHED["tokens_per_s"])
 
 
-def test_the_runs_frame_shows_batch_micro_batch_and_workers(tmp_path):
+def test_the_runs_frame_and_page_show_batch_micro_batch_and_workers(tmp_path, monkeypatch):
     q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art")
     base = {k: v for k, v in TRAIN.items() if k != "micro_batch_size"}
     gang, whole = q.submit([
@@ -216,6 +218,11 @@ def test_the_runs_frame_shows_batch_micro_batch_and_workers(tmp_path):
     frames.engine(url).dispose()
     assert frames.runs(url).set_index("job_id").loc[gang, "workers"] == 3  # as it trained
     assert q.results("runs").set_index("job_id").loc[gang, "workers"] == 3  # the view has the column
+    from tests.dashboard.test_pages import frame_with, render
+
+    page = frame_with(render(monkeypatch, url, "runs"), "batch_size", "micro_batch_size", "workers")
+    assert page.set_index("job_id").loc[[gang, whole], ["batch_size", "micro_batch_size", "workers"]].values.tolist() == [
+        [4, 2, 3], [4, 4, 1]]  # fmt: skip
 
 
 def test_an_old_database_gets_how_its_runs_step_back_filled(db_url):

@@ -10,6 +10,8 @@ compute the gradient a one-process run accumulates over micro-batches.
   per-sequence counts where one rank runs a single round (no history term: its history map has no
   gradient there) and the other rank uses it only in the micro-step that does not sync; and the same
   variant on sampled counts.
+- A time budget: every decision that reads a clock is rank 0's, so both ranks calibrate, plan and
+  train the same steps and count the same seconds.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ def _step_grads(t: Trainer, step: int) -> tuple[float, dict[str, torch.Tensor]]:
 
 def _rank(rank: int, world: int, init_file: str, out: str) -> None:
     """One spawned rank: every case's loss and gradients at STEPS, saved to rank{rank}.pt."""
-    from workers.distributed import Ranks
+    from workers.distributed import Ranks, run_rank
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
@@ -72,6 +74,12 @@ def _rank(rank: int, world: int, init_file: str, out: str) -> None:
             results[name] = [_step_grads(t, step) for step in STEPS]
             del t  # DDP and its reducer before the process group (a rank can hang at exit otherwise)
             gc.collect()
+        spec = Spec.from_dict(tiny_spec(tokens=None, time_s=2.0, calib_steps=2))
+        timed = run_rank(
+            spec, Ranks(rank, world), Path(out) / "timed", MemoryReporter() if rank == 0 else None
+        )
+        results["time budget"] = timed["summary"]
+        gc.collect()
         torch.save(results, Path(out) / f"rank{rank}.pt")
     finally:
         dist.destroy_process_group()
@@ -109,6 +117,13 @@ def test_two_ranks_compute_the_accumulated_gradient(ranks, tmp_path, case):
         assert diff.norm() <= 1e-6 * total.norm()
         for name, g in want.items():
             assert (got0[name] - g).norm() <= 1e-5 * g.norm().clamp_min(1e-30), name
+
+
+def test_a_time_budget_takes_the_same_steps_on_every_rank(ranks):
+    zero, one = ranks[0]["time budget"], ranks[1]["time budget"]
+    assert zero["steps"] == one["steps"] > 0 and zero["train_seconds"] == one["train_seconds"] > 0
+    assert zero["workers"] == one["workers"] == 2
+    assert zero["final_val_loss"] is not None and one["final_val_loss"] is None  # rank 0 evaluates
 
 
 def test_the_forced_counts_leave_a_parameter_unused_on_a_rank(looplab_cache, tmp_path):
