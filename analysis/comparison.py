@@ -397,8 +397,11 @@ def iso_time_pairs(
                 "final_val_loss", "workers", "device_seconds"]]  # fmt: skip
     ref = ref.rename(columns={c: f"ref_{c}" for c in ref.columns})
     out = a.merge(ref, on="ref_job_id", how="left")
-    same = out["workers"] == out["ref_workers"]
-    out["matched"] = np.where(same, "wall seconds", "device-seconds")
+    same = out["workers"].astype(float) == out["ref_workers"].astype(float)
+    matched = np.where(same, "wall seconds", "device-seconds")
+    out["matched"] = pd.Series(matched, index=out.index).where(
+        out["ref_workers"].notna()
+    )  # unknown reference
     intervals = [
         stats.difference_interval(pd.Series([loss], dtype=float), pd.Series([ref_loss], dtype=float), noise)
         for loss, ref_loss in zip(out["final_val_loss"], out["ref_final_val_loss"])
