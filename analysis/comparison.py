@@ -17,7 +17,8 @@ Input frames (column names as `orchestrator.frames` produces them; every frame a
 `variant_id`, `variant_label` and the architecture columns of `analysis.variants.ARCH_COLUMNS`):
 - runs:   one row per train job: job_id, grid, recipe, size, seed, status, budget_tokens,
           budget_time_s, budget_flops, match_time_of, loop_mode ("fixed" | "sampled" | "none"),
-          train_loops, tokens, train_seconds, tokens_per_s, final_val_loss, train_flops, mfu
+          train_loops, tokens, train_seconds, tokens_per_s, final_val_loss, train_flops, mfu, and
+          optionally workers (data-parallel workers; missing: 1)
 - depth:  train_job_id, recipe, size, seed, loops, val_loss     (depth_evals of each run's sweep)
 - decode: arch, size, context_len, batch_size, device, dtype, ms_per_token, ms_p10, ms_p90,
           kv_cache_mb
@@ -374,23 +375,33 @@ def iso_time_pairs(
     their LR decay, so their final validation losses are comparable. One row per matched run, with
     both variants, both times, both token counts, both final losses, `diff` = run − reference, its
     interval (one run per side: only the noise floor `noise` gives one, see
-    `stats.difference_interval`) and the verdict.
+    `stats.difference_interval`) and the verdict. What was matched (`matched`, orchestrator.pairing):
+    "wall seconds" at equal worker counts, "device-seconds" (train_seconds x workers, both shown as
+    `device_seconds`) across worker counts.
     """
     cols = ["size", "variant_label", "ref_variant_label", "seed", "ref_seed", "final_val_loss",
             "ref_final_val_loss", "diff", "ci_low", "ci_high", "verdict", "method", "train_seconds",
-            "ref_train_seconds", "tokens", "ref_tokens", "job_id", "ref_job_id", "recipe", "ref_recipe",
-            "variant_id", "ref_variant_id"]  # fmt: skip
+            "ref_train_seconds", "workers", "ref_workers", "matched", "device_seconds", "ref_device_seconds",
+            "tokens", "ref_tokens", "job_id", "ref_job_id", "recipe", "ref_recipe", "variant_id",
+            "ref_variant_id"]  # fmt: skip
     if runs.empty or "match_time_of" not in runs.columns:
         return pd.DataFrame(columns=cols)
     runs = with_variants(runs)
+    runs = runs.assign(workers=runs["workers"].fillna(1) if "workers" in runs.columns else 1)
+    runs["device_seconds"] = runs["train_seconds"] * runs["workers"]
     a = runs[runs["match_time_of"].notna()].copy()
     if a.empty:
         return pd.DataFrame(columns=cols)
     a["ref_job_id"] = a["match_time_of"].astype("int64")
     ref = runs[["job_id", "recipe", "variant_id", "variant_label", "seed", "train_seconds", "tokens",
-                "final_val_loss"]]  # fmt: skip
+                "final_val_loss", "workers", "device_seconds"]]  # fmt: skip
     ref = ref.rename(columns={c: f"ref_{c}" for c in ref.columns})
     out = a.merge(ref, on="ref_job_id", how="left")
+    same = out["workers"].astype(float) == out["ref_workers"].astype(float)
+    matched = np.where(same, "wall seconds", "device-seconds")
+    out["matched"] = pd.Series(matched, index=out.index).where(
+        out["ref_workers"].notna()
+    )  # unknown reference
     intervals = [
         stats.difference_interval(pd.Series([loss], dtype=float), pd.Series([ref_loss], dtype=float), noise)
         for loss, ref_loss in zip(out["final_val_loss"], out["ref_final_val_loss"])

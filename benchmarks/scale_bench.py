@@ -10,8 +10,11 @@ On `small` at batch 32 (seq_len 64 by default, so it runs on a CPU in a minute o
    exact count of the timed steps' splits), the padded row-rounds of those splits, and the measured
    step time beside it, with one forward of 32 for reference (target: bucketing removes at least half
    of the padding of the unbucketed micro-batches).
-3. workers: 2-worker vs 1-worker throughput of one run (data-parallel, issue 23 item 3) — not built
-   yet; `--workers` says so and the JSON carries null. The data-parallel change fills it in.
+3. workers: fixed4 steps of 32 sequences on 2 data-parallel workers (workers/distributed.py: two
+   processes of a gloo process group, `--threads` torch threads each, 16 sequences per worker, the
+   gradient all-reduced) against one process doing the 32 (ideal: 2x the throughput, when the machine
+   has two free cores). The processes are spawned without Ray: the ratio is DDP's, not the queue's
+   start-up. The load average is printed beside it: on a shared VM it decides the result.
 
     PYTHONPATH=. .venv/bin/python benchmarks/scale_bench.py [--seq-len 64] [--repeats 5] [--steps 2] [--device cpu]
 
@@ -21,7 +24,9 @@ Prints a table and ends with one JSON line.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -35,16 +40,16 @@ sys.path.insert(0, str(ROOT))
 BATCH, MICRO = 32, 8
 
 
-def trainer(recipe: str, seq_len: int, micro: int | None, bucketing: bool, out: Path, device: str):
+def trainer(recipe: str, seq_len: int, micro: int | None, bucketing: bool, out: Path, device: str, gang=None):
     from workers.reporter import SilentReporter
     from workers.train_spec import Spec
-    from workers.trainer import Trainer
+    from workers.trainer import SOLO, Trainer
 
     spec = Spec.from_dict(
         {"recipe": recipe, "size": "small", "seq_len": seq_len, "batch_size": BATCH, "tokens": 10**9,
          "micro_batch_size": micro, "bucketing": bucketing, "device": device}
     )  # fmt: skip
-    t = Trainer(spec, SilentReporter(), out)
+    t = Trainer(spec, SilentReporter(), out, gang or SOLO)
     t.state.total_steps = 10**6
     return t
 
@@ -66,6 +71,45 @@ def interleaved(trainers: dict, repeats: int, steps: int) -> dict[str, float]:
         for name, t in trainers.items():
             times[name].append(time_steps(t, r * steps, steps))
     return {name: statistics.median(v) for name, v in times.items()}
+
+
+def worker_rank(
+    rank: int, world: int, tmp: str, seq_len: int, repeats: int, steps: int, threads: int
+) -> None:
+    """One rank of the workers section (spawned): its seconds per step of each repeat, to rank0.json."""
+    import torch
+    import torch.distributed as dist
+
+    from workers.distributed import Ranks
+
+    torch.set_num_threads(threads)
+    dist.init_process_group("gloo", init_method=f"file://{tmp}/pg", rank=rank, world_size=world)
+    try:
+        t = trainer("fixed4", seq_len, None, True, Path(tmp) / f"w{rank}", "cpu", gang=Ranks(rank, world))
+        time_steps(t, 10**5, 1)  # warm-up
+        times = [time_steps(t, r * steps, steps) for r in range(repeats)]
+        if rank == 0:
+            (Path(tmp) / "rank0.json").write_text(json.dumps(times))
+        del t  # DDP and its reducer before the process group
+        gc.collect()
+    finally:
+        dist.destroy_process_group()
+
+
+def data_parallel(seq_len: int, repeats: int, steps: int, threads: int, tmp: Path) -> dict:
+    """Seconds per step of one process against 2 workers on the same steps, with the load average."""
+    import torch.multiprocessing as mp
+
+    load_before = os.getloadavg()
+    one = trainer("fixed4", seq_len, None, True, tmp / "w_one", "cpu")
+    time_steps(one, 10**5, 1)
+    one_s = statistics.median(time_steps(one, r * steps, steps) for r in range(repeats))
+    del one
+    mp.spawn(worker_rank, args=(2, str(tmp), seq_len, repeats, steps, threads), nprocs=2, join=True)
+    two_s = statistics.median(json.loads((tmp / "rank0.json").read_text()))
+    return {"recipe": "fixed4", "one_worker_s": one_s, "two_workers_s": two_s, "speedup": one_s / two_s,
+            "ideal": 2.0, "threads_per_worker": threads, "load_avg_1m": [load_before[0], os.getloadavg()[0]],
+            "cpus": os.cpu_count()}  # fmt: skip
 
 
 def padding_of_timed_steps(t, repeats: int, steps: int) -> dict[str, float]:
@@ -93,7 +137,6 @@ def main() -> int:
         "--threads", type=int, default=1, help="torch intra-op threads (the VM's cores are shared)"
     )
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (each step ends in a host sync)")
-    p.add_argument("--workers", action="store_true", help="also 2-worker vs 1-worker (not built yet)")
     args = p.parse_args()
 
     import torch
@@ -149,12 +192,17 @@ def main() -> int:
     print(f"  bucketing removes {removed:.0%} of the micro-batches' padding by the FLOP model (target >= 50%); "
           f"step time {step_s['bucketed'] / step_s['micro'] - 1:+.1%} against rows in order")  # fmt: skip
 
-    # 3. data-parallel workers: filled in by issue 23 item 3 (Ray Train); nothing is measured here yet
-    out["workers"] = None
-    if args.workers:
-        print(
-            "\nworkers: 2-worker vs 1-worker throughput needs data-parallel training (issue 23 item 3), not built yet"
-        )
+    # 3. data-parallel workers: one process against 2 (gloo), the same steps
+    if args.device == "cpu":
+        dp = data_parallel(args.seq_len, args.repeats, args.steps, args.threads, tmp)
+        out["workers"] = dp
+        tokens = BATCH * args.seq_len
+        print(f"\nworkers (fixed4, small, {BATCH} x {args.seq_len}, gloo, {args.threads} thread(s) each): one "
+              f"{tokens / dp['one_worker_s']:,.0f} tokens/s, two {tokens / dp['two_workers_s']:,.0f} tokens/s: "
+              f"{dp['speedup']:.2f}x (ideal 2x on 2 free cores; {dp['cpus']} CPUs, load average "
+              f"{dp['load_avg_1m'][0]:.1f} before, {dp['load_avg_1m'][1]:.1f} after)")  # fmt: skip
+    else:
+        out["workers"] = None  # a GPU box runs its DDP step in benchmarks/gpu_check.sh (torch.distributed)
     shutil.rmtree(tmp, ignore_errors=True)
     print(json.dumps(out))
     return 0

@@ -156,8 +156,9 @@ def runs(url: str) -> pd.DataFrame:
     """One row per run of the `runs` view (orchestrator/views.py) with its result (NaN until it
     finished) and how it loops.
 
-    Adds `match_time_of` (the reference job of an iso-time run, orchestrator.pairing) and
+    Adds `match_time_of` (the reference job of an iso-time run, orchestrator.pairing),
     `loop_mode` / `train_loops` (from the sampler and loop count stored with the job at submission),
+    how a step runs (the view's `batch_size`, `micro_batch_size`, `workers`),
     what the view leaves to the tables (grid id, peak memory, device, concurrent jobs), and the FLOPs:
     `train_flops` is the trainer's total, else FLOPs per token × tokens trained (a run stored before
     FLOPs were counted). Only the view's columns named here are read, so its best-loop subqueries
@@ -173,7 +174,8 @@ def runs(url: str) -> pd.DataFrame:
                v.steps, v.tokens, v.train_seconds, v.tokens_per_s, v.final_train_loss, v.final_val_loss,
                v.final_val_bpb, r.peak_mem_mb, v.n_params, r.n_params_non_embedding, r.time_budget_s, r.device,
                v.flops_per_token, COALESCE(v.train_flops, v.flops_per_token * v.tokens) AS train_flops,
-               v.achieved_flops_per_s, v.mfu, v.padding_waste, r.concurrent_jobs, v.imported_from
+               v.achieved_flops_per_s, v.mfu, v.padding_waste, r.concurrent_jobs, v.imported_from,
+               v.batch_size, v.micro_batch_size, v.workers
         FROM runs v
         JOIN jobs j ON j.id = v.job_id
         LEFT JOIN train_results r ON r.job_id = v.job_id
@@ -183,6 +185,8 @@ def runs(url: str) -> pd.DataFrame:
     df[MATCH_TIME] = pd.array([stored_reference(b) for b in df["budget"]], dtype="Int64")
     df["loop_mode"] = [_loop_mode(s, n) for s, n in zip(df["loop_sampler"], df["train_loops"], strict=True)]
     df["train_loops"] = pd.array([None if pd.isna(n) else int(n) for n in df["train_loops"]], dtype="Int64")
+    for column in ("batch_size", "micro_batch_size", "workers"):
+        df[column] = df[column].astype("Int64")
     return df.drop(columns=["budget", "loop_sampler"])
 
 

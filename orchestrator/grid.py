@@ -284,6 +284,9 @@ def _kind_resources(grid: Grid, kind: str, follow_ups: tuple[str, ...]) -> dict[
             fields.boolean(f"grid {grid.name!r}: {where}.{k}", v)
         elif k == "workers":  # bundles of num_cpus/num_gpus started all at once (orchestrator/admission.py)
             fields.integer(f"grid {grid.name!r}: {where}.{k}", v, lo=1)
+            if v > 1 and kind != TRAIN:  # one run, data-parallel on Ray Train (workers/distributed.py)
+                raise ConfigError(f"grid {grid.name!r}: {where}.{k}: {v}: only {TRAIN} jobs run on several "
+                                  f"workers, not {kind}; accepted: 1")  # fmt: skip
         else:
             fields.number(f"grid {grid.name!r}: {where}.{k}", v, lo=0)
     return res or None
@@ -381,6 +384,11 @@ def expand(grids: list[Grid], kinds: JobRegistry) -> list[JobPlan]:
             plan = JobPlan(grid.job, declared, spec, gi, grid.priority, grid.max_attempts,
                            _kind_resources(grid, grid.job, follow_ups), budget=budget, label=label,
                            retention=grid.retention)  # fmt: skip
+            workers = (plan.resources or {}).get("workers", 1)
+            batch = spec.get("batch_size") if grid.job == TRAIN else None
+            if isinstance(batch, int) and workers > 1 and batch % workers:  # each rank an equal share
+                raise ConfigError(f"grid {grid.name!r}: resources.workers: {workers} workers cannot share "
+                                  f"batch_size {batch} evenly; accepted: a divisor of the batch")  # fmt: skip
             plans.append(plan)
             idx = len(plans) - 1
             if pairing.is_match_time(budget):

@@ -174,6 +174,12 @@ def submit(
                     budget_flops=plan.spec.get("flops"),
                     resources=canonical_json(plan.resources) if plan.resources else None,
                     retention=plan.retention,
+                    micro_batch_size=(  # as given: an integer (`auto`, none: NULL)
+                        plan.spec.get("micro_batch_size")
+                        if plan.kind == TRAIN and isinstance(plan.spec.get("micro_batch_size"), int)
+                        else None
+                    ),
+                    workers=pairing.workers_of(plan.resources),
                     created_at=now,
                     planned_seconds=estimates[i][0],
                     planned_source=estimates[i][1],
@@ -553,12 +559,15 @@ def finish(eng: Engine, job_id: int, n: int, outcome: AttemptOutcome, error: str
 
 def _resolve_budgets(conn: Connection, job_id: int) -> None:
     """Jobs whose budget copies this job's time (orchestrator.pairing) get its measured training time
-    as their budget."""
-    seconds = conn.execute(sa.select(TrainResult.train_seconds).where(TrainResult.job_id == job_id)).scalar()
-    if seconds is None:
+    as their budget (its device-seconds across worker counts, `pairing.time_budget`)."""
+    found = conn.execute(
+        sa.select(TrainResult.train_seconds, TrainResult.workers).where(TrainResult.job_id == job_id)
+    ).one_or_none()
+    if found is None or found.train_seconds is None:
         return
-    for other_id in pairing.matched_to(conn, job_id):
-        conn.execute(JOBS.update().where(JOBS.c.id == other_id).values(budget_time_s=float(seconds)))
+    budgets = pairing.matched_budgets(conn, job_id, found.train_seconds, found.workers)
+    for other_id, budget_s in budgets.items():
+        conn.execute(JOBS.update().where(JOBS.c.id == other_id).values(budget_time_s=budget_s))
 
 
 def cascade(eng: Engine) -> list[int]:

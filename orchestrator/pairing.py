@@ -13,7 +13,11 @@ the database:
   lists the stored jobs that copy a job's time;
 - `members(plans)`: the train plans of an iso-time pair (both sides: their timings are compared, so
   the queue makes them exclusive, see orchestrator.jobqueue), `member_ids` as job ids, with the
-  references already in the database.
+  references already in the database;
+- `time_budget(seconds, ref_workers, workers)`: what is matched. At equal worker counts the wall
+  seconds; across worker counts the device-seconds (seconds x workers: a 2-worker run gets half the
+  wall time of a 1-worker reference), so both sides train on as much hardware time. `matched_budgets`
+  applies it to the stored jobs that copy a job's time (their workers from their resources).
 
 A budget is stored as {"match_time_of": <job id>}; the job it names is also one of its dependencies
 (it can only start once the reference's time is measured).
@@ -137,3 +141,23 @@ def matched_to(conn: Connection, job_id: int) -> list[int]:
     """Ids of the stored jobs whose budget copies job `job_id`'s time."""
     rows = conn.execute(sa.select(JOBS.c.id, JOBS.c.budget).where(JOBS.c.budget.is_not(None))).all()
     return [other for other, budget in rows if stored_reference(budget) == job_id]
+
+
+def time_budget(seconds: float, ref_workers: int | None, workers: int | None) -> float:
+    """The training seconds of a match-time run whose reference trained `seconds` on `ref_workers`
+    workers, for a run on `workers` (None: 1): equal device-seconds, which at equal counts are equal
+    wall seconds."""
+    return float(seconds) * (ref_workers or 1) / (workers or 1)
+
+
+def workers_of(resources: Mapping[str, Any] | str | None) -> int:
+    """The data-parallel workers a job's resources ask for (a dict or its stored JSON; default 1)."""
+    return int(_budget(resources).get("workers", 1))
+
+
+def matched_budgets(conn: Connection, job_id: int, seconds: float, workers: int | None) -> dict[int, float]:
+    """The time budget of each stored job that copies job `job_id`'s time, which trained `seconds` on
+    `workers` workers (`time_budget`)."""
+    others = matched_to(conn, job_id)
+    asked = dict(conn.execute(sa.select(JOBS.c.id, JOBS.c.resources).where(JOBS.c.id.in_(others))).all())
+    return {other: time_budget(seconds, workers, workers_of(asked.get(other))) for other in others}

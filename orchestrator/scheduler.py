@@ -13,8 +13,9 @@ job runs (live dashboard), and events from remote nodes must not need database a
 Resources are booked by the driver itself (cluster totals minus what it launched), so a job is only
 marked running when it can actually start; a job asking for more than the cluster has fails clearly.
 The rule below is written once, in orchestrator/admission.py (the planner replays the same function).
-A job asking for several workers at once (`resources: {"workers": N}`) is admitted whole or not at all,
-but this driver cannot launch one yet and refuses it when it would start.
+A job asking for several workers at once (`resources: {"workers": N}`, train jobs only) is admitted whole
+or not at all and runs as one data-parallel run on Ray Train (orchestrator/task.py `launch`: its task
+holds nothing, Ray Train's placement group holds the N bundles the admission booked).
 
 Which job starts (priorities without starvation). Every ready job is considered, in the order of its
 *effective priority*, highest first, then the oldest: effective priority = priority + one for each
@@ -68,7 +69,7 @@ from orchestrator import drivers, jobkinds, jobqueue, retention
 from orchestrator.admission import Admission, Candidate, Node, Refuse, Request, Running
 from orchestrator.display import print_progress
 from orchestrator.states import AttemptOutcome, JobStatus
-from orchestrator.task import QueueReporter, execute_job, kinds_ref, sink_on_this_node
+from orchestrator.task import QueueReporter, launch, sink_on_this_node
 from orchestrator.writer import record_concurrency, write_events
 
 if TYPE_CHECKING:
@@ -232,29 +233,20 @@ class Scheduler:
             if isinstance(decision, Refuse):
                 jobqueue.refuse(self.eng, job.id, self.worker, f"job {job.id} {decision.reason}", self.driver)
                 continue
-            if decision.request.workers > 1:
-                admission.not_started(decision)
-                msg = (f"job {job.id} asks for {decision.request.workers} workers at once: admitted, but this "
-                       "driver cannot launch multi-worker jobs yet (no Ray Train launcher); give it workers 1")  # fmt: skip
-                jobqueue.refuse(self.eng, job.id, self.worker, msg, self.driver)
-                continue
             art = self.artifacts / f"{job.id}-{job.kind}-{job.config_hash[:8]}"
             n = jobqueue.claim(self.eng, job.id, self.worker, str(art), self.driver)
             if n is None:
                 admission.not_started(decision)  # another driver won it
                 continue
+            ray.get(self.sink.allow.remote(job.id))  # before the task can ask for its stop flag
             try:
                 spec = jobqueue.launch_spec(self.eng, job, self.kinds)
+                ref = launch(job.id, job.kind, spec, str(art), self.sink, self.kinds, decision.request)
             except Exception:
                 admission.not_started(decision)
                 self._finish(job.id, n, AttemptOutcome.FAILED, traceback.format_exc())
                 continue
             admission.started(decision)
-            res = decision.request
-            ray.get(self.sink.allow.remote(job.id))  # before the task can ask for its stop flag
-            ref = execute_job.options(num_cpus=res.cpus, num_gpus=res.gpus).remote(
-                job.id, job.kind, spec, str(art), self.sink, kinds_ref(self.kinds)
-            )
             others = {j for j, *_ in self.running.values()}
             self.overlaps[job.id] = self.overlaps.get(job.id, set()) | others
             for other in others:

@@ -153,6 +153,12 @@ class Job(Base):
     # sha256 of its config and weights); NULL for a model trained here. A follow-up copies its model's
     # (rev. 0012)
     imported_from: Mapped[str | None] = mapped_column(Text)
+    # How a train job's step runs, copied out of its config and resources at submission (rev. 0014): the
+    # micro-batch as given (NULL: the whole batch in one forward, or `auto`: the trainer picks it, and its
+    # train_results row says what it picked) and the data-parallel workers it asks for (every kind; 1
+    # unless its resources say `workers`). The global batch is `global_batch` (rev. 0010).
+    micro_batch_size: Mapped[int | None] = mapped_column(Integer)
+    workers: Mapped[int | None] = mapped_column(Integer)
 
     __table_args__ = (
         Index("ix_jobs_status_priority", "status", "priority"),
@@ -252,6 +258,11 @@ class TrainResult(Base):
     # other jobs running on the node at any time during the training (0 = the device to itself;
     # NULL = not recorded), from the driver's bookkeeping (rev. 0005)
     concurrent_jobs: Mapped[int | None] = mapped_column(Integer)
+    # the data-parallel workers that trained it (rev. 0014): train_seconds are wall seconds of that
+    # many devices at once (device-seconds = train_seconds x workers)
+    workers: Mapped[int | None] = mapped_column(Integer)
+    # sequences per forward the trainer ran (what `micro_batch_size: auto` picked on its device) (rev. 0014)
+    micro_batch_size: Mapped[int | None] = mapped_column(Integer)
 
 
 class DepthEval(Base):

@@ -1,5 +1,16 @@
 """What runs on the Ray side of the queue: the job task, its reporter and the driver's mailbox.
 
+`launch` starts a job with what the admission booked for it: `execute_job` for a job of one worker, or
+`execute_gang` for a train job of N workers (`resources: {"workers": N}`), which runs it data-parallel
+on Ray Train (workers/distributed.py). Where the resources are held, for a gang: the task that hosts
+Ray Train's driver (`TorchTrainer.fit`, its controller actor beside it) holds none (num_cpus=0, no
+GPU) and runs on the driver's node (so it is lost only with the driver, and Ray's placement group
+with it); the N training workers run in the one placement group Ray Train reserves for them, N bundles of
+the job's per-worker `num_cpus` / `num_gpus`: exactly what the admission booked (all bundles at once, or
+the job waits whole), so the driver's booking and Ray's placement group agree and a gang never holds a
+partial set of workers. Rank 0 reports through its own `QueueReporter` (metrics, checkpoints, the
+result row, the stop flag), as a one-worker job's task does.
+
 `execute_job` runs one job on a Ray worker (any node). Its `QueueReporter` batches the job's events and
 pushes them every half second, with a heartbeat, to the `EventSink` actor that the driver owns; the
 reply carries the stop flag `reporter.should_stop()` returns (Ctrl-C on the driver, `looplab cancel`).
@@ -10,6 +21,7 @@ nothing (see QueueReporter).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import logging
@@ -24,10 +36,13 @@ from typing import IO, TYPE_CHECKING, Any
 
 import ray
 
+from model.errors import ConfigError
+from orchestrator.jobkinds import TRAIN
 from orchestrator.states import AttemptOutcome
 from workers.reporter import BaseReporter, Event, EventKind
 
 if TYPE_CHECKING:
+    from orchestrator.admission import Request
     from workers.jobs import JobRegistry
 
 log = logging.getLogger("looplab.task")
@@ -181,10 +196,14 @@ def sink_on_this_node() -> Any:
     """A new EventSink on the driver's own node. Ray may place a zero-CPU actor on any node, and the
     death of that node would take every job's mailbox with it (and stop the driver) although the
     jobs and the driver ran elsewhere; pinned here, the sink lives exactly as long as the driver."""
+    return EventSink.options(scheduling_strategy=_this_node()).remote()
+
+
+def _this_node() -> Any:
+    """A scheduling strategy that keeps an actor or task on the driver's node."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    return EventSink.options(scheduling_strategy=here).remote()
+    return NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
 
 
 def kinds_ref(kinds: JobRegistry) -> Any:
@@ -207,6 +226,55 @@ def _load_kinds(ref: Any) -> JobRegistry:
             sys.path.insert(0, root)
             return importlib.import_module(name)
     return ref
+
+
+def launch(job_id: int, kind: str, spec: dict, artifact_dir: str, sink: Any, kinds: JobRegistry,
+           request: Request) -> Any:  # fmt: skip
+    """Start job `job_id` with the resources the admission booked (`request`); returns the Ray ref of
+    its outcome dict. ConfigError for a gang of a kind that cannot run on several workers."""
+    if request.workers == 1:
+        return execute_job.options(num_cpus=request.cpus, num_gpus=request.gpus).remote(
+            job_id, kind, spec, artifact_dir, sink, kinds_ref(kinds)
+        )
+    if kind != TRAIN:
+        raise ConfigError(f"resources.workers: {request.workers}: only {TRAIN} jobs run on several workers, "
+                          f"not {kind}; give it workers 1")  # fmt: skip
+    # on the driver's node: Ray Train's controller runs beside its host, and their placement group lives
+    # until the driver ends; were the host's node lost while the driver lives, the group would hold the
+    # workers' resources the admission believes free (see `sink_on_this_node` for the same reasoning)
+    return execute_gang.options(scheduling_strategy=_this_node()).remote(
+        job_id, spec, artifact_dir, sink, request.workers, request.cpus, request.gpus
+    )
+
+
+@ray.remote(max_retries=0, num_cpus=0, num_gpus=0)
+def execute_gang(job_id: int, spec: dict, artifact_dir: str, sink: Any, workers: int, cpus: float,
+                 gpus: float) -> dict:  # fmt: skip
+    """Runs train job `job_id` on `workers` Ray Train workers of `cpus` CPUs and `gpus` GPUs each (this
+    task holds nothing: see the module docstring). Never raises: the outcome is a dict the driver
+    records; a rank that died (killed, its node lost) interrupts the attempt, as a lost node does."""
+    from workers.distributed import WorkerLost, fit
+
+    Path(artifact_dir).mkdir(parents=True, exist_ok=True)
+    rep = QueueReporter(job_id, sink)  # where the run's driver is; rank 0 reports the rest itself
+    node = ray.get_runtime_context().get_node_id()[:12]
+    rep.started(f"{node}:{os.getpid()} ({workers} workers)", None)
+    try:
+        rank0 = functools.partial(QueueReporter, job_id, sink, artifact_dir)  # made on rank 0's process
+        ranks = fit(spec, artifact_dir, workers, cpus, gpus, rank0)
+        if "interrupted" in ranks:
+            out = {"outcome": AttemptOutcome.INTERRUPTED, "error": None}
+        else:
+            out = {"outcome": AttemptOutcome.SUCCEEDED, "summary": ranks["summary"]}
+    except WorkerLost as e:
+        out = {"outcome": AttemptOutcome.INTERRUPTED, "error": f"Ray Train worker lost: {e}"}
+    except BaseException:  # noqa: BLE001 - every failure is recorded, the queue goes on
+        out = {"outcome": AttemptOutcome.FAILED, "error": traceback.format_exc()}
+    try:
+        rep.close()
+    except Exception:
+        log.warning("job %s: could not ship the last events", job_id, exc_info=True)
+    return out
 
 
 @ray.remote(max_retries=0)

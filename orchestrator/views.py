@@ -129,6 +129,9 @@ VIEWS = {
     # depth-sweep val loss over the sweeps that depend on this run (NULL before any sweep).
     # n_params and flops_per_token: the trainer's measured row when there, else the submission's.
     # An import job is a run without training: NULL training columns, `imported_from` set.
+    # batch_size: the global batch; micro_batch_size: sequences per forward (what the trainer ran, else
+    # as given, else the whole batch); workers: the data-parallel workers that trained it, else those it
+    # asks for.
     "runs": f"""
 CREATE VIEW runs AS
 SELECT
@@ -150,7 +153,9 @@ SELECT
     j.budget_flops,
     COALESCE(r.flops_per_token, j.flops_per_token) AS flops_per_token,
     r.train_flops, r.achieved_flops_per_s, r.mfu, r.padding_waste,
-    j.imported_from
+    j.imported_from,
+    j.global_batch AS batch_size, COALESCE(r.micro_batch_size, j.micro_batch_size, j.global_batch) AS micro_batch_size,
+    COALESCE(r.workers, j.workers) AS workers
 FROM jobs j
 LEFT JOIN grids g ON g.id = j.grid_id
 LEFT JOIN train_results r ON r.job_id = j.id

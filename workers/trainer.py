@@ -24,6 +24,15 @@ buckets with `bucketing`); each forward's mean loss is scaled by its share of th
 tokens, so the accumulated gradient is the mean over the whole batch whatever the split. Evaluation
 runs in forwards of `micro_batch_size` too.
 
+Data parallel (workers/distributed.py): the same loop runs in each of N processes, each given a
+`Solo` subclass that says its rank and makes the few cross-process steps collectives: its forwards of a
+step (`split_step(..., ranks=N)[rank]`), DDP around the model with the gradient reduced on the last
+micro-step only, the loss summed over ranks, and rank 0's value of every decision that reads a clock or
+the reporter (stop, checkpoint, the time budget's seconds), so all ranks take the same steps. Rank 0
+alone reports, evaluates (the validation set once, on its copy of the weights, which every rank holds
+identically) and writes checkpoints; every rank's RNG state goes into them. In one process the `Solo`
+defaults make each of these the identity.
+
 A checkpoint is model + optimizers + RNG states + `TrainerState` (+ the spec and model config that
 identify it); restoring those four makes the rest of a token-budget run bit-identical on CPU. It
 resumes under any spec with the same `identity` (workers/train_spec.py): a new micro-batch size or
@@ -38,6 +47,7 @@ resumes exactly as it was.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import json
@@ -101,6 +111,44 @@ class TrainerState:
         return state
 
 
+class Solo:
+    """How the work of one step is shared among the processes of a run: here one process does all of
+    it. `workers.distributed.Ranks` is the data-parallel gang: the same methods as collectives over the
+    run's N processes. The trainer reaches other processes only through these, so the one-process path
+    is the same code with every collective the identity."""
+
+    rank: int = 0
+    size: int = 1
+    device: torch.device | None = None  # where this process trains; None: the spec's `device`
+
+    def forwards(self, counts, micro_batch_size: int | None, bucketing: bool) -> list[list[int]]:
+        """The global rows of each of this process's forwards of a step (workers/batching.py)."""
+        return split_step(counts, micro_batch_size, bucketing, ranks=self.size)[self.rank]
+
+    def wrap(self, model: LoopedLM, forward):
+        """What the training steps call: `forward` (the model, or its compiled parts), DDP in a gang."""
+        return forward
+
+    def sync(self, forward, last: bool):
+        """The context of one forward and its backward; in a gang, gradients are reduced on the last."""
+        return contextlib.nullcontext()
+
+    def total(self, loss: torch.Tensor) -> torch.Tensor:
+        """The sum over the processes of each one's share of the step's mean loss (0-d tensor)."""
+        return loss
+
+    def agree(self, value):
+        """Rank 0's `value` (a bool or a float) on every process."""
+        return value
+
+    def gather(self, obj: Any) -> list[Any]:
+        """Every process's `obj`, in rank order, on rank 0 (other ranks get an empty list)."""
+        return [obj]
+
+
+SOLO = Solo()
+
+
 def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
     random.seed(seed)
@@ -113,16 +161,17 @@ def train(spec: Spec, reporter: Reporter, artifact_dir: Path) -> dict[str, Any]:
 
 
 class Trainer:
-    def __init__(self, spec: Spec, reporter: Reporter, artifact_dir: Path) -> None:
-        self.spec, self.reporter, self.dir = spec, reporter, artifact_dir
+    def __init__(self, spec: Spec, reporter: Reporter, artifact_dir: Path, gang: Solo = SOLO) -> None:
+        self.spec, self.reporter, self.dir, self.gang = spec, reporter, artifact_dir, gang
+        self.writes = gang.rank == 0  # the one process that writes checkpoints and evaluates
         self.ckpt_path = artifact_dir / ckpt.CHECKPOINT
         # A corrupt checkpoint must fail before any work and stay where it is.
         self.saved = ckpt.load(self.ckpt_path) if self.ckpt_path.exists() else None
-        for stale in self.dir.glob(f".{ckpt.CHECKPOINT}.tmp*"):  # left by a process killed mid-write
-            stale.unlink()
-        self.device = resolve_device(spec.device)
+        for stale in self.dir.glob(f".{ckpt.CHECKPOINT}.tmp*") if self.writes else ():
+            stale.unlink()  # left by a process killed mid-write
+        self.device = gang.device or resolve_device(spec.device)
         self.data = prepare(spec.data)
-        if self.data.meta["tokenizer"]:
+        if self.data.meta["tokenizer"] and self.writes:
             (self.dir / "tokenizer.json").write_bytes(
                 (self.data.dir / self.data.meta["tokenizer"]).read_bytes()
             )
@@ -152,7 +201,7 @@ class Trainer:
         self.opts = build_optimizers(self.model, spec.optimizer, spec.lr, spec.adam_lr, spec.weight_decay)
         # the model as the training steps call it: with spec.compile, its static-shape parts compiled
         # (the round loop stays in Python: loop counts change every step; see LoopedLM.compile_parts)
-        self.forward_model = self.model.compile_parts() if spec.compile else self.model
+        self.forward_model = gang.wrap(self.model, self.model.compile_parts() if spec.compile else self.model)
         self.state = TrainerState()
         self.schedule: TimeBudgetSchedule | None = None  # time budget only
 
@@ -169,6 +218,7 @@ class Trainer:
         else:
             state.total_steps = max(1, spec.tokens // self.tokens_per_step)
         seed_everything(spec.seed + 1)  # calibration or not, training starts from the same RNG state
+        self._same_checkpoint_everywhere()
         if self.saved is not None:
             saved, self.saved = self.saved, None  # not kept for the whole run: it holds every tensor twice
             self._restore(saved)
@@ -200,6 +250,8 @@ class Trainer:
             "time_budget_s": spec.time_s,
             "calib_tokens_per_s": state.calib_tokens_per_s,
             "device": str(self.device),
+            "workers": self.gang.size,
+            "micro_batch_size": spec.micro_batch_size or spec.batch_size,
             **self._flop_fields(state.total_steps * self.tokens_per_step, state.train_seconds),
         }
         if spec.time_s is not None:
@@ -235,8 +287,8 @@ class Trainer:
         """The result row's FLOP accounting: the model's training FLOPs per token (expected over the
         loop sampler, see model.flops, for one forward of the whole batch: the run's accounting, which
         a FLOP budget also uses, whatever the micro-batches; the split's own padding is logged), their
-        total over the tokens trained, that total per training second and, on a GPU the peak table
-        knows, its fraction of the device's peak (MFU)."""
+        total over the tokens trained, that total per training second (of all workers together) and, on
+        a GPU the peak table knows, its fraction of the workers' peak (MFU: per device)."""
         per_token = self.flops.total
         achieved = per_token * tokens / max(train_seconds, 1e-9)
         peak = peak_flops(self.device)
@@ -244,7 +296,7 @@ class Trainer:
             "flops_per_token": per_token,
             "train_flops": per_token * tokens,
             "achieved_flops_per_s": achieved,
-            "mfu": None if peak is None else achieved / peak,
+            "mfu": None if peak is None else achieved / (peak * self.gang.size),
             "padding_waste": self.flops.padding_waste,
         }
 
@@ -253,32 +305,36 @@ class Trainer:
         copy of the model (a resumed run reads the plan it started with from calibration.json)."""
         spec, state = self.spec, self.state
         path = self.dir / "calibration.json"
-        if path.exists():
+        gang = self.gang  # in a gang every rank runs the same steps, rank 0's clock decides
+        if gang.agree(path.exists()):
             saved = json.loads(path.read_text())
             state.calib_tokens_per_s, steps = saved["calib_tokens_per_s"], int(saved["total_steps"])
         else:
             model = copy.deepcopy(self.model)
-            forward_model = model.compile_parts() if spec.compile else model
+            forward_model = gang.wrap(model, model.compile_parts() if spec.compile else model)
             opts = build_optimizers(model, spec.optimizer, spec.lr, spec.adam_lr, spec.weight_decay)
             # Two untimed warm-up steps (allocation, compilation), then at least `calib_steps` timed
             # steps and at least 5 % of the budget (capped at 60 s), so one slow step does not skew it.
             for step in range(2):
                 self._train_step(model, forward_model, opts, step, 1.0, 0.0)
             times: list[float] = []
-            while len(times) < spec.calib_steps or sum(times) < min(0.05 * spec.time_s, 60.0):
+            while gang.agree(len(times) < spec.calib_steps or sum(times) < min(0.05 * spec.time_s, 60.0)):
                 t0 = time.perf_counter()
                 self._train_step(model, forward_model, opts, 2 + len(times), 1.0, 0.0)
                 times.append(time.perf_counter() - t0)
             del model, forward_model, opts
-            state.calib_tokens_per_s = self.tokens_per_step * len(times) / sum(times)
+            state.calib_tokens_per_s = gang.agree(self.tokens_per_step * len(times) / sum(times))
             steps = max(1, int(spec.time_s * state.calib_tokens_per_s / self.tokens_per_step))
             self.reporter.log(
                 f"calibration: {state.calib_tokens_per_s:,.0f} tokens/s → {steps} steps for {spec.time_s:.1f}s"
                 f" (peak memory so far {peak_mem_mb(self.device):,.0f} MB)"
             )
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"calib_tokens_per_s": state.calib_tokens_per_s, "total_steps": steps}))
-            os.replace(tmp, path)
+            if self.writes:
+                tmp = path.with_suffix(".tmp")
+                tmp.write_text(
+                    json.dumps({"calib_tokens_per_s": state.calib_tokens_per_s, "total_steps": steps})
+                )
+                os.replace(tmp, path)
         reset_peak_mem(self.device)  # the copy's memory is not the run's
         return TimeBudgetSchedule(
             spec.time_s,
@@ -293,7 +349,7 @@ class Trainer:
         """One optimizer step at `step`: the gradient of `_accumulate`, clipped, applied; returns
         (train loss, matrix-group lr)."""
         lr = set_lr(opts, factor, progress=progress)
-        loss = self._accumulate(model, forward_model, step)
+        loss = self.gang.total(self._accumulate(model, forward_model, step))
         if self.spec.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), self.spec.grad_clip)
         for opt in opts:
@@ -306,21 +362,24 @@ class Trainer:
         """Forward and backward of every forward of step `step` (`split_step`), adding into the
         parameters' .grad the gradient of the step's mean loss; returns that loss (a 0-d device tensor).
         A row's window, loop count and h0 are functions of (seed, step, global row), whatever forward
-        holds it; each forward's mean is scaled by its share of the step's target tokens."""
+        holds it; each forward's mean is scaled by its share of the step's target tokens. In a gang
+        this process runs its forwards only, and the gradient is reduced (summed) over the processes
+        in the backward of its last one; the loss returned is this process's share."""
         spec, T = self.spec, self.seq_len
         counts = model.sample_loops(spec.batch_size, step, spec.seed)  # (B,) on the CPU, read without a sync
-        (forwards,) = split_step(counts, spec.micro_batch_size, spec.bucketing)
+        forwards = self.gang.forwards(counts, spec.micro_batch_size, spec.bucketing)
         h0 = self._step_h0(step)  # (B, T, d) for a version-0 run, else None
         n_targets = spec.batch_size * T  # get_batch's targets are all real tokens (none is -1)
         loss = torch.zeros((), device=self.device)
-        for rows in forwards:
+        for j, rows in enumerate(forwards):
             x, y = get_batch(self.data.train, spec.batch_size, T, spec.seed, step, rows=rows)  # (b, T)
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
             key = RowKey(spec.seed, step, tuple(rows)) if h0 is None else h0[rows]
-            with autocast(self.device):
-                out = forward_model(x, targets=y, loops=counts[rows], h0_seed=key)
-            part = out.loss * (len(rows) * T / n_targets)  # this forward's share of the step's mean
-            part.backward()
+            with self.gang.sync(forward_model, last=j == len(forwards) - 1):
+                with autocast(self.device):
+                    out = forward_model(x, targets=y, loops=counts[rows], h0_seed=key)
+                part = out.loss * (len(rows) * T / n_targets)  # this forward's share of the step's mean
+                part.backward()
             loss += part.detach()
         return loss
 
@@ -352,7 +411,7 @@ class Trainer:
             if self.schedule is not None:
                 state.total_steps = self.schedule.plan(state.step, state.train_seconds)
             total = state.total_steps
-            if rep.should_stop():
+            if self.gang.agree(rep.should_stop()):
                 self._save()
                 raise JobInterrupted(f"stopped at step {state.step}")
             step = state.step
@@ -360,7 +419,7 @@ class Trainer:
             loss, lr = self._train_step(
                 self.model, self.forward_model, self.opts, step, self._factor(step), step / total
             )
-            seconds = time.perf_counter() - t0
+            seconds = self.gang.agree(time.perf_counter() - t0)
             if step < timed_from:
                 state.compile_seconds += seconds
             else:
@@ -383,7 +442,7 @@ class Trainer:
                 rep.progress(state.step, total, rate * (total - state.step))
                 last_progress = time.monotonic()
             now = time.monotonic()
-            if state.step % spec.ckpt_every == 0 or now - last_ckpt > spec.ckpt_minutes * 60:
+            if self.gang.agree(state.step % spec.ckpt_every == 0 or now - last_ckpt > spec.ckpt_minutes * 60):
                 self._save()
                 last_ckpt = time.monotonic()
             if now - last_beat > 10:
@@ -392,7 +451,11 @@ class Trainer:
 
     def _evaluate(self) -> None:
         """Validation loss and bpb at the trained loop count, and the loss at each of `eval_loops`,
-        all with training's h0 seed; reported at the last step done."""
+        all with training's h0 seed; reported at the last step done. In a gang on rank 0 only: the
+        others hold the same weights, and one process's evaluation is the one-process run's number, bit
+        for bit (a sharded one would sum in another order), for a small share of the run's time."""
+        if not self.writes:
+            return
         state, rep = self.state, self.reporter
         t0 = time.perf_counter()
 
@@ -422,7 +485,11 @@ class Trainer:
 
     # --------------------------------------------------------------------------------- checkpoints
     def _save(self, final: bool = False) -> None:
+        """Every process's RNG state to rank 0, which writes the checkpoint (and `final.pt` at the end)."""
         t0 = time.perf_counter()
+        rngs = self.gang.gather(ckpt.rng_state())
+        if not self.writes:
+            return
         if self.schedule is not None:
             self.state.schedule = self.schedule.state_dict()
         identity = {"spec": self.spec.to_dict(), "model_config": self.cfg.to_dict(), "final": final}
@@ -432,7 +499,8 @@ class Trainer:
             {
                 **weights,
                 "optimizers": [opt.state_dict() for opt in self.opts],
-                "rng": ckpt.rng_state(),
+                "rng": rngs[0],
+                **({"rng_ranks": rngs} if len(rngs) > 1 else {}),
                 "trainer": self.state.to_dict(),
                 **identity,
             },
@@ -468,5 +536,18 @@ class Trainer:
         self.model.load_state_dict(saved["model"])
         for opt, opt_state in zip(self.opts, saved["optimizers"], strict=True):
             opt.load_state_dict(opt_state)
-        ckpt.set_rng_state(saved["rng"])
+        ranks = saved.get("rng_ranks", ())  # a gang's checkpoint: each rank's own, at the same world size
+        ckpt.set_rng_state(ranks[self.gang.rank] if len(ranks) == self.gang.size else saved["rng"])
         self.state = restored
+
+    def _same_checkpoint_everywhere(self) -> None:
+        """In a gang every rank must resume from the same checkpoint (the artifact dir on storage that
+        every node sees), or the ranks would train different steps."""
+        mine = -1 if self.saved is None else int(self.saved.get("trainer", {}).get("step", -2))
+        theirs = self.gang.agree(float(mine))
+        if theirs != mine:
+            raise ConfigError(
+                f"checkpoint: rank {self.gang.rank} sees {'none' if mine == -1 else f'step {mine}'} in "
+                f"{self.dir}, rank 0 sees {'none' if theirs == -1 else f'step {theirs:.0f}'}: the artifact "
+                "dir must be on storage that every node of a multi-worker run sees"
+            )

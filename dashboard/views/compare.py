@@ -171,7 +171,9 @@ else:
 
 st.header("Iso-time")
 st.caption("A run retrained with the wall-clock training time of a reference run (budget `match_time_of`); "
-           "both finished their learning-rate decay, so their final losses compare.")  # fmt: skip
+           "both finished their learning-rate decay, so their final losses compare. At equal worker counts "
+           "the wall seconds are matched, across worker counts the device-seconds (seconds × workers): "
+           "column `matched`.")  # fmt: skip
 pairs = timing.mark_pairs(comparison.iso_time_pairs(done, threshold=threshold, noise=noise), done)
 if pairs.empty:
     st.info("no iso-time pair yet: submit a train job with budget {'match_time_of': <job id>}")

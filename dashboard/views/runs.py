@@ -96,11 +96,15 @@ else:
         ui.table(curves.train_depth_last(td), key="runs_depth_last")
 
 st.subheader("Runs")
-cols = ["job_id", "grid", "variant_label", "recipe", "size", "seed", "budget", "status", "tokens", "train_seconds",
-        "tokens_per_s", "final_train_loss", "final_val_loss", "loop_mode", "train_loops", *variants.ARCH_COLUMNS,
-        "flops_per_token", "train_flops", "mfu", "padding_waste", "variant_id"]  # fmt: skip
+cols = ["job_id", "grid", "variant_label", "recipe", "size", "seed", "budget", "status", "batch_size",
+        "micro_batch_size", "workers", "tokens", "train_seconds", "tokens_per_s", "final_train_loss",
+        "final_val_loss", "loop_mode", "train_loops", *variants.ARCH_COLUMNS, "flops_per_token", "train_flops",
+        "mfu", "padding_waste", "variant_id"]  # fmt: skip
 cols = list(dict.fromkeys(c for c in cols if c in runs.columns))
 ui.table(runs[cols].sort_values("job_id"), key="runs_table", height=320)
+st.caption("batch_size: sequences per optimizer step (the global batch); micro_batch_size: sequences per "
+           "forward; workers: the data-parallel workers that trained it (train_seconds are wall seconds of "
+           "that many devices at once).")  # fmt: skip
 
 st.subheader("Mean over seeds")
 agg = variants.seed_aggregate(

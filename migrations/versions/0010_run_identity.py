@@ -160,11 +160,16 @@ def upgrade() -> None:
     new_variant: dict[int, tuple[str, int | None, int | None]] = {}
     for job_id, r in rows.items():
         spec = specs[job_id]
-        if r.kind != "train" or r.variant_id is None or not isinstance(spec, dict):
+        if r.kind != "train" or not isinstance(spec, dict):
             continue
         batch = spec.get("batch_size")
         batch = batch if isinstance(batch, int) and not isinstance(batch, bool) else None
         vocab = _asked_vocab(spec)
+        if r.variant_id is None:  # a config no variant was derived from: only its batch and vocabulary
+            conn.execute(
+                jobs.update().where(jobs.c.id == job_id).values(global_batch=batch, vocab_size=vocab)
+            )
+            continue
         vid = _sha256({"architecture": r.variant_id, "batch_size": batch, "vocab_size": vocab})[
             :VARIANT_ID_HEX
         ]

@@ -6,10 +6,13 @@ kind, with the defaults of the kind's Spec (`workers.train_cost.cost`, `workers.
 database's finished jobs (orchestrator/planner/history.py) or this machine's calibration
 (orchestrator/planner/calibration.py). The `source` of each estimate:
 - `measured`: train jobs. The median throughput (`train_results.tokens_per_s`) of finished runs of the
-  same variant, batch size, compile flag and device type; their evaluation FLOP/s, seconds per
-  checkpoint and start-up overhead (wall time less training, evaluation and checkpoints) give the rest.
+  same variant, batch size, compile flag, device type and worker count; their evaluation FLOP/s,
+  seconds per checkpoint and start-up overhead (wall time less training, evaluation and checkpoints)
+  give the rest. A run on N workers with no finished run of that count takes the one-worker runs'
+  throughput times N x `DDP_EFFICIENCY`.
 - `flop_model`: the job's FLOPs over the calibrated FLOP/s: a train step's parts with autograd at the
-  training rate, its gradient-free rounds at the forward rate, plus the optimizer's step; evaluations,
+  training rate, its gradient-free rounds at the forward rate, plus the optimizer's step (on N workers:
+  the step's throughput times N x `DDP_EFFICIENCY`); evaluations,
   sweeps and eval jobs at the forward rate of their width; decode steps at the training rate plus a
   fixed cost per layer application. Start-up: the median over finished train jobs, else the calibration's.
 - `finished`: depth sweeps, evals and decode benches. Finished jobs of the same kind and variant (decode
@@ -28,6 +31,13 @@ largest_micro_batch`, the trainer's own rule; the memory is then that forward's)
 per forward) the most that would fit, reported beside the whole batch's memory.
 Disk: a train job's checkpoint (weights and optimizer state), final weights and metric spool
 (`orchestrator.retention.PlannedDisk`).
+
+Workers (`resources: {"workers": N}`, a data-parallel train job): the admission places N bundles, so
+the simulation counts N devices for the job's whole time; the time itself is training at N times a
+worker's throughput times `DDP_EFFICIENCY` (the gradient all-reduce on top of the compute, which NCCL
+mostly overlaps with the backward on one box: an assumption until the history has a run of that worker
+count, whose measured throughput then replaces it), plus evaluations and checkpoints at one worker's
+speed (rank 0 does them alone).
 """
 
 from __future__ import annotations
@@ -57,6 +67,16 @@ SOURCES = ("measured", "flop_model", "finished", "budget", "unknown")
 # bytes of one metric point in a job's spool (orchestrator/task.py MetricSpool: a JSON line of ts, key,
 # step, value, tokens, wall_s), for a point of a long run (6-10 digit steps and tokens, 17-digit floats)
 SPOOL_POINT_BYTES = 140
+
+# the throughput of N data-parallel workers over N times one worker's, until a run of N was measured
+DDP_EFFICIENCY = 0.9
+
+
+def ddp_speedup(workers: int) -> float:
+    """How many times one worker's throughput `workers` data-parallel workers are estimated to train."""
+    return 1.0 if workers == 1 else workers * DDP_EFFICIENCY
+
+
 # what a spec the cost models cannot read raises (a plugin's spec, a test double's, an old config)
 UNREADABLE = (ConfigError, ValueError, TypeError, KeyError, ZeroDivisionError, OSError)
 
@@ -147,19 +167,20 @@ class TimeModel:
 
     # ---- estimates
     def estimate(self, kind: str, spec: dict[str, Any], *, train_spec: dict[str, Any] | None = None,
-                 ref_train_s: float | None = None) -> Estimate:  # fmt: skip
-        """One job: a train spec (`ref_train_s`: the training time a `match_time_of` budget copies),
-        a depth sweep or eval (`train_spec`: its train job's spec), a decode bench, or any other kind.
-        A spec its kind's cost model cannot read (a plugin's, a test double's, an old config) is "unknown"."""
+                 ref_train_s: float | None = None, workers: int = 1) -> Estimate:  # fmt: skip
+        """One job: a train spec (`ref_train_s`: the training time a `match_time_of` budget copies;
+        `workers`: its data-parallel workers), a depth sweep or eval (`train_spec`: its train job's
+        spec), a decode bench, or any other kind. A spec its kind's cost model cannot read (a plugin's,
+        a test double's, an old config) is "unknown"."""
         try:
-            return self._estimate(kind, spec, train_spec, ref_train_s)
+            return self._estimate(kind, spec, train_spec, ref_train_s, workers)
         except UNREADABLE:
             return Estimate(None, "unknown")
 
     def _estimate(self, kind: str, spec: dict[str, Any], train_spec: dict[str, Any] | None,
-                  ref_train_s: float | None) -> Estimate:  # fmt: skip
+                  ref_train_s: float | None, workers: int = 1) -> Estimate:  # fmt: skip
         if kind == "train":
-            return self.train(spec, ref_train_s)
+            return self.train(spec, ref_train_s, workers)
         if kind == "decode_bench":
             return self.forward_job(kind, self.decode_cost(spec), variant_of(spec, "decode_bench"),
                                     lambda h: self.decode_cost(h["spec"]), same_device=True)  # fmt: skip
@@ -192,11 +213,11 @@ class TimeModel:
                 fit = None  # not even one sequence
         return fit, given == "auto" and fit is not None
 
-    def train(self, spec: dict[str, Any], ref_train_s: float | None = None) -> Estimate:
+    def train(self, spec: dict[str, Any], ref_train_s: float | None = None, workers: int = 1) -> Estimate:
         found = self._train_of(spec)
         if found is None:
             return Estimate(None, "unknown")
-        est = self._train_estimate(spec, found[1], ref_train_s)
+        est = self._train_estimate(spec, found[1], ref_train_s, workers)
         est.micro_batch, est.micro_batch_given = self.micro_batch(*found)
         if est.micro_batch_given:
             from model.memory import training_memory
@@ -206,19 +227,25 @@ class TimeModel:
             )
         return est
 
-    def _train_estimate(self, spec: dict[str, Any], cost: TrainCost, ref_train_s: float | None) -> Estimate:
+    def _train_estimate(
+        self, spec: dict[str, Any], cost: TrainCost, ref_train_s: float | None, workers: int = 1
+    ) -> Estimate:
         variant = variant_of(spec)
-        same = [
+        alike = [
             h for h in self.history
             if h["kind"] == "train" and h["variant_id"] == variant and h["tokens_per_s"]
             and h["batch_size"] == cost.batch and h["compile"] == cost.compile and h["device"] == self.device
         ]  # fmt: skip
+        same = [h for h in alike if h.get("workers", 1) == workers]
+        # no run of this worker count yet: one worker's throughput, scaled (see DDP_EFFICIENCY)
+        scale = 1.0 if same else ddp_speedup(workers)
+        same = same or [h for h in alike if h.get("workers", 1) == 1]
         memory = cost.memory[self.device]
         if self.device == "cuda":
             memory = _median(h["peak_mem_mb"] * 2**20 for h in same if h["peak_mem_mb"]) or memory
         if same:
             source = "measured"
-            tokens_per_s = _median(h["tokens_per_s"] for h in same)
+            tokens_per_s = _median(h["tokens_per_s"] for h in same) * scale
             eval_rate = _median(
                 self._eval_flops_of(h) / h["eval_seconds"] for h in same if h["eval_seconds"]
             )  # fmt: skip
@@ -228,7 +255,7 @@ class TimeModel:
             startup = _median(h["overhead"] for h in same)
         elif self.calibration is not None:
             source = "flop_model"
-            tokens_per_s = cost.tokens_per_step / self._step_seconds(cost)
+            tokens_per_s = cost.tokens_per_step / self._step_seconds(cost) * ddp_speedup(workers)
             eval_rate = self.calibration.rates(cost.cfg.d_model)[1]
             per_ckpt = cost.checkpoint_bytes / self.calibration.save_bytes_per_s
             startup = self.startup_s
@@ -341,8 +368,10 @@ class LazyTimeModel:
 
 
 def estimate_plans(model: TimeModel, plans: list[JobPlan],
-                   existing_train_s: dict[int, float] | None = None) -> list[Estimate]:  # fmt: skip
-    """One estimate per plan, references before the jobs whose budget copies their training time."""
+                   existing_train_s: dict[int, tuple[float, int]] | None = None) -> list[Estimate]:  # fmt: skip
+    """One estimate per plan, references before the jobs whose budget copies their training time
+    (`existing_train_s`: the training seconds and workers of references in the database; what is
+    copied is `pairing.time_budget`'s)."""
     from orchestrator.grid import trained_plan
     from orchestrator.jobqueue import deps_first
 
@@ -350,10 +379,16 @@ def estimate_plans(model: TimeModel, plans: list[JobPlan],
     out: dict[int, Estimate] = {}
     for i in deps_first(plans):
         plan = plans[i]
+        workers = pairing.workers_of(plan.resources)
         ref, ref_train_s = pairing.reference(plan), None
         if ref is not None:
-            ref_train_s = existing_train_s.get(ref.job) if ref.job is not None else out[ref.plan].train_s
+            if ref.job is not None:
+                seconds, ref_workers = existing_train_s.get(ref.job, (None, 1))
+            else:
+                seconds, ref_workers = out[ref.plan].train_s, pairing.workers_of(plans[ref.plan].resources)
+            ref_train_s = None if seconds is None else pairing.time_budget(seconds, ref_workers, workers)
         trained = trained_plan(plans, i)
         train_spec = None if trained is None else trained.spec
-        out[i] = model.estimate(plan.kind, plan.spec, train_spec=train_spec, ref_train_s=ref_train_s)
+        out[i] = model.estimate(plan.kind, plan.spec, train_spec=train_spec, ref_train_s=ref_train_s,
+                                workers=workers)  # fmt: skip
     return [out[i] for i in range(len(plans))]

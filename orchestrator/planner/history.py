@@ -58,6 +58,7 @@ def finished_runs(eng: Engine) -> list[dict[str, Any]]:
             results.c.ckpt_seconds,
             results.c.device,
             results.c.peak_mem_mb,
+            results.c.workers,
         )  # fmt: skip
         .join(attempts, attempts.c.job_id == JOBS.c.id)
         .outerjoin(results, results.c.job_id == JOBS.c.id)
@@ -96,7 +97,7 @@ def finished_runs(eng: Engine) -> list[dict[str, Any]]:
             item.update(
                 steps=r.steps or 1, tokens_per_s=r.tokens_per_s, eval_seconds=r.eval_seconds,
                 ckpt_seconds=r.ckpt_seconds, peak_mem_mb=r.peak_mem_mb, overhead=max(0.0, wall - worked),
-                batch_size=spec.get("batch_size"), compile=bool(spec.get("compile")),
+                batch_size=spec.get("batch_size"), compile=bool(spec.get("compile")), workers=r.workers or 1,
             )  # fmt: skip
             if r.train_seconds is None:
                 continue
@@ -108,16 +109,18 @@ def finished_runs(eng: Engine) -> list[dict[str, Any]]:
     return out
 
 
-def existing_train_seconds(eng: Engine, plans: list[JobPlan]) -> dict[int, float]:
-    """Training seconds of the existing jobs that match-time budgets of the plans name by id."""
+def existing_train_seconds(eng: Engine, plans: list[JobPlan]) -> dict[int, tuple[float, int]]:
+    """Training seconds and workers of the existing jobs that match-time budgets of the plans name by id."""
     ids = pairing.existing_references(plans)
     if not ids:
         return {}
     with eng.connect() as conn:
         rows = conn.execute(
-            sa.select(TrainResult.job_id, TrainResult.train_seconds).where(TrainResult.job_id.in_(ids))
+            sa.select(TrainResult.job_id, TrainResult.train_seconds, TrainResult.workers).where(
+                TrainResult.job_id.in_(ids)
+            )
         ).all()
-    return {job_id: float(s) for job_id, s in rows if s is not None}
+    return {job_id: (float(s), w or 1) for job_id, s, w in rows if s is not None}
 
 
 def max_job_id(eng: Engine) -> int:

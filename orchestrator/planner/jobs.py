@@ -146,7 +146,8 @@ def queue_jobs(eng: Engine, model: TimeModel, has_gpu: bool, now: float) -> list
         if r.planned_seconds is not None:  # what was planned at submission
             est = Estimate(r.planned_seconds, r.planned_source or "unknown")
         else:
-            est = model.estimate(r.kind, spec, train_spec=train_spec, ref_train_s=r.budget_time_s)
+            est = model.estimate(r.kind, spec, train_spec=train_spec, ref_train_s=r.budget_time_s,
+                                 workers=pairing.workers_of(r.resources))  # fmt: skip
         job = ForecastJob(
             key=f"#{r.id}", kind=r.kind, status=r.status,
             what=describe("train", train_spec, r.variant_label) if train_spec else describe(r.kind, spec, r.variant_label),

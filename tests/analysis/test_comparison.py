@@ -268,6 +268,28 @@ def test_iso_time_summary_pairs_by_seed():
     assert s["verdict"] == "better"
 
 
+def test_iso_time_pairs_match_device_seconds_across_worker_counts():
+    """A 2-worker run matched to a 1-worker reference trained half its wall time: equal device-seconds;
+    at equal worker counts the wall seconds are what was matched."""
+    runs = frame([
+        run(1, "parcae", 0, 3.00, train_seconds=120.0, workers=1),
+        run(2, "lean", 0, 2.95, budget=None, match_time_of=1, train_seconds=60.0, workers=2),
+        run(3, "fixed4", 0, 3.01, budget=None, match_time_of=1, train_seconds=119.0, workers=1),
+        run(4, "plain", 0, 3.02, budget=None, match_time_of=1, train_seconds=118.0, workers=None),  # not recorded
+        run(5, "plain", 1, 3.03, budget=None, match_time_of=99, train_seconds=118.0, workers=2),  # ref not given
+    ])  # fmt: skip
+    p = comparison.iso_time_pairs(runs).set_index("job_id")
+    assert (p.loc[2, "workers"], p.loc[2, "ref_workers"], p.loc[2, "matched"]) == (2, 1, "device-seconds")
+    assert (p.loc[2, "device_seconds"], p.loc[2, "ref_device_seconds"]) == (120.0, 120.0)
+    assert p.loc[3, "matched"] == p.loc[4, "matched"] == "wall seconds"
+    assert p.loc[4, "device_seconds"] == 118.0
+    assert pd.isna(p.loc[5, "matched"]) and pd.isna(p.loc[5, "ref_device_seconds"])
+    runs["workers"] = pd.array([1, 2, 1, None, 2], dtype="Int64")  # as orchestrator.frames gives them
+    matched = comparison.iso_time_pairs(runs).set_index("job_id")["matched"].sort_index()
+    assert matched.iloc[:3].tolist() == ["device-seconds", "wall seconds", "wall seconds"]
+    assert pd.isna(matched.iloc[3])
+
+
 def test_iso_time_pairs_none():
     assert comparison.iso_time_pairs(frame([run(1, "a", 0, 3.0)])).empty
 

@@ -253,16 +253,16 @@ def test_workers_is_a_resource_key_of_grids_and_the_queue(tmp_path):
             q.submit(Grid("w", job="noop", resources={"workers": bad}))
     (gang, plain) = q.submit(
         [
-            Grid("g", job="noop", base={"tag": "g"}, resources={"workers": 2, "num_gpus": 1}),
+            Grid("g", base={"tokens": 100}, resources={"workers": 2, "num_gpus": 1}),
             Grid("p", job="noop"),
         ]
     )
     with q.eng.connect() as conn:
         stored = dict(conn.execute(sa.text("SELECT id, resources FROM jobs")).all())
-    assert jobqueue.job_resources("noop", stored[gang], True) == {
+    assert jobqueue.job_resources("train", stored[gang], True) == {
         "num_cpus": 1.0, "num_gpus": 1.0, "workers": 2, "exclusive": False}  # fmt: skip
     assert jobqueue.job_resources("noop", stored[plain], False)["workers"] == 1
-    assert Request.of(jobqueue.job_resources("noop", stored[gang], True)).total == {"cpus": 2.0, "gpus": 2.0}
+    assert Request.of(jobqueue.job_resources("train", stored[gang], True)).total == {"cpus": 2.0, "gpus": 2.0}
     assert isinstance(
         admit(ready(("g", 0, Request(gpus=1, workers=2))), [Node.with_gpus(2, 1)]).refused[0], Refuse
     )

@@ -12,6 +12,7 @@ import time
 import pytest
 import sqlalchemy as sa
 
+from model.errors import ConfigError
 from orchestrator import Grid, Queue
 from orchestrator.scheduler import Scheduler
 from tests.db_rows import rows
@@ -110,19 +111,25 @@ def test_job_larger_than_the_cluster_fails_clearly(q):
     assert "cluster has" in rows(q, "SELECT error FROM jobs WHERE id=:j", j=jid)[0][0]
 
 
-def test_a_gang_job_is_admitted_whole_and_refused_until_a_launcher_exists(q):
-    """2 GPUs: a 3-worker job can never be placed (refused as too big); a 2-worker one would start whole,
-    which this driver cannot launch yet, so it is refused saying so; the queue goes on."""
+def test_a_gang_job_is_admitted_whole_or_refused(q):
+    """2 GPUs: a 3-worker job can never be placed (refused as too big); a grid cannot ask several
+    workers of a kind that is not train, and a stored job that does (submitted before that check) fails
+    at launch saying so; the queue goes on. Gangs that run: tests/orchestrator/test_gang.py."""
+    with pytest.raises(ConfigError, match="resources.workers: 2: only train jobs run on several workers"):
+        q.submit(Grid("g", job="noop", base={"tag": "g"}, resources={"workers": 2}))
     gang, big, ok = q.submit([
-        Grid("g", job="noop", base={"tag": "g"}, resources={"workers": 2, "num_gpus": 1, "num_cpus": 0.5}),
-        Grid("b", job="noop", base={"tag": "b"}, resources={"workers": 3, "num_gpus": 1}),
+        Grid("g", job="noop", base={"tag": "g"}),
+        Grid("b", base={"tokens": 100}, resources={"workers": 3, "num_gpus": 1}),
         Grid("n", job="noop", base={"tag": "n"}),
     ])  # fmt: skip
+    with q.eng.begin() as conn:
+        conn.execute(sa.text("UPDATE jobs SET resources=:r, max_attempts=1 WHERE id=:j"),
+                     {"r": json.dumps({"workers": 2, "num_gpus": 1, "num_cpus": 0.5}), "j": gang})  # fmt: skip
     run(q)
     status = dict(rows(q, "SELECT id, status FROM jobs"))
     error = dict(rows(q, "SELECT id, error FROM jobs"))
     assert status == {gang: "failed", big: "failed", ok: "succeeded"}
-    assert error[gang].startswith(f"job {gang} asks for 2 workers at once") and "workers 1" in error[gang]
+    assert "resources.workers: 2: only train jobs run on several workers, not noop" in error[gang]
     assert "needs 3 workers of {'num_cpus': 1.0, 'num_gpus': 1.0} at once" in error[big]
     assert "cluster has {'CPU': 2.0, 'GPU': 2.0}" in error[big]
 
