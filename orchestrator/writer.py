@@ -34,6 +34,10 @@ One bad event never costs the others: an event that does not fit (a metric witho
 result row for an unknown table or with unknown columns, a NaN that SQLite would store as NULL) is
 dropped with a WARNING line in the job's log, before anything is written. Should the database still
 refuse a batch, it is written again job by job, then event by event, so only the bad event is lost.
+
+An outage (the server gone, the disk full, the file locked: `orchestrator.db.outage`) is no bad row:
+`write_events` raises it having written nothing, or, part-way through a job-by-job retry, `Unwritten`
+with what is left; the driver keeps those events and writes them when the database is back.
 """
 
 from __future__ import annotations
@@ -46,10 +50,11 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import DataError, IntegrityError, InterfaceError, ProgrammingError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, InterfaceError, ProgrammingError
 
 from analysis.curves import CURVE_LEVEL_TOP, curve_level
 from orchestrator import jobqueue
+from orchestrator.db import outage
 from orchestrator.schema import RESULT_TABLES, JobLog, LatestMetric, Metric
 from workers.reporter import Event, EventKind
 
@@ -61,9 +66,24 @@ LOGS = JobLog.__table__
 BAD_ROW_ERRORS = (IntegrityError, DataError, ProgrammingError, InterfaceError)
 
 
+class Unwritten(Exception):
+    """The database became unavailable (an outage, see orchestrator.db.outage: the `__cause__`) while
+    `write_events` wrote a refused batch job by job, after part of it was committed: `batches` holds, in
+    order, what is not written yet, to be given to `write_events` again once the database is back."""
+
+    def __init__(self, batches: list[tuple[int, int, list[Event]]]) -> None:
+        super().__init__(f"{sum(len(e) for *_, e in batches)} event(s) not written")
+        self.batches = batches
+
+
 def write_events(eng: Engine, batches: list[tuple[int, int, list[Event]]]) -> int:
     """Persist `(job_id, attempt_n, events)` batches in one transaction; returns the event count
-    (of those given: the batches of an attempt that does not own its job are dropped)."""
+    (of those given: the batches of an attempt that does not own its job are dropped).
+
+    An outage (the server gone, the disk full: orchestrator.db.outage) raises and writes nothing: give
+    the same batches again later (points are upserts, so a commit whose answer was lost stores nothing
+    twice). Only while a refused batch is written job by job can an outage leave part of it written;
+    then `Unwritten` carries the rest."""
     # job rows are taken in id order (as recovery takes them), so two writers never wait on each other
     # in a cycle; the sort is stable: each job's batches keep their order
     batches = sorted(batches, key=lambda batch: batch[0])
@@ -71,34 +91,51 @@ def write_events(eng: Engine, batches: list[tuple[int, int, list[Event]]]) -> in
         with eng.begin() as conn:
             for job_id, attempt_n, events in batches:
                 _write_job(eng, conn, job_id, attempt_n, events)
-    except BAD_ROW_ERRORS:
+    except BAD_ROW_ERRORS as e:
+        if outage(e):
+            raise
         log.warning("the database refused a batch of events: writing it again job by job", exc_info=True)
-        for job_id, attempt_n, events in batches:
-            _write_job_alone(eng, job_id, attempt_n, events)
+        for i, (job_id, attempt_n, events) in enumerate(batches):
+            _write_job_alone(eng, job_id, attempt_n, events, later=batches[i + 1 :])
     return sum(len(events) for _, _, events in batches)
 
 
-def _write_job_alone(eng: Engine, job_id: int, attempt_n: int, events: list[Event]) -> None:
-    """One job's events in their own transaction; if refused, one event per transaction (in order)."""
+def _write_job_alone(
+    eng: Engine, job_id: int, attempt_n: int, events: list[Event], later: list[tuple[int, int, list[Event]]]
+) -> None:
+    """One job's events in their own transaction; if refused, one event per transaction (in order). An
+    outage raises `Unwritten` with what is left of them and the `later` batches."""
     try:
         with eng.begin() as conn:
             _write_job(eng, conn, job_id, attempt_n, events)
         return
-    except BAD_ROW_ERRORS:
-        pass
-    for event in events:
+    except DBAPIError as e:
+        if outage(e):
+            raise Unwritten([(job_id, attempt_n, events), *later]) from e
+        if not isinstance(e, BAD_ROW_ERRORS):
+            raise
+    for k, event in enumerate(events):
         try:
             with eng.begin() as conn:
                 _write_job(eng, conn, job_id, attempt_n, [event])
-        except BAD_ROW_ERRORS as e:
+            continue
+        except DBAPIError as e:
+            if outage(e):
+                raise Unwritten([(job_id, attempt_n, events[k:]), *later]) from e
+            if not isinstance(e, BAD_ROW_ERRORS):
+                raise
             reason = f"the database refused it: {type(e).__name__}: {getattr(e, 'orig', e)}"
-            log.warning("job %s: %s event dropped (%s)", job_id, event.kind, reason)
-            try:
-                with eng.begin() as conn:
-                    if jobqueue.hold(conn, job_id, attempt_n):
-                        _log_dropped(conn, job_id, attempt_n, event, reason)
-            except BAD_ROW_ERRORS:  # no such job: nowhere to say it but here
-                log.warning("job %s: could not record the dropped event in job_logs", job_id)
+        log.warning("job %s: %s event dropped (%s)", job_id, event.kind, reason)
+        try:
+            with eng.begin() as conn:
+                if jobqueue.hold(conn, job_id, attempt_n):
+                    _log_dropped(conn, job_id, attempt_n, event, reason)
+        except DBAPIError as e:
+            if outage(e):
+                raise Unwritten([(job_id, attempt_n, events[k + 1 :]), *later]) from e
+            if not isinstance(e, BAD_ROW_ERRORS):
+                raise
+            log.warning("job %s: could not record the dropped event in job_logs", job_id)  # no such job
 
 
 # ---------------------------------------------------------------- checks
