@@ -22,8 +22,9 @@ from sqlalchemy import event
 
 from orchestrator import Grid, Queue, cli
 from orchestrator.db import FULL, UNREACHABLE, describe_error, dispose_all, engine, outage, resolve_url
+from orchestrator.display import status_frame, table
 from orchestrator.scheduler import Scheduler
-from orchestrator.task import MetricSpool
+from orchestrator.task import MetricSpool, QueueReporter
 from tests.db_rows import rows
 from tests.orchestrator import fake_jobs
 from workers.reporter import Event
@@ -100,6 +101,8 @@ def test_a_full_sqlite_database_pauses_the_queue_which_resumes_by_itself(tmp_pat
     wait_for(lambda: sched.outcomes, what="a job that finished during the pause")  # its outcome waits too
     assert sched.paused is not None and sched.paused.outage.kind == FULL
     assert rows(q, "SELECT COUNT(*) FROM metrics")[0][0] == paused_at
+    # `looplab status` (which can still read) notes the running jobs' silence
+    assert "no heartbeat for 0m0" in table(status_frame(q.eng), stale_s=0.5)
     limit.pages = None  # space freed
     t.join(180)
     assert not t.is_alive()
@@ -250,3 +253,52 @@ def test_the_spool_on_a_full_disk_skips_what_it_could_not_write_whole(tmp_path, 
     assert len(lines) == 4 and lines[1].startswith('{"ts": 2.0') and not lines[1].endswith("}")
     assert MetricSpool(tmp_path).replay() == [points[0], points[3], points[4]]
     assert [json.loads(line)["step"] for line in (lines[0], lines[2], lines[3])] == [1, 4, 5]
+
+
+def test_the_reporter_ships_every_point_and_says_once_when_the_spool_is_full_and_again_free(
+    tmp_path, monkeypatch
+):
+    shipped: list[Event] = []
+
+    class Local(QueueReporter):
+        def _ship(self, batch: list[Event]) -> bool:
+            shipped.extend(batch)
+            return False
+
+    rep = Local(1, sink=None, artifact_dir=tmp_path, flush_s=3600.0)
+    monkeypatch.setattr(MetricSpool, "append", lambda self, e: e.payload["step"] not in (2, 3))  # full at 2-3
+    for step in range(1, 6):
+        rep.metric("lr", step, 0.1)
+    rep.close()
+    assert [e.payload["step"] for e in shipped if e.kind == "metric"] == [1, 2, 3, 4, 5]
+    said = [(e.payload["level"], e.payload["message"]) for e in shipped if e.kind == "log"]
+    assert [level for level, _ in said] == ["WARNING", "INFO"]
+    assert said[0][1].startswith(
+        f"no space left for the spool {tmp_path / MetricSpool.NAME}: points still go"
+    )
+
+
+def test_a_job_stopped_by_a_full_disk_is_told_apart(tmp_path):
+    """The checkpoint's NoSpaceError (also when torch's zip writer is what failed), a plain ENOSPC or
+    EDQUOT, and what they caused count as a full disk: the job's error then opens with what to do."""
+    from orchestrator.task import DISK_FULL_ADVICE, _disk_full
+    from workers.checkpoint import NoSpaceError
+
+    try:
+        try:
+            raise RuntimeError("PytorchStreamWriter failed writing file data/0: unexpected pos 64 vs 0")
+        except RuntimeError as e:
+            raise NoSpaceError("no space left writing the checkpoint at /x/checkpoint.pt") from e
+    except NoSpaceError as e:
+        checkpoint = e
+    try:
+        try:
+            raise OSError(errno.EDQUOT, "Disk quota exceeded")
+        except OSError as e:
+            raise ValueError("could not save") from e
+    except ValueError as e:
+        caused = e
+    assert _disk_full(checkpoint) and _disk_full(OSError(errno.ENOSPC, "full")) and _disk_full(caused)
+    assert not _disk_full(OSError(errno.ENOENT, "no such file")) and not _disk_full(RuntimeError("x"))
+    assert DISK_FULL_ADVICE.format(job=7).startswith("No space left on device: the job stopped.")
+    assert "`looplab retry 7`" in DISK_FULL_ADVICE.format(job=7)
