@@ -241,9 +241,7 @@ class Scheduler:
         """Everything of a pass that uses the database: write what is held, launch, heartbeats and
         recovery, progress. True when the driver is done. An outage raises (the loop pauses)."""
         now = time.time()
-        if self.paused is not None:
-            self._note_pause()  # raises while the outage lasts
-        self._write_held()  # what waited first: events, then outcomes
+        self._write_held(self._pause_notes())  # what waited first (raises while an outage lasts)
         if self.paused is not None:
             self._resume()
             self.last_touch = 0.0  # our heartbeats now; other drivers' jobs went without theirs too,
@@ -338,13 +336,14 @@ class Scheduler:
             out = {"outcome": AttemptOutcome.FAILED, "error": f"Ray task failed: {type(e).__name__}: {e}"}
         self.outcomes.append((job_id, n, out))
 
-    def _write_held(self) -> None:
-        """Write the held events, then record the held outcomes, in order; each leaves `held` /
-        `outcomes` once written, so an outage half-way keeps exactly what is not written yet."""
-        if self.held:
+    def _write_held(self, notes: list[tuple[int, int, list[Event]]] = ()) -> None:
+        """Write `notes` and the held events (one transaction), then record the held outcomes, in order;
+        each leaves `held` / `outcomes` once written, so an outage half-way keeps exactly what is not
+        written yet (the notes of a failed try are dropped: the next try writes its own)."""
+        if self.held or notes:
             batches, self.held = self.held, []
             try:
-                write_events(self.eng, batches)
+                write_events(self.eng, [*notes, *batches])
             except Unwritten as e:
                 self.held = e.batches + self.held
                 raise
@@ -356,8 +355,8 @@ class Scheduler:
             self.outcomes.pop(0)
 
     def _record(self, job_id: int, n: int, out: dict[str, Any]) -> None:
-        # every event of the job is written (written before this), its result rows among them; a
-        # resumed job's count covers all its attempts under this driver
+        # every event of the job is written (`_write_held` writes the events first), its result rows
+        # among them; a resumed job's count covers all its attempts under this driver
         record_concurrency(self.eng, job_id, n, len(self.overlaps.get(job_id, ())))
         status = self._finish(job_id, n, AttemptOutcome(out["outcome"]), out.get("error"))
         if status.finished:
@@ -398,7 +397,7 @@ class Scheduler:
             if what is None:
                 raise
             print(f"stopped without writing {sum(len(b) for *_, b in self.held)} event(s) and {len(self.outcomes)} "
-                  f"outcome(s): the database is {what.kind} ({what.detail}); the next `looplab run` "
+                  f"outcome(s): the database {outage_phrase(what)}; the next `looplab run` "
                   "re-queues those jobs, which resume from their checkpoints", flush=True)  # fmt: skip
 
     # ------------------------------------------------------------ a database outage
@@ -419,22 +418,24 @@ class Scheduler:
         if first:
             self._say(f"database {self.eng.url.render_as_string(hide_password=True)} {outage_phrase(what)}: "
                       f"claiming and writing paused; {len(self.running)} running job(s) keep training, their "
-                      f"events wait here; retrying in {delay:.0f} s")  # fmt: skip
+                      f"events wait here; retrying in {delay:.3g} s")  # fmt: skip
         else:
-            self._say(f"database still {outage_phrase(what)} after {now - p.since:.0f} s; {held} event(s) and "
-                      f"{len(self.outcomes)} outcome(s) held; retrying in {delay:.0f} s")  # fmt: skip
+            self._say(f"still paused after {now - p.since:.0f} s: the database {outage_phrase(what)}; {held} "
+                      f"event(s) and {len(self.outcomes)} outcome(s) held; retrying in {delay:.3g} s")  # fmt: skip
         return True
 
-    def _note_pause(self) -> None:
-        """The first write after an outage: a line in the log of each job it held (running, or finished
-        with its outcome held), so `looplab logs` tells why its progress stood still."""
+    def _pause_notes(self) -> list[tuple[int, int, list[Event]]]:
+        """While paused: for the first write after the outage, a line in the log of each job it held
+        (running, or finished with its outcome held), so `looplab logs` tells why its progress stood still."""
         p = self.paused
+        if p is None:
+            return []
         start, end = time.strftime("%H:%M:%S", time.localtime(p.since)), time.strftime("%H:%M:%S")
         note = (f"the database {outage_phrase(p.outage)} from {start} to {end}: the driver paused claiming and "
                 "writing; this job kept running and its events waited in the driver")  # fmt: skip
         event = Event(EventKind.LOG, time.time(), {"level": "WARNING", "message": note})
         jobs = {j: n for j, n, _ in self.running.values()} | {j: n for j, n, _ in self.outcomes}
-        write_events(self.eng, [(j, n, [event]) for j, n in sorted(jobs.items())])
+        return [(j, n, [event]) for j, n in sorted(jobs.items())]
 
     def _resume(self) -> None:
         p, self.paused = self.paused, None
