@@ -66,7 +66,7 @@ def _train_jobs(n_runs: int) -> list[dict]:
         key = (recipe, size, json.dumps(model))
         if key not in variants:  # the columns submission stores (a bench config: the preset's vocabulary)
             columns = variant_columns("train", {"recipe": recipe, "size": size, "model": model})
-            variants[key] = {c: columns[c] for c in VARIANT_COLUMNS}
+            variants[key] = {c: columns.get(c) for c in VARIANT_COLUMNS}
         jobs.append(dict(
             id=i + 1, grid_id=1, kind="train", recipe=recipe, size=size, seed=seed, status=status,
             config=json.dumps({"recipe": recipe, "size": size, "seed": seed, "model": model, "tokens": budget, "i": i}),
@@ -134,7 +134,7 @@ def build(url: str, n_runs: int, n_points: int) -> dict:
                    progress_total=None, eta_s=None, error=None, finished_at=now) for j in train]  # fmt: skip
     bench_columns = variant_columns("decode_bench", {"recipe": "parcae", "size": "small"})
     bench = dict(sweeps[0], id=2 * n_runs + 1, kind="decode_bench", recipe="parcae", size="small", seed=None,
-                 config_hash="dec", **{c: bench_columns[c] for c in VARIANT_COLUMNS})  # fmt: skip
+                 config_hash="dec", **{c: bench_columns.get(c) for c in VARIANT_COLUMNS})  # fmt: skip
     deps = [{"job_id": j["id"], "depends_on": json.loads(j["budget"])["match_time_of"]}
             for j in train if "match_time_of" in j["budget"]]  # fmt: skip
     deps += [{"job_id": s["id"], "depends_on": s["id"] - n_runs} for s in sweeps]

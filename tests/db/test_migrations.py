@@ -397,7 +397,7 @@ def test_0010_backfills_curve_levels_and_counts_and_keeps_the_points(db_url):
     from analysis.curves import curve_level, downsample
     from orchestrator import frames
 
-    command.upgrade(alembic_config(db_url), "0009_big_counts")
+    command.upgrade(alembic_config(db_url), _revision("0010_curve_points").down_revision)
     raw = create_engine(db_url, poolclass=NullPool)
     curves = {  # (job, key) -> steps, irregular and unordered as they were inserted
         (1, "train_loss"): [*range(1, 1500), 5000, 1500],
