@@ -234,8 +234,10 @@ def page_loads(url: str) -> dict:
         ids = [int(i) for i in shown["job_id"]]
         frames.depth_metric_keys(url, ids)
         points = curves.points_per_curve(len(ids), most=frames.MAX_POINTS)  # the page's total: the default
-        c = read(url, ids, ("val_loss",), points).merge(shown[["job_id", "variant_label", "size", "budget"]])
-        c["config"] = curves.join_labels(c, ["variant_label", "size", "budget"])
+        labels = shown[["job_id"]].assign(
+            config=curves.join_labels(shown, ["variant_label", "size", "budget"]).to_numpy()
+        )
+        c = read(url, ids, ("val_loss",), points).merge(labels, on="job_id")
         curves.curve_bands(
             c, by=["config"], x="tokens", bins=max(20, min(200, 5000 // c["config"].nunique()))
         )
