@@ -398,7 +398,7 @@ def _curves_where(job_id: int | None, keys: list[str] | None, alias: str = "") -
 def _reindex(conn: Connection, job_id: int | None = None, keys: list[str] | None = None) -> None:
     """Recompute the curves' levels from their points in step order, and their `latest_metrics` rows
     (the last point and the count; a curve without a row gets one) -- of `job_id`'s `keys` (None:
-    all)."""
+    all). UPDATE ... FROM: SQLite 3.33 or later, as revision 0010."""
     where, params = _curves_where(job_id, keys)
     conn.execute(
         sa.text(f"""

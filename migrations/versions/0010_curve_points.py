@@ -17,7 +17,8 @@ every point of every curve it drew (a window function over the whole curve) to k
 Back-fill, in SQL: the levels from each point's position (odd positions keep the default 0; on a big
 database this rewrites half the metric rows once), every curve's count on its latest_metrics row, and a
 row for a curve that has none (one cut by a resume before this revision: its last point); the rows
-there keep their values. Downgrade drops the index and the columns.
+there keep their values. The back-fill is an UPDATE ... FROM (SQLite 3.33 or later, PostgreSQL).
+Downgrade drops the index and the columns.
 """
 
 from collections.abc import Sequence
