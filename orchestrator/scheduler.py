@@ -53,7 +53,8 @@ seen.
 A database outage (the server unreachable, the disk or quota full, the SQLite file locked past its
 busy timeout: `orchestrator.db.outage`) is a state, not a crash: the driver stops claiming and writing,
 while the running jobs keep training and their events keep arriving; it holds them (`held`, with the
-attempt each was reported under) and the finished attempts' outcomes (`outcomes`), retries after
+attempt each was reported under; of heartbeats and progress only the last) and the finished
+attempts' outcomes (`outcomes`), in memory (a few hundred bytes a point), retries after
 1, 2, 4, ... s (at most 30 s: `db_retry_s`, `db_retry_max_s`) and says so on its log and progress
 output at each try. When a write goes through it writes a WARNING line in the log of every job it held
 (`looplab logs`: when and why its progress stood still), then the held events and the outcomes, in
@@ -95,6 +96,8 @@ if TYPE_CHECKING:
     from workers.jobs import JobRegistry
 
 log = logging.getLogger("looplab.scheduler")
+# what a job reports whose last value is all the writer keeps (the live columns of its jobs row)
+LATEST_ONLY = (EventKind.HEARTBEAT, EventKind.PROGRESS)
 
 
 def _seconds(name: str, value: Any, positive: bool = False) -> float:
@@ -161,6 +164,7 @@ class Scheduler:
         # sink, with the attempt they were reported under, and finished attempts' outcomes, in order
         self.held: list[tuple[int, int, list[Event]]] = []
         self.outcomes: list[tuple[int, int, dict[str, Any]]] = []
+        self.live: dict[tuple[int, int, str], Event] = {}  # while paused: (job, attempt, kind) -> the last
         self.paused: _Pause | None = None
         self.db_retry_s = _seconds("db_retry_s", db_retry_s, positive=True)
         self.db_retry_max_s = _seconds("db_retry_max_s", db_retry_max_s, positive=True)
@@ -319,11 +323,20 @@ class Scheduler:
                 )
 
     def _drain(self) -> None:
-        """Take what the sink holds into `held`, each batch with the attempt it was reported under."""
+        """Take what the sink holds into `held`, each batch with the attempt it was reported under. While
+        paused, of a job's heartbeats and progress reports only the last is kept (`live`): the writer keeps
+        only the last anyway, and a long pause should hold the points, not a heartbeat every half second."""
         batches = ray.get(self.sink.drain.remote())
-        if batches:
-            attempt = {j: n for j, n, _ in self.running.values()} | {j: n for j, n, _ in self.outcomes}
-            self.held += [(j, attempt.get(j, 0), evs) for j, evs in batches]
+        if not batches:
+            return
+        attempt = {j: n for j, n, _ in self.running.values()} | {j: n for j, n, _ in self.outcomes}
+        for job_id, events in batches:
+            n = attempt.get(job_id, 0)
+            if self.paused is not None:
+                self.live.update({(job_id, n, e.kind): e for e in events if e.kind in LATEST_ONLY})
+                events = [e for e in events if e.kind not in LATEST_ONLY]
+            if events:
+                self.held.append((job_id, n, events))
 
     def _collect(self, ref: Any) -> None:
         """A finished task: its outcome waits in `outcomes` until it is recorded (`_write_held`)."""
@@ -340,16 +353,18 @@ class Scheduler:
         """Write `notes` and the held events (one transaction), then record the held outcomes, in order;
         each leaves `held` / `outcomes` once written, so an outage half-way keeps exactly what is not
         written yet (the notes of a failed try are dropped: the next try writes its own)."""
-        if self.held or notes:
+        if self.held or notes or self.live:
             batches, self.held = self.held, []
+            live = [(j, n, [e]) for (j, n, _), e in self.live.items()]  # after the job's held events
             try:
-                write_events(self.eng, [*notes, *batches])
+                write_events(self.eng, [*notes, *batches, *live])
             except Unwritten as e:
-                self.held = e.batches + self.held
+                self.held, self.live = e.batches + self.held, {}
                 raise
             except Exception:
                 self.held = batches + self.held
                 raise
+            self.live = {}
         while self.outcomes:
             self._record(*self.outcomes[0])
             self.outcomes.pop(0)

@@ -82,6 +82,7 @@ def assert_every_point_once(q: Queue, job_ids: list[int]) -> None:
             (STEPS, STEPS)
         ]
         assert rows(q, "SELECT steps FROM train_results WHERE job_id = :j", j=job_id) == [(STEPS,)]
+        assert rows(q, "SELECT progress_done FROM jobs WHERE id = :j", j=job_id) == [(STEPS,)]
 
 
 def test_a_full_sqlite_database_pauses_the_queue_which_resumes_by_itself(tmp_path, ray_cluster, caplog):
@@ -101,6 +102,7 @@ def test_a_full_sqlite_database_pauses_the_queue_which_resumes_by_itself(tmp_pat
     wait_for(lambda: sched.outcomes, what="a job that finished during the pause")  # its outcome waits too
     assert sched.paused is not None and sched.paused.outage.kind == FULL
     assert rows(q, "SELECT COUNT(*) FROM metrics")[0][0] == paused_at
+    assert {kind for *_, kind in sched.live} == {"heartbeat", "progress"}  # only their last is held
     # `looplab status` (which can still read) notes the running jobs' silence
     assert "no heartbeat for 0m" in table(status_frame(q.eng), stale_s=0.5)
     limit.pages = None  # space freed
