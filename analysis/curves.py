@@ -102,22 +102,50 @@ def split_first_round(curves: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]
 # ---------------------------------------------------------------- curves
 
 
+# The downsampling rule, shared by this module (pandas), orchestrator.frames (the SQL read) and
+# orchestrator.writer (which stores each point's level as it arrives, so that the read touches only
+# the points it keeps): a curve of n points shown at most m points keeps every 2^L-th point, the first
+# and the last, L the smallest level with 2^L * (m - 1) >= n - 1. A power-of-two stride is what a
+# level stored per point can select as one index range (`curve_level >= L`); an even stride of any
+# length (ceil((n-1)/(m-1)), the rule before revision 0015) would need every point looked at.
+CURVE_LEVEL_TOP = 40  # the first point's level; strides are exact for curves of up to 2^40 points
+
+
+def curve_level(position: int) -> int:
+    """The level of the point at `position` (0-based, in step order) of its curve: how many trailing zero
+    bits `position` has, at most CURVE_LEVEL_TOP (the first point's), so the points of level >= L are
+    exactly every 2^L-th point, the first among them."""
+    if position == 0:
+        return CURVE_LEVEL_TOP
+    return min((position & -position).bit_length() - 1, CURVE_LEVEL_TOP)
+
+
+def stride_level(n: int, max_points: int) -> int:
+    """The level L whose points (every 2^L-th, and the last) show a curve of `n` points in at most
+    `max_points` (>= 2): the smallest L with 2^L * (max_points - 1) >= n - 1; 0 (every point) when
+    n <= max_points. Kept: floor((n-1) / 2^L) + 1 points, plus the last when it is not among them."""
+    m = max(2, int(max_points))
+    level = 0
+    while (m - 1) << level < n - 1 and level < CURVE_LEVEL_TOP:
+        level += 1
+    return level
+
+
 def downsample(
     df: pd.DataFrame, max_points: int = 500, by: tuple[str, ...] = ("job_id", "key"), order: str = "step"
 ) -> pd.DataFrame:
-    """Keep at most `max_points` evenly strided points per series, always the first and the last.
-
-    The stride is ceil((n-1)/(max_points-1)), the same rule `orchestrator.frames.curves` applies in SQL.
-    """
+    """Keep at most `max_points` points per series: every 2^L-th, the first and the last (`stride_level`
+    gives L), the rule `orchestrator.frames.curves` reads from the database."""
     if df.empty or max_points < 2:
         return df
     df = df.sort_values([*by, order])
     g = df.groupby(list(by), sort=False)
-    rn = g.cumcount()
-    n = g[order].transform("size")
-    stride = np.maximum(1, -(-(n - 1) // (max_points - 1)))
+    rn = g.cumcount().to_numpy()
+    n = g[order].transform("size").to_numpy()
+    strides = {k: 1 << stride_level(int(k), max_points) for k in np.unique(n)}
+    stride = pd.Series(n).map(strides).to_numpy(dtype=np.int64)
     keep = (rn % stride == 0) | (rn == n - 1)
-    return df[keep.to_numpy()].reset_index(drop=True)
+    return df[keep].reset_index(drop=True)
 
 
 def join_labels(df: pd.DataFrame, columns: list[str], sep: str = " · ") -> pd.Series:

@@ -38,6 +38,9 @@ def db_url() -> str:
 
 def open_db() -> str | None:
     """The URL if the database opens read-only; otherwise explains why on the page and returns None."""
+    from sqlalchemy.exc import DBAPIError
+
+    from orchestrator.db import describe_error
     from orchestrator.errors import USER_ERRORS
 
     try:
@@ -46,6 +49,9 @@ def open_db() -> str | None:
     except USER_ERRORS as e:
         st.error(f"Cannot open the results database: {e}")
         st.caption("Pass `--db PATH` to `looplab dashboard`, or set LOOPLAB_DB.")
+        return None
+    except DBAPIError as e:  # e.g. the server is not running: say which database, and what to do
+        st.error(f"Cannot open the results database: {describe_error(e, url)}")
         return None
     return url
 

@@ -208,10 +208,21 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except Exception as e:  # user-facing: one clear line, not a traceback (use -v for that)
+        from sqlalchemy.exc import DBAPIError
+
         from orchestrator.errors import USER_ERRORS
 
-        if isinstance(e, USER_ERRORS) and not args.verbose:
+        if args.verbose:
+            raise
+        if isinstance(e, USER_ERRORS):
             print(f"looplab {args.command}: error: {e}", file=sys.stderr)
+            return 2
+        if isinstance(e, DBAPIError):  # the database failed: which one, what, and what to do
+            from orchestrator.db import describe_error, resolve_url
+
+            print(
+                f"looplab {args.command}: error: {describe_error(e, resolve_url(args.db))}", file=sys.stderr
+            )
             return 2
         raise
 

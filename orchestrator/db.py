@@ -5,6 +5,9 @@
     readonly_engine(url)    SQLite `mode=ro` + `PRAGMA query_only=ON`; PostgreSQL a read-only session
                             (`default_transaction_read_only=on`); never migrates
     session(engine)         an ORM Session that commits on success and rolls back on error
+    outage(error)           UNREACHABLE / FULL / DISK / LOCKED (a state to wait out), or None (a real error)
+    describe_error(e, url)  the one line a person reads: the database, what failed, what to do
+    outage_phrase(outage)   "is full (database or disk is full)": the driver's pause messages
     reader_role_sql(role, database)   the SQL that makes a PostgreSQL role able to read and nothing else
 
 Backends: SQLite (a file path, or sqlite:///...) and PostgreSQL (postgresql+psycopg://user@host/dbname;
@@ -24,6 +27,7 @@ Why it is built this way (lessons from Optuna's RDB storage and MLflow's trackin
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -363,6 +367,96 @@ def session(eng: Engine) -> Iterator[Session]:
         except BaseException:
             s.rollback()
             raise
+
+
+# ---------------------------------------------------------------- when the database fails
+
+# What an outage is (a state to wait out, not a bug): the server cannot be reached, the disk (or quota)
+# is full, the disk failed a write (SQLite's I/O error: a volume gone or full), or another process
+# holds the SQLite file locked past the busy timeout.
+UNREACHABLE, FULL, DISK, LOCKED = "unreachable", "full", "disk", "locked"
+# SQLite result codes (the primary code, the low byte of `sqlite_errorcode`)
+_SQLITE_OUTAGES = {
+    5: LOCKED,
+    6: LOCKED,
+    10: DISK,
+    13: FULL,
+    14: UNREACHABLE,
+}  # BUSY, LOCKED, IOERR, FULL, CANTOPEN
+# PostgreSQL SQLSTATE classes and codes: 53 insufficient resources (53100 disk_full), 08 connection
+# exception, 57P01-57P03 admin/crash shutdown and "cannot connect now"
+_PG_OUTAGES = {
+    "53": FULL,
+    "08": UNREACHABLE,
+    "57P01": UNREACHABLE,
+    "57P02": UNREACHABLE,
+    "57P03": UNREACHABLE,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Outage:
+    """Why the database cannot be used right now: `kind` (UNREACHABLE, FULL, DISK, LOCKED) and the driver's
+    own words (`detail`, one line)."""
+
+    kind: str
+    detail: str
+
+
+def outage(error: BaseException) -> Outage | None:
+    """The outage `error` (an exception SQLAlchemy raised) stands for, or None when it is something
+    else (a bad statement, a constraint, a bug), which waiting would not cure."""
+    from sqlalchemy.exc import DBAPIError
+
+    if not isinstance(error, DBAPIError):
+        return None
+    orig = error.orig
+    detail = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+    if isinstance(orig, sqlite3.Error):
+        code = getattr(orig, "sqlite_errorcode", None)
+        kind = _SQLITE_OUTAGES.get(code & 0xFF) if code is not None else None
+        if kind is None and "database or disk is full" in detail:
+            kind = FULL
+        return Outage(kind, detail) if kind else None
+    state = getattr(orig, "sqlstate", None)
+    if state is not None:
+        kind = _PG_OUTAGES.get(state) or _PG_OUTAGES.get(state[:2])
+        return Outage(kind, detail) if kind else None
+    # no SQLSTATE: the client could not talk to the server at all (refused, reset, closed, timed out)
+    if error.connection_invalidated or type(orig).__name__ in ("OperationalError", "InterfaceError"):
+        return Outage(UNREACHABLE, detail)
+    return None
+
+
+_PHRASES = {UNREACHABLE: "cannot be reached", FULL: "is full", DISK: "could not be written",
+            LOCKED: f"stayed locked by another process for {BUSY_TIMEOUT_S:g} s"}  # fmt: skip
+
+
+def outage_phrase(what: Outage) -> str:
+    """What an outage is, to follow "database URL ...": e.g. `is full (database or disk is full)`."""
+    return f"{_PHRASES[what.kind]} ({what.detail})"
+
+
+def describe_error(error: BaseException, url: str) -> str:
+    """One line for a person: which database (`url`, password hidden), what failed, what to do."""
+    shown = display_url(url)
+    what = outage(error)
+    if what is None:
+        orig = getattr(error, "orig", error)
+        first = (str(orig).strip().splitlines() or [""])[0]
+        return (
+            f"database {shown} refused the command: {type(orig).__name__}: {first} (-v shows the traceback)"
+        )
+    file = sqlite_file(url) if url.startswith("sqlite") else None
+    volume = f"the volume of {file.parent}" if file else "the server's data volume"
+    advice = {
+        UNREACHABLE: "start the server or check the address (--db or $LOOPLAB_DB)",
+        FULL: f"free space on {volume} (or raise its quota), then run the command again",
+        DISK: f"check that {volume} is mounted and not full",
+        LOCKED: "run the command again when the process writing it is done",
+    }[what.kind]
+    paused = "" if what.kind == LOCKED else "; a running `looplab run` pauses and resumes by itself"
+    return f"database {shown} {outage_phrase(what)}: {advice}{paused}"
 
 
 # ---------------------------------------------------------------- CLI

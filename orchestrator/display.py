@@ -14,7 +14,10 @@ from orchestrator.frames import job_listing
 from orchestrator.states import JobStatus
 
 COLUMNS = ["id", "grid", "kind", "recipe", "size", "seed", "status", "attempts", "progress_done",
-           "progress_total", "eta_s", "train_loss", "val_loss", "gpu_ids", "error"]  # fmt: skip
+           "progress_total", "eta_s", "train_loss", "val_loss", "gpu_ids", "heartbeat_at", "error"]  # fmt: skip
+# a driver touches its running jobs every second: this much silence is a paused (the database full or
+# unreachable) or lost driver, which `table` notes beside the job
+STALE_S = 30.0
 
 
 def status_frame(eng: Engine, grid: str | int | None = None, all_jobs: bool = True,
@@ -52,16 +55,22 @@ def _num(v: object, fmt: str = ".3f") -> str:
     return "" if v is None or v != v else format(v, fmt)
 
 
-def table(df: pd.DataFrame) -> str:
-    """A compact text table with a progress bar and ETA per job."""
+def table(df: pd.DataFrame, stale_s: float = STALE_S) -> str:
+    """A compact text table with a progress bar and ETA per job; a running job silent for more than
+    `stale_s` seconds is noted (its driver is paused or gone)."""
     if df.empty:
         return "no jobs"
+    now = time.time()
     lines = [f"{'id':>4} {'kind':<12} {'recipe':<8} {'size':<6} {'seed':>4} {'status':<9} {'att':>3} "
              f"{'progress':<27} {'eta':>7} {'train':>7} {'val':>7}  note"]  # fmt: skip
     for r in df.itertuples():
         seed = "" if pd.isna(r.seed) else int(r.seed)
         running = r.status == JobStatus.RUNNING
         note = r.error if r.error else (f"gpu {r.gpu_ids}" if r.gpu_ids and running else "")
+        silent = now - r.heartbeat_at if running and pd.notna(r.heartbeat_at) else 0.0
+        if silent > stale_s:
+            note = (f"no heartbeat for {fmt_eta(silent)}: its driver is paused (the database full or "
+                    f"unreachable: see its output) or gone {note}").rstrip()  # fmt: skip
         prog = bar(r.progress_done, r.progress_total) if running else (
             bar(1, 1) if r.status == JobStatus.SUCCEEDED else " " * 27)  # fmt: skip
         lines.append(

@@ -50,10 +50,29 @@ than needed, never weaker. Every job's contention is recorded the same way: the 
 this driver had running at any time during it goes into `concurrent_jobs` of its train_results and
 decode_benches rows (0: the device to itself). Jobs of another driver on the same machine are not
 seen.
+
+A database outage (the server unreachable, the disk or quota full, the SQLite file locked past its
+busy timeout: `orchestrator.db.outage`) is a state, not a crash: the driver stops claiming and writing,
+while the running jobs keep training and their events keep arriving; it holds them (`held`, with the
+attempt each was reported under; of heartbeats and progress only the last) and the finished
+attempts' outcomes (`outcomes`), in memory (a few hundred bytes a point), retries after
+1, 2, 4, ... s (at most 30 s: `db_retry_s`, `db_retry_max_s`) and says so on its log and progress
+output at each try. When a write goes through it writes a WARNING line in the log of every job it held
+(`looplab logs`: when and why its progress stood still), then the held events and the outcomes, in
+order, and claims again. Every point is stored once: a failed transaction writes nothing and is given
+again whole (points are upserts), and a batch written job by job keeps exactly its unwritten rest
+(`writer.Unwritten`). A job claimed but not launched when the database went away goes back to the
+queue. After the pause the driver sends its own heartbeats first and waits a grace period before
+re-queueing stale jobs of other drivers, which were paused too; a driver of another host that resumes
+first may still re-queue this one's jobs after a pause longer than the grace period (fencing then
+keeps their points once, and they resume from their checkpoints). A second Ctrl-C during a pause stops
+at once; what was held is left to the next `looplab run`, which re-queues those jobs.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import os
 import signal
 import threading
@@ -67,13 +86,19 @@ import ray
 from model import fields
 from orchestrator import drivers, jobkinds, jobqueue, retention
 from orchestrator.admission import Admission, Candidate, Node, Refuse, Request, Running
+from orchestrator.db import Outage, outage, outage_phrase
 from orchestrator.display import print_progress
 from orchestrator.states import AttemptOutcome, JobStatus
 from orchestrator.task import QueueReporter, launch, sink_on_this_node
-from orchestrator.writer import record_concurrency, write_events
+from orchestrator.writer import Unwritten, record_concurrency, write_events
+from workers.reporter import Event, EventKind
 
 if TYPE_CHECKING:
     from workers.jobs import JobRegistry
+
+log = logging.getLogger("looplab.scheduler")
+# what a job reports whose last value is all the writer keeps (the live columns of its jobs row)
+LATEST_ONLY = (EventKind.HEARTBEAT, EventKind.PROGRESS)
 
 
 def _seconds(name: str, value: Any, positive: bool = False) -> float:
@@ -117,7 +142,8 @@ class Scheduler:
                  until_empty: bool = False, max_concurrent: int | None = None, grace_s: float | None = None,
                  poll_s: float = 0.5, progress: bool = True, progress_every_s: float = 5.0,
                  aging_s: float | None = None, retry_backoff_s: float | None = None,
-                 retry_backoff_max_s: float | None = None) -> None:  # fmt: skip
+                 retry_backoff_max_s: float | None = None, db_retry_s: float = 1.0,
+                 db_retry_max_s: float = 30.0) -> None:  # fmt: skip
         self.eng, self.artifacts = eng, Path(artifacts).absolute()
         self.kinds = kinds if kinds is not None else jobkinds.registry()
         self.address, self.num_cpus, self.num_gpus = address, num_cpus, num_gpus
@@ -135,6 +161,14 @@ class Scheduler:
         # job -> the other jobs that ran at some time while it ran (the contention of its timings)
         self.overlaps: dict[int, set[int]] = {}
         self.stopping = 0  # 1: graceful stop asked, 2: forced
+        # what waits for the database (the module's "A database outage"): events drained from the
+        # sink, with the attempt they were reported under, and finished attempts' outcomes, in order
+        self.held: list[tuple[int, int, list[Event]]] = []
+        self.outcomes: list[tuple[int, int, dict[str, Any]]] = []
+        self.live: dict[tuple[int, int, str], Event] = {}  # while paused: (job, attempt, kind) -> the last
+        self.paused: _Pause | None = None
+        self.db_retry_s = _seconds("db_retry_s", db_retry_s, positive=True)
+        self.db_retry_max_s = _seconds("db_retry_max_s", db_retry_max_s, positive=True)
         self.driver = drivers.this_driver()
         self.worker = f"driver@{self.driver.host}:{self.driver.pid}"
 
@@ -183,16 +217,18 @@ class Scheduler:
         return 130 if self.stopping else 0
 
     def _loop(self) -> None:
-        last_touch = last_progress = last_recover = time.time()
+        self.last_touch = self.last_progress = self.last_recover = time.time()
         while True:
             if self.stopping >= 2:
                 self._force_stop()
                 return
-            if not self.stopping:
-                self._launch_ready()
-            if not self.running:
-                if self.stopping or (self.until_empty and jobqueue.nothing_left(self.eng)):
-                    return
+            if self.paused is None or time.time() >= self.paused.retry_at:
+                try:
+                    if self._step():
+                        return
+                except Exception as e:
+                    if not self._pause(e):
+                        raise
             refs = list(self.running)
             done: list[Any] = []
             if refs:
@@ -204,21 +240,35 @@ class Scheduler:
                 time.sleep(self.poll_s)
             self._drain()
             for ref in done:
-                self._record(ref)
-            now = time.time()
-            if now - last_touch > 1.0:
-                self._heartbeat_and_cancels()
-                back = jobqueue.recover_dead(self.eng, self.driver)
-                if back and self.progress:
-                    print(f"recovered {len(back)} job(s) {back} of a dead driver on this host", flush=True)
-                last_touch = now
-            if now - last_recover > max(1.0, self.grace_s / 2):
-                jobqueue.recover_stale(self.eng, self.grace_s, exclude={j for j, *_ in self.running.values()})
-                jobqueue.cascade(self.eng)
-                last_recover = now
-            if self.progress and now - last_progress > self.progress_every_s and self.running:
-                print_progress(self.eng, [j for j, *_ in self.running.values()])
-                last_progress = now
+                self._collect(ref)
+
+    def _step(self) -> bool:
+        """Everything of a pass that uses the database: write what is held, launch, heartbeats and
+        recovery, progress. True when the driver is done. An outage raises (the loop pauses)."""
+        now = time.time()
+        self._write_held(self._pause_notes())  # what waited first (raises while an outage lasts)
+        if self.paused is not None:
+            self._resume()
+            self.last_touch = 0.0  # our heartbeats now; other drivers' jobs went without theirs too,
+            self.last_recover = now + self.grace_s / 2  # so they get a grace period to send them
+        if not self.stopping:
+            self._launch_ready()
+        if not self.running and (self.stopping or (self.until_empty and jobqueue.nothing_left(self.eng))):
+            return True
+        if now - self.last_touch > 1.0:
+            self._heartbeat_and_cancels()
+            back = jobqueue.recover_dead(self.eng, self.driver)
+            if back and self.progress:
+                print(f"recovered {len(back)} job(s) {back} of a dead driver on this host", flush=True)
+            self.last_touch = now
+        if now - self.last_recover > max(1.0, self.grace_s / 2):
+            jobqueue.recover_stale(self.eng, self.grace_s, exclude={j for j, *_ in self.running.values()})
+            jobqueue.cascade(self.eng)
+            self.last_recover = now
+        if self.progress and now - self.last_progress > self.progress_every_s and self.running:
+            print_progress(self.eng, [j for j, *_ in self.running.values()])
+            self.last_progress = now
+        return False
 
     def _launch_ready(self) -> None:
         """Start what the admission rule (orchestrator/admission.py) admits, confirming each start: a
@@ -242,9 +292,15 @@ class Scheduler:
             try:
                 spec = jobqueue.launch_spec(self.eng, job, self.kinds)
                 ref = launch(job.id, job.kind, spec, str(art), self.sink, self.kinds, decision.request)
-            except Exception:
+            except Exception as e:
                 admission.not_started(decision)
-                self._finish(job.id, n, AttemptOutcome.FAILED, traceback.format_exc())
+                if outage(e):  # claimed, not launched: it goes back to the queue with the database
+                    self.outcomes.append((job.id, n, {"outcome": AttemptOutcome.INTERRUPTED, "error": None}))
+                    raise
+                self.outcomes.append(
+                    (job.id, n, {"outcome": AttemptOutcome.FAILED, "error": traceback.format_exc()})
+                )
+                self._write_held()
                 continue
             admission.started(decision)
             others = {j for j, *_ in self.running.values()}
@@ -259,13 +315,23 @@ class Scheduler:
                 )
 
     def _drain(self) -> None:
+        """Take what the sink holds into `held`, each batch with the attempt it was reported under. While
+        paused, of a job's heartbeats and progress reports only the last is kept (`live`): the writer keeps
+        only the last anyway, and a long pause should hold the points, not a heartbeat every half second."""
         batches = ray.get(self.sink.drain.remote())
         if not batches:
             return
-        attempt = {j: n for j, n, _ in self.running.values()}
-        write_events(self.eng, [(j, attempt.get(j, 0), evs) for j, evs in batches])
+        attempt = {j: n for j, n, _ in self.running.values()} | {j: n for j, n, _ in self.outcomes}
+        for job_id, events in batches:
+            n = attempt.get(job_id, 0)
+            if self.paused is not None:
+                self.live.update({(job_id, n, e.kind): e for e in events if e.kind in LATEST_ONLY})
+                events = [e for e in events if e.kind not in LATEST_ONLY]
+            if events:
+                self.held.append((job_id, n, events))
 
-    def _record(self, ref: Any) -> None:
+    def _collect(self, ref: Any) -> None:
+        """A finished task: its outcome waits in `outcomes` until it is recorded (`_write_held`)."""
         job_id, n, _ = self.running.pop(ref)
         try:
             out = ray.get(ref)
@@ -273,8 +339,31 @@ class Scheduler:
             out = {"outcome": AttemptOutcome.INTERRUPTED, "error": f"Ray node lost: {e}"}
         except Exception as e:  # the worker process died (OOM-killed, a crash in native code, ...)
             out = {"outcome": AttemptOutcome.FAILED, "error": f"Ray task failed: {type(e).__name__}: {e}"}
-        # every event of the job is written (drained before this), its result rows among them; a
-        # resumed job's count covers all its attempts under this driver
+        self.outcomes.append((job_id, n, out))
+
+    def _write_held(self, notes: list[tuple[int, int, list[Event]]] = ()) -> None:
+        """Write `notes` and the held events (one transaction), then record the held outcomes, in order;
+        each leaves `held` / `outcomes` once written, so an outage half-way keeps exactly what is not
+        written yet (the notes of a failed try are dropped: the next try writes its own)."""
+        if self.held or notes or self.live:
+            batches, self.held = self.held, []
+            live = [(j, n, [e]) for (j, n, _), e in self.live.items()]  # after the job's held events
+            try:
+                write_events(self.eng, [*notes, *batches, *live])
+            except Unwritten as e:
+                self.held, self.live = e.batches + self.held, {}
+                raise
+            except Exception:
+                self.held = batches + self.held
+                raise
+            self.live = {}
+        while self.outcomes:
+            self._record(*self.outcomes[0])
+            self.outcomes.pop(0)
+
+    def _record(self, job_id: int, n: int, out: dict[str, Any]) -> None:
+        # every event of the job is written (`_write_held` writes the events first), its result rows
+        # among them; a resumed job's count covers all its attempts under this driver
         record_concurrency(self.eng, job_id, n, len(self.overlaps.get(job_id, ())))
         status = self._finish(job_id, n, AttemptOutcome(out["outcome"]), out.get("error"))
         if status.finished:
@@ -307,5 +396,72 @@ class Scheduler:
             ray.cancel(ref, force=True)
         self._drain()
         for job_id, n, _ in self.running.values():
-            self._finish(job_id, n, AttemptOutcome.INTERRUPTED, "stopped by a second Ctrl-C (forced)")
+            self.outcomes.append((job_id, n, {"outcome": AttemptOutcome.INTERRUPTED,
+                                              "error": "stopped by a second Ctrl-C (forced)"}))  # fmt: skip
         self.running.clear()
+        try:
+            self._write_held()
+        except Exception as e:
+            what = outage(e.__cause__ if isinstance(e, Unwritten) else e)
+            if what is None:
+                raise
+            print(f"stopped without writing {sum(len(b) for *_, b in self.held)} event(s) and {len(self.outcomes)} "
+                  f"outcome(s): the database {outage_phrase(what)}; the next `looplab run` "
+                  "re-queues those jobs, which resume from their checkpoints", flush=True)  # fmt: skip
+
+    # ------------------------------------------------------------ a database outage
+    def _pause(self, error: BaseException) -> bool:
+        """`error` is an outage: pause (or stay paused) and say so; False when it is no outage."""
+        what = outage(error.__cause__ if isinstance(error, Unwritten) else error)
+        if what is None:
+            return False
+        now = time.time()
+        first = self.paused is None
+        if first:
+            self.paused = _Pause(since=now, outage=what)
+        p = self.paused
+        p.tries += 1
+        delay = min(self.db_retry_max_s, self.db_retry_s * 2 ** (p.tries - 1))
+        p.retry_at = now + delay
+        held = sum(len(b) for *_, b in self.held)
+        if first:
+            self._say(f"database {self.eng.url.render_as_string(hide_password=True)} {outage_phrase(what)}: "
+                      f"claiming and writing paused; {len(self.running)} running job(s) keep training, their "
+                      f"events wait here; retrying in {delay:.3g} s")  # fmt: skip
+        else:
+            self._say(f"still paused after {now - p.since:.0f} s: the database {outage_phrase(what)}; {held} "
+                      f"event(s) and {len(self.outcomes)} outcome(s) held; retrying in {delay:.3g} s")  # fmt: skip
+        return True
+
+    def _pause_notes(self) -> list[tuple[int, int, list[Event]]]:
+        """While paused: for the first write after the outage, a line in the log of each job it held
+        (running, or finished with its outcome held), so `looplab logs` tells why its progress stood still."""
+        p = self.paused
+        if p is None:
+            return []
+        start, end = time.strftime("%H:%M:%S", time.localtime(p.since)), time.strftime("%H:%M:%S")
+        note = (f"the database {outage_phrase(p.outage)} from {start} to {end}: the driver paused claiming and "
+                "writing; this job kept running and its events waited in the driver")  # fmt: skip
+        event = Event(EventKind.LOG, time.time(), {"level": "WARNING", "message": note})
+        jobs = {j: n for j, n, _ in self.running.values()} | {j: n for j, n, _ in self.outcomes}
+        return [(j, n, [event]) for j, n in sorted(jobs.items())]
+
+    def _resume(self) -> None:
+        p, self.paused = self.paused, None
+        self._say(f"database back after {time.time() - p.since:.0f} s: every held event and outcome is written; "
+                  "claiming again")  # fmt: skip
+
+    def _say(self, message: str) -> None:
+        log.warning(message)
+        if self.progress:
+            print(f"{time.strftime('%H:%M:%S')} {message}", flush=True)
+
+
+@dataclasses.dataclass
+class _Pause:
+    """The outage the driver waits out: since when, what it is, how often a retry failed, the next try."""
+
+    since: float
+    outage: Outage
+    tries: int = 0
+    retry_at: float = 0.0

@@ -27,9 +27,11 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    SmallInteger,
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -197,7 +199,14 @@ class Attempt(Base):
 
 class Metric(Base):
     """Long-format curves. (job_id, key, step) is unique: a resumed attempt that re-reports a
-    step overwrites it, so every point is stored exactly once."""
+    step overwrites it, so every point is stored exactly once.
+
+    `curve_level` (rev. 0015) lets a reader draw a curve of any length from about as many rows as it
+    draws: the point at position p (0-based, by step, within its job and key) has level = the number
+    of trailing zero bits of p (the first point: CURVE_LEVEL_TOP), so "every 2^L-th point" is
+    `curve_level >= L`, one range of `ix_metrics_curve_level` (analysis.curves.downsample is the
+    rule; orchestrator.writer keeps the levels as points arrive). The index holds only levels >= 1
+    (half the points): a curve short enough to be read whole is read through the unique index."""
 
     __tablename__ = "metrics"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -207,16 +216,29 @@ class Metric(Base):
     tokens: Mapped[int | None] = mapped_column(BigInteger)
     wall_s: Mapped[float | None] = mapped_column(Float)  # training seconds (excl. eval/ckpt)
     value: Mapped[float] = mapped_column(Float)
+    curve_level: Mapped[int] = mapped_column(SmallInteger, default=0, server_default="0")
 
     __table_args__ = (
         UniqueConstraint("job_id", "key", "step"),
         # iso-time comparisons read one curve ordered by training seconds (revision 0002)
         Index("ix_metrics_job_id_key_wall_s", "job_id", "key", "wall_s"),
+        # the downsampled reads (revision 0015): partial, a reader names `curve_level >= 1` to use it
+        Index(
+            "ix_metrics_curve_level",
+            "job_id",
+            "key",
+            "curve_level",
+            sqlite_where=text("curve_level >= 1"),
+            postgresql_where=text("curve_level >= 1"),
+        ),
     )
 
 
 class LatestMetric(Base):
-    """Last value per (job, key): listings and the Queue page never scan the whole history."""
+    """Last value per (job, key): listings and the Queue page never scan the whole history.
+
+    The row is the curve's last point by step, and `points` (rev. 0015) is how many points the curve
+    has, so a reader knows how much to downsample it without counting."""
 
     __tablename__ = "latest_metrics"
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
@@ -225,6 +247,7 @@ class LatestMetric(Base):
     tokens: Mapped[int | None] = mapped_column(BigInteger)
     wall_s: Mapped[float | None] = mapped_column(Float)
     value: Mapped[float] = mapped_column(Float)
+    points: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class TrainResult(Base):

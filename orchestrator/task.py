@@ -21,6 +21,7 @@ nothing (see QueueReporter).
 
 from __future__ import annotations
 
+import errno
 import functools
 import importlib
 import json
@@ -32,7 +33,7 @@ import time
 import traceback
 import types
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
@@ -50,6 +51,10 @@ OOM_ADVICE = ("CUDA out of memory: the job did not fit on its GPU. Lower micro_b
               "forward: the same run, its gradient accumulated over more forwards), or give it a whole GPU "
               "(resources num_gpus=1); batch_size, seq_len or the model size change the run. "
               "Traceback follows.\n")  # fmt: skip
+DISK_FULL_ADVICE = ("No space left on device: the job stopped. Its last complete checkpoint is kept (a checkpoint "
+                    "is written to a temporary file and renamed, so a partial one is never read) and a retry "
+                    "resumes from it: free space on the artifact directory's volume, then `looplab retry {job}` "
+                    "if its attempts are used up. Traceback follows.\n")  # fmt: skip
 
 
 @ray.remote(num_cpus=0)
@@ -89,21 +94,29 @@ class MetricSpool:
     never report them again. So every point is written here before it is shipped, and a new attempt
     first replays the file (metric upserts are idempotent), then its `resumed(step)` drops whatever
     came after the checkpoint. The driver deletes the file once the job has succeeded.
+
+    Nothing half-written is read: each point is one `write` of a whole line to a file opened for
+    appending (no buffer holds part of a line for later); a line cut short (a kill, a full disk) has no
+    closing brace, so it is no JSON and replay skips it, and the next point starts on a line of its
+    own. On a full disk `append` returns False instead of raising: the point still goes to the driver
+    (QueueReporter), and spooling goes on by itself once there is space.
     """
 
     NAME = "events.spool"
+    FULL = (errno.ENOSPC, errno.EDQUOT)  # what a full disk or quota raises
 
     def __init__(self, artifact_dir: str | Path) -> None:
         self.path = Path(artifact_dir) / self.NAME
-        self._file: IO[str] | None = None
+        self._fd: int | None = None
+        self._torn = False  # the file may end in a partial line
 
     def replay(self) -> list[Event]:
-        """Metric events of earlier attempts, in the order they were written (a torn last line from
-        a kill is skipped)."""
+        """Metric events of earlier attempts, in the order they were written (a torn line from a kill
+        or a full disk is skipped)."""
         if not self.path.exists():
             return []
         events = []
-        for line in self.path.read_text().splitlines():
+        for line in self.path.read_text(errors="replace").splitlines():
             try:
                 point = json.loads(line)
             except ValueError:
@@ -111,18 +124,29 @@ class MetricSpool:
             events.append(Event(EventKind.METRIC, point.pop("ts"), point))
         return events
 
-    def append(self, event: Event) -> None:
-        if self._file is None:
-            torn = self.path.exists() and self.path.stat().st_size > 0 and not self._ends_with_newline()
-            self._file = open(self.path, "a", buffering=1)  # noqa: SIM115 - line-buffered: one write per point
-            if torn:  # end a kill's torn line, or this attempt's first point would be glued to it
-                self._file.write("\n")
-        self._file.write(json.dumps({"ts": event.ts, **event.payload}) + "\n")
+    def append(self, event: Event) -> bool:
+        """Spool one point; False when the disk (or quota) is full and it could not be written whole."""
+        line = (json.dumps({"ts": event.ts, **event.payload}) + "\n").encode()
+        try:
+            if self._fd is None:
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                self._torn = os.fstat(self._fd).st_size > 0 and not self._ends_with_newline()
+            if self._torn:  # end a torn line, or this point would be glued to it
+                line = b"\n" + line
+            while line:
+                line = line[os.write(self._fd, line) :]
+        except OSError as e:
+            if e.errno not in self.FULL:
+                raise
+            self._torn = True  # part of the line may be in the file
+            return False
+        self._torn = False
+        return True
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def _ends_with_newline(self) -> bool:
         with open(self.path, "rb") as f:
@@ -148,6 +172,7 @@ class QueueReporter(BaseReporter):
         self._lock = threading.Lock()  # guards the buffer
         self._send_lock = threading.Lock()  # keeps batches in order
         self._spool = MetricSpool(artifact_dir) if artifact_dir is not None else None
+        self._spool_full = False
         if self._spool is not None:
             self._buf.extend(self._spool.replay())
         self._closed = threading.Event()
@@ -157,8 +182,18 @@ class QueueReporter(BaseReporter):
     def emit(self, event: Event) -> None:
         with self._lock:
             if event.kind == EventKind.METRIC and self._spool is not None:
-                self._spool.append(event)
+                spooled = self._spool.append(event)
+                if spooled == self._spool_full:  # it filled up, or has room again: say so once
+                    self._spool_full = not spooled
+                    self._buf.append(Event(EventKind.LOG, event.ts, self._spool_note(spooled)))
             self._buf.append(event)
+
+    def _spool_note(self, spooled: bool) -> dict[str, str]:
+        if spooled:
+            return {"level": "INFO", "message": f"the spool {self._spool.path} takes points again"}
+        return {"level": "WARNING", "message": f"no space left for the spool {self._spool.path}: points still go "
+                "to the driver, but a kill before they are stored would lose them (the checkpoint, on the same "
+                "disk, will fail too: the job then stops at its last good checkpoint)"}  # fmt: skip
 
     def _ship(self, batch: list[Event]) -> bool:
         """Hand a batch to the driver's sink; returns the job's stop flag."""
@@ -277,6 +312,18 @@ def execute_gang(job_id: int, spec: dict, artifact_dir: str, sink: Any, workers:
     return out
 
 
+def _disk_full(error: BaseException | None) -> bool:
+    """`error`, or an error that caused it, is a full disk or quota (a checkpoint's NoSpaceError too)."""
+    while isinstance(error, BaseException):
+        if isinstance(error, OSError):
+            from workers.checkpoint import NoSpaceError
+
+            if error.errno in MetricSpool.FULL or isinstance(error, NoSpaceError):
+                return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
 @ray.remote(max_retries=0)
 def execute_job(job_id: int, kind: str, spec: dict, artifact_dir: str, sink: Any, kinds_ref: Any) -> dict:
     """Runs one job on a Ray worker. Never raises: the outcome is a dict the driver records."""
@@ -295,7 +342,9 @@ def execute_job(job_id: int, kind: str, spec: dict, artifact_dir: str, sink: Any
     except BaseException as e:  # noqa: BLE001 - every failure is recorded, the queue goes on
         tb = traceback.format_exc()
         oom = type(e).__name__ == "OutOfMemoryError" or "CUDA out of memory" in str(e)
-        out = {"outcome": AttemptOutcome.FAILED, "error": (OOM_ADVICE + tb) if oom else tb}
+        full = _disk_full(e)
+        advice = OOM_ADVICE if oom else DISK_FULL_ADVICE.format(job=job_id) if full else ""
+        out = {"outcome": AttemptOutcome.FAILED, "error": advice + tb}
     try:
         rep.close()
     except Exception:

@@ -7,7 +7,8 @@ queue cheap: one transaction for hundreds of metric points instead of one per po
 
 Per `EventKind` (workers/reporter.py); the `jobs` and `attempts` columns are written through
 orchestrator/jobqueue.py (the one module that writes those rows), in this writer's transaction:
-- metric     -> metrics upsert on (job_id, key, step) + latest_metrics upsert (dialect's ON CONFLICT)
+- metric     -> metrics upsert on (job_id, key, step) + latest_metrics upsert (dialect's ON CONFLICT),
+                with each new point's `curve_level` and the curve's point count (see "curves" below)
 - progress   -> jobs.progress_done/progress_total/eta_s
 - heartbeat  -> jobs.heartbeat_at (time of writing: one clock, whatever the worker node's clock says)
 - checkpoint -> jobs.checkpoint_path/checkpoint_step
@@ -16,6 +17,7 @@ orchestrator/jobqueue.py (the one module that writes those rows), in this writer
 - log        -> job_logs
 - resumed    -> attempts.resumed_from_step (`record_resumed`), and the job's metric points after that
                 step are deleted: the resumed attempt reports them again, so every point is stored once
+                (latest_metrics then holds the last point kept)
 - started    -> attempts.worker, jobs.worker/gpu_ids (`record_started`; sent by the task wrapper)
 A kind that is no `EventKind` is a bad event (below).
 Events are applied in order per job, so a `resumed` deletes only points reported before it.
@@ -32,6 +34,10 @@ One bad event never costs the others: an event that does not fit (a metric witho
 result row for an unknown table or with unknown columns, a NaN that SQLite would store as NULL) is
 dropped with a WARNING line in the job's log, before anything is written. Should the database still
 refuse a batch, it is written again job by job, then event by event, so only the bad event is lost.
+
+An outage (the server gone, the disk full, the file locked: `orchestrator.db.outage`) is no bad row:
+`write_events` raises it having written nothing, or, part-way through a job-by-job retry, `Unwritten`
+with what is left; the driver keeps those events and writes them when the database is back.
 """
 
 from __future__ import annotations
@@ -44,9 +50,11 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import DataError, IntegrityError, InterfaceError, ProgrammingError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, InterfaceError, ProgrammingError
 
+from analysis.curves import CURVE_LEVEL_TOP, curve_level
 from orchestrator import jobqueue
+from orchestrator.db import outage
 from orchestrator.schema import RESULT_TABLES, JobLog, LatestMetric, Metric
 from workers.reporter import Event, EventKind
 
@@ -58,9 +66,24 @@ LOGS = JobLog.__table__
 BAD_ROW_ERRORS = (IntegrityError, DataError, ProgrammingError, InterfaceError)
 
 
+class Unwritten(Exception):
+    """The database became unavailable (an outage, see orchestrator.db.outage: the `__cause__`) while
+    `write_events` wrote a refused batch job by job, after part of it was committed: `batches` holds, in
+    order, what is not written yet, to be given to `write_events` again once the database is back."""
+
+    def __init__(self, batches: list[tuple[int, int, list[Event]]]) -> None:
+        super().__init__(f"{sum(len(e) for *_, e in batches)} event(s) not written")
+        self.batches = batches
+
+
 def write_events(eng: Engine, batches: list[tuple[int, int, list[Event]]]) -> int:
     """Persist `(job_id, attempt_n, events)` batches in one transaction; returns the event count
-    (of those given: the batches of an attempt that does not own its job are dropped)."""
+    (of those given: the batches of an attempt that does not own its job are dropped).
+
+    An outage (the server gone, the disk full: orchestrator.db.outage) raises and writes nothing: give
+    the same batches again later (points are upserts, so a commit whose answer was lost stores nothing
+    twice). Only while a refused batch is written job by job can an outage leave part of it written;
+    then `Unwritten` carries the rest."""
     # job rows are taken in id order (as recovery takes them), so two writers never wait on each other
     # in a cycle; the sort is stable: each job's batches keep their order
     batches = sorted(batches, key=lambda batch: batch[0])
@@ -68,34 +91,51 @@ def write_events(eng: Engine, batches: list[tuple[int, int, list[Event]]]) -> in
         with eng.begin() as conn:
             for job_id, attempt_n, events in batches:
                 _write_job(eng, conn, job_id, attempt_n, events)
-    except BAD_ROW_ERRORS:
+    except BAD_ROW_ERRORS as e:
+        if outage(e):
+            raise
         log.warning("the database refused a batch of events: writing it again job by job", exc_info=True)
-        for job_id, attempt_n, events in batches:
-            _write_job_alone(eng, job_id, attempt_n, events)
+        for i, (job_id, attempt_n, events) in enumerate(batches):
+            _write_job_alone(eng, job_id, attempt_n, events, later=batches[i + 1 :])
     return sum(len(events) for _, _, events in batches)
 
 
-def _write_job_alone(eng: Engine, job_id: int, attempt_n: int, events: list[Event]) -> None:
-    """One job's events in their own transaction; if refused, one event per transaction (in order)."""
+def _write_job_alone(
+    eng: Engine, job_id: int, attempt_n: int, events: list[Event], later: list[tuple[int, int, list[Event]]]
+) -> None:
+    """One job's events in their own transaction; if refused, one event per transaction (in order). An
+    outage raises `Unwritten` with what is left of them and the `later` batches."""
     try:
         with eng.begin() as conn:
             _write_job(eng, conn, job_id, attempt_n, events)
         return
-    except BAD_ROW_ERRORS:
-        pass
-    for event in events:
+    except DBAPIError as e:
+        if outage(e):
+            raise Unwritten([(job_id, attempt_n, events), *later]) from e
+        if not isinstance(e, BAD_ROW_ERRORS):
+            raise
+    for k, event in enumerate(events):
         try:
             with eng.begin() as conn:
                 _write_job(eng, conn, job_id, attempt_n, [event])
-        except BAD_ROW_ERRORS as e:
+            continue
+        except DBAPIError as e:
+            if outage(e):
+                raise Unwritten([(job_id, attempt_n, events[k:]), *later]) from e
+            if not isinstance(e, BAD_ROW_ERRORS):
+                raise
             reason = f"the database refused it: {type(e).__name__}: {getattr(e, 'orig', e)}"
-            log.warning("job %s: %s event dropped (%s)", job_id, event.kind, reason)
-            try:
-                with eng.begin() as conn:
-                    if jobqueue.hold(conn, job_id, attempt_n):
-                        _log_dropped(conn, job_id, attempt_n, event, reason)
-            except BAD_ROW_ERRORS:  # no such job: nowhere to say it but here
-                log.warning("job %s: could not record the dropped event in job_logs", job_id)
+        log.warning("job %s: %s event dropped (%s)", job_id, event.kind, reason)
+        try:
+            with eng.begin() as conn:
+                if jobqueue.hold(conn, job_id, attempt_n):
+                    _log_dropped(conn, job_id, attempt_n, event, reason)
+        except DBAPIError as e:
+            if outage(e):
+                raise Unwritten([(job_id, attempt_n, events[k + 1 :]), *later]) from e
+            if not isinstance(e, BAD_ROW_ERRORS):
+                raise
+            log.warning("job %s: could not record the dropped event in job_logs", job_id)  # no such job
 
 
 # ---------------------------------------------------------------- checks
@@ -236,14 +276,13 @@ def _write_job(eng: Engine, conn: Connection, job_id: int, attempt_n: int, event
                                          level=str(p.get("level", "INFO")), message=str(p["message"]))
                 )  # fmt: skip
             case EventKind.RESUMED:
-                _upsert_metrics(eng, conn, metrics)
+                _upsert_metrics(eng, conn, job_id, metrics)
                 metrics = []
                 jobqueue.record_resumed(conn, job_id, attempt_n, p["step"])
-                conn.execute(METRICS.delete().where(METRICS.c.job_id == job_id, METRICS.c.step > p["step"]))
-                conn.execute(LATEST.delete().where(LATEST.c.job_id == job_id, LATEST.c.step > p["step"]))
+                _truncate_curves(conn, job_id, p["step"])
             case EventKind.RESULT:
                 _write_result(eng, conn, job_id, p["table"], p["row"])
-    _upsert_metrics(eng, conn, metrics)
+    _upsert_metrics(eng, conn, job_id, metrics)
     jobqueue.record_live(conn, job_id, attempt_n, live)
 
 
@@ -256,32 +295,162 @@ def _insert(eng: Engine, table: sa.Table):
     return insert(table)
 
 
-def _upsert_metrics(eng: Engine, conn: Connection, rows: list[dict[str, Any]]) -> None:
+# ---------------------------------------------------------------- curves
+#
+# A curve is the metrics rows of one (job, key). Besides its points the writer keeps what lets a reader
+# draw it from as many rows as it shows (orchestrator.frames.curves): each point's `curve_level`, from
+# its position in step order (analysis.curves.curve_level), and the curve's point count in
+# `latest_metrics.points`, whose row is the curve's last point. Training appends points in step order,
+# so the positions of new points follow from the count; a point stored before the curve's last one
+# (out of order: rare) shifts the positions after it, and the curve's levels are then recomputed from
+# the table (`_reindex`). A resumed attempt cuts curves at its checkpoint step: the points kept are a
+# prefix and keep their positions.
+
+
+def _upsert_metrics(eng: Engine, conn: Connection, job_id: int, rows: list[dict[str, Any]]) -> None:
     if not rows:
         return
-    # one point per (job, key, step) in the batch, the last one winning (as in the database)
-    rows = list({(r["job_id"], r["key"], r["step"]): r for r in rows}.values())
+    # one point per (key, step) in the batch, the last one winning (as in the database)
+    by_key: dict[str, dict[int, dict[str, Any]]] = {}
+    for r in rows:
+        by_key.setdefault(r["key"], {})[r["step"]] = r
+    stored = {key: (step, points) for key, step, points in conn.execute(
+        sa.select(LATEST.c.key, LATEST.c.step, LATEST.c.points)
+        .where(LATEST.c.job_id == job_id, LATEST.c.key.in_(list(by_key)))
+    )}  # fmt: skip
+    points: list[dict[str, Any]] = []
+    latest: list[dict[str, Any]] = []
+    shifted: list[str] = []
+    for key, steps in by_key.items():
+        curve = [steps[s] for s in sorted(steps)]
+        last_step, n = stored.get(key, (None, 0))
+        new = curve if last_step is None else [r for r in curve if r["step"] > last_step]
+        old = curve[: len(curve) - len(new)]
+        if old and _any_new(conn, job_id, key, [r["step"] for r in old]):
+            shifted.append(key)
+        # an old step keeps its stored level (the upsert leaves it); one inserted before the end gets
+        # its level from _reindex below
+        points += [dict(r, curve_level=0) for r in old]
+        points += [dict(r, curve_level=curve_level(n + i)) for i, r in enumerate(new)]
+        if last_step is None or curve[-1]["step"] >= last_step:
+            latest.append(dict(curve[-1], points=n + len(new)))
     ins = _insert(eng, METRICS)
     conn.execute(
         ins.on_conflict_do_update(
             index_elements=["job_id", "key", "step"],
             set_={"value": ins.excluded.value, "tokens": ins.excluded.tokens, "wall_s": ins.excluded.wall_s},
         ),
-        rows,
+        points,
     )
-    latest: dict[tuple[int, str], dict[str, Any]] = {}
-    for r in rows:
-        k = (r["job_id"], r["key"])
-        if k not in latest or r["step"] >= latest[k]["step"]:
-            latest[k] = r
-    latest_insert = _insert(eng, LATEST)
+    if latest:
+        latest_insert = _insert(eng, LATEST)
+        conn.execute(
+            latest_insert.on_conflict_do_update(
+                index_elements=["job_id", "key"],
+                set_={
+                    c: getattr(latest_insert.excluded, c)
+                    for c in ("step", "tokens", "wall_s", "value", "points")
+                },
+            ),
+            latest,
+        )
+    if shifted:
+        _reindex(conn, job_id, shifted)
+
+
+# stored steps looked up per query (bound parameters stay well below either backend's limit)
+_CHUNK = 5000
+
+
+def _any_new(conn: Connection, job_id: int, key: str, steps: list[int]) -> bool:
+    """Whether any of `steps` (each at most the curve's last step) is not stored yet."""
+    for i in range(0, len(steps), _CHUNK):
+        chunk = steps[i : i + _CHUNK]
+        found = conn.execute(
+            sa.select(sa.func.count()).where(METRICS.c.job_id == job_id, METRICS.c.key == key,
+                                             METRICS.c.step.in_(chunk))
+        ).scalar_one()  # fmt: skip
+        if found < len(chunk):
+            return True
+    return False
+
+
+def level_sql(position: str) -> str:
+    """SQL for analysis.curves.curve_level of the 0-based position expression `position`."""
+    whens = " ".join(f"WHEN {position} % {2 << b} = {1 << b} THEN {b}" for b in range(CURVE_LEVEL_TOP))
+    return f"CASE WHEN {position} = 0 THEN {CURVE_LEVEL_TOP} {whens} ELSE {CURVE_LEVEL_TOP} END"
+
+
+def _curves_where(job_id: int | None, keys: list[str] | None, alias: str = "") -> tuple[str, dict[str, Any]]:
+    """A WHERE condition (and its parameters) selecting the curves of `job_id` (None: every job) and
+    `keys` (None: every key) in `metrics` (or its alias)."""
+    a = f"{alias}." if alias else ""
+    terms, params = ["1 = 1"], {}
+    if job_id is not None:
+        terms.append(f"{a}job_id = :job_id")
+        params["job_id"] = int(job_id)
+    if keys is not None:
+        terms.append(f"{a}key IN ({', '.join(f':key{i}' for i in range(len(keys)))})")
+        params.update({f"key{i}": k for i, k in enumerate(keys)})
+    return " AND ".join(terms), params
+
+
+def _reindex(conn: Connection, job_id: int | None = None, keys: list[str] | None = None) -> None:
+    """Recompute the curves' levels from their points in step order, and their `latest_metrics` rows
+    (the last point and the count; a curve without a row gets one) -- of `job_id`'s `keys` (None:
+    all). UPDATE ... FROM: SQLite 3.33 or later, as revision 0015."""
+    where, params = _curves_where(job_id, keys)
     conn.execute(
-        latest_insert.on_conflict_do_update(
-            index_elements=["job_id", "key"],
-            set_={c: getattr(latest_insert.excluded, c) for c in ("step", "tokens", "wall_s", "value")},
-        ),
-        list(latest.values()),
+        sa.text(f"""
+        UPDATE metrics SET curve_level = r.lvl
+        FROM (SELECT id, {level_sql("rn")} AS lvl FROM (
+                SELECT id, ROW_NUMBER() OVER (PARTITION BY job_id, key ORDER BY step) - 1 AS rn
+                FROM metrics WHERE {where}) t) r
+        WHERE metrics.id = r.id AND metrics.curve_level <> r.lvl
+        """),
+        params,
     )
+    _latest_from_points(conn, job_id, keys)
+
+
+def _latest_from_points(conn: Connection, job_id: int | None, keys: list[str] | None) -> None:
+    """Set the `latest_metrics` rows of the selected curves to their last stored point and count (a
+    curve without a row gets one)."""
+    where, params = _curves_where(job_id, keys)
+    conn.execute(
+        sa.text(f"""
+        INSERT INTO latest_metrics (job_id, key, step, tokens, wall_s, value, points)
+        SELECT m.job_id, m.key, m.step, m.tokens, m.wall_s, m.value, c.n
+        FROM (SELECT job_id, key, MAX(step) AS last, COUNT(*) AS n FROM metrics WHERE {where}
+              GROUP BY job_id, key) c
+        JOIN metrics m ON m.job_id = c.job_id AND m.key = c.key AND m.step = c.last
+        WHERE 1 = 1
+        ON CONFLICT (job_id, key) DO UPDATE SET step = excluded.step, tokens = excluded.tokens,
+            wall_s = excluded.wall_s, value = excluded.value, points = excluded.points
+        """),
+        params,
+    )
+
+
+def _truncate_curves(conn: Connection, job_id: int, step: int) -> None:
+    """A resumed attempt: delete job `job_id`'s points after `step` (it reports them again) and point
+    the `latest_metrics` rows of the cut curves at what is left (none for a curve with nothing left)."""
+    cut = list(conn.execute(
+        sa.select(LATEST.c.key).where(LATEST.c.job_id == job_id, LATEST.c.step > step)
+    ).scalars())  # fmt: skip
+    conn.execute(METRICS.delete().where(METRICS.c.job_id == job_id, METRICS.c.step > step))
+    if cut:  # their rows go, and come back for the curves that keep points
+        conn.execute(LATEST.delete().where(LATEST.c.job_id == job_id, LATEST.c.key.in_(cut)))
+        _latest_from_points(conn, job_id, cut)
+
+
+def reindex_curves(eng: Engine, job_ids: list[int] | None = None) -> None:
+    """Recompute every curve's levels and `latest_metrics` row (of `job_ids`, default all) from the
+    points stored: for points that reached `metrics` without this writer (a bulk import, a test's
+    fixture); the writer keeps them right for what it writes."""
+    with eng.begin() as conn:
+        for job_id in [None] if job_ids is None else job_ids:
+            _reindex(conn, job_id)
 
 
 def _write_result(eng: Engine, conn: Connection, job_id: int, table_name: str, row: dict[str, Any]) -> None:

@@ -43,8 +43,9 @@ if points_read.empty:
     st.info("no metric points for this selection yet")
 else:
     group_by = group_by or ["variant_label"]
-    cur = points_read.merge(shown[["job_id", *[g for g in groups if g in shown]]], on="job_id")
-    cur["config"] = curves.join_labels(cur, group_by)
+    # one label per run, then onto its points (labelling every point costs as much as the read)
+    labels = shown[["job_id"]].assign(config=curves.join_labels(shown, group_by).to_numpy())
+    cur = points_read.merge(labels, on="job_id")
     n_configs = cur["config"].nunique()
     bands = curves.curve_bands(cur, by=["config"], x=x, bins=max(20, min(200, 5000 // n_configs)))
     base = alt.Chart(bands).encode(x=alt.X(f"{x}:Q", title=x_label), color=ui.color("config"))

@@ -87,6 +87,7 @@ def build_fixture_db(path) -> str:
     from orchestrator import schema
     from orchestrator.db import engine, resolve_url, session
     from orchestrator.states import JobStatus
+    from orchestrator.writer import reindex_curves
 
     url = resolve_url(str(path))
     eng = engine(url)
@@ -169,6 +170,8 @@ def build_fixture_db(path) -> str:
                   error="Traceback (most recent call last):\n  File \"train.py\", line 1\n"
                         + EXPECTED["failure_line"]))  # fmt: skip
         s.add(job("depth_sweep", "lean", 2, status=JobStatus.QUEUED))
+    # the points went in through the ORM, not the writer: give them the levels and counts it keeps
+    reindex_curves(eng)
     eng.dispose()
     from orchestrator.db import dispose_all
 

@@ -348,6 +348,20 @@ def test_missing_database_is_friendly(monkeypatch, tmp_path):
     assert not (tmp_path / "nope.db").exists()
 
 
+def test_an_unreachable_server_is_one_line_naming_the_database(monkeypatch):
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on once the block ends
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    at = render(monkeypatch, f"postgresql://looplab:secret@127.0.0.1:{port}/study")
+    assert len(at.error) == 1 and "secret" not in at.error[0].value
+    assert at.error[0].value.startswith(
+        f"Cannot open the results database: database postgresql+psycopg://looplab:***@127.0.0.1:{port}/study "
+        "cannot be reached ("
+    )
+
+
 def test_runs_page_wall_time_and_seed_grouping(monkeypatch, fixture_url):
     at = render(monkeypatch, fixture_url, "runs")
     at.selectbox(key="runs_x").set_value("wall time (s)")

@@ -460,3 +460,67 @@ def test_0010_rehashes_by_identity_and_rederives_run_variants(db_url, tmp_path):
     assert {r.global_batch for r in got.values()} == {4, None}  # the decode bench trains nothing
     q = Queue(db=db_url, artifacts=tmp_path / "art")
     assert q.submit(grid) and q.last_added == []
+
+
+def test_0015_backfills_curve_levels_and_counts_and_keeps_the_points(db_url):
+    """Curves stored before 0015 get each point's level from its position in step order and their point
+    count on latest_metrics; a curve whose latest_metrics row a resume had deleted gets one (its last
+    point); every metric row and every existing latest_metrics value stays as it was; the downsampled
+    read then returns the rule's points (analysis.curves.downsample of the full read)."""
+    import pandas as pd
+
+    from analysis.curves import curve_level, downsample
+    from orchestrator import frames
+
+    command.upgrade(alembic_config(db_url), _revision("0015_curve_points").down_revision)
+    raw = create_engine(db_url, poolclass=NullPool)
+    curves = {  # (job, key) -> steps, irregular and unordered as they were inserted
+        (1, "train_loss"): [*range(1, 1500), 5000, 1500],
+        (1, "val_loss"): list(range(10, 1500, 10)),
+        (2, "train_loss"): [7],
+        (2, "lr"): [3, 1, 2],  # no latest_metrics row (cut by a resume)
+    }
+    with raw.begin() as conn:
+        conn.execute(
+            sa.text("INSERT INTO jobs (id, kind, config, config_hash, status, priority, attempts, max_attempts, "
+                    "created_at) VALUES (:id, 'train', '{}', :id, 'succeeded', 0, 1, 3, 0)"),
+            [{"id": 1}, {"id": 2}],
+        )  # fmt: skip
+        conn.execute(
+            sa.text("INSERT INTO metrics (job_id, key, step, tokens, wall_s, value) VALUES (:j, :k, :s, :t, :w, :v)"),
+            [{"j": j, "k": k, "s": s, "t": 10 * s, "w": s / 2, "v": s / 3} for (j, k), steps in curves.items()
+             for s in steps],
+        )  # fmt: skip
+        conn.execute(
+            sa.text("INSERT INTO latest_metrics (job_id, key, step, tokens, wall_s, value) VALUES "
+                    "(1, 'train_loss', 5000, 50000, 2500.0, 1.5), (1, 'val_loss', 1490, NULL, NULL, 2.5), "
+                    "(2, 'train_loss', 7, 70, 3.5, 3.5), (2, 'tokens_per_s', 9, 90, 4.5, 99.0)")
+        )  # fmt: skip
+    with raw.connect() as conn:
+        before = pd.read_sql(sa.text("SELECT * FROM metrics ORDER BY id"), conn)
+    engine(db_url)  # upgrades to head
+    with raw.connect() as conn:
+        after = pd.read_sql(sa.text("SELECT * FROM metrics ORDER BY id"), conn)
+        latest = {(r.job_id, r.key): tuple(r)[2:] for r in conn.execute(sa.text(
+            "SELECT job_id, key, step, tokens, wall_s, value, points FROM latest_metrics"))}  # fmt: skip
+    raw.dispose()
+    pd.testing.assert_frame_equal(after[before.columns], before)
+    for (job_id, key), steps in curves.items():
+        got = after[(after["job_id"] == job_id) & (after["key"] == key)].sort_values("step")
+        assert got["curve_level"].tolist() == [curve_level(p) for p in range(len(steps))], (job_id, key)
+    assert latest == {
+        (1, "train_loss"): (5000, 50000, 2500.0, 1.5, 1501),
+        (1, "val_loss"): (1490, None, None, 2.5, 149),
+        (2, "train_loss"): (7, 70, 3.5, 3.5, 1),
+        (2, "lr"): (3, 30, 1.5, 1.0, 3),  # made from its last point
+        (2, "tokens_per_s"): (9, 90, 4.5, 99.0, 0),  # no point: nothing to count
+    }
+    full = after[["job_id", "key", "step", "tokens", "wall_s", "value"]].sort_values(
+        ["job_id", "key", "step"]
+    )
+    for m in (2, 5, 100, 2000):
+        got = frames.curves(db_url, [1, 2], ("train_loss", "val_loss", "lr"), max_points=m)
+        want = downsample(full, max_points=m)
+        pd.testing.assert_frame_equal(
+            got.reset_index(drop=True), want.reset_index(drop=True), check_dtype=False
+        )
