@@ -23,6 +23,7 @@ HANDLERS = {
     "sql": ("orchestrator.sql", "cli_sql"),
     **{command: ("orchestrator.commands", f"cli_{command}") for command in QUEUE_COMMANDS},
     "fit": ("orchestrator.fit", "cli_fit"),
+    "report": ("orchestrator.report", "cli_report"),
     "dashboard": ("dashboard.launch", "cli_dashboard"),
 }
 
@@ -95,10 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     dm = sub.add_parser("demo", help="submit and run the demo grid end to end")
     dm.add_argument("--fast", action="store_true", help="a smaller grid (for smoke tests)")
-    dm.add_argument("--study", choices=["iso-depth", "loop-design"], default=None,
+    dm.add_argument("--study", choices=["iso-depth", "loop-design", "lean"], default=None,
                     help="run a study instead, CPU-sized: iso-depth = the iso-depth scaling law; "
                          "loop-design = loop layouts, injections, history and timestep variants with "
-                         "depth sweeps (page Extrapolation)")  # fmt: skip
+                         "depth sweeps (page Extrapolation); lean = parcae, fixed4 and lean at ~1 M tokens "
+                         "with depth sweeps, its findings checked and a report written")  # fmt: skip
     dm.add_argument("--artifacts", default=None, help="artifact directory (default: ./looplab_artifacts)")
 
     ft = sub.add_parser("fit", help="fit a study's scaling law to the finished runs and print it")
@@ -110,6 +112,15 @@ def build_parser() -> argparse.ArgumentParser:
                     help="budget of the compute-optimal answers (default: the largest budget of the runs)")  # fmt: skip
     ft.add_argument("--robust", default="linear", help="least-squares loss: linear, huber, soft_l1, cauchy, arctan")  # fmt: skip
     ft.add_argument("--json", action="store_true", help="print JSON")
+
+    rp = sub.add_parser("report", help="write a study report of grids: self-contained HTML or Markdown")
+    rp.add_argument(
+        "grids", nargs="+", metavar="GRID", help="grid names or ids (the demo: demo demo-isotime)"
+    )
+    rp.add_argument("-o", "--output", default=None, help="file to write (default: print to stdout)")
+    rp.add_argument("--format", choices=["html", "md"], default=None,
+                    help="html (charts as inline SVG) or md (tables, to paste into notes); default: from "
+                         "the file's suffix, else html")  # fmt: skip
 
     da = sub.add_parser("dashboard", help="start the Streamlit dashboard on 127.0.0.1")
     da.add_argument("--port", type=int, default=8501)
