@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
-import sqlalchemy as sa
 
 from analysis import (
     comparison,
@@ -31,10 +30,8 @@ from analysis import (
     timing,
     variants,
 )
-from model.errors import ConfigError
 from orchestrator import frames
 from orchestrator.errors import USER_ERRORS
-from orchestrator.schema import GridRow
 from orchestrator.states import JobStatus
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -87,21 +84,6 @@ def code_version(root: Path = ROOT) -> str:
     return commit + (" + local changes" if dirty else "")
 
 
-def grid_rows(url: str, grids: list[str]) -> pd.DataFrame:
-    """The stored grids named (or numbered) by `grids`, in id order; ConfigError naming one that is not
-    in the database, with the names that are."""
-    with frames.engine(url).connect() as conn:
-        stored = pd.read_sql(sa.select(GridRow.id, GridRow.name, GridRow.created_at, GridRow.spec), conn)
-    picked = []
-    for name in grids:
-        hit = stored[(stored["name"] == name) | (stored["id"].astype(str) == str(name))]
-        if hit.empty:
-            known = ", ".join(sorted(set(stored["name"]))) or "(none: the database has no grid)"
-            raise ConfigError(f"report: grid {name!r} is not in the database; accepted: {known}")
-        picked.append(hit)
-    return pd.concat(picked).drop_duplicates("id").sort_values("id").reset_index(drop=True)
-
-
 def _of_runs(df: pd.DataFrame, runs: pd.DataFrame, on: str = "train_job_id") -> pd.DataFrame:
     return df[df[on].isin(runs["job_id"])] if not df.empty else df
 
@@ -121,7 +103,7 @@ def _scaling(done: pd.DataFrame) -> tuple[iso_depth.IsoDepthStudy | None, str]:
 
 def study_data(url: str, grids: list[str]) -> StudyData:
     """Every number of a report on `grids` (names or ids) of the database at `url`."""
-    picked = grid_rows(url, grids)
+    picked = frames.grid_rows(url, grids, "report")
     runs = frames.runs(url)
     runs["budget"] = variants.budget_labels(runs)
     # labels made unique over the whole database first, as the pages do before their grid filter
