@@ -24,6 +24,7 @@ HANDLERS = {
     **{command: ("orchestrator.commands", f"cli_{command}") for command in QUEUE_COMMANDS},
     "fit": ("orchestrator.fit", "cli_fit"),
     "report": ("orchestrator.report", "cli_report"),
+    "export": ("orchestrator.export", "cli_export"),
     "dashboard": ("dashboard.launch", "cli_dashboard"),
 }
 
@@ -121,6 +122,18 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--format", choices=["html", "md"], default=None,
                     help="html (charts as inline SVG) or md (tables, to paste into notes); default: from "
                          "the file's suffix, else html")  # fmt: skip
+
+    ex = sub.add_parser("export", help="export runs to MLflow, TensorBoard, W&B (offline) or Parquet; "
+                                       "again: only what is new")  # fmt: skip
+    ex.add_argument("target", choices=["mlflow", "tensorboard", "wandb", "parquet"])
+    ex.add_argument("-o", "--output", required=True, help="the target directory (MLflow: DIR/mlflow.db)")
+    ex.add_argument("--grid", action="append", default=None, metavar="NAME",
+                    help="only this grid (name or id; repeat for several; default: the whole database)")  # fmt: skip
+    ex.add_argument("--follow", action="store_true",
+                    help="export again every --every seconds while the selection has queued or running jobs")  # fmt: skip
+    ex.add_argument(
+        "--every", type=float, default=30.0, help="seconds between exports with --follow (default 30)"
+    )
 
     da = sub.add_parser("dashboard", help="start the Streamlit dashboard on 127.0.0.1")
     da.add_argument("--port", type=int, default=8501)
