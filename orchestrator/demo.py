@@ -241,6 +241,8 @@ def main(db: str | None = None, fast: bool = False, artifacts: str = "looplab_ar
         print(q.results("train_results")[["job_id", "tokens", "train_seconds", "final_val_loss"]].to_string())
     print("\nopen the dashboard: looplab dashboard" + (f" --db {db}" if db else ""))
     print('query the results:  looplab sql "SELECT recipe, seed, final_val_loss FROM runs"')
+    names = " ".join(g.name for g in grids(fast))
+    print(f"a study report:     looplab{f' --db {db}' if db else ''} report {names} -o demo-report.html")
     return 0 if failed.empty else 1
 
 

@@ -71,7 +71,7 @@ def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
         return [lo]
     raw = (hi - lo) / max(n - 1, 1)
     mag = 10 ** math.floor(math.log10(raw))
-    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= 0.7 * raw)  # about n ticks, a few more at most
     first = math.ceil(lo / step - 1e-9) * step
     return [round(first + i * step, 12) for i in range(int((hi - first) / step + 1e-9) + 1)]
 

@@ -197,3 +197,25 @@ def test_an_unknown_grid_or_format_is_refused_by_name(report_db):
         report_text(url, ["nope"])
     with pytest.raises(ConfigError, match=r"--format"):
         report_text(url, ["study"], "pdf")
+
+
+def test_a_chart_is_inline_svg_with_round_ticks_and_only_the_points_it_can_draw():
+    from orchestrator.report.svg import LineChart, Series, log_ticks, nice_ticks, render
+
+    assert nice_ticks(0.0, 1.0) == [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
+    assert nice_ticks(2.13, 2.61) == [2.2, 2.3, 2.4, 2.5, 2.6]
+    assert log_ticks(1, 16, 2) == [1, 2, 4, 8, 16]
+    assert log_ticks(4e11, 2e12, 10) == [5e11, 1e12, 2e12]  # less than a decade: 1, 2, 5 x 10^k
+    chart = LineChart("loss", "loops", "val_loss", [
+        Series("parcae", [1, 2, 4, 8], [3.0, float("nan"), 2.5, 2.4], low=[2.9, 2.9, 2.4, 2.3], high=[3.1, 3.1, 2.6, 2.5]),
+        Series("lean · loops=8", [0, 2, 4], [2.8, 2.6, 2.7]),  # loops 0 cannot sit on a log axis
+    ], log_x=2)  # fmt: skip
+    svg = render(chart)
+    assert (
+        svg.startswith("<svg")
+        and svg.endswith("</svg>")
+        and "http://" not in svg.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    )
+    assert svg.count("<circle") == 3 + 2 and svg.count("<polyline") == 2 and svg.count("<polygon") == 1
+    assert "lean · loops=8: loops 4, val_loss 2.7" in svg  # each point's hover title
+    assert "nothing to draw" in render(LineChart("empty", "x", "y", [Series("a", [1], [float("nan")])]))
