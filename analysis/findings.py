@@ -106,8 +106,12 @@ def _parcae_rows(depth: pd.DataFrame) -> list[dict]:
     best, per_seed = _best(curves)
     lo, hi = PARCAE_BEST
     seeds = " / ".join(str(b) for b in per_seed)
+    mean = curves.mean(axis=0)
+    inside = [c for c in curves.columns if lo <= c <= hi]
+    # how far the study's range is from the best: on a flat curve a best outside it may be a near tie
+    gap = f"; {lo}-{hi} loops {mean[inside].min() - mean[best]:+.4f} from the best" if inside else ""
     best_row = _row("parcae_best", best_finding, f"{lo}-{hi} loops (usually)",
-                    f"{best} loops (per seed {seeds}; evaluated {_counts(curves)})", float(best),
+                    f"{best} loops (per seed {seeds}{gap}; evaluated {_counts(curves)})", float(best),
                     n_seeds=len(curves), holds="yes" if lo <= best <= hi else "no")  # fmt: skip
     return [share, best_row]
 

@@ -57,7 +57,11 @@ def test_each_finding_beside_this_runs_figure_with_intervals_from_two_seeds():
     assert share["this_run"].startswith("98.1 % (per seed 97.5 % / 98.")
 
     best = out.loc["parcae_best"]  # means at 8, 12, 16: 2.25, 2.2425, 2.2475
-    assert best["value"] == 12 and best["holds"] == "yes" and "per seed 12 / 12" in best["this_run"]
+    assert (
+        best["value"] == 12
+        and best["holds"] == "yes"
+        and "per seed 12 / 12; 8-12 loops +0.0000" in best["this_run"]
+    )
 
     fixed4 = out.loc["fixed4_best"]  # closest count above 4 is 6: +0.08 on both seeds
     assert fixed4["holds"] == "yes" and fixed4["value"] == pytest.approx(0.08)
@@ -91,6 +95,13 @@ def test_one_seed_gives_figures_without_intervals_and_the_threshold_judges_equal
     assert share["value"] == pytest.approx(0.79 / 0.8) and math.isnan(share["ci_low"])
     assert "no interval: one seed" in share["this_run"]
     assert out.loc["parcae_best", "value"] == 8 and out.loc["parcae_best", "holds"] == "yes"
+    flat = findings.lean_study_findings(
+        *frames({**close, ("parcae", 0): {1: 3.0, 4: 2.21, 6: 2.1995, 8: 2.20}})
+    )
+    row = flat.set_index("key").loc["parcae_best"]  # best at 6, 8 a near tie: said, not hidden
+    assert (
+        row["value"] == 6 and row["holds"] == "no" and "8-12 loops +0.0005 from the best" in row["this_run"]
+    )
     assert list(out.loc[["fixed4_best", "lean_best"], "holds"]) == ["yes", "yes"]
     # one seed a side, no noise floor: the fixed 0.01 threshold calls both differences noise
     equal = out.loc["equal_data"]
