@@ -60,7 +60,8 @@ def _integral(values: pd.Series) -> bool:
 
 
 def column_kinds(frame: pd.DataFrame) -> dict[str, str]:
-    """How each column is shown: "int", "sci", "time", "float" or "text"."""
+    """How each column is shown: "int" (every value whole), "sci", "time" (`*_at`), "float" (4 decimals)
+    or "text"."""
     kinds = {}
     for c in frame.columns:
         s = frame[c]
@@ -69,8 +70,8 @@ def column_kinds(frame: pd.DataFrame) -> dict[str, str]:
             kinds[c] = "text"
         elif name.endswith("_at"):
             kinds[c] = "time"
-        elif "flops" in name or (s.abs().max() or 0) >= 1e7 and not _integral(s):
-            kinds[c] = "sci"
+        elif "flops" in name or not _integral(s) and not 1e-3 <= (s.abs().max() or 1) < 1e7:
+            kinds[c] = "sci"  # FLOPs, and columns of only tiny or only huge values
         elif _integral(s):
             kinds[c] = "int"
         else:
@@ -95,8 +96,7 @@ def cell(value, kind: str) -> str:
     if kind == "sci":
         return f"{float(value):.3e}"
     if kind == "float":
-        v = float(value)
-        return f"{v:.3e}" if v != 0 and abs(v) < 1e-3 else f"{v:,.4f}"
+        return f"{float(value):,.4f}"
     return str(value)
 
 
