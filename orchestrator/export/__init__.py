@@ -20,9 +20,12 @@ import logging
 import time
 from pathlib import Path
 
+import pandas as pd
+
 from model import fields
+from model.errors import ConfigError
 from orchestrator.export import source
-from orchestrator.export.manifest import Manifest
+from orchestrator.export.manifest import JobEntry, Manifest
 from orchestrator.states import ACTIVE
 
 TARGETS = ("mlflow", "tensorboard", "wandb", "parquet")
@@ -53,8 +56,6 @@ def export(url: str, target: str, out: str | Path, grids: list[str] | None = Non
     target = fields.choice("export: target", target, TARGETS)
     out = Path(out)
     if out.exists() and not out.is_dir():
-        from model.errors import ConfigError
-
         raise ConfigError(f"export: -o {out}: not a directory")
     out.mkdir(parents=True, exist_ok=True)
     manifest = Manifest.open(out, url, target)
@@ -67,39 +68,39 @@ def export(url: str, target: str, out: str | Path, grids: list[str] | None = Non
     latest = source.latest_steps(url, [r.job_id for r in runs])
     depth = source.depth_points(url, [r.job_id for r in runs])
     writer, counts = _writer(target, out, url), {"runs": 0, "points": 0}
-    try:
-        for run in runs:
-            entry = manifest.job(run.job_id)
-            sweep = depth.get(run.job_id)
-            steps = {**latest.get(run.job_id, {}), **({source.DEPTH_KEY: int(sweep["step"].max())} if sweep is not None else {})}  # fmt: skip
-            pending = run.finished and not entry.results
-            if (
-                entry.run is not None
-                and not pending
-                and entry.status == run.status
-                and not source.has_new(steps, entry.keys)
-            ):
-                continue  # fmt: skip
-            points = source.new_points(url, run.job_id, entry.keys)
-            if sweep is not None:
-                points = _concat(points, sweep[sweep["step"] > entry.keys.get(source.DEPTH_KEY, -1)])
-            before = (entry.run, entry.status, entry.results)
-            written = writer.write(run, points, entry)
-            entry.keys.update({k: int(s) for k, s in written.groupby("key")["step"].max().items()})
-            entry.status = run.status
-            if len(written) or before != (entry.run, entry.status, entry.results):
-                counts["runs"] += 1
-                counts["points"] += len(written)
-                manifest.save()
-    finally:
-        writer.close()
+    for run in runs:
+        written = _export_run(url, writer, run, manifest.job(run.job_id), latest.get(run.job_id, {}),
+                              depth.get(run.job_id))  # fmt: skip
+        if written is not None:
+            counts["runs"] += 1
+            counts["points"] += written
+            manifest.save()  # after each run: an interrupted export repeats at most one run
     return counts
 
 
-def _concat(a, b):
-    import pandas as pd
-
-    return b.reset_index(drop=True) if a.empty else a if b.empty else pd.concat([a, b], ignore_index=True)
+def _export_run(url: str, writer, run: source.Run, entry: JobEntry, latest: dict[str, int],
+                sweep: pd.DataFrame | None) -> int | None:  # fmt: skip
+    """Write what is new of one run; the points written, None when nothing changed for the target."""
+    steps = dict(latest)
+    if sweep is not None:
+        steps[source.DEPTH_KEY] = int(sweep["step"].max())
+    before = (entry.run, entry.status, entry.results)
+    pending = run.finished and not entry.results
+    if (
+        entry.run is not None
+        and not pending
+        and entry.status == run.status
+        and not source.has_new(steps, entry.keys)
+    ):
+        return None
+    points = source.new_points(url, run.job_id, entry.keys)
+    if sweep is not None:
+        new_depth = sweep[sweep["step"] > entry.keys.get(source.DEPTH_KEY, -1)]
+        points = pd.concat([p for p in (points, new_depth) if not p.empty] or [points], ignore_index=True)
+    written = writer.write(run, points, entry)
+    entry.keys.update({k: int(s) for k, s in written.groupby("key")["step"].max().items()})
+    entry.status = run.status
+    return len(written) if len(written) or before != (entry.run, entry.status, entry.results) else None
 
 
 def active(url: str, grids: list[str] | None) -> int:

@@ -102,6 +102,3 @@ class Writer:
             else:
                 self.client.update_run(entry.run, status="RUNNING")
         return points
-
-    def close(self) -> None:
-        pass

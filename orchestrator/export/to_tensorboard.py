@@ -70,6 +70,3 @@ class Writer:
             entry.results = True
         writer.close()
         return points
-
-    def close(self) -> None:
-        pass

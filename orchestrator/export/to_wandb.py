@@ -77,6 +77,3 @@ class Writer:
             entry.results = True
         wb.finish(exit_code=1 if run.status == JobStatus.FAILED else 0)
         return pd.concat([history, depth])
-
-    def close(self) -> None:
-        pass
