@@ -6,7 +6,8 @@ The claims (MISSION.md, and issue 26's measurement at about 1 M tokens on `tiny`
   (L1 − L8) of its depth sweep; the figure is the mean over seeds with a t interval; it holds when the
   mean is at least `SHARE_HOLDS` (most of the gain is reached by 4 loops).
 - `parcae_best`: parcae, trained with a mean of 8 loops, is usually best at 8-12 loops: the loop count
-  of the lowest mean loss over seeds (ties: the fewer loops); holds inside 8-12.
+  of the lowest mean loss over seeds (ties: the fewer loops); holds inside 8-12; the figure says how far
+  8-12 is from the best, since on a flat curve a best outside the range may be a near tie.
 - `fixed4_best`, `lean_best`: the fixed-4 recipes are best at their trained 4 loops and worse beyond:
   holds when the lowest mean loss is at 4 loops and every evaluated count above 4 is higher. The figure
   is the closest count above 4: its excess loss over 4 loops, with a t interval over the per-seed excesses.
@@ -49,6 +50,14 @@ def mean_interval(values: pd.Series, level: float = LEVEL) -> tuple[float, float
         return mean, math.nan, math.nan
     half = float(scipy_stats.t.ppf((1 + level) / 2, len(v) - 1) * v.std(ddof=1) / math.sqrt(len(v)))
     return mean, mean - half, mean + half
+
+
+def judged(holds: bool, low: float, high: float, line: float) -> str:
+    """ "yes" / "no" from the estimate, "not resolved" when its 95 % interval reaches across `line` (the
+    value where the shape would turn); with one seed there is no interval and the estimate decides."""
+    if math.isfinite(low) and math.isfinite(high) and low <= line <= high:
+        return "not resolved"
+    return "yes" if holds else "no"
 
 
 def variant_of(df: pd.DataFrame, recipe: str) -> str | None:
@@ -102,7 +111,7 @@ def _parcae_rows(depth: pd.DataFrame) -> list[dict]:
     seeds = " / ".join(f"{100 * s:.1f} %" for s in shares.dropna())
     share = _row("parcae_share", share_finding, "94-99 %",
                  f"{100 * mean:.1f} % (per seed {seeds}; {_fmt_interval(low, high, 100, 1, ' %')})", mean, (low, high),
-                 int(shares.notna().sum()), "yes" if mean >= SHARE_HOLDS else "no")  # fmt: skip
+                 int(shares.notna().sum()), judged(mean >= SHARE_HOLDS, low, high, SHARE_HOLDS))  # fmt: skip
     best, per_seed = _best(curves)
     lo, hi = PARCAE_BEST
     seeds = " / ".join(str(b) for b in per_seed)
@@ -137,7 +146,7 @@ def _fixed_row(depth: pd.DataFrame, recipe: str) -> dict:
     seeds = " / ".join(str(b) for b in per_seed)
     text = (f"best at {best} loops (per seed {seeds}); closest above {TRAINED}: {closest} loops, "
             f"{value:+.4f} ({_fmt_interval(low, high)})")  # fmt: skip
-    return _row(key, finding, study, text, value, (low, high), len(curves), "yes" if holds else "no")
+    return _row(key, finding, study, text, value, (low, high), len(curves), judged(holds, low, high, 0.0))
 
 
 def _equal_data_row(evals: pd.DataFrame, threshold: float) -> dict:
@@ -171,7 +180,8 @@ def lean_study_findings(
 ) -> pd.DataFrame:
     """One row per finding (COLUMNS): key, the finding, the study's figure, this run's figure as text,
     its value with a 95 % interval (ci_low, ci_high; NaN where there is none), the seeds it rests on and
-    whether the shape holds ("yes" / "no"; "—" without the data). `threshold` is the fixed noise
+    whether the shape holds ("yes" / "no"; "not resolved" when the interval reaches across the line the
+    shape turns at, `judged`; "—" without the data). `threshold` is the fixed noise
     threshold iso-data falls back to where no interval exists."""
     rows = [*_parcae_rows(depth), _fixed_row(depth, "fixed4"), _fixed_row(depth, "lean"),
             _equal_data_row(evals, threshold)]  # fmt: skip

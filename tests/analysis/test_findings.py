@@ -53,7 +53,7 @@ def test_each_finding_beside_this_runs_figure_with_intervals_from_two_seeds():
     assert share["value"] == pytest.approx((0.975 + 0.9875) / 2)
     half = t_half([0.975, 0.9875])
     assert (share["ci_low"], share["ci_high"]) == pytest.approx((0.98125 - half, 0.98125 + half))
-    assert share["holds"] == "yes" and share["n_seeds"] == 2
+    assert share["ci_low"] > findings.SHARE_HOLDS and share["holds"] == "yes" and share["n_seeds"] == 2
     assert share["this_run"].startswith("98.1 % (per seed 97.5 % / 98.")
 
     best = out.loc["parcae_best"]  # means at 8, 12, 16: 2.25, 2.2425, 2.2475
@@ -68,10 +68,11 @@ def test_each_finding_beside_this_runs_figure_with_intervals_from_two_seeds():
     assert "best at 4 loops" in fixed4["this_run"] and "6 loops, +0.0800" in fixed4["this_run"]
     assert fixed4["ci_low"] == pytest.approx(0.08) and fixed4["ci_high"] == pytest.approx(0.08)  # no spread
 
-    lean = out.loc["lean_best"]  # 6 loops beat the trained 4 by 0.02 and 0.01
-    assert lean["holds"] == "no" and lean["value"] == pytest.approx(-0.015)
+    lean = out.loc["lean_best"]  # 6 loops beat the trained 4 by 0.02 and 0.01, but two seeds cannot say so
+    assert lean["value"] == pytest.approx(-0.015)
     half = t_half([-0.02, -0.01])
     assert (lean["ci_low"], lean["ci_high"]) == pytest.approx((-0.015 - half, -0.015 + half))
+    assert lean["ci_low"] < 0 < lean["ci_high"] and lean["holds"] == "not resolved"
 
     # equal data: parcae at its best loop count (2.19, 2.295), fixed4 and lean at 4 (2.20/2.22, 2.25/2.25)
     equal = out.loc["equal_data"]
@@ -124,3 +125,11 @@ def test_a_missing_recipe_or_loop_count_is_named_not_guessed():
     assert out.loc["equal_data", "this_run"] == "needs finished runs of all three"
     assert findings.applies(pd.DataFrame({"recipe": ["parcae", "fixed4", "lean", "plain"]}))
     assert not findings.applies(pd.DataFrame({"recipe": ["parcae", "lean"]}))
+
+
+def test_judged_by_the_interval_where_there_is_one():
+    assert findings.judged(True, 0.001, 0.01, 0.0) == "yes"
+    assert findings.judged(True, -0.001, 0.01, 0.0) == "not resolved"
+    assert findings.judged(False, -0.01, -0.001, 0.0) == "no"
+    assert findings.judged(True, float("nan"), float("nan"), 0.0) == "yes"  # one seed: the estimate decides
+    assert findings.judged(True, 0.85, 0.99, findings.SHARE_HOLDS) == "not resolved"
