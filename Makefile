@@ -15,8 +15,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	# torch first, by its exact pin, so pip never resolves a bare `torch` (a multi-GB CUDA download here).
 	$(BIN)/python -m pip install -q "torch==2.13.0"
-	# dev tools and the eval extra (lm-evaluation-harness), which the eval tests use
-	$(BIN)/python -m pip install -q -e ".[dev,eval]"
+	# dev tools, the eval extra (lm-evaluation-harness) and the export extra (MLflow, TensorBoard, W&B), which tests use
+	$(BIN)/python -m pip install -q -e ".[dev,eval,export]"
 	touch $(STAMP)
 
 install: $(STAMP)

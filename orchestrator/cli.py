@@ -24,6 +24,8 @@ HANDLERS = {
     "sql": ("orchestrator.sql", "cli_sql"),
     **{command: ("orchestrator.commands", f"cli_{command}") for command in QUEUE_COMMANDS},
     "fit": ("orchestrator.fit", "cli_fit"),
+    "report": ("orchestrator.report", "cli_report"),
+    "export": ("orchestrator.export", "cli_export"),
     "dashboard": ("dashboard.launch", "cli_dashboard"),
     "export-model": ("orchestrator.commands", "cli_export_model"),
     "lm-eval": ("orchestrator.commands", "cli_lm_eval"),
@@ -47,14 +49,16 @@ GUIDES = {
     "cancel": "docs/queue.md",
     "retry": "docs/queue.md",
     "logs": "docs/queue.md",
-    "demo": "docs/studies.md; --study adaptive: docs/adaptive.md",
+    "demo": "docs/studies.md; --study adaptive: docs/adaptive.md; --study lean: docs/exports.md",
+    "export": "docs/exports.md (Exporting runs)",
+    "report": "docs/exports.md (Study reports)",
     "fit": "docs/studies.md (Study 2: iso-depth scaling laws)",
     "dashboard": "docs/statistics.md (the verdicts and intervals); the study pages: docs/studies.md",
 }
 EPILOG = (
     "Guides: README.md (start here), docs/queue.md, docs/variants.md, docs/planning.md, "
     "docs/statistics.md, docs/studies.md, docs/evaluation.md, docs/scale-out.md, docs/measured.md, "
-    "docs/gpu.md, docs/testing.md, docs/disk.md, docs/scale-training.md, docs/published-models.md, docs/adaptive.md. `looplab COMMAND --help` names the guide of a command."
+    "docs/gpu.md, docs/testing.md, docs/disk.md, docs/scale-training.md, docs/published-models.md, docs/adaptive.md, docs/exports.md. `looplab COMMAND --help` names the guide of a command."
 )
 
 
@@ -141,11 +145,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     dm = sub.add_parser("demo", help="submit and run the demo grid end to end")
     dm.add_argument("--fast", action="store_true", help="a smaller grid (for smoke tests)")
-    dm.add_argument("--study", choices=["iso-depth", "loop-design", "adaptive"], default=None,
+    dm.add_argument("--study", choices=["iso-depth", "loop-design", "adaptive", "lean"], default=None,
                     help="run a study instead, CPU-sized: iso-depth = the iso-depth scaling law; "
                          "loop-design = loop layouts, injections, history and timestep variants with "
                          "depth sweeps (page Extrapolation); adaptive = per-token exit rules and KV "
-                         "strategies against the fixed depth (page Adaptive)")  # fmt: skip
+                         "strategies against the fixed depth (page Adaptive); lean = parcae, fixed4 and "
+                         "lean at ~1 M tokens with depth sweeps, its findings checked and a report written")  # fmt: skip
     dm.add_argument("--artifacts", default=None, help="artifact directory (default: ./looplab_artifacts)")
 
     ft = sub.add_parser("fit", help="fit a study's scaling law to the finished runs and print it")
@@ -157,6 +162,27 @@ def build_parser() -> argparse.ArgumentParser:
                     help="budget of the compute-optimal answers (default: the largest budget of the runs)")  # fmt: skip
     ft.add_argument("--robust", default="linear", help="least-squares loss: linear, huber, soft_l1, cauchy, arctan")  # fmt: skip
     ft.add_argument("--json", action="store_true", help="print JSON")
+
+    rp = sub.add_parser("report", help="write a study report of grids: self-contained HTML or Markdown")
+    rp.add_argument(
+        "grids", nargs="+", metavar="GRID", help="grid names or ids (the demo: demo demo-isotime)"
+    )
+    rp.add_argument("-o", "--output", default=None, help="file to write (default: print to stdout)")
+    rp.add_argument("--format", choices=["html", "md"], default=None,
+                    help="html (charts as inline SVG) or md (tables, to paste into notes); default: from "
+                         "the file's suffix, else html")  # fmt: skip
+
+    ex = sub.add_parser("export", help="export runs to MLflow, TensorBoard, W&B (offline) or Parquet; "
+                                       "again: only what is new")  # fmt: skip
+    ex.add_argument("target", choices=["mlflow", "tensorboard", "wandb", "parquet"])
+    ex.add_argument("-o", "--output", required=True, help="the target directory (MLflow: DIR/mlflow.db)")
+    ex.add_argument("--grid", action="append", default=None, metavar="NAME",
+                    help="only this grid (name or id; repeat for several; default: the whole database)")  # fmt: skip
+    ex.add_argument("--follow", action="store_true",
+                    help="export again every --every seconds while the selection has queued or running jobs")  # fmt: skip
+    ex.add_argument(
+        "--every", type=float, default=30.0, help="seconds between exports with --follow (default 30)"
+    )
 
     da = sub.add_parser("dashboard", help="start the Streamlit dashboard on 127.0.0.1")
     da.add_argument("--port", type=int, default=8501)

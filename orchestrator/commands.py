@@ -214,6 +214,10 @@ def cli_demo(args) -> int:
         from orchestrator.demo import main_adaptive
 
         return main_adaptive(db=args.db, fast=args.fast, artifacts=args.artifacts or "looplab_artifacts")
+    if args.study == "lean":
+        from orchestrator.demo import main_lean
+
+        return main_lean(db=args.db, fast=args.fast, artifacts=args.artifacts or "looplab_artifacts")
     return main(db=args.db, fast=args.fast, artifacts=args.artifacts or "looplab_artifacts")
 
 

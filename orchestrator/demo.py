@@ -24,6 +24,16 @@ extrapolation table and where the dashboard draws it (page Extrapolation).
 ~1 M tokens each, each with a depth sweep and an adaptive job (exit rules x thresholds x KV strategies,
 task scores and decode timings with exits); prints the rounds saved at equal loss and the frontier
 (page Adaptive draws them). See docs/adaptive.md for its run time.
+
+`looplab demo --study lean` runs the lean-recipe study at CPU size (`LEAN`): parcae, fixed4 and lean on
+`tiny` at 2^20 tokens (about 1 M, where the findings' shape shows; the default demo's 61 k tokens show
+the machinery only), 2 seeds (`--fast`: 1), each with a depth sweep over 1-16 loops; prints each finding
+of the study beside this run's figure (`analysis.findings`) and writes the study report
+(`lean-study.html`, `lean-study.md`, orchestrator/report/). About 30 minutes on 2 quiet cores (`--fast`:
+about 12).
+
+Every demo calibrates this machine first when no calibration is cached (about 30 s, cached for a week),
+so its jobs carry plan estimates and the Plan page shows planned against actual.
 """
 
 from __future__ import annotations
@@ -101,6 +111,28 @@ def loop_design_grids(fast: bool = False) -> list[Grid]:
     tokens = train.pop("tokens")
     return loop_design_grid(**p["variants"], tokens=tokens, name="demo-loop-design-fast" if fast else
                             "demo-loop-design", data=DATA, follow={"depth_sweep": p["depth_sweep"]}, **train)  # fmt: skip
+
+
+# The lean-recipe study at CPU size: 3 recipes x 2 seeds x 2^20 tokens of tiny (2,048 steps of 8 x 64),
+# tiny trains at ~2,500-4,300 tokens/s on one core here, so ~4-7 minutes a run (`--fast`: seed 0 only).
+# The sweep's eval_tokens and batch size are the train job's, so its loss at the trained count is the
+# run's final validation loss.
+LEAN = {
+    "recipes": ["parcae", "fixed4", "lean"], "seeds": [0, 1],
+    "train": {"size": "tiny", "tokens": 2**20, "eval_every": 1024, "eval_tokens": 32768, "ckpt_every": 512,
+              "data": DATA},
+    "depth_sweep": {"loops": [1, 2, 3, 4, 6, 8, 12, 16], "eval_tokens": 32768},
+}  # fmt: skip
+LEAN_FAST = {**LEAN, "seeds": [0]}
+LEAN_REPORT = "lean-study"  # the report files the study writes: lean-study.html and lean-study.md
+
+
+def lean_grids(fast: bool = False) -> list[Grid]:
+    """The demo's lean-recipe study: one grid, every run with its depth sweep."""
+    p = LEAN_FAST if fast else LEAN
+    return [Grid("demo-lean-fast" if fast else "demo-lean", base=p["train"],
+                 sweep={"recipe": p["recipes"], "seed": p["seeds"]}, then=["depth_sweep"],
+                 follow={"depth_sweep": p["depth_sweep"]})]  # fmt: skip
 
 
 def print_extrapolation(url: str, grid_prefix: str) -> None:
@@ -237,6 +269,22 @@ def print_tables(url: str) -> None:
         print(pairs[cols].to_string(index=False) if not pairs.empty else "(no finished iso-time pair)")
 
 
+def ensure_calibration() -> None:
+    """Measure this machine once when no calibration is cached, so that `submit` stores a plan estimate
+    with every job (the Plan page then shows planned against actual); a failed measurement costs only
+    the estimates."""
+    from orchestrator.planner import cached_calibration, calibrate, local_slots
+
+    device = "cuda" if local_slots(num_cpus=1)[1] > 0 else "cpu"
+    if cached_calibration(device) is not None:
+        return
+    print("calibrating this machine for the plan estimates (about 30 s, cached for a week) ...", flush=True)
+    try:
+        calibrate(device)
+    except Exception as e:  # noqa: BLE001 - estimates are advice: the demo runs without them
+        print(f"(no calibration: {type(e).__name__}: {e}; the jobs get no plan estimate)")
+
+
 def _run(grids: list[Grid], what: str, db: str | None, artifacts: str, progress_every_s: float):
     """Submit `grids` and run the queue until they are done; returns (queue, status of their jobs,
     the scheduler's exit code, the failed jobs). Prints what happened on the way."""
@@ -245,6 +293,7 @@ def _run(grids: list[Grid], what: str, db: str | None, artifacts: str, progress_
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # one thread per job: 2 jobs on 2 cores, no thrashing
     q = Queue(db=db, artifacts=artifacts)
     t0 = time.time()
+    ensure_calibration()
     ids = q.submit(grids)
     print(
         f"{what}: {len(ids)} jobs ({len(q.last_added)} new) in {q.url}; artifacts in {q.artifacts.absolute()}"
@@ -276,6 +325,8 @@ def main(db: str | None = None, fast: bool = False, artifacts: str = "looplab_ar
         print(q.results("train_results")[["job_id", "tokens", "train_seconds", "final_val_loss"]].to_string())
     print("\nopen the dashboard: looplab dashboard" + (f" --db {db}" if db else ""))
     print('query the results:  looplab sql "SELECT recipe, seed, final_val_loss FROM runs"')
+    names = " ".join(g.name for g in grids(fast))
+    print(f"a study report:     looplab{f' --db {db}' if db else ''} report {names} -o demo-report.html")
     return 0 if failed.empty else 1
 
 
@@ -342,4 +393,39 @@ def main_adaptive(db: str | None = None, fast: bool = False, artifacts: str = "l
     print(
         f'query the results: looplab{db_flag} sql "SELECT variant_label, config, val_loss, mean_rounds FROM adaptive"'
     )
+
+
+def print_findings(url: str, grids: list[str]) -> None:
+    """Each finding of the lean-recipe study beside this run's figure (`analysis.findings`)."""
+    import pandas as pd
+
+    from orchestrator.report import study_data
+
+    data = study_data(url, grids)
+    with pd.option_context("display.width", 200, "display.max_columns", 10, "display.max_colwidth", 90):
+        print("\n== the lean-recipe study's findings against this run ==")
+        cols = ["finding", "study", "this_run", "holds"]
+        print(data.findings[cols].to_string(index=False) if not data.findings.empty else "(no finished runs)")
+
+
+def main_lean(db: str | None = None, fast: bool = False, artifacts: str = "looplab_artifacts") -> int:
+    t0 = time.time()
+    study = lean_grids(fast)
+    q, rc, failed = _run(study, "demo --study lean", db, artifacts, progress_every_s=30.0)
+    if rc != 0:
+        return rc
+    names = [g.name for g in study]
+    try:
+        from orchestrator.report import write_report
+
+        print_findings(q.url, names)
+        for fmt in ("html", "md"):
+            path = write_report(q.url, names, f"{LEAN_REPORT}.{fmt}", fmt)
+            print(f"report: {path.absolute()}")
+    except Exception as e:  # a summary; never hide the run's outcome behind it
+        print(f"(findings unavailable: {type(e).__name__}: {e})")
+    db_flag = f" --db {db}" if db else ""
+    print(f"\nwhole demo {time.time() - t0:.0f} s")
+    print(f"the report again:  looplab{db_flag} report {' '.join(names)} -o {LEAN_REPORT}.html")
+    print(f"see it drawn:      looplab{db_flag} dashboard   (pages Compare, Depth)")
     return 0 if failed.empty else 1

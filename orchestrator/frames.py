@@ -142,6 +142,26 @@ def latest(url: str, job_ids: Iterable[int], keys: Iterable[str] = CURVE_KEYS) -
     )
 
 
+def grid_rows(url: str, grids: Iterable[str | int], where: str) -> pd.DataFrame:
+    """The stored grids named (or numbered) by `grids` (id, name, created_at, spec) in id order, for a
+    command that works on grids (`looplab report`, `looplab export --grid`). A name matches every grid
+    of that name. ConfigError from `where` naming a grid that is not in the database, with those that are."""
+    from model.errors import ConfigError
+
+    with engine(url).connect() as conn:
+        stored = pd.read_sql(sa.select(GridRow.id, GridRow.name, GridRow.created_at, GridRow.spec), conn)
+    picked = []
+    for name in grids:
+        hit = stored[(stored["name"] == str(name)) | (stored["id"].astype(str) == str(name))]
+        if hit.empty:
+            known = ", ".join(sorted(set(stored["name"]))) or "(none: the database has no grid)"
+            raise ConfigError(f"{where}: grid {str(name)!r} is not in the database; accepted: {known}")
+        picked.append(hit)
+    if not picked:
+        return stored.iloc[:0]
+    return pd.concat(picked).drop_duplicates("id").sort_values("id").reset_index(drop=True)
+
+
 # ---------------------------------------------------------------- runs and results
 
 

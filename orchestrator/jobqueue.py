@@ -53,7 +53,7 @@ from orchestrator.jobkinds import CHECKPOINT, TRAIN
 from orchestrator.schema import RESULT_TABLES, Attempt, GridRow, JobDep, JobLog, TrainResult
 from orchestrator.schema import Job as JobRow
 from orchestrator.states import ACTIVE, DEAD_ENDS, AttemptOutcome, JobStatus
-from orchestrator.variants import VARIANT_COLUMNS, columns_of, flop_budget_tokens, resolve
+from orchestrator.variants import VARIANT_COLUMNS, columns_of, flop_budget_tokens, resolve, shared_overrides
 
 if TYPE_CHECKING:
     from workers.jobs import JobRegistry
@@ -256,11 +256,13 @@ def _model_columns(plans: list[JobPlan]) -> list[dict[str, Any]]:
     """Per plan, the jobs columns about its model (VARIANT_COLUMNS; {} for a job about no model): a
     checkpoint follow-up (depth sweep, eval) copies its train job's (`trained_plan`); a train job with
     a FLOP budget also gets `budget_tokens`, the whole-step token count that budget trains (the
-    trainer's own conversion)."""
+    trainer's own conversion). A generated label leaves out the overrides every model of the
+    submission shares (`variants.shared_overrides`)."""
     out: list[dict[str, Any]] = []
-    for plan in plans:
-        resolved = resolve(plan.kind, plan.spec, plan.declared)
-        cols = {} if resolved is None else columns_of(resolved, plan.label)
+    models = [resolve(plan.kind, plan.spec, plan.declared) for plan in plans]
+    shared = shared_overrides(models)  # left out of the generated labels
+    for plan, resolved in zip(plans, models, strict=True):
+        cols = {} if resolved is None else columns_of(resolved, plan.label, shared)
         if resolved is not None and plan.kind == TRAIN and plan.spec.get("flops") is not None:
             cols["budget_tokens"] = flop_budget_tokens(resolved, float(plan.spec["flops"]))
         out.append(cols)

@@ -137,10 +137,14 @@ def run_variant_id(arch_id: str, run: dict[str, Any]) -> str:
     return sha256({"architecture": arch_id, **run})[:VARIANT_ID_HEX]
 
 
-def variant_label(recipe: str, overrides: dict[str, Any]) -> str:
+def variant_label(recipe: str, overrides: dict[str, Any], shared: dict[str, Any] | None = None) -> str:
     """`fixed4 · d_model=192 · loops=8`: the recipe and each override that differs from its preset
-    (the size has its own column), cut to LABEL_MAX characters."""
-    parts = [recipe, *(f"{key}={_label_value(value)}" for key, value in sorted(overrides.items()))]
+    (the size has its own column), cut to LABEL_MAX characters. An override in `shared` with the same
+    value is left out (`shared_overrides`: what every variant of a submission sets alike tells none
+    of them apart); the variant id and the columns still count it."""
+    shared = shared or {}
+    kept = {k: v for k, v in overrides.items() if k not in shared or shared[k] != v}
+    parts = [recipe, *(f"{key}={_label_value(value)}" for key, value in sorted(kept.items()))]
     return clip_label(LABEL_SEPARATOR.join(parts))
 
 
@@ -160,6 +164,23 @@ def identity_label(identity: dict[str, Any]) -> str:
     return clip_label("@".join(parts))
 
 
+def shared_overrides(models: list[Resolved | None]) -> dict[str, Any]:
+    """The overrides every model of `models` (a submission's resolved plans; None: about no model)
+    sets to one value, when they are two variants or more: `{"seq_len": 64}` for the demo, whose every
+    run would otherwise read `parcae · seq_len=64`. {} for a single variant (its seeds): there the
+    overrides are what tells it from the preset. Labels are stored at submission, so the rule applies
+    per submission; jobs already stored keep the labels they were given."""
+    known = [m for m in models if m is not None]
+    if len({variant_id(m.recipe, m.size, m.overrides) for m in known}) < 2:
+        return {}
+    first, *rest = known
+    return {
+        key: value
+        for key, value in first.overrides.items()
+        if all(key in m.overrides and m.overrides[key] == value for m in rest)
+    }
+
+
 def clip_label(label: str) -> str:
     return label if len(label) <= LABEL_MAX else label[: LABEL_MAX - 1] + "…"
 
@@ -171,12 +192,17 @@ def variant_columns(kind: str, spec: dict[str, Any], label: str | None = None) -
     return {} if resolved is None else columns_of(resolved, label)
 
 
-def columns_of(resolved: Resolved, label: str | None = None) -> dict[str, Any]:
+def columns_of(
+    resolved: Resolved, label: str | None = None, shared: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """`variant_columns` of a resolved model; the generated label leaves out the `shared` overrides."""
     from model.counts import arch_summary
 
     facts = arch_summary(resolved.cfg, resolved.batch_size)
     identity = resolved.identity
-    generated = identity_label(identity) if identity else variant_label(resolved.recipe, resolved.overrides)
+    generated = (
+        identity_label(identity) if identity else variant_label(resolved.recipe, resolved.overrides, shared)
+    )
     out: dict[str, Any] = {
         "variant_id": variant_id(
             resolved.recipe, resolved.size, resolved.overrides, resolved.run_design(), identity

@@ -99,3 +99,28 @@ def test_dashboard_compare_page_on_the_queue_database(demo_db, monkeypatch):
     per_seed = next(df for df in tables if "verdict" in df.columns and "recipe" in df.columns)
     assert set(per_seed["recipe"]) == {"lean", "parcae"}
     assert per_seed.loc[per_seed["recipe"] == "parcae", "verdict"].iloc[0] == "reference"
+
+
+def test_labels_leave_out_what_every_run_shares_and_every_job_carries_a_plan_estimate(demo_db, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    # every run of the demo sets seq_len=32: the labels say only what tells the variants apart
+    labels = sql(demo_db, "SELECT DISTINCT recipe, variant_label, variant_id FROM jobs ORDER BY recipe")
+    assert {(r["recipe"], r["variant_label"]) for r in labels} == {("lean", "lean"), ("parcae", "parcae")}
+    assert len({r["variant_id"] for r in labels}) == 2
+    # the demo calibrates this machine before it submits, so every job stored an estimate
+    planned = sql(demo_db, "SELECT id, planned_seconds, planned_source FROM jobs")
+    assert all(r["planned_seconds"] > 0 and r["planned_source"] != "unknown" for r in planned), planned
+
+    monkeypatch.setenv("LOOPLAB_DB", f"sqlite:///{demo_db[0]}")
+    at = AppTest.from_file(str(ROOT / "dashboard" / "app.py"), default_timeout=60)
+    at.run()
+    at.switch_page("views/plan.py").run()
+    assert not at.exception, [e.message for e in at.exception]
+    jobs = next(
+        d.value
+        for d in at.dataframe
+        if {"planned_seconds", "actual_seconds", "job_id"} <= set(d.value.columns)
+    )
+    assert sorted(jobs["job_id"]) == sorted(r["id"] for r in planned)
+    assert (jobs["actual_seconds"] > 0).all() and (jobs["ratio"] > 0).all()

@@ -153,6 +153,29 @@ def test_a_label_given_in_the_grid_names_the_variant_but_not_the_job(q):
     assert {r["variant_label"] for r in rows(q)} == {"the r=8 run"}
 
 
+def test_an_override_every_variant_of_a_submission_shares_is_left_out_of_the_label(q):
+    # the demo's shape: every run sets seq_len=64, so "parcae · seq_len=64" would tell nothing apart
+    grids = [Grid("shared", base={"tokens": 1000, "seq_len": 32}, sweep={"recipe": ["parcae", "lean"]},
+                  then=["depth_sweep", "decode_bench"]),
+             Grid("shared-loops", base={"recipe": "fixed4", "tokens": 1000, "seq_len": 32, "model": {"loops": 8}})]  # fmt: skip
+    q.submit(grids)
+    got = rows(q)
+    labels = {(r["kind"], r["recipe"]): r["variant_label"] for r in got}
+    assert labels[("train", "parcae")] == "parcae" and labels[("train", "lean")] == "lean"
+    # an override only some variants set stays; follow-ups carry their train job's label
+    assert labels[("train", "fixed4")] == "fixed4 · loops=8"
+    assert labels[("depth_sweep", "parcae")] == "parcae" and labels[("decode_bench", "lean")] == "lean"
+    # the columns and the variant id still count the shared override
+    parcae = next(r for r in got if r["kind"] == "train" and r["recipe"] == "parcae")
+    assert parcae["variant_id"] == variant_id("parcae", "tiny", {"seq_len": 32}, BYTE_RUN)
+    assert parcae["variant_id"] != variant_id("parcae", "tiny", {}, BYTE_RUN)
+    # a stored job keeps its label when a later submission shares less
+    q.submit(Grid("more", base={"tokens": 1000}, sweep={"recipe": ["parcae", "lean"], "seed": [5]}))
+    again = rows(q, "kind = 'train'")
+    assert {r["variant_label"] for r in again if r["seed"] == 5} == {"parcae", "lean"}
+    assert labels == {(r["kind"], r["recipe"]): r["variant_label"] for r in rows(q) if r["seed"] != 5}
+
+
 # ---------------------------------------------------------------- FLOP budgets
 
 
