@@ -14,7 +14,7 @@ from orchestrator.frames import job_listing
 from orchestrator.states import JobStatus
 
 COLUMNS = ["id", "grid", "kind", "recipe", "size", "seed", "status", "attempts", "progress_done",
-           "progress_total", "eta_s", "train_loss", "val_loss", "gpu_ids", "error"]  # fmt: skip
+           "progress_total", "eta_s", "train_loss", "val_loss", "gpu_ids", "waiting_for", "error"]  # fmt: skip
 
 
 def status_frame(eng: Engine, grid: str | int | None = None, all_jobs: bool = True,
@@ -62,6 +62,8 @@ def table(df: pd.DataFrame) -> str:
         seed = "" if pd.isna(r.seed) else int(r.seed)
         running = r.status == JobStatus.RUNNING
         note = r.error if r.error else (f"gpu {r.gpu_ids}" if r.gpu_ids and running else "")
+        if r.status == JobStatus.QUEUED and r.waiting_for:
+            note = f"waiting for {r.waiting_for}"
         prog = bar(r.progress_done, r.progress_total) if running else (
             bar(1, 1) if r.status == JobStatus.SUCCEEDED else " " * 27)  # fmt: skip
         lines.append(

@@ -240,6 +240,10 @@ class TrainResult(Base):
     # other jobs running on the node at any time during the training (0 = the device to itself;
     # NULL = not recorded), from the driver's bookkeeping (rev. 0005)
     concurrent_jobs: Mapped[int | None] = mapped_column(Integer)
+    # the tokenizer's vocabulary, which the model, n_params and the FLOPs use, and the one the spec asked
+    # for: a BPE gets fewer tokens than asked when its corpus has too little text (rev. 0012; NULL before)
+    vocab_size: Mapped[int | None] = mapped_column(Integer)
+    vocab_size_asked: Mapped[int | None] = mapped_column(Integer)
 
 
 class DepthEval(Base):

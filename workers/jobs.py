@@ -81,6 +81,8 @@ KINDS: dict[str, Kind] = {
     "decode_bench": Kind("workers.decode_bench", follows="train", about=ARCHITECTURE, exclusive=True,
                          arch_keys=MODEL_KEYS, tables=("decode_benches",), views=("decode",)),
     "eval": Kind("workers.eval", follows="train", about=CHECKPOINT, tables=("task_scores",), views=("tasks",)),
+    # made by the grid for the train jobs that share a corpus and tokenizer (orchestrator/grid.py)
+    "prepare": Kind("workers.prepare"),
 }  # fmt: skip
 
 

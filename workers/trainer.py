@@ -41,12 +41,20 @@ from model.errors import ConfigError
 from model.flops import training_flops
 from model.looped import LoopedLM
 from workers import checkpoint as ckpt
-from workers.data import get_batch, prepare, val_chunks
+from workers.data import (
+    SAMPLER,
+    SAMPLER_PERMUTATION,
+    SAMPLER_WITH_REPLACEMENT,
+    get_batch,
+    prepare,
+    val_chunks,
+)
 from workers.device import peak_flops, peak_mem_mb, reset_peak_mem, resolve_device
 from workers.evaluate import autocast, evaluate
 from workers.optim import build_optimizers, lr_factor, set_lr
 from workers.reporter import JobInterrupted, Reporter
 from workers.schedule import TimeBudgetSchedule
+from workers.tokenizer import smaller_vocab_message
 from workers.train_spec import EVAL_H0_SEED, Spec, check_artifact_dir
 
 
@@ -66,6 +74,9 @@ class TrainerState:
     step_of_last_val: int = -1  # `step` when the last evaluation ran
     calib_tokens_per_s: float | None = None  # time budget: the calibration's throughput
     schedule: dict[str, Any] | None = None  # time budget: TimeBudgetSchedule.state_dict()
+    # the batch sampler (workers.data.window_offsets); a checkpoint from before it was recorded resumes
+    # with the one it was made with, so the default is that one and new runs set workers.data.SAMPLER
+    sampler: int = SAMPLER_WITH_REPLACEMENT
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -95,12 +106,15 @@ class Trainer:
         for stale in self.dir.glob(f".{ckpt.CHECKPOINT}.tmp*"):  # left by a process killed mid-write
             stale.unlink()
         self.device = resolve_device(spec.device)
-        self.data = prepare(spec.data)
+        from workers.prepare import cores_given
+
+        self.data = prepare(spec.data, reporter=reporter, processes=cores_given())
         if self.data.meta["tokenizer"]:
             (self.dir / "tokenizer.json").write_bytes(
                 (self.data.dir / self.data.meta["tokenizer"]).read_bytes()
             )
-        self.cfg = spec.model_config(self.data.vocab_size)
+        self.cfg = spec.model_config(self.data.vocab_size)  # the tokenizer's vocabulary, not the asked one
+        self.vocab_asked = spec.resolved_model_config().vocab_size
         self.eval_loops = spec.resolved_eval_loops(self.cfg)
         self.seq_len = self.cfg.seq_len
         self.tokens_per_step = spec.batch_size * self.seq_len
@@ -115,7 +129,7 @@ class Trainer:
         # the model as the training steps call it: with spec.compile, its static-shape parts compiled
         # (the round loop stays in Python: loop counts change every step; see LoopedLM.compile_parts)
         self.forward_model = self.model.compile_parts() if spec.compile else self.model
-        self.state = TrainerState()
+        self.state = TrainerState(sampler=SAMPLER)
         self.schedule: TimeBudgetSchedule | None = None  # time budget only
 
     # -------------------------------------------------------------------------------------- run
@@ -136,6 +150,7 @@ class Trainer:
             self._restore(saved)
             rep.resumed(self.state.step)
             rep.log(f"resumed from {self.ckpt_path} at step {self.state.step}/{self.state.total_steps}")
+        self._say_data()
         rep.log(
             f"train {spec.recipe}/{spec.size}: {self.param_counts['total']:,} params, "
             f"{self.state.total_steps} steps of {self.tokens_per_step} tokens on {self.device}"
@@ -161,6 +176,8 @@ class Trainer:
             "time_budget_s": spec.time_s,
             "calib_tokens_per_s": state.calib_tokens_per_s,
             "device": str(self.device),
+            "vocab_size": self.data.vocab_size,
+            "vocab_size_asked": self.vocab_asked,
             **self._flop_fields(state.total_steps * self.tokens_per_step, state.train_seconds),
         }
         if spec.time_s is not None:
@@ -170,6 +187,21 @@ class Trainer:
             rep.log(f"compile: {state.compile_seconds:.1f}s (first steps, not in train_seconds)")
         rep.result("train_results", row)
         return {**row, "compile_seconds": state.compile_seconds if spec.compile else None}
+
+    def _say_data(self) -> None:
+        """Log what the data is short of: a tokenizer smaller than asked (the model, its parameters and
+        FLOPs use the vocabulary it has), a run longer than one pass over its train tokens."""
+        got, rep = self.data.vocab_size, self.reporter
+        if got < self.vocab_asked:
+            rep.log(smaller_vocab_message(self.vocab_asked, got), "WARNING")
+        windows = (len(self.data.train) - 1) // self.seq_len
+        needed = self.state.total_steps * self.spec.batch_size
+        if self.state.sampler == SAMPLER_PERMUTATION and needed > windows:
+            rep.log(
+                f"data: the run reads {needed:,} windows of {self.seq_len + 1} tokens, its train split holds "
+                f"{windows:,} ({len(self.data.train):,} tokens): {needed / windows:.2f} passes over it",
+                "WARNING",
+            )
 
     def _flop_fields(self, tokens: int, train_seconds: float) -> dict[str, float | None]:
         """The result row's FLOP accounting: the model's training FLOPs per token (expected over the
@@ -232,7 +264,7 @@ class Trainer:
         returns (train loss, matrix-group lr)."""
         spec = self.spec
         lr = set_lr(opts, factor, progress=progress)
-        x, y = get_batch(self.data.train, spec.batch_size, self.seq_len, spec.seed, step)  # (B, T) each
+        x, y = get_batch(self.data.train, spec.batch_size, self.seq_len, spec.seed, step, self.state.sampler)
         x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
         loops = model.sample_loops(spec.batch_size, step, spec.seed)  # (B,) on the CPU, read without a sync
         with autocast(self.device):
