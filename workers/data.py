@@ -24,11 +24,14 @@ or `n<N>/`. Building is resumable: every `piece_docs` documents the shards are f
 from the last piece, truncating what came after it, and ends byte-identical to an uninterrupted one.
 Tokenization runs on `processes` worker processes (tokenizer.ParallelEncoder), in order.
 
-`get_batch` reads the windows of a step. Sampler 1 (runs started before samplers were versioned)
-draws window offsets uniformly with replacement from a generator seeded by (seed, step); sampler 2
-(`SAMPLER`, new runs) cuts the train tokens into non-overlapping windows and visits them in a seeded
-permutation per epoch, so every window is seen once per epoch. Either way row r of step s is a pure
-function of (seed, s, r): resuming needs no loader state. `val_chunks` is the fixed validation set: the
+`get_batch` reads the windows of a step. Sampler 1 draws window offsets uniformly with replacement from
+a generator seeded by (seed, step): what every run did before samplers were versioned, and what a run on
+a whole corpus (which it rarely reads through) still does. Sampler 2 cuts the train tokens into
+non-overlapping windows and visits them in a seeded permutation per epoch, so every window is seen once
+per epoch: a run whose data is sized to it (`max_tokens`) would otherwise see only ~63 % of its tokens.
+`sampler_for` picks a new run's; the trainer keeps it in its checkpoint, so a run resumes with the
+sampler it started with. Either way row r of step s is a pure function of (seed, s, r): resuming needs
+no loader state. `val_chunks` is the fixed validation set: the
 first `eval_tokens` of the val shard in `seq_len` windows.
 """
 
@@ -77,7 +80,6 @@ VAL_TOKENS = 1 << 21
 PIECE_DOCS = 16_384  # documents per committed piece of a build
 BATCH_DOCS, BATCH_CHARS = 256, 1 << 21  # one encoding batch: at most this many documents / characters
 SAMPLER_WITH_REPLACEMENT, SAMPLER_PERMUTATION = 1, 2
-SAMPLER = SAMPLER_PERMUTATION  # what a new run samples with (the trainer keeps it in its checkpoint)
 
 # Incremented whenever a preparation is tokenized: tests prove later runs reuse the cache.
 TOKENIZE_COUNT = 0
@@ -373,7 +375,7 @@ def _build(spec: DataSpec, tok: Tokenizer, d: Path, limit: int | None, reporter:
     TOKENIZE_COUNT += 1
     dtype = np.dtype(np.uint16 if tok.vocab_size <= 2**16 else np.uint32)
     build = _Build(d, {"train": limit, "val": VAL_TOKENS}, dtype.itemsize)
-    rows = row_count(spec.corpus) if limit is None else None
+    rows = row_count(spec.corpus)
     progress = _Progress(reporter, limit, rows, sum(c["tokens"] for c in build.counts.values()))
     if build.docs:
         _say(reporter, f"resuming the preparation in {d} after {build.docs:,} documents")
@@ -442,9 +444,9 @@ def _build(spec: DataSpec, tok: Tokenizer, d: Path, limit: int | None, reporter:
 
 
 class _Progress:
-    """A build's progress through the reporter: tokens so far out of the caps (or, for the whole corpus,
-    an estimate from its row count when known, else 0 = unknown), tokens/s and the ETA; logs, heartbeats
-    and stop requests (the build commits, then stops with JobInterrupted: rerunning resumes it)."""
+    """A build's progress through the reporter: tokens so far out of what it will hold (`_total`),
+    tokens/s and the ETA; logs, heartbeats and stop requests (the build commits, then stops with
+    JobInterrupted: rerunning resumes it)."""
 
     def __init__(self, reporter: Reporter | None, limit: int | None, rows: int | None, start: int) -> None:
         self.rep, self.limit, self.rows, self.start = reporter, limit, rows, start
@@ -459,11 +461,13 @@ class _Progress:
         return sum(build.counts[s]["tokens"] for s in SPLITS)
 
     def _total(self, build: _Build, done: int) -> float:
+        """The tokens the build will hold: its caps, at most what the whole corpus holds (estimated
+        from the documents read so far when its row count is known); 0 when unknown."""
+        whole = max(float(done), done * self.rows / build.docs) if self.rows and build.docs else None
         if self.limit is not None:
-            return float(self.limit + VAL_TOKENS)
-        if self.rows and build.docs:
-            return max(float(done), done * self.rows / build.docs)
-        return 0.0
+            capped = float(self.limit + VAL_TOKENS)
+            return capped if whole is None else min(capped, whole)
+        return 0.0 if whole is None else whole
 
     def tick(self, build: _Build, force: bool = False) -> None:
         done, now = self._tokens(build), time.monotonic()
@@ -502,6 +506,12 @@ class _Progress:
 
 
 # ------------------------------------------------------------------------------------------ batches
+
+
+def sampler_for(spec: DataSpec) -> int:
+    """The sampler a new run on `spec` uses: without replacement on a preparation of `max_tokens`, with
+    replacement on a whole corpus (as before samplers were versioned, so such runs are unchanged)."""
+    return SAMPLER_WITH_REPLACEMENT if spec.max_tokens is None else SAMPLER_PERMUTATION
 
 
 @functools.lru_cache(maxsize=4)

@@ -42,11 +42,11 @@ from model.flops import training_flops
 from model.looped import LoopedLM
 from workers import checkpoint as ckpt
 from workers.data import (
-    SAMPLER,
     SAMPLER_PERMUTATION,
     SAMPLER_WITH_REPLACEMENT,
     get_batch,
     prepare,
+    sampler_for,
     val_chunks,
 )
 from workers.device import peak_flops, peak_mem_mb, reset_peak_mem, resolve_device
@@ -75,7 +75,7 @@ class TrainerState:
     calib_tokens_per_s: float | None = None  # time budget: the calibration's throughput
     schedule: dict[str, Any] | None = None  # time budget: TimeBudgetSchedule.state_dict()
     # the batch sampler (workers.data.window_offsets); a checkpoint from before it was recorded resumes
-    # with the one it was made with, so the default is that one and new runs set workers.data.SAMPLER
+    # with the one it was made with, so the default is that one; a new run's is workers.data.sampler_for
     sampler: int = SAMPLER_WITH_REPLACEMENT
 
     def to_dict(self) -> dict[str, Any]:
@@ -129,7 +129,7 @@ class Trainer:
         # the model as the training steps call it: with spec.compile, its static-shape parts compiled
         # (the round loop stays in Python: loop counts change every step; see LoopedLM.compile_parts)
         self.forward_model = self.model.compile_parts() if spec.compile else self.model
-        self.state = TrainerState(sampler=SAMPLER)
+        self.state = TrainerState(sampler=sampler_for(spec.data))
         self.schedule: TimeBudgetSchedule | None = None  # time budget only
 
     # -------------------------------------------------------------------------------------- run
