@@ -52,6 +52,7 @@ from workers.data import (
 from workers.device import peak_flops, peak_mem_mb, reset_peak_mem, resolve_device
 from workers.evaluate import autocast, evaluate
 from workers.optim import build_optimizers, lr_factor, set_lr
+from workers.prepare import cores_given
 from workers.reporter import JobInterrupted, Reporter
 from workers.schedule import TimeBudgetSchedule
 from workers.tokenizer import smaller_vocab_message
@@ -106,8 +107,6 @@ class Trainer:
         for stale in self.dir.glob(f".{ckpt.CHECKPOINT}.tmp*"):  # left by a process killed mid-write
             stale.unlink()
         self.device = resolve_device(spec.device)
-        from workers.prepare import cores_given
-
         self.data = prepare(spec.data, reporter=reporter, processes=cores_given())
         if self.data.meta["tokenizer"]:
             (self.dir / "tokenizer.json").write_bytes(
