@@ -1,8 +1,9 @@
 """How fast a corpus is prepared, against the tokenizer's own speed on the same text and cores.
 
-On a generated parquet corpus in the hub's layout (`--gb` of text in `--files` files with `text` and
-`id` columns, words drawn with the offline corpus' word frequencies; written under a temp dir and
-deleted after unless `--keep`), with a `--vocab` BPE trained on its first `--bpe-mb` MB:
+On a generated parquet corpus in the hub's layout (`--gb` GB of compressed parquet in about `--files`
+files with `text` and `id` columns, words drawn with the offline corpus' word frequencies; written under
+a temp dir and deleted after, unless `--keep` names a dir to keep it in, and reuse and top up), with a
+`--vocab` BPE trained on its first `--bpe-mb` MB:
 
 1. the tokenizer's own `encode_batch` throughput (tokens/s) with P Rust threads (RAYON_NUM_THREADS=P)
    on the corpus' first `--ref-mb` MB, held in memory, in batches of 1,024 documents: the ceiling;
@@ -65,8 +66,9 @@ def load() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
-def generate(root: Path, gb: float, files: int, seed: int = 0) -> tuple[int, int]:
-    """A hub-layout corpus of about `gb` GB of text; returns (documents, characters)."""
+def generate(root: Path, gb: float, files: int) -> None:
+    """Top `root` up to about `gb` GB of parquet (compressed, as the hub's files are) in files of about
+    `gb / files` GB, each file's documents drawn from its own seed; files already there count."""
     import re as re_
 
     import numpy as np
@@ -82,29 +84,28 @@ def generate(root: Path, gb: float, files: int, seed: int = 0) -> tuple[int, int
     vocab = np.array(list(words))
     p = np.array(list(words.values()), dtype=np.float64)
     p /= p.sum()
-    rng = np.random.default_rng(seed)
     root.mkdir(parents=True, exist_ok=True)
-    n_docs = chars = 0
-    per_file = gb * 1e9 / files
-    for f in range(files):
+    per_file, ratio = gb * 1e9 / files, 0.65  # parquet bytes per character of text (measured as it goes)
+    while (have := sum(f.stat().st_size for f in root.glob("*.parquet"))) < gb * 1e9:
+        f = len(list(root.glob("*.parquet")))
+        rng = np.random.default_rng([0, f])
         texts, size = [], 0
-        while size < per_file:
+        while size * ratio < per_file:
             lengths = rng.lognormal(6.5, 0.8, size=2000).astype(np.int64) + 20  # words per document
             flat = vocab[rng.choice(len(vocab), size=int(lengths.sum()), p=p)].tolist()
             at = 0
             for n in lengths.tolist():
-                text = " ".join(flat[at : at + n])
+                texts.append(" ".join(flat[at : at + n]))
                 at += n
-                texts.append(text)
-                size += len(text)
-                if size >= per_file:
+                size += len(texts[-1])
+                if size * ratio >= per_file:
                     break
+        path = root / f"train-{f:05d}.parquet"
         ids = [f"<urn:uuid:bench-{f}-{i}>" for i in range(len(texts))]
-        pq.write_table(pa.table({"text": texts, "id": ids}), root / f"train-{f:05d}-of-{files:05d}.parquet",
-                       row_group_size=1000)  # fmt: skip
-        n_docs, chars = n_docs + len(texts), chars + size
-        print(f"  corpus file {f + 1}/{files}: {len(texts):,} documents, {size / 1e6:,.0f} MB", flush=True)
-    return n_docs, chars
+        pq.write_table(pa.table({"text": texts, "id": ids}), path, row_group_size=1000)
+        ratio = path.stat().st_size / size
+        print(f"  corpus file {path.name}: {len(texts):,} documents, {size / 1e6:,.0f} MB of text, "
+              f"{(have + path.stat().st_size) / 1e9:.2f} GB of parquet so far", flush=True)  # fmt: skip
 
 
 def _children(pid: int) -> list[int]:
@@ -220,7 +221,7 @@ def preparation(tok: Path, corpus: Path, processes: int, work: Path, max_tokens:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gb", type=float, default=1.0, help="GB of text to generate")
+    parser.add_argument("--gb", type=float, default=1.0, help="GB of parquet to generate (compressed)")
     parser.add_argument("--files", type=int, default=10, help="parquet files")
     parser.add_argument("--processes", default="1,2", help="process counts to measure, e.g. 1,2")
     parser.add_argument("--vocab", type=int, default=32768, help="BPE vocabulary asked for")
@@ -236,9 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     before = load()
     print(f"load before: {before}")
     try:
-        if not any(corpus.glob("*.parquet")):
-            print(f"generating {args.gb:g} GB in {corpus}")
-            generate(corpus, args.gb, args.files)
+        print(f"corpus: {args.gb:g} GB of parquet in {corpus}")
+        generate(corpus, args.gb, args.files)
         size = sum(f.stat().st_size for f in corpus.glob("*.parquet"))
         if not tok.exists():
             from workers import tokenizer
@@ -260,7 +260,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     after = load()
-    print(f"\ncorpus: {size / 1e9:.2f} GB parquet in {args.files} files; load after: {after}")
+    n_files = len(list(corpus.glob("*.parquet"))) if args.keep else args.files
+    print(f"\ncorpus: {size / 1e9:.2f} GB parquet in {n_files} files; load after: {after}")
     head = (f"{'P':>2} {'tokenizer M/s':>13} {'prepare M/s':>11} {'ratio':>6} {'whole job M/s':>13} "
             f"{'tokens':>13} {'wall s':>7} {'USS MB':>7} {'RSS MB':>7} {'procs':>5}")  # fmt: skip
     print(head)

@@ -514,7 +514,7 @@ def sampler_for(spec: DataSpec) -> int:
     return SAMPLER_WITH_REPLACEMENT if spec.max_tokens is None else SAMPLER_PERMUTATION
 
 
-@functools.lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=2)  # a step spans two epochs at most (unless its batch outnumbers the windows)
 def _permutation(seed: int, epoch: int, windows: int) -> np.ndarray:
     """The order in which epoch `epoch` visits `windows` windows (read-only, shared by the steps)."""
     rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, int(epoch), int(windows), 0x5A3D1E])

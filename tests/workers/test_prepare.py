@@ -253,6 +253,23 @@ def test_three_budgets_on_one_corpus_make_one_prepare_job_and_tokenize_once(hub_
     assert data.TOKENIZE_COUNT == count + 1
 
 
+def test_a_resubmitted_part_of_a_grid_adds_no_prepare_job_and_a_new_job_gets_its_own(hub_dir, tmp_path):
+    from orchestrator import Queue
+    from tests.db_rows import rows
+
+    q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art")
+    base = tiny_spec(data={"corpus": str(hub_dir), "tokenizer": "byte", "max_tokens": "budget"})
+    del base["tokens"]
+    first = q.submit(Grid("two", base=base, sweep={"tokens": [1024, 4096]}))
+    assert len(first) == 3 and len(q.last_added) == 3
+    assert q.submit(Grid("small", base={**base, "tokens": 1024})) == [first[0]] and q.last_added == []
+    (new_train, new_prep) = q.submit(Grid("seed 1", base={**base, "tokens": 1024, "seed": 1}))
+    assert q.last_added == [new_prep, new_train] and new_prep not in first  # sized for its own grid
+    spec = json.loads(rows(q, "SELECT config FROM jobs WHERE id=:j", j=new_prep)[0][0])
+    assert spec["max_tokens"] == 1025
+    assert rows(q, "SELECT depends_on FROM job_deps WHERE job_id=:j", j=new_train) == [(new_prep,)]
+
+
 def test_offline_corpus_prepared_whole_gets_no_prepare_job():
     plans = expand([Grid("plain", base=tiny_spec())], jobs)
     assert [p.kind for p in plans] == ["train"] and plans[0].waits == []
