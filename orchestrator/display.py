@@ -62,7 +62,7 @@ def table(df: pd.DataFrame) -> str:
         seed = "" if pd.isna(r.seed) else int(r.seed)
         running = r.status == JobStatus.RUNNING
         note = r.error if r.error else (f"gpu {r.gpu_ids}" if r.gpu_ids and running else "")
-        if r.status == JobStatus.QUEUED and r.waiting_for:
+        if r.status == JobStatus.QUEUED and isinstance(r.waiting_for, str):  # missing is NaN, not None
             note = f"waiting for {r.waiting_for}"
         prog = bar(r.progress_done, r.progress_total) if running else (
             bar(1, 1) if r.status == JobStatus.SUCCEEDED else " " * 27)  # fmt: skip

@@ -255,6 +255,7 @@ def test_three_budgets_on_one_corpus_make_one_prepare_job_and_tokenize_once(hub_
 
 def test_a_resubmitted_part_of_a_grid_adds_no_prepare_job_and_a_new_job_gets_its_own(hub_dir, tmp_path):
     from orchestrator import Queue
+    from orchestrator.display import table
     from tests.db_rows import rows
 
     q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art")
@@ -262,6 +263,11 @@ def test_a_resubmitted_part_of_a_grid_adds_no_prepare_job_and_a_new_job_gets_its
     del base["tokens"]
     first = q.submit(Grid("two", base=base, sweep={"tokens": [1024, 4096]}))
     assert len(first) == 3 and len(q.last_added) == 3
+    lines = table(q.status()).splitlines()
+    # by id: the prepare job (inserted before the jobs that wait for it) says nothing, the others name it
+    waiting = [line.endswith(f"waiting for prepare job {first[2]}") for line in lines[1:4]]
+    assert waiting == [False, True, True]
+    assert "waiting for" not in lines[1] and lines[1].split()[:2] == [str(first[2]), PREPARE]
     assert q.submit(Grid("small", base={**base, "tokens": 1024})) == [first[0]] and q.last_added == []
     (new_train, new_prep) = q.submit(Grid("seed 1", base={**base, "tokens": 1024, "seed": 1}))
     assert q.last_added == [new_prep, new_train] and new_prep not in first  # sized for its own grid
