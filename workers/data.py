@@ -501,7 +501,8 @@ class _Progress:
             f"{build.docs:,} documents in {wall:.1f}s "
             f"({self._rate(done):,.0f} tokens/s)",
         )
-        if self.rep is not None:
+        if self.rep is not None:  # the whole build's rate as its last point (the Queue page's tokens/s)
+            self.rep.metric("tokens_per_s", self.pieces + 1, self._rate(done), tokens=done, wall_s=wall)
             self.rep.progress(done, done, 0.0)
 
 

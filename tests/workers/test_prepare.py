@@ -404,6 +404,8 @@ def test_train_jobs_sharing_a_corpus_wait_for_one_prepare_job_on_the_real_queue(
     assert sorted(n for n, _ in tokens) == [512, 512, 1024, 1024]
     assert {json.loads(c)["data"]["max_tokens"] for _, c in tokens} == {513, 1025}
     assert st.loc[alone, "progress_done"] > 0
+    (rate,) = rows(q, "SELECT value FROM latest_metrics WHERE job_id=:j AND key='tokens_per_s'", j=prep)[0]
+    assert rate > 0  # the Queue page's tokens/s of the prepare job
 
 
 def _val_tokens(corpus_dir: Path) -> int:
