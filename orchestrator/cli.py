@@ -38,7 +38,7 @@ PASS_THROUGH = "lm-eval"
 GUIDES = {
     "db": "docs/queue.md (the database, read-only SQL); PostgreSQL and grant-reader: docs/scale-out.md",
     "sql": "docs/queue.md (read-only SQL, the views)",
-    "submit": "docs/variants.md (recipes, variants, sweeps, budgets); the tour: README.md",
+    "submit": "docs/variants.md (recipes, variants, sweeps, budgets); data, max_tokens: docs/data.md; the tour: README.md",
     "plan": "docs/planning.md (also for a device you are not on: --calibration, --device); disk: docs/disk.md",
     "calibrate": "docs/planning.md (Planning for a device you are not on)",
     "gc": "docs/disk.md (what a finished run keeps)",
@@ -58,7 +58,7 @@ GUIDES = {
 EPILOG = (
     "Guides: README.md (start here), docs/queue.md, docs/variants.md, docs/planning.md, "
     "docs/statistics.md, docs/studies.md, docs/evaluation.md, docs/scale-out.md, docs/measured.md, "
-    "docs/gpu.md, docs/testing.md, docs/disk.md, docs/scale-training.md, docs/published-models.md, docs/adaptive.md, docs/exports.md. `looplab COMMAND --help` names the guide of a command."
+    "docs/gpu.md, docs/testing.md, docs/disk.md, docs/scale-training.md, docs/published-models.md, docs/adaptive.md, docs/exports.md, docs/data.md. `looplab COMMAND --help` names the guide of a command."
 )
 
 

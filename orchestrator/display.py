@@ -14,7 +14,8 @@ from orchestrator.frames import job_listing
 from orchestrator.states import JobStatus
 
 COLUMNS = ["id", "grid", "kind", "recipe", "size", "seed", "status", "attempts", "progress_done",
-           "progress_total", "eta_s", "train_loss", "val_loss", "gpu_ids", "heartbeat_at", "error"]  # fmt: skip
+           "progress_total", "eta_s", "train_loss", "val_loss", "gpu_ids", "heartbeat_at", "waiting_for",
+           "error"]  # fmt: skip
 # a driver touches its running jobs every second: this much silence is a paused (the database full or
 # unreachable) or lost driver, which `table` notes beside the job
 STALE_S = 30.0
@@ -71,6 +72,8 @@ def table(df: pd.DataFrame, stale_s: float = STALE_S) -> str:
         if silent > stale_s:
             note = (f"no heartbeat for {fmt_eta(silent)}: its driver is paused (the database full or "
                     f"unreachable: see its output) or gone {note}").rstrip()  # fmt: skip
+        if r.status == JobStatus.QUEUED and isinstance(r.waiting_for, str):  # missing is NaN, not None
+            note = f"waiting for {r.waiting_for}"
         prog = bar(r.progress_done, r.progress_total) if running else (
             bar(1, 1) if r.status == JobStatus.SUCCEEDED else " " * 27)  # fmt: skip
         lines.append(

@@ -29,7 +29,7 @@ from analysis.curves import CURVE_LEVEL_TOP, stride_level
 from orchestrator.db import readonly_engine
 from orchestrator.jobkinds import MODEL_SOURCES
 from orchestrator.pairing import MATCH_TIME, stored_reference
-from orchestrator.schema import GridRow, Job, LatestMetric
+from orchestrator.schema import GridRow, Job, JobDep, LatestMetric
 from orchestrator.states import ACTIVE, JobStatus
 
 CURVE_KEYS = ("train_loss", "val_loss", "val_bpb", "lr", "tokens_per_s")
@@ -62,7 +62,8 @@ def job_listing(
     job_ids: Iterable[int] | None = None,
 ) -> pd.DataFrame:
     """One row per job in id order: its grid, kind, run identity, state, attempts, timestamps, worker and
-    GPUs, progress and ETA, its latest train and val loss (`latest_metrics`) and its error text.
+    GPUs, progress and ETA, its latest train and val loss (`latest_metrics`), its error text and
+    `waiting_for`: the first job it depends on that has not succeeded ("prepare job 7"), else None.
 
     One query however many jobs there are. `grid`: a grid id or name; `active_only`: only queued and
     running jobs (`orchestrator.states.ACTIVE`); `job_ids`: only these jobs. `looplab status` /
@@ -70,6 +71,14 @@ def job_listing(
     lm_train = sa.alias(LatestMetric.__table__, "lt")
     lm_val = sa.alias(LatestMetric.__table__, "lv")
     j = Job.__table__
+    deps, dep = JobDep.__table__, sa.alias(Job.__table__, "dep")
+    blocking = (
+        sa.select(dep.c.id, dep.c.kind)
+        .join(deps, deps.c.depends_on == dep.c.id)
+        .where(deps.c.job_id == j.c.id, dep.c.status != JobStatus.SUCCEEDED)
+        .order_by(dep.c.id)
+        .limit(1)
+    )
     query = (
         sa.select(
             j.c.id.label("job_id"),
@@ -97,6 +106,8 @@ def job_listing(
             lm_train.c.value.label("train_loss"),
             lm_val.c.value.label("val_loss"),
             j.c.error,
+            blocking.with_only_columns(dep.c.id).scalar_subquery().label("waiting_for_id"),
+            blocking.with_only_columns(dep.c.kind).scalar_subquery().label("waiting_for_kind"),
         )
         .outerjoin(GridRow, GridRow.id == j.c.grid_id)
         .outerjoin(lm_train, sa.and_(lm_train.c.job_id == j.c.id, lm_train.c.key == "train_loss"))
@@ -111,13 +122,17 @@ def job_listing(
     if job_ids is not None:
         query = query.where(j.c.id.in_([int(i) for i in job_ids]))
     with eng.connect() as conn:
-        return pd.read_sql(query, conn)
+        df = pd.read_sql(query, conn)
+    ids, kinds = df.pop("waiting_for_id"), df.pop("waiting_for_kind")
+    df["waiting_for"] = [None if pd.isna(i) else f"{k} job {int(i)}" for i, k in zip(ids, kinds)]
+    return df
 
 
 # the Queue page's columns of the listing
 JOB_COLUMNS = ["job_id", "grid_id", "grid", "kind", "recipe", "variant_label", "size", "seed", "status",
                "priority", "attempts", "budget_tokens", "budget_time_s", "created_at", "started_at",
-               "finished_at", "heartbeat_at", "worker", "progress_done", "progress_total", "eta_s", "error"]  # fmt: skip
+               "finished_at", "heartbeat_at", "worker", "progress_done", "progress_total", "eta_s", "waiting_for",
+               "error"]  # fmt: skip
 
 
 def jobs(url: str) -> pd.DataFrame:

@@ -12,6 +12,16 @@ label the user gave (if any). Any bad value anywhere raises ConfigError naming t
 Why hashes: a job is identified by sha256(canonical JSON of kind, spec, dependency hashes). The same
 grid submitted twice gives the same hashes, so the queue adds nothing (idempotent submission), and a
 decode benchmark (random weights, architecture only) is shared by every seed of an architecture.
+
+Preparations: the train jobs of a submission that share a corpus and tokenizer wait for one `prepare`
+job (workers/prepare.py) sized for the largest of them, unless their data is the built-in offline
+corpus prepared whole (a second's work, done inline by each job as before). A train job *waits* for its
+preparation (`JobPlan.waits`: a stored dependency, so it starts once the shards exist) but is not
+defined by it: the wait is left out of its hash, since what it reads is the first `data.max_tokens`
+tokens of any preparation that covers it (workers/data.py), whichever of its siblings sized it.
+Resubmitting a grid gives the same prepare job (same size, same hash); a larger grid later gets a new,
+larger one; a train job already in the database keeps the dependencies it had (and one stored before
+prepare jobs existed has none: it prepares inline when it starts).
 """
 
 from __future__ import annotations
@@ -19,13 +29,14 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
+import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from model import fields
 from model.errors import ConfigError
 from orchestrator import jobkinds, pairing
-from orchestrator.canonical import sha256
+from orchestrator.canonical import canonical_json, sha256
 from orchestrator.jobkinds import CHECKPOINT, TRAIN, Kind
 from orchestrator.pairing import MATCH_TIME
 from orchestrator.retention import DEFAULT_RETENTION, RETENTIONS
@@ -45,6 +56,10 @@ NESTED = ("model", "data", "budget")
 ZIP = "zip"
 # A grid key that names the variant for people; it is not part of the job spec (see `_pop_label`).
 LABEL = "label"
+# The job kind that tokenizes a corpus for the train jobs that read it (see the module docstring).
+PREPARE = "prepare"
+# What a prepare job asks of its node unless the grid's resources say otherwise ({"prepare": {...}}).
+PREPARE_RESOURCES = {"num_cpus": 1, "num_gpus": 0}
 # Placeholder values used only to run the workers' validation on specs that are completed later.
 _PENDING_CKPT = "<artifact dir of the train job>"
 _PENDING_TIME_S = 1.0
@@ -245,6 +260,7 @@ class JobPlan:
     max_attempts: int
     resources: dict[str, Any] | None = None
     deps: list[int] = field(default_factory=list)  # indexes of other plans
+    waits: list[int] = field(default_factory=list)  # indexes of plans it waits for, not part of its hash
     dep_ids: list[int] = field(default_factory=list)  # existing jobs (a match-time reference by id)
     budget: dict[str, Any] | None = None
     dep_hashes: list[str] = field(default_factory=list)
@@ -363,7 +379,8 @@ def expand(grids: list[Grid], kinds: JobRegistry) -> list[JobPlan]:
     plans: list[JobPlan] = []
     trains: list[tuple[int, dict[str, Any]]] = []  # (plan index, canonical train spec)
     pending_match: list[tuple[int, str]] = []  # (plan index, grid name) of match-time budgets
-    follow_ups = jobkinds.follow_ups(None, kinds)
+    # the kinds a grid's `resources` may name: its follow-ups and its preparation
+    follow_ups = (*jobkinds.follow_ups(None, kinds), PREPARE)
     for gi, grid in enumerate(grids):
         if not isinstance(grid, Grid):
             raise ConfigError(f"submit: expected Grid objects, got {type(grid).__name__}")
@@ -398,7 +415,41 @@ def expand(grids: list[Grid], kinds: JobRegistry) -> list[JobPlan]:
             for follow in grid.then:
                 plans.append(_follow_up(kinds, grid, follow, idx, spec, gi, label, follow_ups))
     pairing.link(plans, trains, pending_match)
+    _add_preparations(plans, grids, kinds, follow_ups)
     return plans
+
+
+def needs_preparation(data: dict[str, Any]) -> bool:
+    """Whether a train job of canonical data spec `data` waits for a prepare job: any corpus but the
+    built-in offline one, and the offline one when only part of it is wanted."""
+    return data.get("corpus", "offline") != "offline" or data.get("max_tokens") is not None
+
+
+def _add_preparations(plans: list[JobPlan], grids: list[Grid], kinds: JobRegistry,
+                      follow_ups: tuple[str, ...]) -> None:  # fmt: skip
+    """Append one prepare plan per (corpus, tokenizer) the train plans need prepared, sized for the
+    largest of them (the whole corpus if one reads all of it); each of them waits for it. It runs at
+    their highest priority, with the first grid's `resources["prepare"]` (default PREPARE_RESOURCES)."""
+    groups: dict[str, list[int]] = {}  # the canonical data spec without max_tokens -> train plans
+    for i, plan in enumerate(plans):
+        data = plan.spec.get("data") if plan.kind == TRAIN else None
+        if isinstance(data, dict) and needs_preparation(data):
+            shared = {k: v for k, v in data.items() if k != "max_tokens"}
+            if shared.get("tokenizer") != "bpe":
+                shared.pop("vocab_size", None)  # no other tokenizer reads it
+            groups.setdefault(canonical_json(shared), []).append(i)
+    for shared, members in groups.items():
+        sizes = [plans[i].spec["data"].get("max_tokens") for i in members]
+        first = plans[members[0]]
+        grid = grids[first.grid_index]
+        spec = _validate(kinds, grid.name, PREPARE, {**json.loads(shared),
+                                                     "max_tokens": None if None in sizes else max(sizes)})  # fmt: skip
+        resources = {**PREPARE_RESOURCES, **(_kind_resources(grid, PREPARE, follow_ups) or {})}
+        plans.append(JobPlan(PREPARE, jobkinds.declared(PREPARE, kinds), spec, first.grid_index,
+                             max(plans[i].priority for i in members), max(plans[i].max_attempts for i in members),
+                             resources))  # fmt: skip
+        for i in members:
+            plans[i].waits.append(len(plans) - 1)
 
 
 def _follow_up(kinds: JobRegistry, grid: Grid, follow: str, idx: int, spec: dict[str, Any], gi: int,

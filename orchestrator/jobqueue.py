@@ -123,7 +123,8 @@ def submit(
     of planning) gives each new job the wall time it is expected to take (`planned_seconds`,
     `planned_source`); an estimator that fails costs only the estimates. The train jobs of an iso-time
     pair (orchestrator.pairing: a match-time budget and the job it names, while that one is still
-    queued) are made exclusive unless their grid said otherwise."""
+    queued) are made exclusive unless their grid said otherwise. A plan that others only wait for (a
+    preparation, `JobPlan.waits`) is added only when a job that waits for it is new."""
     plans, _ = plan_ids_and_hashes(eng, grids, kinds)
     # derived from live model code, before the write transaction opens (the first call imports torch)
     columns = _model_columns(plans)
@@ -140,12 +141,16 @@ def submit(
             ).all()
         )
         plan_ids: dict[int, int] = {}  # plan index -> job id
+        waited_by_new = {w for p in plans if p.config_hash not in existing for w in p.waits}
+        waited = {w for p in plans for w in p.waits}
         for i in deps_first(plans):  # a match-time budget may name a train job of a later grid
             plan = plans[i]
             if plan.config_hash in existing:
                 plan_ids[i] = existing[plan.config_hash]
                 continue
-            dep_ids = [plan_ids[d] for d in plan.deps] + plan.dep_ids
+            if i in waited and i not in waited_by_new:
+                continue  # every job that would wait for it is in the database already
+            dep_ids = [plan_ids[d] for d in (*plan.deps, *plan.waits)] + plan.dep_ids
             budget = plan.budget
             if budget is None and plan.kind == TRAIN:  # stored as submitted-or-implied, for views
                 budget = {k: plan.spec[k] for k in BUDGET_SPEC_KEYS if plan.spec.get(k) is not None}
@@ -190,7 +195,7 @@ def submit(
             existing[plan.config_hash] = job_id
             plan_ids[i] = job_id
             added.append(job_id)
-        ids = list(dict.fromkeys(plan_ids[i] for i in range(len(plans))))
+        ids = list(dict.fromkeys(plan_ids[i] for i in range(len(plans)) if i in plan_ids))
         _make_exclusive(conn, pairing.member_ids(plans, plan_ids))
     return ids, added
 
@@ -280,7 +285,7 @@ def deps_first(plans: list[JobPlan]) -> list[int]:
     def visit(i: int) -> None:
         if i not in seen:
             seen.add(i)
-            for d in plans[i].deps:
+            for d in (*plans[i].deps, *plans[i].waits):
                 visit(d)
             order.append(i)
 

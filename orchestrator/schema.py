@@ -286,6 +286,10 @@ class TrainResult(Base):
     workers: Mapped[int | None] = mapped_column(Integer)
     # sequences per forward the trainer ran (what `micro_batch_size: auto` picked on its device) (rev. 0014)
     micro_batch_size: Mapped[int | None] = mapped_column(Integer)
+    # the tokenizer's vocabulary, which the model, n_params and the FLOPs use, and the one the spec asked
+    # for: a BPE gets fewer tokens than asked when its corpus has too little text (rev. 0016; NULL before)
+    vocab_size: Mapped[int | None] = mapped_column(Integer)
+    vocab_size_asked: Mapped[int | None] = mapped_column(Integer)
 
 
 class DepthEval(Base):

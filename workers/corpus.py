@@ -5,10 +5,15 @@
   methods). No network, ~1.6 MB of English and code.
 - a local .txt / .jsonl / .parquet file or a directory of them, read through HF `datasets`' packaged
   "text" / "json" / "parquet" builders (a "text" column; .txt files split into documents at blank lines).
-- "hf:NAME[:CONFIG]": a Hugging Face hub dataset, streamed (for users with internet; never in tests).
+- "hf:NAME[:CONFIG]": a Hugging Face hub dataset (for users with internet; never in tests).
+
+Local files and hub data are read the same way: `datasets.load_dataset(..., streaming=True)`, files in
+sorted order and rows in file order, so memory stays bounded whatever the corpus size, a reader can stop
+anywhere (a preparation of `max_tokens`), and a local directory in the hub's layout (parquet files with a
+`text` column) is read exactly as the hub dataset would be.
 
 A document goes to validation when a hash of its id says so (`is_val`), so the split does not depend
-on order or on the other documents.
+on order or on the other documents. A row's id is its `id` column, else its index in the stream.
 """
 
 from __future__ import annotations
@@ -54,9 +59,9 @@ def cache_root() -> Path:
 
 
 def documents(corpus: str) -> Iterator[tuple[str, str]]:
-    """(doc_id, text) pairs in a deterministic order."""
+    """(doc_id, text) pairs in a deterministic order (the same order on every read)."""
     if corpus != "offline":
-        yield from _hf_documents(corpus)
+        yield from _streamed_documents(corpus)
         return
     with warnings.catch_warnings():  # some stdlib attributes warn when touched (typing.io, ...)
         warnings.simplefilter("ignore")
@@ -125,24 +130,44 @@ def _local_files(path: Path) -> tuple[str, list[str]]:
     return builders.pop(), [str(p) for p in files]
 
 
-def _hf_documents(corpus: str) -> Iterator[tuple[str, str]]:
+def _stream(corpus: str):
+    """The corpus as a streaming `datasets.IterableDataset` (hub or local files, read the same way)."""
     import datasets
 
     if corpus.startswith("hf:"):
         name, _, config = corpus[3:].partition(":")
-        ds = datasets.load_dataset(name, config or None, split="train", streaming=True)
-    else:
-        builder, files = _local_files(Path(corpus).expanduser())
-        kw = {"sample_by": "paragraph"} if builder == "text" else {}
-        ds = datasets.load_dataset(
-            builder, data_files=files, split="train", cache_dir=str(cache_root() / "hf_datasets"), **kw
-        )
-    for i, row in enumerate(ds):
+        return datasets.load_dataset(name, config or None, split="train", streaming=True)
+    builder, files = _local_files(Path(corpus).expanduser())
+    kw = {"sample_by": "paragraph"} if builder == "text" else {}
+    return datasets.load_dataset(builder, data_files=files, split="train", streaming=True, **kw)
+
+
+def _streamed_documents(corpus: str) -> Iterator[tuple[str, str]]:
+    for i, row in enumerate(_stream(corpus)):
         if "text" not in row:
             raise ConfigError(f"data.corpus: {corpus!r} has no 'text' column (columns: {sorted(row)})")
-        text = row["text"]
+        text, doc_id = row["text"], row.get("id")
         if text and text.strip():
-            yield str(row.get("id", i)), text
+            yield str(i if doc_id is None else doc_id), text
+
+
+def row_count(corpus: str) -> int | None:
+    """Rows of the corpus when they can be counted without reading it (parquet footers, the hub's split
+    info), else None: what a preparation of the whole corpus estimates its progress from."""
+    if corpus == "offline":
+        return None
+    if corpus.startswith("hf:"):
+        try:
+            splits = _stream(corpus).info.splits
+            return int(splits["train"].num_examples) if splits and "train" in splits else None
+        except Exception:  # noqa: BLE001 - an estimate only: no network, no metadata
+            return None
+    builder, files = _local_files(Path(corpus).expanduser())
+    if builder != "parquet":
+        return None
+    import pyarrow.parquet as pq
+
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
 
 
 def is_val(doc_id: str) -> bool:

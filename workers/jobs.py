@@ -110,6 +110,8 @@ KINDS: dict[str, Kind] = {
     "adaptive": Kind("workers.adaptive", follows=MODEL_SOURCES, about=CHECKPOINT, exclusive=True,
                      tables=("adaptive_evals", "adaptive_exit_rounds", "adaptive_task_scores", "adaptive_decodes"),
                      views=("adaptive", "exit_rounds", "adaptive_tasks", "adaptive_decode")),
+    # made by the grid for the train jobs that share a corpus and tokenizer (orchestrator/grid.py)
+    "prepare": Kind("workers.prepare"),
 }  # fmt: skip
 
 

@@ -36,7 +36,7 @@ from typing import Any
 
 from model import fields
 from model.errors import ConfigError
-from workers.data import DataSpec
+from workers.data import BUDGET, DataSpec
 from workers.identity import EXECUTION
 from workers.identity import execution_fields as _execution_fields
 from workers.identity import identity as _identity
@@ -182,7 +182,22 @@ class Spec:
         v["data"] = DataSpec.from_dict(given.get("data"))
         spec = cls(**v)
         spec.model_config(256)  # unknown model overrides fail here, naming the key
+        if spec.data.max_tokens == BUDGET:  # the tokens of this run's own budget (workers/data.py)
+            spec = dataclasses.replace(spec, data=spec.data.budgeted(spec.budget_tokens()))
         return spec
+
+    def budget_tokens(self) -> int | None:
+        """The tokens the whole steps of a token or FLOP budget train, at the vocabulary the spec asks for
+        (the FLOP model imports torch); None for a time budget (its steps depend on the machine)."""
+        cfg = self.resolved_model_config()
+        per_step = self.batch_size * cfg.seq_len
+        if self.tokens is not None:
+            return max(1, self.tokens // per_step) * per_step
+        if self.flops is not None:
+            from model.counts import tokens_for_flops
+
+            return tokens_for_flops(cfg, self.flops, self.batch_size, cfg.seq_len)
+        return None
 
     def to_dict(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}

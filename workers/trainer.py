@@ -70,12 +70,21 @@ from model.memory import largest_micro_batch
 from model.rounds import forward_sizes
 from workers import checkpoint as ckpt
 from workers.batching import split_step
-from workers.data import get_batch, prepare, val_chunks
+from workers.data import (
+    SAMPLER_PERMUTATION,
+    SAMPLER_WITH_REPLACEMENT,
+    get_batch,
+    prepare,
+    sampler_for,
+    val_chunks,
+)
 from workers.device import memory_bytes, peak_flops, peak_mem_mb, reset_peak_mem, resolve_device
 from workers.evaluate import autocast, evaluate
 from workers.optim import build_optimizers, lr_factor, set_lr
+from workers.prepare import cores_given
 from workers.reporter import JobInterrupted, Reporter
 from workers.schedule import TimeBudgetSchedule
+from workers.tokenizer import smaller_vocab_message
 from workers.train_spec import AUTO, EVAL_H0_SEED, Spec, check_artifact_dir, identity_diff
 
 H0_VERSION = 1  # the h0 draw of new runs (see the module docstring); 0: the global RNG, per step
@@ -98,6 +107,9 @@ class TrainerState:
     calib_tokens_per_s: float | None = None  # time budget: the calibration's throughput
     schedule: dict[str, Any] | None = None  # time budget: TimeBudgetSchedule.state_dict()
     h0_version: int = H0_VERSION  # how training draws h0 (module docstring)
+    # the batch sampler (workers.data.window_offsets); a checkpoint from before it was recorded resumes
+    # with the one it was made with, so the default is that one; a new run's is workers.data.sampler_for
+    sampler: int = SAMPLER_WITH_REPLACEMENT
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -170,12 +182,14 @@ class Trainer:
         for stale in self.dir.glob(f".{ckpt.CHECKPOINT}.tmp*") if self.writes else ():
             stale.unlink()  # left by a process killed mid-write
         self.device = gang.device or resolve_device(spec.device)
-        self.data = prepare(spec.data)
+        # every rank opens the same preparation (a file lock: one builds it, the others wait and read)
+        self.data = prepare(spec.data, reporter=reporter if self.writes else None, processes=cores_given())
         if self.data.meta["tokenizer"] and self.writes:
             (self.dir / "tokenizer.json").write_bytes(
                 (self.data.dir / self.data.meta["tokenizer"]).read_bytes()
             )
-        self.cfg = spec.model_config(self.data.vocab_size)
+        self.cfg = spec.model_config(self.data.vocab_size)  # the tokenizer's vocabulary, not the asked one
+        self.vocab_asked = spec.resolved_model_config().vocab_size
         self.auto_memory = None  # bytes `micro_batch_size: auto` fitted into
         if spec.micro_batch_size == AUTO:  # an execution field: resolved here, on the device it runs on
             self.auto_memory = memory_bytes(self.device)
@@ -202,7 +216,7 @@ class Trainer:
         # the model as the training steps call it: with spec.compile, its static-shape parts compiled
         # (the round loop stays in Python: loop counts change every step; see LoopedLM.compile_parts)
         self.forward_model = gang.wrap(self.model, self.model.compile_parts() if spec.compile else self.model)
-        self.state = TrainerState()
+        self.state = TrainerState(sampler=sampler_for(spec.data))
         self.schedule: TimeBudgetSchedule | None = None  # time budget only
 
     # -------------------------------------------------------------------------------------- run
@@ -224,6 +238,7 @@ class Trainer:
             self._restore(saved)
             rep.resumed(self.state.step)
             rep.log(f"resumed from {self.ckpt_path} at step {self.state.step}/{self.state.total_steps}")
+        self._say_data()
         rep.log(
             f"train {spec.recipe}/{spec.size}: {self.param_counts['total']:,} params, "
             f"{self.state.total_steps} steps of {self.tokens_per_step} tokens on {self.device}; "
@@ -252,6 +267,8 @@ class Trainer:
             "device": str(self.device),
             "workers": self.gang.size,
             "micro_batch_size": spec.micro_batch_size or spec.batch_size,
+            "vocab_size": self.data.vocab_size,
+            "vocab_size_asked": self.vocab_asked,
             **self._flop_fields(state.total_steps * self.tokens_per_step, state.train_seconds),
         }
         if spec.time_s is not None:
@@ -282,6 +299,21 @@ class Trainer:
             if forwards > 1:
                 line += f" (one forward of the batch: {self.flops.padding_waste:.1%})"
         return line
+
+    def _say_data(self) -> None:
+        """Log what the data is short of: a tokenizer smaller than asked (the model, its parameters and
+        FLOPs use the vocabulary it has), a run longer than one pass over its train tokens."""
+        got, rep = self.data.vocab_size, self.reporter
+        if got < self.vocab_asked:
+            rep.log(smaller_vocab_message(self.vocab_asked, got), "WARNING")
+        windows = (len(self.data.train) - 1) // self.seq_len
+        needed = self.state.total_steps * self.spec.batch_size
+        if self.state.sampler == SAMPLER_PERMUTATION and needed > windows:
+            rep.log(
+                f"data: the run reads {needed:,} windows of {self.seq_len + 1} tokens, its train split holds "
+                f"{windows:,} ({len(self.data.train):,} tokens): {needed / windows:.2f} passes over it",
+                "WARNING",
+            )
 
     def _flop_fields(self, tokens: int, train_seconds: float) -> dict[str, float | None]:
         """The result row's FLOP accounting: the model's training FLOPs per token (expected over the
@@ -372,7 +404,7 @@ class Trainer:
         n_targets = spec.batch_size * T  # get_batch's targets are all real tokens (none is -1)
         loss = torch.zeros((), device=self.device)
         for j, rows in enumerate(forwards):
-            x, y = get_batch(self.data.train, spec.batch_size, T, spec.seed, step, rows=rows)  # (b, T)
+            x, y = get_batch(self.data.train, spec.batch_size, T, spec.seed, step, self.state.sampler, rows)
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
             key = RowKey(spec.seed, step, tuple(rows)) if h0 is None else h0[rows]
             with self.gang.sync(forward_model, last=j == len(forwards) - 1):

@@ -193,7 +193,7 @@ def grid_jobs(plans: list[JobPlan], existing: dict[str, int], estimates: list[Es
         job = ForecastJob(
             key=keys[i], kind=plan.kind, what=describe(about.kind, about.spec, about.label),
             status="present" if known is not None else "new", estimate=est, priority=plan.priority,
-            order=next_id + rank[i], deps=[keys[d] for d in plan.deps] + [f"#{j}" for j in plan.dep_ids],
+            order=next_id + rank[i], deps=[keys[d] for d in (*plan.deps, *plan.waits)] + [f"#{j}" for j in plan.dep_ids],
             job_id=known, remaining_s=None if known is not None else est.seconds, retention=plan.retention,
         ).asks(res)  # fmt: skip
         share = res["num_gpus"] if gpus > 0 and res["num_gpus"] > 0 else 1.0

@@ -23,7 +23,7 @@ from tests.model.conftest import randomize
 from tests.workers.conftest import TINY_MODEL, tiny_spec
 from workers import checkpoint as ckpt
 from workers import jobs, train
-from workers.data import get_batch
+from workers.data import SAMPLER_PERMUTATION, SAMPLER_WITH_REPLACEMENT, get_batch
 from workers.evaluate import eval_forwards, evaluate
 from workers.optim import set_lr
 from workers.reporter import MemoryReporter
@@ -110,13 +110,14 @@ def test_whole_runs_give_the_loss_curve_of_the_whole_batch(looplab_cache, tmp_pa
         assert all(abs(split[s] - whole[s]) < 1e-4 for s in steps), (key, whole, split)
 
 
-def test_a_micro_batch_of_rows_is_those_rows_of_the_global_batch(looplab_cache, tmp_path):
+@pytest.mark.parametrize("sampler", [SAMPLER_WITH_REPLACEMENT, SAMPLER_PERMUTATION])
+def test_a_micro_batch_of_rows_is_those_rows_of_the_global_batch(looplab_cache, tmp_path, sampler):
     data = _trainer(tmp_path, "run").data.train
-    x, y = get_batch(data, 8, 32, 3, 11)  # (8, 32)
+    x, y = get_batch(data, 8, 32, 3, 11, sampler)  # (8, 32)
     for rows in ([2, 3], [7, 0, 5], list(range(8))):
-        xr, yr = get_batch(data, 8, 32, 3, 11, rows=rows)
+        xr, yr = get_batch(data, 8, 32, 3, 11, sampler, rows=rows)
         assert torch.equal(xr, x[rows]) and torch.equal(yr, y[rows])
-    assert not torch.equal(get_batch(data, 8, 32, 3, 12)[0], x)  # another step, other windows
+    assert not torch.equal(get_batch(data, 8, 32, 3, 12, sampler)[0], x)  # another step, other windows
 
 
 def test_training_h0_is_addressed_by_global_row(looplab_cache, tmp_path):
