@@ -74,7 +74,7 @@ class Request:
 
     @classmethod
     def of(cls, resources: dict[str, Any]) -> Request:
-        """From `jobqueue.job_resources`' dict (num_cpus, num_gpus, workers, exclusive)."""
+        """From `jobkinds.job_resources`' dict (num_cpus, num_gpus, workers, exclusive)."""
         return cls(float(resources["num_cpus"]), float(resources["num_gpus"]),
                    int(resources.get("workers", 1)), bool(resources["exclusive"]))  # fmt: skip
 

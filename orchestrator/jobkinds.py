@@ -3,7 +3,8 @@
 The declarations live in workers/jobs.py, next to the code that runs each kind, because both sides
 read them and imports point one way (orchestrator -> workers). This module is where the orchestrator
 and the dashboard ask about a kind: which registry is in use, a kind's declaration in it, and the
-relations derived from the declarations (the follow-ups of a kind, which kind writes a table). The
+relations derived from the declarations (the follow-ups of a kind, which kind writes a table), and
+what a job of a kind asks of its node (`job_resources`). The
 grid, the queue, the variants, the views, the schema's result tables and the dashboard read kinds
 only through here, so a new kind is its worker module plus one `Kind` entry.
 
@@ -16,9 +17,10 @@ others, names no model and writes no result table.
 from __future__ import annotations
 
 import importlib
+import json
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from workers.jobs import ARCHITECTURE, CHECKPOINT, KINDS, MODEL_SOURCES, Kind
 
@@ -100,3 +102,28 @@ def result_tables() -> tuple[str, ...]:
 def view_names() -> tuple[str, ...]:
     """Every view the built-in kinds declare, in declaration order."""
     return tuple(dict.fromkeys(v for kind in KINDS.values() for v in kind.views))
+
+
+def job_resources(kind: str, resources: str | dict[str, Any] | None, has_gpu: bool,
+                  exclusive_default: bool = False, kinds: JobRegistry | None = None) -> dict[str, Any]:  # fmt: skip
+    """What a job asks of its node: num_cpus (default 1), num_gpus (default 1 on a node with GPUs,
+    else 0), each for every one of its `workers` (default 1; all started at once), and exclusive
+    (default: its kind is declared `exclusive` in registry `kinds`, default registry(): its
+    timings are results; or `exclusive_default`). The scheduler and the planner read resources only
+    through this."""
+    res = json.loads(resources) if isinstance(resources, str) else dict(resources or {})
+    exclusive = bool(res.get("exclusive", declared(kind, kinds).exclusive or exclusive_default))
+    workers = int(res.get("workers", 1))
+    if "num_cpus" not in res and "num_gpus" not in res:  # no device asked for: one CPU, a GPU if any
+        return {
+            "num_cpus": 1.0,
+            "num_gpus": 1.0 if has_gpu else 0.0,
+            "workers": workers,
+            "exclusive": exclusive,
+        }
+    return {
+        "num_cpus": float(res.get("num_cpus", 1)),
+        "num_gpus": float(res.get("num_gpus", 0)),
+        "workers": workers,
+        "exclusive": exclusive,
+    }

@@ -45,15 +45,15 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
 
-from model.errors import ConfigError
 from orchestrator import drivers, jobkinds, pairing
 from orchestrator.canonical import canonical_json
-from orchestrator.grid import BUDGET_SPEC_KEYS, Grid, JobPlan, assign_hashes, expand, trained_plan
+from orchestrator.grid import BUDGET_SPEC_KEYS, Grid, trained_plan
 from orchestrator.jobkinds import CHECKPOINT, TRAIN
 from orchestrator.schema import RESULT_TABLES, Attempt, GridRow, JobDep, JobLog, TrainResult
 from orchestrator.schema import Job as JobRow
 from orchestrator.states import ACTIVE, DEAD_ENDS, AttemptOutcome, JobStatus
-from orchestrator.variants import VARIANT_COLUMNS, columns_of, flop_budget_tokens, resolve, shared_overrides
+from orchestrator.submission import PlanEstimates, deps_first, model_columns, plan_ids_and_hashes, planned
+from orchestrator.variants import VARIANT_COLUMNS
 
 if TYPE_CHECKING:
     from workers.jobs import JobRegistry
@@ -82,38 +82,6 @@ def open_engine(db: str | None = None) -> Engine:
 # ---------------------------------------------------------------- submission
 
 
-def plan_ids_and_hashes(
-    eng: Engine, grids: list[Grid], kinds: JobRegistry
-) -> tuple[list[JobPlan], dict[str, int]]:
-    """Validate and expand the grids (ConfigError on any bad value; match-time references by id must
-    name train jobs of this database) and hash them; returns the plans and {config hash: job id} of the
-    plans already in the database. Reads only."""
-    plans = expand(grids, kinds)
-    ref_ids = pairing.existing_references(plans)
-    with eng.connect() as conn:
-        rows = conn.execute(
-            sa.select(JOBS.c.id, JOBS.c.kind, JOBS.c.config_hash).where(JOBS.c.id.in_(ref_ids))
-        ).all()
-    known = {r.id: r for r in rows}
-    for j in ref_ids:
-        if j not in known or known[j].kind != TRAIN:
-            raise ConfigError(f"budget.{pairing.MATCH_TIME}: job {j} is not a train job of this database")
-    assign_hashes(plans, {j: known[j].config_hash for j in ref_ids}, kinds)
-    with eng.connect() as conn:
-        existing = dict(
-            conn.execute(
-                sa.select(JOBS.c.config_hash, JOBS.c.id).where(
-                    JOBS.c.config_hash.in_([p.config_hash for p in plans])
-                )
-            ).all()
-        )
-    return plans, existing
-
-
-# What `submit` may be given to store with each new job: (planned seconds, source) per plan, or None.
-PlanEstimates = Callable[[Engine, list[JobPlan]], list[tuple[float | None, str | None]]]
-
-
 def submit(
     eng: Engine, grids: list[Grid], kinds: JobRegistry, estimate: PlanEstimates | None = None
 ) -> tuple[list[int], list[int]]:
@@ -127,8 +95,8 @@ def submit(
     preparation, `JobPlan.waits`) is added only when a job that waits for it is new."""
     plans, _ = plan_ids_and_hashes(eng, grids, kinds)
     # derived from live model code, before the write transaction opens (the first call imports torch)
-    columns = _model_columns(plans)
-    estimates = _planned(eng, plans, estimate)
+    columns = model_columns(plans)
+    estimates = planned(eng, plans, estimate)
     now = time.time()
     added: list[int] = []
     with eng.begin() as conn:
@@ -200,20 +168,6 @@ def submit(
     return ids, added
 
 
-def _planned(
-    eng: Engine, plans: list[JobPlan], estimate: PlanEstimates | None
-) -> list[tuple[float | None, str | None]]:
-    """(planned seconds, source) per plan; (None, None) where there is no estimate."""
-    if estimate is None:
-        return [(None, None)] * len(plans)
-    try:
-        estimates = estimate(eng, plans)
-    except Exception:  # noqa: BLE001 - an estimate is advice: it never fails a submission
-        log.warning("no plan estimates for this submission", exc_info=True)
-        return [(None, None)] * len(plans)
-    return [(s, src) if s is not None else (None, None) for s, src in estimates]
-
-
 def _make_exclusive(conn: Connection, job_ids: list[int]) -> None:
     """Queued train jobs of an iso-time pair run with the node to themselves (their timings are
     compared), unless their resources say `exclusive: false`."""
@@ -230,68 +184,6 @@ def _make_exclusive(conn: Connection, job_ids: list[int]) -> None:
                 .where(JOBS.c.id == job_id)
                 .values(resources=canonical_json({**res, "exclusive": True}))
             )
-
-
-def job_resources(kind: str, resources: str | dict[str, Any] | None, has_gpu: bool,
-                  exclusive_default: bool = False, kinds: JobRegistry | None = None) -> dict[str, Any]:  # fmt: skip
-    """What a job asks of its node: num_cpus (default 1), num_gpus (default 1 on a node with GPUs,
-    else 0), each for every one of its `workers` (default 1; all started at once), and exclusive
-    (default: its kind is declared `exclusive` in registry `kinds`, default jobkinds.registry(): its
-    timings are results; or `exclusive_default`). The scheduler and the planner read resources only
-    through this."""
-    res = json.loads(resources) if isinstance(resources, str) else dict(resources or {})
-    exclusive = bool(res.get("exclusive", jobkinds.declared(kind, kinds).exclusive or exclusive_default))
-    workers = int(res.get("workers", 1))
-    if "num_cpus" not in res and "num_gpus" not in res:  # no device asked for: one CPU, a GPU if any
-        return {
-            "num_cpus": 1.0,
-            "num_gpus": 1.0 if has_gpu else 0.0,
-            "workers": workers,
-            "exclusive": exclusive,
-        }
-    return {
-        "num_cpus": float(res.get("num_cpus", 1)),
-        "num_gpus": float(res.get("num_gpus", 0)),
-        "workers": workers,
-        "exclusive": exclusive,
-    }
-
-
-def _model_columns(plans: list[JobPlan]) -> list[dict[str, Any]]:
-    """Per plan, the jobs columns about its model (VARIANT_COLUMNS; {} for a job about no model): a
-    checkpoint follow-up (depth sweep, eval) copies its train job's (`trained_plan`); a train job with
-    a FLOP budget also gets `budget_tokens`, the whole-step token count that budget trains (the
-    trainer's own conversion). A generated label leaves out the overrides every model of the
-    submission shares (`variants.shared_overrides`)."""
-    out: list[dict[str, Any]] = []
-    models = [resolve(plan.kind, plan.spec, plan.declared) for plan in plans]
-    shared = shared_overrides(models)  # left out of the generated labels
-    for plan, resolved in zip(plans, models, strict=True):
-        cols = {} if resolved is None else columns_of(resolved, plan.label, shared)
-        if resolved is not None and plan.kind == TRAIN and plan.spec.get("flops") is not None:
-            cols["budget_tokens"] = flop_budget_tokens(resolved, float(plan.spec["flops"]))
-        out.append(cols)
-    for i, plan in enumerate(plans):
-        if trained_plan(plans, i) is not None:
-            out[i] = {c: out[plan.deps[0]].get(c) for c in VARIANT_COLUMNS}
-    return out
-
-
-def deps_first(plans: list[JobPlan]) -> list[int]:
-    """Plan indexes with every plan after the plans it depends on (cycles were refused earlier)."""
-    order: list[int] = []
-    seen: set[int] = set()
-
-    def visit(i: int) -> None:
-        if i not in seen:
-            seen.add(i)
-            for d in (*plans[i].deps, *plans[i].waits):
-                visit(d)
-            order.append(i)
-
-    for i in range(len(plans)):
-        visit(i)
-    return order
 
 
 def _grid_id(conn: Connection, grid: Grid, now: float) -> int:

@@ -41,7 +41,7 @@ orchestrator/drivers.py); the jobs of a driver on another host come back when th
 older than the grace period.
 
 Exclusive jobs (decode benchmarks and the train jobs of an iso-time pair by default; see
-`jobqueue.job_resources`) have the node to themselves: one starts only when nothing of this driver
+`jobkinds.job_resources`) have the node to themselves: one starts only when nothing of this driver
 runs, and nothing starts beside it while it runs. While it waits, jobs of lower priority do not
 start (the node drains for it); jobs of its effective priority or higher still do, so a grid's exclusive jobs
 fill the gaps and the end of the queue instead of idling the node each time (a higher priority
@@ -191,7 +191,7 @@ class Scheduler:
 
     def _request(self, job: Any) -> Request:
         return Request.of(
-            jobqueue.job_resources(job.kind, job.resources, self.total["GPU"] > 0, kinds=self.kinds)
+            jobkinds.job_resources(job.kind, job.resources, self.total["GPU"] > 0, kinds=self.kinds)
         )
 
     # ------------------------------------------------------------ main loop

@@ -373,7 +373,7 @@ def estimate_plans(model: TimeModel, plans: list[JobPlan],
     (`existing_train_s`: the training seconds and workers of references in the database; what is
     copied is `pairing.time_budget`'s)."""
     from orchestrator.grid import trained_plan
-    from orchestrator.jobqueue import deps_first
+    from orchestrator.submission import deps_first
 
     existing_train_s = existing_train_s or {}
     out: dict[int, Estimate] = {}

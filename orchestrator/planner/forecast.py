@@ -44,7 +44,7 @@ def plan_grids(eng: Engine, grids: list[Grid], kinds: JobRegistry, *, num_cpus: 
     ahead of them and none of this database's jobs or history (they ran here), on its device's memory
     and, unless given, its GPUs and CPUs. Validates the grids as `submit` does (ConfigError) and
     writes nothing."""
-    from orchestrator.jobqueue import plan_ids_and_hashes
+    from orchestrator.submission import plan_ids_and_hashes
 
     now = time.time() if now is None else now
     if elsewhere:

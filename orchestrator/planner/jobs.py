@@ -1,5 +1,5 @@
 """The jobs a forecast places: the queue's queued and running jobs (`queue_jobs`) and the grids' plans
-(`grid_jobs`), each a `ForecastJob` with its estimate, what it asks (the same `jobqueue.job_resources`
+(`grid_jobs`), each a `ForecastJob` with its estimate, what it asks (the same `jobkinds.job_resources`
 the scheduler reads) and, for the simulation's aging, since when it waits; plus what this machine has
 (`local_slots`, `device_memory`).
 """
@@ -67,7 +67,7 @@ class ForecastJob:
         return Request(self.cpus, self.gpus, self.workers, self.exclusive)
 
     def asks(self, res: dict[str, Any]) -> ForecastJob:
-        """Set what it asks from `jobqueue.job_resources`' dict."""
+        """Set what it asks from `jobkinds.job_resources`' dict."""
         self.cpus, self.gpus = res["num_cpus"], res["num_gpus"]
         self.workers, self.exclusive = res["workers"], res["exclusive"]
         return self
@@ -113,7 +113,7 @@ def queue_jobs(eng: Engine, model: TimeModel, has_gpu: bool, now: float) -> list
     """The queue's queued and running jobs as ForecastJobs (the stored plan estimate when there is one,
     else a fresh one; a running job for what is left: its progress ETA, else estimate less elapsed).
     A queued job waits since its retry backoff ended or a user retried it, else since its submission."""
-    from orchestrator.jobqueue import job_resources
+    from orchestrator.jobkinds import job_resources
 
     deps = JobDep.__table__
     dep = sa.alias(JOBS, "dep")
@@ -173,7 +173,8 @@ def grid_jobs(plans: list[JobPlan], existing: dict[str, int], estimates: list[Es
     order the queue will give them ids, each flagged when its estimated memory exceeds its device's
     (`memory`: the GPU's, times its GPU fraction; the machine's RAM on the CPU)."""
     from orchestrator.grid import trained_plan
-    from orchestrator.jobqueue import deps_first, job_resources
+    from orchestrator.jobkinds import job_resources
+    from orchestrator.submission import deps_first
 
     keys = [
         f"#{existing[p.config_hash]}" if p.config_hash in existing else f"+{i}" for i, p in enumerate(plans)

@@ -401,7 +401,7 @@ def test_0010_rehashes_by_identity_and_rederives_run_variants(db_url, tmp_path):
     from orchestrator import Grid, Queue
     from orchestrator.canonical import canonical_json, sha256
     from orchestrator.grid import assign_hashes, expand
-    from orchestrator.jobqueue import _model_columns
+    from orchestrator.submission import model_columns
     from orchestrator.variants import resolve, variant_id
     from workers import jobs as kinds
 
@@ -409,7 +409,7 @@ def test_0010_rehashes_by_identity_and_rederives_run_variants(db_url, tmp_path):
                 then=["depth_sweep", "decode_bench"])  # fmt: skip
     plans = expand([grid], kinds)
     assign_hashes(plans, {}, kinds)
-    columns = _model_columns(plans)
+    columns = model_columns(plans)
     old_hash: list[str] = []
     for p in plans:  # 0009's rule: the whole spec
         deps = sorted(old_hash[d] for d in p.deps)

@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from model.errors import ConfigError
-from orchestrator import Grid, Queue, jobqueue
+from orchestrator import Grid, Queue, jobkinds, jobqueue
 from orchestrator.admission import (
     Admission,
     Candidate,
@@ -259,10 +259,10 @@ def test_workers_is_a_resource_key_of_grids_and_the_queue(tmp_path):
     )
     with q.eng.connect() as conn:
         stored = dict(conn.execute(sa.text("SELECT id, resources FROM jobs")).all())
-    assert jobqueue.job_resources("train", stored[gang], True) == {
+    assert jobkinds.job_resources("train", stored[gang], True) == {
         "num_cpus": 1.0, "num_gpus": 1.0, "workers": 2, "exclusive": False}  # fmt: skip
-    assert jobqueue.job_resources("noop", stored[plain], False)["workers"] == 1
-    assert Request.of(jobqueue.job_resources("train", stored[gang], True)).total == {"cpus": 2.0, "gpus": 2.0}
+    assert jobkinds.job_resources("noop", stored[plain], False)["workers"] == 1
+    assert Request.of(jobkinds.job_resources("train", stored[gang], True)).total == {"cpus": 2.0, "gpus": 2.0}
     assert isinstance(
         admit(ready(("g", 0, Request(gpus=1, workers=2))), [Node.with_gpus(2, 1)]).refused[0], Refuse
     )

@@ -81,14 +81,14 @@ def test_a_kind_declared_only_in_its_registry_flows_through_grid_queue_launch_an
 
     with q.eng.connect() as conn:
         job = conn.execute(sa.select(jobqueue.JOBS).where(jobqueue.JOBS.c.id == probe_id)).one()
-    res = jobqueue.job_resources("probe", job.resources, has_gpu=False, kinds=kinds)
+    res = jobkinds.job_resources("probe", job.resources, has_gpu=False, kinds=kinds)
     assert res == {
         "num_cpus": 2.0,
         "num_gpus": 0.0,
         "workers": 1,
         "exclusive": True,
     }  # alone by its declaration
-    assert not jobqueue.job_resources("shape", None, has_gpu=False, kinds=kinds)["exclusive"]
+    assert not jobkinds.job_resources("shape", None, has_gpu=False, kinds=kinds)["exclusive"]
 
     train_art = tmp_path / "art" / "train"
     assert jobqueue.claim(q.eng, train_id, "w", str(train_art)) == 1

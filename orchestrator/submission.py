@@ -1,0 +1,112 @@
+"""What a submission will be, before anything is written: the grids validated, expanded and hashed
+(`plan_ids_and_hashes`), the jobs columns about each plan's model (`model_columns`), its estimates
+(`planned`) and the order that puts every plan after the plans it waits for (`deps_first`).
+
+Read-only: `jobqueue.submit` writes the rows these describe, and `looplab plan` (orchestrator/planner)
+reads the same plans without writing, so a forecast is of exactly the jobs a submission would add.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from sqlalchemy import Engine
+
+from model.errors import ConfigError
+from orchestrator import pairing
+from orchestrator.grid import Grid, JobPlan, assign_hashes, expand, trained_plan
+from orchestrator.jobkinds import TRAIN
+from orchestrator.schema import Job as JobRow
+from orchestrator.variants import VARIANT_COLUMNS, columns_of, flop_budget_tokens, resolve, shared_overrides
+
+if TYPE_CHECKING:
+    from workers.jobs import JobRegistry
+
+log = logging.getLogger("looplab.submission")
+JOBS = JobRow.__table__
+
+
+def plan_ids_and_hashes(
+    eng: Engine, grids: list[Grid], kinds: JobRegistry
+) -> tuple[list[JobPlan], dict[str, int]]:
+    """Validate and expand the grids (ConfigError on any bad value; match-time references by id must
+    name train jobs of this database) and hash them; returns the plans and {config hash: job id} of the
+    plans already in the database. Reads only."""
+    plans = expand(grids, kinds)
+    ref_ids = pairing.existing_references(plans)
+    with eng.connect() as conn:
+        rows = conn.execute(
+            sa.select(JOBS.c.id, JOBS.c.kind, JOBS.c.config_hash).where(JOBS.c.id.in_(ref_ids))
+        ).all()
+    known = {r.id: r for r in rows}
+    for j in ref_ids:
+        if j not in known or known[j].kind != TRAIN:
+            raise ConfigError(f"budget.{pairing.MATCH_TIME}: job {j} is not a train job of this database")
+    assign_hashes(plans, {j: known[j].config_hash for j in ref_ids}, kinds)
+    with eng.connect() as conn:
+        existing = dict(
+            conn.execute(
+                sa.select(JOBS.c.config_hash, JOBS.c.id).where(
+                    JOBS.c.config_hash.in_([p.config_hash for p in plans])
+                )
+            ).all()
+        )
+    return plans, existing
+
+
+# What `submit` may be given to store with each new job: (planned seconds, source) per plan, or None.
+PlanEstimates = Callable[[Engine, list[JobPlan]], list[tuple[float | None, str | None]]]
+
+
+def planned(
+    eng: Engine, plans: list[JobPlan], estimate: PlanEstimates | None
+) -> list[tuple[float | None, str | None]]:
+    """(planned seconds, source) per plan; (None, None) where there is no estimate."""
+    if estimate is None:
+        return [(None, None)] * len(plans)
+    try:
+        estimates = estimate(eng, plans)
+    except Exception:  # noqa: BLE001 - an estimate is advice: it never fails a submission
+        log.warning("no plan estimates for this submission", exc_info=True)
+        return [(None, None)] * len(plans)
+    return [(s, src) if s is not None else (None, None) for s, src in estimates]
+
+
+def model_columns(plans: list[JobPlan]) -> list[dict[str, Any]]:
+    """Per plan, the jobs columns about its model (VARIANT_COLUMNS; {} for a job about no model): a
+    checkpoint follow-up (depth sweep, eval) copies its train job's (`trained_plan`); a train job with
+    a FLOP budget also gets `budget_tokens`, the whole-step token count that budget trains (the
+    trainer's own conversion). A generated label leaves out the overrides every model of the
+    submission shares (`variants.shared_overrides`)."""
+    out: list[dict[str, Any]] = []
+    models = [resolve(plan.kind, plan.spec, plan.declared) for plan in plans]
+    shared = shared_overrides(models)  # left out of the generated labels
+    for plan, resolved in zip(plans, models, strict=True):
+        cols = {} if resolved is None else columns_of(resolved, plan.label, shared)
+        if resolved is not None and plan.kind == TRAIN and plan.spec.get("flops") is not None:
+            cols["budget_tokens"] = flop_budget_tokens(resolved, float(plan.spec["flops"]))
+        out.append(cols)
+    for i, plan in enumerate(plans):
+        if trained_plan(plans, i) is not None:
+            out[i] = {c: out[plan.deps[0]].get(c) for c in VARIANT_COLUMNS}
+    return out
+
+
+def deps_first(plans: list[JobPlan]) -> list[int]:
+    """Plan indexes with every plan after the plans it depends on (cycles were refused earlier)."""
+    order: list[int] = []
+    seen: set[int] = set()
+
+    def visit(i: int) -> None:
+        if i not in seen:
+            seen.add(i)
+            for d in (*plans[i].deps, *plans[i].waits):
+                visit(d)
+            order.append(i)
+
+    for i in range(len(plans)):
+        visit(i)
+    return order
