@@ -13,7 +13,7 @@
 #   bench_table     model_bench.py for lean and parcae: 86m training, decode at 2k/16k x 1/8/64
 #   micro_batch     slot for issue 23's accumulation at 86m/144m (skips until it lands)
 #   loop_buckets    slot for issue 23's loop-count bucketing (skips until it lands)
-#   exit_rules      slot for issue 25's exit rules in decoding (skips until it lands)
+#   exit_rules      the adaptive job on train_compiled's checkpoint: exit rule vs fixed depth, decode
 #   ddp             DDP with torch.distributed alone, NCCL (skips on one GPU)
 # Figures under $OUT (default benchmarks/results/gpu): STEP.json and STEP.log per step, the jobs'
 # events (*.jsonl), model_bench's JSON, and summary.json (each step's exit status, limit and seconds;
@@ -79,8 +79,8 @@ step train_compiled 50
 step bench_ratios 35
 step bench_table 35
 step micro_batch 20
-step loop_buckets 20
-step exit_rules 12
+step loop_buckets 16
+step exit_rules 16
 step ddp 20
 cat "$OUT/summary.json"
 echo

@@ -21,11 +21,12 @@ Steps, most valuable first (gpu_check.sh runs them in this order, each under its
                   144m for 2,000 / 16,000 tokens x batch 1 / 8 / 64 (CUDA graphs), KV-cache MB
   micro_batch     slot (issue 23): accumulation in 4 micro-batches against the whole batch, 86m / 144m
   loop_buckets    slot (issue 23): parcae in 4 micro-batches with loop-count bucketing off / on
-  exit_rules      slot (issue 25): decoding with an exit rule against the fixed depth
+  exit_rules      the adaptive job (issue 25) on train_compiled's checkpoint: the `state` exit rule at
+                  two thresholds vs the fixed depth, per_round / latest KV, decode ms/token at batch 1 / 8
   ddp             slot (>= 2 GPUs): DDP with torch.distributed alone (NCCL); gloo on CPU in the dry run
 
 A slot lights up by itself when its feature lands: it looks for the Spec field named in
-MICRO_BATCH_FIELD, a train Spec field containing "bucket", or EXIT_RULE_FIELD on the decode Spec, and
+MICRO_BATCH_FIELD or a train Spec field containing "bucket", and
 then runs the real job with it (the dry run too, so a name that changed fails there, on CPU, first).
 """
 
@@ -66,9 +67,8 @@ STEPS = (
 # that this lists every test file of the folder
 GPU_TEST_FILES = ("test_model_cuda.py", "test_jobs_cuda.py", "test_gpu_check.py")
 TEST_LIMIT_S = 90  # per test, with pytest-timeout: one hang fails that test, not the whole step
-# The names the slots look for (issue 23's micro-batch field, issue 25's exit rule on the decode job)
+# The name the slots look for (issue 23's micro-batch field)
 MICRO_BATCH_FIELD = "micro_batch_size"
-EXIT_RULE_FIELD = "exit_rule"
 JOB_MODULES = ("workers.train_cli", "workers.decode_bench", "workers.depth_sweep", "workers.eval")
 
 # The torch APIs the GPU path calls, with the release that brought each (docs/gpu.md lists the same
@@ -343,24 +343,28 @@ def loop_buckets(a) -> tuple[int, dict]:
 
 
 def exit_rules(a) -> tuple[int, dict]:
-    """Issue 25's exit rules in decoding: parcae at 144m, 2,000 tokens of context, batch 1 and 8, with
-    the `state` rule against the fixed depth (ms/token; CUDA graphs where the job uses them)."""
-    from workers.decode_bench import Spec, run
+    """Issue 25's exit rules, as the `adaptive` job runs them, on train_compiled's checkpoint (lean 86m
+    trained 60 steps; lean tiny in the dry run): the `state` rule at two thresholds against the fixed
+    depth, per_round and latest KV, decoding at batch 1 and 8 (ms/token, speedup, KV MiB) and the
+    validation loss and mean rounds per token of each cell. Needs train_compiled to have run first."""
+    from workers import adaptive
     from workers.reporter import MemoryReporter
 
-    if EXIT_RULE_FIELD not in _spec_fields(Spec):
-        return _skip(f"workers.decode_bench.Spec has no {EXIT_RULE_FIELD!r} field (issue 25 not merged)")
-    size, contexts, batches = ("tiny", [256], [1, 4]) if a.dry_run else ("144m", [2000], [1, 8])
-    rows = {}
-    for rule in (None, "state"):
-        spec = {"recipe": "parcae", "size": size, "context_lens": contexts, "batch_sizes": batches}
-        spec |= {"warmup": 2, "steps": 10, "device": "cpu" if a.dry_run else "cuda"}
-        spec |= {EXIT_RULE_FIELD: rule} if rule else {}
-        result = run(Spec.from_dict(spec), MemoryReporter())
-        rows[rule or "fixed"] = [
-            {k: r[k] for k in ("context_len", "batch_size", "ms_per_token")} for r in result["rows"]
-        ]
-    return 0, {"rows": rows}
+    checkpoint = Path(a.scratch) / "train_compiled"
+    if not any(checkpoint.glob("*.pt")):
+        return _skip(f"no checkpoint in {checkpoint}: the train_compiled step did not finish")
+    seq = 64 if a.dry_run else 2048
+    spec = adaptive.Spec.from_dict({
+        "checkpoint": str(checkpoint), "rules": {"state": [0.05, 0.2]}, "kv_strategies": ["per_round", "latest"],
+        "eval_tokens": 2 * seq, "batch_size": 2, "decode_steps": 8 if a.dry_run else 16,
+        "decode_batch_sizes": [1, 8], "device": "cpu" if a.dry_run else "cuda",
+    })  # fmt: skip
+    out = adaptive.run(spec, MemoryReporter(), Path(a.scratch) / "exit_rules")
+    keep = ("config", "val_loss", "mean_rounds")
+    evals = [{k: r.get(k) for k in keep} for r in out["adaptive_evals"]]
+    keep = ("config", "batch_size", "mode", "ms_per_token", "fixed_ms_per_token", "speedup", "kv_mib")
+    decodes = [{k: r.get(k) for k in keep} for r in out["adaptive_decodes"]]
+    return 0, {"max_rounds": out["max_rounds"], "evals": evals, "decodes": decodes}
 
 
 def _free_port() -> int:
