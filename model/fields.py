@@ -121,3 +121,14 @@ def optional_text(name: str, v: Any, what: str = "a non-empty string") -> str | 
     if v is not None and (not isinstance(v, str) or not v):
         raise ConfigError(f"{name}: expected {what}, got {v!r}")
     return v
+
+
+def plain(value: Any) -> Any:
+    """A config value as JSON has it: dataclasses as dicts, tuples as lists, mapping keys as strings."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    return value

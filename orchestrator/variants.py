@@ -26,6 +26,7 @@ import dataclasses
 import math
 from typing import Any
 
+from model.fields import plain
 from orchestrator import jobkinds
 from orchestrator.canonical import canonical_json, sha256
 from orchestrator.jobkinds import TRAIN, Kind
@@ -111,7 +112,7 @@ def resolve(kind: str, spec: dict[str, Any], declared: Kind | None = None) -> Re
         return None
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         return None
-    overrides = {k: _plain(getattr(cfg, k)) for k in sorted(given) if getattr(cfg, k) != getattr(base, k)}
+    overrides = {k: plain(getattr(cfg, k)) for k in sorted(given) if getattr(cfg, k) != getattr(base, k)}
     identity = {k: spec.get(k) for k in declared.identity_keys}
     return Resolved(cfg, batch_size, recipe, size, overrides, identity, trained=kind == TRAIN)
 
@@ -228,17 +229,6 @@ def flop_budget_tokens(resolved: Resolved, flops: float) -> int:
     from model.counts import tokens_for_flops
 
     return int(tokens_for_flops(resolved.cfg, flops, resolved.batch_size, resolved.cfg.seq_len))
-
-
-def _plain(value: Any) -> Any:
-    """A config value as plain JSON: dataclasses as dicts, tuples as lists."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    return value
 
 
 def _label_value(value: Any) -> str:

@@ -76,7 +76,7 @@ class Spec:
         recipe, size, model = as_preset(info)
         resolved = {"revision": revision, "recipe": recipe, "size": size, "model": model}
         for key in RESOLVED:
-            if key != "revision" and d[key] not in (None, {}) and _plain(d[key]) != resolved[key]:
+            if key != "revision" and d[key] not in (None, {}) and fields.plain(d[key]) != resolved[key]:
                 raise ConfigError(
                     f"{key}: set from the source's config.json ({resolved[key]!r}); leave it out (got {d[key]!r})"
                 )
@@ -117,24 +117,13 @@ def as_preset(info: hub.ModelInfo) -> tuple[str, str, dict[str, Any]]:
     )
     base = preset(recipe, size)
     overrides = {
-        f.name: _plain(getattr(cfg, f.name))
+        f.name: fields.plain(getattr(cfg, f.name))
         for f in dataclasses.fields(cfg)
         if getattr(cfg, f.name) != getattr(base, f.name)
     }
     if preset(recipe, size, **overrides) != cfg:  # pragma: no cover - every field is an override
         raise ConfigError(f"model: {cfg} is not expressible as {recipe} x {size} with overrides")
     return recipe, size, overrides
-
-
-def _plain(value: Any) -> Any:
-    """A config value as JSON has it (dataclasses as dicts, tuples as lists)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    return value
 
 
 def model_config(spec: Spec):
