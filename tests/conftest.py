@@ -17,6 +17,7 @@ a test that needs Ray through a subprocess (a `looplab run` driver, the demo) is
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -31,7 +32,7 @@ def pytest_configure(config):
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-# fixture -> the marker of what a test using it needs (tests/dashboard/conftest.py has the browser ones)
+# fixture -> the marker of what a test using it needs (`browser` below; `dashboard_server` in tests/dashboard/conftest.py)
 NEEDS_BY_FIXTURE = {"ray_cluster": "ray", "browser": "browser", "dashboard_server": "browser"}
 
 
@@ -176,3 +177,26 @@ def db_url(_databases) -> str:
 def migrated_db_url(_databases) -> str:
     """A fresh database already at the head revision (copied from a template migrated once per session)."""
     return _databases.new(migrated=True)
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """The session's headless Chromium (a Playwright `Browser`), shared by every browser test: one sync
+    Playwright per process (a second one started while the first runs is refused)."""
+    from tests.dashboard.browser import chromium, require_chromium
+
+    require_chromium()
+    with chromium() as browser:
+        yield browser
+
+
+@pytest.fixture(autouse=True)
+def _keep_main_module():
+    """Every test leaves `__main__` as it found it. Streamlit's AppTest runs a page as `__main__` and
+    leaves it there; a process spawned later in the session (the parallel tokenizer's pool, DDP ranks)
+    first re-runs its parent's `__main__`, which then is that page: the pool's workers never came up
+    and the preparation waited forever."""
+    main = sys.modules.get("__main__")
+    yield
+    if main is not None and sys.modules.get("__main__") is not main:
+        sys.modules["__main__"] = main

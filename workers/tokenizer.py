@@ -131,6 +131,9 @@ def load_tokenizer(path: str | Path | None) -> Tokenizer:
 # ------------------------------------------------------------------------------------- in parallel
 
 _WORKER: Tokenizer | None = None  # the tokenizer of a ParallelEncoder worker process
+# A batch (at most a few MB of text) takes seconds; this long without its result means the workers never
+# came up (e.g. a spawned child that failed re-running its parent's __main__, which Pool keeps replacing)
+RESULT_TIMEOUT_S = 600.0
 
 
 def _init_worker(path: str | None) -> None:
@@ -174,7 +177,14 @@ class ParallelEncoder:
             if len(pending) >= 2 * self.processes:
                 break
         while pending:
-            result = pending.popleft().get()
+            try:
+                result = pending.popleft().get(RESULT_TIMEOUT_S)
+            except multiprocessing.TimeoutError:
+                raise RuntimeError(
+                    f"tokenizing: no result from the {self.processes} tokenizer processes in "
+                    f"{RESULT_TIMEOUT_S:.0f} s (they may have failed to start); rerun with processes=1 "
+                    "to tokenize in this process"
+                ) from None
             nxt = next(it, None)
             if nxt is not None:
                 pending.append(self.pool.apply_async(_encode_in_worker, ((nxt, self.sep, self.dtype.name),)))

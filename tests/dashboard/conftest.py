@@ -242,16 +242,6 @@ def empty_db(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def browser():
-    """The session's headless Chromium (a Playwright `Browser`), shared by every browser test."""
-    from tests.dashboard.browser import chromium, require_chromium
-
-    require_chromium()
-    with chromium() as browser:
-        yield browser
-
-
-@pytest.fixture(scope="session")
 def dashboard_server(fixture_db):
     """The session's Streamlit server (its base URL), serving the fixture database; a test of another
     database opens its page with `?db=` (tests.dashboard.browser.page_url)."""

@@ -21,7 +21,6 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from model.errors import ConfigError
-from tests.dashboard.browser import chromium, require_chromium
 from tests.dashboard.conftest import ARCH, build_fixture_db
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,30 +105,28 @@ def read_report_tables(page) -> dict[str, tuple[list[str], list[list]]]:
 
 
 @pytest.mark.browser
-def test_report_opens_offline_and_its_tables_equal_the_dashboards(report_db, tmp_path, monkeypatch):
+def test_report_opens_offline_and_its_tables_equal_the_dashboards(report_db, tmp_path, monkeypatch, browser):
     from orchestrator.report import write_report
 
-    require_chromium()
     url, _ = report_db
     html = write_report(url, ["study"], tmp_path / "study.html")
     requests, refused = [], []
-    with chromium() as browser:
-        page = browser.new_page()
+    page = browser.new_page()
 
-        def route(r):
-            requests.append(r.request.url)
-            if r.request.url == html.as_uri():
-                r.continue_()
-            else:
-                refused.append(r.request.url)
-                r.abort()
+    def route(r):
+        requests.append(r.request.url)
+        if r.request.url == html.as_uri():
+            r.continue_()
+        else:
+            refused.append(r.request.url)
+            r.abort()
 
-        page.route("**/*", route)
-        page.goto(html.as_uri(), wait_until="load")
-        assert page.locator("h1").inner_text() == "looplab study report: study"
-        assert page.locator("svg").count() >= 4  # training curves, iso-FLOP, depth, geometry
-        tables = read_report_tables(page)
-        page.close()
+    page.route("**/*", route)
+    page.goto(html.as_uri(), wait_until="load")
+    assert page.locator("h1").inner_text() == "looplab study report: study"
+    assert page.locator("svg").count() >= 4  # training curves, iso-FLOP, depth, geometry
+    tables = read_report_tables(page)
+    page.close()
     assert requests == [html.as_uri()] and refused == []
 
     monkeypatch.setenv("LOOPLAB_DB", url)

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import gc
 import os
-import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -93,11 +91,8 @@ def ranks(looplab_cache, tmp_path_factory):
     out = tmp_path_factory.mktemp("ddp")
     _trainer({}, None, None, out / "warm")  # the data cache, once, before two processes want it
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    # a spawned child first re-runs the parent's __main__; an earlier test of the session may have left a
-    # script there (Streamlit's AppTest runs a page as __main__): spawn from a blank one
-    with pytest.MonkeyPatch.context() as mpatch:
-        mpatch.setitem(sys.modules, "__main__", types.ModuleType("__main__"))
-        mp.spawn(_rank, args=(2, str(out / "pg"), str(out)), nprocs=2, join=True)
+    # (a spawned child re-runs the parent's __main__: tests/conftest.py keeps it the session's own)
+    mp.spawn(_rank, args=(2, str(out / "pg"), str(out)), nprocs=2, join=True)
     return [torch.load(out / f"rank{r}.pt") for r in range(2)]
 
 

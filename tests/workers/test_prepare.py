@@ -136,6 +136,25 @@ def test_more_tokens_than_the_corpus_has_is_the_whole_corpus_and_serves_any_size
     assert data.TOKENIZE_COUNT == count
 
 
+def test_tokenizer_processes_that_never_start_fail_the_preparation_by_name(bpe_file, tmp_path, monkeypatch):
+    """A spawned worker first re-runs its parent's __main__; one that fails there dies before taking work
+    and the pool keeps replacing it: the encoder says so after its timeout instead of waiting forever."""
+    import types
+
+    from workers import tokenizer
+
+    script = tmp_path / "broken_main.py"
+    script.write_text("raise SystemExit('this __main__ does not run in a child')\n")
+    broken = types.ModuleType("__main__")
+    broken.__file__ = str(script)
+    monkeypatch.setitem(sys.modules, "__main__", broken)
+    monkeypatch.setattr(tokenizer, "RESULT_TIMEOUT_S", 5.0)
+    tok = tokenizer.load_tokenizer(bpe_file)
+    with tokenizer.ParallelEncoder(tok, 2, data.DOC_SEP, np.uint16) as encoder:
+        with pytest.raises(RuntimeError, match="no result from the 2 tokenizer processes in 5 s"):
+            list(encoder.map([["some text"]]))
+
+
 def test_parallel_tokenization_equals_serial(hub_dir, bpe_file, own_cache):
     spec = data.DataSpec(corpus=str(hub_dir), tokenizer=bpe_file, max_tokens=60_000)
     serial = data.prepare(spec, processes=1, piece_docs=1000)
