@@ -6,7 +6,9 @@ its looplab key (`train_loss`, `val_loss@4`); the depth sweep is the scalar `dep
 inference loop count as step; a finished run's results are scalars `result/<name>` at its last step.
 The resolved configuration is a text summary `config` (TensorBoard's hparams plugin needs TensorFlow to
 write). TensorBoard stores scalars as 32-bit floats. Exporting again adds an event file with only the new
-points to the same directory, which TensorBoard reads as one run: `tensorboard --logdir DIR`.
+points to the same directory, which TensorBoard reads as one run: `tensorboard --logdir DIR`. TensorBoard
+reads a directory's event files in the order of their names, which begin with the second they were
+opened, so a new file is opened only in a later second than the newest one there (`_wait_past_newest`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,18 @@ def run_dir(run: Run) -> str:
     return f"{slug(run.grid or 'looplab')}/{run.job_id}-{slug(str(run.variant_label or run.recipe))}-seed{run.seed}"
 
 
+def _wait_past_newest(directory: Path) -> None:
+    """Sleep (at most about a second) until the clock has passed the second in the newest event file's
+    name. Within one second the names order by host, process id and a per-process counter as text, so an
+    export again within the second (in-process, as `--follow` does, or a process of a lower pid) could
+    sort before the file it follows, and TensorBoard would read its steps first and drop the older ones
+    as out of order."""
+    stamps = [int(p.name.split(".")[3]) for p in directory.glob("events.out.tfevents.*")
+              if p.name.split(".")[3].isdigit()]  # fmt: skip
+    while stamps and int(time.time()) <= max(stamps):
+        time.sleep(max(0.01, max(stamps) + 1 - time.time()))
+
+
 class Writer:
     def __init__(self, out: Path) -> None:
         self.out = out
@@ -46,6 +60,7 @@ class Writer:
         if not new and points.empty and not with_results:
             return points  # only the job's status changed: nothing TensorBoard shows
         entry.run = entry.run or run_dir(run)
+        _wait_past_newest(self.out / entry.run)
         writer = EventFileWriter(str(self.out / entry.run), filename_suffix=f".looplab{run.job_id}")
         start, now = run.started_at or time.time(), time.time()
 

@@ -1,7 +1,8 @@
 """`looplab export`: runs out to MLflow, TensorBoard, W&B (offline) and Parquet, each read back by the
 tool's own reader (MlflowClient, TensorBoard's EventAccumulator, `wandb leet inspect`, pandas), with no
-network: every export runs as `looplab export` in a network namespace with no interface (`unshare -n`)
-where this machine allows it, else with every proxy variable unset and W&B offline.
+network: each target's first export (and every W&B one) runs as `looplab export` in a network namespace
+with no interface (`unshare -n`) where this machine allows it, else with every proxy variable unset and
+W&B offline; the exports again and the refusals run the same command in-process (`looplab_here`).
 
 The database is the dashboard tests' fixture (11 training runs with curves, sweeps, decode benches; one
 run still running at step 15). Exporting again after new points and a new job writes only those.
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -54,6 +56,16 @@ def looplab(db: Path, *args: str, check: bool = True, timeout: float = 300) -> s
     if check:
         assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     return out
+
+
+def looplab_here(capsys, db: Path, *args: str) -> SimpleNamespace:
+    """`looplab --db DB ARGS` in this process (orchestrator.cli.main), as `looplab` reports it."""
+    from orchestrator.cli import main
+
+    capsys.readouterr()
+    returncode = main(["--db", str(db), *args])
+    out = capsys.readouterr()
+    return SimpleNamespace(returncode=returncode, stdout=out.out, stderr=out.err)
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +156,7 @@ def assert_mlflow_history(client, run, want: pd.DataFrame) -> None:
         )
 
 
-def test_mlflow_export_is_read_back_by_mlflows_client_with_every_point(db, tmp_path):
+def test_mlflow_export_is_read_back_by_mlflows_client_with_every_point(db, tmp_path, capsys):
     out = tmp_path / "mlflow"
     looplab(db, "export", "mlflow", "-o", str(out))
     client, runs = mlflow_runs(out)
@@ -170,7 +182,7 @@ def test_mlflow_export_is_read_back_by_mlflows_client_with_every_point(db, tmp_p
 
     # again, after new points and a new job: only those are written, no run twice
     new = grow(db)
-    second = looplab(db, "export", "mlflow", "-o", str(out))
+    second = looplab_here(capsys, db, "export", "mlflow", "-o", str(out))
     assert f"2 runs, {new} points" in second.stdout  # the running job (now finished) and the new one
     client, runs = mlflow_runs(out)
     assert sorted(runs) == sorted(started_train_jobs(db)) and ADDED_JOB in runs
@@ -181,7 +193,7 @@ def test_mlflow_export_is_read_back_by_mlflows_client_with_every_point(db, tmp_p
         runs[RUNNING_JOB].info.status == "FINISHED"
         and runs[RUNNING_JOB].data.metrics["result.final_val_loss"] == 3.05
     )
-    assert "nothing new" in looplab(db, "export", "mlflow", "-o", str(out)).stdout
+    assert "nothing new" in looplab_here(capsys, db, "export", "mlflow", "-o", str(out)).stdout
 
 
 def test_resolved_config_is_the_train_specs_with_every_default():
@@ -210,7 +222,7 @@ def as_float32(values) -> list[float]:
     return [float(np.float32(v)) for v in values]
 
 
-def test_tensorboard_export_is_read_back_by_tensorboards_reader_with_every_point(db, tmp_path):
+def test_tensorboard_export_is_read_back_by_tensorboards_reader_with_every_point(db, tmp_path, capsys):
     out = tmp_path / "tb"
     looplab(db, "export", "tensorboard", "-o", str(out))
     manifest = json.loads((out / "looplab-export.json").read_text())
@@ -233,7 +245,7 @@ def test_tensorboard_export_is_read_back_by_tensorboards_reader_with_every_point
     assert tensorboard_scalars(dirs[1])[0]["result/final_val_loss"] == [(50, float(np.float32(3.20)))]
 
     new = grow(db)
-    second = looplab(db, "export", "tensorboard", "-o", str(out))
+    second = looplab_here(capsys, db, "export", "tensorboard", "-o", str(out))
     assert f"2 runs, {new} points" in second.stdout
     files = sorted(
         (out / json.loads((out / "looplab-export.json").read_text())["jobs"][str(RUNNING_JOB)]["run"]).glob(
@@ -250,6 +262,36 @@ def test_tensorboard_export_is_read_back_by_tensorboards_reader_with_every_point
 
 
 # ---------------------------------------------------------------- W&B
+
+
+def test_an_event_file_opened_within_the_second_of_the_last_one_waits_until_it_sorts_after_it(tmp_path):
+    """TensorBoard reads a run's event files in name order, and a name begins with its second: a second
+    file of the same second from a lower pid (or a higher per-process counter, as `--follow` makes)
+    would sort first and TensorBoard would drop the first file's steps as out of order. Both scalars of
+    two files written back to back are read, in order."""
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    from orchestrator.export.to_tensorboard import _wait_past_newest
+
+    run = tmp_path / "run"
+    run.mkdir()
+    ahead = int(time.time()) + 1  # a file of the next second, of a process with a high pid
+    for step, name in ((1, f"events.out.tfevents.{ahead}.vm.99999.9.looplab1"), (2, None)):
+        if name is None:
+            _wait_past_newest(run)
+            writer = EventFileWriter(str(run), filename_suffix=".looplab1")
+        else:
+            writer = EventFileWriter(str(tmp_path / "elsewhere"), filename_suffix=".looplab1")
+        value = Summary.Value(tag="train_loss", simple_value=float(step))
+        writer.add_event(Event(wall_time=time.time(), step=step, summary=Summary(value=[value])))
+        writer.close()
+        if name is not None:
+            (written,) = (tmp_path / "elsewhere").glob("events.out.tfevents.*")
+            written.rename(run / name)
+    assert sorted(p.name for p in run.iterdir())[0].startswith(f"events.out.tfevents.{ahead}.")
+    assert tensorboard_scalars(run)[0]["train_loss"] == [(1, 1.0), (2, 2.0)]
 
 
 def wandb_records(run_dir: Path) -> list[dict]:
@@ -345,7 +387,7 @@ def sort(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def test_parquet_files_equal_the_views_and_again_only_new_points_are_written(db, tmp_path):
+def test_parquet_files_equal_the_views_and_again_only_new_points_are_written(db, tmp_path, capsys):
     from orchestrator.views import VIEW_NAMES
 
     out = tmp_path / "pq"
@@ -359,7 +401,7 @@ def test_parquet_files_equal_the_views_and_again_only_new_points_are_written(db,
     stamps = {p.name: p.stat().st_mtime_ns for p in out.glob("*.parquet")}
 
     new = grow(db)
-    second = looplab(db, "export", "parquet", "-o", str(out))
+    second = looplab_here(capsys, db, "export", "parquet", "-o", str(out))
     assert f"{new} curves" in second.stdout
     parts = sorted((out / "curves").glob("part-*.parquet"))
     assert len(parts) == 2 and len(pd.read_parquet(parts[1])) == new  # only the new points
@@ -375,30 +417,30 @@ def test_parquet_files_equal_the_views_and_again_only_new_points_are_written(db,
     )
 
 
-def test_a_grid_exports_only_its_jobs_and_bad_input_is_refused_by_name(db, tmp_path):
+def test_a_grid_exports_only_its_jobs_and_bad_input_is_refused_by_name(db, tmp_path, capsys):
     with sqlite3.connect(db) as conn:
         conn.execute(
             "INSERT INTO grids (id, name, spec, spec_hash, created_at) VALUES (2, 'other', '{}', 'o', 0)"
         )
         conn.execute("UPDATE jobs SET grid_id = 2 WHERE id IN (1, 2)")
     out = tmp_path / "one-grid"
-    looplab(db, "export", "parquet", "-o", str(out), "--grid", "other")
+    assert looplab_here(capsys, db, "export", "parquet", "-o", str(out), "--grid", "other").returncode == 0
     assert sorted(pd.read_parquet(out / "runs.parquet")["job_id"]) == [1, 2]
     assert set(pd.read_parquet(out / "curves")["job_id"]) == {1, 2}
     assert set(pd.read_parquet(out / "depth.parquet")["train_job_id"]) == {1, 2}
 
-    bad = looplab(db, "export", "parquet", "-o", str(tmp_path / "x"), "--grid", "nope", check=False)
+    bad = looplab_here(capsys, db, "export", "parquet", "-o", str(tmp_path / "x"), "--grid", "nope")
     assert (
         bad.returncode == 2
         and "export: grid 'nope' is not in the database; accepted: other, study" in bad.stderr
     )
-    bad = looplab(db, "export", "mlflow", "-o", str(out), check=False)  # a Parquet export's directory
+    bad = looplab_here(capsys, db, "export", "mlflow", "-o", str(out))  # a Parquet export's directory
     assert bad.returncode == 2 and "holds an export of target 'parquet', not 'mlflow'" in bad.stderr
     other_db = tmp_path / "other.db"
     shutil.copy(db, other_db)
-    bad = looplab(other_db, "export", "parquet", "-o", str(out), check=False)
+    bad = looplab_here(capsys, other_db, "export", "parquet", "-o", str(out))
     assert bad.returncode == 2 and "holds an export of database" in bad.stderr
-    bad = looplab(db, "export", "parquet", "-o", str(db), check=False)
+    bad = looplab_here(capsys, db, "export", "parquet", "-o", str(db))
     assert bad.returncode == 2 and "not a directory" in bad.stderr
 
 
