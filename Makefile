@@ -7,6 +7,10 @@ STAMP := $(VENV)/.installed
 # The fast tier: every test that needs no Ray cluster, browser, several nodes or demo subprocess, and is
 # not slow (the markers are registered in pyproject.toml; tests/conftest.py sets ray/browser by fixture).
 FAST := not ray and not browser and not multinode and not demo and not slow
+# pytest-xdist workers, one per core; tests/conftest.py groups them (xdist_group): the Ray, browser,
+# multi-node and demo tests run on one worker in order, every other module on whichever is free.
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+XDIST := -n $(JOBS) --dist loadgroup
 
 .PHONY: install demo check test lint format bench clean
 
@@ -25,10 +29,10 @@ demo: install
 	$(BIN)/looplab demo
 
 check: install
-	$(BIN)/python -m pytest -q -m "$(FAST)" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q $(XDIST) -m "$(FAST)" $(PYTEST_ARGS)
 
 test: install
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q $(XDIST) $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check .

@@ -36,11 +36,20 @@ def pytest_configure(config):
 NEEDS_BY_FIXTURE = {"ray_cluster": "ray", "browser": "browser", "dashboard_server": "browser"}
 
 
+# What must not be had twice at once. `make check` and `make test` run pytest-xdist (`-n N --dist
+# loadgroup`): every test marked with one of these goes to one worker, in order, so the session holds
+# one Ray instance and one browser and no two clusters compete for the cores; any other test goes to
+# whichever worker is free.
+ONE_AT_A_TIME = ("ray", "browser", "multinode", "demo")
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         for fixture, marker in NEEDS_BY_FIXTURE.items():
             if fixture in item.fixturenames and item.get_closest_marker(marker) is None:
                 item.add_marker(marker)
+        if any(item.get_closest_marker(m) is not None for m in ONE_AT_A_TIME):
+            item.add_marker(pytest.mark.xdist_group("one-at-a-time"))
     # the `gpu` marker, not the keyword: every test under tests/gpu/ has "gpu" among its keywords
     gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu_items:
