@@ -35,13 +35,9 @@ from workers.spec_cli import SpecParser, job_parser, run_standalone
 
 
 @dataclass(frozen=True)
-class Spec:
-    corpus: str = "offline"
-    """offline, a local file or dir (parquet / jsonl / txt), or hf:NAME[:CONFIG]"""
-    tokenizer: str = "byte"
-    """byte, bpe (trained on the corpus) or a path to a tokenizer.json"""
-    vocab_size: int = 512
-    """BPE vocabulary size (bpe only)"""
+class Spec(DataSpec):
+    """What to prepare, a DataSpec's four fields (their checks and help are DataSpec's), and how."""
+
     max_tokens: int | None = None
     """train tokens to prepare (the first ones of the corpus' train split); none: the whole corpus"""
     processes: int | None = None
@@ -52,22 +48,20 @@ class Spec:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Spec:
         d = fields.with_defaults("prepare", d, cls)
-        data = DataSpec.from_dict({k: d[k] for k in ("corpus", "tokenizer", "vocab_size", "max_tokens")})
+        data = DataSpec.from_dict({f.name: d[f.name] for f in dataclasses.fields(DataSpec)})
         fields.integer("max_tokens", data.max_tokens, lo=1, allow_none=True)  # a number here, not "budget"
         return cls(
-            corpus=data.corpus,
-            tokenizer=data.tokenizer,
-            vocab_size=data.vocab_size,
-            max_tokens=data.max_tokens,
+            **dataclasses.asdict(data),
             processes=fields.integer("processes", d["processes"], lo=1, allow_none=True),
             piece_docs=fields.integer("piece_docs", d["piece_docs"], lo=1),
         )
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field, `max_tokens` even when none (unlike DataSpec's): the job's identity as stored."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     def data(self) -> DataSpec:
-        return DataSpec(self.corpus, self.tokenizer, self.vocab_size, self.max_tokens)
+        return DataSpec(**{f.name: getattr(self, f.name) for f in dataclasses.fields(DataSpec)})
 
 
 def cores_given() -> int:

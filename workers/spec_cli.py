@@ -43,19 +43,21 @@ from workers.reporter import JobInterrupted, Reporter, make_reporter
 
 
 def field_docs(cls: type) -> dict[str, str]:
-    """{field name: its attribute docstring} read from the source of the dataclass `cls`."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    body = next(node for node in tree.body if isinstance(node, ast.ClassDef)).body
+    """{field name: its attribute docstring} read from the source of the dataclass `cls` and of the
+    dataclasses it derives from (a field a subclass declares again takes the subclass's docstring)."""
     docs: dict[str, str] = {}
-    for node, after in zip(body, body[1:]):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and isinstance(after, ast.Expr)
-            and isinstance(after.value, ast.Constant)
-            and isinstance(after.value.value, str)
-        ):
-            docs[node.target.id] = inspect.cleandoc(after.value.value)
+    for klass in reversed([k for k in cls.__mro__ if dataclasses.is_dataclass(k)]):
+        tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        body = next(node for node in tree.body if isinstance(node, ast.ClassDef)).body
+        for node, after in zip(body, body[1:]):
+            if (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(node.target, ast.Name)
+                and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            ):
+                docs[node.target.id] = inspect.cleandoc(after.value.value)
     return docs
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from html import escape
 
 import numpy as np
@@ -71,24 +73,6 @@ def html_table(table: Table) -> str:
             f"<tbody>{''.join(rows)}</tbody></table>")  # fmt: skip
 
 
-def to_html(title: str, parts: list[Section]) -> str:
-    body = [f"<h1>{escape(title)}</h1>"]
-    for section in parts:
-        body.append(f"<h2>{escape(section.title)}</h2>")
-        body += [f"<p>{_inline(t)}</p>" for t in section.text]
-        for block in section.blocks:
-            if isinstance(block, Table):
-                body.append(html_table(block))
-            elif isinstance(block, LineChart):
-                body.append(f"<figure>{render(block)}</figure>")
-            else:
-                name, text = block
-                body.append(f"<details><summary>{escape(name)}</summary><pre>{escape(text)}</pre></details>")
-    return ('<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
-            f"<title>{escape(title)}</title><style>{STYLE}</style></head><body>\n"
-            + "\n".join(body) + "\n</body></html>\n")  # fmt: skip
-
-
 def md_table(table: Table) -> str:
     frame = table.frame
     lead = f"**{table.caption}**\n\n" if table.caption else ""
@@ -106,15 +90,61 @@ def md_table(table: Table) -> str:
     return lead + "\n".join([head, rule, *rows]) + "\n"
 
 
-def to_markdown(title: str, parts: list[Section]) -> str:
-    out = [f"# {title}\n", "_Charts are in the HTML version of this report (`--format html`)._\n"]
+@dataclass(frozen=True)
+class Emitter:
+    """How one format writes each part of the report; `walk` visits the parts once for every format."""
+
+    title: Callable[[str], str]
+    heading: Callable[[str], str]
+    paragraph: Callable[[str], str]
+    table: Callable[[Table], str]
+    chart: Callable[[LineChart], str | None]  # None: the format has no charts
+    code: Callable[[str, str], str]  # (name, text)
+    page: Callable[[str, str], str]  # (title, the parts joined by newlines)
+
+
+def walk(title: str, parts: list[Section], emit: Emitter) -> str:
+    body = [emit.title(title)]
     for section in parts:
-        out.append(f"## {section.title}\n")
-        out += [f"{t}\n" for t in section.text]
+        body.append(emit.heading(section.title))
+        body += [emit.paragraph(t) for t in section.text]
         for block in section.blocks:
             if isinstance(block, Table):
-                out.append(md_table(block))
-            elif isinstance(block, tuple):
-                name, text = block
-                out.append(f"<details><summary>{name}</summary>\n\n```json\n{text}\n```\n</details>\n")
-    return "\n".join(out)
+                body.append(emit.table(block))
+            elif isinstance(block, LineChart):
+                body += [chart for chart in [emit.chart(block)] if chart is not None]
+            else:
+                body.append(emit.code(*block))
+    return emit.page(title, "\n".join(body))
+
+
+HTML = Emitter(
+    title=lambda title: f"<h1>{escape(title)}</h1>",
+    heading=lambda title: f"<h2>{escape(title)}</h2>",
+    paragraph=lambda text: f"<p>{_inline(text)}</p>",
+    table=html_table,
+    chart=lambda chart: f"<figure>{render(chart)}</figure>",
+    code=lambda name, text: f"<details><summary>{escape(name)}</summary><pre>{escape(text)}</pre></details>",
+    page=lambda title, body: (
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{escape(title)}</title><style>{STYLE}</style></head><body>\n"
+        f"{body}\n</body></html>\n"
+    ),  # fmt: skip
+)
+MARKDOWN = Emitter(
+    title=lambda title: f"# {title}\n\n_Charts are in the HTML version of this report (`--format html`)._\n",
+    heading=lambda title: f"## {title}\n",
+    paragraph=lambda text: f"{text}\n",
+    table=md_table,
+    chart=lambda chart: None,
+    code=lambda name, text: f"<details><summary>{name}</summary>\n\n```json\n{text}\n```\n</details>\n",
+    page=lambda title, body: body,
+)
+
+
+def to_html(title: str, parts: list[Section]) -> str:
+    return walk(title, parts, HTML)
+
+
+def to_markdown(title: str, parts: list[Section]) -> str:
+    return walk(title, parts, MARKDOWN)

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -172,9 +170,9 @@ def test_the_findings_of_the_lean_study_equal_the_pure_function_on_the_same_fram
 
 def test_markdown_has_the_same_tables_as_text_and_no_chart(report_db, tmp_path):
     url, path = report_db
-    out = subprocess.run([sys.executable, "-m", "orchestrator.cli", "--db", str(path), "report", "study", "-o",
-                          str(tmp_path / "note.md")], capture_output=True, text=True, timeout=300, cwd=ROOT)  # fmt: skip
-    assert out.returncode == 0, out.stderr
+    from orchestrator.cli import main
+
+    assert main(["--db", str(path), "report", "study", "-o", str(tmp_path / "note.md")]) == 0  # .md: Markdown
     md = (tmp_path / "note.md").read_text()
     assert md.startswith("# looplab study report: study") and "<svg" not in md
     # lean vs parcae at equal data, as the Compare page computes it (EXPECTED: 3.115, +0.005, not resolved)
