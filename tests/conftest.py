@@ -36,20 +36,33 @@ def pytest_configure(config):
 NEEDS_BY_FIXTURE = {"ray_cluster": "ray", "browser": "browser", "dashboard_server": "browser"}
 
 
-# What must not be had twice at once. `make check` and `make test` run pytest-xdist (`-n N --dist
-# loadgroup`): every test marked with one of these goes to one worker, in order, so the session holds
-# one Ray instance and one browser and no two clusters compete for the cores; any other test goes to
-# whichever worker is free.
+# What must not be had twice at once (see `xdist_group`).
 ONE_AT_A_TIME = ("ray", "browser", "multinode", "demo")
 
 
+def xdist_group(item) -> str | None:
+    """The pytest-xdist group of a test; `make check` and `make test` run `-n N --dist loadgroup`, which
+    runs a group's tests on one worker, in order. Every test that needs Ray, a browser, several nodes or
+    a demo is in one group, so the session holds one Ray instance and one browser and no two clusters
+    compete for the cores. A test that uses a fixture of module scope (a trained model, spawned DDP
+    ranks, a fixture database) goes with its module, so that fixture is built once, not once per worker.
+    Any other test goes to whichever worker is free."""
+    if any(item.get_closest_marker(m) is not None for m in ONE_AT_A_TIME):
+        return "one-at-a-time"
+    defs = getattr(item, "_fixtureinfo", None)
+    scopes = {d.scope for ds in (defs.name2fixturedefs.values() if defs else ()) for d in ds}
+    return item.nodeid.split("::", 1)[0] if scopes & {"module", "package", "class"} else None
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the xdist_group marks set here
 def pytest_collection_modifyitems(config, items):
     for item in items:
         for fixture, marker in NEEDS_BY_FIXTURE.items():
             if fixture in item.fixturenames and item.get_closest_marker(marker) is None:
                 item.add_marker(marker)
-        if any(item.get_closest_marker(m) is not None for m in ONE_AT_A_TIME):
-            item.add_marker(pytest.mark.xdist_group("one-at-a-time"))
+        group = xdist_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
     # the `gpu` marker, not the keyword: every test under tests/gpu/ has "gpu" among its keywords
     gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu_items:
@@ -63,6 +76,19 @@ def pytest_collection_modifyitems(config, items):
     skip_gpu = pytest.mark.skip(reason="needs CUDA")
     for item in gpu_items if not has_cuda else []:
         item.add_marker(skip_gpu)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _torch_threads_share():
+    """Under pytest-xdist the workers share the cores: each worker's torch gets its share of them, from
+    the session's start (a module fixture that builds a model runs before `one_torch_thread` narrows
+    it). Two 2-thread OpenMP pools on 2 cores made one model's orthogonal init take 15 s, not 0.3 s."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+    yield
 
 
 @pytest.fixture

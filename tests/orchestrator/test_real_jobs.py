@@ -17,7 +17,8 @@ TRAIN = {"size": "tiny", "seq_len": 32, "batch_size": 4, "eval_every": 8, "eval_
 @pytest.mark.slow
 def test_real_grid_with_follow_ups_and_iso_time(tmp_path, ray_cluster):
     q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art")
-    main = Grid("real", base={**TRAIN, "recipe": "lean", "seed": 0, "tokens": 4 * 32 * 16},
+    # 48 steps, about 3 s: the follower's 10 % is some steps, even with another test on the other core
+    main = Grid("real", base={**TRAIN, "recipe": "lean", "seed": 0, "tokens": 4 * 32 * 48},
                 then=["depth_sweep", "decode_bench"],
                 follow={"depth_sweep": {"loops": [1, 2, 4], "eval_tokens": 256, "batch_size": 4},
                         "decode_bench": {"context_lens": [32], "batch_sizes": [1], "warmup": 1, "steps": 2}})  # fmt: skip

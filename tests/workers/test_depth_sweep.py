@@ -72,12 +72,10 @@ def test_far_copy_mask_definition():
 
 def test_cli_prints_table_and_bad_input_exits_2(trained_fixed4, tmp_path, capsys):
     out, _ = trained_fixed4
-    cmd = [sys.executable, "-m", "workers.depth_sweep", "--checkpoint", str(out), "--loops", "1,2"]
-    r = subprocess.run(
-        [*cmd, "--eval-tokens", "256", "--device", "cpu"], capture_output=True, text=True, timeout=120
-    )
-    assert r.returncode == 0, r.stderr
-    assert "best:" in r.stdout and "val_loss" in r.stdout
+    args = ["--checkpoint", str(out), "--loops", "1,2", "--eval-tokens", "256", "--device", "cpu", "--quiet"]
+    assert depth_sweep.main(args) == 0
+    printed = capsys.readouterr().out
+    assert "best:" in printed and "val_loss" in printed
     assert depth_sweep.main(["--checkpoint", str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err
     assert "checkpoint" in err and "nope" in err and len(err.strip().splitlines()) == 1
