@@ -59,56 +59,25 @@ def open_db() -> str | None:
 # ---------------------------------------------------------------- cached loaders
 
 
-@st.cache_data(ttl=TTL_S, show_spinner=False)
-def jobs(url: str) -> pd.DataFrame:
-    return frames.jobs(url)
+cached = st.cache_data(ttl=TTL_S, show_spinner=False)  # a loader's result for TTL_S seconds
+
+# the frames as orchestrator.frames reads them, cached
+jobs = cached(frames.jobs)
+latest = cached(frames.latest)
+depth = cached(frames.depth)
+round_deltas = cached(frames.round_deltas)
+round_interactions = cached(frames.round_interactions)
+task_scores = cached(frames.task_scores)
+decode = cached(frames.decode)
+depth_metric_keys = cached(frames.depth_metric_keys)
+curves = cached(frames.curves)
 
 
-@st.cache_data(ttl=TTL_S, show_spinner=False)
+@cached
 def runs(url: str) -> pd.DataFrame:
     df = frames.runs(url)
     df["budget"] = variants.budget_labels(df)
     return df
-
-
-@st.cache_data(ttl=TTL_S, show_spinner=False)
-def latest(url: str, job_ids: tuple[int, ...], keys: tuple[str, ...] = frames.CURVE_KEYS) -> pd.DataFrame:
-    return frames.latest(url, job_ids, keys)
-
-
-@st.cache_data(ttl=TTL_S, show_spinner=False)
-def depth(url: str) -> pd.DataFrame:
-    return frames.depth(url)
-
-
-@st.cache_data(ttl=TTL_S, show_spinner=False)
-def round_deltas(url: str) -> pd.DataFrame:
-    return frames.round_deltas(url)
-
-
-@st.cache_data(ttl=TTL_S, show_spinner=False)
-def round_interactions(url: str) -> pd.DataFrame:
-    return frames.round_interactions(url)
-
-
-@st.cache_data(ttl=TTL_S, show_spinner=False)
-def task_scores(url: str) -> pd.DataFrame:
-    return frames.task_scores(url)
-
-
-@st.cache_data(ttl=TTL_S, show_spinner=False)
-def decode(url: str) -> pd.DataFrame:
-    return frames.decode(url)
-
-
-@st.cache_data(ttl=TTL_S, show_spinner=False)
-def depth_metric_keys(url: str, job_ids: tuple[int, ...]) -> pd.DataFrame:
-    return frames.depth_metric_keys(url, job_ids)
-
-
-@st.cache_data(ttl=TTL_S, show_spinner=False)
-def curves(url: str, job_ids: tuple[int, ...], keys: tuple[str, ...], max_points: int = frames.MAX_POINTS):
-    return frames.curves(url, job_ids, keys, max_points)
 
 
 # ---------------------------------------------------------------- filters
