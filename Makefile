@@ -8,7 +8,8 @@ STAMP := $(VENV)/.installed
 # not slow (the markers are registered in pyproject.toml; tests/conftest.py sets ray/browser by fixture).
 FAST := not ray and not browser and not multinode and not demo and not slow
 # pytest-xdist workers, one per core; tests/conftest.py groups them (xdist_group): the Ray, browser,
-# multi-node and demo tests run on one worker in order, every other module on whichever is free.
+# multi-node and demo tests run on one worker in order, a module with a module-scoped fixture on one
+# worker, any other test on whichever is free. JOBS=0: one process (no workers).
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 XDIST := -n $(JOBS) --dist loadgroup
 

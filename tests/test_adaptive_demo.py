@@ -11,6 +11,8 @@ import pytest
 
 from tests.test_end_to_end import LOOPLAB, ROOT
 
+pytestmark = [pytest.mark.demo, pytest.mark.ray]  # `looplab demo` runs the queue on a local Ray
+
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory, looplab_cache):

@@ -68,6 +68,7 @@ def _train_workers(session: int) -> list[int]:
 
 
 @pytest.mark.slow
+@pytest.mark.ray  # a `looplab run` driver starts its own Ray: not beside the session's on the other worker
 def test_two_workers_give_the_two_micro_batch_curve_through_kills(tmp_path, looplab_cache):
     env = {**os.environ, "LOOPLAB_CACHE": str(looplab_cache), "LOOPLAB_HEARTBEAT_GRACE_S": "1",
            "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}  # fmt: skip
