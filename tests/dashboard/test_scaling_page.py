@@ -11,6 +11,7 @@ import pytest
 
 from analysis import iso_depth, scaling
 from tests.analysis.test_scaling import synthetic
+from tests.cli import looplab_here
 from tests.dashboard.browser import check_page_in_browser
 from tests.dashboard.test_pages import render
 
@@ -59,20 +60,12 @@ def study_db(tmp_path_factory):
     return build_study_db(path), path
 
 
-def _looplab(capsys, *args: str) -> tuple[int, str, str]:
-    from orchestrator.cli import main
-
-    code = main(list(args))
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
 def test_cli_fit_prints_the_table_and_json(study_db, capsys):
     path = str(study_db[1])
-    code, out, err = _looplab(capsys, "--db", path, "fit", "iso-depth", "--bootstrap", "40")
+    code, out, err = looplab_here(capsys, "--db", path, "fit", "iso-depth", "--bootstrap", "40")
     assert code == 0, err
     assert "iso-depth scaling law: 27 runs, r in {1, 2, 4}" in out and "<- supported" in out
-    code, out, _ = _looplab(
+    code, out, _ = looplab_here(
         capsys, "--db", path, "fit", "iso-depth", "--grid", "iso", "--bootstrap", "40", "--json"
     )
     got = json.loads(out)
@@ -81,9 +74,9 @@ def test_cli_fit_prints_the_table_and_json(study_db, capsys):
     assert got["params"]["phi"] == pytest.approx(expected.fit.phi, rel=1e-6)
     assert got["intervals"]["phi"] == pytest.approx(list(expected.fit.intervals["phi"]), rel=1e-6)
     assert got["n_runs"] == 27 and got["budget_flops"] == 6e11
-    code, _, err = _looplab(capsys, "--db", path, "fit", "iso-depth", "--grid", "nope")
+    code, _, err = looplab_here(capsys, "--db", path, "fit", "iso-depth", "--grid", "nope")
     assert code == 2 and "--grid: no runs in grid 'nope'; grids with runs: iso, other" in err
-    code, _, err = _looplab(capsys, "--db", path, "fit", "iso-depth", "--grid", "other")
+    code, _, err = looplab_here(capsys, "--db", path, "fit", "iso-depth", "--grid", "other")
     assert code == 2 and "runs: 1 runs for 6 parameters" in err
 
 

@@ -20,6 +20,7 @@ from model.memory import training_memory
 from model.presets import preset
 from orchestrator import Grid, Queue
 from orchestrator.cli import main
+from tests.cli import looplab_here
 from workers.calibrate import Calibration, for_device, read_file
 from workers.train_spec import Spec
 
@@ -87,9 +88,9 @@ def expected(train_rate: float, forward_rate: float, bandwidth: float, startup: 
 
 
 def plan_csv(capsys, q: Queue, path: Path, *flags: str) -> pd.DataFrame:
-    capsys.readouterr()
-    assert main(["--db", q.url, "plan", str(path), "--csv", *flags]) == 0
-    return pd.read_csv(io.StringIO(capsys.readouterr().out)).set_index("kind")
+    ran = looplab_here(capsys, "--db", q.url, "plan", path, "--csv", *flags)
+    assert ran.returncode == 0, ran.stderr
+    return pd.read_csv(io.StringIO(ran.stdout)).set_index("kind")
 
 
 def test_a_calibration_file_of_another_device_prices_the_grid_by_its_rates(q, tmp_path, capsys):

@@ -2,7 +2,7 @@
 tool's own reader (MlflowClient, TensorBoard's EventAccumulator, `wandb leet inspect`, pandas), with no
 network: each target's first export (and every W&B one) runs as `looplab export` in a network namespace
 with no interface (`unshare -n`) where this machine allows it, else with every proxy variable unset and
-W&B offline; the exports again and the refusals run the same command in-process (`looplab_here`).
+W&B offline; the exports again and the refusals run the same command in-process (`tests/cli.py`).
 
 The database is the dashboard tests' fixture (11 training runs with curves, sweeps, decode benches; one
 run still running at step 15). Exporting again after new points and a new job writes only those.
@@ -18,12 +18,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from tests.cli import looplab_here
 from tests.dashboard.conftest import ARCH, build_fixture_db
 from tests.orchestrator import fake_jobs
 
@@ -56,16 +56,6 @@ def looplab(db: Path, *args: str, check: bool = True, timeout: float = 300) -> s
     if check:
         assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     return out
-
-
-def looplab_here(capsys, db: Path, *args: str) -> SimpleNamespace:
-    """`looplab --db DB ARGS` in this process (orchestrator.cli.main), as `looplab` reports it."""
-    from orchestrator.cli import main
-
-    capsys.readouterr()
-    returncode = main(["--db", str(db), *args])
-    out = capsys.readouterr()
-    return SimpleNamespace(returncode=returncode, stdout=out.out, stderr=out.err)
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +172,7 @@ def test_mlflow_export_is_read_back_by_mlflows_client_with_every_point(db, tmp_p
 
     # again, after new points and a new job: only those are written, no run twice
     new = grow(db)
-    second = looplab_here(capsys, db, "export", "mlflow", "-o", str(out))
+    second = looplab_here(capsys, "--db", db, "export", "mlflow", "-o", str(out))
     assert f"2 runs, {new} points" in second.stdout  # the running job (now finished) and the new one
     client, runs = mlflow_runs(out)
     assert sorted(runs) == sorted(started_train_jobs(db)) and ADDED_JOB in runs
@@ -193,7 +183,7 @@ def test_mlflow_export_is_read_back_by_mlflows_client_with_every_point(db, tmp_p
         runs[RUNNING_JOB].info.status == "FINISHED"
         and runs[RUNNING_JOB].data.metrics["result.final_val_loss"] == 3.05
     )
-    assert "nothing new" in looplab_here(capsys, db, "export", "mlflow", "-o", str(out)).stdout
+    assert "nothing new" in looplab_here(capsys, "--db", db, "export", "mlflow", "-o", str(out)).stdout
 
 
 def test_resolved_config_is_the_train_specs_with_every_default():
@@ -245,7 +235,7 @@ def test_tensorboard_export_is_read_back_by_tensorboards_reader_with_every_point
     assert tensorboard_scalars(dirs[1])[0]["result/final_val_loss"] == [(50, float(np.float32(3.20)))]
 
     new = grow(db)
-    second = looplab_here(capsys, db, "export", "tensorboard", "-o", str(out))
+    second = looplab_here(capsys, "--db", db, "export", "tensorboard", "-o", str(out))
     assert f"2 runs, {new} points" in second.stdout
     files = sorted(
         (out / json.loads((out / "looplab-export.json").read_text())["jobs"][str(RUNNING_JOB)]["run"]).glob(
@@ -401,7 +391,7 @@ def test_parquet_files_equal_the_views_and_again_only_new_points_are_written(db,
     stamps = {p.name: p.stat().st_mtime_ns for p in out.glob("*.parquet")}
 
     new = grow(db)
-    second = looplab_here(capsys, db, "export", "parquet", "-o", str(out))
+    second = looplab_here(capsys, "--db", db, "export", "parquet", "-o", str(out))
     assert f"{new} curves" in second.stdout
     parts = sorted((out / "curves").glob("part-*.parquet"))
     assert len(parts) == 2 and len(pd.read_parquet(parts[1])) == new  # only the new points
@@ -424,23 +414,26 @@ def test_a_grid_exports_only_its_jobs_and_bad_input_is_refused_by_name(db, tmp_p
         )
         conn.execute("UPDATE jobs SET grid_id = 2 WHERE id IN (1, 2)")
     out = tmp_path / "one-grid"
-    assert looplab_here(capsys, db, "export", "parquet", "-o", str(out), "--grid", "other").returncode == 0
+    assert (
+        looplab_here(capsys, "--db", db, "export", "parquet", "-o", str(out), "--grid", "other").returncode
+        == 0
+    )
     assert sorted(pd.read_parquet(out / "runs.parquet")["job_id"]) == [1, 2]
     assert set(pd.read_parquet(out / "curves")["job_id"]) == {1, 2}
     assert set(pd.read_parquet(out / "depth.parquet")["train_job_id"]) == {1, 2}
 
-    bad = looplab_here(capsys, db, "export", "parquet", "-o", str(tmp_path / "x"), "--grid", "nope")
+    bad = looplab_here(capsys, "--db", db, "export", "parquet", "-o", str(tmp_path / "x"), "--grid", "nope")
     assert (
         bad.returncode == 2
         and "export: grid 'nope' is not in the database; accepted: other, study" in bad.stderr
     )
-    bad = looplab_here(capsys, db, "export", "mlflow", "-o", str(out))  # a Parquet export's directory
+    bad = looplab_here(capsys, "--db", db, "export", "mlflow", "-o", str(out))  # a Parquet export's directory
     assert bad.returncode == 2 and "holds an export of target 'parquet', not 'mlflow'" in bad.stderr
     other_db = tmp_path / "other.db"
     shutil.copy(db, other_db)
-    bad = looplab_here(capsys, other_db, "export", "parquet", "-o", str(out))
+    bad = looplab_here(capsys, "--db", other_db, "export", "parquet", "-o", str(out))
     assert bad.returncode == 2 and "holds an export of database" in bad.stderr
-    bad = looplab_here(capsys, db, "export", "parquet", "-o", str(db))
+    bad = looplab_here(capsys, "--db", db, "export", "parquet", "-o", str(db))
     assert bad.returncode == 2 and "not a directory" in bad.stderr
 
 

@@ -15,8 +15,8 @@ import sqlalchemy as sa
 from model.counts import param_count
 from model.errors import ConfigError
 from orchestrator import Grid, Queue, retention
-from orchestrator.cli import main
 from orchestrator.planner import Calibration
+from tests.cli import looplab_here
 from tests.orchestrator import artifact_jobs
 from workers.artifacts import CHECKPOINT, FINAL
 
@@ -74,9 +74,9 @@ def test_the_queue_drops_the_resume_state_after_success_and_before_follow_ups(tm
 
 
 def _gc(capsys, q: Queue, *flags: str) -> str:
-    capsys.readouterr()
-    assert main(["--db", q.url, "gc", *flags]) == 0
-    return capsys.readouterr().out
+    ran = looplab_here(capsys, "--db", q.url, "gc", *flags)
+    assert ran.returncode == 0, ran.stderr
+    return ran.stdout
 
 
 def test_gc_dry_run_then_real_on_jobs_of_every_state(tmp_path, capsys):
