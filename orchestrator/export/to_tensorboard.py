@@ -38,10 +38,10 @@ def _wait_past_newest(directory: Path) -> None:
     export again within the second (in-process, as `--follow` does, or a process of a lower pid) could
     sort before the file it follows, and TensorBoard would read its steps first and drop the older ones
     as out of order."""
-    stamps = [int(p.name.split(".")[3]) for p in directory.glob("events.out.tfevents.*")
-              if p.name.split(".")[3].isdigit()]  # fmt: skip
-    while stamps and int(time.time()) <= max(stamps):
-        time.sleep(max(0.01, max(stamps) + 1 - time.time()))
+    stamps = [p.name.split(".")[3] for p in directory.glob("events.out.tfevents.*")]
+    newest = max((int(s) for s in stamps if s.isdigit()), default=None)
+    while newest is not None and int(time.time()) <= newest:
+        time.sleep(max(0.01, newest + 1 - time.time()))
 
 
 class Writer:

@@ -112,7 +112,8 @@ def walk(title: str, parts: list[Section], emit: Emitter) -> str:
             if isinstance(block, Table):
                 body.append(emit.table(block))
             elif isinstance(block, LineChart):
-                body += [chart for chart in [emit.chart(block)] if chart is not None]
+                if (chart := emit.chart(block)) is not None:
+                    body.append(chart)
             else:
                 body.append(emit.code(*block))
     return emit.page(title, "\n".join(body))
