@@ -57,8 +57,17 @@ def frontier(evals: pd.DataFrame) -> pd.DataFrame:
     """Per (variant, size, rule, kv_strategy, kv_m, threshold): the mean over seeds of val_loss,
     mean_rounds and equivalent_rounds and the seeds counted, with the variant's label, max_rounds and
     changes_function; sorted by variant, rule, strategy and mean rounds."""
-    cols = [*POINT, "variant_label", "strategy", "max_rounds", "changes_function", "val_loss", "mean_rounds",
-            "equivalent_rounds", "n_seeds"]  # fmt: skip
+    cols = [
+        *POINT,
+        "variant_label",
+        "strategy",
+        "max_rounds",
+        "changes_function",
+        "val_loss",
+        "mean_rounds",
+        "equivalent_rounds",
+        "n_seeds",
+    ]
     if evals.empty:
         return pd.DataFrame(columns=cols)
     df = _variants(evals)
@@ -134,9 +143,29 @@ def rounds_saved(
     equal loss to the fixed depth max_rounds, and what it saves (module docstring). The reference at
     max_rounds is the depth sweep's loss there, else the adaptive job's own `fixed | per_round` cell
     (the same forward). A line with no equal threshold has NaN savings and `threshold` missing."""
-    cols = ["variant_label", "size", "rule", "strategy", "changes_function", "max_rounds", "reference_loss",
-            "threshold", "val_loss", "diff", "ci_low", "ci_high", "method", "mean_rounds", "equivalent_rounds",
-            "rounds_saved", "compute_saved", "fixed_equal_depth", "vs_fixed", "n_seeds", "variant_id"]  # fmt: skip
+    cols = [
+        "variant_label",
+        "size",
+        "rule",
+        "strategy",
+        "changes_function",
+        "max_rounds",
+        "reference_loss",
+        "threshold",
+        "val_loss",
+        "diff",
+        "ci_low",
+        "ci_high",
+        "method",
+        "mean_rounds",
+        "equivalent_rounds",
+        "rounds_saved",
+        "compute_saved",
+        "fixed_equal_depth",
+        "vs_fixed",
+        "n_seeds",
+        "variant_id",
+    ]
     rules = evals[evals["rule"] != FIXED] if not evals.empty else evals
     if rules.empty:
         return pd.DataFrame(columns=cols)
@@ -147,10 +176,16 @@ def rounds_saved(
         R = int(line["max_rounds"].iloc[0])
         seeds = set(line["seed"])
         ref, curve = _reference(ev, sweep, variant_id, size, R, seeds)
-        row = {"variant_id": variant_id, "size": size, "rule": key[2], "max_rounds": R,
-               "variant_label": line["variant_label"].iloc[0], "changes_function": bool(line["changes_function"].iloc[0]),
-               "strategy": f"last_m{key[4]}" if key[3] == "last_m" else key[3],
-               "reference_loss": float(ref.mean()) if len(ref) else np.nan}  # fmt: skip
+        row = {
+            "variant_id": variant_id,
+            "size": size,
+            "rule": key[2],
+            "max_rounds": R,
+            "variant_label": line["variant_label"].iloc[0],
+            "changes_function": bool(line["changes_function"].iloc[0]),
+            "strategy": f"last_m{key[4]}" if key[3] == "last_m" else key[3],
+            "reference_loss": float(ref.mean()) if len(ref) else np.nan,
+        }
         best = None
         if len(ref):
             for threshold_value, point in line.groupby("threshold"):
@@ -162,10 +197,18 @@ def rounds_saved(
             threshold_value, rounds, point, judged = best
             eq = float(point["equivalent_rounds"].mean())
             depth_equal = _shallowest_equal(curve, ref, noise, threshold)
-            row.update(threshold=threshold_value, val_loss=float(point["val_loss"].mean()),
-                       mean_rounds=rounds, equivalent_rounds=eq, rounds_saved=R - rounds, compute_saved=R - eq,
-                       fixed_equal_depth=depth_equal, vs_fixed=np.nan if depth_equal is None else depth_equal - eq,
-                       n_seeds=int(point["seed"].nunique()), **{k: v for k, v in judged.items() if k != "equal"})  # fmt: skip
+            row.update(
+                threshold=threshold_value,
+                val_loss=float(point["val_loss"].mean()),
+                mean_rounds=rounds,
+                equivalent_rounds=eq,
+                rounds_saved=R - rounds,
+                compute_saved=R - eq,
+                fixed_equal_depth=depth_equal,
+                vs_fixed=np.nan if depth_equal is None else depth_equal - eq,
+                n_seeds=int(point["seed"].nunique()),
+                **{k: v for k, v in judged.items() if k != "equal"},
+            )
         rows.append(row)
     return pd.DataFrame(rows).reindex(columns=cols)
 
@@ -180,8 +223,14 @@ def _reference(ev: pd.DataFrame, sweep: pd.DataFrame, variant_id, size, R: int, 
     at_r = curve[curve["loops"] == R]
     if not at_r.empty:
         return _per_seed(at_r), curve
-    own = ev[(ev["variant_id"] == variant_id) & (ev["size"] == size) & (ev["rule"] == FIXED)
-             & (ev["kv_strategy"] == "per_round") & (ev["max_rounds"] == R) & ev["seed"].isin(seeds)]  # fmt: skip
+    own = ev[
+        (ev["variant_id"] == variant_id)
+        & (ev["size"] == size)
+        & (ev["rule"] == FIXED)
+        & (ev["kv_strategy"] == "per_round")
+        & (ev["max_rounds"] == R)
+        & ev["seed"].isin(seeds)
+    ]
     return _per_seed(own), curve
 
 
@@ -197,8 +246,19 @@ def accuracy_frontier(tasks: pd.DataFrame, evals: pd.DataFrame, subset: str = "a
     """Task accuracy against compute: per variant, task, rule, KV strategy and threshold, the mean over
     seeds of `acc` (of `subset`, default the whole task) with the cell's mean rounds and equivalent
     rounds measured on the validation text (`evals`, joined on the adaptive job and the cell)."""
-    cols = ["variant_label", "size", "task", "rule", "strategy", "threshold", "acc", "mean_rounds",
-            "equivalent_rounds", "n_seeds", "variant_id"]  # fmt: skip
+    cols = [
+        "variant_label",
+        "size",
+        "task",
+        "rule",
+        "strategy",
+        "threshold",
+        "acc",
+        "mean_rounds",
+        "equivalent_rounds",
+        "n_seeds",
+        "variant_id",
+    ]
     t = tasks[tasks["subset"] == subset] if not tasks.empty else tasks
     if t.empty or evals.empty:
         return pd.DataFrame(columns=cols)
@@ -222,8 +282,19 @@ def accuracy_frontier(tasks: pd.DataFrame, evals: pd.DataFrame, subset: str = "a
 def kv_table(evals: pd.DataFrame) -> pd.DataFrame:
     """Per variant and KV strategy: the mean over seeds of KV MiB allocated and needed, with the loss
     and mean rounds of each cell (one row per threshold), for KV MiB against loss."""
-    cols = ["variant_label", "size", "strategy", "rule", "threshold", "changes_function", "kv_mib",
-            "kv_mib_needed", "val_loss", "mean_rounds", "variant_id"]  # fmt: skip
+    cols = [
+        "variant_label",
+        "size",
+        "strategy",
+        "rule",
+        "threshold",
+        "changes_function",
+        "kv_mib",
+        "kv_mib_needed",
+        "val_loss",
+        "mean_rounds",
+        "variant_id",
+    ]
     if evals.empty:
         return pd.DataFrame(columns=cols)
     df = _variants(evals)
@@ -239,17 +310,28 @@ def exit_histogram(hist: pd.DataFrame, split: str) -> pd.DataFrame:
     """The exit rounds of each (variant, config) by bucket of `split` (position | loss): token counts
     summed over seeds and `share` = the count over the bucket's tokens, so each bucket's shares sum to 1;
     `bucket_label` reads "[lo, hi)"; `mean_round` = the bucket's mean exit round."""
-    cols = ["variant_label", "config", "bucket", "bucket_label", "round", "count", "share", "mean_round",
-            "variant_id"]  # fmt: skip
+    cols = [
+        "variant_label",
+        "config",
+        "bucket",
+        "bucket_label",
+        "round",
+        "count",
+        "share",
+        "mean_round",
+        "variant_id",
+    ]
     h = hist[hist["split"] == split] if not hist.empty else hist
     if h.empty:
         return pd.DataFrame(columns=cols)
     h = with_variants(h)
     keys = ["variant_id", "config", "bucket"]
     out = h.groupby([*keys, "round"], as_index=False).agg(
-        count=("count", "sum"), lo=("bucket_lo", "first"), hi=("bucket_hi", "first"),
+        count=("count", "sum"),
+        lo=("bucket_lo", "first"),
+        hi=("bucket_hi", "first"),
         variant_label=("variant_label", "first"),
-    )  # fmt: skip
+    )
     total = out.groupby(keys)["count"].transform("sum")
     out["share"] = out["count"] / total
     out["mean_round"] = (out["round"] * out["count"]).groupby([out[k] for k in keys]).transform("sum") / total

@@ -202,8 +202,22 @@ def iso_data_table(
         df = df[df["match_time_of"].isna()]
     df = df[df["budget_tokens"].notna()]
     block = ["size", "budget_tokens"]
-    head = [*block, "variant_label", "recipe", "mean", "diff", "ci_low", "ci_high", "verdict", "n_seeds",
-            "n_ref", "method", "seeds_needed", "data_worth_pct", "best_loops"]  # fmt: skip
+    head = [
+        *block,
+        "variant_label",
+        "recipe",
+        "mean",
+        "diff",
+        "ci_low",
+        "ci_high",
+        "verdict",
+        "n_seeds",
+        "n_ref",
+        "method",
+        "seeds_needed",
+        "data_worth_pct",
+        "best_loops",
+    ]
     tail = ["std", "loop_rule", "variant_id"]
     if df.empty:
         return pd.DataFrame(columns=[*head, *tail])
@@ -305,8 +319,21 @@ def iso_flop_table(
     """
     df = _with_flop_classes(evals, tolerance)
     block = ["size", "flops"]
-    head = [*block, "variant_label", "recipe", "mean", "diff", "ci_low", "ci_high", "verdict", "n_seeds",
-            "n_ref", "method", "seeds_needed", "best_loops"]  # fmt: skip
+    head = [
+        *block,
+        "variant_label",
+        "recipe",
+        "mean",
+        "diff",
+        "ci_low",
+        "ci_high",
+        "verdict",
+        "n_seeds",
+        "n_ref",
+        "method",
+        "seeds_needed",
+        "best_loops",
+    ]
     tail = ["train_flops", "tokens", "std", "loop_rule", "variant_id"]
     if df.empty:
         return pd.DataFrame(columns=[*head, *tail])
@@ -379,11 +406,35 @@ def iso_time_pairs(
     "wall seconds" at equal worker counts, "device-seconds" (train_seconds x workers, both shown as
     `device_seconds`) across worker counts.
     """
-    cols = ["size", "variant_label", "ref_variant_label", "seed", "ref_seed", "final_val_loss",
-            "ref_final_val_loss", "diff", "ci_low", "ci_high", "verdict", "method", "train_seconds",
-            "ref_train_seconds", "workers", "ref_workers", "matched", "device_seconds", "ref_device_seconds",
-            "tokens", "ref_tokens", "job_id", "ref_job_id", "recipe", "ref_recipe", "variant_id",
-            "ref_variant_id"]  # fmt: skip
+    cols = [
+        "size",
+        "variant_label",
+        "ref_variant_label",
+        "seed",
+        "ref_seed",
+        "final_val_loss",
+        "ref_final_val_loss",
+        "diff",
+        "ci_low",
+        "ci_high",
+        "verdict",
+        "method",
+        "train_seconds",
+        "ref_train_seconds",
+        "workers",
+        "ref_workers",
+        "matched",
+        "device_seconds",
+        "ref_device_seconds",
+        "tokens",
+        "ref_tokens",
+        "job_id",
+        "ref_job_id",
+        "recipe",
+        "ref_recipe",
+        "variant_id",
+        "ref_variant_id",
+    ]
     if runs.empty or "match_time_of" not in runs.columns:
         return pd.DataFrame(columns=cols)
     runs = with_variants(runs)
@@ -393,8 +444,20 @@ def iso_time_pairs(
     if a.empty:
         return pd.DataFrame(columns=cols)
     a["ref_job_id"] = a["match_time_of"].astype("int64")
-    ref = runs[["job_id", "recipe", "variant_id", "variant_label", "seed", "train_seconds", "tokens",
-                "final_val_loss", "workers", "device_seconds"]]  # fmt: skip
+    ref = runs[
+        [
+            "job_id",
+            "recipe",
+            "variant_id",
+            "variant_label",
+            "seed",
+            "train_seconds",
+            "tokens",
+            "final_val_loss",
+            "workers",
+            "device_seconds",
+        ]
+    ]
     ref = ref.rename(columns={c: f"ref_{c}" for c in ref.columns})
     out = a.merge(ref, on="ref_job_id", how="left")
     same = out["workers"].astype(float) == out["ref_workers"].astype(float)
@@ -428,8 +491,21 @@ def iso_time_summary(
     as `stats.difference_interval` says; `diff_std` is the spread of the per-pair differences.
     """
     keys = ["size", "variant_label", "ref_variant_label"]
-    cols = [*keys, "final_val_loss", "ref_final_val_loss", "diff", "ci_low", "ci_high", "verdict", "n_seeds",
-            "n_ref", "method", "seeds_needed", "diff_std", "n_pairs"]  # fmt: skip
+    cols = [
+        *keys,
+        "final_val_loss",
+        "ref_final_val_loss",
+        "diff",
+        "ci_low",
+        "ci_high",
+        "verdict",
+        "n_seeds",
+        "n_ref",
+        "method",
+        "seeds_needed",
+        "diff_std",
+        "n_pairs",
+    ]
     if pairs.empty:
         return pd.DataFrame(columns=cols)
     sigma = noise.sigma if noise is not None else math.nan
@@ -440,13 +516,25 @@ def iso_time_summary(
         ref = ref.groupby("ref_seed")["ref_final_val_loss"].mean()
         interval = stats.difference_interval(side, ref, noise)
         first = group.iloc[0]
-        rows.append(dict(size=first["size"], variant_label=first["variant_label"],
-                         ref_variant_label=first["ref_variant_label"], final_val_loss=side.mean(),
-                         ref_final_val_loss=ref.mean(), diff=interval.diff, ci_low=interval.low,
-                         ci_high=interval.high, verdict=stats.interval_verdict(interval, threshold),
-                         n_seeds=interval.n, n_ref=interval.n_ref, method=interval.method,
-                         seeds_needed=stats.seeds_needed(sigma, delta), diff_std=group["diff"].std(),
-                         n_pairs=int(group["diff"].count())))  # fmt: skip
+        rows.append(
+            dict(
+                size=first["size"],
+                variant_label=first["variant_label"],
+                ref_variant_label=first["ref_variant_label"],
+                final_val_loss=side.mean(),
+                ref_final_val_loss=ref.mean(),
+                diff=interval.diff,
+                ci_low=interval.low,
+                ci_high=interval.high,
+                verdict=stats.interval_verdict(interval, threshold),
+                n_seeds=interval.n,
+                n_ref=interval.n_ref,
+                method=interval.method,
+                seeds_needed=stats.seeds_needed(sigma, delta),
+                diff_std=group["diff"].std(),
+                n_pairs=int(group["diff"].count()),
+            )
+        )
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -478,8 +566,18 @@ def decode_table(decode: pd.DataFrame, reference: str | None = None) -> pd.DataF
 def throughput_table(runs: pd.DataFrame, reference: str | None = None) -> pd.DataFrame:
     """Training tokens/s per variant (mean over runs) and the ratio to the reference variant at the
     same size; the achieved FLOP/s and model-FLOPs utilisation alongside when they were recorded."""
-    cols = ["variant_label", "recipe", "size", "tokens_per_s", "std", "n_runs", "ratio",
-            "achieved_flops_per_s", "mfu", "variant_id"]  # fmt: skip
+    cols = [
+        "variant_label",
+        "recipe",
+        "size",
+        "tokens_per_s",
+        "std",
+        "n_runs",
+        "ratio",
+        "achieved_flops_per_s",
+        "mfu",
+        "variant_id",
+    ]
     r = runs[runs["tokens_per_s"].notna()] if not runs.empty else runs
     if r.empty:
         return pd.DataFrame(columns=cols)

@@ -34,8 +34,10 @@ def wall_time_curves(
         return pd.DataFrame(columns=cols)
     info = with_variants(runs)[["job_id", "variant_label", "recipe", "size", "seed"]]
     c = c.merge(info, on="job_id", how="inner").sort_values(["job_id", "wall_s"])
-    c["series"] = [f"{v} · {s} · seed {int(sd) if present(sd) else '?'} · #{j}"
-                   for v, s, sd, j in zip(c["variant_label"], c["size"], c["seed"], c["job_id"])]  # fmt: skip
+    c["series"] = [
+        f"{v} · {s} · seed {int(sd) if present(sd) else '?'} · #{j}"
+        for v, s, sd, j in zip(c["variant_label"], c["size"], c["seed"], c["job_id"])
+    ]
     last = c.groupby("job_id")["wall_s"].transform("max") == c["wall_s"]
     done = c["job_id"].isin(list(finished))
     c["point"] = np.where(last & done, "final (decayed)", "not decayed")

@@ -30,8 +30,18 @@ GEOMETRY_METRICS = {
     "angle": "angle between h_t and h_{t−1} (radians)",
     "state_var": "variance of h_t across channels",
 }
-SUMMARY_COLUMNS = ["variant_label", "size", "trained_depth", "loss_at_trained", "best_depth", "best_loss",
-                   "deepest", "loss_at_deepest", "gap_at_deepest", "n_seeds"]  # fmt: skip
+SUMMARY_COLUMNS = [
+    "variant_label",
+    "size",
+    "trained_depth",
+    "loss_at_trained",
+    "best_depth",
+    "best_loss",
+    "deepest",
+    "loss_at_deepest",
+    "gap_at_deepest",
+    "n_seeds",
+]
 INTERACTION_COLUMNS = ["variant_id", "variant_label", "loops", "skipped", "round", "mean", "std", "n_seeds"]
 SPREAD = ["mean", "std", "min", "max", "n_seeds"]
 
@@ -52,8 +62,17 @@ def loss_curves(depth: pd.DataFrame, value: str = "val_loss") -> pd.DataFrame:
     """Per variant and evaluated loop count: `value` mean, std, min, max over seeds and `n_seeds`, with
     `inference_depth`, `trained_depth` and `at_trained` (the evaluated depth is the trained one)."""
     if depth.empty:
-        return pd.DataFrame(columns=["variant_id", "variant_label", "loops", *SPREAD, "inference_depth",
-                                     "trained_depth", "at_trained"])  # fmt: skip
+        return pd.DataFrame(
+            columns=[
+                "variant_id",
+                "variant_label",
+                "loops",
+                *SPREAD,
+                "inference_depth",
+                "trained_depth",
+                "at_trained",
+            ]
+        )
     out = _with_depths(depth_curves(depth, value))
     out["at_trained"] = out["inference_depth"] == out["trained_depth"]
     return out.sort_values(["variant_label", "inference_depth"]).reset_index(drop=True)
@@ -81,18 +100,20 @@ def summary(curves: pd.DataFrame) -> pd.DataFrame:
         at_trained = float(trained["mean"].iloc[0]) if not trained.empty else np.nan
         best = part.loc[part["mean"].idxmin()]
         deepest = part.iloc[-1]
-        rows.append({
-            "variant_label": label,
-            "size": part["size"].iloc[0] if "size" in part else None,
-            "trained_depth": part["trained_depth"].iloc[0],
-            "loss_at_trained": at_trained,
-            "best_depth": best["inference_depth"],
-            "best_loss": best["mean"],
-            "deepest": deepest["inference_depth"],
-            "loss_at_deepest": deepest["mean"],
-            "gap_at_deepest": deepest["mean"] - at_trained,
-            "n_seeds": int(part["n_seeds"].max()),
-        })  # fmt: skip
+        rows.append(
+            {
+                "variant_label": label,
+                "size": part["size"].iloc[0] if "size" in part else None,
+                "trained_depth": part["trained_depth"].iloc[0],
+                "loss_at_trained": at_trained,
+                "best_depth": best["inference_depth"],
+                "best_loss": best["mean"],
+                "deepest": deepest["inference_depth"],
+                "loss_at_deepest": deepest["mean"],
+                "gap_at_deepest": deepest["mean"] - at_trained,
+                "n_seeds": int(part["n_seeds"].max()),
+            }
+        )
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 

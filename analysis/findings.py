@@ -90,10 +90,27 @@ def _fmt_interval(low: float, high: float, scale: float = 1.0, digits: int = 4, 
     return f"95 % interval {low * scale:.{digits}f} to {high * scale:.{digits}f}{unit}"
 
 
-def _row(key: str, finding: str, study: str, this_run: str, value: float = math.nan,
-         ci: tuple[float, float] = (math.nan, math.nan), n_seeds: int = 0, holds: str = MISSING) -> dict:  # fmt: skip
-    return dict(key=key, finding=finding, study=study, this_run=this_run, value=value, ci_low=ci[0],
-                ci_high=ci[1], n_seeds=n_seeds, holds=holds)  # fmt: skip
+def _row(
+    key: str,
+    finding: str,
+    study: str,
+    this_run: str,
+    value: float = math.nan,
+    ci: tuple[float, float] = (math.nan, math.nan),
+    n_seeds: int = 0,
+    holds: str = MISSING,
+) -> dict:
+    return dict(
+        key=key,
+        finding=finding,
+        study=study,
+        this_run=this_run,
+        value=value,
+        ci_low=ci[0],
+        ci_high=ci[1],
+        n_seeds=n_seeds,
+        holds=holds,
+    )
 
 
 def _parcae_rows(depth: pd.DataFrame) -> list[dict]:
@@ -103,15 +120,24 @@ def _parcae_rows(depth: pd.DataFrame) -> list[dict]:
     curves = per_seed_curves(depth, label) if label else pd.DataFrame()
     if curves.empty or not {1, 4, 8} <= set(curves.columns):
         missing = "no depth sweep of parcae at 1, 4 and 8 loops"
-        return [_row("parcae_share", share_finding, "94-99 %", missing),
-                _row("parcae_best", best_finding, "8-12 loops (usually)", missing)]  # fmt: skip
+        return [
+            _row("parcae_share", share_finding, "94-99 %", missing),
+            _row("parcae_best", best_finding, "8-12 loops (usually)", missing),
+        ]
     gain = curves[1] - curves[8]
     shares = ((curves[1] - curves[4]) / gain).where(gain != 0)
     mean, low, high = mean_interval(shares)
     seeds = " / ".join(f"{100 * s:.1f} %" for s in shares.dropna())
-    share = _row("parcae_share", share_finding, "94-99 %",
-                 f"{100 * mean:.1f} % (per seed {seeds}; {_fmt_interval(low, high, 100, 1, ' %')})", mean, (low, high),
-                 int(shares.notna().sum()), judged(mean >= SHARE_HOLDS, low, high, SHARE_HOLDS))  # fmt: skip
+    share = _row(
+        "parcae_share",
+        share_finding,
+        "94-99 %",
+        f"{100 * mean:.1f} % (per seed {seeds}; {_fmt_interval(low, high, 100, 1, ' %')})",
+        mean,
+        (low, high),
+        int(shares.notna().sum()),
+        judged(mean >= SHARE_HOLDS, low, high, SHARE_HOLDS),
+    )
     best, per_seed = _best(curves)
     lo, hi = PARCAE_BEST
     seeds = " / ".join(str(b) for b in per_seed)
@@ -119,9 +145,15 @@ def _parcae_rows(depth: pd.DataFrame) -> list[dict]:
     inside = [c for c in curves.columns if lo <= c <= hi]
     # how far the study's range is from the best: on a flat curve a best outside it may be a near tie
     gap = f"; {lo}-{hi} loops {mean[inside].min() - mean[best]:+.4f} from the best" if inside else ""
-    best_row = _row("parcae_best", best_finding, f"{lo}-{hi} loops (usually)",
-                    f"{best} loops (per seed {seeds}{gap}; evaluated {_counts(curves)})", float(best),
-                    n_seeds=len(curves), holds="yes" if lo <= best <= hi else "no")  # fmt: skip
+    best_row = _row(
+        "parcae_best",
+        best_finding,
+        f"{lo}-{hi} loops (usually)",
+        f"{best} loops (per seed {seeds}{gap}; evaluated {_counts(curves)})",
+        float(best),
+        n_seeds=len(curves),
+        holds="yes" if lo <= best <= hi else "no",
+    )
     return [share, best_row]
 
 
@@ -144,8 +176,10 @@ def _fixed_row(depth: pd.DataFrame, recipe: str) -> dict:
     value, low, high = mean_interval(curves[closest] - curves[TRAINED])
     holds = best == TRAINED and bool((excess > 0).all())
     seeds = " / ".join(str(b) for b in per_seed)
-    text = (f"best at {best} loops (per seed {seeds}); closest above {TRAINED}: {closest} loops, "
-            f"{value:+.4f} ({_fmt_interval(low, high)})")  # fmt: skip
+    text = (
+        f"best at {best} loops (per seed {seeds}); closest above {TRAINED}: {closest} loops, "
+        f"{value:+.4f} ({_fmt_interval(low, high)})"
+    )
     return _row(key, finding, study, text, value, (low, high), len(curves), judged(holds, low, high, 0.0))
 
 
@@ -171,8 +205,15 @@ def _equal_data_row(evals: pd.DataFrame, threshold: float) -> dict:
     ]
     holds = all(v in UNRESOLVED for v in others["verdict"])
     text = f"spread {spread:.4f}; against {labels['parcae']}: " + "; ".join(parts)
-    return _row("equal_data", finding, study, text, spread, n_seeds=int(table["n_seeds"].min()),
-                holds="yes" if holds else "no")  # fmt: skip
+    return _row(
+        "equal_data",
+        finding,
+        study,
+        text,
+        spread,
+        n_seeds=int(table["n_seeds"].min()),
+        holds="yes" if holds else "no",
+    )
 
 
 def lean_study_findings(
@@ -183,8 +224,12 @@ def lean_study_findings(
     whether the shape holds ("yes" / "no"; "not resolved" when the interval reaches across the line the
     shape turns at, `judged`; "—" without the data). `threshold` is the fixed noise
     threshold iso-data falls back to where no interval exists."""
-    rows = [*_parcae_rows(depth), _fixed_row(depth, "fixed4"), _fixed_row(depth, "lean"),
-            _equal_data_row(evals, threshold)]  # fmt: skip
+    rows = [
+        *_parcae_rows(depth),
+        _fixed_row(depth, "fixed4"),
+        _fixed_row(depth, "lean"),
+        _equal_data_row(evals, threshold),
+    ]
     return pd.DataFrame(rows, columns=COLUMNS)
 
 

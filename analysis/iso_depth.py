@@ -47,8 +47,16 @@ def recurrence_worth(fit: LawFit, rs: Sequence[float] | None = None) -> pd.DataF
             lo, hi = np.quantile(r**phis, [tail, 1 - tail])
         else:
             lo = hi = math.nan
-        rows.append({"r": int(r) if r.is_integer() else r, "blocks": worth, "lo": float(lo), "hi": float(hi),
-                     "cost_blocks": r, "per_flop": worth / r})  # fmt: skip
+        rows.append(
+            {
+                "r": int(r) if r.is_integer() else r,
+                "blocks": worth,
+                "lo": float(lo),
+                "hi": float(hi),
+                "cost_blocks": r,
+                "per_flop": worth / r,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -127,8 +135,14 @@ def compute_optimal(
     reference = found.get(1.0)
     for r, f in sorted(found.items()):
         i, draw_i = f["best"][0], f["best"][1:]
-        row = {"r": int(r) if r.is_integer() else r, "flops": float(flops), "d_model": float(f["widths"][i]),
-               "tokens": float(f["tokens"][i]), "n_params": float(f["n_params"][i]), "loss": float(f["loss"][0])}  # fmt: skip
+        row = {
+            "r": int(r) if r.is_integer() else r,
+            "flops": float(flops),
+            "d_model": float(f["widths"][i]),
+            "tokens": float(f["tokens"][i]),
+            "n_params": float(f["n_params"][i]),
+            "loss": float(f["loss"][0]),
+        }
         row["d_model_lo"], row["d_model_hi"] = _interval(f["widths"][draw_i], fit.confidence)
         row["tokens_lo"], row["tokens_hi"] = _interval(f["tokens"][draw_i], fit.confidence)
         row["loss_lo"], row["loss_hi"] = _interval(f["loss"][1:], fit.confidence)
@@ -165,12 +179,16 @@ def runs_for_fit(runs: pd.DataFrame) -> pd.DataFrame:
     for column in needed:
         keep &= runs[column].notna()
     chosen = runs[keep]
-    out = pd.DataFrame({
-        "job_id": chosen["job_id"] if "job_id" in chosen else range(len(chosen)),
-        "loss": chosen["final_val_loss"].astype(float), "r": chosen[loops].astype(int),
-        "n_once": chosen["n_once"].astype(float), "n_rec": chosen["n_rec"].astype(float),
-        "tokens": chosen["tokens"].astype(float),
-    })  # fmt: skip
+    out = pd.DataFrame(
+        {
+            "job_id": chosen["job_id"] if "job_id" in chosen else range(len(chosen)),
+            "loss": chosen["final_val_loss"].astype(float),
+            "r": chosen[loops].astype(int),
+            "n_once": chosen["n_once"].astype(float),
+            "n_rec": chosen["n_rec"].astype(float),
+            "tokens": chosen["tokens"].astype(float),
+        }
+    )
     for column in ("grid", "variant_label", "seed", "d_model", "flops_per_token", "budget_flops"):
         if column in chosen:
             out[column] = chosen[column]
@@ -244,8 +262,10 @@ def report_text(study: IsoDepthStudy) -> str:
     lines += ["", "forms (supported: lowest leave-one-run-out RMSE; AIC for reference):"]
     for row in study.forms.itertuples():
         mark = "  <- supported" if row.supported else ""
-        lines.append(f"  {row.form:<6} phi {_fmt(row.phi):>7}  RMSE {row.rmse:.4g}  LOO RMSE {row.loo_rmse:.4g}  "
-                     f"AIC {row.aic:.1f}{mark}")  # fmt: skip
+        lines.append(
+            f"  {row.form:<6} phi {_fmt(row.phi):>7}  RMSE {row.rmse:.4g}  LOO RMSE {row.loo_rmse:.4g}  "
+            f"AIC {row.aic:.1f}{mark}"
+        )
     lines += ["", "one recurrence is worth r^phi distinct blocks (at a compute cost of r):"]
     for row in study.worth.itertuples():
         lines.append(
@@ -287,11 +307,21 @@ def report_json(study: IsoDepthStudy) -> dict:
         "law": "L = E + A*(N_once + r^phi*N_rec)^(-alpha) + B*D^(-beta)",
         "params": {k: fit.params[k] for k in PARAMS},
         "intervals": {k: [_plain(v) for v in fit.intervals[k]] for k in PARAMS},
-        "confidence": fit.confidence, "r2": fit.r2, "rmse": fit.rmse, "n_runs": fit.n_runs,
-        "bootstrap": fit.n_bootstrap, "bootstrap_fitted": fit.n_bootstrap_fitted, "seed": fit.seed,
-        "robust": fit.robust, "at_bound": list(fit.at_bound), "forms": records(study.forms), "worth": records(study.worth),
-        "budget_flops": study.flops, "compute_optimal": records(study.optimal), "runs": records(fit.table),
-    }  # fmt: skip
+        "confidence": fit.confidence,
+        "r2": fit.r2,
+        "rmse": fit.rmse,
+        "n_runs": fit.n_runs,
+        "bootstrap": fit.n_bootstrap,
+        "bootstrap_fitted": fit.n_bootstrap_fitted,
+        "seed": fit.seed,
+        "robust": fit.robust,
+        "at_bound": list(fit.at_bound),
+        "forms": records(study.forms),
+        "worth": records(study.worth),
+        "budget_flops": study.flops,
+        "compute_optimal": records(study.optimal),
+        "runs": records(fit.table),
+    }
 
 
 def _plain(value):

@@ -70,9 +70,13 @@ class _Data:
 
     def take(self, index: np.ndarray) -> _Data:
         return dataclasses.replace(
-            self, loss=self.loss[index], r=self.r[index], n_once=self.n_once[index],
-            n_rec=self.n_rec[index], log_d=self.log_d[index],
-        )  # fmt: skip
+            self,
+            loss=self.loss[index],
+            r=self.r[index],
+            n_once=self.n_once[index],
+            n_rec=self.n_rec[index],
+            log_d=self.log_d[index],
+        )
 
 
 def _terms(theta: np.ndarray, data: _Data, phi: float | None):
@@ -119,9 +123,17 @@ def _refine(theta0: np.ndarray, data: _Data, phi: float | None, robust: str, f_s
     lo, hi = _bounds(phi)
     theta0 = np.clip(theta0, np.asarray(lo) + 1e-9, np.asarray(hi) - 1e-9)
     return least_squares(
-        _residuals, theta0, jac=_jacobian, bounds=(lo, hi), method="trf", loss=robust, f_scale=f_scale,
-        x_scale="jac", args=(data, phi), max_nfev=400,
-    )  # fmt: skip
+        _residuals,
+        theta0,
+        jac=_jacobian,
+        bounds=(lo, hi),
+        method="trf",
+        loss=robust,
+        f_scale=f_scale,
+        x_scale="jac",
+        args=(data, phi),
+        max_nfev=400,
+    )
 
 
 def _linear_start(data: _Data, alpha: float, beta: float, phi: float) -> tuple[float, np.ndarray]:
@@ -183,8 +195,13 @@ def _prepared(runs: pd.DataFrame, n_params: int) -> _Data:
     if missing:
         raise ConfigError(f"runs: missing column(s) {', '.join(missing)}; needed: {', '.join(REQUIRED)}")
     values = {c: pd.to_numeric(runs[c], errors="coerce").to_numpy(float) for c in REQUIRED}
-    for column, lowest, what in (("loss", 0.0, "> 0"), ("r", 1.0, ">= 1"), ("n_once", 0.0, ">= 0"),
-                                 ("n_rec", 0.0, "> 0"), ("tokens", 0.0, "> 0")):  # fmt: skip
+    for column, lowest, what in (
+        ("loss", 0.0, "> 0"),
+        ("r", 1.0, ">= 1"),
+        ("n_once", 0.0, ">= 0"),
+        ("n_rec", 0.0, "> 0"),
+        ("tokens", 0.0, "> 0"),
+    ):
         v = values[column]
         bad = ~np.isfinite(v) | (v < lowest) | ((v == lowest) & (what == "> 0"))
         if bad.any():
@@ -214,9 +231,14 @@ def _prepared(runs: pd.DataFrame, n_params: int) -> _Data:
     n_scale = float(np.exp(np.mean(np.log(values["n_once"] + values["n_rec"]))))
     d_scale = float(np.exp(np.mean(np.log(values["tokens"]))))
     return _Data(
-        loss=values["loss"], r=values["r"], n_once=values["n_once"] / n_scale, n_rec=values["n_rec"] / n_scale,
-        log_d=np.log(values["tokens"] / d_scale), n_scale=n_scale, d_scale=d_scale,
-    )  # fmt: skip
+        loss=values["loss"],
+        r=values["r"],
+        n_once=values["n_once"] / n_scale,
+        n_rec=values["n_rec"] / n_scale,
+        log_d=np.log(values["tokens"] / d_scale),
+        n_scale=n_scale,
+        d_scale=d_scale,
+    )
 
 
 def _robust(robust: str, f_scale: float | None) -> tuple[str, float | None]:
@@ -262,9 +284,16 @@ class LawFit:
     def parameter_table(self) -> pd.DataFrame:
         """One row per parameter: estimate and interval."""
         return pd.DataFrame(
-            [{"parameter": k, "estimate": self.params[k], "lo": self.intervals[k][0], "hi": self.intervals[k][1]}
-             for k in PARAMS]
-        )  # fmt: skip
+            [
+                {
+                    "parameter": k,
+                    "estimate": self.params[k],
+                    "lo": self.intervals[k][0],
+                    "hi": self.intervals[k][1],
+                }
+                for k in PARAMS
+            ]
+        )
 
 
 def _point_fit(runs: pd.DataFrame, phi: float | None, robust: str, f_scale: float | None):
@@ -319,9 +348,10 @@ def fit_law(
 
     lo_bounds, hi_bounds = _bounds(phi)
     at_bound = tuple(
-        PARAMS[j] for j, value in enumerate(theta)
+        PARAMS[j]
+        for j, value in enumerate(theta)
         if min(value - lo_bounds[j], hi_bounds[j] - value) < 0.01 * (hi_bounds[j] - lo_bounds[j])
-    )  # fmt: skip
+    )
     table = runs.reset_index(drop=True).copy()
     table["n_eff"] = table["n_once"] + table["r"].astype(float) ** params["phi"] * table["n_rec"]
     table["predicted"] = law(params, table["n_once"], table["n_rec"], table["r"], table["tokens"])
@@ -329,12 +359,22 @@ def fit_law(
     residual = table["residual"].to_numpy(float)
     total = float(np.sum((data.loss - data.loss.mean()) ** 2))
     return LawFit(
-        form=_form_name(phi), params=params, intervals=intervals, draws=draws_array, table=table,
+        form=_form_name(phi),
+        params=params,
+        intervals=intervals,
+        draws=draws_array,
+        table=table,
         r2=1 - float(np.sum(residual**2)) / total if total > 0 else math.nan,
-        rmse=float(np.sqrt(np.mean(residual**2))), n_runs=n, n_bootstrap=bootstrap,
-        n_bootstrap_fitted=len(draws_array), confidence=float(confidence), seed=seed, robust=robust,
-        f_scale=f_scale, at_bound=at_bound,
-    )  # fmt: skip
+        rmse=float(np.sqrt(np.mean(residual**2))),
+        n_runs=n,
+        n_bootstrap=bootstrap,
+        n_bootstrap_fitted=len(draws_array),
+        confidence=float(confidence),
+        seed=seed,
+        robust=robust,
+        f_scale=f_scale,
+        at_bound=at_bound,
+    )
 
 
 def _form_name(phi: float | None) -> str:
@@ -362,11 +402,17 @@ def compare_forms(
             held_out.append(float(_residuals(sol.x, data.take(np.array([i])), phi)[0]))
         n, k = len(data.loss), len(PARAMS) - (phi is not None)
         rss, total = float(np.sum(residual**2)), float(np.sum((data.loss - data.loss.mean()) ** 2))
-        rows.append({
-            "form": name, **dict(zip(PARAMS, map(float, _natural(theta, data, phi)))), "n_params": k,
-            "rmse": math.sqrt(rss / n), "loo_rmse": float(np.sqrt(np.mean(np.square(held_out)))),
-            "aic": n * math.log(max(rss, 1e-300) / n) + 2 * k, "r2": 1 - rss / total if total > 0 else math.nan,
-        })  # fmt: skip
+        rows.append(
+            {
+                "form": name,
+                **dict(zip(PARAMS, map(float, _natural(theta, data, phi)))),
+                "n_params": k,
+                "rmse": math.sqrt(rss / n),
+                "loo_rmse": float(np.sqrt(np.mean(np.square(held_out)))),
+                "aic": n * math.log(max(rss, 1e-300) / n) + 2 * k,
+                "r2": 1 - rss / total if total > 0 else math.nan,
+            }
+        )
     table = pd.DataFrame(rows)
     table["supported"] = table["loo_rmse"] == table["loo_rmse"].min()
     return table

@@ -364,8 +364,14 @@ def data_fits(runs: pd.DataFrame, value: str = "eval_loss") -> tuple[pd.DataFram
     df = df.dropna(subset=["budget_tokens", value])
     rows, fits = [], {}
     for (size, variant_id), group in df.groupby(["size", "variant_id"], dropna=False, sort=True):
-        row = dict(size=size, variant_id=variant_id, variant_label=group["variant_label"].iloc[0],
-                   n_budgets=group["budget_tokens"].nunique(), n_runs=len(group), note="")  # fmt: skip
+        row = dict(
+            size=size,
+            variant_id=variant_id,
+            variant_label=group["variant_label"].iloc[0],
+            n_budgets=group["budget_tokens"].nunique(),
+            n_runs=len(group),
+            note="",
+        )
         try:
             fit = fit_loss_vs_data(group["budget_tokens"], group[value])
         except ConfigError as e:

@@ -26,8 +26,18 @@ VARIANT_COLUMNS = ("variant_id", "variant_label")
 CONFIG_COLUMNS = ("grid", "variant_id", "variant_label", "recipe", "size", "budget_tokens", "budget_time_s")
 # The resolved architecture of a run, as `orchestrator.frames` names the columns (the trained loop count is
 # `train_loops`: the stored `loops`, or the sampler's mean for sampled recipes).
-ARCH_COLUMNS = ("n_prelude", "n_recurrent", "n_coda", "train_loops", "effective_depth", "d_model",
-                "injection", "n_params", "n_once", "n_rec")  # fmt: skip
+ARCH_COLUMNS = (
+    "n_prelude",
+    "n_recurrent",
+    "n_coda",
+    "train_loops",
+    "effective_depth",
+    "d_model",
+    "injection",
+    "n_params",
+    "n_once",
+    "n_rec",
+)
 ARCH_LABELS = {
     "n_prelude": "prelude layers",
     "n_recurrent": "recurrent layers",

@@ -35,8 +35,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-RECIPES = ["parcae", "parcae_per_batch", "fixed4", "fixed8", "lean", "lean_w256", "half_width", "mlp_only",
-           "fixed2", "plain"]  # fmt: skip
+RECIPES = [
+    "parcae",
+    "parcae_per_batch",
+    "fixed4",
+    "fixed8",
+    "lean",
+    "lean_w256",
+    "half_width",
+    "mlp_only",
+    "fixed2",
+    "plain",
+]
 SIZES = ["tiny", "small"]
 LOOPS = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32]
 PAGES = ("queue", "runs", "compare", "depth", "decode", "sql", "plan", "tasks", "scaling", "extrapolation")
@@ -67,16 +77,36 @@ def _train_jobs(n_runs: int) -> list[dict]:
         if key not in variants:  # the columns submission stores (a bench config: the preset's vocabulary)
             columns = variant_columns("train", {"recipe": recipe, "size": size, "model": model})
             variants[key] = {c: columns.get(c) for c in VARIANT_COLUMNS}
-        jobs.append(dict(
-            id=i + 1, grid_id=1, kind="train", recipe=recipe, size=size, seed=seed, status=status,
-            config=json.dumps({"recipe": recipe, "size": size, "seed": seed, "model": model, "tokens": budget, "i": i}),
-            config_hash=f"t{i}", budget=json.dumps({"match_time_of": match} if match else {"tokens": budget}),
-            budget_tokens=None if match else budget, budget_time_s=100.0 if match else None,
-            created_at=now - 9000, started_at=now - 8000, finished_at=None if status == JobStatus.RUNNING else now - 10,
-            heartbeat_at=now, progress_done=30.0, progress_total=100.0, eta_s=60.0, priority=0, attempts=1,
-            max_attempts=3, error="Traceback ...\nRuntimeError: bench failure" if status == JobStatus.FAILED else None,
-            **variants[key],
-        ))  # fmt: skip
+        jobs.append(
+            dict(
+                id=i + 1,
+                grid_id=1,
+                kind="train",
+                recipe=recipe,
+                size=size,
+                seed=seed,
+                status=status,
+                config=json.dumps(
+                    {"recipe": recipe, "size": size, "seed": seed, "model": model, "tokens": budget, "i": i}
+                ),
+                config_hash=f"t{i}",
+                budget=json.dumps({"match_time_of": match} if match else {"tokens": budget}),
+                budget_tokens=None if match else budget,
+                budget_time_s=100.0 if match else None,
+                created_at=now - 9000,
+                started_at=now - 8000,
+                finished_at=None if status == JobStatus.RUNNING else now - 10,
+                heartbeat_at=now,
+                progress_done=30.0,
+                progress_total=100.0,
+                eta_s=60.0,
+                priority=0,
+                attempts=1,
+                max_attempts=3,
+                error="Traceback ...\nRuntimeError: bench failure" if status == JobStatus.FAILED else None,
+                **variants[key],
+            )
+        )
     return jobs
 
 
@@ -93,10 +123,15 @@ def _curves(job: dict, n_points: int) -> tuple[list[tuple], list[dict]]:
     every = max(1, n_train // n_val)
     evals = range(every, every * n_val + 1, every)
     rows, latest = [], []
-    for key, steps, value in (("train_loss", range(1, n_train + 1), None), ("val_loss", evals, None),
-                              ("tokens_per_s", evals, 2000.0 + i % 7)):  # fmt: skip
-        curve = [(job_id, key, s, s * 1000, s * 0.5, final + 1.0 / s if value is None else value, curve_level(k))
-                 for k, s in enumerate(steps)]  # fmt: skip
+    for key, steps, value in (
+        ("train_loss", range(1, n_train + 1), None),
+        ("val_loss", evals, None),
+        ("tokens_per_s", evals, 2000.0 + i % 7),
+    ):
+        curve = [
+            (job_id, key, s, s * 1000, s * 0.5, final + 1.0 / s if value is None else value, curve_level(k))
+            for k, s in enumerate(steps)
+        ]
         rows += curve
         latest.append(dict(zip(METRIC_COLUMNS[:6], curve[-1][:6], strict=True), points=len(curve)))
     return rows, latest
@@ -129,18 +164,47 @@ def build(url: str, n_runs: int, n_points: int) -> dict:
     t0 = time.perf_counter()
     now = time.time()
     train = _train_jobs(n_runs)
-    sweeps = [dict(j, id=n_runs + j["id"], kind="depth_sweep", config="{}", config_hash=f"d{j['id']}",
-                   status=JobStatus.SUCCEEDED, budget=None, budget_tokens=None, budget_time_s=None, progress_done=None,
-                   progress_total=None, eta_s=None, error=None, finished_at=now) for j in train]  # fmt: skip
+    sweeps = [
+        dict(
+            j,
+            id=n_runs + j["id"],
+            kind="depth_sweep",
+            config="{}",
+            config_hash=f"d{j['id']}",
+            status=JobStatus.SUCCEEDED,
+            budget=None,
+            budget_tokens=None,
+            budget_time_s=None,
+            progress_done=None,
+            progress_total=None,
+            eta_s=None,
+            error=None,
+            finished_at=now,
+        )
+        for j in train
+    ]
     bench_columns = variant_columns("decode_bench", {"recipe": "parcae", "size": "small"})
-    bench = dict(sweeps[0], id=2 * n_runs + 1, kind="decode_bench", recipe="parcae", size="small", seed=None,
-                 config_hash="dec", **{c: bench_columns.get(c) for c in VARIANT_COLUMNS})  # fmt: skip
-    deps = [{"job_id": j["id"], "depends_on": json.loads(j["budget"])["match_time_of"]}
-            for j in train if "match_time_of" in j["budget"]]  # fmt: skip
+    bench = dict(
+        sweeps[0],
+        id=2 * n_runs + 1,
+        kind="decode_bench",
+        recipe="parcae",
+        size="small",
+        seed=None,
+        config_hash="dec",
+        **{c: bench_columns.get(c) for c in VARIANT_COLUMNS},
+    )
+    deps = [
+        {"job_id": j["id"], "depends_on": json.loads(j["budget"])["match_time_of"]}
+        for j in train
+        if "match_time_of" in j["budget"]
+    ]
     deps += [{"job_id": s["id"], "depends_on": s["id"] - n_runs} for s in sweeps]
     with eng.begin() as conn:
-        conn.execute(schema.GridRow.__table__.insert(), [dict(id=1, name="bench", spec="{}", spec_hash="g",
-                                                               created_at=now)])  # fmt: skip
+        conn.execute(
+            schema.GridRow.__table__.insert(),
+            [dict(id=1, name="bench", spec="{}", spec_hash="g", created_at=now)],
+        )
         conn.execute(schema.Job.__table__.insert(), [*train, *sweeps, bench])
         conn.execute(schema.JobDep.__table__.insert(), deps)
     latest: list[dict] = []
@@ -158,19 +222,48 @@ def build(url: str, n_runs: int, n_points: int) -> dict:
         raw.commit()
     finally:
         raw.close()
-    results = [dict(job_id=j["id"], steps=n_points, tokens=j["budget_tokens"] or 0, train_seconds=100.0,
-                    tokens_per_s=2000.0 + i % 7, final_train_loss=latest[3 * i]["value"],
-                    final_val_loss=latest[3 * i + 1]["value"])
-               for i, j in enumerate(train) if j["status"] == JobStatus.SUCCEEDED]  # fmt: skip
+    results = [
+        dict(
+            job_id=j["id"],
+            steps=n_points,
+            tokens=j["budget_tokens"] or 0,
+            train_seconds=100.0,
+            tokens_per_s=2000.0 + i % 7,
+            final_train_loss=latest[3 * i]["value"],
+            final_val_loss=latest[3 * i + 1]["value"],
+        )
+        for i, j in enumerate(train)
+        if j["status"] == JobStatus.SUCCEEDED
+    ]
     depth = [dict(job_id=s["id"], loops=n, val_loss=3.0 + abs(n - 8) * 0.01) for s in sweeps for n in LOOPS]
     deltas = [dict(job_id=s["id"], loops=8, round=r, rel_change=0.5 / r) for s in sweeps for r in range(1, 9)]
-    decode = [dict(job_id=bench["id"], arch=a, size="small", context_len=c, batch_size=b,
-                   ms_per_token=1.0 + len(a) / 10 * c / 2000, ms_p10=1.0, ms_p90=2.0, kv_cache_mb=c * b / 100,
-                   device="cuda", dtype="bfloat16", cuda_graph=True)
-              for a in RECIPES for c in (2000, 16000) for b in (1, 8, 64)]  # fmt: skip
+    decode = [
+        dict(
+            job_id=bench["id"],
+            arch=a,
+            size="small",
+            context_len=c,
+            batch_size=b,
+            ms_per_token=1.0 + len(a) / 10 * c / 2000,
+            ms_p10=1.0,
+            ms_p90=2.0,
+            kv_cache_mb=c * b / 100,
+            device="cuda",
+            dtype="bfloat16",
+            cuda_graph=True,
+        )
+        for a in RECIPES
+        for c in (2000, 16000)
+        for b in (1, 8, 64)
+    ]
     with eng.begin() as conn:
-        for model, rows in ((schema.LatestMetric, latest), (schema.TrainResult, results), (schema.DepthEval, depth),
-                            (schema.RoundDelta, deltas), (schema.DecodeBench, decode)):  # fmt: skip
+        for model, rows in (
+            (schema.LatestMetric, latest),
+            (schema.TrainResult, results),
+            (schema.DepthEval, depth),
+            (schema.RoundDelta, deltas),
+            (schema.DecodeBench, decode),
+        ):
             conn.execute(model.__table__.insert(), rows)
     with eng.connect() as conn:
         conn = conn.execution_options(isolation_level="AUTOCOMMIT")
@@ -181,8 +274,12 @@ def build(url: str, n_runs: int, n_points: int) -> dict:
             else Path(sa.make_url(url).database).stat().st_size
         )
     dispose_all()
-    return {"jobs": len(train) + len(sweeps) + 1, "metric_rows": n_metrics, "db_mb": round(size / 2**20, 1),
-            "build_s": round(time.perf_counter() - t0, 2)}  # fmt: skip
+    return {
+        "jobs": len(train) + len(sweeps) + 1,
+        "metric_rows": n_metrics,
+        "db_mb": round(size / 2**20, 1),
+        "build_s": round(time.perf_counter() - t0, 2),
+    }
 
 
 # ---------------------------------------------------------------- the pages' reads
@@ -264,8 +361,11 @@ def page_loads(url: str) -> dict:
         comparison.decode_table(frames.decode(url), reference="parcae")
 
     def sql():
-        frames.sql_query(url, "SELECT recipe, size, seed, final_val_loss, best_loops, tokens_per_s FROM runs "
-                         "ORDER BY final_val_loss")  # fmt: skip
+        frames.sql_query(
+            url,
+            "SELECT recipe, size, seed, final_val_loss, best_loops, tokens_per_s FROM runs "
+            "ORDER BY final_val_loss",
+        )
 
     def plan():
         planned_vs_actual(frames.engine(url))
@@ -286,9 +386,19 @@ def page_loads(url: str) -> dict:
         frames.round_deltas(url)
         frames.round_interactions(url)
 
-    return {"queue": queue, "runs": runs, "runs (full scan)": lambda: runs(full_scan_curves),
-            "compare": compare, "depth": depth, "decode": decode, "sql": sql, "plan": plan, "tasks": tasks_page,
-            "scaling": scaling, "extrapolation": extrapolation_page}  # fmt: skip
+    return {
+        "queue": queue,
+        "runs": runs,
+        "runs (full scan)": lambda: runs(full_scan_curves),
+        "compare": compare,
+        "depth": depth,
+        "decode": decode,
+        "sql": sql,
+        "plan": plan,
+        "tasks": tasks_page,
+        "scaling": scaling,
+        "extrapolation": extrapolation_page,
+    }
 
 
 def render(url: str, page: str) -> float:
@@ -320,8 +430,11 @@ def bench(url: str, args) -> dict:
     from orchestrator.db import dispose_all
 
     info = build(url, args.runs, args.points)
-    print(f"database: {info['jobs']:,} jobs, {info['metric_rows']:,} metric rows, {info['db_mb']:,} MB, "
-          f"built in {info['build_s']} s", flush=True)  # fmt: skip
+    print(
+        f"database: {info['jobs']:,} jobs, {info['metric_rows']:,} metric rows, {info['db_mb']:,} MB, "
+        f"built in {info['build_s']} s",
+        flush=True,
+    )
     rows = []
     for page, fn in page_loads(url).items():
         times = []
@@ -337,8 +450,10 @@ def bench(url: str, args) -> dict:
         if not args.no_render and page in PAGES:
             row["render_s"] = round(render(url, page), 3)
         rows.append(row)
-        print(f"  {page:<18}{row['data_s_median']:>8.3f} s data{row.get('render_s', float('nan')):>8.3f} s render",
-              flush=True)  # fmt: skip
+        print(
+            f"  {page:<18}{row['data_s_median']:>8.3f} s data{row.get('render_s', float('nan')):>8.3f} s render",
+            flush=True,
+        )
     dispose_all()
     return {**info, "pages": rows}
 
@@ -374,15 +489,29 @@ def main() -> int:
     print(f"\n{'backend':<12}{'page':<18}{'data median s':>15}{'data max s':>12}{'render s':>10}")
     for name, res in results.items():
         for r in res["pages"]:
-            print(f"{name:<12}{r['page']:<18}{r['data_s_median']:>15.3f}{r['data_s_max']:>12.3f}"
-                  f"{r.get('render_s', float('nan')):>10.3f}")  # fmt: skip
-    out = {"runs": args.runs, "points_per_run": args.points, "backends": results,
-           "python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
-           "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
+            print(
+                f"{name:<12}{r['page']:<18}{r['data_s_median']:>15.3f}{r['data_s_max']:>12.3f}"
+                f"{r.get('render_s', float('nan')):>10.3f}"
+            )
+    out = {
+        "runs": args.runs,
+        "points_per_run": args.points,
+        "backends": results,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
-    print(json.dumps({"bench": "dashboard", "backends": {n: {r["page"]: r for r in res["pages"]}
-                                                         for n, res in results.items()}}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "bench": "dashboard",
+                "backends": {n: {r["page"]: r for r in res["pages"]} for n, res in results.items()},
+            }
+        )
+    )
     return 0
 
 

@@ -182,8 +182,20 @@ def wheels(a) -> tuple[int, dict]:
     listed = [{"wheel": w.name, "kib": round(w.stat().st_size / 1024, 1)} for w in found]
     if importlib.util.find_spec("pip") is not None:
         how = "pip"
-        rc = _run(["-m", "pip", "install", "--no-index", "--no-deps", "--disable-pip-version-check",
-                   "--quiet", "--target", str(site), *map(str, found)])  # fmt: skip
+        rc = _run(
+            [
+                "-m",
+                "pip",
+                "install",
+                "--no-index",
+                "--no-deps",
+                "--disable-pip-version-check",
+                "--quiet",
+                "--target",
+                str(site),
+                *map(str, found),
+            ]
+        )
     else:
         how, rc = "unzip", 0
         for w in found:
@@ -354,11 +366,18 @@ def exit_rules(a) -> tuple[int, dict]:
     if not any(checkpoint.glob("*.pt")):
         return _skip(f"no checkpoint in {checkpoint}: the train_compiled step did not finish")
     seq = 64 if a.dry_run else 2048
-    spec = adaptive.Spec.from_dict({
-        "checkpoint": str(checkpoint), "rules": {"state": [0.05, 0.2]}, "kv_strategies": ["per_round", "latest"],
-        "eval_tokens": 2 * seq, "batch_size": 2, "decode_steps": 8 if a.dry_run else 16,
-        "decode_batch_sizes": [1, 8], "device": "cpu" if a.dry_run else "cuda",
-    })  # fmt: skip
+    spec = adaptive.Spec.from_dict(
+        {
+            "checkpoint": str(checkpoint),
+            "rules": {"state": [0.05, 0.2]},
+            "kv_strategies": ["per_round", "latest"],
+            "eval_tokens": 2 * seq,
+            "batch_size": 2,
+            "decode_steps": 8 if a.dry_run else 16,
+            "decode_batch_sizes": [1, 8],
+            "device": "cpu" if a.dry_run else "cuda",
+        }
+    )
     out = adaptive.run(spec, MemoryReporter(), Path(a.scratch) / "exit_rules")
     keep = ("config", "val_loss", "mean_rounds")
     evals = [{k: r.get(k) for k in keep} for r in out["adaptive_evals"]]

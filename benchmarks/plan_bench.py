@@ -31,8 +31,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # one thread per job, as the calibration assumes
 
-TRAIN = {"size": "tiny", "seq_len": 64, "batch_size": 8, "eval_every": 16, "eval_tokens": 1024,
-         "ckpt_every": 16, "data": {"corpus": "offline", "tokenizer": "byte"}}  # fmt: skip
+TRAIN = {
+    "size": "tiny",
+    "seq_len": 64,
+    "batch_size": 8,
+    "eval_every": 16,
+    "eval_tokens": 1024,
+    "ckpt_every": 16,
+    "data": {"corpus": "offline", "tokenizer": "byte"},
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,16 +54,21 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         q = Queue(db=Path(tmp) / "plan.db", artifacts=Path(tmp) / "art")
-        grid = Grid("plan-bench", base={**TRAIN, "tokens": args.tokens},
-                    sweep={"recipe": ["lean", "parcae"], "seed": [0, 1]})  # fmt: skip
+        grid = Grid(
+            "plan-bench",
+            base={**TRAIN, "tokens": args.tokens},
+            sweep={"recipe": ["lean", "parcae"], "seed": [0, 1]},
+        )
         t0 = time.time()
         report = q.plan(grid, num_cpus=args.cpus, num_gpus=0)
         print(f"plan ({time.time() - t0:.1f} s, calibration included if it was not cached):")
         print(report.text())
         cal = report.calibration
         if cal is not None:
-            print(f"calibration: {cal.flops_per_s / 1e9:.2f} GFLOP/s training, {cal.decode_layer_s * 1e3:.2f} ms "
-                  f"per decode layer application, start-up {cal.startup_s:.1f} s")  # fmt: skip
+            print(
+                f"calibration: {cal.flops_per_s / 1e9:.2f} GFLOP/s training, {cal.decode_layer_s * 1e3:.2f} ms "
+                f"per decode layer application, start-up {cal.startup_s:.1f} s"
+            )
         ids = q.submit(grid)
         # what the plan predicts for each job where the schedule put it: a job started in a worker
         # process an earlier job left idle skips the start-up (planned_seconds keeps the cold estimate)
@@ -73,30 +85,56 @@ def main(argv: list[str] | None = None) -> int:
                 ).bindparams(sa.bindparam("ids", expanding=True)),
                 {"ids": ids},
             ).all()
-        print(f"\n{'job':>4} {'recipe':<8} {'seed':>4} {'cold est.':>10} {'scheduled':>10} {'actual s':>9} "
-              f"{'ratio':>6} {'source':<10} {'others beside':>13}")  # fmt: skip
+        print(
+            f"\n{'job':>4} {'recipe':<8} {'seed':>4} {'cold est.':>10} {'scheduled':>10} {'actual s':>9} "
+            f"{'ratio':>6} {'source':<10} {'others beside':>13}"
+        )
         out = []
         for job_id, recipe, seed, planned, source, actual, others in rows:
             plan_s = scheduled[job_id]
             ratio = actual / plan_s if plan_s else float("nan")
-            print(f"{job_id:>4} {recipe:<8} {seed:>4} {planned or float('nan'):>10.1f} {plan_s:>10.1f} "
-                  f"{actual:>9.1f} {ratio:>6.2f} {source or '-':<10} "
-                  f"{others if others is not None else '-':>13}")  # fmt: skip
-            out.append({"job": job_id, "recipe": recipe, "seed": seed, "planned_s": planned,
-                        "scheduled_s": plan_s, "actual_s": actual, "ratio": ratio, "source": source,
-                        "concurrent_jobs": others})  # fmt: skip
-        print(f"grid: planned finish {report.makespan_s:.1f} s, actual {actual_makespan:.1f} s, "
-              f"ratio {actual_makespan / report.makespan_s:.2f}")  # fmt: skip
-        again = q.plan(Grid("plan-bench-2", base={**TRAIN, "tokens": args.tokens},
-                            sweep={"recipe": ["lean", "parcae"], "seed": [2, 3]}),
-                       num_cpus=args.cpus, num_gpus=0)  # fmt: skip
+            print(
+                f"{job_id:>4} {recipe:<8} {seed:>4} {planned or float('nan'):>10.1f} {plan_s:>10.1f} "
+                f"{actual:>9.1f} {ratio:>6.2f} {source or '-':<10} "
+                f"{others if others is not None else '-':>13}"
+            )
+            out.append(
+                {
+                    "job": job_id,
+                    "recipe": recipe,
+                    "seed": seed,
+                    "planned_s": planned,
+                    "scheduled_s": plan_s,
+                    "actual_s": actual,
+                    "ratio": ratio,
+                    "source": source,
+                    "concurrent_jobs": others,
+                }
+            )
+        print(
+            f"grid: planned finish {report.makespan_s:.1f} s, actual {actual_makespan:.1f} s, "
+            f"ratio {actual_makespan / report.makespan_s:.2f}"
+        )
+        again = q.plan(
+            Grid(
+                "plan-bench-2",
+                base={**TRAIN, "tokens": args.tokens},
+                sweep={"recipe": ["lean", "parcae"], "seed": [2, 3]},
+            ),
+            num_cpus=args.cpus,
+            num_gpus=0,
+        )
         print("\nthe same grid with new seeds, planned after the run (measured throughput):")
         print(again.text())
     result = {
-        "machine": platform.platform(), "cpus": args.cpus, "tokens": args.tokens, "jobs": out,
-        "planned_makespan_s": report.makespan_s, "actual_makespan_s": actual_makespan,
+        "machine": platform.platform(),
+        "cpus": args.cpus,
+        "tokens": args.tokens,
+        "jobs": out,
+        "planned_makespan_s": report.makespan_s,
+        "actual_makespan_s": actual_makespan,
         "replanned_s": [j.estimate.seconds for j in again.new_jobs()],
-    }  # fmt: skip
+    }
     path = ROOT / "benchmarks" / "results" / "plan_bench.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2))

@@ -104,8 +104,11 @@ def generate(root: Path, gb: float, files: int) -> None:
         ids = [f"<urn:uuid:bench-{f}-{i}>" for i in range(len(texts))]
         pq.write_table(pa.table({"text": texts, "id": ids}), path, row_group_size=1000)
         ratio = path.stat().st_size / size
-        print(f"  corpus file {path.name}: {len(texts):,} documents, {size / 1e6:,.0f} MB of text, "
-              f"{(have + path.stat().st_size) / 1e9:.2f} GB of parquet so far", flush=True)  # fmt: skip
+        print(
+            f"  corpus file {path.name}: {len(texts):,} documents, {size / 1e6:,.0f} MB of text, "
+            f"{(have + path.stat().st_size) / 1e9:.2f} GB of parquet so far",
+            flush=True,
+        )
 
 
 def _children(pid: int) -> list[int]:
@@ -170,8 +173,13 @@ class PeakMemory(threading.Thread):
 
 def reference(tok: Path, corpus: Path, threads: int, mb: float) -> dict:
     env = {**os.environ, "RAYON_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "true"}
-    out = subprocess.run([sys.executable, "-c", REFERENCE, str(tok), str(corpus), str(mb)], env=env,
-                         capture_output=True, text=True, check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", REFERENCE, str(tok), str(corpus), str(mb)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     r = json.loads(out.stdout.strip().splitlines()[-1])
     return {**r, "tokens_per_s": r["tokens"] / r["seconds"]}
 
@@ -179,14 +187,31 @@ def reference(tok: Path, corpus: Path, threads: int, mb: float) -> dict:
 def preparation(tok: Path, corpus: Path, processes: int, work: Path, max_tokens: int | None) -> dict:
     cache, events = work / f"cache-{processes}", work / f"events-{processes}.jsonl"
     shutil.rmtree(cache, ignore_errors=True)
-    cmd = [sys.executable, "-m", "workers.prepare", "--corpus", str(corpus), "--tokenizer", str(tok),
-           "--processes", str(processes), "--events-jsonl", str(events), "--quiet"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "workers.prepare",
+        "--corpus",
+        str(corpus),
+        "--tokenizer",
+        str(tok),
+        "--processes",
+        str(processes),
+        "--events-jsonl",
+        str(events),
+        "--quiet",
+    ]
     if max_tokens is not None:
         cmd += ["--max-tokens", str(max_tokens)]
     # RAYON_NUM_THREADS: the one-process preparation encodes in its own process, on one thread as the
     # reference does (worker processes encode on one thread each anyway)
-    env = {**os.environ, "LOOPLAB_CACHE": str(cache), "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1",
-           "RAYON_NUM_THREADS": str(processes)}  # fmt: skip
+    env = {
+        **os.environ,
+        "LOOPLAB_CACHE": str(cache),
+        "PYTHONPATH": str(ROOT),
+        "HF_HUB_OFFLINE": "1",
+        "RAYON_NUM_THREADS": str(processes),
+    }
     t0 = time.perf_counter()
     proc = subprocess.Popen(
         cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
@@ -251,30 +276,52 @@ def main(argv: list[str] | None = None) -> int:
         for p in counts:
             ref = reference(tok, corpus, p, args.ref_mb)
             prep = preparation(tok, corpus, p, work, max_tokens)
-            rows.append({**prep, "reference_tokens_per_s": ref["tokens_per_s"],
-                         "ratio": prep["tokens_per_s"] / ref["tokens_per_s"]})  # fmt: skip
-            print(f"  P={p}: tokenizer {ref['tokens_per_s'] / 1e6:.3f} M tokens/s, preparation "
-                  f"{prep['tokens_per_s'] / 1e6:.3f} M/s ({rows[-1]['ratio']:.0%}), peak USS "
-                  f"{prep['peak_uss_mb']:,.0f} MB", flush=True)  # fmt: skip
+            rows.append(
+                {
+                    **prep,
+                    "reference_tokens_per_s": ref["tokens_per_s"],
+                    "ratio": prep["tokens_per_s"] / ref["tokens_per_s"],
+                }
+            )
+            print(
+                f"  P={p}: tokenizer {ref['tokens_per_s'] / 1e6:.3f} M tokens/s, preparation "
+                f"{prep['tokens_per_s'] / 1e6:.3f} M/s ({rows[-1]['ratio']:.0%}), peak USS "
+                f"{prep['peak_uss_mb']:,.0f} MB",
+                flush=True,
+            )
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     after = load()
     n_files = len(list(corpus.glob("*.parquet"))) if args.keep else args.files
     print(f"\ncorpus: {size / 1e9:.2f} GB parquet in {n_files} files; load after: {after}")
-    head = (f"{'P':>2} {'tokenizer M/s':>13} {'prepare M/s':>11} {'ratio':>6} {'whole job M/s':>13} "
-            f"{'tokens':>13} {'wall s':>7} {'USS MB':>7} {'RSS MB':>7} {'procs':>5}")  # fmt: skip
+    head = (
+        f"{'P':>2} {'tokenizer M/s':>13} {'prepare M/s':>11} {'ratio':>6} {'whole job M/s':>13} "
+        f"{'tokens':>13} {'wall s':>7} {'USS MB':>7} {'RSS MB':>7} {'procs':>5}"
+    )
     print(head)
     for r in rows:
-        print(f"{r['processes']:>2} {r['reference_tokens_per_s'] / 1e6:>13.3f} {r['tokens_per_s'] / 1e6:>11.3f} "
-              f"{r['ratio']:>6.0%} {r['tokens_per_s_whole_process'] / 1e6:>13.3f} {r['tokens']:>13,} "
-              f"{r['wall_s']:>7.0f} {r['peak_uss_mb']:>7.0f} {r['peak_rss_mb']:>7.0f} {r['processes_seen']:>5}")  # fmt: skip
+        print(
+            f"{r['processes']:>2} {r['reference_tokens_per_s'] / 1e6:>13.3f} {r['tokens_per_s'] / 1e6:>11.3f} "
+            f"{r['ratio']:>6.0%} {r['tokens_per_s_whole_process'] / 1e6:>13.3f} {r['tokens']:>13,} "
+            f"{r['wall_s']:>7.0f} {r['peak_uss_mb']:>7.0f} {r['peak_rss_mb']:>7.0f} {r['processes_seen']:>5}"
+        )
     ok = all(r["ratio"] >= TARGET_RATIO and r["peak_uss_mb"] < TARGET_USS_MB for r in rows)
-    print(f"target (>= {TARGET_RATIO:.0%} of the tokenizer's rate, USS < {TARGET_USS_MB:.0f} MB): "
-          f"{'met' if ok else 'NOT met'}")  # fmt: skip
-    result = {"bench": "prepare", "corpus_bytes": size, "vocab_asked": args.vocab, "rows": rows,
-              "load_before": before, "load_after": after, "cpus": os.cpu_count(), "python": platform.python_version(),
-              "target_met": ok}  # fmt: skip
+    print(
+        f"target (>= {TARGET_RATIO:.0%} of the tokenizer's rate, USS < {TARGET_USS_MB:.0f} MB): "
+        f"{'met' if ok else 'NOT met'}"
+    )
+    result = {
+        "bench": "prepare",
+        "corpus_bytes": size,
+        "vocab_asked": args.vocab,
+        "rows": rows,
+        "load_before": before,
+        "load_after": after,
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "target_met": ok,
+    }
     out = ROOT / "benchmarks" / "results" / "prepare_bench.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))

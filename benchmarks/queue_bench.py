@@ -44,8 +44,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # same threads standalone and in the Ray worker
 
-TRAIN = {"recipe": "lean", "size": "tiny", "seq_len": 64, "batch_size": 8, "eval_every": 10_000,
-         "eval_tokens": 512, "ckpt_every": 10_000, "data": {"tokenizer": "byte"}}  # fmt: skip
+TRAIN = {
+    "recipe": "lean",
+    "size": "tiny",
+    "seq_len": 64,
+    "batch_size": 8,
+    "eval_every": 10_000,
+    "eval_tokens": 512,
+    "ckpt_every": 10_000,
+    "data": {"tokenizer": "byte"},
+}
 
 
 class TrivialKinds:
@@ -117,8 +125,13 @@ def bench_train(dbs: Databases, tmp: Path, tokens: int, repeats: int) -> dict:
         q.run(until_empty=True, progress=False, poll_s=0.2)
         queued.append(float(q.results("train_results").set_index("job_id").loc[jid, "tokens_per_s"]))
     a, b = statistics.median(standalone), statistics.median(queued)
-    return {"standalone_tokens_per_s": a, "queue_tokens_per_s": b, "queue_over_standalone": b / a,
-            "runs": repeats, "tokens": tokens}  # fmt: skip
+    return {
+        "standalone_tokens_per_s": a,
+        "queue_tokens_per_s": b,
+        "queue_over_standalone": b / a,
+        "runs": repeats,
+        "tokens": tokens,
+    }
 
 
 def bench_ingest(url: str, points: int = 50_000, batch: int = 500) -> dict:
@@ -134,9 +147,20 @@ def bench_ingest(url: str, points: int = 50_000, batch: int = 500) -> dict:
     (jid,) = q.submit(Grid("ingest", job="noop"))
     n = jobqueue.claim(q.eng, jid, "bench", "unused")
     keys = ("train_loss", "lr", "tokens_per_s", "peak_mem_mb", "val_loss")
-    events = [Event(EventKind.METRIC, 0.0, {"key": keys[i % 5], "step": i // 5, "value": 1.0 / (i + 1),
-                                             "tokens": i * 64, "wall_s": i * 0.01})
-              for i in range(points)]  # fmt: skip
+    events = [
+        Event(
+            EventKind.METRIC,
+            0.0,
+            {
+                "key": keys[i % 5],
+                "step": i // 5,
+                "value": 1.0 / (i + 1),
+                "tokens": i * 64,
+                "wall_s": i * 0.01,
+            },
+        )
+        for i in range(points)
+    ]
     t = time.perf_counter()
     for i in range(0, points, batch):
         write_events(q.eng, [(jid, n, events[i : i + batch])])
@@ -184,8 +208,10 @@ def bench_claims(url: str, n_jobs: int, drivers: int = 4) -> dict:
     ids = q.submit(Grid("claims", job="noop", sweep={"i": list(range(n_jobs))}))
     context = multiprocessing.get_context("spawn")  # fresh interpreters: no inherited connections
     start, out = context.Event(), context.Queue()
-    procs = [context.Process(target=claim_driver, args=(url, f"bench-driver-{k}", start, out))
-             for k in range(drivers)]  # fmt: skip
+    procs = [
+        context.Process(target=claim_driver, args=(url, f"bench-driver-{k}", start, out))
+        for k in range(drivers)
+    ]
     for proc in procs:
         proc.start()
     for _ in procs:  # every driver has imported looplab and opened its engine
@@ -201,9 +227,16 @@ def bench_claims(url: str, n_jobs: int, drivers: int = 4) -> dict:
         twice = sorted(j for j, c in per_job.items() if c > 1)
         raise RuntimeError(f"claims: {len(per_job)} of {len(ids)} jobs claimed; claimed twice: {twice[:10]}")
     errors = [e for *_, errs, _ in done for e in errs]
-    return {"drivers": drivers, "jobs": n_jobs, "claims_per_s": n_jobs / dt, "total_s": dt,
-            "won_per_driver": [won for _, _, won, *_ in done], "lost_claims": sum(d[3] for d in done),
-            "errors": len(errors), "first_error": errors[0] if errors else None}  # fmt: skip
+    return {
+        "drivers": drivers,
+        "jobs": n_jobs,
+        "claims_per_s": n_jobs / dt,
+        "total_s": dt,
+        "won_per_driver": [won for _, _, won, *_ in done],
+        "lost_claims": sum(d[3] for d in done),
+        "errors": len(errors),
+        "first_error": errors[0] if errors else None,
+    }
 
 
 def bench_latency_and_throughput(url: str, tmp: Path, n_trivial: int, n_latency: int = 10) -> dict:
@@ -224,8 +257,12 @@ def bench_latency_and_throughput(url: str, tmp: Path, n_trivial: int, n_latency:
         q.wait([jid], timeout=60, poll_s=0.05)
         with q.eng.connect() as conn:
             created, started = conn.execute(
-                sa.text("SELECT j.created_at, a.started_at FROM jobs j JOIN attempts a ON a.job_id=j.id "
-                        "WHERE j.id=:j"), {"j": jid}).one()  # fmt: skip
+                sa.text(
+                    "SELECT j.created_at, a.started_at FROM jobs j JOIN attempts a ON a.job_id=j.id "
+                    "WHERE j.id=:j"
+                ),
+                {"j": jid},
+            ).one()
         lat.append(started - created)
     t = time.perf_counter()
     ids = q.submit(Grid("many", job="noop", sweep={"i": list(range(n_trivial))}))
@@ -233,8 +270,13 @@ def bench_latency_and_throughput(url: str, tmp: Path, n_trivial: int, n_latency:
     dt = time.perf_counter() - t
     sched._on_signal(2, None)
     th.join(60)
-    return {"latency_median_s": statistics.median(lat), "latency_max_s": max(lat), "trivial_jobs": n_trivial,
-            "trivial_jobs_per_s": n_trivial / dt, "trivial_total_s": dt}  # fmt: skip
+    return {
+        "latency_median_s": statistics.median(lat),
+        "latency_max_s": max(lat),
+        "trivial_jobs": n_trivial,
+        "trivial_jobs_per_s": n_trivial / dt,
+        "trivial_total_s": dt,
+    }
 
 
 def bench_backends(tmp: Path, pg_url: str | None, n_claim_jobs: int) -> dict:
@@ -243,8 +285,10 @@ def bench_backends(tmp: Path, pg_url: str | None, n_claim_jobs: int) -> dict:
     for dbs in (Databases(tmp / "sqlite"), *([Databases(tmp, pg_url)] if pg_url else [])):
         dbs.tmp.mkdir(exist_ok=True)
         try:
-            res[dbs.backend] = {"claims": bench_claims(dbs.new("claims"), n_claim_jobs),
-                                "ingest": bench_ingest(dbs.new("ingest"))}  # fmt: skip
+            res[dbs.backend] = {
+                "claims": bench_claims(dbs.new("claims"), n_claim_jobs),
+                "ingest": bench_ingest(dbs.new("ingest")),
+            }
         finally:
             dbs.close()
     return res
@@ -292,18 +336,27 @@ def main() -> int:
     ap.add_argument("--trivial", type=int, default=500)
     ap.add_argument("--tokens", type=int, default=8 * 64 * 24)
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--db", type=check_db, default="sqlite",
-                    help="`sqlite` (default: fresh files) or a PostgreSQL URL (needs CREATEDB)")  # fmt: skip
+    ap.add_argument(
+        "--db",
+        type=check_db,
+        default="sqlite",
+        help="`sqlite` (default: fresh files) or a PostgreSQL URL (needs CREATEDB)",
+    )
     ap.add_argument("--claim-jobs", type=int, default=1000, help="trivial jobs the 4 drivers claim")
-    ap.add_argument("--no-postgres", action="store_true",
-                    help="without --db: no throw-away PostgreSQL server, SQLite only")  # fmt: skip
-    ap.add_argument("--only", choices=SECTIONS, action="append",
-                    help="run only this section (repeatable; default: all)")  # fmt: skip
+    ap.add_argument(
+        "--no-postgres",
+        action="store_true",
+        help="without --db: no throw-away PostgreSQL server, SQLite only",
+    )
+    ap.add_argument(
+        "--only", choices=SECTIONS, action="append", help="run only this section (repeatable; default: all)"
+    )
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "queue_bench.json"))
     args = ap.parse_args()
     sections = args.only or SECTIONS
-    pg_url, stop_pg, no_pg = postgres_server(args.db, args.no_postgres) if "backends" in sections else (
-        None, lambda: None, None)  # fmt: skip
+    pg_url, stop_pg, no_pg = (
+        postgres_server(args.db, args.no_postgres) if "backends" in sections else (None, lambda: None, None)
+    )
     res: dict[str, Any] = {}
     try:
         with tempfile.TemporaryDirectory() as d:

@@ -46,9 +46,17 @@ def trainer(recipe: str, seq_len: int, micro: int | None, bucketing: bool, out: 
     from workers.trainer import SOLO, Trainer
 
     spec = Spec.from_dict(
-        {"recipe": recipe, "size": "small", "seq_len": seq_len, "batch_size": BATCH, "tokens": 10**9,
-         "micro_batch_size": micro, "bucketing": bucketing, "device": device}
-    )  # fmt: skip
+        {
+            "recipe": recipe,
+            "size": "small",
+            "seq_len": seq_len,
+            "batch_size": BATCH,
+            "tokens": 10**9,
+            "micro_batch_size": micro,
+            "bucketing": bucketing,
+            "device": device,
+        }
+    )
     t = Trainer(spec, SilentReporter(), out, gang or SOLO)
     t.state.total_steps = 10**6
     return t
@@ -107,9 +115,16 @@ def data_parallel(seq_len: int, repeats: int, steps: int, threads: int, tmp: Pat
     del one
     mp.spawn(worker_rank, args=(2, str(tmp), seq_len, repeats, steps, threads), nprocs=2, join=True)
     two_s = statistics.median(json.loads((tmp / "rank0.json").read_text()))
-    return {"recipe": "fixed4", "one_worker_s": one_s, "two_workers_s": two_s, "speedup": one_s / two_s,
-            "ideal": 2.0, "threads_per_worker": threads, "load_avg_1m": [load_before[0], os.getloadavg()[0]],
-            "cpus": os.cpu_count()}  # fmt: skip
+    return {
+        "recipe": "fixed4",
+        "one_worker_s": one_s,
+        "two_workers_s": two_s,
+        "speedup": one_s / two_s,
+        "ideal": 2.0,
+        "threads_per_worker": threads,
+        "load_avg_1m": [load_before[0], os.getloadavg()[0]],
+        "cpus": os.cpu_count(),
+    }
 
 
 def padding_of_timed_steps(t, repeats: int, steps: int) -> dict[str, float]:
@@ -124,8 +139,11 @@ def padding_of_timed_steps(t, repeats: int, steps: int) -> dict[str, float]:
         waste.append(step_flops(t.cfg, counts, forwards=forwards).padding_waste)
         padded += padded_rounds(counts, forwards)
         rounds += sum(counts)
-    return {"padding_waste": statistics.mean(waste), "padded_row_rounds_per_step": padded / (repeats * steps),
-            "own_row_rounds_per_step": rounds / (repeats * steps)}  # fmt: skip
+    return {
+        "padding_waste": statistics.mean(waste),
+        "padded_row_rounds_per_step": padded / (repeats * steps),
+        "own_row_rounds_per_step": rounds / (repeats * steps),
+    }
 
 
 def main() -> int:
@@ -145,20 +163,40 @@ def main() -> int:
 
     torch.set_num_threads(args.threads)
     tmp = Path(tempfile.mkdtemp(prefix="scale_bench_"))
-    out: dict = {"bench": "scale", "size": "small", "batch": BATCH, "micro_batch": MICRO, "seq_len": args.seq_len,
-                 "device": args.device, "threads": args.threads, "repeats": args.repeats, "steps": args.steps}  # fmt: skip
+    out: dict = {
+        "bench": "scale",
+        "size": "small",
+        "batch": BATCH,
+        "micro_batch": MICRO,
+        "seq_len": args.seq_len,
+        "device": args.device,
+        "threads": args.threads,
+        "repeats": args.repeats,
+        "steps": args.steps,
+    }
 
     # 1. accumulation overhead, fixed loop counts (nothing to bucket)
     acc = interleaved(
-        {"whole": trainer("fixed4", args.seq_len, None, True, tmp / "a1", args.device),
-         "micro": trainer("fixed4", args.seq_len, MICRO, True, tmp / "a2", args.device)},
-        args.repeats, args.steps,
-    )  # fmt: skip
+        {
+            "whole": trainer("fixed4", args.seq_len, None, True, tmp / "a1", args.device),
+            "micro": trainer("fixed4", args.seq_len, MICRO, True, tmp / "a2", args.device),
+        },
+        args.repeats,
+        args.steps,
+    )
     slowdown = acc["micro"] / acc["whole"] - 1
-    out["accumulation"] = {"recipe": "fixed4", "whole_s": acc["whole"], "micro_s": acc["micro"],
-                           "slowdown": slowdown, "target": 0.03, "ok": slowdown < 0.03}  # fmt: skip
-    print(f"accumulation (fixed4, small, {BATCH} x {args.seq_len}): one forward {acc['whole'] * 1e3:.0f} ms/step, "
-          f"{BATCH // MICRO} x {MICRO} {acc['micro'] * 1e3:.0f} ms/step: {slowdown:+.1%} (target < +3%)")  # fmt: skip
+    out["accumulation"] = {
+        "recipe": "fixed4",
+        "whole_s": acc["whole"],
+        "micro_s": acc["micro"],
+        "slowdown": slowdown,
+        "target": 0.03,
+        "ok": slowdown < 0.03,
+    }
+    print(
+        f"accumulation (fixed4, small, {BATCH} x {args.seq_len}): one forward {acc['whole'] * 1e3:.0f} ms/step, "
+        f"{BATCH // MICRO} x {MICRO} {acc['micro'] * 1e3:.0f} ms/step: {slowdown:+.1%} (target < +3%)"
+    )
 
     # 2. bucketing, parcae's per-sequence counts
     configs = {"whole": (None, False), "micro": (MICRO, False), "bucketed": (MICRO, True)}
@@ -178,9 +216,11 @@ def main() -> int:
         timed = padding_of_timed_steps(parcae[name], args.repeats, args.steps)
         rows[name] = {"expected_padding_waste": expected, **timed, "step_s": step_s[name]}
         label = "one forward of 32" if m is None else f"4 x {m}, {'bucketed' if b else 'rows in order'}"
-        print(f"  {label:26s} {expected:13.1%} {timed['padding_waste']:11.1%} "
-              f"{timed['padded_row_rounds_per_step']:10.1f} / {timed['own_row_rounds_per_step']:<9.1f} "
-              f"{step_s[name] * 1e3:8.0f}")  # fmt: skip
+        print(
+            f"  {label:26s} {expected:13.1%} {timed['padding_waste']:11.1%} "
+            f"{timed['padded_row_rounds_per_step']:10.1f} / {timed['own_row_rounds_per_step']:<9.1f} "
+            f"{step_s[name] * 1e3:8.0f}"
+        )
     removed = 1 - rows["bucketed"]["expected_padding_waste"] / rows["micro"]["expected_padding_waste"]
     out["bucketing"] = {
         "recipe": "parcae",
@@ -189,18 +229,22 @@ def main() -> int:
         "target": 0.5,
         "ok": removed >= 0.5,
     }
-    print(f"  bucketing removes {removed:.0%} of the micro-batches' padding by the FLOP model (target >= 50%); "
-          f"step time {step_s['bucketed'] / step_s['micro'] - 1:+.1%} against rows in order")  # fmt: skip
+    print(
+        f"  bucketing removes {removed:.0%} of the micro-batches' padding by the FLOP model (target >= 50%); "
+        f"step time {step_s['bucketed'] / step_s['micro'] - 1:+.1%} against rows in order"
+    )
 
     # 3. data-parallel workers: one process against 2 (gloo), the same steps
     if args.device == "cpu":
         dp = data_parallel(args.seq_len, args.repeats, args.steps, args.threads, tmp)
         out["workers"] = dp
         tokens = BATCH * args.seq_len
-        print(f"\nworkers (fixed4, small, {BATCH} x {args.seq_len}, gloo, {args.threads} thread(s) each): one "
-              f"{tokens / dp['one_worker_s']:,.0f} tokens/s, two {tokens / dp['two_workers_s']:,.0f} tokens/s: "
-              f"{dp['speedup']:.2f}x (ideal 2x on 2 free cores; {dp['cpus']} CPUs, load average "
-              f"{dp['load_avg_1m'][0]:.1f} before, {dp['load_avg_1m'][1]:.1f} after)")  # fmt: skip
+        print(
+            f"\nworkers (fixed4, small, {BATCH} x {args.seq_len}, gloo, {args.threads} thread(s) each): one "
+            f"{tokens / dp['one_worker_s']:,.0f} tokens/s, two {tokens / dp['two_workers_s']:,.0f} tokens/s: "
+            f"{dp['speedup']:.2f}x (ideal 2x on 2 free cores; {dp['cpus']} CPUs, load average "
+            f"{dp['load_avg_1m'][0]:.1f} before, {dp['load_avg_1m'][1]:.1f} after)"
+        )
     else:
         out["workers"] = None  # a GPU box runs its DDP step in benchmarks/gpu_check.sh (torch.distributed)
     shutil.rmtree(tmp, ignore_errors=True)

@@ -17,9 +17,23 @@ APP = Path(__file__).with_name("app.py")
 def command(port: int) -> list[str]:
     """The `streamlit run` command line (local only, no browser popup, no usage statistics, and the
     viewer toolbar: no Deploy / Rerun / Clear cache menu, the dashboard being read-only)."""
-    return [sys.executable, "-m", "streamlit", "run", str(APP), "--server.address", "127.0.0.1",
-            "--server.port", str(int(port)), "--server.headless", "true",
-            "--browser.gatherUsageStats", "false", "--client.toolbarMode", "viewer"]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(APP),
+        "--server.address",
+        "127.0.0.1",
+        "--server.port",
+        str(int(port)),
+        "--server.headless",
+        "true",
+        "--browser.gatherUsageStats",
+        "false",
+        "--client.toolbarMode",
+        "viewer",
+    ]
 
 
 def cli_dashboard(args) -> int:

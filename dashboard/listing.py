@@ -39,8 +39,19 @@ def format_duration(seconds) -> str:
 
 def running_jobs(jobs: pd.DataFrame, latest: pd.DataFrame, now: float | None = None) -> pd.DataFrame:
     """Running jobs with progress (fraction), tokens/s (last reported), ETA and heartbeat age."""
-    cols = ["job_id", "kind", "recipe", "size", "seed", "progress", "progress_done", "progress_total",
-            "tokens_per_s", "eta", "heartbeat_age_s"]  # fmt: skip
+    cols = [
+        "job_id",
+        "kind",
+        "recipe",
+        "size",
+        "seed",
+        "progress",
+        "progress_done",
+        "progress_total",
+        "tokens_per_s",
+        "eta",
+        "heartbeat_age_s",
+    ]
     r = jobs[jobs["status"] == JobStatus.RUNNING].copy() if not jobs.empty else jobs
     if r.empty:
         return pd.DataFrame(columns=cols)

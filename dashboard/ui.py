@@ -22,11 +22,21 @@ NO_JOBS = (
     "No jobs yet: submit a grid with `looplab submit grids.py` (or try `looplab demo --fast`), "
     "then start the queue with `looplab run`. This page refreshes on its own."
 )
-VERDICT_COLORS = {"better": "#d4f4dd", "worse": "#fbd9d3", "not resolved": "#eeeeee", "noise": "#eeeeee",
-                  "reference": "#dde7f7"}  # fmt: skip
+VERDICT_COLORS = {
+    "better": "#d4f4dd",
+    "worse": "#fbd9d3",
+    "not resolved": "#eeeeee",
+    "noise": "#eeeeee",
+    "reference": "#dde7f7",
+}
 # the same verdicts as line colours on a chart (the cell colours are too pale to draw with)
-VERDICT_STROKES = {"better": "#2e9b4f", "worse": "#d0503a", "not resolved": "#9a9a9a", "noise": "#9a9a9a",
-                   "reference": "#4a78c2"}  # fmt: skip
+VERDICT_STROKES = {
+    "better": "#2e9b4f",
+    "worse": "#d0503a",
+    "not resolved": "#9a9a9a",
+    "noise": "#9a9a9a",
+    "reference": "#4a78c2",
+}
 
 
 def db_url() -> str:
@@ -102,15 +112,21 @@ def sidebar_filters(runs_df: pd.DataFrame) -> None:
     chosen = {}
     for col, label in FILTERS:
         options = sorted({v for v in runs_df[col] if isinstance(v, str)}) if col in runs_df else []
-        chosen[col] = st.sidebar.multiselect(label, options, default=_from_query(col, options), key=f"filter_{col}",
-                                             placeholder="all")  # fmt: skip
+        chosen[col] = st.sidebar.multiselect(
+            label, options, default=_from_query(col, options), key=f"filter_{col}", placeholder="all"
+        )
     arch = variants.arch_options(runs_df)
     if arch:
         wanted = {col: _from_query(col, options) for col, options in arch.items()}
         with st.sidebar.expander("Architecture", expanded=any(wanted.values())):
             for col, options in arch.items():
-                chosen[col] = st.multiselect(variants.ARCH_LABELS[col], options, default=wanted[col],
-                                             key=f"filter_{col}", placeholder="all")  # fmt: skip
+                chosen[col] = st.multiselect(
+                    variants.ARCH_LABELS[col],
+                    options,
+                    default=wanted[col],
+                    key=f"filter_{col}",
+                    placeholder="all",
+                )
     st.session_state["filters"] = chosen
 
 
@@ -140,8 +156,10 @@ def selected_sweeps(url: str, where_else: str = "") -> tuple[pd.DataFrame, pd.Da
     sweeps = filter_by_runs(depth(url), chosen)
     if sweeps.empty:
         other = f" (or {where_else})" if where_else else ""
-        st.info(f"No depth sweep results yet: attach `then=['depth_sweep']` to a train grid{other}, or wait "
-                "for the sweeps to finish.")  # fmt: skip
+        st.info(
+            f"No depth sweep results yet: attach `then=['depth_sweep']` to a train grid{other}, or wait "
+            "for the sweeps to finish."
+        )
         st.stop()
     return chosen, sweeps
 
@@ -155,13 +173,48 @@ def selected(col: str) -> list:
 
 # columns that hold counts or ids: shown without decimals even when a missing value made them float
 INT_COLUMNS = {
-    "job_id", "ref_job_id", "grid_id", "seed", "ref_seed", "budget_tokens", "tokens", "ref_tokens", "steps",
-    "loops", "train_loops", "eval_loops", "round", "n_seeds", "n_runs", "n_pairs", "progress_done",
-    "progress_total", "context_len", "batch_size", "priority", "attempts", "match_time_of", "n_prelude",
-    "n_recurrent", "n_coda", "d_model", "n_params", "n_params_non_embedding", "n_once", "n_rec", "train_job_id",
-    "sweep_job_id", "n_ref", "seeds_needed", "n_budgets", "trained_depth", "inference_depth", "best_depth",
-    "deepest", "skipped",
-}  # fmt: skip
+    "job_id",
+    "ref_job_id",
+    "grid_id",
+    "seed",
+    "ref_seed",
+    "budget_tokens",
+    "tokens",
+    "ref_tokens",
+    "steps",
+    "loops",
+    "train_loops",
+    "eval_loops",
+    "round",
+    "n_seeds",
+    "n_runs",
+    "n_pairs",
+    "progress_done",
+    "progress_total",
+    "context_len",
+    "batch_size",
+    "priority",
+    "attempts",
+    "match_time_of",
+    "n_prelude",
+    "n_recurrent",
+    "n_coda",
+    "d_model",
+    "n_params",
+    "n_params_non_embedding",
+    "n_once",
+    "n_rec",
+    "train_job_id",
+    "sweep_job_id",
+    "n_ref",
+    "seeds_needed",
+    "n_budgets",
+    "trained_depth",
+    "inference_depth",
+    "best_depth",
+    "deepest",
+    "skipped",
+}
 # columns whose values span many orders of magnitude: shown as 1.98e+12
 SCIENTIFIC_COLUMNS = {"flops", "train_flops", "flops_per_token", "achieved_flops_per_s", "budget_flops"}
 
@@ -237,8 +290,15 @@ def color(field: str, numeric: bool = False, title: str | None = None, **kw):
     return alt.Color(f"{field}:N", title=title, scale=alt.Scale(scheme="tableau10"), **kw)
 
 
-def mean_with_spread(base, *, y_title: str, tooltip: list, spread: str | None = "area", points: bool = True,
-                     log_y: bool = False):  # fmt: skip
+def mean_with_spread(
+    base,
+    *,
+    y_title: str,
+    tooltip: list,
+    spread: str | None = "area",
+    points: bool = True,
+    log_y: bool = False,
+):
     """A line of the mean over seeds drawn over each point's min–max spread: `spread` "area" (a band
     along a curve), "rule" (a bar at each of a few far-apart points) or None (the line alone). `base`
     is an Altair chart encoding x and colour over rows with `mean`, `min` and `max` columns; the

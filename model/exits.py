@@ -94,8 +94,12 @@ class ExitRule:
         return f"{self.rule}{op}{value}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"rule": self.rule, "threshold": self.threshold, "min_rounds": self.min_rounds,
-                "max_rounds": self.max_rounds}  # fmt: skip
+        return {
+            "rule": self.rule,
+            "threshold": self.threshold,
+            "min_rounds": self.min_rounds,
+            "max_rounds": self.max_rounds,
+        }
 
 
 def readouts_per_token(rule: ExitRule, exit_round: int) -> int:
@@ -255,8 +259,9 @@ def _run(model, idx, ctx, positions, max_rounds, h0_seed, rule, exits, stop) -> 
     def readout(h: Tensor) -> Tensor:
         return model._tail(h, idx, ctx)
 
-    tracker = ExitTracker(rule, exits, max_rounds, tuple(idx.shape), idx.device,
-                          readout=readout, held=ctx.held, stop=stop)  # fmt: skip
+    tracker = ExitTracker(
+        rule, exits, max_rounds, tuple(idx.shape), idx.device, readout=readout, held=ctx.held, stop=stop
+    )
     h = model._rounds(idx, ctx, positions, max_rounds, h0_seed, observe=tracker.observe, keep=tracker.keep)
     if ctx.cache is not None and tracker.rounds_run < max_rounds:
         _fill_rounds_not_run(ctx, tracker.rounds_run, max_rounds, positions)
@@ -295,8 +300,17 @@ def exit_forward(
     T = idx.shape[1]
     cos, sin = model._rope(T)
     rounds = rule.max_rounds if max_rounds is None and rule is not None else max_rounds
-    return _run(model, idx, ExitSeqContext(cos, sin), torch.arange(T, device=idx.device), rounds,
-                h0_seed, rule, exits, stop)  # fmt: skip
+    return _run(
+        model,
+        idx,
+        ExitSeqContext(cos, sin),
+        torch.arange(T, device=idx.device),
+        rounds,
+        h0_seed,
+        rule,
+        exits,
+        stop,
+    )
 
 
 @torch.no_grad()

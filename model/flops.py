@@ -359,8 +359,10 @@ def _binomial_tail(n: int, p: float) -> list[float]:
     if p <= 0.0 or p >= 1.0:
         return [1.0] * (1 if p <= 0.0 else n + 1) + [0.0] * (n + 1 if p <= 0.0 else 1)
     log_p, log_q, log_n = math.log(p), math.log1p(-p), math.lgamma(n + 1)
-    pmf = [math.exp(log_n - math.lgamma(t + 1) - math.lgamma(n - t + 1) + t * log_p + (n - t) * log_q)
-           for t in range(n + 1)]  # fmt: skip
+    pmf = [
+        math.exp(log_n - math.lgamma(t + 1) - math.lgamma(n - t + 1) + t * log_p + (n - t) * log_q)
+        for t in range(n + 1)
+    ]
     tail = [0.0] * (n + 2)
     for t in range(n, -1, -1):
         tail[t] = tail[t + 1] + pmf[t]

@@ -44,27 +44,65 @@ CLASS_NAME = "ParcaeConfig"  # config.json's `_class_name` for a Parcae model
 # ParcaeConfig) of every field read here: from_pretrained builds ParcaeConfig(**config.json), so a
 # field the file leaves out has this value.
 DEFAULTS: dict[str, Any] = {
-    "block_size": 4096, "n_embd": 4096, "intermediate_size": None, "num_attention_heads": 32,
-    "num_key_value_heads": None, "vocab_size": 50254, "padding_multiple": 512, "padded_vocab_size": None,
+    "block_size": 4096,
+    "n_embd": 4096,
+    "intermediate_size": None,
+    "num_attention_heads": 32,
+    "num_key_value_heads": None,
+    "vocab_size": 50254,
+    "padding_multiple": 512,
+    "padded_vocab_size": None,
     "rope_settings": {"use_rope": True, "rope_condense_ratio": 1, "rope_base": 50_000},
-    "use_abacus": False, "block_class_name": "TransformerPreNormBlock", "norm_class_name": "LayerNorm",
-    "norm_eps": 1e-5, "mlp_class_name": "BaseMLP", "nonlin_name": "GELU", "bias": False, "qk_bias": False,
-    "init_strategy": "scaled", "mup_model_scaling_factor": 1, "clip_qkv": None, "qk_norm": False,
-    "logit_softcap": None, "injection_type": "diagonal", "n_layers_in_recurrent_block": 4,
-    "n_layers_in_prelude": 1, "n_layers_in_coda": 1, "state_init": "like-init",
-    "recurrent_embedding_dimension": 1024, "recurrent_intermediation_embedding_dimension": 3520,
-    "recurrent_num_attention_heads": None, "prelude_norm": False, "sampling_scheme": "poisson-truncated-full",
-    "mean_recurrence": 32, "mean_backprop_depth": 8, "recurrent_iteration_method": "per-batch",
+    "use_abacus": False,
+    "block_class_name": "TransformerPreNormBlock",
+    "norm_class_name": "LayerNorm",
+    "norm_eps": 1e-5,
+    "mlp_class_name": "BaseMLP",
+    "nonlin_name": "GELU",
+    "bias": False,
+    "qk_bias": False,
+    "init_strategy": "scaled",
+    "mup_model_scaling_factor": 1,
+    "clip_qkv": None,
+    "qk_norm": False,
+    "logit_softcap": None,
+    "injection_type": "diagonal",
+    "n_layers_in_recurrent_block": 4,
+    "n_layers_in_prelude": 1,
+    "n_layers_in_coda": 1,
+    "state_init": "like-init",
+    "recurrent_embedding_dimension": 1024,
+    "recurrent_intermediation_embedding_dimension": 3520,
+    "recurrent_num_attention_heads": None,
+    "prelude_norm": False,
+    "sampling_scheme": "poisson-truncated-full",
+    "mean_recurrence": 32,
+    "mean_backprop_depth": 8,
+    "recurrent_iteration_method": "per-batch",
     "tie_embeddings": False,
-}  # fmt: skip
+}
 
 # Fields that say how the public code trains or runs a model, not what it computes at a loop count.
 IGNORED = (
-    "name", "hf_config", "attn_impl", "init_orthogonal", "skip_initialization", "use_fused_head",
-    "debias_attention", "center_attention", "activation_checkpoint_impl", "simple_ops", "strategy",
-    "randomize_positions_from", "lockstep_n", "lockstep_k", "curriculum_target", "model_class_name",
-    "architecture_class_name", "_is_recurrent_block_config",
-)  # fmt: skip
+    "name",
+    "hf_config",
+    "attn_impl",
+    "init_orthogonal",
+    "skip_initialization",
+    "use_fused_head",
+    "debias_attention",
+    "center_attention",
+    "activation_checkpoint_impl",
+    "simple_ops",
+    "strategy",
+    "randomize_positions_from",
+    "lockstep_n",
+    "lockstep_k",
+    "curriculum_target",
+    "model_class_name",
+    "architecture_class_name",
+    "_is_recurrent_block_config",
+)
 
 # Fields with the one value looplab computes: (field, accepted value).
 REQUIRED: tuple[tuple[str, Any], ...] = (
@@ -145,8 +183,10 @@ def _has_ve(i: int, n: int) -> bool:
 
 def value_embed_layers(config: dict[str, Any]) -> tuple[int, ...]:
     """Distinct layers whose value embedding the public model uses: a table and a gate (module docstring)."""
-    p, r, c = (int(_field(config, k)) for k in ("n_layers_in_prelude", "n_layers_in_recurrent_block",
-                                                 "n_layers_in_coda"))  # fmt: skip
+    p, r, c = (
+        int(_field(config, k))
+        for k in ("n_layers_in_prelude", "n_layers_in_recurrent_block", "n_layers_in_coda")
+    )
     n_layer = r * int(_field(config, "mean_backprop_depth"))  # ParcaeConfig.__post_init__
     coda_id = p + r * int(_field(config, "mean_recurrence"))  # the first coda layer's layer id
     layer_ids = [*range(p + r), *range(coda_id, coda_id + c)]
@@ -194,9 +234,12 @@ def config_from_parcae(config: dict[str, Any]) -> ModelConfig:
         )
     d, heads = int(_field(config, "n_embd")), int(_field(config, "num_attention_heads"))
     hidden = _field(config, "intermediate_size") or 4 * d
-    for name, accepted in (("num_key_value_heads", heads), ("recurrent_num_attention_heads", heads),
-                           ("recurrent_embedding_dimension", d),
-                           ("recurrent_intermediation_embedding_dimension", hidden)):  # fmt: skip
+    for name, accepted in (
+        ("num_key_value_heads", heads),
+        ("recurrent_num_attention_heads", heads),
+        ("recurrent_embedding_dimension", d),
+        ("recurrent_intermediation_embedding_dimension", hidden),
+    ):
         value = _field(config, name)
         if value is not None and value != accepted:
             raise ConfigError(
@@ -213,8 +256,10 @@ def config_from_parcae(config: dict[str, Any]) -> ModelConfig:
             f"config.sampling_scheme: {scheme[0]!r} with recurrent_iteration_method {scheme[1]!r}; "
             f"accepted: {', '.join(f'{s} with {m}' for s, m in SAMPLERS)}"
         )
-    n_layers = sum(int(_field(config, k)) for k in ("n_layers_in_prelude", "n_layers_in_recurrent_block",
-                                                     "n_layers_in_coda"))  # fmt: skip
+    n_layers = sum(
+        int(_field(config, k))
+        for k in ("n_layers_in_prelude", "n_layers_in_recurrent_block", "n_layers_in_coda")
+    )
     ve = value_embed_layers(config)
     alternate = tuple(i for i in range(n_layers) if _has_ve(i, n_layers))
     return ModelConfig(
@@ -296,8 +341,10 @@ def state_dict_from_parcae(
     for value_embed in [k for k in rest if k.startswith("value_embeds.")]:
         rest.pop(value_embed)  # a table of a layer without a gate: unused by the public model
     if rest:
-        raise ConfigError(f"weights: unexpected tensor(s) {', '.join(sorted(rest))} (no such parameter in "
-                          "a Parcae model of this config.json)")  # fmt: skip
+        raise ConfigError(
+            f"weights: unexpected tensor(s) {', '.join(sorted(rest))} (no such parameter in "
+            "a Parcae model of this config.json)"
+        )
     check_tensors(mapped, want, name=lambda ours: where.get(ours) or _their_name(ours, cfg))
     if rope is not None:
         _check_rope(rope, cfg)

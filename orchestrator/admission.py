@@ -75,8 +75,12 @@ class Request:
     @classmethod
     def of(cls, resources: dict[str, Any]) -> Request:
         """From `jobkinds.job_resources`' dict (num_cpus, num_gpus, workers, exclusive)."""
-        return cls(float(resources["num_cpus"]), float(resources["num_gpus"]),
-                   int(resources.get("workers", 1)), bool(resources["exclusive"]))  # fmt: skip
+        return cls(
+            float(resources["num_cpus"]),
+            float(resources["num_gpus"]),
+            int(resources.get("workers", 1)),
+            bool(resources["exclusive"]),
+        )
 
     @property
     def total(self) -> dict[str, float]:
@@ -88,8 +92,9 @@ class Request:
         if self.workers == 1:
             return str(one)
         total = self.total
-        return (f"{self.workers} workers of {one} at once ({total['cpus']:g} CPUs, {total['gpus']:g} GPUs "
-                "in all)")  # fmt: skip
+        return (
+            f"{self.workers} workers of {one} at once ({total['cpus']:g} CPUs, {total['gpus']:g} GPUs in all)"
+        )
 
 
 @dataclass(frozen=True)
@@ -278,8 +283,10 @@ def _refusal(request: Request, nodes: Sequence[Node]) -> str:
     if len(nodes) > 1:
         biggest = {"CPU": float(max(n.cpus for n in nodes)), "GPU": float(max(sum(n.gpus) for n in nodes))}
         where = f" in {len(nodes)} nodes, each at most {biggest}"
-    return (f"needs {request.describe()} but the cluster has {total}{where}: change the grid's resources "
-            "or add machines")  # fmt: skip
+    return (
+        f"needs {request.describe()} but the cluster has {total}{where}: change the grid's resources "
+        "or add machines"
+    )
 
 
 class Admission:
@@ -288,8 +295,13 @@ class Admission:
     After the pass: `starts`, `refused`, `reserved` (jobs waiting with a reservation) and `stopped`
     (a Stop, or None when the ready jobs ran out)."""
 
-    def __init__(self, ready: Iterable[Candidate], nodes: Sequence[Node], running: Iterable[Running] = (),
-                 max_concurrent: int | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        ready: Iterable[Candidate],
+        nodes: Sequence[Node],
+        running: Iterable[Running] = (),
+        max_concurrent: int | None = None,
+    ) -> None:
         self.nodes = tuple(nodes)
         self.max_concurrent = max_concurrent
         self._ready: Iterator[Candidate] = iter(ready)
@@ -399,8 +411,12 @@ class Pass:
     stopped: Stop | None = None
 
 
-def admit(ready: Iterable[Candidate], nodes: Sequence[Node], running: Iterable[Running] = (),
-          max_concurrent: int | None = None) -> Pass:  # fmt: skip
+def admit(
+    ready: Iterable[Candidate],
+    nodes: Sequence[Node],
+    running: Iterable[Running] = (),
+    max_concurrent: int | None = None,
+) -> Pass:
     """A whole pass in which every start happens (the planner's simulation; tests)."""
     admission = Admission(ready, nodes, running, max_concurrent)
     for decision in admission:

@@ -69,9 +69,16 @@ class Queue:
         ids, self.last_added = jobqueue.submit(self.eng, grids, self.kinds, estimate=submission_estimates)
         return ids
 
-    def plan(self, grids: Grid | list[Grid], *, num_cpus: float | None = None, num_gpus: float | None = None,
-             calibration: Any = "auto", device_memory_bytes: float | None = None,
-             elsewhere: bool = False) -> Forecast:  # fmt: skip
+    def plan(
+        self,
+        grids: Grid | list[Grid],
+        *,
+        num_cpus: float | None = None,
+        num_gpus: float | None = None,
+        calibration: Any = "auto",
+        device_memory_bytes: float | None = None,
+        elsewhere: bool = False,
+    ) -> Forecast:
         """What submitting `grids` would add and how long it would take behind the current queue: every
         job with its estimated wall time, FLOPs, peak memory and source, totals per device and the
         finish time (`.text()`, `.frame()`; see orchestrator/planner/). Validates like `submit`
@@ -82,11 +89,18 @@ class Queue:
         from orchestrator.planner import plan_grids
 
         grids = [grids] if isinstance(grids, Grid) else list(grids)
-        return plan_grids(self.eng, grids, self.kinds, num_cpus=num_cpus, num_gpus=num_gpus,
-                          calibration=calibration, device_memory_bytes=device_memory_bytes,
-                          elsewhere=elsewhere)  # fmt: skip
+        return plan_grids(
+            self.eng,
+            grids,
+            self.kinds,
+            num_cpus=num_cpus,
+            num_gpus=num_gpus,
+            calibration=calibration,
+            device_memory_bytes=device_memory_bytes,
+            elsewhere=elsewhere,
+        )
 
-    def status(self, grid: str | int | None = None, all: bool = True) -> pd.DataFrame:  # noqa: A002
+    def status(self, grid: str | int | None = None, all: bool = True) -> pd.DataFrame:
         return status_frame(self.eng, grid=grid, all_jobs=all)
 
     def cancel(self, job_ids: int | list[int]) -> list[int]:
@@ -110,8 +124,9 @@ class Queue:
         with self.eng.connect() as conn:
             return pd.read_sql_query(
                 sa.text("SELECT ts, attempt, level, message FROM job_logs WHERE job_id = :j ORDER BY ts, id"),
-                conn, params={"j": job_id},
-            )  # fmt: skip
+                conn,
+                params={"j": job_id},
+            )
 
     def run(self, until_empty: bool = True, **kwargs: Any) -> int:
         """Run the scheduler in this process (Ray is started, or the running one used)."""

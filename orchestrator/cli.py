@@ -17,7 +17,7 @@ import sys
 HEADLINE = "looplab: a job queue and results database for looped language models"
 # command -> (module, function); the function takes the parsed argparse.Namespace, returns an exit code
 # handled by orchestrator/commands.py
-QUEUE_COMMANDS = ("submit", "plan", "run", "status", "cancel", "retry", "logs", "demo", "gc")  # fmt: skip
+QUEUE_COMMANDS = ("submit", "plan", "run", "status", "cancel", "retry", "logs", "demo", "gc")
 HANDLERS = {
     "calibrate": ("workers.calibrate", "cli_calibrate"),  # needs only torch: runs on a bare GPU box
     "db": ("orchestrator.db", "cli_db"),
@@ -76,13 +76,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     db = sub.add_parser("db", help="database schema: upgrade, current; grant-reader ROLE (PostgreSQL)")
     db.add_argument("action", choices=["upgrade", "current", "grant-reader"])
-    db.add_argument("role", nargs="?", default=None,
-                    help="grant-reader: the PostgreSQL role to create (SELECT only, read-only sessions)")  # fmt: skip
+    db.add_argument(
+        "role",
+        nargs="?",
+        default=None,
+        help="grant-reader: the PostgreSQL role to create (SELECT only, read-only sessions)",
+    )
 
     sql = sub.add_parser("sql", help="run a read-only SQL query and print the result")
     sql.add_argument("query", help='e.g. "SELECT recipe, final_val_loss FROM runs"')
-    sql.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
-                     help="stop the query after this many seconds (default 10)")  # fmt: skip
+    sql.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="stop the query after this many seconds (default 10)",
+    )
     fmt = sql.add_mutually_exclusive_group()
     fmt.add_argument("--csv", action="store_true", help="print CSV")
     fmt.add_argument("--json", action="store_true", help="print JSON lines")
@@ -101,20 +110,41 @@ def build_parser() -> argparse.ArgumentParser:
         "--num-gpus", type=float, default=None, help="GPUs the queue runs on (default: this machine's)"
     )
     how = pl.add_mutually_exclusive_group()
-    how.add_argument("--no-calibrate", action="store_true",
-                     help="never measure this machine (use a cached calibration, if any)")  # fmt: skip
-    how.add_argument("--recalibrate", action="store_true",
-                     help="measure this machine now (about 15 s), replacing the cached calibration")  # fmt: skip
-    how.add_argument("--calibration", default=None, metavar="FILE",
-                     help="price for the machine that wrote FILE (looplab calibrate --out FILE there)")  # fmt: skip
-    how.add_argument("--device", default=None, metavar="NAME",
-                     help="price for a GPU of the device table: h100, h200, a100, rtx5090, rtx4090, ...")  # fmt: skip
-    pl.add_argument("--mfu", type=float, default=None,
-                    help=f"with --device: the MFU training reaches (default {DEFAULT_MFU})")  # fmt: skip
+    how.add_argument(
+        "--no-calibrate",
+        action="store_true",
+        help="never measure this machine (use a cached calibration, if any)",
+    )
+    how.add_argument(
+        "--recalibrate",
+        action="store_true",
+        help="measure this machine now (about 15 s), replacing the cached calibration",
+    )
+    how.add_argument(
+        "--calibration",
+        default=None,
+        metavar="FILE",
+        help="price for the machine that wrote FILE (looplab calibrate --out FILE there)",
+    )
+    how.add_argument(
+        "--device",
+        default=None,
+        metavar="NAME",
+        help="price for a GPU of the device table: h100, h200, a100, rtx5090, rtx4090, ...",
+    )
+    pl.add_argument(
+        "--mfu",
+        type=float,
+        default=None,
+        help=f"with --device: the MFU training reaches (default {DEFAULT_MFU})",
+    )
     pl.add_argument("--csv", action="store_true", help="print the per-job table as CSV")
 
-    add_arguments(sub.add_parser(
-        "calibrate", help="measure this machine's device for planning elsewhere (needs only torch)"))  # fmt: skip
+    add_arguments(
+        sub.add_parser(
+            "calibrate", help="measure this machine's device for planning elsewhere (needs only torch)"
+        )
+    )
 
     gc = sub.add_parser("gc", help="delete the resume state (checkpoint.pt) of succeeded jobs, keep final.pt")
     gc.add_argument("--dry-run", action="store_true", help="say what would be deleted, delete nothing")
@@ -145,22 +175,34 @@ def build_parser() -> argparse.ArgumentParser:
 
     dm = sub.add_parser("demo", help="submit and run the demo grid end to end")
     dm.add_argument("--fast", action="store_true", help="a smaller grid (for smoke tests)")
-    dm.add_argument("--study", choices=["iso-depth", "loop-design", "adaptive", "lean"], default=None,
-                    help="run a study instead, CPU-sized: iso-depth = the iso-depth scaling law; "
-                         "loop-design = loop layouts, injections, history and timestep variants with "
-                         "depth sweeps (page Extrapolation); adaptive = per-token exit rules and KV "
-                         "strategies against the fixed depth (page Adaptive); lean = parcae, fixed4 and "
-                         "lean at ~1 M tokens with depth sweeps, its findings checked and a report written")  # fmt: skip
+    dm.add_argument(
+        "--study",
+        choices=["iso-depth", "loop-design", "adaptive", "lean"],
+        default=None,
+        help="run a study instead, CPU-sized: iso-depth = the iso-depth scaling law; "
+        "loop-design = loop layouts, injections, history and timestep variants with "
+        "depth sweeps (page Extrapolation); adaptive = per-token exit rules and KV "
+        "strategies against the fixed depth (page Adaptive); lean = parcae, fixed4 and "
+        "lean at ~1 M tokens with depth sweeps, its findings checked and a report written",
+    )
     dm.add_argument("--artifacts", default=None, help="artifact directory (default: ./looplab_artifacts)")
 
     ft = sub.add_parser("fit", help="fit a study's scaling law to the finished runs and print it")
-    ft.add_argument("study", choices=["iso-depth"], help="iso-depth: L = E + A(N_once + r^phi N_rec)^-alpha + B D^-beta")  # fmt: skip
+    ft.add_argument(
+        "study", choices=["iso-depth"], help="iso-depth: L = E + A(N_once + r^phi N_rec)^-alpha + B D^-beta"
+    )
     ft.add_argument("--grid", default=None, help="only this grid's runs (default: every iso_depth run)")
     ft.add_argument("--bootstrap", type=int, default=200, help="bootstrap resamples over runs (default 200)")
     ft.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
-    ft.add_argument("--flops", type=float, default=None,
-                    help="budget of the compute-optimal answers (default: the largest budget of the runs)")  # fmt: skip
-    ft.add_argument("--robust", default="linear", help="least-squares loss: linear, huber, soft_l1, cauchy, arctan")  # fmt: skip
+    ft.add_argument(
+        "--flops",
+        type=float,
+        default=None,
+        help="budget of the compute-optimal answers (default: the largest budget of the runs)",
+    )
+    ft.add_argument(
+        "--robust", default="linear", help="least-squares loss: linear, huber, soft_l1, cauchy, arctan"
+    )
     ft.add_argument("--json", action="store_true", help="print JSON")
 
     rp = sub.add_parser("report", help="write a study report of grids: self-contained HTML or Markdown")
@@ -168,34 +210,51 @@ def build_parser() -> argparse.ArgumentParser:
         "grids", nargs="+", metavar="GRID", help="grid names or ids (the demo: demo demo-isotime)"
     )
     rp.add_argument("-o", "--output", default=None, help="file to write (default: print to stdout)")
-    rp.add_argument("--format", choices=["html", "md"], default=None,
-                    help="html (charts as inline SVG) or md (tables, to paste into notes); default: from "
-                         "the file's suffix, else html")  # fmt: skip
+    rp.add_argument(
+        "--format",
+        choices=["html", "md"],
+        default=None,
+        help="html (charts as inline SVG) or md (tables, to paste into notes); default: from "
+        "the file's suffix, else html",
+    )
 
-    ex = sub.add_parser("export", help="export runs to MLflow, TensorBoard, W&B (offline) or Parquet; "
-                                       "again: only what is new")  # fmt: skip
+    ex = sub.add_parser(
+        "export", help="export runs to MLflow, TensorBoard, W&B (offline) or Parquet; again: only what is new"
+    )
     ex.add_argument("target", choices=["mlflow", "tensorboard", "wandb", "parquet"])
     ex.add_argument("-o", "--output", required=True, help="the target directory (MLflow: DIR/mlflow.db)")
-    ex.add_argument("--grid", action="append", default=None, metavar="NAME",
-                    help="only this grid (name or id; repeat for several; default: the whole database)")  # fmt: skip
-    ex.add_argument("--follow", action="store_true",
-                    help="export again every --every seconds while the selection has queued or running jobs")  # fmt: skip
+    ex.add_argument(
+        "--grid",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="only this grid (name or id; repeat for several; default: the whole database)",
+    )
+    ex.add_argument(
+        "--follow",
+        action="store_true",
+        help="export again every --every seconds while the selection has queued or running jobs",
+    )
     ex.add_argument(
         "--every", type=float, default=30.0, help="seconds between exports with --follow (default 30)"
     )
 
     da = sub.add_parser("dashboard", help="start the Streamlit dashboard on 127.0.0.1")
     da.add_argument("--port", type=int, default=8501)
-    ex = sub.add_parser("export-model", help="write a checkpoint as a model directory (config.json, "
-                        "model.safetensors, tokenizer.json) that looplab, an import job and lm-eval read")  # fmt: skip
+    ex = sub.add_parser(
+        "export-model",
+        help="write a checkpoint as a model directory (config.json, "
+        "model.safetensors, tokenizer.json) that looplab, an import job and lm-eval read",
+    )
     ex.add_argument("checkpoint", help="a train or import artifact dir, or a checkpoint file")
     ex.add_argument("-o", "--out", required=True, help="the directory to write (new or empty)")
 
     sub.add_parser(
-        PASS_THROUGH, add_help=False,
+        PASS_THROUGH,
+        add_help=False,
         help="lm-evaluation-harness with looplab models registered: every argument is the harness's own, "
-             "e.g. lm-eval --model looplab --model_args checkpoint=DIR,loops=8 --tasks sciq",
-    )  # fmt: skip
+        "e.g. lm-eval --model looplab --model_args checkpoint=DIR,loops=8 --tasks sciq",
+    )
 
     for name, command in sub.choices.items():
         command.epilog = f"guide: {GUIDES[name]}"

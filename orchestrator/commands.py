@@ -114,8 +114,10 @@ def cli_gc(args) -> int:
         print(f"  job {job_id:>5}: {verb} {retention.fmt_bytes(freed)}")
     total = f"{retention.fmt_bytes(done.total)} ({done.total:,} bytes) in {len(done.freed)} job(s)"
     kept = len(done.kept_all)
-    print(f"gc: {verb} {total}" + (f"; {kept} succeeded job(s) of grids with retention 'all' left as they are"
-                                   if kept else ""))  # fmt: skip
+    print(
+        f"gc: {verb} {total}"
+        + (f"; {kept} succeeded job(s) of grids with retention 'all' left as they are" if kept else "")
+    )
     return 0
 
 
@@ -124,8 +126,15 @@ def cli_run(args) -> int:
 
     q = _queue(args, artifacts=args.artifacts)
     print(f"looplab run: database {q.url}, artifacts {q.artifacts.absolute()}", flush=True)
-    return Scheduler(q.eng, q.artifacts, address=args.address, num_cpus=args.num_cpus, num_gpus=args.num_gpus,
-                     until_empty=args.until_empty, max_concurrent=args.max_concurrent).run()  # fmt: skip
+    return Scheduler(
+        q.eng,
+        q.artifacts,
+        address=args.address,
+        num_cpus=args.num_cpus,
+        num_gpus=args.num_gpus,
+        until_empty=args.until_empty,
+        max_concurrent=args.max_concurrent,
+    ).run()
 
 
 def cli_status(args) -> int:
@@ -157,8 +166,10 @@ def queue_eta(eng, num_cpus: int | None = None, num_gpus: float | None = None) -
         return "queue empty"
     unknown = sum(j.remaining_s is None for j in left)
     finish = time.strftime("%H:%M", time.localtime(report.finish_at))
-    line = (f"queue: {len(left)} job(s) left, estimated finish in {fmt_eta(report.makespan_s) or '0s'}"
-            f"{' at the earliest' if unknown else ''} ({finish}) on {report.cpus:g} CPU(s), {report.gpus:g} GPU(s)")  # fmt: skip
+    line = (
+        f"queue: {len(left)} job(s) left, estimated finish in {fmt_eta(report.makespan_s) or '0s'}"
+        f"{' at the earliest' if unknown else ''} ({finish}) on {report.cpus:g} CPU(s), {report.gpus:g} GPU(s)"
+    )
     return line + (f"; {unknown} job(s) without an estimate" if unknown else "")
 
 
@@ -188,8 +199,10 @@ def cli_logs(args) -> int:
         job = conn.execute(sa.select(Job.__table__).where(Job.id == args.job_id)).first()
     if job is None:
         raise ConfigError(f"logs: no job {args.job_id}")
-    print(f"job {job.id} {job.kind} {job.status} (attempts {job.attempts}/{job.max_attempts}) "
-          f"artifacts {job.artifact_dir or '-'}")  # fmt: skip
+    print(
+        f"job {job.id} {job.kind} {job.status} (attempts {job.attempts}/{job.max_attempts}) "
+        f"artifacts {job.artifact_dir or '-'}"
+    )
     df = q.logs(args.job_id).tail(args.tail)
     for r in df.itertuples():
         stamp = time.strftime("%H:%M:%S", time.localtime(r.ts))

@@ -428,8 +428,12 @@ def outage(error: BaseException) -> Outage | None:
     return None
 
 
-_PHRASES = {UNREACHABLE: "cannot be reached", FULL: "is full", DISK: "could not be written",
-            LOCKED: f"stayed locked by another process for {BUSY_TIMEOUT_S:g} s"}  # fmt: skip
+_PHRASES = {
+    UNREACHABLE: "cannot be reached",
+    FULL: "is full",
+    DISK: "could not be written",
+    LOCKED: f"stayed locked by another process for {BUSY_TIMEOUT_S:g} s",
+}
 
 
 def outage_phrase(what: Outage) -> str:
@@ -476,8 +480,10 @@ def reader_role_sql(role: str, database: str) -> list[str]:
     migrates the database (the one `looplab run` connects as). Creating the role needs CREATEROLE; give
     it a password yourself (`ALTER ROLE name PASSWORD '...'`)."""
     if not isinstance(role, str) or not ROLE_NAME.fullmatch(role):
-        raise ConfigError(f"ROLE: expected a PostgreSQL role name (letters, digits, _; not starting "
-                          f"with a digit; at most 63 characters), got {role!r}")  # fmt: skip
+        raise ConfigError(
+            f"ROLE: expected a PostgreSQL role name (letters, digits, _; not starting "
+            f"with a digit; at most 63 characters), got {role!r}"
+        )
     ident = f'"{role}"'
     db_ident = '"' + database.replace('"', '""') + '"'
     return [

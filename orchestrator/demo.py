@@ -47,29 +47,58 @@ from orchestrator.states import JobStatus
 DATA = {"corpus": "offline", "tokenizer": "byte"}
 FULL = {
     # lean first: the iso-time run waits for lean seed 0, so that should finish early
-    "recipes": ["lean", "parcae", "fixed4", "plain"], "seeds": [0, 1],
-    "train": {"size": "small", "seq_len": 64, "batch_size": 8, "tokens": 8 * 64 * 120, "eval_every": 20,
-              "eval_tokens": 2048, "ckpt_every": 40, "calib_steps": 4, "data": DATA},
+    "recipes": ["lean", "parcae", "fixed4", "plain"],
+    "seeds": [0, 1],
+    "train": {
+        "size": "small",
+        "seq_len": 64,
+        "batch_size": 8,
+        "tokens": 8 * 64 * 120,
+        "eval_every": 20,
+        "eval_tokens": 2048,
+        "ckpt_every": 40,
+        "calib_steps": 4,
+        "data": DATA,
+    },
     "depth_sweep": {"loops": [1, 2, 4, 8, 12, 16], "eval_tokens": 2048, "batch_size": 8},
     "decode_bench": {"context_lens": [64, 256], "batch_sizes": [1, 4], "warmup": 2, "steps": 6},
-}  # fmt: skip
+}
 FAST = {
-    "recipes": ["lean", "parcae"], "seeds": [0],
-    "train": {"size": "tiny", "seq_len": 32, "batch_size": 4, "tokens": 4 * 32 * 10, "eval_every": 5,
-              "eval_tokens": 512, "ckpt_every": 5, "calib_steps": 2, "data": DATA},
+    "recipes": ["lean", "parcae"],
+    "seeds": [0],
+    "train": {
+        "size": "tiny",
+        "seq_len": 32,
+        "batch_size": 4,
+        "tokens": 4 * 32 * 10,
+        "eval_every": 5,
+        "eval_tokens": 512,
+        "ckpt_every": 5,
+        "calib_steps": 2,
+        "data": DATA,
+    },
     "depth_sweep": {"loops": [1, 2, 4, 8], "eval_tokens": 512, "batch_size": 4},
     "decode_bench": {"context_lens": [64], "batch_sizes": [1], "warmup": 1, "steps": 3},
-}  # fmt: skip
+}
 
 
 # The iso-depth study at CPU size: 27 runs, about 3,600 steps in all (`--fast`: 12 runs, 800 steps).
 # Budgets double: the narrowest member at the largest budget trains about 390 steps of 8 x 64 tokens,
 # the widest at the smallest about 30.
 ISO_DEPTH = {
-    "r": [1, 2, 4], "widths": [32, 48, 64], "flops": [1e11, 2e11, 4e11], "seeds": [0],
-    "train": {"batch_size": 8, "seq_len": 64, "eval_every": 200, "eval_tokens": 4096, "ckpt_every": 1000,
-              "head_dim": 16},
-}  # fmt: skip
+    "r": [1, 2, 4],
+    "widths": [32, 48, 64],
+    "flops": [1e11, 2e11, 4e11],
+    "seeds": [0],
+    "train": {
+        "batch_size": 8,
+        "seq_len": 64,
+        "eval_every": 200,
+        "eval_tokens": 4096,
+        "ckpt_every": 1000,
+        "head_dim": 16,
+    },
+}
 ISO_DEPTH_FAST = {**ISO_DEPTH, "r": [1, 2], "widths": [32, 48], "flops": [4e10, 8e10, 1.6e11]}
 
 
@@ -80,20 +109,37 @@ def iso_depth_grids(fast: bool = False) -> list[Grid]:
     p = ISO_DEPTH_FAST if fast else ISO_DEPTH
     train = dict(p["train"])
     head_dim = train.pop("head_dim")
-    return iso_depth_grid(r=p["r"], widths=p["widths"], flops=p["flops"], seeds=p["seeds"],
-                          name="demo-iso-depth-fast" if fast else "demo-iso-depth", data=DATA,
-                          head_dim=head_dim, then=[], **train)  # fmt: skip
+    return iso_depth_grid(
+        r=p["r"],
+        widths=p["widths"],
+        flops=p["flops"],
+        seeds=p["seeds"],
+        name="demo-iso-depth-fast" if fast else "demo-iso-depth",
+        data=DATA,
+        head_dim=head_dim,
+        then=[],
+        **train,
+    )
 
 
 # The loop-design study at CPU size: 11 runs of 8 x 64 tokens x 200 steps on a d_model 64 model of
 # effective depth 8 (`--fast`: the three layouts and two variants, 30 steps each).
 LOOP_DESIGN = {
-    "variants": {"injections": ["scalar", "channel", "dense", "diagonal"], "histories": [1],
-                 "timesteps": ["loop_gate", "branch_gate", "adaln"]},
-    "train": {"batch_size": 8, "seq_len": 64, "tokens": 8 * 64 * 200, "eval_every": 100, "eval_tokens": 2048,
-              "ckpt_every": 1000},
+    "variants": {
+        "injections": ["scalar", "channel", "dense", "diagonal"],
+        "histories": [1],
+        "timesteps": ["loop_gate", "branch_gate", "adaln"],
+    },
+    "train": {
+        "batch_size": 8,
+        "seq_len": 64,
+        "tokens": 8 * 64 * 200,
+        "eval_every": 100,
+        "eval_tokens": 2048,
+        "ckpt_every": 1000,
+    },
     "depth_sweep": {"eval_tokens": 2048, "batch_size": 8, "interaction_tokens": 512},
-}  # fmt: skip
+}
 LOOP_DESIGN_FAST = {
     **LOOP_DESIGN,
     "variants": {"injections": ["scalar"], "histories": [], "timesteps": ["loop_gate"]},
@@ -109,8 +155,14 @@ def loop_design_grids(fast: bool = False) -> list[Grid]:
     p = LOOP_DESIGN_FAST if fast else LOOP_DESIGN
     train = dict(p["train"])
     tokens = train.pop("tokens")
-    return loop_design_grid(**p["variants"], tokens=tokens, name="demo-loop-design-fast" if fast else
-                            "demo-loop-design", data=DATA, follow={"depth_sweep": p["depth_sweep"]}, **train)  # fmt: skip
+    return loop_design_grid(
+        **p["variants"],
+        tokens=tokens,
+        name="demo-loop-design-fast" if fast else "demo-loop-design",
+        data=DATA,
+        follow={"depth_sweep": p["depth_sweep"]},
+        **train,
+    )
 
 
 # The lean-recipe study at CPU size: 3 recipes x 2 seeds x 2^20 tokens of tiny (2,048 steps of 8 x 64),
@@ -118,11 +170,18 @@ def loop_design_grids(fast: bool = False) -> list[Grid]:
 # The sweep's eval_tokens and batch size are the train job's, so its loss at the trained count is the
 # run's final validation loss.
 LEAN = {
-    "recipes": ["parcae", "fixed4", "lean"], "seeds": [0, 1],
-    "train": {"size": "tiny", "tokens": 2**20, "eval_every": 1024, "eval_tokens": 32768, "ckpt_every": 512,
-              "data": DATA},
+    "recipes": ["parcae", "fixed4", "lean"],
+    "seeds": [0, 1],
+    "train": {
+        "size": "tiny",
+        "tokens": 2**20,
+        "eval_every": 1024,
+        "eval_tokens": 32768,
+        "ckpt_every": 512,
+        "data": DATA,
+    },
     "depth_sweep": {"loops": [1, 2, 3, 4, 6, 8, 12, 16], "eval_tokens": 32768},
-}  # fmt: skip
+}
 LEAN_FAST = {**LEAN, "seeds": [0]}
 LEAN_REPORT = "lean-study"  # the report files the study writes: lean-study.html and lean-study.md
 
@@ -130,9 +189,15 @@ LEAN_REPORT = "lean-study"  # the report files the study writes: lean-study.html
 def lean_grids(fast: bool = False) -> list[Grid]:
     """The demo's lean-recipe study: one grid, every run with its depth sweep."""
     p = LEAN_FAST if fast else LEAN
-    return [Grid("demo-lean-fast" if fast else "demo-lean", base=p["train"],
-                 sweep={"recipe": p["recipes"], "seed": p["seeds"]}, then=["depth_sweep"],
-                 follow={"depth_sweep": p["depth_sweep"]})]  # fmt: skip
+    return [
+        Grid(
+            "demo-lean-fast" if fast else "demo-lean",
+            base=p["train"],
+            sweep={"recipe": p["recipes"], "seed": p["seeds"]},
+            then=["depth_sweep"],
+            follow={"depth_sweep": p["depth_sweep"]},
+        )
+    ]
 
 
 def print_extrapolation(url: str, grid_prefix: str) -> None:
@@ -146,8 +211,16 @@ def print_extrapolation(url: str, grid_prefix: str) -> None:
     ids = runs.loc[runs["grid"].fillna("").str.startswith(grid_prefix), "job_id"]
     depth = frames.depth(url)
     table = extrapolation.summary(extrapolation.loss_curves(depth[depth["train_job_id"].isin(ids)]))
-    cols = ["variant_label", "trained_depth", "loss_at_trained", "best_depth", "best_loss", "deepest",
-            "loss_at_deepest", "gap_at_deepest"]  # fmt: skip
+    cols = [
+        "variant_label",
+        "trained_depth",
+        "loss_at_trained",
+        "best_depth",
+        "best_loss",
+        "deepest",
+        "loss_at_deepest",
+        "gap_at_deepest",
+    ]
     with pd.option_context("display.width", 160, "display.max_columns", 20, "display.precision", 4):
         print("\n== extrapolation: validation loss at the trained effective depth and beyond ==")
         print(table[cols].to_string(index=False) if not table.empty else "(no finished depth sweep)")
@@ -159,21 +232,41 @@ def print_extrapolation(url: str, grid_prefix: str) -> None:
 # an adaptive job of 4 rules x 3 thresholds x 4 KV strategies on 4,096 validation tokens (`--fast`:
 # parcae and fixed4, 20 steps, one threshold per rule).
 ADAPTIVE = {
-    "recipes": ["parcae", "fixed4", "lean"], "designs": {},
+    "recipes": ["parcae", "fixed4", "lean"],
+    "designs": {},
     "train": {"batch_size": 16, "seq_len": 64, "eval_every": 500, "eval_tokens": 2048, "ckpt_every": 500},
-    "tokens": 16 * 64 * 1000, "sweep_tokens": 4096,
-    "adaptive": {"rules": {"state": [0.02, 0.05, 0.1], "kl": [0.002, 0.01, 0.05], "entropy": [0.005, 0.02, 0.1],
-                           "argmax": [1, 2, 3]},
-                 "kv_strategies": ["per_round", "latest", "first", "last_m"], "kv_m": 2,
-                 "tasks": ["deduction"], "n_per_subset": 4, "decode_steps": 6, "decode_batch_sizes": [1, 4]},
-}  # fmt: skip
+    "tokens": 16 * 64 * 1000,
+    "sweep_tokens": 4096,
+    "adaptive": {
+        "rules": {
+            "state": [0.02, 0.05, 0.1],
+            "kl": [0.002, 0.01, 0.05],
+            "entropy": [0.005, 0.02, 0.1],
+            "argmax": [1, 2, 3],
+        },
+        "kv_strategies": ["per_round", "latest", "first", "last_m"],
+        "kv_m": 2,
+        "tasks": ["deduction"],
+        "n_per_subset": 4,
+        "decode_steps": 6,
+        "decode_batch_sizes": [1, 4],
+    },
+}
 ADAPTIVE_FAST = {
-    **ADAPTIVE, "recipes": ["parcae", "fixed4"], "designs": {"layouts": []},
-    "train": {**ADAPTIVE["train"], "eval_every": 20, "eval_tokens": 512}, "tokens": 16 * 64 * 20,
+    **ADAPTIVE,
+    "recipes": ["parcae", "fixed4"],
+    "designs": {"layouts": []},
+    "train": {**ADAPTIVE["train"], "eval_every": 20, "eval_tokens": 512},
+    "tokens": 16 * 64 * 20,
     "sweep_tokens": 1024,
-    "adaptive": {**ADAPTIVE["adaptive"], "rules": {"state": [0.05], "kl": [0.01], "entropy": [0.02], "argmax": [2]},
-                 "n_per_subset": 2, "decode_steps": 2, "decode_batch_sizes": [2]},
-}  # fmt: skip
+    "adaptive": {
+        **ADAPTIVE["adaptive"],
+        "rules": {"state": [0.05], "kl": [0.01], "entropy": [0.02], "argmax": [2]},
+        "n_per_subset": 2,
+        "decode_steps": 2,
+        "decode_batch_sizes": [2],
+    },
+}
 
 
 def adaptive_grids(fast: bool = False) -> list[Grid]:
@@ -181,9 +274,16 @@ def adaptive_grids(fast: bool = False) -> list[Grid]:
     from orchestrator.studies import adaptive_grid
 
     p = ADAPTIVE_FAST if fast else ADAPTIVE
-    return adaptive_grid(p["recipes"], p["designs"], tokens=p["tokens"], name="demo-adaptive-fast" if fast else
-                         "demo-adaptive", data=DATA, sweep_tokens=p["sweep_tokens"], adaptive=p["adaptive"],
-                         **p["train"])  # fmt: skip
+    return adaptive_grid(
+        p["recipes"],
+        p["designs"],
+        tokens=p["tokens"],
+        name="demo-adaptive-fast" if fast else "demo-adaptive",
+        data=DATA,
+        sweep_tokens=p["sweep_tokens"],
+        adaptive=p["adaptive"],
+        **p["train"],
+    )
 
 
 def print_adaptive(url: str, grid_prefix: str) -> None:
@@ -201,8 +301,9 @@ def print_adaptive(url: str, grid_prefix: str) -> None:
     noise = stats.noise_floor(comparison.eval_loss_per_run(runs, frames.depth(url)))
     saved = adaptive.rounds_saved(evals, depth, noise)
     points = adaptive.frontier(evals)
-    with pd.option_context("display.width", 200, "display.max_columns", 30, "display.max_rows", 500,
-                           "display.precision", 4):  # fmt: skip
+    with pd.option_context(
+        "display.width", 200, "display.max_columns", 30, "display.max_rows", 500, "display.precision", 4
+    ):
         print("\n== adaptive compute: rounds saved at equal loss to the fixed depth (max_rounds) ==")
         print(f"noise floor: {noise.describe(adaptive.EQUAL_THRESHOLD)}")
         cols = [
@@ -221,30 +322,43 @@ def print_adaptive(url: str, grid_prefix: str) -> None:
             "vs_fixed",
         ]
         print(saved[cols].to_string(index=False) if not saved.empty else "(no finished adaptive job)")
-        print("(first and last_m change the function even without exits: they are compared with the trained "
-              "model's fixed depth all the same)")  # fmt: skip
+        print(
+            "(first and last_m change the function even without exits: they are compared with the trained "
+            "model's fixed depth all the same)"
+        )
         print(
             "\n== the frontier under per_round: loss against rounds per token and compute (rounds' worth) =="
         )
         cols = ["variant_label", "rule", "threshold", "mean_rounds", "equivalent_rounds", "val_loss"]
         shown = points[points["strategy"] == "per_round"]
-        print(shown[cols].to_string(index=False) if not shown.empty else "(no finished adaptive job)")  # fmt: skip
+        print(shown[cols].to_string(index=False) if not shown.empty else "(no finished adaptive job)")
 
 
 def grids(fast: bool = False) -> list[Grid]:
     """The demo grids: the iso-data grid and the iso-time run that refers to it."""
     p = FAST if fast else FULL
     follow = {"depth_sweep": p["depth_sweep"], "decode_bench": p["decode_bench"]}
-    main = Grid("demo-fast" if fast else "demo", base=p["train"],
-                sweep={"recipe": p["recipes"], "seed": p["seeds"]},
-                then=["depth_sweep", "decode_bench"], follow=follow)  # fmt: skip
+    main = Grid(
+        "demo-fast" if fast else "demo",
+        base=p["train"],
+        sweep={"recipe": p["recipes"], "seed": p["seeds"]},
+        then=["depth_sweep", "decode_bench"],
+        follow=follow,
+    )
     iso_base = {k: v for k, v in p["train"].items() if k != "tokens"}
     # priority 1: the iso-time run starts as soon as its reference is done, not at the very end
-    iso = Grid(("demo-fast" if fast else "demo") + "-isotime",
-               base={**iso_base, "recipe": "parcae", "seed": 0,
-                     "budget": {"match_time_of": {"recipe": "lean", "seed": 0}}},
-               then=["depth_sweep"], follow={"depth_sweep": p["depth_sweep"]},
-               priority=1)  # fmt: skip
+    iso = Grid(
+        ("demo-fast" if fast else "demo") + "-isotime",
+        base={
+            **iso_base,
+            "recipe": "parcae",
+            "seed": 0,
+            "budget": {"match_time_of": {"recipe": "lean", "seed": 0}},
+        },
+        then=["depth_sweep"],
+        follow={"depth_sweep": p["depth_sweep"]},
+        priority=1,
+    )
     return [main, iso]
 
 
@@ -264,8 +378,20 @@ def print_tables(url: str) -> None:
         print(iso_data[cols].to_string(index=False) if not iso_data.empty else "(no finished runs)")
         print("\n== iso-time: equal training wall time (final validation loss) ==")
         pairs = comparison.iso_time_pairs(runs)
-        cols = ["recipe", "seed", "ref_recipe", "ref_seed", "final_val_loss", "ref_final_val_loss", "diff",
-                "verdict", "train_seconds", "ref_train_seconds", "tokens", "ref_tokens"]  # fmt: skip
+        cols = [
+            "recipe",
+            "seed",
+            "ref_recipe",
+            "ref_seed",
+            "final_val_loss",
+            "ref_final_val_loss",
+            "diff",
+            "verdict",
+            "train_seconds",
+            "ref_train_seconds",
+            "tokens",
+            "ref_tokens",
+        ]
         print(pairs[cols].to_string(index=False) if not pairs.empty else "(no finished iso-time pair)")
 
 
@@ -281,7 +407,7 @@ def ensure_calibration() -> None:
     print("calibrating this machine for the plan estimates (about 30 s, cached for a week) ...", flush=True)
     try:
         calibrate(device)
-    except Exception as e:  # noqa: BLE001 - estimates are advice: the demo runs without them
+    except Exception as e:  # estimates are advice: the demo runs without them
         print(f"(no calibration: {type(e).__name__}: {e}; the jobs get no plan estimate)")
 
 

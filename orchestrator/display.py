@@ -13,16 +13,33 @@ from sqlalchemy import Engine
 from orchestrator.frames import job_listing
 from orchestrator.states import JobStatus
 
-COLUMNS = ["id", "grid", "kind", "recipe", "size", "seed", "status", "attempts", "progress_done",
-           "progress_total", "eta_s", "train_loss", "val_loss", "gpu_ids", "heartbeat_at", "waiting_for",
-           "error"]  # fmt: skip
+COLUMNS = [
+    "id",
+    "grid",
+    "kind",
+    "recipe",
+    "size",
+    "seed",
+    "status",
+    "attempts",
+    "progress_done",
+    "progress_total",
+    "eta_s",
+    "train_loss",
+    "val_loss",
+    "gpu_ids",
+    "heartbeat_at",
+    "waiting_for",
+    "error",
+]
 # a driver touches its running jobs every second: this much silence is a paused (the database full or
 # unreachable) or lost driver, which `table` notes beside the job
 STALE_S = 30.0
 
 
-def status_frame(eng: Engine, grid: str | int | None = None, all_jobs: bool = True,
-                 job_ids: list[int] | None = None) -> pd.DataFrame:  # fmt: skip
+def status_frame(
+    eng: Engine, grid: str | int | None = None, all_jobs: bool = True, job_ids: list[int] | None = None
+) -> pd.DataFrame:
     """One row per job with its latest train/val loss. `all_jobs=False` hides finished jobs."""
     listing = job_listing(eng, grid=grid, active_only=not all_jobs, job_ids=job_ids)
     df = listing.rename(columns={"job_id": "id"})[COLUMNS].copy()
@@ -62,20 +79,27 @@ def table(df: pd.DataFrame, stale_s: float = STALE_S) -> str:
     if df.empty:
         return "no jobs"
     now = time.time()
-    lines = [f"{'id':>4} {'kind':<12} {'recipe':<8} {'size':<6} {'seed':>4} {'status':<9} {'att':>3} "
-             f"{'progress':<27} {'eta':>7} {'train':>7} {'val':>7}  note"]  # fmt: skip
+    lines = [
+        f"{'id':>4} {'kind':<12} {'recipe':<8} {'size':<6} {'seed':>4} {'status':<9} {'att':>3} "
+        f"{'progress':<27} {'eta':>7} {'train':>7} {'val':>7}  note"
+    ]
     for r in df.itertuples():
         seed = "" if pd.isna(r.seed) else int(r.seed)
         running = r.status == JobStatus.RUNNING
         note = r.error if r.error else (f"gpu {r.gpu_ids}" if r.gpu_ids and running else "")
         silent = now - r.heartbeat_at if running and pd.notna(r.heartbeat_at) else 0.0
         if silent > stale_s:
-            note = (f"no heartbeat for {fmt_eta(silent)}: its driver is paused (the database full or "
-                    f"unreachable: see its output) or gone {note}").rstrip()  # fmt: skip
+            note = (
+                f"no heartbeat for {fmt_eta(silent)}: its driver is paused (the database full or "
+                f"unreachable: see its output) or gone {note}"
+            ).rstrip()
         if r.status == JobStatus.QUEUED and isinstance(r.waiting_for, str):  # missing is NaN, not None
             note = f"waiting for {r.waiting_for}"
-        prog = bar(r.progress_done, r.progress_total) if running else (
-            bar(1, 1) if r.status == JobStatus.SUCCEEDED else " " * 27)  # fmt: skip
+        prog = (
+            bar(r.progress_done, r.progress_total)
+            if running
+            else (bar(1, 1) if r.status == JobStatus.SUCCEEDED else " " * 27)
+        )
         lines.append(
             f"{r.id:>4} {r.kind:<12} {str(r.recipe or ''):<8} {str(r.size or ''):<6} {seed!s:>4} {r.status:<9} "
             f"{r.attempts:>3} {prog:<27} {fmt_eta(r.eta_s) if running else '':>7} "
@@ -94,5 +118,8 @@ def print_progress(eng: Engine, job_ids: list[int]) -> None:
         what = " ".join(
             str(x) for x in (r.kind, r.recipe or "", "" if pd.isna(r.seed) else f"s{r.seed}") if x
         )
-        print(f"{stamp} job {r.id:>3} {what:<28} {bar(r.progress_done, r.progress_total)} "
-              f"eta {fmt_eta(r.eta_s):>6}  loss {_num(r.train_loss)}", flush=True)  # fmt: skip
+        print(
+            f"{stamp} job {r.id:>3} {what:<28} {bar(r.progress_done, r.progress_total)} "
+            f"eta {fmt_eta(r.eta_s):>6}  loss {_num(r.train_loss)}",
+            flush=True,
+        )

@@ -129,10 +129,31 @@ def job_listing(
 
 
 # the Queue page's columns of the listing
-JOB_COLUMNS = ["job_id", "grid_id", "grid", "kind", "recipe", "variant_label", "size", "seed", "status",
-               "priority", "attempts", "budget_tokens", "budget_time_s", "created_at", "started_at",
-               "finished_at", "heartbeat_at", "worker", "progress_done", "progress_total", "eta_s", "waiting_for",
-               "error"]  # fmt: skip
+JOB_COLUMNS = [
+    "job_id",
+    "grid_id",
+    "grid",
+    "kind",
+    "recipe",
+    "variant_label",
+    "size",
+    "seed",
+    "status",
+    "priority",
+    "attempts",
+    "budget_tokens",
+    "budget_time_s",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "heartbeat_at",
+    "worker",
+    "progress_done",
+    "progress_total",
+    "eta_s",
+    "waiting_for",
+    "error",
+]
 
 
 def jobs(url: str) -> pd.DataFrame:
@@ -184,8 +205,19 @@ def _variant_sql(job: str) -> str:
     """The variant and resolved architecture of job alias `job` (stored at submission, revision 0004) and
     where an imported model came from (NULL for one trained here, revision 0012); the trained loop count
     is `train_loops` (a depth sweep's own `loops` is the evaluated count)."""
-    cols = ["variant_id", "variant_label", "n_prelude", "n_recurrent", "n_coda", "effective_depth", "d_model",
-            "injection", "n_once", "n_rec", "imported_from"]  # fmt: skip
+    cols = [
+        "variant_id",
+        "variant_label",
+        "n_prelude",
+        "n_recurrent",
+        "n_coda",
+        "effective_depth",
+        "d_model",
+        "injection",
+        "n_once",
+        "n_rec",
+        "imported_from",
+    ]
     return ", ".join(f"{job}.{c}" for c in cols) + f", {job}.loops AS train_loops"
 
 
@@ -301,9 +333,11 @@ ADAPTIVE_ID = "adaptive_job_id"
 def adaptive(url: str) -> pd.DataFrame:
     """The adaptive jobs' cells (exit rule x threshold x KV strategy, rule `fixed` for the fixed depth;
     workers/adaptive.py) labelled with the trained model and its variant."""
-    columns = ("r.config, r.rule, r.threshold, r.kv_strategy, r.kv_m, r.min_rounds, r.max_rounds, r.changes_function, "
-               "r.val_loss, r.val_bpb, r.tokens, r.mean_rounds, r.equivalent_rounds, r.forward_flops_per_token, "
-               "r.rule_flops_per_token, r.fixed_flops_per_token, r.kv_mib, r.kv_mib_needed")  # fmt: skip
+    columns = (
+        "r.config, r.rule, r.threshold, r.kv_strategy, r.kv_m, r.min_rounds, r.max_rounds, r.changes_function, "
+        "r.val_loss, r.val_bpb, r.tokens, r.mean_rounds, r.equivalent_rounds, r.forward_flops_per_token, "
+        "r.rule_flops_per_token, r.fixed_flops_per_token, r.kv_mib, r.kv_mib_needed"
+    )
     return _sweep_rows(url, "adaptive_evals", columns, "r.config", ADAPTIVE_ID)
 
 
@@ -323,9 +357,11 @@ def adaptive_tasks(url: str) -> pd.DataFrame:
 
 def adaptive_decodes(url: str) -> pd.DataFrame:
     """The adaptive jobs' decode timings with exits against the fixed depth, labelled."""
-    columns = ("r.config, r.batch_size, r.mode, r.context_len, r.ms_per_token, r.ms_p10, r.ms_p90, r.tokens_per_s, "
-               "r.fixed_ms_per_token, r.speedup, r.mean_exit_round, r.mean_step_rounds, r.kv_mib, r.kv_mib_needed, "
-               "r.device, r.concurrent_jobs")  # fmt: skip
+    columns = (
+        "r.config, r.batch_size, r.mode, r.context_len, r.ms_per_token, r.ms_p10, r.ms_p90, r.tokens_per_s, "
+        "r.fixed_ms_per_token, r.speedup, r.mean_exit_round, r.mean_step_rounds, r.kv_mib, r.kv_mib_needed, "
+        "r.device, r.concurrent_jobs"
+    )
     return _sweep_rows(url, "adaptive_decodes", columns, "r.config, r.batch_size, r.mode", ADAPTIVE_ID)
 
 
@@ -382,8 +418,12 @@ def curves(
     cols = ["job_id", "key", "step", "tokens", "wall_s", "value"]
     if not ids or not keys:
         return pd.DataFrame(columns=cols)
-    counts = _read(url, "SELECT job_id, key, points FROM latest_metrics WHERE job_id IN :ids AND key IN :keys",
-                   ids=ids, keys=keys)  # fmt: skip
+    counts = _read(
+        url,
+        "SELECT job_id, key, points FROM latest_metrics WHERE job_id IN :ids AND key IN :keys",
+        ids=ids,
+        keys=keys,
+    )
     if counts.empty:
         return pd.DataFrame(columns=cols)
     counts["level"] = [stride_level(int(n), max_points) for n in counts["points"]]
@@ -395,8 +435,10 @@ def curves(
         if not level:
             selects.append(f"SELECT {m_cols} FROM metrics m WHERE {mine}")
             continue
-        selects.append(f"SELECT {m_cols} FROM metrics m WHERE {mine} AND m.curve_level BETWEEN {int(level)} "
-                       f"AND {CURVE_LEVEL_TOP} AND m.curve_level >= 1")  # fmt: skip
+        selects.append(
+            f"SELECT {m_cols} FROM metrics m WHERE {mine} AND m.curve_level BETWEEN {int(level)} "
+            f"AND {CURVE_LEVEL_TOP} AND m.curve_level >= 1"
+        )
         selects.append(
             f"SELECT {m_cols} FROM latest_metrics l JOIN metrics m ON m.job_id = l.job_id AND m.key = l.key "
             "AND m.step = (SELECT MAX(s.step) FROM metrics s WHERE s.job_id = l.job_id AND s.key = l.key) "

@@ -103,10 +103,17 @@ class Grid:
         # `retention` only when not the default: a grid submitted before it existed keeps its hash
         extra = {} if self.retention == DEFAULT_RETENTION else {"retention": self.retention}
         return {
-            "name": self.name, "job": self.job, "base": self.base, "sweep": self.sweep,
-            "then": list(self.then), "follow": self.follow, "priority": self.priority,
-            "max_attempts": self.max_attempts, "resources": self.resources, **extra,
-        }  # fmt: skip
+            "name": self.name,
+            "job": self.job,
+            "base": self.base,
+            "sweep": self.sweep,
+            "then": list(self.then),
+            "follow": self.follow,
+            "priority": self.priority,
+            "max_attempts": self.max_attempts,
+            "resources": self.resources,
+            **extra,
+        }
 
     def spec_hash(self) -> str:
         return sha256(self.to_dict())
@@ -301,8 +308,10 @@ def _kind_resources(grid: Grid, kind: str, follow_ups: tuple[str, ...]) -> dict[
         elif k == "workers":  # bundles of num_cpus/num_gpus started all at once (orchestrator/admission.py)
             fields.integer(f"grid {grid.name!r}: {where}.{k}", v, lo=1)
             if v > 1 and kind != TRAIN:  # one run, data-parallel on Ray Train (workers/distributed.py)
-                raise ConfigError(f"grid {grid.name!r}: {where}.{k}: {v}: only {TRAIN} jobs run on several "
-                                  f"workers, not {kind}; accepted: 1")  # fmt: skip
+                raise ConfigError(
+                    f"grid {grid.name!r}: {where}.{k}: {v}: only {TRAIN} jobs run on several "
+                    f"workers, not {kind}; accepted: 1"
+                )
         else:
             fields.number(f"grid {grid.name!r}: {where}.{k}", v, lo=0)
     return res or None
@@ -325,7 +334,7 @@ def _train_spec(name: str, cfg: dict[str, Any]) -> tuple[dict[str, Any], dict[st
         budget = {"tokens": budget}
     if len(budget) != 1 or next(iter(budget)) not in _BUDGET_KEYS:
         raise ConfigError(f"grid {name!r}: budget: {budget!r}: give exactly one of {', '.join(_BUDGET_KEYS)}")
-    (key, value), = budget.items()  # fmt: skip
+    ((key, value),) = budget.items()
     if key != MATCH_TIME:
         value = fields.number(f"grid {name!r}: budget.{key}", value, lo=0, lo_open=True)
         cfg[key] = int(value) if key == "tokens" else float(value) if key == "flops" else value
@@ -346,8 +355,11 @@ def _checked(grid: Grid, kinds: JobRegistry) -> Grid:
     """`grid` with its own fields checked (a wrong type names its field, rather than crash later);
     `then` against the follow-ups the registry `kinds` declares."""
     where = f"grid {grid.name!r}"
-    for attr, what in (("base", "a dict of spec keys"), ("sweep", "a dict of key -> list of values"),
-                       ("follow", "a dict kind -> spec")):  # fmt: skip
+    for attr, what in (
+        ("base", "a dict of spec keys"),
+        ("sweep", "a dict of key -> list of values"),
+        ("follow", "a dict kind -> spec"),
+    ):
         if not isinstance(getattr(grid, attr), dict):
             raise ConfigError(f"{where}: {attr}: expected {what}, got {getattr(grid, attr)!r}")
     follow_ups = jobkinds.follow_ups(None, kinds)
@@ -398,14 +410,25 @@ def expand(grids: list[Grid], kinds: JobRegistry) -> list[JobPlan]:
                     spec = _validate(kinds, grid.name, TRAIN, spec)
             else:
                 spec = _validate(kinds, grid.name, grid.job, cfg)
-            plan = JobPlan(grid.job, declared, spec, gi, grid.priority, grid.max_attempts,
-                           _kind_resources(grid, grid.job, follow_ups), budget=budget, label=label,
-                           retention=grid.retention)  # fmt: skip
+            plan = JobPlan(
+                grid.job,
+                declared,
+                spec,
+                gi,
+                grid.priority,
+                grid.max_attempts,
+                _kind_resources(grid, grid.job, follow_ups),
+                budget=budget,
+                label=label,
+                retention=grid.retention,
+            )
             workers = (plan.resources or {}).get("workers", 1)
             batch = spec.get("batch_size") if grid.job == TRAIN else None
             if isinstance(batch, int) and workers > 1 and batch % workers:  # each rank an equal share
-                raise ConfigError(f"grid {grid.name!r}: resources.workers: {workers} workers cannot share "
-                                  f"batch_size {batch} evenly; accepted: a divisor of the batch")  # fmt: skip
+                raise ConfigError(
+                    f"grid {grid.name!r}: resources.workers: {workers} workers cannot share "
+                    f"batch_size {batch} evenly; accepted: a divisor of the batch"
+                )
             plans.append(plan)
             idx = len(plans) - 1
             if pairing.is_match_time(budget):
@@ -425,8 +448,9 @@ def needs_preparation(data: dict[str, Any]) -> bool:
     return data.get("corpus", "offline") != "offline" or data.get("max_tokens") is not None
 
 
-def _add_preparations(plans: list[JobPlan], grids: list[Grid], kinds: JobRegistry,
-                      follow_ups: tuple[str, ...]) -> None:  # fmt: skip
+def _add_preparations(
+    plans: list[JobPlan], grids: list[Grid], kinds: JobRegistry, follow_ups: tuple[str, ...]
+) -> None:
     """Append one prepare plan per (corpus, tokenizer) the train plans need prepared, sized for the
     largest of them (the whole corpus if one reads all of it); each of them waits for it. It runs at
     their highest priority, with the first grid's `resources["prepare"]` (default PREPARE_RESOURCES)."""
@@ -442,18 +466,38 @@ def _add_preparations(plans: list[JobPlan], grids: list[Grid], kinds: JobRegistr
         sizes = [plans[i].spec["data"].get("max_tokens") for i in members]
         first = plans[members[0]]
         grid = grids[first.grid_index]
-        spec = _validate(kinds, grid.name, PREPARE, {**json.loads(shared),
-                                                     "max_tokens": None if None in sizes else max(sizes)})  # fmt: skip
+        spec = _validate(
+            kinds,
+            grid.name,
+            PREPARE,
+            {**json.loads(shared), "max_tokens": None if None in sizes else max(sizes)},
+        )
         resources = {**PREPARE_RESOURCES, **(_kind_resources(grid, PREPARE, follow_ups) or {})}
-        plans.append(JobPlan(PREPARE, jobkinds.declared(PREPARE, kinds), spec, first.grid_index,
-                             max(plans[i].priority for i in members), max(plans[i].max_attempts for i in members),
-                             resources))  # fmt: skip
+        plans.append(
+            JobPlan(
+                PREPARE,
+                jobkinds.declared(PREPARE, kinds),
+                spec,
+                first.grid_index,
+                max(plans[i].priority for i in members),
+                max(plans[i].max_attempts for i in members),
+                resources,
+            )
+        )
         for i in members:
             plans[i].waits.append(len(plans) - 1)
 
 
-def _follow_up(kinds: JobRegistry, grid: Grid, follow: str, idx: int, spec: dict[str, Any], gi: int,
-               label: str | None, follow_ups: tuple[str, ...]) -> JobPlan:  # fmt: skip
+def _follow_up(
+    kinds: JobRegistry,
+    grid: Grid,
+    follow: str,
+    idx: int,
+    spec: dict[str, Any],
+    gi: int,
+    label: str | None,
+    follow_ups: tuple[str, ...],
+) -> JobPlan:
     """The plan of follow-up kind `follow` of plan `idx` (canonical spec `spec`), by what it is about:
     the checkpoint (it depends on the plan; the queue sets its checkpoint at launch) or the
     architecture (the plan's model keys, no dependency: shared across seeds, needs no trained weights)."""
@@ -473,9 +517,18 @@ def _follow_up(kinds: JobRegistry, grid: Grid, follow: str, idx: int, spec: dict
             arch["model"] = {**arch["model"], "seq_len": spec["seq_len"]}
         fs = _validate(kinds, grid.name, follow, {**arch, **over})
         deps = []
-    return JobPlan(follow, declared, fs, gi, grid.priority, grid.max_attempts,
-                   _kind_resources(grid, follow, follow_ups), deps=deps, label=label,
-                   retention=grid.retention)  # fmt: skip
+    return JobPlan(
+        follow,
+        declared,
+        fs,
+        gi,
+        grid.priority,
+        grid.max_attempts,
+        _kind_resources(grid, follow, follow_ups),
+        deps=deps,
+        label=label,
+        retention=grid.retention,
+    )
 
 
 def assign_hashes(

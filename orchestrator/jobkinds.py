@@ -104,8 +104,13 @@ def view_names() -> tuple[str, ...]:
     return tuple(dict.fromkeys(v for kind in KINDS.values() for v in kind.views))
 
 
-def job_resources(kind: str, resources: str | dict[str, Any] | None, has_gpu: bool,
-                  exclusive_default: bool = False, kinds: JobRegistry | None = None) -> dict[str, Any]:  # fmt: skip
+def job_resources(
+    kind: str,
+    resources: str | dict[str, Any] | None,
+    has_gpu: bool,
+    exclusive_default: bool = False,
+    kinds: JobRegistry | None = None,
+) -> dict[str, Any]:
     """What a job asks of its node: num_cpus (default 1), num_gpus (default 1 on a node with GPUs,
     else 0), each for every one of its `workers` (default 1; all started at once), and exclusive
     (default: its kind is declared `exclusive` in registry `kinds`, default registry(): its

@@ -269,8 +269,11 @@ def claim(
     """Atomically move one queued job to running; returns the attempt number (the attempt's fencing
     token), or None if lost. `driver` (host, pid, start time) is recorded on the job and the attempt."""
     now = time.time()
-    who = {"driver_host": None, "driver_pid": None} if driver is None else {
-        "driver_host": driver.host, "driver_pid": driver.pid}  # fmt: skip
+    who = (
+        {"driver_host": None, "driver_pid": None}
+        if driver is None
+        else {"driver_host": driver.host, "driver_pid": driver.pid}
+    )
     with eng.begin() as conn:
         # PostgreSQL: a row another driver is claiming right now is skipped, not waited for
         free = sa.select(JOBS.c.id).where(JOBS.c.id == job_id, JOBS.c.status == JobStatus.QUEUED)
@@ -353,11 +356,15 @@ def launch_spec(eng: Engine, job: Any, kinds: JobRegistry | None = None) -> dict
     ref = pairing.stored_reference(job.budget)
     with eng.connect() as conn:
         if declared.about == CHECKPOINT and "checkpoint" not in spec:
-            dirs = conn.execute(
-                sa.select(JOBS.c.artifact_dir)
-                .join(DEPS, DEPS.c.depends_on == JOBS.c.id)
-                .where(DEPS.c.job_id == job.id, JOBS.c.kind.in_(declared.follows))
-            ).scalars().all()  # fmt: skip
+            dirs = (
+                conn.execute(
+                    sa.select(JOBS.c.artifact_dir)
+                    .join(DEPS, DEPS.c.depends_on == JOBS.c.id)
+                    .where(DEPS.c.job_id == job.id, JOBS.c.kind.in_(declared.follows))
+                )
+                .scalars()
+                .all()
+            )
             if dirs:
                 spec["checkpoint"] = dirs[0]
         seconds = None
@@ -382,7 +389,7 @@ def _resolve_budget_of(eng: Engine, job_id: int, ref_id: int) -> float | None:
             sa.select(TrainResult.train_seconds)
             .join(JOBS, JOBS.c.id == TrainResult.job_id)
             .where(TrainResult.job_id == ref_id, JOBS.c.status == JobStatus.SUCCEEDED)
-        ).scalar()  # fmt: skip
+        ).scalar()
         if seconds is not None:
             conn.execute(JOBS.update().where(JOBS.c.id == job_id).values(budget_time_s=float(seconds)))
     return None if seconds is None else float(seconds)
@@ -396,8 +403,16 @@ def retry_delay(
     return min(max_s, base_s * 2.0 ** max(0, failures - 1))
 
 
-def finish(eng: Engine, job_id: int, n: int, outcome: AttemptOutcome, error: str | None = None, *,
-           backoff_s: float = DEFAULT_BACKOFF_S, backoff_max_s: float = DEFAULT_BACKOFF_MAX_S) -> JobStatus:  # fmt: skip
+def finish(
+    eng: Engine,
+    job_id: int,
+    n: int,
+    outcome: AttemptOutcome,
+    error: str | None = None,
+    *,
+    backoff_s: float = DEFAULT_BACKOFF_S,
+    backoff_max_s: float = DEFAULT_BACKOFF_MAX_S,
+) -> JobStatus:
     """Record attempt `n`'s outcome (succeeded | failed | interrupted); returns the job's new status.
 
     failed: back to queued while the failed attempts are fewer than max_attempts (interruptions do not
@@ -481,7 +496,7 @@ def cascade(eng: Engine) -> list[int]:
                 .join(DEPS, DEPS.c.job_id == JOBS.c.id)
                 .join(dep, dep.c.id == DEPS.c.depends_on)
                 .where(JOBS.c.status == JobStatus.QUEUED, dep.c.status.in_(DEAD_ENDS))
-            ).all()  # fmt: skip
+            ).all()
             if not rows:
                 return failed_all
             now = time.time()
@@ -559,12 +574,10 @@ def recover_dead(
     with eng.begin() as conn:
         rows = conn.execute(
             sa.select(JOBS.c.id, JOBS.c.attempts, JOBS.c.status, JOBS.c.driver_pid, JOBS.c.driver_started)
-            .where(on_host, JOBS.c.status.in_(HELD)).order_by(JOBS.c.id)
-        ).all()  # fmt: skip
-        dead = [
-            r for r in rows
-            if r.driver_pid != me.pid and not alive(r.driver_pid, r.driver_started)
-        ]  # fmt: skip
+            .where(on_host, JOBS.c.status.in_(HELD))
+            .order_by(JOBS.c.id)
+        ).all()
+        dead = [r for r in rows if r.driver_pid != me.pid and not alive(r.driver_pid, r.driver_started)]
         reason = "driver lost (its process on {host} is gone: pid {pid})"
         recovered = [
             r.id
@@ -598,8 +611,13 @@ def touch(eng: Engine, attempts: dict[int, int]) -> None:
 
 # jobs columns set from progress, heartbeat and checkpoint events
 LIVE_COLUMNS = (
-    "progress_done", "progress_total", "eta_s", "heartbeat_at", "checkpoint_path", "checkpoint_step",
-)  # fmt: skip
+    "progress_done",
+    "progress_total",
+    "eta_s",
+    "heartbeat_at",
+    "checkpoint_path",
+    "checkpoint_step",
+)
 
 
 def record_live(conn: Connection, job_id: int, n: int, values: dict[str, Any]) -> None:
@@ -634,9 +652,11 @@ def record_resumed(conn: Connection, job_id: int, n: int, step: int) -> None:
 def cancel(eng: Engine, job_ids: list[int]) -> list[int]:
     """Queued or running jobs become cancelled (a running one is asked to stop by its driver)."""
     with eng.begin() as conn:
-        hit = conn.execute(
-            sa.select(JOBS.c.id).where(JOBS.c.id.in_(job_ids), JOBS.c.status.in_(ACTIVE))
-        ).scalars().all()  # fmt: skip
+        hit = (
+            conn.execute(sa.select(JOBS.c.id).where(JOBS.c.id.in_(job_ids), JOBS.c.status.in_(ACTIVE)))
+            .scalars()
+            .all()
+        )
         conn.execute(
             JOBS.update()
             .where(JOBS.c.id.in_(hit))
@@ -681,11 +701,15 @@ def retry(eng: Engine, job_ids: list[int]) -> list[int]:
                 )
             )
             requeued.append(job_id)
-            dependents = conn.execute(
-                sa.select(JOBS.c.id).where(
-                    JOBS.c.status == JobStatus.FAILED, JOBS.c.failed_dependency == job_id
+            dependents = (
+                conn.execute(
+                    sa.select(JOBS.c.id).where(
+                        JOBS.c.status == JobStatus.FAILED, JOBS.c.failed_dependency == job_id
+                    )
                 )
-            ).scalars().all()  # fmt: skip
+                .scalars()
+                .all()
+            )
             todo.extend(dependents)
     return requeued
 

@@ -130,20 +130,36 @@ def aging_seconds() -> float:
 
 def backoff_seconds() -> tuple[float, float]:
     """(base, cap) of the retry backoff ($LOOPLAB_RETRY_BACKOFF_S, $LOOPLAB_RETRY_BACKOFF_MAX_S)."""
-    return (_env_seconds("LOOPLAB_RETRY_BACKOFF_S", jobqueue.DEFAULT_BACKOFF_S),
-            _env_seconds("LOOPLAB_RETRY_BACKOFF_MAX_S", jobqueue.DEFAULT_BACKOFF_MAX_S))  # fmt: skip
+    return (
+        _env_seconds("LOOPLAB_RETRY_BACKOFF_S", jobqueue.DEFAULT_BACKOFF_S),
+        _env_seconds("LOOPLAB_RETRY_BACKOFF_MAX_S", jobqueue.DEFAULT_BACKOFF_MAX_S),
+    )
 
 
 class Scheduler:
     """The driver loop. `run()` returns 0 when the queue is empty (until_empty), 130 after Ctrl-C."""
 
-    def __init__(self, eng, artifacts: str | Path = "looplab_artifacts", kinds: JobRegistry | None = None, *,
-                 address: str | None = None, num_cpus: int | None = None, num_gpus: float | None = None,
-                 until_empty: bool = False, max_concurrent: int | None = None, grace_s: float | None = None,
-                 poll_s: float = 0.5, progress: bool = True, progress_every_s: float = 5.0,
-                 aging_s: float | None = None, retry_backoff_s: float | None = None,
-                 retry_backoff_max_s: float | None = None, db_retry_s: float = 1.0,
-                 db_retry_max_s: float = 30.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        eng,
+        artifacts: str | Path = "looplab_artifacts",
+        kinds: JobRegistry | None = None,
+        *,
+        address: str | None = None,
+        num_cpus: int | None = None,
+        num_gpus: float | None = None,
+        until_empty: bool = False,
+        max_concurrent: int | None = None,
+        grace_s: float | None = None,
+        poll_s: float = 0.5,
+        progress: bool = True,
+        progress_every_s: float = 5.0,
+        aging_s: float | None = None,
+        retry_backoff_s: float | None = None,
+        retry_backoff_max_s: float | None = None,
+        db_retry_s: float = 1.0,
+        db_retry_max_s: float = 30.0,
+    ) -> None:
         self.eng, self.artifacts = eng, Path(artifacts).absolute()
         self.kinds = kinds if kinds is not None else jobkinds.registry()
         self.address, self.num_cpus, self.num_gpus = address, num_cpus, num_gpus
@@ -179,14 +195,22 @@ class Scheduler:
         if self.address:
             ray.init(address=self.address, log_to_driver=False, configure_logging=False)
         else:
-            ray.init(num_cpus=self.num_cpus, num_gpus=self.num_gpus, include_dashboard=False,
-                     log_to_driver=False, configure_logging=False)  # fmt: skip
+            ray.init(
+                num_cpus=self.num_cpus,
+                num_gpus=self.num_gpus,
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+            )
 
     def _on_signal(self, signum, _frame) -> None:
         self.stopping += 1
         if self.stopping == 1:
-            print(f"\nstopping: asking {len(self.running)} running job(s) to checkpoint "
-                  "(press Ctrl-C again to stop at once)", flush=True)  # fmt: skip
+            print(
+                f"\nstopping: asking {len(self.running)} running job(s) to checkpoint "
+                "(press Ctrl-C again to stop at once)",
+                flush=True,
+            )
             self.sink.request_stop.remote(None)
 
     def _request(self, job: Any) -> Request:
@@ -273,8 +297,10 @@ class Scheduler:
     def _launch_ready(self) -> None:
         """Start what the admission rule (orchestrator/admission.py) admits, confirming each start: a
         claim lost to another driver or a launch that fails books nothing for the rest of the pass."""
-        ready = (Candidate(job, job.effective_priority, self._request(job))
-                 for job in jobqueue.ready_jobs(self.eng, self.aging_s))  # fmt: skip
+        ready = (
+            Candidate(job, job.effective_priority, self._request(job))
+            for job in jobqueue.ready_jobs(self.eng, self.aging_s)
+        )
         # the whole cluster as one node (the module's docstring): what Ray reports, less what this driver runs
         cluster = [Node.with_gpus(self.total["CPU"], self.total["GPU"])]
         admission = Admission(ready, cluster, [r for *_, r in self.running.values()], self.max_concurrent)
@@ -380,8 +406,9 @@ class Scheduler:
             )
 
     def _finish(self, job_id: int, n: int, outcome: AttemptOutcome, error: str | None) -> JobStatus:
-        return jobqueue.finish(self.eng, job_id, n, outcome, error, backoff_s=self.backoff_s,
-                               backoff_max_s=self.backoff_max_s)  # fmt: skip
+        return jobqueue.finish(
+            self.eng, job_id, n, outcome, error, backoff_s=self.backoff_s, backoff_max_s=self.backoff_max_s
+        )
 
     def _heartbeat_and_cancels(self) -> None:
         mine = [j for j, *_ in self.running.values()]
@@ -396,8 +423,13 @@ class Scheduler:
             ray.cancel(ref, force=True)
         self._drain()
         for job_id, n, _ in self.running.values():
-            self.outcomes.append((job_id, n, {"outcome": AttemptOutcome.INTERRUPTED,
-                                              "error": "stopped by a second Ctrl-C (forced)"}))  # fmt: skip
+            self.outcomes.append(
+                (
+                    job_id,
+                    n,
+                    {"outcome": AttemptOutcome.INTERRUPTED, "error": "stopped by a second Ctrl-C (forced)"},
+                )
+            )
         self.running.clear()
         try:
             self._write_held()
@@ -405,9 +437,12 @@ class Scheduler:
             what = outage(e.__cause__ if isinstance(e, Unwritten) else e)
             if what is None:
                 raise
-            print(f"stopped without writing {sum(len(b) for *_, b in self.held)} event(s) and {len(self.outcomes)} "
-                  f"outcome(s): the database {outage_phrase(what)}; the next `looplab run` "
-                  "re-queues those jobs, which resume from their checkpoints", flush=True)  # fmt: skip
+            print(
+                f"stopped without writing {sum(len(b) for *_, b in self.held)} event(s) and {len(self.outcomes)} "
+                f"outcome(s): the database {outage_phrase(what)}; the next `looplab run` "
+                "re-queues those jobs, which resume from their checkpoints",
+                flush=True,
+            )
 
     # ------------------------------------------------------------ a database outage
     def _pause(self, error: BaseException) -> bool:
@@ -425,12 +460,16 @@ class Scheduler:
         p.retry_at = now + delay
         held = sum(len(b) for *_, b in self.held)
         if first:
-            self._say(f"database {self.eng.url.render_as_string(hide_password=True)} {outage_phrase(what)}: "
-                      f"claiming and writing paused; {len(self.running)} running job(s) keep training, their "
-                      f"events wait here; retrying in {delay:.3g} s")  # fmt: skip
+            self._say(
+                f"database {self.eng.url.render_as_string(hide_password=True)} {outage_phrase(what)}: "
+                f"claiming and writing paused; {len(self.running)} running job(s) keep training, their "
+                f"events wait here; retrying in {delay:.3g} s"
+            )
         else:
-            self._say(f"still paused after {now - p.since:.0f} s: the database {outage_phrase(what)}; {held} "
-                      f"event(s) and {len(self.outcomes)} outcome(s) held; retrying in {delay:.3g} s")  # fmt: skip
+            self._say(
+                f"still paused after {now - p.since:.0f} s: the database {outage_phrase(what)}; {held} "
+                f"event(s) and {len(self.outcomes)} outcome(s) held; retrying in {delay:.3g} s"
+            )
         return True
 
     def _pause_notes(self) -> list[tuple[int, int, list[Event]]]:
@@ -440,16 +479,20 @@ class Scheduler:
         if p is None:
             return []
         start, end = time.strftime("%H:%M:%S", time.localtime(p.since)), time.strftime("%H:%M:%S")
-        note = (f"the database {outage_phrase(p.outage)} from {start} to {end}: the driver paused claiming and "
-                "writing; this job kept running and its events waited in the driver")  # fmt: skip
+        note = (
+            f"the database {outage_phrase(p.outage)} from {start} to {end}: the driver paused claiming and "
+            "writing; this job kept running and its events waited in the driver"
+        )
         event = Event(EventKind.LOG, time.time(), {"level": "WARNING", "message": note})
         jobs = {j: n for j, n, _ in self.running.values()} | {j: n for j, n, _ in self.outcomes}
         return [(j, n, [event]) for j, n in sorted(jobs.items())]
 
     def _resume(self) -> None:
         p, self.paused = self.paused, None
-        self._say(f"database back after {time.time() - p.since:.0f} s: every held event and outcome is written; "
-                  "claiming again")  # fmt: skip
+        self._say(
+            f"database back after {time.time() - p.since:.0f} s: every held event and outcome is written; "
+            "claiming again"
+        )
 
     def _say(self, message: str) -> None:
         log.warning(message)

@@ -229,8 +229,11 @@ def loop_design_grid(
         inter = sorted({max(2, loops), 2 * loops} & set(range(2, MAX_INTERACTION_LOOPS + 1)))
         grid_follow = dict(follow)
         if "depth_sweep" in follow_ups:
-            grid_follow["depth_sweep"] = {"interaction_loops": inter, **sweep_spec,
-                                          "loops": list(range(1, factor * loops + 1))}  # fmt: skip
+            grid_follow["depth_sweep"] = {
+                "interaction_loops": inter,
+                **sweep_spec,
+                "loops": list(range(1, factor * loops + 1)),
+            }
         grids.append(
             Grid(
                 f"{name}-{loops}loops" if len(groups) > 1 else name,
@@ -239,7 +242,7 @@ def loop_design_grid(
                 then=follow_ups,
                 follow=grid_follow,
                 priority=priority,
-            )  # fmt: skip
+            )
         )
     return grids
 
@@ -288,10 +291,15 @@ def adaptive_grid(
     taken = sorted(set(adaptive_spec) & {*_SHARED_EVAL, "checkpoint"})
     if taken:
         raise ConfigError(f"{where}: adaptive.{taken[0]}: set by the helper (from sweep_tokens, sweep_batch)")
-    shared = {"eval_tokens": fields.integer(f"{where}: sweep_tokens", sweep_tokens, lo=1),
-              "batch_size": fields.integer(f"{where}: sweep_batch", sweep_batch, lo=1)}  # fmt: skip
-    sweep = {"loops": fields.int_list(f"{where}: sweep_loops", list(sweep_loops), lo=1), "interaction_loops": [],
-             **shared}  # fmt: skip
+    shared = {
+        "eval_tokens": fields.integer(f"{where}: sweep_tokens", sweep_tokens, lo=1),
+        "batch_size": fields.integer(f"{where}: sweep_batch", sweep_batch, lo=1),
+    }
+    sweep = {
+        "loops": fields.int_list(f"{where}: sweep_loops", list(sweep_loops), lo=1),
+        "interaction_loops": [],
+        **shared,
+    }
     follow = {"depth_sweep": sweep, "adaptive": {**adaptive_spec, **shared}}
     then = ["depth_sweep", "adaptive"]
     base: dict[str, Any] = {"size": size, "tokens": fields.integer(f"{where}: tokens", tokens, lo=1), **train}
@@ -299,13 +307,30 @@ def adaptive_grid(
         base["data"] = data
     grids = []
     if recipes:
-        grids.append(Grid(f"{name}-recipes", base=base, sweep={"recipe": list(recipes), "seed": list(seeds)},
-                          then=then, follow=follow, priority=priority))  # fmt: skip
+        grids.append(
+            Grid(
+                f"{name}-recipes",
+                base=base,
+                sweep={"recipe": list(recipes), "seed": list(seeds)},
+                then=then,
+                follow=follow,
+                priority=priority,
+            )
+        )
     design = {**ADAPTIVE_DESIGNS, **(designs or {})}
     if design["layouts"]:
         design_sweep = {k: v for k, v in sweep.items() if k != "loops"}  # loop_design_grid sets the loops
-        grids += loop_design_grid(**design, tokens=tokens, seeds=seeds, name=f"{name}-designs", data=data,
-                                  size=size, sweep_factor=design_sweep_factor, then=then,
-                                  follow={"depth_sweep": design_sweep, "adaptive": follow["adaptive"]},
-                                  priority=priority, **train)  # fmt: skip
+        grids += loop_design_grid(
+            **design,
+            tokens=tokens,
+            seeds=seeds,
+            name=f"{name}-designs",
+            data=data,
+            size=size,
+            sweep_factor=design_sweep_factor,
+            then=then,
+            follow={"depth_sweep": design_sweep, "adaptive": follow["adaptive"]},
+            priority=priority,
+            **train,
+        )
     return grids

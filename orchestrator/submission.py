@@ -69,7 +69,7 @@ def planned(
         return [(None, None)] * len(plans)
     try:
         estimates = estimate(eng, plans)
-    except Exception:  # noqa: BLE001 - an estimate is advice: it never fails a submission
+    except Exception:  # an estimate is advice: it never fails a submission
         log.warning("no plan estimates for this submission", exc_info=True)
         return [(None, None)] * len(plans)
     return [(s, src) if s is not None else (None, None) for s, src in estimates]

@@ -47,14 +47,18 @@ if TYPE_CHECKING:
     from workers.jobs import JobRegistry
 
 log = logging.getLogger("looplab.task")
-OOM_ADVICE = ("CUDA out of memory: the job did not fit on its GPU. Lower micro_batch_size (sequences per "
-              "forward: the same run, its gradient accumulated over more forwards), or give it a whole GPU "
-              "(resources num_gpus=1); batch_size, seq_len or the model size change the run. "
-              "Traceback follows.\n")  # fmt: skip
-DISK_FULL_ADVICE = ("No space left on device: the job stopped. Its last complete checkpoint is kept (a checkpoint "
-                    "is written to a temporary file and renamed, so a partial one is never read) and a retry "
-                    "resumes from it: free space on the artifact directory's volume, then `looplab retry {job}` "
-                    "if its attempts are used up. Traceback follows.\n")  # fmt: skip
+OOM_ADVICE = (
+    "CUDA out of memory: the job did not fit on its GPU. Lower micro_batch_size (sequences per "
+    "forward: the same run, its gradient accumulated over more forwards), or give it a whole GPU "
+    "(resources num_gpus=1); batch_size, seq_len or the model size change the run. "
+    "Traceback follows.\n"
+)
+DISK_FULL_ADVICE = (
+    "No space left on device: the job stopped. Its last complete checkpoint is kept (a checkpoint "
+    "is written to a temporary file and renamed, so a partial one is never read) and a retry "
+    "resumes from it: free space on the artifact directory's volume, then `looplab retry {job}` "
+    "if its attempts are used up. Traceback follows.\n"
+)
 
 
 @ray.remote(num_cpus=0)
@@ -165,8 +169,9 @@ class QueueReporter(BaseReporter):
     SPOOL = MetricSpool.NAME
     DRIVER_LOST_S = 30.0
 
-    def __init__(self, job_id: int, sink: Any, artifact_dir: str | Path | None = None,
-                 flush_s: float = 0.5) -> None:  # fmt: skip
+    def __init__(
+        self, job_id: int, sink: Any, artifact_dir: str | Path | None = None, flush_s: float = 0.5
+    ) -> None:
         self.job_id, self.sink, self.flush_s = job_id, sink, flush_s
         self._buf: list[Event] = []
         self._lock = threading.Lock()  # guards the buffer
@@ -191,9 +196,12 @@ class QueueReporter(BaseReporter):
     def _spool_note(self, spooled: bool) -> dict[str, str]:
         if spooled:
             return {"level": "INFO", "message": f"the spool {self._spool.path} takes points again"}
-        return {"level": "WARNING", "message": f"no space left for the spool {self._spool.path}: points still go "
-                "to the driver, but a kill before they are stored would lose them (the checkpoint, on the same "
-                "disk, will fail too: the job then stops at its last good checkpoint)"}  # fmt: skip
+        return {
+            "level": "WARNING",
+            "message": f"no space left for the spool {self._spool.path}: points still go "
+            "to the driver, but a kill before they are stored would lose them (the checkpoint, on the same "
+            "disk, will fail too: the job then stops at its last good checkpoint)",
+        }
 
     def _ship(self, batch: list[Event]) -> bool:
         """Hand a batch to the driver's sink; returns the job's stop flag."""
@@ -263,8 +271,9 @@ def _load_kinds(ref: Any) -> JobRegistry:
     return ref
 
 
-def launch(job_id: int, kind: str, spec: dict, artifact_dir: str, sink: Any, kinds: JobRegistry,
-           request: Request) -> Any:  # fmt: skip
+def launch(
+    job_id: int, kind: str, spec: dict, artifact_dir: str, sink: Any, kinds: JobRegistry, request: Request
+) -> Any:
     """Start job `job_id` with the resources the admission booked (`request`); returns the Ray ref of
     its outcome dict. ConfigError for a gang of a kind that cannot run on several workers."""
     if request.workers == 1:
@@ -272,8 +281,10 @@ def launch(job_id: int, kind: str, spec: dict, artifact_dir: str, sink: Any, kin
             job_id, kind, spec, artifact_dir, sink, kinds_ref(kinds)
         )
     if kind != TRAIN:
-        raise ConfigError(f"resources.workers: {request.workers}: only {TRAIN} jobs run on several workers, "
-                          f"not {kind}; give it workers 1")  # fmt: skip
+        raise ConfigError(
+            f"resources.workers: {request.workers}: only {TRAIN} jobs run on several workers, "
+            f"not {kind}; give it workers 1"
+        )
     # on the driver's node: Ray Train's controller runs beside its host, and their placement group lives
     # until the driver ends; were the host's node lost while the driver lives, the group would hold the
     # workers' resources the admission believes free (see `sink_on_this_node` for the same reasoning)
@@ -283,8 +294,9 @@ def launch(job_id: int, kind: str, spec: dict, artifact_dir: str, sink: Any, kin
 
 
 @ray.remote(max_retries=0, num_cpus=0, num_gpus=0)
-def execute_gang(job_id: int, spec: dict, artifact_dir: str, sink: Any, workers: int, cpus: float,
-                 gpus: float) -> dict:  # fmt: skip
+def execute_gang(
+    job_id: int, spec: dict, artifact_dir: str, sink: Any, workers: int, cpus: float, gpus: float
+) -> dict:
     """Runs train job `job_id` on `workers` Ray Train workers of `cpus` CPUs and `gpus` GPUs each (this
     task holds nothing: see the module docstring). Never raises: the outcome is a dict the driver
     records; a rank that died (killed, its node lost) interrupts the attempt, as a lost node does."""
@@ -303,7 +315,7 @@ def execute_gang(job_id: int, spec: dict, artifact_dir: str, sink: Any, workers:
             out = {"outcome": AttemptOutcome.SUCCEEDED, "summary": ranks["summary"]}
     except WorkerLost as e:
         out = {"outcome": AttemptOutcome.INTERRUPTED, "error": f"Ray Train worker lost: {e}"}
-    except BaseException:  # noqa: BLE001 - every failure is recorded, the queue goes on
+    except BaseException:  # every failure is recorded, the queue goes on
         out = {"outcome": AttemptOutcome.FAILED, "error": traceback.format_exc()}
     try:
         rep.close()
@@ -339,7 +351,7 @@ def execute_job(job_id: int, kind: str, spec: dict, artifact_dir: str, sink: Any
         out = {"outcome": AttemptOutcome.SUCCEEDED, "summary": summary}
     except (JobInterrupted, KeyboardInterrupt):
         out = {"outcome": AttemptOutcome.INTERRUPTED, "error": None}
-    except BaseException as e:  # noqa: BLE001 - every failure is recorded, the queue goes on
+    except BaseException as e:  # every failure is recorded, the queue goes on
         tb = traceback.format_exc()
         oom = type(e).__name__ == "OutOfMemoryError" or "CUDA out of memory" in str(e)
         full = _disk_full(e)

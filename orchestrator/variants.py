@@ -36,9 +36,17 @@ LABEL_MAX = 200  # jobs.variant_label is String(200)
 LABEL_SEPARATOR = " · "
 # Columns of `jobs` filled from `model.counts.arch_summary` (the contract's names, one for one).
 ARCH_COLUMNS = (
-    "n_prelude", "n_recurrent", "n_coda", "effective_depth", "d_model", "injection", "n_params", "n_once",
-    "n_rec", "flops_per_token",
-)  # fmt: skip
+    "n_prelude",
+    "n_recurrent",
+    "n_coda",
+    "effective_depth",
+    "d_model",
+    "injection",
+    "n_params",
+    "n_once",
+    "n_rec",
+    "flops_per_token",
+)
 # What a training run's variant adds to its architecture's (revision 0010); NULL for a decode bench.
 RUN_COLUMNS = ("global_batch", "vocab_size")
 VARIANT_COLUMNS = (

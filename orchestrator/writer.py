@@ -212,10 +212,14 @@ def _result_problem(table_name: str, row: dict[str, Any]) -> str | None:
     if unknown:
         return f"unknown columns {unknown}"
     missing = sorted(
-        c.name for c in table.c
-        if not c.nullable and c.default is None and c.autoincrement is not True and row.get(c.name) is None
+        c.name
+        for c in table.c
+        if not c.nullable
+        and c.default is None
+        and c.autoincrement is not True
+        and row.get(c.name) is None
         and not (c.primary_key and c.name == "id")
-    )  # fmt: skip
+    )
     if missing:
         return f"missing columns {missing}"
     odd = sorted(k for k, v in row.items() if v is not None and not isinstance(v, str | Real))
@@ -244,8 +248,12 @@ def _log_dropped(conn: Connection, job_id: int, attempt_n: int, event: Event, re
 
 def _write_job(eng: Engine, conn: Connection, job_id: int, attempt_n: int, events: list[Event]) -> None:
     if not jobqueue.hold(conn, job_id, attempt_n):
-        log.warning("job %s: %d event(s) of attempt %s dropped: the attempt no longer owns the job",
-                    job_id, len(events), attempt_n)  # fmt: skip
+        log.warning(
+            "job %s: %d event(s) of attempt %s dropped: the attempt no longer owns the job",
+            job_id,
+            len(events),
+            attempt_n,
+        )
         return
     metrics: list[dict[str, Any]] = []
     live: dict[str, Any] = {}  # the job's live columns, the last value of the batch winning
@@ -260,8 +268,16 @@ def _write_job(eng: Engine, conn: Connection, job_id: int, attempt_n: int, event
         p = event.payload
         match kind:
             case EventKind.METRIC:
-                metrics.append({"job_id": job_id, "key": p["key"], "step": p["step"], "value": p["value"],
-                                "tokens": p.get("tokens"), "wall_s": p.get("wall_s")})  # fmt: skip
+                metrics.append(
+                    {
+                        "job_id": job_id,
+                        "key": p["key"],
+                        "step": p["step"],
+                        "value": p["value"],
+                        "tokens": p.get("tokens"),
+                        "wall_s": p.get("wall_s"),
+                    }
+                )
             case EventKind.PROGRESS:
                 live.update(progress_done=p["done"], progress_total=p["total"], eta_s=p.get("eta_s"))
             case EventKind.HEARTBEAT:  # the writer's clock: recovery compares with the drivers' clocks,
@@ -272,9 +288,14 @@ def _write_job(eng: Engine, conn: Connection, job_id: int, attempt_n: int, event
                 jobqueue.record_started(conn, job_id, attempt_n, p["worker"], p.get("gpu_ids"))
             case EventKind.LOG:
                 conn.execute(
-                    LOGS.insert().values(job_id=job_id, attempt=attempt_n, ts=event.ts,
-                                         level=str(p.get("level", "INFO")), message=str(p["message"]))
-                )  # fmt: skip
+                    LOGS.insert().values(
+                        job_id=job_id,
+                        attempt=attempt_n,
+                        ts=event.ts,
+                        level=str(p.get("level", "INFO")),
+                        message=str(p["message"]),
+                    )
+                )
             case EventKind.RESUMED:
                 _upsert_metrics(eng, conn, job_id, metrics)
                 metrics = []
@@ -314,10 +335,14 @@ def _upsert_metrics(eng: Engine, conn: Connection, job_id: int, rows: list[dict[
     by_key: dict[str, dict[int, dict[str, Any]]] = {}
     for r in rows:
         by_key.setdefault(r["key"], {})[r["step"]] = r
-    stored = {key: (step, points) for key, step, points in conn.execute(
-        sa.select(LATEST.c.key, LATEST.c.step, LATEST.c.points)
-        .where(LATEST.c.job_id == job_id, LATEST.c.key.in_(list(by_key)))
-    )}  # fmt: skip
+    stored = {
+        key: (step, points)
+        for key, step, points in conn.execute(
+            sa.select(LATEST.c.key, LATEST.c.step, LATEST.c.points).where(
+                LATEST.c.job_id == job_id, LATEST.c.key.in_(list(by_key))
+            )
+        )
+    }
     points: list[dict[str, Any]] = []
     latest: list[dict[str, Any]] = []
     shifted: list[str] = []
@@ -367,9 +392,10 @@ def _any_new(conn: Connection, job_id: int, key: str, steps: list[int]) -> bool:
     for i in range(0, len(steps), _CHUNK):
         chunk = steps[i : i + _CHUNK]
         found = conn.execute(
-            sa.select(sa.func.count()).where(METRICS.c.job_id == job_id, METRICS.c.key == key,
-                                             METRICS.c.step.in_(chunk))
-        ).scalar_one()  # fmt: skip
+            sa.select(sa.func.count()).where(
+                METRICS.c.job_id == job_id, METRICS.c.key == key, METRICS.c.step.in_(chunk)
+            )
+        ).scalar_one()
         if found < len(chunk):
             return True
     return False
@@ -435,9 +461,9 @@ def _latest_from_points(conn: Connection, job_id: int | None, keys: list[str] | 
 def _truncate_curves(conn: Connection, job_id: int, step: int) -> None:
     """A resumed attempt: delete job `job_id`'s points after `step` (it reports them again) and point
     the `latest_metrics` rows of the cut curves at what is left (none for a curve with nothing left)."""
-    cut = list(conn.execute(
-        sa.select(LATEST.c.key).where(LATEST.c.job_id == job_id, LATEST.c.step > step)
-    ).scalars())  # fmt: skip
+    cut = list(
+        conn.execute(sa.select(LATEST.c.key).where(LATEST.c.job_id == job_id, LATEST.c.step > step)).scalars()
+    )
     conn.execute(METRICS.delete().where(METRICS.c.job_id == job_id, METRICS.c.step > step))
     if cut:  # their rows go, and come back for the curves that keep points
         conn.execute(LATEST.delete().where(LATEST.c.job_id == job_id, LATEST.c.key.in_(cut)))

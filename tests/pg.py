@@ -268,8 +268,10 @@ def snapshot(url: str) -> object:
         insp = sa.inspect(raw)
         tables = sorted(insp.get_table_names())
         with raw.connect() as conn:
-            rows = {t: sorted(map(tuple, conn.exec_driver_sql(f'SELECT * FROM "{t}"').all()), key=repr)
-                    for t in tables}  # fmt: skip
+            rows = {
+                t: sorted(map(tuple, conn.exec_driver_sql(f'SELECT * FROM "{t}"').all()), key=repr)
+                for t in tables
+            }
         return tables, sorted(insp.get_view_names()), rows
     finally:
         raw.dispose()

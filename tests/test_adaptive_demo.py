@@ -21,16 +21,27 @@ def demo(tmp_path_factory, looplab_cache):
     work = tmp_path_factory.mktemp("adaptive_demo")
     db = work / "looplab.db"
     env = {**os.environ, "LOOPLAB_CACHE": str(looplab_cache), "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([*LOOPLAB, "--db", str(db), "demo", "--study", "adaptive", "--fast"], cwd=work, env=env,
-                         capture_output=True, text=True, timeout=1200)  # fmt: skip
+    out = subprocess.run(
+        [*LOOPLAB, "--db", str(db), "demo", "--study", "adaptive", "--fast"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return db, out.stdout, env
 
 
 def sql(demo, query: str) -> list[dict]:
     db, _, env = demo
-    out = subprocess.run([*LOOPLAB, "--db", str(db), "sql", "--json", query], env=env, capture_output=True,
-                         text=True, timeout=120)  # fmt: skip
+    out = subprocess.run(
+        [*LOOPLAB, "--db", str(db), "sql", "--json", query],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
 

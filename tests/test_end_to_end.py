@@ -23,18 +23,28 @@ LOOPLAB = [sys.executable, "-m", "orchestrator.cli"]
 def demo_db(tmp_path_factory, looplab_cache):
     work = tmp_path_factory.mktemp("demo")
     db = work / "looplab.db"
-    env = {**os.environ, "LOOPLAB_CACHE": str(looplab_cache), "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": str(ROOT)}  # fmt: skip
-    out = subprocess.run([*LOOPLAB, "--db", str(db), "demo", "--fast"], cwd=work, env=env,
-                         capture_output=True, text=True, timeout=600)  # fmt: skip
+    env = {**os.environ, "LOOPLAB_CACHE": str(looplab_cache), "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [*LOOPLAB, "--db", str(db), "demo", "--fast"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return db, out.stdout, env
 
 
 def sql(demo_db, query: str) -> list[dict]:
     db, _, env = demo_db
-    out = subprocess.run([*LOOPLAB, "--db", str(db), "sql", "--json", query], env=env,
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    out = subprocess.run(
+        [*LOOPLAB, "--db", str(db), "sql", "--json", query],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
 
@@ -65,7 +75,9 @@ def test_every_job_succeeded_and_results_are_in_the_views(demo_db):
         demo_db, "SELECT DISTINCT recipe, loop_sampler, loops FROM jobs WHERE kind != 'decode_bench'"
     )
     assert {(r["recipe"], r["loop_sampler"], r["loops"]) for r in looping} == {
-        ("lean", "fixed", 4), ("parcae", "poisson_seq", 8)}  # fmt: skip
+        ("lean", "fixed", 4),
+        ("parcae", "poisson_seq", 8),
+    }
 
     depth = sql(demo_db, "SELECT recipe, loops, val_loss FROM depth ORDER BY recipe, loops")
     assert {r["loops"] for r in depth} == {1, 2, 4, 8}
@@ -78,9 +90,12 @@ def test_every_job_succeeded_and_results_are_in_the_views(demo_db):
 
 
 def test_iso_time_budget_resolved_from_the_reference_run(demo_db):
-    rows = sql(demo_db, "SELECT j.id, j.budget_time_s, t.train_seconds, t.time_budget_s "
-                        "FROM jobs j JOIN train_results t ON t.job_id = j.id "
-                        "WHERE j.budget_time_s IS NOT NULL")  # fmt: skip
+    rows = sql(
+        demo_db,
+        "SELECT j.id, j.budget_time_s, t.train_seconds, t.time_budget_s "
+        "FROM jobs j JOIN train_results t ON t.job_id = j.id "
+        "WHERE j.budget_time_s IS NOT NULL",
+    )
     assert len(rows) == 1
     ref = sql(demo_db, "SELECT train_seconds FROM runs WHERE recipe = 'lean' AND seed = 0")[0]
     assert rows[0]["budget_time_s"] == pytest.approx(ref["train_seconds"])

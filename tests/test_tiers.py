@@ -19,8 +19,25 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_a_module_with_a_module_fixture_runs_on_one_worker():
     # test_init.py: 3 of its tests share a module-scoped model; the rest and test_stats.py are ungrouped
     files = ["tests/model/test_init.py", "tests/analysis/test_stats.py"]
-    out = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-v", "-p", "no:cacheprovider",
-                          *files], cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-n",
+            "2",
+            "--dist",
+            "loadgroup",
+            "-v",
+            "-p",
+            "no:cacheprovider",
+            *files,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stdout[-3000:]
     workers = defaultdict(set)  # the nodeid of a grouped test ends "@<its group>"
     for worker, nodeid in re.findall(r"\[(gw\d)\] \[ *\d+%\] PASSED (\S+)", out.stdout):

@@ -42,8 +42,12 @@ from workers.train_spec import EVAL_H0_SEED
 
 RULE_NAMES = ("state", "kl", "entropy", "argmax")  # model.exits.RULES (torch-free here)
 STRATEGY_NAMES = ("per_round", "latest", "first", "last_m")  # model.kv_cache.KV_STRATEGIES
-DEFAULT_RULES = {"state": [0.01, 0.03, 0.1], "kl": [0.001, 0.01, 0.05], "entropy": [0.01, 0.05, 0.2],
-                 "argmax": [1, 2, 3]}  # fmt: skip
+DEFAULT_RULES = {
+    "state": [0.01, 0.03, 0.1],
+    "kl": [0.001, 0.01, 0.05],
+    "entropy": [0.01, 0.05, 0.2],
+    "argmax": [1, 2, 3],
+}
 FIXED = "fixed"  # the rule name of the fixed-depth cells
 POSITION_BINS = 8
 LOSS_EDGES = (0.0, 0.5, 1.0, 2.0, 4.0, math.inf)  # nats, of the token's fixed-depth loss
@@ -217,8 +221,9 @@ class ExitLM:
         from model.exits import exit_forward
 
         fixed = None if self.rule is not None else torch.full(idx.shape, self.max_rounds, device=idx.device)
-        return exit_forward(self.model, idx, self.rule, h0_seed=h0_seed, exits=fixed,
-                            max_rounds=self.max_rounds, stop=True)  # fmt: skip
+        return exit_forward(
+            self.model, idx, self.rule, h0_seed=h0_seed, exits=fixed, max_rounds=self.max_rounds, stop=True
+        )
 
     def __call__(self, idx, loops=None, h0_seed: int = 0):
         from model.looped import LMOutput
@@ -255,8 +260,13 @@ def _evaluate(lm: ExitLM, chunks, spec: Spec, device, token_bytes, hardness, tic
             for (b, r), k in zip(pairs.t().tolist(), counts.tolist()):
                 hist[split][(b, r)] = hist[split].get((b, r), 0) + k
         tick()
-    return {"loss": total / n, "bpb": total / n / math.log(2) * n / max(1, n_bytes), "tokens": n,
-            "mean_rounds": rounds_sum / n, "hist": hist}  # fmt: skip
+    return {
+        "loss": total / n,
+        "bpb": total / n / math.log(2) * n / max(1, n_bytes),
+        "tokens": n,
+        "mean_rounds": rounds_sum / n,
+        "hist": hist,
+    }
 
 
 def _hardness(model, chunks, spec: Spec, device, max_rounds: int, tick) -> list:
@@ -286,8 +296,17 @@ def _hist_rows(key: str, hist: dict, seq_len: int) -> list[dict[str, Any]]:
                 lo, hi = b * seq_len / POSITION_BINS, (b + 1) * seq_len / POSITION_BINS
             else:
                 lo, hi = LOSS_EDGES[b], LOSS_EDGES[b + 1]
-            rows.append({"config": key, "split": split, "bucket": b, "bucket_lo": lo, "bucket_hi": hi,
-                         "round": r, "count": k})  # fmt: skip
+            rows.append(
+                {
+                    "config": key,
+                    "split": split,
+                    "bucket": b,
+                    "bucket_lo": lo,
+                    "bucket_hi": hi,
+                    "round": r,
+                    "count": k,
+                }
+            )
     return rows
 
 
@@ -315,8 +334,9 @@ def run(spec: Spec, reporter, artifact_dir: str | Path | None) -> dict[str, Any]
     model, cfg, train_spec = load_model(spec.checkpoint, device)
     R = cfg.loops if spec.max_rounds is None else spec.max_rounds
     if R < spec.min_rounds:
-        raise ConfigError(f"max_rounds: the trained loop count {R} is below min_rounds {spec.min_rounds}; "
-                          "give max_rounds")  # fmt: skip
+        raise ConfigError(
+            f"max_rounds: the trained loop count {R} is below min_rounds {spec.min_rounds}; give max_rounds"
+        )
     seq = cfg.seq_len
     if spec.decode_steps and spec.decode_prompt + spec.decode_warmup + spec.decode_steps > seq:
         raise ConfigError(
@@ -357,8 +377,9 @@ def run(spec: Spec, reporter, artifact_dir: str | Path | None) -> dict[str, Any]
         _emit(reporter, out, "adaptive_exit_rounds", _hist_rows(cell.key, r["hist"], cfg.seq_len))
         for name, (task_items, category) in items.items():
             if (fn, name) not in scored:
-                scorer = LoopedScorer(lm, tokenizer, loops=R, h0_seed=spec.h0_seed, batch_size=spec.batch_size,
-                                      device=device)  # fmt: skip
+                scorer = LoopedScorer(
+                    lm, tokenizer, loops=R, h0_seed=spec.h0_seed, batch_size=spec.batch_size, device=device
+                )
                 scored[(fn, name)] = subset_rows(score_items(task_items, scorer.loglikelihood))
             rows = [
                 {"config": cell.key, "task": name, "category": category, **row} for row in scored[(fn, name)]
@@ -418,15 +439,25 @@ def _eval_row(cell: Cell, r: dict, view_cfg, cfg, spec: Spec, R: int) -> dict[st
         cfg, seq, 1, cell.strategy, R, cell.m, dtype=KV_DTYPE, exit_share=share
     )
     return {
-        "config": cell.key, "rule": FIXED if cell.rule is None else cell.rule.rule,
-        "threshold": None if cell.rule is None else cell.rule.threshold, "kv_strategy": cell.strategy,
-        "kv_m": cell.m, "min_rounds": spec.min_rounds, "max_rounds": R,
-        "changes_function": cell.strategy in CHANGES_FUNCTION, "val_loss": r["loss"], "val_bpb": r["bpb"],
-        "tokens": r["tokens"], "mean_rounds": r["mean_rounds"], "equivalent_rounds": eq,
-        "forward_flops_per_token": spent, "rule_flops_per_token": rule_flops,
-        "fixed_flops_per_token": fixed_depth_flops(cfg, R, seq), "kv_mib": allocated / 2**20,
+        "config": cell.key,
+        "rule": FIXED if cell.rule is None else cell.rule.rule,
+        "threshold": None if cell.rule is None else cell.rule.threshold,
+        "kv_strategy": cell.strategy,
+        "kv_m": cell.m,
+        "min_rounds": spec.min_rounds,
+        "max_rounds": R,
+        "changes_function": cell.strategy in CHANGES_FUNCTION,
+        "val_loss": r["loss"],
+        "val_bpb": r["bpb"],
+        "tokens": r["tokens"],
+        "mean_rounds": r["mean_rounds"],
+        "equivalent_rounds": eq,
+        "forward_flops_per_token": spent,
+        "rule_flops_per_token": rule_flops,
+        "fixed_flops_per_token": fixed_depth_flops(cfg, R, seq),
+        "kv_mib": allocated / 2**20,
         "kv_mib_needed": needed / 2**20,
-    }  # fmt: skip
+    }
 
 
 def default_out(checkpoint: str) -> Path:
@@ -445,8 +476,14 @@ def _task_items(spec: Spec, task_dir: Path) -> dict[str, tuple[list, str | None]
     """{task name: (items, category)} of the spec's tasks (generated into `task_dir`, or files)."""
     from workers import eval as eval_job
 
-    espec = eval_job.Spec.from_dict({"tasks": spec.tasks, "n_per_subset": spec.n_per_subset,
-                                     "task_seed": spec.task_seed, "limit": spec.task_limit})  # fmt: skip
+    espec = eval_job.Spec.from_dict(
+        {
+            "tasks": spec.tasks,
+            "n_per_subset": spec.n_per_subset,
+            "task_seed": spec.task_seed,
+            "limit": spec.task_limit,
+        }
+    )
     out = {}
     for entry in espec.tasks:
         name = eval_job.task_name(entry)
@@ -468,24 +505,41 @@ def _decode(view, cfg, cell: Cell, R: int, chunks, spec: Spec, device, fixed_ms:
         for mode in EXIT_MODES:
             key = (cell.strategy_label, batch, mode)
             if key not in fixed_ms:
-                fixed_ms[key] = exit_decode_cell(view, prompt, continuation, None, R, spec.h0_seed, mode,
-                                                 spec.decode_warmup)  # fmt: skip
+                fixed_ms[key] = exit_decode_cell(
+                    view, prompt, continuation, None, R, spec.h0_seed, mode, spec.decode_warmup
+                )
             fixed = fixed_ms[key]
-            got = fixed if cell.rule is None else exit_decode_cell(
-                view, prompt, continuation, cell.rule, R, spec.h0_seed, mode, spec.decode_warmup
-            )  # fmt: skip
+            got = (
+                fixed
+                if cell.rule is None
+                else exit_decode_cell(
+                    view, prompt, continuation, cell.rule, R, spec.h0_seed, mode, spec.decode_warmup
+                )
+            )
             seen = got["exit_rounds"]
             share = {r: seen.count(r) / len(seen) for r in sorted(set(seen))}
-            allocated, needed = kv_strategy_bytes(cfg, P + S, batch, cell.strategy, R, cell.m,
-                                                  dtype=view.wte.weight.dtype, exit_share=share)  # fmt: skip
-            rows.append({
-                "config": cell.key, "batch_size": batch, "mode": mode, "context_len": P + S,
-                "ms_per_token": got["ms_per_token"], "ms_p10": got["ms_p10"], "ms_p90": got["ms_p90"],
-                "tokens_per_s": got["tokens_per_s"], "fixed_ms_per_token": fixed["ms_per_token"],
-                "speedup": fixed["ms_per_token"] / got["ms_per_token"],
-                "mean_exit_round": got["mean_exit_round"], "mean_step_rounds": got["mean_step_rounds"],
-                "kv_mib": allocated / 2**20, "kv_mib_needed": needed / 2**20, "device": device.type,
-            })  # fmt: skip
+            allocated, needed = kv_strategy_bytes(
+                cfg, P + S, batch, cell.strategy, R, cell.m, dtype=view.wte.weight.dtype, exit_share=share
+            )
+            rows.append(
+                {
+                    "config": cell.key,
+                    "batch_size": batch,
+                    "mode": mode,
+                    "context_len": P + S,
+                    "ms_per_token": got["ms_per_token"],
+                    "ms_p10": got["ms_p10"],
+                    "ms_p90": got["ms_p90"],
+                    "tokens_per_s": got["tokens_per_s"],
+                    "fixed_ms_per_token": fixed["ms_per_token"],
+                    "speedup": fixed["ms_per_token"] / got["ms_per_token"],
+                    "mean_exit_round": got["mean_exit_round"],
+                    "mean_step_rounds": got["mean_step_rounds"],
+                    "kv_mib": allocated / 2**20,
+                    "kv_mib_needed": needed / 2**20,
+                    "device": device.type,
+                }
+            )
             tick()
     return rows
 
@@ -495,8 +549,9 @@ def _decode(view, cfg, cell: Cell, R: int, chunks, spec: Spec, device, fixed_ms:
 
 def build_parser() -> SpecParser:
     what = "Loss, compute and decode latency of a trained looped LM with per-token exit rules."
-    return job_parser(Spec, "workers.adaptive", what, out_help="folder for generated task files",
-                      required=("checkpoint",))  # fmt: skip
+    return job_parser(
+        Spec, "workers.adaptive", what, out_help="folder for generated task files", required=("checkpoint",)
+    )
 
 
 def print_table(spec: Spec, out: dict[str, Any], args: Any = None) -> None:
@@ -504,13 +559,16 @@ def print_table(spec: Spec, out: dict[str, Any], args: Any = None) -> None:
     print(f"adaptive compute of {spec.checkpoint} (max {out['max_rounds']} rounds)")
     print(f"{'config':<28} {'val_loss':>9} {'rounds':>7} {'eq_rounds':>9} {'kv_MiB':>7} {'needed':>7}")
     for r in out["adaptive_evals"]:
-        print(f"{r['config']:<28} {r['val_loss']:>9.4f} {r['mean_rounds']:>7.2f} {r['equivalent_rounds']:>9.2f} "
-              f"{r['kv_mib']:>7.3f} {r['kv_mib_needed']:>7.3f}")  # fmt: skip
+        print(
+            f"{r['config']:<28} {r['val_loss']:>9.4f} {r['mean_rounds']:>7.2f} {r['equivalent_rounds']:>9.2f} "
+            f"{r['kv_mib']:>7.3f} {r['kv_mib_needed']:>7.3f}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_standalone(build_parser(), Spec, run, print_table, desc="adaptive", argv=argv,
-                          before=checkpoint_exists)  # fmt: skip
+    return run_standalone(
+        build_parser(), Spec, run, print_table, desc="adaptive", argv=argv, before=checkpoint_exists
+    )
 
 
 if __name__ == "__main__":

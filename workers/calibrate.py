@@ -121,13 +121,17 @@ class Calibration:
         """One line: the device and where the rates come from."""
         name = self.device_name or self.device
         if self.mfu is not None:
-            return (f"{name} by the device table: {self.flops_per_s / self.mfu / 1e12:,.1f} TFLOP/s peak x "
-                    f"MFU {self.mfu:g}, {_gb(self.device_memory_bytes)}, "
-                    f"{(self.memory_bandwidth or 0) / 1e9:,.0f} GB/s")  # fmt: skip
+            return (
+                f"{name} by the device table: {self.flops_per_s / self.mfu / 1e12:,.1f} TFLOP/s peak x "
+                f"MFU {self.mfu:g}, {_gb(self.device_memory_bytes)}, "
+                f"{(self.memory_bandwidth or 0) / 1e9:,.0f} GB/s"
+            )
         top = max(r[1] for r in self.width_rates) if self.width_rates else self.flops_per_s
         when = time.strftime("%Y-%m-%d", time.localtime(self.measured_at)) if self.measured_at else "?"
-        return (f"{name} measured on {self.host or '?'} {when}: up to {top / 1e12:,.3g} TFLOP/s training, "
-                f"{_gb(self.device_memory_bytes)}")  # fmt: skip
+        return (
+            f"{name} measured on {self.host or '?'} {when}: up to {top / 1e12:,.3g} TFLOP/s training, "
+            f"{_gb(self.device_memory_bytes)}"
+        )
 
     # ---- the file
     def to_file(self) -> dict[str, Any]:
@@ -218,8 +222,13 @@ def _width_rates(name: str, v: Any) -> list[list[float]] | None:
             raise ConfigError(
                 f"{name}[{i}]: expected [d_model, training FLOP/s, forward FLOP/s], got {row!r}"
             )
-        out.append([check.integer(f"{name}[{i}][0]", row[0], lo=1), _positive(f"{name}[{i}][1]", row[1]),
-                    _positive_or_none(f"{name}[{i}][2]", row[2])])  # fmt: skip
+        out.append(
+            [
+                check.integer(f"{name}[{i}][0]", row[0], lo=1),
+                _positive(f"{name}[{i}][1]", row[1]),
+                _positive_or_none(f"{name}[{i}][2]", row[2]),
+            ]
+        )
     return out
 
 
@@ -283,18 +292,31 @@ def for_device(key: str, mfu: float | None = None, count: int = 1) -> Calibratio
     count = check.integer("--num-gpus", count, lo=1)
     rate = spec.peak_flops * mfu
     return Calibration(
-        device="cuda", flops_per_s=rate, decode_layer_s=0.0, save_bytes_per_s=DEFAULT_SAVE_BYTES_PER_S,
-        startup_s=DEFAULT_STARTUP_S, forward_flops_per_s=rate, device_name=spec.name,
-        device_memory_bytes=spec.memory_bytes, device_count=count, cpus=CPUS_PER_GPU * count,
-        memory_bandwidth=spec.bandwidth, mfu=mfu,
-    )  # fmt: skip
+        device="cuda",
+        flops_per_s=rate,
+        decode_layer_s=0.0,
+        save_bytes_per_s=DEFAULT_SAVE_BYTES_PER_S,
+        startup_s=DEFAULT_STARTUP_S,
+        forward_flops_per_s=rate,
+        device_name=spec.name,
+        device_memory_bytes=spec.memory_bytes,
+        device_count=count,
+        cpus=CPUS_PER_GPU * count,
+        memory_bandwidth=spec.bandwidth,
+        mfu=mfu,
+    )
 
 
 # ------------------------------------------------------------------------------------------ measuring
 
 
-def measure(device: str = "cpu", threads: int = 1, steps: int = 15, widths: tuple[int, ...] | None = None,
-            startup: bool = True) -> Calibration:  # fmt: skip
+def measure(
+    device: str = "cpu",
+    threads: int = 1,
+    steps: int = 15,
+    widths: tuple[int, ...] | None = None,
+    startup: bool = True,
+) -> Calibration:
     """Measure this machine's `device` ("cpu" or "cuda"; see the module docstring): `steps` timed calls
     of each thing after three untimed ones, on the CPU with `threads` torch threads (a job gets as many
     as its num_cpus). `widths`: on CUDA the widths to measure (default CUDA_WIDTHS, those that fit);
@@ -360,12 +382,25 @@ def measure(device: str = "cpu", threads: int = 1, steps: int = 15, widths: tupl
     startup_s = (subprocess_seconds(_JOB_START) if startup else None) or DEFAULT_STARTUP_S
     tiny = width_rates[0]
     return Calibration(
-        device=dev.type, flops_per_s=tiny[1], decode_layer_s=decode_layer_s, save_bytes_per_s=save_bytes_per_s,
-        startup_s=startup_s, threads=threads, host=socket.gethostname(), measured_at=time.time(),
-        forward_flops_per_s=tiny[2], opt_s_per_param=opt_s_per_param, load=load, width_rates=width_rates,
-        device_name=name, device_memory_bytes=memory, device_count=count, cpus=os.cpu_count(),
-        memory_bandwidth=bandwidth, torch_version=torch.__version__,
-    )  # fmt: skip
+        device=dev.type,
+        flops_per_s=tiny[1],
+        decode_layer_s=decode_layer_s,
+        save_bytes_per_s=save_bytes_per_s,
+        startup_s=startup_s,
+        threads=threads,
+        host=socket.gethostname(),
+        measured_at=time.time(),
+        forward_flops_per_s=tiny[2],
+        opt_s_per_param=opt_s_per_param,
+        load=load,
+        width_rates=width_rates,
+        device_name=name,
+        device_memory_bytes=memory,
+        device_count=count,
+        cpus=os.cpu_count(),
+        memory_bandwidth=bandwidth,
+        torch_version=torch.__version__,
+    )
 
 
 def _width_configs(dev, widths: tuple[int, ...] | None) -> list[tuple[Any, int]]:
@@ -474,8 +509,14 @@ def subprocess_seconds(code: str) -> float | None:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a new local Ray, not a running one
     t0 = time.perf_counter()
     try:
-        subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, timeout=120,
-                       cwd=str(Path(__file__).resolve().parents[1]), env=env)  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-c", code],
+            check=True,
+            capture_output=True,
+            timeout=120,
+            cwd=str(Path(__file__).resolve().parents[1]),
+            env=env,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return time.perf_counter() - t0
@@ -491,10 +532,18 @@ def _gb(n: float | None) -> str:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of `python -m workers.calibrate` and `looplab calibrate` (one definition for both)."""
     p.add_argument("--out", required=True, metavar="FILE", help="the calibration file to write (JSON)")
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
-                   help="what to measure (default: cuda when there is one, else cpu)")  # fmt: skip
-    p.add_argument("--steps", type=int, default=None,
-                   help="timed calls of each measurement (default 15 on the CPU, 10 on CUDA)")  # fmt: skip
+    p.add_argument(
+        "--device",
+        default="auto",
+        choices=["auto", "cpu", "cuda"],
+        help="what to measure (default: cuda when there is one, else cpu)",
+    )
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="timed calls of each measurement (default 15 on the CPU, 10 on CUDA)",
+    )
     p.add_argument("--threads", type=int, default=1, help="CPU: torch threads (a job's num_cpus; default 1)")
 
 
@@ -505,8 +554,9 @@ def cli_calibrate(args: argparse.Namespace) -> int:
     device = args.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    steps = check.integer("--steps", args.steps if args.steps is not None else (10 if device == "cuda" else 15),
-                          lo=1)  # fmt: skip
+    steps = check.integer(
+        "--steps", args.steps if args.steps is not None else (10 if device == "cuda" else 15), lo=1
+    )
     threads = check.integer("--threads", args.threads, lo=1)
     print(f"calibrating {device} ({steps} timed calls each) ...", flush=True)
     cal = measure(device, threads=threads, steps=steps)
@@ -515,9 +565,11 @@ def cli_calibrate(args: argparse.Namespace) -> int:
         print(
             f"  d_model {int(d_model):>5}: {train / 1e12:8.4g} TFLOP/s training, {forward / 1e12:8.4g} forward"
         )
-    print(f"  memory bandwidth {(cal.memory_bandwidth or 0) / 1e9:,.1f} GB/s, checkpoints "
-          f"{cal.save_bytes_per_s / 1e9:,.2f} GB/s, decode {cal.decode_layer_s * 1e6:,.1f} us per layer, "
-          f"start-up {cal.startup_s:.1f} s")  # fmt: skip
+    print(
+        f"  memory bandwidth {(cal.memory_bandwidth or 0) / 1e9:,.1f} GB/s, checkpoints "
+        f"{cal.save_bytes_per_s / 1e9:,.2f} GB/s, decode {cal.decode_layer_s * 1e6:,.1f} us per layer, "
+        f"start-up {cal.startup_s:.1f} s"
+    )
     print(f"{cal.describe()}\nwrote {path} (plan with it anywhere: looplab plan GRIDS --calibration {path})")
     return 0
 

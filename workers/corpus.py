@@ -160,7 +160,7 @@ def row_count(corpus: str) -> int | None:
         try:
             splits = _stream(corpus).info.splits
             return int(splits["train"].num_examples) if splits and "train" in splits else None
-        except Exception:  # noqa: BLE001 - an estimate only: no network, no metadata
+        except Exception:  # an estimate only: no network, no metadata
             return None
     builder, files = _local_files(Path(corpus).expanduser())
     if builder != "parquet":

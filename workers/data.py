@@ -329,7 +329,7 @@ class _Build:
         self.counts = saved.get("counts") or {s: {"tokens": 0, "docs": 0, "bytes": 0} for s in SPLITS}
         self.files = {}
         for s in SPLITS:  # drop whatever was written after the last committed piece
-            f = open(d / f"{s}.bin", "r+b" if (d / f"{s}.bin").exists() else "w+b")  # noqa: SIM115
+            f = open(d / f"{s}.bin", "r+b" if (d / f"{s}.bin").exists() else "w+b")
             f.truncate(self.counts[s]["tokens"] * itemsize)
             f.seek(0, os.SEEK_END)
             self.files[s] = f
@@ -368,8 +368,15 @@ def _write_json(path: Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
-def _build(spec: DataSpec, tok: Tokenizer, d: Path, limit: int | None, reporter: Reporter | None,
-           processes: int, piece_docs: int) -> None:  # fmt: skip
+def _build(
+    spec: DataSpec,
+    tok: Tokenizer,
+    d: Path,
+    limit: int | None,
+    reporter: Reporter | None,
+    processes: int,
+    piece_docs: int,
+) -> None:
     """Tokenize into `d` (resuming from its last committed piece), then write meta.json (complete)."""
     global TOKENIZE_COUNT
     TOKENIZE_COUNT += 1
@@ -524,8 +531,14 @@ def _permutation(seed: int, epoch: int, windows: int) -> np.ndarray:
     return perm
 
 
-def window_offsets(n_tokens: int, batch_size: int, seq_len: int, seed: int, step: int,
-                   sampler: int = SAMPLER_WITH_REPLACEMENT) -> np.ndarray:  # fmt: skip
+def window_offsets(
+    n_tokens: int,
+    batch_size: int,
+    seq_len: int,
+    seed: int,
+    step: int,
+    sampler: int = SAMPLER_WITH_REPLACEMENT,
+) -> np.ndarray:
     """(B,) token offsets of the `seq_len + 1`-token windows of step `step` (row r at index r).
 
     Sampler 1: uniform with replacement, from a generator seeded by (seed, step). Sampler 2: windows
@@ -549,8 +562,15 @@ def window_offsets(n_tokens: int, batch_size: int, seq_len: int, seed: int, step
     return out * seq_len
 
 
-def get_batch(tokens: np.ndarray, batch_size: int, seq_len: int, seed: int, step: int,
-              sampler: int = SAMPLER_WITH_REPLACEMENT, rows=None):  # fmt: skip
+def get_batch(
+    tokens: np.ndarray,
+    batch_size: int,
+    seq_len: int,
+    seed: int,
+    step: int,
+    sampler: int = SAMPLER_WITH_REPLACEMENT,
+    rows=None,
+):
     """The training batch at `step`: the windows `window_offsets` gives, so a resumed run needs no loader
     state. Returns int64 tensors x, y of shape (B, T); with `rows` (global row indices of the batch of
     `batch_size`), just those rows of it, in that order, (len(rows), T): every row's window is a function

@@ -123,8 +123,9 @@ def cost(spec: Spec) -> ForwardCost:
     biggest = max(spec.context_lens), max(spec.batch_sizes)
     memory = {d: decode_memory(cfg, *biggest, d) for d in DEVICE_TYPES}
     applications = cfg.n_prelude + cfg.n_recurrent * cfg.loops + cfg.n_coda
-    return ForwardCost(float(flops), memory, cfg.d_model, n_steps, applications,
-                       {d: tuple(c) for d, c in cells.items()})  # fmt: skip
+    return ForwardCost(
+        float(flops), memory, cfg.d_model, n_steps, applications, {d: tuple(c) for d, c in cells.items()}
+    )
 
 
 def _item_bytes(dtype: str, device_type: str) -> int:
@@ -185,8 +186,9 @@ def time_steps(step: Callable[[int], Any], n: int, warmup: int, sync: Callable[[
 EXIT_MODES = ("masked", "batch_stop")
 
 
-def exit_decode_cell(model, prompt, continuation, rule, max_rounds: int, h0_seed: int, mode: str,
-                     warmup: int) -> dict[str, Any]:  # fmt: skip
+def exit_decode_cell(
+    model, prompt, continuation, rule, max_rounds: int, h0_seed: int, mode: str, warmup: int
+) -> dict[str, Any]:
     """Decode `continuation` (B, S) one token at a time after prefilling `prompt` (B, P), teacher-forced
     (each step is fed the real next token), with exit rule `rule` (None: the fixed depth `max_rounds`)
     on `model` (a `model.exits.kv_view` for a KV strategy). Modes, for the batch's rows that stop at
@@ -226,9 +228,15 @@ def exit_decode_cell(model, prompt, continuation, rule, max_rounds: int, h0_seed
             exit_prefill(model, prompt, cache, rule, stop=stop)
         med, p10, p90 = time_steps(step, steps, warmup, sync)
     exit_rounds = torch.cat(exits).cpu().tolist()
-    return {"ms_per_token": med, "ms_p10": p10, "ms_p90": p90, "tokens_per_s": batch / (med / 1e3),
-            "mean_exit_round": sum(exit_rounds) / len(exit_rounds), "mean_step_rounds": sum(rounds) / len(rounds),
-            "exit_rounds": exit_rounds}  # fmt: skip
+    return {
+        "ms_per_token": med,
+        "ms_p10": p10,
+        "ms_p90": p90,
+        "tokens_per_s": batch / (med / 1e3),
+        "mean_exit_round": sum(exit_rounds) / len(exit_rounds),
+        "mean_step_rounds": sum(rounds) / len(rounds),
+        "exit_rounds": exit_rounds,
+    }
 
 
 def run(spec: Spec, reporter: Reporter, artifact_dir: str | Path | None = None) -> dict[str, Any]:

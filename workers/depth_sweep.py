@@ -210,8 +210,16 @@ def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
         }
         reporter.result("depth_evals", row)
         evals.append(row)
-        geo = loop_geometry(model, chunks, spec.batch_size, device, n, h0_seed=spec.h0_seed, on_batch=tick,
-                            micro_batch_size=spec.micro_batch_size)  # fmt: skip
+        geo = loop_geometry(
+            model,
+            chunks,
+            spec.batch_size,
+            device,
+            n,
+            h0_seed=spec.h0_seed,
+            on_batch=tick,
+            micro_batch_size=spec.micro_batch_size,
+        )
         for i, (rel, angle, var) in enumerate(zip(geo.rel_change, geo.angle, geo.state_var), start=1):
             d = {"loops": n, "round": i, "rel_change": rel, "angle": angle, "state_var": var}
             reporter.result("round_deltas", d)
@@ -222,9 +230,17 @@ def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
         )
         reporter.heartbeat()
     for n in spec.interaction_loops:
-        geo = loop_geometry(model, chunks[:inter_chunks], spec.batch_size, device, n, h0_seed=spec.h0_seed,
-                            interaction_chunks=inter_chunks, on_batch=tick,
-                            micro_batch_size=spec.micro_batch_size)  # fmt: skip
+        geo = loop_geometry(
+            model,
+            chunks[:inter_chunks],
+            spec.batch_size,
+            device,
+            n,
+            h0_seed=spec.h0_seed,
+            interaction_chunks=inter_chunks,
+            on_batch=tick,
+            micro_batch_size=spec.micro_batch_size,
+        )
         for i, row_values in enumerate(geo.interaction or [], start=1):
             for j, value in enumerate(row_values, start=1):
                 if j > i and math.isfinite(value):

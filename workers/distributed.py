@@ -193,8 +193,14 @@ def _environ(values: dict[str, str]) -> Iterator[None]:
                 os.environ[k] = v
 
 
-def fit(spec: dict[str, Any], artifact_dir: str | Path, workers: int, cpus: float, gpus: float,
-        make_reporter: Callable[[], Reporter]) -> dict[str, Any]:  # fmt: skip
+def fit(
+    spec: dict[str, Any],
+    artifact_dir: str | Path,
+    workers: int,
+    cpus: float,
+    gpus: float,
+    make_reporter: Callable[[], Reporter],
+) -> dict[str, Any]:
     """Train `spec` (a canonical train spec dict) on `workers` Ray Train workers of `cpus` CPUs and
     `gpus` GPUs each; returns rank 0's outcome (`run_rank`). `make_reporter` (picklable: it travels to
     the workers) makes rank 0's reporter there. Raises `WorkerLost` when a rank's process died, the
@@ -209,8 +215,13 @@ def fit(spec: dict[str, Any], artifact_dir: str | Path, workers: int, cpus: floa
     use_gpu = gpus > 0
     backend = "nccl" if use_gpu and parsed.device != "cpu" and dist.is_nccl_available() else "gloo"
     bundle = {"CPU": float(cpus), **({"GPU": float(gpus)} if use_gpu else {})}
-    config = {"spec": spec, "artifact_dir": str(artifact_dir), "use_gpu": use_gpu,
-              "threads": max(1, int(cpus)), "make_reporter": make_reporter}  # fmt: skip
+    config = {
+        "spec": spec,
+        "artifact_dir": str(artifact_dir),
+        "use_gpu": use_gpu,
+        "threads": max(1, int(cpus)),
+        "make_reporter": make_reporter,
+    }
     with _environ(RAY_TRAIN_ENV):
         trainer = TorchTrainer(
             train_worker,

@@ -48,8 +48,21 @@ DEFAULT_LOOPS = (1, 2, 4, 8)
 HARNESS_PREFIX = "harness:"
 CATEGORIES = ("knowledge", "reasoning")
 # harness tasks that test what a model knows (the built-in generators are reasoning)
-KNOWLEDGE_TASKS = ("sciq", "arc_easy", "arc_challenge", "openbookqa", "piqa", "hellaswag", "winogrande",
-                   "boolq", "lambada_openai", "lambada_standard", "triviaqa", "commonsense_qa", "mmlu")  # fmt: skip
+KNOWLEDGE_TASKS = (
+    "sciq",
+    "arc_easy",
+    "arc_challenge",
+    "openbookqa",
+    "piqa",
+    "hellaswag",
+    "winogrande",
+    "boolq",
+    "lambada_openai",
+    "lambada_standard",
+    "triviaqa",
+    "commonsense_qa",
+    "mmlu",
+)
 TABLE = "task_scores"
 HEARTBEAT_S = 10.0
 

@@ -39,8 +39,14 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer/tokenizer.json")
 LOOPLAB_CLASS = "looplab.LoopedLM"
 CLASSES = (parcae_io.CLASS_NAME, LOOPLAB_CLASS)
 # What a hub snapshot needs of a model repo (nothing else is downloaded)
-HUB_FILES = [CONFIG, *WEIGHT_FILES, "tokenizer.json", "tokenizer/*", "tokenizer_config.json",
-             "special_tokens_map.json"]  # fmt: skip
+HUB_FILES = [
+    CONFIG,
+    *WEIGHT_FILES,
+    "tokenizer.json",
+    "tokenizer/*",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+]
 LAYOUT = (
     f"a model directory holds {CONFIG}, weights as {' / '.join(WEIGHT_FILES)} and a tokenizer as "
     f"{' or '.join(TOKENIZER_FILES)}"
@@ -98,7 +104,7 @@ def hub_config(source: Source) -> tuple[Path, str]:
 
     try:
         path = Path(hf_hub_download(source.repo, CONFIG, revision=source.revision))
-    except Exception as e:  # noqa: BLE001 - every hub failure becomes one message about the source
+    except Exception as e:  # every hub failure becomes one message about the source
         raise _hub_error(source, CONFIG, e) from e
     return path, path.parent.name  # .../snapshots/<commit>/config.json
 
@@ -114,7 +120,7 @@ def materialise(source: Source, revision: str | None = None) -> Path:
         return Path(
             snapshot_download(source.repo, revision=revision or source.revision, allow_patterns=HUB_FILES)
         )
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise _hub_error(source, "the model's files", e) from e
 
 
@@ -208,8 +214,13 @@ def read_config(directory: Path) -> ModelInfo:
     if cls == LOOPLAB_CLASS:
         from model.config import ModelConfig
 
-        return ModelInfo(ModelConfig.from_dict(raw.get("model_config") or {}), cls, raw.get("recipe"),
-                         raw.get("size"), raw.get("tokenizer"))  # fmt: skip
+        return ModelInfo(
+            ModelConfig.from_dict(raw.get("model_config") or {}),
+            cls,
+            raw.get("recipe"),
+            raw.get("size"),
+            raw.get("tokenizer"),
+        )
     raise ConfigError(f"config._class_name: {cls!r} in {path} is unknown; accepted: {', '.join(CLASSES)}")
 
 
@@ -224,7 +235,7 @@ def read_weights(path: Path) -> dict[str, Any]:
             state = load_file(str(path))
         else:
             state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - a file that does not load is refused by name
+    except Exception as e:  # a file that does not load is refused by name
         first = str(e).splitlines()[0] if str(e) else ""
         raise ConfigError(
             f"weights: {path} does not load as a state dict ({type(e).__name__}: {first})"

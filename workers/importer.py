@@ -168,22 +168,37 @@ def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
         shutil.copyfile(tokenizer, out / "tokenizer.json")
         data["tokenizer"] = str((out / "tokenizer.json").resolve())
     final = out / ckpt.FINAL
-    state = {"model": model.state_dict(), "model_config": info.cfg.to_dict(), "final": True,
-             "spec": {**spec.to_dict(), "data": data, "imported_from": spec.imported_from}}  # fmt: skip
+    state = {
+        "model": model.state_dict(),
+        "model_config": info.cfg.to_dict(),
+        "final": True,
+        "spec": {**spec.to_dict(), "data": data, "imported_from": spec.imported_from},
+    }
     ckpt.save(final, state)
     reporter.checkpoint(str(final), 0)
     n_params = param_count(info.cfg)["total"]
     reporter.log(f"imported {spec.imported_from}: {n_params:,} parameters, {info.layout} layout")
-    return {"checkpoint": str(final), "imported_from": spec.imported_from, "n_params": n_params,
-            "layout": info.layout, "tokenizer": data["tokenizer"]}  # fmt: skip
+    return {
+        "checkpoint": str(final),
+        "imported_from": spec.imported_from,
+        "n_params": n_params,
+        "layout": info.layout,
+        "tokenizer": data["tokenizer"],
+    }
 
 
 def build_parser() -> SpecParser:
     what = (
         "A published checkpoint (hf:ORG/NAME or a local model directory) as a looplab run without training."
     )
-    return job_parser(Spec, "workers.importer", what, out_help="artifact dir to write final.pt into",
-                      out_required=True, required=("source",))  # fmt: skip
+    return job_parser(
+        Spec,
+        "workers.importer",
+        what,
+        out_help="artifact dir to write final.pt into",
+        out_required=True,
+        required=("source",),
+    )
 
 
 def print_table(spec: Spec, out: dict[str, Any], args: Any = None) -> None:

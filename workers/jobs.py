@@ -100,19 +100,37 @@ class Kind:
 KINDS: dict[str, Kind] = {
     "train": Kind("workers.train", arch_keys=MODEL_KEYS, tables=("train_results",), views=("runs", "curves")),
     "import": Kind("workers.importer", arch_keys=MODEL_KEYS, identity_keys=("source", "revision")),
-    "depth_sweep": Kind("workers.depth_sweep", follows=MODEL_SOURCES, about=CHECKPOINT,
-                        tables=("depth_evals", "round_deltas", "round_interactions"),
-                        views=("depth", "geometry", "interactions"), inherits=("batch_size",)),
-    "decode_bench": Kind("workers.decode_bench", follows=MODEL_SOURCES, about=ARCHITECTURE, exclusive=True,
-                         arch_keys=MODEL_KEYS, tables=("decode_benches",), views=("decode",)),
-    "eval": Kind("workers.eval", follows=MODEL_SOURCES, about=CHECKPOINT, tables=("task_scores",),
-                 views=("tasks",)),
-    "adaptive": Kind("workers.adaptive", follows=MODEL_SOURCES, about=CHECKPOINT, exclusive=True,
-                     tables=("adaptive_evals", "adaptive_exit_rounds", "adaptive_task_scores", "adaptive_decodes"),
-                     views=("adaptive", "exit_rounds", "adaptive_tasks", "adaptive_decode")),
+    "depth_sweep": Kind(
+        "workers.depth_sweep",
+        follows=MODEL_SOURCES,
+        about=CHECKPOINT,
+        tables=("depth_evals", "round_deltas", "round_interactions"),
+        views=("depth", "geometry", "interactions"),
+        inherits=("batch_size",),
+    ),
+    "decode_bench": Kind(
+        "workers.decode_bench",
+        follows=MODEL_SOURCES,
+        about=ARCHITECTURE,
+        exclusive=True,
+        arch_keys=MODEL_KEYS,
+        tables=("decode_benches",),
+        views=("decode",),
+    ),
+    "eval": Kind(
+        "workers.eval", follows=MODEL_SOURCES, about=CHECKPOINT, tables=("task_scores",), views=("tasks",)
+    ),
+    "adaptive": Kind(
+        "workers.adaptive",
+        follows=MODEL_SOURCES,
+        about=CHECKPOINT,
+        exclusive=True,
+        tables=("adaptive_evals", "adaptive_exit_rounds", "adaptive_task_scores", "adaptive_decodes"),
+        views=("adaptive", "exit_rounds", "adaptive_tasks", "adaptive_decode"),
+    ),
     # made by the grid for the train jobs that share a corpus and tokenizer (orchestrator/grid.py)
     "prepare": Kind("workers.prepare"),
-}  # fmt: skip
+}
 
 
 class JobRegistry(Protocol):

@@ -197,7 +197,7 @@ class JsonlReporter(BaseReporter):
         import json
 
         self._json = json
-        self._f = open(path, "a", buffering=1)  # noqa: SIM115 - lives as long as the reporter
+        self._f = open(path, "a", buffering=1)  # lives as long as the reporter
         self.inner = inner
 
     def emit(self, event: Event) -> None:

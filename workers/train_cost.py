@@ -95,13 +95,21 @@ def cost(spec: Spec) -> TrainCost:
     eval_tokens = max(1, spec.eval_tokens // seq) * seq
     flops = training_flops(cfg, batch)
     return TrainCost(
-        cfg=cfg, batch=batch, tokens_per_step=tokens_per_step, steps=steps,
+        cfg=cfg,
+        batch=batch,
+        tokens_per_step=tokens_per_step,
+        steps=steps,
         flops_per_token=float(flops.total),
         grad_flops_per_token=float(flops.backward * (1 + 1 / BACKWARD_FACTOR)),
         eval_flops=float(eval_tokens * sum(step_flops(cfg, n).forward for n in counts)),
-        eval_every=spec.eval_every, ckpt_every=spec.ckpt_every, log_every=spec.log_every,
-        log_points=LOG_POINTS, eval_points=3 + len(spec.resolved_eval_loops(cfg)),
+        eval_every=spec.eval_every,
+        ckpt_every=spec.ckpt_every,
+        log_every=spec.log_every,
+        log_points=LOG_POINTS,
+        eval_points=3 + len(spec.resolved_eval_loops(cfg)),
         calib_steps=spec.calib_steps,
-        params=param_count(cfg)["total"], optimizer=spec.optimizer, compile=spec.compile,
+        params=param_count(cfg)["total"],
+        optimizer=spec.optimizer,
+        compile=spec.compile,
         memory={d: training_memory(cfg, batch, d, spec.optimizer) for d in DEVICE_TYPES},
-    )  # fmt: skip
+    )

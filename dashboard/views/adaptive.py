@@ -17,8 +17,10 @@ X_AXES = {
     "mean_rounds": "recurrent rounds per token (mean)",
     "equivalent_rounds": "compute per token, in fixed rounds' worth (the rule's readouts included)",
 }
-CHANGES = ("`first` and `last_m` change the function even without exits (rounds read round 1's keys and "
-           "values): their points are compared with the trained model's fixed depth all the same.")  # fmt: skip
+CHANGES = (
+    "`first` and `last_m` change the function even without exits (rounds read round 1's keys and "
+    "values): their points are compared with the trained model's fixed depth all the same."
+)
 
 
 def _strategy_of(config: str) -> str:
@@ -28,8 +30,12 @@ def _strategy_of(config: str) -> str:
 
 @st.cache_data(ttl=ui.TTL_S, show_spinner=False)
 def _load(url: str, what: str) -> pd.DataFrame:
-    read = {"evals": frames.adaptive, "hist": frames.exit_rounds, "tasks": frames.adaptive_tasks,
-            "decode": frames.adaptive_decodes}  # fmt: skip
+    read = {
+        "evals": frames.adaptive,
+        "hist": frames.exit_rounds,
+        "tasks": frames.adaptive_tasks,
+        "decode": frames.adaptive_decodes,
+    }
     return read[what](url)
 
 
@@ -38,15 +44,25 @@ url = ui.url()
 runs = ui.filter_runs(ui.runs(url))
 evals = variants.with_variants(ui.filter_by_runs(_load(url, "evals"), runs))
 if evals.empty:
-    st.info("No adaptive results yet: attach `then=['adaptive']` to a train grid (or run "
-            "`looplab demo --study adaptive`), or wait for those jobs to finish.")  # fmt: skip
+    st.info(
+        "No adaptive results yet: attach `then=['adaptive']` to a train grid (or run "
+        "`looplab demo --study adaptive`), or wait for those jobs to finish."
+    )
     st.stop()
 depth = ui.filter_by_runs(ui.depth(url), runs)
 noise = stats.noise_floor(comparison.eval_loss_per_run(ui.runs(url), ui.depth(url)))
-threshold = st.sidebar.number_input("Equal-loss threshold without a noise floor", value=adaptive.EQUAL_THRESHOLD,
-                                    min_value=0.0, step=0.005, format="%.3f", key="adaptive_threshold")  # fmt: skip
-st.caption(f"Noise floor: {noise.describe(threshold)}. Equal loss = the difference to the fixed depth at "
-           "max_rounds lies inside that interval (or below it).")  # fmt: skip
+threshold = st.sidebar.number_input(
+    "Equal-loss threshold without a noise floor",
+    value=adaptive.EQUAL_THRESHOLD,
+    min_value=0.0,
+    step=0.005,
+    format="%.3f",
+    key="adaptive_threshold",
+)
+st.caption(
+    f"Noise floor: {noise.describe(threshold)}. Equal loss = the difference to the fixed depth at "
+    "max_rounds lies inside that interval (or below it)."
+)
 
 st.header("Loss vs compute")
 points = adaptive.frontier(evals)
@@ -56,18 +72,29 @@ labels = sorted(points["variant_label"].unique())
 variant = c1.selectbox("Variant", labels, key="adaptive_variant")
 x = c2.selectbox("x axis", list(X_AXES), format_func=X_AXES.get, key="adaptive_x")
 strategies = sorted(points["strategy"].unique())
-shown = c3.multiselect("KV strategies", strategies, default=[s for s in strategies if s == "per_round"] or strategies,
-                       key="adaptive_strategies")  # fmt: skip
+shown = c3.multiselect(
+    "KV strategies",
+    strategies,
+    default=[s for s in strategies if s == "per_round"] or strategies,
+    key="adaptive_strategies",
+)
 mine = points[(points["variant_label"] == variant) & points["strategy"].isin(shown)]
 ref = reference[reference["variant_label"] == variant]
 layers = []
 if not ref.empty:
     ref_base = alt.Chart(ref).encode(x=alt.X("loops:Q", title=X_AXES[x]))
     layers.append(ref_base.mark_area(opacity=0.15, color="#888").encode(y="low:Q", y2="high:Q"))
-    layers.append(ref_base.mark_line(color="#444", strokeDash=[4, 3], point=True).encode(
-        y=alt.Y("val_loss:Q", title="val_loss (mean over seeds)", scale=alt.Scale(zero=False)),
-        tooltip=["loops", alt.Tooltip("val_loss:Q", format=".4f"), alt.Tooltip("band:Q", format=".4f"), "n_seeds"],
-    ))  # fmt: skip
+    layers.append(
+        ref_base.mark_line(color="#444", strokeDash=[4, 3], point=True).encode(
+            y=alt.Y("val_loss:Q", title="val_loss (mean over seeds)", scale=alt.Scale(zero=False)),
+            tooltip=[
+                "loops",
+                alt.Tooltip("val_loss:Q", format=".4f"),
+                alt.Tooltip("band:Q", format=".4f"),
+                "n_seeds",
+            ],
+        )
+    )
 layers.append(
     alt.Chart(mine)
     .mark_line(point=True)
@@ -85,19 +112,23 @@ layers.append(
             alt.Tooltip("mean_rounds:Q", format=".2f"),
             alt.Tooltip("equivalent_rounds:Q", format=".2f"),
             "n_seeds",
-        ],  # fmt: skip
+        ],
     )
 )
 st.altair_chart(alt.layer(*layers).properties(height=420), width="stretch")
-st.caption("Grey dashed: the fixed depth (depth sweep), its band the equal-loss interval; each exit rule a line "
-           "through its thresholds. " + CHANGES)  # fmt: skip
+st.caption(
+    "Grey dashed: the fixed depth (depth sweep), its band the equal-loss interval; each exit rule a line "
+    "through its thresholds. " + CHANGES
+)
 
 st.header("Rounds saved at equal loss")
 saved = adaptive.rounds_saved(evals, depth, noise, threshold)
-st.caption("Per rule and KV strategy, the cheapest threshold at equal loss to the fixed depth max_rounds: "
-           "`rounds_saved` = max_rounds − mean rounds, `compute_saved` the same in FLOPs (the rule's readouts "
-           "charged), `vs_fixed` = the shallowest equal fixed depth − the rule's compute (negative: simply "
-           "running fewer fixed rounds is cheaper).")  # fmt: skip
+st.caption(
+    "Per rule and KV strategy, the cheapest threshold at equal loss to the fixed depth max_rounds: "
+    "`rounds_saved` = max_rounds − mean rounds, `compute_saved` the same in FLOPs (the rule's readouts "
+    "charged), `vs_fixed` = the shallowest equal fixed depth − the rule's compute (negative: simply "
+    "running fewer fixed rounds is cheaper)."
+)
 ui.table(saved.drop(columns=["variant_id"]), key="adaptive_saved")
 
 tasks = ui.filter_by_runs(_load(url, "tasks"), runs)
@@ -106,14 +137,25 @@ if not tasks.empty:
     acc = adaptive.accuracy_frontier(tasks, evals)
     acc = acc[(acc["variant_label"] == variant) & acc["strategy"].isin(shown)]
     st.altair_chart(
-        alt.Chart(acc).mark_line(point=True).encode(
-            x=alt.X(f"{x}:Q", title=X_AXES[x] + " (on validation text)"), y=alt.Y("acc:Q", title="accuracy"),
-            color=ui.color("rule", title="exit rule"), strokeDash=alt.StrokeDash("strategy:N", title="KV strategy"),
+        alt.Chart(acc)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X(f"{x}:Q", title=X_AXES[x] + " (on validation text)"),
+            y=alt.Y("acc:Q", title="accuracy"),
+            color=ui.color("rule", title="exit rule"),
+            strokeDash=alt.StrokeDash("strategy:N", title="KV strategy"),
             column=alt.Column("task:N"),
-            tooltip=["rule", "strategy", "threshold", alt.Tooltip("acc:Q", format=".3f"),
-                     alt.Tooltip("mean_rounds:Q", format=".2f"), "n_seeds"],
-        ).properties(height=260, width=320)
-    )  # fmt: skip
+            tooltip=[
+                "rule",
+                "strategy",
+                "threshold",
+                alt.Tooltip("acc:Q", format=".3f"),
+                alt.Tooltip("mean_rounds:Q", format=".2f"),
+                "n_seeds",
+            ],
+        )
+        .properties(height=260, width=320)
+    )
 
 st.header("Exit rounds")
 hist = ui.filter_by_runs(_load(url, "hist"), runs)
@@ -135,39 +177,77 @@ else:
         h = adaptive.exit_histogram(hist[hist["config"] == config], split)
         h = h[h["variant_label"] == variant]
         column.altair_chart(
-            alt.Chart(h).mark_bar().encode(
-                x=alt.X("bucket_label:N", title=title, sort=None), y=alt.Y("share:Q", title="share of the tokens"),
+            alt.Chart(h)
+            .mark_bar()
+            .encode(
+                x=alt.X("bucket_label:N", title=title, sort=None),
+                y=alt.Y("share:Q", title="share of the tokens"),
                 color=alt.Color("round:O", title="exit round", scale=alt.Scale(scheme="viridis")),
-                tooltip=["bucket_label", "round", "count", alt.Tooltip("share:Q", format=".3f"),
-                         alt.Tooltip("mean_round:Q", format=".2f")],
-            ).properties(height=300, title=f"Exit rounds {title}"),
+                tooltip=[
+                    "bucket_label",
+                    "round",
+                    "count",
+                    alt.Tooltip("share:Q", format=".3f"),
+                    alt.Tooltip("mean_round:Q", format=".2f"),
+                ],
+            )
+            .properties(height=300, title=f"Exit rounds {title}"),
             width="stretch",
-        )  # fmt: skip
+        )
 
 st.header("KV cache vs loss")
 kv = adaptive.kv_table(evals)
-st.caption("KV MiB of one sequence of the model's context in bf16: `kv_mib` what a static cache allocates (equal to "
-           "the buffers allocated), `kv_mib_needed` what the strategy must keep given the exits (`latest` keeps "
-           "only computed rounds). " + CHANGES)  # fmt: skip
+st.caption(
+    "KV MiB of one sequence of the model's context in bf16: `kv_mib` what a static cache allocates (equal to "
+    "the buffers allocated), `kv_mib_needed` what the strategy must keep given the exits (`latest` keeps "
+    "only computed rounds). " + CHANGES
+)
 st.altair_chart(
-    alt.Chart(kv[kv["variant_label"] == variant]).mark_point(filled=True, size=70).encode(
-        x=alt.X("kv_mib_needed:Q", title="KV MiB needed"), y=alt.Y("val_loss:Q", scale=alt.Scale(zero=False)),
-        color=ui.color("strategy", title="KV strategy"), shape="rule:N",
-        tooltip=["strategy", "rule", "threshold", alt.Tooltip("kv_mib:Q", format=".3f"),
-                 alt.Tooltip("kv_mib_needed:Q", format=".3f"), alt.Tooltip("val_loss:Q", format=".4f")],
-    ).properties(height=320),
+    alt.Chart(kv[kv["variant_label"] == variant])
+    .mark_point(filled=True, size=70)
+    .encode(
+        x=alt.X("kv_mib_needed:Q", title="KV MiB needed"),
+        y=alt.Y("val_loss:Q", scale=alt.Scale(zero=False)),
+        color=ui.color("strategy", title="KV strategy"),
+        shape="rule:N",
+        tooltip=[
+            "strategy",
+            "rule",
+            "threshold",
+            alt.Tooltip("kv_mib:Q", format=".3f"),
+            alt.Tooltip("kv_mib_needed:Q", format=".3f"),
+            alt.Tooltip("val_loss:Q", format=".4f"),
+        ],
+    )
+    .properties(height=320),
     width="stretch",
-)  # fmt: skip
+)
 ui.table(kv.drop(columns=["variant_id"]), key="adaptive_kv")
 
 decodes = ui.filter_by_runs(_load(url, "decode"), runs)
 if not decodes.empty:
     st.header("Decoding with exits")
-    st.caption("ms per decode step (one token for every row of the batch) with the exit rule against the fixed "
-               "depth, teacher-forced on validation text. `masked`: every round runs, stopped rows are held (static "
-               "shapes; no time saved); `batch_stop`: a step ends once every row has stopped, so the batch waits "
-               "for its slowest row (`mean_step_rounds`).")  # fmt: skip
-    shown_cols = ["variant_label", "seed", "config", "batch_size", "mode", "ms_per_token", "fixed_ms_per_token",
-                  "speedup", "tokens_per_s", "mean_exit_round", "mean_step_rounds", "kv_mib", "kv_mib_needed",
-                  "device", "concurrent_jobs"]  # fmt: skip
+    st.caption(
+        "ms per decode step (one token for every row of the batch) with the exit rule against the fixed "
+        "depth, teacher-forced on validation text. `masked`: every round runs, stopped rows are held (static "
+        "shapes; no time saved); `batch_stop`: a step ends once every row has stopped, so the batch waits "
+        "for its slowest row (`mean_step_rounds`)."
+    )
+    shown_cols = [
+        "variant_label",
+        "seed",
+        "config",
+        "batch_size",
+        "mode",
+        "ms_per_token",
+        "fixed_ms_per_token",
+        "speedup",
+        "tokens_per_s",
+        "mean_exit_round",
+        "mean_step_rounds",
+        "kv_mib",
+        "kv_mib_needed",
+        "device",
+        "concurrent_jobs",
+    ]
     ui.table(decodes[shown_cols], precision=3, key="adaptive_decode")

@@ -18,11 +18,22 @@ url, all_runs, runs = ui.runs_page("Compare")
 c1, c2, c3 = st.columns(3)
 with c1:
     reference = ui.reference_picker(list(runs["variant_label"]))
-delta = c2.number_input("Difference to resolve δ (loss), for `seeds_needed`", min_value=0.001,
-                        value=comparison.NOISE_THRESHOLD, step=0.005, format="%.3f", key="power_delta")  # fmt: skip
-threshold = c3.number_input("Fallback threshold (loss), only where no interval exists", min_value=0.0,
-                            value=comparison.NOISE_THRESHOLD, step=0.005, format="%.3f",
-                            key="noise_threshold")  # fmt: skip
+delta = c2.number_input(
+    "Difference to resolve δ (loss), for `seeds_needed`",
+    min_value=0.001,
+    value=comparison.NOISE_THRESHOLD,
+    step=0.005,
+    format="%.3f",
+    key="power_delta",
+)
+threshold = c3.number_input(
+    "Fallback threshold (loss), only where no interval exists",
+    min_value=0.0,
+    value=comparison.NOISE_THRESHOLD,
+    step=0.005,
+    format="%.3f",
+    key="noise_threshold",
+)
 
 done = runs[runs["status"] == JobStatus.SUCCEEDED]  # a running or failed run is no result (yet)
 evals = comparison.eval_loss_per_run(done, ui.filter_by_runs(ui.depth(url), done))
@@ -82,10 +93,12 @@ else:
         verdicts = ["better", "worse", "not resolved"]
         base = alt.Chart(shown).encode(y=alt.Y("row:N", title=None, sort=None, axis=alt.Axis(labelLimit=400)))
         bars = base.mark_rule(strokeWidth=3).encode(
-            x=alt.X("ci_low:Q", title=f"diff to {reference} (loss), 95 % interval"), x2="ci_high:Q",
-            color=alt.Color("verdict:N", scale=alt.Scale(domain=verdicts,
-                                                         range=[ui.VERDICT_STROKES[v] for v in verdicts])),
-        )  # fmt: skip
+            x=alt.X("ci_low:Q", title=f"diff to {reference} (loss), 95 % interval"),
+            x2="ci_high:Q",
+            color=alt.Color(
+                "verdict:N", scale=alt.Scale(domain=verdicts, range=[ui.VERDICT_STROKES[v] for v in verdicts])
+            ),
+        )
         dots = base.mark_point(filled=True, color="black").encode(
             x="diff:Q", tooltip=["variant_label", "diff", "ci_low", "ci_high", "method", "n_seeds", "n_ref"]
         )
@@ -111,9 +124,15 @@ else:
     ui.table(fit_table, key="data_fits")
 
 st.header("Iso-FLOP")
-tolerance_pct = st.number_input("Equal compute within (%)", min_value=0.0, max_value=50.0,
-                                value=100 * comparison.FLOP_TOLERANCE, step=1.0, format="%.1f",
-                                key="flop_tolerance")  # fmt: skip
+tolerance_pct = st.number_input(
+    "Equal compute within (%)",
+    min_value=0.0,
+    max_value=50.0,
+    value=100 * comparison.FLOP_TOLERANCE,
+    step=1.0,
+    format="%.1f",
+    key="flop_tolerance",
+)
 tolerance = tolerance_pct / 100
 st.caption(
     "Training FLOPs = FLOPs per token (forward + backward, expected over the loop sampler, padded rounds "
@@ -131,12 +150,18 @@ else:
         ),
         color=ui.color("variant_label", title="variant"),
     )
-    tooltip = ["variant_label", "size", alt.Tooltip("train_flops:Q", format=".3e"),
-               alt.Tooltip("mean:Q", format=".4f"), "n_seeds"]  # fmt: skip
+    tooltip = [
+        "variant_label",
+        "size",
+        alt.Tooltip("train_flops:Q", format=".3e"),
+        alt.Tooltip("mean:Q", format=".4f"),
+        "n_seeds",
+    ]
     chart = ui.mean_with_spread(base, y_title="loss (mean over seeds)", tooltip=tooltip, spread="rule")
     st.altair_chart(chart.properties(height=360), width="stretch")
-    flop_table = comparison.iso_flop_table(evals, reference=reference, tolerance=tolerance, threshold=threshold,
-                                         noise=noise, delta=delta)  # fmt: skip
+    flop_table = comparison.iso_flop_table(
+        evals, reference=reference, tolerance=tolerance, threshold=threshold, noise=noise, delta=delta
+    )
     st.markdown(
         f"**Runs at equal FLOPs: per seed, mean, difference to `{reference}` with its 95 % interval**"
     )
@@ -170,10 +195,12 @@ else:
     ui.table(points, key="by_arch")
 
 st.header("Iso-time")
-st.caption("A run retrained with the wall-clock training time of a reference run (budget `match_time_of`); "
-           "both finished their learning-rate decay, so their final losses compare. At equal worker counts "
-           "the wall seconds are matched, across worker counts the device-seconds (seconds × workers): "
-           "column `matched`.")  # fmt: skip
+st.caption(
+    "A run retrained with the wall-clock training time of a reference run (budget `match_time_of`); "
+    "both finished their learning-rate decay, so their final losses compare. At equal worker counts "
+    "the wall seconds are matched, across worker counts the device-seconds (seconds × workers): "
+    "column `matched`."
+)
 pairs = timing.mark_pairs(comparison.iso_time_pairs(done, threshold=threshold, noise=noise), done)
 if pairs.empty:
     st.info("no iso-time pair yet: submit a train job with budget {'match_time_of': <job id>}")
@@ -181,18 +208,24 @@ else:
     summary = comparison.iso_time_summary(pairs, threshold=threshold, noise=noise, delta=delta)
     ui.table(summary, key="iso_time_summary")
     ui.table(pairs, key="iso_time_pairs")
-    st.caption("`contended`: either run of the pair trained beside another job, so its time is not a "
-               "clean measurement; empty: not recorded.")  # fmt: skip
+    st.caption(
+        "`contended`: either run of the pair trained beside another job, so its time is not a "
+        "clean measurement; empty: not recorded."
+    )
     show_noise_floor()
     ids = tuple(sorted(set(pairs["job_id"]) | set(pairs["ref_job_id"])))
     finished = all_runs.loc[all_runs["status"] == JobStatus.SUCCEEDED, "job_id"]
     wt = curves.wall_time_curves(ui.curves(url, ids, ("val_loss",)), all_runs, finished)
     if not wt.empty:
-        st.markdown("**Validation loss vs training wall time** — intermediate points are *not decayed*; "
-                    "only each finished run's last point is a decayed result.")  # fmt: skip
-        base = alt.Chart(wt).encode(x=alt.X("wall_s:Q", title="training wall time (s)"),
-                                    y=alt.Y("value:Q", title="val_loss", scale=alt.Scale(zero=False)),
-                                    color=ui.color("series"))  # fmt: skip
+        st.markdown(
+            "**Validation loss vs training wall time** — intermediate points are *not decayed*; "
+            "only each finished run's last point is a decayed result."
+        )
+        base = alt.Chart(wt).encode(
+            x=alt.X("wall_s:Q", title="training wall time (s)"),
+            y=alt.Y("value:Q", title="val_loss", scale=alt.Scale(zero=False)),
+            color=ui.color("series"),
+        )
         pts = base.mark_point(filled=True, size=70).encode(
             shape=alt.Shape("point:N", title=None), tooltip=["series", "wall_s", "value", "point"]
         )

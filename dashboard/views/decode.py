@@ -18,9 +18,11 @@ if dec.empty:
     st.stop()
 reference = ui.reference_picker(list(dec["variant_label"]), key="decode_reference")
 table = timing.mark_decode(comparison.decode_table(dec, reference=reference), dec)
-st.caption("ms/token is the median step time (p10–p90 alongside); ratios are to the reference variant at "
-           "the same size, context, batch, device and dtype. `contended`: timed while another job ran on "
-           "the node (not comparable); empty: not recorded.")  # fmt: skip
+st.caption(
+    "ms/token is the median step time (p10–p90 alongside); ratios are to the reference variant at "
+    "the same size, context, batch, device and dtype. `contended`: timed while another job ran on "
+    "the node (not comparable); empty: not recorded."
+)
 if table["contended"].eq(True).any():
     st.warning("Some timings were taken beside other jobs (`contended`): rerun those benches alone.")
 ui.table(table, precision=3, key="decode_table")
@@ -32,7 +34,15 @@ base = alt.Chart(table).encode(
     strokeDash=alt.StrokeDash("batch_size:N", title="batch"),
     tooltip=["variant_label", "context_len", "batch_size", "ms_per_token", "kv_cache_mb", "ms_ratio"],
 )
-c1.altair_chart(base.mark_line(point=True).encode(y=alt.Y("ms_per_token:Q", title="ms / token"))
-                .properties(title="Latency", height=320), width="stretch")  # fmt: skip
-c2.altair_chart(base.mark_line(point=True).encode(y=alt.Y("kv_cache_mb:Q", title="KV cache (MB)"))
-                .properties(title="KV cache", height=320), width="stretch")  # fmt: skip
+c1.altair_chart(
+    base.mark_line(point=True)
+    .encode(y=alt.Y("ms_per_token:Q", title="ms / token"))
+    .properties(title="Latency", height=320),
+    width="stretch",
+)
+c2.altair_chart(
+    base.mark_line(point=True)
+    .encode(y=alt.Y("kv_cache_mb:Q", title="KV cache (MB)"))
+    .properties(title="KV cache", height=320),
+    width="stretch",
+)

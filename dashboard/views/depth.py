@@ -23,8 +23,10 @@ st.header("Validation loss vs loops")
 imported = "imported_from" in depth and depth["imported_from"].notna().any()
 value = "val_bpb" if imported else "val_loss"
 if imported:
-    st.caption("Imported models use their own tokenizer, so the losses are in bits per byte (val_bpb) of the "
-               "same validation text, re-tokenized for each model.")  # fmt: skip
+    st.caption(
+        "Imported models use their own tokenizer, so the losses are in bits per byte (val_bpb) of the "
+        "same validation text, re-tokenized for each model."
+    )
 by_loops = curves.depth_curves(depth, value)
 c1, c2 = st.columns(2)
 x_options = [x for x in X_AXES if by_loops[x].notna().any()]
@@ -37,8 +39,15 @@ base = alt.Chart(by_loops).encode(
     color=ui.color(color, numeric_color, title=variants.ARCH_LABELS.get(color, color)),
     detail="variant_label:N",  # one line per variant, whatever the colour
 )
-tooltip = ["variant_label", "size", "loops", x, alt.Tooltip("mean:Q", format=".4f"),
-           alt.Tooltip("std:Q", format=".4f"), "n_seeds"]  # fmt: skip
+tooltip = [
+    "variant_label",
+    "size",
+    "loops",
+    x,
+    alt.Tooltip("mean:Q", format=".4f"),
+    alt.Tooltip("std:Q", format=".4f"),
+    "n_seeds",
+]
 chart = ui.mean_with_spread(base, y_title=f"{value} (mean over seeds)", tooltip=tooltip)
 st.altair_chart(chart.properties(height=400), width="stretch")
 ui.table(curves.depth_wide(by_loops), key="depth_wide")
@@ -49,13 +58,20 @@ if deltas.empty:
     st.caption("no per-round measurements yet")
 else:
     counts = sorted(deltas["loops"].unique())
-    loops = st.selectbox("Forward pass with", counts, index=len(counts) - 1, key="delta_loops",
-                         format_func=lambda n: f"{n} loops")  # fmt: skip
+    loops = st.selectbox(
+        "Forward pass with",
+        counts,
+        index=len(counts) - 1,
+        key="delta_loops",
+        format_func=lambda n: f"{n} loops",
+    )
     rd = curves.round_delta_curves(deltas, loops=loops)
     first, rest = curves.split_first_round(rd)
-    st.caption("‖h_t − h_{t−1}‖ / ‖h_{t−1}‖ per round, mean over seeds. Round 1 is the change from the random "
-               "initial state h0 — set by h0's scale, often ten times the later rounds — so it has its own "
-               "panel and the later rounds their own scale.")  # fmt: skip
+    st.caption(
+        "‖h_t − h_{t−1}‖ / ‖h_{t−1}‖ per round, mean over seeds. Round 1 is the change from the random "
+        "initial state h0 — set by h0's scale, often ten times the later rounds — so it has its own "
+        "panel and the later rounds their own scale."
+    )
     p1, p2 = st.columns([1, 3])
     if not first.empty:
         p1.altair_chart(

@@ -23,9 +23,12 @@ def trained_rules(marks, color: alt.Color) -> alt.Chart:
     return (
         alt.Chart(marks)
         .mark_rule(strokeDash=[2, 3], strokeWidth=2)
-        .encode(x="trained_depth:Q", color=color,
-                tooltip=["variant_label", alt.Tooltip("trained_depth:Q", title="trained depth")])
-    )  # fmt: skip
+        .encode(
+            x="trained_depth:Q",
+            color=color,
+            tooltip=["variant_label", alt.Tooltip("trained_depth:Q", title="trained depth")],
+        )
+    )
 
 
 # 20 hues: a loop-design study has more than the 10 of the other pages's palette
@@ -33,15 +36,25 @@ variant_color = alt.Color("variant_label:N", title="variant", scale=alt.Scale(sc
 
 st.header("Loss vs effective depth")
 curves = extrapolation.loss_curves(depth)
-st.caption("Validation loss of the depth sweeps, mean over seeds with the min–max band; dotted: the depth "
-           "each variant was trained at. Effective depth = prelude + recurrent layers × loops + coda.")  # fmt: skip
+st.caption(
+    "Validation loss of the depth sweeps, mean over seeds with the min–max band; dotted: the depth "
+    "each variant was trained at. Effective depth = prelude + recurrent layers × loops + coda."
+)
 base = alt.Chart(curves).encode(x=alt.X("inference_depth:Q", title=DEPTH_AXIS), color=variant_color)
-tooltip = ["variant_label", "loops", "inference_depth", "trained_depth", alt.Tooltip("mean:Q", format=".4f"),
-           alt.Tooltip("std:Q", format=".4f"), "n_seeds"]  # fmt: skip
+tooltip = [
+    "variant_label",
+    "loops",
+    "inference_depth",
+    "trained_depth",
+    alt.Tooltip("mean:Q", format=".4f"),
+    alt.Tooltip("std:Q", format=".4f"),
+    "n_seeds",
+]
 loss_chart = ui.mean_with_spread(base, y_title="val_loss (mean over seeds)", tooltip=tooltip)
 marks = extrapolation.trained_marks(curves)
-st.altair_chart(alt.layer(loss_chart, trained_rules(marks, variant_color)).properties(height=400),
-                width="stretch")  # fmt: skip
+st.altair_chart(
+    alt.layer(loss_chart, trained_rules(marks, variant_color)).properties(height=400), width="stretch"
+)
 ui.table(extrapolation.summary(curves), key="extrapolation_summary")
 
 scores = ui.filter_by_runs(ui.task_scores(url), runs)
@@ -71,22 +84,34 @@ if not accuracy.empty:
 st.header("Loop geometry per round")
 deltas = ui.filter_by_runs(ui.round_deltas(url), runs)
 c1, c2 = st.columns(2)
-metric = c1.selectbox("Metric", list(extrapolation.GEOMETRY_METRICS), key="extrapolation_metric",
-                      format_func=extrapolation.GEOMETRY_METRICS.get)  # fmt: skip
+metric = c1.selectbox(
+    "Metric",
+    list(extrapolation.GEOMETRY_METRICS),
+    key="extrapolation_metric",
+    format_func=extrapolation.GEOMETRY_METRICS.get,
+)
 depths = extrapolation.geometry_depths(deltas, metric)
 if not depths:
     st.caption("no per-round measurements of this metric yet")
 else:
-    loops = c2.selectbox("Forward pass with", depths, index=len(depths) - 1, key="extrapolation_depth",
-                         format_func=lambda n: f"{n} loops")  # fmt: skip
+    loops = c2.selectbox(
+        "Forward pass with",
+        depths,
+        index=len(depths) - 1,
+        key="extrapolation_depth",
+        format_func=lambda n: f"{n} loops",
+    )
     geo = extrapolation.geometry_curves(deltas, metric, loops)
     positive = bool((geo["min"] > 0).all()) if not geo.empty else False
     # round 1 (from the initial state) is often orders of magnitude above the rest: log by default
     log_y = positive and st.checkbox("log scale", value=True, key="extrapolation_log")
-    st.caption("Mean over seeds per round (min–max band); round t compares h_t with h_{t−1}, round 1 starts "
-               "from the initial state. Definitions: model/geometry.py.")  # fmt: skip
-    geo_base = alt.Chart(geo).encode(x=alt.X("round:Q", title="round", axis=alt.Axis(format="d")),
-                                     color=variant_color)  # fmt: skip
+    st.caption(
+        "Mean over seeds per round (min–max band); round t compares h_t with h_{t−1}, round 1 starts "
+        "from the initial state. Definitions: model/geometry.py."
+    )
+    geo_base = alt.Chart(geo).encode(
+        x=alt.X("round:Q", title="round", axis=alt.Axis(format="d")), color=variant_color
+    )
     geo_tooltip = ["variant_label", "round", alt.Tooltip("mean:Q", format=".4g"), "n_seeds"]
     geo_chart = ui.mean_with_spread(
         geo_base, y_title=extrapolation.GEOMETRY_METRICS[metric], tooltip=geo_tooltip, log_y=log_y
@@ -106,11 +131,18 @@ else:
     c1, c2 = st.columns(2)
     variant = c1.selectbox("Variant", sorted(options["variant_label"].unique()), key="extrapolation_variant")
     counts = options.loc[options["variant_label"] == variant, "loops"].tolist()
-    loops = c2.selectbox("Forward pass with", counts, index=len(counts) - 1, key="extrapolation_interaction_loops",
-                         format_func=lambda n: f"{n} loops")  # fmt: skip
+    loops = c2.selectbox(
+        "Forward pass with",
+        counts,
+        index=len(counts) - 1,
+        key="extrapolation_interaction_loops",
+        format_func=lambda n: f"{n} loops",
+    )
     matrix = extrapolation.interaction_matrix(interactions, variant, loops)
-    st.caption("Cell (i, j): how much skipping round i changes round j's update, ‖Δ_j − Δ_j^(skip i)‖ / ‖Δ_j‖ "
-               "averaged over tokens, then over seeds. 0: round j does not build on round i.")  # fmt: skip
+    st.caption(
+        "Cell (i, j): how much skipping round i changes round j's update, ‖Δ_j − Δ_j^(skip i)‖ / ‖Δ_j‖ "
+        "averaged over tokens, then over seeds. 0: round j does not build on round i."
+    )
     heat = (
         alt.Chart(matrix)
         .mark_rect()
@@ -122,5 +154,7 @@ else:
         )
     )
     st.altair_chart(heat.properties(height=360), width="stretch")
-    ui.table(matrix[["variant_label", "loops", "skipped", "round", "mean", "std", "n_seeds"]],
-             key="extrapolation_interactions")  # fmt: skip
+    ui.table(
+        matrix[["variant_label", "loops", "skipped", "round", "mean", "std", "n_seeds"]],
+        key="extrapolation_interactions",
+    )

@@ -11,28 +11,37 @@ from orchestrator import frames
 from orchestrator.planner import planned_vs_actual
 
 st.title("Plan")
-st.caption("Planned: the estimate `looplab submit` stored (`looplab plan` shows the same before submitting); "
-           "actual: the wall time of the job's attempts. ratio = actual / planned. Sources: `measured` "
-           "(throughput of the same variant in this database), `flop_model` (FLOPs over this machine's "
-           "calibrated FLOP/s), `finished` (finished jobs of the same kind), `budget` (a time budget). "
-           "`concurrent_jobs`: other jobs beside it (contention slows a job down).")  # fmt: skip
+st.caption(
+    "Planned: the estimate `looplab submit` stored (`looplab plan` shows the same before submitting); "
+    "actual: the wall time of the job's attempts. ratio = actual / planned. Sources: `measured` "
+    "(throughput of the same variant in this database), `flop_model` (FLOPs over this machine's "
+    "calibrated FLOP/s), `finished` (finished jobs of the same kind), `budget` (a time budget). "
+    "`concurrent_jobs`: other jobs beside it (contention slows a job down)."
+)
 url = ui.url()
 df = planned_vs_actual(frames.engine(url))
 grids = ui.selected("grid")
 if not df.empty and grids:
     df = df[df["grid"].isin(grids)]
 if df.empty:
-    st.info("No finished job with a plan estimate yet: jobs submitted with a calibration cached "
-            "(run `looplab plan` once) or with finished runs of their variant get one.")  # fmt: skip
+    st.info(
+        "No finished job with a plan estimate yet: jobs submitted with a calibration cached "
+        "(run `looplab plan` once) or with finished runs of their variant get one."
+    )
     st.stop()
 
 summary = (
     df.assign(abs_error=(df["ratio"] - 1).abs())
     .groupby(["kind", "source"], dropna=False)
-    .agg(jobs=("job_id", "size"), median_ratio=("ratio", "median"), median_abs_error=("abs_error", "median"),
-         planned_s=("planned_seconds", "sum"), actual_s=("actual_seconds", "sum"))
+    .agg(
+        jobs=("job_id", "size"),
+        median_ratio=("ratio", "median"),
+        median_abs_error=("abs_error", "median"),
+        planned_s=("planned_seconds", "sum"),
+        actual_s=("actual_seconds", "sum"),
+    )
     .reset_index()
-)  # fmt: skip
+)
 ui.table(summary, precision=2, key="plan_summary")
 chart = (
     alt.Chart(df)

@@ -29,13 +29,20 @@ c1, c2, c3, c4 = st.columns(4)
 metric = c1.selectbox("Metric", metric_keys, index=1, key="runs_metric")
 x_label = c2.selectbox("x axis", list(X_AXES), key="runs_x")
 groups = [g for g in GROUP_CHOICES if g in runs.columns]
-group_by = c3.multiselect("Group by", groups, default=["variant_label", "size", "budget"], key="runs_group",
-                          format_func=lambda c: variants.ARCH_LABELS.get(c, c))  # fmt: skip
+group_by = c3.multiselect(
+    "Group by",
+    groups,
+    default=["variant_label", "size", "budget"],
+    key="runs_group",
+    format_func=lambda c: variants.ARCH_LABELS.get(c, c),
+)
 band = c4.toggle("Seed band (min–max)", value=True, key="runs_band")
 x = X_AXES[x_label]
 if x == "wall_s":
-    st.caption("Against wall time, each run's learning rate decays over its own budget: a point in the middle "
-               "of a longer run is **not decayed** (see Compare → iso-time).")  # fmt: skip
+    st.caption(
+        "Against wall time, each run's learning rate decays over its own budget: a point in the middle "
+        "of a longer run is **not decayed** (see Compare → iso-time)."
+    )
 
 points = curves.points_per_curve(len(ids), total=PLOT_POINTS, most=frames.MAX_POINTS)
 points_read = ui.curves(url, ids, (metric,), points)
@@ -54,8 +61,10 @@ else:
         base, y_title=metric, tooltip=tooltip, spread="area" if band else None, points=False
     )
     st.altair_chart(chart.properties(height=420).interactive(), width="stretch")
-    st.caption(f"{len(ids):,} runs drawn (running and finished ones of the selection), each curve read at "
-               f"≤ {points} points.")  # fmt: skip
+    st.caption(
+        f"{len(ids):,} runs drawn (running and finished ones of the selection), each curve read at "
+        f"≤ {points} points."
+    )
 
 st.subheader("Validation loss at several loop counts during training")
 with_depth = shown[shown["job_id"].isin(depth_keys["job_id"])]
@@ -97,15 +106,39 @@ else:
         ui.table(curves.train_depth_last(td), key="runs_depth_last")
 
 st.subheader("Runs")
-cols = ["job_id", "grid", "variant_label", "recipe", "size", "seed", "budget", "status", "batch_size",
-        "micro_batch_size", "workers", "tokens", "train_seconds", "tokens_per_s", "final_train_loss",
-        "final_val_loss", "loop_mode", "train_loops", *variants.ARCH_COLUMNS, "flops_per_token", "train_flops",
-        "mfu", "padding_waste", "variant_id"]  # fmt: skip
+cols = [
+    "job_id",
+    "grid",
+    "variant_label",
+    "recipe",
+    "size",
+    "seed",
+    "budget",
+    "status",
+    "batch_size",
+    "micro_batch_size",
+    "workers",
+    "tokens",
+    "train_seconds",
+    "tokens_per_s",
+    "final_train_loss",
+    "final_val_loss",
+    "loop_mode",
+    "train_loops",
+    *variants.ARCH_COLUMNS,
+    "flops_per_token",
+    "train_flops",
+    "mfu",
+    "padding_waste",
+    "variant_id",
+]
 cols = list(dict.fromkeys(c for c in cols if c in runs.columns))
 ui.table(runs[cols].sort_values("job_id"), key="runs_table", height=320)
-st.caption("batch_size: sequences per optimizer step (the global batch); micro_batch_size: sequences per "
-           "forward; workers: the data-parallel workers that trained it (train_seconds are wall seconds of "
-           "that many devices at once).")  # fmt: skip
+st.caption(
+    "batch_size: sequences per optimizer step (the global batch); micro_batch_size: sequences per "
+    "forward; workers: the data-parallel workers that trained it (train_seconds are wall seconds of "
+    "that many devices at once)."
+)
 
 st.subheader("Mean over seeds")
 agg = variants.seed_aggregate(

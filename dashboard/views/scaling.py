@@ -33,8 +33,10 @@ if not ui.selected("grid"):
     runs = runs[runs["recipe"] == "iso_depth"]
 study_runs = iso_depth.runs_for_fit(runs[runs["status"] == JobStatus.SUCCEEDED])
 if study_runs.empty:
-    st.info("No finished iso-depth runs yet: submit the study (`orchestrator.studies.iso_depth_grid`, or "
-            "`looplab demo --study iso-depth`), or pick a grid of fixed-loop runs in the sidebar.")  # fmt: skip
+    st.info(
+        "No finished iso-depth runs yet: submit the study (`orchestrator.studies.iso_depth_grid`, or "
+        "`looplab demo --study iso-depth`), or pick a grid of fixed-loop runs in the sidebar."
+    )
     st.stop()
 
 c1, c2, c3, c4 = st.columns(4)
@@ -44,8 +46,13 @@ bootstrap = c1.number_input(
 seed = c2.number_input("Bootstrap seed", 0, 2**31 - 1, 0, key="fit_seed")
 robust = c3.selectbox("Least-squares loss", scaling.ROBUST_LOSSES, key="fit_robust")
 default_flops = iso_depth.default_budget(study_runs)
-flops = c4.number_input("FLOP budget of the compute-optimal answers", min_value=1.0,
-                        value=float(default_flops or 1e15), format="%.3e", key="fit_flops")  # fmt: skip
+flops = c4.number_input(
+    "FLOP budget of the compute-optimal answers",
+    min_value=1.0,
+    value=float(default_flops or 1e15),
+    format="%.3e",
+    key="fit_flops",
+)
 try:
     study = fitted(study_runs, int(bootstrap), int(seed), robust, float(flops))
 except USER_ERRORS as e:  # a ConfigError: these runs cannot identify the law
@@ -60,10 +67,14 @@ m2.metric(f"φ {pct} interval", f"[{lo:.3f}, {hi:.3f}]")
 m3.metric("R²", f"{fit.r2:.4f}")
 m4.metric("RMSE", f"{fit.rmse:.4f}")
 if fit.at_bound:
-    st.warning(f"{', '.join(fit.at_bound)}: at the edge of the search range, so not identified by these runs "
-               "(their intervals span the range). More runs, wider budgets or widths are needed.")  # fmt: skip
-st.caption(f"{fit.n_runs} runs; intervals from {fit.n_bootstrap_fitted} of {fit.n_bootstrap} bootstrap resamples "
-           f"(seed {fit.seed}); a block looped r times counts as r^φ distinct blocks.")  # fmt: skip
+    st.warning(
+        f"{', '.join(fit.at_bound)}: at the edge of the search range, so not identified by these runs "
+        "(their intervals span the range). More runs, wider budgets or widths are needed."
+    )
+st.caption(
+    f"{fit.n_runs} runs; intervals from {fit.n_bootstrap_fitted} of {fit.n_bootstrap} bootstrap resamples "
+    f"(seed {fit.seed}); a block looped r times counts as r^φ distinct blocks."
+)
 
 st.header("Runs against the fitted law")
 table = fit.table.copy()
@@ -83,24 +94,41 @@ for column, (x, title) in zip((left, right), x_axes.items(), strict=False):
     )
     points = base.mark_point(filled=True, size=60).encode(
         y=alt.Y("loss:Q", title="final validation loss", scale=alt.Scale(zero=False)),
-        tooltip=[c for c in ("job_id", "variant_label", "r", "d_model", "tokens", "loss", "predicted") if c in table],
-    )  # fmt: skip
+        tooltip=[
+            c
+            for c in ("job_id", "variant_label", "r", "d_model", "tokens", "loss", "predicted")
+            if c in table
+        ],
+    )
     lines = base.mark_line(strokeDash=[4, 3]).encode(y="predicted:Q", detail=f"{detail}:N", order=f"{x}:Q")
     column.altair_chart((points + lines).properties(height=360, title=f"loss vs {title}"), width="stretch")
-st.caption("Points: the runs; dashed lines: the fitted law at the same runs (per r and budget on the left, per "
-           "r and width on the right).")  # fmt: skip
+st.caption(
+    "Points: the runs; dashed lines: the fitted law at the same runs (per r and budget on the left, per "
+    "r and width on the right)."
+)
 
 st.header("Residuals")
 rule = alt.Chart(pd.DataFrame({"zero": [0.0]})).mark_rule(color="gray").encode(y="zero:Q")
-residuals = alt.Chart(table).mark_point(filled=True, size=60).encode(
-    x=alt.X("predicted:Q", title="fitted loss", scale=alt.Scale(zero=False)),
-    y=alt.Y("residual:Q", title="observed − fitted"),
-    color=ui.color("r", numeric=True, title="r"),
-    tooltip=[c for c in ("job_id", "variant_label", "r", "tokens", "loss", "predicted", "residual") if c in table],
-)  # fmt: skip
+residuals = (
+    alt.Chart(table)
+    .mark_point(filled=True, size=60)
+    .encode(
+        x=alt.X("predicted:Q", title="fitted loss", scale=alt.Scale(zero=False)),
+        y=alt.Y("residual:Q", title="observed − fitted"),
+        color=ui.color("r", numeric=True, title="r"),
+        tooltip=[
+            c
+            for c in ("job_id", "variant_label", "r", "tokens", "loss", "predicted", "residual")
+            if c in table
+        ],
+    )
+)
 st.altair_chart((rule + residuals).properties(height=300), width="stretch")
-shown = [c for c in ("job_id", "variant_label", "r", "d_model", "tokens", "n_eff", "loss", "predicted", "residual")
-         if c in table]  # fmt: skip
+shown = [
+    c
+    for c in ("job_id", "variant_label", "r", "d_model", "tokens", "n_eff", "loss", "predicted", "residual")
+    if c in table
+]
 ui.table(table[shown], key="scaling_runs")
 
 st.header("Parameters")
@@ -114,8 +142,10 @@ st.caption("A and B in the units of the data (parameters, tokens).")
 st.header("Which form the data support")
 forms = study.forms[["form", "phi", "n_params", "rmse", "loo_rmse", "aic", "r2", "supported"]]
 ui.table(forms, key="scaling_forms")
-st.caption("φ free, φ = 1 (loops count as distinct layers), φ = 0 (loops are worth nothing); supported: the lowest "
-           "leave-one-run-out RMSE (each run predicted by the law fitted without it). AIC is shown for reference.")  # fmt: skip
+st.caption(
+    "φ free, φ = 1 (loops count as distinct layers), φ = 0 (loops are worth nothing); supported: the lowest "
+    "leave-one-run-out RMSE (each run predicted by the law fitted without it). AIC is shown for reference."
+)
 
 st.header("What one recurrence is worth")
 ui.table(study.worth.rename(columns={"lo": f"{pct} lo", "hi": f"{pct} hi"}), key="scaling_worth")
@@ -128,6 +158,8 @@ if study.optimal is None or study.optimal.empty:
     st.caption("needs runs at two or more widths per r (with their FLOPs per token)")
 else:
     ui.table(study.optimal, key="scaling_optimal")
-    st.caption(f"At {study.flops:.3g} training FLOPs: the width and tokens that minimise the fitted loss per r (D = "
-               "C / FLOPs per token(width), from the runs' FLOP model values), and the loss gap to r = 1 at equal "
-               "compute; at_edge: the optimum is on the edge of the searched widths.")  # fmt: skip
+    st.caption(
+        f"At {study.flops:.3g} training FLOPs: the width and tokens that minimise the fitted loss per r (D = "
+        "C / FLOPs per token(width), from the runs' FLOP model values), and the loss gap to r = 1 at equal "
+        "compute; at_edge: the optimum is on the edge of the searched widths."
+    )

@@ -19,15 +19,23 @@ EXAMPLE = (
 )
 
 st.title("SQL")
-st.caption("Read-only: SELECT / WITH / EXPLAIN. Views for people (each with the variant and architecture): "
-           "`runs`, `curves`, `depth`, `decode`; "
-           "tables: jobs, metrics, latest_metrics, train_results, depth_evals, round_deltas, decode_benches.")  # fmt: skip
+st.caption(
+    "Read-only: SELECT / WITH / EXPLAIN. Views for people (each with the variant and architecture): "
+    "`runs`, `curves`, `depth`, `decode`; "
+    "tables: jobs, metrics, latest_metrics, train_results, depth_evals, round_deltas, decode_benches."
+)
 url = ui.url()
 with st.form("sql_form"):
     sql = st.text_area("Query", value=EXAMPLE, height=140, key="sql_text")
-    timeout_s = st.number_input("Timeout (s)", min_value=0.1, max_value=600.0, value=DEFAULT_TIMEOUT_S,
-                                step=1.0, key="sql_timeout",
-                                help="A query still running after this long is stopped.")  # fmt: skip
+    timeout_s = st.number_input(
+        "Timeout (s)",
+        min_value=0.1,
+        max_value=600.0,
+        value=DEFAULT_TIMEOUT_S,
+        step=1.0,
+        key="sql_timeout",
+        help="A query still running after this long is stopped.",
+    )
     st.form_submit_button("Run query", key="sql_run")
 if sql.strip():  # the example runs on first load; a form only reruns on submit, not per keystroke
     from orchestrator.errors import DatabaseError
@@ -44,5 +52,10 @@ if sql.strip():  # the example runs on first load; a form only reruns on submit,
     else:
         st.caption(f"{len(df):,} rows" + (f" (first {frames.SQL_ROW_LIMIT:,} shown)" if truncated else ""))
         st.dataframe(df, hide_index=True, key="sql_result", placeholder="—")
-        st.download_button("Download CSV", df.to_csv(index=False).encode(), file_name="looplab_query.csv",
-                           mime="text/csv", key="sql_csv")  # fmt: skip
+        st.download_button(
+            "Download CSV",
+            df.to_csv(index=False).encode(),
+            file_name="looplab_query.csv",
+            mime="text/csv",
+            key="sql_csv",
+        )

@@ -14,8 +14,12 @@ from dashboard import ui
 
 def _loops_axis(curves: pd.DataFrame) -> alt.X:
     ticks = sorted({int(v) for v in pd.concat([curves["loops"], curves["train_loops"]]).dropna()})
-    return alt.X("loops:Q", title="inference loops", scale=alt.Scale(type="log", base=2),
-                 axis=alt.Axis(values=ticks, format="d"))  # fmt: skip
+    return alt.X(
+        "loops:Q",
+        title="inference loops",
+        scale=alt.Scale(type="log", base=2),
+        axis=alt.Axis(values=ticks, format="d"),
+    )
 
 
 def _marks(curves: pd.DataFrame, color: alt.Color, detail: str, by_variant: bool) -> alt.LayerChart:
@@ -24,10 +28,19 @@ def _marks(curves: pd.DataFrame, color: alt.Color, detail: str, by_variant: bool
     base = alt.Chart(curves).encode(x=_loops_axis(curves), color=color, detail=detail)
     lines = base.mark_line(point=True).encode(
         y=alt.Y("acc:Q", title="accuracy", scale=alt.Scale(domain=[0, 1])),
-        tooltip=["variant_label", "subset", "loops", alt.Tooltip("acc:Q", format=".3f"),
-                 alt.Tooltip("ci_low:Q", format=".3f"), alt.Tooltip("ci_high:Q", format=".3f"), "n",
-                 "n_seeds", alt.Tooltip("chance:Q", format=".3f"), "train_loops"],
-    )  # fmt: skip
+        tooltip=[
+            "variant_label",
+            "subset",
+            "loops",
+            alt.Tooltip("acc:Q", format=".3f"),
+            alt.Tooltip("ci_low:Q", format=".3f"),
+            alt.Tooltip("ci_high:Q", format=".3f"),
+            "n",
+            "n_seeds",
+            alt.Tooltip("chance:Q", format=".3f"),
+            "train_loops",
+        ],
+    )
     bars = base.mark_errorbar().encode(y=alt.Y("ci_low:Q", title="accuracy"), y2="ci_high:Q")
     chance = (
         alt.Chart(curves.dropna(subset=["chance"]).drop_duplicates("chance"))
@@ -51,8 +64,10 @@ url = ui.url()
 runs = ui.filter_runs(ui.runs(url))
 scores = ui.filter_by_runs(ui.task_scores(url), runs)
 if scores.empty:
-    st.info("No task scores yet: attach `then=['eval']` to a train grid (generated reasoning tasks by "
-            "default), or wait for the evals to finish.")  # fmt: skip
+    st.info(
+        "No task scores yet: attach `then=['eval']` to a train grid (generated reasoning tasks by "
+        "default), or wait for the evals to finish."
+    )
     st.stop()
 
 curves = tasks.accuracy_curves(scores)
@@ -64,8 +79,10 @@ of_task = curves[curves["task"] == task]
 
 st.header("Accuracy vs loops")
 whole = of_task[of_task["subset"] == tasks.ALL]
-st.caption("The whole task, seeds pooled; bars: 95 % Wilson interval; dashed: chance; dotted: the loop "
-           "count each variant was trained at.")  # fmt: skip
+st.caption(
+    "The whole task, seeds pooled; bars: 95 % Wilson interval; dashed: chance; dotted: the loop "
+    "count each variant was trained at."
+)
 chart = _marks(whole, ui.color("variant_label", title="variant"), "variant_label:N", by_variant=True)
 st.altair_chart(chart.properties(height=380), width="stretch")
 ui.table(tasks.accuracy_wide(of_task), key="tasks_wide")
@@ -80,8 +97,12 @@ if subsets:
     c1, c2 = st.columns(2)
     with c1:
         st.caption("Accuracy vs loops, one line per subset; dotted: the trained loop count")
-        by_loops = _marks(mine, alt.Color("subset:O", scale=order, sort=subsets, title="subset"), "subset:N",
-                          by_variant=False)  # fmt: skip
+        by_loops = _marks(
+            mine,
+            alt.Color("subset:O", scale=order, sort=subsets, title="subset"),
+            "subset:N",
+            by_variant=False,
+        )
         st.altair_chart(by_loops.properties(height=360), width="stretch")
     with c2:
         st.caption("Accuracy vs subset, one line per loop count")
@@ -96,6 +117,17 @@ if subsets:
             )
         )
         st.altair_chart(by_subset.properties(height=360), width="stretch")
-    shown = ["variant_label", "subset", "loops", "acc", "ci_low", "ci_high", "acc_norm", "n", "n_seeds", "chance",
-             "train_loops"]  # fmt: skip
+    shown = [
+        "variant_label",
+        "subset",
+        "loops",
+        "acc",
+        "ci_low",
+        "ci_high",
+        "acc_norm",
+        "n",
+        "n_seeds",
+        "chance",
+        "train_loops",
+    ]
     ui.table(mine[shown], key="tasks_subsets")

@@ -41,21 +41,43 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 JOB_COLUMNS = dict(
-    variant_id=sa.String(length=16), variant_label=sa.String(length=200), n_prelude=sa.Integer(),
-    n_recurrent=sa.Integer(), n_coda=sa.Integer(), effective_depth=sa.Float(), d_model=sa.Integer(),
-    injection=sa.String(length=16), n_params=sa.Integer(), n_once=sa.Integer(), n_rec=sa.Integer(),
-    flops_per_token=sa.Float(), budget_flops=sa.Float(),
-)  # fmt: skip
+    variant_id=sa.String(length=16),
+    variant_label=sa.String(length=200),
+    n_prelude=sa.Integer(),
+    n_recurrent=sa.Integer(),
+    n_coda=sa.Integer(),
+    effective_depth=sa.Float(),
+    d_model=sa.Integer(),
+    injection=sa.String(length=16),
+    n_params=sa.Integer(),
+    n_once=sa.Integer(),
+    n_rec=sa.Integer(),
+    flops_per_token=sa.Float(),
+    budget_flops=sa.Float(),
+)
 RESULT_COLUMNS = dict(
-    flops_per_token=sa.Float(), train_flops=sa.Float(), achieved_flops_per_s=sa.Float(), mfu=sa.Float(),
+    flops_per_token=sa.Float(),
+    train_flops=sa.Float(),
+    achieved_flops_per_s=sa.Float(),
+    mfu=sa.Float(),
     padding_waste=sa.Float(),
-)  # fmt: skip
+)
 # What the back-fill writes: the variant and architecture columns of orchestrator.variants, as of
 # this revision (a later revision that adds one back-fills it itself).
 BACKFILLED = (
-    "variant_id", "variant_label", "n_prelude", "n_recurrent", "n_coda", "effective_depth", "d_model",
-    "injection", "n_params", "n_once", "n_rec", "flops_per_token",
-)  # fmt: skip
+    "variant_id",
+    "variant_label",
+    "n_prelude",
+    "n_recurrent",
+    "n_coda",
+    "effective_depth",
+    "d_model",
+    "injection",
+    "n_params",
+    "n_once",
+    "n_rec",
+    "flops_per_token",
+)
 LOOP_COLUMNS = ("loop_sampler", "loops")
 
 # untyped columns are enough to read configs and write plain values
@@ -141,18 +163,45 @@ WINDOWS: dict[str, tuple[int, int]] = {
     "144m": (64, 256),
 }
 RECIPES = (
-    "parcae", "parcae_per_batch", "parcae_last1", "fixed2", "fixed4", "fixed8", "fixed6_grad3", "lean",
-    "lean_w256", "lean_all64", "half_width", "mlp_only", "reuse_kv", "plain",
-)  # fmt: skip
+    "parcae",
+    "parcae_per_batch",
+    "parcae_last1",
+    "fixed2",
+    "fixed4",
+    "fixed8",
+    "fixed6_grad3",
+    "lean",
+    "lean_w256",
+    "lean_all64",
+    "half_width",
+    "mlp_only",
+    "reuse_kv",
+    "plain",
+)
 
 # model/config.py
 FULL_ROUND = {"window": None, "width": 1.0, "attention": True, "reuse_kv": False}
 MODEL_DEFAULTS: dict[str, Any] = dict(
-    vocab_size=256, d_model=64, n_heads=2, head_dim=32, mlp_ratio=4, n_prelude=2, n_recurrent=2, n_coda=2,
-    value_embeds="alternate", rope_base=50000.0, seq_len=64, tie_embeddings=True, injection="diagonal",
-    loop_sampler="fixed", loops=4, grad_rounds=None, rounds=(FULL_ROUND,), h0_std=None,
+    vocab_size=256,
+    d_model=64,
+    n_heads=2,
+    head_dim=32,
+    mlp_ratio=4,
+    n_prelude=2,
+    n_recurrent=2,
+    n_coda=2,
+    value_embeds="alternate",
+    rope_base=50000.0,
+    seq_len=64,
+    tie_embeddings=True,
+    injection="diagonal",
+    loop_sampler="fixed",
+    loops=4,
+    grad_rounds=None,
+    rounds=(FULL_ROUND,),
+    h0_std=None,
     init_decay=math.sqrt(1.0 / 5.0),
-)  # fmt: skip
+)
 SAMPLERS = ("fixed", "poisson_seq", "poisson_batch")
 INJECTIONS = ("diagonal", "none")
 VALUE_EMBED_RULES = ("alternate", "none", "all")
@@ -160,10 +209,33 @@ VE_GATE_CHANNELS = 32  # model/layers.py
 
 # workers/train_spec.py and workers/data.py: the train Spec's fields, and what its validation checked
 TRAIN_KEYS = (
-    "recipe", "size", "model", "seed", "tokens", "time_s", "flops", "batch_size", "seq_len", "lr", "adam_lr",
-    "optimizer", "weight_decay", "warmup_steps", "cooldown_frac", "grad_clip", "eval_every", "eval_tokens",
-    "eval_loops", "ckpt_every", "ckpt_minutes", "log_every", "calib_steps", "compile", "device", "data",
-)  # fmt: skip
+    "recipe",
+    "size",
+    "model",
+    "seed",
+    "tokens",
+    "time_s",
+    "flops",
+    "batch_size",
+    "seq_len",
+    "lr",
+    "adam_lr",
+    "optimizer",
+    "weight_decay",
+    "warmup_steps",
+    "cooldown_frac",
+    "grad_clip",
+    "eval_every",
+    "eval_tokens",
+    "eval_loops",
+    "ckpt_every",
+    "ckpt_minutes",
+    "log_every",
+    "calib_steps",
+    "compile",
+    "device",
+    "data",
+)
 TRAIN_BATCH_SIZE = 8
 OPTIMIZERS = ("parcae", "torch_muon", "adamw")
 DATA_DEFAULTS = {"corpus": "offline", "tokenizer": "byte", "vocab_size": 512}
@@ -193,8 +265,14 @@ def _integer(v: Any, lo: int | None = None, hi: int | None = None, allow_none: b
     return v
 
 
-def _number(v: Any, lo: float | None = None, lo_open: bool = False, hi: float | None = None,
-            hi_open: bool = False, allow_none: bool = False) -> float | None:  # fmt: skip
+def _number(
+    v: Any,
+    lo: float | None = None,
+    lo_open: bool = False,
+    hi: float | None = None,
+    hi_open: bool = False,
+    allow_none: bool = False,
+) -> float | None:
     if v is None and allow_none:
         return None
     if isinstance(v, bool) or not isinstance(v, int | float) or v != v:
@@ -248,8 +326,12 @@ def _device(v: Any) -> str:
 def _round_config(r: Any) -> dict[str, Any]:
     """RoundConfig.from_dict (a RoundConfig of the preset table is such a dict already)."""
     r = {**FULL_ROUND, **_known_keys(r, tuple(FULL_ROUND))}
-    r = dict(window=_integer(r["window"], lo=1, allow_none=True), width=_number(r["width"], 0.0, True, 1.0),
-             attention=_boolean(r["attention"]), reuse_kv=_boolean(r["reuse_kv"]))  # fmt: skip
+    r = dict(
+        window=_integer(r["window"], lo=1, allow_none=True),
+        width=_number(r["width"], 0.0, True, 1.0),
+        attention=_boolean(r["attention"]),
+        reuse_kv=_boolean(r["reuse_kv"]),
+    )
     if r["reuse_kv"] and not r["attention"]:
         raise Unresolved(r)
     return r
@@ -294,9 +376,11 @@ def _model_config(fields: dict[str, Any]) -> dict[str, Any]:
             if abs(r["width"] * n - round(r["width"] * n)) > 1e-9 or round(r["width"] * n) < 1:
                 raise Unresolved("rounds.width")
         if r["reuse_kv"] and (
-            not first["attention"] or r["width"] > first["width"]
-            or first["window"] is not None and (r["window"] is None or r["window"] > first["window"])
-        ):  # fmt: skip
+            not first["attention"]
+            or r["width"] > first["width"]
+            or first["window"] is not None
+            and (r["window"] is None or r["window"] > first["window"])
+        ):
             raise Unresolved("rounds.reuse_kv")
     return c
 

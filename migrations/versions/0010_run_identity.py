@@ -40,11 +40,21 @@ depends_on: str | Sequence[str] | None = None
 
 # The execution fields of each kind's Spec at this revision (workers/*.py, `metadata=EXECUTION`).
 EXECUTION = {
-    "train": {"micro_batch_size", "bucketing", "compile", "device", "log_every", "eval_every", "eval_loops",
-              "ckpt_every", "ckpt_minutes", "calib_steps"},
+    "train": {
+        "micro_batch_size",
+        "bucketing",
+        "compile",
+        "device",
+        "log_every",
+        "eval_every",
+        "eval_loops",
+        "ckpt_every",
+        "ckpt_minutes",
+        "calib_steps",
+    },
     "depth_sweep": {"micro_batch_size", "device"},
     "eval": {"device"},
-}  # fmt: skip
+}
 MATCH_TIME = "match_time_of"
 VARIANT_ID_HEX = 12
 DEFAULT_BPE_VOCAB = 512  # workers.data.DataSpec.vocab_size
@@ -144,8 +154,14 @@ def upgrade() -> None:
         if spec is None:
             new_hash[job_id] = r.config_hash
             continue
-        h = _sha256({"kind": r.kind, "spec": _identity(r.kind, spec), "deps": dep_hashes,
-                     "match_time": _is_match_time(r.budget)})  # fmt: skip
+        h = _sha256(
+            {
+                "kind": r.kind,
+                "spec": _identity(r.kind, spec),
+                "deps": dep_hashes,
+                "match_time": _is_match_time(r.budget),
+            }
+        )
         new_hash[job_id] = r.config_hash if h in taken else h
         taken.add(new_hash[job_id])
     # two passes, so no update meets a hash another row still holds (the column is unique)

@@ -52,49 +52,83 @@ def _floats(*names: str, nullable: bool = True) -> list[sa.Column]:
 
 def upgrade() -> None:
     config = sa.Column("config", sa.String(length=CONFIG), nullable=False)
-    _create("adaptive_evals", [config], [
-        sa.Column("rule", sa.String(length=16), nullable=False),
-        sa.Column("threshold", sa.Float(), nullable=True),
-        sa.Column("kv_strategy", sa.String(length=16), nullable=False),
-        sa.Column("kv_m", sa.Integer(), nullable=True),
-        sa.Column("min_rounds", sa.Integer(), nullable=False),
-        sa.Column("max_rounds", sa.Integer(), nullable=False),
-        sa.Column("changes_function", sa.Boolean(), nullable=False),
-        sa.Column("val_loss", sa.Float(), nullable=False),
-        sa.Column("val_bpb", sa.Float(), nullable=True),
-        sa.Column("tokens", sa.BigInteger(), nullable=False),
-        sa.Column("mean_rounds", sa.Float(), nullable=False),
-        *_floats("equivalent_rounds", "forward_flops_per_token", "rule_flops_per_token", "fixed_flops_per_token",
-                 "kv_mib", "kv_mib_needed"),
-    ])  # fmt: skip
-    _create("adaptive_exit_rounds", [
-        sa.Column("config", sa.String(length=CONFIG), nullable=False),
-        sa.Column("split", sa.String(length=16), nullable=False),
-        sa.Column("bucket", sa.Integer(), nullable=False),
-        sa.Column("round", sa.Integer(), nullable=False),
-    ], [*_floats("bucket_lo", "bucket_hi", nullable=False), sa.Column("count", sa.BigInteger(), nullable=False)])  # fmt: skip
-    _create("adaptive_task_scores", [
-        sa.Column("config", sa.String(length=CONFIG), nullable=False),
-        sa.Column("task", sa.String(length=128), nullable=False),
-        sa.Column("subset", sa.String(length=64), nullable=False),
-    ], [
-        sa.Column("category", sa.String(length=16), nullable=True),
-        sa.Column("n", sa.Integer(), nullable=False),
-        sa.Column("acc", sa.Float(), nullable=False),
-        *_floats("acc_norm", "stderr", "chance"),
-    ])  # fmt: skip
-    _create("adaptive_decodes", [
-        sa.Column("config", sa.String(length=CONFIG), nullable=False),
-        sa.Column("batch_size", sa.Integer(), nullable=False),
-        sa.Column("mode", sa.String(length=16), nullable=False),
-    ], [
-        sa.Column("context_len", sa.Integer(), nullable=False),
-        sa.Column("ms_per_token", sa.Float(), nullable=False),
-        *_floats("ms_p10", "ms_p90", "tokens_per_s", "fixed_ms_per_token", "speedup", "mean_exit_round",
-                 "mean_step_rounds", "kv_mib", "kv_mib_needed"),
-        sa.Column("device", sa.String(length=64), nullable=True),
-        sa.Column("concurrent_jobs", sa.Integer(), nullable=True),
-    ])  # fmt: skip
+    _create(
+        "adaptive_evals",
+        [config],
+        [
+            sa.Column("rule", sa.String(length=16), nullable=False),
+            sa.Column("threshold", sa.Float(), nullable=True),
+            sa.Column("kv_strategy", sa.String(length=16), nullable=False),
+            sa.Column("kv_m", sa.Integer(), nullable=True),
+            sa.Column("min_rounds", sa.Integer(), nullable=False),
+            sa.Column("max_rounds", sa.Integer(), nullable=False),
+            sa.Column("changes_function", sa.Boolean(), nullable=False),
+            sa.Column("val_loss", sa.Float(), nullable=False),
+            sa.Column("val_bpb", sa.Float(), nullable=True),
+            sa.Column("tokens", sa.BigInteger(), nullable=False),
+            sa.Column("mean_rounds", sa.Float(), nullable=False),
+            *_floats(
+                "equivalent_rounds",
+                "forward_flops_per_token",
+                "rule_flops_per_token",
+                "fixed_flops_per_token",
+                "kv_mib",
+                "kv_mib_needed",
+            ),
+        ],
+    )
+    _create(
+        "adaptive_exit_rounds",
+        [
+            sa.Column("config", sa.String(length=CONFIG), nullable=False),
+            sa.Column("split", sa.String(length=16), nullable=False),
+            sa.Column("bucket", sa.Integer(), nullable=False),
+            sa.Column("round", sa.Integer(), nullable=False),
+        ],
+        [
+            *_floats("bucket_lo", "bucket_hi", nullable=False),
+            sa.Column("count", sa.BigInteger(), nullable=False),
+        ],
+    )
+    _create(
+        "adaptive_task_scores",
+        [
+            sa.Column("config", sa.String(length=CONFIG), nullable=False),
+            sa.Column("task", sa.String(length=128), nullable=False),
+            sa.Column("subset", sa.String(length=64), nullable=False),
+        ],
+        [
+            sa.Column("category", sa.String(length=16), nullable=True),
+            sa.Column("n", sa.Integer(), nullable=False),
+            sa.Column("acc", sa.Float(), nullable=False),
+            *_floats("acc_norm", "stderr", "chance"),
+        ],
+    )
+    _create(
+        "adaptive_decodes",
+        [
+            sa.Column("config", sa.String(length=CONFIG), nullable=False),
+            sa.Column("batch_size", sa.Integer(), nullable=False),
+            sa.Column("mode", sa.String(length=16), nullable=False),
+        ],
+        [
+            sa.Column("context_len", sa.Integer(), nullable=False),
+            sa.Column("ms_per_token", sa.Float(), nullable=False),
+            *_floats(
+                "ms_p10",
+                "ms_p90",
+                "tokens_per_s",
+                "fixed_ms_per_token",
+                "speedup",
+                "mean_exit_round",
+                "mean_step_rounds",
+                "kv_mib",
+                "kv_mib_needed",
+            ),
+            sa.Column("device", sa.String(length=64), nullable=True),
+            sa.Column("concurrent_jobs", sa.Integer(), nullable=True),
+        ],
+    )
 
 
 def downgrade() -> None:

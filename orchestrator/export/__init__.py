@@ -69,8 +69,9 @@ def export(url: str, target: str, out: str | Path, grids: list[str] | None = Non
     depth = source.depth_points(url, [r.job_id for r in runs])
     writer, counts = _writer(target, out, url), {"runs": 0, "points": 0}
     for run in runs:
-        written = _export_run(url, writer, run, manifest.job(run.job_id), latest.get(run.job_id, {}),
-                              depth.get(run.job_id))  # fmt: skip
+        written = _export_run(
+            url, writer, run, manifest.job(run.job_id), latest.get(run.job_id, {}), depth.get(run.job_id)
+        )
         if written is not None:
             counts["runs"] += 1
             counts["points"] += written
@@ -78,8 +79,9 @@ def export(url: str, target: str, out: str | Path, grids: list[str] | None = Non
     return counts
 
 
-def _export_run(url: str, writer, run: source.Run, entry: JobEntry, latest: dict[str, int],
-                sweep: pd.DataFrame | None) -> int | None:  # fmt: skip
+def _export_run(
+    url: str, writer, run: source.Run, entry: JobEntry, latest: dict[str, int], sweep: pd.DataFrame | None
+) -> int | None:
     """Write what is new of one run; the points written, None when nothing changed for the target."""
     steps = dict(latest)
     if sweep is not None:
@@ -116,8 +118,14 @@ def active(url: str, grids: list[str] | None) -> int:
     return sum(1 for job_id, status in rows if status in ACTIVE and (chosen is None or job_id in chosen))
 
 
-def follow(url: str, target: str, out: str | Path, grids: list[str] | None = None,
-           every_s: float = FOLLOW_EVERY_S, max_failures: int = 5) -> int:  # fmt: skip
+def follow(
+    url: str,
+    target: str,
+    out: str | Path,
+    grids: list[str] | None = None,
+    every_s: float = FOLLOW_EVERY_S,
+    max_failures: int = 5,
+) -> int:
     """Export every `every_s` seconds while the selection has queued or running jobs, then once more.
     A failing export is logged and retried (the queue never waits for this process); returns 0 after a
     last export that succeeded with nothing active, 1 after `max_failures` failures in a row."""
@@ -130,15 +138,17 @@ def follow(url: str, target: str, out: str | Path, grids: list[str] | None = Non
             counts = export(url, target, out, grids)
         except USER_ERRORS:
             raise  # a bad argument or directory: no retry makes it good
-        except Exception as e:  # noqa: BLE001 - the mirror reports and retries; the queue is another process
+        except Exception as e:  # the mirror reports and retries; the queue is another process
             failures += 1
             log.warning("export to %s failed (%d in a row): %s: %s", target, failures, type(e).__name__, e)
             if failures >= max_failures:
                 return 1
         else:
             failures = 0
-            print(f"{time.strftime('%H:%M:%S')} export {target}: {_describe(counts)}; {waiting} job(s) active",
-                  flush=True)  # fmt: skip
+            print(
+                f"{time.strftime('%H:%M:%S')} export {target}: {_describe(counts)}; {waiting} job(s) active",
+                flush=True,
+            )
             if waiting == 0:
                 return 0
         time.sleep(every_s)

@@ -53,8 +53,10 @@ class Manifest:
             ) from None
         for name, mine in (("database", database), ("target", target)):
             if raw.get(name) != mine:
-                raise ConfigError(f"export: {out} holds an export of {name} {raw.get(name)!r}, not {mine!r}; "
-                                  "use another -o directory")  # fmt: skip
+                raise ConfigError(
+                    f"export: {out} holds an export of {name} {raw.get(name)!r}, not {mine!r}; "
+                    "use another -o directory"
+                )
         jobs = {int(k): JobEntry(**v) for k, v in raw.get("jobs", {}).items()}
         return cls(path, database, target, jobs, dict(raw.get("views", {})), int(raw.get("parts", 0)))
 
@@ -62,8 +64,14 @@ class Manifest:
         return self.jobs.setdefault(job_id, JobEntry())
 
     def save(self) -> None:
-        data = {"version": VERSION, "database": self.database, "target": self.target, "parts": self.parts,
-                "views": self.views, "jobs": {str(k): vars(v) for k, v in sorted(self.jobs.items())}}  # fmt: skip
+        data = {
+            "version": VERSION,
+            "database": self.database,
+            "target": self.target,
+            "parts": self.parts,
+            "views": self.views,
+            "jobs": {str(k): vars(v) for k, v in sorted(self.jobs.items())},
+        }
         tmp = self.path.with_name(f".{self.path.name}.tmp{os.getpid()}")
         tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
         os.replace(tmp, self.path)

@@ -25,8 +25,19 @@ from orchestrator.jobkinds import TRAIN
 from orchestrator.states import JobStatus
 from orchestrator.variants import ARCH_COLUMNS
 
-RESULT_COLUMNS = ("final_val_loss", "final_val_bpb", "final_train_loss", "best_loops", "best_loop_val_loss",
-                  "tokens", "steps", "train_seconds", "tokens_per_s", "train_flops", "mfu")  # fmt: skip
+RESULT_COLUMNS = (
+    "final_val_loss",
+    "final_val_bpb",
+    "final_train_loss",
+    "best_loops",
+    "best_loop_val_loss",
+    "tokens",
+    "steps",
+    "train_seconds",
+    "tokens_per_s",
+    "train_flops",
+    "mfu",
+)
 VARIANT_PARAMS = ("variant_id", "variant_label", "loop_sampler", "loops", *ARCH_COLUMNS)
 DEPTH_KEY = "depth/val_loss"  # a depth sweep's loss, exported as a curve with step = inference loops
 
@@ -70,8 +81,10 @@ def selected_job_ids(url: str, grids: list[str] | None, where: str = "export") -
         return None
     picked = frames.grid_rows(url, grids, where)
     with frames.engine(url).connect() as conn:
-        rows = conn.execute(text("SELECT id FROM jobs WHERE grid_id IN :g").bindparams(
-            sa.bindparam("g", expanding=True)), {"g": [int(i) for i in picked["id"]]}).all()  # fmt: skip
+        rows = conn.execute(
+            text("SELECT id FROM jobs WHERE grid_id IN :g").bindparams(sa.bindparam("g", expanding=True)),
+            {"g": [int(i) for i in picked["id"]]},
+        ).all()
     return [r[0] for r in rows]
 
 
@@ -95,7 +108,7 @@ def resolved_config(stored: dict[str, Any]) -> dict[str, Any]:
     try:
         spec = Spec.from_dict(stored)
         resolved = {**spec.to_dict(), "model": dataclasses.asdict(spec.resolved_model_config())}
-    except Exception:  # noqa: BLE001 - a spec this code no longer reads is exported as it was stored
+    except Exception:  # a spec this code no longer reads is exported as it was stored
         return dict(stored)
     return json.loads(json.dumps(resolved, default=str))
 
@@ -119,7 +132,7 @@ def runs(url: str, job_ids: list[int] | None) -> list[Run]:
     ids = "" if job_ids is None else "AND v.job_id IN :ids"
     stmt = text(f"""
         SELECT v.*, j.config, j.started_at FROM runs v JOIN jobs j ON j.id = v.job_id
-        WHERE j.kind = :train {ids} ORDER BY v.job_id""")  # fmt: skip
+        WHERE j.kind = :train {ids} ORDER BY v.job_id""")
     params: dict[str, Any] = {"train": TRAIN}
     if job_ids is not None:
         stmt = stmt.bindparams(sa.bindparam("ids", expanding=True))
@@ -135,10 +148,24 @@ def runs(url: str, job_ids: list[int] | None) -> list[Run]:
         done = r["status"] == JobStatus.SUCCEEDED
         results = {c: float(r[c]) for c in RESULT_COLUMNS if done and _present(r.get(c))}
         seed = r["seed"]
-        out.append(Run(int(r["job_id"]), r["grid"] or "", r["recipe"], r["size"],
-                       None if not _present(seed) else int(seed), r["status"], r["variant_id"], r["variant_label"],
-                       r["started_at"] if _present(r["started_at"]) else None,
-                       r["finished_at"] if _present(r["finished_at"]) else None, config, flat, variant, results))  # fmt: skip
+        out.append(
+            Run(
+                int(r["job_id"]),
+                r["grid"] or "",
+                r["recipe"],
+                r["size"],
+                None if not _present(seed) else int(seed),
+                r["status"],
+                r["variant_id"],
+                r["variant_label"],
+                r["started_at"] if _present(r["started_at"]) else None,
+                r["finished_at"] if _present(r["finished_at"]) else None,
+                config,
+                flat,
+                variant,
+                results,
+            )
+        )
     return out
 
 
@@ -150,8 +177,11 @@ def new_points(url: str, job_id: int, exported: dict[str, int], table: str = "me
     low = min(exported.values(), default=-1)
     columns = "*" if table == "curves" else "key, step, tokens, wall_s, value"
     with frames.engine(url).connect() as conn:
-        df = pd.read_sql(text(f'SELECT {columns} FROM "{table}" WHERE job_id = :j AND step > :low '
-                              "ORDER BY key, step"), conn, params={"j": int(job_id), "low": int(low)})  # fmt: skip
+        df = pd.read_sql(
+            text(f'SELECT {columns} FROM "{table}" WHERE job_id = :j AND step > :low ORDER BY key, step'),
+            conn,
+            params={"j": int(job_id), "low": int(low)},
+        )
     if df.empty or not exported:
         return df
     floor = df["key"].map(exported).fillna(-1)

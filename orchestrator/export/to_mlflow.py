@@ -62,9 +62,15 @@ class Writer:
     def _create(self, run: Run) -> str:
         from mlflow.entities import Param
 
-        tags = {"looplab.job_id": str(run.job_id), "looplab.grid": run.grid, "looplab.seed": str(run.seed),
-                "looplab.variant_id": str(run.variant_id), "looplab.variant_label": str(run.variant_label),
-                "looplab.recipe": str(run.recipe), "looplab.size": str(run.size)}  # fmt: skip
+        tags = {
+            "looplab.job_id": str(run.job_id),
+            "looplab.grid": run.grid,
+            "looplab.seed": str(run.seed),
+            "looplab.variant_id": str(run.variant_id),
+            "looplab.variant_label": str(run.variant_label),
+            "looplab.recipe": str(run.recipe),
+            "looplab.size": str(run.size),
+        }
         start = int(1000 * run.started_at) if run.started_at else None
         created = self.client.create_run(
             self._experiment(run.grid), start_time=start, tags=tags, run_name=run.name

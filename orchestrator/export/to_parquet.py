@@ -78,8 +78,10 @@ def export(url: str, out: Path, job_ids: list[int] | None, manifest: Manifest) -
     parts = [p for p in parts if not p.empty]
     if parts:
         df = pd.concat(parts, ignore_index=True)
-        _write(pa.Table.from_pandas(df, schema=curves_schema(list(df.columns)), preserve_index=False),
-               out / CURVES / f"part-{manifest.parts:05d}.parquet")  # fmt: skip
+        _write(
+            pa.Table.from_pandas(df, schema=curves_schema(list(df.columns)), preserve_index=False),
+            out / CURVES / f"part-{manifest.parts:05d}.parquet",
+        )
         manifest.parts += 1
         written[CURVES] = len(df)
     manifest.save()

@@ -75,8 +75,9 @@ class Writer:
 
         if new:
             text("config", "```\n" + json.dumps(run.params, indent=1, sort_keys=True) + "\n```")
-        for key, step, wall, value in zip(points["key"], points["step"], points["wall_s"], points["value"],
-                                          strict=True):  # fmt: skip
+        for key, step, wall, value in zip(
+            points["key"], points["step"], points["wall_s"], points["value"], strict=True
+        ):
             scalar(key, step, value, start + wall if pd.notna(wall) else now)
         if with_results:
             last = int(points["step"].max()) if not points.empty else max(entry.keys.values(), default=0)

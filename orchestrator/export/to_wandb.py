@@ -57,12 +57,28 @@ class Writer:
             **run.config,
             "looplab": {"job_id": run.job_id, "grid": run.grid, "seed": run.seed, **run.variant},
         }
-        settings = wandb.Settings(silent=True, console="off", x_disable_stats=True, save_code=False,
-                                  disable_git=True, x_disable_meta=True, x_disable_machine_info=True)  # fmt: skip
-        wb = wandb.init(mode="offline", dir=str(self.out), project=project(run.grid), name=run.name,
-                        id=entry.run or run_id(self.database, run.job_id), group=str(run.variant_label),
-                        job_type="train", tags=[t for t in (run.recipe, run.grid) if t], config=config,
-                        resume="allow", settings=settings)  # fmt: skip
+        settings = wandb.Settings(
+            silent=True,
+            console="off",
+            x_disable_stats=True,
+            save_code=False,
+            disable_git=True,
+            x_disable_meta=True,
+            x_disable_machine_info=True,
+        )
+        wb = wandb.init(
+            mode="offline",
+            dir=str(self.out),
+            project=project(run.grid),
+            name=run.name,
+            id=entry.run or run_id(self.database, run.job_id),
+            group=str(run.variant_label),
+            job_type="train",
+            tags=[t for t in (run.recipe, run.grid) if t],
+            config=config,
+            resume="allow",
+            settings=settings,
+        )
         entry.run = wb.id
         for step, rows in history.groupby("step", sort=True):
             row = dict(zip(rows["key"], rows["value"].astype(float), strict=True))

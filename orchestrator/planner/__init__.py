@@ -25,7 +25,19 @@ from orchestrator.planner.report import Forecast
 from orchestrator.planner.simulate import simulate
 
 __all__ = [
-    "SOURCES", "Calibration", "Estimate", "Forecast", "ForecastJob", "TimeModel", "cached_calibration",
-    "calibrate", "device_memory", "forecast_queue", "local_slots", "plan_grids", "planned_vs_actual",
-    "simulate", "submission_estimates",
-]  # fmt: skip
+    "SOURCES",
+    "Calibration",
+    "Estimate",
+    "Forecast",
+    "ForecastJob",
+    "TimeModel",
+    "cached_calibration",
+    "calibrate",
+    "device_memory",
+    "forecast_queue",
+    "local_slots",
+    "plan_grids",
+    "planned_vs_actual",
+    "simulate",
+    "submission_estimates",
+]

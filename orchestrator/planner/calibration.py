@@ -48,8 +48,9 @@ def cached_calibration(device: str = "cpu", threads: int = 1) -> Calibration | N
     return cal
 
 
-def calibrate(device: str = "cpu", threads: int = 1, steps: int = 15, save: bool = True,
-              driver: bool = True) -> Calibration:  # fmt: skip
+def calibrate(
+    device: str = "cpu", threads: int = 1, steps: int = 15, save: bool = True, driver: bool = True
+) -> Calibration:
     """Measure this machine (`workers.calibrate.measure`: about 15 s on a CPU core) and, with `driver`,
     the start-up of a fresh Python that starts a local Ray as `looplab run` does; cache the result."""
     result = measure(device, threads=threads, steps=steps)

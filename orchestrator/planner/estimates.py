@@ -113,8 +113,13 @@ class TimeModel:
     `device_memory` bytes each (None: no micro-batch is fitted); `calibration` None leaves `flop_model`
     rows without a time (their FLOPs and memory are still given)."""
 
-    def __init__(self, eng: Engine | None, calibration: Calibration | None, device: str = "cpu",
-                 device_memory: float | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        eng: Engine | None,
+        calibration: Calibration | None,
+        device: str = "cpu",
+        device_memory: float | None = None,
+    ) -> None:
         self.calibration, self.device, self.device_memory = calibration, device, device_memory
         self.history: list[dict[str, Any]] = finished_runs(eng) if eng is not None else []
         self._train: dict[str, tuple[TrainSpec, TrainCost] | None] = {}
@@ -166,8 +171,15 @@ class TimeModel:
         return decode_bench.cost(decode_bench.Spec.from_dict(spec))
 
     # ---- estimates
-    def estimate(self, kind: str, spec: dict[str, Any], *, train_spec: dict[str, Any] | None = None,
-                 ref_train_s: float | None = None, workers: int = 1) -> Estimate:  # fmt: skip
+    def estimate(
+        self,
+        kind: str,
+        spec: dict[str, Any],
+        *,
+        train_spec: dict[str, Any] | None = None,
+        ref_train_s: float | None = None,
+        workers: int = 1,
+    ) -> Estimate:
         """One job: a train spec (`ref_train_s`: the training time a `match_time_of` budget copies;
         `workers`: its data-parallel workers), a depth sweep or eval (`train_spec`: its train job's
         spec), a decode bench, or any other kind. A spec its kind's cost model cannot read (a plugin's,
@@ -177,13 +189,24 @@ class TimeModel:
         except UNREADABLE:
             return Estimate(None, "unknown")
 
-    def _estimate(self, kind: str, spec: dict[str, Any], train_spec: dict[str, Any] | None,
-                  ref_train_s: float | None, workers: int = 1) -> Estimate:  # fmt: skip
+    def _estimate(
+        self,
+        kind: str,
+        spec: dict[str, Any],
+        train_spec: dict[str, Any] | None,
+        ref_train_s: float | None,
+        workers: int = 1,
+    ) -> Estimate:
         if kind == "train":
             return self.train(spec, ref_train_s, workers)
         if kind == "decode_bench":
-            return self.forward_job(kind, self.decode_cost(spec), variant_of(spec, "decode_bench"),
-                                    lambda h: self.decode_cost(h["spec"]), same_device=True)  # fmt: skip
+            return self.forward_job(
+                kind,
+                self.decode_cost(spec),
+                variant_of(spec, "decode_bench"),
+                lambda h: self.decode_cost(h["spec"]),
+                same_device=True,
+            )
         follows = {"depth_sweep": self.sweep_cost, "eval": self.eval_cost}
         if kind in follows and train_spec is not None:
             cost = follows[kind](spec, train_spec)
@@ -232,10 +255,15 @@ class TimeModel:
     ) -> Estimate:
         variant = variant_of(spec)
         alike = [
-            h for h in self.history
-            if h["kind"] == "train" and h["variant_id"] == variant and h["tokens_per_s"]
-            and h["batch_size"] == cost.batch and h["compile"] == cost.compile and h["device"] == self.device
-        ]  # fmt: skip
+            h
+            for h in self.history
+            if h["kind"] == "train"
+            and h["variant_id"] == variant
+            and h["tokens_per_s"]
+            and h["batch_size"] == cost.batch
+            and h["compile"] == cost.compile
+            and h["device"] == self.device
+        ]
         same = [h for h in alike if h.get("workers", 1) == workers]
         # no run of this worker count yet: one worker's throughput, scaled (see DDP_EFFICIENCY)
         scale = 1.0 if same else ddp_speedup(workers)
@@ -246,9 +274,7 @@ class TimeModel:
         if same:
             source = "measured"
             tokens_per_s = _median(h["tokens_per_s"] for h in same) * scale
-            eval_rate = _median(
-                self._eval_flops_of(h) / h["eval_seconds"] for h in same if h["eval_seconds"]
-            )  # fmt: skip
+            eval_rate = _median(self._eval_flops_of(h) / h["eval_seconds"] for h in same if h["eval_seconds"])
             per_ckpt = (
                 _median(h["ckpt_seconds"] / self._ckpts_of(h) for h in same if h["ckpt_seconds"]) or 0.0
             )
@@ -271,13 +297,24 @@ class TimeModel:
                 return Estimate(None, "unknown", peak_mem_bytes=memory, disk=disk)
             train_s = float(budget_s)
             if step_s is None:
-                return Estimate(train_s + startup, "budget", peak_mem_bytes=memory, train_s=train_s,
-                                startup_s=startup, disk=disk)  # fmt: skip
+                return Estimate(
+                    train_s + startup,
+                    "budget",
+                    peak_mem_bytes=memory,
+                    train_s=train_s,
+                    startup_s=startup,
+                    disk=disk,
+                )
             steps = max(1, int(train_s / step_s))
             calib_s = max(cost.calib_steps * step_s, min(0.05 * train_s, 60.0)) + 2 * step_s
         elif step_s is None:
-            return Estimate(None, source, flops=steps * cost.tokens_per_step * cost.flops_per_token,
-                            peak_mem_bytes=memory, disk=self._disk(cost, steps))  # fmt: skip
+            return Estimate(
+                None,
+                source,
+                flops=steps * cost.tokens_per_step * cost.flops_per_token,
+                peak_mem_bytes=memory,
+                disk=self._disk(cost, steps),
+            )
         else:
             train_s = steps * step_s
         flops = steps * cost.tokens_per_step * cost.flops_per_token
@@ -285,8 +322,9 @@ class TimeModel:
         eval_s = eval_flops / eval_rate if eval_rate else 0.0
         ckpt_s = per_ckpt * cost.n_ckpts(steps)
         seconds = (startup or 0.0) + calib_s + train_s + eval_s + ckpt_s
-        return Estimate(seconds, source, flops + eval_flops, memory, train_s, startup or 0.0,
-                        disk=self._disk(cost, steps))  # fmt: skip
+        return Estimate(
+            seconds, source, flops + eval_flops, memory, train_s, startup or 0.0, disk=self._disk(cost, steps)
+        )
 
     @staticmethod
     def _disk(cost: TrainCost, steps: int) -> PlannedDisk:
@@ -312,16 +350,25 @@ class TimeModel:
         cost = self.train_cost(h["spec"])
         return 1 if cost is None else cost.n_ckpts(h["steps"])
 
-    def forward_job(self, kind: str, cost: ForwardCost, variant: str | None,
-                    counted: Callable[[dict[str, Any]], ForwardCost | None], same_device: bool = False) -> Estimate:  # fmt: skip
+    def forward_job(
+        self,
+        kind: str,
+        cost: ForwardCost,
+        variant: str | None,
+        counted: Callable[[dict[str, Any]], ForwardCost | None],
+        same_device: bool = False,
+    ) -> Estimate:
         """A job of forward passes: the median of finished runs of the same kind and variant (and device
         type when `same_device`), each wall time scaled by this run's FLOPs over theirs (`counted(h)`: their
         cost, None when unknown; such runs are skipped); without any, the FLOP model, else "unknown"."""
         memory = cost.memory[self.device]
         same = [
-            h for h in self.history
-            if h["kind"] == kind and h["variant_id"] == variant and (not same_device or h["device"] == self.device)
-        ]  # fmt: skip
+            h
+            for h in self.history
+            if h["kind"] == kind
+            and h["variant_id"] == variant
+            and (not same_device or h["device"] == self.device)
+        ]
         scaled = []
         for h in same:
             try:
@@ -349,8 +396,10 @@ class TimeModel:
         assert cal is not None
         cells = cost.cells.get(self.device) or ((cost.decode_steps, cost.flops / cost.decode_steps, 0.0),)
         bandwidth = cal.memory_bandwidth
-        bound = sum(n * max(flops / cal.flops_per_s, read / bandwidth if bandwidth else 0.0)
-                    for n, flops, read in cells)  # fmt: skip
+        bound = sum(
+            n * max(flops / cal.flops_per_s, read / bandwidth if bandwidth else 0.0)
+            for n, flops, read in cells
+        )
         return bound + cost.decode_steps * cost.applications * cal.decode_layer_s
 
 
@@ -367,8 +416,9 @@ class LazyTimeModel:
         return self._inner.estimate(*args, **kwargs)
 
 
-def estimate_plans(model: TimeModel, plans: list[JobPlan],
-                   existing_train_s: dict[int, tuple[float, int]] | None = None) -> list[Estimate]:  # fmt: skip
+def estimate_plans(
+    model: TimeModel, plans: list[JobPlan], existing_train_s: dict[int, tuple[float, int]] | None = None
+) -> list[Estimate]:
     """One estimate per plan, references before the jobs whose budget copies their training time
     (`existing_train_s`: the training seconds and workers of references in the database; what is
     copied is `pairing.time_budget`'s)."""
@@ -389,6 +439,7 @@ def estimate_plans(model: TimeModel, plans: list[JobPlan],
             ref_train_s = None if seconds is None else pairing.time_budget(seconds, ref_workers, workers)
         trained = trained_plan(plans, i)
         train_spec = None if trained is None else trained.spec
-        out[i] = model.estimate(plan.kind, plan.spec, train_spec=train_spec, ref_train_s=ref_train_s,
-                                workers=workers)  # fmt: skip
+        out[i] = model.estimate(
+            plan.kind, plan.spec, train_spec=train_spec, ref_train_s=ref_train_s, workers=workers
+        )
     return [out[i] for i in range(len(plans))]

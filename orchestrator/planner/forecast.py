@@ -32,10 +32,19 @@ def _aging_seconds(aging_s: float | None) -> float:
     return aging_seconds()
 
 
-def plan_grids(eng: Engine, grids: list[Grid], kinds: JobRegistry, *, num_cpus: float | None = None,
-               num_gpus: float | None = None, calibration: Calibration | None | str = "auto",
-               device_memory_bytes: float | None = None, now: float | None = None,
-               aging_s: float | None = None, elsewhere: bool = False) -> Forecast:  # fmt: skip
+def plan_grids(
+    eng: Engine,
+    grids: list[Grid],
+    kinds: JobRegistry,
+    *,
+    num_cpus: float | None = None,
+    num_gpus: float | None = None,
+    calibration: Calibration | None | str = "auto",
+    device_memory_bytes: float | None = None,
+    now: float | None = None,
+    aging_s: float | None = None,
+    elsewhere: bool = False,
+) -> Forecast:
     """The forecast of `grids` behind the current queue. `calibration`: "auto" (the cached one, else
     measure now and cache it), "cached" (never measure), "fresh" (measure now), a Calibration, or
     None (no FLOP model). `aging_s`: the scheduler's priority aging (default: its setting).
@@ -92,8 +101,14 @@ def submission_estimates(eng: Engine, plans: list[JobPlan]) -> list[tuple[float 
     return [(e.seconds, e.source) for e in estimate_plans(model, plans, existing_train_seconds(eng, plans))]
 
 
-def forecast_queue(eng: Engine, *, num_cpus: float | None = None, num_gpus: float | None = None,
-                   now: float | None = None, aging_s: float | None = None) -> Forecast:  # fmt: skip
+def forecast_queue(
+    eng: Engine,
+    *,
+    num_cpus: float | None = None,
+    num_gpus: float | None = None,
+    now: float | None = None,
+    aging_s: float | None = None,
+) -> Forecast:
     """The current queue's finish time (`looplab status`): stored plan estimates, else fresh ones
     with the cached calibration (never measured here)."""
     now = time.time() if now is None else now

@@ -59,7 +59,7 @@ def finished_runs(eng: Engine) -> list[dict[str, Any]]:
             results.c.device,
             results.c.peak_mem_mb,
             results.c.workers,
-        )  # fmt: skip
+        )
         .join(attempts, attempts.c.job_id == JOBS.c.id)
         .outerjoin(results, results.c.job_id == JOBS.c.id)
         .where(
@@ -90,15 +90,27 @@ def finished_runs(eng: Engine) -> list[dict[str, Any]]:
         except ValueError:
             continue
         wall = float(r.ended_at - r.started_at)
-        item: dict[str, Any] = {"job_id": r.id, "kind": r.kind, "variant_id": r.variant_id, "spec": spec,
-                                "wall": wall, "device": device_type(r.device or decode_on.get(r.id))}  # fmt: skip
+        item: dict[str, Any] = {
+            "job_id": r.id,
+            "kind": r.kind,
+            "variant_id": r.variant_id,
+            "spec": spec,
+            "wall": wall,
+            "device": device_type(r.device or decode_on.get(r.id)),
+        }
         if r.kind == "train":
             worked = sum(x or 0.0 for x in (r.train_seconds, r.eval_seconds, r.ckpt_seconds))
             item.update(
-                steps=r.steps or 1, tokens_per_s=r.tokens_per_s, eval_seconds=r.eval_seconds,
-                ckpt_seconds=r.ckpt_seconds, peak_mem_mb=r.peak_mem_mb, overhead=max(0.0, wall - worked),
-                batch_size=spec.get("batch_size"), compile=bool(spec.get("compile")), workers=r.workers or 1,
-            )  # fmt: skip
+                steps=r.steps or 1,
+                tokens_per_s=r.tokens_per_s,
+                eval_seconds=r.eval_seconds,
+                ckpt_seconds=r.ckpt_seconds,
+                peak_mem_mb=r.peak_mem_mb,
+                overhead=max(0.0, wall - worked),
+                batch_size=spec.get("batch_size"),
+                compile=bool(spec.get("compile")),
+                workers=r.workers or 1,
+            )
             if r.train_seconds is None:
                 continue
         if jobkinds.declared(r.kind).about == jobkinds.CHECKPOINT:  # about its train job's model
@@ -159,7 +171,7 @@ def planned_vs_actual(eng: Engine) -> pd.DataFrame:
             JOBS.c.planned_seconds,
             wall.c.actual.label("actual_seconds"),
             sa.func.coalesce(results.c.concurrent_jobs, contention.c.concurrent).label("concurrent_jobs"),
-        )  # fmt: skip
+        )
         .join(wall, wall.c.job_id == JOBS.c.id)
         .outerjoin(GridRow, GridRow.id == JOBS.c.grid_id)
         .outerjoin(results, results.c.job_id == JOBS.c.id)

@@ -89,7 +89,7 @@ def local_slots(num_cpus: float | None = None, num_gpus: float | None = None) ->
             import torch
 
             num_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        except Exception:  # noqa: BLE001 - no usable torch: no GPU
+        except Exception:  # no usable torch: no GPU
             num_gpus = 0
     return cpus, float(num_gpus)
 
@@ -101,7 +101,7 @@ def device_memory(device: str) -> float | None:
             import torch
 
             return float(torch.cuda.get_device_properties(0).total_memory)
-        except Exception:  # noqa: BLE001 - no GPU here: nothing to compare with
+        except Exception:  # no GPU here: nothing to compare with
             return None
     try:
         return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
@@ -127,7 +127,7 @@ def queue_jobs(eng: Engine, model: TimeModel, has_gpu: bool, now: float) -> list
             sa.select(deps.c.job_id, deps.c.depends_on, dep.c.status, dep.c.config, dep.c.kind)
             .join(dep, dep.c.id == deps.c.depends_on)
             .where(deps.c.job_id.in_([r.id for r in rows]))
-        ).all()  # fmt: skip
+        ).all()
     waiting: dict[int, list[Any]] = {}
     for link in links:
         waiting.setdefault(link.job_id, []).append(link)
@@ -146,16 +146,29 @@ def queue_jobs(eng: Engine, model: TimeModel, has_gpu: bool, now: float) -> list
         if r.planned_seconds is not None:  # what was planned at submission
             est = Estimate(r.planned_seconds, r.planned_source or "unknown")
         else:
-            est = model.estimate(r.kind, spec, train_spec=train_spec, ref_train_s=r.budget_time_s,
-                                 workers=pairing.workers_of(r.resources))  # fmt: skip
+            est = model.estimate(
+                r.kind,
+                spec,
+                train_spec=train_spec,
+                ref_train_s=r.budget_time_s,
+                workers=pairing.workers_of(r.resources),
+            )
         job = ForecastJob(
-            key=f"#{r.id}", kind=r.kind, status=r.status,
-            what=describe("train", train_spec, r.variant_label) if train_spec else describe(r.kind, spec, r.variant_label),
-            estimate=est, priority=r.priority, order=r.id, job_id=r.id, remaining_s=est.seconds,
+            key=f"#{r.id}",
+            kind=r.kind,
+            status=r.status,
+            what=describe("train", train_spec, r.variant_label)
+            if train_spec
+            else describe(r.kind, spec, r.variant_label),
+            estimate=est,
+            priority=r.priority,
+            order=r.id,
+            job_id=r.id,
+            remaining_s=est.seconds,
             since_s=(r.not_before if r.not_before is not None else r.created_at) - now,
             deps=[f"#{d.depends_on}" for d in my_deps if d.status != JobStatus.SUCCEEDED],
             retention=r.retention,
-        ).asks(job_resources(r.kind, r.resources, has_gpu))  # fmt: skip
+        ).asks(job_resources(r.kind, r.resources, has_gpu))
         if r.status == JobStatus.RUNNING:
             elapsed = now - (r.started_at or now)
             left = [] if est.seconds is None else [max(0.0, est.seconds - elapsed)]
@@ -166,8 +179,15 @@ def queue_jobs(eng: Engine, model: TimeModel, has_gpu: bool, now: float) -> list
     return out
 
 
-def grid_jobs(plans: list[JobPlan], existing: dict[str, int], estimates: list[Estimate], queued_ids: set[int],
-              next_id: int, gpus: float, memory: float | None) -> list[ForecastJob]:  # fmt: skip
+def grid_jobs(
+    plans: list[JobPlan],
+    existing: dict[str, int],
+    estimates: list[Estimate],
+    queued_ids: set[int],
+    next_id: int,
+    gpus: float,
+    memory: float | None,
+) -> list[ForecastJob]:
     """The grids' plans as ForecastJobs behind the queue: one per distinct job ("present" when the
     database has it already; skipped when it is queued or running, so it is among `queue_jobs`), in the
     order the queue will give them ids, each flagged when its estimated memory exceeds its device's
@@ -192,11 +212,18 @@ def grid_jobs(plans: list[JobPlan], existing: dict[str, int], estimates: list[Es
         res = job_resources(plan.kind, plan.resources, gpus > 0, exclusive_default=i in pairs)
         est = estimates[i]
         job = ForecastJob(
-            key=keys[i], kind=plan.kind, what=describe(about.kind, about.spec, about.label),
-            status="present" if known is not None else "new", estimate=est, priority=plan.priority,
-            order=next_id + rank[i], deps=[keys[d] for d in (*plan.deps, *plan.waits)] + [f"#{j}" for j in plan.dep_ids],
-            job_id=known, remaining_s=None if known is not None else est.seconds, retention=plan.retention,
-        ).asks(res)  # fmt: skip
+            key=keys[i],
+            kind=plan.kind,
+            what=describe(about.kind, about.spec, about.label),
+            status="present" if known is not None else "new",
+            estimate=est,
+            priority=plan.priority,
+            order=next_id + rank[i],
+            deps=[keys[d] for d in (*plan.deps, *plan.waits)] + [f"#{j}" for j in plan.dep_ids],
+            job_id=known,
+            remaining_s=None if known is not None else est.seconds,
+            retention=plan.retention,
+        ).asks(res)
         share = res["num_gpus"] if gpus > 0 and res["num_gpus"] > 0 else 1.0
         if memory is not None and est.peak_mem_bytes is not None:
             job.device_memory = memory * min(1.0, share)

@@ -109,7 +109,7 @@ class Forecast:
                     "start_s": j.start_s,
                     "end_s": j.end_s,
                     "refused": j.refused,
-                }  # fmt: skip
+                }
                 for j in self.jobs
             ]
         )
@@ -117,13 +117,19 @@ class Forecast:
     def text(self) -> str:
         from orchestrator.display import fmt_eta
 
-        lines = [] if not self.elsewhere or self.calibration is None else [
-            f"priced for {self.gpus:g} x {self.calibration.describe()}; the grids alone (this database's "
-            "queue and history ran elsewhere)"
-        ]  # fmt: skip
-        lines.append(f"{'job':>5} {'kind':<12} {'what':<30} {'status':<8} {'est.':>7} {'FLOPs':>8} "
-                     f"{'peak mem':>9} {'micro':>5} {'disk':>8} {'kept':>8} {'source':<10} {'device':<6} "
-                     f"{'start':>7} {'end':>7}  note")  # fmt: skip
+        lines = (
+            []
+            if not self.elsewhere or self.calibration is None
+            else [
+                f"priced for {self.gpus:g} x {self.calibration.describe()}; the grids alone (this database's "
+                "queue and history ran elsewhere)"
+            ]
+        )
+        lines.append(
+            f"{'job':>5} {'kind':<12} {'what':<30} {'status':<8} {'est.':>7} {'FLOPs':>8} "
+            f"{'peak mem':>9} {'micro':>5} {'disk':>8} {'kept':>8} {'source':<10} {'device':<6} "
+            f"{'start':>7} {'end':>7}  note"
+        )
         for j in self.jobs:
             e = j.estimate
             mem = "" if e.peak_mem_bytes is None else fmt_bytes(e.peak_mem_bytes)
@@ -165,8 +171,10 @@ class Forecast:
             lines.append(f"GPU-hours: {hours['all']:,.1f}{f' ({kinds})' if kinds else ''}")
         kept, most = self.disk()
         if most > 0:
-            lines.append(f"disk: {fmt_bytes(kept)} kept once every job succeeded (each job's retention), "
-                         f"{fmt_bytes(most)} at most at any one time while they run")  # fmt: skip
+            lines.append(
+                f"disk: {fmt_bytes(kept)} kept once every job succeeded (each job's retention), "
+                f"{fmt_bytes(most)} at most at any one time while they run"
+            )
         finish = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.finish_at))
         bound = " at the earliest" if unknown else ""
         start = (

@@ -25,8 +25,9 @@ from orchestrator.states import JobStatus
 EPS = 1e-9
 
 
-def simulate(jobs: list[ForecastJob], cpus: float, gpus: float, start_s: float = 0.0,
-             aging_s: float | None = None) -> float:  # fmt: skip
+def simulate(
+    jobs: list[ForecastJob], cpus: float, gpus: float, start_s: float = 0.0, aging_s: float | None = None
+) -> float:
     """Fill start_s/end_s/device (or `refused`) of every job and return the makespan in seconds. A job
     without an estimate counts as taking no time (the finish time is then a lower bound); `aging_s`
     None: no aging (the bare priorities)."""

@@ -75,10 +75,20 @@ def code_version(root: Path = ROOT) -> str:
     """The git commit of the checkout writing the report (with `+ local changes` when dirty), else a
     note that it is unknown. The runs themselves do not record the code they ran."""
     try:
-        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                timeout=10, check=True).stdout.strip()  # fmt: skip
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()  # fmt: skip
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown (not a git checkout)"
     return commit + (" + local changes" if dirty else "")
@@ -94,8 +104,13 @@ def _scaling(done: pd.DataFrame) -> tuple[iso_depth.IsoDepthStudy | None, str]:
         return None, "no iso-depth runs in these grids: no scaling-law fit"
     fit_runs = iso_depth.runs_for_fit(done)
     try:
-        study = iso_depth.fit_iso_depth(fit_runs, flops=iso_depth.default_budget(fit_runs) or 1e15,
-                                        bootstrap=scaling.DEFAULT_BOOTSTRAP, seed=0, robust="linear")  # fmt: skip
+        study = iso_depth.fit_iso_depth(
+            fit_runs,
+            flops=iso_depth.default_budget(fit_runs) or 1e15,
+            bootstrap=scaling.DEFAULT_BOOTSTRAP,
+            seed=0,
+            robust="linear",
+        )
     except USER_ERRORS as e:
         return None, f"the law cannot be fitted to these {len(fit_runs)} runs: {e}"
     return study, ""
@@ -134,20 +149,36 @@ def study_data(url: str, grids: list[str]) -> StudyData:
     points = points.merge(shown[["job_id", "variant_label", "seed"]], on="job_id")
     study, scaling_note = _scaling(done)
     return StudyData(
-        url=url, grids=picked, code_version=code_version(), runs=runs, done=done, reference=reference,
-        noise=noise, iso_data=iso, iso_matrix=comparison.iso_data_matrix(iso).reset_index(), data_fits=fit_table,
-        iso_flop=comparison.iso_flop_table(evals, reference=reference, noise=noise) if not flop.empty else flop,
+        url=url,
+        grids=picked,
+        code_version=code_version(),
+        runs=runs,
+        done=done,
+        reference=reference,
+        noise=noise,
+        iso_data=iso,
+        iso_matrix=comparison.iso_data_matrix(iso).reset_index(),
+        data_fits=fit_table,
+        iso_flop=comparison.iso_flop_table(evals, reference=reference, noise=noise)
+        if not flop.empty
+        else flop,
         iso_flop_curve=flop,
         iso_time=comparison.iso_time_summary(pairs, noise=noise) if not pairs.empty else pairs,
-        iso_time_pairs=pairs, throughput=comparison.throughput_table(done, reference=reference),
-        depth_curves=by_loops, depth_wide=curves.depth_wide(by_loops),
+        iso_time_pairs=pairs,
+        throughput=comparison.throughput_table(done, reference=reference),
+        depth_curves=by_loops,
+        depth_wide=curves.depth_wide(by_loops),
         round_deltas=curves.round_delta_curves(deltas, loops=most) if most else deltas,
         extrapolation=extrapolation.summary(extrapolation.loss_curves(sweeps)),
-        decode=timing.mark_decode(comparison.decode_table(dec, reference=dec_ref), dec) if not dec.empty else dec,
-        task_tables=task_tables, curves=points,
+        decode=timing.mark_decode(comparison.decode_table(dec, reference=dec_ref), dec)
+        if not dec.empty
+        else dec,
+        task_tables=task_tables,
+        curves=points,
         findings=findings.lean_study_findings(sweeps, evals) if findings.applies(done) else pd.DataFrame(),
-        scaling=study, scaling_note=scaling_note,
-    )  # fmt: skip
+        scaling=study,
+        scaling_note=scaling_note,
+    )
 
 
 def grid_specs(data: StudyData) -> list[tuple[str, str]]:

@@ -69,8 +69,10 @@ def html_table(table: Table) -> str:
             data = escape(json.dumps(_json_value(v)), quote=True)
             tds.append(f'<td class="{" ".join(css)}" data-v="{data}">{escape(cell(v, kinds[c]))}</td>')
         rows.append("<tr>" + "".join(tds) + "</tr>")
-    return (f'<table data-name="{escape(table.name)}">{caption}<thead><tr>{head}</tr></thead>'
-            f"<tbody>{''.join(rows)}</tbody></table>")  # fmt: skip
+    return (
+        f'<table data-name="{escape(table.name)}">{caption}<thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
 
 
 def md_table(table: Table) -> str:
@@ -85,8 +87,10 @@ def md_table(table: Table) -> str:
 
     head = "| " + " | ".join(esc(str(c)) for c in frame.columns) + " |"
     rule = "| " + " | ".join("---" if kinds[c] == "text" else "---:" for c in frame.columns) + " |"
-    rows = ["| " + " | ".join(esc(cell(v, kinds[c])) for c, v in zip(frame.columns, r, strict=True)) + " |"
-            for r in frame.itertuples(index=False)]  # fmt: skip
+    rows = [
+        "| " + " | ".join(esc(cell(v, kinds[c])) for c, v in zip(frame.columns, r, strict=True)) + " |"
+        for r in frame.itertuples(index=False)
+    ]
     return lead + "\n".join([head, rule, *rows]) + "\n"
 
 
@@ -130,7 +134,7 @@ HTML = Emitter(
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{escape(title)}</title><style>{STYLE}</style></head><body>\n"
         f"{body}\n</body></html>\n"
-    ),  # fmt: skip
+    ),
 )
 MARKDOWN = Emitter(
     title=lambda title: f"# {title}\n\n_Charts are in the HTML version of this report (`--format html`)._\n",

@@ -21,9 +21,28 @@ from analysis.variants import MISSING
 from orchestrator.report.content import CURVE_KEY, StudyData, grid_specs
 from orchestrator.report.svg import LineChart, Series
 
-RUN_COLUMNS = ["job_id", "grid", "variant_label", "recipe", "size", "seed", "budget", "status", "tokens",
-               "train_seconds", "tokens_per_s", "final_val_loss", "loop_mode", "train_loops", "effective_depth",
-               "d_model", "n_params", "flops_per_token", "train_flops", "variant_id"]  # fmt: skip
+RUN_COLUMNS = [
+    "job_id",
+    "grid",
+    "variant_label",
+    "recipe",
+    "size",
+    "seed",
+    "budget",
+    "status",
+    "tokens",
+    "train_seconds",
+    "tokens_per_s",
+    "final_val_loss",
+    "loop_mode",
+    "train_loops",
+    "effective_depth",
+    "d_model",
+    "n_params",
+    "flops_per_token",
+    "train_flops",
+    "variant_id",
+]
 ROUND_COLUMNS = [
     "variant_label",
     "size",
@@ -113,11 +132,23 @@ def _series(frame: pd.DataFrame, by: str, x: str, y: str = "mean", band: bool = 
 def sections(data: StudyData) -> list[Section]:
     """Every section of the report on `data`, in reading order."""
     return [
-        _about(data), _runs(data), *_findings(data), _iso_data(data), _iso_flop(data), _iso_time(data),
-        _depth(data), _geometry(data), _decode(data), _scaling(data), _tasks(data),
-        Section("Training throughput", [f"Tokens per second per variant; ratio to `{data.reference}`."],
-                [Table("throughput", data.throughput)]),
-    ]  # fmt: skip
+        _about(data),
+        _runs(data),
+        *_findings(data),
+        _iso_data(data),
+        _iso_flop(data),
+        _iso_time(data),
+        _depth(data),
+        _geometry(data),
+        _decode(data),
+        _scaling(data),
+        _tasks(data),
+        Section(
+            "Training throughput",
+            [f"Tokens per second per variant; ratio to `{data.reference}`."],
+            [Table("throughput", data.throughput)],
+        ),
+    ]
 
 
 def _about(data: StudyData) -> Section:
@@ -140,19 +171,29 @@ def _about(data: StudyData) -> Section:
 def _runs(data: StudyData) -> Section:
     cols = [c for c in RUN_COLUMNS if c in data.runs.columns]
     pts = data.curves
-    series = [Series(f"{label} · seed {int(seed) if not missing(seed) else '?'} · #{job}",
-                     list(part["tokens"].astype(float)), list(part["value"].astype(float)))
-              for (job, label, seed), part in pts.groupby(["job_id", "variant_label", "seed"], dropna=False)]  # fmt: skip
+    series = [
+        Series(
+            f"{label} · seed {int(seed) if not missing(seed) else '?'} · #{job}",
+            list(part["tokens"].astype(float)),
+            list(part["value"].astype(float)),
+        )
+        for (job, label, seed), part in pts.groupby(["job_id", "variant_label", "seed"], dropna=False)
+    ]
     chart = LineChart(f"{CURVE_KEY} during training", "tokens", CURVE_KEY, series, points=False)
-    return Section("Runs", ["One row per training run; the configuration each variant differs by is in its label."],
-                   [Table("runs", data.runs[cols]), chart])  # fmt: skip
+    return Section(
+        "Runs",
+        ["One row per training run; the configuration each variant differs by is in its label."],
+        [Table("runs", data.runs[cols]), chart],
+    )
 
 
 def _findings(data: StudyData) -> list[Section]:
     if data.findings.empty:
         return []
-    text = ["Each finding of the lean-recipe study (MISSION.md; issue 26's measurement at ~1 M tokens on tiny) "
-            "beside this run's figure, and whether its shape holds here (`analysis/findings.py`)."]  # fmt: skip
+    text = [
+        "Each finding of the lean-recipe study (MISSION.md; issue 26's measurement at ~1 M tokens on tiny) "
+        "beside this run's figure, and whether its shape holds here (`analysis/findings.py`)."
+    ]
     cols = ["finding", "study", "this_run", "holds", "value", "ci_low", "ci_high", "n_seeds"]
     return [Section("Findings of the lean-recipe study", text, [Table("findings", data.findings[cols])])]
 
@@ -166,23 +207,34 @@ def _iso_data(data: StudyData) -> Section:
         "interval excludes 0, else not resolved.",
         f"Noise floor: {floor}.",
     ]
-    blocks = [Table("iso_matrix", data.iso_matrix, "Mean validation loss over seeds (rows: size × tokens)"),
-              Table("iso_data", data.iso_data, "Per seed, mean, difference to the reference with its interval"),
-              Table("data_fits", data.data_fits, "L(D) = E + B·D^(−β) per variant (needs ≥ 3 token budgets)")]  # fmt: skip
+    blocks = [
+        Table("iso_matrix", data.iso_matrix, "Mean validation loss over seeds (rows: size × tokens)"),
+        Table("iso_data", data.iso_data, "Per seed, mean, difference to the reference with its interval"),
+        Table("data_fits", data.data_fits, "L(D) = E + B·D^(−β) per variant (needs ≥ 3 token budgets)"),
+    ]
     return Section("Iso-data", text, blocks)
 
 
 def _iso_flop(data: StudyData) -> Section:
-    chart = LineChart("loss at equal training compute", "training FLOPs", "loss (mean over seeds)",
-                      _series(data.iso_flop_curve, "variant_label", "train_flops"), log_x=10)  # fmt: skip
-    text = ["Training FLOPs = FLOPs per token × tokens trained; runs of one size within 5 % of each other's FLOPs "
-            "are compared, by the loss iso-data uses."]  # fmt: skip
+    chart = LineChart(
+        "loss at equal training compute",
+        "training FLOPs",
+        "loss (mean over seeds)",
+        _series(data.iso_flop_curve, "variant_label", "train_flops"),
+        log_x=10,
+    )
+    text = [
+        "Training FLOPs = FLOPs per token × tokens trained; runs of one size within 5 % of each other's FLOPs "
+        "are compared, by the loss iso-data uses."
+    ]
     return Section("Iso-FLOP", text, [chart, Table("iso_flop", data.iso_flop)])
 
 
 def _iso_time(data: StudyData) -> Section:
-    text = ["A run retrained with the wall-clock training time of a reference run (budget `match_time_of`); both "
-            "finished their learning-rate decay, so their final losses compare."]  # fmt: skip
+    text = [
+        "A run retrained with the wall-clock training time of a reference run (budget `match_time_of`); both "
+        "finished their learning-rate decay, so their final losses compare."
+    ]
     return Section(
         "Iso-time",
         text,
@@ -191,28 +243,49 @@ def _iso_time(data: StudyData) -> Section:
 
 
 def _depth(data: StudyData) -> Section:
-    chart = LineChart("validation loss vs inference loops", "inference loops", "val_loss (mean over seeds)",
-                      _series(data.depth_curves, "variant_label", "loops"), log_x=2)  # fmt: skip
+    chart = LineChart(
+        "validation loss vs inference loops",
+        "inference loops",
+        "val_loss (mean over seeds)",
+        _series(data.depth_curves, "variant_label", "loops"),
+        log_x=2,
+    )
     text = ["Depth sweeps: validation loss at each inference loop count, mean over seeds (band: min–max)."]
-    return Section("Depth", text, [chart, Table("depth_wide", data.depth_wide),
-                                   Table("extrapolation", data.extrapolation, "At the trained effective depth and beyond")])  # fmt: skip
+    return Section(
+        "Depth",
+        text,
+        [
+            chart,
+            Table("depth_wide", data.depth_wide),
+            Table("extrapolation", data.extrapolation, "At the trained effective depth and beyond"),
+        ],
+    )
 
 
 def _geometry(data: StudyData) -> Section:
     rd = data.round_deltas
     loops = int(rd["loops"].max()) if not rd.empty else None
     later = rd[rd["round"] > 1] if not rd.empty else rd
-    chart = LineChart(f"relative change per round (rounds 2+, {loops} loops)", "round", "‖h_t − h_{t−1}‖ / ‖h_{t−1}‖",
-                      _series(later, "variant_label", "round", band=False), log_y=True)  # fmt: skip
-    text = ["How much each round changes the hidden state, mean over seeds, in the forward with the most loops. "
-            "Round 1 is the change from the random initial state (in the table, not the chart)."]  # fmt: skip
+    chart = LineChart(
+        f"relative change per round (rounds 2+, {loops} loops)",
+        "round",
+        "‖h_t − h_{t−1}‖ / ‖h_{t−1}‖",
+        _series(later, "variant_label", "round", band=False),
+        log_y=True,
+    )
+    text = [
+        "How much each round changes the hidden state, mean over seeds, in the forward with the most loops. "
+        "Round 1 is the change from the random initial state (in the table, not the chart)."
+    ]
     cols = [c for c in ROUND_COLUMNS if c in rd.columns]
     return Section("Loop geometry", text, [chart, Table("round_deltas", rd[cols] if cols else rd)])
 
 
 def _decode(data: StudyData) -> Section:
-    text = ["Per-token latency (median step, p10–p90) and KV-cache size; ratios to the reference variant at the "
-            "same size, context, batch, device and dtype. `contended`: timed beside another job."]  # fmt: skip
+    text = [
+        "Per-token latency (median step, p10–p90) and KV-cache size; ratios to the reference variant at the "
+        "same size, context, batch, device and dtype. `contended`: timed beside another job."
+    ]
     return Section("Decode", text, [Table("decode", data.decode)])
 
 
@@ -222,10 +295,18 @@ def _scaling(data: StudyData) -> Section:
         return Section("Scaling law", [data.scaling_note])
     fit = study.fit
     lo, hi = fit.intervals["phi"]
-    text = [f"L = E + A·(N_once + r^φ·N_rec)^(−α) + B·D^(−β) fitted to {fit.n_runs} runs: φ = {fit.phi:.3f} "
-            f"({fit.confidence:.0%} bootstrap interval {lo:.3f}–{hi:.3f}), R² {fit.r2:.4f}, RMSE {fit.rmse:.4f}."]  # fmt: skip
-    blocks = [Table("scaling_params", fit.parameter_table()), Table("scaling_worth", study.worth),
-              Table("scaling_forms", study.forms[["form", "phi", "n_params", "rmse", "loo_rmse", "aic", "r2", "supported"]])]  # fmt: skip
+    text = [
+        f"L = E + A·(N_once + r^φ·N_rec)^(−α) + B·D^(−β) fitted to {fit.n_runs} runs: φ = {fit.phi:.3f} "
+        f"({fit.confidence:.0%} bootstrap interval {lo:.3f}–{hi:.3f}), R² {fit.r2:.4f}, RMSE {fit.rmse:.4f}."
+    ]
+    blocks = [
+        Table("scaling_params", fit.parameter_table()),
+        Table("scaling_worth", study.worth),
+        Table(
+            "scaling_forms",
+            study.forms[["form", "phi", "n_params", "rmse", "loo_rmse", "aic", "r2", "supported"]],
+        ),
+    ]
     if study.optimal is not None and not study.optimal.empty:
         blocks.append(
             Table(
@@ -240,6 +321,8 @@ def _scaling(data: StudyData) -> Section:
 def _tasks(data: StudyData) -> Section:
     if not data.task_tables:
         return Section("Task scores", ["No task scores in these grids (attach `then=['eval']`)."])
-    blocks = [Table(f"tasks_{name}", wide, f"{name}: accuracy per inference loop count, seeds pooled")
-              for name, wide in data.task_tables.items()]  # fmt: skip
+    blocks = [
+        Table(f"tasks_{name}", wide, f"{name}: accuracy per inference loop count, seeds pooled")
+        for name, wide in data.task_tables.items()
+    ]
     return Section("Task scores", ["Multiple-choice accuracy against the inference loop count."], blocks)

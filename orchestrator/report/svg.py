@@ -27,7 +27,7 @@ PALETTE = (
     "#ff9da7",
     "#9c755f",
     "#bab0ac",
-)  # fmt: skip  (tableau10, the dashboard's palette)
+)  # tableau10, the dashboard's palette
 WIDTH, HEIGHT = 720, 360
 LEFT, RIGHT, TOP, BOTTOM = 70, 210, 34, 46  # margins; the legend sits in the right one
 LEGEND_CHARS = 30
@@ -110,12 +110,19 @@ def render(chart: LineChart) -> str:
     """The chart as one `<svg>` element (an empty-state note when nothing can be drawn)."""
     log_y = 10 if chart.log_y else None
     xs = [v for s in chart.series for v in s.x if _ok(v, bool(chart.log_x))]
-    ys = [v for s in chart.series for key in ("y", "low", "high") for v in (getattr(s, key) or ())
-          if _ok(v, chart.log_y)]  # fmt: skip
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" '
-           f'height="{HEIGHT}" role="img" font-family="sans-serif" font-size="11">',
-           f"<title>{escape(chart.title)}</title>",
-           f'<text x="{LEFT}" y="18" font-size="13" font-weight="bold">{escape(chart.title)}</text>']  # fmt: skip
+    ys = [
+        v
+        for s in chart.series
+        for key in ("y", "low", "high")
+        for v in (getattr(s, key) or ())
+        if _ok(v, chart.log_y)
+    ]
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" '
+        f'height="{HEIGHT}" role="img" font-family="sans-serif" font-size="11">',
+        f"<title>{escape(chart.title)}</title>",
+        f'<text x="{LEFT}" y="18" font-size="13" font-weight="bold">{escape(chart.title)}</text>',
+    ]
     if not xs or not ys:
         out.append(f'<text x="{LEFT}" y="{HEIGHT / 2}">nothing to draw</text></svg>')
         return "".join(out)
@@ -124,21 +131,29 @@ def render(chart: LineChart) -> str:
     out.append(f'<rect x="{x0}" y="{y1}" width="{x1 - x0}" height="{y0 - y1}" fill="none" stroke="#999"/>')
     for t in ax.ticks:
         px = ax(t)
-        out.append(f'<line x1="{px:.1f}" y1="{y0}" x2="{px:.1f}" y2="{y0 + 4}" stroke="#999"/>'
-                   f'<text x="{px:.1f}" y="{y0 + 16}" text-anchor="middle">{_fmt(t)}</text>')  # fmt: skip
+        out.append(
+            f'<line x1="{px:.1f}" y1="{y0}" x2="{px:.1f}" y2="{y0 + 4}" stroke="#999"/>'
+            f'<text x="{px:.1f}" y="{y0 + 16}" text-anchor="middle">{_fmt(t)}</text>'
+        )
     for t in ay.ticks:
         py = ay(t)
-        out.append(f'<line x1="{x0}" y1="{py:.1f}" x2="{x1}" y2="{py:.1f}" stroke="#eee"/>'
-                   f'<text x="{x0 - 6}" y="{py + 4:.1f}" text-anchor="end">{_fmt(t)}</text>')  # fmt: skip
-    out.append(f'<text x="{(x0 + x1) / 2}" y="{HEIGHT - 8}" text-anchor="middle">{escape(chart.x_label)}</text>'
-               f'<text transform="translate(14 {(y0 + y1) / 2}) rotate(-90)" text-anchor="middle">'
-               f"{escape(chart.y_label)}</text>")  # fmt: skip
+        out.append(
+            f'<line x1="{x0}" y1="{py:.1f}" x2="{x1}" y2="{py:.1f}" stroke="#eee"/>'
+            f'<text x="{x0 - 6}" y="{py + 4:.1f}" text-anchor="end">{_fmt(t)}</text>'
+        )
+    out.append(
+        f'<text x="{(x0 + x1) / 2}" y="{HEIGHT - 8}" text-anchor="middle">{escape(chart.x_label)}</text>'
+        f'<text transform="translate(14 {(y0 + y1) / 2}) rotate(-90)" text-anchor="middle">'
+        f"{escape(chart.y_label)}</text>"
+    )
     for i, s in enumerate(chart.series):
         out += _series(s, PALETTE[i % len(PALETTE)], ax, ay, chart)
         ly = y1 + 6 + 16 * i
         name = s.name if len(s.name) <= LEGEND_CHARS else s.name[: LEGEND_CHARS - 1] + "…"
-        out.append(f'<rect x="{x1 + 12}" y="{ly}" width="10" height="10" fill="{PALETTE[i % len(PALETTE)]}"/>'
-                   f'<text x="{x1 + 28}" y="{ly + 9}"><title>{escape(s.name)}</title>{escape(name)}</text>')  # fmt: skip
+        out.append(
+            f'<rect x="{x1 + 12}" y="{ly}" width="10" height="10" fill="{PALETTE[i % len(PALETTE)]}"/>'
+            f'<text x="{x1 + 28}" y="{ly + 9}"><title>{escape(s.name)}</title>{escape(name)}</text>'
+        )
     out.append("</svg>")
     return "".join(out)
 
@@ -163,6 +178,8 @@ def _series(s: Series, color: str, ax: _Axis, ay: _Axis, chart: LineChart) -> li
     if chart.points or len(keep) == 1:
         for i in keep:
             tip = escape(f"{s.name}: {chart.x_label} {_fmt(s.x[i])}, {chart.y_label} {s.y[i]:.6g}")
-            out.append(f'<circle cx="{ax(s.x[i]):.1f}" cy="{ay(s.y[i]):.1f}" r="3" fill="{color}">'
-                       f"<title>{tip}</title></circle>")  # fmt: skip
+            out.append(
+                f'<circle cx="{ax(s.x[i]):.1f}" cy="{ay(s.y[i]):.1f}" r="3" fill="{color}">'
+                f"<title>{tip}</title></circle>"
+            )
     return out

@@ -33,17 +33,50 @@ def evals_frame() -> pd.DataFrame:
     rows = []
     for (rule, threshold, strategy), per_seed in CELLS.items():
         for seed, (rounds, eq, loss) in per_seed.items():
-            rows.append(dict(train_job_id=10 + seed, seed=seed, size="tiny", variant_id="a", variant_label="parcae",
-                             config=f"{rule} | {strategy}", rule=rule, threshold=threshold, kv_strategy=strategy,
-                             kv_m=None, changes_function=strategy == "first", max_rounds=8, val_loss=loss,
-                             mean_rounds=rounds, equivalent_rounds=eq, kv_mib=0.25 if strategy == "first" else 1.0,
-                             kv_mib_needed=0.25 if strategy == "first" else 1.0))  # fmt: skip
+            rows.append(
+                dict(
+                    train_job_id=10 + seed,
+                    seed=seed,
+                    size="tiny",
+                    variant_id="a",
+                    variant_label="parcae",
+                    config=f"{rule} | {strategy}",
+                    rule=rule,
+                    threshold=threshold,
+                    kv_strategy=strategy,
+                    kv_m=None,
+                    changes_function=strategy == "first",
+                    max_rounds=8,
+                    val_loss=loss,
+                    mean_rounds=rounds,
+                    equivalent_rounds=eq,
+                    kv_mib=0.25 if strategy == "first" else 1.0,
+                    kv_mib_needed=0.25 if strategy == "first" else 1.0,
+                )
+            )
     # variant b (one seed, 4 rounds, no depth sweep): its own fixed cell is the reference
     for rule, threshold, rounds, loss in (("fixed", None, 4, 2.0), ("state", 0.1, 3, 2.005)):
-        rows.append(dict(train_job_id=20, seed=0, size="tiny", variant_id="b", variant_label="lean", config=rule,
-                         rule=rule, threshold=threshold, kv_strategy="per_round", kv_m=None, changes_function=False,
-                         max_rounds=4, val_loss=loss, mean_rounds=rounds, equivalent_rounds=rounds, kv_mib=0.5,
-                         kv_mib_needed=0.5))  # fmt: skip
+        rows.append(
+            dict(
+                train_job_id=20,
+                seed=0,
+                size="tiny",
+                variant_id="b",
+                variant_label="lean",
+                config=rule,
+                rule=rule,
+                threshold=threshold,
+                kv_strategy="per_round",
+                kv_m=None,
+                changes_function=False,
+                max_rounds=4,
+                val_loss=loss,
+                mean_rounds=rounds,
+                equivalent_rounds=rounds,
+                kv_mib=0.5,
+                kv_mib_needed=0.5,
+            )
+        )
     return pd.DataFrame(rows)
 
 
@@ -61,7 +94,7 @@ def depth_frame() -> pd.DataFrame:
             )
             for seed, curve in SWEEP.items()
             for n, loss in curve.items()
-        ]  # fmt: skip
+        ]
     )
 
 
@@ -130,12 +163,29 @@ def test_kv_table_per_strategy():
 
 def test_exit_histogram_shares_per_bucket():
     hist = pd.DataFrame(
-        [dict(variant_id="a", variant_label="parcae", size="tiny", seed=s, config="kl<0.01 | per_round",
-              split=split, bucket=b, bucket_lo=lo, bucket_hi=hi, round=r, count=c)
-         for s in (0, 1)
-         for split, b, lo, hi, r, c in [("position", 0, 0, 8, 2, 3), ("position", 0, 0, 8, 4, 1),
-                                        ("loss", 5, 4.0, math.inf, 8, 2), ("position", 1, 8, 16, 8, 5)]]
-    )  # fmt: skip
+        [
+            dict(
+                variant_id="a",
+                variant_label="parcae",
+                size="tiny",
+                seed=s,
+                config="kl<0.01 | per_round",
+                split=split,
+                bucket=b,
+                bucket_lo=lo,
+                bucket_hi=hi,
+                round=r,
+                count=c,
+            )
+            for s in (0, 1)
+            for split, b, lo, hi, r, c in [
+                ("position", 0, 0, 8, 2, 3),
+                ("position", 0, 0, 8, 4, 1),
+                ("loss", 5, 4.0, math.inf, 8, 2),
+                ("position", 1, 8, 16, 8, 5),
+            ]
+        ]
+    )
     by_position = adaptive.exit_histogram(hist, "position")
     first = by_position[by_position["bucket"] == 0]
     assert first["count"].tolist() == [6, 2] and first["share"].tolist() == [0.75, 0.25]
@@ -148,12 +198,27 @@ def test_accuracy_frontier_joins_each_cell_with_its_compute():
     evals = evals_frame()
     evals["adaptive_job_id"] = evals["train_job_id"] + 100
     tasks = pd.DataFrame(
-        [dict(adaptive_job_id=110 + seed, train_job_id=10 + seed, seed=seed, size="tiny", variant_id="a",
-              variant_label="parcae", config=config, task="deduction", subset=subset, acc=acc)
-         for seed in (0, 1)
-         for config, subset, acc in [("state | per_round", "all", 0.5 + 0.1 * seed), ("state | per_round", "depth=1", 0.9),
-                                     ("kl | per_round", "all", 0.4)]]
-    )  # fmt: skip
+        [
+            dict(
+                adaptive_job_id=110 + seed,
+                train_job_id=10 + seed,
+                seed=seed,
+                size="tiny",
+                variant_id="a",
+                variant_label="parcae",
+                config=config,
+                task="deduction",
+                subset=subset,
+                acc=acc,
+            )
+            for seed in (0, 1)
+            for config, subset, acc in [
+                ("state | per_round", "all", 0.5 + 0.1 * seed),
+                ("state | per_round", "depth=1", 0.9),
+                ("kl | per_round", "all", 0.4),
+            ]
+        ]
+    )
     # the configs of the hand-built frame name every threshold of a rule alike: keep one cell per name
     evals = evals.drop_duplicates(["adaptive_job_id", "config"])
     acc = adaptive.accuracy_frontier(tasks, evals).set_index("rule")

@@ -16,10 +16,23 @@ NAN = float("nan")
 
 
 def run(job_id, recipe, seed, loss, *, size="tiny", budget=1_000_000, mode="sampled", loops=None, **kw):
-    row = dict(job_id=job_id, grid="g", recipe=recipe, size=size, seed=seed, status="succeeded",
-               budget_tokens=budget, budget_time_s=None, match_time_of=None, loop_mode=mode,
-               train_loops=loops, tokens=budget, train_seconds=100.0, tokens_per_s=1000.0,
-               final_val_loss=loss)  # fmt: skip
+    row = dict(
+        job_id=job_id,
+        grid="g",
+        recipe=recipe,
+        size=size,
+        seed=seed,
+        status="succeeded",
+        budget_tokens=budget,
+        budget_time_s=None,
+        match_time_of=None,
+        loop_mode=mode,
+        train_loops=loops,
+        tokens=budget,
+        train_seconds=100.0,
+        tokens_per_s=1000.0,
+        final_val_loss=loss,
+    )
     row.update(kw)
     return row
 
@@ -58,24 +71,28 @@ def test_seed_aggregate_missing_values_are_not_counted():
 # ---------------------------------------------------------------- best loop
 
 
-DEPTH = frame([
-    {"train_job_id": 1, "loops": 4, "val_loss": 3.10},
-    {"train_job_id": 1, "loops": 8, "val_loss": 3.00},
-    {"train_job_id": 1, "loops": 12, "val_loss": 3.00},  # tie with 8: the fewer loops wins
-    {"train_job_id": 1, "loops": 16, "val_loss": 3.05},
-    {"train_job_id": 2, "loops": 4, "val_loss": 2.90},
-    {"train_job_id": 2, "loops": 8, "val_loss": 2.80},  # fixed4 must NOT take this better value
-])  # fmt: skip
+DEPTH = frame(
+    [
+        {"train_job_id": 1, "loops": 4, "val_loss": 3.10},
+        {"train_job_id": 1, "loops": 8, "val_loss": 3.00},
+        {"train_job_id": 1, "loops": 12, "val_loss": 3.00},  # tie with 8: the fewer loops wins
+        {"train_job_id": 1, "loops": 16, "val_loss": 3.05},
+        {"train_job_id": 2, "loops": 4, "val_loss": 2.90},
+        {"train_job_id": 2, "loops": 8, "val_loss": 2.80},  # fixed4 must NOT take this better value
+    ]
+)
 
 
 def test_eval_loss_rules():
-    runs = frame([
-        run(1, "parcae", 0, 3.5),                                  # sampled, swept
-        run(2, "fixed4", 0, 3.6, mode="fixed", loops=4),           # fixed, swept
-        run(3, "fixed4", 1, 3.7, mode="fixed", loops=4),           # fixed, no sweep -> final val
-        run(4, "parcae", 1, 3.4),                                  # sampled, no sweep -> missing
-        run(5, "plain", 0, 3.9, mode="none"),                      # no loop -> final val
-    ])  # fmt: skip
+    runs = frame(
+        [
+            run(1, "parcae", 0, 3.5),  # sampled, swept
+            run(2, "fixed4", 0, 3.6, mode="fixed", loops=4),  # fixed, swept
+            run(3, "fixed4", 1, 3.7, mode="fixed", loops=4),  # fixed, no sweep -> final val
+            run(4, "parcae", 1, 3.4),  # sampled, no sweep -> missing
+            run(5, "plain", 0, 3.9, mode="none"),  # no loop -> final val
+        ]
+    )
     out = comparison.eval_loss_per_run(runs, DEPTH).set_index("job_id")
     assert (out.loc[1, "eval_loss"], out.loc[1, "eval_loops"], out.loc[1, "loop_rule"]) == (
         3.0,
@@ -101,16 +118,23 @@ def test_eval_loss_with_empty_depth_frame():
 
 def _iso_runs():
     rows = [
-        run(1, "parcae", 0, 9.0), run(2, "parcae", 1, 9.0),
-        run(3, "lean", 0, 3.005, mode="fixed", loops=4), run(4, "lean", 1, 3.013, mode="fixed", loops=4),
-        run(5, "fixed4", 0, 3.030, mode="fixed", loops=4), run(6, "fixed4", 1, 2.960, mode="fixed", loops=4),
+        run(1, "parcae", 0, 9.0),
+        run(2, "parcae", 1, 9.0),
+        run(3, "lean", 0, 3.005, mode="fixed", loops=4),
+        run(4, "lean", 1, 3.013, mode="fixed", loops=4),
+        run(5, "fixed4", 0, 3.030, mode="fixed", loops=4),
+        run(6, "fixed4", 1, 2.960, mode="fixed", loops=4),
         run(7, "plain", 0, 3.200, mode="none"),  # one seed only
         run(8, "lean", 0, 2.0, budget=None, match_time_of=1),  # iso-time run: not iso-data
-    ]  # fmt: skip
-    depth = frame([
-        {"train_job_id": 1, "loops": 8, "val_loss": 3.00}, {"train_job_id": 1, "loops": 12, "val_loss": 3.02},
-        {"train_job_id": 2, "loops": 8, "val_loss": 3.01}, {"train_job_id": 2, "loops": 12, "val_loss": 3.00},
-    ])  # fmt: skip
+    ]
+    depth = frame(
+        [
+            {"train_job_id": 1, "loops": 8, "val_loss": 3.00},
+            {"train_job_id": 1, "loops": 12, "val_loss": 3.02},
+            {"train_job_id": 2, "loops": 8, "val_loss": 3.01},
+            {"train_job_id": 2, "loops": 12, "val_loss": 3.00},
+        ]
+    )
     return comparison.eval_loss_per_run(frame(rows), depth)
 
 
@@ -169,8 +193,11 @@ def test_iso_data_threshold_decides_only_without_replicated_seeds():
 
 def test_iso_data_data_worth_from_the_reference_fit():
     e, b, beta = 2.0, 150.0, 0.32
-    rows = [run(10 + i, "plain", s, e + b * d**-beta, mode="none", budget=d)
-            for i, d in enumerate((1e6, 2e6, 4e6)) for s in (0, 1)]  # fmt: skip
+    rows = [
+        run(10 + i, "plain", s, e + b * d**-beta, mode="none", budget=d)
+        for i, d in enumerate((1e6, 2e6, 4e6))
+        for s in (0, 1)
+    ]
     rows += [
         run(20 + s, "lean", s, e + b * 2e6**-beta - 0.02, mode="fixed", loops=4, budget=2e6) for s in (0, 1)
     ]
@@ -190,13 +217,17 @@ def test_iso_data_missing_seed_and_missing_sweep_are_nan_not_zero():
     assert math.isnan(t.loc["plain", "seed 1"]) and math.isnan(t.loc["plain", "std"])
     assert t.loc["plain", "n_seeds"] == 1
     # drop parcae seed 1's sweep: that seed is missing, the mean is over the seed that has one
-    ev2 = comparison.eval_loss_per_run(ev.drop(columns=["eval_loss", "eval_loops", "loop_rule"]),
-                              frame([{"train_job_id": 1, "loops": 8, "val_loss": 3.0}]))  # fmt: skip
+    ev2 = comparison.eval_loss_per_run(
+        ev.drop(columns=["eval_loss", "eval_loops", "loop_rule"]),
+        frame([{"train_job_id": 1, "loops": 8, "val_loss": 3.0}]),
+    )
     t2 = comparison.iso_data_table(ev2, reference="parcae").set_index("recipe")
     assert math.isnan(t2.loc["parcae", "seed 1"]) and t2.loc["parcae", "n_seeds"] == 1
     # no sweep at all for the reference: every difference is missing, never computed against 0
-    ev3 = comparison.eval_loss_per_run(ev.drop(columns=["eval_loss", "eval_loops", "loop_rule"]),
-                              frame([], columns=["train_job_id", "loops", "val_loss"]))  # fmt: skip
+    ev3 = comparison.eval_loss_per_run(
+        ev.drop(columns=["eval_loss", "eval_loops", "loop_rule"]),
+        frame([], columns=["train_job_id", "loops", "val_loss"]),
+    )
     t3 = comparison.iso_data_table(ev3, reference="parcae").set_index("recipe")
     assert math.isnan(t3.loc["parcae", "mean"]) and pd.isna(t3.loc["parcae", "best_loops"])
     assert math.isnan(t3.loc["lean", "diff"]) and t3.loc["lean", "verdict"] == variants.MISSING
@@ -211,10 +242,16 @@ def test_iso_data_excludes_iso_time_runs_and_matrix_shape():
 
 
 def test_iso_data_separate_rows_per_size_and_budget():
-    ev = comparison.eval_loss_per_run(frame([
-        run(1, "plain", 0, 3.0, mode="none"), run(2, "plain", 0, 2.5, mode="none", budget=2_000_000),
-        run(3, "plain", 0, 2.8, mode="none", size="small"),
-    ]), frame([], columns=["train_job_id", "loops", "val_loss"]))  # fmt: skip
+    ev = comparison.eval_loss_per_run(
+        frame(
+            [
+                run(1, "plain", 0, 3.0, mode="none"),
+                run(2, "plain", 0, 2.5, mode="none", budget=2_000_000),
+                run(3, "plain", 0, 2.8, mode="none", size="small"),
+            ]
+        ),
+        frame([], columns=["train_job_id", "loops", "val_loss"]),
+    )
     t = comparison.iso_data_table(ev)
     assert len(t) == 3 and sorted(t["mean"]) == [2.5, 2.8, 3.0]
 
@@ -227,18 +264,35 @@ def test_iso_data_empty():
 
 
 def test_iso_time_pairs():
-    runs = frame([
-        run(1, "parcae", 0, 3.00, tokens=1_000_000, train_seconds=120.0),
-        run(2, "lean", 0, 2.95, budget=None, match_time_of=1, tokens=1_600_000, train_seconds=119.0,
-            budget_time_s=120.0),
-        run(3, "fixed4", 0, 3.005, budget=None, match_time_of=1, tokens=1_100_000, train_seconds=121.0),
-        run(4, "plain", 0, NAN, budget=None, match_time_of=99, tokens=NAN, train_seconds=NAN),  # ref unknown
-    ])  # fmt: skip
+    runs = frame(
+        [
+            run(1, "parcae", 0, 3.00, tokens=1_000_000, train_seconds=120.0),
+            run(
+                2,
+                "lean",
+                0,
+                2.95,
+                budget=None,
+                match_time_of=1,
+                tokens=1_600_000,
+                train_seconds=119.0,
+                budget_time_s=120.0,
+            ),
+            run(3, "fixed4", 0, 3.005, budget=None, match_time_of=1, tokens=1_100_000, train_seconds=121.0),
+            run(
+                4, "plain", 0, NAN, budget=None, match_time_of=99, tokens=NAN, train_seconds=NAN
+            ),  # ref unknown
+        ]
+    )
     p = comparison.iso_time_pairs(runs).set_index("job_id")
     assert len(p) == 3
     lean = p.loc[2]
     assert (lean["ref_job_id"], lean["ref_recipe"], lean["train_seconds"], lean["ref_train_seconds"]) == (
-        1, "parcae", 119.0, 120.0)  # fmt: skip
+        1,
+        "parcae",
+        119.0,
+        120.0,
+    )
     assert (lean["tokens"], lean["ref_tokens"]) == (1_600_000, 1_000_000)
     assert lean["diff"] == pytest.approx(-0.05) and lean["verdict"] == "better"
     assert p.loc[3, "verdict"] == "noise"
@@ -258,8 +312,10 @@ def test_iso_time_pairs():
 def test_iso_time_summary_pairs_by_seed():
     # three seeds each, the reference's seed effect shared by the matched run of the same seed
     rows = [run(1 + s, "parcae", s, 3.0 + eff) for s, eff in enumerate((0.0, 0.3, -0.2))]
-    rows += [run(10 + s, "lean", s, 2.97 + eff + jitter, budget=None, match_time_of=1 + s)
-             for s, (eff, jitter) in enumerate(((0.0, 0.001), (0.3, -0.001), (-0.2, 0.0)))]  # fmt: skip
+    rows += [
+        run(10 + s, "lean", s, 2.97 + eff + jitter, budget=None, match_time_of=1 + s)
+        for s, (eff, jitter) in enumerate(((0.0, 0.001), (0.3, -0.001), (-0.2, 0.0)))
+    ]
     s = comparison.iso_time_summary(comparison.iso_time_pairs(frame(rows))).iloc[0]
     per_seed = np.array([-0.029, -0.031, -0.03])
     half = scipy_stats.t.ppf(0.975, 2) * per_seed.std(ddof=1) / math.sqrt(3)
@@ -271,13 +327,19 @@ def test_iso_time_summary_pairs_by_seed():
 def test_iso_time_pairs_match_device_seconds_across_worker_counts():
     """A 2-worker run matched to a 1-worker reference trained half its wall time: equal device-seconds;
     at equal worker counts the wall seconds are what was matched."""
-    runs = frame([
-        run(1, "parcae", 0, 3.00, train_seconds=120.0, workers=1),
-        run(2, "lean", 0, 2.95, budget=None, match_time_of=1, train_seconds=60.0, workers=2),
-        run(3, "fixed4", 0, 3.01, budget=None, match_time_of=1, train_seconds=119.0, workers=1),
-        run(4, "plain", 0, 3.02, budget=None, match_time_of=1, train_seconds=118.0, workers=None),  # not recorded
-        run(5, "plain", 1, 3.03, budget=None, match_time_of=99, train_seconds=118.0, workers=2),  # ref not given
-    ])  # fmt: skip
+    runs = frame(
+        [
+            run(1, "parcae", 0, 3.00, train_seconds=120.0, workers=1),
+            run(2, "lean", 0, 2.95, budget=None, match_time_of=1, train_seconds=60.0, workers=2),
+            run(3, "fixed4", 0, 3.01, budget=None, match_time_of=1, train_seconds=119.0, workers=1),
+            run(
+                4, "plain", 0, 3.02, budget=None, match_time_of=1, train_seconds=118.0, workers=None
+            ),  # not recorded
+            run(
+                5, "plain", 1, 3.03, budget=None, match_time_of=99, train_seconds=118.0, workers=2
+            ),  # ref not given
+        ]
+    )
     p = comparison.iso_time_pairs(runs).set_index("job_id")
     assert (p.loc[2, "workers"], p.loc[2, "ref_workers"], p.loc[2, "matched"]) == (2, 1, "device-seconds")
     assert (p.loc[2, "device_seconds"], p.loc[2, "ref_device_seconds"]) == (120.0, 120.0)
@@ -301,9 +363,20 @@ def test_decode_table_ratios():
     rows = []
     for arch, ms, kv in (("parcae", 10.0, 100.0), ("lean", 5.0, 40.0)):
         for ctx in (128, 512):
-            rows.append(dict(arch=arch, size="tiny", context_len=ctx, batch_size=1, device="cpu",
-                             dtype="float32", ms_per_token=ms * ctx / 128, ms_p10=None, ms_p90=None,
-                             kv_cache_mb=kv * ctx / 128))  # fmt: skip
+            rows.append(
+                dict(
+                    arch=arch,
+                    size="tiny",
+                    context_len=ctx,
+                    batch_size=1,
+                    device="cpu",
+                    dtype="float32",
+                    ms_per_token=ms * ctx / 128,
+                    ms_p10=None,
+                    ms_p90=None,
+                    kv_cache_mb=kv * ctx / 128,
+                )
+            )
     rows.append(dict(rows[-1], arch="plain", context_len=2048))  # reference never ran at 2048
     t = comparison.decode_table(frame(rows), reference="parcae")
     lean = t[(t["arch"] == "lean") & (t["context_len"] == 512)].iloc[0]
@@ -313,8 +386,14 @@ def test_decode_table_ratios():
 
 
 def test_throughput_table():
-    runs = frame([run(1, "parcae", 0, 3, tokens_per_s=1000.0), run(2, "parcae", 1, 3, tokens_per_s=1200.0),
-                  run(3, "lean", 0, 3, tokens_per_s=1650.0), run(4, "lean", 1, 3, tokens_per_s=NAN)])  # fmt: skip
+    runs = frame(
+        [
+            run(1, "parcae", 0, 3, tokens_per_s=1000.0),
+            run(2, "parcae", 1, 3, tokens_per_s=1200.0),
+            run(3, "lean", 0, 3, tokens_per_s=1650.0),
+            run(4, "lean", 1, 3, tokens_per_s=NAN),
+        ]
+    )
     t = comparison.throughput_table(runs, reference="parcae").set_index("recipe")
     assert t.loc["parcae", "tokens_per_s"] == 1100.0 and t.loc["parcae", "ratio"] == 1.0
     assert t.loc["lean", "ratio"] == pytest.approx(1.5) and t.loc["lean", "n_runs"] == 1
@@ -324,8 +403,14 @@ def test_throughput_table():
 
 
 def test_budget_labels():
-    runs = frame([run(1, "a", 0, 3.0, budget=2_500_000), run(2, "a", 0, 3.0, budget=None, match_time_of=1),
-                  run(3, "a", 0, 3.0, budget=None, budget_time_s=60.0), run(4, "a", 0, 3.0, budget=None)])  # fmt: skip
+    runs = frame(
+        [
+            run(1, "a", 0, 3.0, budget=2_500_000),
+            run(2, "a", 0, 3.0, budget=None, match_time_of=1),
+            run(3, "a", 0, 3.0, budget=None, budget_time_s=60.0),
+            run(4, "a", 0, 3.0, budget=None),
+        ]
+    )
     assert variants.budget_labels(runs) == ["2.5M tokens", "time of #1", "60 s", "—"]
 
 

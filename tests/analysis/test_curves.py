@@ -15,11 +15,23 @@ from tests.analysis.test_comparison import frame, run
 
 def test_wall_time_curves_label_not_decayed():
     runs = frame([run(1, "a", 0, 3.0), run(2, "b", 0, 3.0, status="running")])
-    points = frame([
-        {"job_id": 1, "key": "val_loss", "step": s, "tokens": s * 10, "wall_s": float(s), "value": 4.0 - s / 10}
-        for s in (1, 2, 3)
-    ] + [{"job_id": 2, "key": "val_loss", "step": 1, "tokens": 10, "wall_s": 1.0, "value": 3.9},
-         {"job_id": 1, "key": "train_loss", "step": 1, "tokens": 10, "wall_s": 1.0, "value": 9.9}])  # fmt: skip
+    points = frame(
+        [
+            {
+                "job_id": 1,
+                "key": "val_loss",
+                "step": s,
+                "tokens": s * 10,
+                "wall_s": float(s),
+                "value": 4.0 - s / 10,
+            }
+            for s in (1, 2, 3)
+        ]
+        + [
+            {"job_id": 2, "key": "val_loss", "step": 1, "tokens": 10, "wall_s": 1.0, "value": 3.9},
+            {"job_id": 1, "key": "train_loss", "step": 1, "tokens": 10, "wall_s": 1.0, "value": 9.9},
+        ]
+    )
     finished = runs.loc[runs["status"] == "succeeded", "job_id"]  # the caller knows the job states
     w = curves.wall_time_curves(points, runs, finished)
     assert len(w) == 4
@@ -34,18 +46,22 @@ def test_wall_time_curves_label_not_decayed():
 
 
 def test_depth_curves_and_round_deltas():
-    depth = frame([
-        {"recipe": "p", "size": "t", "loops": 4, "val_loss": 3.0, "train_job_id": 1, "seed": 0},
-        {"recipe": "p", "size": "t", "loops": 4, "val_loss": 3.2, "train_job_id": 2, "seed": 1},
-        {"recipe": "p", "size": "t", "loops": 8, "val_loss": 2.9, "train_job_id": 1, "seed": 0},
-    ])  # fmt: skip
+    depth = frame(
+        [
+            {"recipe": "p", "size": "t", "loops": 4, "val_loss": 3.0, "train_job_id": 1, "seed": 0},
+            {"recipe": "p", "size": "t", "loops": 4, "val_loss": 3.2, "train_job_id": 2, "seed": 1},
+            {"recipe": "p", "size": "t", "loops": 8, "val_loss": 2.9, "train_job_id": 1, "seed": 0},
+        ]
+    )
     d = curves.depth_curves(depth).set_index("loops")
     assert d.loc[4, "mean"] == pytest.approx(3.1) and (d.loc[4, "min"], d.loc[4, "max"]) == (3.0, 3.2)
     assert d.loc[8, "n_seeds"] == 1 and math.isnan(d.loc[8, "std"])
-    deltas = frame([
-        {"recipe": "p", "size": "t", "loops": 4, "round": r, "rel_change": v, "train_job_id": j}
-        for j, (r, v) in [(1, (1, 0.5)), (1, (2, 0.1)), (2, (1, 0.7)), (1, (1, 0.9))]
-    ])  # fmt: skip
+    deltas = frame(
+        [
+            {"recipe": "p", "size": "t", "loops": 4, "round": r, "rel_change": v, "train_job_id": j}
+            for j, (r, v) in [(1, (1, 0.5)), (1, (2, 0.1)), (2, (1, 0.7)), (1, (1, 0.9))]
+        ]
+    )
     deltas.loc[3, "loops"] = 8
     rd = curves.round_delta_curves(deltas, loops=4).set_index("round")
     assert rd.loc[1, "mean"] == pytest.approx(0.6) and rd.loc[2, "n_seeds"] == 1
@@ -73,8 +89,13 @@ def test_downsample_per_series():
 
 
 def test_curve_bands_mean_and_spread():
-    c = frame([{"job_id": j, "recipe": "p", "tokens": t, "value": v}
-               for j, vals in ((1, (4.0, 3.0)), (2, (4.2, 3.4))) for t, v in zip((100, 200), vals)])  # fmt: skip
+    c = frame(
+        [
+            {"job_id": j, "recipe": "p", "tokens": t, "value": v}
+            for j, vals in ((1, (4.0, 3.0)), (2, (4.2, 3.4)))
+            for t, v in zip((100, 200), vals)
+        ]
+    )
     b = curves.curve_bands(c, by=["recipe"], x="tokens").set_index("tokens")
     assert b.loc[200, "mean"] == pytest.approx(3.2) and (b.loc[200, "min"], b.loc[200, "max"]) == (3.0, 3.4)
     assert b.loc[100, "n_seeds"] == 2

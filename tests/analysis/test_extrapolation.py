@@ -20,8 +20,16 @@ VARIANTS = {
 def _row(label: str, seed: int, **kw) -> dict:
     v = VARIANTS[label]
     depth = v["n_prelude"] + v["n_recurrent"] * v["train_loops"] + v["n_coda"]
-    return dict(recipe="fixed4", size="tiny", seed=seed, train_job_id=10 * seed + len(label), variant_label=label,
-                effective_depth=float(depth), **v, **kw)  # fmt: skip
+    return dict(
+        recipe="fixed4",
+        size="tiny",
+        seed=seed,
+        train_job_id=10 * seed + len(label),
+        variant_label=label,
+        effective_depth=float(depth),
+        **v,
+        **kw,
+    )
 
 
 def depth_frame() -> pd.DataFrame:
@@ -47,8 +55,10 @@ def test_loss_curves_put_every_variant_on_the_effective_depth_axis():
     assert b["inference_depth"].tolist() == [4, 8, 12, 16] and b.loc[2, "at_trained"]
     assert set(curves["trained_depth"]) == {8.0}
     marks = extrapolation.trained_marks(curves)
-    assert marks.to_dict("records") == [{"variant_label": "base_loop 2x4", "trained_depth": 8.0},
-                                        {"variant_label": "base_loop 4x2", "trained_depth": 8.0}]  # fmt: skip
+    assert marks.to_dict("records") == [
+        {"variant_label": "base_loop 2x4", "trained_depth": 8.0},
+        {"variant_label": "base_loop 4x2", "trained_depth": 8.0},
+    ]
 
 
 def test_summary_reports_the_gap_beyond_the_trained_depth():
@@ -84,8 +94,17 @@ def deltas_frame() -> pd.DataFrame:
     rows = []
     for seed in (0, 1):
         for r in range(1, 5):
-            rows.append(_row("base_loop 2x4", seed, loops=4, round=r, rel_change=1.0 / r, angle=0.1 * r + 0.02 * seed,
-                             state_var=float(r)))  # fmt: skip
+            rows.append(
+                _row(
+                    "base_loop 2x4",
+                    seed,
+                    loops=4,
+                    round=r,
+                    rel_change=1.0 / r,
+                    angle=0.1 * r + 0.02 * seed,
+                    state_var=float(r),
+                )
+            )
         # an older sweep: angle and state_var not measured
         rows.append(_row("base_loop 2x4", seed, loops=2, round=1, rel_change=0.5, angle=None, state_var=None))
     return pd.DataFrame(rows)
@@ -126,10 +145,38 @@ def test_interaction_matrix_is_the_seed_mean_per_pair():
 def test_accuracy_curves_on_the_depth_axis():
     rows = []
     for loops, correct in ((2, 5), (4, 8), (8, 6)):
-        rows.append(_row("base_loop 2x4", 0, eval_job_id=99, task="deduction", category="reasoning", subset="all",
-                         loops=loops, n=10, acc=correct / 10, acc_norm=None, stderr=0.1, chance=0.25))  # fmt: skip
-        rows.append(_row("base_loop 2x4", 0, eval_job_id=99, task="deduction", category="reasoning",
-                         subset="depth=2", loops=loops, n=5, acc=0.2, acc_norm=None, stderr=0.1, chance=0.25))  # fmt: skip
+        rows.append(
+            _row(
+                "base_loop 2x4",
+                0,
+                eval_job_id=99,
+                task="deduction",
+                category="reasoning",
+                subset="all",
+                loops=loops,
+                n=10,
+                acc=correct / 10,
+                acc_norm=None,
+                stderr=0.1,
+                chance=0.25,
+            )
+        )
+        rows.append(
+            _row(
+                "base_loop 2x4",
+                0,
+                eval_job_id=99,
+                task="deduction",
+                category="reasoning",
+                subset="depth=2",
+                loops=loops,
+                n=5,
+                acc=0.2,
+                acc_norm=None,
+                stderr=0.1,
+                chance=0.25,
+            )
+        )
     curves = extrapolation.accuracy_curves(pd.DataFrame(rows))
     assert curves["inference_depth"].tolist() == [4, 8, 16] and set(curves["subset"]) == {"all"}
     assert curves["acc"].tolist() == pytest.approx([0.5, 0.8, 0.6]) and set(curves["trained_depth"]) == {8.0}

@@ -30,11 +30,26 @@ def frames(sweeps: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
     runs, depth = [], []
     for job_id, ((recipe, seed), losses) in enumerate(sweeps.items(), start=1):
         mode, loops = MODES[recipe]
-        runs.append(dict(job_id=job_id, grid="g", recipe=recipe, size="tiny", seed=seed, status="succeeded",
-                         budget_tokens=2**20, budget_time_s=None, match_time_of=None, loop_mode=mode,
-                         train_loops=loops, final_val_loss=min(losses.values())))  # fmt: skip
-        depth += [dict(train_job_id=job_id, recipe=recipe, size="tiny", seed=seed, loops=n, val_loss=v)
-                  for n, v in losses.items()]  # fmt: skip
+        runs.append(
+            dict(
+                job_id=job_id,
+                grid="g",
+                recipe=recipe,
+                size="tiny",
+                seed=seed,
+                status="succeeded",
+                budget_tokens=2**20,
+                budget_time_s=None,
+                match_time_of=None,
+                loop_mode=mode,
+                train_loops=loops,
+                final_val_loss=min(losses.values()),
+            )
+        )
+        depth += [
+            dict(train_job_id=job_id, recipe=recipe, size="tiny", seed=seed, loops=n, val_loss=v)
+            for n, v in losses.items()
+        ]
     depth_df = pd.DataFrame(depth)
     return depth_df, comparison.eval_loss_per_run(pd.DataFrame(runs), depth_df)
 

@@ -31,8 +31,15 @@ def architectures(rs=RS, widths=WIDTHS) -> pd.DataFrame:
     for r in rs:
         for width in widths:
             summary = arch_summary(presets.iso_depth(r, width, head_dim=16, seq_len=64), 8)
-            rows.append({"r": r, "d_model": width, "n_once": summary["n_once"], "n_rec": summary["n_rec"],
-                         "flops_per_token": summary["flops_per_token"]})  # fmt: skip
+            rows.append(
+                {
+                    "r": r,
+                    "d_model": width,
+                    "n_once": summary["n_once"],
+                    "n_rec": summary["n_rec"],
+                    "flops_per_token": summary["flops_per_token"],
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -99,7 +106,7 @@ def test_the_fit_is_deterministic_for_a_seed():
         (synthetic(0), {"robust": "l1"}, "robust: unknown 'l1'; accepted: linear, huber"),
         (synthetic(0), {"bootstrap": -1}, "bootstrap: must be >= 0, got -1"),
     ],
-)  # fmt: skip
+)
 def test_data_that_cannot_identify_the_law_are_refused(runs, kwargs, message):
     with pytest.raises(ConfigError) as e:
         scaling.fit_law(runs, **kwargs)
@@ -185,13 +192,21 @@ def test_compute_optimal_width_minimises_the_fitted_law_at_the_budget():
 
 
 def test_runs_for_fit_reads_the_finished_fixed_loop_runs():
-    view = pd.DataFrame({
-        "job_id": [1, 2, 3, 4], "status": ["succeeded", "failed", "succeeded", "succeeded"],
-        "final_val_loss": [3.0, np.nan, 3.1, 3.2], "loops": [2, 2, 8, 4],
-        "loop_sampler": ["fixed", "fixed", "poisson_seq", "fixed"], "n_once": [10, 10, 10, 10],
-        "n_rec": [5, 5, 5, 5], "tokens": [100, 100, 100, 200], "d_model": [32, 32, 32, 48],
-        "flops_per_token": [7.0, 7.0, 7.0, 9.0], "grid": ["g"] * 4,
-    })  # fmt: skip
+    view = pd.DataFrame(
+        {
+            "job_id": [1, 2, 3, 4],
+            "status": ["succeeded", "failed", "succeeded", "succeeded"],
+            "final_val_loss": [3.0, np.nan, 3.1, 3.2],
+            "loops": [2, 2, 8, 4],
+            "loop_sampler": ["fixed", "fixed", "poisson_seq", "fixed"],
+            "n_once": [10, 10, 10, 10],
+            "n_rec": [5, 5, 5, 5],
+            "tokens": [100, 100, 100, 200],
+            "d_model": [32, 32, 32, 48],
+            "flops_per_token": [7.0, 7.0, 7.0, 9.0],
+            "grid": ["g"] * 4,
+        }
+    )
     got = iso_depth.runs_for_fit(view)
     assert list(got["job_id"]) == [1, 4] and list(got["r"]) == [2, 4] and list(got["loss"]) == [3.0, 3.2]
     assert list(got["flops"]) == [700.0, 1800.0]

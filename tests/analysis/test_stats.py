@@ -17,8 +17,16 @@ NAN = float("nan")
 
 
 def run(variant, seed, loss, *, size="tiny", budget=1_000_000, **kw):
-    row = dict(variant_id=variant, variant_label=variant, recipe=variant, size=size, seed=seed,
-               budget_tokens=budget, match_time_of=None, eval_loss=loss)  # fmt: skip
+    row = dict(
+        variant_id=variant,
+        variant_label=variant,
+        recipe=variant,
+        size=size,
+        seed=seed,
+        budget_tokens=budget,
+        match_time_of=None,
+        eval_loss=loss,
+    )
     return {**row, **kw}
 
 
@@ -30,15 +38,21 @@ def sample(values, seeds=None) -> pd.Series:
 
 
 def test_noise_floor_pools_replicated_variants_only():
-    runs = pd.DataFrame([
-        run("a", 0, 3.0), run("a", 1, 3.2), run("a", 2, 3.1),  # s² = 0.01, 2 dof
-        run("b", 0, 2.0), run("b", 1, 2.1),                       # s² = 0.005, 1 dof
-        run("c", 0, 9.0),                                          # one seed: contributes nothing
-        run("a", 0, 5.0, size="small"), run("a", 1, 5.4, size="small"),  # s² = 0.08, 1 dof
-        run("b", 0, 7.0, size="small"),                            # one seed
-        run("b", 1, 1.0, size="small", match_time_of=3),           # iso-time run: not a replicate
-        run("c", 1, NAN),                                          # no loss: left out
-    ])  # fmt: skip
+    runs = pd.DataFrame(
+        [
+            run("a", 0, 3.0),
+            run("a", 1, 3.2),
+            run("a", 2, 3.1),  # s² = 0.01, 2 dof
+            run("b", 0, 2.0),
+            run("b", 1, 2.1),  # s² = 0.005, 1 dof
+            run("c", 0, 9.0),  # one seed: contributes nothing
+            run("a", 0, 5.0, size="small"),
+            run("a", 1, 5.4, size="small"),  # s² = 0.08, 1 dof
+            run("b", 0, 7.0, size="small"),  # one seed
+            run("b", 1, 1.0, size="small", match_time_of=3),  # iso-time run: not a replicate
+            run("c", 1, NAN),  # no loss: left out
+        ]
+    )
     floor = stats.noise_floor(runs)
     groups = floor.groups.set_index(["size", "variant_label"])
     assert groups.loc[("tiny", "a"), "std"] == pytest.approx(0.1) and groups.loc[("tiny", "a"), "dof"] == 2
@@ -190,8 +204,11 @@ def synthetic(tokens):
 def test_fit_recovers_known_law_and_the_data_worth():
     tokens = np.repeat(BUDGETS, 2)  # two seeds per budget, the same loss
     fit = stats.fit_loss_vs_data(tokens, synthetic(tokens))
-    assert (fit.E, fit.B, fit.beta) == (pytest.approx(E, rel=1e-5), pytest.approx(B, rel=1e-4),
-                                        pytest.approx(BETA, rel=1e-5))  # fmt: skip
+    assert (fit.E, fit.B, fit.beta) == (
+        pytest.approx(E, rel=1e-5),
+        pytest.approx(B, rel=1e-4),
+        pytest.approx(BETA, rel=1e-5),
+    )
     assert fit.n_budgets == 5 and fit.n_runs == 10 and fit.rmse < 1e-8
     # ΔL = 0.01 at D = 4M: (1 − ΔL / (B·D^−β))^(−1/β) − 1, with the true parameters
     drop, at = 0.01, 4e6

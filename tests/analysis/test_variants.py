@@ -14,29 +14,60 @@ from analysis import comparison, curves, stats, variants
 
 NAN = float("nan")
 # two variants of the recipe fixed4 (4 and 8 loops) and one of lean; the architecture as stored per job
-FIXED4 = dict(variant_id="aaaaaaaaaaaa", variant_label="fixed4", n_prelude=2, n_recurrent=2, n_coda=2,
-              train_loops=4, effective_depth=12.0, d_model=64, injection="add", n_params=100, n_once=40, n_rec=30)  # fmt: skip
-FIXED4_L8 = dict(FIXED4, variant_id="bbbbbbbbbbbb", variant_label="fixed4 · loops=8", train_loops=8,
-                 effective_depth=20.0)  # fmt: skip
+FIXED4 = dict(
+    variant_id="aaaaaaaaaaaa",
+    variant_label="fixed4",
+    n_prelude=2,
+    n_recurrent=2,
+    n_coda=2,
+    train_loops=4,
+    effective_depth=12.0,
+    d_model=64,
+    injection="add",
+    n_params=100,
+    n_once=40,
+    n_rec=30,
+)
+FIXED4_L8 = dict(
+    FIXED4, variant_id="bbbbbbbbbbbb", variant_label="fixed4 · loops=8", train_loops=8, effective_depth=20.0
+)
 LEAN_W = dict(FIXED4, variant_id="cccccccccccc", variant_label="lean · d_model=96", d_model=96, n_params=200)
 
 
 def run(job_id, recipe, seed, loss, arch, *, budget=1_000_000, flops=None, **kw):
-    row = dict(job_id=job_id, grid="g", recipe=recipe, size="tiny", seed=seed, status="succeeded",
-               budget_tokens=budget, budget_time_s=None, match_time_of=None, loop_mode="fixed",
-               tokens=budget, train_seconds=100.0, tokens_per_s=1000.0, final_val_loss=loss,
-               train_flops=flops, **arch)  # fmt: skip
+    row = dict(
+        job_id=job_id,
+        grid="g",
+        recipe=recipe,
+        size="tiny",
+        seed=seed,
+        status="succeeded",
+        budget_tokens=budget,
+        budget_time_s=None,
+        match_time_of=None,
+        loop_mode="fixed",
+        tokens=budget,
+        train_seconds=100.0,
+        tokens_per_s=1000.0,
+        final_val_loss=loss,
+        train_flops=flops,
+        **arch,
+    )
     row.update(kw)
     return row
 
 
 def runs_two_variants_of_one_recipe() -> pd.DataFrame:
     """fixed4 seeds 0/1 = 3.00/3.02; fixed4 · loops=8 seeds 0/1 = 2.90/2.94; lean · d_model=96 = 3.10."""
-    return pd.DataFrame([
-        run(1, "fixed4", 0, 3.00, FIXED4, tokens_per_s=1000.0), run(2, "fixed4", 1, 3.02, FIXED4, tokens_per_s=1200.0),
-        run(3, "fixed4", 0, 2.90, FIXED4_L8, tokens_per_s=600.0), run(4, "fixed4", 1, 2.94, FIXED4_L8, tokens_per_s=500.0),
-        run(5, "lean", 0, 3.10, LEAN_W),
-    ])  # fmt: skip
+    return pd.DataFrame(
+        [
+            run(1, "fixed4", 0, 3.00, FIXED4, tokens_per_s=1000.0),
+            run(2, "fixed4", 1, 3.02, FIXED4, tokens_per_s=1200.0),
+            run(3, "fixed4", 0, 2.90, FIXED4_L8, tokens_per_s=600.0),
+            run(4, "fixed4", 1, 2.94, FIXED4_L8, tokens_per_s=500.0),
+            run(5, "lean", 0, 3.10, LEAN_W),
+        ]
+    )
 
 
 def evals(runs: pd.DataFrame) -> pd.DataFrame:
@@ -47,14 +78,25 @@ def evals(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def test_with_variants_falls_back_to_the_recipe_and_keeps_labels_unique_per_size():
-    df = pd.DataFrame({"recipe": ["a", "a", "b", "b"], "size": ["tiny", "tiny", "tiny", "small"],
-                       "variant_id": [None, None, "111111111111", "222222222222"],
-                       "variant_label": [None, None, "b", "b"]})  # fmt: skip
+    df = pd.DataFrame(
+        {
+            "recipe": ["a", "a", "b", "b"],
+            "size": ["tiny", "tiny", "tiny", "small"],
+            "variant_id": [None, None, "111111111111", "222222222222"],
+            "variant_label": [None, None, "b", "b"],
+        }
+    )
     out = variants.with_variants(df)
     assert list(out["variant_id"][:2]) == ["a", "a"] and list(out["variant_label"][:2]) == ["a", "a"]
     assert list(out["variant_label"][2:]) == ["b", "b"]  # same label at two sizes: no clash
-    clash = pd.DataFrame({"recipe": ["b", "b"], "size": ["tiny", "tiny"],
-                          "variant_id": ["111111111111", "222222222222"], "variant_label": ["mine", "mine"]})  # fmt: skip
+    clash = pd.DataFrame(
+        {
+            "recipe": ["b", "b"],
+            "size": ["tiny", "tiny"],
+            "variant_id": ["111111111111", "222222222222"],
+            "variant_label": ["mine", "mine"],
+        }
+    )
     assert list(variants.with_variants(clash)["variant_label"]) == ["mine (111111)", "mine (222222)"]
 
 
@@ -93,11 +135,23 @@ def test_throughput_per_variant_with_ratio_to_the_reference_variant():
 
 def test_depth_curves_and_round_deltas_per_variant():
     rows = []
-    for job, arch, seed, losses in ((1, FIXED4, 0, (3.2, 3.0)), (2, FIXED4, 1, (3.4, 3.1)),
-                                    (3, FIXED4_L8, 0, (3.3, 2.9))):  # fmt: skip
+    for job, arch, seed, losses in (
+        (1, FIXED4, 0, (3.2, 3.0)),
+        (2, FIXED4, 1, (3.4, 3.1)),
+        (3, FIXED4_L8, 0, (3.3, 2.9)),
+    ):
         for loops, loss in zip((4, 8), losses):
-            rows.append(dict(train_job_id=job, recipe="fixed4", size="tiny", seed=seed, loops=loops, val_loss=loss,
-                             **{k: v for k, v in arch.items() if k != "train_loops"}))  # fmt: skip
+            rows.append(
+                dict(
+                    train_job_id=job,
+                    recipe="fixed4",
+                    size="tiny",
+                    seed=seed,
+                    loops=loops,
+                    val_loss=loss,
+                    **{k: v for k, v in arch.items() if k != "train_loops"},
+                )
+            )
     d = curves.depth_curves(pd.DataFrame(rows))
     assert len(d) == 4  # 2 variants x 2 loop counts
     at8 = d[d["loops"] == 8].set_index("variant_label")
@@ -106,11 +160,13 @@ def test_depth_curves_and_round_deltas_per_variant():
     assert at8.loc["fixed4", "inference_depth"] == 2 + 2 * 8 + 2  # prelude + recurrent x loops + coda
     wide = curves.depth_wide(d).set_index("variant_label")
     assert wide.loc["fixed4", "4 loops"] == pytest.approx(3.3)
-    deltas = pd.DataFrame([
-        dict(train_job_id=j, recipe="fixed4", size="tiny", seed=s, loops=4, round=r, rel_change=v, **a)
-        for j, a, s in ((1, FIXED4, 0), (2, FIXED4, 1), (3, FIXED4_L8, 0))
-        for r, v in ((1, 2.0 + j), (2, 0.1 * j))
-    ])  # fmt: skip
+    deltas = pd.DataFrame(
+        [
+            dict(train_job_id=j, recipe="fixed4", size="tiny", seed=s, loops=4, round=r, rel_change=v, **a)
+            for j, a, s in ((1, FIXED4, 0), (2, FIXED4, 1), (3, FIXED4_L8, 0))
+            for r, v in ((1, 2.0 + j), (2, 0.1 * j))
+        ]
+    )
     rd = curves.round_delta_curves(deltas, loops=4)
     assert len(rd) == 4
     second = rd[rd["round"] == 2].set_index("variant_label")["mean"]
@@ -121,22 +177,41 @@ def test_depth_curves_and_round_deltas_per_variant():
 
 
 def test_decode_table_per_variant():
-    rows = [dict(arch="fixed4", size="tiny", context_len=128, batch_size=1, device="cpu", dtype="float32",
-                 ms_per_token=ms, ms_p10=ms, ms_p90=ms, kv_cache_mb=kv, variant_id=vid, variant_label=label)
-            for vid, label, ms, kv in (("aaaaaaaaaaaa", "fixed4", 2.0, 10.0), ("bbbbbbbbbbbb", "fixed4 · loops=8", 3.0, 10.0),
-                                       ("aaaaaaaaaaaa", "fixed4", 2.2, 10.0))]  # fmt: skip
+    rows = [
+        dict(
+            arch="fixed4",
+            size="tiny",
+            context_len=128,
+            batch_size=1,
+            device="cpu",
+            dtype="float32",
+            ms_per_token=ms,
+            ms_p10=ms,
+            ms_p90=ms,
+            kv_cache_mb=kv,
+            variant_id=vid,
+            variant_label=label,
+        )
+        for vid, label, ms, kv in (
+            ("aaaaaaaaaaaa", "fixed4", 2.0, 10.0),
+            ("bbbbbbbbbbbb", "fixed4 · loops=8", 3.0, 10.0),
+            ("aaaaaaaaaaaa", "fixed4", 2.2, 10.0),
+        )
+    ]
     t = comparison.decode_table(pd.DataFrame(rows), reference="fixed4").set_index("variant_label")
     assert len(t) == 2 and t.loc["fixed4", "ms_per_token"] == pytest.approx(2.1)
     assert t.loc["fixed4 · loops=8", "ms_ratio"] == pytest.approx(3.0 / 2.1)
 
 
 def test_iso_time_summary_per_variant():
-    runs = pd.DataFrame([
-        run(1, "fixed4", 0, 3.00, FIXED4),
-        run(2, "fixed4", 0, 2.95, FIXED4_L8, budget=None, match_time_of=1),
-        run(3, "fixed4", 1, 2.97, FIXED4_L8, budget=None, match_time_of=1),
-        run(4, "lean", 0, 3.05, LEAN_W, budget=None, match_time_of=1),
-    ])  # fmt: skip
+    runs = pd.DataFrame(
+        [
+            run(1, "fixed4", 0, 3.00, FIXED4),
+            run(2, "fixed4", 0, 2.95, FIXED4_L8, budget=None, match_time_of=1),
+            run(3, "fixed4", 1, 2.97, FIXED4_L8, budget=None, match_time_of=1),
+            run(4, "lean", 0, 3.05, LEAN_W, budget=None, match_time_of=1),
+        ]
+    )
     s = comparison.iso_time_summary(comparison.iso_time_pairs(runs)).set_index("variant_label")
     assert list(s["ref_variant_label"]) == ["fixed4", "fixed4"]
     assert s.loc["fixed4 · loops=8", "n_pairs"] == 2 and s.loc["fixed4 · loops=8", "diff"] == pytest.approx(
@@ -190,15 +265,17 @@ def iso_flop_runs() -> pd.DataFrame:
     """At size tiny: fixed4 (1.00e15, 1.02e15) and fixed4 · loops=8 (1.04e15) are within 5 % of
     1.00e15; lean · d_model=96 at 1.06e15 is not (6 %) and starts the next class with fixed4 seed 2
     (1.10e15, 3.8 % above it). A run without FLOPs is left out; a small-size run is its own block."""
-    return pd.DataFrame([
-        run(1, "fixed4", 0, 3.00, FIXED4, flops=1.00e15),
-        run(2, "fixed4", 1, 3.04, FIXED4, flops=1.02e15),
-        run(3, "fixed4", 0, 2.98, FIXED4_L8, flops=1.04e15, tokens=600_000),
-        run(4, "lean", 0, 2.90, LEAN_W, flops=1.06e15),
-        run(5, "fixed4", 2, 2.80, FIXED4, flops=1.10e15),
-        run(6, "fixed4", 3, 2.50, FIXED4, flops=None),
-        run(7, "fixed4", 0, 2.70, FIXED4, flops=1.00e15, size="small"),
-    ])  # fmt: skip
+    return pd.DataFrame(
+        [
+            run(1, "fixed4", 0, 3.00, FIXED4, flops=1.00e15),
+            run(2, "fixed4", 1, 3.04, FIXED4, flops=1.02e15),
+            run(3, "fixed4", 0, 2.98, FIXED4_L8, flops=1.04e15, tokens=600_000),
+            run(4, "lean", 0, 2.90, LEAN_W, flops=1.06e15),
+            run(5, "fixed4", 2, 2.80, FIXED4, flops=1.10e15),
+            run(6, "fixed4", 3, 2.50, FIXED4, flops=None),
+            run(7, "fixed4", 0, 2.70, FIXED4, flops=1.00e15, size="small"),
+        ]
+    )
 
 
 def test_flop_classes_never_span_more_than_the_tolerance():
@@ -280,18 +357,32 @@ def test_points_per_curve_shares_a_total(n_runs, points):
 
 def test_train_depth_curves_parse_the_loop_count():
     runs = runs_two_variants_of_one_recipe()
-    points = pd.DataFrame([
-        {"job_id": 3, "key": k, "step": s, "tokens": s * 100, "wall_s": float(s), "value": v}
-        for s, base in ((10, 3.5), (20, 3.0))
-        for k, v in (("val_loss", base), ("val_loss@1", base + 1.0), ("val_loss@8", base), ("val_loss@16", base + 0.1),
-                     ("train_loss", 9.0), ("val_loss@x", 0.0))
-    ])  # fmt: skip
+    points = pd.DataFrame(
+        [
+            {"job_id": 3, "key": k, "step": s, "tokens": s * 100, "wall_s": float(s), "value": v}
+            for s, base in ((10, 3.5), (20, 3.0))
+            for k, v in (
+                ("val_loss", base),
+                ("val_loss@1", base + 1.0),
+                ("val_loss@8", base),
+                ("val_loss@16", base + 0.1),
+                ("train_loss", 9.0),
+                ("val_loss@x", 0.0),
+            )
+        ]
+    )
     d = curves.train_depth_curves(points, runs)
     assert sorted(set(d["eval_loops"])) == [1, 8, 16] and len(d) == 6
     assert set(d["run"]) == {"fixed4 · loops=8 · seed 0 · #3"}
     last = curves.train_depth_last(d).iloc[0]
     assert (last["val_loss@1"], last["val_loss@8"], last["val_loss@16"]) == (4.0, 3.0, pytest.approx(3.1))
     assert last["tokens"] == 2000
-    assert list(curves.train_depth_last(d).columns) == ["job_id", "run", "tokens", "val_loss@1", "val_loss@8",
-                                                          "val_loss@16"]  # fmt: skip
+    assert list(curves.train_depth_last(d).columns) == [
+        "job_id",
+        "run",
+        "tokens",
+        "val_loss@1",
+        "val_loss@8",
+        "val_loss@16",
+    ]
     assert curves.train_depth_curves(points[points["key"] == "val_loss"], runs).empty

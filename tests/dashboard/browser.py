@@ -25,8 +25,15 @@ import pytest
 CHROMIUM = "/usr/bin/chromium"
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "artifacts" / "screenshots"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 START_TIMEOUT_S = 60
 
 
@@ -53,8 +60,13 @@ def streamlit_server(db: str) -> Iterator[str]:
     SHOTS.mkdir(parents=True, exist_ok=True)
     log_path = SHOTS.parent / "streamlit.log"
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(command(port), cwd=ROOT, env={**os.environ, "LOOPLAB_DB": db},
-                                stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+        proc = subprocess.Popen(
+            command(port),
+            cwd=ROOT,
+            env={**os.environ, "LOOPLAB_DB": db},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         try:
             base = f"http://127.0.0.1:{port}"
             deadline = time.time() + START_TIMEOUT_S
@@ -94,8 +106,9 @@ def wait_until_idle(page, title: str, expected: list[str]) -> None:
         timeout=30_000,
     )
     try:
-        page.wait_for_function("texts => texts.every(t => document.body.innerHTML.includes(t))", arg=expected,
-                               timeout=30_000)  # fmt: skip
+        page.wait_for_function(
+            "texts => texts.every(t => document.body.innerHTML.includes(t))", arg=expected, timeout=30_000
+        )
     except Exception:  # the assertion in `assert_page_shows` names what is missing
         pass
     page.wait_for_timeout(1000)  # Vega charts finish drawing

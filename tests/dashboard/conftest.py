@@ -23,8 +23,16 @@ import pytest
 from tests.pg import BACKENDS, Databases
 
 # variant key -> (recipe, model overrides, architecture as stored at submission, FLOPs per token)
-ARCH = dict(n_prelude=2, n_recurrent=2, n_coda=2, d_model=64, injection="diagonal", n_params=300_000,
-            n_once=100_000, n_rec=80_000)  # fmt: skip
+ARCH = dict(
+    n_prelude=2,
+    n_recurrent=2,
+    n_coda=2,
+    d_model=64,
+    injection="diagonal",
+    n_params=300_000,
+    n_once=100_000,
+    n_rec=80_000,
+)
 VARIANTS = {
     "parcae": ("parcae", {}, dict(ARCH, effective_depth=20.0), 2.0e6),
     "lean": ("lean", {}, dict(ARCH, effective_depth=12.0), 1.0e6),
@@ -40,11 +48,23 @@ DEPTH = {
     ("lean", 0): {1: 3.9, 2: 3.5, 4: 3.105, 8: 3.2},
     ("lean", 1): {1: 3.9, 2: 3.5, 4: 3.125, 8: 3.2},
 }
-FINAL_VAL = {("parcae", 0): 3.20, ("parcae", 1): 3.22, ("lean", 0): 3.15, ("lean", 1): 3.16,
-             ("lean8", 0): 3.05, ("lean8", 1): 3.07, ("plain", 0): 3.30, ("plain", 1): 3.34}  # fmt: skip
+FINAL_VAL = {
+    ("parcae", 0): 3.20,
+    ("parcae", 1): 3.22,
+    ("lean", 0): 3.15,
+    ("lean", 1): 3.16,
+    ("lean8", 0): 3.05,
+    ("lean8", 1): 3.07,
+    ("plain", 0): 3.30,
+    ("plain", 1): 3.34,
+}
 # val_loss@N during training = val_loss + this offset (0 at the trained count)
-DEPTH_OFFSETS = {"parcae": {1: 0.9, 2: 0.5, 4: 0.15, 8: 0.0}, "lean": {1: 0.8, 2: 0.4, 4: 0.0, 8: 0.05},
-                 "lean8": {1: 0.7, 2: 0.3, 4: 0.1, 8: 0.0}, "plain": {1: 0.0}}  # fmt: skip
+DEPTH_OFFSETS = {
+    "parcae": {1: 0.9, 2: 0.5, 4: 0.15, 8: 0.0},
+    "lean": {1: 0.8, 2: 0.4, 4: 0.0, 8: 0.05},
+    "lean8": {1: 0.7, 2: 0.3, 4: 0.1, 8: 0.0},
+    "plain": {1: 0.0},
+}
 TOKENS_PER_S = {"parcae": 1000.0, "lean": 1500.0, "lean8": 800.0, "plain": 2000.0}
 DECODE_MS = {"parcae": 4.0, "lean": 2.0, "lean8": 3.0, "plain": 1.0}
 EXPECTED = {
@@ -78,8 +98,14 @@ def variant_columns(key: str | None) -> dict:
         return {}
     recipe, overrides, arch, fpt = VARIANTS[key]
     sampler, loops = LOOPS[key]
-    return dict(variant_id=variant_id(recipe, "tiny", overrides), variant_label=variant_label(recipe, overrides),
-                loop_sampler=sampler, loops=loops, flops_per_token=fpt, **arch)  # fmt: skip
+    return dict(
+        variant_id=variant_id(recipe, "tiny", overrides),
+        variant_label=variant_label(recipe, overrides),
+        loop_sampler=sampler,
+        loops=loops,
+        flops_per_token=fpt,
+        **arch,
+    )
 
 
 def build_fixture_db(path) -> str:
@@ -97,12 +123,22 @@ def build_fixture_db(path) -> str:
     def job(kind, key=None, seed=None, status=JobStatus.SUCCEEDED, budget=None, **kw):
         recipe, overrides = (VARIANTS[key][0], VARIANTS[key][1]) if key else (None, {})
         cfg = {"recipe": recipe, "size": "tiny", "seed": seed, "model": overrides, "kind": kind, "n": next(n)}
-        return schema.Job(grid_id=1, kind=kind, config=json.dumps(cfg, sort_keys=True),
-                          config_hash=f"h{cfg['n']}", recipe=recipe, size="tiny" if recipe else None, seed=seed,
-                          status=status, budget=json.dumps(budget) if budget else None, created_at=now - 1000,
-                          started_at=now - 900,
-                          finished_at=now - 100 if status in (JobStatus.SUCCEEDED, JobStatus.FAILED) else None,
-                          **variant_columns(key), **kw)  # fmt: skip
+        return schema.Job(
+            grid_id=1,
+            kind=kind,
+            config=json.dumps(cfg, sort_keys=True),
+            config_hash=f"h{cfg['n']}",
+            recipe=recipe,
+            size="tiny" if recipe else None,
+            seed=seed,
+            status=status,
+            budget=json.dumps(budget) if budget else None,
+            created_at=now - 1000,
+            started_at=now - 900,
+            finished_at=now - 100 if status in (JobStatus.SUCCEEDED, JobStatus.FAILED) else None,
+            **variant_columns(key),
+            **kw,
+        )
 
     def result(job_id, key, tokens, final, **kw):
         fpt = VARIANTS[key][3] if key != "plain" else None  # plain: stored before FLOPs were counted
@@ -128,8 +164,17 @@ def build_fixture_db(path) -> str:
                     secs_per_step=1.0 + 0.5 * (key == "parcae"),
                     depth=DEPTH_OFFSETS[key],
                 )
-                s.add(result(j.id, key, 1_000_000, final, train_seconds=100.0, tokens_per_s=TOKENS_PER_S[key],
-                             final_train_loss=final - 0.1))  # fmt: skip
+                s.add(
+                    result(
+                        j.id,
+                        key,
+                        1_000_000,
+                        final,
+                        train_seconds=100.0,
+                        tokens_per_s=TOKENS_PER_S[key],
+                        final_train_loss=final - 0.1,
+                    )
+                )
         for (key, seed), losses in DEPTH.items():
             sw = job("depth_sweep", key, seed)
             s.add(sw)
@@ -145,19 +190,50 @@ def build_fixture_db(path) -> str:
             s.flush()
             for ctx in (128, 512):
                 for batch in (1, 8):
-                    s.add(schema.DecodeBench(job_id=dec.id, arch=VARIANTS[key][0], size="tiny", context_len=ctx,
-                                             batch_size=batch, ms_per_token=ms * ctx / 128, ms_p10=ms, ms_p90=ms * 1.2,
-                                             kv_cache_mb=ms * ctx / 64 * batch, device="cpu", dtype="float32"))  # fmt: skip
+                    s.add(
+                        schema.DecodeBench(
+                            job_id=dec.id,
+                            arch=VARIANTS[key][0],
+                            size="tiny",
+                            context_len=ctx,
+                            batch_size=batch,
+                            ms_per_token=ms * ctx / 128,
+                            ms_p10=ms,
+                            ms_p90=ms * 1.2,
+                            kv_cache_mb=ms * ctx / 64 * batch,
+                            device="cpu",
+                            dtype="float32",
+                        )
+                    )
         ref = trains[("parcae", 0)]
         iso = job("train", "lean", 0, budget={"match_time_of": ref.id}, budget_time_s=100.0)
         s.add(iso)
         s.flush()
         s.add(schema.JobDep(job_id=iso.id, depends_on=ref.id))
         _curves(s, schema, iso.id, ISO_TIME_LOSS, secs_per_step=1.0)
-        s.add(result(iso.id, "lean", 1_500_000, ISO_TIME_LOSS, train_seconds=99.0, tokens_per_s=1500.0,
-                     time_budget_s=100.0))  # fmt: skip
-        run = job("train", "lean", 2, status=JobStatus.RUNNING, budget={"tokens": 1_000_000}, budget_tokens=1_000_000,
-                  progress_done=30.0, progress_total=100.0, eta_s=125.0, heartbeat_at=now)  # fmt: skip
+        s.add(
+            result(
+                iso.id,
+                "lean",
+                1_500_000,
+                ISO_TIME_LOSS,
+                train_seconds=99.0,
+                tokens_per_s=1500.0,
+                time_budget_s=100.0,
+            )
+        )
+        run = job(
+            "train",
+            "lean",
+            2,
+            status=JobStatus.RUNNING,
+            budget={"tokens": 1_000_000},
+            budget_tokens=1_000_000,
+            progress_done=30.0,
+            progress_total=100.0,
+            eta_s=125.0,
+            heartbeat_at=now,
+        )
         s.add(run)
         s.flush()
         _curves(s, schema, run.id, 3.5, secs_per_step=1.0, steps=15)
@@ -166,9 +242,18 @@ def build_fixture_db(path) -> str:
                 job_id=run.id, key="tokens_per_s", step=15, tokens=300_000, wall_s=15.0, value=1234.0
             )
         )
-        s.add(job("train", "parcae", 2, status=JobStatus.FAILED, budget={"tokens": 1_000_000}, budget_tokens=1_000_000,
-                  error="Traceback (most recent call last):\n  File \"train.py\", line 1\n"
-                        + EXPECTED["failure_line"]))  # fmt: skip
+        s.add(
+            job(
+                "train",
+                "parcae",
+                2,
+                status=JobStatus.FAILED,
+                budget={"tokens": 1_000_000},
+                budget_tokens=1_000_000,
+                error='Traceback (most recent call last):\n  File "train.py", line 1\n'
+                + EXPECTED["failure_line"],
+            )
+        )
         s.add(job("depth_sweep", "lean", 2, status=JobStatus.QUEUED))
     # the points went in through the ORM, not the writer: give them the levels and counts it keeps
     reindex_curves(eng)
@@ -187,8 +272,16 @@ def _curves(
     extra = {f"val_loss@{n}": offset for n, offset in (depth or {}).items()}
     for step in range(1, steps + 1):
         tok, wall = step * 20_000, step * secs_per_step
-        s.add(schema.Metric(job_id=job_id, key="train_loss", step=step, tokens=tok, wall_s=wall,
-                       value=final - 0.1 + 2.0 / step))  # fmt: skip
+        s.add(
+            schema.Metric(
+                job_id=job_id,
+                key="train_loss",
+                step=step,
+                tokens=tok,
+                wall_s=wall,
+                value=final - 0.1 + 2.0 / step,
+            )
+        )
         if step % 10 == 0 or step == steps:
             val = final + (steps - step) * 0.01
             for key, offset in {"val_loss": 0.0, **extra}.items():
@@ -198,8 +291,16 @@ def _curves(
                     )
                 )
     for key, offset in {"val_loss": 0.0, **extra}.items():
-        s.add(schema.LatestMetric(job_id=job_id, key=key, step=steps, tokens=steps * 20_000,
-                                  wall_s=steps * secs_per_step, value=final + offset))  # fmt: skip
+        s.add(
+            schema.LatestMetric(
+                job_id=job_id,
+                key=key,
+                step=steps,
+                tokens=steps * 20_000,
+                wall_s=steps * secs_per_step,
+                value=final + offset,
+            )
+        )
 
 
 @pytest.fixture(scope="session")

@@ -39,31 +39,85 @@ def add_adaptive_rows(url: str) -> None:
     with session(engine(url)) as s:
         trains = s.query(schema.Job).filter_by(kind="train", recipe="parcae", status="succeeded").all()
         for train in sorted(trains, key=lambda j: j.seed):
-            job = schema.Job(kind="adaptive", config=f'{{"n": {train.id}}}', config_hash=f"adaptive{train.id}",
-                             status="succeeded", created_at=0.0, priority=0, attempts=1, max_attempts=3)  # fmt: skip
+            job = schema.Job(
+                kind="adaptive",
+                config=f'{{"n": {train.id}}}',
+                config_hash=f"adaptive{train.id}",
+                status="succeeded",
+                created_at=0.0,
+                priority=0,
+                attempts=1,
+                max_attempts=3,
+            )
             s.add(job)
             s.flush()
             s.add(schema.JobDep(job_id=job.id, depends_on=train.id))
             for rule, threshold, strategy, rounds, eq, extra in CELLS:
                 key = config(rule, threshold, strategy)
-                s.add(schema.AdaptiveEval(
-                    job_id=job.id, config=key, rule=rule, threshold=threshold, kv_strategy=strategy, kv_m=None,
-                    min_rounds=2, max_rounds=8, changes_function=strategy == "first",
-                    val_loss=FIXED_AT_8[train.seed] + extra, tokens=4096, mean_rounds=rounds, equivalent_rounds=eq,
-                    kv_mib=0.25 if strategy == "first" else 1.0, kv_mib_needed=0.25 if strategy == "first" else 1.0,
-                ))  # fmt: skip
-                s.add(schema.AdaptiveTaskScore(job_id=job.id, config=key, task="deduction", subset="all", n=60,
-                                               acc=0.5 + 0.1 * (rounds / 8), category="reasoning"))  # fmt: skip
+                s.add(
+                    schema.AdaptiveEval(
+                        job_id=job.id,
+                        config=key,
+                        rule=rule,
+                        threshold=threshold,
+                        kv_strategy=strategy,
+                        kv_m=None,
+                        min_rounds=2,
+                        max_rounds=8,
+                        changes_function=strategy == "first",
+                        val_loss=FIXED_AT_8[train.seed] + extra,
+                        tokens=4096,
+                        mean_rounds=rounds,
+                        equivalent_rounds=eq,
+                        kv_mib=0.25 if strategy == "first" else 1.0,
+                        kv_mib_needed=0.25 if strategy == "first" else 1.0,
+                    )
+                )
+                s.add(
+                    schema.AdaptiveTaskScore(
+                        job_id=job.id,
+                        config=key,
+                        task="deduction",
+                        subset="all",
+                        n=60,
+                        acc=0.5 + 0.1 * (rounds / 8),
+                        category="reasoning",
+                    )
+                )
             key = config("state", 0.05, "per_round")
-            for split, bucket, lo, hi, rnd, count in [("position", 0, 0, 8, 5, 10), ("position", 0, 0, 8, 6, 10),
-                                                      ("loss", 5, 4.0, math.inf, 8, 20)]:  # fmt: skip
-                s.add(schema.AdaptiveExitRound(job_id=job.id, config=key, split=split, bucket=bucket,
-                                               bucket_lo=lo, bucket_hi=hi, round=rnd, count=count))  # fmt: skip
+            for split, bucket, lo, hi, rnd, count in [
+                ("position", 0, 0, 8, 5, 10),
+                ("position", 0, 0, 8, 6, 10),
+                ("loss", 5, 4.0, math.inf, 8, 20),
+            ]:
+                s.add(
+                    schema.AdaptiveExitRound(
+                        job_id=job.id,
+                        config=key,
+                        split=split,
+                        bucket=bucket,
+                        bucket_lo=lo,
+                        bucket_hi=hi,
+                        round=rnd,
+                        count=count,
+                    )
+                )
             for mode, ms in (("masked", 2.0), ("batch_stop", 1.5)):
-                s.add(schema.AdaptiveDecode(job_id=job.id, config=key, batch_size=1, mode=mode, context_len=32,
-                                            ms_per_token=ms, fixed_ms_per_token=2.0, speedup=2.0 / ms,
-                                            tokens_per_s=1000 / ms, mean_exit_round=5.0,
-                                            mean_step_rounds=8.0 if mode == "masked" else 5.0))  # fmt: skip
+                s.add(
+                    schema.AdaptiveDecode(
+                        job_id=job.id,
+                        config=key,
+                        batch_size=1,
+                        mode=mode,
+                        context_len=32,
+                        ms_per_token=ms,
+                        fixed_ms_per_token=2.0,
+                        speedup=2.0 / ms,
+                        tokens_per_s=1000 / ms,
+                        mean_exit_round=5.0,
+                        mean_step_rounds=8.0 if mode == "masked" else 5.0,
+                    )
+                )
     dispose_all()
 
 
@@ -101,8 +155,14 @@ def test_the_frames_label_the_cells_with_their_trained_model(adaptive_url):
 
 def test_adaptive_page_in_apptest(monkeypatch, adaptive_url):
     at = render(monkeypatch, adaptive_url, "adaptive")
-    assert [h.value for h in at.header] == ["Loss vs compute", "Rounds saved at equal loss", "Task accuracy vs compute",
-                                            "Exit rounds", "KV cache vs loss", "Decoding with exits"]  # fmt: skip
+    assert [h.value for h in at.header] == [
+        "Loss vs compute",
+        "Rounds saved at equal loss",
+        "Task accuracy vs compute",
+        "Exit rounds",
+        "KV cache vs loss",
+        "Decoding with exits",
+    ]
     text = text_of(at)
     assert f"σ = {EXPECTED['noise_sigma']:.4f}" in text and "change the function even without exits" in text
     saved = frame_with(at, "rounds_saved", "vs_fixed").set_index(["rule", "strategy"])
@@ -139,8 +199,15 @@ def test_adaptive_page_in_a_browser(tmp_path, dashboard_server, browser):
     path = tmp_path / "looplab.db"
     add_adaptive_rows(build_fixture_db(path))
     # table headers only (the captions name some columns too): the wait lasts until the tables are drawn
-    expected = ["Loss vs compute", "Rounds saved at equal loss", "reference_loss", "Exit rounds",
-                "KV cache vs loss", "Decoding with exits", "speedup"]  # fmt: skip
+    expected = [
+        "Loss vs compute",
+        "Rounds saved at equal loss",
+        "reference_loss",
+        "Exit rounds",
+        "KV cache vs loss",
+        "Decoding with exits",
+        "speedup",
+    ]
     check_page_in_browser(
         dashboard_server, browser, str(path), "adaptive", "Adaptive", expected, height=3200, min_charts=5
     )

@@ -35,11 +35,11 @@ PAGES = {
             "Iso-time",
             "ref_final_val_loss",
         ],
-    ),  # fmt: skip
+    ),
     "depth": (
         "Depth",
         ["Validation loss vs loops", "8 loops", "Hidden-state change per round", "Round 1", "n_seeds"],
-    ),  # fmt: skip
+    ),
     "decode": ("Decode", ["ms_per_token", "kv_cache_mb", "ms_ratio", "variant_label"]),
     "sql": ("SQL", ["Run query", "final_val_loss", "best_loops"]),
 }

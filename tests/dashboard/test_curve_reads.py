@@ -39,18 +39,22 @@ def claimed_jobs(eng, n: int) -> list[int]:
 
 
 def metric(key: str, step: int, value: float) -> Event:
-    return Event(EventKind.METRIC, 0.0, {"key": key, "step": step, "value": value, "tokens": 10 * step,
-                                        "wall_s": step / 4})  # fmt: skip
+    return Event(
+        EventKind.METRIC,
+        0.0,
+        {"key": key, "step": step, "value": value, "tokens": 10 * step, "wall_s": step / 4},
+    )
 
 
 def full_read(eng, job_ids) -> pd.DataFrame:
     with eng.connect() as conn:
         return pd.read_sql(
-            sa.text(f"SELECT {', '.join(COLUMNS)} FROM metrics WHERE job_id IN :ids ORDER BY job_id, key, step")
-            .bindparams(sa.bindparam("ids", expanding=True)),
+            sa.text(
+                f"SELECT {', '.join(COLUMNS)} FROM metrics WHERE job_id IN :ids ORDER BY job_id, key, step"
+            ).bindparams(sa.bindparam("ids", expanding=True)),
             conn,
             params={"ids": list(job_ids)},
-        )  # fmt: skip
+        )
 
 
 def assert_reads_match(eng, url: str, job_ids: list[int], keys: tuple[str, ...]) -> None:
@@ -59,8 +63,12 @@ def assert_reads_match(eng, url: str, job_ids: list[int], keys: tuple[str, ...])
     for m in SIZES:
         got = frames.curves(url, job_ids, keys, max_points=m)
         want = curves.downsample(full, max_points=m)
-        pd.testing.assert_frame_equal(got[COLUMNS].reset_index(drop=True), want[COLUMNS].reset_index(drop=True),
-                                      check_dtype=False, obj=f"max_points={m}")  # fmt: skip
+        pd.testing.assert_frame_equal(
+            got[COLUMNS].reset_index(drop=True),
+            want[COLUMNS].reset_index(drop=True),
+            check_dtype=False,
+            obj=f"max_points={m}",
+        )
         per_curve = got.groupby(["job_id", "key"]).size()
         assert (per_curve <= m).all(), m
 
@@ -83,8 +91,19 @@ def assert_levels_as_the_rule_says(eng, job_ids: list[int]) -> None:
     )
 
 
-@pytest.mark.parametrize(("n", "m", "level"), [(0, 500, 0), (1, 500, 0), (500, 500, 0), (501, 500, 1),
-                                               (999, 500, 1), (1000, 500, 2), (300_000, 500, 10), (9, 2, 3)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("n", "m", "level"),
+    [
+        (0, 500, 0),
+        (1, 500, 0),
+        (500, 500, 0),
+        (501, 500, 1),
+        (999, 500, 1),
+        (1000, 500, 2),
+        (300_000, 500, 10),
+        (9, 2, 3),
+    ],
+)
 def test_stride_level_is_the_smallest_power_of_two_that_fits(n, m, level):
     assert curves.stride_level(n, m) == level
     kept = (n - 1) // 2**level + 1 + ((n - 1) % 2**level != 0) if n else 0
@@ -100,21 +119,56 @@ def test_curves_written_by_the_writer_read_as_the_full_read_downsampled(eng, mig
     a, b = claimed_jobs(eng, 2)
     rng = random.Random(0)
     for start in range(1, 1201, 150):  # batches of 150 steps; b reports val_loss every 7th step
-        write_events(eng, [
-            (a, 1, [metric("train_loss", s, rng.random()) for s in range(start, start + 150)]),
-            (b, 1, [metric(k, s, rng.random()) for s in range(start, start + 150)
-                    for k in ("train_loss", "val_loss") if k == "train_loss" or s % 7 == 0]),
-        ])  # fmt: skip
+        write_events(
+            eng,
+            [
+                (a, 1, [metric("train_loss", s, rng.random()) for s in range(start, start + 150)]),
+                (
+                    b,
+                    1,
+                    [
+                        metric(k, s, rng.random())
+                        for s in range(start, start + 150)
+                        for k in ("train_loss", "val_loss")
+                        if k == "train_loss" or s % 7 == 0
+                    ],
+                ),
+            ],
+        )
     assert_levels_as_the_rule_says(eng, [a, b])
     assert_reads_match(eng, migrated_db_url, [a, b], ("train_loss", "val_loss"))
 
     # a resume at step 700 cuts a's curve, whose points after it come again (and some more)
-    write_events(eng, [(a, 1, [Event(EventKind.RESUMED, 0.0, {"step": 700}),
-                               *[metric("train_loss", s, -rng.random()) for s in range(701, 1000)]])])  # fmt: skip
+    write_events(
+        eng,
+        [
+            (
+                a,
+                1,
+                [
+                    Event(EventKind.RESUMED, 0.0, {"step": 700}),
+                    *[metric("train_loss", s, -rng.random()) for s in range(701, 1000)],
+                ],
+            )
+        ],
+    )
     # b: a point stored out of order (before the last: positions shift), a re-reported value, and a
     # batch that reports one step twice (the last report wins)
-    write_events(eng, [(b, 1, [metric("val_loss", 3, 9.0), metric("train_loss", 1200, 7.0),
-                               metric("train_loss", 1201, 1.0), metric("train_loss", 1201, 2.0)])])  # fmt: skip
+    write_events(
+        eng,
+        [
+            (
+                b,
+                1,
+                [
+                    metric("val_loss", 3, 9.0),
+                    metric("train_loss", 1200, 7.0),
+                    metric("train_loss", 1201, 1.0),
+                    metric("train_loss", 1201, 2.0),
+                ],
+            )
+        ],
+    )
     assert_levels_as_the_rule_says(eng, [a, b])
     assert_reads_match(eng, migrated_db_url, [a, b], ("train_loss", "val_loss"))
     last = frames.curves(migrated_db_url, [a, b], ("train_loss",), max_points=5).groupby("job_id").last()
@@ -126,11 +180,18 @@ def test_a_long_bulk_loaded_curve_reads_as_the_full_read_downsampled(eng, migrat
     reindex_curves, then one live point appended by the writer: every size reads the rule's points and
     the live curve ends at its newest point."""
     (job_id,) = claimed_jobs(eng, 1)
-    rows = [{"job_id": job_id, "key": "train_loss", "step": 3 * s, "tokens": s, "wall_s": s / 8, "value": s / 7}
-            for s in range(100_001)]  # fmt: skip
+    rows = [
+        {"job_id": job_id, "key": "train_loss", "step": 3 * s, "tokens": s, "wall_s": s / 8, "value": s / 7}
+        for s in range(100_001)
+    ]
     with eng.begin() as conn:
-        conn.execute(sa.text("INSERT INTO metrics (job_id, key, step, tokens, wall_s, value) "
-                             "VALUES (:job_id, :key, :step, :tokens, :wall_s, :value)"), rows)  # fmt: skip
+        conn.execute(
+            sa.text(
+                "INSERT INTO metrics (job_id, key, step, tokens, wall_s, value) "
+                "VALUES (:job_id, :key, :step, :tokens, :wall_s, :value)"
+            ),
+            rows,
+        )
     reindex_curves(eng)
     assert_levels_as_the_rule_says(eng, [job_id])
     assert_reads_match(eng, migrated_db_url, [job_id], ("train_loss",))

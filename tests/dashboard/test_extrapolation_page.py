@@ -38,8 +38,11 @@ def geometry_db(tmp_path_factory):
 
 def test_extrapolation_page_in_apptest(monkeypatch, geometry_db):
     at = render(monkeypatch, geometry_db[0], "extrapolation")
-    assert [h.value for h in at.header] == ["Loss vs effective depth", "Loop geometry per round",
-                                            "Round interactions"]  # fmt: skip
+    assert [h.value for h in at.header] == [
+        "Loss vs effective depth",
+        "Loop geometry per round",
+        "Round interactions",
+    ]
     table = next(d.value for d in at.dataframe if "gap_at_deepest" in d.value.columns).set_index(
         "variant_label"
     )

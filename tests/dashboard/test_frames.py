@@ -36,8 +36,20 @@ def test_runs_frame_has_the_variant_architecture_and_flops(fixture_url):
     # no stored total: FLOPs per token (the job's) x tokens trained
     plain = runs[runs["recipe"] == "plain"]
     assert plain["train_flops"].tolist() == pytest.approx([EXPECTED["plain_train_flops"]] * 2)
-    assert {"n_prelude", "n_recurrent", "n_coda", "d_model", "injection", "n_params", "n_once", "n_rec", "mfu",
-            "achieved_flops_per_s", "padding_waste", "budget_flops"} <= set(runs.columns)  # fmt: skip
+    assert {
+        "n_prelude",
+        "n_recurrent",
+        "n_coda",
+        "d_model",
+        "injection",
+        "n_params",
+        "n_once",
+        "n_rec",
+        "mfu",
+        "achieved_flops_per_s",
+        "padding_waste",
+        "budget_flops",
+    } <= set(runs.columns)
 
 
 def test_depth_metric_keys_from_latest_metrics(fixture_url):

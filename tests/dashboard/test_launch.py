@@ -25,7 +25,7 @@ def test_cli_dashboard_runs_streamlit_on_localhost_with_resolved_db(monkeypatch,
 
     monkeypatch.setattr(launch.subprocess, "Popen", FakeProc)
     assert launch.cli_dashboard(argparse.Namespace(db=str(path), port=8599)) == 0
-    (cmd, env), = calls  # fmt: skip
+    ((cmd, env),) = calls
     assert cmd[1:4] == ["-m", "streamlit", "run"] and cmd[4].endswith("dashboard/app.py")
     assert cmd[cmd.index("--server.address") + 1] == "127.0.0.1"
     assert cmd[cmd.index("--server.port") + 1] == "8599"

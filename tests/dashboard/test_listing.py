@@ -15,16 +15,52 @@ def frame(rows, **kw):
 
 
 def test_queue_summaries():
-    jobs = frame([
-        dict(job_id=1, kind="train", recipe="a", size="t", seed=0, status="running", progress_done=25.0,
-             progress_total=100.0, eta_s=125.0, heartbeat_at=990.0, finished_at=None, error=None),
-        dict(job_id=2, kind="train", recipe="a", size="t", seed=1, status="failed", progress_done=None,
-             progress_total=None, eta_s=None, heartbeat_at=None, finished_at=500.0,
-             error="Traceback (most recent call last):\n  ...\nValueError: boom"),
-        dict(job_id=3, kind="depth_sweep", recipe=None, size=None, seed=None, status="queued",
-             progress_done=None, progress_total=None, eta_s=None, heartbeat_at=None, finished_at=None,
-             error=None),
-    ])  # fmt: skip
+    jobs = frame(
+        [
+            dict(
+                job_id=1,
+                kind="train",
+                recipe="a",
+                size="t",
+                seed=0,
+                status="running",
+                progress_done=25.0,
+                progress_total=100.0,
+                eta_s=125.0,
+                heartbeat_at=990.0,
+                finished_at=None,
+                error=None,
+            ),
+            dict(
+                job_id=2,
+                kind="train",
+                recipe="a",
+                size="t",
+                seed=1,
+                status="failed",
+                progress_done=None,
+                progress_total=None,
+                eta_s=None,
+                heartbeat_at=None,
+                finished_at=500.0,
+                error="Traceback (most recent call last):\n  ...\nValueError: boom",
+            ),
+            dict(
+                job_id=3,
+                kind="depth_sweep",
+                recipe=None,
+                size=None,
+                seed=None,
+                status="queued",
+                progress_done=None,
+                progress_total=None,
+                eta_s=None,
+                heartbeat_at=None,
+                finished_at=None,
+                error=None,
+            ),
+        ]
+    )
     c = listing.status_counts(jobs).set_index("status")["jobs"]
     assert (c["running"], c["failed"], c["queued"], c["succeeded"]) == (1, 1, 1, 0)
     latest = frame([{"job_id": 1, "key": "tokens_per_s", "value": 1234.0}])

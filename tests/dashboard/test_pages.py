@@ -172,8 +172,10 @@ def test_compare_page_without_replicated_seeds_says_so(monkeypatch, fixture_url)
     at.multiselect(key="filter_budget").set_value([time_budget]).run()
     assert not at.exception
     warnings = [w.value for w in at.warning]
-    assert "no replicated seeds: using the fixed 0.01 threshold: every difference with one seed per side is " \
-           "judged by it." in warnings  # fmt: skip
+    assert (
+        "no replicated seeds: using the fixed 0.01 threshold: every difference with one seed per side is "
+        "judged by it." in warnings
+    )
     assert "Noise floor:" not in text_of(at)
 
 
@@ -204,15 +206,33 @@ def budgets_db(tmp_path_factory):
             for tokens in LAW_BUDGETS:
                 for seed in (0, 1):
                     cfg = {"recipe": recipe, "model": overrides, "seed": seed, "tokens": tokens}
-                    job = schema.Job(grid_id=1, kind="train", config=json.dumps(cfg, sort_keys=True),
-                                     config_hash=json.dumps(cfg, sort_keys=True), recipe=recipe, size="tiny",
-                                     seed=seed, status=JobStatus.SUCCEEDED, budget=json.dumps({"tokens": tokens}),
-                                     budget_tokens=tokens, created_at=now, started_at=now, finished_at=now,
-                                     **variant_columns(key))  # fmt: skip
+                    job = schema.Job(
+                        grid_id=1,
+                        kind="train",
+                        config=json.dumps(cfg, sort_keys=True),
+                        config_hash=json.dumps(cfg, sort_keys=True),
+                        recipe=recipe,
+                        size="tiny",
+                        seed=seed,
+                        status=JobStatus.SUCCEEDED,
+                        budget=json.dumps({"tokens": tokens}),
+                        budget_tokens=tokens,
+                        created_at=now,
+                        started_at=now,
+                        finished_at=now,
+                        **variant_columns(key),
+                    )
                     s.add(job)
                     s.flush()
-                    s.add(schema.TrainResult(job_id=job.id, steps=10, tokens=tokens, train_seconds=10.0,
-                                             final_val_loss=law(tokens) + offset + 0.001 * seed))  # fmt: skip
+                    s.add(
+                        schema.TrainResult(
+                            job_id=job.id,
+                            steps=10,
+                            tokens=tokens,
+                            train_seconds=10.0,
+                            final_val_loss=law(tokens) + offset + 0.001 * seed,
+                        )
+                    )
     eng.dispose()
     dispose_all()
     return url
@@ -292,8 +312,13 @@ def test_sql_page_reads_and_refuses_writes(monkeypatch, fixture_url):
     at.text_area(key="sql_text").set_value("SELECT COUNT(*) AS n FROM jobs")
     at.button(key="sql_run").click().run()
     assert at.dataframe[0].value["n"].iloc[0] == 20
-    for write in ("DELETE FROM jobs", "DROP TABLE metrics", "UPDATE jobs SET status='queued'",
-                  "WITH x AS (SELECT 1) INSERT INTO grids(name) SELECT 'x'", "PRAGMA user_version = 7"):  # fmt: skip
+    for write in (
+        "DELETE FROM jobs",
+        "DROP TABLE metrics",
+        "UPDATE jobs SET status='queued'",
+        "WITH x AS (SELECT 1) INSERT INTO grids(name) SELECT 'x'",
+        "PRAGMA user_version = 7",
+    ):
         at.text_area(key="sql_text").set_value(write)
         at.button(key="sql_run").click().run()
         assert not at.exception

@@ -32,23 +32,45 @@ def build_study_db(path: Path) -> str:
         s.add(schema.GridRow(id=1, name="iso", spec="{}", spec_hash="g1", created_at=now))
         s.add(schema.GridRow(id=2, name="other", spec="{}", spec_hash="g2", created_at=now))
         s.flush()
-        extra = [(JobStatus.FAILED, 1, "iso_depth"), (JobStatus.RUNNING, 1, "iso_depth"),
-                 (JobStatus.SUCCEEDED, 2, "parcae")]  # fmt: skip
+        extra = [
+            (JobStatus.FAILED, 1, "iso_depth"),
+            (JobStatus.RUNNING, 1, "iso_depth"),
+            (JobStatus.SUCCEEDED, 2, "parcae"),
+        ]
         for n, row in enumerate([*runs.itertuples(), *extra]):
             status, grid, recipe = (JobStatus.SUCCEEDED, 1, "iso_depth") if n < len(runs) else row
             arch = runs.iloc[n % len(runs)]
             job = schema.Job(
-                grid_id=grid, kind="train", config=json.dumps({"n": n}), config_hash=f"h{n}", recipe=recipe,
-                size="tiny", seed=0, status=status, created_at=now, loop_sampler="fixed", loops=int(arch["r"]),
-                n_once=int(arch["n_once"]), n_rec=int(arch["n_rec"]), d_model=int(arch["d_model"]),
-                flops_per_token=float(arch["flops_per_token"]), budget_flops=float(arch["budget_flops"]),
+                grid_id=grid,
+                kind="train",
+                config=json.dumps({"n": n}),
+                config_hash=f"h{n}",
+                recipe=recipe,
+                size="tiny",
+                seed=0,
+                status=status,
+                created_at=now,
+                loop_sampler="fixed",
+                loops=int(arch["r"]),
+                n_once=int(arch["n_once"]),
+                n_rec=int(arch["n_rec"]),
+                d_model=int(arch["d_model"]),
+                flops_per_token=float(arch["flops_per_token"]),
+                budget_flops=float(arch["budget_flops"]),
                 variant_label=f"iso_depth r={int(arch['r'])} d={int(arch['d_model'])}",
-            )  # fmt: skip
+            )
             s.add(job)
             s.flush()
             if status != JobStatus.RUNNING:
-                s.add(schema.TrainResult(job_id=job.id, steps=10, tokens=int(arch["tokens"]), train_seconds=10.0,
-                                         final_val_loss=float(arch["loss"]) + (5.0 if recipe == "parcae" else 0.0)))  # fmt: skip
+                s.add(
+                    schema.TrainResult(
+                        job_id=job.id,
+                        steps=10,
+                        tokens=int(arch["tokens"]),
+                        train_seconds=10.0,
+                        final_val_loss=float(arch["loss"]) + (5.0 if recipe == "parcae" else 0.0),
+                    )
+                )
     eng.dispose()
     dispose_all()
     return url
@@ -69,8 +91,12 @@ def test_cli_fit_prints_the_table_and_json(study_db, capsys):
         capsys, "--db", path, "fit", "iso-depth", "--grid", "iso", "--bootstrap", "40", "--json"
     )
     got = json.loads(out)
-    expected = iso_depth.fit_iso_depth(iso_depth.runs_for_fit(synthetic(11).assign(
-        final_val_loss=lambda d: d["loss"], loops=lambda d: d["r"])), bootstrap=40)  # fmt: skip
+    expected = iso_depth.fit_iso_depth(
+        iso_depth.runs_for_fit(
+            synthetic(11).assign(final_val_loss=lambda d: d["loss"], loops=lambda d: d["r"])
+        ),
+        bootstrap=40,
+    )
     assert got["params"]["phi"] == pytest.approx(expected.fit.phi, rel=1e-6)
     assert got["intervals"]["phi"] == pytest.approx(list(expected.fit.intervals["phi"]), rel=1e-6)
     assert got["n_runs"] == 27 and got["budget_flops"] == 6e11
@@ -84,15 +110,23 @@ def test_scaling_page(monkeypatch, study_db):
     at = render(monkeypatch, study_db[0], "scaling", timeout=120)
     metrics = {m.label: m.value for m in at.metric}
     fit = scaling.fit_law(
-        iso_depth.runs_for_fit(synthetic(11).assign(final_val_loss=lambda d: d["loss"], loops=lambda d: d["r"])),
+        iso_depth.runs_for_fit(
+            synthetic(11).assign(final_val_loss=lambda d: d["loss"], loops=lambda d: d["r"])
+        ),
         bootstrap=scaling.DEFAULT_BOOTSTRAP,
-    )  # fmt: skip
+    )
     assert metrics["φ"] == f"{fit.phi:.3f}"
     lo, hi = fit.intervals["phi"]
     assert metrics["φ 95% interval"] == f"[{lo:.3f}, {hi:.3f}]"
     headers = [h.value for h in at.header]
-    assert headers == ["Runs against the fitted law", "Residuals", "Parameters", "Which form the data support",
-                       "What one recurrence is worth", "Compute-optimal width and tokens"]  # fmt: skip
+    assert headers == [
+        "Runs against the fitted law",
+        "Residuals",
+        "Parameters",
+        "Which form the data support",
+        "What one recurrence is worth",
+        "Compute-optimal width and tokens",
+    ]
     tables = [d.value for d in at.dataframe]
     runs_table = next(t for t in tables if "residual" in t.columns)
     assert len(runs_table) == 27  # the failed, running and other-recipe jobs are not fitted
@@ -108,8 +142,13 @@ def test_scaling_page_without_study_runs(monkeypatch, fixture_db):
 
 
 def test_scaling_page_renders_in_a_browser(study_db, dashboard_server, browser):
-    expected = ["Runs against the fitted law", "Residuals", "Which form the data support", "gap_to_r1",
-                "loo_rmse"]  # fmt: skip
+    expected = [
+        "Runs against the fitted law",
+        "Residuals",
+        "Which form the data support",
+        "gap_to_r1",
+        "loo_rmse",
+    ]
     check_page_in_browser(
         dashboard_server, browser, study_db[0], "scaling", "Scaling", expected, height=2600, min_charts=3
     )

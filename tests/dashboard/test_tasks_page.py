@@ -33,14 +33,26 @@ def _add_evals(path: Path) -> None:
 
     eng = engine(str(path))
     with session(eng) as s:
-        trains = {(j.recipe, j.seed): j for j in s.query(schema.Job).filter_by(kind="train", status="succeeded")
-                  if not j.variant_label or "·" not in j.variant_label}  # fmt: skip
+        trains = {
+            (j.recipe, j.seed): j
+            for j in s.query(schema.Job).filter_by(kind="train", status="succeeded")
+            if not j.variant_label or "·" not in j.variant_label
+        }
         for n, ((recipe, seed), by_loops) in enumerate(DEDUCTION.items()):
             train = trains[(recipe, seed)]
             columns = {c: getattr(train, c) for c in ("variant_id", "variant_label", "loop_sampler", "loops")}
-            job = schema.Job(grid_id=1, kind="eval", config=json.dumps({"n": n}), config_hash=f"eval{n}",
-                             recipe=recipe, size="tiny", seed=seed, status=JobStatus.SUCCEEDED,
-                             created_at=time.time(), **columns)  # fmt: skip
+            job = schema.Job(
+                grid_id=1,
+                kind="eval",
+                config=json.dumps({"n": n}),
+                config_hash=f"eval{n}",
+                recipe=recipe,
+                size="tiny",
+                seed=seed,
+                status=JobStatus.SUCCEEDED,
+                created_at=time.time(),
+                **columns,
+            )
             s.add(job)
             s.flush()
             s.add(schema.JobDep(job_id=job.id, depends_on=train.id))
@@ -50,12 +62,34 @@ def _add_evals(path: Path) -> None:
                     ("depth=2", hard, 10),
                     ("all", easy + hard, 20),
                 ):
-                    s.add(schema.TaskScore(job_id=job.id, task="deduction", subset=subset, loops=loops, n=count,
-                                           category="reasoning", acc=correct / count, acc_norm=correct / count,
-                                           stderr=0.1, chance=1 / 3))  # fmt: skip
-                s.add(schema.TaskScore(job_id=job.id, task="sciq", subset="all", loops=loops, n=50,
-                                       category="knowledge", acc=0.3 + 0.01 * loops, acc_norm=None, stderr=0.06,
-                                       chance=0.25))  # fmt: skip
+                    s.add(
+                        schema.TaskScore(
+                            job_id=job.id,
+                            task="deduction",
+                            subset=subset,
+                            loops=loops,
+                            n=count,
+                            category="reasoning",
+                            acc=correct / count,
+                            acc_norm=correct / count,
+                            stderr=0.1,
+                            chance=1 / 3,
+                        )
+                    )
+                s.add(
+                    schema.TaskScore(
+                        job_id=job.id,
+                        task="sciq",
+                        subset="all",
+                        loops=loops,
+                        n=50,
+                        category="knowledge",
+                        acc=0.3 + 0.01 * loops,
+                        acc_norm=None,
+                        stderr=0.06,
+                        chance=0.25,
+                    )
+                )
 
 
 @pytest.fixture(scope="module")

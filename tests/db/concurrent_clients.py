@@ -25,8 +25,20 @@ def writer(db: str, n: int, batch: int, ready: Path, done: Path) -> None:
     eng = engine(db)
     with session(eng) as s:
         s.add(GridRow(id=1, name="conc", spec="{}", spec_hash="conc", created_at=time.time()))
-        s.add(Job(id=1, grid_id=1, kind="train", config="{}", config_hash="conc", recipe="lean", size="tiny",
-                  seed=0, status="running", created_at=time.time()))  # fmt: skip
+        s.add(
+            Job(
+                id=1,
+                grid_id=1,
+                kind="train",
+                config="{}",
+                config_hash="conc",
+                recipe="lean",
+                size="tiny",
+                seed=0,
+                status="running",
+                created_at=time.time(),
+            )
+        )
     deadline = time.time() + 60
     while not ready.exists() and time.time() < deadline:  # let the reader get going first
         time.sleep(0.01)

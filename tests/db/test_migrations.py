@@ -194,10 +194,12 @@ def test_0003_backfills_failed_dependency_and_loops(db_url):
     ]
     with raw.begin() as conn:
         conn.execute(
-            sa.text("INSERT INTO jobs (id, kind, config, config_hash, status, error, priority, attempts, "
-                    "max_attempts, created_at) VALUES (:id, :kind, :config, :id, :status, :error, 0, 0, 3, 0)"),
+            sa.text(
+                "INSERT INTO jobs (id, kind, config, config_hash, status, error, priority, attempts, "
+                "max_attempts, created_at) VALUES (:id, :kind, :config, :id, :status, :error, 0, 0, 3, 0)"
+            ),
             [dict(zip(("id", "kind", "config", "status", "error"), j, strict=True)) for j in jobs],
-        )  # fmt: skip
+        )
         conn.execute(
             sa.text("INSERT INTO job_deps (job_id, depends_on) VALUES (:a, :b)"),
             [{"a": 2, "b": 1}, {"a": 4, "b": 3}],
@@ -262,11 +264,13 @@ def test_0004_backfills_variants_from_the_stored_configs(db_url):
     ]
     with raw.begin() as conn:
         conn.execute(
-            sa.text("INSERT INTO jobs (id, kind, config, config_hash, status, priority, attempts, max_attempts, "
-                    "created_at, loop_sampler, loops) VALUES (:id, :kind, :config, :id, 'queued', 0, 0, 3, 0, "
-                    ":sampler, :loops)"),
+            sa.text(
+                "INSERT INTO jobs (id, kind, config, config_hash, status, priority, attempts, max_attempts, "
+                "created_at, loop_sampler, loops) VALUES (:id, :kind, :config, :id, 'queued', 0, 0, 3, 0, "
+                ":sampler, :loops)"
+            ),
             [dict(zip(("id", "kind", "config", "sampler", "loops"), j, strict=True)) for j in jobs],
-        )  # fmt: skip
+        )
         conn.execute(sa.text("INSERT INTO job_deps (job_id, depends_on) VALUES (2, 1)"))
     command.upgrade(alembic_config(db_url), "0004_variants_and_flops")  # 0010 re-derives ids: stop before
     with raw.connect() as conn:
@@ -278,9 +282,12 @@ def test_0004_backfills_variants_from_the_stored_configs(db_url):
     assert got[1]["variant_label"] == "fixed4 · loops=8"
     # the numbers of the revision's time, whatever today's code says
     assert {k: got[1][k] for k in ("variant_id", "n_params", "n_once", "n_rec", "flops_per_token")} == {
-        "variant_id": "18af39d51155", "n_params": 369856, "n_once": 205696, "n_rec": 98624,
+        "variant_id": "18af39d51155",
+        "n_params": 369856,
+        "n_once": 205696,
+        "n_rec": 98624,
         "flops_per_token": 7032576.0,
-    }  # fmt: skip
+    }
     assert {k: got[4][k] for k in expected} == variant_columns("decode_bench", bench)
     assert got[4]["variant_id"] == "f8eba31ec95b"
     assert got[4]["flops_per_token"] == pytest.approx(6166713.783957511, rel=1e-12)  # Poisson-weighted
@@ -295,18 +302,41 @@ def _configs_of_0004s_time() -> list[tuple[str, dict]]:
     of its ModelConfig fields (some refused), and train specs whose data, batch size, seq_len, budget or
     other fields decide the vocabulary and the batch the FLOPs are counted at (some refused)."""
     overrides = [
-        {}, {"loops": 8}, {"loops": 4.0}, {"d_model": 96, "n_heads": 3, "head_dim": 32}, {"grad_rounds": 2},
-        {"grad_rounds": None}, {"value_embeds": [0, 2]}, {"value_embeds": "all"}, {"tie_embeddings": False},
-        {"injection": "none"}, {"loop_sampler": "poisson_seq", "loops": 3}, {"loop_sampler": "poisson_batch"},
-        {"rounds": [{"window": 8}]}, {"rounds": [{}, {"width": 0.5, "window": 16}]}, {"n_prelude": 0, "n_coda": 1},
-        {"rope_base": 10000}, {"h0_std": 0.02}, {"mlp_ratio": 2}, {"vocab_size": 1000},
-        {"no_such_field": 1}, {"loops": 0}, {"rounds": [{"reuse_kv": True}]}, {"head_dim": 31},
-    ]  # fmt: skip
+        {},
+        {"loops": 8},
+        {"loops": 4.0},
+        {"d_model": 96, "n_heads": 3, "head_dim": 32},
+        {"grad_rounds": 2},
+        {"grad_rounds": None},
+        {"value_embeds": [0, 2]},
+        {"value_embeds": "all"},
+        {"tie_embeddings": False},
+        {"injection": "none"},
+        {"loop_sampler": "poisson_seq", "loops": 3},
+        {"loop_sampler": "poisson_batch"},
+        {"rounds": [{"window": 8}]},
+        {"rounds": [{}, {"width": 0.5, "window": 16}]},
+        {"n_prelude": 0, "n_coda": 1},
+        {"rope_base": 10000},
+        {"h0_std": 0.02},
+        {"mlp_ratio": 2},
+        {"vocab_size": 1000},
+        {"no_such_field": 1},
+        {"loops": 0},
+        {"rounds": [{"reuse_kv": True}]},
+        {"head_dim": 31},
+    ]
     train_specs = [
-        {"seq_len": 32, "batch_size": 4, "time_s": 5}, {"data": {"tokenizer": "bpe", "vocab_size": 700}, "flops": 1e12},
-        {"data": {"tokenizer": "byte"}, "tokens": 5, "lr": -1}, {"tokens": 5, "time_s": 3}, {"unknown_key": 1},
-        {"batch_size": 2.0}, {"batch_size": 0}, {"data": {"corpus": "/no/such/corpus"}}, {"seq_len": 1},
-    ]  # fmt: skip
+        {"seq_len": 32, "batch_size": 4, "time_s": 5},
+        {"data": {"tokenizer": "bpe", "vocab_size": 700}, "flops": 1e12},
+        {"data": {"tokenizer": "byte"}, "tokens": 5, "lr": -1},
+        {"tokens": 5, "time_s": 3},
+        {"unknown_key": 1},
+        {"batch_size": 2.0},
+        {"batch_size": 0},
+        {"data": {"corpus": "/no/such/corpus"}},
+        {"seq_len": 1},
+    ]
     configs: list[tuple[str, dict]] = []
     for recipe in _revision("0004_variants_and_flops").RECIPES:
         for size in ("tiny", "small", "86m", "144m"):
@@ -405,8 +435,12 @@ def test_0010_rehashes_by_identity_and_rederives_run_variants(db_url, tmp_path):
     from orchestrator.variants import resolve, variant_id
     from workers import jobs as kinds
 
-    grid = Grid("g", base={"recipe": "fixed4", "tokens": 1000, "batch_size": 4}, sweep={"seed": [0, 1]},
-                then=["depth_sweep", "decode_bench"])  # fmt: skip
+    grid = Grid(
+        "g",
+        base={"recipe": "fixed4", "tokens": 1000, "batch_size": 4},
+        sweep={"seed": [0, 1]},
+        then=["depth_sweep", "decode_bench"],
+    )
     plans = expand([grid], kinds)
     assign_hashes(plans, {}, kinds)
     columns = model_columns(plans)
@@ -430,21 +464,33 @@ def test_0010_rehashes_by_identity_and_rederives_run_variants(db_url, tmp_path):
             p = plans[i]
             r = resolve(p.kind, spec) or resolve("train", plans[p.deps[0]].spec)
             conn.execute(
-                sa.text("INSERT INTO jobs (id, kind, config, config_hash, status, priority, attempts, "
-                        "max_attempts, created_at, variant_id) VALUES (:id, :kind, :config, :hash, "
-                        "'succeeded', 0, 1, 3, 0, :variant)"),
-                {"id": job_id, "kind": p.kind, "config": canonical_json(spec), "hash": stored,
-                 "variant": variant_id(r.recipe, r.size, r.overrides)},
-            )  # fmt: skip
+                sa.text(
+                    "INSERT INTO jobs (id, kind, config, config_hash, status, priority, attempts, "
+                    "max_attempts, created_at, variant_id) VALUES (:id, :kind, :config, :hash, "
+                    "'succeeded', 0, 1, 3, 0, :variant)"
+                ),
+                {
+                    "id": job_id,
+                    "kind": p.kind,
+                    "config": canonical_json(spec),
+                    "hash": stored,
+                    "variant": variant_id(r.recipe, r.size, r.overrides),
+                },
+            )
         for job_id, i, _, _stored in rows[:-1]:
             for d in plans[i].deps:
-                conn.execute(sa.text("INSERT INTO job_deps (job_id, depends_on) VALUES (:j, :d)"),
-                             {"j": job_id, "d": job_of[plans[d].config_hash]})  # fmt: skip
+                conn.execute(
+                    sa.text("INSERT INTO job_deps (job_id, depends_on) VALUES (:j, :d)"),
+                    {"j": job_id, "d": job_of[plans[d].config_hash]},
+                )
     engine(db_url)  # upgrades to head
     with raw.connect() as conn:
-        got = {r.id: r for r in conn.execute(
-            sa.text("SELECT id, config_hash, variant_id, global_batch, vocab_size FROM jobs")
-        ).all()}  # fmt: skip
+        got = {
+            r.id: r
+            for r in conn.execute(
+                sa.text("SELECT id, config_hash, variant_id, global_batch, vocab_size FROM jobs")
+            ).all()
+        }
     raw.dispose()
     for job_id, i, _, stored in rows[:-1]:
         r, c = got[job_id], columns[i]
@@ -482,27 +528,40 @@ def test_0015_backfills_curve_levels_and_counts_and_keeps_the_points(db_url):
     }
     with raw.begin() as conn:
         conn.execute(
-            sa.text("INSERT INTO jobs (id, kind, config, config_hash, status, priority, attempts, max_attempts, "
-                    "created_at) VALUES (:id, 'train', '{}', :id, 'succeeded', 0, 1, 3, 0)"),
+            sa.text(
+                "INSERT INTO jobs (id, kind, config, config_hash, status, priority, attempts, max_attempts, "
+                "created_at) VALUES (:id, 'train', '{}', :id, 'succeeded', 0, 1, 3, 0)"
+            ),
             [{"id": 1}, {"id": 2}],
-        )  # fmt: skip
+        )
         conn.execute(
-            sa.text("INSERT INTO metrics (job_id, key, step, tokens, wall_s, value) VALUES (:j, :k, :s, :t, :w, :v)"),
-            [{"j": j, "k": k, "s": s, "t": 10 * s, "w": s / 2, "v": s / 3} for (j, k), steps in curves.items()
-             for s in steps],
-        )  # fmt: skip
+            sa.text(
+                "INSERT INTO metrics (job_id, key, step, tokens, wall_s, value) VALUES (:j, :k, :s, :t, :w, :v)"
+            ),
+            [
+                {"j": j, "k": k, "s": s, "t": 10 * s, "w": s / 2, "v": s / 3}
+                for (j, k), steps in curves.items()
+                for s in steps
+            ],
+        )
         conn.execute(
-            sa.text("INSERT INTO latest_metrics (job_id, key, step, tokens, wall_s, value) VALUES "
-                    "(1, 'train_loss', 5000, 50000, 2500.0, 1.5), (1, 'val_loss', 1490, NULL, NULL, 2.5), "
-                    "(2, 'train_loss', 7, 70, 3.5, 3.5), (2, 'tokens_per_s', 9, 90, 4.5, 99.0)")
-        )  # fmt: skip
+            sa.text(
+                "INSERT INTO latest_metrics (job_id, key, step, tokens, wall_s, value) VALUES "
+                "(1, 'train_loss', 5000, 50000, 2500.0, 1.5), (1, 'val_loss', 1490, NULL, NULL, 2.5), "
+                "(2, 'train_loss', 7, 70, 3.5, 3.5), (2, 'tokens_per_s', 9, 90, 4.5, 99.0)"
+            )
+        )
     with raw.connect() as conn:
         before = pd.read_sql(sa.text("SELECT * FROM metrics ORDER BY id"), conn)
     engine(db_url)  # upgrades to head
     with raw.connect() as conn:
         after = pd.read_sql(sa.text("SELECT * FROM metrics ORDER BY id"), conn)
-        latest = {(r.job_id, r.key): tuple(r)[2:] for r in conn.execute(sa.text(
-            "SELECT job_id, key, step, tokens, wall_s, value, points FROM latest_metrics"))}  # fmt: skip
+        latest = {
+            (r.job_id, r.key): tuple(r)[2:]
+            for r in conn.execute(
+                sa.text("SELECT job_id, key, step, tokens, wall_s, value, points FROM latest_metrics")
+            )
+        }
     raw.dispose()
     pd.testing.assert_frame_equal(after[before.columns], before)
     for (job_id, key), steps in curves.items():

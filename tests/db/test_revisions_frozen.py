@@ -73,9 +73,13 @@ def test_the_checker_can_fail():
         "__import__('pandas')\n"
     )
     assert forbidden_imports(others) == [
-        "line 1: model.presets", "line 2: workers", "line 3: torch", "line 5: dashboard.data",
-        "line 6: <a module named at run time>", "line 7: pandas",
-    ]  # fmt: skip
+        "line 1: model.presets",
+        "line 2: workers",
+        "line 3: torch",
+        "line 5: dashboard.data",
+        "line 6: <a module named at run time>",
+        "line 7: pandas",
+    ]
     fine = (
         "from __future__ import annotations\n"
         "import hashlib, json, math\n"

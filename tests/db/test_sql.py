@@ -126,8 +126,19 @@ def filled(request, tmp_path_factory):
     url = dbs.new()
     with session(engine(url)) as s:
         s.add(GridRow(id=1, name="g1", spec="{}", spec_hash="g", created_at=1.0))
-        s.add(Job(id=1, grid_id=1, kind="train", config="{}", config_hash="a", recipe="lean", size="tiny",
-                  seed=0, created_at=2.0))  # fmt: skip
+        s.add(
+            Job(
+                id=1,
+                grid_id=1,
+                kind="train",
+                config="{}",
+                config_hash="a",
+                recipe="lean",
+                size="tiny",
+                seed=0,
+                created_at=2.0,
+            )
+        )
         s.add_all([Metric(job_id=1, key="val_loss", step=i, value=4.0 - i / 4) for i in range(4)])
     dispose_all()  # checkpoint the WAL into the file, so the digest covers everything
     yield url
@@ -152,8 +163,9 @@ def test_write_forms_are_refused_and_the_database_is_unchanged(filled, capsys, s
     assert snapshot(filled) == before
 
 
-@pytest.mark.parametrize("sql", READS + [f"{backend}: {sql}" for backend, reads in READS_BY_BACKEND.items()
-                                         for sql in reads])  # fmt: skip
+@pytest.mark.parametrize(
+    "sql", READS + [f"{backend}: {sql}" for backend, reads in READS_BY_BACKEND.items() for sql in reads]
+)
 def test_read_forms_are_accepted(filled, sql):
     backend, _, own = sql.partition(": ")
     if own and backend in READS_BY_BACKEND:

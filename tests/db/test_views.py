@@ -71,10 +71,18 @@ def filled(db_url):
         )
         s.add(
             DecodeBench(
-                job_id=5, arch="lean", size="tiny", context_len=128, batch_size=1, ms_per_token=1.5,
-                kv_cache_mb=0.5, device="cpu", dtype="float32", cuda_graph=False,
+                job_id=5,
+                arch="lean",
+                size="tiny",
+                context_len=128,
+                batch_size=1,
+                ms_per_token=1.5,
+                kv_cache_mb=0.5,
+                device="cpu",
+                dtype="float32",
+                cuda_graph=False,
             )
-        )  # fmt: skip
+        )
     return db_url
 
 
@@ -127,8 +135,12 @@ def test_two_variants_of_one_recipe_are_two_rows_in_every_view(db_url, tmp_path)
     from orchestrator import Grid, Queue
 
     q = Queue(db=db_url, artifacts=tmp_path / "art")
-    grid = Grid("v", base={"recipe": "fixed4", "tokens": 1000}, then=["depth_sweep", "decode_bench"],
-                sweep={"model.loops": [4, 8], "seed": [0, 1]})  # fmt: skip
+    grid = Grid(
+        "v",
+        base={"recipe": "fixed4", "tokens": 1000},
+        then=["depth_sweep", "decode_bench"],
+        sweep={"model.loops": [4, 8], "seed": [0, 1]},
+    )
     q.submit(grid)
     with q.eng.connect() as conn:
         jobs = conn.execute(text("SELECT id, kind, loops, seed FROM jobs ORDER BY id")).all()
@@ -136,22 +148,61 @@ def test_two_variants_of_one_recipe_are_two_rows_in_every_view(db_url, tmp_path)
         for job_id, kind, loops, seed in jobs:
             loss = 3.0 + loops / 100 + (seed or 0) / 1000  # a decode bench has no seed
             if kind == "train":
-                s.add(TrainResult(job_id=job_id, steps=10, tokens=1000, train_seconds=2.0, final_val_loss=loss,
-                                  flops_per_token=1e6, train_flops=1e9, achieved_flops_per_s=5e8))  # fmt: skip
+                s.add(
+                    TrainResult(
+                        job_id=job_id,
+                        steps=10,
+                        tokens=1000,
+                        train_seconds=2.0,
+                        final_val_loss=loss,
+                        flops_per_token=1e6,
+                        train_flops=1e9,
+                        achieved_flops_per_s=5e8,
+                    )
+                )
                 s.add(Metric(job_id=job_id, key="val_loss", step=10, tokens=1000, wall_s=2.0, value=loss))
             elif kind == "depth_sweep":
                 s.add_all([DepthEval(job_id=job_id, loops=n, val_loss=loss + n / 10) for n in (1, 2)])
-                s.add_all([RoundDelta(job_id=job_id, loops=2, round=r, rel_change=0.5 / r, angle=0.1 * r,
-                                      state_var=float(r)) for r in (1, 2)])  # fmt: skip
+                s.add_all(
+                    [
+                        RoundDelta(
+                            job_id=job_id,
+                            loops=2,
+                            round=r,
+                            rel_change=0.5 / r,
+                            angle=0.1 * r,
+                            state_var=float(r),
+                        )
+                        for r in (1, 2)
+                    ]
+                )
                 s.add(RoundInteraction(job_id=job_id, loops=2, skipped=1, round=2, interaction=loss))
             else:
-                s.add(DecodeBench(job_id=job_id, arch="fixed4", size="tiny", context_len=128, batch_size=1,
-                                  ms_per_token=float(loops), kv_cache_mb=0.5, device="cpu", dtype="float32"))  # fmt: skip
+                s.add(
+                    DecodeBench(
+                        job_id=job_id,
+                        arch="fixed4",
+                        size="tiny",
+                        context_len=128,
+                        batch_size=1,
+                        ms_per_token=float(loops),
+                        kv_cache_mb=0.5,
+                        device="cpu",
+                        dtype="float32",
+                    )
+                )
     path = db_url
-    for view, loops_column, per_variant in (("runs", "loops", 2), ("curves", "loops", 2),
-                                            ("depth", "trained_loops", 4), ("decode", "loops", 1)):  # fmt: skip
-        got = _rows(path, f"SELECT variant_id, variant_label, {loops_column} AS trained, effective_depth, "
-                          f"d_model, n_recurrent FROM {view}")  # fmt: skip
+    for view, loops_column, per_variant in (
+        ("runs", "loops", 2),
+        ("curves", "loops", 2),
+        ("depth", "trained_loops", 4),
+        ("decode", "loops", 1),
+    ):
+        got = _rows(
+            path,
+            f"SELECT variant_id, variant_label, {loops_column} AS trained, effective_depth, "
+            f"d_model, n_recurrent FROM {view}",
+        )
         by_variant: dict[str, list[dict]] = {}
         for r in got:
             by_variant.setdefault(r["variant_id"], []).append(r)
@@ -167,22 +218,38 @@ def test_two_variants_of_one_recipe_are_two_rows_in_every_view(db_url, tmp_path)
     # the depth views: effective depth at the evaluated loop count beside the trained one
     depth = _rows(path, "SELECT trained_loops, loops, inference_depth, trained_depth FROM depth")
     assert {(r["trained_loops"], r["loops"], r["inference_depth"], r["trained_depth"]) for r in depth} == {
-        (4, 1, 2 + 2 * 1 + 2, 12.0), (4, 2, 2 + 2 * 2 + 2, 12.0), (8, 1, 6, 20.0), (8, 2, 8, 20.0)
-    }  # fmt: skip
-    geometry = _rows(path, "SELECT variant_label, trained_depth, loops, inference_depth, round, rel_change, angle, "
-                           "state_var FROM geometry ORDER BY trained_depth, seed, round")  # fmt: skip
+        (4, 1, 2 + 2 * 1 + 2, 12.0),
+        (4, 2, 2 + 2 * 2 + 2, 12.0),
+        (8, 1, 6, 20.0),
+        (8, 2, 8, 20.0),
+    }
+    geometry = _rows(
+        path,
+        "SELECT variant_label, trained_depth, loops, inference_depth, round, rel_change, angle, "
+        "state_var FROM geometry ORDER BY trained_depth, seed, round",
+    )
     assert len(geometry) == 8 and geometry[0]["variant_label"] == "fixed4"
     assert [(r["round"], r["angle"], r["state_var"], r["inference_depth"]) for r in geometry[:2]] == [
-        (1, 0.1, 1.0, 8), (2, 0.2, 2.0, 8)
-    ]  # fmt: skip
-    inter = _rows(path, "SELECT variant_label, seed, loops, skipped, round, interaction FROM interactions "
-                        "ORDER BY interaction")  # fmt: skip
+        (1, 0.1, 1.0, 8),
+        (2, 0.2, 2.0, 8),
+    ]
+    inter = _rows(
+        path,
+        "SELECT variant_label, seed, loops, skipped, round, interaction FROM interactions "
+        "ORDER BY interaction",
+    )
     assert [(r["variant_label"], r["seed"], r["skipped"], r["round"]) for r in inter] == [
-        ("fixed4", 0, 1, 2), ("fixed4", 1, 1, 2), ("fixed4 · loops=8", 0, 1, 2), ("fixed4 · loops=8", 1, 1, 2)
-    ]  # fmt: skip
+        ("fixed4", 0, 1, 2),
+        ("fixed4", 1, 1, 2),
+        ("fixed4 · loops=8", 0, 1, 2),
+        ("fixed4 · loops=8", 1, 1, 2),
+    ]
     assert inter[0]["interaction"] == pytest.approx(3.04)
-    runs = _rows(path, "SELECT seed, loops, variant_id, n_params, n_once, n_rec, flops_per_token, train_flops, "
-                       "achieved_flops_per_s, mfu FROM runs ORDER BY loops, seed")  # fmt: skip
+    runs = _rows(
+        path,
+        "SELECT seed, loops, variant_id, n_params, n_once, n_rec, flops_per_token, train_flops, "
+        "achieved_flops_per_s, mfu FROM runs ORDER BY loops, seed",
+    )
     assert [(r["seed"], r["loops"]) for r in runs] == [(0, 4), (1, 4), (0, 8), (1, 8)]
     assert runs[0]["variant_id"] == runs[1]["variant_id"] != runs[2]["variant_id"] == runs[3]["variant_id"]
     assert all(r["n_params"] > r["n_once"] + r["n_rec"] > 0 for r in runs)

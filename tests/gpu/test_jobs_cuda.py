@@ -62,8 +62,20 @@ def test_decode_bench_replays_cuda_graphs(recipe, tmp_path):
 def test_model_bench_ratios_on_cuda(tmp_path):
     """The study's speed ratios at 144m, one measured step per recipe: every recipe trains (bf16
     autocast, Flex for the windowed rounds) and every ratio is a positive number."""
-    _run(["benchmarks/model_bench.py", "--device", "cuda", "--section", "ratios", "--ratio-steps", "1",
-          "--out", str(tmp_path)], timeout=600)  # fmt: skip
+    _run(
+        [
+            "benchmarks/model_bench.py",
+            "--device",
+            "cuda",
+            "--section",
+            "ratios",
+            "--ratio-steps",
+            "1",
+            "--out",
+            str(tmp_path),
+        ],
+        timeout=600,
+    )
     section = json.loads((tmp_path / "model_bench_ratios.json").read_text())["ratios"]
     assert section["size"] == "144m" and all(r["tokens_per_s"] > 0 for r in section["recipes"].values())
     assert section["ratios"] and all(

@@ -207,14 +207,24 @@ def test_bad_rules_strategies_and_bounds_are_refused_by_name():
         (lambda: ExitRule("state", "0.1"), "exit.threshold: expected a number"),
         (lambda: ExitRule("argmax", 2.5), "exit.threshold: argmax counts rounds"),
         (lambda: ExitRule("state", 0.1, min_rounds=1), "exit.min_rounds: must be >= 2"),
-        (lambda: ExitRule("state", 0.1, min_rounds=4, max_rounds=3), r"exit.max_rounds: must be >= min_rounds \(4\)"),
-        (lambda: strategy_config(preset("lean"), "paged", 4), "kv_strategy: unknown 'paged'; accepted: per_round"),
+        (
+            lambda: ExitRule("state", 0.1, min_rounds=4, max_rounds=3),
+            r"exit.max_rounds: must be >= min_rounds \(4\)",
+        ),
+        (
+            lambda: strategy_config(preset("lean"), "paged", 4),
+            "kv_strategy: unknown 'paged'; accepted: per_round",
+        ),
         (lambda: strategy_config(preset("lean"), "last_m", 4), "kv_m: last_m needs m"),
         (lambda: strategy_config(preset("lean"), "last_m", 4, 0), "kv_m: must be >= 1"),
         (lambda: strategy_config(preset("lean"), "first", 4, 2), "kv_m: only with kv_strategy last_m"),
-        (lambda: strategy_config(preset("fixed4", rounds=(RoundConfig(attention=False), RoundConfig())), "first", 4),
-         "kv_strategy: first cannot share round 1's keys/values here: rounds.* round 1 is MLP-only"),
-    ]  # fmt: skip
+        (
+            lambda: strategy_config(
+                preset("fixed4", rounds=(RoundConfig(attention=False), RoundConfig())), "first", 4
+            ),
+            "kv_strategy: first cannot share round 1's keys/values here: rounds.* round 1 is MLP-only",
+        ),
+    ]
     for make, message in cases:
         with pytest.raises(ConfigError, match=message):
             make()
@@ -250,8 +260,9 @@ def test_latest_needs_only_the_computed_rounds():
     half of them."""
     cfg = preset("parcae", "tiny")
     per_application = 2 * 2 * 32 * 4 * 64
-    allocated, needed = kv_strategy_bytes(cfg, 64, 1, "latest", 4, dtype=torch.float32,
-                                          exit_share={2: 0.5, 4: 0.5})  # fmt: skip
+    allocated, needed = kv_strategy_bytes(
+        cfg, 64, 1, "latest", 4, dtype=torch.float32, exit_share={2: 0.5, 4: 0.5}
+    )
     assert allocated == (4 + 4 * 2) * per_application
     assert needed == (4 + 2 * 2 + 2 * 2 * 0.5) * per_application
     assert kv_strategy_bytes(cfg, 64, 1, "per_round", 4, dtype=torch.float32, exit_share={2: 1.0}) == (

@@ -209,8 +209,10 @@ def test_n_once_and_n_rec_add_up_to_the_parameter_count():
         model = LoopedLM(dataclasses.replace(cfg, vocab_size=64, **SMALL))
         recurrent = sum(p.numel() for name, p in model.recurrent.named_parameters() if ".ve." not in name)
         assert once_and_recurrent_params(model.cfg)["n_rec"] == recurrent
-        per_layer = [sum(p.numel() for name, p in blk.named_parameters() if not name.startswith("attn.ve."))
-                     for blk in model.blocks()]  # fmt: skip
+        per_layer = [
+            sum(p.numel() for name, p in blk.named_parameters() if not name.startswith("attn.ve."))
+            for blk in model.blocks()
+        ]
         assert layer_params(model.cfg) == per_layer
         total = sum(p.numel() for p in model.parameters())
         tables = sum(p.numel() for p in model.embedding_params())
@@ -222,9 +224,20 @@ def test_arch_summary_keys_and_values():
     cfg = preset("fixed4", size="small", d_model=192, n_heads=3, head_dim=64)
     summary = arch_summary(cfg, 8)
     assert set(summary) == {
-        "n_prelude", "n_recurrent", "n_coda", "loops", "effective_depth", "d_model", "injection", "n_params",
-        "n_params_non_embedding", "n_once", "n_rec", "flops_per_token", "padding_waste",
-    }  # fmt: skip
+        "n_prelude",
+        "n_recurrent",
+        "n_coda",
+        "loops",
+        "effective_depth",
+        "d_model",
+        "injection",
+        "n_params",
+        "n_params_non_embedding",
+        "n_once",
+        "n_rec",
+        "flops_per_token",
+        "padding_waste",
+    }
     assert summary["effective_depth"] == 2 + 2 * 4 + 2 and summary["d_model"] == 192
     assert summary["injection"] == "diagonal" and summary["padding_waste"] == 0.0
     assert summary["n_params"] == param_count(cfg)["total"]

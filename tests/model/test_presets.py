@@ -46,14 +46,23 @@ def test_width_injection_and_recurrent_depth_are_parameters():
     assert (deeper.n_recurrent, deeper.loops) == (6, 4)
     assert iso_depth(2, 64, mlp_ratio=2).mlp_ratio == 2  # any other field overrides
     assert iso_depth_overrides(8, 64) == {
-        "n_recurrent": 2, "loops": 8, "injection": "diagonal", "d_model": 64, "n_heads": 2, "head_dim": 32,
-    }  # fmt: skip
+        "n_recurrent": 2,
+        "loops": 8,
+        "injection": "diagonal",
+        "d_model": 64,
+        "n_heads": 2,
+        "head_dim": 32,
+    }
 
 
 @pytest.mark.parametrize(
     "args,kwargs,message",
     [
-        ((3,), {}, "r: must divide the recurrent depth 16 (the shared block is 16/r layers); accepted: 1, 2, 4, 8, 16"),
+        (
+            (3,),
+            {},
+            "r: must divide the recurrent depth 16 (the shared block is 16/r layers); accepted: 1, 2, 4, 8, 16",
+        ),
         ((0,), {}, "r: must be >= 1"),
         ((4,), {"recurrent_depth": 6}, "r: must divide the recurrent depth 6"),
         ((2, 50), {}, "d_model: must be a multiple of head_dim 32"),
@@ -62,7 +71,7 @@ def test_width_injection_and_recurrent_depth_are_parameters():
         ((2,), {"loops": 3}, "loops: set by the iso-depth family"),
         ((2,), {"vocab_sise": 3}, "model: unknown key 'vocab_sise'"),
     ],
-)  # fmt: skip
+)
 def test_bad_arguments_name_the_field(args, kwargs, message):
     with pytest.raises(ConfigError) as e:
         iso_depth(*args, **kwargs)

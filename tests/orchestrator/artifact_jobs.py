@@ -27,7 +27,7 @@ SPECS: dict[str, dict[str, Any]] = {
         "ckpt_bytes": 3000,
         "final_bytes": 1000,
         "fail": False,
-    },  # fmt: skip
+    },
     "depth_sweep": {"checkpoint": None},
 }
 KINDS = {kind: dataclasses.replace(jobs.KINDS[kind], module=__name__, views=()) for kind in SPECS}

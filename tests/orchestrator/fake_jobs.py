@@ -38,7 +38,7 @@ SPECS: dict[str, dict[str, Any]] = {
         "ckpt_every": 2,
         "step_s": 0.02,
         "fail": False,
-    },  # fmt: skip
+    },
     "depth_sweep": {"checkpoint": None, "loops": [1, 2, 4]},
     "decode_bench": {"recipe": "lean", "size": "tiny", "model": {}},
     "sleep": {"seconds": 1.0, "tag": ""},
@@ -90,8 +90,13 @@ def _train(spec: dict[str, Any], rep: Any, art: Path) -> dict[str, Any]:
         step += 1
         if spec["fail"] and step == 3:
             raise ValueError("loss is NaN at step 3")
-        rep.metric("train_loss", step, 5.0 / step + rng.random() * 1e-3, tokens=step * 64,
-                   wall_s=time.perf_counter() - t0)  # fmt: skip
+        rep.metric(
+            "train_loss",
+            step,
+            5.0 / step + rng.random() * 1e-3,
+            tokens=step * 64,
+            wall_s=time.perf_counter() - t0,
+        )
         rep.progress(step, spec["steps"], eta_s=(spec["steps"] - step) * spec["step_s"])
         if step % spec["ckpt_every"] == 0:
             tmp = ckpt.with_suffix(".tmp")
@@ -118,9 +123,20 @@ def _depth_sweep(spec: dict[str, Any], rep: Any, art: Path) -> dict[str, Any]:
 
 
 def _decode_bench(spec: dict[str, Any], rep: Any, art: Path) -> dict[str, Any]:
-    rep.result("decode_benches", {"arch": spec["recipe"], "size": spec["size"], "context_len": 128,
-                                  "batch_size": 1, "ms_per_token": 1.0, "kv_cache_mb": 0.5, "device": "cpu",
-                                  "dtype": "float32", "cuda_graph": False})  # fmt: skip
+    rep.result(
+        "decode_benches",
+        {
+            "arch": spec["recipe"],
+            "size": spec["size"],
+            "context_len": 128,
+            "batch_size": 1,
+            "ms_per_token": 1.0,
+            "kv_cache_mb": 0.5,
+            "device": "cpu",
+            "dtype": "float32",
+            "cuda_graph": False,
+        },
+    )
     return {}
 
 

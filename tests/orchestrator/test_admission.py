@@ -202,8 +202,18 @@ def test_effective_priority_is_the_queues(tmp_path):
 
 
 def fjob(key: str, seconds: float, priority: int = 0, since_s: float = 0.0, **kw) -> ForecastJob:
-    return ForecastJob(key, "train", key, kw.pop("status", "new"), Estimate(seconds, "measured"), priority=priority,
-                       order=int(key[1:]), since_s=since_s, remaining_s=seconds, **kw)  # fmt: skip
+    return ForecastJob(
+        key,
+        "train",
+        key,
+        kw.pop("status", "new"),
+        Estimate(seconds, "measured"),
+        priority=priority,
+        order=int(key[1:]),
+        since_s=since_s,
+        remaining_s=seconds,
+        **kw,
+    )
 
 
 def test_the_simulation_replays_aging_backoff_refusals_and_the_early_exit():
@@ -260,7 +270,11 @@ def test_workers_is_a_resource_key_of_grids_and_the_queue(tmp_path):
     with q.eng.connect() as conn:
         stored = dict(conn.execute(sa.text("SELECT id, resources FROM jobs")).all())
     assert jobkinds.job_resources("train", stored[gang], True) == {
-        "num_cpus": 1.0, "num_gpus": 1.0, "workers": 2, "exclusive": False}  # fmt: skip
+        "num_cpus": 1.0,
+        "num_gpus": 1.0,
+        "workers": 2,
+        "exclusive": False,
+    }
     assert jobkinds.job_resources("noop", stored[plain], False)["workers"] == 1
     assert Request.of(jobkinds.job_resources("train", stored[gang], True)).total == {"cpus": 2.0, "gpus": 2.0}
     assert isinstance(

@@ -22,8 +22,17 @@ pytestmark = pytest.mark.ray  # `looplab run` starts a local Ray in its subproce
 
 ROOT = Path(__file__).resolve().parents[2]
 # long enough (100 steps) that the test catches a job running after its first checkpoint
-TRAIN = {"recipe": "lean", "size": "tiny", "seq_len": 32, "batch_size": 4, "tokens": 4 * 32 * 100,
-         "ckpt_every": 5, "eval_every": 20, "eval_tokens": 256, "data": {"tokenizer": "byte"}}  # fmt: skip
+TRAIN = {
+    "recipe": "lean",
+    "size": "tiny",
+    "seq_len": 32,
+    "batch_size": 4,
+    "tokens": 4 * 32 * 100,
+    "ckpt_every": 5,
+    "eval_every": 20,
+    "eval_tokens": 256,
+    "data": {"tokenizer": "byte"},
+}
 GRID_FILE = f"""
 from orchestrator import Grid
 base = {TRAIN!r}
@@ -34,14 +43,27 @@ grid = Grid("crash", base=base, sweep={{"seed": [0, 1]}})
 
 def looplab(tmp_path, *args: str, env: dict, **kw) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "orchestrator.cli", "--db", str(tmp_path / "q.db"), *args]
-    return subprocess.Popen(cmd, cwd=tmp_path, env=env, start_new_session=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, **kw)  # fmt: skip
+    return subprocess.Popen(
+        cmd,
+        cwd=tmp_path,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        **kw,
+    )
 
 
 @pytest.mark.slow
 def test_sigkill_mid_training_then_resume_exactly(tmp_path, looplab_cache):
-    env = {**os.environ, "LOOPLAB_CACHE": str(looplab_cache), "LOOPLAB_HEARTBEAT_GRACE_S": "1",
-           "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}  # fmt: skip
+    env = {
+        **os.environ,
+        "LOOPLAB_CACHE": str(looplab_cache),
+        "LOOPLAB_HEARTBEAT_GRACE_S": "1",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": str(ROOT),
+    }
     (tmp_path / "grids.py").write_text(GRID_FILE)
     sub = looplab(tmp_path, "submit", "grids.py", env=env)
     out = sub.communicate(timeout=120)[0]
@@ -92,5 +114,6 @@ def test_sigkill_mid_training_then_resume_exactly(tmp_path, looplab_cache):
         )
         assert [tuple(r) for r in got] == ref.curve(key) and len(got) > 0
     n_steps = len(ref.curve("train_loss"))
-    assert rows(q, "SELECT COUNT(*), COUNT(DISTINCT step) FROM metrics WHERE job_id=:j AND key='train_loss'",
-                j=victim) == [(n_steps, n_steps)]  # fmt: skip
+    assert rows(
+        q, "SELECT COUNT(*), COUNT(DISTINCT step) FROM metrics WHERE job_id=:j AND key='train_loss'", j=victim
+    ) == [(n_steps, n_steps)]

@@ -75,8 +75,12 @@ def assert_every_point_once(q: Queue, job_ids: list[int]) -> None:
     """Each train job succeeded with the steps 1..STEPS, each stored once (and its train_results row)."""
     for job_id in job_ids:
         assert rows(q, "SELECT status FROM jobs WHERE id = :j", j=job_id) == [("succeeded",)]
-        per_step = rows(q, "SELECT step, COUNT(*) FROM metrics WHERE job_id = :j AND key = 'train_loss' "
-                           "GROUP BY step ORDER BY step", j=job_id)  # fmt: skip
+        per_step = rows(
+            q,
+            "SELECT step, COUNT(*) FROM metrics WHERE job_id = :j AND key = 'train_loss' "
+            "GROUP BY step ORDER BY step",
+            j=job_id,
+        )
         assert per_step == [(s, 1) for s in range(1, STEPS + 1)], job_id
         assert rows(q, "SELECT points, step FROM latest_metrics WHERE job_id = :j", j=job_id) == [
             (STEPS, STEPS)
@@ -89,8 +93,16 @@ def test_a_full_sqlite_database_pauses_the_queue_which_resumes_by_itself(tmp_pat
     q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art", kinds=fake_jobs)
     ids = q.submit(Grid("full", base=SPEC, sweep={"seed": [0, 1, 2]}))
     limit = PageLimit(q.eng)
-    sched = Scheduler(q.eng, q.artifacts, fake_jobs, until_empty=True, progress=False, poll_s=0.1,
-                      db_retry_s=0.2, db_retry_max_s=0.5)  # fmt: skip
+    sched = Scheduler(
+        q.eng,
+        q.artifacts,
+        fake_jobs,
+        until_empty=True,
+        progress=False,
+        poll_s=0.1,
+        db_retry_s=0.2,
+        db_retry_max_s=0.5,
+    )
     caplog.set_level(logging.WARNING, logger="looplab.scheduler")
     t = start(sched)
     wait_for(lambda: rows(q, "SELECT COUNT(*) FROM metrics")[0][0] >= 10, what="the first points")
@@ -112,8 +124,11 @@ def test_a_full_sqlite_database_pauses_the_queue_which_resumes_by_itself(tmp_pat
     said = [r.getMessage() for r in caplog.records if r.name == "looplab.scheduler"]
     assert any("is full (database or disk is full): claiming and writing paused" in m for m in said), said
     assert any(m.startswith("database back after") for m in said), said
-    notes = rows(q, "SELECT job_id, message FROM job_logs WHERE level = 'WARNING' AND message LIKE "
-                    "'the database is full%'")  # fmt: skip
+    notes = rows(
+        q,
+        "SELECT job_id, message FROM job_logs WHERE level = 'WARNING' AND message LIKE "
+        "'the database is full%'",
+    )
     noted = [j for j, _ in notes]
     assert noted and set(noted) <= set(ids) and len(noted) == len(set(noted))  # one line per held job
     assert all("this job kept running and its events waited in the driver" in m for _, m in notes)
@@ -129,8 +144,13 @@ def _pg_ctl(server, action: str) -> None:
     if action == "stop":
         argv += ["-m", "fast"]
     else:
-        options = " ".join([f"-p {server.port}", f"-k {server.socket_dir}",
-                            *(f"-c {k}={v}" for k, v in SERVER_SETTINGS.items())])  # fmt: skip
+        options = " ".join(
+            [
+                f"-p {server.port}",
+                f"-k {server.socket_dir}",
+                *(f"-c {k}={v}" for k, v in SERVER_SETTINGS.items()),
+            ]
+        )
         argv += ["-l", str(server.base / "server.log"), "-o", options]
     subprocess.run(_as_server_user(argv), check=True, capture_output=True, timeout=120)
 
@@ -157,8 +177,16 @@ def test_a_lost_postgresql_server_pauses_the_queue_which_resumes_by_itself(
     url = own_pg_server.create_database("outage")
     q = Queue(db=url, artifacts=tmp_path / "art", kinds=fake_jobs)
     ids = q.submit(Grid("lost", base=SPEC, sweep={"seed": [0, 1]}))
-    sched = Scheduler(q.eng, q.artifacts, fake_jobs, until_empty=True, progress=False, poll_s=0.1,
-                      db_retry_s=0.2, db_retry_max_s=0.5)  # fmt: skip
+    sched = Scheduler(
+        q.eng,
+        q.artifacts,
+        fake_jobs,
+        until_empty=True,
+        progress=False,
+        poll_s=0.1,
+        db_retry_s=0.2,
+        db_retry_max_s=0.5,
+    )
     t = start(sched)
     wait_for(lambda: rows(q, "SELECT COUNT(*) FROM metrics")[0][0] >= 10, what="the first points")
     _pg_ctl(own_pg_server, "stop")
@@ -210,9 +238,11 @@ def test_a_full_sqlite_database_is_one_line_naming_it(tmp_path, capsys):
     assert cli.main(["--db", str(path), "submit", str(grids)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err
-    assert err == (f"looplab submit: error: database sqlite:///{path} is full (database or disk is full): free space "
-                   f"on the volume of {tmp_path} (or raise its quota), then run the command again; a running "
-                   "`looplab run` pauses and resumes by itself")  # fmt: skip
+    assert err == (
+        f"looplab submit: error: database sqlite:///{path} is full (database or disk is full): free space "
+        f"on the volume of {tmp_path} (or raise its quota), then run the command again; a running "
+        "`looplab run` pauses and resumes by itself"
+    )
     dispose_all()
 
 

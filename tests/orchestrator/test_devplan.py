@@ -26,19 +26,39 @@ from workers.train_spec import Spec
 
 ROOT = Path(__file__).resolve().parents[2]
 # lean small on the byte tokenizer: 10 steps of 8 x 256 tokens, one evaluation, one checkpoint
-TRAIN = {"recipe": "lean", "size": "small", "batch_size": 8, "tokens": 8 * 256 * 10, "eval_every": 1000,
-         "ckpt_every": 1000, "eval_tokens": 512, "eval_loops": [4], "optimizer": "adamw", "seed": 0,
-         "data": {"corpus": "offline", "tokenizer": "byte"}}  # fmt: skip
+TRAIN = {
+    "recipe": "lean",
+    "size": "small",
+    "batch_size": 8,
+    "tokens": 8 * 256 * 10,
+    "eval_every": 1000,
+    "ckpt_every": 1000,
+    "eval_tokens": 512,
+    "eval_loops": [4],
+    "optimizer": "adamw",
+    "seed": 0,
+    "data": {"corpus": "offline", "tokenizer": "byte"},
+}
 SWEEP = {"loops": [1, 2], "eval_tokens": 512, "interaction_loops": []}
 BENCH = {"context_lens": [64, 1024], "batch_sizes": [1, 256], "warmup": 2, "steps": 8}
 # the box the study runs on, as `looplab calibrate --out` would describe it (round numbers)
 H200 = {
-    "format": "looplab-calibration", "version": 3, "host": "gpu-box", "measured_at": 1.7e9, "torch": "2.11.0",
+    "format": "looplab-calibration",
+    "version": 3,
+    "host": "gpu-box",
+    "measured_at": 1.7e9,
+    "torch": "2.11.0",
     "device": {"type": "cuda", "name": "NVIDIA H200", "memory_bytes": 140e9, "count": 8, "cpus": 64},
-    "rates": {"train_flops_per_s": 4e14, "forward_flops_per_s": 5e14, "decode_layer_s": 1e-5,
-              "memory_bandwidth": 4e12, "checkpoint_bytes_per_s": 2e9, "startup_s": 10.0,
-              "optimizer_s_per_param": {"adamw": 1e-11}},
-}  # fmt: skip
+    "rates": {
+        "train_flops_per_s": 4e14,
+        "forward_flops_per_s": 5e14,
+        "decode_layer_s": 1e-5,
+        "memory_bandwidth": 4e12,
+        "checkpoint_bytes_per_s": 2e9,
+        "startup_s": 10.0,
+        "optimizer_s_per_param": {"adamw": 1e-11},
+    },
+}
 
 
 @pytest.fixture
@@ -48,12 +68,23 @@ def q(tmp_path, monkeypatch):
 
 
 def grid(**kw) -> Grid:
-    return Grid("study", base={**TRAIN, **kw}, then=["depth_sweep", "decode_bench"],
-                follow={"depth_sweep": SWEEP, "decode_bench": BENCH})  # fmt: skip
+    return Grid(
+        "study",
+        base={**TRAIN, **kw},
+        then=["depth_sweep", "decode_bench"],
+        follow={"depth_sweep": SWEEP, "decode_bench": BENCH},
+    )
 
 
-def expected(train_rate: float, forward_rate: float, bandwidth: float, startup: float, save_rate: float,
-             opt_per_param: float, layer_s: float) -> dict[str, float]:  # fmt: skip
+def expected(
+    train_rate: float,
+    forward_rate: float,
+    bandwidth: float,
+    startup: float,
+    save_rate: float,
+    opt_per_param: float,
+    layer_s: float,
+) -> dict[str, float]:
     """Seconds of the grid's train job, depth sweep and decode bench, from the FLOP model and the rates."""
     cfg = Spec.from_dict(TRAIN).resolved_model_config()  # the byte tokenizer's vocabulary (256)
     flops = training_flops(cfg, 8)
@@ -78,13 +109,22 @@ def expected(train_rate: float, forward_rate: float, bandwidth: float, startup: 
     for context in (64, 1024):
         for batch in (1, 256):
             step_f = batch * step_flops(bench_cfg, 4, seq_len=context).forward
-            read = (2 * (applied + bench_cfg.vocab_size * bench_cfg.d_model)  # bf16 weights, the head's table
-                    + kv_cache_bytes(bench_cfg, context, batch, "bfloat16") + 4 * batch * bench_cfg.vocab_size)  # fmt: skip
+            read = (
+                2 * (applied + bench_cfg.vocab_size * bench_cfg.d_model)  # bf16 weights, the head's table
+                + kv_cache_bytes(bench_cfg, context, batch, "bfloat16")
+                + 4 * batch * bench_cfg.vocab_size
+            )
             bounds.add("flops" if step_f / train_rate > read / bandwidth else "bytes")
             decode_s += 10 * (max(step_f / train_rate, read / bandwidth) + applications * layer_s)
-    return {"train": startup + train_s + eval_s + ckpt_s, "train_s": train_s, "depth_sweep": startup + sweep_s,
-            "decode_bench": startup + decode_s, "params": p, "bounds": bounds,
-            "memory": training_memory(cfg, 8, "cuda", "adamw")}  # fmt: skip
+    return {
+        "train": startup + train_s + eval_s + ckpt_s,
+        "train_s": train_s,
+        "depth_sweep": startup + sweep_s,
+        "decode_bench": startup + decode_s,
+        "params": p,
+        "bounds": bounds,
+        "memory": training_memory(cfg, 8, "cuda", "adamw"),
+    }
 
 
 def plan_csv(capsys, q: Queue, path: Path, *flags: str) -> pd.DataFrame:
@@ -161,8 +201,14 @@ def test_a_micro_batch_is_used_as_given_or_the_one_that_fits_is_reported(q):
     """On a 24 GB device the whole batch of 32 x 2,048 tokens of a 144m model does not fit: the plan
     flags it and names the most sequences per forward that fit; given a micro_batch_size (newer train
     Specs), the memory is that forward's."""
-    spec = {**TRAIN, "size": "144m", "batch_size": 32, "tokens": 32 * 2048, "micro_batch_size": None,
-            "data": {"corpus": "offline", "tokenizer": "bpe", "vocab_size": 32768}}  # fmt: skip
+    spec = {
+        **TRAIN,
+        "size": "144m",
+        "batch_size": 32,
+        "tokens": 32 * 2048,
+        "micro_batch_size": None,
+        "data": {"corpus": "offline", "tokenizer": "bpe", "vocab_size": 32768},
+    }
     (job,) = q.plan(Grid("big", base=spec), calibration=for_device("rtx4090"), elsewhere=True).new_jobs()
     cfg = Spec.from_dict(spec).resolved_model_config()
     fit = max(m for m in range(1, 33) if training_memory(cfg, m, "cuda", "adamw") <= 0.9 * 24e9)
@@ -174,8 +220,11 @@ def test_a_micro_batch_is_used_as_given_or_the_one_that_fits_is_reported(q):
         in q.plan(Grid("big", base=spec), calibration=for_device("rtx4090"), elsewhere=True).text()
     )
     if "micro_batch_size" in Spec.__dataclass_fields__:  # a Spec that splits its batch
-        given = q.plan(Grid("mb", base={**spec, "micro_batch_size": 2}), calibration=for_device("rtx4090"),
-                       elsewhere=True).new_jobs()[0]  # fmt: skip
+        given = q.plan(
+            Grid("mb", base={**spec, "micro_batch_size": 2}),
+            calibration=for_device("rtx4090"),
+            elsewhere=True,
+        ).new_jobs()[0]
         assert (given.estimate.micro_batch, given.estimate.micro_batch_given) == (2, True)
         assert given.estimate.peak_mem_bytes == pytest.approx(training_memory(cfg, 2, "cuda", "adamw"))
         # auto (the default at 144m): what the trainer will pick on that device, so the job fits
@@ -247,11 +296,24 @@ def test_not_json_and_one_source_of_rates_at_a_time(q, tmp_path, capsys):
 
 
 def test_a_calibration_survives_its_file():
-    cal = Calibration(device="cuda", flops_per_s=4e14, decode_layer_s=1e-5, save_bytes_per_s=2e9, startup_s=9.0,
-                      host="box", measured_at=1.7e9, forward_flops_per_s=5e14, opt_s_per_param={"adamw": 1e-11},
-                      width_rates=[[512, 3e14, 4e14], [1024, 4e14, 5e14]], device_name="NVIDIA H200",
-                      device_memory_bytes=150e9, device_count=8, cpus=96, memory_bandwidth=4.5e12,
-                      torch_version="2.11.0")  # fmt: skip
+    cal = Calibration(
+        device="cuda",
+        flops_per_s=4e14,
+        decode_layer_s=1e-5,
+        save_bytes_per_s=2e9,
+        startup_s=9.0,
+        host="box",
+        measured_at=1.7e9,
+        forward_flops_per_s=5e14,
+        opt_s_per_param={"adamw": 1e-11},
+        width_rates=[[512, 3e14, 4e14], [1024, 4e14, 5e14]],
+        device_name="NVIDIA H200",
+        device_memory_bytes=150e9,
+        device_count=8,
+        cpus=96,
+        memory_bandwidth=4.5e12,
+        torch_version="2.11.0",
+    )
     assert Calibration.from_file(json.loads(json.dumps(cal.to_file()))) == cal
     assert Calibration.from_file(H200).rates(768) == (4e14, 5e14)
 
@@ -274,8 +336,14 @@ def _blocked(code: str, tmp_path: Path) -> subprocess.CompletedProcess:
         "HOME": str(tmp_path),
         "LOOPLAB_CACHE": str(tmp_path / "cache"),
     }
-    return subprocess.run([sys.executable, "-c", BLOCKER + code], capture_output=True, text=True, cwd=tmp_path,
-                          env=env, timeout=600)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", BLOCKER + code],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=600,
+    )
 
 
 @pytest.mark.slow
@@ -284,8 +352,10 @@ def test_calibrate_runs_with_only_torch(tmp_path):
     `looplab calibrate` subcommand reaches the same code without sqlalchemy or ray."""
     out = tmp_path / "cpu.json"
     argv = ["calibrate", "--out", str(out), "--device", "cpu", "--steps", "2"]
-    done = _blocked(f"import runpy; sys.argv = {argv!r}\nrunpy.run_module('workers.calibrate', run_name='__main__')\n",
-                    tmp_path)  # fmt: skip
+    done = _blocked(
+        f"import runpy; sys.argv = {argv!r}\nrunpy.run_module('workers.calibrate', run_name='__main__')\n",
+        tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     assert f"wrote {out}" in done.stdout
     cal = read_file(out)

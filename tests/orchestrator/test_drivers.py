@@ -40,8 +40,10 @@ def rows(eng, sql: str, **params) -> list:
 
 def age_heartbeat(eng, job_id: int, seconds: float = 120.0) -> None:
     with eng.begin() as conn:
-        conn.execute(sa.text("UPDATE jobs SET heartbeat_at = :t WHERE id = :j"),
-                     {"t": time.time() - seconds, "j": job_id})  # fmt: skip
+        conn.execute(
+            sa.text("UPDATE jobs SET heartbeat_at = :t WHERE id = :j"),
+            {"t": time.time() - seconds, "j": job_id},
+        )
 
 
 def events(step: int, value: float) -> list[Event]:
@@ -62,14 +64,24 @@ def events(step: int, value: float) -> list[Event]:
 def snapshot(eng, job_id: int) -> tuple:
     """Everything a job's attempt may write, as it is now."""
     return (
-        rows(eng, "SELECT status, attempts, heartbeat_at, progress_done, checkpoint_path, error, worker, gpu_ids "
-                  "FROM jobs WHERE id = :j", j=job_id),
-        rows(eng, "SELECT n, outcome, ended_at, error, worker, resumed_from_step FROM attempts WHERE job_id = :j "
-                  "ORDER BY n", j=job_id),
+        rows(
+            eng,
+            "SELECT status, attempts, heartbeat_at, progress_done, checkpoint_path, error, worker, gpu_ids "
+            "FROM jobs WHERE id = :j",
+            j=job_id,
+        ),
+        rows(
+            eng,
+            "SELECT n, outcome, ended_at, error, worker, resumed_from_step FROM attempts WHERE job_id = :j "
+            "ORDER BY n",
+            j=job_id,
+        ),
         rows(eng, "SELECT key, step, value FROM metrics WHERE job_id = :j ORDER BY step", j=job_id),
         rows(eng, "SELECT message FROM job_logs WHERE job_id = :j ORDER BY id", j=job_id),
-        rows(eng, "SELECT steps, train_seconds, concurrent_jobs FROM train_results WHERE job_id = :j", j=job_id),
-    )  # fmt: skip
+        rows(
+            eng, "SELECT steps, train_seconds, concurrent_jobs FROM train_results WHERE job_id = :j", j=job_id
+        ),
+    )
 
 
 # ---------------------------------------------------------------- fencing
@@ -95,22 +107,31 @@ def test_a_stalled_driver_writes_nothing_once_its_job_was_claimed_again(eng):
     assert jobqueue.finish(eng, jid, a, AttemptOutcome.FAILED, "late failure") == JobStatus.RUNNING
     assert snapshot(eng, jid) == before
     assert rows(eng, "SELECT outcome FROM attempts WHERE job_id = :j ORDER BY n", j=jid) == [
-        ("interrupted",), ("running",)]  # fmt: skip
+        ("interrupted",),
+        ("running",),
+    ]
 
     # B's writes land and B finishes the job
     write_events(eng, [(jid, b, events(2, 2.0))])
     record_concurrency(eng, jid, b, 0)
     assert jobqueue.finish(eng, jid, b, AttemptOutcome.SUCCEEDED) == JobStatus.SUCCEEDED
     assert rows(eng, "SELECT step, value FROM metrics WHERE job_id = :j ORDER BY step", j=jid) == [
-        (1, 1.0), (2, 2.0)]  # fmt: skip
-    assert rows(eng, "SELECT steps, train_seconds, concurrent_jobs FROM train_results WHERE job_id = :j",
-                j=jid) == [(2, 2.0, 0)]  # fmt: skip
-    assert rows(eng, "SELECT checkpoint_path, progress_done, worker, gpu_ids FROM jobs WHERE id = :j", j=jid) == [
-        ("/ckpt/2.0", 2, "node-2.0:1", "2")]  # fmt: skip
-    assert rows(eng, "SELECT n, worker, resumed_from_step FROM attempts WHERE job_id = :j ORDER BY n", j=jid) == [
-        (1, "node-1.0:1", 0), (2, "node-2.0:1", 1)]  # fmt: skip
+        (1, 1.0),
+        (2, 2.0),
+    ]
+    assert rows(
+        eng, "SELECT steps, train_seconds, concurrent_jobs FROM train_results WHERE job_id = :j", j=jid
+    ) == [(2, 2.0, 0)]
+    assert rows(
+        eng, "SELECT checkpoint_path, progress_done, worker, gpu_ids FROM jobs WHERE id = :j", j=jid
+    ) == [("/ckpt/2.0", 2, "node-2.0:1", "2")]
+    assert rows(
+        eng, "SELECT n, worker, resumed_from_step FROM attempts WHERE job_id = :j ORDER BY n", j=jid
+    ) == [(1, "node-1.0:1", 0), (2, "node-2.0:1", 1)]
     assert [m for (m,) in rows(eng, "SELECT message FROM job_logs WHERE job_id = :j", j=jid)] == [
-        "from value 1.0", "from value 2.0"]  # fmt: skip
+        "from value 1.0",
+        "from value 2.0",
+    ]
 
 
 def test_a_recovered_attempt_cannot_finish_its_job_before_another_driver_claims_it(eng):
@@ -175,8 +196,9 @@ def test_recover_dead_requeues_exactly_the_jobs_of_dead_drivers_of_this_host(eng
         reused = DriverId(me.host, live_other.pid, live.started - 3600)  # the pid now belongs to another
         elsewhere = DriverId("another-host", dead_process.pid, dead_process.started)
         owners = {"dead": dead_process, "live": live, "reused": reused, "elsewhere": elsewhere, "me": me}
-        ids = jobqueue.submit(eng, [Grid("l", job="noop", sweep={"tag": list(range(len(owners)))})],
-                              fake_jobs)[0]  # fmt: skip
+        ids = jobqueue.submit(
+            eng, [Grid("l", job="noop", sweep={"tag": list(range(len(owners)))})], fake_jobs
+        )[0]
         job_of = dict(zip(owners, ids, strict=True))
         for name, who in owners.items():
             assert jobqueue.claim(eng, job_of[name], f"driver-{name}", "/tmp/a", who) == 1
@@ -203,15 +225,38 @@ def test_recover_dead_requeues_exactly_the_jobs_of_dead_drivers_of_this_host(eng
 def driver_env(**extra: str) -> dict[str, str]:
     """Each driver starts its own local Ray (no RAY_ADDRESS) and runs the fake job kinds."""
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    return {**env, "LOOPLAB_JOB_KINDS": "tests.orchestrator.fake_jobs", "PYTHONPATH": str(ROOT),
-            "OMP_NUM_THREADS": "1", **extra}  # fmt: skip
+    return {
+        **env,
+        "LOOPLAB_JOB_KINDS": "tests.orchestrator.fake_jobs",
+        "PYTHONPATH": str(ROOT),
+        "OMP_NUM_THREADS": "1",
+        **extra,
+    }
 
 
 def start_driver(db_url: str, art: Path, env: dict[str, str]) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "orchestrator.cli", "--db", db_url, "run", "--until-empty",
-           "--num-cpus", "1", "--artifacts", str(art)]  # fmt: skip
-    return subprocess.Popen(cmd, cwd=art.parent, env=env, start_new_session=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "orchestrator.cli",
+        "--db",
+        db_url,
+        "run",
+        "--until-empty",
+        "--num-cpus",
+        "1",
+        "--artifacts",
+        str(art),
+    ]
+    return subprocess.Popen(
+        cmd,
+        cwd=art.parent,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def wait_for(eng, sql: str, driver: subprocess.Popen, timeout_s: float = 240.0) -> list:
@@ -227,8 +272,11 @@ def wait_for(eng, sql: str, driver: subprocess.Popen, timeout_s: float = 240.0) 
 @pytest.mark.ray  # each `looplab run` driver starts its own local Ray
 def test_two_drivers_on_one_queue_run_every_job_exactly_once(eng, db_url, tmp_path):
     """Two `looplab run` processes, each with its own local Ray, drain one queue of 20 train jobs."""
-    ids = jobqueue.submit(eng, [Grid("two", base={"tokens": 100, "steps": 4, "step_s": 0.25},
-                                     sweep={"seed": list(range(20))})], fake_jobs)[0]  # fmt: skip
+    ids = jobqueue.submit(
+        eng,
+        [Grid("two", base={"tokens": 100, "steps": 4, "step_s": 0.25}, sweep={"seed": list(range(20))})],
+        fake_jobs,
+    )[0]
     env = driver_env(LOOPLAB_HEARTBEAT_GRACE_S="600")
     both = [start_driver(db_url, tmp_path / "art", env) for _ in range(2)]
     try:
@@ -253,8 +301,9 @@ def test_two_drivers_on_one_queue_run_every_job_exactly_once(eng, db_url, tmp_pa
 @pytest.mark.ray  # each `looplab run` driver starts its own local Ray
 def test_a_driver_restarted_after_kill_9_requeues_its_predecessors_job_at_once(eng, db_url, tmp_path):
     """The heartbeat grace is 10 minutes: only the dead driver's pid lets the new one take the job."""
-    (jid,) = jobqueue.submit(eng, [Grid("k", base={"tokens": 100, "steps": 30, "step_s": 0.1,
-                                                   "ckpt_every": 2})], fake_jobs)[0]  # fmt: skip
+    (jid,) = jobqueue.submit(
+        eng, [Grid("k", base={"tokens": 100, "steps": 30, "step_s": 0.1, "ckpt_every": 2})], fake_jobs
+    )[0]
     env = driver_env(LOOPLAB_HEARTBEAT_GRACE_S="600")
     first = start_driver(db_url, tmp_path / "art", env)
     try:

@@ -51,8 +51,14 @@ ENV.update(PYTHONPATH=str(ROOT), WANDB_MODE="offline", HF_HUB_OFFLINE="1", NO_PR
 
 
 def looplab(db: Path, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
-    out = subprocess.run([*OFFLINE, *LOOPLAB, "--db", str(db), *args], env=ENV, cwd=ROOT, capture_output=True,
-                         text=True, timeout=timeout)  # fmt: skip
+    out = subprocess.run(
+        [*OFFLINE, *LOOPLAB, "--db", str(db), *args],
+        env=ENV,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if check:
         assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     return out
@@ -78,8 +84,9 @@ def points(db: Path, job_id: int | None = None) -> pd.DataFrame:
     """Every metric point in the database (job_id, key, step, wall_s, value), read with sqlite3."""
     where = "" if job_id is None else f"WHERE job_id = {int(job_id)}"
     with sqlite3.connect(db) as conn:
-        return pd.read_sql(f"SELECT job_id, key, step, wall_s, value FROM metrics {where} ORDER BY job_id, key, step",
-                           conn)  # fmt: skip
+        return pd.read_sql(
+            f"SELECT job_id, key, step, wall_s, value FROM metrics {where} ORDER BY job_id, key, step", conn
+        )
 
 
 def started_train_jobs(db: Path) -> list[int]:
@@ -94,29 +101,39 @@ def grow(db: Path) -> int:
     with sqlite3.connect(db) as conn:
         rows = [(RUNNING_JOB, "train_loss", s, s * 20_000, float(s), 3.0 + 1.0 / s) for s in range(16, 21)]
         conn.execute("UPDATE jobs SET status = 'succeeded', finished_at = ? WHERE id = ?", (now, RUNNING_JOB))
-        conn.execute("INSERT INTO train_results (job_id, steps, tokens, train_seconds, final_val_loss) "
-                     "VALUES (?, 20, 400000, 20.0, 3.05)", (RUNNING_JOB,))  # fmt: skip
+        conn.execute(
+            "INSERT INTO train_results (job_id, steps, tokens, train_seconds, final_val_loss) "
+            "VALUES (?, 20, 400000, 20.0, 3.05)",
+            (RUNNING_JOB,),
+        )
         cols = {**ARCH, "variant_id": "abc", "variant_label": "fixed4", "loop_sampler": "fixed", "loops": 4}
-        conn.execute(f"INSERT INTO jobs (id, grid_id, kind, config, config_hash, recipe, size, seed, status, priority, "
-                     f"attempts, max_attempts, created_at, started_at, {', '.join(cols)}) VALUES "
-                     f"(?, 1, 'train', '{{}}', 'added', 'fixed4', 'tiny', 0, 'running', 0, 1, 3, ?, ?, "
-                     f"{', '.join('?' * len(cols))})", (ADDED_JOB, now, now, *cols.values()))  # fmt: skip
+        conn.execute(
+            f"INSERT INTO jobs (id, grid_id, kind, config, config_hash, recipe, size, seed, status, priority, "
+            f"attempts, max_attempts, created_at, started_at, {', '.join(cols)}) VALUES "
+            f"(?, 1, 'train', '{{}}', 'added', 'fixed4', 'tiny', 0, 'running', 0, 1, 3, ?, ?, "
+            f"{', '.join('?' * len(cols))})",
+            (ADDED_JOB, now, now, *cols.values()),
+        )
         rows += [(ADDED_JOB, "train_loss", s, s * 100, float(s), 4.0 - 0.1 * s) for s in range(1, 11)]
         conn.executemany(
             "INSERT INTO metrics (job_id, key, step, tokens, wall_s, value) VALUES (?, ?, ?, ?, ?, ?)", rows
         )
         for job_id, key, step, tokens, wall, value in rows:
-            conn.execute("INSERT INTO latest_metrics (job_id, key, step, tokens, wall_s, value) VALUES (?, ?, ?, ?, ?, ?) "
-                         "ON CONFLICT (job_id, key) DO UPDATE SET step = excluded.step, value = excluded.value",
-                         (job_id, key, step, tokens, wall, value))  # fmt: skip
+            conn.execute(
+                "INSERT INTO latest_metrics (job_id, key, step, tokens, wall_s, value) VALUES (?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (job_id, key) DO UPDATE SET step = excluded.step, value = excluded.value",
+                (job_id, key, step, tokens, wall, value),
+            )
     return len(rows)
 
 
 def depth_rows(db: Path) -> dict[int, dict[int, float]]:
     with sqlite3.connect(db) as conn:
         got: dict[int, dict[int, float]] = {}
-        for train, loops, loss in conn.execute("SELECT d.depends_on, e.loops, e.val_loss FROM depth_evals e "
-                                               "JOIN job_deps d ON d.job_id = e.job_id"):  # fmt: skip
+        for train, loops, loss in conn.execute(
+            "SELECT d.depends_on, e.loops, e.val_loss FROM depth_evals e "
+            "JOIN job_deps d ON d.job_id = e.job_id"
+        ):
             got.setdefault(train, {})[loops] = loss
         return got
 
@@ -288,8 +305,13 @@ def wandb_records(run_dir: Path) -> list[dict]:
     """Every record of an offline run's .wandb file, as W&B's own reader prints them."""
     (log,) = run_dir.glob("run-*.wandb")
     tool = Path(sys.executable).parent / "wandb"
-    out = subprocess.run([*OFFLINE, str(tool), "leet", "inspect", "--json", str(log)], capture_output=True, text=True,
-                         timeout=120, env=ENV)  # fmt: skip
+    out = subprocess.run(
+        [*OFFLINE, str(tool), "leet", "inspect", "--json", str(log)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=ENV,
+    )
     assert out.returncode == 0, out.stderr
     return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
 
@@ -444,16 +466,27 @@ def test_follow_mirrors_a_running_queue_and_a_failing_mirror_leaves_it_untouched
     from orchestrator import Grid, Queue
 
     q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art", kinds=fake_jobs)
-    ids = q.submit(Grid("live", base={"tokens": 1000, "steps": 40, "step_s": 0.1, "ckpt_every": 10},
-                        sweep={"seed": [0, 1]}))  # fmt: skip
+    ids = q.submit(
+        Grid(
+            "live",
+            base={"tokens": 1000, "steps": 40, "step_s": 0.1, "ckpt_every": 10},
+            sweep={"seed": [0, 1]},
+        )
+    )
     db = tmp_path / "q.db"
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "curves").write_text("in the way")  # the curve parts cannot be written: every export fails
 
     def mirror(*args: str) -> subprocess.Popen:
-        return subprocess.Popen([*OFFLINE, *LOOPLAB, "--db", str(db), "export", *args, "--follow", "--every", "0.5"],
-                                env=ENV, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+        return subprocess.Popen(
+            [*OFFLINE, *LOOPLAB, "--db", str(db), "export", *args, "--follow", "--every", "0.5"],
+            env=ENV,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
 
     good, bad = mirror("parquet", "-o", str(tmp_path / "live")), mirror("parquet", "-o", str(broken))
     try:

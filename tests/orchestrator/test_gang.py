@@ -37,9 +37,19 @@ from workers import jobs
 from workers.reporter import MemoryReporter
 
 ROOT = Path(__file__).resolve().parents[2]
-TRAIN = {"recipe": "lean", "size": "tiny", "seq_len": 32, "batch_size": 4, "micro_batch_size": 2,
-         "tokens": 4 * 32 * 150, "ckpt_every": 5, "eval_every": 20, "eval_tokens": 256, "seed": 0,
-         "data": {"tokenizer": "byte"}}  # fmt: skip
+TRAIN = {
+    "recipe": "lean",
+    "size": "tiny",
+    "seq_len": 32,
+    "batch_size": 4,
+    "micro_batch_size": 2,
+    "tokens": 4 * 32 * 150,
+    "ckpt_every": 5,
+    "eval_every": 20,
+    "eval_tokens": 256,
+    "seed": 0,
+    "data": {"tokenizer": "byte"},
+}
 GRID_FILE = f"""
 from orchestrator import Grid
 grid = Grid("gang", base={TRAIN!r}, resources={{"workers": 2}})
@@ -63,15 +73,23 @@ def _train_workers(session: int) -> list[int]:
     ).stdout
     procs = [line.split(None, 3) for line in out.splitlines() if len(line.split(None, 3)) == 4]
     raylets = {int(pid) for pid, _, pgid, args in procs if int(pgid) == session and "raylet" in args}
-    return [int(pid) for pid, ppid, _, args in procs
-            if int(ppid) in raylets and args.startswith("ray::RayTrainWorker")]  # fmt: skip
+    return [
+        int(pid)
+        for pid, ppid, _, args in procs
+        if int(ppid) in raylets and args.startswith("ray::RayTrainWorker")
+    ]
 
 
 @pytest.mark.slow
 @pytest.mark.ray  # a `looplab run` driver starts its own Ray: not beside the session's on the other worker
 def test_two_workers_give_the_two_micro_batch_curve_through_kills(tmp_path, looplab_cache):
-    env = {**os.environ, "LOOPLAB_CACHE": str(looplab_cache), "LOOPLAB_HEARTBEAT_GRACE_S": "1",
-           "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}  # fmt: skip
+    env = {
+        **os.environ,
+        "LOOPLAB_CACHE": str(looplab_cache),
+        "LOOPLAB_HEARTBEAT_GRACE_S": "1",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": str(ROOT),
+    }
     (tmp_path / "grids.py").write_text(GRID_FILE)
     sub = looplab(tmp_path, "submit", "grids.py", env=env)
     assert sub.communicate(timeout=120)[0].count("added") and sub.returncode == 0
@@ -85,11 +103,22 @@ def test_two_workers_give_the_two_micro_batch_curve_through_kills(tmp_path, loop
     ((job, ckpt),) = rows(q, "SELECT id, checkpoint_step FROM jobs")
 
     second = looplab(tmp_path, *run_args, env=env)
-    ((resumed,),) = _wait(q, "SELECT resumed_from_step FROM attempts WHERE job_id=:j AND n=2 AND "
-                             "resumed_from_step IS NOT NULL", second, "resumed attempt", j=job)  # fmt: skip
+    ((resumed,),) = _wait(
+        q,
+        "SELECT resumed_from_step FROM attempts WHERE job_id=:j AND n=2 AND resumed_from_step IS NOT NULL",
+        second,
+        "resumed attempt",
+        j=job,
+    )
     assert resumed >= ckpt > 0
-    _wait(q, "SELECT id FROM jobs WHERE id=:j AND checkpoint_step >= :s", second, "checkpoint", j=job,
-          s=resumed + 5)  # fmt: skip
+    _wait(
+        q,
+        "SELECT id FROM jobs WHERE id=:j AND checkpoint_step >= :s",
+        second,
+        "checkpoint",
+        j=job,
+        s=resumed + 5,
+    )
     workers = _train_workers(second.pid)
     assert len(workers) == 2, subprocess.run(
         ["ps", "-ww", "-eo", "pid,ppid,pgid,args"], capture_output=True, text=True
@@ -99,8 +128,9 @@ def test_two_workers_give_the_two_micro_batch_curve_through_kills(tmp_path, loop
     assert second.returncode == 0, out
     assert "recovered 1 interrupted job(s)" in out
 
-    attempts = rows(q, "SELECT n, outcome, resumed_from_step, error FROM attempts WHERE job_id=:j ORDER BY n",
-                    j=job)  # fmt: skip
+    attempts = rows(
+        q, "SELECT n, outcome, resumed_from_step, error FROM attempts WHERE job_id=:j ORDER BY n", j=job
+    )
     assert [(n, o) for n, o, *_ in attempts] == [(1, "interrupted"), (2, "interrupted"), (3, "succeeded")]
     assert "worker lost" in attempts[1][3]
     assert attempts[2][2] is not None and attempts[2][2] > resumed  # resumed again, not from scratch
@@ -122,8 +152,9 @@ def test_two_workers_give_the_two_micro_batch_curve_through_kills(tmp_path, loop
         )
         assert [tuple(r) for r in got] == ref.curve(key) and len(got) > 0, key
     n_steps = len(ref.curve("train_loss"))
-    assert rows(q, "SELECT COUNT(*), COUNT(DISTINCT step) FROM metrics WHERE job_id=:j AND key='train_loss'",
-                j=job) == [(n_steps, n_steps)]  # fmt: skip
+    assert rows(
+        q, "SELECT COUNT(*), COUNT(DISTINCT step) FROM metrics WHERE job_id=:j AND key='train_loss'", j=job
+    ) == [(n_steps, n_steps)]
 
 
 @pytest.mark.slow
@@ -167,12 +198,17 @@ def test_two_gangs_on_three_slots_never_start_partially(tmp_path, ray_cluster):
 
 def test_an_iso_time_budget_matches_device_seconds_across_worker_counts(tmp_path):
     q = Queue(db=tmp_path / "q.db", kinds=fake_jobs)
-    ref, same, wide = q.submit([
-        Grid("ref", base={"recipe": "lean", "tokens": 100}),
-        Grid("same", base={"recipe": "parcae", "budget": {"match_time_of": {"recipe": "lean"}}}),
-        Grid("wide", base={"recipe": "fixed4", "budget": {"match_time_of": {"recipe": "lean"}}},
-             resources={"workers": 4}),
-    ])  # fmt: skip
+    ref, same, wide = q.submit(
+        [
+            Grid("ref", base={"recipe": "lean", "tokens": 100}),
+            Grid("same", base={"recipe": "parcae", "budget": {"match_time_of": {"recipe": "lean"}}}),
+            Grid(
+                "wide",
+                base={"recipe": "fixed4", "budget": {"match_time_of": {"recipe": "lean"}}},
+                resources={"workers": 4},
+            ),
+        ]
+    )
     assert pairing.time_budget(120.0, 1, 1) == 120.0 and pairing.time_budget(120.0, 2, 1) == 240.0
     with q.eng.begin() as conn:
         assert pairing.matched_budgets(conn, ref, 120.0, 2) == {same: 240.0, wide: 60.0}
@@ -205,25 +241,33 @@ def test_the_planner_scales_one_worker_throughput_until_that_count_was_measured(
 def test_the_runs_frame_and_page_show_batch_micro_batch_and_workers(tmp_path, monkeypatch):
     q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art")
     base = {k: v for k, v in TRAIN.items() if k != "micro_batch_size"}
-    gang, whole = q.submit([
-        Grid("gang", base={**base, "micro_batch_size": 2}, resources={"workers": 2}),
-        Grid("whole", base={**base, "seed": 1}),
-    ])  # fmt: skip
+    gang, whole = q.submit(
+        [
+            Grid("gang", base={**base, "micro_batch_size": 2}, resources={"workers": 2}),
+            Grid("whole", base={**base, "seed": 1}),
+        ]
+    )
     url = f"sqlite:///{tmp_path / 'q.db'}"
     runs = frames.runs(url).set_index("job_id")
     assert runs.loc[gang, ["batch_size", "micro_batch_size", "workers"]].tolist() == [4, 2, 2]  # as asked
     assert runs.loc[whole, ["batch_size", "micro_batch_size", "workers"]].tolist() == [4, 4, 1]
     with q.eng.begin() as conn:
-        conn.execute(sa.text("INSERT INTO train_results (job_id, steps, tokens, train_seconds, workers) "
-                             "VALUES (:j, 1, 128, 1.0, 3)"), {"j": gang})  # fmt: skip
+        conn.execute(
+            sa.text(
+                "INSERT INTO train_results (job_id, steps, tokens, train_seconds, workers) "
+                "VALUES (:j, 1, 128, 1.0, 3)"
+            ),
+            {"j": gang},
+        )
     frames.engine(url).dispose()
     assert frames.runs(url).set_index("job_id").loc[gang, "workers"] == 3  # as it trained
     assert q.results("runs").set_index("job_id").loc[gang, "workers"] == 3  # the view has the column
     from tests.dashboard.test_pages import frame_with, render
 
     page = frame_with(render(monkeypatch, url, "runs"), "batch_size", "micro_batch_size", "workers")
-    assert page.set_index("job_id").loc[[gang, whole], ["batch_size", "micro_batch_size", "workers"]].values.tolist() == [
-        [4, 2, 3], [4, 4, 1]]  # fmt: skip
+    assert page.set_index("job_id").loc[
+        [gang, whole], ["batch_size", "micro_batch_size", "workers"]
+    ].values.tolist() == [[4, 2, 3], [4, 4, 1]]
 
 
 def test_an_old_database_gets_how_its_runs_step_back_filled(db_url):
@@ -237,21 +281,33 @@ def test_an_old_database_gets_how_its_runs_step_back_filled(db_url):
     cfg = alembic_config(db_url)
     command.upgrade(cfg, "0009_big_counts")
     raw = sa.create_engine(db_url, poolclass=NullPool)
-    jobs_at = [(1, "train", {"batch_size": 8, "micro_batch_size": 2}, {"workers": 2}),
-               (2, "train", {"batch_size": 4, "micro_batch_size": None}, None),
-               (3, "depth_sweep", {"batch_size": 4}, {"num_cpus": 1})]  # fmt: skip
+    jobs_at = [
+        (1, "train", {"batch_size": 8, "micro_batch_size": 2}, {"workers": 2}),
+        (2, "train", {"batch_size": 4, "micro_batch_size": None}, None),
+        (3, "depth_sweep", {"batch_size": 4}, {"num_cpus": 1}),
+    ]
     try:
         with raw.begin() as conn:
             for job_id, kind, config, resources in jobs_at:
                 conn.execute(
-                    sa.text("INSERT INTO jobs (id, kind, config, config_hash, status, priority, attempts, "
-                            "max_attempts, resources, created_at) VALUES (:i, :k, :c, :h, 'succeeded', 0, 1, 1, "
-                            ":r, 0)"),
-                    {"i": job_id, "k": kind, "c": json.dumps(config), "h": f"h{job_id}",
-                     "r": None if resources is None else json.dumps(resources)},
-                )  # fmt: skip
-            conn.execute(sa.text("INSERT INTO train_results (job_id, steps, tokens, train_seconds) "
-                                 "VALUES (2, 1, 128, 1.0)"))  # fmt: skip
+                    sa.text(
+                        "INSERT INTO jobs (id, kind, config, config_hash, status, priority, attempts, "
+                        "max_attempts, resources, created_at) VALUES (:i, :k, :c, :h, 'succeeded', 0, 1, 1, "
+                        ":r, 0)"
+                    ),
+                    {
+                        "i": job_id,
+                        "k": kind,
+                        "c": json.dumps(config),
+                        "h": f"h{job_id}",
+                        "r": None if resources is None else json.dumps(resources),
+                    },
+                )
+            conn.execute(
+                sa.text(
+                    "INSERT INTO train_results (job_id, steps, tokens, train_seconds) VALUES (2, 1, 128, 1.0)"
+                )
+            )
         command.upgrade(cfg, "head")
         with raw.connect() as conn:
             got = conn.execute(
@@ -259,8 +315,9 @@ def test_an_old_database_gets_how_its_runs_step_back_filled(db_url):
             )
             assert [tuple(r) for r in got] == [(1, 8, 2, 2), (2, 4, None, 1), (3, None, None, 1)]
             assert conn.execute(sa.text("SELECT workers FROM train_results")).all() == [(1,)]
-            runs = conn.execute(sa.text("SELECT job_id, batch_size, micro_batch_size, workers FROM runs "
-                                        "ORDER BY job_id")).all()  # fmt: skip
+            runs = conn.execute(
+                sa.text("SELECT job_id, batch_size, micro_batch_size, workers FROM runs ORDER BY job_id")
+            ).all()
             assert [tuple(r) for r in runs] == [(1, 8, 2, 2), (2, 4, 4, 1)]
     finally:
         raw.dispose()

@@ -59,8 +59,14 @@ class ProbeKinds:
 
 def test_a_kind_declared_only_in_its_registry_flows_through_grid_queue_launch_and_views(tmp_path):
     kinds = ProbeKinds()
-    grid = Grid("g", base={"tokens": 100, "recipe": "parcae"}, sweep={"seed": [0, 1]}, then=["probe", "shape"],
-                follow={"probe": {"n": 3}}, resources={"probe": {"num_cpus": 2}})  # fmt: skip
+    grid = Grid(
+        "g",
+        base={"tokens": 100, "recipe": "parcae"},
+        sweep={"seed": [0, 1]},
+        then=["probe", "shape"],
+        follow={"probe": {"n": 3}},
+        resources={"probe": {"num_cpus": 2}},
+    )
     plans = expand([grid], kinds)
     assert [p.kind for p in plans] == ["train", "probe", "shape"] * 2
     probe, shape = plans[1], plans[2]
@@ -191,9 +197,11 @@ def test_pair_members_and_references_of_a_submission():
 
 @pytest.mark.parametrize(
     "ref,message",
-    [(True, "is neither a job id nor a dict"),
-     ({"recipe": "lean"}, "matches 0 train jobs of this submission (need exactly one)")],
-)  # fmt: skip
+    [
+        (True, "is neither a job id nor a dict"),
+        ({"recipe": "lean"}, "matches 0 train jobs of this submission (need exactly one)"),
+    ],
+)
 def test_a_bad_reference_is_refused_naming_the_grid(ref, message):
     with pytest.raises(ConfigError, match=re.escape(f"grid 'iso': budget.match_time_of: {ref!r} {message}")):
         expand([Grid("iso", base={"recipe": "parcae", "budget": {"match_time_of": ref}})], fake_jobs)

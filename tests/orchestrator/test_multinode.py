@@ -56,10 +56,11 @@ class RayNode:
         # Ray's unix sockets live under the temp dir: keep the path short (107-character limit)
         self.temp_dir = tempfile.mkdtemp(prefix=f"ll{name}-", dir="/tmp")
         self.log_path = log_dir / f"{name}.log"
-        self._log = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
+        self._log = open(self.log_path, "w")  # closed in stop()
         cmd = [str(RAY), "start", "--block", *args, *NODE_FLAGS, f"--temp-dir={self.temp_dir}"]
-        self.proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=self._log,
-                                     stderr=subprocess.STDOUT)  # fmt: skip
+        self.proc = subprocess.Popen(
+            cmd, env=env, start_new_session=True, stdout=self._log, stderr=subprocess.STDOUT
+        )
 
     def log(self) -> str:
         return self.log_path.read_text()
@@ -113,8 +114,15 @@ class RayNode:
 
 def looplab(db: str, *args: str, env: dict, cwd: Path) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "orchestrator.cli", "--db", db, *args]
-    return subprocess.Popen(cmd, cwd=cwd, env=env, start_new_session=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    return subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def reference_run(seed: int, art: Path) -> MemoryReporter:
@@ -137,8 +145,9 @@ def reference_run(seed: int, art: Path) -> MemoryReporter:
 def test_killed_node_job_resumes_on_the_other_node_exactly(tmp_path, db_url, looplab_cache):
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     # the nodes' env is their workers' env: the data cache, one torch thread, the repository
-    env.update(RAY_AUTH_MODE="disabled", OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT),
-               LOOPLAB_CACHE=str(looplab_cache))  # fmt: skip
+    env.update(
+        RAY_AUTH_MODE="disabled", OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), LOOPLAB_CACHE=str(looplab_cache)
+    )
     # the results database: a SQLite file (on the path every node sees), or a PostgreSQL database
     db, art = db_url, tmp_path / "art"  # artifacts: on a path every node sees
     port = _free_port()
@@ -157,13 +166,16 @@ def test_killed_node_job_resumes_on_the_other_node_exactly(tmp_path, db_url, loo
         out = sub.communicate(timeout=120)[0]
         assert sub.returncode == 0 and "2 added" in out, out
         q = Queue(db=db)
-        driver = looplab(db, "run", "--address", address, "--until-empty", "--artifacts", str(art),
-                         env=env, cwd=tmp_path)  # fmt: skip
+        driver = looplab(
+            db, "run", "--address", address, "--until-empty", "--artifacts", str(art), env=env, cwd=tmp_path
+        )
 
         # one job per node (one CPU each); wait for the second node's job to pass a checkpoint
         end = time.time() + 240
-        current = ("SELECT j.id, a.worker, j.checkpoint_step FROM jobs j JOIN attempts a "
-                   "ON a.job_id = j.id AND a.n = j.attempts WHERE j.status = 'running'")  # fmt: skip
+        current = (
+            "SELECT j.id, a.worker, j.checkpoint_step FROM jobs j JOIN attempts a "
+            "ON a.job_id = j.id AND a.n = j.attempts WHERE j.status = 'running'"
+        )
         while True:
             running = rows(q, current)
             on_worker = [(j, ckpt) for j, w, ckpt in running if w and w.startswith(worker_id)]
@@ -178,12 +190,17 @@ def test_killed_node_job_resumes_on_the_other_node_exactly(tmp_path, db_url, loo
         out = driver.communicate(timeout=300)[0]
         assert driver.returncode == 0, out
         assert set(rows(q, "SELECT status FROM jobs")) == {("succeeded",)}, out
-        attempts = rows(q, "SELECT n, outcome, worker, resumed_from_step, error FROM attempts "
-                           "WHERE job_id = :j ORDER BY n", j=victim)  # fmt: skip
+        attempts = rows(
+            q,
+            "SELECT n, outcome, worker, resumed_from_step, error FROM attempts WHERE job_id = :j ORDER BY n",
+            j=victim,
+        )
         # attempt 1 died with its node (an interruption: it costs none of the job's max_attempts and no
         # retry backoff); attempt 2 ran on the head, from the checkpoint, not step 0
         assert [(n, o, w.split(":")[0]) for n, o, w, *_ in attempts] == [
-            (1, "interrupted", worker_id), (2, "succeeded", head_id)], attempts  # fmt: skip
+            (1, "interrupted", worker_id),
+            (2, "succeeded", head_id),
+        ], attempts
         assert "Ray node lost" in attempts[0][4], attempts[0][4]
         assert attempts[1][3] is not None and attempts[1][3] >= ckpt > 0
         # the other job ran once, on the head, beside the second node's job
@@ -200,8 +217,9 @@ def test_killed_node_job_resumes_on_the_other_node_exactly(tmp_path, db_url, loo
     seed = rows(q, "SELECT seed FROM jobs WHERE id = :j", j=victim)[0][0]
     ref = reference_run(seed, tmp_path / "ref")
     for key in ("train_loss", "val_loss"):
-        got = rows(q, "SELECT step, value FROM metrics WHERE job_id = :j AND key = :k ORDER BY step",
-                   j=victim, k=key)  # fmt: skip
+        got = rows(
+            q, "SELECT step, value FROM metrics WHERE job_id = :j AND key = :k ORDER BY step", j=victim, k=key
+        )
         assert [tuple(r) for r in got] == ref.curve(key) and len(got) > 0
     n_steps = len(ref.curve("train_loss"))
     counts = "SELECT COUNT(*), COUNT(DISTINCT step) FROM metrics WHERE job_id = :j AND key = 'train_loss'"

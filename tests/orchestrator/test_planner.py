@@ -21,11 +21,25 @@ from tests.orchestrator import fake_jobs
 
 TABLES = ("grids", "jobs", "job_deps", "attempts", "train_results", "decode_benches", "metrics")
 # lean tiny at batch 4 x seq_len 32: 128 tokens per step; one evaluation and one checkpoint per run
-TRAIN = {"recipe": "lean", "size": "tiny", "batch_size": 4, "seq_len": 32, "eval_every": 1000,
-         "ckpt_every": 1000, "eval_tokens": 64, "data": {"corpus": "offline", "tokenizer": "byte"}}  # fmt: skip
+TRAIN = {
+    "recipe": "lean",
+    "size": "tiny",
+    "batch_size": 4,
+    "seq_len": 32,
+    "eval_every": 1000,
+    "ckpt_every": 1000,
+    "eval_tokens": 64,
+    "data": {"corpus": "offline", "tokenizer": "byte"},
+}
 # the finished run: 10 steps, 12.8 s training (100 tokens/s), 2 s evaluation, 0.5 s checkpoint, 18.3 s wall
-FINISHED = {"steps": 10, "tokens": 1280, "train_seconds": 12.8, "tokens_per_s": 100.0, "eval_seconds": 2.0,
-            "ckpt_seconds": 0.5}  # fmt: skip
+FINISHED = {
+    "steps": 10,
+    "tokens": 1280,
+    "train_seconds": 12.8,
+    "tokens_per_s": 100.0,
+    "eval_seconds": 2.0,
+    "ckpt_seconds": 0.5,
+}
 WALL = 18.3
 CAL = Calibration(device="cpu", flops_per_s=1e9, decode_layer_s=1e-4, save_bytes_per_s=1e12, startup_s=2.0)
 
@@ -49,13 +63,27 @@ def counts(q: Queue) -> dict[str, int]:
 def finished_run(q: Queue, seed: int = 0) -> int:
     """A lean tiny run of 1280 tokens marked succeeded with FINISHED's numbers."""
     (job_id,) = q.submit(Grid(f"done{seed}", base={**TRAIN, "seed": seed, "tokens": 1280}))
-    exec_sql(q, "UPDATE jobs SET status='succeeded', attempts=1, started_at=100, finished_at=:end WHERE id=:j",
-             j=job_id, end=100 + WALL)  # fmt: skip
-    exec_sql(q, "INSERT INTO attempts (job_id, n, started_at, ended_at, outcome) VALUES (:j, 1, 100, :end, "
-             "'succeeded')", j=job_id, end=100 + WALL)  # fmt: skip
+    exec_sql(
+        q,
+        "UPDATE jobs SET status='succeeded', attempts=1, started_at=100, finished_at=:end WHERE id=:j",
+        j=job_id,
+        end=100 + WALL,
+    )
+    exec_sql(
+        q,
+        "INSERT INTO attempts (job_id, n, started_at, ended_at, outcome) VALUES (:j, 1, 100, :end, "
+        "'succeeded')",
+        j=job_id,
+        end=100 + WALL,
+    )
     cols = ", ".join(FINISHED)
-    exec_sql(q, f"INSERT INTO train_results (job_id, {cols}, device) VALUES (:j, "
-             f"{', '.join(':' + c for c in FINISHED)}, 'cpu')", j=job_id, **FINISHED)  # fmt: skip
+    exec_sql(
+        q,
+        f"INSERT INTO train_results (job_id, {cols}, device) VALUES (:j, "
+        f"{', '.join(':' + c for c in FINISHED)}, 'cpu')",
+        j=job_id,
+        **FINISHED,
+    )
     return job_id
 
 
@@ -65,8 +93,12 @@ def test_measured_estimates_totals_and_finish_time_on_two_slots(q):
     (ahead,) = q.submit(Grid("ahead", base={**TRAIN, "recipe": "plain", "tokens": 1280}))
     exec_sql(q, "UPDATE jobs SET planned_seconds=10.0, planned_source='measured' WHERE id=:j", j=ahead)
     before = counts(q)
-    report = q.plan(Grid("more", base={**TRAIN, "tokens": 2560}, sweep={"seed": [1, 2, 3]}),
-                    num_cpus=2, num_gpus=0, calibration=None)  # fmt: skip
+    report = q.plan(
+        Grid("more", base={**TRAIN, "tokens": 2560}, sweep={"seed": [1, 2, 3]}),
+        num_cpus=2,
+        num_gpus=0,
+        calibration=None,
+    )
     assert counts(q) == before  # planning writes nothing
     new = report.new_jobs()
     assert [j.estimate.source for j in new] == ["measured"] * 3
@@ -78,7 +110,11 @@ def test_measured_estimates_totals_and_finish_time_on_two_slots(q):
     # both in a worker process an earlier job left idle: without the 3 s start-up (28.1 s), ending at
     # 38.1 and 59.2
     assert [(j.key, j.start_s) for j in report.jobs] == [
-        (f"#{ahead}", 0.0), ("+0", 0.0), ("+1", pytest.approx(10.0)), ("+2", pytest.approx(31.1))]  # fmt: skip
+        (f"#{ahead}", 0.0),
+        ("+0", 0.0),
+        ("+1", pytest.approx(10.0)),
+        ("+2", pytest.approx(31.1)),
+    ]
     assert [j.end_s for j in report.jobs] == pytest.approx([10.0, 31.1, 38.1, 59.2])
     assert report.makespan_s == pytest.approx(59.2)
     assert report.totals()["all"] == pytest.approx(10.0 + 3 * 31.1)
@@ -91,8 +127,12 @@ def test_measured_estimates_totals_and_finish_time_on_two_slots(q):
 
 def test_other_batch_size_falls_back_to_the_flop_model(q):
     finished_run(q)
-    report = q.plan(Grid("b8", base={**TRAIN, "batch_size": 8, "tokens": 2560, "seed": 4}),
-                    num_cpus=1, num_gpus=0, calibration=CAL)  # fmt: skip
+    report = q.plan(
+        Grid("b8", base={**TRAIN, "batch_size": 8, "tokens": 2560, "seed": 4}),
+        num_cpus=1,
+        num_gpus=0,
+        calibration=CAL,
+    )
     (job,) = report.new_jobs()
     assert job.estimate.source == "flop_model"
     cfg = preset("lean", "tiny", seq_len=32)
@@ -106,11 +146,19 @@ def test_other_batch_size_falls_back_to_the_flop_model(q):
 
 
 def test_source_per_row_without_history_or_calibration(q):
-    grid = Grid("g", base={**TRAIN, "tokens": 1280}, sweep={"seed": [0]}, then=["depth_sweep", "decode_bench"],
-                follow={"decode_bench": {"context_lens": [64], "batch_sizes": [1], "warmup": 1, "steps": 3}})  # fmt: skip
+    grid = Grid(
+        "g",
+        base={**TRAIN, "tokens": 1280},
+        sweep={"seed": [0]},
+        then=["depth_sweep", "decode_bench"],
+        follow={"decode_bench": {"context_lens": [64], "batch_sizes": [1], "warmup": 1, "steps": 3}},
+    )
     with_cal = q.plan(grid, num_cpus=2, num_gpus=0, calibration=CAL).new_jobs()
     assert [(j.kind, j.estimate.source) for j in with_cal] == [
-        ("train", "flop_model"), ("depth_sweep", "flop_model"), ("decode_bench", "flop_model")]  # fmt: skip
+        ("train", "flop_model"),
+        ("depth_sweep", "flop_model"),
+        ("decode_bench", "flop_model"),
+    ]
     assert all(j.estimate.seconds and j.estimate.seconds > CAL.startup_s for j in with_cal)
     assert [j.exclusive for j in with_cal] == [False, False, True]  # decode benches: the node to themselves
     without = q.plan(grid, num_cpus=2, num_gpus=0, calibration=None)
@@ -144,28 +192,54 @@ def test_memory_flagged_against_the_device(q):
 
     params = param_count(cfg)["total"]
     assert small.estimate.peak_mem_bytes > 16 * params  # weights, gradients and optimizer state at least
-    (bigger,) = q.plan(Grid("m8", base={**TRAIN, "batch_size": 8, "tokens": 1280}), num_cpus=1, num_gpus=0,
-                       calibration=CAL, device_memory_bytes=1e12).new_jobs()  # fmt: skip
+    (bigger,) = q.plan(
+        Grid("m8", base={**TRAIN, "batch_size": 8, "tokens": 1280}),
+        num_cpus=1,
+        num_gpus=0,
+        calibration=CAL,
+        device_memory_bytes=1e12,
+    ).new_jobs()
     assert bigger.estimate.peak_mem_bytes > small.estimate.peak_mem_bytes  # activations grow with the batch
     text = q.plan(grid, num_cpus=1, num_gpus=0, calibration=CAL, device_memory_bytes=1e5).text()
     assert "WILL NOT FIT" in text and "will not fit their device's memory: +0" in text
 
 
 def test_plan_dedups_a_shared_decode_bench_and_marks_present_jobs(q):
-    grid = Grid("d", base={**TRAIN, "tokens": 1280}, sweep={"seed": [0, 1]}, then=["decode_bench"],
-                follow={"decode_bench": {"context_lens": [64], "batch_sizes": [1], "warmup": 1, "steps": 3}})  # fmt: skip
+    grid = Grid(
+        "d",
+        base={**TRAIN, "tokens": 1280},
+        sweep={"seed": [0, 1]},
+        then=["decode_bench"],
+        follow={"decode_bench": {"context_lens": [64], "batch_sizes": [1], "warmup": 1, "steps": 3}},
+    )
     assert [j.kind for j in q.plan(grid, calibration=CAL, num_cpus=2, num_gpus=0).new_jobs()] == [
-        "train", "decode_bench", "train"]  # fmt: skip
+        "train",
+        "decode_bench",
+        "train",
+    ]
     q.submit(Grid("d", base={**TRAIN, "tokens": 1280, "seed": 0}))
     report = q.plan(grid, calibration=CAL, num_cpus=2, num_gpus=0)
     assert [(j.kind, j.status) for j in report.jobs] == [
-        ("train", "queued"), ("decode_bench", "new"), ("train", "new")]  # fmt: skip
+        ("train", "queued"),
+        ("decode_bench", "new"),
+        ("train", "new"),
+    ]
 
 
 def test_schedule_keeps_exclusive_jobs_alone_and_respects_priority():
     def job(key, seconds, exclusive=False, priority=0, deps=()):
-        return ForecastJob(key, "train", key, "new", estimate=None, priority=priority, order=int(key[1:]),
-                          deps=list(deps), exclusive=exclusive, remaining_s=seconds)  # fmt: skip
+        return ForecastJob(
+            key,
+            "train",
+            key,
+            "new",
+            estimate=None,
+            priority=priority,
+            order=int(key[1:]),
+            deps=list(deps),
+            exclusive=exclusive,
+            remaining_s=seconds,
+        )
 
     # +1 (exclusive) becomes ready at 10, while +2 still runs
     jobs = [job("+0", 10), job("+1", 4, exclusive=True, deps=["+0"]), job("+2", 20), job("+3", 10)]
@@ -187,8 +261,10 @@ def test_cli_plan_prints_and_writes_nothing(q, tmp_path, capsys):
     finished_run(q)
     before = counts(q)
     f = tmp_path / "study.py"
-    f.write_text(f"from orchestrator import Grid\nTRAIN = {TRAIN!r}\n"
-                 "g = Grid('study', base={**TRAIN, 'tokens': 2560}, sweep={'seed': [1, 2]})\n")  # fmt: skip
+    f.write_text(
+        f"from orchestrator import Grid\nTRAIN = {TRAIN!r}\n"
+        "g = Grid('study', base={**TRAIN, 'tokens': 2560}, sweep={'seed': [1, 2]})\n"
+    )
     assert main(["--db", q.url, "plan", str(f), "--num-cpus", "2", "--num-gpus", "0", "--no-calibrate"]) == 0
     out = capsys.readouterr().out
     assert out.count("measured") == 2 and "estimated finish: in 0m31s" in out
@@ -235,10 +311,18 @@ def test_planned_against_actual_and_contention_flags(q):
     finished_run(q)
     (job,) = q.submit(Grid("s", base={**TRAIN, "tokens": 2560, "seed": 1}))  # planned 31.1 s (measured)
     exec_sql(q, "UPDATE jobs SET status='succeeded' WHERE id=:j", j=job)
-    exec_sql(q, "INSERT INTO attempts (job_id, n, started_at, ended_at, outcome) VALUES (:j, 1, 0, 46.65, "
-             "'succeeded')", j=job)  # fmt: skip
-    exec_sql(q, "INSERT INTO train_results (job_id, steps, tokens, train_seconds, concurrent_jobs) "
-             "VALUES (:j, 20, 2560, 40, 1)", j=job)  # fmt: skip
+    exec_sql(
+        q,
+        "INSERT INTO attempts (job_id, n, started_at, ended_at, outcome) VALUES (:j, 1, 0, 46.65, "
+        "'succeeded')",
+        j=job,
+    )
+    exec_sql(
+        q,
+        "INSERT INTO train_results (job_id, steps, tokens, train_seconds, concurrent_jobs) "
+        "VALUES (:j, 20, 2560, 40, 1)",
+        j=job,
+    )
     df = planned_vs_actual(q.eng)
     assert list(df["job_id"]) == [job]  # the finished run of the fixture had no estimate stored
     row = df.iloc[0]
@@ -251,11 +335,16 @@ def test_planned_against_actual_and_contention_flags(q):
     pairs = pd.DataFrame({"job_id": [2, 3], "ref_job_id": [1, 1]})
     assert list(timing.mark_pairs(pairs, runs)["contended"]) == [False, True]
     where = {"variant_id": "v", "size": "tiny", "context_len": 64, "device": "cpu", "dtype": "float32"}
-    rows = pd.DataFrame([{**where, "batch_size": 1, "concurrent_jobs": 0},
-                         {**where, "batch_size": 4, "concurrent_jobs": 1},
-                         {**where, "batch_size": 4, "concurrent_jobs": 0}])  # fmt: skip
-    table = pd.DataFrame([{**where, "batch_size": 1, "ms_per_token": 2.0}, {**where, "batch_size": 4,
-                          "ms_per_token": 3.0}])  # fmt: skip
+    rows = pd.DataFrame(
+        [
+            {**where, "batch_size": 1, "concurrent_jobs": 0},
+            {**where, "batch_size": 4, "concurrent_jobs": 1},
+            {**where, "batch_size": 4, "concurrent_jobs": 0},
+        ]
+    )
+    table = pd.DataFrame(
+        [{**where, "batch_size": 1, "ms_per_token": 2.0}, {**where, "batch_size": 4, "ms_per_token": 3.0}]
+    )
     assert list(timing.mark_decode(table, rows)["contended"]) == [False, True]
 
 
@@ -267,13 +356,21 @@ def test_dashboard_shows_plan_error_and_contended_decode_timings(q, monkeypatch)
     finished_run(q)
     (job,) = q.submit(Grid("s", base={**TRAIN, "tokens": 2560, "seed": 1}))
     exec_sql(q, "UPDATE jobs SET status='succeeded' WHERE id=:j", j=job)
-    exec_sql(q, "INSERT INTO attempts (job_id, n, started_at, ended_at, outcome) VALUES (:j, 1, 0, 62.2, "
-             "'succeeded')", j=job)  # fmt: skip
+    exec_sql(
+        q,
+        "INSERT INTO attempts (job_id, n, started_at, ended_at, outcome) VALUES (:j, 1, 0, 62.2, "
+        "'succeeded')",
+        j=job,
+    )
     (bench,) = q.submit(Grid("d", job="decode_bench", base={"recipe": "lean", "size": "tiny"}))
     exec_sql(q, "UPDATE jobs SET status='succeeded' WHERE id=:j", j=bench)
-    exec_sql(q, "INSERT INTO decode_benches (job_id, arch, size, context_len, batch_size, ms_per_token, "
-             "kv_cache_mb, device, dtype, cuda_graph, concurrent_jobs) VALUES (:j, 'lean', 'tiny', 128, 1, "
-             "2.0, 0.5, 'cpu', 'float32', 0, 1)", j=bench)  # fmt: skip
+    exec_sql(
+        q,
+        "INSERT INTO decode_benches (job_id, arch, size, context_len, batch_size, ms_per_token, "
+        "kv_cache_mb, device, dtype, cuda_graph, concurrent_jobs) VALUES (:j, 'lean', 'tiny', 128, 1, "
+        "2.0, 0.5, 'cpu', 'float32', 0, 1)",
+        j=bench,
+    )
     monkeypatch.setenv("LOOPLAB_DB", q.url)
     app = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
     at = AppTest.from_file(app, default_timeout=60)
@@ -306,13 +403,29 @@ def test_sweep_and_decode_bench_scale_finished_runs_of_their_variant_by_flops():
     assert planner.estimate("depth_sweep", sweep, train_spec=TRAIN).source == "flop_model"
     assert planner.estimate("decode_bench", bench).source == "flop_model"
     planner.history = [
-        {"kind": "depth_sweep", "variant_id": variant_of(TRAIN), "spec": past_sweep, "train_spec": TRAIN,
-         "wall": 10.0, "device": "cpu"},
-        {"kind": "decode_bench", "variant_id": variant_of(bench, "decode_bench"), "spec": past_bench,
-         "wall": 4.0, "device": "cpu"},
-        {"kind": "decode_bench", "variant_id": variant_of(bench, "decode_bench"), "spec": past_bench,
-         "wall": 999.0, "device": "cuda"},
-    ]  # fmt: skip
+        {
+            "kind": "depth_sweep",
+            "variant_id": variant_of(TRAIN),
+            "spec": past_sweep,
+            "train_spec": TRAIN,
+            "wall": 10.0,
+            "device": "cpu",
+        },
+        {
+            "kind": "decode_bench",
+            "variant_id": variant_of(bench, "decode_bench"),
+            "spec": past_bench,
+            "wall": 4.0,
+            "device": "cpu",
+        },
+        {
+            "kind": "decode_bench",
+            "variant_id": variant_of(bench, "decode_bench"),
+            "spec": past_bench,
+            "wall": 999.0,
+            "device": "cuda",
+        },
+    ]
     sweep_ratio = planner.sweep_cost(sweep, TRAIN).flops / planner.sweep_cost(past_sweep, TRAIN).flops
     bench_ratio = planner.decode_cost(bench).flops / planner.decode_cost(past_bench).flops
     assert sweep_ratio > 1 and bench_ratio > 1
@@ -382,12 +495,42 @@ def test_cached_calibration_expires_and_warns_when_measured_under_load(q):
 def test_schedule_reserves_for_a_higher_priority_job_that_does_not_fit_yet():
     """A 2-CPU job of priority 1 waits for a running 1-CPU job; the 1-CPU jobs of priority 0 behind it
     may not take the freed CPU (the scheduler's reservation), so it starts as soon as the CPU is free."""
-    running = ForecastJob(key="#1", kind="train", what="r", status="running", estimate=None, priority=0,
-                         order=1, cpus=1, remaining_s=5.0)  # fmt: skip
-    big = ForecastJob(key="+0", kind="train", what="big", status="new", estimate=None, priority=1, order=2,
-                     cpus=2, remaining_s=10.0)  # fmt: skip
-    small = [ForecastJob(key=f"+{i}", kind="train", what="s", status="new", estimate=None, priority=0,
-                        order=2 + i, cpus=1, remaining_s=3.0) for i in (1, 2, 3)]  # fmt: skip
+    running = ForecastJob(
+        key="#1",
+        kind="train",
+        what="r",
+        status="running",
+        estimate=None,
+        priority=0,
+        order=1,
+        cpus=1,
+        remaining_s=5.0,
+    )
+    big = ForecastJob(
+        key="+0",
+        kind="train",
+        what="big",
+        status="new",
+        estimate=None,
+        priority=1,
+        order=2,
+        cpus=2,
+        remaining_s=10.0,
+    )
+    small = [
+        ForecastJob(
+            key=f"+{i}",
+            kind="train",
+            what="s",
+            status="new",
+            estimate=None,
+            priority=0,
+            order=2 + i,
+            cpus=1,
+            remaining_s=3.0,
+        )
+        for i in (1, 2, 3)
+    ]
     makespan = simulate([running, big, *small], cpus=2, gpus=0)
     assert big.start_s == 5.0  # not delayed by the small ones
     assert [j.start_s for j in small] == [15.0, 15.0, 18.0]
@@ -453,8 +596,9 @@ def test_eval_cost_counts_exactly_the_forwards_the_scorer_runs():
     from workers.tasks.scoring import score_items
     from workers.tokenizer import Tokenizer
 
-    spec = eval_job.Spec.from_dict({"tasks": ["deduction", "kinship"], "n_per_subset": 1, "loops": [1, 3],
-                                    "batch_size": 5, "limit": 7})  # fmt: skip
+    spec = eval_job.Spec.from_dict(
+        {"tasks": ["deduction", "kinship"], "n_per_subset": 1, "loops": [1, 3], "batch_size": 5, "limit": 7}
+    )
     cfg = preset("lean", "tiny", seq_len=48)  # shorter than most items: the cut to seq_len is counted too
     model = LoopedLM(cfg).eval()
     shapes: list[tuple[int, int, int]] = []
@@ -462,8 +606,9 @@ def test_eval_cost_counts_exactly_the_forwards_the_scorer_runs():
     model.register_forward_pre_hook(lambda _m, args: shapes.append((*args[0].shape, loops_now[-1])))
     for loops in spec.loops:
         loops_now.append(loops)
-        scorer = LoopedScorer(model, Tokenizer(), loops=loops, h0_seed=0, batch_size=spec.batch_size,
-                              device=torch.device("cpu"))  # fmt: skip
+        scorer = LoopedScorer(
+            model, Tokenizer(), loops=loops, h0_seed=0, batch_size=spec.batch_size, device=torch.device("cpu")
+        )
         for entry in spec.tasks:
             items = eval_job.GENERATORS[entry].generate(spec.n_per_subset, spec.task_seed)[: spec.limit]
             score_items(items, scorer.loglikelihood)

@@ -26,9 +26,16 @@ def test_an_imported_models_depth_sweep_runs_through_the_queue(tmp_path, ray_clu
     from workers.train_spec import EVAL_H0_SEED
 
     q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art")
-    grid = Grid("published", job="import", base={"source": str(FIXTURE)}, then=["depth_sweep", "decode_bench"],
-                follow={"depth_sweep": SWEEP,
-                        "decode_bench": {"context_lens": [32], "batch_sizes": [1], "warmup": 1, "steps": 2}})  # fmt: skip
+    grid = Grid(
+        "published",
+        job="import",
+        base={"source": str(FIXTURE)},
+        then=["depth_sweep", "decode_bench"],
+        follow={
+            "depth_sweep": SWEEP,
+            "decode_bench": {"context_lens": [32], "batch_sizes": [1], "warmup": 1, "steps": 2},
+        },
+    )
     imported, sweep, bench = q.submit(grid)
     q.run(until_empty=True, progress=False, poll_s=0.2, max_concurrent=1)
     st = q.status().set_index("id")
@@ -68,11 +75,16 @@ def test_an_imported_models_depth_sweep_runs_through_the_queue(tmp_path, ray_clu
     )
     chunks = val_chunks(data.val, SWEEP["eval_tokens"], cfg.seq_len)
     with torch.no_grad():
-        ce = torch.cat([
-            F.cross_entropy(model(c[:, :-1], loops=1, h0_seed=EVAL_H0_SEED + i).logits.flatten(0, 1),
-                            c[:, 1:].flatten(), reduction="none")
-            for i, c in enumerate(chunks.split(SWEEP["batch_size"]))
-        ])  # fmt: skip
+        ce = torch.cat(
+            [
+                F.cross_entropy(
+                    model(c[:, :-1], loops=1, h0_seed=EVAL_H0_SEED + i).logits.flatten(0, 1),
+                    c[:, 1:].flatten(),
+                    reduction="none",
+                )
+                for i, c in enumerate(chunks.split(SWEEP["batch_size"]))
+            ]
+        )
     first = depth.iloc[0]
     assert first["val_loss"] == pytest.approx(float(ce.mean()), abs=1e-5)
     targets = [int(t) for t in data.val[1 : len(chunks) * cfg.seq_len + 1]]  # the windows' targets, in order

@@ -57,24 +57,51 @@ def test_run_on_an_existing_ray_cluster_by_address(tmp_path):
     ray_tmp = tempfile.mkdtemp(prefix="llray-", dir="/tmp")
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env.update(RAY_AUTH_MODE="disabled", OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT),
-               LOOPLAB_JOB_KINDS="tests.orchestrator.fake_jobs")  # fmt: skip
-    head_log = open(tmp_path / "head.log", "w")  # noqa: SIM115 - closed in finally
+    env.update(
+        RAY_AUTH_MODE="disabled",
+        OMP_NUM_THREADS="1",
+        PYTHONPATH=str(ROOT),
+        LOOPLAB_JOB_KINDS="tests.orchestrator.fake_jobs",
+    )
+    head_log = open(tmp_path / "head.log", "w")  # closed in finally
     head = subprocess.Popen(
-        [str(RAY), "start", "--head", "--block", "--num-cpus", "2", "--port", str(port),
-         "--include-dashboard=false", "--disable-usage-stats", "--temp-dir", ray_tmp],
-        cwd=tmp_path, env=env, start_new_session=True, stdout=head_log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        [
+            str(RAY),
+            "start",
+            "--head",
+            "--block",
+            "--num-cpus",
+            "2",
+            "--port",
+            str(port),
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            "--temp-dir",
+            ray_tmp,
+        ],
+        cwd=tmp_path,
+        env=env,
+        start_new_session=True,
+        stdout=head_log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         db = tmp_path / "q.db"
         q = Queue(db=db, kinds=fake_jobs)
         ids = q.submit(
             [
-                Grid("addr", base={"tokens": 100, "steps": 4, "step_s": 0.01}, sweep={"recipe": ["lean", "parcae"]},
-                     then=["depth_sweep", "decode_bench"]),
-                Grid("iso", base={"recipe": "plain", "step_s": 0.01, "budget": {"match_time_of": {"recipe": "lean"}}}),
+                Grid(
+                    "addr",
+                    base={"tokens": 100, "steps": 4, "step_s": 0.01},
+                    sweep={"recipe": ["lean", "parcae"]},
+                    then=["depth_sweep", "decode_bench"],
+                ),
+                Grid(
+                    "iso",
+                    base={"recipe": "plain", "step_s": 0.01, "budget": {"match_time_of": {"recipe": "lean"}}},
+                ),
             ]
-        )  # fmt: skip
+        )
         log = (tmp_path / "head.log").read_text
         end = time.time() + 60
         # the address the head announces for other nodes ("ray start --address='IP:PORT'")
@@ -85,10 +112,25 @@ def test_run_on_an_existing_ray_cluster_by_address(tmp_path):
         address = m.group(1)
         assert address.endswith(f":{port}")
         driver = subprocess.run(
-            [sys.executable, "-m", "orchestrator.cli", "--db", str(db), "run", "--address", address,
-             "--until-empty", "--artifacts", str(tmp_path / "art")],
-            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "orchestrator.cli",
+                "--db",
+                str(db),
+                "run",
+                "--address",
+                address,
+                "--until-empty",
+                "--artifacts",
+                str(tmp_path / "art"),
+            ],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         out = driver.stdout + driver.stderr
         assert driver.returncode == 0, out
         assert "Started a local Ray instance" not in out

@@ -10,20 +10,39 @@ import pytest
 from orchestrator import Grid, Queue
 from tests.db_rows import rows
 
-TRAIN = {"size": "tiny", "seq_len": 32, "batch_size": 4, "eval_every": 8, "eval_tokens": 256,
-         "ckpt_every": 8, "data": {"tokenizer": "byte"}}  # fmt: skip
+TRAIN = {
+    "size": "tiny",
+    "seq_len": 32,
+    "batch_size": 4,
+    "eval_every": 8,
+    "eval_tokens": 256,
+    "ckpt_every": 8,
+    "data": {"tokenizer": "byte"},
+}
 
 
 @pytest.mark.slow
 def test_real_grid_with_follow_ups_and_iso_time(tmp_path, ray_cluster):
     q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art")
     # 48 steps, about 3 s: the follower's 10 % is some steps, even with another test on the other core
-    main = Grid("real", base={**TRAIN, "recipe": "lean", "seed": 0, "tokens": 4 * 32 * 48},
-                then=["depth_sweep", "decode_bench"],
-                follow={"depth_sweep": {"loops": [1, 2, 4], "eval_tokens": 256, "batch_size": 4},
-                        "decode_bench": {"context_lens": [32], "batch_sizes": [1], "warmup": 1, "steps": 2}})  # fmt: skip
-    iso = Grid("real-iso", base={**TRAIN, "recipe": "parcae", "seed": 0,
-                                 "budget": {"match_time_of": {"recipe": "lean", "seed": 0}}})  # fmt: skip
+    main = Grid(
+        "real",
+        base={**TRAIN, "recipe": "lean", "seed": 0, "tokens": 4 * 32 * 48},
+        then=["depth_sweep", "decode_bench"],
+        follow={
+            "depth_sweep": {"loops": [1, 2, 4], "eval_tokens": 256, "batch_size": 4},
+            "decode_bench": {"context_lens": [32], "batch_sizes": [1], "warmup": 1, "steps": 2},
+        },
+    )
+    iso = Grid(
+        "real-iso",
+        base={
+            **TRAIN,
+            "recipe": "parcae",
+            "seed": 0,
+            "budget": {"match_time_of": {"recipe": "lean", "seed": 0}},
+        },
+    )
     train, sweep, bench, follower = q.submit([main, iso])
     # one job at a time: both trainings see the same machine, as an iso-time comparison needs
     q.run(until_empty=True, progress=False, poll_s=0.2, max_concurrent=1)
@@ -40,7 +59,8 @@ def test_real_grid_with_follow_ups_and_iso_time(tmp_path, ray_cluster):
     assert json.loads(budget) == {"match_time_of": train} and resolved == secs
     (cfg,) = rows(q, "SELECT config FROM jobs WHERE id=:j", j=follower)[0]
     assert json.loads(cfg)["time_s"] is None  # stored as derived; the worker got time_s=resolved
-    (real, budget_s) = rows(q, "SELECT train_seconds, time_budget_s FROM train_results WHERE job_id=:j",
-                            j=follower)[0]  # fmt: skip
+    (real, budget_s) = rows(
+        q, "SELECT train_seconds, time_budget_s FROM train_results WHERE job_id=:j", j=follower
+    )[0]
     assert budget_s == pytest.approx(secs)
     assert abs(real - secs) <= 0.1 * secs, (real, secs)

@@ -34,19 +34,50 @@ def add_extra_grid(url: str) -> None:
     from orchestrator.variants import variant_id, variant_label
 
     now = time.time()
-    cols = dict(variant_id=variant_id("fixed4", "tiny", {}), variant_label=variant_label("fixed4", {}),
-                loop_sampler="fixed", loops=4, flops_per_token=1.2e6, **ARCH, effective_depth=12.0)  # fmt: skip
+    cols = dict(
+        variant_id=variant_id("fixed4", "tiny", {}),
+        variant_label=variant_label("fixed4", {}),
+        loop_sampler="fixed",
+        loops=4,
+        flops_per_token=1.2e6,
+        **ARCH,
+        effective_depth=12.0,
+    )
     with session(engine(url)) as s:
         s.add(schema.GridRow(id=2, name="extra", spec='{"name": "extra"}', spec_hash="g2", created_at=now))
         for seed, losses in EXTRA.items():
-            common = dict(grid_id=2, recipe="fixed4", size="tiny", seed=seed, status="succeeded", created_at=now,
-                          started_at=now - 100, finished_at=now, **cols)  # fmt: skip
-            train = schema.Job(kind="train", config="{}", config_hash=f"x{seed}", budget_tokens=1_000_000,
-                               budget=json.dumps({"tokens": 1_000_000}), **common)  # fmt: skip
+            common = dict(
+                grid_id=2,
+                recipe="fixed4",
+                size="tiny",
+                seed=seed,
+                status="succeeded",
+                created_at=now,
+                started_at=now - 100,
+                finished_at=now,
+                **cols,
+            )
+            train = schema.Job(
+                kind="train",
+                config="{}",
+                config_hash=f"x{seed}",
+                budget_tokens=1_000_000,
+                budget=json.dumps({"tokens": 1_000_000}),
+                **common,
+            )
             s.add(train)
             s.flush()
-            s.add(schema.TrainResult(job_id=train.id, steps=50, tokens=1_000_000, final_val_loss=losses[4],
-                                     train_seconds=90.0, tokens_per_s=1100.0, flops_per_token=1.2e6))  # fmt: skip
+            s.add(
+                schema.TrainResult(
+                    job_id=train.id,
+                    steps=50,
+                    tokens=1_000_000,
+                    final_val_loss=losses[4],
+                    train_seconds=90.0,
+                    tokens_per_s=1100.0,
+                    flops_per_token=1.2e6,
+                )
+            )
             sweep = schema.Job(kind="depth_sweep", config="{}", config_hash=f"xs{seed}", **common)
             s.add(sweep)
             s.flush()
@@ -201,10 +232,22 @@ def test_a_chart_is_inline_svg_with_round_ticks_and_only_the_points_it_can_draw(
     assert nice_ticks(2.13, 2.61) == [2.2, 2.3, 2.4, 2.5, 2.6]
     assert log_ticks(1, 16, 2) == [1, 2, 4, 8, 16]
     assert log_ticks(4e11, 2e12, 10) == [5e11, 1e12, 2e12]  # less than a decade: 1, 2, 5 x 10^k
-    chart = LineChart("loss", "loops", "val_loss", [
-        Series("parcae", [1, 2, 4, 8], [3.0, float("nan"), 2.5, 2.4], low=[2.9, 2.9, 2.4, 2.3], high=[3.1, 3.1, 2.6, 2.5]),
-        Series("lean · loops=8", [0, 2, 4], [2.8, 2.6, 2.7]),  # loops 0 cannot sit on a log axis
-    ], log_x=2)  # fmt: skip
+    chart = LineChart(
+        "loss",
+        "loops",
+        "val_loss",
+        [
+            Series(
+                "parcae",
+                [1, 2, 4, 8],
+                [3.0, float("nan"), 2.5, 2.4],
+                low=[2.9, 2.9, 2.4, 2.3],
+                high=[3.1, 3.1, 2.6, 2.5],
+            ),
+            Series("lean · loops=8", [0, 2, 4], [2.8, 2.6, 2.7]),  # loops 0 cannot sit on a log axis
+        ],
+        log_x=2,
+    )
     svg = render(chart)
     assert (
         svg.startswith("<svg")

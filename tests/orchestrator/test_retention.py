@@ -87,17 +87,25 @@ def test_gc_dry_run_then_real_on_jobs_of_every_state(tmp_path, capsys):
             Grid("keep", base={"seed": 2}, retention="all"),
             Grid("study", base={"seed": 3}),
             Grid("study", base={"seed": 4}),
-        ]  # fmt: skip
+        ]
     )
     (other,) = q.submit(Grid("other", base={"seed": 5}))
-    states = {old: "succeeded", crashed: "succeeded", everything: "succeeded", failed: "failed",
-              queued: "queued", other: "succeeded"}  # fmt: skip
+    states = {
+        old: "succeeded",
+        crashed: "succeeded",
+        everything: "succeeded",
+        failed: "failed",
+        queued: "queued",
+        other: "succeeded",
+    }
     art = tmp_path / "art"
     with q.eng.begin() as conn:
         for job, status in states.items():
             _dir(art / str(job), ckpt=1000 * job, stale=7 if job == crashed else 0)
-            conn.execute(sa.text("UPDATE jobs SET status=:s, artifact_dir=:d WHERE id=:j"),
-                         {"s": status, "d": str(art / str(job)), "j": job})  # fmt: skip
+            conn.execute(
+                sa.text("UPDATE jobs SET status=:s, artifact_dir=:d WHERE id=:j"),
+                {"s": status, "d": str(art / str(job)), "j": job},
+            )
         # a job submitted before the rule existed: no retention (gc applies "final" when asked)
         conn.execute(sa.text("UPDATE jobs SET retention=NULL WHERE id=:j"), {"j": old})
 
@@ -147,11 +155,26 @@ def test_plan_shows_the_disk_each_retention_keeps(tmp_path, monkeypatch):
     twice, beside the spool of its points."""
     monkeypatch.setenv("LOOPLAB_CACHE", str(tmp_path / "cache"))
     q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art")
-    spec = {"recipe": "lean", "size": "tiny", "batch_size": 4, "seq_len": 32, "tokens": 4 * 32 * 5, "seed": 0,
-            "eval_every": 1000, "ckpt_every": 1000, "eval_tokens": 64, "eval_loops": [4], "optimizer": "adamw",
-            "data": {"corpus": "offline", "tokenizer": "byte"}}  # fmt: skip
-    report = q.plan([Grid("f", base=spec), Grid("a", base={**spec, "seed": 1}, retention="all")],
-                    num_cpus=1, num_gpus=0, calibration=CAL)  # fmt: skip
+    spec = {
+        "recipe": "lean",
+        "size": "tiny",
+        "batch_size": 4,
+        "seq_len": 32,
+        "tokens": 4 * 32 * 5,
+        "seed": 0,
+        "eval_every": 1000,
+        "ckpt_every": 1000,
+        "eval_tokens": 64,
+        "eval_loops": [4],
+        "optimizer": "adamw",
+        "data": {"corpus": "offline", "tokenizer": "byte"},
+    }
+    report = q.plan(
+        [Grid("f", base=spec), Grid("a", base={**spec, "seed": 1}, retention="all")],
+        num_cpus=1,
+        num_gpus=0,
+        calibration=CAL,
+    )
     final, everything = report.new_jobs()
     from orchestrator.variants import resolve
 
@@ -177,10 +200,22 @@ def test_planned_checkpoint_sizes_match_a_real_run(tmp_path, looplab_cache, one_
     from workers.train_spec import Spec
 
     for optimizer in ("adamw", "parcae"):
-        spec = Spec.from_dict({"recipe": "lean", "size": "tiny", "model": {"d_model": 64, "n_heads": 1,
-                               "head_dim": 64}, "seq_len": 32, "batch_size": 4, "tokens": 4 * 32 * 3,
-                               "eval_every": 1000, "eval_tokens": 128, "ckpt_every": 1000, "device": "cpu",
-                               "optimizer": optimizer, "data": {"corpus": "offline", "tokenizer": "byte"}})  # fmt: skip
+        spec = Spec.from_dict(
+            {
+                "recipe": "lean",
+                "size": "tiny",
+                "model": {"d_model": 64, "n_heads": 1, "head_dim": 64},
+                "seq_len": 32,
+                "batch_size": 4,
+                "tokens": 4 * 32 * 3,
+                "eval_every": 1000,
+                "eval_tokens": 128,
+                "ckpt_every": 1000,
+                "device": "cpu",
+                "optimizer": optimizer,
+                "data": {"corpus": "offline", "tokenizer": "byte"},
+            }
+        )
         run = tmp_path / optimizer
         train.run(spec, MemoryReporter(), run)
         planned = cost(spec)
@@ -189,8 +224,13 @@ def test_planned_checkpoint_sizes_match_a_real_run(tmp_path, looplab_cache, one_
 
     spool = MetricSpool(tmp_path)
     for key in ("train_loss", "lr", "tokens_per_s", "val_loss@8"):
-        point = {"key": key, "step": 123_456, "value": 3.14159265358979, "tokens": 4_046_848_000,
-                 "wall_s": 54_321.123456789}  # fmt: skip
+        point = {
+            "key": key,
+            "step": 123_456,
+            "value": 3.14159265358979,
+            "tokens": 4_046_848_000,
+            "wall_s": 54_321.123456789,
+        }
         spool.append(Event(EventKind.METRIC, 1.764e9 + 0.123456, point))
     spool.close()
     assert (tmp_path / MetricSpool.NAME).stat().st_size / 4 == pytest.approx(140, rel=0.15)

@@ -31,8 +31,12 @@ def run(q: Queue, **kw) -> None:
 
 
 def test_dependencies_results_and_metrics(q):
-    grid = Grid("g", base={"tokens": 100, "steps": 5}, sweep={"recipe": ["lean", "parcae"]},
-                then=["depth_sweep", "decode_bench"])  # fmt: skip
+    grid = Grid(
+        "g",
+        base={"tokens": 100, "steps": 5},
+        sweep={"recipe": ["lean", "parcae"]},
+        then=["depth_sweep", "decode_bench"],
+    )
     ids = q.submit(grid)
     run(q)
     st = q.status().set_index("id")
@@ -65,8 +69,9 @@ def test_failed_train_fails_its_follow_ups_with_the_reason(q):
 
 
 def test_raising_job_records_traceback_queue_goes_on_and_retry(q):
-    boom, ok = q.submit([Grid("b", job="boom", base={"fail_times": 1}, max_attempts=1),
-                         Grid("n", job="noop")])  # fmt: skip
+    boom, ok = q.submit(
+        [Grid("b", job="boom", base={"fail_times": 1}, max_attempts=1), Grid("n", job="noop")]
+    )
     run(q)
     assert dict(rows(q, "SELECT id, status FROM jobs")) == {boom: "failed", ok: "succeeded"}
     err = rows(q, "SELECT error FROM jobs WHERE id=:j", j=boom)[0][0]
@@ -77,12 +82,15 @@ def test_raising_job_records_traceback_queue_goes_on_and_retry(q):
     run(q)
     assert rows(q, "SELECT status, error FROM jobs WHERE id=:j", j=boom) == [("succeeded", None)]
     assert rows(q, "SELECT n, outcome FROM attempts WHERE job_id=:j ORDER BY n", j=boom) == [
-        (1, "failed"), (2, "succeeded")]  # fmt: skip
+        (1, "failed"),
+        (2, "succeeded"),
+    ]
 
 
 def test_cuda_oom_is_named_with_advice(q):
-    (jid,) = q.submit(Grid("oom", job="boom", base={"message": "CUDA out of memory. Tried to allocate"},
-                           max_attempts=1))  # fmt: skip
+    (jid,) = q.submit(
+        Grid("oom", job="boom", base={"message": "CUDA out of memory. Tried to allocate"}, max_attempts=1)
+    )
     run(q)
     err = rows(q, "SELECT error FROM jobs WHERE id=:j", j=jid)[0][0]
     assert err.startswith("CUDA out of memory") and "batch_size" in err
@@ -117,14 +125,18 @@ def test_a_gang_job_is_admitted_whole_or_refused(q):
     at launch saying so; the queue goes on. Gangs that run: tests/orchestrator/test_gang.py."""
     with pytest.raises(ConfigError, match="resources.workers: 2: only train jobs run on several workers"):
         q.submit(Grid("g", job="noop", base={"tag": "g"}, resources={"workers": 2}))
-    gang, big, ok = q.submit([
-        Grid("g", job="noop", base={"tag": "g"}),
-        Grid("b", base={"tokens": 100}, resources={"workers": 3, "num_gpus": 1}),
-        Grid("n", job="noop", base={"tag": "n"}),
-    ])  # fmt: skip
+    gang, big, ok = q.submit(
+        [
+            Grid("g", job="noop", base={"tag": "g"}),
+            Grid("b", base={"tokens": 100}, resources={"workers": 3, "num_gpus": 1}),
+            Grid("n", job="noop", base={"tag": "n"}),
+        ]
+    )
     with q.eng.begin() as conn:
-        conn.execute(sa.text("UPDATE jobs SET resources=:r, max_attempts=1 WHERE id=:j"),
-                     {"r": json.dumps({"workers": 2, "num_gpus": 1, "num_cpus": 0.5}), "j": gang})  # fmt: skip
+        conn.execute(
+            sa.text("UPDATE jobs SET resources=:r, max_attempts=1 WHERE id=:j"),
+            {"r": json.dumps({"workers": 2, "num_gpus": 1, "num_cpus": 0.5}), "j": gang},
+        )
     run(q)
     status = dict(rows(q, "SELECT id, status FROM jobs"))
     error = dict(rows(q, "SELECT id, error FROM jobs"))
@@ -136,8 +148,9 @@ def test_a_gang_job_is_admitted_whole_or_refused(q):
 
 def test_derived_iso_time_budget(q):
     main = Grid("main", base={"recipe": "lean", "tokens": 100, "steps": 20, "step_s": 0.05})
-    iso = Grid("iso", base={"recipe": "parcae", "step_s": 0.05,
-                            "budget": {"match_time_of": {"recipe": "lean"}}})  # fmt: skip
+    iso = Grid(
+        "iso", base={"recipe": "parcae", "step_s": 0.05, "budget": {"match_time_of": {"recipe": "lean"}}}
+    )
     ref, follower = q.submit([main, iso])
     run(q)
     (secs,) = rows(q, "SELECT train_seconds FROM train_results WHERE job_id=:j", j=ref)[0]
@@ -232,13 +245,25 @@ def test_cancelled_running_job_retried_under_the_same_driver_runs(q):
 def test_exclusive_jobs_run_alone_and_contention_is_recorded(q):
     # 2 CPUs: the sleeps pair up; the exclusive ones (a sleep asking for it, a decode bench by its kind)
     # must each have the node to themselves
-    ids = q.submit([
-        Grid("s", job="sleep", base={"seconds": 0.6}, sweep={"tag": ["a", "b", "c", "d"]},
-             resources={"num_cpus": 1}),
-        Grid("x", job="sleep", base={"seconds": 0.6, "tag": "x"}, resources={"num_cpus": 1, "exclusive": True}),
-        Grid("d", job="decode_bench"),
-        Grid("t", base={"tokens": 100, "steps": 4, "step_s": 0.2}, sweep={"recipe": ["lean", "parcae"]}),
-    ])  # fmt: skip
+    ids = q.submit(
+        [
+            Grid(
+                "s",
+                job="sleep",
+                base={"seconds": 0.6},
+                sweep={"tag": ["a", "b", "c", "d"]},
+                resources={"num_cpus": 1},
+            ),
+            Grid(
+                "x",
+                job="sleep",
+                base={"seconds": 0.6, "tag": "x"},
+                resources={"num_cpus": 1, "exclusive": True},
+            ),
+            Grid("d", job="decode_bench"),
+            Grid("t", base={"tokens": 100, "steps": 4, "step_s": 0.2}, sweep={"recipe": ["lean", "parcae"]}),
+        ]
+    )
     run(q)
     spans = {j: (s, e) for j, s, e in rows(q, "SELECT job_id, started_at, ended_at FROM attempts")}
     assert set(spans) == set(ids)
@@ -259,8 +284,12 @@ def test_exclusive_jobs_run_alone_and_contention_is_recorded(q):
 
 def test_exclusive_can_be_opted_out(q):
     # the decode bench asks not to be exclusive: it starts beside the sleep, and says so
-    ids = q.submit([Grid("s", job="sleep", base={"seconds": 1.0}, resources={"num_cpus": 1}),
-                    Grid("d", job="decode_bench", resources={"num_cpus": 1, "exclusive": False})])  # fmt: skip
+    ids = q.submit(
+        [
+            Grid("s", job="sleep", base={"seconds": 1.0}, resources={"num_cpus": 1}),
+            Grid("d", job="decode_bench", resources={"num_cpus": 1, "exclusive": False}),
+        ]
+    )
     run(q)
     (n,) = rows(q, "SELECT concurrent_jobs FROM decode_benches")[0]
     assert n == 1 and len(ids) == 2
@@ -276,10 +305,21 @@ def test_a_job_waiting_for_gpus_reserves_them_against_lower_effective_priorities
     is free: 1-GPU jobs of lower effective priority (by priority, or by its 100 s of waiting with
     aging_s=60) must leave it to the waiting job; jobs of its own effective priority fill the gap."""
     gpu = {"num_gpus": 1, "num_cpus": 0.5}
-    q.submit([Grid("a", job="sleep", base={"seconds": 0.3, "tag": "short"}, resources=gpu, priority=5),
-              Grid("b", job="sleep", base={"seconds": 2.5, "tag": "long"}, resources=gpu, priority=5)])  # fmt: skip
-    (big,) = q.submit(Grid("big", job="sleep", base={"seconds": 0.1, "tag": "big"}, priority=int(rule == "higher priority"),
-                           resources={"num_gpus": 2, "num_cpus": 0.5}))  # fmt: skip
+    q.submit(
+        [
+            Grid("a", job="sleep", base={"seconds": 0.3, "tag": "short"}, resources=gpu, priority=5),
+            Grid("b", job="sleep", base={"seconds": 2.5, "tag": "long"}, resources=gpu, priority=5),
+        ]
+    )
+    (big,) = q.submit(
+        Grid(
+            "big",
+            job="sleep",
+            base={"seconds": 0.1, "tag": "big"},
+            priority=int(rule == "higher priority"),
+            resources={"num_gpus": 2, "num_cpus": 0.5},
+        )
+    )
     if rule == "aged":
         with q.eng.begin() as conn:
             conn.execute(sa.text("UPDATE jobs SET created_at = created_at - 100 WHERE id = :j"), {"j": big})

@@ -29,8 +29,9 @@ def _trains(q: Queue) -> list[dict]:
 
 def test_budgets_match_the_flop_model_for_each_variant(tmp_path):
     flops = [2e10, 6e10]
-    grids = iso_depth_grid(r=[1, 2, 4], widths=[32, 64], flops=flops, seeds=[0, 1], name="iso", data=DATA,
-                           head_dim=16, **TRAIN)  # fmt: skip
+    grids = iso_depth_grid(
+        r=[1, 2, 4], widths=[32, 64], flops=flops, seeds=[0, 1], name="iso", data=DATA, head_dim=16, **TRAIN
+    )
     q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art")
     q.submit(grids)
     rows = _trains(q)
@@ -62,8 +63,9 @@ def test_budgets_match_the_flop_model_for_each_variant(tmp_path):
 
 
 def test_variants_are_one_zip_group_and_train_keys_pass_through():
-    (grid,) = iso_depth_grid(r=[8, 1], widths=[64], flops=[1e12], seeds=[3], data=DATA, eval_every=7,
-                             then=[], **TRAIN)  # fmt: skip
+    (grid,) = iso_depth_grid(
+        r=[8, 1], widths=[64], flops=[1e12], seeds=[3], data=DATA, eval_every=7, then=[], **TRAIN
+    )
     plans = expand([grid], jobs)
     assert [p.kind for p in plans] == ["train", "train"]
     specs = [p.spec for p in plans]
@@ -125,12 +127,21 @@ def test_loop_design_grid_expands_to_readable_variants_at_equal_compute():
     sweeps = [p for p in plans if p.kind == "depth_sweep"]
     assert len(trains) == len(sweeps) == 11 * 2
     labels = sorted({p.label for p in trains})
-    assert labels == sorted([
-        "base_loop 2x4", "base_loop 4x2", "non_loop 8", "base_loop 2x4 · injection=scalar",
-        "base_loop 2x4 · injection=channel", "base_loop 2x4 · injection=dense", "base_loop 2x4 · injection=diagonal",
-        "base_loop 2x4 · history=1", "base_loop 2x4 · timestep=loop_gate", "base_loop 2x4 · timestep=branch_gate",
-        "base_loop 2x4 · timestep=adaln",
-    ])  # fmt: skip
+    assert labels == sorted(
+        [
+            "base_loop 2x4",
+            "base_loop 4x2",
+            "non_loop 8",
+            "base_loop 2x4 · injection=scalar",
+            "base_loop 2x4 · injection=channel",
+            "base_loop 2x4 · injection=dense",
+            "base_loop 2x4 · injection=diagonal",
+            "base_loop 2x4 · history=1",
+            "base_loop 2x4 · timestep=loop_gate",
+            "base_loop 2x4 · timestep=branch_gate",
+            "base_loop 2x4 · timestep=adaln",
+        ]
+    )
     columns = {p.label: variant_columns("train", p.spec) for p in trains}
     assert len({c["variant_id"] for c in columns.values()}) == 11  # every variant its own row
     assert {c["effective_depth"] for c in columns.values()} == {8.0}
@@ -183,8 +194,13 @@ def test_loop_design_bad_arguments_are_named(kwargs, message):
 def test_a_variant_equal_to_its_layout_is_left_out_and_one_loop_count_is_one_grid():
     from orchestrator.studies import loop_design_grid
 
-    (grid,) = loop_design_grid(layouts=[("base_loop", 2, 4)], injections=["none", "scalar"], histories=[0],
-                               timesteps=["none"], then=[])  # fmt: skip
+    (grid,) = loop_design_grid(
+        layouts=[("base_loop", 2, 4)],
+        injections=["none", "scalar"],
+        histories=[0],
+        timesteps=["none"],
+        then=[],
+    )
     assert grid.name == "loop-design" and grid.sweep["zip"]["label"] == [
         "base_loop 2x4",
         "base_loop 2x4 · injection=scalar",
@@ -227,7 +243,12 @@ def test_the_adaptive_demo_grids(fast, runs):
         assert sweep.spec["interaction_loops"] == [] and job.spec["max_rounds"] is None  # the trained loops
     if not fast:
         assert sorted(p.label or p.spec["recipe"] for p in trains) == [
-            "base_loop 2x4", "base_loop 2x4 · timestep=loop_gate", "fixed4", "lean", "parcae"]  # fmt: skip
+            "base_loop 2x4",
+            "base_loop 2x4 · timestep=loop_gate",
+            "fixed4",
+            "lean",
+            "parcae",
+        ]
         assert {p.spec["tokens"] for p in trains} == {16 * 64 * 1000}
 
 

@@ -42,8 +42,13 @@ def test_package_import_is_light():
 
 
 def test_grid_expands_with_follow_ups(fq):
-    grid = Grid("g", base={"tokens": 100}, sweep={"recipe": ["lean", "parcae"], "seed": [0, 1]},
-                then=["depth_sweep", "decode_bench"], follow={"depth_sweep": {"loops": [1, 2]}})  # fmt: skip
+    grid = Grid(
+        "g",
+        base={"tokens": 100},
+        sweep={"recipe": ["lean", "parcae"], "seed": [0, 1]},
+        then=["depth_sweep", "decode_bench"],
+        follow={"depth_sweep": {"loops": [1, 2]}},
+    )
     ids = fq.submit(grid)
     st = fq.status().set_index("id")
     assert sorted(st.kind.value_counts().items()) == [("decode_bench", 2), ("depth_sweep", 4), ("train", 4)]
@@ -70,8 +75,9 @@ def test_submit_twice_is_idempotent(fq):
     grid = Grid("g", base={"tokens": 100}, sweep={"recipe": ["lean"], "seed": [0, 1]}, then=["decode_bench"])
     first = fq.submit(grid)
     before = counts(fq)
-    again = fq.submit(Grid("g", base={"tokens": 100}, sweep={"recipe": ["lean"], "seed": [0, 1]},
-                           then=["decode_bench"]))  # fmt: skip
+    again = fq.submit(
+        Grid("g", base={"tokens": 100}, sweep={"recipe": ["lean"], "seed": [0, 1]}, then=["decode_bench"])
+    )
     assert again == first and fq.last_added == []
     assert counts(fq) == before
     assert len(first) == 3  # two seeds share one decode bench: [train s0, decode, train s1]

@@ -82,8 +82,22 @@ def test_claim_waits_for_dependencies_to_succeed(eng):
 def test_claim_drops_result_rows_of_an_earlier_unfinished_attempt(eng):
     (jid,) = submit(eng, Grid("r", base={"tokens": 100}))
     n = jobqueue.claim(eng, jid, "driver", "/tmp/a")
-    write_events(eng, [(jid, n, [Event("result", 0.0, {"table": "train_results",
-                                                       "row": {"steps": 1, "tokens": 64, "train_seconds": 1.0}})])])  # fmt: skip
+    write_events(
+        eng,
+        [
+            (
+                jid,
+                n,
+                [
+                    Event(
+                        "result",
+                        0.0,
+                        {"table": "train_results", "row": {"steps": 1, "tokens": 64, "train_seconds": 1.0}},
+                    )
+                ],
+            )
+        ],
+    )
     assert jobqueue.finish(eng, jid, n, AttemptOutcome.INTERRUPTED) == JobStatus.QUEUED
     jobqueue.claim(eng, jid, "driver", "/tmp/a")
     with eng.connect() as conn:
@@ -200,8 +214,12 @@ def test_queued_to_cancelled_and_finished_jobs_are_left_alone(eng):
 def _chain(eng) -> tuple[int, int, int]:
     """train -> iso-time train (match_time_of it) -> the iso run's depth sweep; max_attempts 1."""
     main = Grid("main", base={"recipe": "lean", "tokens": 100}, max_attempts=1)
-    iso = Grid("iso", base={"recipe": "parcae", "budget": {"match_time_of": {"recipe": "lean"}}},
-               then=["depth_sweep"], max_attempts=1)  # fmt: skip
+    iso = Grid(
+        "iso",
+        base={"recipe": "parcae", "budget": {"match_time_of": {"recipe": "lean"}}},
+        then=["depth_sweep"],
+        max_attempts=1,
+    )
     return tuple(submit(eng, main, iso))
 
 
@@ -326,11 +344,14 @@ def test_submission_stores_how_each_run_loops(eng):
     ids = submit(eng, grid, over)
     got = {(job(eng, j).kind, job(eng, j).recipe): (job(eng, j).loop_sampler, job(eng, j).loops) for j in ids}
     assert got == {
-        ("train", "parcae"): ("poisson_seq", 8), ("depth_sweep", "parcae"): ("poisson_seq", 8),
-        ("train", "lean"): ("fixed", 4), ("depth_sweep", "lean"): ("fixed", 4),
-        ("train", "plain"): ("fixed", 1), ("depth_sweep", "plain"): ("fixed", 1),
+        ("train", "parcae"): ("poisson_seq", 8),
+        ("depth_sweep", "parcae"): ("poisson_seq", 8),
+        ("train", "lean"): ("fixed", 4),
+        ("depth_sweep", "lean"): ("fixed", 4),
+        ("train", "plain"): ("fixed", 1),
+        ("depth_sweep", "plain"): ("fixed", 1),
         ("train", "fixed4"): ("fixed", 6),
-    }  # fmt: skip
+    }
     # a spec that names no model the code knows (a plugin's job kind, an unknown recipe) gets no columns
     assert variants.variant_columns("train", {"recipe": "no_such_recipe"}) == {}
     assert variants.resolve("noop", {}) is None

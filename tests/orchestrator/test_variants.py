@@ -66,13 +66,18 @@ def test_seeds_budgets_and_execution_share_a_variant_model_batch_and_vocabulary_
     ids = {
         name: variant_columns("train", spec)["variant_id"]
         for name, spec in {
-            "base": train(), "seed": train(seed=3), "budget": train(tokens=None, time_s=5.0),
+            "base": train(),
+            "seed": train(seed=3),
+            "budget": train(tokens=None, time_s=5.0),
             "micro": train(micro_batch_size=2, compile=True, eval_every=7),
-            "loops8": train(model={"loops": 8}), "seq32": train(seq_len=32), "size": train(size="small"),
-            "recipe": train("fixed8"), "batch": train(batch_size=4),
+            "loops8": train(model={"loops": 8}),
+            "seq32": train(seq_len=32),
+            "size": train(size="small"),
+            "recipe": train("fixed8"),
+            "batch": train(batch_size=4),
             "vocab": train(data={"tokenizer": "bpe", "vocab_size": 1024}),
         }.items()
-    }  # fmt: skip
+    }
     assert ids["base"] == ids["seed"] == ids["budget"] == ids["micro"]
     assert len({ids[k] for k in ("base", "loops8", "seq32", "size", "recipe", "batch", "vocab")}) == 7
     assert variant_columns("train", train(seq_len=32))["variant_label"] == "fixed4 · seq_len=32"
@@ -105,8 +110,12 @@ def test_no_model_no_columns():
 
 
 def test_two_variants_of_one_recipe_are_two_variants_and_seeds_share_one(q):
-    grid = Grid("v", base={"recipe": "fixed4", "tokens": 1000}, sweep={"model.loops": [4, 8], "seed": [0, 1]},
-                then=["depth_sweep", "decode_bench"])  # fmt: skip
+    grid = Grid(
+        "v",
+        base={"recipe": "fixed4", "tokens": 1000},
+        sweep={"model.loops": [4, 8], "seed": [0, 1]},
+        then=["depth_sweep", "decode_bench"],
+    )
     q.submit(grid)
     trains = rows(q, "kind = 'train'")
     by_loops: dict[int, set[str]] = {}
@@ -118,11 +127,13 @@ def test_two_variants_of_one_recipe_are_two_variants_and_seeds_share_one(q):
     assert labels == {4: "fixed4", 8: "fixed4 · loops=8"}
     # each depth sweep carries its train job's columns; one decode bench per variant, with its id
     with q.eng.connect() as conn:
-        pairs = conn.execute(sa.text(
-            "SELECT s.variant_id, t.variant_id, s.effective_depth, t.effective_depth, s.n_rec, t.n_rec "
-            "FROM job_deps d JOIN jobs s ON s.id = d.job_id JOIN jobs t ON t.id = d.depends_on "
-            "WHERE s.kind = 'depth_sweep'"
-        )).all()  # fmt: skip
+        pairs = conn.execute(
+            sa.text(
+                "SELECT s.variant_id, t.variant_id, s.effective_depth, t.effective_depth, s.n_rec, t.n_rec "
+                "FROM job_deps d JOIN jobs s ON s.id = d.job_id JOIN jobs t ON t.id = d.depends_on "
+                "WHERE s.kind = 'depth_sweep'"
+            )
+        ).all()
     assert len(pairs) == 4 and all(p[0] == p[1] and p[2] == p[3] and p[4] == p[5] for p in pairs)
     benches = rows(q, "kind = 'decode_bench'")
     archs = {variant_id("fixed4", "tiny", {}), variant_id("fixed4", "tiny", {"loops": 8})}
@@ -132,8 +143,14 @@ def test_two_variants_of_one_recipe_are_two_variants_and_seeds_share_one(q):
 
 
 def test_a_decode_bench_is_the_architecture_of_its_train_jobs_seq_len_included(q):
-    q.submit(Grid("s", base={"recipe": "lean", "tokens": 1000, "seq_len": 32}, sweep={"seed": [0, 1]},
-                  then=["decode_bench"]))  # fmt: skip
+    q.submit(
+        Grid(
+            "s",
+            base={"recipe": "lean", "tokens": 1000, "seq_len": 32},
+            sweep={"seed": [0, 1]},
+            then=["decode_bench"],
+        )
+    )
     got = rows(q)
     assert [r["kind"] for r in got] == ["train", "decode_bench", "train"]
     assert got[0]["variant_id"] == got[2]["variant_id"] == run_variant_id(got[1]["variant_id"], BYTE_RUN)
@@ -142,22 +159,33 @@ def test_a_decode_bench_is_the_architecture_of_its_train_jobs_seq_len_included(q
 
 
 def test_a_label_given_in_the_grid_names_the_variant_but_not_the_job(q):
-    grid = Grid("l", base={"recipe": "fixed4", "tokens": 1000, "label": "the r=8 run"},
-                sweep={"model.loops": [8]}, then=["depth_sweep"])  # fmt: skip
+    grid = Grid(
+        "l",
+        base={"recipe": "fixed4", "tokens": 1000, "label": "the r=8 run"},
+        sweep={"model.loops": [8]},
+        then=["depth_sweep"],
+    )
     ids = q.submit(grid)
     assert [r["variant_label"] for r in rows(q)] == ["the r=8 run", "the r=8 run"]
     # the same spec under another label (or none) is the same job: nothing is added, the label stays
-    again = q.submit(Grid("l2", base={"recipe": "fixed4", "tokens": 1000, "model": {"loops": 8}},
-                          then=["depth_sweep"]))  # fmt: skip
+    again = q.submit(
+        Grid("l2", base={"recipe": "fixed4", "tokens": 1000, "model": {"loops": 8}}, then=["depth_sweep"])
+    )
     assert again == ids and q.last_added == []
     assert {r["variant_label"] for r in rows(q)} == {"the r=8 run"}
 
 
 def test_an_override_every_variant_of_a_submission_shares_is_left_out_of_the_label(q):
     # the demo's shape: every run sets seq_len=64, so "parcae · seq_len=64" would tell nothing apart
-    grids = [Grid("shared", base={"tokens": 1000, "seq_len": 32}, sweep={"recipe": ["parcae", "lean"]},
-                  then=["depth_sweep", "decode_bench"]),
-             Grid("shared-loops", base={"recipe": "fixed4", "tokens": 1000, "seq_len": 32, "model": {"loops": 8}})]  # fmt: skip
+    grids = [
+        Grid(
+            "shared",
+            base={"tokens": 1000, "seq_len": 32},
+            sweep={"recipe": ["parcae", "lean"]},
+            then=["depth_sweep", "decode_bench"],
+        ),
+        Grid("shared-loops", base={"recipe": "fixed4", "tokens": 1000, "seq_len": 32, "model": {"loops": 8}}),
+    ]
     q.submit(grids)
     got = rows(q)
     labels = {(r["kind"], r["recipe"]): r["variant_label"] for r in got}
@@ -195,13 +223,16 @@ def test_flop_budget_is_stored_as_given_and_as_the_tokens_it_buys(q):
     assert got[0]["flops_per_token"] == arch_summary(cfg, 4)["flops_per_token"]
 
 
-@pytest.mark.parametrize("budget,message", [
-    ({"flops": 0}, "budget.flops: must be > 0, got 0"),
-    ({"flops": -1e12}, "budget.flops: must be > 0"),
-    ({"flops": "3e15"}, "budget.flops: expected a number, got '3e15'"),
-    ({"flops": True}, "budget.flops: expected a number, got True"),
-    ({"flops": 1e12, "tokens": 100}, "budget: {"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "budget,message",
+    [
+        ({"flops": 0}, "budget.flops: must be > 0, got 0"),
+        ({"flops": -1e12}, "budget.flops: must be > 0"),
+        ({"flops": "3e15"}, "budget.flops: expected a number, got '3e15'"),
+        ({"flops": True}, "budget.flops: expected a number, got True"),
+        ({"flops": 1e12, "tokens": 100}, "budget: {"),
+    ],
+)
 def test_bad_flop_budget_is_refused_naming_budget_flops(q, budget, message):
     with pytest.raises(ConfigError) as e:
         q.submit(Grid("bad", base={"recipe": "fixed4", "budget": budget}))
@@ -254,8 +285,13 @@ def test_readme_example_submits(q):
 def test_a_grid_again_with_other_execution_fields_is_the_same_jobs(q):
     base = {"recipe": "fixed4", "tokens": 1000, "batch_size": 4}
     ids = q.submit(Grid("e", base=base, sweep={"seed": [0, 1]}, then=["depth_sweep"]))
-    again = Grid("e2", base={**base, "micro_batch_size": 2, "compile": True, "eval_every": 7, "device": "cpu"},
-                 sweep={"seed": [0, 1]}, then=["depth_sweep"], follow={"depth_sweep": {"micro_batch_size": 1}})  # fmt: skip
+    again = Grid(
+        "e2",
+        base={**base, "micro_batch_size": 2, "compile": True, "eval_every": 7, "device": "cpu"},
+        sweep={"seed": [0, 1]},
+        then=["depth_sweep"],
+        follow={"depth_sweep": {"micro_batch_size": 1}},
+    )
     assert q.submit(again) == ids and q.last_added == []
     # what defines a run is not merged away: another batch is another run (and another variant)
     other = q.submit(Grid("b", base={**base, "batch_size": 2}))
@@ -265,7 +301,13 @@ def test_a_grid_again_with_other_execution_fields_is_the_same_jobs(q):
 
 def test_a_depth_sweep_evaluates_in_its_train_jobs_batches_unless_told(q):
     q.submit(Grid("s", base={"recipe": "fixed4", "tokens": 1000, "batch_size": 4}, then=["depth_sweep"]))
-    q.submit(Grid("t", base={"recipe": "fixed4", "tokens": 1000, "batch_size": 2}, then=["depth_sweep"],
-                  follow={"depth_sweep": {"batch_size": 8}}))  # fmt: skip
+    q.submit(
+        Grid(
+            "t",
+            base={"recipe": "fixed4", "tokens": 1000, "batch_size": 2},
+            then=["depth_sweep"],
+            follow={"depth_sweep": {"batch_size": 8}},
+        )
+    )
     sweeps = [json.loads(r["config"])["batch_size"] for r in rows(q, "kind = 'depth_sweep'")]
     assert sweeps == [4, 8]

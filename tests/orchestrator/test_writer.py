@@ -214,9 +214,17 @@ def test_bad_events_are_dropped_with_a_warning_and_the_rest_is_kept(eng, train_j
     assert logs == ["still here"]
     dropped = warnings(eng, train_job)
     assert len(dropped) == len(bad)
-    for text in ("not a number", "without a key", "not a 64-bit integer", "unknown result table", "unknown columns ['colour']",
-                 "missing columns", "neither numbers nor text", "unknown event kind 'telepathy'",
-                 "started needs a worker"):  # fmt: skip
+    for text in (
+        "not a number",
+        "without a key",
+        "not a 64-bit integer",
+        "unknown result table",
+        "unknown columns ['colour']",
+        "missing columns",
+        "neither numbers nor text",
+        "unknown event kind 'telepathy'",
+        "started needs a worker",
+    ):
         assert any(text in line for line in dropped), text
 
 
@@ -250,10 +258,17 @@ def test_an_owned_batch_the_database_refuses_is_written_job_by_job_then_event_by
     assert jobqueue.claim(eng, other, "driver", "/tmp/w2") == 1
     long_key = "k" * 100
     batches = [
-        (train_job, 1, [metric(1, 0.5), Event("metric", time.time(), {"key": long_key, "step": 1, "value": 2.0}),
-                        metric(2, 0.4)]),
+        (
+            train_job,
+            1,
+            [
+                metric(1, 0.5),
+                Event("metric", time.time(), {"key": long_key, "step": 1, "value": 2.0}),
+                metric(2, 0.4),
+            ],
+        ),
         (other, 1, [metric(1, 0.9)]),
-    ]  # fmt: skip
+    ]
     write_events(eng, batches)
     assert points(eng, train_job) == [(1, 0.5), (2, 0.4)] and points(eng, other) == [(1, 0.9)]
     if eng.dialect.name == "postgresql":

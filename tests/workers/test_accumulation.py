@@ -143,8 +143,12 @@ def test_evaluation_in_micro_batches_gives_the_same_loss(looplab_cache, tmp_path
     # batches of 4, 4, 2 in forwards of 3+1, 3+1, 2: progress counts each batch once, when it is done
     assert len(trainer.val) == 10 and batches == [1, 2, 3]
     assert [(i, r.start, r.stop, end) for i, r, end in eval_forwards(10, 4, 3)] == [
-        (0, 0, 3, False), (0, 3, 4, True), (1, 4, 7, False), (1, 7, 8, True), (2, 8, 10, True)
-    ]  # fmt: skip
+        (0, 0, 3, False),
+        (0, 3, 4, True),
+        (1, 4, 7, False),
+        (1, 7, 8, True),
+        (2, 8, 10, True),
+    ]
     assert split.loss == pytest.approx(whole.loss, rel=1e-6) and split.bpb == pytest.approx(
         whole.bpb, rel=1e-6
     )
@@ -186,9 +190,17 @@ def test_bad_batch_values_are_refused_by_name(bad, message):
 
 def test_identity_drops_exactly_the_execution_fields():
     assert execution_fields() == {
-        "micro_batch_size", "bucketing", "compile", "device", "log_every", "eval_every", "eval_loops",
-        "ckpt_every", "ckpt_minutes", "calib_steps",
-    }  # fmt: skip
+        "micro_batch_size",
+        "bucketing",
+        "compile",
+        "device",
+        "log_every",
+        "eval_every",
+        "eval_loops",
+        "ckpt_every",
+        "ckpt_minutes",
+        "calib_steps",
+    }
     d = Spec.from_dict(tiny_spec()).to_dict()
     ident = identity(d)
     assert set(d) - set(ident) == execution_fields() and ident["batch_size"] == 8 and "seed" in ident

@@ -43,8 +43,16 @@ def result(trained_fixed4, tmp_path_factory):
 def sweep(trained_fixed4, tmp_path_factory):
     from workers import depth_sweep
 
-    spec = depth_sweep.Spec.from_dict({"checkpoint": str(trained_fixed4[0]), "loops": [2, 4], "eval_tokens": 512,
-                                       "batch_size": 8, "interaction_loops": [], "device": "cpu"})  # fmt: skip
+    spec = depth_sweep.Spec.from_dict(
+        {
+            "checkpoint": str(trained_fixed4[0]),
+            "loops": [2, 4],
+            "eval_tokens": 512,
+            "batch_size": 8,
+            "interaction_loops": [],
+            "device": "cpu",
+        }
+    )
     out = depth_sweep.run(spec, MemoryReporter(), tmp_path_factory.mktemp("sweep"))
     return {e["loops"]: e["val_loss"] for e in out["depth_evals"]}
 
@@ -96,8 +104,11 @@ def test_the_histograms_count_every_token_once_per_split(result):
             counts = [(h["round"], h["count"]) for h in hist if h["split"] == split]
             assert sum(c for _, c in counts) == row["tokens"] == 512
             assert sum(r * c for r, c in counts) / row["tokens"] == pytest.approx(row["mean_rounds"])
-    positions = {h["bucket"]: (h["bucket_lo"], h["bucket_hi"]) for h in out["adaptive_exit_rounds"]
-                 if h["split"] == "position"}  # fmt: skip
+    positions = {
+        h["bucket"]: (h["bucket_lo"], h["bucket_hi"])
+        for h in out["adaptive_exit_rounds"]
+        if h["split"] == "position"
+    }
     assert positions[0] == (0, 4) and positions[7] == (28, 32)
     assert all(
         math.isinf(h["bucket_hi"])

@@ -92,9 +92,11 @@ def test_offline_corpus_does_not_depend_on_what_the_caller_imported():
     from pathlib import Path
 
     root = str(Path(__file__).resolve().parents[2])
-    code = ("import hashlib, sys\n{imports}\nfrom workers.corpus import documents\n"
-            "h = hashlib.sha256()\nfor i, t in documents('offline'):\n    h.update(i.encode()); h.update(t.encode())\n"
-            "print(h.hexdigest())")  # fmt: skip
+    code = (
+        "import hashlib, sys\n{imports}\nfrom workers.corpus import documents\n"
+        "h = hashlib.sha256()\nfor i, t in documents('offline'):\n    h.update(i.encode()); h.update(t.encode())\n"
+        "print(h.hexdigest())"
+    )
     digests = [
         subprocess.run(
             [sys.executable, "-c", code.format(imports=imports)],
@@ -102,7 +104,7 @@ def test_offline_corpus_does_not_depend_on_what_the_caller_imported():
             text=True,
             capture_output=True,
             check=True,
-        ).stdout.strip()  # fmt: skip
+        ).stdout.strip()
         for imports in ("", "import torch, ray, datasets, pandas")
     ]
     assert len(digests[0]) == 64 and digests[0] == digests[1]

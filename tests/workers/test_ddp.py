@@ -31,18 +31,40 @@ from workers.reporter import MemoryReporter, SilentReporter
 from workers.train_spec import Spec
 from workers.trainer import Trainer
 
-LOOP_DESIGN = {**TINY_MODEL, "loop_sampler": "poisson_seq", "grad_rounds": 2, "history": 1,
-               "timestep": "loop_gate"}  # fmt: skip
+LOOP_DESIGN = {
+    **TINY_MODEL,
+    "loop_sampler": "poisson_seq",
+    "grad_rounds": 2,
+    "history": 1,
+    "timestep": "loop_gate",
+}
 FORCED = [5, 5, 1, 1, 1, 1, 1, 1]  # rank 0: rows 0-3 (its first forward runs 5 rounds, its last 1)
 # name: (spec overrides, micro-batch per rank, micro-batch of the one process, forced counts, bit for bit)
 CASES = {
     "fixed truncated, 1 forward per rank": ({"recipe": "fixed6_grad3"}, None, 4, None, True),
-    "per-sequence bucketed, 1 forward per rank": ({"recipe": "parcae", "bucketing": True}, None, 4, None, True),
-    "per-sequence bucketed, 2 forwards per rank": ({"recipe": "parcae", "bucketing": True}, 2, 2, None, False),
-    "unused parameters, forced counts": ({"recipe": "lean", "model": LOOP_DESIGN, "bucketing": False}, 2, 2,
-                                         FORCED, False),
+    "per-sequence bucketed, 1 forward per rank": (
+        {"recipe": "parcae", "bucketing": True},
+        None,
+        4,
+        None,
+        True,
+    ),
+    "per-sequence bucketed, 2 forwards per rank": (
+        {"recipe": "parcae", "bucketing": True},
+        2,
+        2,
+        None,
+        False,
+    ),
+    "unused parameters, forced counts": (
+        {"recipe": "lean", "model": LOOP_DESIGN, "bucketing": False},
+        2,
+        2,
+        FORCED,
+        False,
+    ),
     "unused parameters, sampled counts": ({"recipe": "lean", "model": LOOP_DESIGN}, 2, 2, None, False),
-}  # fmt: skip
+}
 STEPS = (0, 1)
 
 

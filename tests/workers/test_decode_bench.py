@@ -93,8 +93,20 @@ def test_cli_flags_come_from_the_spec():
     from workers.decode_bench import build_parser
 
     parser = build_parser()
-    args = parser.parse_args(["--preset", "fixed4", "--model", "d_model=32", "--model", "n_heads=1",
-                              "--context-lens", "64,32", "--cuda-graph", "false"])  # fmt: skip
+    args = parser.parse_args(
+        [
+            "--preset",
+            "fixed4",
+            "--model",
+            "d_model=32",
+            "--model",
+            "n_heads=1",
+            "--context-lens",
+            "64,32",
+            "--cuda-graph",
+            "false",
+        ]
+    )
     spec = Spec.from_dict(parser.spec_dict(args))
     assert spec.model == {"d_model": 32, "n_heads": 1} and spec.context_lens == [32, 64]
     assert spec.cuda_graph is False and spec.steps == Spec.steps

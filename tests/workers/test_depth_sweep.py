@@ -79,8 +79,10 @@ def test_cli_prints_table_and_bad_input_exits_2(trained_fixed4, tmp_path, capsys
     assert depth_sweep.main(["--checkpoint", str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err
     assert "checkpoint" in err and "nope" in err and len(err.strip().splitlines()) == 1
-    for args, line in [([], "error: checkpoint: required (give --checkpoint)"),
-                       (["--checkpoint", str(out), "--loops", "1,x"], "error: loops: expected an integer")]:  # fmt: skip
+    for args, line in [
+        ([], "error: checkpoint: required (give --checkpoint)"),
+        (["--checkpoint", str(out), "--loops", "1,x"], "error: loops: expected an integer"),
+    ]:
         with pytest.raises(SystemExit) as e:
             raise SystemExit(depth_sweep.main(args))
         err = capsys.readouterr().err.strip()
@@ -100,8 +102,9 @@ def test_sweep_at_the_trained_loop_count_reproduces_the_final_val_loss(trained_f
     out, train_rep = trained_fixed4
     final = next(r["row"] for r in train_rep.of("result") if r["table"] == "train_results")
     rep = MemoryReporter()
-    spec = depth_sweep.Spec.from_dict({"checkpoint": str(out), "loops": [4], "eval_tokens": 1024,
-                                       "device": "cpu", "split_far_copy": False})  # fmt: skip
+    spec = depth_sweep.Spec.from_dict(
+        {"checkpoint": str(out), "loops": [4], "eval_tokens": 1024, "device": "cpu", "split_far_copy": False}
+    )
     depth_sweep.run(spec, rep, tmp_path)
     (row,) = [r["row"] for r in rep.of("result") if r["table"] == "depth_evals"]
     assert row["val_loss"] == final["final_val_loss"]
@@ -115,14 +118,32 @@ def test_standalone_sweep_reproduces_a_parcae_runs_val_loss_exactly(looplab_cach
     out, events = tmp_path / "run", tmp_path / "sweep.jsonl"
     spec = train.Spec.from_dict(tiny_spec(recipe="parcae", tokens=8 * 32 * 3, eval_loops=[8]))
     final = train.run(spec, MemoryReporter(), out)["final_val_loss"]
-    cmd = [sys.executable, "-m", "workers.depth_sweep", "--checkpoint", str(out), "--loops", "2,8",
-           "--eval-tokens", "1024", "--batch-size", "8", "--device", "cpu", "--no-far-copy",
-           "--events-jsonl", str(events)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "workers.depth_sweep",
+        "--checkpoint",
+        str(out),
+        "--loops",
+        "2,8",
+        "--eval-tokens",
+        "1024",
+        "--batch-size",
+        "8",
+        "--device",
+        "cpu",
+        "--no-far-copy",
+        "--events-jsonl",
+        str(events),
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     rows = [json.loads(line) for line in events.read_text().splitlines()]
-    loss = {e["row"]["loops"]: e["row"]["val_loss"] for e in rows if e["kind"] == "result" and
-            e["table"] == "depth_evals"}  # fmt: skip
+    loss = {
+        e["row"]["loops"]: e["row"]["val_loss"]
+        for e in rows
+        if e["kind"] == "result" and e["table"] == "depth_evals"
+    }
     assert loss[8] == final and loss[2] != final
 
 
@@ -135,9 +156,17 @@ def test_sweep_records_the_loop_geometry_and_the_interaction_matrix(trained_fixe
 
     out, _ = trained_fixed4
     rep = MemoryReporter()
-    spec = depth_sweep.Spec.from_dict({"checkpoint": str(out), "loops": [2, 4], "eval_tokens": 512,
-                                       "device": "cpu", "split_far_copy": False, "interaction_loops": [3, 4],
-                                       "interaction_tokens": 64})  # fmt: skip
+    spec = depth_sweep.Spec.from_dict(
+        {
+            "checkpoint": str(out),
+            "loops": [2, 4],
+            "eval_tokens": 512,
+            "device": "cpu",
+            "split_far_copy": False,
+            "interaction_loops": [3, 4],
+            "interaction_tokens": 64,
+        }
+    )
     res = depth_sweep.run(spec, rep, tmp_path)
     deltas = [r["row"] for r in rep.of("result") if r["table"] == "round_deltas"]
     assert [(d["loops"], d["round"]) for d in deltas] == [(2, 1), (2, 2), (4, 1), (4, 2), (4, 3), (4, 4)]
@@ -160,8 +189,17 @@ def test_sweep_records_the_loop_geometry_and_the_interaction_matrix(trained_fixe
         (total / tokens).tolist(), rel=1e-5
     )
     pairs = [(r["loops"], r["skipped"], r["round"]) for r in res["round_interactions"]]
-    assert pairs == [(3, 1, 2), (3, 1, 3), (3, 2, 3), (4, 1, 2), (4, 1, 3), (4, 1, 4), (4, 2, 3), (4, 2, 4),
-                     (4, 3, 4)]  # fmt: skip
+    assert pairs == [
+        (3, 1, 2),
+        (3, 1, 3),
+        (3, 2, 3),
+        (4, 1, 2),
+        (4, 1, 3),
+        (4, 1, 4),
+        (4, 2, 3),
+        (4, 2, 4),
+        (4, 3, 4),
+    ]
     assert all(math.isfinite(r["interaction"]) and r["interaction"] > 0 for r in res["round_interactions"])
     assert [r["row"] for r in rep.of("result") if r["table"] == "round_interactions"] == res[
         "round_interactions"

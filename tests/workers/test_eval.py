@@ -19,15 +19,32 @@ from workers.train_spec import EVAL_H0_SEED
 
 SEQ_LEN = 96
 ITEMS = [
-    {"context": "Anne is red. If something is red then it is big.\nQuestion: Anne is big?\nAnswer:",
-     "choices": ["true", "false", "unknown"], "gold": 0, "subset": "depth=1"},
-    {"context": "The cat is not cold.\nQuestion: The cat is cold?\nAnswer:",
-     "choices": ["true", "false", "unknown"], "gold": 1, "subset": "depth=0"},
-    {"context": "Mary's son is Tom.\nQuestion: How is Mary related to Tom?\nAnswer: Mary is Tom's",
-     "choices": ["mother", "aunt", "sister", "wife"], "gold": 0, "subset": "depth=1"},
-    {"context": "x" * 150 + " The last words matter:", "choices": ["yes", "no"], "gold": 1, "subset": "depth=0"},
+    {
+        "context": "Anne is red. If something is red then it is big.\nQuestion: Anne is big?\nAnswer:",
+        "choices": ["true", "false", "unknown"],
+        "gold": 0,
+        "subset": "depth=1",
+    },
+    {
+        "context": "The cat is not cold.\nQuestion: The cat is cold?\nAnswer:",
+        "choices": ["true", "false", "unknown"],
+        "gold": 1,
+        "subset": "depth=0",
+    },
+    {
+        "context": "Mary's son is Tom.\nQuestion: How is Mary related to Tom?\nAnswer: Mary is Tom's",
+        "choices": ["mother", "aunt", "sister", "wife"],
+        "gold": 0,
+        "subset": "depth=1",
+    },
+    {
+        "context": "x" * 150 + " The last words matter:",
+        "choices": ["yes", "no"],
+        "gold": 1,
+        "subset": "depth=0",
+    },
     {"context": "Trailing space ", "choices": ["a", "bb", "ccc"], "gold": 2},
-]  # fmt: skip
+]
 
 
 def write_checkpoint(directory, seed: int = 0):
@@ -80,17 +97,27 @@ def independent_rows(model, items: list[dict], loops: int) -> dict[str, dict]:
     for item in items:
         lls = [independent_loglikelihood(model, item["context"], " " + c, loops) for c in item["choices"]]
         norm = [ll / len(c) for ll, c in zip(lls, item["choices"])]
-        per_item.append((item.get("subset"), float(lls.index(max(lls)) == item["gold"]),
-                         float(norm.index(max(norm)) == item["gold"]), 1 / len(item["choices"])))  # fmt: skip
+        per_item.append(
+            (
+                item.get("subset"),
+                float(lls.index(max(lls)) == item["gold"]),
+                float(norm.index(max(norm)) == item["gold"]),
+                1 / len(item["choices"]),
+            )
+        )
     out = {}
     for subset in ["all", *dict.fromkeys(s for s, *_ in per_item if s is not None)]:
         group = [p for p in per_item if subset == "all" or p[0] == subset]
         accs = [p[1] for p in group]
         mean = sum(accs) / len(accs)
         var = sum((a - mean) ** 2 for a in accs) / (len(accs) - 1) if len(accs) > 1 else None
-        out[subset] = {"n": len(group), "acc": mean, "acc_norm": sum(p[2] for p in group) / len(group),
-                       "stderr": None if var is None else math.sqrt(var / len(accs)),
-                       "chance": sum(p[3] for p in group) / len(group)}  # fmt: skip
+        out[subset] = {
+            "n": len(group),
+            "acc": mean,
+            "acc_norm": sum(p[2] for p in group) / len(group),
+            "stderr": None if var is None else math.sqrt(var / len(accs)),
+            "chance": sum(p[3] for p in group) / len(group),
+        }
     return out
 
 
@@ -131,8 +158,14 @@ def test_a_request_scores_the_same_in_any_batch(checkpoint):
     pairs = [(i["context"], " " + c) for i in ITEMS for c in i["choices"]]
     expected = [independent_loglikelihood(model, c, x, 2) for c, x in pairs]
     for batch_size in (1, 4, len(pairs)):
-        scorer = LoopedScorer(model, Tokenizer(), loops=2, h0_seed=EVAL_H0_SEED, batch_size=batch_size,
-                              device=torch.device("cpu"))  # fmt: skip
+        scorer = LoopedScorer(
+            model,
+            Tokenizer(),
+            loops=2,
+            h0_seed=EVAL_H0_SEED,
+            batch_size=batch_size,
+            device=torch.device("cpu"),
+        )
         got = [ll for ll, _ in scorer.loglikelihood(pairs)]
         assert got == pytest.approx(expected, abs=1e-4)
 
@@ -177,8 +210,15 @@ class StopAfter(MemoryReporter):
 
 def test_a_stopped_eval_continues_where_it_stopped(checkpoint, tmp_path, monkeypatch):
     ckpt_dir, _ = checkpoint
-    spec = eval_job.Spec.from_dict({"checkpoint": str(ckpt_dir), "tasks": ["deduction", "kinship"],
-                                    "loops": [1, 2], "n_per_subset": 2, "device": "cpu"})  # fmt: skip
+    spec = eval_job.Spec.from_dict(
+        {
+            "checkpoint": str(ckpt_dir),
+            "tasks": ["deduction", "kinship"],
+            "loops": [1, 2],
+            "n_per_subset": 2,
+            "device": "cpu",
+        }
+    )
     scored: list[int] = []
     real = LoopedScorer.score_tokens
 
@@ -195,7 +235,11 @@ def test_a_stopped_eval_continues_where_it_stopped(checkpoint, tmp_path, monkeyp
     out = eval_job.run(spec, rep, tmp_path)
     assert scored == [1, 2, 1, 2]  # the three results not stored yet, nothing twice
     assert [(r["task"], r["loops"]) for r in out["task_scores"] if r["subset"] == "all"] == [
-        ("deduction", 1), ("deduction", 2), ("kinship", 1), ("kinship", 2)]  # fmt: skip
+        ("deduction", 1),
+        ("deduction", 2),
+        ("kinship", 1),
+        ("kinship", 2),
+    ]
     again = eval_job.run(spec, MemoryReporter(), tmp_path)
     assert scored == [1, 2, 1, 2] and again["task_scores"] == out["task_scores"]  # all stored: reported again
     (tmp_path / "scores" / "kinship@2.json").write_text("{torn")  # a result file cut short is redone
@@ -253,8 +297,16 @@ def test_spec_defaults_and_bad_values_name_the_field(tmp_path):
 def test_limit_scores_the_first_items_and_categories_label_rows(checkpoint, tmp_path):
     ckpt_dir, model = checkpoint
     task = write_items(tmp_path / "mini.jsonl")
-    spec = eval_job.Spec.from_dict({"checkpoint": str(ckpt_dir), "tasks": [str(task)], "loops": [2], "limit": 2,
-                                    "categories": {"mini": "knowledge"}, "device": "cpu"})  # fmt: skip
+    spec = eval_job.Spec.from_dict(
+        {
+            "checkpoint": str(ckpt_dir),
+            "tasks": [str(task)],
+            "loops": [2],
+            "limit": 2,
+            "categories": {"mini": "knowledge"},
+            "device": "cpu",
+        }
+    )
     out = eval_job.run(spec, MemoryReporter(), tmp_path / "art")
     assert {r["category"] for r in out["task_scores"]} == {"knowledge"}
     assert_rows_match(out["task_scores"], independent_rows(model, ITEMS[:2], 2))
@@ -263,8 +315,20 @@ def test_limit_scores_the_first_items_and_categories_label_rows(checkpoint, tmp_
 def test_cli_prints_the_scores_and_refuses_a_bad_file(checkpoint, tmp_path, capsys):
     ckpt_dir, _ = checkpoint
     task = write_items(tmp_path / "mini.jsonl", ITEMS[:2])
-    code = eval_job.main(["--checkpoint", str(ckpt_dir), "--tasks", str(task), "--loops", "1,2",
-                          "--device", "cpu", "--out", str(tmp_path / "out")])  # fmt: skip
+    code = eval_job.main(
+        [
+            "--checkpoint",
+            str(ckpt_dir),
+            "--tasks",
+            str(task),
+            "--loops",
+            "1,2",
+            "--device",
+            "cpu",
+            "--out",
+            str(tmp_path / "out"),
+        ]
+    )
     printed = capsys.readouterr().out
     assert code == 0 and "mini" in printed and "depth=0" in printed
     assert (tmp_path / "out" / "scores" / "mini@2.json").is_file()

@@ -41,21 +41,29 @@ def test_simple_evaluate_with_a_local_task_matches_independent_loglikelihoods(se
         model, Tokenizer(), loops=3, h0_seed=EVAL_H0_SEED, batch_size=4, device=torch.device("cpu")
     )
     expected = independent_rows(model, ITEMS, 3)["all"]
-    by_object = lm_eval.simple_evaluate(model=LooplabLM.from_scorer(scorer), tasks=[local_task_config("mini", task)],
-                                        task_manager=manager, bootstrap_iters=0)  # fmt: skip
+    by_object = lm_eval.simple_evaluate(
+        model=LooplabLM.from_scorer(scorer),
+        tasks=[local_task_config("mini", task)],
+        task_manager=manager,
+        bootstrap_iters=0,
+    )
     assert _harness_acc(by_object, "mini") == (expected["acc"], expected["acc_norm"])
     by_name = lm_eval.simple_evaluate(
-        model="looplab", model_args=f"checkpoint={root / 'ckpt'},loops=3,device=cpu,batch_size=2",
-        tasks=[local_task_config("mini", task)], task_manager=manager, bootstrap_iters=0,
-    )  # fmt: skip
+        model="looplab",
+        model_args=f"checkpoint={root / 'ckpt'},loops=3,device=cpu,batch_size=2",
+        tasks=[local_task_config("mini", task)],
+        task_manager=manager,
+        bootstrap_iters=0,
+    )
     assert _harness_acc(by_name, "mini") == (expected["acc"], expected["acc_norm"])
 
 
 def test_the_adapter_refuses_generation_and_needs_a_checkpoint():
     from workers.lm_eval_adapter import LooplabLM
 
-    scorer = LoopedScorer(write_checkpoint_model(), Tokenizer(), loops=1, h0_seed=0, batch_size=1,
-                          device=torch.device("cpu"))  # fmt: skip
+    scorer = LoopedScorer(
+        write_checkpoint_model(), Tokenizer(), loops=1, h0_seed=0, batch_size=1, device=torch.device("cpu")
+    )
     with pytest.raises(NotImplementedError, match="generate_until is not supported"):
         LooplabLM.from_scorer(scorer).generate_until([])
     with pytest.raises(ValueError, match="checkpoint="):
@@ -85,10 +93,16 @@ def test_the_job_scores_a_harness_task_like_its_own(setup, tmp_path):
         "test_split: test\noutput_type: multiple_choice\ndoc_to_text: context\ndoc_to_choice: choices\n"
         "doc_to_target: gold\nmetric_list:\n  - metric: acc\n  - metric: acc_norm\nmetadata:\n  version: 1.0\n"
     )
-    spec = eval_job.Spec.from_dict({
-        "checkpoint": str(root / "ckpt"), "tasks": [str(task), "harness:mini_harness"], "loops": [2],
-        "harness_include": str(include), "categories": {"mini_harness": "knowledge"}, "device": "cpu",
-    })  # fmt: skip
+    spec = eval_job.Spec.from_dict(
+        {
+            "checkpoint": str(root / "ckpt"),
+            "tasks": [str(task), "harness:mini_harness"],
+            "loops": [2],
+            "harness_include": str(include),
+            "categories": {"mini_harness": "knowledge"},
+            "device": "cpu",
+        }
+    )
     rep = MemoryReporter()
     out = eval_job.run(spec, rep, tmp_path / "art")
     own = [r for r in out["task_scores"] if r["task"] == "mini"]

@@ -12,16 +12,30 @@ from model.errors import ConfigError
 from orchestrator import Grid, Queue
 from tests.db_rows import rows
 
-TRAIN = {"recipe": "lean", "size": "tiny", "seq_len": 64, "batch_size": 4, "tokens": 4 * 64 * 6,
-         "eval_every": 1000, "eval_tokens": 256, "ckpt_every": 1000, "data": {"tokenizer": "byte"}}  # fmt: skip
+TRAIN = {
+    "recipe": "lean",
+    "size": "tiny",
+    "seq_len": 64,
+    "batch_size": 4,
+    "tokens": 4 * 64 * 6,
+    "eval_every": 1000,
+    "eval_tokens": 256,
+    "ckpt_every": 1000,
+    "data": {"tokenizer": "byte"},
+}
 EVAL = {"tasks": ["deduction", "kinship"], "loops": [1, 2], "n_per_subset": 2, "batch_size": 8}
 
 
 @pytest.mark.slow
 def test_grid_with_eval_follow_ups_runs_end_to_end(tmp_path, ray_cluster):
     q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art")
-    grid = Grid("tasks", base={**TRAIN, "seed": 0}, sweep={"model.loops": [2, 3]}, then=["eval"],
-                follow={"eval": EVAL})  # fmt: skip
+    grid = Grid(
+        "tasks",
+        base={**TRAIN, "seed": 0},
+        sweep={"model.loops": [2, 3]},
+        then=["eval"],
+        follow={"eval": EVAL},
+    )
     ids = q.submit([grid])
     assert q.submit([grid]) == ids  # idempotent: the evals are known by their train job's hash
     kinds = dict(rows(q, "SELECT id, kind FROM jobs"))
@@ -34,11 +48,15 @@ def test_grid_with_eval_follow_ups_runs_end_to_end(tmp_path, ray_cluster):
     for eval_id in evals:
         (cfg,) = rows(q, "SELECT config FROM jobs WHERE id=:j", j=eval_id)[0]
         assert "checkpoint" not in json.loads(cfg)  # set by the queue at launch, not stored
-        got = rows(q, "SELECT task, loops, n FROM task_scores WHERE job_id=:j AND subset='all' ORDER BY task, loops",
-                   j=eval_id)  # fmt: skip
+        got = rows(
+            q,
+            "SELECT task, loops, n FROM task_scores WHERE job_id=:j AND subset='all' ORDER BY task, loops",
+            j=eval_id,
+        )
         assert got == [("deduction", 1, 12), ("deduction", 2, 12), ("kinship", 1, 18), ("kinship", 2, 18)]
-        subsets = rows(q, "SELECT COUNT(DISTINCT subset) FROM task_scores WHERE job_id=:j AND task='kinship'",
-                       j=eval_id)  # fmt: skip
+        subsets = rows(
+            q, "SELECT COUNT(DISTINCT subset) FROM task_scores WHERE job_id=:j AND task='kinship'", j=eval_id
+        )
         assert subsets[0][0] == 1 + 9  # all + chain lengths 2..10
 
     view = q.results("tasks")

@@ -119,16 +119,24 @@ def test_a_published_layout_directory_with_a_missing_file_is_refused_naming_it(t
 @pytest.mark.parametrize(
     "edit,message",
     [
-        (lambda s: s.__setitem__("transformer.coda.1.mlp.fc.weight", torch.zeros(160, 41)),
-         r"weights: transformer.coda.1.mlp.fc.weight has shape \(160, 41\); its config makes it \(160, 40\)"),
-        (lambda s: s.pop("transformer.core_block.0.attn.c_k.weight"),
-         "weights: missing tensor.s. transformer.core_block.0.attn.c_k.weight"),
-        (lambda s: s.__setitem__("transformer.extra.weight", torch.zeros(2)),
-         "weights: unexpected tensor.s. transformer.extra.weight"),
-        (lambda s: s.__setitem__("lm_head.weight", torch.zeros(320, 40)),
-         "lm_head.weight differs from transformer.wte.weight, but config.tie_embeddings is true"),
+        (
+            lambda s: s.__setitem__("transformer.coda.1.mlp.fc.weight", torch.zeros(160, 41)),
+            r"weights: transformer.coda.1.mlp.fc.weight has shape \(160, 41\); its config makes it \(160, 40\)",
+        ),
+        (
+            lambda s: s.pop("transformer.core_block.0.attn.c_k.weight"),
+            "weights: missing tensor.s. transformer.core_block.0.attn.c_k.weight",
+        ),
+        (
+            lambda s: s.__setitem__("transformer.extra.weight", torch.zeros(2)),
+            "weights: unexpected tensor.s. transformer.extra.weight",
+        ),
+        (
+            lambda s: s.__setitem__("lm_head.weight", torch.zeros(320, 40)),
+            "lm_head.weight differs from transformer.wte.weight, but config.tie_embeddings is true",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_weights_are_refused_naming_the_tensor(tmp_path, edit, message):
     directory = copy_fixture(tmp_path / "m")
     _edit_weights(directory, edit)
@@ -139,17 +147,29 @@ def test_bad_weights_are_refused_naming_the_tensor(tmp_path, edit, message):
 @pytest.mark.parametrize(
     "changes,message",
     [
-        ({"_class_name": "GPTConfig"}, "config._class_name: 'GPTConfig' .* accepted: ParcaeConfig, looplab.LoopedLM"),
+        (
+            {"_class_name": "GPTConfig"},
+            "config._class_name: 'GPTConfig' .* accepted: ParcaeConfig, looplab.LoopedLM",
+        ),
         ({"qk_norm": False}, "config.qk_norm: False is not computed by looplab; accepted: True"),
         ({"num_key_value_heads": 1}, "config.num_key_value_heads: 1; .* accepted: 2"),
         ({"sampling_scheme": "poisson-unbounded"}, "config.sampling_scheme: 'poisson-unbounded' with"),
-        ({"n_embd": 48, "recurrent_embedding_dimension": 48, "intermediate_size": 192,
-          "recurrent_intermediation_embedding_dimension": 192}, r"weights: transformer.wte.weight has shape \(320, 40\); its config makes it \(320, 48\)"),
+        (
+            {
+                "n_embd": 48,
+                "recurrent_embedding_dimension": 48,
+                "intermediate_size": 192,
+                "recurrent_intermediation_embedding_dimension": 192,
+            },
+            r"weights: transformer.wte.weight has shape \(320, 40\); its config makes it \(320, 48\)",
+        ),
         ({"no_such_field": 1}, "config.no_such_field: unknown field"),
-        ({"rope_settings": {"use_rope": True, "rope_condense_ratio": 1, "rope_base": 10000}},
-         "weights: freqs_cis is not RoPE with base 10000"),
+        (
+            {"rope_settings": {"use_rope": True, "rope_condense_ratio": 1, "rope_base": 10000}},
+            "weights: freqs_cis is not RoPE with base 10000",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_config_looplab_cannot_compute_is_refused_naming_the_field(tmp_path, changes, message):
     directory = copy_fixture(tmp_path / "m")
     _edit_config(directory, **changes)

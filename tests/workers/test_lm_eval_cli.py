@@ -22,10 +22,22 @@ ROOT = Path(__file__).parents[2]
 
 
 def _looplab(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": "", "HF_HUB_OFFLINE": "1",
-           "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}  # fmt: skip
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "CUDA_VISIBLE_DEVICES": "",
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 @pytest.mark.slow
@@ -41,9 +53,22 @@ def test_looplab_lm_eval_runs_a_local_task_from_the_shell_on_the_cpu(tmp_path):
     config = local_task_config("mini", write_items(tmp_path / "mini.jsonl"))
     (tasks / "mini.yaml").write_text(yaml.safe_dump(config))
 
-    out = _looplab("lm-eval", "--model", "looplab", "--model_args", f"checkpoint={tmp_path / 'model'},loops=3",
-                   "--tasks", "mini", "--include_path", str(tasks), "--output_path", str(tmp_path / "results"),
-                   "--batch_size", "2", cwd=tmp_path)  # fmt: skip
+    out = _looplab(
+        "lm-eval",
+        "--model",
+        "looplab",
+        "--model_args",
+        f"checkpoint={tmp_path / 'model'},loops=3",
+        "--tasks",
+        "mini",
+        "--include_path",
+        str(tasks),
+        "--output_path",
+        str(tmp_path / "results"),
+        "--batch_size",
+        "2",
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "device 'cuda:0' is not available here; using cpu" in out.stderr  # the harness's default device
     (results,) = (tmp_path / "results").rglob("results_*.json")
@@ -52,6 +77,16 @@ def test_looplab_lm_eval_runs_a_local_task_from_the_shell_on_the_cpu(tmp_path):
         expected = independent_rows(model, ITEMS, 3)["all"]
     assert (metrics["acc,none"], metrics["acc_norm,none"]) == (expected["acc"], expected["acc_norm"])
 
-    bad = _looplab("lm-eval", "--model", "looplab", "--model_args", f"checkpoint={tmp_path / 'nothing'}",
-                   "--tasks", "mini", "--include_path", str(tasks), cwd=tmp_path)  # fmt: skip
+    bad = _looplab(
+        "lm-eval",
+        "--model",
+        "looplab",
+        "--model_args",
+        f"checkpoint={tmp_path / 'nothing'}",
+        "--tasks",
+        "mini",
+        "--include_path",
+        str(tasks),
+        cwd=tmp_path,
+    )
     assert bad.returncode != 0 and "nothing" in bad.stderr

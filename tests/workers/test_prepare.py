@@ -25,9 +25,11 @@ from workers import prepare as prepare_job
 from workers.reporter import MemoryReporter
 
 ROOT = Path(__file__).resolve().parents[2]
-WORDS = ("the of and to in is that for it as was with be by on not he this are or his from at which "
-         "but have an they you were her she there one all we can their has been if more when will would "
-         "who so no out up into do any your what some them other time only new about than may").split()  # fmt: skip
+WORDS = (
+    "the of and to in is that for it as was with be by on not he this are or his from at which "
+    "but have an they you were her she there one all we can their has been if more when will would "
+    "who so no out up into do any your what some them other time only new about than may"
+).split()
 
 
 def write_hub_layout(root: Path, files: int, docs_per_file: int, seed: int = 0) -> Path:
@@ -40,8 +42,11 @@ def write_hub_layout(root: Path, files: int, docs_per_file: int, seed: int = 0) 
     for f in range(files):
         texts = [" ".join(rng.choice(WORDS, size=int(rng.integers(50, 400)))) for _ in range(docs_per_file)]
         ids = [f"<urn:doc:{f}:{i}>" for i in range(docs_per_file)]
-        pq.write_table(pa.table({"text": texts, "id": ids}), root / f"train-{f:05d}-of-{files:05d}.parquet",
-                       row_group_size=64)  # fmt: skip
+        pq.write_table(
+            pa.table({"text": texts, "id": ids}),
+            root / f"train-{f:05d}-of-{files:05d}.parquet",
+            row_group_size=64,
+        )
     return root
 
 
@@ -76,8 +81,12 @@ def test_local_parquet_dir_streams_through_the_path_hub_data_takes(hub_dir, monk
     def recording(path, *args, **kw):
         calls.append((path, kw.get("streaming")))
         if path == "HuggingFaceFW/fineweb-edu":  # the hub dataset, served from the same files
-            return real("parquet", data_files=sorted(map(str, hub_dir.glob("*.parquet"))), split="train",
-                        streaming=True)  # fmt: skip
+            return real(
+                "parquet",
+                data_files=sorted(map(str, hub_dir.glob("*.parquet"))),
+                split="train",
+                streaming=True,
+            )
         return real(path, *args, **kw)
 
     monkeypatch.setattr(datasets, "load_dataset", recording)
@@ -165,9 +174,24 @@ def test_parallel_tokenization_equals_serial(hub_dir, bpe_file, own_cache):
 
 
 def _prepare_cmd(hub_dir: Path, tokenizer: str, events: Path) -> list[str]:
-    return [sys.executable, "-m", "workers.prepare", "--corpus", str(hub_dir), "--tokenizer", tokenizer,
-            "--max-tokens", "1e9", "--piece-docs", "20", "--processes", "1", "--events-jsonl", str(events),
-            "--quiet"]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "workers.prepare",
+        "--corpus",
+        str(hub_dir),
+        "--tokenizer",
+        tokenizer,
+        "--max-tokens",
+        "1e9",
+        "--piece-docs",
+        "20",
+        "--processes",
+        "1",
+        "--events-jsonl",
+        str(events),
+        "--quiet",
+    ]
 
 
 @pytest.mark.slow
@@ -179,8 +203,13 @@ def test_kill_9_mid_preparation_then_resume_gives_the_uninterrupted_bytes(tmp_pa
     tok = str(data.prepare(data.DataSpec(tokenizer="bpe", vocab_size=400)).dir / "tokenizer.json")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     killed = {**env, "LOOPLAB_CACHE": str(tmp_path / "killed")}
-    proc = subprocess.Popen(_prepare_cmd(corpus_dir, tok, tmp_path / "a.jsonl"), env=killed, cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    proc = subprocess.Popen(
+        _prepare_cmd(corpus_dir, tok, tmp_path / "a.jsonl"),
+        env=killed,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     progress = None
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
@@ -194,12 +223,22 @@ def test_kill_9_mid_preparation_then_resume_gives_the_uninterrupted_bytes(tmp_pa
     proc.wait()
     committed = json.loads(progress.read_text())["docs"]
     assert committed >= 100 and not (progress.parent / "meta.json").exists()
-    again = subprocess.run(_prepare_cmd(corpus_dir, tok, tmp_path / "b.jsonl"), env=killed, cwd=ROOT,
-                           capture_output=True, text=True)  # fmt: skip
+    again = subprocess.run(
+        _prepare_cmd(corpus_dir, tok, tmp_path / "b.jsonl"),
+        env=killed,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert again.returncode == 0, again.stderr
     assert f"resuming the preparation in {progress.parent} after {committed:,} documents" in again.stderr
-    whole = subprocess.run(_prepare_cmd(corpus_dir, tok, tmp_path / "c.jsonl"), cwd=ROOT, capture_output=True,
-                           text=True, env={**env, "LOOPLAB_CACHE": str(tmp_path / "whole")})  # fmt: skip
+    whole = subprocess.run(
+        _prepare_cmd(corpus_dir, tok, tmp_path / "c.jsonl"),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**env, "LOOPLAB_CACHE": str(tmp_path / "whole")},
+    )
     assert whole.returncode == 0, whole.stderr
     (done,) = (tmp_path / "whole").glob("p2-*/n*")
     for name in ("train.bin", "val.bin", "meta.json", "token_bytes.npy", "tokenizer.json"):
@@ -212,9 +251,13 @@ def test_kill_9_mid_preparation_then_resume_gives_the_uninterrupted_bytes(tmp_pa
 
 def test_prepare_spec_and_cli_name_the_field(capsys):
     assert prepare_job.Spec.from_dict({"max_tokens": 2e6}).max_tokens == 2_000_000
-    for bad, field in [({"max_tokens": "budget"}, "max_tokens"), ({"max_tokens": 0}, "data.max_tokens"),
-                       ({"processes": 0}, "processes"), ({"corpus": "/no/such"}, "data.corpus"),
-                       ({"shards": 2}, "prepare: unknown key")]:  # fmt: skip
+    for bad, field in [
+        ({"max_tokens": "budget"}, "max_tokens"),
+        ({"max_tokens": 0}, "data.max_tokens"),
+        ({"processes": 0}, "processes"),
+        ({"corpus": "/no/such"}, "data.corpus"),
+        ({"shards": 2}, "prepare: unknown key"),
+    ]:
         with pytest.raises(ConfigError, match=field):
             prepare_job.Spec.from_dict(bad)
     assert prepare_job.main(["--max-tokens", "lots"]) == 2
@@ -330,8 +373,9 @@ def test_with_replacement_sampler_is_unchanged():
     assert (data.window_offsets(5000, 4, 16, 3, 7) == expected).all()
 
 
-def test_a_run_whose_checkpoint_predates_the_sampler_keeps_sampling_with_replacement(looplab_cache, tmp_path,
-                                                                                     monkeypatch):  # fmt: skip
+def test_a_run_whose_checkpoint_predates_the_sampler_keeps_sampling_with_replacement(
+    looplab_cache, tmp_path, monkeypatch
+):
     """A checkpoint without `sampler` in its trainer state (written before samplers were versioned)
     resumes with replacement, whatever a new run of its spec would use: the curve of an uninterrupted
     with-replacement run. A new run on data sized to it samples without replacement."""
@@ -397,8 +441,11 @@ def test_train_jobs_sharing_a_corpus_wait_for_one_prepare_job_on_the_real_queue(
 
     corpus_dir = write_hub_layout(tmp_path / "corpus", files=2, docs_per_file=300, seed=2)
     q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art")
-    base = tiny_spec(batch_size=4, eval_tokens=256,
-                     data={"corpus": str(corpus_dir), "tokenizer": "byte", "max_tokens": "budget"})  # fmt: skip
+    base = tiny_spec(
+        batch_size=4,
+        eval_tokens=256,
+        data={"corpus": str(corpus_dir), "tokenizer": "byte", "max_tokens": "budget"},
+    )
     del base["tokens"]
     grid = Grid("shared", base=base, sweep={"tokens": [4 * 32 * 4, 4 * 32 * 8], "seed": [0, 1]})
     ids = q.submit(grid)
@@ -410,13 +457,15 @@ def test_train_jobs_sharing_a_corpus_wait_for_one_prepare_job_on_the_real_queue(
     assert table(q.status()).count(f"waiting for prepare job {prep}") == 4  # `looplab status` says why
     assert q.submit(grid) == ids and q.last_added == []  # resubmitting adds nothing
     # a prepare job submitted on its own, on two processes inside a Ray worker
-    (alone,) = q.submit(Grid("two-procs", job=PREPARE, base={"corpus": str(corpus_dir), "max_tokens": 3000,
-                                                             "processes": 2}))  # fmt: skip
+    (alone,) = q.submit(
+        Grid("two-procs", job=PREPARE, base={"corpus": str(corpus_dir), "max_tokens": 3000, "processes": 2})
+    )
     q.run(until_empty=True, progress=False, poll_s=0.2)
     st = q.status().set_index("id")
     assert set(st["status"]) == {"succeeded"}, st[["kind", "status", "error"]]
-    ((started, done, total),) = rows(q, "SELECT started_at, progress_done, progress_total FROM jobs WHERE id=:j",
-                                     j=prep)  # fmt: skip
+    ((started, done, total),) = rows(
+        q, "SELECT started_at, progress_done, progress_total FROM jobs WHERE id=:j", j=prep
+    )
     assert done == total == 4 * 32 * 8 + 1 + _val_tokens(corpus_dir)  # the progress of what it prepared
     assert all(s > started for (s,) in rows(q, "SELECT started_at FROM jobs WHERE kind='train'"))
     tokens = rows(q, "SELECT t.tokens, j.config FROM train_results t JOIN jobs j ON j.id = t.job_id")

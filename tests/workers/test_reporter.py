@@ -33,9 +33,15 @@ def test_every_event_kind_is_made_by_one_reporter_method():
     rep = MemoryReporter()
     report_one_of_each(rep)
     assert [e.kind for e in rep.events] == [
-        EventKind.STARTED, EventKind.RESUMED, EventKind.METRIC, EventKind.PROGRESS, EventKind.CHECKPOINT,
-        EventKind.LOG, EventKind.RESULT, EventKind.HEARTBEAT,
-    ]  # fmt: skip
+        EventKind.STARTED,
+        EventKind.RESUMED,
+        EventKind.METRIC,
+        EventKind.PROGRESS,
+        EventKind.CHECKPOINT,
+        EventKind.LOG,
+        EventKind.RESULT,
+        EventKind.HEARTBEAT,
+    ]
     assert {e.kind for e in rep.events} == set(EventKind)
     assert rep.of("started") == [{"worker": "node:42", "gpu_ids": "0,1"}]
     assert rep.of(EventKind.METRIC) == [

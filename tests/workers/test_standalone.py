@@ -72,8 +72,11 @@ def test_bad_input_anywhere_is_one_error_line_and_status_2(where, capsys):
     status, shown = standalone(job, argv, before=before)
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and shown == []
-    expected = {"spec": "error: steps: ", "before": "error: checkpoint: no such file",
-                "job": "error: checkpoint: vocab mismatch"}[where]  # fmt: skip
+    expected = {
+        "spec": "error: steps: ",
+        "before": "error: checkpoint: no such file",
+        "job": "error: checkpoint: vocab mismatch",
+    }[where]
     assert err[-1].startswith(expected), err
     assert len(calls) == (1 if where == "job" else 0)  # a refused spec or check runs nothing
 

@@ -255,9 +255,27 @@ def test_cli_passes_only_given_flags_so_defaults_live_in_the_spec():
     from workers.train_cli import build_parser
 
     parser = build_parser()
-    args = parser.parse_args(["--preset", "parcae", "--tokens", "2e6", "--out", "o", "--model", "loops=3",
-                              "--model", "value_embeds=[1,3]", "--eval-loops", "1,4", "--no-compile",
-                              "--vocab-size", "300", "--tokenizer", "bpe"])  # fmt: skip
+    args = parser.parse_args(
+        [
+            "--preset",
+            "parcae",
+            "--tokens",
+            "2e6",
+            "--out",
+            "o",
+            "--model",
+            "loops=3",
+            "--model",
+            "value_embeds=[1,3]",
+            "--eval-loops",
+            "1,4",
+            "--no-compile",
+            "--vocab-size",
+            "300",
+            "--tokenizer",
+            "bpe",
+        ]
+    )
     given = parser.spec_dict(args)
     assert given == {
         "recipe": "parcae",
@@ -281,8 +299,11 @@ def test_every_cli_has_a_flag_with_help_for_every_spec_field():
     from workers.spec_cli import field_docs
     from workers.train_cli import build_parser
 
-    for spec_cls, parser in [(train.Spec, build_parser()), (depth_sweep.Spec, depth_sweep.build_parser()),
-                             (decode_bench.Spec, decode_bench.build_parser())]:  # fmt: skip
+    for spec_cls, parser in [
+        (train.Spec, build_parser()),
+        (depth_sweep.Spec, depth_sweep.build_parser()),
+        (decode_bench.Spec, decode_bench.build_parser()),
+    ]:
         names = [f.name for f in dataclasses.fields(spec_cls) if f.name != "data"]
         if spec_cls is train.Spec:
             names += [f.name for f in dataclasses.fields(DataSpec)]

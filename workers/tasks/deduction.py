@@ -26,10 +26,46 @@ from workers.tasks.schema import Item
 
 DEPTHS = tuple(range(0, 6))
 ANSWERS = ("true", "false", "unknown")
-ENTITIES = ("Anne", "Bob", "Charlie", "Dave", "Erin", "Fiona", "Gary", "Harry", "the bear", "the cat",
-            "the dog", "the mouse", "the rabbit", "the squirrel", "the tiger", "the lion")  # fmt: skip
-ATTRIBUTES = ("big", "blue", "cold", "furry", "green", "kind", "nice", "quiet", "red", "rough", "round",
-              "smart", "white", "young", "heavy", "shiny", "tall", "wet", "loud", "small")  # fmt: skip
+ENTITIES = (
+    "Anne",
+    "Bob",
+    "Charlie",
+    "Dave",
+    "Erin",
+    "Fiona",
+    "Gary",
+    "Harry",
+    "the bear",
+    "the cat",
+    "the dog",
+    "the mouse",
+    "the rabbit",
+    "the squirrel",
+    "the tiger",
+    "the lion",
+)
+ATTRIBUTES = (
+    "big",
+    "blue",
+    "cold",
+    "furry",
+    "green",
+    "kind",
+    "nice",
+    "quiet",
+    "red",
+    "rough",
+    "round",
+    "smart",
+    "white",
+    "young",
+    "heavy",
+    "shiny",
+    "tall",
+    "wet",
+    "loud",
+    "small",
+)
 MAX_TRIES = 1000
 
 Fact = tuple[str, str, bool]  # (entity, attribute, holds)

@@ -28,11 +28,59 @@ N_CHOICES = 4
 GENERATIONS = 4
 MAX_TRIES = 20_000  # walks drawn per item before giving up on its relation (never reached in practice)
 NAMES = {
-    "m": ("Adam", "Ben", "Carl", "Dan", "Eric", "Frank", "George", "Henry", "Ian", "Jack", "Kevin", "Leo",
-          "Mark", "Nick", "Oscar", "Paul", "Ray", "Sam", "Tom", "Victor", "Walter", "Yusuf", "Zack", "Hugo"),
-    "f": ("Alice", "Beth", "Clara", "Diana", "Emma", "Fay", "Grace", "Helen", "Iris", "Jane", "Kate", "Lucy",
-          "Mary", "Nora", "Olga", "Pam", "Rose", "Sara", "Tina", "Vera", "Wendy", "Yara", "Zoe", "Ruth"),
-}  # fmt: skip
+    "m": (
+        "Adam",
+        "Ben",
+        "Carl",
+        "Dan",
+        "Eric",
+        "Frank",
+        "George",
+        "Henry",
+        "Ian",
+        "Jack",
+        "Kevin",
+        "Leo",
+        "Mark",
+        "Nick",
+        "Oscar",
+        "Paul",
+        "Ray",
+        "Sam",
+        "Tom",
+        "Victor",
+        "Walter",
+        "Yusuf",
+        "Zack",
+        "Hugo",
+    ),
+    "f": (
+        "Alice",
+        "Beth",
+        "Clara",
+        "Diana",
+        "Emma",
+        "Fay",
+        "Grace",
+        "Helen",
+        "Iris",
+        "Jane",
+        "Kate",
+        "Lucy",
+        "Mary",
+        "Nora",
+        "Olga",
+        "Pam",
+        "Rose",
+        "Sara",
+        "Tina",
+        "Vera",
+        "Wendy",
+        "Yara",
+        "Zoe",
+        "Ruth",
+    ),
+}
 # (generations up to the common ancestor from the first person, down from it to the second) -> relation
 BLOOD = {
     (1, 0): {"m": "father", "f": "mother"},
@@ -62,8 +110,12 @@ MAX_STEPS = {r: HOUSEHOLDS[key] * (MAX_CHILDREN + 1) for key, names in BLOOD.ite
 MIN_STEPS.update({r: 1 for r in SPOUSE.values()})
 MAX_STEPS.update({r: MAX_CHILDREN + 1 for r in SPOUSE.values()})
 # the relation words a story uses for one step
-STEP = {"parent": {"m": "father", "f": "mother"}, "child": {"m": "son", "f": "daughter"},
-        "sibling": {"m": "brother", "f": "sister"}, "spouse": SPOUSE}  # fmt: skip
+STEP = {
+    "parent": {"m": "father", "f": "mother"},
+    "child": {"m": "son", "f": "daughter"},
+    "sibling": {"m": "brother", "f": "sister"},
+    "spouse": SPOUSE,
+}
 
 
 @dataclass
