@@ -12,7 +12,7 @@ its interval from the same bootstrap draws.
 
 The law and its fit are `analysis/scaling.py`; `runs_for_fit` turns a runs table (the `runs` view, or
 `orchestrator.frames.runs`) into the fit's input, and `report_text` / `report_json` are what
-`looplab fit iso-depth` prints (orchestrator/fit.py). Pure: no Streamlit, no database.
+`looplab fit iso-depth` prints (lab/fit.py). Pure: no Streamlit, no database.
 """
 
 from __future__ import annotations

@@ -313,7 +313,7 @@ def page_loads(url: str) -> dict:
     from analysis import comparison, curves, extrapolation, iso_depth, tasks, variants
     from dashboard import listing
     from orchestrator import frames
-    from orchestrator.planner import planned_vs_actual
+    from orchestrator.frames import planned_vs_actual
     from orchestrator.states import JobStatus
 
     def queue():

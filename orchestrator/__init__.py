@@ -17,7 +17,7 @@ def __getattr__(name: str) -> Any:
 
         return Grid
     if name == "Queue":
-        from orchestrator.api import Queue
+        from lab.api import Queue
 
         return Queue
     raise AttributeError(f"module 'orchestrator' has no attribute {name!r}")

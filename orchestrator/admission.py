@@ -1,6 +1,6 @@
 """The admission rule: of the ready jobs, which start now and where, which wait holding a reservation,
 which are refused for good, and when the pass stops. One rule for the scheduler (orchestrator/scheduler.py,
-which runs it on the Ray cluster) and the planner's simulation (orchestrator/planner/simulate.py, which
+which runs it on the Ray cluster) and the planner's simulation (lab/planner/simulate.py, which
 replays it on estimates), so a plan replays the scheduler by construction. Pure: no Ray, no SQL, no clock.
 
 Input of a pass: the ready jobs in the order the queue returns them (effective priority highest first,

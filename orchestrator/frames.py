@@ -29,7 +29,7 @@ from analysis.curves import CURVE_LEVEL_TOP, stride_level
 from orchestrator.db import readonly_engine
 from orchestrator.jobkinds import MODEL_SOURCES
 from orchestrator.pairing import MATCH_TIME, stored_reference
-from orchestrator.schema import GridRow, Job, JobDep, LatestMetric
+from orchestrator.schema import Attempt, DecodeBench, GridRow, Job, JobDep, LatestMetric, TrainResult
 from orchestrator.states import ACTIVE, JobStatus
 
 CURVE_KEYS = ("train_loss", "val_loss", "val_bpb", "lr", "tokens_per_s")
@@ -67,7 +67,7 @@ def job_listing(
 
     One query however many jobs there are. `grid`: a grid id or name; `active_only`: only queued and
     running jobs (`orchestrator.states.ACTIVE`); `job_ids`: only these jobs. `looplab status` /
-    `Queue.status()` (orchestrator/display.py) and the Queue page (`jobs`) each show columns of it."""
+    `Queue.status()` (lab/display.py) and the Queue page (`jobs`) each show columns of it."""
     lm_train = sa.alias(LatestMetric.__table__, "lt")
     lm_val = sa.alias(LatestMetric.__table__, "lv")
     j = Job.__table__
@@ -470,3 +470,47 @@ def sql_query(
     timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
     columns, rows, truncated = run_readonly(url, sql, timeout_s=timeout_s, limit=limit)
     return pd.DataFrame.from_records(rows, columns=columns), truncated
+
+
+def planned_vs_actual(eng: Engine) -> pd.DataFrame:
+    """Finished jobs with a stored plan estimate: planned and actual wall seconds (the attempts' sum),
+    their ratio, the estimate's source and the contention the job ran under."""
+    attempts = Attempt.__table__
+    jobs_t = Job.__table__
+    wall = (
+        sa.select(attempts.c.job_id, sa.func.sum(attempts.c.ended_at - attempts.c.started_at).label("actual"))
+        .where(attempts.c.ended_at.is_not(None))
+        .group_by(attempts.c.job_id)
+        .subquery()
+    )
+    results = TrainResult.__table__
+    contention = (
+        sa.select(DecodeBench.job_id, sa.func.max(DecodeBench.concurrent_jobs).label("concurrent"))
+        .group_by(DecodeBench.job_id)
+        .subquery()
+    )
+    query = (
+        sa.select(
+            jobs_t.c.id.label("job_id"),
+            GridRow.name.label("grid"),
+            jobs_t.c.kind,
+            jobs_t.c.variant_label,
+            jobs_t.c.size,
+            jobs_t.c.seed,
+            jobs_t.c.status,
+            jobs_t.c.planned_source.label("source"),
+            jobs_t.c.planned_seconds,
+            wall.c.actual.label("actual_seconds"),
+            sa.func.coalesce(results.c.concurrent_jobs, contention.c.concurrent).label("concurrent_jobs"),
+        )
+        .join(wall, wall.c.job_id == jobs_t.c.id)
+        .outerjoin(GridRow, GridRow.id == jobs_t.c.grid_id)
+        .outerjoin(results, results.c.job_id == jobs_t.c.id)
+        .outerjoin(contention, contention.c.job_id == jobs_t.c.id)
+        .where(jobs_t.c.planned_seconds.is_not(None), jobs_t.c.status == JobStatus.SUCCEEDED)
+        .order_by(jobs_t.c.id)
+    )
+    with eng.connect() as conn:
+        df = pd.DataFrame(conn.execute(query).all(), columns=[c.name for c in query.selected_columns])
+    df["ratio"] = df["actual_seconds"] / df["planned_seconds"]
+    return df

@@ -45,7 +45,7 @@ from orchestrator.variants import LABEL_MAX
 if TYPE_CHECKING:
     from workers.jobs import JobRegistry
 
-# The follow-ups of a train grid's jobs (`then`) among the built-in kinds (orchestrator.studies checks
+# The follow-ups of a train grid's jobs (`then`) among the built-in kinds (lab.studies checks
 # a helper's `then` against them).
 FOLLOW_UPS = jobkinds.follow_ups(TRAIN)
 _BUDGET_KEYS = ("tokens", "time_s", "flops", MATCH_TIME)

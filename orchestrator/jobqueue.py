@@ -87,7 +87,7 @@ def submit(
 ) -> tuple[list[int], list[int]]:
     """Validate and insert; returns (job ids in plan order, ids that were newly added).
 
-    `estimate` (the API passes `orchestrator.planner.submission_estimates`; this module knows nothing
+    `estimate` (the API passes `lab.planner.submission_estimates`; this module knows nothing
     of planning) gives each new job the wall time it is expected to take (`planned_seconds`,
     `planned_source`); an estimator that fails costs only the estimates. The train jobs of an iso-time
     pair (orchestrator.pairing: a match-time budget and the job it names, while that one is still

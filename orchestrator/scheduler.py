@@ -73,21 +73,20 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import signal
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import ray
 
-from model import fields
 from orchestrator import drivers, jobkinds, jobqueue, retention
 from orchestrator.admission import Admission, Candidate, Node, Refuse, Request, Running
 from orchestrator.db import Outage, outage, outage_phrase
-from orchestrator.display import print_progress
+from orchestrator.settings import _seconds, aging_seconds, backoff_seconds, grace_seconds
 from orchestrator.states import AttemptOutcome, JobStatus
 from orchestrator.task import QueueReporter, launch, sink_on_this_node
 from orchestrator.writer import Unwritten, record_concurrency, write_events
@@ -99,41 +98,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("looplab.scheduler")
 # what a job reports whose last value is all the writer keeps (the live columns of its jobs row)
 LATEST_ONLY = (EventKind.HEARTBEAT, EventKind.PROGRESS)
-
-
-def _seconds(name: str, value: Any, positive: bool = False) -> float:
-    """A number of seconds >= 0 (> 0 when `positive`), or a ConfigError naming `name`."""
-    return float(fields.number(name, value, lo=0.0, lo_open=positive))
-
-
-def _env_seconds(name: str, default: float, positive: bool = False) -> float:
-    value = os.environ.get(name)
-    if value is None:
-        return default
-    try:
-        parsed: Any = float(value)
-    except ValueError:
-        parsed = value  # refused below, naming the variable
-    return _seconds(f"${name}", parsed, positive)
-
-
-def grace_seconds() -> float:
-    """Heartbeat grace period for recovery ($LOOPLAB_HEARTBEAT_GRACE_S, default 60 s)."""
-    return _env_seconds("LOOPLAB_HEARTBEAT_GRACE_S", jobqueue.DEFAULT_GRACE_S, positive=True)
-
-
-def aging_seconds() -> float:
-    """Seconds of waiting that add one to a job's effective priority ($LOOPLAB_AGING_S, default 300;
-    > 0: it divides the waiting time)."""
-    return _env_seconds("LOOPLAB_AGING_S", jobqueue.DEFAULT_AGING_S, positive=True)
-
-
-def backoff_seconds() -> tuple[float, float]:
-    """(base, cap) of the retry backoff ($LOOPLAB_RETRY_BACKOFF_S, $LOOPLAB_RETRY_BACKOFF_MAX_S)."""
-    return (
-        _env_seconds("LOOPLAB_RETRY_BACKOFF_S", jobqueue.DEFAULT_BACKOFF_S),
-        _env_seconds("LOOPLAB_RETRY_BACKOFF_MAX_S", jobqueue.DEFAULT_BACKOFF_MAX_S),
-    )
 
 
 class Scheduler:
@@ -154,6 +118,7 @@ class Scheduler:
         poll_s: float = 0.5,
         progress: bool = True,
         progress_every_s: float = 5.0,
+        live_view: Callable[[Any, list[int]], None] | None = None,
         aging_s: float | None = None,
         retry_backoff_s: float | None = None,
         retry_backoff_max_s: float | None = None,
@@ -166,6 +131,8 @@ class Scheduler:
         self.until_empty, self.max_concurrent = until_empty, max_concurrent
         self.grace_s = grace_seconds() if grace_s is None else grace_s
         self.poll_s, self.progress, self.progress_every_s = poll_s, progress, progress_every_s
+        # the lab's terminal view of the running jobs (lab/display.py), every progress_every_s
+        self.live_view = live_view
         self.aging_s = aging_seconds() if aging_s is None else _seconds("aging_s", aging_s, positive=True)
         base, cap = backoff_seconds()
         self.backoff_s = base if retry_backoff_s is None else _seconds("retry_backoff_s", retry_backoff_s)
@@ -289,8 +256,13 @@ class Scheduler:
             jobqueue.recover_stale(self.eng, self.grace_s, exclude={j for j, *_ in self.running.values()})
             jobqueue.cascade(self.eng)
             self.last_recover = now
-        if self.progress and now - self.last_progress > self.progress_every_s and self.running:
-            print_progress(self.eng, [j for j, *_ in self.running.values()])
+        if (
+            self.progress
+            and self.live_view
+            and now - self.last_progress > self.progress_every_s
+            and self.running
+        ):
+            self.live_view(self.eng, [j for j, *_ in self.running.values()])
             self.last_progress = now
         return False
 

@@ -139,7 +139,7 @@ class Job(Base):
     # the budget in FLOPs when it was given so (budget_tokens is then its whole-step token count)
     budget_flops: Mapped[float | None] = mapped_column(Float)
     # the planner's wall-time estimate at submission and its source (measured | flop_model | finished;
-    # see orchestrator.planner), kept so that planned and actual times can be compared (rev. 0005)
+    # see lab.planner), kept so that planned and actual times can be compared (rev. 0005)
     planned_seconds: Mapped[float | None] = mapped_column(Float)
     planned_source: Mapped[str | None] = mapped_column(String(16))
     # The driver that holds the running attempt (rev. 0008): its host name, process id and the

@@ -2,7 +2,7 @@
 (`plan_ids_and_hashes`), the jobs columns about each plan's model (`model_columns`), its estimates
 (`planned`) and the order that puts every plan after the plans it waits for (`deps_first`).
 
-Read-only: `jobqueue.submit` writes the rows these describe, and `looplab plan` (orchestrator/planner)
+Read-only: `jobqueue.submit` writes the rows these describe, and `looplab plan` (lab/planner)
 reads the same plans without writing, so a forecast is of exactly the jobs a submission would add.
 """
 

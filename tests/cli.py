@@ -1,4 +1,4 @@
-"""`looplab` run in the test's own process (orchestrator.cli.main) with pytest capturing its output: what
+"""`looplab` run in the test's own process (lab.cli.main) with pytest capturing its output: what
 a shell would see of a command, without a Python start and the imports of a subprocess."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ class Ran(NamedTuple):
 
 def looplab_here(capsys, *args: str) -> Ran:
     """`looplab ARGS`: its exit status and what it printed (output printed before the call is dropped)."""
-    from orchestrator.cli import main
+    from lab.cli import main
 
     capsys.readouterr()
     returncode = main([str(a) for a in args])

@@ -1,12 +1,15 @@
 """The import graph of the source: no module imports one that imports it back (lazy imports inside
 functions included), and the packages import one way, as docs/ARCHITECTURE.md says:
 
-    orchestrator → workers → model,   orchestrator → analysis → model,
+    lab → orchestrator → workers → model,   lab → analysis → model,   orchestrator → analysis,
     dashboard → orchestrator, analysis,   migrations → orchestrator
 
-Two named exceptions, each one module to one module: the command line starts the dashboard
-(`looplab dashboard`: orchestrator/cli.py → dashboard/launch.py), and the engine (orchestrator/db.py)
-finds the Alembic scripts in `migrations/` to upgrade a database when it opens it. The graph is read from
+Nothing imports the lab (it is what the `looplab` entry point runs). Three named exceptions, each one
+module to one module: the command line starts the dashboard (`looplab dashboard`: lab/cli.py →
+dashboard/launch.py); the engine (orchestrator/db.py) finds the Alembic scripts in `migrations/` to
+upgrade a database when it opens it; and `from orchestrator import Queue`, which users' scripts have
+written since the first release, still finds the API in its new home (orchestrator/__init__.py →
+lab/api.py). The graph is read from
 the source text (ast), so nothing is imported to check it; a module named in a module-level dict (a
 registry imported by name: the CLI's HANDLERS, workers/jobs.py's KINDS) counts as imported.
 """
@@ -17,7 +20,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("model", "workers", "analysis", "orchestrator", "dashboard", "migrations")
+PACKAGES = ("model", "workers", "analysis", "orchestrator", "dashboard", "migrations", "lab")
 # package -> the packages it may import (besides itself)
 ALLOWED = {
     "model": set(),
@@ -26,11 +29,13 @@ ALLOWED = {
     "orchestrator": {"workers", "model", "analysis"},
     "dashboard": {"orchestrator", "analysis"},
     "migrations": {"orchestrator"},
+    "lab": {"orchestrator", "analysis", "workers", "model"},
 }
 # module -> the modules it may import against the rule
 EXCEPTIONS = {
-    "orchestrator.cli": {"dashboard.launch"},
+    "lab.cli": {"dashboard.launch"},
     "orchestrator.db": {"migrations"},
+    "orchestrator": {"lab.api"},
 }
 
 
@@ -137,15 +142,19 @@ def test_the_checker_can_fail():
     graph = import_graph()
     assert "model.config" in graph["model.presets"]  # a top-level import is seen
     assert "workers.jobs" in graph["orchestrator.task"]  # so is one inside a function body
-    assert "dashboard.launch" in graph["orchestrator.cli"]  # and a module named in a string
+    assert "dashboard.launch" in graph["lab.cli"]  # and a module named in a string
     # the rule itself: an import up, or down past the exception's one module, is reported
     assert _against_the_rule({"analysis.stats": {"orchestrator.states"}}) == [
         "analysis.stats -> orchestrator.states"
     ]
-    assert _against_the_rule({"orchestrator.cli": {"dashboard.launch", "dashboard.ui"}}) == [
-        "orchestrator.cli -> dashboard.ui"
-    ]
+    assert _against_the_rule({"lab.cli": {"dashboard.launch", "dashboard.ui"}}) == ["lab.cli -> dashboard.ui"]
     assert _against_the_rule({"dashboard.ui": {"orchestrator.frames", "analysis.variants"}}) == []
+    # nothing below the lab imports it: not the queue, not a page
+    assert _against_the_rule({"orchestrator.scheduler": {"lab.display"}, "dashboard.views.plan": {"lab.planner"}}) == [
+        "orchestrator.scheduler -> lab.display",
+        "dashboard.views.plan -> lab.planner",
+    ]
+    assert "lab.api" in graph["orchestrator"]  # the one re-export, seen and allowed by name
 
 
 def test_no_import_cycles():
@@ -169,3 +178,17 @@ def _against_the_rule(graph: dict[str, set[str]]) -> list[str]:
 def test_packages_import_one_way():
     wrong = _against_the_rule(import_graph())
     assert wrong == [], "imports against the one-way rule:\n" + "\n".join(wrong)
+
+
+def test_the_queue_api_keeps_its_old_import_path():
+    """`from orchestrator import Grid, Queue` is how users' scripts and the docs import the API; its home
+    is now the lab (lab/api.py), and the old path is a re-export that must keep working."""
+    import orchestrator
+    from lab.api import Queue
+    from orchestrator.grid import Grid
+
+    assert orchestrator.Queue is Queue
+    assert orchestrator.Grid is Grid
+    ns: dict = {}
+    exec("from orchestrator import Grid, Queue", ns)
+    assert ns["Queue"] is Queue and ns["Grid"] is Grid

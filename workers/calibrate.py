@@ -19,7 +19,7 @@ What is measured, each after untimed warm-up calls (about 15 s on a CPU core, a 
 
 The file is JSON: {"format": "looplab-calibration", "version": 3, "device": {...}, "rates": {...}, ...}
 (`FIELDS` lists every key); reading one refuses another format or version, an unknown or missing key
-and a bad value, naming the key. The planner's cache of this machine (orchestrator/planner/
+and a bad value, naming the key. The planner's cache of this machine (lab/planner/
 calibration.py) stores the same entries.
 """
 

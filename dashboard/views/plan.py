@@ -8,7 +8,6 @@ import streamlit as st
 
 from dashboard import ui
 from orchestrator import frames
-from orchestrator.planner import planned_vs_actual
 
 st.title("Plan")
 st.caption(
@@ -19,7 +18,7 @@ st.caption(
     "`concurrent_jobs`: other jobs beside it (contention slows a job down)."
 )
 url = ui.url()
-df = planned_vs_actual(frames.engine(url))
+df = frames.planned_vs_actual(frames.engine(url))
 grids = ui.selected("grid")
 if not df.empty and grids:
     df = df[df["grid"].isin(grids)]

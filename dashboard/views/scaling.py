@@ -34,7 +34,7 @@ if not ui.selected("grid"):
 study_runs = iso_depth.runs_for_fit(runs[runs["status"] == JobStatus.SUCCEEDED])
 if study_runs.empty:
     st.info(
-        "No finished iso-depth runs yet: submit the study (`orchestrator.studies.iso_depth_grid`, or "
+        "No finished iso-depth runs yet: submit the study (`lab.studies.iso_depth_grid`, or "
         "`looplab demo --study iso-depth`), or pick a grid of fixed-loop runs in the sidebar."
     )
     st.stop()

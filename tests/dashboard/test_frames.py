@@ -143,10 +143,10 @@ def test_the_runs_frame_is_the_runs_view(fixture_url):
 
 
 def test_status_and_the_queue_page_show_one_job_listing(fixture_url):
-    """`looplab status` (orchestrator/display.py) and the Queue page (`frames.jobs`) read the same query:
+    """`looplab status` (lab/display.py) and the Queue page (`frames.jobs`) read the same query:
     the same jobs in the same order with the same states; the terminal shows a failed job's last error
     line, the page its whole text, and only for failed jobs."""
-    from orchestrator.display import status_frame
+    from lab.display import status_frame
     from orchestrator.states import JobStatus
 
     page = frames.jobs(fixture_url)

@@ -1,4 +1,4 @@
-"""`looplab fit iso-depth` (orchestrator/fit.py), the Scaling page (AppTest) and the page in a headless
+"""`looplab fit iso-depth` (lab/fit.py), the Scaling page (AppTest) and the page in a headless
 browser, against a database of runs generated from the iso-depth law (tests/analysis/test_scaling.py)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`looplab db upgrade` / `looplab db current`: the commands in-process (`orchestrator.cli.main`, what the
+"""`looplab db upgrade` / `looplab db current`: the commands in-process (`lab.cli.main`, what the
 console script calls), and once the installed console script itself in its own process."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
-from orchestrator.cli import main
+from lab.cli import main
 from orchestrator.db import VERSION_TABLE, head_revision
 from orchestrator.schema import Base
 from orchestrator.views import VIEW_NAMES

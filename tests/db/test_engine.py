@@ -168,7 +168,7 @@ def test_two_processes_creating_one_database_at_once_do_not_race(db_url):
 def test_grant_reader_makes_a_role_that_reads_and_cannot_write(db_url):
     """`looplab db grant-reader ROLE` (PostgreSQL): the role reads every table and view; its writes fail
     for want of privileges even after it switches its session's read-only default off."""
-    from orchestrator.cli import main
+    from lab.cli import main
     from orchestrator.db import grant_reader
 
     if db_url.startswith("sqlite"):

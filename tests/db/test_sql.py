@@ -16,8 +16,8 @@ import re
 import pytest
 from sqlalchemy import make_url
 
+from lab.cli import main
 from model.errors import ConfigError
-from orchestrator.cli import main
 from orchestrator.db import dispose_all, engine, session
 from orchestrator.errors import DatabaseError
 from orchestrator.schema import GridRow, Job, Metric

@@ -10,6 +10,7 @@ import time
 import pytest
 import sqlalchemy as sa
 
+from lab.planner import Estimate, Forecast, ForecastJob, simulate
 from model.errors import ConfigError
 from orchestrator import Grid, Queue, jobkinds, jobqueue
 from orchestrator.admission import (
@@ -25,7 +26,6 @@ from orchestrator.admission import (
     effective_priority,
     place,
 )
-from orchestrator.planner import Estimate, Forecast, ForecastJob, simulate
 from tests.orchestrator import fake_jobs
 
 GPU = Request(cpus=1, gpus=1)

@@ -42,7 +42,7 @@ grid = Grid("crash", base=base, sweep={{"seed": [0, 1]}})
 
 
 def looplab(tmp_path, *args: str, env: dict, **kw) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "orchestrator.cli", "--db", str(tmp_path / "q.db"), *args]
+    cmd = [sys.executable, "-m", "lab.cli", "--db", str(tmp_path / "q.db"), *args]
     return subprocess.Popen(
         cmd,
         cwd=tmp_path,

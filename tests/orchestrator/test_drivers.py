@@ -238,7 +238,7 @@ def start_driver(db_url: str, art: Path, env: dict[str, str]) -> subprocess.Pope
     cmd = [
         sys.executable,
         "-m",
-        "orchestrator.cli",
+        "lab.cli",
         "--db",
         db_url,
         "run",

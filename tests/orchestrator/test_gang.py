@@ -26,13 +26,13 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from lab.planner.estimates import DDP_EFFICIENCY
 from orchestrator import Grid, Queue, frames, pairing
-from orchestrator.planner.estimates import DDP_EFFICIENCY
 from tests.db_rows import rows
+from tests.lab.test_planner import FINISHED, exec_sql, finished_run
+from tests.lab.test_planner import TRAIN as PLAN_TRAIN
 from tests.orchestrator import fake_jobs
 from tests.orchestrator.test_crash_resume import looplab
-from tests.orchestrator.test_planner import FINISHED, exec_sql, finished_run
-from tests.orchestrator.test_planner import TRAIN as PLAN_TRAIN
 from workers import jobs
 from workers.reporter import MemoryReporter
 

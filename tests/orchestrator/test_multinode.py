@@ -113,7 +113,7 @@ class RayNode:
 
 
 def looplab(db: str, *args: str, env: dict, cwd: Path) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "orchestrator.cli", "--db", db, *args]
+    cmd = [sys.executable, "-m", "lab.cli", "--db", db, *args]
     return subprocess.Popen(
         cmd,
         cwd=cwd,

@@ -115,7 +115,7 @@ def test_run_on_an_existing_ray_cluster_by_address(tmp_path):
             [
                 sys.executable,
                 "-m",
-                "orchestrator.cli",
+                "lab.cli",
                 "--db",
                 str(db),
                 "run",

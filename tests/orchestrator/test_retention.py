@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from lab.planner import Calibration
 from model.counts import param_count
 from model.errors import ConfigError
 from orchestrator import Grid, Queue, retention
-from orchestrator.planner import Calibration
 from tests.cli import looplab_here
 from tests.orchestrator import artifact_jobs
 from workers.artifacts import CHECKPOINT, FINAL

@@ -31,7 +31,7 @@ def _looplab(*args: str, cwd: Path) -> subprocess.CompletedProcess:
         "OMP_NUM_THREADS": "1",
     }
     return subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", *args],
+        [sys.executable, "-m", "lab.cli", *args],
         cwd=cwd,
         env=env,
         capture_output=True,

@@ -1,0 +1,316 @@
+"""`looplab` — the command line.
+
+This file only declares the commands and their flags; each command's work lives next to what it
+drives (`orchestrator.db`, `orchestrator.sql`, `lab.commands`, `dashboard.launch`) and is
+imported lazily so `looplab --help` stays fast (no torch, no ray).
+
+The database is chosen by `--db URL` (any SQLAlchemy URL, or a plain path to a SQLite file), else
+the environment variable LOOPLAB_DB, else `sqlite:///looplab.db` in the working directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+HEADLINE = "looplab: a job queue and results database for looped language models"
+# command -> (module, function); the function takes the parsed argparse.Namespace, returns an exit code
+# handled by lab/commands.py
+QUEUE_COMMANDS = ("submit", "plan", "run", "status", "cancel", "retry", "logs", "demo", "gc")
+HANDLERS = {
+    "calibrate": ("workers.calibrate", "cli_calibrate"),  # needs only torch: runs on a bare GPU box
+    "db": ("orchestrator.db", "cli_db"),
+    "sql": ("orchestrator.sql", "cli_sql"),
+    **{command: ("lab.commands", f"cli_{command}") for command in QUEUE_COMMANDS},
+    "fit": ("lab.fit", "cli_fit"),
+    "report": ("lab.report", "cli_report"),
+    "export": ("lab.export", "cli_export"),
+    "dashboard": ("dashboard.launch", "cli_dashboard"),
+    "export-model": ("lab.commands", "cli_export_model"),
+    "lm-eval": ("lab.commands", "cli_lm_eval"),
+}
+# the command whose arguments are another program's (lm-evaluation-harness): passed through unparsed
+PASS_THROUGH = "lm-eval"
+
+
+# command -> the guide (under docs/ in the repository) that `looplab COMMAND --help` names
+GUIDES = {
+    "db": "docs/queue.md (the database, read-only SQL); PostgreSQL and grant-reader: docs/scale-out.md",
+    "sql": "docs/queue.md (read-only SQL, the views)",
+    "submit": "docs/variants.md (recipes, variants, sweeps, budgets); data, max_tokens: docs/data.md; the tour: README.md",
+    "plan": "docs/planning.md (also for a device you are not on: --calibration, --device); disk: docs/disk.md",
+    "calibrate": "docs/planning.md (Planning for a device you are not on)",
+    "gc": "docs/disk.md (what a finished run keeps)",
+    "export-model": "docs/published-models.md (Exporting a model)",
+    "lm-eval": "docs/published-models.md (lm-evaluation-harness from the shell)",
+    "run": "docs/queue.md (which job starts, stopping and resuming); several GPUs or nodes: docs/scale-out.md",
+    "status": "docs/queue.md; the estimated finish: docs/planning.md",
+    "cancel": "docs/queue.md",
+    "retry": "docs/queue.md",
+    "logs": "docs/queue.md",
+    "demo": "docs/studies.md; --study adaptive: docs/adaptive.md; --study lean: docs/exports.md",
+    "export": "docs/exports.md (Exporting runs)",
+    "report": "docs/exports.md (Study reports)",
+    "fit": "docs/studies.md (Study 2: iso-depth scaling laws)",
+    "dashboard": "docs/statistics.md (the verdicts and intervals); the study pages: docs/studies.md",
+}
+EPILOG = (
+    "Guides: README.md (start here), docs/queue.md, docs/variants.md, docs/planning.md, "
+    "docs/statistics.md, docs/studies.md, docs/evaluation.md, docs/scale-out.md, docs/measured.md, "
+    "docs/gpu.md, docs/testing.md, docs/disk.md, docs/scale-training.md, docs/published-models.md, docs/adaptive.md, docs/exports.md, docs/data.md. `looplab COMMAND --help` names the guide of a command."
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from workers.calibrate import DEFAULT_MFU, add_arguments  # standard library only: --help stays fast
+
+    p = argparse.ArgumentParser(prog="looplab", description=HEADLINE, epilog=EPILOG)
+    p.add_argument(
+        "--db",
+        default=None,
+        help="database URL or SQLite path (default: $LOOPLAB_DB or sqlite:///looplab.db)",
+    )
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    db = sub.add_parser("db", help="database schema: upgrade, current; grant-reader ROLE (PostgreSQL)")
+    db.add_argument("action", choices=["upgrade", "current", "grant-reader"])
+    db.add_argument(
+        "role",
+        nargs="?",
+        default=None,
+        help="grant-reader: the PostgreSQL role to create (SELECT only, read-only sessions)",
+    )
+
+    sql = sub.add_parser("sql", help="run a read-only SQL query and print the result")
+    sql.add_argument("query", help='e.g. "SELECT recipe, final_val_loss FROM runs"')
+    sql.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="stop the query after this many seconds (default 10)",
+    )
+    fmt = sql.add_mutually_exclusive_group()
+    fmt.add_argument("--csv", action="store_true", help="print CSV")
+    fmt.add_argument("--json", action="store_true", help="print JSON lines")
+
+    sm = sub.add_parser("submit", help="submit the grids defined in a Python file")
+    sm.add_argument("file", help="a .py file defining Grid objects (module-level names or a GRIDS list)")
+
+    pl = sub.add_parser(
+        "plan", help="estimate time, FLOPs and memory of a grid file's jobs (submits nothing)"
+    )
+    pl.add_argument("file", help="a .py file defining Grid objects, as for submit")
+    pl.add_argument(
+        "--num-cpus", type=int, default=None, help="CPUs the queue runs on (default: this machine's)"
+    )
+    pl.add_argument(
+        "--num-gpus", type=float, default=None, help="GPUs the queue runs on (default: this machine's)"
+    )
+    how = pl.add_mutually_exclusive_group()
+    how.add_argument(
+        "--no-calibrate",
+        action="store_true",
+        help="never measure this machine (use a cached calibration, if any)",
+    )
+    how.add_argument(
+        "--recalibrate",
+        action="store_true",
+        help="measure this machine now (about 15 s), replacing the cached calibration",
+    )
+    how.add_argument(
+        "--calibration",
+        default=None,
+        metavar="FILE",
+        help="price for the machine that wrote FILE (looplab calibrate --out FILE there)",
+    )
+    how.add_argument(
+        "--device",
+        default=None,
+        metavar="NAME",
+        help="price for a GPU of the device table: h100, h200, a100, rtx5090, rtx4090, ...",
+    )
+    pl.add_argument(
+        "--mfu",
+        type=float,
+        default=None,
+        help=f"with --device: the MFU training reaches (default {DEFAULT_MFU})",
+    )
+    pl.add_argument("--csv", action="store_true", help="print the per-job table as CSV")
+
+    add_arguments(
+        sub.add_parser(
+            "calibrate", help="measure this machine's device for planning elsewhere (needs only torch)"
+        )
+    )
+
+    gc = sub.add_parser("gc", help="delete the resume state (checkpoint.pt) of succeeded jobs, keep final.pt")
+    gc.add_argument("--dry-run", action="store_true", help="say what would be deleted, delete nothing")
+    gc.add_argument("--grid", default=None, help="only this grid's jobs (name or id)")
+
+    run = sub.add_parser("run", help="run the queue (the scheduler driver)")
+    run.add_argument("--address", default=None, help="Ray cluster address (default: start a local Ray)")
+    run.add_argument("--until-empty", action="store_true", help="exit when no job is left to run")
+    run.add_argument("--num-cpus", type=int, default=None, help="CPUs for a local Ray instance")
+    run.add_argument("--num-gpus", type=float, default=None, help="GPUs for a local Ray instance")
+    run.add_argument("--artifacts", default=None, help="artifact directory (default: ./looplab_artifacts)")
+    run.add_argument("--max-concurrent", type=int, default=None, help="cap on jobs running at once")
+
+    st = sub.add_parser("status", help="jobs with progress and ETA")
+    st.add_argument("--watch", action="store_true", help="refresh every few seconds")
+    st.add_argument("--grid", default=None, help="only this grid (name or id)")
+    st.add_argument("--all", action="store_true", help="show finished jobs too")
+    st.add_argument("--num-cpus", type=int, default=None, help="CPUs for the finish-time estimate")
+    st.add_argument("--num-gpus", type=float, default=None, help="GPUs for the finish-time estimate")
+
+    for name, helptext in (("cancel", "cancel jobs"), ("retry", "re-queue failed or cancelled jobs")):
+        c = sub.add_parser(name, help=helptext)
+        c.add_argument("job_ids", nargs="+", type=int, metavar="JOB")
+
+    lg = sub.add_parser("logs", help="log lines and tracebacks of a job")
+    lg.add_argument("job_id", type=int, metavar="JOB")
+    lg.add_argument("-n", "--tail", type=int, default=200, help="last N lines (default 200)")
+
+    dm = sub.add_parser("demo", help="submit and run the demo grid end to end")
+    dm.add_argument("--fast", action="store_true", help="a smaller grid (for smoke tests)")
+    dm.add_argument(
+        "--study",
+        choices=["iso-depth", "loop-design", "adaptive", "lean"],
+        default=None,
+        help="run a study instead, CPU-sized: iso-depth = the iso-depth scaling law; "
+        "loop-design = loop layouts, injections, history and timestep variants with "
+        "depth sweeps (page Extrapolation); adaptive = per-token exit rules and KV "
+        "strategies against the fixed depth (page Adaptive); lean = parcae, fixed4 and "
+        "lean at ~1 M tokens with depth sweeps, its findings checked and a report written",
+    )
+    dm.add_argument("--artifacts", default=None, help="artifact directory (default: ./looplab_artifacts)")
+
+    ft = sub.add_parser("fit", help="fit a study's scaling law to the finished runs and print it")
+    ft.add_argument(
+        "study", choices=["iso-depth"], help="iso-depth: L = E + A(N_once + r^phi N_rec)^-alpha + B D^-beta"
+    )
+    ft.add_argument("--grid", default=None, help="only this grid's runs (default: every iso_depth run)")
+    ft.add_argument("--bootstrap", type=int, default=200, help="bootstrap resamples over runs (default 200)")
+    ft.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
+    ft.add_argument(
+        "--flops",
+        type=float,
+        default=None,
+        help="budget of the compute-optimal answers (default: the largest budget of the runs)",
+    )
+    ft.add_argument(
+        "--robust", default="linear", help="least-squares loss: linear, huber, soft_l1, cauchy, arctan"
+    )
+    ft.add_argument("--json", action="store_true", help="print JSON")
+
+    rp = sub.add_parser("report", help="write a study report of grids: self-contained HTML or Markdown")
+    rp.add_argument(
+        "grids", nargs="+", metavar="GRID", help="grid names or ids (the demo: demo demo-isotime)"
+    )
+    rp.add_argument("-o", "--output", default=None, help="file to write (default: print to stdout)")
+    rp.add_argument(
+        "--format",
+        choices=["html", "md"],
+        default=None,
+        help="html (charts as inline SVG) or md (tables, to paste into notes); default: from "
+        "the file's suffix, else html",
+    )
+
+    ex = sub.add_parser(
+        "export", help="export runs to MLflow, TensorBoard, W&B (offline) or Parquet; again: only what is new"
+    )
+    ex.add_argument("target", choices=["mlflow", "tensorboard", "wandb", "parquet"])
+    ex.add_argument("-o", "--output", required=True, help="the target directory (MLflow: DIR/mlflow.db)")
+    ex.add_argument(
+        "--grid",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="only this grid (name or id; repeat for several; default: the whole database)",
+    )
+    ex.add_argument(
+        "--follow",
+        action="store_true",
+        help="export again every --every seconds while the selection has queued or running jobs",
+    )
+    ex.add_argument(
+        "--every", type=float, default=30.0, help="seconds between exports with --follow (default 30)"
+    )
+
+    da = sub.add_parser("dashboard", help="start the Streamlit dashboard on 127.0.0.1")
+    da.add_argument("--port", type=int, default=8501)
+    ex = sub.add_parser(
+        "export-model",
+        help="write a checkpoint as a model directory (config.json, "
+        "model.safetensors, tokenizer.json) that looplab, an import job and lm-eval read",
+    )
+    ex.add_argument("checkpoint", help="a train or import artifact dir, or a checkpoint file")
+    ex.add_argument("-o", "--out", required=True, help="the directory to write (new or empty)")
+
+    sub.add_parser(
+        PASS_THROUGH,
+        add_help=False,
+        help="lm-evaluation-harness with looplab models registered: every argument is the harness's own, "
+        "e.g. lm-eval --model looplab --model_args checkpoint=DIR,loops=8 --tasks sciq",
+    )
+
+    for name, command in sub.choices.items():
+        command.epilog = f"guide: {GUIDES[name]}"
+    return p
+
+
+def _split_pass_through(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(looplab's own arguments, the rest) when the command is PASS_THROUGH: everything after it belongs
+    to the other program, `--help` included."""
+    i = 0
+    while i < len(argv) and argv[i].startswith("-"):  # looplab's global options
+        i += 2 if argv[i] == "--db" else 1
+    if i < len(argv) and argv[i] == PASS_THROUGH:
+        return argv[: i + 1], argv[i + 1 :]
+    return argv, []
+
+
+def main(argv: list[str] | None = None) -> int:
+    import logging
+
+    own, passed = _split_pass_through(sys.argv[1:] if argv is None else list(argv))
+    args = build_parser().parse_args(own)
+    args.passed = passed
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    if not args.verbose:  # Alembic narrates every migration step at INFO; a user needs none of it
+        logging.getLogger("alembic").setLevel(logging.WARNING)
+    module, func = HANDLERS[args.command]
+    handler = getattr(importlib.import_module(module), func)
+    try:
+        return int(handler(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # user-facing: one clear line, not a traceback (use -v for that)
+        from sqlalchemy.exc import DBAPIError
+
+        from orchestrator.errors import USER_ERRORS
+
+        if args.verbose:
+            raise
+        if isinstance(e, USER_ERRORS):
+            print(f"looplab {args.command}: error: {e}", file=sys.stderr)
+            return 2
+        if isinstance(e, DBAPIError):  # the database failed: which one, what, and what to do
+            from orchestrator.db import describe_error, resolve_url
+
+            print(
+                f"looplab {args.command}: error: {describe_error(e, resolve_url(args.db))}", file=sys.stderr
+            )
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

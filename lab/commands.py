@@ -1,0 +1,267 @@
+"""The `looplab` command handlers of the orchestrator (declared in lab/cli.py).
+
+Each takes the argparse Namespace and returns an exit code. They are thin: the work lives in
+lab.api / jobqueue / scheduler, so the Python API and the CLI behave the same.
+"""
+
+from __future__ import annotations
+
+import runpy
+import time
+from pathlib import Path
+
+from model.errors import ConfigError
+from orchestrator.states import ACTIVE, DEAD_ENDS, JobStatus
+
+
+def _queue(args, artifacts: str | None = None):
+    from lab.api import Queue
+
+    return Queue(db=args.db, artifacts=artifacts)
+
+
+def load_grids(path: str) -> list:
+    """The grids a submission file defines: its GRIDS list if it has one, else every module-level Grid."""
+    from orchestrator.grid import Grid
+
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"submit: no such file {path!r}")
+    ns = runpy.run_path(str(file), run_name="looplab_submission")
+    if "GRIDS" in ns:
+        grids = list(ns["GRIDS"])
+    else:
+        grids = [v for k, v in ns.items() if isinstance(v, Grid) and not k.startswith("_")]
+    if not grids:
+        raise ConfigError(f"submit: {path} defines no Grid (module-level Grid objects or a GRIDS list)")
+    bad = [g for g in grids if not isinstance(g, Grid)]
+    if bad:
+        raise ConfigError(f"submit: GRIDS holds {type(bad[0]).__name__}, expected Grid objects")
+    return grids
+
+
+def cli_submit(args) -> int:
+    import pandas as pd
+
+    q = _queue(args)
+    grids = load_grids(args.file)
+    ids = q.submit(grids)
+    added = set(q.last_added)
+    print(
+        f"{len(grids)} grid(s), {len(ids)} job(s): {len(added)} added, {len(ids) - len(added)} already present"
+    )
+    df = q.status()
+    df = df[df["id"].isin(ids)]
+    for r in df.itertuples():
+        seed = "" if pd.isna(r.seed) else f"seed {r.seed}"  # a decode bench has none (pd.NA: no bool)
+        what = " ".join(str(x) for x in (r.recipe, r.size, seed) if x and str(x) != "nan")
+        print(
+            f"  {'added  ' if r.id in added else 'present'} job {r.id:>4} {r.kind:<12} {what:<28} {r.status}"
+        )
+    return 0
+
+
+def _check_slots(args) -> None:
+    """--num-cpus >= 1 and --num-gpus >= 0 of `plan` and `status` (ConfigError naming the flag)."""
+    from model import fields
+
+    if args.num_cpus is not None:
+        fields.integer("--num-cpus", args.num_cpus, lo=1)
+    if args.num_gpus is not None:
+        fields.number("--num-gpus", args.num_gpus, lo=0)
+
+
+def cli_plan(args) -> int:
+    _check_slots(args)
+    q = _queue(args)
+    grids = load_grids(args.file)
+    target = plan_target(args)
+    if target is not None:
+        report = q.plan(
+            grids, num_cpus=args.num_cpus, num_gpus=args.num_gpus, calibration=target, elsewhere=True
+        )
+    else:
+        how = "cached" if args.no_calibrate else "fresh" if args.recalibrate else "auto"
+        if how != "cached":
+            print("calibrating this machine (about 15 s; cached for a week) ...", flush=True)
+        report = q.plan(grids, num_cpus=args.num_cpus, num_gpus=args.num_gpus, calibration=how)
+    print(report.frame().to_csv(index=False) if args.csv else report.text())
+    return 0
+
+
+def plan_target(args):
+    """The Calibration of the machine `looplab plan` prices for: --calibration FILE (written there by
+    `looplab calibrate`) or --device NAME of the table with --mfu; None for this machine."""
+    from workers import calibrate
+
+    if args.mfu is not None and args.device is None:
+        raise ConfigError("--mfu: only with --device (a calibration file has its own rates)")
+    if args.calibration is not None:
+        return calibrate.read_file(args.calibration)
+    if args.device is not None:
+        return calibrate.for_device(args.device, args.mfu, 1 if args.num_gpus is None else args.num_gpus)
+    return None
+
+
+def cli_gc(args) -> int:
+    """Apply the retention rule to succeeded jobs (orchestrator/retention.py) and say what it freed."""
+    from orchestrator import retention
+
+    q = _queue(args)
+    done = retention.gc(q.eng, grid=args.grid, dry_run=args.dry_run)
+    verb = "would free" if args.dry_run else "freed"
+    for job_id, freed in done.freed.items():
+        print(f"  job {job_id:>5}: {verb} {retention.fmt_bytes(freed)}")
+    total = f"{retention.fmt_bytes(done.total)} ({done.total:,} bytes) in {len(done.freed)} job(s)"
+    kept = len(done.kept_all)
+    print(
+        f"gc: {verb} {total}"
+        + (f"; {kept} succeeded job(s) of grids with retention 'all' left as they are" if kept else "")
+    )
+    return 0
+
+
+def cli_run(args) -> int:
+    from lab.display import print_progress
+    from orchestrator.scheduler import Scheduler
+
+    q = _queue(args, artifacts=args.artifacts)
+    print(f"looplab run: database {q.url}, artifacts {q.artifacts.absolute()}", flush=True)
+    return Scheduler(
+        q.eng,
+        q.artifacts,
+        address=args.address,
+        num_cpus=args.num_cpus,
+        num_gpus=args.num_gpus,
+        until_empty=args.until_empty,
+        max_concurrent=args.max_concurrent,
+        live_view=print_progress,
+    ).run()
+
+
+def cli_status(args) -> int:
+    from lab.display import status_frame, table
+
+    _check_slots(args)
+    q = _queue(args)
+    while True:
+        df = status_frame(q.eng, grid=args.grid, all_jobs=args.all)
+        text = table(df)
+        if not args.all:
+            text += "\n(queued and running jobs; --all shows finished ones too)"
+        text += "\n" + queue_eta(q.eng, args.num_cpus, args.num_gpus)
+        if not args.watch:
+            print(text)
+            return 0
+        print("\033[2J\033[H" + time.strftime("%H:%M:%S  ") + q.url + "\n" + text, flush=True)
+        time.sleep(3)
+
+
+def queue_eta(eng, num_cpus: int | None = None, num_gpus: float | None = None) -> str:
+    """One line: the queue's estimated finish time (lab.planner, from the stored estimates)."""
+    from lab.display import fmt_eta
+    from lab.planner import forecast_queue
+
+    report = forecast_queue(eng, num_cpus=num_cpus, num_gpus=num_gpus)
+    left = [j for j in report.jobs if j.status in ACTIVE]
+    if not left:
+        return "queue empty"
+    unknown = sum(j.remaining_s is None for j in left)
+    finish = time.strftime("%H:%M", time.localtime(report.finish_at))
+    line = (
+        f"queue: {len(left)} job(s) left, estimated finish in {fmt_eta(report.makespan_s) or '0s'}"
+        f"{' at the earliest' if unknown else ''} ({finish}) on {report.cpus:g} CPU(s), {report.gpus:g} GPU(s)"
+    )
+    return line + (f"; {unknown} job(s) without an estimate" if unknown else "")
+
+
+def _report(done: list[int], asked: list[int], verb: str, why_not: str) -> int:
+    missed = sorted(set(asked) - set(done))
+    print(f"{verb}: {done or 'none'}" + (f"; {why_not} (left as they are): {missed}" if missed else ""))
+    return 0 if done else 1
+
+
+def cli_cancel(args) -> int:
+    done = _queue(args).cancel(args.job_ids)  # the active jobs
+    return _report(done, args.job_ids, JobStatus.CANCELLED, f"not {'/'.join(ACTIVE)}")
+
+
+def cli_retry(args) -> int:
+    done = _queue(args).retry(args.job_ids)  # the dead ends, once their attempt has stopped
+    return _report(done, args.job_ids, "re-queued", f"not {'/'.join(DEAD_ENDS)}, or still stopping")
+
+
+def cli_logs(args) -> int:
+    import sqlalchemy as sa
+
+    from orchestrator.schema import Job
+
+    q = _queue(args)
+    with q.eng.connect() as conn:
+        job = conn.execute(sa.select(Job.__table__).where(Job.id == args.job_id)).first()
+    if job is None:
+        raise ConfigError(f"logs: no job {args.job_id}")
+    print(
+        f"job {job.id} {job.kind} {job.status} (attempts {job.attempts}/{job.max_attempts}) "
+        f"artifacts {job.artifact_dir or '-'}"
+    )
+    df = q.logs(args.job_id).tail(args.tail)
+    for r in df.itertuples():
+        stamp = time.strftime("%H:%M:%S", time.localtime(r.ts))
+        print(f"{stamp} [attempt {r.attempt}] {r.level}: {r.message.rstrip()}")
+    if job.error and (df.empty or job.error.strip() not in df["message"].iloc[-1]):
+        print(f"error:\n{job.error.rstrip()}")
+    return 0
+
+
+def cli_demo(args) -> int:
+    from lab.demo import main
+
+    if args.study == "iso-depth":
+        from lab.demo import main_iso_depth
+
+        return main_iso_depth(db=args.db, fast=args.fast, artifacts=args.artifacts or "looplab_artifacts")
+    if args.study == "loop-design":
+        from lab.demo import main_loop_design
+
+        return main_loop_design(db=args.db, fast=args.fast, artifacts=args.artifacts or "looplab_artifacts")
+    if args.study == "adaptive":
+        from lab.demo import main_adaptive
+
+        return main_adaptive(db=args.db, fast=args.fast, artifacts=args.artifacts or "looplab_artifacts")
+    if args.study == "lean":
+        from lab.demo import main_lean
+
+        return main_lean(db=args.db, fast=args.fast, artifacts=args.artifacts or "looplab_artifacts")
+    return main(db=args.db, fast=args.fast, artifacts=args.artifacts or "looplab_artifacts")
+
+
+def cli_export_model(args) -> int:
+    from workers.export import export_model
+
+    out = export_model(args.checkpoint, args.out)
+    print(f"exported {args.checkpoint} to {out} ({', '.join(sorted(p.name for p in out.iterdir()))})")
+    return 0
+
+
+def cli_lm_eval(args) -> int:
+    """lm-evaluation-harness's own command line with the looplab model registered (`--model looplab`)."""
+    import sys
+
+    try:
+        from lm_eval.__main__ import cli_evaluate
+
+        import workers.lm_eval_adapter  # noqa: F401 - registers the model with the harness
+    except ImportError as e:
+        raise ConfigError(
+            f"lm-eval: lm-evaluation-harness is not installed (pip install -e .[eval]): {e}"
+        ) from e
+    argv = sys.argv
+    sys.argv = ["lm-eval", *args.passed]  # the harness reads its arguments from sys.argv
+    try:
+        cli_evaluate()
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        sys.argv = argv
+    return 0

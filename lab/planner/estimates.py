@@ -1,0 +1,445 @@
+"""Per-job estimates of wall time, FLOPs and peak memory (`TimeModel.estimate`, `estimate_plans`).
+
+A job's cost (FLOPs, memory, the counts a time needs) comes from its kind's cost function, next to the
+kind, with the defaults of the kind's Spec (`workers.train_cost.cost`, `workers.depth_sweep.cost`,
+`workers.decode_bench.cost`, `workers.eval.cost`); this module turns it into seconds, from this
+database's finished jobs (lab/planner/history.py) or this machine's calibration
+(lab/planner/calibration.py). The `source` of each estimate:
+- `measured`: train jobs. The median throughput (`train_results.tokens_per_s`) of finished runs of the
+  same variant, batch size, compile flag, device type and worker count; their evaluation FLOP/s,
+  seconds per checkpoint and start-up overhead (wall time less training, evaluation and checkpoints)
+  give the rest. A run on N workers with no finished run of that count takes the one-worker runs'
+  throughput times N x `DDP_EFFICIENCY`.
+- `flop_model`: the job's FLOPs over the calibrated FLOP/s: a train step's parts with autograd at the
+  training rate, its gradient-free rounds at the forward rate, plus the optimizer's step (on N workers:
+  the step's throughput times N x `DDP_EFFICIENCY`); evaluations,
+  sweeps and eval jobs at the forward rate of their width; decode steps at the training rate plus a
+  fixed cost per layer application. Start-up: the median over finished train jobs, else the calibration's.
+- `finished`: depth sweeps, evals and decode benches. Finished jobs of the same kind and variant (decode
+  benches: and device type), their wall time scaled by the ratio of FLOPs; a kind without a cost model
+  takes the median wall time of its finished jobs.
+- `budget`: a time budget (or `match_time_of`) whose throughput is unknown: the budget plus start-up.
+- `unknown`: nothing to go on (a plugin's kind never run before, a harness eval, no calibration).
+Decode steps by the FLOP model: each cell's steps at the larger of their FLOPs over the rate and the bytes
+they read (weights of every layer application, the head, the whole KV cache) over the memory bandwidth,
+when the calibration has one, plus the fixed cost per layer application. A device of the table
+(`workers.calibrate.for_device`) has rates of its peak times an MFU, its bandwidth, and no fixed cost.
+Peak memory: the kind's cost model on the device type the jobs run on; on CUDA a measured `peak_mem_mb`
+of the same variant and batch replaces a train job's. A train job's `micro_batch`: its spec's
+`micro_batch_size` when it gives a number, what `auto` picks on the device (`model.memory.
+largest_micro_batch`, the trainer's own rule; the memory is then that forward's), else (the whole batch
+per forward) the most that would fit, reported beside the whole batch's memory.
+Disk: a train job's checkpoint (weights and optimizer state), final weights and metric spool
+(`orchestrator.retention.PlannedDisk`).
+
+Workers (`resources: {"workers": N}`, a data-parallel train job): the admission places N bundles, so
+the simulation counts N devices for the job's whole time; the time itself is training at N times a
+worker's throughput times `DDP_EFFICIENCY` (the gradient all-reduce on top of the compute, which NCCL
+mostly overlaps with the backward on one box: an assumption until the history has a run of that worker
+count, whose measured throughput then replaces it), plus evaluations and checkpoints at one worker's
+speed (rank 0 does them alone).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Engine
+
+from lab.planner.calibration import DEFAULT_STARTUP_S, Calibration, cached_calibration
+from lab.planner.history import finished_runs, variant_of
+from model.errors import ConfigError
+from orchestrator import pairing
+from orchestrator.retention import PlannedDisk
+
+if TYPE_CHECKING:
+    from orchestrator.grid import JobPlan
+    from workers.cost import ForwardCost
+    from workers.train_cost import TrainCost
+    from workers.train_spec import Spec as TrainSpec
+
+SOURCES = ("measured", "flop_model", "finished", "budget", "unknown")
+# bytes of one metric point in a job's spool (orchestrator/task.py MetricSpool: a JSON line of ts, key,
+# step, value, tokens, wall_s), for a point of a long run (6-10 digit steps and tokens, 17-digit floats)
+SPOOL_POINT_BYTES = 140
+
+# the throughput of N data-parallel workers over N times one worker's, until a run of N was measured
+DDP_EFFICIENCY = 0.9
+
+
+def ddp_speedup(workers: int) -> float:
+    """How many times one worker's throughput `workers` data-parallel workers are estimated to train."""
+    return 1.0 if workers == 1 else workers * DDP_EFFICIENCY
+
+
+# what a spec the cost models cannot read raises (a plugin's spec, a test double's, an old config)
+UNREADABLE = (ConfigError, ValueError, TypeError, KeyError, ZeroDivisionError, OSError)
+
+
+@dataclass
+class Estimate:
+    """One job's estimate. `train_s` is a train job's training time alone (what an iso-time job copies)."""
+
+    seconds: float | None
+    source: str
+    flops: float | None = None
+    peak_mem_bytes: float | None = None
+    train_s: float | None = None
+    # the part of `seconds` that a fresh worker process spends starting (imports, model build); a job
+    # that Ray starts in a worker an earlier job left idle skips it (see lab/planner/simulate.py)
+    startup_s: float = 0.0
+    micro_batch: int | None = None  # a train job's sequences per forward (see the module docstring)
+    micro_batch_given: bool = False  # the spec's micro_batch_size (else: the most that fit the device)
+    disk: PlannedDisk | None = None
+
+
+def _median(values: Iterable[float | None]) -> float | None:
+    kept = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    return statistics.median(kept) if kept else None
+
+
+def _key(spec: dict[str, Any]) -> str:
+    return json.dumps(spec, sort_keys=True, default=str)
+
+
+class TimeModel:
+    """Turns jobs' costs into wall seconds from this database's finished jobs and a calibration (one read
+    of the history; `eng` None: no history). `device` is where the jobs will run ("cpu" or "cuda"), with
+    `device_memory` bytes each (None: no micro-batch is fitted); `calibration` None leaves `flop_model`
+    rows without a time (their FLOPs and memory are still given)."""
+
+    def __init__(
+        self,
+        eng: Engine | None,
+        calibration: Calibration | None,
+        device: str = "cpu",
+        device_memory: float | None = None,
+    ) -> None:
+        self.calibration, self.device, self.device_memory = calibration, device, device_memory
+        self.history: list[dict[str, Any]] = finished_runs(eng) if eng is not None else []
+        self._train: dict[str, tuple[TrainSpec, TrainCost] | None] = {}
+        overheads = [h["overhead"] for h in self.history if h["kind"] == "train"]
+        cal_startup = calibration.startup_s if calibration is not None else None
+        self.startup_s = _median(overheads) or cal_startup or DEFAULT_STARTUP_S
+
+    # ---- the kinds' cost models
+    def _train_of(self, spec: dict[str, Any]) -> tuple[TrainSpec, TrainCost] | None:
+        key = _key(spec)
+        if key not in self._train:
+            from workers.train_cost import cost
+            from workers.train_spec import Spec
+
+            probe = dict(spec)
+            if all(probe.get(k) is None for k in ("tokens", "time_s", "flops")):
+                probe["time_s"] = 1.0  # a budget resolved later (match_time_of): a time budget
+            try:
+                train = Spec.from_dict(probe)
+                self._train[key] = (train, cost(train))
+            except UNREADABLE:
+                self._train[key] = None
+        return self._train[key]
+
+    def train_cost(self, spec: dict[str, Any]) -> TrainCost | None:
+        """The train cost model of a canonical train spec; None when it is not a train Spec."""
+        found = self._train_of(spec)
+        return None if found is None else found[1]
+
+    def sweep_cost(self, spec: dict[str, Any], train_spec: dict[str, Any]) -> ForwardCost | None:
+        from workers import depth_sweep
+
+        train = self.train_cost(train_spec)
+        return None if train is None else depth_sweep.cost(depth_sweep.Spec.from_dict(spec), train.cfg)
+
+    def eval_cost(self, spec: dict[str, Any], train_spec: dict[str, Any]) -> ForwardCost | None:
+        from workers import eval as eval_job
+
+        found = self._train_of(train_spec)
+        if found is None:
+            return None
+        train, train_cost = found
+        per_token = 1.0 if train.data.tokenizer == "byte" else eval_job.BPE_BYTES_PER_TOKEN
+        return eval_job.cost(eval_job.Spec.from_dict(spec), train_cost.cfg, per_token)
+
+    def decode_cost(self, spec: dict[str, Any]) -> ForwardCost:
+        from workers import decode_bench
+
+        return decode_bench.cost(decode_bench.Spec.from_dict(spec))
+
+    # ---- estimates
+    def estimate(
+        self,
+        kind: str,
+        spec: dict[str, Any],
+        *,
+        train_spec: dict[str, Any] | None = None,
+        ref_train_s: float | None = None,
+        workers: int = 1,
+    ) -> Estimate:
+        """One job: a train spec (`ref_train_s`: the training time a `match_time_of` budget copies;
+        `workers`: its data-parallel workers), a depth sweep or eval (`train_spec`: its train job's
+        spec), a decode bench, or any other kind. A spec its kind's cost model cannot read (a plugin's,
+        a test double's, an old config) is "unknown"."""
+        try:
+            return self._estimate(kind, spec, train_spec, ref_train_s, workers)
+        except UNREADABLE:
+            return Estimate(None, "unknown")
+
+    def _estimate(
+        self,
+        kind: str,
+        spec: dict[str, Any],
+        train_spec: dict[str, Any] | None,
+        ref_train_s: float | None,
+        workers: int = 1,
+    ) -> Estimate:
+        if kind == "train":
+            return self.train(spec, ref_train_s, workers)
+        if kind == "decode_bench":
+            return self.forward_job(
+                kind,
+                self.decode_cost(spec),
+                variant_of(spec, "decode_bench"),
+                lambda h: self.decode_cost(h["spec"]),
+                same_device=True,
+            )
+        follows = {"depth_sweep": self.sweep_cost, "eval": self.eval_cost}
+        if kind in follows and train_spec is not None:
+            cost = follows[kind](spec, train_spec)
+            if cost is not None:
+
+                def counted(h: dict[str, Any]) -> ForwardCost | None:
+                    return h.get("train_spec") and follows[kind](h["spec"], h["train_spec"])
+
+                return self.forward_job(kind, cost, variant_of(train_spec), counted)
+        wall = _median(h["wall"] for h in self.history if h["kind"] == kind)
+        return Estimate(wall, "finished" if wall is not None else "unknown")
+
+    def micro_batch(self, train: TrainSpec, cost: TrainCost) -> tuple[int | None, bool]:
+        """(sequences per forward, whether the run will use it): the spec's `micro_batch_size` as given;
+        with `auto`, what the trainer picks on `device_memory` (`model.memory.largest_micro_batch`, the
+        same rule); else (the whole batch per forward) the most that would fit. None when not even one
+        sequence fits, or without a device memory."""
+        from model.memory import HEADROOM, largest_micro_batch, training_memory
+
+        given = getattr(train, "micro_batch_size", None)  # an execution field of newer train Specs
+        if isinstance(given, int):
+            return given, True
+        fit = None
+        if self.device_memory is not None:
+            fit = largest_micro_batch(cost.cfg, cost.batch, self.device, cost.optimizer, self.device_memory)
+            if training_memory(cost.cfg, fit, self.device, cost.optimizer) > HEADROOM * self.device_memory:
+                fit = None  # not even one sequence
+        return fit, given == "auto" and fit is not None
+
+    def train(self, spec: dict[str, Any], ref_train_s: float | None = None, workers: int = 1) -> Estimate:
+        found = self._train_of(spec)
+        if found is None:
+            return Estimate(None, "unknown")
+        est = self._train_estimate(spec, found[1], ref_train_s, workers)
+        est.micro_batch, est.micro_batch_given = self.micro_batch(*found)
+        if est.micro_batch_given:
+            from model.memory import training_memory
+
+            est.peak_mem_bytes = training_memory(
+                found[1].cfg, est.micro_batch, self.device, found[1].optimizer
+            )
+        return est
+
+    def _train_estimate(
+        self, spec: dict[str, Any], cost: TrainCost, ref_train_s: float | None, workers: int = 1
+    ) -> Estimate:
+        variant = variant_of(spec)
+        alike = [
+            h
+            for h in self.history
+            if h["kind"] == "train"
+            and h["variant_id"] == variant
+            and h["tokens_per_s"]
+            and h["batch_size"] == cost.batch
+            and h["compile"] == cost.compile
+            and h["device"] == self.device
+        ]
+        same = [h for h in alike if h.get("workers", 1) == workers]
+        # no run of this worker count yet: one worker's throughput, scaled (see DDP_EFFICIENCY)
+        scale = 1.0 if same else ddp_speedup(workers)
+        same = same or [h for h in alike if h.get("workers", 1) == 1]
+        memory = cost.memory[self.device]
+        if self.device == "cuda":
+            memory = _median(h["peak_mem_mb"] * 2**20 for h in same if h["peak_mem_mb"]) or memory
+        if same:
+            source = "measured"
+            tokens_per_s = _median(h["tokens_per_s"] for h in same) * scale
+            eval_rate = _median(self._eval_flops_of(h) / h["eval_seconds"] for h in same if h["eval_seconds"])
+            per_ckpt = (
+                _median(h["ckpt_seconds"] / self._ckpts_of(h) for h in same if h["ckpt_seconds"]) or 0.0
+            )
+            startup = _median(h["overhead"] for h in same)
+        elif self.calibration is not None:
+            source = "flop_model"
+            tokens_per_s = cost.tokens_per_step / self._step_seconds(cost) * ddp_speedup(workers)
+            eval_rate = self.calibration.rates(cost.cfg.d_model)[1]
+            per_ckpt = cost.checkpoint_bytes / self.calibration.save_bytes_per_s
+            startup = self.startup_s
+        else:
+            source, tokens_per_s, eval_rate, per_ckpt, startup = "unknown", None, None, 0.0, self.startup_s
+        step_s = cost.tokens_per_step / tokens_per_s if tokens_per_s else None
+        budget_s = ref_train_s if ref_train_s is not None else spec.get("time_s")
+        steps = cost.steps
+        calib_s = 0.0
+        disk = PlannedDisk(cost.checkpoint_bytes, cost.final_bytes, 0.0)
+        if steps is None:  # a time budget: trains budget_s, after a calibration on a copy of the model
+            if budget_s is None:
+                return Estimate(None, "unknown", peak_mem_bytes=memory, disk=disk)
+            train_s = float(budget_s)
+            if step_s is None:
+                return Estimate(
+                    train_s + startup,
+                    "budget",
+                    peak_mem_bytes=memory,
+                    train_s=train_s,
+                    startup_s=startup,
+                    disk=disk,
+                )
+            steps = max(1, int(train_s / step_s))
+            calib_s = max(cost.calib_steps * step_s, min(0.05 * train_s, 60.0)) + 2 * step_s
+        elif step_s is None:
+            return Estimate(
+                None,
+                source,
+                flops=steps * cost.tokens_per_step * cost.flops_per_token,
+                peak_mem_bytes=memory,
+                disk=self._disk(cost, steps),
+            )
+        else:
+            train_s = steps * step_s
+        flops = steps * cost.tokens_per_step * cost.flops_per_token
+        eval_flops = cost.n_evals(steps) * cost.eval_flops
+        eval_s = eval_flops / eval_rate if eval_rate else 0.0
+        ckpt_s = per_ckpt * cost.n_ckpts(steps)
+        seconds = (startup or 0.0) + calib_s + train_s + eval_s + ckpt_s
+        return Estimate(
+            seconds, source, flops + eval_flops, memory, train_s, startup or 0.0, disk=self._disk(cost, steps)
+        )
+
+    @staticmethod
+    def _disk(cost: TrainCost, steps: int) -> PlannedDisk:
+        return PlannedDisk(
+            cost.checkpoint_bytes, cost.final_bytes, cost.metric_points(steps) * SPOOL_POINT_BYTES
+        )
+
+    def _step_seconds(self, cost: TrainCost) -> float:
+        """One training step by the FLOP model: the parts with autograd at the calibrated training
+        rate, the forward of gradient-free rounds at the forward rate, plus the optimizer's step."""
+        cal = self.calibration
+        assert cal is not None
+        train_rate, forward_rate = cal.rates(cost.cfg.d_model)
+        no_grad = max(0.0, cost.flops_per_token - cost.grad_flops_per_token)
+        per_token = cost.grad_flops_per_token / train_rate + no_grad / forward_rate
+        return cost.tokens_per_step * per_token + cal.optimizer_s(cost.optimizer, cost.params)
+
+    def _eval_flops_of(self, h: dict[str, Any]) -> float:
+        cost = self.train_cost(h["spec"])
+        return 0.0 if cost is None else cost.n_evals(h["steps"]) * cost.eval_flops
+
+    def _ckpts_of(self, h: dict[str, Any]) -> int:
+        cost = self.train_cost(h["spec"])
+        return 1 if cost is None else cost.n_ckpts(h["steps"])
+
+    def forward_job(
+        self,
+        kind: str,
+        cost: ForwardCost,
+        variant: str | None,
+        counted: Callable[[dict[str, Any]], ForwardCost | None],
+        same_device: bool = False,
+    ) -> Estimate:
+        """A job of forward passes: the median of finished runs of the same kind and variant (and device
+        type when `same_device`), each wall time scaled by this run's FLOPs over theirs (`counted(h)`: their
+        cost, None when unknown; such runs are skipped); without any, the FLOP model, else "unknown"."""
+        memory = cost.memory[self.device]
+        same = [
+            h
+            for h in self.history
+            if h["kind"] == kind
+            and h["variant_id"] == variant
+            and (not same_device or h["device"] == self.device)
+        ]
+        scaled = []
+        for h in same:
+            try:
+                theirs = counted(h)
+            except UNREADABLE:
+                theirs = None
+            if theirs and theirs.flops > 0:
+                scaled.append(h["wall"] * cost.flops / theirs.flops)
+        if scaled:
+            return Estimate(_median(scaled), "finished", cost.flops, memory)
+        cal = self.calibration
+        if cal is None:
+            return Estimate(None, "unknown", cost.flops, memory)
+        if cost.decode_steps:
+            seconds = self._decode_seconds(cost)
+        else:
+            seconds = cost.flops / cal.rates(cost.d_model)[1]  # forwards only
+        return Estimate(self.startup_s + seconds, "flop_model", cost.flops, memory, startup_s=self.startup_s)
+
+    def _decode_seconds(self, cost: ForwardCost) -> float:
+        """Decode steps: per cell, its steps at the larger of their FLOPs over the training rate and their
+        bytes over the memory bandwidth (when the calibration has one), plus a fixed cost per layer
+        application of every step."""
+        cal = self.calibration
+        assert cal is not None
+        cells = cost.cells.get(self.device) or ((cost.decode_steps, cost.flops / cost.decode_steps, 0.0),)
+        bandwidth = cal.memory_bandwidth
+        bound = sum(
+            n * max(flops / cal.flops_per_s, read / bandwidth if bandwidth else 0.0)
+            for n, flops, read in cells
+        )
+        return bound + cost.decode_steps * cost.applications * cal.decode_layer_s
+
+
+class LazyTimeModel:
+    """A TimeModel built on first use: a queue whose jobs all carry stored estimates needs no model code
+    (and no torch import) to forecast."""
+
+    def __init__(self, eng: Engine, device: str) -> None:
+        self.eng, self.device, self._inner = eng, device, None
+
+    def estimate(self, *args: Any, **kwargs: Any) -> Estimate:
+        if self._inner is None:
+            self._inner = TimeModel(self.eng, cached_calibration(self.device), self.device)
+        return self._inner.estimate(*args, **kwargs)
+
+
+def estimate_plans(
+    model: TimeModel, plans: list[JobPlan], existing_train_s: dict[int, tuple[float, int]] | None = None
+) -> list[Estimate]:
+    """One estimate per plan, references before the jobs whose budget copies their training time
+    (`existing_train_s`: the training seconds and workers of references in the database; what is
+    copied is `pairing.time_budget`'s)."""
+    from orchestrator.grid import trained_plan
+    from orchestrator.submission import deps_first
+
+    existing_train_s = existing_train_s or {}
+    out: dict[int, Estimate] = {}
+    for i in deps_first(plans):
+        plan = plans[i]
+        workers = pairing.workers_of(plan.resources)
+        ref, ref_train_s = pairing.reference(plan), None
+        if ref is not None:
+            if ref.job is not None:
+                seconds, ref_workers = existing_train_s.get(ref.job, (None, 1))
+            else:
+                seconds, ref_workers = out[ref.plan].train_s, pairing.workers_of(plans[ref.plan].resources)
+            ref_train_s = None if seconds is None else pairing.time_budget(seconds, ref_workers, workers)
+        trained = trained_plan(plans, i)
+        train_spec = None if trained is None else trained.spec
+        out[i] = model.estimate(
+            plan.kind, plan.spec, train_spec=train_spec, ref_train_s=ref_train_s, workers=workers
+        )
+    return [out[i] for i in range(len(plans))]

@@ -1,0 +1,119 @@
+"""The planner's entry points: a forecast of grids behind the queue (`plan_grids`, `looplab plan`), of
+the queue alone (`forecast_queue`, `looplab status`), and the estimates `submit` stores with new jobs
+(`submission_estimates`). Everything here reads the database and never writes it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from sqlalchemy import Engine
+
+from lab.planner.calibration import Calibration, cached_calibration, resolve_calibration
+from lab.planner.estimates import LazyTimeModel, TimeModel, estimate_plans
+from lab.planner.history import existing_train_seconds, max_job_id
+from lab.planner.jobs import device_memory, grid_jobs, local_slots, queue_jobs
+from lab.planner.report import Forecast
+from lab.planner.simulate import simulate
+from orchestrator.states import JobStatus
+
+if TYPE_CHECKING:
+    from orchestrator.grid import Grid, JobPlan
+    from workers.jobs import JobRegistry
+
+
+def _aging_seconds(aging_s: float | None) -> float:
+    """The aging the scheduler will use: `aging_s`, else its own setting ($LOOPLAB_AGING_S)."""
+    if aging_s is not None:
+        return aging_s
+    from orchestrator.settings import aging_seconds
+
+    return aging_seconds()
+
+
+def plan_grids(
+    eng: Engine,
+    grids: list[Grid],
+    kinds: JobRegistry,
+    *,
+    num_cpus: float | None = None,
+    num_gpus: float | None = None,
+    calibration: Calibration | None | str = "auto",
+    device_memory_bytes: float | None = None,
+    now: float | None = None,
+    aging_s: float | None = None,
+    elsewhere: bool = False,
+) -> Forecast:
+    """The forecast of `grids` behind the current queue. `calibration`: "auto" (the cached one, else
+    measure now and cache it), "cached" (never measure), "fresh" (measure now), a Calibration, or
+    None (no FLOP model). `aging_s`: the scheduler's priority aging (default: its setting).
+    `elsewhere`: the Calibration is another machine's (a file of `looplab calibrate`, or a device of the
+    table: `workers.calibrate.for_device`); the grids are priced alone on that machine, with no queue
+    ahead of them and none of this database's jobs or history (they ran here), on its device's memory
+    and, unless given, its GPUs and CPUs. Validates the grids as `submit` does (ConfigError) and
+    writes nothing."""
+    from orchestrator.submission import plan_ids_and_hashes
+
+    now = time.time() if now is None else now
+    if elsewhere:
+        if not isinstance(calibration, Calibration):
+            raise ValueError(
+                f"calibration: elsewhere needs a Calibration of that machine, got {calibration!r}"
+            )
+        cal: Calibration | None = calibration
+        device = calibration.device
+        gpus = (
+            float(num_gpus)
+            if num_gpus is not None
+            else float(calibration.device_count if device == "cuda" else 0)
+        )
+        cpus = float(num_cpus) if num_cpus is not None else float(calibration.cpus or max(1.0, gpus))
+        memory = device_memory_bytes if device_memory_bytes is not None else calibration.device_memory_bytes
+    else:
+        cpus, gpus = local_slots(num_cpus, num_gpus)
+        device = "cuda" if gpus > 0 else "cpu"
+        cal = resolve_calibration(calibration, device)
+        memory = device_memory_bytes if device_memory_bytes is not None else device_memory(device)
+    model = TimeModel(None if elsewhere else eng, cal, device, memory)
+    plans, existing = plan_ids_and_hashes(eng, grids, kinds)
+    existing_train = existing_train_seconds(eng, plans)
+    if elsewhere:
+        existing, existing_train = {}, {}
+    jobs = [] if elsewhere else queue_jobs(eng, model, gpus > 0, now)
+    estimates = estimate_plans(model, plans, existing_train_s=existing_train)
+    jobs += grid_jobs(plans, existing, estimates, {j.job_id for j in jobs}, max_job_id(eng) + 1, gpus, memory)
+    # no job runs: no driver is up, and `looplab run` spends its start-up before the first job
+    driver_start = (
+        0.0 if cal is None or any(j.status == JobStatus.RUNNING for j in jobs) else cal.driver_start_s
+    )
+    to_place = [j for j in jobs if j.status != "present"]
+    makespan = simulate(to_place, cpus, gpus, start_s=driver_start, aging_s=_aging_seconds(aging_s))
+    return Forecast(jobs, cpus, gpus, makespan, now, cal, driver_start, elsewhere=elsewhere)
+
+
+def submission_estimates(eng: Engine, plans: list[JobPlan]) -> list[tuple[float | None, str | None]]:
+    """What `jobqueue.submit` stores as (planned_seconds, planned_source) per plan: the database's
+    throughputs, else the FLOP model with a calibration already cached (never measured here)."""
+    _, gpus = local_slots(num_cpus=1)
+    device = "cuda" if gpus > 0 else "cpu"
+    model = TimeModel(eng, cached_calibration(device), device)
+    return [(e.seconds, e.source) for e in estimate_plans(model, plans, existing_train_seconds(eng, plans))]
+
+
+def forecast_queue(
+    eng: Engine,
+    *,
+    num_cpus: float | None = None,
+    num_gpus: float | None = None,
+    now: float | None = None,
+    aging_s: float | None = None,
+) -> Forecast:
+    """The current queue's finish time (`looplab status`): stored plan estimates, else fresh ones
+    with the cached calibration (never measured here)."""
+    now = time.time() if now is None else now
+    cpus, gpus = local_slots(num_cpus, num_gpus)
+    device = "cuda" if gpus > 0 else "cpu"
+    jobs = queue_jobs(eng, LazyTimeModel(eng, device), gpus > 0, now)  # type: ignore[arg-type]
+    makespan = simulate(jobs, cpus, gpus, aging_s=_aging_seconds(aging_s))
+    return Forecast(jobs, cpus, gpus, makespan, now, None)

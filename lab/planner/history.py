@@ -1,0 +1,138 @@
+"""Reads of finished jobs: the history the estimates learn from (`finished_runs`), the training time of
+existing reference jobs (planned against actual wall time is `orchestrator.frames.planned_vs_actual`,
+which the dashboard's Plan page reads too). Reads only.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from sqlalchemy import Engine
+
+from orchestrator import jobkinds, pairing
+from orchestrator.schema import Attempt, DecodeBench, JobDep, TrainResult
+from orchestrator.schema import Job as JobRow
+from orchestrator.states import AttemptOutcome, JobStatus
+
+if TYPE_CHECKING:
+    from orchestrator.grid import JobPlan
+
+JOBS = JobRow.__table__
+
+
+def device_type(device: str | None) -> str:
+    return "cuda" if device and str(device).startswith("cuda") else "cpu"
+
+
+def variant_of(spec: dict[str, Any], kind: str = "train") -> str | None:
+    from orchestrator.variants import resolve, variant_id
+
+    resolved = resolve(kind, spec)
+    if resolved is None:
+        return None
+    return variant_id(
+        resolved.recipe, resolved.size, resolved.overrides, resolved.run_design(), resolved.identity
+    )
+
+
+def finished_runs(eng: Engine) -> list[dict[str, Any]]:
+    """Succeeded jobs whose successful attempt ran start to end (not resumed), with their results."""
+    attempts = Attempt.__table__
+    results = TrainResult.__table__
+    query = (
+        sa.select(
+            JOBS.c.id,
+            JOBS.c.kind,
+            JOBS.c.variant_id,
+            JOBS.c.config,
+            attempts.c.started_at,
+            attempts.c.ended_at,
+            results.c.steps,
+            results.c.tokens_per_s,
+            results.c.train_seconds,
+            results.c.eval_seconds,
+            results.c.ckpt_seconds,
+            results.c.device,
+            results.c.peak_mem_mb,
+            results.c.workers,
+        )
+        .join(attempts, attempts.c.job_id == JOBS.c.id)
+        .outerjoin(results, results.c.job_id == JOBS.c.id)
+        .where(
+            JOBS.c.status == JobStatus.SUCCEEDED,
+            attempts.c.outcome == AttemptOutcome.SUCCEEDED,
+            attempts.c.resumed_from_step.is_(None),
+            attempts.c.ended_at.is_not(None),
+        )
+    )
+    deps = JobDep.__table__
+    train = sa.alias(JOBS, "train")
+    trained_by = (
+        sa.select(deps.c.job_id, train.c.config)
+        .join(train, train.c.id == deps.c.depends_on)
+        .where(train.c.kind == jobkinds.TRAIN)
+    )
+    decode_device = sa.select(DecodeBench.job_id, sa.func.min(DecodeBench.device)).group_by(
+        DecodeBench.job_id
+    )
+    with eng.connect() as conn:
+        rows = conn.execute(query).all()
+        train_spec = {job_id: config for job_id, config in conn.execute(trained_by).all()}
+        decode_on = dict(conn.execute(decode_device).all())
+    out = []
+    for r in rows:
+        try:
+            spec = json.loads(r.config)
+        except ValueError:
+            continue
+        wall = float(r.ended_at - r.started_at)
+        item: dict[str, Any] = {
+            "job_id": r.id,
+            "kind": r.kind,
+            "variant_id": r.variant_id,
+            "spec": spec,
+            "wall": wall,
+            "device": device_type(r.device or decode_on.get(r.id)),
+        }
+        if r.kind == "train":
+            worked = sum(x or 0.0 for x in (r.train_seconds, r.eval_seconds, r.ckpt_seconds))
+            item.update(
+                steps=r.steps or 1,
+                tokens_per_s=r.tokens_per_s,
+                eval_seconds=r.eval_seconds,
+                ckpt_seconds=r.ckpt_seconds,
+                peak_mem_mb=r.peak_mem_mb,
+                overhead=max(0.0, wall - worked),
+                batch_size=spec.get("batch_size"),
+                compile=bool(spec.get("compile")),
+                workers=r.workers or 1,
+            )
+            if r.train_seconds is None:
+                continue
+        if jobkinds.declared(r.kind).about == jobkinds.CHECKPOINT:  # about its train job's model
+            trained = json.loads(train_spec[r.id]) if r.id in train_spec else None
+            item.update(train_spec=trained)
+            item["variant_id"] = r.variant_id or (variant_of(trained) if trained is not None else None)
+        out.append(item)
+    return out
+
+
+def existing_train_seconds(eng: Engine, plans: list[JobPlan]) -> dict[int, tuple[float, int]]:
+    """Training seconds and workers of the existing jobs that match-time budgets of the plans name by id."""
+    ids = pairing.existing_references(plans)
+    if not ids:
+        return {}
+    with eng.connect() as conn:
+        rows = conn.execute(
+            sa.select(TrainResult.job_id, TrainResult.train_seconds, TrainResult.workers).where(
+                TrainResult.job_id.in_(ids)
+            )
+        ).all()
+    return {job_id: (float(s), w or 1) for job_id, s, w in rows if s is not None}
+
+
+def max_job_id(eng: Engine) -> int:
+    with eng.connect() as conn:
+        return int(conn.execute(sa.select(sa.func.max(JOBS.c.id))).scalar() or 0)

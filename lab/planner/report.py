@@ -1,0 +1,212 @@
+"""A forecast as the user sees it (`Forecast.text()` for `looplab plan`, `.frame()` for --csv and
+pandas): every job with its estimate, start, end and device, its micro-batch and disk, the work per
+device, GPU-hours in total and per kind, the disk the study keeps and needs at most, the finish time,
+and what the scheduler will refuse or cannot fit in memory.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from lab.planner.calibration import Calibration
+from lab.planner.jobs import ForecastJob
+from orchestrator.retention import fmt_bytes
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+@dataclass
+class Forecast:
+    """Every job with its estimate, start and end; totals per device and overall; the finish time."""
+
+    jobs: list[ForecastJob]
+    cpus: float
+    gpus: float
+    makespan_s: float
+    now: float
+    calibration: Calibration | None = None
+    driver_start_s: float = 0.0  # included in makespan_s: the queue's start-up before the first job
+    elsewhere: bool = False  # priced for another machine (the calibration's), the grids alone
+
+    @property
+    def finish_at(self) -> float:
+        return self.now + self.makespan_s
+
+    def new_jobs(self) -> list[ForecastJob]:
+        return [j for j in self.jobs if j.status in ("new", "present")]
+
+    def to_run(self) -> list[ForecastJob]:
+        """The jobs that will run: not already in the database as finished, not refused."""
+        return [j for j in self.jobs if j.status != "present" and j.refused is None]
+
+    def totals(self) -> dict[str, float]:
+        """Busy seconds per device (cpu, gpu0, ...: a job of several devices counts on each) of the jobs
+        still to run, and `all`."""
+        out: dict[str, float] = {}
+        for job in self.to_run():
+            if job.remaining_s is None:
+                continue
+            for device in (job.device or "cpu").split(","):
+                out[device] = out.get(device, 0.0) + job.remaining_s
+        out["all"] = sum(j.remaining_s or 0.0 for j in self.to_run())
+        return out
+
+    def gpu_hours(self) -> dict[str, float]:
+        """GPU-hours of the jobs still to run, per kind and `all` (each job's time x the GPUs it holds)."""
+        out: dict[str, float] = {}
+        for job in self.to_run():
+            hours = (job.remaining_s or 0.0) * job.gpus * job.workers / 3600
+            out[job.kind] = out.get(job.kind, 0.0) + hours
+        out["all"] = sum(out.values())
+        return out
+
+    def disk(self) -> tuple[float, float]:
+        """(bytes the jobs to run keep once all succeeded, the most their files take at any one time): as
+        the simulation runs them, a running job at its peak and a finished one at what it keeps."""
+        events: list[tuple[float, int, float]] = []
+        kept = 0.0
+        for job in self.to_run():
+            disk = job.estimate.disk if job.estimate is not None else None
+            if disk is None or job.start_s is None or job.end_s is None:
+                continue
+            kept += job.disk_kept or 0.0
+            events += [(job.start_s, 1, disk.peak), (job.end_s, 0, (job.disk_kept or 0.0) - disk.peak)]
+        most = now = 0.0
+        for _, _, delta in sorted(events):  # at one time, ends (0) before starts (1)
+            now += delta
+            most = max(most, now)
+        return kept, most
+
+    def frame(self) -> pd.DataFrame:
+        import pandas as pd
+
+        return pd.DataFrame(
+            [
+                {
+                    "job": j.key,
+                    "job_id": j.job_id,
+                    "kind": j.kind,
+                    "what": j.what,
+                    "status": j.status,
+                    "seconds": j.estimate.seconds,
+                    "source": j.estimate.source,
+                    "flops": j.estimate.flops,
+                    "peak_mem_mb": None
+                    if j.estimate.peak_mem_bytes is None
+                    else j.estimate.peak_mem_bytes / 2**20,
+                    "fits": j.fits,
+                    "micro_batch": j.estimate.micro_batch,
+                    "micro_batch_given": j.estimate.micro_batch_given,
+                    "disk_peak_bytes": None if j.estimate.disk is None else j.estimate.disk.peak,
+                    "disk_kept_bytes": j.disk_kept,
+                    "gpu_hours": None if j.remaining_s is None else j.remaining_s * j.gpus * j.workers / 3600,
+                    "exclusive": j.exclusive,
+                    "workers": j.workers,
+                    "device": j.device,
+                    "start_s": j.start_s,
+                    "end_s": j.end_s,
+                    "refused": j.refused,
+                }
+                for j in self.jobs
+            ]
+        )
+
+    def text(self) -> str:
+        from lab.display import fmt_eta
+
+        lines = (
+            []
+            if not self.elsewhere or self.calibration is None
+            else [
+                f"priced for {self.gpus:g} x {self.calibration.describe()}; the grids alone (this database's "
+                "queue and history ran elsewhere)"
+            ]
+        )
+        lines.append(
+            f"{'job':>5} {'kind':<12} {'what':<30} {'status':<8} {'est.':>7} {'FLOPs':>8} "
+            f"{'peak mem':>9} {'micro':>5} {'disk':>8} {'kept':>8} {'source':<10} {'device':<6} "
+            f"{'start':>7} {'end':>7}  note"
+        )
+        for j in self.jobs:
+            e = j.estimate
+            mem = "" if e.peak_mem_bytes is None else fmt_bytes(e.peak_mem_bytes)
+            suggested = j.fits is False and not e.micro_batch_given and e.micro_batch is not None
+            micro = "" if e.micro_batch is None else f"{e.micro_batch}{'*' if suggested else ''}"
+            note = []
+            if j.refused is not None:
+                note.append(f"REFUSED: {j.refused}")
+            if j.workers > 1:
+                note.append(f"{j.workers} workers")
+            if j.fits is False:
+                note.append(f"WILL NOT FIT ({fmt_bytes(j.device_memory or 0)} on the device)")
+                if suggested:
+                    note.append(f"micro_batch_size {e.micro_batch} would fit")
+                elif e.micro_batch is None and j.kind == "train" and not e.micro_batch_given:
+                    note.append("not even one sequence per forward fits")
+            if j.exclusive:
+                note.append("exclusive")
+            if j.status == "present":
+                note.append("already in the database: not added again")
+            disk, kept = ("", "") if e.disk is None else (fmt_bytes(e.disk.peak), fmt_bytes(j.disk_kept or 0))
+            lines.append(
+                f"{j.key:>5} {j.kind:<12} {j.what[:30]:<30} {j.status:<8} {_dur(e.seconds):>7} "
+                f"{'' if e.flops is None else format(e.flops, '.2e'):>8} {mem:>9} {micro:>5} {disk:>8} {kept:>8} "
+                f"{e.source:<10} {j.device:<6} {_dur(j.start_s):>7} {_dur(j.end_s):>7}  {'; '.join(note)}"
+            )
+        totals = self.totals()
+        per = ", ".join(f"{k} {fmt_eta(v) or '0s'}" for k, v in totals.items() if k != "all")
+        queue = [j for j in self.jobs if j.job_id is not None and j.status != "present"]
+        new = [j for j in self.jobs if j.status == "new"]
+        unknown = [j for j in self.to_run() if j.remaining_s is None]
+        lines.append(
+            f"{len(new)} new job(s) behind {len(queue)} queued/running; work: {fmt_eta(totals['all']) or '0s'}"
+            f" ({per or 'nothing to run'}) on {self.cpus:g} CPU(s), {self.gpus:g} GPU(s)"
+        )
+        if self.gpus > 0:
+            hours = self.gpu_hours()
+            kinds = ", ".join(f"{k} {v:,.1f}" for k, v in hours.items() if k != "all")
+            lines.append(f"GPU-hours: {hours['all']:,.1f}{f' ({kinds})' if kinds else ''}")
+        kept, most = self.disk()
+        if most > 0:
+            lines.append(
+                f"disk: {fmt_bytes(kept)} kept once every job succeeded (each job's retention), "
+                f"{fmt_bytes(most)} at most at any one time while they run"
+            )
+        finish = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.finish_at))
+        bound = " at the earliest" if unknown else ""
+        start = (
+            f", of which {self.driver_start_s:.0f} s to start the queue" if self.driver_start_s >= 0.5 else ""
+        )
+        lines.append(f"estimated finish: in {fmt_eta(self.makespan_s) or '0s'}{bound} ({finish}){start}")
+        cal = self.calibration
+        if cal is not None and cal.contended:
+            lines.append(
+                f"warning: this machine's calibration was measured under load ({cal.load:.1f} per CPU): "
+                "FLOP-model times are too long; run `looplab plan --recalibrate` on a quiet machine"
+            )
+        if unknown:
+            lines.append(f"no estimate for {len(unknown)} job(s): {', '.join(j.key for j in unknown[:10])}")
+        refused = [j.key for j in self.jobs if j.refused is not None]
+        if refused:
+            lines.append(f"the scheduler will refuse (too big for the cluster): {', '.join(refused)}")
+        flagged = [j.key for j in self.jobs if j.fits is False]
+        if flagged:
+            lines.append(f"will not fit their device's memory: {', '.join(flagged)}")
+        if any(
+            j.fits is False and not j.estimate.micro_batch_given and j.estimate.micro_batch for j in self.jobs
+        ):
+            lines.append(
+                "* micro: the most sequences per forward that fit (micro_batch_size; the whole batch does not)"
+            )
+        return "\n".join(lines)
+
+
+def _dur(seconds: float | None) -> str:
+    from lab.display import fmt_eta
+
+    if seconds is None:
+        return "?"
+    return fmt_eta(seconds) if seconds >= 1 else f"{seconds:.1f}s"
