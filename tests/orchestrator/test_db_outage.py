@@ -20,8 +20,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
 
+from lab import cli
 from lab.display import status_frame, table
-from orchestrator import Grid, Queue, cli
+from orchestrator import Grid, Queue
 from orchestrator.db import FULL, UNREACHABLE, describe_error, dispose_all, engine, outage, resolve_url
 from orchestrator.scheduler import Scheduler
 from orchestrator.task import MetricSpool, QueueReporter
