@@ -47,13 +47,20 @@ from sqlalchemy import Connection, Engine
 
 from orchestrator import drivers, jobkinds, pairing
 from orchestrator.canonical import canonical_json
-from orchestrator.grid import BUDGET_SPEC_KEYS, Grid, trained_plan
+from orchestrator.grid import Grid
 from orchestrator.jobkinds import CHECKPOINT, TRAIN
 from orchestrator.schema import RESULT_TABLES, Attempt, GridRow, JobDep, JobLog, TrainResult
 from orchestrator.schema import Job as JobRow
 from orchestrator.states import ACTIVE, DEAD_ENDS, AttemptOutcome, JobStatus
-from orchestrator.submission import PlanEstimates, deps_first, model_columns, plan_ids_and_hashes, planned
-from orchestrator.variants import VARIANT_COLUMNS
+from orchestrator.submission import (
+    PlanEstimates,
+    deps_first,
+    job_row,
+    jobs_by_hash,
+    model_columns,
+    plan_ids_and_hashes,
+    planned,
+)
 
 if TYPE_CHECKING:
     from workers.jobs import JobRegistry
@@ -101,13 +108,7 @@ def submit(
     added: list[int] = []
     with eng.begin() as conn:
         grid_ids = [_grid_id(conn, g, now) for g in grids]
-        existing = dict(
-            conn.execute(
-                sa.select(JOBS.c.config_hash, JOBS.c.id).where(
-                    JOBS.c.config_hash.in_([p.config_hash for p in plans])
-                )
-            ).all()
-        )
+        existing = jobs_by_hash(conn, [p.config_hash for p in plans])
         plan_ids: dict[int, int] = {}  # plan index -> job id
         waited_by_new = {w for p in plans if p.config_hash not in existing for w in p.waits}
         waited = {w for p in plans for w in p.waits}
@@ -118,46 +119,11 @@ def submit(
                 continue
             if i in waited and i not in waited_by_new:
                 continue  # every job that would wait for it is in the database already
-            dep_ids = [plan_ids[d] for d in (*plan.deps, *plan.waits)] + plan.dep_ids
-            budget = plan.budget
-            if budget is None and plan.kind == TRAIN:  # stored as submitted-or-implied, for views
-                budget = {k: plan.spec[k] for k in BUDGET_SPEC_KEYS if plan.spec.get(k) is not None}
-                budget = budget or None
-            # a depth sweep or eval is about its train job's model: it copies the identity columns too
-            about = (trained_plan(plans, i) or plan).spec
-            if pairing.is_match_time(budget):
-                budget = pairing.stored(pairing.reference_id(plan, plan_ids))
+            row = job_row(plans, i, plan_ids, columns[i], estimates[i])
             job_id = conn.execute(
-                JOBS.insert().values(
-                    grid_id=grid_ids[plan.grid_index],
-                    kind=plan.kind,
-                    config=canonical_json(plan.spec),
-                    config_hash=plan.config_hash,
-                    recipe=about.get("recipe"),
-                    size=about.get("size"),
-                    seed=about.get("seed"),
-                    **{c: columns[i].get(c) for c in VARIANT_COLUMNS},
-                    status=JobStatus.QUEUED,
-                    priority=plan.priority,
-                    attempts=0,
-                    max_attempts=plan.max_attempts,
-                    budget=canonical_json(budget) if budget else None,
-                    budget_tokens=columns[i].get("budget_tokens", plan.spec.get("tokens")),
-                    budget_time_s=plan.spec.get("time_s"),
-                    budget_flops=plan.spec.get("flops"),
-                    resources=canonical_json(plan.resources) if plan.resources else None,
-                    retention=plan.retention,
-                    micro_batch_size=(  # as given: an integer (`auto`, none: NULL)
-                        plan.spec.get("micro_batch_size")
-                        if plan.kind == TRAIN and isinstance(plan.spec.get("micro_batch_size"), int)
-                        else None
-                    ),
-                    workers=pairing.workers_of(plan.resources),
-                    created_at=now,
-                    planned_seconds=estimates[i][0],
-                    planned_source=estimates[i][1],
-                )
+                JOBS.insert().values(grid_id=grid_ids[plan.grid_index], created_at=now, **row)
             ).inserted_primary_key[0]
+            dep_ids = [plan_ids[d] for d in (*plan.deps, *plan.waits)] + plan.dep_ids
             for dep in dict.fromkeys(dep_ids):
                 conn.execute(DEPS.insert().values(job_id=job_id, depends_on=dep))
             existing[plan.config_hash] = job_id
@@ -403,6 +369,12 @@ def retry_delay(
     return min(max_s, base_s * 2.0 ** max(0, failures - 1))
 
 
+def _failures(conn: Connection, job_id: int) -> int:
+    """How many attempts of job `job_id` failed (interruptions and cancels are not the job's fault)."""
+    failed = (ATTEMPTS.c.job_id == job_id) & (ATTEMPTS.c.outcome == AttemptOutcome.FAILED)
+    return conn.execute(sa.select(sa.func.count()).where(failed)).scalar_one()
+
+
 def finish(
     eng: Engine,
     job_id: int,
@@ -443,11 +415,7 @@ def finish(
         elif outcome == AttemptOutcome.INTERRUPTED:
             status = JobStatus.QUEUED
         else:
-            failures = conn.execute(
-                sa.select(sa.func.count()).where(
-                    ATTEMPTS.c.job_id == job_id, ATTEMPTS.c.outcome == AttemptOutcome.FAILED
-                )
-            ).scalar_one()
+            failures = _failures(conn, job_id)
             status = JobStatus.QUEUED if failures < job.max_attempts else JobStatus.FAILED
             if status == JobStatus.QUEUED:
                 values["not_before"] = now + retry_delay(failures, backoff_s, backoff_max_s)
@@ -683,11 +651,7 @@ def retry(eng: Engine, job_ids: list[int]) -> list[int]:
             )
             if conn.execute(still_running).first():
                 continue  # cancelled but its attempt still runs until it stops: a retry now would run it twice
-            failures = conn.execute(
-                sa.select(sa.func.count()).where(
-                    ATTEMPTS.c.job_id == job_id, ATTEMPTS.c.outcome == AttemptOutcome.FAILED
-                )
-            ).scalar_one()
+            failures = _failures(conn, job_id)
             conn.execute(
                 JOBS.update()
                 .where(JOBS.c.id == job_id)

@@ -88,7 +88,7 @@ from orchestrator.admission import Admission, Candidate, Node, Refuse, Request, 
 from orchestrator.db import Outage, outage, outage_phrase
 from orchestrator.settings import _seconds, aging_seconds, backoff_seconds, grace_seconds
 from orchestrator.states import AttemptOutcome, JobStatus
-from orchestrator.task import QueueReporter, launch, sink_on_this_node
+from orchestrator.task import QueueReporter, TaskResult, launch, sink_on_this_node
 from orchestrator.writer import Unwritten, record_concurrency, write_events
 from workers.reporter import Event, EventKind
 
@@ -147,7 +147,7 @@ class Scheduler:
         # what waits for the database (the module's "A database outage"): events drained from the
         # sink, with the attempt they were reported under, and finished attempts' outcomes, in order
         self.held: list[tuple[int, int, list[Event]]] = []
-        self.outcomes: list[tuple[int, int, dict[str, Any]]] = []
+        self.outcomes: list[tuple[int, int, TaskResult]] = []
         self.live: dict[tuple[int, int, str], Event] = {}  # while paused: (job, attempt, kind) -> the last
         self.paused: _Pause | None = None
         self.db_retry_s = _seconds("db_retry_s", db_retry_s, positive=True)
@@ -293,11 +293,9 @@ class Scheduler:
             except Exception as e:
                 admission.not_started(decision)
                 if outage(e):  # claimed, not launched: it goes back to the queue with the database
-                    self.outcomes.append((job.id, n, {"outcome": AttemptOutcome.INTERRUPTED, "error": None}))
+                    self.outcomes.append((job.id, n, TaskResult(AttemptOutcome.INTERRUPTED)))
                     raise
-                self.outcomes.append(
-                    (job.id, n, {"outcome": AttemptOutcome.FAILED, "error": traceback.format_exc()})
-                )
+                self.outcomes.append((job.id, n, TaskResult(AttemptOutcome.FAILED, traceback.format_exc())))
                 self._write_held()
                 continue
             admission.started(decision)
@@ -334,9 +332,9 @@ class Scheduler:
         try:
             out = ray.get(ref)
         except ray.exceptions.NodeDiedError as e:  # the machine went away: not the job's fault
-            out = {"outcome": AttemptOutcome.INTERRUPTED, "error": f"Ray node lost: {e}"}
+            out = TaskResult(AttemptOutcome.INTERRUPTED, f"Ray node lost: {e}")
         except Exception as e:  # the worker process died (OOM-killed, a crash in native code, ...)
-            out = {"outcome": AttemptOutcome.FAILED, "error": f"Ray task failed: {type(e).__name__}: {e}"}
+            out = TaskResult(AttemptOutcome.FAILED, f"Ray task failed: {type(e).__name__}: {e}")
         self.outcomes.append((job_id, n, out))
 
     def _write_held(self, notes: list[tuple[int, int, list[Event]]] = ()) -> None:
@@ -359,11 +357,11 @@ class Scheduler:
             self._record(*self.outcomes[0])
             self.outcomes.pop(0)
 
-    def _record(self, job_id: int, n: int, out: dict[str, Any]) -> None:
+    def _record(self, job_id: int, n: int, out: TaskResult) -> None:
         # every event of the job is written (`_write_held` writes the events first), its result rows
         # among them; a resumed job's count covers all its attempts under this driver
         record_concurrency(self.eng, job_id, n, len(self.overlaps.get(job_id, ())))
-        status = self._finish(job_id, n, AttemptOutcome(out["outcome"]), out.get("error"))
+        status = self._finish(job_id, n, out.outcome, out.error)
         if status.finished:
             self.overlaps.pop(job_id, None)
         art, keep = self.art_dirs.pop(job_id, (None, None))
@@ -373,7 +371,7 @@ class Scheduler:
                 retention.apply(art)
         if self.progress:
             print(
-                f"{time.strftime('%H:%M:%S')} job {job_id} attempt {n} {out['outcome']} -> {status}",
+                f"{time.strftime('%H:%M:%S')} job {job_id} attempt {n} {out.outcome} -> {status}",
                 flush=True,
             )
 
@@ -395,13 +393,8 @@ class Scheduler:
             ray.cancel(ref, force=True)
         self._drain()
         for job_id, n, _ in self.running.values():
-            self.outcomes.append(
-                (
-                    job_id,
-                    n,
-                    {"outcome": AttemptOutcome.INTERRUPTED, "error": "stopped by a second Ctrl-C (forced)"},
-                )
-            )
+            forced = TaskResult(AttemptOutcome.INTERRUPTED, "stopped by a second Ctrl-C (forced)")
+            self.outcomes.append((job_id, n, forced))
         self.running.clear()
         try:
             self._write_held()

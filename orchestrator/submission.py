@@ -1,6 +1,7 @@
 """What a submission will be, before anything is written: the grids validated, expanded and hashed
 (`plan_ids_and_hashes`), the jobs columns about each plan's model (`model_columns`), its estimates
-(`planned`) and the order that puts every plan after the plans it waits for (`deps_first`).
+(`planned`), the order that puts every plan after the plans it waits for (`deps_first`), the jobs row
+each new plan becomes (`job_row`), and which plans are in the database already (`jobs_by_hash`).
 
 Read-only: `jobqueue.submit` writes the rows these describe, and `looplab plan` (lab/planner)
 reads the same plans without writing, so a forecast is of exactly the jobs a submission would add.
@@ -13,13 +14,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from model.errors import ConfigError
 from orchestrator import pairing
-from orchestrator.grid import Grid, JobPlan, assign_hashes, expand, trained_plan
+from orchestrator.canonical import canonical_json
+from orchestrator.grid import BUDGET_SPEC_KEYS, Grid, JobPlan, assign_hashes, expand, trained_plan
 from orchestrator.jobkinds import TRAIN
 from orchestrator.schema import Job as JobRow
+from orchestrator.states import JobStatus
 from orchestrator.variants import VARIANT_COLUMNS, columns_of, flop_budget_tokens, resolve, shared_overrides
 
 if TYPE_CHECKING:
@@ -47,14 +50,13 @@ def plan_ids_and_hashes(
             raise ConfigError(f"budget.{pairing.MATCH_TIME}: job {j} is not a train job of this database")
     assign_hashes(plans, {j: known[j].config_hash for j in ref_ids}, kinds)
     with eng.connect() as conn:
-        existing = dict(
-            conn.execute(
-                sa.select(JOBS.c.config_hash, JOBS.c.id).where(
-                    JOBS.c.config_hash.in_([p.config_hash for p in plans])
-                )
-            ).all()
-        )
-    return plans, existing
+        return plans, jobs_by_hash(conn, [p.config_hash for p in plans])
+
+
+def jobs_by_hash(conn: Connection, config_hashes: list[str]) -> dict[str, int]:
+    """{config hash: job id} of the jobs of `config_hashes` that are in the database."""
+    query = sa.select(JOBS.c.config_hash, JOBS.c.id).where(JOBS.c.config_hash.in_(config_hashes))
+    return dict(conn.execute(query).all())
 
 
 # What `submit` may be given to store with each new job: (planned seconds, source) per plan, or None.
@@ -93,6 +95,58 @@ def model_columns(plans: list[JobPlan]) -> list[dict[str, Any]]:
         if trained_plan(plans, i) is not None:
             out[i] = {c: out[plan.deps[0]].get(c) for c in VARIANT_COLUMNS}
     return out
+
+
+def job_row(
+    plans: list[JobPlan],
+    i: int,
+    plan_ids: dict[int, int],
+    columns: dict[str, Any],
+    estimate: tuple[float | None, str | None],
+) -> dict[str, Any]:
+    """The jobs row of new plan `i` but its grid and creation time: `columns` are its model's
+    (`model_columns`), `estimate` its (planned seconds, source), `plan_ids` the job ids of the plans
+    inserted before it (a match-time budget names one)."""
+    plan = plans[i]
+    budget = stored_budget(plan, plan_ids)
+    # a depth sweep or eval is about its train job's model: it copies the identity columns too
+    about = (trained_plan(plans, i) or plan).spec
+    micro_batch = plan.spec.get("micro_batch_size")
+    return dict(
+        kind=plan.kind,
+        config=canonical_json(plan.spec),
+        config_hash=plan.config_hash,
+        recipe=about.get("recipe"),
+        size=about.get("size"),
+        seed=about.get("seed"),
+        **{c: columns.get(c) for c in VARIANT_COLUMNS},
+        status=JobStatus.QUEUED,
+        priority=plan.priority,
+        attempts=0,
+        max_attempts=plan.max_attempts,
+        budget=canonical_json(budget) if budget else None,
+        budget_tokens=columns.get("budget_tokens", plan.spec.get("tokens")),
+        budget_time_s=plan.spec.get("time_s"),
+        budget_flops=plan.spec.get("flops"),
+        resources=canonical_json(plan.resources) if plan.resources else None,
+        retention=plan.retention,
+        # as given: an integer (`auto`, none: NULL)
+        micro_batch_size=micro_batch if plan.kind == TRAIN and isinstance(micro_batch, int) else None,
+        workers=pairing.workers_of(plan.resources),
+        planned_seconds=estimate[0],
+        planned_source=estimate[1],
+    )
+
+
+def stored_budget(plan: JobPlan, plan_ids: dict[int, int]) -> dict[str, Any] | None:
+    """The budget stored with a new job, for the views: as submitted, or for a train job submitted
+    without one the budget its spec implies; a match-time budget as the job whose time it copies."""
+    budget = plan.budget
+    if budget is None and plan.kind == TRAIN:
+        budget = {k: plan.spec[k] for k in BUDGET_SPEC_KEYS if plan.spec.get(k) is not None} or None
+    if pairing.is_match_time(budget):
+        budget = pairing.stored(pairing.reference_id(plan, plan_ids))
+    return budget
 
 
 def deps_first(plans: list[JobPlan]) -> list[int]:

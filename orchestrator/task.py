@@ -9,7 +9,9 @@ with it); the N training workers run in the one placement group Ray Train reserv
 the job's per-worker `num_cpus` / `num_gpus`: exactly what the admission booked (all bundles at once, or
 the job waits whole), so the driver's booking and Ray's placement group agree and a gang never holds a
 partial set of workers. Rank 0 reports through its own `QueueReporter` (metrics, checkpoints, the
-result row, the stop flag), as a one-worker job's task does.
+result row, the stop flag), as a one-worker job's task does. Both tasks end in `run_attempt`, which
+turns how the run ended into the `TaskResult` the driver records, with the same advice for an
+out-of-memory or full-disk error whether one worker or a gang ran the job.
 
 `execute_job` runs one job on a Ray worker (any node). Its `QueueReporter` batches the job's events and
 pushes them every half second, with a heartbeat, to the `EventSink` actor that the driver owns; the
@@ -32,6 +34,8 @@ import threading
 import time
 import traceback
 import types
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,7 +44,7 @@ import ray
 from model.errors import ConfigError
 from orchestrator.jobkinds import TRAIN
 from orchestrator.states import AttemptOutcome
-from workers.reporter import BaseReporter, Event, EventKind
+from workers.reporter import BaseReporter, Event, EventKind, JobInterrupted
 
 if TYPE_CHECKING:
     from orchestrator.admission import Request
@@ -59,6 +63,17 @@ DISK_FULL_ADVICE = (
     "resumes from it: free space on the artifact directory's volume, then `looplab retry {job}` "
     "if its attempts are used up. Traceback follows.\n"
 )
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """What a job's task hands the driver, which records it (`jobqueue.finish`): how the attempt ended,
+    the error to record (a failure's advice and traceback, why an attempt was interrupted, or None),
+    and a succeeded job's summary (what its kind's `run` returned)."""
+
+    outcome: AttemptOutcome
+    error: str | None = None
+    summary: dict[str, Any] | None = None
 
 
 @ray.remote(num_cpus=0)
@@ -275,7 +290,7 @@ def launch(
     job_id: int, kind: str, spec: dict, artifact_dir: str, sink: Any, kinds: JobRegistry, request: Request
 ) -> Any:
     """Start job `job_id` with the resources the admission booked (`request`); returns the Ray ref of
-    its outcome dict. ConfigError for a gang of a kind that cannot run on several workers."""
+    its `TaskResult`. ConfigError for a gang of a kind that cannot run on several workers."""
     if request.workers == 1:
         return execute_job.options(num_cpus=request.cpus, num_gpus=request.gpus).remote(
             job_id, kind, spec, artifact_dir, sink, kinds_ref(kinds)
@@ -296,69 +311,120 @@ def launch(
 @ray.remote(max_retries=0, num_cpus=0, num_gpus=0)
 def execute_gang(
     job_id: int, spec: dict, artifact_dir: str, sink: Any, workers: int, cpus: float, gpus: float
-) -> dict:
+) -> TaskResult:
     """Runs train job `job_id` on `workers` Ray Train workers of `cpus` CPUs and `gpus` GPUs each (this
-    task holds nothing: see the module docstring). Never raises: the outcome is a dict the driver
-    records; a rank that died (killed, its node lost) interrupts the attempt, as a lost node does."""
-    from workers.distributed import WorkerLost, fit
-
+    task holds nothing: see the module docstring). Never raises (`run_attempt`)."""
     Path(artifact_dir).mkdir(parents=True, exist_ok=True)
     rep = QueueReporter(job_id, sink)  # where the run's driver is; rank 0 reports the rest itself
-    node = ray.get_runtime_context().get_node_id()[:12]
-    rep.started(f"{node}:{os.getpid()} ({workers} workers)", None)
-    try:
-        rank0 = functools.partial(QueueReporter, job_id, sink, artifact_dir)  # made on rank 0's process
-        ranks = fit(spec, artifact_dir, workers, cpus, gpus, rank0)
-        if "interrupted" in ranks:
-            out = {"outcome": AttemptOutcome.INTERRUPTED, "error": None}
-        else:
-            out = {"outcome": AttemptOutcome.SUCCEEDED, "summary": ranks["summary"]}
-    except WorkerLost as e:
-        out = {"outcome": AttemptOutcome.INTERRUPTED, "error": f"Ray Train worker lost: {e}"}
-    except BaseException:  # every failure is recorded, the queue goes on
-        out = {"outcome": AttemptOutcome.FAILED, "error": traceback.format_exc()}
-    try:
-        rep.close()
-    except Exception:
-        log.warning("job %s: could not ship the last events", job_id, exc_info=True)
-    return out
-
-
-def _disk_full(error: BaseException | None) -> bool:
-    """`error`, or an error that caused it, is a full disk or quota (a checkpoint's NoSpaceError too)."""
-    while isinstance(error, BaseException):
-        if isinstance(error, OSError):
-            from workers.checkpoint import NoSpaceError
-
-            if error.errno in MetricSpool.FULL or isinstance(error, NoSpaceError):
-                return True
-        error = error.__cause__ or error.__context__
-    return False
+    rank0 = functools.partial(QueueReporter, job_id, sink, artifact_dir)  # made on rank 0's process
+    return run_attempt(
+        job_id,
+        rep,
+        f"{_this_process()} ({workers} workers)",
+        None,
+        functools.partial(run_gang, spec, artifact_dir, workers, cpus, gpus, rank0),
+    )
 
 
 @ray.remote(max_retries=0)
-def execute_job(job_id: int, kind: str, spec: dict, artifact_dir: str, sink: Any, kinds_ref: Any) -> dict:
-    """Runs one job on a Ray worker. Never raises: the outcome is a dict the driver records."""
-    from workers.jobs import JobInterrupted
-
+def execute_job(
+    job_id: int, kind: str, spec: dict, artifact_dir: str, sink: Any, kinds_ref: Any
+) -> TaskResult:
+    """Runs one job on a Ray worker. Never raises (`run_attempt`)."""
     Path(artifact_dir).mkdir(parents=True, exist_ok=True)
     rep = QueueReporter(job_id, sink, artifact_dir)
     gpus = os.environ.get("CUDA_VISIBLE_DEVICES") or ",".join(str(g) for g in ray.get_gpu_ids())
-    node = ray.get_runtime_context().get_node_id()[:12]
-    rep.started(f"{node}:{os.getpid()}", gpus or None)
-    try:
+
+    def run() -> TaskResult:
         summary = _load_kinds(kinds_ref).run(kind, spec, rep, artifact_dir)
-        out = {"outcome": AttemptOutcome.SUCCEEDED, "summary": summary}
+        return TaskResult(AttemptOutcome.SUCCEEDED, summary=summary)
+
+    return run_attempt(job_id, rep, _this_process(), gpus or None, run)
+
+
+def _this_process() -> str:
+    """Where an attempt runs, as the job's `worker` column shows it: node:pid."""
+    return f"{ray.get_runtime_context().get_node_id()[:12]}:{os.getpid()}"
+
+
+def run_gang(
+    spec: dict,
+    artifact_dir: str,
+    workers: int,
+    cpus: float,
+    gpus: float,
+    rank0: Callable[[], BaseReporter],
+) -> TaskResult:
+    """The run of a gang (workers/distributed.py `fit`): a rank that died (killed, its node lost)
+    interrupts the attempt, as a lost node does; a rank's error is raised, for `run_attempt`."""
+    from workers.distributed import WorkerLost, fit
+
+    try:
+        ranks = fit(spec, artifact_dir, workers, cpus, gpus, rank0)
+    except WorkerLost as e:
+        return TaskResult(AttemptOutcome.INTERRUPTED, f"Ray Train worker lost: {e}")
+    if "interrupted" in ranks:
+        return TaskResult(AttemptOutcome.INTERRUPTED)
+    return TaskResult(AttemptOutcome.SUCCEEDED, summary=ranks["summary"])
+
+
+def run_attempt(
+    job_id: int, rep: QueueReporter, where: str, gpus: str | None, run: Callable[[], TaskResult]
+) -> TaskResult:
+    """What every attempt does around its run, on one worker or a gang: says it started (on `where`,
+    with `gpus`), calls `run`, turns what it raised into the result the driver records, and ships the
+    last events. Never raises: a stop (the driver's, or Ctrl-C) interrupts the attempt, every other
+    error fails it, the queue goes on; an out-of-memory or full-disk error opens with what to do."""
+    rep.started(where, gpus)
+    try:
+        result = run()
     except (JobInterrupted, KeyboardInterrupt):
-        out = {"outcome": AttemptOutcome.INTERRUPTED, "error": None}
+        result = TaskResult(AttemptOutcome.INTERRUPTED)
     except BaseException as e:  # every failure is recorded, the queue goes on
-        tb = traceback.format_exc()
-        oom = type(e).__name__ == "OutOfMemoryError" or "CUDA out of memory" in str(e)
-        full = _disk_full(e)
-        advice = OOM_ADVICE if oom else DISK_FULL_ADVICE.format(job=job_id) if full else ""
-        out = {"outcome": AttemptOutcome.FAILED, "error": advice + tb}
+        result = TaskResult(AttemptOutcome.FAILED, advice(e, job_id) + traceback.format_exc())
     try:
         rep.close()
     except Exception:
         log.warning("job %s: could not ship the last events", job_id, exc_info=True)
-    return out
+    return result
+
+
+def advice(error: BaseException, job_id: int) -> str:
+    """What to do, for an error the job's own settings or the machine caused: out of memory
+    (OOM_ADVICE), a full disk (DISK_FULL_ADVICE); "" for any other."""
+    if _out_of_memory(error):
+        return OOM_ADVICE
+    if _disk_full(error):
+        return DISK_FULL_ADVICE.format(job=job_id)
+    return ""
+
+
+def _errors(error: BaseException | None) -> Iterator[BaseException]:
+    """`error`, the errors that caused it, and a gang's rank errors: Ray Train raises one error for the
+    gang (`WorkerGroupError`) and keeps each failed rank's own in `worker_failures` (a rank's error
+    comes from its process pickled, which keeps its type, errno and message, not what caused it)."""
+    todo, seen = [error], set()
+    while todo:
+        e = todo.pop()
+        if not isinstance(e, BaseException) or id(e) in seen:
+            continue
+        seen.add(id(e))
+        yield e
+        todo += [e.__cause__, e.__context__, *(getattr(e, "worker_failures", None) or {}).values()]
+
+
+def _out_of_memory(error: BaseException | None) -> bool:
+    """`error`, or one behind it (`_errors`), is CUDA running out of memory (torch's OutOfMemoryError)."""
+    return any(
+        type(e).__name__ == "OutOfMemoryError" or "CUDA out of memory" in str(e) for e in _errors(error)
+    )
+
+
+def _disk_full(error: BaseException | None) -> bool:
+    """`error`, or one behind it (`_errors`), is a full disk or quota (a checkpoint's NoSpaceError too)."""
+    from workers.checkpoint import NoSpaceError
+
+    return any(
+        isinstance(e, OSError) and (e.errno in MetricSpool.FULL or isinstance(e, NoSpaceError))
+        for e in _errors(error)
+    )

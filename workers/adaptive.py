@@ -29,7 +29,6 @@ Standalone: `python -m workers.adaptive --checkpoint runs/x --rules 'state=[0.01
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +36,7 @@ from typing import Any
 
 from model import fields
 from model.errors import ConfigError
+from workers.identity import spec_to_dict
 from workers.spec_cli import SpecParser, checkpoint_exists, job_parser, run_standalone
 from workers.train_spec import EVAL_H0_SEED
 
@@ -136,8 +136,7 @@ class Spec:
             device=fields.device("device", d["device"]),
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+    to_dict = spec_to_dict
 
 
 def threshold_of(name: str, v: Any) -> float:

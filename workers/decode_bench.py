@@ -19,7 +19,6 @@ checkpoint with the validation text, against the fixed depth, with this module's
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import statistics
 import sys
@@ -32,6 +31,7 @@ from typing import Any
 from model import fields
 from model.errors import ConfigError
 from workers.cost import ForwardCost
+from workers.identity import spec_to_dict
 from workers.reporter import JobInterrupted, Reporter
 from workers.spec_cli import SpecParser, job_parser, run_standalone
 
@@ -94,8 +94,7 @@ class Spec:
             cuda_graph=cuda_graph,
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+    to_dict = spec_to_dict
 
 
 def cost(spec: Spec) -> ForwardCost:

@@ -30,7 +30,7 @@ from model import fields
 from model.errors import ConfigError
 from model.geometry import MAX_INTERACTION_LOOPS
 from workers.cost import ForwardCost
-from workers.identity import EXECUTION
+from workers.identity import EXECUTION, spec_to_dict
 from workers.spec_cli import SpecParser, checkpoint_exists, job_parser, run_standalone
 from workers.train_spec import EVAL_H0_SEED
 
@@ -82,8 +82,7 @@ class Spec:
             device=fields.device("device", d["device"]),
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+    to_dict = spec_to_dict
 
 
 def interaction_loops(v: Any) -> list[int]:

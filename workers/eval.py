@@ -24,7 +24,6 @@ Standalone: `python -m workers.eval --checkpoint runs/x --tasks deduction,kinshi
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import json
@@ -38,7 +37,7 @@ from typing import Any
 from model import fields
 from model.errors import ConfigError
 from workers.cost import ForwardCost
-from workers.identity import EXECUTION
+from workers.identity import EXECUTION, spec_to_dict
 from workers.spec_cli import SpecParser, checkpoint_exists, job_parser, run_standalone
 from workers.tasks import GENERATORS
 from workers.tasks.schema import Item, dumps_jsonl, load_jsonl, write_jsonl
@@ -119,8 +118,7 @@ class Spec:
             device=fields.device("device", d["device"]),
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+    to_dict = spec_to_dict
 
 
 def _tasks(value: Any) -> list[str]:

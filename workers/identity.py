@@ -26,6 +26,13 @@ def execution_fields(spec_cls: type) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(spec_cls) if f.metadata.get("execution"))
 
 
+def spec_to_dict(spec: Any) -> dict[str, Any]:
+    """Every field of dataclass instance `spec` by name, each value as it is: a job kind's canonical spec
+    dict (`Spec.to_dict = spec_to_dict`), the one its config hash is computed from. Not `dataclasses.asdict`,
+    which would turn a nested Spec into a plain dict its own way, not by its `to_dict`."""
+    return {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
+
+
 def identity(spec_cls: type, spec_dict: dict[str, Any]) -> dict[str, Any]:
     """What defines the job of spec dict `spec_dict` (of a `spec_cls`): the dict without execution fields."""
     drop = execution_fields(spec_cls)

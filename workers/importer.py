@@ -32,6 +32,7 @@ from typing import Any
 from model import fields
 from model.errors import ConfigError
 from workers import hub
+from workers.identity import spec_to_dict
 from workers.spec_cli import SpecParser, job_parser, run_standalone
 
 RECIPE = "parcae"  # the recipe a Parcae checkpoint is expressed in (every field it sets is a model override)
@@ -82,8 +83,7 @@ class Spec:
                 )
         return cls(source=source.text, tokenizer=tokenizer, corpus=corpus, **resolved)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+    to_dict = spec_to_dict
 
     @property
     def imported_from(self) -> str:

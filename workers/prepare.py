@@ -30,6 +30,7 @@ from typing import Any
 
 from model import fields
 from workers.data import PIECE_DOCS, DataSpec, preparation_dir, prepare
+from workers.identity import spec_to_dict
 from workers.reporter import Reporter
 from workers.spec_cli import SpecParser, job_parser, run_standalone
 
@@ -56,9 +57,8 @@ class Spec(DataSpec):
             piece_docs=fields.integer("piece_docs", d["piece_docs"], lo=1),
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        """Every field, `max_tokens` even when none (unlike DataSpec's): the job's identity as stored."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+    # every field, `max_tokens` even when none (unlike DataSpec's): the job's identity as stored
+    to_dict = spec_to_dict
 
     def data(self) -> DataSpec:
         return DataSpec(**{f.name: getattr(self, f.name) for f in dataclasses.fields(DataSpec)})

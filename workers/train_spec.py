@@ -37,7 +37,7 @@ from typing import Any
 from model import fields
 from model.errors import ConfigError
 from workers.data import BUDGET, DataSpec
-from workers.identity import EXECUTION
+from workers.identity import EXECUTION, spec_to_dict
 from workers.identity import execution_fields as _execution_fields
 from workers.identity import identity as _identity
 
@@ -200,7 +200,7 @@ class Spec:
         return None
 
     def to_dict(self) -> dict[str, Any]:
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d = spec_to_dict(self)
         d["model"] = dict(self.model)
         d["data"] = self.data.to_dict()
         return d

@@ -9,14 +9,18 @@ exactly once.
 (d) Two 2-worker jobs on 3 worker slots: the admission starts one gang whole and the other waits whole
 (never a partial start that would deadlock both); Ray Train's placement group holds exactly the
 bundles the driver booked, the task hosting Ray Train's driver holds nothing.
-Plus, without Ray: iso-time budgets across worker counts (device-seconds), the planner's throughput for
-N workers, and the Runs frame's batch, micro-batch and workers columns.
+Plus, without Ray: a gang whose rank runs out of memory or disk space gets the advice a one-worker job
+gets, iso-time budgets across worker counts (device-seconds), the planner's throughput for N workers,
+and the Runs frame's batch, micro-batch and workers columns.
 """
 
 from __future__ import annotations
 
+import errno
+import functools
 import json
 import os
+import pickle
 import signal
 import subprocess
 import threading
@@ -194,6 +198,91 @@ def test_two_gangs_on_three_slots_never_start_partially(tmp_path, ray_cluster):
     assert max(n for n, _ in seen) == 1  # one gang's placement group at a time
     bundles = {b for n, b in seen if n}
     assert bundles == {((("CPU", 0.6),), (("CPU", 0.6),))}, bundles  # what the driver booked, no more
+
+
+class ClosingReporter(MemoryReporter):
+    def close(self) -> None:
+        self.closed = True
+
+
+def _out_of_memory() -> BaseException:
+    import torch
+
+    return torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 1.5 GiB free)")
+
+
+def _disk_full() -> BaseException:
+    return OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize(
+    "error, advice",
+    [
+        (_out_of_memory, "CUDA out of memory: the job did not fit"),
+        (_disk_full, "No space left on device: the"),
+    ],
+    ids=["cuda-oom", "enospc"],
+)
+def test_a_gang_whose_rank_runs_out_of_memory_or_disk_gets_the_one_worker_advice(monkeypatch, error, advice):
+    """Ray Train raises one error for the gang and keeps the failed rank's own (pickled: its cause
+    chain lost) in `worker_failures`; the advice looks there, as the one-worker path looks at its error."""
+    from ray.train.v2.api.exceptions import WorkerGroupError
+
+    from orchestrator import task
+    from orchestrator.states import AttemptOutcome
+    from workers import distributed
+
+    rank_error = pickle.loads(pickle.dumps(error()))  # as it comes back from the rank's process
+
+    def fit(*args):
+        raise WorkerGroupError(f"[Rank 1]: {type(rank_error).__name__}", {1: rank_error})
+
+    monkeypatch.setattr(distributed, "fit", fit)
+    gang, one = ClosingReporter(), ClosingReporter()
+    run_gang = functools.partial(task.run_gang, TRAIN, "/nowhere", 2, 1.0, 0.0, None)
+    on_gang = task.run_attempt(7, gang, "node:1 (2 workers)", None, run_gang)
+
+    def run_one():
+        raise error()
+
+    on_one = task.run_attempt(7, one, "node:1", None, run_one)
+    assert on_gang.outcome == on_one.outcome == AttemptOutcome.FAILED
+    assert on_gang.error.startswith(advice) and on_one.error.startswith(advice)
+    assert on_gang.error.split("Traceback follows.\n")[0] == on_one.error.split("Traceback follows.\n")[0]
+    assert "WorkerGroupError" in on_gang.error  # the advice, then the traceback
+    assert (
+        gang.closed
+        and one.closed
+        and gang.of("started") == [{"worker": "node:1 (2 workers)", "gpu_ids": None}]
+    )
+
+
+def test_a_gang_attempt_ends_as_its_ranks_say(monkeypatch):
+    """Rank 0's summary: succeeded; a stop asked of the run: interrupted; a rank's process gone
+    (`WorkerLost`): interrupted, saying so; a Ctrl-C: interrupted, as on one worker."""
+    from orchestrator import task
+    from orchestrator.states import AttemptOutcome
+    from workers import distributed
+
+    def ends(fit) -> task.TaskResult:
+        monkeypatch.setattr(distributed, "fit", fit)
+        run = functools.partial(task.run_gang, TRAIN, "/nowhere", 2, 1.0, 0.0, None)
+        return task.run_attempt(7, ClosingReporter(), "node:1 (2 workers)", None, run)
+
+    def lost(*args):
+        raise distributed.WorkerLost("rank(s) [1] of 2 died: ActorDiedError")
+
+    def ctrl_c(*args):
+        raise KeyboardInterrupt
+
+    assert ends(lambda *a: {"summary": {"steps": 3}}) == task.TaskResult(
+        AttemptOutcome.SUCCEEDED, summary={"steps": 3}
+    )
+    assert ends(lambda *a: {"interrupted": "stop asked"}) == task.TaskResult(AttemptOutcome.INTERRUPTED)
+    assert ends(lost) == task.TaskResult(
+        AttemptOutcome.INTERRUPTED, "Ray Train worker lost: rank(s) [1] of 2 died: ActorDiedError"
+    )
+    assert ends(ctrl_c) == task.TaskResult(AttemptOutcome.INTERRUPTED)
 
 
 def test_an_iso_time_budget_matches_device_seconds_across_worker_counts(tmp_path):
