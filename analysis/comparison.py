@@ -153,7 +153,8 @@ def _versus_reference(
     out["ci_high"] = [i.high for i in intervals]
     out["method"] = [i.method for i in intervals]
     out["verdict"] = [
-        "reference" if r else stats.interval_verdict(i, threshold) for r, i in zip(is_ref, intervals)
+        stats.Verdict.REFERENCE if r else stats.interval_verdict(i, threshold)
+        for r, i in zip(is_ref, intervals)
     ]
     sigma = noise.sigma if noise is not None else math.nan
     out["seeds_needed"] = np.where(is_ref, np.nan, stats.seeds_needed(sigma, delta))

@@ -5,8 +5,8 @@
   chi-square interval on σ. A variant with one seed contributes nothing (no spread to measure).
 - `difference_interval`: the difference of two variants' mean loss with a 95 % interval, and which
   method gave it (paired t, Welch t, bootstrap, the noise floor, or none: "n too small").
-- `interval_verdict`: better / worse when the interval excludes 0, else "not resolved"; the fixed
-  loss threshold decides only where no interval exists.
+- `Verdict`, `interval_verdict`: better / worse when the interval excludes 0, else "not resolved"; the
+  fixed loss threshold decides only where no interval exists.
 - `seeds_needed`: seeds per side to resolve a difference δ at noise σ (a power estimate).
 - `fit_loss_vs_data`, `data_fits`: L(D) = E + B·D^(−β) per variant, and with it a loss difference
   expressed as "worth X % more training data".
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 import numpy as np
 import pandas as pd
@@ -37,6 +38,20 @@ NO_REPLICATES = "no replicated seeds: using the fixed {threshold:g} threshold"
 # `Interval.method` values
 PAIRED, WELCH, BOOTSTRAP, FLOOR, TOO_SMALL = "paired t", "Welch t", "bootstrap", "noise floor", "n too small"
 BOOTSTRAP_AND_FLOOR = "bootstrap ∪ noise floor"
+
+
+class Verdict(StrEnum):
+    """What a difference to the reference variant amounts to: the only place these names are spelled.
+
+    A member is its plain string ("not resolved", ...), so the tables, the dashboard's colours, the
+    reports' CSS classes and anything compared against a string read it unchanged.
+    """
+
+    BETTER = "better"  # the interval (or, without one, the difference past the threshold) is below 0
+    WORSE = "worse"
+    NOT_RESOLVED = "not resolved"  # the interval reaches across 0
+    NOISE = "noise"  # no interval, and the difference is under the fixed threshold
+    REFERENCE = "reference"  # the row the others are compared with
 
 
 # ---------------------------------------------------------------- noise floor
@@ -232,25 +247,24 @@ def _floor_interval(
     return _t_interval(diff, noise.sigma * math.sqrt(1 / n + 1 / n_ref), noise.dof, level)
 
 
-def interval_verdict(interval: Interval, threshold: float, lower_is_better: bool = True) -> str:
+def interval_verdict(interval: Interval, threshold: float, lower_is_better: bool = True) -> Verdict | str:
     """'better' / 'worse' when the interval excludes 0, else 'not resolved'; '—' without a difference.
 
-    Where no interval exists (one seed per side, no noise floor) the fixed `threshold` decides, as it
-    did before seeds were counted: 'noise' below it, else 'better' / 'worse'.
+    Where no interval exists (one seed per side, no noise floor) the fixed `threshold` decides: 'noise'
+    below it, else 'better' / 'worse'.
     """
     if not math.isfinite(interval.diff):
         return MISSING
-    better = "better" if lower_is_better else "worse"
-    worse = "worse" if lower_is_better else "better"
+    better, worse = (Verdict.BETTER, Verdict.WORSE) if lower_is_better else (Verdict.WORSE, Verdict.BETTER)
     if not interval.defined:
         if abs(interval.diff) < threshold:
-            return "noise"
+            return Verdict.NOISE
         return better if interval.diff < 0 else worse
     if interval.high < 0:
         return better
     if interval.low > 0:
         return worse
-    return "not resolved"
+    return Verdict.NOT_RESOLVED
 
 
 # ---------------------------------------------------------------- power

@@ -11,8 +11,8 @@
 #   train_compiled  lean 86m --compile, 60 steps of 8 x 2,048 tokens: compile seconds, tokens/s, MFU
 #   bench_ratios    model_bench.py at 144m: the study's speed ratios, MFU per recipe
 #   bench_table     model_bench.py for lean and parcae: 86m training, decode at 2k/16k x 1/8/64
-#   micro_batch     slot for issue 23's accumulation at 86m/144m (skips until it lands)
-#   loop_buckets    slot for issue 23's loop-count bucketing (skips until it lands)
+#   micro_batch     slot for accumulation in micro-batches at 86m/144m (skips where it is missing)
+#   loop_buckets    slot for loop-count bucketing (skips where it is missing)
 #   exit_rules      the adaptive job on train_compiled's checkpoint: exit rule vs fixed depth, decode
 #   ddp             DDP with torch.distributed alone, NCCL (skips on one GPU)
 # Figures under $OUT (default benchmarks/results/gpu): STEP.json and STEP.log per step, the jobs'

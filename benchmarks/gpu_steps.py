@@ -19,9 +19,9 @@ Steps, most valuable first (gpu_check.sh runs them in this order, each under its
   bench_ratios    model_bench.py ratios at 144m, bf16: the study's speed ratios and MFU per recipe
   bench_table     model_bench.py table for lean and parcae: 86m training tokens/s, decode ms/token at
                   144m for 2,000 / 16,000 tokens x batch 1 / 8 / 64 (CUDA graphs), KV-cache MB
-  micro_batch     slot (issue 23): accumulation in 4 micro-batches against the whole batch, 86m / 144m
-  loop_buckets    slot (issue 23): parcae in 4 micro-batches with loop-count bucketing off / on
-  exit_rules      the adaptive job (issue 25) on train_compiled's checkpoint: the `state` exit rule at
+  micro_batch     slot: accumulation in 4 micro-batches against the whole batch, 86m / 144m
+  loop_buckets    slot: parcae in 4 micro-batches with loop-count bucketing off / on
+  exit_rules      the adaptive job on train_compiled's checkpoint: the `state` exit rule at
                   two thresholds vs the fixed depth, per_round / latest KV, decode ms/token at batch 1 / 8
   ddp             slot (>= 2 GPUs): DDP with torch.distributed alone (NCCL); gloo on CPU in the dry run
 
@@ -67,7 +67,7 @@ STEPS = (
 # that this lists every test file of the folder
 GPU_TEST_FILES = ("test_model_cuda.py", "test_jobs_cuda.py", "test_gpu_check.py")
 TEST_LIMIT_S = 90  # per test, with pytest-timeout: one hang fails that test, not the whole step
-# The name the slots look for (issue 23's micro-batch field)
+# The name the slots look for: the train spec's micro-batch field
 MICRO_BATCH_FIELD = "micro_batch_size"
 JOB_MODULES = ("workers.train_cli", "workers.decode_bench", "workers.depth_sweep", "workers.eval")
 
@@ -319,12 +319,12 @@ def bench_table(a) -> tuple[int, dict]:
 
 
 def micro_batch(a) -> tuple[int, dict]:
-    """Issue 23's accumulation: lean with the whole batch at once against 4 micro-batches, at 86m and
+    """Gradient accumulation: lean with the whole batch at once against 4 micro-batches, at 86m and
     144m (16 x 2,048 tokens, 3 steps each): tokens/s and peak memory of each."""
     from workers.train_spec import Spec
 
     if MICRO_BATCH_FIELD not in _spec_fields(Spec):
-        return _skip(f"workers.train_spec.Spec has no {MICRO_BATCH_FIELD!r} field (issue 23 not merged)")
+        return _skip(f"workers.train_spec.Spec has no {MICRO_BATCH_FIELD!r} field (no micro-batching here)")
     batch = 8 if a.dry_run else 16
     runs = {}
     for size in ("tiny",) if a.dry_run else ("86m", "144m"):
@@ -335,14 +335,16 @@ def micro_batch(a) -> tuple[int, dict]:
 
 
 def loop_buckets(a) -> tuple[int, dict]:
-    """Issue 23's loop-count bucketing: parcae (per-sample loop counts) in 4 micro-batches with bucketing
+    """Loop-count bucketing: parcae (per-sample loop counts) in 4 micro-batches with bucketing
     off and on, at 86m and 144m: padding_waste and tokens/s of each."""
     from workers.train_spec import Spec
 
     names = _spec_fields(Spec)
     bucket = [n for n in names if "bucket" in n]
     if MICRO_BATCH_FIELD not in names or len(bucket) != 1:
-        return _skip(f"workers.train_spec.Spec has no {MICRO_BATCH_FIELD!r} and bucketing field (issue 23)")
+        return _skip(
+            f"workers.train_spec.Spec has no {MICRO_BATCH_FIELD!r} and bucketing field (no bucketing here)"
+        )
     batch = 8 if a.dry_run else 16
     runs = {}
     for size in ("tiny",) if a.dry_run else ("86m", "144m"):
@@ -355,7 +357,7 @@ def loop_buckets(a) -> tuple[int, dict]:
 
 
 def exit_rules(a) -> tuple[int, dict]:
-    """Issue 25's exit rules, as the `adaptive` job runs them, on train_compiled's checkpoint (lean 86m
+    """The per-token exit rules, as the `adaptive` job runs them, on train_compiled's checkpoint (lean 86m
     trained 60 steps; lean tiny in the dry run): the `state` rule at two thresholds against the fixed
     depth, per_round and latest KV, decoding at batch 1 and 8 (ms/token, speedup, KV MiB) and the
     validation loss and mean rounds per token of each cell. Needs train_compiled to have run first."""

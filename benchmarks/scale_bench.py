@@ -1,4 +1,4 @@
-"""What a global batch in micro-batches costs, and what loop-count bucketing saves (issue 23).
+"""What a global batch in micro-batches costs, and what loop-count bucketing saves.
 
 On `small` at batch 32 (seq_len 64 by default, so it runs on a CPU in a minute or two):
 

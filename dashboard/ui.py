@@ -15,6 +15,7 @@ import pandas as pd
 import streamlit as st
 
 from analysis import comparison, variants
+from analysis.stats import Verdict
 from orchestrator import frames
 
 TTL_S = 5
@@ -23,19 +24,19 @@ NO_JOBS = (
     "then start the queue with `looplab run`. This page refreshes on its own."
 )
 VERDICT_COLORS = {
-    "better": "#d4f4dd",
-    "worse": "#fbd9d3",
-    "not resolved": "#eeeeee",
-    "noise": "#eeeeee",
-    "reference": "#dde7f7",
+    Verdict.BETTER: "#d4f4dd",
+    Verdict.WORSE: "#fbd9d3",
+    Verdict.NOT_RESOLVED: "#eeeeee",
+    Verdict.NOISE: "#eeeeee",
+    Verdict.REFERENCE: "#dde7f7",
 }
 # the same verdicts as line colours on a chart (the cell colours are too pale to draw with)
 VERDICT_STROKES = {
-    "better": "#2e9b4f",
-    "worse": "#d0503a",
-    "not resolved": "#9a9a9a",
-    "noise": "#9a9a9a",
-    "reference": "#4a78c2",
+    Verdict.BETTER: "#2e9b4f",
+    Verdict.WORSE: "#d0503a",
+    Verdict.NOT_RESOLVED: "#9a9a9a",
+    Verdict.NOISE: "#9a9a9a",
+    Verdict.REFERENCE: "#4a78c2",
 }
 
 

@@ -63,8 +63,6 @@ EPILOG = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from workers.calibrate import DEFAULT_MFU, add_arguments  # standard library only: --help stays fast
-
     p = argparse.ArgumentParser(prog="looplab", description=HEADLINE, epilog=EPILOG)
     p.add_argument(
         "--db",
@@ -74,6 +72,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
+    # in the order `looplab --help` lists them
+    _database_commands(sub)
+    _grid_commands(sub)
+    _queue_commands(sub)
+    _study_commands(sub)
+    _model_commands(sub)
+    for name, command in sub.choices.items():
+        command.epilog = f"guide: {GUIDES[name]}"
+    return p
+
+
+def _database_commands(sub: argparse._SubParsersAction) -> None:
+    """db and sql: the schema and read-only queries."""
     db = sub.add_parser("db", help="database schema: upgrade, current; grant-reader ROLE (PostgreSQL)")
     db.add_argument("action", choices=["upgrade", "current", "grant-reader"])
     db.add_argument(
@@ -95,6 +106,11 @@ def build_parser() -> argparse.ArgumentParser:
     fmt = sql.add_mutually_exclusive_group()
     fmt.add_argument("--csv", action="store_true", help="print CSV")
     fmt.add_argument("--json", action="store_true", help="print JSON lines")
+
+
+def _grid_commands(sub: argparse._SubParsersAction) -> None:
+    """submit, plan and calibrate: a grid file into the queue, or priced before it goes there."""
+    from workers.calibrate import DEFAULT_MFU, add_arguments  # standard library only: --help stays fast
 
     sm = sub.add_parser("submit", help="submit the grids defined in a Python file")
     sm.add_argument("file", help="a .py file defining Grid objects (module-level names or a GRIDS list)")
@@ -146,6 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
         )
     )
 
+
+def _queue_commands(sub: argparse._SubParsersAction) -> None:
+    """gc, run, status, cancel, retry and logs: the queue and its jobs."""
     gc = sub.add_parser("gc", help="delete the resume state (checkpoint.pt) of succeeded jobs, keep final.pt")
     gc.add_argument("--dry-run", action="store_true", help="say what would be deleted, delete nothing")
     gc.add_argument("--grid", default=None, help="only this grid's jobs (name or id)")
@@ -172,6 +191,11 @@ def build_parser() -> argparse.ArgumentParser:
     lg = sub.add_parser("logs", help="log lines and tracebacks of a job")
     lg.add_argument("job_id", type=int, metavar="JOB")
     lg.add_argument("-n", "--tail", type=int, default=200, help="last N lines (default 200)")
+
+
+def _study_commands(sub: argparse._SubParsersAction) -> None:
+    """demo, fit, report, export and dashboard: what the finished runs say."""
+    from lab.export import Target  # only the names: --help stays fast
 
     dm = sub.add_parser("demo", help="submit and run the demo grid end to end")
     dm.add_argument("--fast", action="store_true", help="a smaller grid (for smoke tests)")
@@ -221,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex = sub.add_parser(
         "export", help="export runs to MLflow, TensorBoard, W&B (offline) or Parquet; again: only what is new"
     )
-    ex.add_argument("target", choices=["mlflow", "tensorboard", "wandb", "parquet"])
+    ex.add_argument("target", choices=[target.value for target in Target])
     ex.add_argument("-o", "--output", required=True, help="the target directory (MLflow: DIR/mlflow.db)")
     ex.add_argument(
         "--grid",
@@ -241,6 +265,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     da = sub.add_parser("dashboard", help="start the Streamlit dashboard on 127.0.0.1")
     da.add_argument("--port", type=int, default=8501)
+
+
+def _model_commands(sub: argparse._SubParsersAction) -> None:
+    """export-model and lm-eval: a trained model for other tools."""
     ex = sub.add_parser(
         "export-model",
         help="write a checkpoint as a model directory (config.json, "
@@ -255,10 +283,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="lm-evaluation-harness with looplab models registered: every argument is the harness's own, "
         "e.g. lm-eval --model looplab --model_args checkpoint=DIR,loops=8 --tasks sciq",
     )
-
-    for name, command in sub.choices.items():
-        command.epilog = f"guide: {GUIDES[name]}"
-    return p
 
 
 def _split_pass_through(argv: list[str]) -> tuple[list[str], list[str]]:

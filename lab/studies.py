@@ -167,26 +167,10 @@ def loop_design_grid(
     interaction matrix at max(2, trained) and 2 x trained loops; `follow["depth_sweep"]` gives its other
     keys (eval_tokens, batch_size, interaction_tokens, ...; an `interaction_loops` of its own wins).
     `data` is the train spec's data dict; `train` any other train spec key (batch_size, seq_len, lr, ...)."""
-    from model.config import INJECTIONS, TIMESTEPS
-    from model.geometry import MAX_INTERACTION_LOOPS
-
     where = f"loop_design_grid {name!r}"
-    if not isinstance(layouts, list | tuple) or not layouts:
-        raise ConfigError(
-            f"{where}: layouts: expected a non-empty list of (layout, shared, loops), got {layouts!r}"
-        )
-    shapes = []
-    for entry in layouts:
-        if not isinstance(entry, list | tuple) or len(entry) != 3:
-            raise ConfigError(f"{where}: layouts: expected (layout, shared, loops) triples, got {entry!r}")
-        fields.choice(f"{where}: layouts", entry[0], LOOP_LAYOUTS)
-        shapes.append(tuple(entry))
+    shapes = _checked_layouts(where, layouts)
     on = fields.integer(f"{where}: variants_on", variants_on, lo=0, hi=len(shapes) - 1)
-    for kind in injections:
-        fields.choice(f"{where}: injections", kind, INJECTIONS)
-    for kind in timesteps:
-        fields.choice(f"{where}: timesteps", kind, TIMESTEPS)
-    windows = [fields.integer(f"{where}: histories", w, lo=0) for w in histories]
+    windows = _checked_changes(where, injections, histories, timesteps)
     budget = fields.integer(f"{where}: tokens", tokens, lo=1)
     seed_list = fields.int_list(f"{where}: seeds", seeds, lo=0)
     factor = fields.integer(f"{where}: sweep_factor", sweep_factor, lo=1)
@@ -197,8 +181,73 @@ def loop_design_grid(
     if taken:
         raise ConfigError(f"{where}: follow.depth_sweep.{taken[0]}: set by the helper (from sweep_factor)")
 
-    # (model overrides, label) of every variant, grouped by trained loop count
-    groups: dict[int, list[tuple[str, dict[str, Any], str]]] = {}
+    groups = _design_variants(where, shapes, on, size, injections, windows, timesteps)
+    grids = []
+    for loops in sorted(groups, reverse=True):  # the deepest first: the longest runs start early
+        base_spec: dict[str, Any] = {"size": size, "tokens": budget, **train}
+        if data is not None:
+            base_spec["data"] = data
+        grid_follow = dict(follow)
+        if "depth_sweep" in follow_ups:
+            grid_follow["depth_sweep"] = _design_sweep(sweep_spec, loops, factor)
+        grids.append(
+            Grid(
+                f"{name}-{loops}loops" if len(groups) > 1 else name,
+                base=base_spec,
+                sweep={"zip": _design_zip(groups[loops], loops, train), "seed": seed_list},
+                then=follow_ups,
+                follow=grid_follow,
+                priority=priority,
+            )
+        )
+    return grids
+
+
+# one loop-design variant: (layout, its model overrides, its label)
+_DesignVariant = tuple[str, dict[str, Any], str]
+
+
+def _checked_layouts(where: str, layouts: Any) -> list[tuple[Any, ...]]:
+    """`layouts` as (layout, shared, loops) tuples, each layout a known one."""
+    if not isinstance(layouts, list | tuple) or not layouts:
+        raise ConfigError(
+            f"{where}: layouts: expected a non-empty list of (layout, shared, loops), got {layouts!r}"
+        )
+    shapes = []
+    for entry in layouts:
+        if not isinstance(entry, list | tuple) or len(entry) != 3:
+            raise ConfigError(f"{where}: layouts: expected (layout, shared, loops) triples, got {entry!r}")
+        fields.choice(f"{where}: layouts", entry[0], LOOP_LAYOUTS)
+        shapes.append(tuple(entry))
+    return shapes
+
+
+def _checked_changes(
+    where: str, injections: Sequence[str], histories: Sequence[int], timesteps: Sequence[str]
+) -> list[int]:
+    """Checks the injection and timestep kinds; returns the history windows, checked."""
+    from model.config import INJECTIONS, TIMESTEPS
+
+    for kind in injections:
+        fields.choice(f"{where}: injections", kind, INJECTIONS)
+    for kind in timesteps:
+        fields.choice(f"{where}: timesteps", kind, TIMESTEPS)
+    return [fields.integer(f"{where}: histories", w, lo=0) for w in histories]
+
+
+def _design_variants(
+    where: str,
+    shapes: list[tuple[Any, ...]],
+    on: int,
+    size: str,
+    injections: Sequence[str],
+    windows: list[int],
+    timesteps: Sequence[str],
+) -> dict[int, list[_DesignVariant]]:
+    """Every variant of the study, grouped by trained loop count: each layout as it is, and on
+    `shapes[on]` one variant per injection, history window and timestep kind (one equal to the layout's
+    own is the layout itself, left out)."""
+    groups: dict[int, list[_DesignVariant]] = {}
     for index, (layout, shared, loops) in enumerate(shapes):
         try:
             base = {**loop_layout_overrides(layout, shared, loops, size), **_DESIGN_DEFAULTS}
@@ -214,37 +263,28 @@ def loop_design_grid(
                 continue  # the layout itself
             label = loop_design_label(layout, shared, loops, **change)
             groups.setdefault(base["loops"], []).append((layout, {**base, **change}, label))
+    return groups
 
-    grids = []
-    for loops in sorted(groups, reverse=True):  # the deepest first: the longest runs start early
-        members = groups[loops]
-        variants: dict[str, list[Any]] = {"recipe": [m[0] for m in members], "label": [m[2] for m in members]}
-        for key in members[0][1]:
-            variants[f"model.{key}"] = [m[1][key] for m in members]
-        if "eval_loops" not in train:
-            variants["eval_loops"] = [[loops]] * len(members)
-        base_spec: dict[str, Any] = {"size": size, "tokens": budget, **train}
-        if data is not None:
-            base_spec["data"] = data
-        inter = sorted({max(2, loops), 2 * loops} & set(range(2, MAX_INTERACTION_LOOPS + 1)))
-        grid_follow = dict(follow)
-        if "depth_sweep" in follow_ups:
-            grid_follow["depth_sweep"] = {
-                "interaction_loops": inter,
-                **sweep_spec,
-                "loops": list(range(1, factor * loops + 1)),
-            }
-        grids.append(
-            Grid(
-                f"{name}-{loops}loops" if len(groups) > 1 else name,
-                base=base_spec,
-                sweep={"zip": variants, "seed": seed_list},
-                then=follow_ups,
-                follow=grid_follow,
-                priority=priority,
-            )
-        )
-    return grids
+
+def _design_zip(members: list[_DesignVariant], loops: int, train: dict[str, Any]) -> dict[str, list[Any]]:
+    """The zip group of one grid: recipe, label and every model key per variant; each evaluated at its
+    trained loop count unless `train` gives `eval_loops`."""
+    variants: dict[str, list[Any]] = {"recipe": [m[0] for m in members], "label": [m[2] for m in members]}
+    for key in members[0][1]:
+        variants[f"model.{key}"] = [m[1][key] for m in members]
+    if "eval_loops" not in train:
+        variants["eval_loops"] = [[loops]] * len(members)
+    return variants
+
+
+def _design_sweep(sweep_spec: dict[str, Any], loops: int, factor: int) -> dict[str, Any]:
+    """The depth sweep after a run trained at `loops`: loops 1..factor x loops, interaction matrices at
+    max(2, loops) and 2 x loops (up to the most the geometry measures) unless the caller's `sweep_spec`
+    gives its own; its other keys as given."""
+    from model.geometry import MAX_INTERACTION_LOOPS
+
+    inter = sorted({max(2, loops), 2 * loops} & set(range(2, MAX_INTERACTION_LOOPS + 1)))
+    return {"interaction_loops": inter, **sweep_spec, "loops": list(range(1, factor * loops + 1))}
 
 
 # The adaptive-compute study's models: recipes, and loop-design variants (`loop_design_grid` arguments).

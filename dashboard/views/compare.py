@@ -90,7 +90,8 @@ else:
     shown["budget"] = [f"{tokens / 1e6:g}M tokens" for tokens in shown["budget_tokens"]]
     shown["row"] = curves.join_labels(shown, ["variant_label", "size", "budget"])
     if not shown.empty:
-        verdicts = ["better", "worse", "not resolved"]
+        # the verdicts a row with an interval can have, as plain strings for the chart's JSON
+        verdicts = [v.value for v in (stats.Verdict.BETTER, stats.Verdict.WORSE, stats.Verdict.NOT_RESOLVED)]
         base = alt.Chart(shown).encode(y=alt.Y("row:N", title=None, sort=None, axis=alt.Axis(labelLimit=400)))
         bars = base.mark_rule(strokeWidth=3).encode(
             x=alt.X("ci_low:Q", title=f"diff to {reference} (loss), 95 % interval"),

@@ -9,106 +9,71 @@ new curve parts. `--follow` repeats the export every few seconds until the selec
 running job: a separate process that only reads the database (read-only engine), so a mirror that fails
 (a full disk, a broken target) is retried and reported, and never slows or stops the queue.
 
+- `Target`: the targets, each written by its module `to_<target>.py`, which has
+  `export(url, out, job_ids, manifest)` (what is new, written; returns counts) and `how_to_read(out)` (the
+  line printed after an export, or None). A new target is a member here and such a module;
 - source.py: what an export reads (runs with their resolved configuration, new points, views);
-- to_mlflow.py, to_tensorboard.py, to_wandb.py: one run per training job, each with `Writer.write`;
-- to_parquet.py: the views.
+- runs.py: the loop of the run targets (MLflow, TensorBoard, W&B: one run per training job, each written
+  with the target's `Writer.write`); to_parquet.py: the views.
+
+Only `Target` is imported when this package is: the command line reads its choices from it while
+`looplab --help` stays fast; the rest is imported on use.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import time
+from enum import StrEnum
 from pathlib import Path
+from types import ModuleType
 
-import pandas as pd
-
-from lab.export import source
-from lab.export.manifest import JobEntry, Manifest
 from model import fields
 from model.errors import ConfigError
 from orchestrator.states import ACTIVE
 
-TARGETS = ("mlflow", "tensorboard", "wandb", "parquet")
 FOLLOW_EVERY_S = 30.0
 log = logging.getLogger(__name__)
 
-__all__ = ["TARGETS", "cli_export", "export", "follow"]
+__all__ = ["Target", "cli_export", "export", "follow"]
 
 
-def _writer(target: str, out: Path, url: str):
-    if target == "mlflow":
-        from lab.export.to_mlflow import Writer
+class Target(StrEnum):
+    """Where `looplab export` writes: the only place the targets are named (the command line's choices,
+    the check of the argument, the module that writes each)."""
 
-        return Writer(out)
-    if target == "tensorboard":
-        from lab.export.to_tensorboard import Writer
+    MLFLOW = "mlflow"
+    TENSORBOARD = "tensorboard"
+    WANDB = "wandb"
+    PARQUET = "parquet"
 
-        return Writer(out)
-    from lab.export.to_wandb import Writer
-
-    return Writer(out, url)
+    def writer(self) -> ModuleType:
+        """`lab/export/to_<target>.py`, imported now: each pulls in its tool's library."""
+        return importlib.import_module(f"lab.export.to_{self.value}")
 
 
 def export(url: str, target: str, out: str | Path, grids: list[str] | None = None) -> dict[str, int]:
     """Export what is new in `grids` (names or ids; None: the whole database) of the database at `url`
     to `target` in directory `out`. Returns counts: `runs` (runs written to), `points` (curve points), or
     for Parquet the rows written per view."""
-    target = fields.choice("export: target", target, TARGETS)
+    from lab.export import source
+    from lab.export.manifest import Manifest
+
+    chosen = Target(fields.choice("export: target", target, tuple(Target)))
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"export: -o {out}: not a directory")
     out.mkdir(parents=True, exist_ok=True)
-    manifest = Manifest.open(out, url, target)
-    job_ids = source.selected_job_ids(url, grids)
-    if target == "parquet":
-        from lab.export import to_parquet
-
-        return to_parquet.export(url, out, job_ids, manifest)
-    runs = [r for r in source.runs(url, job_ids) if r.started]
-    latest = source.latest_steps(url, [r.job_id for r in runs])
-    depth = source.depth_points(url, [r.job_id for r in runs])
-    writer, counts = _writer(target, out, url), {"runs": 0, "points": 0}
-    for run in runs:
-        written = _export_run(
-            url, writer, run, manifest.job(run.job_id), latest.get(run.job_id, {}), depth.get(run.job_id)
-        )
-        if written is not None:
-            counts["runs"] += 1
-            counts["points"] += written
-            manifest.save()  # after each run: an interrupted export repeats at most one run
-    return counts
-
-
-def _export_run(
-    url: str, writer, run: source.Run, entry: JobEntry, latest: dict[str, int], sweep: pd.DataFrame | None
-) -> int | None:
-    """Write what is new of one run; the points written, None when nothing changed for the target."""
-    steps = dict(latest)
-    if sweep is not None:
-        steps[source.DEPTH_KEY] = int(sweep["step"].max())
-    before = (entry.run, entry.status, entry.results)
-    pending = run.finished and not entry.results
-    if (
-        entry.run is not None
-        and not pending
-        and entry.status == run.status
-        and not source.has_new(steps, entry.keys)
-    ):
-        return None
-    points = source.new_points(url, run.job_id, entry.keys)
-    if sweep is not None:
-        new_depth = sweep[sweep["step"] > entry.keys.get(source.DEPTH_KEY, -1)]
-        points = pd.concat([p for p in (points, new_depth) if not p.empty] or [points], ignore_index=True)
-    written = writer.write(run, points, entry)
-    entry.keys.update({k: int(s) for k, s in written.groupby("key")["step"].max().items()})
-    entry.status = run.status
-    return len(written) if len(written) or before != (entry.run, entry.status, entry.results) else None
+    manifest = Manifest.open(out, url, chosen.value)
+    return chosen.writer().export(url, out, source.selected_job_ids(url, grids), manifest)
 
 
 def active(url: str, grids: list[str] | None) -> int:
     """Queued or running jobs in the selection."""
     from sqlalchemy import text
 
+    from lab.export import source
     from orchestrator import frames
 
     ids = source.selected_job_ids(url, grids)
@@ -167,8 +132,7 @@ def cli_export(args) -> int:
         return follow(url, args.target, args.output, args.grid, every_s=every)
     counts = export(url, args.target, args.output, args.grid)
     print(f"export {args.target} to {Path(args.output).absolute()}: {_describe(counts)}")
-    if args.target == "mlflow":
-        from lab.export.to_mlflow import tracking_uri
-
-        print(f"read it: MlflowClient(tracking_uri={tracking_uri(Path(args.output))!r})")
+    hint = Target(args.target).writer().how_to_read(Path(args.output))
+    if hint is not None:
+        print(hint)
     return 0

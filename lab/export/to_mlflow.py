@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from lab.export.manifest import JobEntry
+from lab.export import runs
+from lab.export.manifest import JobEntry, Manifest
 from lab.export.source import Run
 from orchestrator.states import JobStatus
 
@@ -108,3 +109,12 @@ class Writer:
             else:
                 self.client.update_run(entry.run, status="RUNNING")
         return points
+
+
+def export(url: str, out: Path, job_ids: list[int] | None, manifest: Manifest) -> dict[str, int]:
+    """One MLflow run per started training job, with what is new since the last export."""
+    return runs.export(url, Writer(out), job_ids, manifest)
+
+
+def how_to_read(out: Path) -> str | None:
+    return f"read it: MlflowClient(tracking_uri={tracking_uri(out)!r})"

@@ -86,3 +86,7 @@ def export(url: str, out: Path, job_ids: list[int] | None, manifest: Manifest) -
         written[CURVES] = len(df)
     manifest.save()
     return written
+
+
+def how_to_read(out: Path) -> str | None:
+    return None  # the module's docstring: pandas, Polars or DuckDB read the files directly

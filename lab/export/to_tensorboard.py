@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from lab.export.manifest import JobEntry
+from lab.export import runs
+from lab.export.manifest import JobEntry, Manifest
 from lab.export.source import Run
 
 
@@ -86,3 +87,12 @@ class Writer:
             entry.results = True
         writer.close()
         return points
+
+
+def export(url: str, out: Path, job_ids: list[int] | None, manifest: Manifest) -> dict[str, int]:
+    """One TensorBoard run directory per started training job, with what is new since the last export."""
+    return runs.export(url, Writer(out), job_ids, manifest)
+
+
+def how_to_read(out: Path) -> str | None:
+    return None  # the directory is what `tensorboard --logdir` reads

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from lab.export.manifest import JobEntry
+from lab.export import runs
+from lab.export.manifest import JobEntry, Manifest
 from lab.export.source import DEPTH_KEY, Run
 from orchestrator.states import JobStatus
 
@@ -93,3 +94,12 @@ class Writer:
             entry.results = True
         wb.finish(exit_code=1 if run.status == JobStatus.FAILED else 0)
         return pd.concat([history, depth])
+
+
+def export(url: str, out: Path, job_ids: list[int] | None, manifest: Manifest) -> dict[str, int]:
+    """One W&B offline run per started training job, with what is new since the last export."""
+    return runs.export(url, Writer(out, url), job_ids, manifest)
+
+
+def how_to_read(out: Path) -> str | None:
+    return None  # the directory is what `wandb sync` uploads

@@ -11,9 +11,9 @@ Every job waits since `since_s`: a new job since now (submitted with the plan), 
 submission or the end of its retry backoff, which is also when it may first start.
 
 Worker processes: Ray keeps a finished task's worker process and gives it the next task, so only a job
-that starts while every worker so far is busy pays its estimate's `startup_s`; the others start warm (the
-plan_bench benchmark measured ~4 s of a tiny CPU job's ~8 s as that start-up). A job of N workers needs N
-processes; it starts warm when that many are idle.
+that starts while every worker so far is busy pays its estimate's `startup_s` (a new process imports torch
+and the job's modules before its first step, which for a small CPU job is a large part of its run); the
+others start warm. A job of N workers needs N processes; it starts warm when that many are idle.
 """
 
 from __future__ import annotations

@@ -191,7 +191,7 @@ def _findings(data: StudyData) -> list[Section]:
     if data.findings.empty:
         return []
     text = [
-        "Each finding of the lean-recipe study (MISSION.md; issue 26's measurement at ~1 M tokens on tiny) "
+        "Each finding of the lean-recipe study (its claims at ~1 M tokens on tiny) "
         "beside this run's figure, and whether its shape holds here (`analysis/findings.py`)."
     ]
     cols = ["finding", "study", "this_run", "holds", "value", "ci_low", "ci_high", "n_seeds"]

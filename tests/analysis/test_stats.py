@@ -96,6 +96,16 @@ def test_paired_interval_when_seeds_are_shared():
     assert stats.interval_verdict(iv, threshold=1.0) == "better"  # the threshold plays no part
 
 
+def test_verdicts_keep_the_strings_tables_and_reports_show():
+    # the tables, the dashboard's colours and the reports' CSS classes read these exact strings
+    assert [v.value for v in stats.Verdict] == ["better", "worse", "not resolved", "noise", "reference"]
+    iv = stats.difference_interval(sample(SIDE), sample(REF))
+    got = stats.interval_verdict(iv, threshold=1.0)
+    assert got is stats.Verdict.BETTER and str(got) == "better" and f"{got}" == "better"
+    # higher is better (an accuracy): the same interval below 0 is worse
+    assert stats.interval_verdict(iv, threshold=1.0, lower_is_better=False) is stats.Verdict.WORSE
+
+
 def test_welch_interval_when_seeds_differ_does_not_resolve_the_same_values():
     # the same numbers from different seeds: the seed effect no longer cancels
     iv = stats.difference_interval(sample(SIDE), sample(REF, seeds=[10, 11, 12, 13, 14]))

@@ -165,6 +165,17 @@ def test_compare_page(monkeypatch, fixture_url):
     assert iso.loc["parcae", "verdict"] == "better"
 
 
+def test_every_verdict_has_a_cell_and_a_line_colour():
+    from analysis.stats import Verdict
+    from dashboard import ui
+
+    # a verdict without a colour would show as a white cell and break the interval chart's scale
+    assert set(ui.VERDICT_COLORS) == set(ui.VERDICT_STROKES) == set(Verdict)
+    assert (
+        ui.VERDICT_COLORS["not resolved"] == ui.VERDICT_COLORS[Verdict.NOT_RESOLVED]
+    )  # read by plain strings
+
+
 def test_compare_page_without_replicated_seeds_says_so(monkeypatch, fixture_url):
     at = render(monkeypatch, fixture_url, "compare")
     # only the iso-time run (its budget is "time of #N"): no variant has two seeds at one budget

@@ -459,6 +459,29 @@ def test_a_grid_exports_only_its_jobs_and_bad_input_is_refused_by_name(db, tmp_p
     assert bad.returncode == 2 and "not a directory" in bad.stderr
 
 
+def test_the_targets_are_the_commands_choices_and_each_has_its_writer(tmp_path, capsys):
+    import argparse
+
+    from lab.cli import build_parser
+    from lab.export import Target, export
+    from model.errors import ConfigError
+
+    (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    (target,) = [a for a in sub.choices["export"]._actions if a.dest == "target"]
+    assert target.choices == ["mlflow", "tensorboard", "wandb", "parquet"] == list(Target)
+    for name in Target:
+        module = name.writer()
+        assert module.__name__ == f"lab.export.to_{name}" and callable(module.export), name
+    assert Target.MLFLOW.writer().how_to_read(tmp_path).startswith("read it: MlflowClient(")
+    with pytest.raises(ConfigError) as e:  # the Python API checks the name the command line cannot
+        export("sqlite:///unused.db", "csv", tmp_path)
+    assert str(e.value) == "export: target: unknown 'csv'; accepted: mlflow, tensorboard, wandb, parquet"
+    with pytest.raises(SystemExit) as e:
+        looplab_here(capsys, "export", "csv", "-o", str(tmp_path))
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "argument target: invalid choice: 'csv'" in err and "'wandb'" in err, err
+
+
 # ---------------------------------------------------------------- --follow beside a running queue
 
 
