@@ -150,7 +150,9 @@ def test_the_checker_can_fail():
     assert _against_the_rule({"lab.cli": {"dashboard.launch", "dashboard.ui"}}) == ["lab.cli -> dashboard.ui"]
     assert _against_the_rule({"dashboard.ui": {"orchestrator.frames", "analysis.variants"}}) == []
     # nothing below the lab imports it: not the queue, not a page
-    assert _against_the_rule({"orchestrator.scheduler": {"lab.display"}, "dashboard.views.plan": {"lab.planner"}}) == [
+    assert _against_the_rule(
+        {"orchestrator.scheduler": {"lab.display"}, "dashboard.views.plan": {"lab.planner"}}
+    ) == [
         "orchestrator.scheduler -> lab.display",
         "dashboard.views.plan -> lab.planner",
     ]
