@@ -394,6 +394,51 @@ def by_architecture(evals: pd.DataFrame, x: str, color: str, value: str = "eval_
 # ---------------------------------------------------------------- iso-time
 
 
+# The columns of `iso_time_pairs`: each matched run beside its reference (`ref_`).
+ISO_TIME_COLUMNS = (
+    "size",
+    "variant_label",
+    "ref_variant_label",
+    "seed",
+    "ref_seed",
+    "final_val_loss",
+    "ref_final_val_loss",
+    "diff",
+    "ci_low",
+    "ci_high",
+    "verdict",
+    "method",
+    "train_seconds",
+    "ref_train_seconds",
+    "workers",
+    "ref_workers",
+    "matched",
+    "device_seconds",
+    "ref_device_seconds",
+    "tokens",
+    "ref_tokens",
+    "job_id",
+    "ref_job_id",
+    "recipe",
+    "ref_recipe",
+    "variant_id",
+    "ref_variant_id",
+)
+# What of the reference run a pair shows (as `ref_<column>`).
+REFERENCE_COLUMNS = (
+    "job_id",
+    "recipe",
+    "variant_id",
+    "variant_label",
+    "seed",
+    "train_seconds",
+    "tokens",
+    "final_val_loss",
+    "workers",
+    "device_seconds",
+)
+
+
 def iso_time_pairs(
     runs: pd.DataFrame, threshold: float = NOISE_THRESHOLD, noise: stats.NoiseFloor | None = None
 ) -> pd.DataFrame:
@@ -407,35 +452,7 @@ def iso_time_pairs(
     "wall seconds" at equal worker counts, "device-seconds" (train_seconds x workers, both shown as
     `device_seconds`) across worker counts.
     """
-    cols = [
-        "size",
-        "variant_label",
-        "ref_variant_label",
-        "seed",
-        "ref_seed",
-        "final_val_loss",
-        "ref_final_val_loss",
-        "diff",
-        "ci_low",
-        "ci_high",
-        "verdict",
-        "method",
-        "train_seconds",
-        "ref_train_seconds",
-        "workers",
-        "ref_workers",
-        "matched",
-        "device_seconds",
-        "ref_device_seconds",
-        "tokens",
-        "ref_tokens",
-        "job_id",
-        "ref_job_id",
-        "recipe",
-        "ref_recipe",
-        "variant_id",
-        "ref_variant_id",
-    ]
+    cols = list(ISO_TIME_COLUMNS)
     if runs.empty or "match_time_of" not in runs.columns:
         return pd.DataFrame(columns=cols)
     runs = with_variants(runs)
@@ -445,20 +462,7 @@ def iso_time_pairs(
     if a.empty:
         return pd.DataFrame(columns=cols)
     a["ref_job_id"] = a["match_time_of"].astype("int64")
-    ref = runs[
-        [
-            "job_id",
-            "recipe",
-            "variant_id",
-            "variant_label",
-            "seed",
-            "train_seconds",
-            "tokens",
-            "final_val_loss",
-            "workers",
-            "device_seconds",
-        ]
-    ]
+    ref = runs[list(REFERENCE_COLUMNS)]
     ref = ref.rename(columns={c: f"ref_{c}" for c in ref.columns})
     out = a.merge(ref, on="ref_job_id", how="left")
     same = out["workers"].astype(float) == out["ref_workers"].astype(float)

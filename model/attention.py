@@ -40,8 +40,8 @@ from torch import Tensor
 # FlexAttention's default sparse block size: the sequence is padded to a multiple of it on the Flex path.
 FLEX_BLOCK = 128
 # Smallest query block of the CPU block-local path: blocks of a few queries are batched matmuls too
-# small to run efficiently (measured on CPU: window 1 or 8 at T=2048 runs ~2x faster with 32-query
-# blocks than with window-sized blocks), and 2 x 32 keys per query is still far below T.
+# small to keep the CPU's vector units busy (a window of 1 or 8 would mean one tiny matmul per query),
+# and 2 x 32 keys per query is still far below T.
 CPU_BLOCK_MIN = 32
 
 # (kind, length, window, ..., device) -> mask. See the module docstring for why a plain dict.
