@@ -3,10 +3,11 @@
 The declarations live in workers/jobs.py, next to the code that runs each kind, because both sides
 read them and imports point one way (orchestrator -> workers). This module is where the orchestrator
 and the dashboard ask about a kind: which registry is in use, a kind's declaration in it, and the
-relations derived from the declarations (the follow-ups of a kind, which kind writes a table), and
-what a job of a kind asks of its node (`job_resources`). The
-grid, the queue, the variants, the views, the schema's result tables and the dashboard read kinds
-only through here, so a new kind is its worker module plus one `Kind` entry.
+relations derived from the declarations (the follow-ups of a kind, which kind writes a table, which
+kinds may span several workers, which are priced how), and what a job of a kind asks of its node
+(`job_resources`). The grid, the queue, the task runner, the variants, the views, the schema's result
+tables, the dashboard and the lab's planner read kinds only through here, so a new kind is its worker
+module plus one `Kind` entry.
 
 A registry (`workers.jobs`, or a test double / plugin named by $LOOPLAB_JOB_KINDS) may declare its
 kinds in a `KINDS` of its own; a kind it does not declare gets the built-in declaration of that name
@@ -22,7 +23,7 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from workers.jobs import ARCHITECTURE, CHECKPOINT, KINDS, MODEL_SOURCES, Kind
+from workers.jobs import ARCHITECTURE, CHECKPOINT, KINDS, MODEL_SOURCES, CostModel, Kind, Pricing
 
 if TYPE_CHECKING:
     from workers.jobs import JobRegistry
@@ -33,10 +34,15 @@ __all__ = [
     "MODEL_SOURCES",
     "PLAIN",
     "TRAIN",
+    "CostModel",
     "Kind",
+    "Pricing",
     "declared",
     "follow_ups",
+    "gangs",
+    "priced",
     "registry",
+    "title",
 ]
 
 # The kind that trains: budgets and iso-time pairs are its. The built-in follow-ups attach to it and to
@@ -84,6 +90,21 @@ def follow_ups(of: str | None = None, kinds: JobRegistry | None = None) -> tuple
     return tuple(
         k for k in names(kinds) if (f := declared(k, kinds).follows) is not None and (of is None or of in f)
     )
+
+
+def gangs(kinds: JobRegistry | None = None) -> tuple[str, ...]:
+    """The kinds of registry `kinds` one job of which may span several workers (`Kind.gang`)."""
+    return tuple(k for k in names(kinds) if declared(k, kinds).gang)
+
+
+def priced(pricing: Pricing, kinds: JobRegistry | None = None) -> tuple[str, ...]:
+    """The kinds of registry `kinds` that the planner prices by `pricing` (their `Kind.cost`)."""
+    return tuple(k for k in names(kinds) if declared(k, kinds).pricing == pricing)
+
+
+def title(kind: str, kinds: JobRegistry | None = None) -> str:
+    """`kind` as a person reads it: its declared title, else its name."""
+    return declared(kind, kinds).title or kind
 
 
 def writer_of(table: str) -> str:

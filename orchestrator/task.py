@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 import ray
 
 from model.errors import ConfigError
-from orchestrator.jobkinds import TRAIN
+from orchestrator.jobkinds import declared, gangs
 from orchestrator.states import AttemptOutcome
 from workers.reporter import BaseReporter, Event, EventKind, JobInterrupted
 
@@ -295,10 +295,11 @@ def launch(
         return execute_job.options(num_cpus=request.cpus, num_gpus=request.gpus).remote(
             job_id, kind, spec, artifact_dir, sink, kinds_ref(kinds)
         )
-    if kind != TRAIN:
+    if not declared(kind, kinds).gang:
+        accepted = ", ".join(gangs(kinds))
+        which = f"only {accepted} jobs run" if accepted else "no kind runs"
         raise ConfigError(
-            f"resources.workers: {request.workers}: only {TRAIN} jobs run on several workers, "
-            f"not {kind}; give it workers 1"
+            f"resources.workers: {request.workers}: {which} on several workers, not {kind}; give it workers 1"
         )
     # on the driver's node: Ray Train's controller runs beside its host, and their placement group lives
     # until the driver ends; were the host's node lost while the driver lives, the group would hold the

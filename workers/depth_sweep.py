@@ -24,7 +24,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from model import fields
 from model.errors import ConfigError
@@ -33,6 +33,9 @@ from workers.cost import ForwardCost
 from workers.identity import EXECUTION, spec_to_dict
 from workers.spec_cli import SpecParser, checkpoint_exists, job_parser, run_standalone
 from workers.train_spec import EVAL_H0_SEED
+
+if TYPE_CHECKING:
+    from workers.train_cost import TrainCost
 
 DEFAULT_LOOPS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 DEFAULT_FAR_WINDOW = 64
@@ -98,14 +101,16 @@ def interaction_loops(v: Any) -> list[int]:
     return counts
 
 
-def cost(spec: Spec, cfg) -> ForwardCost:
-    """The sweep's forwards on the trained model `cfg` (the train job's): per loop count n, the loss
+def cost(spec: Spec, trained: TrainCost) -> ForwardCost:
+    """The sweep's forwards on the model of the train job it follows (`trained`, that job's cost;
+    workers.jobs.Pricing.ON_CHECKPOINT): per loop count n, the loss
     forward and the loop-geometry forward (no head) of the `eval_tokens` validation tokens (whole
     sequences, at least one); per interaction depth m, m headless forwards (one plain, m - 1 each skipping
     a round) of the interaction tokens. Memory: `model.memory.forward_memory` at `batch_size`."""
     from model.flops import head_flops, step_flops
     from model.memory import DEVICE_TYPES, forward_memory
 
+    cfg = trained.cfg
     seq, head = cfg.seq_len, head_flops(cfg)
     tokens = max(1, spec.eval_tokens // seq) * seq
     flops = tokens * sum(2 * step_flops(cfg, n).forward - head for n in spec.loops)

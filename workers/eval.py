@@ -32,7 +32,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from model import fields
 from model.errors import ConfigError
@@ -42,6 +42,9 @@ from workers.spec_cli import SpecParser, checkpoint_exists, job_parser, run_stan
 from workers.tasks import GENERATORS
 from workers.tasks.schema import Item, dumps_jsonl, load_jsonl, write_jsonl
 from workers.train_spec import EVAL_H0_SEED
+
+if TYPE_CHECKING:
+    from workers.train_cost import TrainCost
 
 DEFAULT_LOOPS = (1, 2, 4, 8)
 HARNESS_PREFIX = "harness:"
@@ -177,14 +180,15 @@ def _generated(entry: str, n_per_subset: int, seed: int) -> tuple[Item, ...]:
     return tuple(GENERATORS[entry].generate(n_per_subset, seed))
 
 
-def cost(spec: Spec, cfg, bytes_per_token: float = 1.0) -> ForwardCost | None:
-    """The forwards of scoring every (task, loop count) on the trained model `cfg`; None when a task's
-    items are not known before it runs (a `harness:` task: its data comes from the harness).
+def cost(spec: Spec, trained: TrainCost) -> ForwardCost | None:
+    """The forwards of scoring every (task, loop count) on the model of the train job it follows
+    (`trained`, that job's cost: its model and tokenizer; workers.jobs.Pricing.ON_CHECKPOINT); None when
+    a task's items are not known before it runs (a `harness:` task: its data comes from the harness).
 
     How it is counted, and where it is approximate: the items are the job's own (generated from
     `task_seed`, or read from the task file; cut to `limit`); every choice of an item is one sequence
-    (the separator, the context, " " and the choice), of len(UTF-8 bytes) / `bytes_per_token` tokens (exact
-    for the byte tokenizer, an average for a BPE: see BPE_BYTES_PER_TOKEN) less the last one, cut to the
+    (the separator, the context, " " and the choice), of len(UTF-8 bytes) / bytes per token tokens (exact
+    for the byte tokenizer, an average for any other: see BPE_BYTES_PER_TOKEN) less the last one, cut to the
     model's seq_len; a task's sequences are sorted by length and batched `batch_size` at a time, each
     batch padded to its longest, as `LoopedScorer` does, and a batch of R rows of width W costs R W forward FLOPs per
     token at that width (`model.flops.step_flops`) for each loop count. Memory: one batch at the
@@ -196,6 +200,8 @@ def cost(spec: Spec, cfg, bytes_per_token: float = 1.0) -> ForwardCost | None:
 
     if any(entry.startswith(HARNESS_PREFIX) for entry in spec.tasks):
         return None
+    cfg = trained.cfg
+    bytes_per_token = 1.0 if trained.tokenizer == "byte" else BPE_BYTES_PER_TOKEN
     per_token = functools.cache(lambda loops, width: step_flops(cfg, loops, seq_len=width).forward)
     flops, widest = 0.0, 0
     for entry in spec.tasks:  # each task is scored alone: its sequences batched together

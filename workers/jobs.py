@@ -11,17 +11,20 @@ own, a `KINDS` of their own); besides it, the orchestrator imports only the Repo
 (workers.reporter).
 
 Why the declarations live here: a `Kind` says everything the rest of the system needs to know about a
-kind (its module; what it follows and is about; whether it runs alone; which spec keys select its
-model; the result tables it writes; the views that show them), and both sides read it: this module
-runs the kind from its module, the orchestrator and the dashboard (through `orchestrator.jobkinds`)
-read the rest. Imports point one way (orchestrator -> workers), so the one place both can read is
-here; a `Kind` is plain data, so declaring one imports nothing of the kind's module.
+kind (its module; its name as people read it; what it follows and is about; whether it runs alone or
+may span several workers; which spec keys select its model; the result tables it writes; the views
+that show them; how the planner prices it), and every side reads it: this module runs the kind from
+its module, the orchestrator, the dashboard and the lab (through `orchestrator.jobkinds`) read the
+rest, and none of them names a kind to decide what to do with it. Imports point one way (lab ->
+orchestrator -> workers), so the one place all can read is here; a `Kind` is plain data, so declaring
+one imports nothing of the kind's module or of its cost model (which may import torch).
 """
 
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -33,6 +36,8 @@ __all__ = [
     "ARCHITECTURE",
     "CHECKPOINT",
     "KINDS",
+    "CostModel",
+    "Pricing",
     "MODEL_SOURCES",
     "JobInterrupted",
     "JobRegistry",
@@ -53,6 +58,44 @@ MODEL_KEYS = ("recipe", "size", "model")
 MODEL_SOURCES = ("train", "import")
 
 
+class Pricing(StrEnum):
+    """How the planner (lab/planner/estimates.py) turns a job's cost into seconds, and so what the
+    kind's `cost` function takes and returns (its `Spec` is the validated spec of the job):
+
+    TRAINING: `cost(spec) -> workers.train_cost.TrainCost`: steps at the throughput its finished runs
+      measured (their `train_results`), else at the calibrated FLOP rates, plus evaluations, checkpoints
+      and start-up; its micro-batch and disk are planned too. Its jobs are what checkpoint follow-ups
+      are priced on.
+    FORWARD: `cost(spec) -> workers.cost.ForwardCost`: forward passes of the model its own spec names.
+    ON_CHECKPOINT: `cost(spec, trained: TrainCost) -> ForwardCost | None`: forward passes of the model
+      of the TRAINING job it follows (its `about` is CHECKPOINT); None when its cost cannot be known
+      before it runs.
+    Both forward kinds: finished jobs of the kind and variant scaled by the ratio of FLOPs, else the FLOP
+    model."""
+
+    TRAINING = "training"
+    FORWARD = "forward"
+    ON_CHECKPOINT = "on_checkpoint"
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """How the planner prices a job of a kind. `module`: a module with the kind's `Spec` and its
+    `cost` function (see Pricing for its signature), imported only when a job is priced, so the
+    planner imports no model code (nor torch) for a queue whose jobs carry stored estimates.
+    `per_device`: its finished jobs are compared only with those on the device type the plan runs on
+    (a decode benchmark's timings are results of its device). A kind without a cost model is priced at
+    the median wall time of its finished jobs."""
+
+    module: str
+    pricing: Pricing
+    per_device: bool = False
+
+    def load(self) -> Any:
+        """The cost model's module (its `Spec` and `cost`)."""
+        return importlib.import_module(self.module)
+
+
 @dataclass(frozen=True)
 class Kind:
     """One job kind's declaration.
@@ -70,7 +113,10 @@ class Kind:
     train job's batches, so its loss at the trained depth is the run's validation loss).
     `identity_keys`: spec keys that, besides the model, say which variant a job is (an import: its
     source and revision, so a published model never shares a variant with a run of the same
-    architecture trained here)."""
+    architecture trained here). `title`: its name as a person reads it (the plan's GPU-hours per
+    kind); the kind's own name when empty. `gang`: one job may span several workers started at once
+    (`resources: {"workers": N}`: data-parallel training on Ray Train, workers/distributed.py).
+    `cost`: how the planner prices it (CostModel; None: by its finished jobs' wall time)."""
 
     module: str  # the worker module: a frozen `Spec` and `run(spec, reporter, artifact_dir)`
     follows: str | tuple[str, ...] | None = None
@@ -81,6 +127,9 @@ class Kind:
     views: tuple[str, ...] = ()
     inherits: tuple[str, ...] = ()  # spec keys a follow-up takes from the followed job's spec unless given
     identity_keys: tuple[str, ...] = ()
+    title: str = ""
+    gang: bool = False
+    cost: CostModel | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.follows, str):
@@ -95,11 +144,31 @@ class Kind:
             raise ConfigError(
                 f"kind {self.module}: arch_keys: an architecture follow-up needs the keys of its model"
             )
+        if self.pricing == Pricing.ON_CHECKPOINT and self.about != CHECKPOINT:
+            raise ConfigError(
+                f"kind {self.module}: cost: pricing {Pricing.ON_CHECKPOINT} prices a job on the checkpoint "
+                f"it follows: give it about {CHECKPOINT!r} (got {self.about!r})"
+            )
+
+    @property
+    def pricing(self) -> Pricing | None:
+        """How the planner prices it (None: by its finished jobs' wall time)."""
+        return None if self.cost is None else self.cost.pricing
 
 
 KINDS: dict[str, Kind] = {
-    "train": Kind("workers.train", arch_keys=MODEL_KEYS, tables=("train_results",), views=("runs", "curves")),
-    "import": Kind("workers.importer", arch_keys=MODEL_KEYS, identity_keys=("source", "revision")),
+    "train": Kind(
+        "workers.train",
+        arch_keys=MODEL_KEYS,
+        tables=("train_results",),
+        views=("runs", "curves"),
+        title="training",
+        gang=True,
+        cost=CostModel("workers.train_cost", Pricing.TRAINING),
+    ),
+    "import": Kind(
+        "workers.importer", arch_keys=MODEL_KEYS, identity_keys=("source", "revision"), title="import"
+    ),
     "depth_sweep": Kind(
         "workers.depth_sweep",
         follows=MODEL_SOURCES,
@@ -107,6 +176,8 @@ KINDS: dict[str, Kind] = {
         tables=("depth_evals", "round_deltas", "round_interactions"),
         views=("depth", "geometry", "interactions"),
         inherits=("batch_size",),
+        title="depth sweep",
+        cost=CostModel("workers.depth_sweep", Pricing.ON_CHECKPOINT),
     ),
     "decode_bench": Kind(
         "workers.decode_bench",
@@ -116,9 +187,17 @@ KINDS: dict[str, Kind] = {
         arch_keys=MODEL_KEYS,
         tables=("decode_benches",),
         views=("decode",),
+        title="decode benchmark",
+        cost=CostModel("workers.decode_bench", Pricing.FORWARD, per_device=True),
     ),
     "eval": Kind(
-        "workers.eval", follows=MODEL_SOURCES, about=CHECKPOINT, tables=("task_scores",), views=("tasks",)
+        "workers.eval",
+        follows=MODEL_SOURCES,
+        about=CHECKPOINT,
+        tables=("task_scores",),
+        views=("tasks",),
+        title="task evaluation",
+        cost=CostModel("workers.eval", Pricing.ON_CHECKPOINT),
     ),
     "adaptive": Kind(
         "workers.adaptive",
@@ -127,9 +206,10 @@ KINDS: dict[str, Kind] = {
         exclusive=True,
         tables=("adaptive_evals", "adaptive_exit_rounds", "adaptive_task_scores", "adaptive_decodes"),
         views=("adaptive", "exit_rounds", "adaptive_tasks", "adaptive_decode"),
+        title="adaptive exits",
     ),
     # made by the grid for the train jobs that share a corpus and tokenizer (orchestrator/grid.py)
-    "prepare": Kind("workers.prepare"),
+    "prepare": Kind("workers.prepare", title="data preparation"),
 }
 
 

@@ -43,6 +43,7 @@ class TrainCost:
     optimizer: str
     compile: bool
     memory: dict[str, float]  # device type ("cpu", "cuda") -> peak bytes
+    tokenizer: str  # its data's tokenizer ("byte", "bpe", a tokenizer.json): what a token of text is
 
     def n_evals(self, steps: float) -> int:
         steps = max(1, int(steps))
@@ -112,4 +113,5 @@ def cost(spec: Spec) -> TrainCost:
         optimizer=spec.optimizer,
         compile=spec.compile,
         memory={d: training_memory(cfg, batch, d, spec.optimizer) for d in DEVICE_TYPES},
+        tokenizer=spec.data.tokenizer,
     )

@@ -7,8 +7,9 @@ The parts, in the order a forecast uses them:
   (`workers.calibrate.read_file`, `for_device`, with `plan_grids(..., elsewhere=True)`);
 - history.py: reads of finished jobs (the history estimates learn from; planned against actual);
 - estimates.py: `TimeModel`, each job's seconds from its kind's cost model (FLOPs, memory, counts:
-  `cost()` in the kind's workers module, defaults from its Spec) and the history or calibration, a train
-  job's micro-batch that fits and its disk (orchestrator/retention.py);
+  the `cost()` its declaration names, `Kind.cost` in workers/jobs.py, defaults from its Spec) and the
+  history or calibration, priced as the declaration's `Pricing` says, a train job's micro-batch that
+  fits and its disk (orchestrator/retention.py); each estimate says its `EstimateSource`;
 - jobs.py: the queue's jobs and the grids' plans as `ForecastJob`s, with what they ask;
 - simulate.py: the scheduler's own admission rule (orchestrator/admission.py) replayed on the estimates;
 - report.py: `Forecast`, the text and table a user reads;
@@ -17,17 +18,18 @@ Everything here reads the database and never writes it.
 """
 
 from lab.planner.calibration import Calibration, cached_calibration, calibrate
-from lab.planner.estimates import SOURCES, Estimate, TimeModel
+from lab.planner.estimates import Estimate, TimeModel
 from lab.planner.forecast import forecast_queue, plan_grids, submission_estimates
 from lab.planner.jobs import ForecastJob, device_memory, local_slots
 from lab.planner.report import Forecast
 from lab.planner.simulate import simulate
+from orchestrator.estimate_source import EstimateSource
 from orchestrator.frames import planned_vs_actual
 
 __all__ = [
-    "SOURCES",
     "Calibration",
     "Estimate",
+    "EstimateSource",
     "Forecast",
     "ForecastJob",
     "TimeModel",

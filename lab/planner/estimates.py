@@ -1,10 +1,13 @@
 """Per-job estimates of wall time, FLOPs and peak memory (`TimeModel.estimate`, `estimate_plans`).
 
-A job's cost (FLOPs, memory, the counts a time needs) comes from its kind's cost function, next to the
-kind, with the defaults of the kind's Spec (`workers.train_cost.cost`, `workers.depth_sweep.cost`,
-`workers.decode_bench.cost`, `workers.eval.cost`); this module turns it into seconds, from this
-database's finished jobs (lab/planner/history.py) or this machine's calibration
-(lab/planner/calibration.py). The `source` of each estimate:
+A job's cost (FLOPs, memory, the counts a time needs) comes from its kind's cost model, which the kind's
+declaration names (`Kind.cost` in workers/jobs.py: a module with the kind's Spec and its `cost`, e.g.
+`workers.train_cost`, `workers.depth_sweep`), with the defaults of the kind's Spec; this module turns it
+into seconds the way the declaration's `Pricing` says, from this database's finished jobs
+(lab/planner/history.py) or this machine's calibration (lab/planner/calibration.py). It never names a
+kind: what follows says "train job" for a kind priced as TRAINING (`workers.train_cost`), "depth sweep
+and eval" for the ON_CHECKPOINT ones, "decode bench" for the FORWARD one. The `source` of each estimate
+(`EstimateSource`, orchestrator/estimate_source.py):
 - `measured`: train jobs. The median throughput (`train_results.tokens_per_s`) of finished runs of the
   same variant, batch size, compile flag, device type and worker count; their evaluation FLOP/s,
   seconds per checkpoint and start-up overhead (wall time less training, evaluation and checkpoints)
@@ -15,9 +18,10 @@ database's finished jobs (lab/planner/history.py) or this machine's calibration
   the step's throughput times N x `DDP_EFFICIENCY`); evaluations,
   sweeps and eval jobs at the forward rate of their width; decode steps at the training rate plus a
   fixed cost per layer application. Start-up: the median over finished train jobs, else the calibration's.
-- `finished`: depth sweeps, evals and decode benches. Finished jobs of the same kind and variant (decode
-  benches: and device type), their wall time scaled by the ratio of FLOPs; a kind without a cost model
-  takes the median wall time of its finished jobs.
+- `finished`: depth sweeps, evals and decode benches. Finished jobs of the same kind and variant (the
+  variant of the model they are about; decode benches, whose cost model is `per_device`: and device
+  type), their wall time scaled by the ratio of FLOPs; a kind without a cost model takes the median wall
+  time of its finished jobs.
 - `budget`: a time budget (or `match_time_of`) whose throughput is unknown: the budget plus start-up.
 - `unknown`: nothing to go on (a plugin's kind never run before, a harness eval, no calibration).
 Decode steps by the FLOP model: each cell's steps at the larger of their FLOPs over the rate and the bytes
@@ -52,9 +56,11 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Engine
 
 from lab.planner.calibration import DEFAULT_STARTUP_S, Calibration, cached_calibration
-from lab.planner.history import finished_runs, variant_of
+from lab.planner.history import Followed, finished_runs, variant_of
 from model.errors import ConfigError
-from orchestrator import pairing
+from orchestrator import jobkinds, pairing
+from orchestrator.estimate_source import EstimateSource
+from orchestrator.jobkinds import Pricing
 from orchestrator.retention import PlannedDisk
 
 if TYPE_CHECKING:
@@ -63,7 +69,6 @@ if TYPE_CHECKING:
     from workers.train_cost import TrainCost
     from workers.train_spec import Spec as TrainSpec
 
-SOURCES = ("measured", "flop_model", "finished", "budget", "unknown")
 # bytes of one metric point in a job's spool (orchestrator/task.py MetricSpool: a JSON line of ts, key,
 # step, value, tokens, wall_s), for a point of a long run (6-10 digit steps and tokens, 17-digit floats)
 SPOOL_POINT_BYTES = 140
@@ -86,7 +91,7 @@ class Estimate:
     """One job's estimate. `train_s` is a train job's training time alone (what an iso-time job copies)."""
 
     seconds: float | None
-    source: str
+    source: EstimateSource
     flops: float | None = None
     peak_mem_bytes: float | None = None
     train_s: float | None = None
@@ -123,52 +128,51 @@ class TimeModel:
         self.calibration, self.device, self.device_memory = calibration, device, device_memory
         self.history: list[dict[str, Any]] = finished_runs(eng) if eng is not None else []
         self._train: dict[str, tuple[TrainSpec, TrainCost] | None] = {}
-        overheads = [h["overhead"] for h in self.history if h["kind"] == "train"]
+        # start-up: what the finished train jobs spent besides training, evaluating and saving
+        overheads = [h.get("overhead") for h in self.history]
         cal_startup = calibration.startup_s if calibration is not None else None
         self.startup_s = _median(overheads) or cal_startup or DEFAULT_STARTUP_S
 
-    # ---- the kinds' cost models
-    def _train_of(self, spec: dict[str, Any]) -> tuple[TrainSpec, TrainCost] | None:
-        key = _key(spec)
+    # ---- the kinds' cost models (their declarations' `cost`: imported when a job is priced)
+    def _train_of(self, kind: str, spec: dict[str, Any]) -> tuple[TrainSpec, TrainCost] | None:
+        """The Spec and cost of a job of a kind priced as TRAINING; None for another kind or a spec its
+        cost model cannot read."""
+        key = f"{kind} {_key(spec)}"
         if key not in self._train:
-            from workers.train_cost import cost
-            from workers.train_spec import Spec
-
-            probe = dict(spec)
-            if all(probe.get(k) is None for k in ("tokens", "time_s", "flops")):
-                probe["time_s"] = 1.0  # a budget resolved later (match_time_of): a time budget
-            try:
-                train = Spec.from_dict(probe)
-                self._train[key] = (train, cost(train))
-            except UNREADABLE:
-                self._train[key] = None
+            model = jobkinds.declared(kind).cost
+            found = None
+            if model is not None and model.pricing == Pricing.TRAINING:
+                module = model.load()
+                probe = dict(spec)
+                if all(probe.get(k) is None for k in ("tokens", "time_s", "flops")):
+                    probe["time_s"] = 1.0  # a budget resolved later (match_time_of): a time budget
+                try:
+                    train = module.Spec.from_dict(probe)
+                    found = (train, module.cost(train))
+                except UNREADABLE:
+                    pass
+            self._train[key] = found
         return self._train[key]
 
-    def train_cost(self, spec: dict[str, Any]) -> TrainCost | None:
-        """The train cost model of a canonical train spec; None when it is not a train Spec."""
-        found = self._train_of(spec)
+    def train_cost(self, kind: str, spec: dict[str, Any]) -> TrainCost | None:
+        """The cost of a canonical spec of a kind priced as TRAINING; None when it is none."""
+        found = self._train_of(kind, spec)
         return None if found is None else found[1]
 
-    def sweep_cost(self, spec: dict[str, Any], train_spec: dict[str, Any]) -> ForwardCost | None:
-        from workers import depth_sweep
-
-        train = self.train_cost(train_spec)
-        return None if train is None else depth_sweep.cost(depth_sweep.Spec.from_dict(spec), train.cfg)
-
-    def eval_cost(self, spec: dict[str, Any], train_spec: dict[str, Any]) -> ForwardCost | None:
-        from workers import eval as eval_job
-
-        found = self._train_of(train_spec)
-        if found is None:
+    def forward_cost(
+        self, kind: str, spec: dict[str, Any], trained: Followed | None = None
+    ) -> ForwardCost | None:
+        """The cost of a job of forward passes (a kind priced FORWARD, or ON_CHECKPOINT on the job it
+        follows, `trained`: its kind and spec); None when it has none, or its checkpoint's is unknown."""
+        model = jobkinds.declared(kind).cost
+        if model is None or model.pricing == Pricing.TRAINING:
             return None
-        train, train_cost = found
-        per_token = 1.0 if train.data.tokenizer == "byte" else eval_job.BPE_BYTES_PER_TOKEN
-        return eval_job.cost(eval_job.Spec.from_dict(spec), train_cost.cfg, per_token)
-
-    def decode_cost(self, spec: dict[str, Any]) -> ForwardCost:
-        from workers import decode_bench
-
-        return decode_bench.cost(decode_bench.Spec.from_dict(spec))
+        module = model.load()
+        job = module.Spec.from_dict(spec)
+        if model.pricing == Pricing.FORWARD:
+            return module.cost(job)
+        train = None if trained is None else self.train_cost(*trained)
+        return None if train is None else module.cost(job, train)
 
     # ---- estimates
     def estimate(
@@ -176,48 +180,41 @@ class TimeModel:
         kind: str,
         spec: dict[str, Any],
         *,
-        train_spec: dict[str, Any] | None = None,
+        trained: Followed | None = None,
         ref_train_s: float | None = None,
         workers: int = 1,
     ) -> Estimate:
-        """One job: a train spec (`ref_train_s`: the training time a `match_time_of` budget copies;
-        `workers`: its data-parallel workers), a depth sweep or eval (`train_spec`: its train job's
-        spec), a decode bench, or any other kind. A spec its kind's cost model cannot read (a plugin's,
-        a test double's, an old config) is "unknown"."""
+        """One job, priced as its kind's declaration says (`Kind.cost`): a train job (`ref_train_s`: the
+        training time a `match_time_of` budget copies; `workers`: its data-parallel workers), a job of
+        forward passes (`trained`: the kind and spec of the job whose checkpoint it is about), or a kind
+        without a cost model. A spec its kind's cost model cannot read (a plugin's, a test double's, an
+        old config) is "unknown"."""
         try:
-            return self._estimate(kind, spec, train_spec, ref_train_s, workers)
+            return self._estimate(kind, spec, trained, ref_train_s, workers)
         except UNREADABLE:
-            return Estimate(None, "unknown")
+            return Estimate(None, EstimateSource.UNKNOWN)
 
     def _estimate(
         self,
         kind: str,
         spec: dict[str, Any],
-        train_spec: dict[str, Any] | None,
+        trained: Followed | None,
         ref_train_s: float | None,
         workers: int = 1,
     ) -> Estimate:
-        if kind == "train":
-            return self.train(spec, ref_train_s, workers)
-        if kind == "decode_bench":
+        declared = jobkinds.declared(kind)
+        if declared.pricing == Pricing.TRAINING:
+            return self.train(kind, spec, ref_train_s, workers)
+        cost = self.forward_cost(kind, spec, trained)
+        if cost is not None:
+            # the variant of the model it runs: the checkpoint's it is about, else its spec's own
+            about = trained if declared.pricing == Pricing.ON_CHECKPOINT else (kind, spec)
+            variant = None if about is None else variant_of(about[1], about[0])
             return self.forward_job(
-                kind,
-                self.decode_cost(spec),
-                variant_of(spec, "decode_bench"),
-                lambda h: self.decode_cost(h["spec"]),
-                same_device=True,
+                kind, cost, variant, lambda h: self.forward_cost(kind, h["spec"], h.get("trained"))
             )
-        follows = {"depth_sweep": self.sweep_cost, "eval": self.eval_cost}
-        if kind in follows and train_spec is not None:
-            cost = follows[kind](spec, train_spec)
-            if cost is not None:
-
-                def counted(h: dict[str, Any]) -> ForwardCost | None:
-                    return h.get("train_spec") and follows[kind](h["spec"], h["train_spec"])
-
-                return self.forward_job(kind, cost, variant_of(train_spec), counted)
         wall = _median(h["wall"] for h in self.history if h["kind"] == kind)
-        return Estimate(wall, "finished" if wall is not None else "unknown")
+        return Estimate(wall, EstimateSource.FINISHED if wall is not None else EstimateSource.UNKNOWN)
 
     def micro_batch(self, train: TrainSpec, cost: TrainCost) -> tuple[int | None, bool]:
         """(sequences per forward, whether the run will use it): the spec's `micro_batch_size` as given;
@@ -236,11 +233,13 @@ class TimeModel:
                 fit = None  # not even one sequence
         return fit, given == "auto" and fit is not None
 
-    def train(self, spec: dict[str, Any], ref_train_s: float | None = None, workers: int = 1) -> Estimate:
-        found = self._train_of(spec)
+    def train(
+        self, kind: str, spec: dict[str, Any], ref_train_s: float | None = None, workers: int = 1
+    ) -> Estimate:
+        found = self._train_of(kind, spec)
         if found is None:
-            return Estimate(None, "unknown")
-        est = self._train_estimate(spec, found[1], ref_train_s, workers)
+            return Estimate(None, EstimateSource.UNKNOWN)
+        est = self._train_estimate(kind, spec, found[1], ref_train_s, workers)
         est.micro_batch, est.micro_batch_given = self.micro_batch(*found)
         if est.micro_batch_given:
             from model.memory import training_memory
@@ -251,13 +250,13 @@ class TimeModel:
         return est
 
     def _train_estimate(
-        self, spec: dict[str, Any], cost: TrainCost, ref_train_s: float | None, workers: int = 1
+        self, kind: str, spec: dict[str, Any], cost: TrainCost, ref_train_s: float | None, workers: int = 1
     ) -> Estimate:
-        variant = variant_of(spec)
+        variant = variant_of(spec, kind)
         alike = [
             h
             for h in self.history
-            if h["kind"] == "train"
+            if h["kind"] == kind
             and h["variant_id"] == variant
             and h["tokens_per_s"]
             and h["batch_size"] == cost.batch
@@ -272,7 +271,7 @@ class TimeModel:
         if self.device == "cuda":
             memory = _median(h["peak_mem_mb"] * 2**20 for h in same if h["peak_mem_mb"]) or memory
         if same:
-            source = "measured"
+            source = EstimateSource.MEASURED
             tokens_per_s = _median(h["tokens_per_s"] for h in same) * scale
             eval_rate = _median(self._eval_flops_of(h) / h["eval_seconds"] for h in same if h["eval_seconds"])
             per_ckpt = (
@@ -280,13 +279,14 @@ class TimeModel:
             )
             startup = _median(h["overhead"] for h in same)
         elif self.calibration is not None:
-            source = "flop_model"
+            source = EstimateSource.FLOP_MODEL
             tokens_per_s = cost.tokens_per_step / self._step_seconds(cost) * ddp_speedup(workers)
             eval_rate = self.calibration.rates(cost.cfg.d_model)[1]
             per_ckpt = cost.checkpoint_bytes / self.calibration.save_bytes_per_s
             startup = self.startup_s
         else:
-            source, tokens_per_s, eval_rate, per_ckpt, startup = "unknown", None, None, 0.0, self.startup_s
+            source, tokens_per_s, eval_rate, per_ckpt = EstimateSource.UNKNOWN, None, None, 0.0
+            startup = self.startup_s
         step_s = cost.tokens_per_step / tokens_per_s if tokens_per_s else None
         budget_s = ref_train_s if ref_train_s is not None else spec.get("time_s")
         steps = cost.steps
@@ -294,12 +294,12 @@ class TimeModel:
         disk = PlannedDisk(cost.checkpoint_bytes, cost.final_bytes, 0.0)
         if steps is None:  # a time budget: trains budget_s, after a calibration on a copy of the model
             if budget_s is None:
-                return Estimate(None, "unknown", peak_mem_bytes=memory, disk=disk)
+                return Estimate(None, EstimateSource.UNKNOWN, peak_mem_bytes=memory, disk=disk)
             train_s = float(budget_s)
             if step_s is None:
                 return Estimate(
                     train_s + startup,
-                    "budget",
+                    EstimateSource.BUDGET,
                     peak_mem_bytes=memory,
                     train_s=train_s,
                     startup_s=startup,
@@ -343,11 +343,11 @@ class TimeModel:
         return cost.tokens_per_step * per_token + cal.optimizer_s(cost.optimizer, cost.params)
 
     def _eval_flops_of(self, h: dict[str, Any]) -> float:
-        cost = self.train_cost(h["spec"])
+        cost = self.train_cost(h["kind"], h["spec"])
         return 0.0 if cost is None else cost.n_evals(h["steps"]) * cost.eval_flops
 
     def _ckpts_of(self, h: dict[str, Any]) -> int:
-        cost = self.train_cost(h["spec"])
+        cost = self.train_cost(h["kind"], h["spec"])
         return 1 if cost is None else cost.n_ckpts(h["steps"])
 
     def forward_job(
@@ -356,11 +356,13 @@ class TimeModel:
         cost: ForwardCost,
         variant: str | None,
         counted: Callable[[dict[str, Any]], ForwardCost | None],
-        same_device: bool = False,
     ) -> Estimate:
         """A job of forward passes: the median of finished runs of the same kind and variant (and device
-        type when `same_device`), each wall time scaled by this run's FLOPs over theirs (`counted(h)`: their
-        cost, None when unknown; such runs are skipped); without any, the FLOP model, else "unknown"."""
+        type when its cost model is `per_device`), each wall time scaled by this run's FLOPs over theirs
+        (`counted(h)`: their cost, None when unknown; such runs are skipped); without any, the FLOP model,
+        else "unknown"."""
+        model = jobkinds.declared(kind).cost
+        same_device = model is not None and model.per_device
         memory = cost.memory[self.device]
         same = [
             h
@@ -378,15 +380,17 @@ class TimeModel:
             if theirs and theirs.flops > 0:
                 scaled.append(h["wall"] * cost.flops / theirs.flops)
         if scaled:
-            return Estimate(_median(scaled), "finished", cost.flops, memory)
+            return Estimate(_median(scaled), EstimateSource.FINISHED, cost.flops, memory)
         cal = self.calibration
         if cal is None:
-            return Estimate(None, "unknown", cost.flops, memory)
+            return Estimate(None, EstimateSource.UNKNOWN, cost.flops, memory)
         if cost.decode_steps:
             seconds = self._decode_seconds(cost)
         else:
             seconds = cost.flops / cal.rates(cost.d_model)[1]  # forwards only
-        return Estimate(self.startup_s + seconds, "flop_model", cost.flops, memory, startup_s=self.startup_s)
+        return Estimate(
+            self.startup_s + seconds, EstimateSource.FLOP_MODEL, cost.flops, memory, startup_s=self.startup_s
+        )
 
     def _decode_seconds(self, cost: ForwardCost) -> float:
         """Decode steps: per cell, its steps at the larger of their FLOPs over the training rate and their
@@ -437,9 +441,9 @@ def estimate_plans(
             else:
                 seconds, ref_workers = out[ref.plan].train_s, pairing.workers_of(plans[ref.plan].resources)
             ref_train_s = None if seconds is None else pairing.time_budget(seconds, ref_workers, workers)
-        trained = trained_plan(plans, i)
-        train_spec = None if trained is None else trained.spec
+        about = trained_plan(plans, i)
+        trained = None if about is None else (about.kind, about.spec)
         out[i] = model.estimate(
-            plan.kind, plan.spec, train_spec=train_spec, ref_train_s=ref_train_s, workers=workers
+            plan.kind, plan.spec, trained=trained, ref_train_s=ref_train_s, workers=workers
         )
     return [out[i] for i in range(len(plans))]

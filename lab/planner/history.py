@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy import Engine
 
 from orchestrator import jobkinds, pairing
+from orchestrator.jobkinds import Pricing
 from orchestrator.schema import Attempt, DecodeBench, JobDep, TrainResult
 from orchestrator.schema import Job as JobRow
 from orchestrator.states import AttemptOutcome, JobStatus
@@ -20,13 +21,16 @@ if TYPE_CHECKING:
     from orchestrator.grid import JobPlan
 
 JOBS = JobRow.__table__
+# the kind and spec of the job whose checkpoint a follow-up is about (a kind priced as TRAINING)
+Followed = tuple[str, dict[str, Any]]
 
 
 def device_type(device: str | None) -> str:
     return "cuda" if device and str(device).startswith("cuda") else "cpu"
 
 
-def variant_of(spec: dict[str, Any], kind: str = "train") -> str | None:
+def variant_of(spec: dict[str, Any], kind: str) -> str | None:
+    """The variant id of the model a job of `kind` with `spec` names (None: it names none)."""
     from orchestrator.variants import resolve, variant_id
 
     resolved = resolve(kind, spec)
@@ -38,10 +42,49 @@ def variant_of(spec: dict[str, Any], kind: str = "train") -> str | None:
 
 
 def finished_runs(eng: Engine) -> list[dict[str, Any]]:
-    """Succeeded jobs whose successful attempt ran start to end (not resumed), with their results."""
+    """Succeeded jobs whose successful attempt ran start to end (not resumed), with their results: a
+    kind priced as TRAINING with its throughput and timings (its `train_results`), a checkpoint
+    follow-up with the kind and spec of the job it is about (`trained`, when that kind is priced as
+    TRAINING)."""
+    deps = JobDep.__table__
+    followed = sa.alias(JOBS, "followed")
+    trained_by = (
+        sa.select(deps.c.job_id, followed.c.kind, followed.c.config)
+        .join(followed, followed.c.id == deps.c.depends_on)
+        .where(followed.c.kind.in_(jobkinds.priced(Pricing.TRAINING)))
+    )
+    decode_device = sa.select(DecodeBench.job_id, sa.func.min(DecodeBench.device)).group_by(
+        DecodeBench.job_id
+    )
+    with eng.connect() as conn:
+        rows = conn.execute(_finished_query()).all()
+        trained_by_job = {job_id: (kind, config) for job_id, kind, config in conn.execute(trained_by).all()}
+        decode_on = dict(conn.execute(decode_device).all())
+    out = []
+    for r in rows:
+        try:
+            spec = json.loads(r.config)
+        except ValueError:
+            continue
+        item = _run(r, spec, decode_on.get(r.id))
+        if item is None:
+            continue
+        if jobkinds.declared(r.kind).about == jobkinds.CHECKPOINT:  # about its train job's model
+            trained = None
+            if r.id in trained_by_job:
+                kind, config = trained_by_job[r.id]
+                trained = (kind, json.loads(config))
+            item.update(trained=trained)
+            item["variant_id"] = r.variant_id or (variant_of(trained[1], trained[0]) if trained else None)
+        out.append(item)
+    return out
+
+
+def _finished_query() -> sa.Select:
+    """Each succeeded job's successful attempt that ran start to end, with the job's train results."""
     attempts = Attempt.__table__
     results = TrainResult.__table__
-    query = (
+    return (
         sa.select(
             JOBS.c.id,
             JOBS.c.kind,
@@ -67,56 +110,37 @@ def finished_runs(eng: Engine) -> list[dict[str, Any]]:
             attempts.c.ended_at.is_not(None),
         )
     )
-    deps = JobDep.__table__
-    train = sa.alias(JOBS, "train")
-    trained_by = (
-        sa.select(deps.c.job_id, train.c.config)
-        .join(train, train.c.id == deps.c.depends_on)
-        .where(train.c.kind == jobkinds.TRAIN)
+
+
+def _run(r: Any, spec: dict[str, Any], decode_device: str | None) -> dict[str, Any] | None:
+    """One finished job of `_finished_query` as the estimates read it; None for a job of a kind priced
+    as TRAINING without its training time (nothing to learn a throughput from)."""
+    wall = float(r.ended_at - r.started_at)
+    item: dict[str, Any] = {
+        "job_id": r.id,
+        "kind": r.kind,
+        "variant_id": r.variant_id,
+        "spec": spec,
+        "wall": wall,
+        "device": device_type(r.device or decode_device),
+    }
+    if jobkinds.declared(r.kind).pricing != Pricing.TRAINING:
+        return item
+    if r.train_seconds is None:
+        return None
+    worked = sum(x or 0.0 for x in (r.train_seconds, r.eval_seconds, r.ckpt_seconds))
+    item.update(
+        steps=r.steps or 1,
+        tokens_per_s=r.tokens_per_s,
+        eval_seconds=r.eval_seconds,
+        ckpt_seconds=r.ckpt_seconds,
+        peak_mem_mb=r.peak_mem_mb,
+        overhead=max(0.0, wall - worked),
+        batch_size=spec.get("batch_size"),
+        compile=bool(spec.get("compile")),
+        workers=r.workers or 1,
     )
-    decode_device = sa.select(DecodeBench.job_id, sa.func.min(DecodeBench.device)).group_by(
-        DecodeBench.job_id
-    )
-    with eng.connect() as conn:
-        rows = conn.execute(query).all()
-        train_spec = {job_id: config for job_id, config in conn.execute(trained_by).all()}
-        decode_on = dict(conn.execute(decode_device).all())
-    out = []
-    for r in rows:
-        try:
-            spec = json.loads(r.config)
-        except ValueError:
-            continue
-        wall = float(r.ended_at - r.started_at)
-        item: dict[str, Any] = {
-            "job_id": r.id,
-            "kind": r.kind,
-            "variant_id": r.variant_id,
-            "spec": spec,
-            "wall": wall,
-            "device": device_type(r.device or decode_on.get(r.id)),
-        }
-        if r.kind == "train":
-            worked = sum(x or 0.0 for x in (r.train_seconds, r.eval_seconds, r.ckpt_seconds))
-            item.update(
-                steps=r.steps or 1,
-                tokens_per_s=r.tokens_per_s,
-                eval_seconds=r.eval_seconds,
-                ckpt_seconds=r.ckpt_seconds,
-                peak_mem_mb=r.peak_mem_mb,
-                overhead=max(0.0, wall - worked),
-                batch_size=spec.get("batch_size"),
-                compile=bool(spec.get("compile")),
-                workers=r.workers or 1,
-            )
-            if r.train_seconds is None:
-                continue
-        if jobkinds.declared(r.kind).about == jobkinds.CHECKPOINT:  # about its train job's model
-            trained = json.loads(train_spec[r.id]) if r.id in train_spec else None
-            item.update(train_spec=trained)
-            item["variant_id"] = r.variant_id or (variant_of(trained) if trained is not None else None)
-        out.append(item)
-    return out
+    return item
 
 
 def existing_train_seconds(eng: Engine, plans: list[JobPlan]) -> dict[int, tuple[float, int]]:

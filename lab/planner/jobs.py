@@ -17,6 +17,8 @@ from sqlalchemy import Engine
 from lab.planner.estimates import Estimate, TimeModel
 from orchestrator import jobkinds, pairing
 from orchestrator.admission import Request
+from orchestrator.estimate_source import EstimateSource
+from orchestrator.jobkinds import Pricing
 from orchestrator.schema import Job as JobRow
 from orchestrator.schema import JobDep
 from orchestrator.states import JobStatus
@@ -73,10 +75,12 @@ class ForecastJob:
         return self
 
 
-def describe(kind: str, spec: dict[str, Any], label: str | None = None) -> str:
+def describe(spec: dict[str, Any], label: str | None = None) -> str:
+    """What model a job is about, as its row shows it: its label (else recipe), size and, for a run
+    that has one, its seed (which of the runs of that model it is)."""
     name = label or spec.get("recipe") or ""
     parts = [str(name), str(spec.get("size") or "")]
-    if kind == "train" and spec.get("seed") is not None:
+    if spec.get("seed") is not None:
         parts.append(f"seed {spec['seed']}")
     return " ".join(p for p in parts if p)
 
@@ -109,6 +113,15 @@ def device_memory(device: str) -> float | None:
         return None
 
 
+def _trained(kind: str, deps: list[Any]) -> tuple[str, dict[str, Any]] | None:
+    """The kind and spec of the job a checkpoint follow-up of `kind` is about: the dependency of a kind
+    priced as TRAINING (a match-time train job's dependency is its reference: it is about no other job)."""
+    if jobkinds.declared(kind).about != jobkinds.CHECKPOINT:
+        return None
+    trains = jobkinds.priced(Pricing.TRAINING)
+    return next(((d.kind, json.loads(d.config)) for d in deps if d.kind in trains), None)
+
+
 def queue_jobs(eng: Engine, model: TimeModel, has_gpu: bool, now: float) -> list[ForecastJob]:
     """The queue's queued and running jobs as ForecastJobs (the stored plan estimate when there is one,
     else a fresh one; a running job for what is left: its progress ETA, else estimate less elapsed).
@@ -137,19 +150,14 @@ def queue_jobs(eng: Engine, model: TimeModel, has_gpu: bool, now: float) -> list
         if any(d.status in (JobStatus.FAILED, JobStatus.CANCELLED) for d in my_deps):
             continue  # the cascade fails it: it will not run
         spec = json.loads(r.config)
-        # a checkpoint follow-up is about the train job it depends on (a match-time train job's
-        # dependency is its reference: it is about no other job)
-        about_checkpoint = jobkinds.declared(r.kind).about == jobkinds.CHECKPOINT
-        train_spec = next(
-            (json.loads(d.config) for d in my_deps if about_checkpoint and d.kind == jobkinds.TRAIN), None
-        )
+        trained = _trained(r.kind, my_deps)
         if r.planned_seconds is not None:  # what was planned at submission
-            est = Estimate(r.planned_seconds, r.planned_source or "unknown")
+            est = Estimate(r.planned_seconds, EstimateSource(r.planned_source or EstimateSource.UNKNOWN))
         else:
             est = model.estimate(
                 r.kind,
                 spec,
-                train_spec=train_spec,
+                trained=trained,
                 ref_train_s=r.budget_time_s,
                 workers=pairing.workers_of(r.resources),
             )
@@ -157,9 +165,7 @@ def queue_jobs(eng: Engine, model: TimeModel, has_gpu: bool, now: float) -> list
             key=f"#{r.id}",
             kind=r.kind,
             status=r.status,
-            what=describe("train", train_spec, r.variant_label)
-            if train_spec
-            else describe(r.kind, spec, r.variant_label),
+            what=describe(trained[1] if trained else spec, r.variant_label),
             estimate=est,
             priority=r.priority,
             order=r.id,
@@ -214,7 +220,7 @@ def grid_jobs(
         job = ForecastJob(
             key=keys[i],
             kind=plan.kind,
-            what=describe(about.kind, about.spec, about.label),
+            what=describe(about.spec, about.label),
             status="present" if known is not None else "new",
             estimate=est,
             priority=plan.priority,

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 from lab.planner.calibration import Calibration
 from lab.planner.jobs import ForecastJob
+from orchestrator import jobkinds
+from orchestrator.jobkinds import Pricing
 from orchestrator.retention import fmt_bytes
 
 if TYPE_CHECKING:
@@ -115,59 +117,32 @@ class Forecast:
         )
 
     def text(self) -> str:
-        from lab.display import fmt_eta
-
-        lines = (
-            []
-            if not self.elsewhere or self.calibration is None
-            else [
+        """The plan as `looplab plan` prints it: a row per job, then the totals and the warnings."""
+        lines = []
+        if self.elsewhere and self.calibration is not None:
+            lines.append(
                 f"priced for {self.gpus:g} x {self.calibration.describe()}; the grids alone (this database's "
                 "queue and history ran elsewhere)"
-            ]
-        )
-        lines.append(
-            f"{'job':>5} {'kind':<12} {'what':<30} {'status':<8} {'est.':>7} {'FLOPs':>8} "
-            f"{'peak mem':>9} {'micro':>5} {'disk':>8} {'kept':>8} {'source':<10} {'device':<6} "
-            f"{'start':>7} {'end':>7}  note"
-        )
-        for j in self.jobs:
-            e = j.estimate
-            mem = "" if e.peak_mem_bytes is None else fmt_bytes(e.peak_mem_bytes)
-            suggested = j.fits is False and not e.micro_batch_given and e.micro_batch is not None
-            micro = "" if e.micro_batch is None else f"{e.micro_batch}{'*' if suggested else ''}"
-            note = []
-            if j.refused is not None:
-                note.append(f"REFUSED: {j.refused}")
-            if j.workers > 1:
-                note.append(f"{j.workers} workers")
-            if j.fits is False:
-                note.append(f"WILL NOT FIT ({fmt_bytes(j.device_memory or 0)} on the device)")
-                if suggested:
-                    note.append(f"micro_batch_size {e.micro_batch} would fit")
-                elif e.micro_batch is None and j.kind == "train" and not e.micro_batch_given:
-                    note.append("not even one sequence per forward fits")
-            if j.exclusive:
-                note.append("exclusive")
-            if j.status == "present":
-                note.append("already in the database: not added again")
-            disk, kept = ("", "") if e.disk is None else (fmt_bytes(e.disk.peak), fmt_bytes(j.disk_kept or 0))
-            lines.append(
-                f"{j.key:>5} {j.kind:<12} {j.what[:30]:<30} {j.status:<8} {_dur(e.seconds):>7} "
-                f"{'' if e.flops is None else format(e.flops, '.2e'):>8} {mem:>9} {micro:>5} {disk:>8} {kept:>8} "
-                f"{e.source:<10} {j.device:<6} {_dur(j.start_s):>7} {_dur(j.end_s):>7}  {'; '.join(note)}"
             )
+        lines.append(HEADER)
+        lines += [_row(j) for j in self.jobs]
+        return "\n".join(lines + self._totals() + self._warnings())
+
+    def _totals(self) -> list[str]:
+        """The work per device, GPU-hours per kind, the disk and the finish time."""
+        from lab.display import fmt_eta
+
         totals = self.totals()
         per = ", ".join(f"{k} {fmt_eta(v) or '0s'}" for k, v in totals.items() if k != "all")
         queue = [j for j in self.jobs if j.job_id is not None and j.status != "present"]
         new = [j for j in self.jobs if j.status == "new"]
-        unknown = [j for j in self.to_run() if j.remaining_s is None]
-        lines.append(
+        lines = [
             f"{len(new)} new job(s) behind {len(queue)} queued/running; work: {fmt_eta(totals['all']) or '0s'}"
             f" ({per or 'nothing to run'}) on {self.cpus:g} CPU(s), {self.gpus:g} GPU(s)"
-        )
+        ]
         if self.gpus > 0:
             hours = self.gpu_hours()
-            kinds = ", ".join(f"{k} {v:,.1f}" for k, v in hours.items() if k != "all")
+            kinds = ", ".join(f"{jobkinds.title(k)} {v:,.1f}" for k, v in hours.items() if k != "all")
             lines.append(f"GPU-hours: {hours['all']:,.1f}{f' ({kinds})' if kinds else ''}")
         kept, most = self.disk()
         if most > 0:
@@ -176,32 +151,89 @@ class Forecast:
                 f"{fmt_bytes(most)} at most at any one time while they run"
             )
         finish = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.finish_at))
-        bound = " at the earliest" if unknown else ""
+        bound = " at the earliest" if any(j.remaining_s is None for j in self.to_run()) else ""
         start = (
             f", of which {self.driver_start_s:.0f} s to start the queue" if self.driver_start_s >= 0.5 else ""
         )
         lines.append(f"estimated finish: in {fmt_eta(self.makespan_s) or '0s'}{bound} ({finish}){start}")
+        return lines
+
+    def _warnings(self) -> list[str]:
+        """What the reader must act on: a contended calibration, jobs without an estimate, refused or
+        too big for their device."""
+        lines = []
         cal = self.calibration
         if cal is not None and cal.contended:
             lines.append(
                 f"warning: this machine's calibration was measured under load ({cal.load:.1f} per CPU): "
                 "FLOP-model times are too long; run `looplab plan --recalibrate` on a quiet machine"
             )
+        unknown = [j.key for j in self.to_run() if j.remaining_s is None]
         if unknown:
-            lines.append(f"no estimate for {len(unknown)} job(s): {', '.join(j.key for j in unknown[:10])}")
+            lines.append(f"no estimate for {len(unknown)} job(s): {', '.join(unknown[:10])}")
         refused = [j.key for j in self.jobs if j.refused is not None]
         if refused:
             lines.append(f"the scheduler will refuse (too big for the cluster): {', '.join(refused)}")
         flagged = [j.key for j in self.jobs if j.fits is False]
         if flagged:
             lines.append(f"will not fit their device's memory: {', '.join(flagged)}")
-        if any(
-            j.fits is False and not j.estimate.micro_batch_given and j.estimate.micro_batch for j in self.jobs
-        ):
+        if any(_suggested(j) for j in self.jobs):
             lines.append(
                 "* micro: the most sequences per forward that fit (micro_batch_size; the whole batch does not)"
             )
-        return "\n".join(lines)
+        return lines
+
+
+HEADER = (
+    f"{'job':>5} {'kind':<12} {'what':<30} {'status':<8} {'est.':>7} {'FLOPs':>8} "
+    f"{'peak mem':>9} {'micro':>5} {'disk':>8} {'kept':>8} {'source':<10} {'device':<6} "
+    f"{'start':>7} {'end':>7}  note"
+)
+
+
+def _suggested(j: ForecastJob) -> bool:
+    """Its whole batch does not fit the device, but the micro-batch shown (the most that fits) would."""
+    e = j.estimate
+    return j.fits is False and not e.micro_batch_given and e.micro_batch is not None
+
+
+def _row(j: ForecastJob) -> str:
+    """One job's line of the table (HEADER's columns)."""
+    e = j.estimate
+    mem = "" if e.peak_mem_bytes is None else fmt_bytes(e.peak_mem_bytes)
+    micro = "" if e.micro_batch is None else f"{e.micro_batch}{'*' if _suggested(j) else ''}"
+    disk, kept = ("", "") if e.disk is None else (fmt_bytes(e.disk.peak), fmt_bytes(j.disk_kept or 0))
+    flops = "" if e.flops is None else format(e.flops, ".2e")
+    return (
+        f"{j.key:>5} {j.kind:<12} {j.what[:30]:<30} {j.status:<8} {_dur(e.seconds):>7} "
+        f"{flops:>8} {mem:>9} {micro:>5} {disk:>8} {kept:>8} "
+        f"{e.source:<10} {j.device:<6} {_dur(j.start_s):>7} {_dur(j.end_s):>7}  {'; '.join(_notes(j))}"
+    )
+
+
+def _notes(j: ForecastJob) -> list[str]:
+    """A job's note column: refused, its workers, whether and how it fits its device, alone, present."""
+    e = j.estimate
+    note = []
+    if j.refused is not None:
+        note.append(f"REFUSED: {j.refused}")
+    if j.workers > 1:
+        note.append(f"{j.workers} workers")
+    if j.fits is False:
+        note.append(f"WILL NOT FIT ({fmt_bytes(j.device_memory or 0)} on the device)")
+        if _suggested(j):
+            note.append(f"micro_batch_size {e.micro_batch} would fit")
+        elif (
+            e.micro_batch is None
+            and not e.micro_batch_given
+            and jobkinds.declared(j.kind).pricing == Pricing.TRAINING
+        ):
+            note.append("not even one sequence per forward fits")  # a micro-batch was looked for: none fits
+    if j.exclusive:
+        note.append("exclusive")
+    if j.status == "present":
+        note.append("already in the database: not added again")
+    return note
 
 
 def _dur(seconds: float | None) -> str:

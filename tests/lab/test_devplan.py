@@ -169,6 +169,9 @@ def test_a_calibration_file_of_another_device_prices_the_grid_by_its_rates(q, tm
     assert report.makespan_s == pytest.approx(t + (s - 10.0) + (d - 10.0), rel=1e-6)
     text = report.text()
     assert "priced for 8 x NVIDIA H200 measured on gpu-box" in text and "GPU-hours: " in text
+    # per kind by the name its declaration gives it (Kind.title)
+    per_kind = f"training {hours['train']:,.1f}, depth sweep {hours['depth_sweep']:,.1f}, decode benchmark"
+    assert per_kind in text.split("GPU-hours: ")[1].splitlines()[0]
     assert "?" not in text.split("\n", 2)[2].split("GPU-hours")[0]  # every job has a time
 
 

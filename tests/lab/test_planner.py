@@ -400,14 +400,14 @@ def test_sweep_and_decode_bench_scale_finished_runs_of_their_variant_by_flops():
     sweep, past_sweep = {"loops": [1, 2, 4]}, {"loops": [1]}
     bench = {"recipe": "lean", "size": "tiny", "context_lens": [64], "batch_sizes": [2], "steps": 3}
     past_bench = {**bench, "batch_sizes": [1]}
-    assert planner.estimate("depth_sweep", sweep, train_spec=TRAIN).source == "flop_model"
+    assert planner.estimate("depth_sweep", sweep, trained=("train", TRAIN)).source == "flop_model"
     assert planner.estimate("decode_bench", bench).source == "flop_model"
     planner.history = [
         {
             "kind": "depth_sweep",
-            "variant_id": variant_of(TRAIN),
+            "variant_id": variant_of(TRAIN, "train"),
             "spec": past_sweep,
-            "train_spec": TRAIN,
+            "trained": ("train", TRAIN),
             "wall": 10.0,
             "device": "cpu",
         },
@@ -426,14 +426,45 @@ def test_sweep_and_decode_bench_scale_finished_runs_of_their_variant_by_flops():
             "device": "cuda",
         },
     ]
-    sweep_ratio = planner.sweep_cost(sweep, TRAIN).flops / planner.sweep_cost(past_sweep, TRAIN).flops
-    bench_ratio = planner.decode_cost(bench).flops / planner.decode_cost(past_bench).flops
+    trained = ("train", TRAIN)
+    sweep_ratio = (
+        planner.forward_cost("depth_sweep", sweep, trained).flops
+        / planner.forward_cost("depth_sweep", past_sweep, trained).flops
+    )
+    bench_ratio = (
+        planner.forward_cost("decode_bench", bench).flops
+        / planner.forward_cost("decode_bench", past_bench).flops
+    )
     assert sweep_ratio > 1 and bench_ratio > 1
-    estimate = planner.estimate("depth_sweep", sweep, train_spec=TRAIN)
+    estimate = planner.estimate("depth_sweep", sweep, trained=trained)
     assert (estimate.source, estimate.seconds) == ("finished", pytest.approx(10.0 * sweep_ratio))
     estimate = planner.estimate("decode_bench", bench)
     assert (estimate.source, estimate.seconds) == ("finished", pytest.approx(4.0 * bench_ratio))
     assert TimeModel(None, None).estimate("decode_bench", bench).source == "unknown"
+
+
+def test_a_kind_is_priced_by_its_declaration_alone(monkeypatch):
+    """A kind the planner has never heard of, declared with the depth sweep's cost model, is priced as a
+    depth sweep on the train job it follows (TRAIN has no budget yet, as a match-time one: its model is
+    still known); declared without one, by its finished jobs' wall time."""
+    from lab.planner import TimeModel
+    from workers import jobs
+
+    sweep, trained = {"loops": [1, 2]}, ("train", TRAIN)
+    monkeypatch.setitem(jobs.KINDS, "probe", dataclasses.replace(jobs.KINDS["depth_sweep"], module=__name__))
+    planner = TimeModel(None, CAL)
+    probe = planner.estimate("probe", sweep, trained=trained)
+    real = planner.estimate("depth_sweep", sweep, trained=trained)
+    assert probe.source == "flop_model" and (probe.seconds, probe.flops) == (real.seconds, real.flops)
+    assert planner.estimate("probe", sweep).source == "unknown"  # about no known checkpoint: nothing to go on
+    assert (
+        planner.estimate("probe", sweep, trained=("import", TRAIN)).source == "unknown"
+    )  # not priced as training
+
+    monkeypatch.setitem(jobs.KINDS, "probe", dataclasses.replace(jobs.KINDS["depth_sweep"], cost=None))
+    planner.history = [{"kind": "probe", "wall": w, "spec": sweep} for w in (4.0, 6.0, 9.0)]
+    estimate = planner.estimate("probe", sweep, trained=trained)
+    assert (estimate.source, estimate.seconds) == ("finished", 6.0)
 
 
 def test_flop_model_splits_gradient_free_rounds_and_adds_the_optimizer_step(q):
@@ -548,10 +579,12 @@ def test_sweep_flops_count_the_geometry_and_interaction_forwards():
     head = head_flops(cfg)
     planner = TimeModel(None, CAL)
     spec = {"loops": [1, 2, 4], "eval_tokens": 128, "interaction_loops": [3], "interaction_tokens": 64}
-    flops = planner.sweep_cost(spec, TRAIN).flops
+    flops = planner.forward_cost("depth_sweep", spec, ("train", TRAIN)).flops
     want = 128 * sum(2 * fwd[n] - head for n in (1, 2, 4)) + 64 * 3 * (fwd[3] - head)
     assert flops == pytest.approx(want)
-    no_interactions = planner.sweep_cost({**spec, "interaction_loops": []}, TRAIN).flops
+    no_interactions = planner.forward_cost(
+        "depth_sweep", {**spec, "interaction_loops": []}, ("train", TRAIN)
+    ).flops
     assert no_interactions == pytest.approx(128 * sum(2 * fwd[n] - head for n in (1, 2, 4)))
 
 
@@ -595,11 +628,15 @@ def test_eval_cost_counts_exactly_the_forwards_the_scorer_runs():
     from workers.tasks.likelihood import LoopedScorer
     from workers.tasks.scoring import score_items
     from workers.tokenizer import Tokenizer
+    from workers.train_cost import cost as train_cost
+    from workers.train_spec import Spec as TrainSpec
 
     spec = eval_job.Spec.from_dict(
         {"tasks": ["deduction", "kinship"], "n_per_subset": 1, "loops": [1, 3], "batch_size": 5, "limit": 7}
     )
-    cfg = preset("lean", "tiny", seq_len=48)  # shorter than most items: the cut to seq_len is counted too
+    # the train job it follows: seq_len shorter than most items (the cut to seq_len is counted too)
+    trained = train_cost(TrainSpec.from_dict({**TRAIN, "seq_len": 48, "tokens": 1280}))
+    cfg = trained.cfg
     model = LoopedLM(cfg).eval()
     shapes: list[tuple[int, int, int]] = []
     loops_now = []
@@ -613,7 +650,11 @@ def test_eval_cost_counts_exactly_the_forwards_the_scorer_runs():
             items = eval_job.GENERATORS[entry].generate(spec.n_per_subset, spec.task_seed)[: spec.limit]
             score_items(items, scorer.loglikelihood)
     ran = sum(b * t * step_flops(cfg, n, seq_len=t).forward for b, t, n in shapes)
-    cost = eval_job.cost(spec, cfg)
-    assert cost.flops == pytest.approx(ran, rel=1e-9)
+    cost = eval_job.cost(spec, trained)
+    assert trained.tokenizer == "byte" and cost.flops == pytest.approx(ran, rel=1e-9)
     assert cost.flops > 0 and cost.memory["cpu"] == cost.memory["cuda"]
-    assert eval_job.cost(eval_job.Spec.from_dict({"tasks": ["harness:sciq"]}), cfg) is None  # unknown items
+    # a BPE token holds several bytes of text: shorter sequences, fewer FLOPs
+    assert eval_job.cost(spec, dataclasses.replace(trained, tokenizer="bpe")).flops < cost.flops
+    assert (
+        eval_job.cost(eval_job.Spec.from_dict({"tasks": ["harness:sciq"]}), trained) is None
+    )  # unknown items

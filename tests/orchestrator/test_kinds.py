@@ -23,7 +23,7 @@ from orchestrator.writer import write_events
 from tests.db_rows import rows
 from tests.orchestrator import fake_jobs
 from workers import jobs
-from workers.jobs import ARCHITECTURE, CHECKPOINT, Kind
+from workers.jobs import ARCHITECTURE, CHECKPOINT, CostModel, Kind, Pricing
 from workers.reporter import MemoryReporter
 
 # Tables of the queue itself (written by jobqueue and the writer for every kind), not results of a kind.
@@ -135,6 +135,51 @@ def test_the_built_in_declarations_say_what_the_old_lists_said():
     assert jobs.KINDS["decode_bench"].arch_keys == ("recipe", "size", "model")
 
 
+def test_the_declarations_say_how_each_kind_is_priced_whether_it_spans_workers_and_its_title():
+    """What the planner, its report and the task runner ask of a kind, each read from the declarations:
+    which kinds are priced how (by a module named as text, imported only to price a job), which may
+    span several workers, and the name a person reads."""
+    assert jobkinds.priced(Pricing.TRAINING) == ("train",)
+    assert jobkinds.priced(Pricing.FORWARD) == ("decode_bench",)
+    assert jobkinds.priced(Pricing.ON_CHECKPOINT) == ("depth_sweep", "eval")
+    assert [k for k in jobs.KINDS if jobs.KINDS[k].cost is None] == ["import", "adaptive", "prepare"]
+    assert [k for k in jobs.KINDS if (c := jobs.KINDS[k].cost) is not None and c.per_device] == [
+        "decode_bench"
+    ]
+    for kind in ("train", "decode_bench", "depth_sweep", "eval"):  # each names its Spec and cost
+        module = jobs.KINDS[kind].cost.load()
+        assert callable(module.cost) and callable(module.Spec.from_dict), kind
+    assert jobkinds.gangs() == ("train",) and jobkinds.gangs(fake_jobs) == ("train",)
+    assert jobkinds.title("decode_bench") == "decode benchmark" and jobkinds.title("train") == "training"
+    assert jobkinds.title("noop", fake_jobs) == "noop"  # undeclared title: its name
+    assert all(kind.title for kind in jobs.KINDS.values())
+
+
+def test_the_task_runner_refuses_a_gang_of_a_kind_not_declared_one_naming_the_gang_kinds():
+    """The check runs before anything is sent to Ray; a registry that declares another gang kind
+    has it accepted and named."""
+    from orchestrator.admission import Request
+    from orchestrator.task import launch
+
+    class Sharded:
+        KINDS = {**fake_jobs.KINDS, "shard": Kind(__name__, gang=True)}
+
+    gang = Request(1.0, 0.0, 2, False)
+    with pytest.raises(
+        ConfigError,
+        match=re.escape(
+            "resources.workers: 2: only train, shard jobs run on several workers, not noop; give it"
+        ),
+    ):
+        launch(1, "noop", {}, "art", None, Sharded(), gang)
+
+    class Single:
+        KINDS = {k: Kind(__name__) for k in ("train", "noop")}
+
+    with pytest.raises(ConfigError, match="resources.workers: 2: no kind runs on several workers, not train"):
+        launch(1, "train", {}, "art", None, Single(), gang)
+
+
 @pytest.mark.parametrize(
     "declaration,message",
     [
@@ -144,6 +189,10 @@ def test_the_built_in_declarations_say_what_the_old_lists_said():
             "about: unknown 'weights'; accepted: checkpoint, architecture",
         ),
         (dict(follows="train", about=ARCHITECTURE), "arch_keys: an architecture follow-up needs"),
+        (
+            dict(cost=CostModel("workers.eval", Pricing.ON_CHECKPOINT)),
+            "cost: pricing on_checkpoint prices a job on the checkpoint it follows: give it about 'checkpoint'",
+        ),
     ],
 )
 def test_a_bad_declaration_is_refused_naming_the_field(declaration, message):
