@@ -289,7 +289,9 @@ def trained_plan(plans: list[JobPlan], i: int) -> JobPlan | None:
 RESOURCE_KEYS = ("num_cpus", "num_gpus", "workers", "exclusive")
 
 
-def _kind_resources(grid: Grid, kind: str, follow_ups: tuple[str, ...]) -> dict[str, Any] | None:
+def _kind_resources(
+    grid: Grid, kind: str, follow_ups: tuple[str, ...], kinds: JobRegistry
+) -> dict[str, Any] | None:
     res = grid.resources
     if not res:
         return None
@@ -307,11 +309,8 @@ def _kind_resources(grid: Grid, kind: str, follow_ups: tuple[str, ...]) -> dict[
             fields.boolean(f"grid {grid.name!r}: {where}.{k}", v)
         elif k == "workers":  # bundles of num_cpus/num_gpus started all at once (orchestrator/admission.py)
             fields.integer(f"grid {grid.name!r}: {where}.{k}", v, lo=1)
-            if v > 1 and kind != TRAIN:  # one run, data-parallel on Ray Train (workers/distributed.py)
-                raise ConfigError(
-                    f"grid {grid.name!r}: {where}.{k}: {v}: only {TRAIN} jobs run on several "
-                    f"workers, not {kind}; accepted: 1"
-                )
+            # one run, data-parallel on Ray Train (workers/distributed.py), for the kinds declared so
+            jobkinds.check_workers(f"grid {grid.name!r}: {where}.{k}", kind, v, kinds)
         else:
             fields.number(f"grid {grid.name!r}: {where}.{k}", v, lo=0)
     return res or None
@@ -417,7 +416,7 @@ def expand(grids: list[Grid], kinds: JobRegistry) -> list[JobPlan]:
                 gi,
                 grid.priority,
                 grid.max_attempts,
-                _kind_resources(grid, grid.job, follow_ups),
+                _kind_resources(grid, grid.job, follow_ups, kinds),
                 budget=budget,
                 label=label,
                 retention=grid.retention,
@@ -472,7 +471,7 @@ def _add_preparations(
             PREPARE,
             {**json.loads(shared), "max_tokens": None if None in sizes else max(sizes)},
         )
-        resources = {**PREPARE_RESOURCES, **(_kind_resources(grid, PREPARE, follow_ups) or {})}
+        resources = {**PREPARE_RESOURCES, **(_kind_resources(grid, PREPARE, follow_ups, kinds) or {})}
         plans.append(
             JobPlan(
                 PREPARE,
@@ -524,7 +523,7 @@ def _follow_up(
         gi,
         grid.priority,
         grid.max_attempts,
-        _kind_resources(grid, follow, follow_ups),
+        _kind_resources(grid, follow, follow_ups, kinds),
         deps=deps,
         label=label,
         retention=grid.retention,

@@ -23,6 +23,7 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from model.errors import ConfigError
 from workers.jobs import ARCHITECTURE, CHECKPOINT, KINDS, MODEL_SOURCES, CostModel, Kind, Pricing
 
 if TYPE_CHECKING:
@@ -95,6 +96,17 @@ def follow_ups(of: str | None = None, kinds: JobRegistry | None = None) -> tuple
 def gangs(kinds: JobRegistry | None = None) -> tuple[str, ...]:
     """The kinds of registry `kinds` one job of which may span several workers (`Kind.gang`)."""
     return tuple(k for k in names(kinds) if declared(k, kinds).gang)
+
+
+def check_workers(where: str, kind: str, workers: int, kinds: JobRegistry | None = None) -> None:
+    """Refuse `workers` > 1 for a kind whose declaration says one job of it runs in one process
+    (`Kind.gang` false), naming the field `where` and the kinds that may span several workers. The grid
+    asks at submission and the task runner again at launch, for jobs stored before a kind changed."""
+    if workers <= 1 or declared(kind, kinds).gang:
+        return
+    accepted = ", ".join(gangs(kinds))
+    which = f"only {accepted} jobs run" if accepted else "no kind runs"
+    raise ConfigError(f"{where}: {workers}: {which} on several workers, not {kind}; accepted: 1")
 
 
 def priced(pricing: Pricing, kinds: JobRegistry | None = None) -> tuple[str, ...]:

@@ -41,8 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from model.errors import ConfigError
-from orchestrator.jobkinds import declared, gangs
+from orchestrator.jobkinds import check_workers
 from orchestrator.states import AttemptOutcome
 from workers.reporter import BaseReporter, Event, EventKind, JobInterrupted
 
@@ -295,12 +294,7 @@ def launch(
         return execute_job.options(num_cpus=request.cpus, num_gpus=request.gpus).remote(
             job_id, kind, spec, artifact_dir, sink, kinds_ref(kinds)
         )
-    if not declared(kind, kinds).gang:
-        accepted = ", ".join(gangs(kinds))
-        which = f"only {accepted} jobs run" if accepted else "no kind runs"
-        raise ConfigError(
-            f"resources.workers: {request.workers}: {which} on several workers, not {kind}; give it workers 1"
-        )
+    check_workers("resources.workers", kind, request.workers, kinds)
     # on the driver's node: Ray Train's controller runs beside its host, and their placement group lives
     # until the driver ends; were the host's node lost while the driver lives, the group would hold the
     # workers' resources the admission believes free (see `sink_on_this_node` for the same reasoning)

@@ -168,7 +168,7 @@ def test_the_task_runner_refuses_a_gang_of_a_kind_not_declared_one_naming_the_ga
     with pytest.raises(
         ConfigError,
         match=re.escape(
-            "resources.workers: 2: only train, shard jobs run on several workers, not noop; give it"
+            "resources.workers: 2: only train, shard jobs run on several workers, not noop; accepted: 1"
         ),
     ):
         launch(1, "noop", {}, "art", None, Sharded(), gang)
