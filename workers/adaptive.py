@@ -1,7 +1,8 @@
 """The adaptive job: a trained checkpoint evaluated with per-token exit rules and KV strategies.
 
 For every cell of the grid (exit rule x threshold x KV strategy, `model.exits` and `model.kv_cache`;
-plus the fixed depth `max_rounds` under each strategy, rule "fixed"), on the depth sweep's validation
+plus the fixed depth `max_rounds` under each strategy, rule "fixed"; the names are
+`model.exit_names`'s), on the depth sweep's validation
 set (the same chunks, batches and h0 seeds: threshold 0 under per_round reproduces the sweep's loss at
 `max_rounds`):
 - validation loss and bits per byte, mean rounds per token and the FLOPs a token-by-token
@@ -37,18 +38,16 @@ from typing import Any
 
 from model import fields
 from model.errors import ConfigError
+from model.exit_names import FIXED, CellKey, ExitRuleName, KVStrategy, strategy_label
 from workers.spec_cli import SpecParser, checkpoint_exists, job_parser, run_standalone
 from workers.train_spec import EVAL_H0_SEED
 
-RULE_NAMES = ("state", "kl", "entropy", "argmax")  # model.exits.RULES (torch-free here)
-STRATEGY_NAMES = ("per_round", "latest", "first", "last_m")  # model.kv_cache.KV_STRATEGIES
 DEFAULT_RULES = {
-    "state": [0.01, 0.03, 0.1],
-    "kl": [0.001, 0.01, 0.05],
-    "entropy": [0.01, 0.05, 0.2],
-    "argmax": [1, 2, 3],
+    ExitRuleName.STATE.value: [0.01, 0.03, 0.1],
+    ExitRuleName.KL.value: [0.001, 0.01, 0.05],
+    ExitRuleName.ENTROPY.value: [0.01, 0.05, 0.2],
+    ExitRuleName.ARGMAX.value: [1, 2, 3],
 }
-FIXED = "fixed"  # the rule name of the fixed-depth cells
 POSITION_BINS = 8
 LOSS_EDGES = (0.0, 0.5, 1.0, 2.0, 4.0, math.inf)  # nats, of the token's fixed-depth loss
 KV_DTYPE = "bfloat16"
@@ -63,7 +62,7 @@ class Spec:
         default_factory=lambda: {k: list(v) for k, v in DEFAULT_RULES.items()}
     )
     """exit rule -> thresholds: eps for state, kl and entropy, rounds k for argmax; "inf" for infinity"""
-    kv_strategies: list[str] = field(default_factory=lambda: list(STRATEGY_NAMES))
+    kv_strategies: list[str] = field(default_factory=lambda: [s.value for s in KVStrategy])
     """KV strategies across rounds: per_round, latest, first, last_m"""
     kv_m: int = 2
     """last_m: the last m rounds keep their own cache"""
@@ -105,9 +104,9 @@ class Spec:
         max_rounds = fields.integer("max_rounds", d["max_rounds"], lo=min_rounds, allow_none=True)
         strategies = d["kv_strategies"]
         if not isinstance(strategies, list | tuple) or not strategies:
-            raise ConfigError(f"kv_strategies: expected a non-empty list of {', '.join(STRATEGY_NAMES)}")
+            raise ConfigError(f"kv_strategies: expected a non-empty list of {', '.join(KVStrategy)}")
         strategies = list(
-            dict.fromkeys(fields.choice("kv_strategies", s, STRATEGY_NAMES) for s in strategies)
+            dict.fromkeys(fields.choice("kv_strategies", s, tuple(KVStrategy)) for s in strategies)
         )
         tasks = list(d["tasks"]) if isinstance(d["tasks"], list | tuple) else d["tasks"]
         if tasks and any(isinstance(t, str) and t.startswith(HARNESS_PREFIX) for t in tasks):
@@ -151,13 +150,13 @@ def rules_of(value: Any, min_rounds: int) -> dict[str, list[float]]:
     """{rule: sorted thresholds without repeats}, each (rule, threshold) checked by `model.exits.ExitRule`."""
     from model.exits import ExitRule
 
-    accepted = f"a mapping of {', '.join(RULE_NAMES)} to lists of thresholds"
+    accepted = f"a mapping of {', '.join(ExitRuleName)} to lists of thresholds"
     rules = fields.mapping("rules", value, accepted)
     if not rules:
         raise ConfigError(f"rules: expected {accepted}, got none")
     out = {}
     for rule, thresholds in rules.items():
-        fields.choice("rules", rule, RULE_NAMES)
+        fields.choice("rules", rule, tuple(ExitRuleName))
         if not isinstance(thresholds, list | tuple) or not thresholds:
             raise ConfigError(f"rules.{rule}: expected a non-empty list of thresholds, got {thresholds!r}")
         values = sorted({threshold_of(f"rules.{rule}", t) for t in thresholds})
@@ -172,25 +171,25 @@ class Cell:
     """One cell of the grid: an exit rule (None: the fixed depth) under a KV strategy."""
 
     rule: Any  # model.exits.ExitRule | None
-    strategy: str
+    strategy: KVStrategy
     m: int | None
 
     @property
     def strategy_label(self) -> str:
-        return f"last_m{self.m}" if self.strategy == "last_m" else self.strategy
+        return strategy_label(self.strategy, self.m)
 
     @property
     def key(self) -> str:
-        """e.g. `kl<0.01 | per_round`, `fixed | last_m2`: the rows' `config`."""
-        return f"{FIXED if self.rule is None else self.rule.label} | {self.strategy_label}"
+        """e.g. `kl<0.01 | per_round`, `fixed | last_m2`: the rows' `config` (`CellKey.label`)."""
+        return CellKey(FIXED if self.rule is None else self.rule.label, self.strategy_label).label()
 
 
 def cells(spec: Spec, max_rounds: int) -> list[Cell]:
     from model.exits import ExitRule
 
     out = []
-    for strategy in spec.kv_strategies:
-        m = spec.kv_m if strategy == "last_m" else None
+    for strategy in map(KVStrategy, spec.kv_strategies):
+        m = spec.kv_m if strategy is KVStrategy.LAST_M else None
         out.append(Cell(None, strategy, m))
         for rule, thresholds in spec.rules.items():
             out += [Cell(ExitRule(rule, t, spec.min_rounds, max_rounds), strategy, m) for t in thresholds]
@@ -199,7 +198,8 @@ def cells(spec: Spec, max_rounds: int) -> list[Cell]:
 
 def _same_function(cell: Cell) -> tuple:
     """Cells computing one function share one evaluation: latest is per_round's function."""
-    return (cell.rule, "per_round" if cell.strategy == "latest" else cell.strategy, cell.m)
+    same = KVStrategy.PER_ROUND if cell.strategy is KVStrategy.LATEST else cell.strategy
+    return (cell.rule, same, cell.m)
 
 
 # ---------------------------------------------------------------------------------- the job
@@ -405,8 +405,8 @@ def _strategy_views(model, spec: Spec, R: int, reporter) -> tuple[dict, dict]:
 
     views, kv_bytes = {}, {}
     seq = model.cfg.seq_len
-    for strategy in spec.kv_strategies:
-        m = spec.kv_m if strategy == "last_m" else None
+    for strategy in map(KVStrategy, spec.kv_strategies):
+        m = spec.kv_m if strategy is KVStrategy.LAST_M else None
         try:
             views[strategy] = kv_view(model, strategy, R, m)
         except ConfigError as e:
@@ -426,7 +426,6 @@ def _eval_row(cell: Cell, r: dict, view_cfg, cfg, spec: Spec, R: int) -> dict[st
     included) and KV bytes (allocated, needed) from the measured exit rounds."""
     from model.counts import kv_strategy_bytes
     from model.flops import equivalent_rounds, exit_flops, fixed_depth_flops
-    from model.kv_cache import CHANGES_FUNCTION
 
     seq, share = cfg.seq_len, _share(r["hist"])
     if cell.rule is None:
@@ -440,13 +439,13 @@ def _eval_row(cell: Cell, r: dict, view_cfg, cfg, spec: Spec, R: int) -> dict[st
     )
     return {
         "config": cell.key,
-        "rule": FIXED if cell.rule is None else cell.rule.rule,
+        "rule": FIXED if cell.rule is None else str(cell.rule.rule),
         "threshold": None if cell.rule is None else cell.rule.threshold,
-        "kv_strategy": cell.strategy,
+        "kv_strategy": str(cell.strategy),
         "kv_m": cell.m,
         "min_rounds": spec.min_rounds,
         "max_rounds": R,
-        "changes_function": cell.strategy in CHANGES_FUNCTION,
+        "changes_function": cell.strategy.changes_function,
         "val_loss": r["loss"],
         "val_bpb": r["bpb"],
         "tokens": r["tokens"],

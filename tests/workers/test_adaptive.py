@@ -10,6 +10,7 @@ import math
 import pytest
 
 from model.errors import ConfigError
+from model.exit_names import CellKey
 from model.flops import fixed_depth_flops
 from workers import adaptive
 from workers.reporter import MemoryReporter
@@ -58,7 +59,7 @@ def sweep(trained_fixed4, tmp_path_factory):
 
 
 def rows_of(out, strategy="per_round"):
-    return {r["config"].split(" | ")[0]: r for r in out["adaptive_evals"] if r["kv_strategy"] == strategy}
+    return {CellKey.parse(r["config"]).rule: r for r in out["adaptive_evals"] if r["kv_strategy"] == strategy}
 
 
 def test_the_limits_reproduce_the_depth_sweep_exactly(result, sweep):
@@ -160,7 +161,8 @@ def test_bad_specs_are_refused_by_name(change, message):
 
 def test_spec_defaults_and_infinity():
     spec = adaptive.Spec.from_dict({"rules": {"state": ["inf", 0.1, 0.1]}})
-    assert spec.rules == {"state": [0.1, math.inf]} and spec.kv_strategies == list(adaptive.STRATEGY_NAMES)
+    assert spec.rules == {"state": [0.1, math.inf]}
+    assert spec.kv_strategies == ["per_round", "latest", "first", "last_m"]  # every strategy, as stored
     assert adaptive.Spec.from_dict({}).to_dict() == adaptive.Spec().to_dict() | {
         "rules": adaptive.DEFAULT_RULES
     }
