@@ -22,7 +22,8 @@ max_rounds, val_loss, mean_rounds, equivalent_rounds, kv_mib, kv_mib_needed; wor
   without exits, and their rows say so (`changes_function`).
 - `accuracy_frontier`: task accuracy against the same compute (measured on the validation text).
 - `kv_table`: KV MiB (allocated by a static cache, and needed) against loss per strategy.
-- `exit_histogram`: the exit-round distribution of a cell by position or by loss bucket, as shares.
+- `exit_histogram`: the exit-round distribution of a cell by position or by loss bucket, as shares;
+  `first_rule_cell`: the cell a page shows it for first.
 
 Pure pandas / numpy: no Streamlit, no database. Tested in tests/analysis/test_adaptive.py.
 """
@@ -37,8 +38,8 @@ from scipy import stats as scipy_stats
 
 from analysis.stats import FLOOR, LEVEL, NoiseFloor
 from analysis.variants import with_variants
+from model.exit_names import FIXED, CellKey, KVStrategy, strategy_label
 
-FIXED = "fixed"  # the rule of the fixed-depth cells (workers/adaptive.py)
 EQUAL_THRESHOLD = 0.01  # loss difference counted as equal where no interval exists
 POINT = ["variant_id", "size", "rule", "kv_strategy", "kv_m", "threshold"]
 LINE = ["variant_id", "size", "rule", "kv_strategy", "kv_m"]
@@ -51,6 +52,11 @@ def _variants(df: pd.DataFrame) -> pd.DataFrame:
     if "threshold" in df.columns:
         df["threshold"] = df["threshold"].astype(float).fillna(-1.0)  # the fixed cells: no threshold
     return df
+
+
+def _strategy_labels(df: pd.DataFrame) -> list[str]:
+    """The strategy of each row as its cells name it (`last_m2`; `model.exit_names.strategy_label`)."""
+    return [strategy_label(s, m) for s, m in zip(df["kv_strategy"], df["kv_m"])]
 
 
 def frontier(evals: pd.DataFrame) -> pd.DataFrame:
@@ -76,7 +82,7 @@ def frontier(evals: pd.DataFrame) -> pd.DataFrame:
     out["n_seeds"] = g["val_loss"].count()
     first = g[["variant_label", "max_rounds", "changes_function"]].first()
     out = out.join(first).reset_index()
-    out["strategy"] = [f"last_m{m}" if s == "last_m" else s for s, m in zip(out["kv_strategy"], out["kv_m"])]
+    out["strategy"] = _strategy_labels(out)
     out["threshold"] = out["threshold"].where(out["threshold"] >= 0)
     return out.sort_values(["variant_label", "rule", "strategy", "mean_rounds"])[cols].reset_index(drop=True)
 
@@ -183,7 +189,7 @@ def rounds_saved(
             "max_rounds": R,
             "variant_label": line["variant_label"].iloc[0],
             "changes_function": bool(line["changes_function"].iloc[0]),
-            "strategy": f"last_m{key[4]}" if key[3] == "last_m" else key[3],
+            "strategy": strategy_label(key[3], key[4]),
             "reference_loss": float(ref.mean()) if len(ref) else np.nan,
         }
         best = None
@@ -227,7 +233,7 @@ def _reference(ev: pd.DataFrame, sweep: pd.DataFrame, variant_id, size, R: int, 
         (ev["variant_id"] == variant_id)
         & (ev["size"] == size)
         & (ev["rule"] == FIXED)
-        & (ev["kv_strategy"] == "per_round")
+        & (ev["kv_strategy"] == KVStrategy.PER_ROUND)
         & (ev["max_rounds"] == R)
         & ev["seed"].isin(seeds)
     ]
@@ -272,7 +278,7 @@ def accuracy_frontier(tasks: pd.DataFrame, evals: pd.DataFrame, subset: str = "a
     out = g[["acc", "mean_rounds", "equivalent_rounds"]].mean()
     out["n_seeds"] = g["acc"].count()
     out = out.join(g[["variant_label"]].first()).reset_index()
-    out["strategy"] = [f"last_m{m}" if s == "last_m" else s for s, m in zip(out["kv_strategy"], out["kv_m"])]
+    out["strategy"] = _strategy_labels(out)
     out["threshold"] = out["threshold"].where(out["threshold"] >= 0)
     return out.sort_values(["variant_label", "task", "rule", "strategy", "mean_rounds"])[cols].reset_index(
         drop=True
@@ -301,7 +307,7 @@ def kv_table(evals: pd.DataFrame) -> pd.DataFrame:
     g = df.groupby(POINT, sort=False, dropna=False)
     out = g[["kv_mib", "kv_mib_needed", "val_loss", "mean_rounds"]].mean()
     out = out.join(g[["variant_label", "changes_function"]].first()).reset_index()
-    out["strategy"] = [f"last_m{m}" if s == "last_m" else s for s, m in zip(out["kv_strategy"], out["kv_m"])]
+    out["strategy"] = _strategy_labels(out)
     out["threshold"] = out["threshold"].where(out["threshold"] >= 0)
     return out.sort_values(["variant_label", "strategy", "val_loss"])[cols].reset_index(drop=True)
 
@@ -341,3 +347,11 @@ def exit_histogram(hist: pd.DataFrame, split: str) -> pd.DataFrame:
 
 def _short(x: float) -> str:
     return "∞" if math.isinf(x) else f"{x:g}"
+
+
+def first_rule_cell(configs: list[str], strategies: list[str]) -> int:
+    """The index among `configs` (the cells' `config` names) of the first exit-rule cell under one of
+    `strategies` (strategy labels, e.g. `last_m2`), else of the first exit-rule cell, else 0."""
+    keys = [CellKey.parse(c) for c in configs]
+    rules = [i for i, key in enumerate(keys) if not key.is_fixed]
+    return next((i for i in rules if keys[i].strategy in strategies), rules[0] if rules else 0)

@@ -14,11 +14,10 @@ from sqlalchemy import text
 
 from analysis import iso_depth
 from model.errors import ConfigError
+from model.presets import ISO_DEPTH_RECIPE
 from orchestrator import frames
 from orchestrator.db import resolve_url
 from orchestrator.states import JobStatus
-
-ISO_DEPTH_RECIPE = "iso_depth"
 
 
 def study_runs(url: str, grid: str | None = None) -> pd.DataFrame:

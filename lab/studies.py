@@ -30,6 +30,7 @@ from model import fields
 from model.errors import ConfigError
 from model.presets import (
     ISO_DEPTH_INJECTIONS,
+    ISO_DEPTH_RECIPE,
     LOOP_LAYOUTS,
     RECIPES,
     iso_depth_overrides,
@@ -38,7 +39,6 @@ from model.presets import (
 from orchestrator.grid import FOLLOW_UPS, Grid
 from orchestrator.variants import LABEL_SEPARATOR
 
-ISO_DEPTH_RECIPE = "iso_depth"
 # Spec keys the helper sets itself; a caller's `train` may not give them.
 _SET_BY_HELPER = ("recipe", "size", "seed", "tokens", "time_s", "flops", "budget", "label", "data")
 

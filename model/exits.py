@@ -25,6 +25,7 @@ earlier tokens are final. So a rule re-decided token by token can flip near the 
 is given the full forward's exit rounds (`exits=`) to reproduce it (`exit_prefill`,
 `exit_decode_step`), or decides on its own (`rule=`) when only the latency matters.
 
+The rule names are `model.exit_names.ExitRuleName` (torch-free, for the analysis and the dashboard).
 KV strategies across rounds (per_round, latest, first, last_m) are `model.kv_cache`'s; `kv_view`
 gives the model under one of them (shared weights). Everything here is pure PyTorch, for any recipe
 and loop-design variant.
@@ -45,29 +46,28 @@ from torch import Tensor
 from model import fields as check
 from model.contexts import ExitSeqContext, ExitStepContext, HeldKV
 from model.errors import ConfigError
+from model.exit_names import ExitRuleName
 from model.geometry import EPS
 from model.kv_cache import KVCache, LayerKey, strategy_config
 
 if TYPE_CHECKING:
     from model.looped import LoopedLM
 
-RULES = ("state", "kl", "entropy", "argmax")
-READOUT_RULES = ("kl", "entropy", "argmax")  # these read the coda and the head out every round
-
 
 @dataclass(frozen=True)
 class ExitRule:
     """One exit rule with its threshold (eps, or k for argmax) and round bounds (module docstring)."""
 
-    rule: str
+    rule: ExitRuleName
     threshold: float
     min_rounds: int = 2
     max_rounds: int = 8
 
     def __post_init__(self) -> None:
-        check.choice("exit.rule", self.rule, RULES)
+        rule = ExitRuleName(check.choice("exit.rule", self.rule, tuple(ExitRuleName)))
+        object.__setattr__(self, "rule", rule)
         threshold = check.number("exit.threshold", self.threshold, lo=0.0)
-        if self.rule == "argmax" and math.isfinite(threshold) and not threshold.is_integer():
+        if rule is ExitRuleName.ARGMAX and math.isfinite(threshold) and not threshold.is_integer():
             raise ConfigError(
                 f"exit.threshold: argmax counts rounds: an integer >= 0 or infinity; got {self.threshold!r}"
             )
@@ -79,7 +79,7 @@ class ExitRule:
 
     @property
     def reads_out(self) -> bool:
-        return self.rule in READOUT_RULES
+        return self.rule.reads_out
 
     @property
     def first_decision(self) -> int:
@@ -89,13 +89,13 @@ class ExitRule:
     @property
     def label(self) -> str:
         """e.g. `state<0.03`, `argmax>=3`: the rule and its threshold as a person reads it."""
-        op = ">=" if self.rule == "argmax" else "<"
+        op = ">=" if self.rule is ExitRuleName.ARGMAX else "<"
         value = "inf" if math.isinf(self.threshold) else f"{self.threshold:g}"
         return f"{self.rule}{op}{value}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "rule": self.rule,
+            "rule": str(self.rule),
             "threshold": self.threshold,
             "min_rounds": self.min_rounds,
             "max_rounds": self.max_rounds,
@@ -191,7 +191,7 @@ class ExitTracker:
             return  # before the first measurement, or at R where every token stops anyway
         now = self._measure(h)
         if t == rule.first_decision - 1:
-            self.count = torch.zeros_like(now) if rule.rule == "argmax" else None
+            self.count = torch.zeros_like(now) if rule.rule is ExitRuleName.ARGMAX else None
         else:
             newly = self.running & self._converged(now)
             self.exit_round = torch.where(newly, t, self.exit_round)
@@ -210,20 +210,20 @@ class ExitTracker:
         return running[..., None]
 
     def _measure(self, h: Tensor) -> Tensor:
-        if self.rule.rule == "state":
+        if self.rule.rule is ExitRuleName.STATE:
             return h.float()
         logp = F.log_softmax(self.readout(h).float(), dim=-1)  # (B, T, V)
-        if self.rule.rule == "argmax":
+        if self.rule.rule is ExitRuleName.ARGMAX:
             return logp.argmax(-1)
         return logp
 
     def _converged(self, now: Tensor) -> Tensor:
         rule, eps = self.rule.rule, self.rule.threshold
-        if rule == "state":
+        if rule is ExitRuleName.STATE:
             return relative_change(now, self.prev) < eps
-        if rule == "kl":
+        if rule is ExitRuleName.KL:
             return kl_divergence(now, self.prev) < eps
-        if rule == "entropy":
+        if rule is ExitRuleName.ENTROPY:
             return (entropy(now) - entropy(self.prev)).abs() < eps
         self.count = stable_count(now, self.prev, self.count)
         return self.count >= eps

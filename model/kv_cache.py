@@ -13,7 +13,7 @@ misalignment and every step has the same shapes.
 `cache_layout` is the one description of what the cache holds: the cache allocates from it and
 `model.counts.kv_cache_bytes` counts from it.
 
-KV strategies across rounds (`KV_STRATEGIES`; for decoding and for evaluation with per-token exits,
+KV strategies across rounds (`model.exit_names.KVStrategy`; for decoding and for evaluation with per-token exits,
 `model.exits`), for a forward of at most R = `max_rounds` rounds:
 - `per_round`: every round keeps its own keys/values (the model as trained). A token that exited after
   round e offers every later round the keys/values of its last computed round (they are written into
@@ -44,10 +44,9 @@ from torch import Tensor
 from model import fields as check
 from model.config import ModelConfig, RoundConfig
 from model.errors import ConfigError
+from model.exit_names import KVStrategy
 
 PRELUDE, RECURRENT, CODA = "prelude", "recurrent", "coda"
-KV_STRATEGIES = ("per_round", "latest", "first", "last_m")
-CHANGES_FUNCTION = ("first", "last_m")  # these differ from the trained model even without exits
 
 
 class LayerKey(NamedTuple):
@@ -136,10 +135,10 @@ def cache_layout(cfg: ModelConfig, max_len: int, loops: int) -> dict[LayerKey, S
     return out
 
 
-def check_strategy(strategy: str, m: int | None) -> tuple[str, int | None]:
+def check_strategy(strategy: str, m: int | None) -> tuple[KVStrategy, int | None]:
     """(strategy, m) checked: m (>= 1) only with last_m, which needs it."""
-    check.choice("kv_strategy", strategy, KV_STRATEGIES)
-    if strategy != "last_m":
+    strategy = KVStrategy(check.choice("kv_strategy", strategy, tuple(KVStrategy)))
+    if strategy is not KVStrategy.LAST_M:
         if m is not None:
             raise ConfigError(
                 f"kv_m: only with kv_strategy last_m; accepted with {strategy}: null; got {m!r}"
@@ -162,15 +161,17 @@ def strategy_config(cfg: ModelConfig, strategy: str, max_rounds: int, m: int | N
     or a later round is wider or sees further back than round 1)."""
     strategy, m = check_strategy(strategy, m)
     max_rounds = check.integer("max_rounds", max_rounds, lo=1)
-    if strategy in ("per_round", "latest"):
+    if not strategy.changes_function:
         return cfg
-    own_from = max_rounds if strategy == "first" else max(1, max_rounds - m)  # 0-based first kept round
+    own_from = (
+        max_rounds if strategy is KVStrategy.FIRST else max(1, max_rounds - m)
+    )  # 0-based first kept round
     if own_from == 1:  # last_m with m >= max_rounds - 1: every round keeps its own
         return cfg
     rounds = [cfg.round(0)] + [
         cfg.round(r) if r >= own_from else _reads_round1(cfg.round(r)) for r in range(1, max_rounds)
     ]
-    if strategy == "first":  # the last entry repeats: every later round reads round 1's too
+    if strategy is KVStrategy.FIRST:  # the last entry repeats: every later round reads round 1's too
         rounds.append(_reads_round1(cfg.round(max_rounds)))
     try:
         return dataclasses.replace(cfg, rounds=tuple(rounds))

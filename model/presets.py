@@ -59,7 +59,9 @@ WINDOWS: dict[str, tuple[int, int]] = {
 }
 
 
-# The iso-depth family: prelude and coda layers each, and recurrent-layer applications per token.
+# The iso-depth family's recipe (the studies, the law fit and the report select its runs by it), its
+# prelude and coda layers each, and its recurrent-layer applications per token.
+ISO_DEPTH_RECIPE = "iso_depth"
 ISO_DEPTH_OUTER = 2
 ISO_DEPTH_RECURRENT = 16
 ISO_DEPTH_INJECTIONS = ("diagonal", "none")
@@ -93,7 +95,7 @@ def _recipe(name: str, w64: int, w256: int) -> dict:
             loop_sampler="fixed", loops=1, grad_rounds=None, injection="none", rounds=(FULL_ROUND,)
         ),
         # the r = 1 member; iso_depth(r, ...) sets the others
-        "iso_depth": {
+        ISO_DEPTH_RECIPE: {
             **dict(loop_sampler="fixed", loops=1, grad_rounds=None, injection="none", rounds=(FULL_ROUND,)),
             **dict(n_prelude=ISO_DEPTH_OUTER, n_recurrent=ISO_DEPTH_RECURRENT, n_coda=ISO_DEPTH_OUTER),
             "value_embeds": "none",
@@ -125,7 +127,7 @@ RECIPES: tuple[str, ...] = (
     "mlp_only",
     "reuse_kv",
     "plain",
-    "iso_depth",
+    ISO_DEPTH_RECIPE,
     *LOOP_LAYOUTS,
 )
 
@@ -197,7 +199,7 @@ def iso_depth(r: int, d_model: int | None = None, size: str = "tiny", **override
             f"{clash[0]}: set by the iso-depth family (from r, d_model, injection, head_dim); "
             "give it through those arguments"
         )
-    return preset("iso_depth", size, **family, **overrides)
+    return preset(ISO_DEPTH_RECIPE, size, **family, **overrides)
 
 
 def loop_layout_overrides(

@@ -1,9 +1,10 @@
 """The adaptive job: a trained checkpoint evaluated with per-token exit rules and KV strategies.
 
 For every cell of the grid (exit rule x threshold x KV strategy, `model.exits` and `model.kv_cache`;
-plus the fixed depth `max_rounds` under each strategy, rule "fixed"), on the depth sweep's validation
-set (the same chunks, batches and h0 seeds: threshold 0 under per_round reproduces the sweep's loss at
-`max_rounds`):
+plus the fixed depth `max_rounds` under each strategy, rule "fixed"; the names are
+`model.exit_names`'s), on the depth sweep's validation set, through the depth sweep's evaluation loop
+(`workers.evaluate.evaluate`: the same chunks, batches, micro-batches and h0 seeds; threshold 0 under
+per_round reproduces the sweep's loss at `max_rounds`):
 - validation loss and bits per byte, mean rounds per token and the FLOPs a token-by-token
   implementation spends per token, the exit rule's readouts included (`model.flops.exit_flops`), with
   `equivalent_rounds`, the fixed depth that spends as much: an `adaptive_evals` row;
@@ -36,19 +37,17 @@ from typing import Any
 
 from model import fields
 from model.errors import ConfigError
-from workers.identity import spec_to_dict
+from model.exit_names import FIXED, CellKey, ExitRuleName, KVStrategy, strategy_label
+from workers.identity import EXECUTION, spec_to_dict
 from workers.spec_cli import SpecParser, checkpoint_exists, job_parser, run_standalone
 from workers.train_spec import EVAL_H0_SEED
 
-RULE_NAMES = ("state", "kl", "entropy", "argmax")  # model.exits.RULES (torch-free here)
-STRATEGY_NAMES = ("per_round", "latest", "first", "last_m")  # model.kv_cache.KV_STRATEGIES
 DEFAULT_RULES = {
-    "state": [0.01, 0.03, 0.1],
-    "kl": [0.001, 0.01, 0.05],
-    "entropy": [0.01, 0.05, 0.2],
-    "argmax": [1, 2, 3],
+    ExitRuleName.STATE.value: [0.01, 0.03, 0.1],
+    ExitRuleName.KL.value: [0.001, 0.01, 0.05],
+    ExitRuleName.ENTROPY.value: [0.01, 0.05, 0.2],
+    ExitRuleName.ARGMAX.value: [1, 2, 3],
 }
-FIXED = "fixed"  # the rule name of the fixed-depth cells
 POSITION_BINS = 8
 LOSS_EDGES = (0.0, 0.5, 1.0, 2.0, 4.0, math.inf)  # nats, of the token's fixed-depth loss
 KV_DTYPE = "bfloat16"
@@ -63,7 +62,7 @@ class Spec:
         default_factory=lambda: {k: list(v) for k, v in DEFAULT_RULES.items()}
     )
     """exit rule -> thresholds: eps for state, kl and entropy, rounds k for argmax; "inf" for infinity"""
-    kv_strategies: list[str] = field(default_factory=lambda: list(STRATEGY_NAMES))
+    kv_strategies: list[str] = field(default_factory=lambda: [s.value for s in KVStrategy])
     """KV strategies across rounds: per_round, latest, first, last_m"""
     kv_m: int = 2
     """last_m: the last m rounds keep their own cache"""
@@ -75,6 +74,9 @@ class Spec:
     """validation tokens (the first ones of the val shard), as the depth sweep's"""
     batch_size: int = 8
     """sequences per evaluation batch (batch i uses h0 seed h0_seed + i), as the depth sweep's"""
+    micro_batch_size: int | None = field(default=None, metadata=EXECUTION)
+    """sequences per forward of the validation loss (a batch runs in several forwards of this many; the
+    same losses), as the depth sweep's; none: the whole batch"""
     h0_seed: int = EVAL_H0_SEED
     """seed of the initial state h0; the default is training's evaluation seed"""
     tasks: list[str] = field(default_factory=list)
@@ -105,9 +107,9 @@ class Spec:
         max_rounds = fields.integer("max_rounds", d["max_rounds"], lo=min_rounds, allow_none=True)
         strategies = d["kv_strategies"]
         if not isinstance(strategies, list | tuple) or not strategies:
-            raise ConfigError(f"kv_strategies: expected a non-empty list of {', '.join(STRATEGY_NAMES)}")
+            raise ConfigError(f"kv_strategies: expected a non-empty list of {', '.join(KVStrategy)}")
         strategies = list(
-            dict.fromkeys(fields.choice("kv_strategies", s, STRATEGY_NAMES) for s in strategies)
+            dict.fromkeys(fields.choice("kv_strategies", s, tuple(KVStrategy)) for s in strategies)
         )
         tasks = list(d["tasks"]) if isinstance(d["tasks"], list | tuple) else d["tasks"]
         if tasks and any(isinstance(t, str) and t.startswith(HARNESS_PREFIX) for t in tasks):
@@ -124,6 +126,7 @@ class Spec:
             max_rounds=max_rounds,
             eval_tokens=fields.integer("eval_tokens", d["eval_tokens"], lo=1),
             batch_size=fields.integer("batch_size", d["batch_size"], lo=1),
+            micro_batch_size=fields.integer("micro_batch_size", d["micro_batch_size"], lo=1, allow_none=True),
             h0_seed=fields.integer("h0_seed", d["h0_seed"], lo=0),
             tasks=_tasks(tasks) if tasks else [],
             n_per_subset=fields.integer("n_per_subset", d["n_per_subset"], lo=1, hi=100_000),
@@ -150,13 +153,13 @@ def rules_of(value: Any, min_rounds: int) -> dict[str, list[float]]:
     """{rule: sorted thresholds without repeats}, each (rule, threshold) checked by `model.exits.ExitRule`."""
     from model.exits import ExitRule
 
-    accepted = f"a mapping of {', '.join(RULE_NAMES)} to lists of thresholds"
+    accepted = f"a mapping of {', '.join(ExitRuleName)} to lists of thresholds"
     rules = fields.mapping("rules", value, accepted)
     if not rules:
         raise ConfigError(f"rules: expected {accepted}, got none")
     out = {}
     for rule, thresholds in rules.items():
-        fields.choice("rules", rule, RULE_NAMES)
+        fields.choice("rules", rule, tuple(ExitRuleName))
         if not isinstance(thresholds, list | tuple) or not thresholds:
             raise ConfigError(f"rules.{rule}: expected a non-empty list of thresholds, got {thresholds!r}")
         values = sorted({threshold_of(f"rules.{rule}", t) for t in thresholds})
@@ -171,25 +174,25 @@ class Cell:
     """One cell of the grid: an exit rule (None: the fixed depth) under a KV strategy."""
 
     rule: Any  # model.exits.ExitRule | None
-    strategy: str
+    strategy: KVStrategy
     m: int | None
 
     @property
     def strategy_label(self) -> str:
-        return f"last_m{self.m}" if self.strategy == "last_m" else self.strategy
+        return strategy_label(self.strategy, self.m)
 
     @property
     def key(self) -> str:
-        """e.g. `kl<0.01 | per_round`, `fixed | last_m2`: the rows' `config`."""
-        return f"{FIXED if self.rule is None else self.rule.label} | {self.strategy_label}"
+        """e.g. `kl<0.01 | per_round`, `fixed | last_m2`: the rows' `config` (`CellKey.label`)."""
+        return CellKey(FIXED if self.rule is None else self.rule.label, self.strategy_label).label()
 
 
 def cells(spec: Spec, max_rounds: int) -> list[Cell]:
     from model.exits import ExitRule
 
     out = []
-    for strategy in spec.kv_strategies:
-        m = spec.kv_m if strategy == "last_m" else None
+    for strategy in map(KVStrategy, spec.kv_strategies):
+        m = spec.kv_m if strategy is KVStrategy.LAST_M else None
         out.append(Cell(None, strategy, m))
         for rule, thresholds in spec.rules.items():
             out += [Cell(ExitRule(rule, t, spec.min_rounds, max_rounds), strategy, m) for t in thresholds]
@@ -198,7 +201,8 @@ def cells(spec: Spec, max_rounds: int) -> list[Cell]:
 
 def _same_function(cell: Cell) -> tuple:
     """Cells computing one function share one evaluation: latest is per_round's function."""
-    return (cell.rule, "per_round" if cell.strategy == "latest" else cell.strategy, cell.m)
+    same = KVStrategy.PER_ROUND if cell.strategy is KVStrategy.LATEST else cell.strategy
+    return (cell.rule, same, cell.m)
 
 
 # ---------------------------------------------------------------------------------- the job
@@ -230,61 +234,77 @@ class ExitLM:
         return LMOutput(logits=self.exits(idx, h0_seed).logits)
 
 
-def _evaluate(lm: ExitLM, chunks, spec: Spec, device, token_bytes, hardness, tick) -> dict[str, Any]:
-    """Loss, bits per byte, mean rounds and exit-round histograms of one cell over the chunks."""
-    import torch
-    import torch.nn.functional as F
+class ExitCounts:
+    """The exit rounds of one cell's forwards: tokens per (bucket, exit round) by token position and by
+    loss bucket (`hardness`, each token's loss (N, T) at the fixed depth), and their sum."""
 
-    from workers.evaluate import autocast
+    def __init__(self, seq_len: int, hardness) -> None:
+        import torch
 
-    T = chunks.shape[1] - 1
-    position_bin = (torch.arange(T) * POSITION_BINS // T)[None, :]  # (1, T)
-    loss_edges = torch.tensor(LOSS_EDGES[1:-1])
-    total, n, n_bytes, rounds_sum = 0.0, 0, 0, 0
-    hist: dict[str, dict[tuple[int, int], int]] = {"position": {}, "loss": {}}
-    for i, start in enumerate(range(0, len(chunks), spec.batch_size)):
-        c = chunks[start : start + spec.batch_size].to(device)
-        x, y = c[:, :-1], c[:, 1:]
-        with autocast(device):
-            out = lm.exits(x, spec.h0_seed + i)
-        ce = F.cross_entropy(out.logits.float().flatten(0, 1), y.flatten(), reduction="none").view_as(y)
-        total += ce.sum().item()
-        n += ce.numel()
-        n_bytes += int(token_bytes[y.cpu()].sum())
+        self.position_bin = (torch.arange(seq_len) * POSITION_BINS // seq_len)[None, :]  # (1, T)
+        self.loss_edges = torch.tensor(LOSS_EDGES[1:-1])
+        self.hardness = hardness
+        self.rounds = 0
+        self.hist: dict[str, dict[tuple[int, int], int]] = {"position": {}, "loss": {}}
+
+    def add(self, rows: slice, out, ce) -> None:
+        """`workers.evaluate.evaluate`'s `on_forward`: the exit rounds of the forward over `rows`."""
+        import torch
+
         rounds = out.exit_round.cpu()  # (B, T)
-        rounds_sum += int(rounds.sum())
-        loss_bin = torch.bucketize(hardness[i], loss_edges, right=True)
-        for split, bins in (("position", position_bin.expand_as(rounds)), ("loss", loss_bin)):
+        self.rounds += int(rounds.sum())
+        loss_bin = torch.bucketize(self.hardness[rows], self.loss_edges, right=True)
+        for split, bins in (("position", self.position_bin.expand_as(rounds)), ("loss", loss_bin)):
             pairs, counts = torch.stack([bins.flatten(), rounds.flatten()]).unique(dim=1, return_counts=True)
             for (b, r), k in zip(pairs.t().tolist(), counts.tolist()):
-                hist[split][(b, r)] = hist[split].get((b, r), 0) + k
-        tick()
+                self.hist[split][(b, r)] = self.hist[split].get((b, r), 0) + k
+
+
+def _sweep_evaluate(model, chunks, spec: Spec, device, token_bytes, tick, **kw):
+    """`workers.evaluate.evaluate`, the depth sweep's loop, in the spec's batches, micro-batches and h0
+    seeds; `tick` once per batch."""
+    from workers.evaluate import evaluate
+
+    return evaluate(
+        model,
+        chunks,
+        spec.batch_size,
+        device,
+        token_bytes,
+        h0_seed=spec.h0_seed,
+        on_batch=lambda _: tick(),
+        micro_batch_size=spec.micro_batch_size,
+        **kw,
+    )
+
+
+def _evaluate(lm: ExitLM, chunks, spec: Spec, device, token_bytes, hardness, tick) -> dict[str, Any]:
+    """Loss, bits per byte, mean rounds and exit-round histograms of one cell over the chunks: the depth
+    sweep's evaluation with the cell's exit forward."""
+    counts = ExitCounts(chunks.shape[1] - 1, hardness)
+    r = _sweep_evaluate(
+        lm.model, chunks, spec, device, token_bytes, tick, forward=lm.exits, on_forward=counts.add
+    )
     return {
-        "loss": total / n,
-        "bpb": total / n / math.log(2) * n / max(1, n_bytes),
-        "tokens": n,
-        "mean_rounds": rounds_sum / n,
-        "hist": hist,
+        "loss": r.loss,
+        "bpb": r.bpb,
+        "tokens": r.tokens,
+        "mean_rounds": counts.rounds / r.tokens,
+        "hist": counts.hist,
     }
 
 
-def _hardness(model, chunks, spec: Spec, device, max_rounds: int, tick) -> list:
-    """Per batch, each token's loss (B, T) at the fixed depth max_rounds (per_round): its loss bucket."""
+def _hardness(model, chunks, spec: Spec, device, token_bytes, max_rounds: int, tick):
+    """Each token's loss (N, T) at the fixed depth max_rounds (per_round): its loss bucket."""
     import torch
-    import torch.nn.functional as F
 
-    from workers.evaluate import autocast
+    losses = torch.empty(len(chunks), chunks.shape[1] - 1)
 
-    out = []
-    with torch.no_grad():
-        for i, start in enumerate(range(0, len(chunks), spec.batch_size)):
-            c = chunks[start : start + spec.batch_size].to(device)
-            with autocast(device):
-                logits = model(c[:, :-1], loops=max_rounds, h0_seed=spec.h0_seed + i).logits
-            ce = F.cross_entropy(logits.float().flatten(0, 1), c[:, 1:].flatten(), reduction="none")
-            out.append(ce.view(c.shape[0], -1).cpu())
-            tick()
-    return out
+    def keep(rows: slice, out, ce) -> None:
+        losses[rows] = ce.cpu()
+
+    _sweep_evaluate(model, chunks, spec, device, token_bytes, tick, loops=max_rounds, on_forward=keep)
+    return losses
 
 
 def _hist_rows(key: str, hist: dict, seq_len: int) -> list[dict[str, Any]]:
@@ -319,18 +339,14 @@ def _share(hist: dict) -> dict[int, float]:
 
 
 def run(spec: Spec, reporter, artifact_dir: str | Path | None) -> dict[str, Any]:
-    import torch
-
-    from workers.data import prepare, val_chunks
-    from workers.depth_sweep import data_spec, load_model
+    from workers.depth_sweep import eval_inputs
     from workers.device import resolve_device
     from workers.tasks.likelihood import LoopedScorer, checkpoint_tokenizer
     from workers.tasks.scoring import score_items, subset_rows
 
-    if spec.checkpoint is None:
-        raise ConfigError("checkpoint: missing; give a train artifact dir or a checkpoint file")
     device = resolve_device(spec.device)
-    model, cfg, train_spec = load_model(spec.checkpoint, device)
+    ev = eval_inputs(spec.checkpoint, spec.eval_tokens, device)
+    model, cfg, train_spec, chunks, token_bytes = ev.model, ev.cfg, ev.train_spec, ev.chunks, ev.token_bytes
     R = cfg.loops if spec.max_rounds is None else spec.max_rounds
     if R < spec.min_rounds:
         raise ConfigError(
@@ -341,9 +357,6 @@ def run(spec: Spec, reporter, artifact_dir: str | Path | None) -> dict[str, Any]
         raise ConfigError(
             f"decode_steps: decode_prompt + decode_warmup + decode_steps must fit seq_len {seq}"
         )
-    data = prepare(data_spec(train_spec, Path(spec.checkpoint)))
-    chunks = val_chunks(data.val, spec.eval_tokens, seq)
-    token_bytes = torch.from_numpy(data.token_bytes)
 
     views, kv_bytes = _strategy_views(model, spec, R, reporter)
     grid = [c for c in cells(spec, R) if c.strategy in views]
@@ -361,7 +374,7 @@ def run(spec: Spec, reporter, artifact_dir: str | Path | None) -> dict[str, Any]
         done += 1
         reporter.progress(done, total)
 
-    hardness = _hardness(model, chunks, spec, device, R, tick)
+    hardness = _hardness(model, chunks, spec, device, token_bytes, R, tick)
     evaluated: dict[tuple, dict] = {}  # one evaluation per function (latest is per_round's)
     scored: dict[tuple, list] = {}  # (function, task) -> its score rows
     fixed_ms: dict[tuple, dict] = {}  # (strategy, batch, mode) -> the fixed depth's decode timing
@@ -404,8 +417,8 @@ def _strategy_views(model, spec: Spec, R: int, reporter) -> tuple[dict, dict]:
 
     views, kv_bytes = {}, {}
     seq = model.cfg.seq_len
-    for strategy in spec.kv_strategies:
-        m = spec.kv_m if strategy == "last_m" else None
+    for strategy in map(KVStrategy, spec.kv_strategies):
+        m = spec.kv_m if strategy is KVStrategy.LAST_M else None
         try:
             views[strategy] = kv_view(model, strategy, R, m)
         except ConfigError as e:
@@ -425,7 +438,6 @@ def _eval_row(cell: Cell, r: dict, view_cfg, cfg, spec: Spec, R: int) -> dict[st
     included) and KV bytes (allocated, needed) from the measured exit rounds."""
     from model.counts import kv_strategy_bytes
     from model.flops import equivalent_rounds, exit_flops, fixed_depth_flops
-    from model.kv_cache import CHANGES_FUNCTION
 
     seq, share = cfg.seq_len, _share(r["hist"])
     if cell.rule is None:
@@ -439,13 +451,13 @@ def _eval_row(cell: Cell, r: dict, view_cfg, cfg, spec: Spec, R: int) -> dict[st
     )
     return {
         "config": cell.key,
-        "rule": FIXED if cell.rule is None else cell.rule.rule,
+        "rule": FIXED if cell.rule is None else str(cell.rule.rule),
         "threshold": None if cell.rule is None else cell.rule.threshold,
-        "kv_strategy": cell.strategy,
+        "kv_strategy": str(cell.strategy),
         "kv_m": cell.m,
         "min_rounds": spec.min_rounds,
         "max_rounds": R,
-        "changes_function": cell.strategy in CHANGES_FUNCTION,
+        "changes_function": cell.strategy.changes_function,
         "val_loss": r["loss"],
         "val_bpb": r["bpb"],
         "tokens": r["tokens"],

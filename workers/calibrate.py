@@ -326,7 +326,8 @@ def measure(
     from model.flops import training_flops
     from model.looped import LoopedLM
     from workers.evaluate import autocast
-    from workers.optim import OPTIMIZERS, build_optimizers
+    from workers.optim import build_optimizers
+    from workers.train_spec import Optimizer
 
     load = os.getloadavg()[0] / (os.cpu_count() or 1) if hasattr(os, "getloadavg") else None
     dev = torch.device(check.choice("device", device, ("cpu", "cuda")))
@@ -368,7 +369,9 @@ def measure(
         assert model is not None
         n_params = sum(p.numel() for p in model.parameters())
         opt_s_per_param, opts = {}, []
-        for name in OPTIMIZERS:  # the gradients of the widest model's last backward are still in place
+        for name in map(
+            str, Optimizer
+        ):  # the gradients of the widest model's last backward are still in place
             opts = build_optimizers(model, name, None, None, None)
             opt_s_per_param[name] = timed(lambda opts=opts: [o.step() for o in opts]) / n_params
 

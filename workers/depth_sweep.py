@@ -162,22 +162,42 @@ def data_spec(train_spec: dict[str, Any], checkpoint: Path):
     return ds
 
 
-def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
+@dataclass(frozen=True)
+class EvalInputs:
+    """A checkpoint ready to evaluate on the fixed validation set: the model (eval mode), its config, the
+    train spec it was trained under, the validation chunks (N, seq_len + 1) and each token's UTF-8 bytes."""
+
+    model: Any
+    cfg: Any
+    train_spec: dict[str, Any]
+    chunks: Any
+    token_bytes: Any
+
+
+def eval_inputs(checkpoint: str | None, eval_tokens: int, device) -> EvalInputs:
+    """The checkpoint's model and the first `eval_tokens` validation tokens of its own data, as the
+    depth sweep and the adaptive job evaluate them (so their losses compare)."""
     import torch
 
     from workers.data import prepare, val_chunks
+
+    if checkpoint is None:
+        raise ConfigError("checkpoint: missing; give a train artifact dir or a checkpoint file")
+    model, cfg, train_spec = load_model(checkpoint, device)
+    data = prepare(data_spec(train_spec, Path(checkpoint)))
+    if data.vocab_size > cfg.vocab_size:  # fewer is a padded embedding table (an imported model's)
+        raise ConfigError(f"checkpoint: tokenizer vocab {data.vocab_size} > model vocab {cfg.vocab_size}")
+    chunks = val_chunks(data.val, eval_tokens, cfg.seq_len)
+    return EvalInputs(model, cfg, train_spec, chunks, torch.from_numpy(data.token_bytes))
+
+
+def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
     from workers.device import resolve_device
     from workers.evaluate import evaluate, loop_geometry
 
-    if spec.checkpoint is None:
-        raise ConfigError("checkpoint: missing; give a train artifact dir or a checkpoint file")
     device = resolve_device(spec.device)
-    model, cfg, train_spec = load_model(spec.checkpoint, device)
-    data = prepare(data_spec(train_spec, Path(spec.checkpoint)))
-    if data.vocab_size > cfg.vocab_size:  # fewer is a padded embedding table (an imported model's)
-        raise ConfigError(f"checkpoint: tokenizer vocab {data.vocab_size} > model vocab {cfg.vocab_size}")
-    chunks = val_chunks(data.val, spec.eval_tokens, cfg.seq_len)
-    token_bytes = torch.from_numpy(data.token_bytes)
+    ev = eval_inputs(spec.checkpoint, spec.eval_tokens, device)
+    model, cfg, chunks = ev.model, ev.cfg, ev.chunks
     window = far_window(cfg) if spec.split_far_copy else None
     n_batches = -(-len(chunks) // spec.batch_size)
     # whole sequences of the interaction tokens (at least one), as batches of the sweep
@@ -191,19 +211,11 @@ def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
         done += 1
         reporter.progress(done, total)
 
-    evals, deltas, interactions = [], [], []
+    batches = {"h0_seed": spec.h0_seed, "on_batch": tick, "micro_batch_size": spec.micro_batch_size}
+    evals, deltas = [], []
     for n in spec.loops:
         r = evaluate(
-            model,
-            chunks,
-            spec.batch_size,
-            device,
-            token_bytes,
-            loops=n,
-            h0_seed=spec.h0_seed,
-            far_window=window,
-            on_batch=tick,
-            micro_batch_size=spec.micro_batch_size,
+            model, chunks, spec.batch_size, device, ev.token_bytes, loops=n, far_window=window, **batches
         )
         row = {
             "loops": n,
@@ -214,16 +226,7 @@ def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
         }
         reporter.result("depth_evals", row)
         evals.append(row)
-        geo = loop_geometry(
-            model,
-            chunks,
-            spec.batch_size,
-            device,
-            n,
-            h0_seed=spec.h0_seed,
-            on_batch=tick,
-            micro_batch_size=spec.micro_batch_size,
-        )
+        geo = loop_geometry(model, chunks, spec.batch_size, device, n, **batches)
         for i, (rel, angle, var) in enumerate(zip(geo.rel_change, geo.angle, geo.state_var), start=1):
             d = {"loops": n, "round": i, "rel_change": rel, "angle": angle, "state_var": var}
             reporter.result("round_deltas", d)
@@ -233,26 +236,7 @@ def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
             + (f"  far {r.far_copy_loss:.4f} near {r.near_loss:.4f}" if r.far_copy_loss else "")
         )
         reporter.heartbeat()
-    for n in spec.interaction_loops:
-        geo = loop_geometry(
-            model,
-            chunks[:inter_chunks],
-            spec.batch_size,
-            device,
-            n,
-            h0_seed=spec.h0_seed,
-            interaction_chunks=inter_chunks,
-            on_batch=tick,
-            micro_batch_size=spec.micro_batch_size,
-        )
-        for i, row_values in enumerate(geo.interaction or [], start=1):
-            for j, value in enumerate(row_values, start=1):
-                if j > i and math.isfinite(value):
-                    d = {"loops": n, "skipped": i, "round": j, "interaction": value}
-                    reporter.result("round_interactions", d)
-                    interactions.append(d)
-        reporter.log(f"loops={n}: interaction matrix over {inter_chunks * cfg.seq_len} tokens")
-        reporter.heartbeat()
+    interactions = _interactions(spec, reporter, model, chunks[:inter_chunks], device, batches)
     best = min(evals, key=lambda e: e["val_loss"])
     return {
         "depth_evals": evals,
@@ -262,6 +246,27 @@ def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
         "best_val_loss": best["val_loss"],
         "far_window": window,
     }
+
+
+def _interactions(spec: Spec, reporter, model, chunks, device, batches: dict) -> list[dict[str, Any]]:
+    """The `round_interactions` rows of every depth of `interaction_loops`, measured over `chunks` (the
+    interaction tokens) in the sweep's batches."""
+    from workers.evaluate import loop_geometry
+
+    rows = []
+    for n in spec.interaction_loops:
+        geo = loop_geometry(
+            model, chunks, spec.batch_size, device, n, interaction_chunks=len(chunks), **batches
+        )
+        for i, row_values in enumerate(geo.interaction or [], start=1):
+            for j, value in enumerate(row_values, start=1):
+                if j > i and math.isfinite(value):
+                    d = {"loops": n, "skipped": i, "round": j, "interaction": value}
+                    reporter.result("round_interactions", d)
+                    rows.append(d)
+        reporter.log(f"loops={n}: interaction matrix over {len(chunks) * (chunks.shape[1] - 1)} tokens")
+        reporter.heartbeat()
+    return rows
 
 
 def build_parser() -> SpecParser:

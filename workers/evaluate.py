@@ -6,7 +6,9 @@ tokenizers compare. Each validation batch uses a fixed h0 seed (`h0_seed + batch
 evaluations of the same weights give the same number. A batch may run in several forwards of
 `micro_batch_size` sequences (`eval_forwards`): the seeded h0 is the same for every row, so the split
 changes no sequence's loss (at 256 sequences of 2,048 tokens the fp32 logits of one forward alone
-would be ~69 GB).
+would be ~69 GB). `evaluate` is the one loop behind every validation loss: training's, the depth
+sweep's, and the adaptive job's, which hands it its exit forward (`forward=`) and reads each forward's
+exit rounds (`on_forward=`), so its fixed-depth loss is the sweep's.
 
 `loop_geometry` measures the rounds themselves on the same batches and seeds: the per-round metrics
 and the interaction matrix of `model.geometry` (definitions there), averaged over every token. It runs
@@ -38,6 +40,7 @@ class EvalResult:
     bpb: float
     far_copy_loss: float | None = None
     near_loss: float | None = None
+    tokens: int = 0  # predicted tokens the loss is the mean over
 
 
 @dataclass
@@ -81,9 +84,19 @@ def evaluate(
     far_window: int | None = None,
     on_batch=None,
     micro_batch_size: int | None = None,
+    forward=None,
+    on_forward=None,
 ) -> EvalResult:
     """Mean CE over every predicted token of `chunks` (N, T+1); optional far-copy split.
-    Batches of `batch_size` chunks, each run in forwards of `micro_batch_size` (None: the batch)."""
+    Batches of `batch_size` chunks, each run in forwards of `micro_batch_size` (None: the batch).
+    `forward(x, h0_seed)`: the forward of one piece, an output with `.logits` (None: `model` at `loops`);
+    `on_forward(rows, out, ce)`: shown each forward's slice of `chunks`, its output and its per-token
+    losses (B, T), for what a caller measures besides the loss."""
+    if forward is None:
+
+        def forward(x: torch.Tensor, seed: int):
+            return model(x, loops=loops, h0_seed=seed)
+
     was_training = model.training
     model.eval()
     total = n = 0.0
@@ -93,8 +106,10 @@ def evaluate(
         c = chunks[rows].to(device)
         x, y = c[:, :-1], c[:, 1:]
         with autocast(device):
-            out = model(x, loops=loops, h0_seed=h0_seed + i)
+            out = forward(x, h0_seed + i)
         ce = F.cross_entropy(out.logits.float().flatten(0, 1), y.flatten(), reduction="none").view_as(y)
+        if on_forward is not None:
+            on_forward(rows, out, ce)
         total += ce.sum().item()
         n += ce.numel()
         n_bytes += int(token_bytes[y.cpu()].sum())
@@ -106,7 +121,7 @@ def evaluate(
             on_batch(i + 1)
     model.train(was_training)
     loss = total / n
-    res = EvalResult(loss=loss, bpb=loss / math.log(2) * n / max(1, n_bytes))
+    res = EvalResult(loss=loss, bpb=loss / math.log(2) * n / max(1, n_bytes), tokens=int(n))
     if far_window is not None:
         res.far_copy_loss = far_sum / far_n if far_n else None
         res.near_loss = (total - far_sum) / (n - far_n) if n > far_n else None

@@ -1,6 +1,6 @@
 """Optimizers and the learning-rate schedule of a training run.
 
-Three optimizers, chosen by name:
+Three optimizers, chosen by name (`workers.train_spec.Optimizer`):
 - "parcae" (default): the Parcae reference's Muon+AdamW (`workers.muon.ParcaeMuonAdamW`) — Muon for the
   2-D matrices and the value-embedding gates, AdamW for embeddings, norms and the injection; lr 8e-3 for
   both, cautious Muon weight decay 0.2 falling linearly to 0 over training, first step skipped.
@@ -23,11 +23,10 @@ import torch
 
 from model import fields
 from workers.muon import ParcaeMuonAdamW, TorchMuon
+from workers.train_spec import Optimizer
 
-OPTIMIZERS = ("parcae", "torch_muon", "adamw")
-DEFAULT_OPTIMIZER = "parcae"
 # Runs stored before the optimizers were renamed called today's "torch_muon" simply "muon".
-_OLD_NAMES = {"muon": "torch_muon"}
+_OLD_NAMES = {"muon": Optimizer.TORCH_MUON}
 ADAM_BETAS = (0.9, 0.95)  # AdamW of "torch_muon" and "adamw"; "parcae" uses the reference's (0.8, 0.95)
 
 
@@ -41,9 +40,9 @@ class OptimizerDefaults:
 
 
 DEFAULTS = {
-    "parcae": OptimizerDefaults(lr=8e-3, adam_lr=8e-3, weight_decay=0.2),
-    "torch_muon": OptimizerDefaults(lr=0.02, adam_lr=3e-3, weight_decay=0.0),
-    "adamw": OptimizerDefaults(lr=3e-3, adam_lr=None, weight_decay=0.0),
+    Optimizer.PARCAE: OptimizerDefaults(lr=8e-3, adam_lr=8e-3, weight_decay=0.2),
+    Optimizer.TORCH_MUON: OptimizerDefaults(lr=0.02, adam_lr=3e-3, weight_decay=0.0),
+    Optimizer.ADAMW: OptimizerDefaults(lr=3e-3, adam_lr=None, weight_decay=0.0),
 }
 # param-group key: how `set_lr` moves weight decay with training progress
 WEIGHT_DECAY_SCHEDULE = "weight_decay_schedule"
@@ -73,7 +72,7 @@ def build_optimizers(
 
     `model.param_groups()` gives "matrix" (2-D weights), optionally "ve_gate" (value-embedding gates)
     and "other"; `None` for lr/adam_lr/weight_decay means that optimizer's default (`DEFAULTS`)."""
-    optimizer = fields.choice("optimizer", _OLD_NAMES.get(optimizer, optimizer), OPTIMIZERS)
+    optimizer = Optimizer(fields.choice("optimizer", _OLD_NAMES.get(optimizer, optimizer), tuple(Optimizer)))
     lr = fields.number("lr", lr, lo=0, lo_open=True, allow_none=True)
     adam_lr = fields.number("adam_lr", adam_lr, lo=0, lo_open=True, allow_none=True)
     weight_decay = fields.number("weight_decay", weight_decay, lo=0, allow_none=True)
@@ -90,13 +89,13 @@ def build_optimizers(
     # "other" list of checkpoints written before the gates had their own group
     rest = _in_model_order(model, gates + other)
     opts: list[torch.optim.Optimizer]
-    if optimizer == "parcae":
+    if optimizer is Optimizer.PARCAE:
         opt = ParcaeMuonAdamW(matrix + gates, other, lr=lr, adam_lr=adam_lr, weight_decay=weight_decay)
         for group in opt.param_groups:
             if group["kind"] == "muon":
                 group[WEIGHT_DECAY_SCHEDULE] = LINEAR_TO_ZERO
         opts = [opt]
-    elif optimizer == "torch_muon":
+    elif optimizer is Optimizer.TORCH_MUON:
         opts = [
             TorchMuon(matrix, lr=lr, weight_decay=weight_decay, momentum=0.95),
             torch.optim.AdamW(rest, lr=adam_lr, betas=ADAM_BETAS, weight_decay=0.0),

@@ -31,6 +31,7 @@ import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,15 @@ from workers.identity import identity as _identity
 # sweep's loss at a run's trained loop count is the run's final validation loss.
 EVAL_H0_SEED = 1234
 
-OPTIMIZERS = ("parcae", "torch_muon", "adamw")
+
+class Optimizer(StrEnum):
+    """The optimizers a train job chooses by name (`workers.optim` builds them). Here, torch-free, so a
+    grid is validated without importing torch; a member is its plain name, as specs store it."""
+
+    PARCAE = "parcae"
+    TORCH_MUON = "torch_muon"
+    ADAMW = "adamw"
+
 
 # Loop counts evaluated at every evaluation of a looped recipe when `eval_loops` is not given.
 DEFAULT_EVAL_LOOPS = (1, 2, 4, 8)
@@ -92,7 +101,7 @@ class Spec:
     """learning rate of the matrix parameters; none: the optimizer's default"""
     adam_lr: float | None = None
     """AdamW learning rate of embeddings, norms and injection parameters; none: the optimizer's default"""
-    optimizer: str = "parcae"
+    optimizer: str = Optimizer.PARCAE.value
     """parcae (the reference Muon+AdamW), torch_muon (torch.optim.Muon + AdamW) or adamw"""
     weight_decay: float | None = None
     """weight decay of the matrix parameters; none: the optimizer's default"""
@@ -166,7 +175,7 @@ class Spec:
         v["seq_len"] = fields.integer("seq_len", d["seq_len"], lo=2, allow_none=True)
         for name in ("lr", "adam_lr"):
             v[name] = fields.number(name, d[name], lo=0, lo_open=True, allow_none=True)
-        v["optimizer"] = fields.choice("optimizer", d["optimizer"], OPTIMIZERS)
+        v["optimizer"] = fields.choice("optimizer", d["optimizer"], tuple(Optimizer))
         v["weight_decay"] = fields.number("weight_decay", d["weight_decay"], lo=0, allow_none=True)
         v["warmup_steps"] = fields.integer("warmup_steps", d["warmup_steps"], lo=0)
         v["cooldown_frac"] = fields.number("cooldown_frac", d["cooldown_frac"], lo=0, lo_open=True, hi=1)

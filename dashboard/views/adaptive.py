@@ -23,11 +23,6 @@ CHANGES = (
 )
 
 
-def _strategy_of(config: str) -> str:
-    """The KV strategy label of a cell's name (`kl<0.01 | last_m2` -> `last_m2`)."""
-    return config.rsplit(" | ", 1)[-1]
-
-
 @st.cache_data(ttl=ui.TTL_S, show_spinner=False)
 def _load(url: str, what: str) -> pd.DataFrame:
     read = {
@@ -75,7 +70,7 @@ strategies = sorted(points["strategy"].unique())
 shown = c3.multiselect(
     "KV strategies",
     strategies,
-    default=[s for s in strategies if s == "per_round"] or strategies,
+    default=[s for s in strategies if s == adaptive.KVStrategy.PER_ROUND] or strategies,
     key="adaptive_strategies",
 )
 mine = points[(points["variant_label"] == variant) & points["strategy"].isin(shown)]
@@ -164,10 +159,7 @@ configs = sorted(in_variant["config"].unique()) if not in_variant.empty else []
 if not configs:
     st.caption("no exit-round histograms for this selection")
 else:
-    rules_first = [i for i, c in enumerate(configs) if not c.startswith(adaptive.FIXED)]
-    default = next(
-        (i for i in rules_first if _strategy_of(configs[i]) in shown), rules_first[0] if rules_first else 0
-    )
+    default = adaptive.first_rule_cell(configs, shown)
     config = st.selectbox("Cell", configs, index=default, key="adaptive_config")
     p1, p2 = st.columns(2)
     for column, split, title in (

@@ -30,12 +30,12 @@ from analysis import (
     timing,
     variants,
 )
+from model.presets import ISO_DEPTH_RECIPE
 from orchestrator import frames
 from orchestrator.errors import USER_ERRORS
 from orchestrator.states import JobStatus
 
 ROOT = Path(__file__).resolve().parents[2]
-ISO_DEPTH_RECIPE = "iso_depth"
 CURVE_KEY = "val_loss"  # the training curve a report draws
 
 

@@ -226,3 +226,28 @@ def test_accuracy_frontier_joins_each_cell_with_its_compute():
     assert acc.loc["state", "mean_rounds"] == 5.5 and acc.loc["state", "threshold"] == 0.01
     assert acc.loc["kl", "acc"] == pytest.approx(0.4) and acc.loc["kl", "equivalent_rounds"] == 7
     assert adaptive.accuracy_frontier(tasks.iloc[:0], evals).empty
+
+
+def test_the_first_rule_cell_prefers_a_shown_strategy():
+    """The cell a page shows first: an exit rule's (never the fixed depth) under a shown strategy, read
+    from the stored `config` names (`model.exit_names.CellKey`)."""
+    configs = ["fixed | last_m2", "fixed | per_round", "kl<0.01 | last_m2", "state<0.1 | per_round"]
+    assert adaptive.first_rule_cell(configs, ["per_round"]) == 3
+    assert adaptive.first_rule_cell(configs, ["last_m2"]) == 2
+    assert adaptive.first_rule_cell(configs, ["first"]) == 2  # none shown: the first rule cell
+    assert adaptive.first_rule_cell(configs[:2], ["per_round"]) == 0  # only fixed cells
+    with pytest.raises(ValueError, match="config: expected 'rule | kv strategy', got 'kl<0.01'"):
+        adaptive.first_rule_cell(["kl<0.01"], ["per_round"])
+
+
+def test_the_names_reach_the_analysis_without_torch():
+    """The analysis (and the dashboard through it) reads the exit-rule and KV-strategy names from a
+    torch-free module; so does a train spec's optimizer."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; import analysis.adaptive, model.exit_names, workers.train_spec; "
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

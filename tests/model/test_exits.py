@@ -14,8 +14,8 @@ import torch
 from model.config import RoundConfig
 from model.counts import kv_strategy_bytes
 from model.errors import ConfigError
+from model.exit_names import ExitRuleName
 from model.exits import (
-    RULES,
     ExitRule,
     entropy,
     exit_decode_step,
@@ -69,7 +69,7 @@ def test_threshold_limits_are_the_fixed_depth_forwards_bit_for_bit(recipe, overr
     m, idx = model_of(recipe, **overrides), tokens()
     with torch.no_grad():
         at_max, at_min = m(idx, loops=5, h0_seed=3).logits, m(idx, loops=3, h0_seed=3).logits
-    for rule in RULES:
+    for rule in ExitRuleName:
         for strategy in ("per_round", "latest"):
             view = kv_view(m, strategy, 5)
             out = exit_forward(view, idx, never(rule, 3, 5), h0_seed=3)
@@ -162,7 +162,7 @@ def test_an_exited_token_offers_later_rounds_its_last_computed_keys_and_values()
                 assert not torch.equal(before.k[:, :, pos], last.k[:, :, pos])
 
 
-@pytest.mark.parametrize("rule", RULES)
+@pytest.mark.parametrize("rule", list(ExitRuleName))
 def test_stopping_when_every_token_exited_changes_nothing(rule):
     """`stop` ends the rounds once no token runs: the same logits and exits as the masked forward, and a
     cache whose skipped rounds got the tokens' last keys/values (decoding goes on identically)."""

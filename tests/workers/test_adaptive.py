@@ -10,6 +10,7 @@ import math
 import pytest
 
 from model.errors import ConfigError
+from model.exit_names import CellKey
 from model.flops import fixed_depth_flops
 from workers import adaptive
 from workers.reporter import MemoryReporter
@@ -58,7 +59,7 @@ def sweep(trained_fixed4, tmp_path_factory):
 
 
 def rows_of(out, strategy="per_round"):
-    return {r["config"].split(" | ")[0]: r for r in out["adaptive_evals"] if r["kv_strategy"] == strategy}
+    return {CellKey.parse(r["config"]).rule: r for r in out["adaptive_evals"] if r["kv_strategy"] == strategy}
 
 
 def test_the_limits_reproduce_the_depth_sweep_exactly(result, sweep):
@@ -72,6 +73,33 @@ def test_the_limits_reproduce_the_depth_sweep_exactly(result, sweep):
     assert cells["state<inf"]["equivalent_rounds"] == pytest.approx(2.0)
     assert cells["kl<0"]["rule_flops_per_token"] > 0 == cells["state<0"]["rule_flops_per_token"]  # readouts
     assert 2 < cells["kl<0.01"]["mean_rounds"] < 4  # the rule stops tokens at different rounds
+
+
+def test_the_fixed_depth_loss_is_the_depth_sweeps_in_micro_batches(trained_fixed4, sweep, tmp_path):
+    """The adaptive job's losses come from the depth sweep's loop (`workers.evaluate.evaluate`), micro-
+    batches included. In forwards of 3 sequences (each batch of 8 as 3 + 3 + 2) its fixed depth 4 is the
+    sweep's loss at 4 loops in the same forwards exactly: the same forwards and per-forward sums, added in
+    the same order. Against the sweep in whole batches it agrees to float rounding only: there the fp32
+    sum runs over 8 sequences at once instead of three partial sums added in double."""
+    from workers import depth_sweep
+
+    common = {"checkpoint": str(trained_fixed4[0]), "eval_tokens": 512, "batch_size": 8, "device": "cpu"}
+    micro = {**common, "micro_batch_size": 3}
+    sweep_spec = depth_sweep.Spec.from_dict({**micro, "loops": [4], "interaction_loops": []})
+    (swept,) = depth_sweep.run(sweep_spec, MemoryReporter(), tmp_path / "sweep")["depth_evals"]
+    spec = adaptive.Spec.from_dict(
+        {**micro, "rules": {"state": [0]}, "kv_strategies": ["per_round"], "max_rounds": 4}
+    )
+    out = adaptive.run(spec, MemoryReporter(), tmp_path / "adaptive")
+    cells = rows_of(out)
+    for name in ("fixed", "state<0"):
+        assert cells[name]["val_loss"] == swept["val_loss"] and cells[name]["val_bpb"] == swept["val_bpb"], (
+            name
+        )
+        assert cells[name]["val_loss"] == pytest.approx(sweep[4], rel=1e-6, abs=0), name
+    for split in ("position", "loss"):  # every token's exit counted once, the loss buckets row by row
+        counts = [h["count"] for h in out["adaptive_exit_rounds"] if h["split"] == split]
+        assert sum(counts) == 2 * 512, split  # two cells
 
 
 def fixed_depth_flops_of(result, rounds):
@@ -160,7 +188,8 @@ def test_bad_specs_are_refused_by_name(change, message):
 
 def test_spec_defaults_and_infinity():
     spec = adaptive.Spec.from_dict({"rules": {"state": ["inf", 0.1, 0.1]}})
-    assert spec.rules == {"state": [0.1, math.inf]} and spec.kv_strategies == list(adaptive.STRATEGY_NAMES)
+    assert spec.rules == {"state": [0.1, math.inf]}
+    assert spec.kv_strategies == ["per_round", "latest", "first", "last_m"]  # every strategy, as stored
     assert adaptive.Spec.from_dict({}).to_dict() == adaptive.Spec().to_dict() | {
         "rules": adaptive.DEFAULT_RULES
     }

@@ -13,9 +13,10 @@ import torch
 from torch import nn
 
 from model.errors import ConfigError
-from workers import optim
+from workers import optim, train_spec
 from workers.muon import ParcaeMuonAdamW, TorchMuon
 from workers.orthogonalise import newton_schulz
+from workers.train_spec import Optimizer
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -67,7 +68,9 @@ def _train(model, opts, steps: range, total: int) -> list[float]:
 
 # ----------------------------------------------------------------------------------- names, groups
 def test_names_and_defaults():
-    assert optim.OPTIMIZERS == ("parcae", "torch_muon", "adamw") and optim.DEFAULT_OPTIMIZER == "parcae"
+    # the names specs store: the enum's values, spelled once (workers/train_spec.py)
+    assert [str(o) for o in Optimizer] == ["parcae", "torch_muon", "adamw"]
+    assert train_spec.Spec().optimizer == "parcae" and set(optim.DEFAULTS) == set(Optimizer)
     (opt,) = optim.build_optimizers(TinyNet(), "parcae", None, None, None)
     muon_group, adamw_group = opt.param_groups
     assert isinstance(opt, ParcaeMuonAdamW)
@@ -130,7 +133,7 @@ def test_looped_model_parameters_each_land_in_exactly_one_group():
     from model.presets import preset
 
     model = LoopedLM(preset("parcae", "tiny"))
-    for name in optim.OPTIMIZERS:
+    for name in Optimizer:
         opts = optim.build_optimizers(model, name, None, None, None)
         seen = [id(p) for opt in opts for g in opt.param_groups for p in g["params"]]
         assert sorted(seen) == sorted(id(p) for p in model.parameters()), name
@@ -172,7 +175,7 @@ def test_lr_factor_reaches_zero_on_the_last_step():
 
 
 # -------------------------------------------------------------------------------------- training
-@pytest.mark.parametrize("name", optim.OPTIMIZERS)
+@pytest.mark.parametrize("name", list(Optimizer))
 def test_each_optimizer_trains(name):
     torch.manual_seed(0)
     net = TinyNet()
@@ -188,7 +191,7 @@ def test_each_optimizer_trains(name):
     assert net.loss(fixed).item() < 0.85 * start
 
 
-@pytest.mark.parametrize("name", optim.OPTIMIZERS)
+@pytest.mark.parametrize("name", list(Optimizer))
 def test_resume_through_a_checkpoint_is_bit_identical(name):
     total, split = 8, 3
 
