@@ -38,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from model import fields as check
+from model import fields
 from model.attention import FLEX_BLOCK, cpu_block_size, use_block_local
 from model.config import ModelConfig
 from model.counts import kv_cache_bytes
@@ -336,18 +336,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--recipes", default=",".join(RECIPES), help="comma-separated recipes of the table")
     a = p.parse_args(argv)
     try:
-        a.section = check.choice("section", a.section, SECTIONS)
+        a.section = fields.choice("section", a.section, SECTIONS)
         if a.size is not None:
-            a.size = check.choice("size", a.size, tuple(SIZES))
+            a.size = fields.choice("size", a.size, tuple(SIZES))
         a.recipes = tuple(
-            check.choice("recipes", r.strip(), RECIPES) for r in a.recipes.split(",") if r.strip()
+            fields.choice("recipes", r.strip(), RECIPES) for r in a.recipes.split(",") if r.strip()
         )
         if not a.recipes:
             raise ConfigError(f"recipes: give at least one of {', '.join(RECIPES)}")
-        a.device = check.device("device", a.device)
-        a.train_steps = check.integer("train-steps", a.train_steps, lo=1)
-        a.ratio_steps = check.integer("ratio-steps", a.ratio_steps, lo=1)
-        a.threads = check.integer("threads", a.threads, lo=1)
+        a.device = fields.device("device", a.device)
+        a.train_steps = fields.integer("train-steps", a.train_steps, lo=1)
+        a.ratio_steps = fields.integer("ratio-steps", a.ratio_steps, lo=1)
+        a.threads = fields.integer("threads", a.threads, lo=1)
     except ConfigError as err:
         p.error(str(err))
     return a

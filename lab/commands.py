@@ -237,7 +237,7 @@ def cli_demo(args) -> int:
 
 
 def cli_export_model(args) -> int:
-    from workers.export import export_model
+    from workers.model_export import export_model
 
     out = export_model(args.checkpoint, args.out)
     print(f"exported {args.checkpoint} to {out} ({', '.join(sorted(p.name for p in out.iterdir()))})")

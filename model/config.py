@@ -52,10 +52,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
-from model import fields as check
+from model import fields
 from model.errors import ConfigError
 
 SAMPLERS = ("fixed", "poisson_seq", "poisson_batch")
@@ -83,10 +83,10 @@ class RoundConfig:
 
     def __post_init__(self) -> None:
         set_field = object.__setattr__  # frozen: store the normalised values
-        set_field(self, "window", check.integer("rounds.window", self.window, lo=1, allow_none=True))
-        set_field(self, "width", check.number("rounds.width", self.width, lo=0.0, lo_open=True, hi=1.0))
-        check.boolean("rounds.attention", self.attention)
-        check.boolean("rounds.reuse_kv", self.reuse_kv)
+        set_field(self, "window", fields.integer("rounds.window", self.window, lo=1, allow_none=True))
+        set_field(self, "width", fields.number("rounds.width", self.width, lo=0.0, lo_open=True, hi=1.0))
+        fields.boolean("rounds.attention", self.attention)
+        fields.boolean("rounds.reuse_kv", self.reuse_kv)
         if self.reuse_kv and not self.attention:
             raise ConfigError("rounds.reuse_kv: needs attention=true (an MLP-only round has no keys)")
 
@@ -95,7 +95,7 @@ class RoundConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], name: str = "rounds") -> RoundConfig:
-        return cls(**check.known_keys(name, d, cls))
+        return cls(**fields.known_keys(name, d, cls))
 
 
 FULL_ROUND = RoundConfig()
@@ -143,9 +143,9 @@ class ModelConfig:
     def __post_init__(self) -> None:
         s = object.__setattr__
         for name in ("vocab_size", "d_model", "n_heads", "head_dim", "mlp_ratio", "n_recurrent", "seq_len"):
-            s(self, name, check.integer(name, getattr(self, name), lo=1))
+            s(self, name, fields.integer(name, getattr(self, name), lo=1))
         for name in ("n_prelude", "n_coda"):
-            s(self, name, check.integer(name, getattr(self, name), lo=0))
+            s(self, name, fields.integer(name, getattr(self, name), lo=0))
         if self.n_heads * self.head_dim != self.d_model:
             raise ConfigError(
                 f"head_dim: n_heads * head_dim must equal d_model; got {self.n_heads} * {self.head_dim}"
@@ -153,24 +153,24 @@ class ModelConfig:
             )
         if self.head_dim % 2:
             raise ConfigError(f"head_dim: must be even (RoPE rotates pairs); got {self.head_dim}")
-        s(self, "rope_base", check.number("rope_base", self.rope_base, lo=0.0, lo_open=True))
-        s(self, "h0_std", check.number("h0_std", self.h0_std, lo=0.0, lo_open=True, allow_none=True))
+        s(self, "rope_base", fields.number("rope_base", self.rope_base, lo=0.0, lo_open=True))
+        s(self, "h0_std", fields.number("h0_std", self.h0_std, lo=0.0, lo_open=True, allow_none=True))
         s(
             self,
             "init_decay",
-            check.number("init_decay", self.init_decay, lo=0.0, lo_open=True, hi=1.0, hi_open=True),
+            fields.number("init_decay", self.init_decay, lo=0.0, lo_open=True, hi=1.0, hi_open=True),
         )
-        check.boolean("tie_embeddings", self.tie_embeddings)
-        check.choice("injection", self.injection, INJECTIONS)
-        check.choice("loop_sampler", self.loop_sampler, SAMPLERS)
-        s(self, "loops", check.integer("loops", self.loops, lo=1))
-        s(self, "grad_rounds", check.integer("grad_rounds", self.grad_rounds, lo=1, allow_none=True))
-        s(self, "history", check.integer("history", self.history, lo=0))
-        check.choice("timestep", self.timestep, TIMESTEPS)
+        fields.boolean("tie_embeddings", self.tie_embeddings)
+        fields.choice("injection", self.injection, INJECTIONS)
+        fields.choice("loop_sampler", self.loop_sampler, SAMPLERS)
+        s(self, "loops", fields.integer("loops", self.loops, lo=1))
+        s(self, "grad_rounds", fields.integer("grad_rounds", self.grad_rounds, lo=1, allow_none=True))
+        s(self, "history", fields.integer("history", self.history, lo=0))
+        fields.choice("timestep", self.timestep, TIMESTEPS)
         s(
             self,
             "timestep_rounds",
-            check.integer("timestep_rounds", self.timestep_rounds, lo=1, allow_none=True),
+            fields.integer("timestep_rounds", self.timestep_rounds, lo=1, allow_none=True),
         )
         if self.timestep == "none" and self.timestep_rounds is not None:
             raise ConfigError(
@@ -183,14 +183,14 @@ class ModelConfig:
     def _check_value_embeds(self) -> None:
         ve = self.value_embeds
         if isinstance(ve, str):
-            check.choice("value_embeds", ve, VALUE_EMBED_RULES)
+            fields.choice("value_embeds", ve, VALUE_EMBED_RULES)
             return
         if not isinstance(ve, list | tuple):
             raise ConfigError(
                 f"value_embeds: expected one of {', '.join(VALUE_EMBED_RULES)} or a list of layer indices;"
                 f" got {ve!r}"
             )
-        idx = tuple(check.integer("value_embeds", i, lo=0) for i in ve)
+        idx = tuple(fields.integer("value_embeds", i, lo=0) for i in ve)
         if any(i >= self.n_layers for i in idx) or len(set(idx)) != len(idx):
             raise ConfigError(
                 f"value_embeds: indices must be distinct and in 0..{self.n_layers - 1}; got {list(idx)}"
@@ -307,7 +307,7 @@ class ModelConfig:
     # ---- serialisation -------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         d["rounds"] = [r.to_dict() for r in self.rounds]
         if isinstance(self.value_embeds, tuple):
             d["value_embeds"] = list(self.value_embeds)
@@ -319,7 +319,7 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
-        return cls(**check.known_keys("model", d, cls))
+        return cls(**fields.known_keys("model", d, cls))
 
     @classmethod
     def from_json(cls, s: str) -> ModelConfig:

@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from model import fields as check
+from model import fields
 from model.config import ModelConfig
 from model.flops import training_flops
 from model.kv_cache import RECURRENT, cache_layout, strategy_config
@@ -157,9 +157,9 @@ def arch_summary(cfg: ModelConfig, batch_size: int) -> dict:
 def tokens_for_flops(cfg: ModelConfig, flops: float, batch_size: int, seq_len: int) -> int:
     """Tokens of the whole training steps a budget of `flops` training FLOPs buys: steps =
     max(1, floor(flops / (flops_per_token * batch_size * seq_len))), returned as steps * batch * seq."""
-    flops = check.number("flops", flops, lo=0.0, lo_open=True)
-    batch_size = check.integer("batch_size", batch_size, lo=1)
-    seq_len = check.integer("seq_len", seq_len, lo=1)
+    flops = fields.number("flops", flops, lo=0.0, lo_open=True)
+    batch_size = fields.integer("batch_size", batch_size, lo=1)
+    seq_len = fields.integer("seq_len", seq_len, lo=1)
     per_token = training_flops(cfg, batch_size, seq_len=seq_len).total
     steps = max(1, math.floor(flops / (per_token * batch_size * seq_len)))
     return steps * batch_size * seq_len

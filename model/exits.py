@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from model import fields as check
+from model import fields
 from model.contexts import ExitSeqContext, ExitStepContext, HeldKV
 from model.errors import ConfigError
 from model.exit_names import ExitRuleName
@@ -64,16 +64,16 @@ class ExitRule:
     max_rounds: int = 8
 
     def __post_init__(self) -> None:
-        rule = ExitRuleName(check.choice("exit.rule", self.rule, tuple(ExitRuleName)))
+        rule = ExitRuleName(fields.choice("exit.rule", self.rule, tuple(ExitRuleName)))
         object.__setattr__(self, "rule", rule)
-        threshold = check.number("exit.threshold", self.threshold, lo=0.0)
+        threshold = fields.number("exit.threshold", self.threshold, lo=0.0)
         if rule is ExitRuleName.ARGMAX and math.isfinite(threshold) and not threshold.is_integer():
             raise ConfigError(
                 f"exit.threshold: argmax counts rounds: an integer >= 0 or infinity; got {self.threshold!r}"
             )
         object.__setattr__(self, "threshold", threshold)
-        lo = check.integer("exit.min_rounds", self.min_rounds, lo=2)
-        hi = check.integer("exit.max_rounds", self.max_rounds, lo=1)
+        lo = fields.integer("exit.min_rounds", self.min_rounds, lo=2)
+        hi = fields.integer("exit.max_rounds", self.max_rounds, lo=1)
         if hi < lo:
             raise ConfigError(f"exit.max_rounds: must be >= min_rounds ({lo}), got {hi}")
 

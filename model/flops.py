@@ -53,7 +53,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from model import fields as check
+from model import fields
 from model.attention import cpu_block_size, use_block_local
 from model.config import ModelConfig, RoundSettings
 from model.layers import VE_GATE_CHANNELS
@@ -69,7 +69,7 @@ _TAIL = 1e-15  # the loop-count distribution is summed until P(more rounds) fall
 
 def attention_pairs(seq_len: int, window: int | None, attention: str = "dense") -> float:
     """(query, key) pairs scored for one head over a `seq_len`-token sequence (see the module docstring)."""
-    check.choice("attention", attention, ATTENTION_CONVENTIONS)
+    fields.choice("attention", attention, ATTENTION_CONVENTIONS)
     T = seq_len
     full = window is None or window >= T  # `attention` runs full causal SDPA then
     if attention == "causal":
@@ -221,8 +221,8 @@ def _breakdown(
 
 
 def _resolved_seq_len(cfg: ModelConfig, seq_len: int | None, attention: str) -> int:
-    check.choice("attention", attention, ATTENTION_CONVENTIONS)
-    return cfg.seq_len if seq_len is None else check.integer("seq_len", seq_len, lo=1)
+    fields.choice("attention", attention, ATTENTION_CONVENTIONS)
+    return cfg.seq_len if seq_len is None else fields.integer("seq_len", seq_len, lo=1)
 
 
 def step_flops(
@@ -306,7 +306,7 @@ def training_flops(
     F(g))^s. A sequence's own round j runs with P(c > j) and needs gradient with probability
     F(j+k) - F(j). Sorted forwards: the same events for order statistics (`_sorted_forward`)."""
     seq_len = _resolved_seq_len(cfg, seq_len, attention)
-    batch_size = check.integer("batch_size", batch_size, lo=1)
+    batch_size = fields.integer("batch_size", batch_size, lo=1)
     sizes = forward_sizes(batch_size, micro_batch_size, ranks)
     if cfg.loop_sampler == "fixed":
         return step_flops(cfg, cfg.loops, seq_len, attention)

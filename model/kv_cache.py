@@ -41,7 +41,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from model import fields as check
+from model import fields
 from model.config import ModelConfig, RoundConfig
 from model.errors import ConfigError
 from model.exit_names import KVStrategy
@@ -137,7 +137,7 @@ def cache_layout(cfg: ModelConfig, max_len: int, loops: int) -> dict[LayerKey, S
 
 def check_strategy(strategy: str, m: int | None) -> tuple[KVStrategy, int | None]:
     """(strategy, m) checked: m (>= 1) only with last_m, which needs it."""
-    strategy = KVStrategy(check.choice("kv_strategy", strategy, tuple(KVStrategy)))
+    strategy = KVStrategy(fields.choice("kv_strategy", strategy, tuple(KVStrategy)))
     if strategy is not KVStrategy.LAST_M:
         if m is not None:
             raise ConfigError(
@@ -146,7 +146,7 @@ def check_strategy(strategy: str, m: int | None) -> tuple[KVStrategy, int | None
         return strategy, None
     if m is None:
         raise ConfigError("kv_m: last_m needs m, the number of last rounds that keep their own cache (>= 1)")
-    return strategy, check.integer("kv_m", m, lo=1)
+    return strategy, fields.integer("kv_m", m, lo=1)
 
 
 def _reads_round1(rc: RoundConfig) -> RoundConfig:
@@ -160,7 +160,7 @@ def strategy_config(cfg: ModelConfig, strategy: str, max_rounds: int, m: int | N
     ConfigError names kv_strategy when the model cannot share round 1's keys (e.g. round 1 is MLP-only,
     or a later round is wider or sees further back than round 1)."""
     strategy, m = check_strategy(strategy, m)
-    max_rounds = check.integer("max_rounds", max_rounds, lo=1)
+    max_rounds = fields.integer("max_rounds", max_rounds, lo=1)
     if not strategy.changes_function:
         return cfg
     own_from = (

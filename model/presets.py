@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from model import fields as check
+from model import fields
 from model.config import FULL_ROUND, ModelConfig, RoundConfig
 from model.errors import ConfigError
 
@@ -142,8 +142,8 @@ def preset(recipe: str, size: str = "tiny", **overrides) -> ModelConfig:
     for k in overrides:
         if k not in known:
             raise ConfigError(f"model: unknown key {k!r}; accepted: {', '.join(sorted(known))}")
-    fields = {**SIZES[size], **_recipe(recipe, *WINDOWS[size]), **overrides}
-    return ModelConfig(**fields)
+    values = {**SIZES[size], **_recipe(recipe, *WINDOWS[size]), **overrides}
+    return ModelConfig(**values)
 
 
 def iso_depth_overrides(
@@ -160,17 +160,17 @@ def iso_depth_overrides(
     (r > 1); r = 1 is an ordinary transformer and has none. A grid sweeps these as model.* keys."""
     if size not in SIZES:
         raise ConfigError(f"size: unknown {size!r}; accepted: {', '.join(SIZES)}")
-    depth = check.integer("recurrent_depth", recurrent_depth, lo=1)
-    r = check.integer("r", r, lo=1)
+    depth = fields.integer("recurrent_depth", recurrent_depth, lo=1)
+    r = fields.integer("r", r, lo=1)
     if depth % r:
         divisors = [n for n in range(1, depth + 1) if depth % n == 0]
         raise ConfigError(
             f"r: must divide the recurrent depth {depth} (the shared block is {depth}/r layers); "
             f"accepted: {', '.join(map(str, divisors))}; got {r}"
         )
-    injection = check.choice("injection", injection, ISO_DEPTH_INJECTIONS)
-    width = check.integer("d_model", SIZES[size]["d_model"] if d_model is None else d_model, lo=1)
-    head = check.integer("head_dim", SIZES[size]["head_dim"] if head_dim is None else head_dim, lo=2)
+    injection = fields.choice("injection", injection, ISO_DEPTH_INJECTIONS)
+    width = fields.integer("d_model", SIZES[size]["d_model"] if d_model is None else d_model, lo=1)
+    head = fields.integer("head_dim", SIZES[size]["head_dim"] if head_dim is None else head_dim, lo=2)
     if width % head:
         raise ConfigError(
             f"d_model: must be a multiple of head_dim {head} (whole attention heads); got {width}"
@@ -210,14 +210,14 @@ def loop_layout_overrides(
     apply to core_loop only (the others have none); for non_loop `shared` is the number of distinct
     layers and `loops` must be 1. `size` is checked for the family's signature (the layout does not
     depend on it). A grid sweeps these as model.* keys; an injection variant overrides `injection`."""
-    layout = check.choice("layout", layout, LOOP_LAYOUTS)
+    layout = fields.choice("layout", layout, LOOP_LAYOUTS)
     if size not in SIZES:
         raise ConfigError(f"size: unknown {size!r}; accepted: {', '.join(SIZES)}")
-    shared = check.integer("shared", shared, lo=1)
-    loops = check.integer("loops", loops, lo=1)
+    shared = fields.integer("shared", shared, lo=1)
+    loops = fields.integer("loops", loops, lo=1)
     if layout == "non_loop" and loops != 1:
         raise ConfigError(f"loops: non_loop runs every layer once; accepted: 1; got {loops}")
-    outer = (check.integer("prelude", prelude, lo=0), check.integer("coda", coda, lo=0))
+    outer = (fields.integer("prelude", prelude, lo=0), fields.integer("coda", coda, lo=0))
     if layout != "core_loop":
         outer = (0, 0)
     return {

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from model import fields as check
+from model import fields
 
 
 def loop_counts(loops, batch: int) -> int | list[int]:
@@ -40,11 +40,11 @@ def loop_counts(loops, batch: int) -> int | list[int]:
     if isinstance(loops, Tensor):
         loops = loops.reshape(-1).tolist()  # on the host already for a CPU tensor; one sync for a device one
     if isinstance(loops, list | tuple):
-        counts = [check.integer("loops", c, lo=1) for c in loops]
+        counts = [fields.integer("loops", c, lo=1) for c in loops]
         if len(counts) != batch:
             raise ValueError(f"loops: expected {batch} per-sequence counts (one per row), got {len(counts)}")
         return counts[0] if len(set(counts)) == 1 else counts
-    return check.integer("loops", loops, lo=1)
+    return fields.integer("loops", loops, lo=1)
 
 
 @dataclass(frozen=True)
@@ -108,11 +108,11 @@ def forward_sizes(batch: int, micro_batch_size: int | None, ranks: int = 1) -> l
     forward of a rank's whole share), so the ranks step in lockstep, and the batch is cut into
     ranks x M forwards whose sizes differ by at most one (each at most m). Several ranks need a batch
     they divide (every rank then holds batch / ranks rows)."""
-    batch = check.integer("batch_size", batch, lo=1)
-    ranks = check.integer("ranks", ranks, lo=1)
+    batch = fields.integer("batch_size", batch, lo=1)
+    ranks = fields.integer("ranks", ranks, lo=1)
     if batch % ranks:
         raise ValueError(f"batch_size: {batch} rows cannot be shared evenly by {ranks} ranks")
     share = batch // ranks
-    m = share if micro_batch_size is None else check.integer("micro_batch_size", micro_batch_size, lo=1)
+    m = share if micro_batch_size is None else fields.integer("micro_batch_size", micro_batch_size, lo=1)
     n = ranks * -(-share // m)
     return [batch // n + (i < batch % n) for i in range(n)]

@@ -3,7 +3,7 @@
 For every cell of the grid (exit rule x threshold x KV strategy, `model.exits` and `model.kv_cache`;
 plus the fixed depth `max_rounds` under each strategy, rule "fixed"; the names are
 `model.exit_names`'s), on the depth sweep's validation set, through the depth sweep's evaluation loop
-(`workers.evaluate.evaluate`: the same chunks, batches, micro-batches and h0 seeds; threshold 0 under
+(`workers.validation.evaluate`: the same chunks, batches, micro-batches and h0 seeds; threshold 0 under
 per_round reproduces the sweep's loss at `max_rounds`):
 - validation loss and bits per byte, mean rounds per token and the FLOPs a token-by-token
   implementation spends per token, the exit rule's readouts included (`model.flops.exit_flops`), with
@@ -248,7 +248,7 @@ class ExitCounts:
         self.hist: dict[str, dict[tuple[int, int], int]] = {"position": {}, "loss": {}}
 
     def add(self, rows: slice, out, ce) -> None:
-        """`workers.evaluate.evaluate`'s `on_forward`: the exit rounds of the forward over `rows`."""
+        """`workers.validation.evaluate`'s `on_forward`: the exit rounds of the forward over `rows`."""
         import torch
 
         rounds = out.exit_round.cpu()  # (B, T)
@@ -261,9 +261,9 @@ class ExitCounts:
 
 
 def _sweep_evaluate(model, chunks, spec: Spec, device, token_bytes, tick, **kw):
-    """`workers.evaluate.evaluate`, the depth sweep's loop, in the spec's batches, micro-batches and h0
+    """`workers.validation.evaluate`, the depth sweep's loop, in the spec's batches, micro-batches and h0
     seeds; `tick` once per batch."""
-    from workers.evaluate import evaluate
+    from workers.validation import evaluate
 
     return evaluate(
         model,

@@ -26,6 +26,7 @@ calibration.py) stores the same entries.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -36,11 +37,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from model import fields as check
+from model import fields
 from model.errors import ConfigError
 
 FORMAT = "looplab-calibration"
@@ -182,23 +183,23 @@ class Calibration:
 
 
 def _known(where: str, d: Any, names: set[str]) -> None:
-    check.known_keys(where, d, sorted(names))
+    fields.known_keys(where, d, sorted(names))
 
 
 def _positive(name: str, v: Any) -> float:
-    return check.number(name, v, lo=0, lo_open=True)
+    return fields.number(name, v, lo=0, lo_open=True)
 
 
 def _non_negative(name: str, v: Any) -> float | None:
-    return check.number(name, v, lo=0, allow_none=True)
+    return fields.number(name, v, lo=0, allow_none=True)
 
 
 def _positive_or_none(name: str, v: Any) -> float | None:
-    return check.number(name, v, lo=0, lo_open=True, allow_none=True)
+    return fields.number(name, v, lo=0, lo_open=True, allow_none=True)
 
 
 def _count(name: str, v: Any) -> int | None:
-    return check.integer(name, v, lo=1, allow_none=True)
+    return fields.integer(name, v, lo=1, allow_none=True)
 
 
 def _text(name: str, v: Any) -> str:
@@ -208,7 +209,7 @@ def _text(name: str, v: Any) -> str:
 
 
 def _device_type(name: str, v: Any) -> str:
-    return check.choice(name, v, ("cpu", "cuda"))
+    return fields.choice(name, v, ("cpu", "cuda"))
 
 
 def _width_rates(name: str, v: Any) -> list[list[float]] | None:
@@ -224,7 +225,7 @@ def _width_rates(name: str, v: Any) -> list[list[float]] | None:
             )
         out.append(
             [
-                check.integer(f"{name}[{i}][0]", row[0], lo=1),
+                fields.integer(f"{name}[{i}][0]", row[0], lo=1),
                 _positive(f"{name}[{i}][1]", row[1]),
                 _positive_or_none(f"{name}[{i}][2]", row[2]),
             ]
@@ -237,33 +238,35 @@ def _per_optimizer(name: str, v: Any) -> dict[str, float] | None:
         return None
     if not isinstance(v, dict):
         raise ConfigError(f"{name}: expected a mapping of optimizer -> seconds per step per parameter")
-    return {str(k): float(check.number(f"{name}.{k}", x, lo=0)) for k, x in v.items()}
+    return {str(k): float(fields.number(f"{name}.{k}", x, lo=0)) for k, x in v.items()}
 
 
 # (section or "" for the top level, key in the file, Calibration attribute, parser, required)
 FIELDS: tuple[tuple[str, str, str, Callable[[str, Any], Any], bool], ...] = (
     ("", "host", "host", _text, False),
-    ("", "measured_at", "measured_at", lambda n, v: check.number(n, v, lo=0), False),
+    ("", "measured_at", "measured_at", lambda n, v: fields.number(n, v, lo=0), False),
     ("", "torch", "torch_version", _text, False),
     ("", "load", "load", _non_negative, False),
-    ("", "mfu", "mfu", lambda n, v: check.number(n, v, lo=0, lo_open=True, hi=1, allow_none=True), False),
+    ("", "mfu", "mfu", lambda n, v: fields.number(n, v, lo=0, lo_open=True, hi=1, allow_none=True), False),
     ("device", "type", "device", _device_type, True),
     ("device", "name", "device_name", _text, False),
     ("device", "memory_bytes", "device_memory_bytes", _positive_or_none, False),
-    ("device", "count", "device_count", lambda n, v: check.integer(n, v, lo=1), False),
+    ("device", "count", "device_count", lambda n, v: fields.integer(n, v, lo=1), False),
     ("device", "cpus", "cpus", _count, False),
-    ("device", "threads", "threads", lambda n, v: check.integer(n, v, lo=1), False),
+    ("device", "threads", "threads", lambda n, v: fields.integer(n, v, lo=1), False),
     ("rates", "train_flops_per_s", "flops_per_s", _positive, True),
     ("rates", "forward_flops_per_s", "forward_flops_per_s", _positive_or_none, False),
     ("rates", "width_rates", "width_rates", _width_rates, False),
-    ("rates", "decode_layer_s", "decode_layer_s", lambda n, v: check.number(n, v, lo=0), True),
+    ("rates", "decode_layer_s", "decode_layer_s", lambda n, v: fields.number(n, v, lo=0), True),
     ("rates", "memory_bandwidth", "memory_bandwidth", _positive_or_none, False),
     ("rates", "optimizer_s_per_param", "opt_s_per_param", _per_optimizer, False),
     ("rates", "checkpoint_bytes_per_s", "save_bytes_per_s", _positive, True),
-    ("rates", "startup_s", "startup_s", lambda n, v: check.number(n, v, lo=0), True),
-    ("rates", "driver_start_s", "driver_start_s", lambda n, v: check.number(n, v, lo=0), False),
+    ("rates", "startup_s", "startup_s", lambda n, v: fields.number(n, v, lo=0), True),
+    ("rates", "driver_start_s", "driver_start_s", lambda n, v: fields.number(n, v, lo=0), False),
 )
-assert {a for _, _, a, _, _ in FIELDS} == {f.name for f in fields(Calibration)}, "FIELDS misses a field"
+assert {a for _, _, a, _, _ in FIELDS} == {f.name for f in dataclasses.fields(Calibration)}, (
+    "FIELDS misses a field"
+)
 
 
 def read_file(path: str | Path, name: str = "--calibration") -> Calibration:
@@ -288,8 +291,8 @@ def for_device(key: str, mfu: float | None = None, count: int = 1) -> Calibratio
     from workers.device import device_spec
 
     spec = device_spec(key)
-    mfu = check.number("--mfu", DEFAULT_MFU if mfu is None else mfu, lo=0, lo_open=True, hi=1)
-    count = check.integer("--num-gpus", count, lo=1)
+    mfu = fields.number("--mfu", DEFAULT_MFU if mfu is None else mfu, lo=0, lo_open=True, hi=1)
+    count = fields.integer("--num-gpus", count, lo=1)
     rate = spec.peak_flops * mfu
     return Calibration(
         device="cuda",
@@ -323,14 +326,11 @@ def measure(
     `startup`: also time a fresh Python's start-up (else DEFAULT_STARTUP_S)."""
     import torch
 
-    from model.flops import training_flops
-    from model.looped import LoopedLM
-    from workers.evaluate import autocast
     from workers.optim import build_optimizers
     from workers.train_spec import Optimizer
 
     load = os.getloadavg()[0] / (os.cpu_count() or 1) if hasattr(os, "getloadavg") else None
-    dev = torch.device(check.choice("device", device, ("cpu", "cuda")))
+    dev = torch.device(fields.choice("device", device, ("cpu", "cuda")))
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device: 'cuda' requested but CUDA is not available")
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
@@ -338,40 +338,12 @@ def measure(
     if dev.type == "cpu":
         torch.set_num_threads(threads)
     try:
-        configs = _width_configs(dev, widths)
-        torch.manual_seed(0)
-
-        def timed(fn: Callable[[], None]) -> float:
-            for _ in range(3):  # allocation, first-call costs
-                fn()
-            sync()
-            t0 = time.perf_counter()
-            for _ in range(steps):
-                fn()
-            sync()
-            return (time.perf_counter() - t0) / steps
-
-        def forward(model: LoopedLM, x: torch.Tensor, grad: bool) -> None:
-            with torch.set_grad_enabled(grad), autocast(dev):
-                out = model(x, targets=x)
-            if grad:
-                out.loss.backward()
-
-        width_rates, model = [], None
-        for cfg, batch in configs:
-            del model  # one model at a time on the device
-            model = LoopedLM(cfg).to(dev)
-            x = torch.randint(0, cfg.vocab_size, (batch, cfg.seq_len), device=dev)  # (B, T)
-            flops = training_flops(cfg, batch)
-            train = flops.total * batch * cfg.seq_len / timed(lambda m=model, x=x: forward(m, x, True))
-            fwd = flops.forward * batch * cfg.seq_len / timed(lambda m=model, x=x: forward(m, x, False))
-            width_rates.append([cfg.d_model, train, fwd])
-        assert model is not None
+        timed = _timer(sync, steps)
+        model, width_rates = _width_rates(dev, _width_configs(dev, widths), timed)
         n_params = sum(p.numel() for p in model.parameters())
         opt_s_per_param, opts = {}, []
-        for name in map(
-            str, Optimizer
-        ):  # the gradients of the widest model's last backward are still in place
+        # the gradients of the widest model's last backward are still in place
+        for name in map(str, Optimizer):
             opts = build_optimizers(model, name, None, None, None)
             opt_s_per_param[name] = timed(lambda opts=opts: [o.step() for o in opts]) / n_params
 
@@ -404,6 +376,52 @@ def measure(
         memory_bandwidth=bandwidth,
         torch_version=torch.__version__,
     )
+
+
+def _timer(sync: Callable[[], None], steps: int) -> Callable[[Callable[[], None]], float]:
+    """Seconds per call of a function: `steps` timed calls after three untimed ones (allocation,
+    first-call costs), the device synchronised around the timed ones."""
+
+    def timed(fn: Callable[[], None]) -> float:
+        for _ in range(3):
+            fn()
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            fn()
+        sync()
+        return (time.perf_counter() - t0) / steps
+
+    return timed
+
+
+def _width_rates(dev, configs: list[tuple[Any, int]], timed) -> tuple[Any, list[list[float]]]:
+    """[d_model, training FLOP/s, forward FLOP/s] per width, one model at a time on the device; returns
+    the widest model too (the optimizer steps are timed on its gradients)."""
+    import torch
+
+    from model.flops import training_flops
+    from model.looped import LoopedLM
+    from workers.validation import autocast
+
+    def forward(model: LoopedLM, x: torch.Tensor, grad: bool) -> None:
+        with torch.set_grad_enabled(grad), autocast(dev):
+            out = model(x, targets=x)
+        if grad:
+            out.loss.backward()
+
+    torch.manual_seed(0)
+    width_rates, model = [], None
+    for cfg, batch in configs:
+        del model  # one model at a time on the device
+        model = LoopedLM(cfg).to(dev)
+        x = torch.randint(0, cfg.vocab_size, (batch, cfg.seq_len), device=dev)  # (B, T)
+        flops = training_flops(cfg, batch)
+        train = flops.total * batch * cfg.seq_len / timed(lambda m=model, x=x: forward(m, x, True))
+        fwd = flops.forward * batch * cfg.seq_len / timed(lambda m=model, x=x: forward(m, x, False))
+        width_rates.append([cfg.d_model, train, fwd])
+    assert model is not None
+    return model, width_rates
 
 
 def _width_configs(dev, widths: tuple[int, ...] | None) -> list[tuple[Any, int]]:
@@ -557,10 +575,10 @@ def cli_calibrate(args: argparse.Namespace) -> int:
     device = args.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    steps = check.integer(
+    steps = fields.integer(
         "--steps", args.steps if args.steps is not None else (10 if device == "cuda" else 15), lo=1
     )
-    threads = check.integer("--threads", args.threads, lo=1)
+    threads = fields.integer("--threads", args.threads, lo=1)
     print(f"calibrating {device} ({steps} timed calls each) ...", flush=True)
     cal = measure(device, threads=threads, steps=steps)
     path = cal.write(args.out)

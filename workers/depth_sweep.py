@@ -193,7 +193,7 @@ def eval_inputs(checkpoint: str | None, eval_tokens: int, device) -> EvalInputs:
 
 def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
     from workers.device import resolve_device
-    from workers.evaluate import evaluate, loop_geometry
+    from workers.validation import evaluate, loop_geometry
 
     device = resolve_device(spec.device)
     ev = eval_inputs(spec.checkpoint, spec.eval_tokens, device)
@@ -251,7 +251,7 @@ def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
 def _interactions(spec: Spec, reporter, model, chunks, device, batches: dict) -> list[dict[str, Any]]:
     """The `round_interactions` rows of every depth of `interaction_loops`, measured over `chunks` (the
     interaction tokens) in the sweep's batches."""
-    from workers.evaluate import loop_geometry
+    from workers.validation import loop_geometry
 
     rows = []
     for n in spec.interaction_loops:

@@ -2,7 +2,7 @@
 
 A *model directory* holds
 - `config.json` with `_class_name`: `ParcaeConfig` (the public Parcae code's layout, read through
-  `model.parcae_io`) or `looplab.LoopedLM` (what `export_model` writes: our `ModelConfig`);
+  `model.parcae_layout`) or `looplab.LoopedLM` (what `export_model` writes: our `ModelConfig`);
 - the weights: `model.safetensors`, `pytorch_model.bin` or `model.pt` (the first found; a `.bin`/`.pt`
   loads with `torch.load(weights_only=True)`, so opening one never runs code);
 - its tokenizer: `tokenizer.json`, or `tokenizer/tokenizer.json` (the published layout's tokenizer
@@ -17,7 +17,7 @@ Every bad source is a ConfigError that names the problem: the missing file and w
 the unknown `_class_name` and the accepted ones, the tensor whose shape differs (both shapes), the
 unexpected or missing tensors, the config field looplab cannot compute.
 
-`load_model_dir` reads any of them into a checked `LoopedLM`; workers/export.py writes a looplab
+`load_model_dir` reads any of them into a checked `LoopedLM`; workers/model_export.py writes a looplab
 checkpoint as one (read back bit for bit).
 """
 
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from model import parcae_io
+from model import parcae_layout
 from model.errors import ConfigError
 
 HF_PREFIX = "hf:"
@@ -37,7 +37,7 @@ CONFIG = "config.json"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.pt")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer/tokenizer.json")
 LOOPLAB_CLASS = "looplab.LoopedLM"
-CLASSES = (parcae_io.CLASS_NAME, LOOPLAB_CLASS)
+CLASSES = (parcae_layout.CLASS_NAME, LOOPLAB_CLASS)
 # What a hub snapshot needs of a model repo (nothing else is downloaded)
 HUB_FILES = [
     CONFIG,
@@ -209,8 +209,8 @@ def read_config(directory: Path) -> ModelInfo:
     if not isinstance(raw, dict):
         raise ConfigError(f"source: {path}: expected a JSON object")
     cls = raw.get("_class_name")
-    if cls == parcae_io.CLASS_NAME:
-        return ModelInfo(parcae_io.config_from_parcae(raw), cls)
+    if cls == parcae_layout.CLASS_NAME:
+        return ModelInfo(parcae_layout.config_from_parcae(raw), cls)
     if cls == LOOPLAB_CLASS:
         from model.config import ModelConfig
 
@@ -257,10 +257,10 @@ def load_model_dir(directory: str | Path):
     model = LoopedLM(info.cfg)
     want = model.state_dict()
     state = read_weights(weights_path(directory))
-    if info.layout == parcae_io.CLASS_NAME:
-        state = parcae_io.state_dict_from_parcae(state, info.cfg, want)
+    if info.layout == parcae_layout.CLASS_NAME:
+        state = parcae_layout.state_dict_from_parcae(state, info.cfg, want)
     else:
-        parcae_io.check_tensors(state, want)
+        parcae_layout.check_tensors(state, want)
     model.load_state_dict(state)
     return model, info, tokenizer_path(directory)
 

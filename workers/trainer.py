@@ -79,13 +79,13 @@ from workers.data import (
     val_chunks,
 )
 from workers.device import memory_bytes, peak_flops, peak_mem_mb, reset_peak_mem, resolve_device
-from workers.evaluate import autocast, evaluate
 from workers.optim import build_optimizers, lr_factor, set_lr
 from workers.prepare import cores_given
 from workers.reporter import JobInterrupted, Reporter
 from workers.schedule import TimeBudgetSchedule
 from workers.tokenizer import smaller_vocab_message
 from workers.train_spec import AUTO, EVAL_H0_SEED, Spec, check_artifact_dir, identity_diff
+from workers.validation import autocast, evaluate
 
 H0_VERSION = 1  # the h0 draw of new runs (see the module docstring); 0: the global RNG, per step
 

@@ -17,10 +17,10 @@ The parts, in the order a forecast uses them:
 Everything here reads the database and never writes it.
 """
 
-from lab.planner.calibration import Calibration, cached_calibration, calibrate
 from lab.planner.estimates import Estimate, TimeModel
 from lab.planner.forecast import forecast_queue, plan_grids, submission_estimates
 from lab.planner.jobs import ForecastJob, device_memory, local_slots
+from lab.planner.local_machine import Calibration, cached_calibration, calibrate
 from lab.planner.report import Forecast
 from lab.planner.simulate import simulate
 from orchestrator.estimate_source import EstimateSource

@@ -4,7 +4,7 @@ A job's cost (FLOPs, memory, the counts a time needs) comes from its kind's cost
 declaration names (`Kind.cost` in workers/jobs.py: a module with the kind's Spec and its `cost`, e.g.
 `workers.train_cost`, `workers.depth_sweep`), with the defaults of the kind's Spec; this module turns it
 into seconds the way the declaration's `Pricing` says, from this database's finished jobs
-(lab/planner/history.py) or this machine's calibration (lab/planner/calibration.py). It never names a
+(lab/planner/history.py) or this machine's calibration (lab/planner/local_machine.py). It never names a
 kind: what follows says "train job" for a kind priced as TRAINING (`workers.train_cost`), "depth sweep
 and eval" for the ON_CHECKPOINT ones, "decode bench" for the FORWARD one. The `source` of each estimate
 (`EstimateSource`, orchestrator/estimate_source.py):
@@ -55,8 +55,8 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine
 
-from lab.planner.calibration import DEFAULT_STARTUP_S, Calibration, cached_calibration
 from lab.planner.history import Followed, finished_runs, variant_of
+from lab.planner.local_machine import DEFAULT_STARTUP_S, Calibration, cached_calibration
 from model.errors import ConfigError
 from orchestrator import jobkinds, pairing
 from orchestrator.estimate_source import EstimateSource

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine
 
-from lab.planner.calibration import Calibration, cached_calibration, resolve_calibration
 from lab.planner.estimates import LazyTimeModel, TimeModel, estimate_plans
 from lab.planner.history import existing_train_seconds, max_job_id
 from lab.planner.jobs import device_memory, grid_jobs, local_slots, queue_jobs
+from lab.planner.local_machine import Calibration, cached_calibration, resolve_calibration
 from lab.planner.report import Forecast
 from lab.planner.simulate import simulate
 from orchestrator.states import JobStatus

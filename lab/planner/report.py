@@ -10,8 +10,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from lab.planner.calibration import Calibration
 from lab.planner.jobs import ForecastJob
+from lab.planner.local_machine import Calibration
 from orchestrator import jobkinds
 from orchestrator.jobkinds import Pricing
 from orchestrator.retention import fmt_bytes

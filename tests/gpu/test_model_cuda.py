@@ -29,7 +29,7 @@ from tests.model.test_rounds import COUNTS, _idx
 def test_compiled_bf16_training_step_on_cuda_equals_eager(recipe):
     """The trainer's step on CUDA: fp32 weights, bf16 autocast, inductor (Flex inside the graph for the
     windowed rounds). Loss and every gradient equal eager within bf16 rounding."""
-    from workers.evaluate import autocast
+    from workers.validation import autocast
 
     device = torch.device("cuda")
     cfg = preset(recipe, "small")

@@ -508,7 +508,7 @@ def test_plan_on_an_idle_queue_includes_the_driver_start(q):
 
 
 def test_cached_calibration_expires_and_warns_when_measured_under_load(q):
-    from lab.planner import calibration as planner
+    from lab.planner import local_machine as planner
 
     planner._save_calibration(dataclasses.replace(CAL, host="h", measured_at=time.time() - 60, load=2.5))
     cached = planner.cached_calibration("cpu")

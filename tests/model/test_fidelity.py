@@ -1,11 +1,11 @@
 """The function of the public Parcae code, written out here independently of model/layers.py and
 model/looped.py: norms with eps 1e-5 (and a learnable prelude-output norm), the qk-norm without eps,
 0.5 * ReLU^2, RoPE on neighbouring channel pairs (the reference's layout, which ours equals up to a
-permutation of q/k rows, `model.parcae_io.pairs_to_halves`). Small-scale inputs make the epsilons
+permutation of q/k rows, `model.parcae_layout.pairs_to_halves`). Small-scale inputs make the epsilons
 visible: an eps off by 10x fails.
 
 And the public code itself: tests/fixtures/parcae_tiny is a checkpoint it wrote, with its logits at 1,
-2, 4 and 8 loops; mapped by `model.parcae_io` (the importer's mapping), ours equal them."""
+2, 4 and 8 loops; mapped by `model.parcae_layout` (the importer's mapping), ours equal them."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from model.contexts import SeqContext
 from model.kv_cache import LayerKey
 from model.layers import qk_norm
 from model.looped import LoopedLM
-from model.parcae_io import config_from_parcae, halves_to_pairs, pairs_to_halves, state_dict_from_parcae
+from model.parcae_layout import config_from_parcae, halves_to_pairs, pairs_to_halves, state_dict_from_parcae
 from model.presets import preset
 from tests.model.conftest import randomize
 

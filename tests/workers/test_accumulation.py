@@ -24,11 +24,11 @@ from tests.workers.conftest import TINY_MODEL, tiny_spec
 from workers import checkpoint as ckpt
 from workers import jobs, train
 from workers.data import SAMPLER_PERMUTATION, SAMPLER_WITH_REPLACEMENT, get_batch
-from workers.evaluate import eval_forwards, evaluate
 from workers.optim import set_lr
 from workers.reporter import MemoryReporter
 from workers.train_spec import SIZE_BATCH, Spec, execution_fields, identity
 from workers.trainer import Trainer
+from workers.validation import eval_forwards, evaluate
 
 SAMPLERS = {
     "fixed, truncated": ("fixed6_grad3", {}),

@@ -76,7 +76,7 @@ def test_the_limits_reproduce_the_depth_sweep_exactly(result, sweep):
 
 
 def test_the_fixed_depth_loss_is_the_depth_sweeps_in_micro_batches(trained_fixed4, sweep, tmp_path):
-    """The adaptive job's losses come from the depth sweep's loop (`workers.evaluate.evaluate`), micro-
+    """The adaptive job's losses come from the depth sweep's loop (`workers.validation.evaluate`), micro-
     batches included. In forwards of 3 sequences (each batch of 8 as 3 + 3 + 2) its fixed depth 4 is the
     sweep's loss at 4 loops in the same forwards exactly: the same forwards and per-forward sums, added in
     the same order. Against the sweep in whole batches it agrees to float rounding only: there the fp32

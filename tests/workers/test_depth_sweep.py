@@ -12,8 +12,8 @@ import torch
 from model.errors import ConfigError
 from tests.workers.conftest import tiny_spec
 from workers import depth_sweep, jobs, train
-from workers.evaluate import far_copy_mask
 from workers.reporter import MemoryReporter
+from workers.validation import far_copy_mask
 
 
 def test_spec_validation_and_defaults():

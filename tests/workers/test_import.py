@@ -13,7 +13,7 @@ import torch
 
 from model.errors import ConfigError
 from workers import hub, importer
-from workers.export import export_model
+from workers.model_export import export_model
 from workers.reporter import MemoryReporter
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "parcae_tiny"

@@ -29,8 +29,8 @@ import torch.nn.functional as F
 
 from model.errors import ConfigError
 from workers.data import DOC_SEP
-from workers.evaluate import autocast
 from workers.tokenizer import Tokenizer, load_tokenizer
+from workers.validation import autocast
 
 TokenRequest = tuple[list[int], list[int]]  # (context tokens, continuation tokens)
 
