@@ -203,22 +203,7 @@ def iso_data_table(
         df = df[df["match_time_of"].isna()]
     df = df[df["budget_tokens"].notna()]
     block = ["size", "budget_tokens"]
-    head = [
-        *block,
-        "variant_label",
-        "recipe",
-        "mean",
-        "diff",
-        "ci_low",
-        "ci_high",
-        "verdict",
-        "n_seeds",
-        "n_ref",
-        "method",
-        "seeds_needed",
-        "data_worth_pct",
-        "best_loops",
-    ]
+    head = [*block, *VERSUS_COLUMNS, "data_worth_pct", "best_loops"]
     tail = ["std", "loop_rule", "variant_id"]
     if df.empty:
         return pd.DataFrame(columns=[*head, *tail])
@@ -320,21 +305,7 @@ def iso_flop_table(
     """
     df = _with_flop_classes(evals, tolerance)
     block = ["size", "flops"]
-    head = [
-        *block,
-        "variant_label",
-        "recipe",
-        "mean",
-        "diff",
-        "ci_low",
-        "ci_high",
-        "verdict",
-        "n_seeds",
-        "n_ref",
-        "method",
-        "seeds_needed",
-        "best_loops",
-    ]
+    head = [*block, *VERSUS_COLUMNS, "best_loops"]
     tail = ["train_flops", "tokens", "std", "loop_rule", "variant_id"]
     if df.empty:
         return pd.DataFrame(columns=[*head, *tail])
@@ -394,6 +365,20 @@ def by_architecture(evals: pd.DataFrame, x: str, color: str, value: str = "eval_
 # ---------------------------------------------------------------- iso-time
 
 
+# What a comparison against the reference shows of each variant, after the columns that block it.
+VERSUS_COLUMNS = (
+    "variant_label",
+    "recipe",
+    "mean",
+    "diff",
+    "ci_low",
+    "ci_high",
+    "verdict",
+    "n_seeds",
+    "n_ref",
+    "method",
+    "seeds_needed",
+)
 # The columns of `iso_time_pairs`: each matched run beside its reference (`ref_`).
 ISO_TIME_COLUMNS = (
     "size",

@@ -211,16 +211,7 @@ def print_extrapolation(url: str, grid_prefix: str) -> None:
     ids = runs.loc[runs["grid"].fillna("").str.startswith(grid_prefix), "job_id"]
     depth = frames.depth(url)
     table = extrapolation.summary(extrapolation.loss_curves(depth[depth["train_job_id"].isin(ids)]))
-    cols = [
-        "variant_label",
-        "trained_depth",
-        "loss_at_trained",
-        "best_depth",
-        "best_loss",
-        "deepest",
-        "loss_at_deepest",
-        "gap_at_deepest",
-    ]
+    cols = [c for c in extrapolation.SUMMARY_COLUMNS if c not in ("size", "n_seeds")]
     with pd.option_context("display.width", 160, "display.max_columns", 20, "display.precision", 4):
         print("\n== extrapolation: validation loss at the trained effective depth and beyond ==")
         print(table[cols].to_string(index=False) if not table.empty else "(no finished depth sweep)")
