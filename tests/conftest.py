@@ -38,6 +38,18 @@ NEEDS_BY_FIXTURE = {"ray_cluster": "ray", "browser": "browser", "dashboard_serve
 
 # What must not be had twice at once (see `xdist_group`).
 ONE_AT_A_TIME = ("ray", "browser", "multinode", "demo")
+# Session fixtures costly enough that the tests using them share one worker, so each is built once per
+# run, not once per worker: the trained tiny model (tests/workers/conftest.py).
+SHARED_BUILDS = ("trained_fixed4",)
+# A module that sets this tests what a page draws, not SQL: its [postgresql] cases run in the full suite
+# only (the frames' SQL they read is tested on both backends in the fast tier, tests/dashboard/test_frames.py).
+POSTGRES_IN_FULL_SUITE_ONLY = "POSTGRES_IN_FULL_SUITE_ONLY"
+
+
+def full_suite_only(item) -> bool:
+    """A [postgresql] case of a module that draws pages (POSTGRES_IN_FULL_SUITE_ONLY): marked slow."""
+    module = getattr(item, "module", None)
+    return item.nodeid.endswith("[postgresql]") and bool(getattr(module, POSTGRES_IN_FULL_SUITE_ONLY, False))
 
 
 def xdist_group(item) -> str | None:
@@ -49,6 +61,9 @@ def xdist_group(item) -> str | None:
     Any other test goes to whichever worker is free."""
     if any(item.get_closest_marker(m) is not None for m in ONE_AT_A_TIME):
         return "one-at-a-time"
+    shared = [f for f in SHARED_BUILDS if f in getattr(item, "fixturenames", ())]
+    if shared:
+        return shared[0]
     defs = getattr(item, "_fixtureinfo", None)
     scopes = {d.scope for ds in (defs.name2fixturedefs.values() if defs else ()) for d in ds}
     return item.nodeid.split("::", 1)[0] if scopes & {"module", "package", "class"} else None
@@ -57,6 +72,8 @@ def xdist_group(item) -> str | None:
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the xdist_group marks set here
 def pytest_collection_modifyitems(config, items):
     for item in items:
+        if full_suite_only(item):
+            item.add_marker(pytest.mark.slow)
         for fixture, marker in NEEDS_BY_FIXTURE.items():
             if fixture in item.fixturenames and item.get_closest_marker(marker) is None:
                 item.add_marker(marker)

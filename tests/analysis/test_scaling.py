@@ -74,6 +74,7 @@ def test_fit_recovers_known_parameters_inside_their_intervals():
     )
 
 
+@pytest.mark.slow  # docs/testing.md: a coverage rate needs hundreds of bootstrapped fits
 def test_phi_interval_covers_the_truth_about_95_percent_of_the_time():
     draws, covered, widths = 40, 0, []
     for draw in range(draws):

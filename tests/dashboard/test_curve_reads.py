@@ -175,6 +175,7 @@ def test_curves_written_by_the_writer_read_as_the_full_read_downsampled(eng, mig
     assert last.loc[a, "step"] == 999 and (last.loc[b, "step"], last.loc[b, "value"]) == (1201, 2.0)
 
 
+@pytest.mark.slow  # docs/testing.md: 300,000 points loaded per backend
 def test_a_long_bulk_loaded_curve_reads_as_the_full_read_downsampled(eng, migrated_db_url):
     """100,001 points (strides up to 2^15 at 5 points), loaded without the writer and indexed by
     reindex_curves, then one live point appended by the writer: every size reads the rule's points and

@@ -23,6 +23,8 @@ from tests.db.test_sql import RUNAWAY
 from tests.pg import snapshot
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
+# what a page draws, not SQL: the [postgresql] cases run in the full suite (tests/conftest.py)
+POSTGRES_IN_FULL_SUITE_ONLY = True
 
 
 def render(monkeypatch, url: str, page: str | None = None, timeout: float = 60) -> AppTest:

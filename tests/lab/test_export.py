@@ -163,6 +163,7 @@ def assert_mlflow_history(client, run, want: pd.DataFrame) -> None:
         )
 
 
+@pytest.mark.slow  # docs/testing.md: MLflow's client and its store start in a subprocess
 def test_mlflow_export_is_read_back_by_mlflows_client_with_every_point(db, tmp_path, capsys):
     out = tmp_path / "mlflow"
     looplab(db, "export", "mlflow", "-o", str(out))
@@ -335,6 +336,7 @@ def offline_dirs(out: Path) -> dict[str, list[Path]]:
     return dirs
 
 
+@pytest.mark.slow  # docs/testing.md: W&B's own reader, two export subprocesses
 def test_wandb_offline_runs_are_read_back_by_wandbs_own_reader_with_every_point(db, tmp_path):
     out = tmp_path / "wb"
     looplab(db, "export", "wandb", "-o", str(out))

@@ -19,6 +19,7 @@ from model.geometry import rel_update
 from model.looped import LoopedLM
 from model.presets import RECIPES, preset
 from tests.model.conftest import forward_states, randomize
+from tests.tier import fast_few
 
 B, T = 2, 64  # the tiny size's sequence length
 
@@ -94,7 +95,7 @@ def _train_pair(recipe: str, steps, backend: str = "aot_eager", **cfg_overrides)
     return eager, compiled, seen
 
 
-@pytest.mark.parametrize("recipe", RECIPES)
+@pytest.mark.parametrize("recipe", fast_few(RECIPES))
 def test_compiled_training_equals_eager_for_every_recipe(recipe):
     """Three steps equal to eager (changing loop counts for the Poisson samplers); then new loop
     counts (per batch and per sample), a mask built for another length (as evaluation does) and a
@@ -118,6 +119,7 @@ def test_compiled_training_equals_eager_for_every_recipe(recipe):
     assert _graphs() == warm and _graph_breaks() == 0
 
 
+@pytest.mark.slow  # docs/testing.md: a second recurrent layer doubles the traced graph
 def test_reused_keys_of_every_recurrent_layer_flow_between_compiled_rounds():
     """reuse_kv with two recurrent layers: round 1 hands each layer's K, V to the later rounds' graph."""
     model, _, _ = _train_pair("reuse_kv", (0, 1), n_recurrent=2)

@@ -11,6 +11,7 @@ from model.kv_cache import LayerKey
 from model.looped import LoopedLM
 from model.presets import RECIPES, preset
 from tests.model.conftest import randomize
+from tests.tier import fast_few
 
 T = 64  # tiny windows are 16 and 32 tokens: the ring buffers wrap 4 and 2 times
 
@@ -33,7 +34,7 @@ def assert_decode_equals_forward(
     assert int(cache.pos) == length
 
 
-@pytest.mark.parametrize("recipe", RECIPES)
+@pytest.mark.parametrize("recipe", fast_few(RECIPES))
 def test_decode_equals_full_forward_at_every_position(recipe):
     cfg = preset(recipe, "tiny")
     m = randomize(LoopedLM(cfg), seed=1).eval()

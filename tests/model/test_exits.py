@@ -32,6 +32,7 @@ from model.kv_cache import LayerKey, strategy_config
 from model.looped import LoopedLM
 from model.presets import RECIPES, preset
 from tests.model.conftest import randomize
+from tests.tier import FAST_RECIPES
 
 T = 32
 # every recipe, and the loop-design variants on BaseLoop (history and timestep change the round loop)
@@ -62,7 +63,14 @@ def tokens(batch: int = 2, length: int = T, seed: int = 0) -> torch.Tensor:
     return torch.randint(0, 256, (batch, length), generator=torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.parametrize("recipe, overrides", VARIANTS, ids=lambda v: str(v))
+@pytest.mark.parametrize(
+    "recipe, overrides",
+    # every recipe in the full suite; the fast tier keeps tests/tier.py's recipes and the loop designs
+    [
+        pytest.param(r, o, marks=() if o or r in FAST_RECIPES else pytest.mark.slow, id=f"{r}-{o}")
+        for r, o in VARIANTS
+    ],
+)
 def test_threshold_limits_are_the_fixed_depth_forwards_bit_for_bit(recipe, overrides):
     """Threshold 0 (argmax: k = inf) = the fixed-depth forward at max_rounds; an infinite threshold
     (argmax: k = 0) = the forward at min_rounds; under per_round and latest alike, exactly."""

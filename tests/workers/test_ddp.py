@@ -31,6 +31,9 @@ from workers.reporter import MemoryReporter, SilentReporter
 from workers.train_spec import Spec
 from workers.trainer import Trainer
 
+# docs/testing.md: every case spawns two gloo ranks, each a fresh process importing torch
+pytestmark = pytest.mark.slow
+
 LOOP_DESIGN = {
     **TINY_MODEL,
     "loop_sampler": "poisson_seq",

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import torch
 
 from workers import checkpoint as ckpt
@@ -78,6 +79,7 @@ def _curves(*event_files) -> dict[str, dict[int, float]]:
     return curves
 
 
+@pytest.mark.slow  # docs/testing.md: three training processes, one killed
 def test_sigkill_then_resume_matches_uninterrupted_run_bit_for_bit(looplab_cache, tmp_path):
     ref_dir, ref_ev = tmp_path / "ref", tmp_path / "ref.jsonl"
     r = subprocess.run(
