@@ -375,6 +375,10 @@ SCORECARD_COLUMNS = [
     "study_figure",
     "study_scale",
     "ours",
+    "value",
+    "low",
+    "high",
+    "n_seeds",
     "our_scale",
     "scale_note",
     "runs",
@@ -384,7 +388,8 @@ SCORECARD_COLUMNS = [
 
 def scorecard(judgements: Iterable[Judgement]) -> pd.DataFrame:
     """One row per judgement (SCORECARD_COLUMNS): the claim, its verdict, the study's figure and scale
-    beside ours with its interval and scale, the runs it rests on and why the verdict is what it is."""
+    beside ours (as text, and as value, low, high over n_seeds) with our scale, the runs it rests on and
+    why the verdict is what it is."""
     rows = []
     for j in judgements:
         c = j.claim
@@ -398,6 +403,10 @@ def scorecard(judgements: Iterable[Judgement]) -> pd.DataFrame:
                 study_figure=j.study.describe() if j.study else "no values printed",
                 study_scale=c.scale.describe(),
                 ours=j.ours.describe() if j.ours else "—",
+                value=j.ours.value if j.ours else math.nan,
+                low=j.ours.low if j.ours else math.nan,
+                high=j.ours.high if j.ours else math.nan,
+                n_seeds=j.ours.n if j.ours else 0,
                 our_scale=j.our_scale,
                 scale_note=j.scale_note if j.ours else "",
                 runs=", ".join(str(r) for r in j.runs),

@@ -352,7 +352,7 @@ def _equal_data_claims() -> list[Claim]:
             Side.ABOVE,
             Unit.LOSS,
             M144_2B,
-            _m("depth", "val_loss", ("parcae@4 − lean", "parcae at 4 loops minus lean at 4"), at="loops 4"),
+            _m("depth", "val_loss", at="parcae at 4 loops minus lean at 4, per seed"),
             terms=(("parcae@4 − lean", 4),),
             # the printed range's two ends are the two seeds ("两个种子上都看得到")
             points=(
@@ -469,9 +469,7 @@ def _controls() -> list[Claim]:
             Side.BELOW,
             Unit.LOSS,
             ONE_RUN,
-            _m(
-                "depth", "val_loss", ("parcae_last1", "parcae_last1"), ("parcae", "parcae"), at="gain L1 − L8"
-            ),
+            _m("depth", "val_loss", at="parcae_last1's and parcae's gain L1 − L8"),
             terms=(("parcae_last1", "L1 − L8"), ("parcae", "L1 − L8")),
             points=(
                 Point("parcae_last1", "L1 − L8", Quote("0.11")),
