@@ -63,3 +63,23 @@ def test_the_study_choices_are_the_registrys(capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["claims", "--study", "nope"])
     assert "invalid choice: 'nope'" in capsys.readouterr().err
+
+
+def test_the_iso_depth_claims_read_the_fitted_law(tmp_path, capsys):
+    from tests.dashboard.test_scaling_page import build_study_db
+
+    path = tmp_path / "study.db"
+    build_study_db(path)  # 27 iso_depth runs, r in 1, 2, 4, from a law with φ = 0.5
+    card = csv_of(str(path), capsys, "--study", "iso-depth").set_index("claim")
+    phi = card.loc["iso.phi_below_one"]
+    assert phi["low"] < phi["value"] < phi["high"] and phi["n_seeds"] == 27
+    assert 0 < phi["low"] and phi["high"] < 1 and phi["verdict"] == "replicated"
+    assert card.loc["iso.phi_above_zero", "verdict"] == "replicated"
+    worth = card.loc["iso.worth_at_4"]
+    assert worth["verdict"] == "replicated"  # under the 4 blocks it costs
+    assert worth["value"] == pytest.approx(4 ** phi["value"])
+    assert (
+        "27 runs; r in 1, 2, 4" in worth["our_scale"]
+        and worth["scale_note"] == "other scale: direction and shape only"
+    )
+    assert card.loc["iso.gap_grows_with_r", "verdict"] == "not run"
