@@ -84,7 +84,7 @@ LEAN_DEPTH = _m("depth", "val_loss", ("lean", "lean"), at="loops 1-32")
 OTHER_LOOPS = (1, 2, 3, 4, 6, 8, 16, 24, 32)
 
 
-def _depth_claims() -> list[Claim]:
+def _parcae_depth_claims() -> list[Claim]:
     t1 = ("table 原配方模型：推理时循环几轮，loss 是多少", (7, 20))
     return [
         Claim(
@@ -163,6 +163,11 @@ def _depth_claims() -> list[Claim]:
             quotes=(Quote("12"),),
             across_models=False,
         ),
+    ]
+
+
+def _flat_and_best_claims() -> list[Claim]:
+    return [
         Claim(
             "lean.parcae_flat_6_to_32",
             STUDY.key,
@@ -210,6 +215,11 @@ def _depth_claims() -> list[Claim]:
             stated=(Quote("0.07"),),
             across_models=False,
         ),
+    ]
+
+
+def _fixed_depth_claims() -> list[Claim]:
+    return [
         Claim(
             "lean.lean_1_loop_worse",
             STUDY.key,
@@ -243,6 +253,10 @@ def _depth_claims() -> list[Claim]:
             own_evidence="the note tabulates the depth sweep of lean only; fixed4's is not printed",
         ),
     ]
+
+
+def _depth_claims() -> list[Claim]:
+    return [*_parcae_depth_claims(), *_flat_and_best_claims(), *_fixed_depth_claims()]
 
 
 def _update_claims() -> list[Claim]:
@@ -287,7 +301,7 @@ def _update_claims() -> list[Claim]:
     ]
 
 
-def _equal_data_claims() -> list[Claim]:
+def _equal_data_claims_a() -> list[Claim]:
     where = ("table of lines 25-33 (同样的训练数据)", (24, 34))
     metric = _m("runs", "eval_loss", ("lean", "lean"), ("parcae", "parcae"), note=EQUAL_DATA)
     p86 = _pairs(
@@ -342,6 +356,11 @@ def _equal_data_claims() -> list[Claim]:
             stated=(Quote("0.005"), Quote("0.009")),
             own_evidence="two seeds whose differences (under 0.01) lie inside the note's own noise line",
         ),
+    ]
+
+
+def _equal_data_claims_b() -> list[Claim]:
+    return [
         Claim(
             "lean.parcae4_worse_144m_2b",
             STUDY.key,
@@ -382,6 +401,10 @@ def _equal_data_claims() -> list[Claim]:
             ),
         ),
     ]
+
+
+def _equal_data_claims() -> list[Claim]:
+    return [*_equal_data_claims_a(), *_equal_data_claims_b()]
 
 
 ABLATION_ROWS = {
@@ -517,19 +540,10 @@ def _controls() -> list[Claim]:
     ]
 
 
-def _time_claims() -> list[Claim]:
+def _time_claims_a() -> list[Claim]:
     where = ("table 同样的训练时间，谁的 loss 更低", (77, 88))
     metric = _m(
         "runs", "eval_loss", ("lean", "lean"), ("parcae", "parcae"), note="iso-time pairs (match_time_of)"
-    )
-    gap = "lean − parcae at equal time"
-    gaps = (
-        Point(gap, "86 M 1.8 h", Quote("−0.166"), 43),
-        Point(gap, "86 M 1.8 h", Quote("−0.182"), 44),
-        Point(gap, "86 M 1.8 h", Quote("−0.185"), 45),
-        Point(gap, "144 M 5.7 h", Quote("−0.111"), 43),
-        Point(gap, "144 M 5.7 h", Quote("−0.116"), 44),
-        Point(gap, "144 M 11.3 h", Quote("−0.063"), 43),
     )
 
     def _at(key: str, x: str, size: str, tokens: str, seeds: tuple, stated: str, lose: tuple, win: tuple):
@@ -580,6 +594,42 @@ def _time_claims() -> list[Claim]:
             ("3.1654",),
             ("3.1024",),
         ),
+    ]
+
+
+def _time_claims_b() -> list[Claim]:
+    where = ("table 同样的训练时间，谁的 loss 更低", (77, 88))
+    metric = _m(
+        "runs", "eval_loss", ("lean", "lean"), ("parcae", "parcae"), note="iso-time pairs (match_time_of)"
+    )
+    gap = "lean − parcae at equal time"
+    gaps = (
+        Point(gap, "86 M 1.8 h", Quote("−0.166"), 43),
+        Point(gap, "86 M 1.8 h", Quote("−0.182"), 44),
+        Point(gap, "86 M 1.8 h", Quote("−0.185"), 45),
+        Point(gap, "144 M 5.7 h", Quote("−0.111"), 43),
+        Point(gap, "144 M 5.7 h", Quote("−0.116"), 44),
+        Point(gap, "144 M 11.3 h", Quote("−0.063"), 43),
+    )
+
+    def _at(key: str, x: str, size: str, tokens: str, seeds: tuple, stated: str, lose: tuple, win: tuple):
+        return Claim(
+            f"lean.iso_time_{key}",
+            STUDY.key,
+            *where,
+            f"at equal training time ({x}) lean beats parcae trained on fewer tokens, by about {stated}",
+            Comparison.DIFFERENCE,
+            Side.BELOW,
+            Unit.LOSS,
+            Scale(size, tokens, seeds, DEVICE, x.split(" ", 2)[-1]),
+            metric,
+            terms=(("lean", x), ("parcae", x)),
+            points=_pairs("lean", "parcae", seeds, win, lose, x=x),
+            stated=(Quote(stated),),
+            stated_sign=-1,
+        )
+
+    return [
         Claim(
             "lean.iso_time_gap_shrinks",
             STUDY.key,
@@ -616,7 +666,11 @@ def _time_claims() -> list[Claim]:
     ]
 
 
-def _speed_claims() -> list[Claim]:
+def _time_claims() -> list[Claim]:
+    return [*_time_claims_a(), *_time_claims_b()]
+
+
+def _speed_claims_a() -> list[Claim]:
     decode = ("table 生成一个 token 的耗时（毫秒） / KV 缓存（MB）", (90, 99))
     ms = {  # setting: (parcae at 8 loops, lean, plain) as printed
         "2k × 1": ("4.66", "2.00", "1.57"),
@@ -624,12 +678,8 @@ def _speed_claims() -> list[Claim]:
         "16k × 1": ("25.07", "8.11", "7.87"),
         "16k × 8": ("27.01", "8.63", "8.13"),
     }
-    kv = {"2k": ("120", "37", "36"), "16k": ("960", "289", "288")}
     ms_points = tuple(
         Point(s, x, Quote(t)) for x, texts in ms.items() for s, t in zip(("parcae8", "lean", "plain"), texts)
-    )
-    kv_points = tuple(
-        Point(s, x, Quote(t)) for x, texts in kv.items() for s, t in zip(("parcae8", "lean", "plain"), texts)
     )
     decode_metric = _m("decode", "ms_per_token", ("parcae8", "parcae at 8 loops"), ("lean", "lean"))
     one = "one timing per setting and no stated timing noise: no interval"
@@ -672,6 +722,26 @@ def _speed_claims() -> list[Claim]:
             stated=(Quote("2.3"), Quote("3.1")),
             own_evidence=one,
         ),
+    ]
+
+
+def _speed_claims_b() -> list[Claim]:
+    decode = ("table 生成一个 token 的耗时（毫秒） / KV 缓存（MB）", (90, 99))
+    ms = {  # setting: (parcae at 8 loops, lean, plain) as printed
+        "2k × 1": ("4.66", "2.00", "1.57"),
+        "2k × 64": ("20.17", "7.01", "6.39"),
+        "16k × 1": ("25.07", "8.11", "7.87"),
+        "16k × 8": ("27.01", "8.63", "8.13"),
+    }
+    kv = {"2k": ("120", "37", "36"), "16k": ("960", "289", "288")}
+    ms_points = tuple(
+        Point(s, x, Quote(t)) for x, texts in ms.items() for s, t in zip(("parcae8", "lean", "plain"), texts)
+    )
+    kv_points = tuple(
+        Point(s, x, Quote(t)) for x, texts in kv.items() for s, t in zip(("parcae8", "lean", "plain"), texts)
+    )
+    one = "one timing per setting and no stated timing noise: no interval"
+    return [
         Claim(
             "lean.kv_third",
             STUDY.key,
@@ -702,6 +772,10 @@ def _speed_claims() -> list[Claim]:
             own_evidence=one,
         ),
     ]
+
+
+def _speed_claims() -> list[Claim]:
+    return [*_speed_claims_a(), *_speed_claims_b()]
 
 
 CLAIMS: tuple[Claim, ...] = (

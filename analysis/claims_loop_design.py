@@ -108,7 +108,7 @@ def _extrapolation_claims() -> list[Claim]:
     ]
 
 
-def _layout_claims() -> list[Claim]:
+def _layout_claims_a() -> list[Claim]:
     where = "深度怎么分配:物理层数和循环次数不能乱搭"
     nonloop = ("NonLoop", "non_loop 20×1")
     return [
@@ -159,6 +159,11 @@ def _layout_claims() -> list[Claim]:
             terms=(("4×5", 40), ("NonLoop", 20)),
             points=(Point("NonLoop", 20, Quote("30.25")), Point("4×5", 40, Quote("31.49"))),
         ),
+    ]
+
+
+def _layout_claims_b() -> list[Claim]:
+    return [
         _claim(
             "coda_softens_under_unrolling",
             "输入层和输出层要不要参与循环,这事儿很讲究",
@@ -201,7 +206,11 @@ def _layout_claims() -> list[Claim]:
     ]
 
 
-def _conditioning_claims() -> list[Claim]:
+def _layout_claims() -> list[Claim]:
+    return [*_layout_claims_a(), *_layout_claims_b()]
+
+
+def _conditioning_claims_a() -> list[Claim]:
     extrapolated = "loops at 2× the trained count"
     return [
         _claim(
@@ -269,6 +278,11 @@ def _conditioning_claims() -> list[Claim]:
             higher_better=True,
             quotes=(Quote("3"),),
         ),
+    ]
+
+
+def _conditioning_claims_b() -> list[Claim]:
+    return [
         _claim(
             "pair_beats_best_single",
             "三种机制放在一起,到底谁和谁最合拍",
@@ -315,6 +329,10 @@ def _conditioning_claims() -> list[Claim]:
             quotes=(Quote("10%"), Quote("20%")),
         ),
     ]
+
+
+def _conditioning_claims() -> list[Claim]:
+    return [*_conditioning_claims_a(), *_conditioning_claims_b()]
 
 
 CLAIMS: tuple[Claim, ...] = (*_extrapolation_claims(), *_layout_claims(), *_conditioning_claims())
