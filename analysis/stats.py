@@ -6,7 +6,8 @@
 - `difference_interval`: the difference of two variants' mean loss with a 95 % interval, and which
   method gave it (paired t, Welch t, bootstrap, the noise floor, or none: "n too small").
 - `Verdict`, `interval_verdict`: better / worse when the interval excludes 0, else "not resolved"; the
-  fixed loss threshold decides only where no interval exists.
+  fixed loss threshold decides only where no interval exists. `ClaimVerdict`: a study's claim against
+  our runs (`analysis/claims.py`).
 - `seeds_needed`: seeds per side to resolve a difference δ at noise σ (a power estimate).
 - `fit_loss_vs_data`, `data_fits`: L(D) = E + B·D^(−β) per variant, and with it a loss difference
   expressed as "worth X % more training data".
@@ -52,6 +53,18 @@ class Verdict(StrEnum):
     NOT_RESOLVED = "not resolved"  # the interval reaches across 0
     NOISE = "noise"  # no interval, and the difference is under the fixed threshold
     REFERENCE = "reference"  # the row the others are compared with
+
+
+class ClaimVerdict(StrEnum):
+    """What our runs say about a claim of a study (`analysis.claims.judge`): a second question beside
+    `Verdict` (a claim is replicated or not, a variant is better or worse), spelled here too so every
+    verdict name has one home. "not resolved" is the same string in both.
+    """
+
+    REPLICATED = "replicated"  # the interval lies on the claimed side (and meets its magnitude)
+    CONTRADICTED = "contradicted"  # the interval lies on the other side, or excludes the magnitude
+    NOT_RESOLVED = Verdict.NOT_RESOLVED.value  # the interval reaches across the line, or there is none
+    NOT_RUN = "not run"  # the runs the claim needs are missing
 
 
 # ---------------------------------------------------------------- noise floor

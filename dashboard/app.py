@@ -7,7 +7,7 @@ on purpose: Streamlit would then also serve those files as pages of their own (o
 running them without this entry point.
 
 Every page has its own URL (`/queue`, `/runs`, `/compare`, `/depth`, `/decode`, `/tasks`,
-`/extrapolation`, `/adaptive`, `/plan`, `/scaling`, `/sql`).
+`/extrapolation`, `/adaptive`, `/plan`, `/scaling`, `/claims`, `/sql`).
 Streamlit serves its default page at the root only, never at that page's `url_path`, so the default
 here is a hidden page that forwards the root to `/queue` (query parameters included).
 """
@@ -35,6 +35,7 @@ PAGES = [
     st.Page("views/adaptive.py", title="Adaptive", icon=":material/tune:", url_path="adaptive"),
     st.Page("views/plan.py", title="Plan", icon=":material/schedule:", url_path="plan"),
     st.Page("views/scaling.py", title="Scaling", icon=":material/trending_down:", url_path="scaling"),
+    st.Page("views/claims.py", title="Claims", icon=":material/fact_check:", url_path="claims"),
     st.Page("views/sql.py", title="SQL", icon=":material/database:", url_path="sql"),
 ]
 

@@ -24,6 +24,7 @@ HANDLERS = {
     "sql": ("orchestrator.sql", "cli_sql"),
     **{command: ("lab.commands", f"cli_{command}") for command in QUEUE_COMMANDS},
     "fit": ("lab.fit", "cli_fit"),
+    "claims": ("lab.commands", "cli_claims"),
     "report": ("lab.report", "cli_report"),
     "export": ("lab.export", "cli_export"),
     "dashboard": ("dashboard.launch", "cli_dashboard"),
@@ -53,12 +54,13 @@ GUIDES = {
     "export": "docs/exports.md (Exporting runs)",
     "report": "docs/exports.md (Study reports)",
     "fit": "docs/studies.md (Study 2: iso-depth scaling laws)",
+    "claims": "docs/claims.md (the registry, the rule, the scale marking)",
     "dashboard": "docs/statistics.md (the verdicts and intervals); the study pages: docs/studies.md",
 }
 EPILOG = (
     "Guides: README.md (start here), docs/queue.md, docs/variants.md, docs/planning.md, "
     "docs/statistics.md, docs/studies.md, docs/evaluation.md, docs/scale-out.md, docs/measured.md, "
-    "docs/gpu.md, docs/testing.md, docs/disk.md, docs/scale-training.md, docs/published-models.md, docs/adaptive.md, docs/exports.md, docs/data.md. `looplab COMMAND --help` names the guide of a command."
+    "docs/gpu.md, docs/testing.md, docs/disk.md, docs/scale-training.md, docs/published-models.md, docs/adaptive.md, docs/exports.md, docs/data.md, docs/claims.md. `looplab COMMAND --help` names the guide of a command."
 )
 
 
@@ -228,6 +230,15 @@ def _study_commands(sub: argparse._SubParsersAction) -> None:
         "--robust", default="linear", help="least-squares loss: linear, huber, soft_l1, cauchy, arctan"
     )
     ft.add_argument("--json", action="store_true", help="print JSON")
+
+    cl = sub.add_parser("claims", help="the three studies' claims judged on the finished runs: a scorecard")
+    cl.add_argument(
+        "--study",
+        choices=["lean", "iso-depth", "loop-design"],
+        default=None,
+        help="only this study's claims (default: all three)",
+    )
+    cl.add_argument("--csv", action="store_true", help="print the whole scorecard as CSV")
 
     rp = sub.add_parser("report", help="write a study report of grids: self-contained HTML or Markdown")
     rp.add_argument(

@@ -28,7 +28,7 @@ task scores and decode timings with exits); prints the rounds saved at equal los
 `looplab demo --study lean` runs the lean-recipe study at CPU size (`LEAN`): parcae, fixed4 and lean on
 `tiny` at 2^20 tokens (about 1 M, where the findings' shape shows; the default demo's 61 k tokens show
 the machinery only), 2 seeds (`--fast`: 1), each with a depth sweep over 1-16 loops; prints each finding
-of the study beside this run's figure (`analysis.findings`) and writes the study report
+of the study judged on this run (`analysis.findings`, the registry's lean part) and writes the study report
 (`lean-study.html`, `lean-study.md`, lab/report/). About 30 minutes on 2 quiet cores (`--fast`:
 about 12).
 
@@ -513,16 +513,22 @@ def main_adaptive(db: str | None = None, fast: bool = False, artifacts: str = "l
 
 
 def print_findings(url: str, grids: list[str]) -> None:
-    """Each finding of the lean-recipe study beside this run's figure (`analysis.findings`)."""
+    """The lean-recipe study's scorecard on this run: each claim's verdict, the study's figure and ours
+    (`analysis.findings`)."""
     import pandas as pd
 
     from lab.report import study_data
 
     data = study_data(url, grids)
-    with pd.option_context("display.width", 200, "display.max_columns", 10, "display.max_colwidth", 90):
-        print("\n== the lean-recipe study's findings against this run ==")
-        cols = ["finding", "study", "this_run", "holds"]
-        print(data.findings[cols].to_string(index=False) if not data.findings.empty else "(no finished runs)")
+    with pd.option_context("display.width", 220, "display.max_columns", 10, "display.max_colwidth", 70):
+        print("\n== the lean-recipe study's claims against this run ==")
+        if data.findings.empty:
+            print("(no finished runs)")
+            return
+        cols = ["claim", "verdict", "study_figure", "ours", "scale_note"]
+        print(data.findings[cols].to_string(index=False))
+        counts = data.findings["verdict"].value_counts()
+        print("verdicts: " + ", ".join(f"{n} {verdict}" for verdict, n in counts.items()))
 
 
 def main_lean(db: str | None = None, fast: bool = False, artifacts: str = "looplab_artifacts") -> int:

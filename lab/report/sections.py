@@ -190,12 +190,22 @@ def _runs(data: StudyData) -> Section:
 def _findings(data: StudyData) -> list[Section]:
     if data.findings.empty:
         return []
+    counts = data.findings["verdict"].value_counts()
+    tally = ", ".join(f"{n} {verdict}" for verdict, n in counts.items())
     text = [
-        "Each finding of the lean-recipe study (its claims at ~1 M tokens on tiny) "
-        "beside this run's figure, and whether its shape holds here (`analysis/findings.py`)."
+        "Each claim of the lean-recipe study (the registry, `analysis/claims_lean.py`, with the study's own "
+        "numbers) judged on these runs by the one rule of `analysis/claims.py`: replicated when the 95 % "
+        "interval lies on the claimed side of the line, contradicted on the other side, not resolved across "
+        "it, not run without the runs it needs. Runs at another scale than the claim's are judged on "
+        "direction and shape only (`scale_note`).",
+        f"Verdicts: {tally}.",
     ]
-    cols = ["finding", "study", "this_run", "holds", "value", "ci_low", "ci_high", "n_seeds"]
-    return [Section("Findings of the lean-recipe study", text, [Table("findings", data.findings[cols])])]
+    cols = ["claim", "statement", "verdict", "study_figure", "study_scale", "ours", "our_scale", "scale_note"]
+    return [
+        Section(
+            "Scorecard of the lean-recipe study", text, [Table("findings", data.findings[[*cols, "reason"]])]
+        )
+    ]
 
 
 def _iso_data(data: StudyData) -> Section:

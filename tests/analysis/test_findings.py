@@ -1,150 +1,141 @@
-"""analysis.findings on hand-built depth sweeps whose answers are worked out by hand in each test."""
+"""analysis.findings: the lean-recipe study's claims measured on frames built from the study's own tables
+(so the registry's rule must replicate them through the same path our runs take), then with a shape
+broken, a loop count missing and a claim these frames cannot measure."""
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 import pytest
-from scipy import stats as scipy_stats
 
-from analysis import comparison, findings
+from analysis import claims, comparison, findings
 
-# (recipe, seed) -> depth-sweep loss per loop count
-SWEEPS = {
-    # shares (L1 - L4) / (L1 - L8): 0.78 / 0.8 = 0.975 and 0.79 / 0.8 = 0.9875; best at 12 on the mean
-    ("parcae", 0): {1: 3.0, 2: 2.6, 4: 2.22, 8: 2.20, 12: 2.19, 16: 2.195},
-    ("parcae", 1): {1: 3.1, 2: 2.7, 4: 2.31, 8: 2.30, 12: 2.295, 16: 2.30},
-    # best at 4, 8 worse by 0.15 and 0.11
-    ("fixed4", 0): {1: 3.2, 2: 2.6, 4: 2.20, 6: 2.28, 8: 2.35},
-    ("fixed4", 1): {1: 3.2, 2: 2.6, 4: 2.22, 6: 2.30, 8: 2.33},
-    # best at 6 (mean 2.235 < 2.25): the finding does not hold
-    ("lean", 0): {1: 3.3, 2: 2.7, 4: 2.25, 6: 2.23, 8: 2.30},
-    ("lean", 1): {1: 3.3, 2: 2.7, 4: 2.25, 6: 2.24, 8: 2.31},
-}
+C = claims.BY_ID
+
+
+def table(claim_id: str, series: str) -> dict:
+    """{seed: {loops: loss}} of one series of a claim's printed table (the registry's own values)."""
+    out: dict = {}
+    for p in C[claim_id].points:
+        if p.series == series:
+            out.setdefault(p.seed, {})[p.x] = p.quote.value
+    return out
+
+
+PARCAE = table("lean.parcae_share_4_of_8", "parcae")  # 144 M / 1 B, seeds 43 and 44, loops 1-32
+LEAN = table("lean.lean_best_at_4", "lean")
+# fixed4 is not tabulated: best at its trained 4 by 0.05 or more on both seeds
+FIXED4 = {s: {x: v + (0.05 + 0.001 * x if x != 4 else 0.0) for x, v in LEAN[s].items()} for s in LEAN}
 MODES = {"parcae": ("sampled", 8), "fixed4": ("fixed", 4), "lean": ("fixed", 4)}
 
 
 def frames(sweeps: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(the depth frame, the runs with comparison.eval_loss_per_run's loss), as the report builds them."""
     runs, depth = [], []
-    for job_id, ((recipe, seed), losses) in enumerate(sweeps.items(), start=1):
+    job_id = 0
+    for recipe, per_seed in sweeps.items():
         mode, loops = MODES[recipe]
-        runs.append(
-            dict(
-                job_id=job_id,
-                grid="g",
-                recipe=recipe,
-                size="tiny",
-                seed=seed,
-                status="succeeded",
-                budget_tokens=2**20,
-                budget_time_s=None,
-                match_time_of=None,
-                loop_mode=mode,
-                train_loops=loops,
-                final_val_loss=min(losses.values()),
+        for seed, losses in per_seed.items():
+            job_id += 1
+            runs.append(
+                dict(
+                    job_id=job_id,
+                    grid="g",
+                    recipe=recipe,
+                    size="tiny",
+                    seed=seed,
+                    status="succeeded",
+                    budget_tokens=2**20,
+                    budget_time_s=None,
+                    match_time_of=None,
+                    loop_mode=mode,
+                    train_loops=loops,
+                    final_val_loss=min(losses.values()),
+                )
             )
-        )
-        depth += [
-            dict(train_job_id=job_id, recipe=recipe, size="tiny", seed=seed, loops=n, val_loss=v)
-            for n, v in losses.items()
-        ]
+            depth += [
+                dict(
+                    train_job_id=job_id,
+                    recipe=recipe,
+                    size="tiny",
+                    seed=seed,
+                    budget_tokens=2**20,
+                    loops=n,
+                    val_loss=v,
+                )
+                for n, v in losses.items()
+            ]
     depth_df = pd.DataFrame(depth)
     return depth_df, comparison.eval_loss_per_run(pd.DataFrame(runs), depth_df)
 
 
-def t_half(values: list[float]) -> float:
-    s = pd.Series(values).std(ddof=1)
-    return scipy_stats.t.ppf(0.975, len(values) - 1) * s / math.sqrt(len(values))
+def card(sweeps: dict) -> pd.DataFrame:
+    return findings.lean_study_findings(*frames(sweeps)).set_index("claim")
 
 
-def test_each_finding_beside_this_runs_figure_with_intervals_from_two_seeds():
-    depth, evals = frames(SWEEPS)
-    out = findings.lean_study_findings(depth, evals).set_index("key")
-    assert list(out.index) == ["parcae_share", "parcae_best", "fixed4_best", "lean_best", "equal_data"]
-
-    share = out.loc["parcae_share"]
-    assert share["value"] == pytest.approx((0.975 + 0.9875) / 2)
-    half = t_half([0.975, 0.9875])
-    assert (share["ci_low"], share["ci_high"]) == pytest.approx((0.98125 - half, 0.98125 + half))
-    assert share["ci_low"] > findings.SHARE_HOLDS and share["holds"] == "yes" and share["n_seeds"] == 2
-    assert share["this_run"].startswith("98.1 % (per seed 97.5 % / 98.")
-
-    best = out.loc["parcae_best"]  # means at 8, 12, 16: 2.25, 2.2425, 2.2475
-    assert (
-        best["value"] == 12
-        and best["holds"] == "yes"
-        and "per seed 12 / 12; 8-12 loops +0.0000" in best["this_run"]
-    )
-
-    fixed4 = out.loc["fixed4_best"]  # closest count above 4 is 6: +0.08 on both seeds
-    assert fixed4["holds"] == "yes" and fixed4["value"] == pytest.approx(0.08)
-    assert "best at 4 loops" in fixed4["this_run"] and "6 loops, +0.0800" in fixed4["this_run"]
-    assert fixed4["ci_low"] == pytest.approx(0.08) and fixed4["ci_high"] == pytest.approx(0.08)  # no spread
-
-    lean = out.loc["lean_best"]  # 6 loops beat the trained 4 by 0.02 and 0.01, but two seeds cannot say so
-    assert lean["value"] == pytest.approx(-0.015)
-    half = t_half([-0.02, -0.01])
-    assert (lean["ci_low"], lean["ci_high"]) == pytest.approx((-0.015 - half, -0.015 + half))
-    assert lean["ci_low"] < 0 < lean["ci_high"] and lean["holds"] == "not resolved"
-
-    # equal data: parcae at its best loop count (2.19, 2.295), fixed4 and lean at 4 (2.20/2.22, 2.25/2.25)
-    equal = out.loc["equal_data"]
-    assert equal["value"] == pytest.approx(2.25 - 2.21)
-    table = comparison.iso_data_table(evals, reference="parcae").set_index("variant_label")
-    for label in ("fixed4", "lean"):
-        assert f"{label} {table.loc[label, 'diff']:+.4f}" in equal["this_run"]
-        assert table.loc[label, "verdict"] in equal["this_run"]
-    resolved = set(table.loc[["fixed4", "lean"], "verdict"]) - set(findings.UNRESOLVED)
-    assert equal["holds"] == ("no" if resolved else "yes")
+DEPTH_CLAIMS = [
+    "lean.parcae_gain_1_to_4",
+    "lean.parcae_gain_4_to_8",
+    "lean.parcae_share_4_of_8",
+    "lean.parcae_flat_beyond_8",
+    "lean.parcae_best_at_12",
+    "lean.parcae_flat_6_to_32",
+    "lean.lean_best_at_4",
+    "lean.lean_8_loops_worse",
+    "lean.lean_1_loop_worse",
+    "lean.fixed4_best_at_4",
+]
 
 
-def test_one_seed_gives_figures_without_intervals_and_the_threshold_judges_equal_data():
-    close = {
-        ("parcae", 0): {1: 3.0, 4: 2.21, 8: 2.20, 12: 2.205},
-        ("fixed4", 0): {1: 3.0, 4: 2.201, 8: 2.30},
-        ("lean", 0): {1: 3.0, 4: 2.199, 8: 2.30},
-    }
-    out = findings.lean_study_findings(*frames(close)).set_index("key")
-    share = out.loc["parcae_share"]
-    assert share["value"] == pytest.approx(0.79 / 0.8) and math.isnan(share["ci_low"])
-    assert "no interval: one seed" in share["this_run"]
-    assert out.loc["parcae_best", "value"] == 8 and out.loc["parcae_best", "holds"] == "yes"
-    flat = findings.lean_study_findings(
-        *frames({**close, ("parcae", 0): {1: 3.0, 4: 2.21, 6: 2.1995, 8: 2.20}})
-    )
-    row = flat.set_index("key").loc["parcae_best"]  # best at 6, 8 a near tie: said, not hidden
-    assert (
-        row["value"] == 6 and row["holds"] == "no" and "8-12 loops +0.0005 from the best" in row["this_run"]
-    )
-    assert list(out.loc[["fixed4_best", "lean_best"], "holds"]) == ["yes", "yes"]
-    # one seed a side, no noise floor: the fixed 0.01 threshold calls both differences noise
-    equal = out.loc["equal_data"]
-    assert equal["value"] == pytest.approx(0.002) and equal["holds"] == "yes"
-    assert equal["this_run"].count("noise") == 2
-    # a stricter threshold resolves them: the shape no longer holds
-    strict = findings.lean_study_findings(*frames(close), threshold=0.0005).set_index("key")
-    assert strict.loc["equal_data", "holds"] == "no"
+def test_every_lean_claim_has_a_row_and_the_studys_tables_replicate_through_the_frames():
+    out = card({"parcae": PARCAE, "fixed4": FIXED4, "lean": LEAN})
+    assert list(out.columns) == [c for c in claims.SCORECARD_COLUMNS if c != "claim"]
+    assert list(out.index) == [c.id for c in claims.claims_of("lean")]
+    for claim_id in DEPTH_CLAIMS:
+        assert out.loc[claim_id, "verdict"] == "replicated", (claim_id, out.loc[claim_id, "reason"])
+        # tiny runs: another scale than the study's, so direction and shape only, and said so
+        assert out.loc[claim_id, "scale_note"] == "other scale: direction and shape only"
+    share = out.loc["lean.parcae_share_4_of_8"]
+    assert share["value"] == pytest.approx(claims.study_estimate(C["lean.parcae_share_4_of_8"]).value)
+    assert share["n_seeds"] == 2 and "seeds 43, 44" in share["our_scale"]
+    # equal data: parcae at its best of the sweep (12 loops), lean at 4, as the study's table has them
+    equal = out.loc["lean.lean_as_good_144m_1b"]
+    assert equal["verdict"] == "replicated" and equal["value"] == pytest.approx((-0.0045 - 0.0054) / 2)
+    # the same two seeds cannot resolve "lean better" (−0.005 ± the study's 0.01) in either direction
+    assert out.loc["lean.lean_beats_parcae_86m", "verdict"] == "not resolved"
+    # fixed4 has lean's loss at 4 here: the same −0.005, the same verdict
+    assert out.loc["lean.fixed4_beats_parcae_86m", "verdict"] == "not resolved"
 
 
-def test_a_missing_recipe_or_loop_count_is_named_not_guessed():
-    partial = {("parcae", 0): {1: 3.0, 2: 2.5, 16: 2.2}, ("lean", 0): {1: 3.0, 4: 2.2, 8: 2.3}}
-    out = findings.lean_study_findings(*frames(partial)).set_index("key")
-    assert out.loc["parcae_share", "holds"] == "—" and "1, 4 and 8" in out.loc["parcae_share", "this_run"]
-    assert (
-        out.loc["fixed4_best", "holds"] == "—"
-        and "no depth sweep of fixed4" in out.loc["fixed4_best", "this_run"]
-    )
-    assert out.loc["lean_best", "holds"] == "yes"
-    assert out.loc["equal_data", "this_run"] == "needs finished runs of all three"
+def test_a_broken_shape_is_contradicted_whichever_way_it_breaks():
+    lean = {s: {**v, 6: v[4] - 0.02} for s, v in LEAN.items()}  # 6 loops beat 4 on both seeds
+    out = card({"parcae": PARCAE, "fixed4": FIXED4, "lean": lean})
+    assert out.loc["lean.lean_best_at_4", "verdict"] == "contradicted"
+    assert out.loc["lean.lean_best_at_4", "value"] == pytest.approx(-0.02)
+    parcae = {s: {**v, 4: v[1] - 0.1 * (v[1] - v[8])} for s, v in PARCAE.items()}  # 4 loops: 10 % of the gain
+    out = card({"parcae": parcae, "fixed4": FIXED4, "lean": LEAN})
+    assert out.loc["lean.parcae_share_4_of_8", "verdict"] == "contradicted"
+    assert out.loc["lean.parcae_gain_4_to_8", "verdict"] == "replicated"  # still falls from 4 to 8
+
+
+def test_missing_loop_counts_and_recipes_are_named():
+    short = {s: {x: v for x, v in c.items() if x <= 16} for s, c in PARCAE.items()}  # a 1-16 sweep
+    out = card({"parcae": short, "fixed4": FIXED4, "lean": LEAN})
+    assert out.loc["lean.parcae_best_at_12", "verdict"] == "not run"
+    assert out.loc["lean.parcae_best_at_12", "reason"] == "needs parcae at 24, parcae at 32"
+    assert out.loc["lean.parcae_share_4_of_8", "verdict"] == "replicated"  # 1, 4 and 8 are there
+    out = card({"parcae": PARCAE, "lean": LEAN})
+    assert out.loc["lean.fixed4_best_at_4", "reason"].startswith("needs fixed4 at 4")
+    assert out.loc["lean.fixed4_beats_parcae_86m", "verdict"] == "not run"
+
+
+def test_a_claim_these_frames_cannot_measure_says_so():
+    out = card({"parcae": PARCAE, "fixed4": FIXED4, "lean": LEAN})
+    for claim_id in ("lean.train_speedup", "lean.iso_time_86m_1_8h", "lean.parcae_update_shrinks"):
+        assert out.loc[claim_id, "verdict"] == "not run"
+        assert out.loc[claim_id, "reason"].startswith("needs a measurement from these frames")
+        assert out.loc[claim_id, "study_figure"] != "—"  # the study's own figure is still shown
+
+
+def test_applies_to_the_three_recipes():
     assert findings.applies(pd.DataFrame({"recipe": ["parcae", "fixed4", "lean", "plain"]}))
     assert not findings.applies(pd.DataFrame({"recipe": ["parcae", "lean"]}))
-
-
-def test_judged_by_the_interval_where_there_is_one():
-    assert findings.judged(True, 0.001, 0.01, 0.0) == "yes"
-    assert findings.judged(True, -0.001, 0.01, 0.0) == "not resolved"
-    assert findings.judged(False, -0.01, -0.001, 0.0) == "no"
-    assert findings.judged(True, float("nan"), float("nan"), 0.0) == "yes"  # one seed: the estimate decides
-    assert findings.judged(True, 0.85, 0.99, findings.SHARE_HOLDS) == "not resolved"

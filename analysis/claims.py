@@ -1,0 +1,416 @@
+"""The three studies' claims as data, and one rule that judges each claim, the same way for the study's
+own numbers and for our runs.
+
+The registry: `CLAIMS` (records of `analysis/claims_base.py`, the studies' numbers as printed; one
+module per study: claims_lean, claims_iso_depth, claims_loop_design) and `STUDIES` (each file with its
+sha256). tests/analysis/test_claims.py checks every number against the files in ../shared/seeds/.
+
+The rule (`judge`), one for every comparison kind:
+- θ, the claim's figure, is computed per seed by the kind (`theta`) from values keyed (series, x);
+- its interval (`estimate`): over 3 or more seeds a t interval of the per-seed θ; over 2 a seeded
+  percentile bootstrap; over 1 none. Where the study states its noise ("a loss difference under 0.01
+  is noise") and θ is a loss compared across separately trained models, an interval from 1 or 2 seeds
+  is widened to at least θ ± that noise: 2 seeds cannot measure a spread they did not show, and the
+  study's own figure says how far one training is from another. A fit brings its own bootstrap
+  interval (`fitted`);
+- against the kind's line (`line_of`): *replicated* when the interval lies on the claimed side and,
+  for a figure the study puts a magnitude on, meets the study's interval of it (at the study's
+  scale only); *contradicted* when it lies on the other side, or misses that magnitude; *not
+  resolved* when it reaches across the line or there is none; *not run* when values are missing.
+- runs at another scale than the claim's are judged on the side of the line only (direction and
+  shape), never on magnitude, and every judgement says which (`Judgement.scale_note`).
+
+Pure pandas / numpy / scipy: no torch, no database.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import stats as scipy_stats
+
+from analysis import claims_iso_depth, claims_lean, claims_loop_design
+from analysis.claims_base import (
+    SEEDS_DIR,
+    Claim,
+    Comparison,
+    Scale,
+    Side,
+    Study,
+    Unit,
+    printed_step,
+)
+from analysis.stats import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, LEVEL, ClaimVerdict
+from model.errors import ConfigError
+
+__all__ = ["CLAIMS", "SEEDS_DIR", "STUDIES", "Claim", "ClaimVerdict", "Comparison", "Scale", "Side"]
+
+STUDIES: dict[str, Study] = {
+    s.key: s for s in (claims_lean.STUDY, claims_iso_depth.STUDY, claims_loop_design.STUDY)
+}
+CLAIMS: tuple[Claim, ...] = (*claims_lean.CLAIMS, *claims_iso_depth.CLAIMS, *claims_loop_design.CLAIMS)
+BY_ID: dict[str, Claim] = {c.id: c for c in CLAIMS}
+# the kinds' own lines; NO_WORSE and EQUIVALENT take the study's noise margin, EXPONENT the claim's
+LINES = {
+    Comparison.DIFFERENCE: 0.0,
+    Comparison.SHARE: 0.5,  # "most of the gain"
+    Comparison.LOCATION: 0.0,
+    Comparison.TREND: 0.0,
+    Comparison.RANK: 0.0,
+    Comparison.RATIO: 1.0,
+}
+# the kinds whose figure has a size the study states; the others are shapes (a side of the line)
+MAGNITUDE_KINDS = (Comparison.DIFFERENCE, Comparison.SHARE, Comparison.RATIO, Comparison.EXPONENT)
+SCALE_FACTOR = 1.5  # runs within this factor of a claim's parameters and tokens are at its scale
+POINT_COLUMNS = ["series", "x", "seed", "value"]
+
+
+def claims_of(study: str | None = None) -> tuple[Claim, ...]:
+    """The claims of one study (its key), or all of them for None."""
+    if study is None:
+        return CLAIMS
+    if study not in STUDIES:
+        raise ConfigError(f"--study: unknown {study!r}; accepted: {', '.join(STUDIES)}")
+    return tuple(c for c in CLAIMS if c.study == study)
+
+
+def margin_of(claim: Claim) -> float | None:
+    """The study's noise statement (a loss difference it counts as noise), None where it makes none."""
+    noise = STUDIES[claim.study].noise
+    return noise.value if noise is not None else None
+
+
+def noise_of(claim: Claim) -> float | None:
+    """The half-width the study's noise statement gives θ: only a loss across trained models."""
+    return margin_of(claim) if claim.unit == Unit.LOSS and claim.across_models else None
+
+
+def line_of(claim: Claim) -> float | None:
+    """The value where the claim turns; None for a within-noise claim of a study that states no noise."""
+    if claim.kind in (Comparison.NO_WORSE, Comparison.EQUIVALENT):
+        return margin_of(claim)
+    if claim.line is not None:
+        return claim.line
+    return LINES[claim.kind]
+
+
+# ---------------------------------------------------------------- θ per seed
+
+
+def _pairs(claim: Claim) -> list[tuple[tuple, tuple | None]]:
+    """(a, b) keys of a pairwise kind; b None where the single value already is the figure."""
+    terms = claim.terms
+    if terms and isinstance(terms[0], tuple) and terms[0] and isinstance(terms[0][0], tuple):
+        return [(a, b) for a, b in terms]
+    if len(terms) == 1:
+        return [(terms[0], None)]
+    return [(terms[0], terms[1])] if len(terms) == 2 else [(t, None) for t in terms]
+
+
+def needed(claim: Claim) -> list[tuple]:
+    """The (series, x) keys θ reads."""
+    k, t = claim.kind, claim.terms
+    if k == Comparison.SHARE:
+        return [(t[0], x) for x in t[1:4]]
+    if k == Comparison.LOCATION:
+        return [(t[0], t[1]), *((t[0], x) for x in t[2])]
+    if k == Comparison.TREND:
+        return [(t[0], x) for x in t[1]]
+    if k == Comparison.EXPONENT:
+        return [(t[0], t[1])]
+    if k == Comparison.RANK:
+        return [(s, x) for s in t[:2] for x in t[2]]
+    return [key for pair in _pairs(claim) for key in pair if key is not None]
+
+
+def _worst(values: list[float], side: Side) -> float:
+    """The least favourable of several figures for a claim on `side` (the one nearest the other side)."""
+    return min(values) if side == Side.ABOVE else max(values)
+
+
+def theta(claim: Claim, y: Mapping[tuple, float]) -> float:
+    """The claim's figure from one seed's values {(series, x): value}; NaN when a value is missing."""
+    if any(key not in y or not math.isfinite(y[key]) for key in needed(claim)):
+        return math.nan
+    k, t = claim.kind, claim.terms
+    sign = -1.0 if claim.higher_better else 1.0
+    if k == Comparison.SHARE:
+        start, mid, end = (y[(t[0], x)] for x in t[1:4])
+        return (start - mid) / (start - end) if start != end else math.nan
+    if k == Comparison.LOCATION:
+        best = y[(t[0], t[1])]
+        return min(sign * (y[(t[0], x)] - best) for x in t[2])
+    if k == Comparison.TREND:
+        steps = np.diff([y[(t[0], x)] for x in t[1]])
+        return float(steps.min() if claim.side == Side.ABOVE else steps.max())
+    if k == Comparison.EXPONENT:
+        phi = y[(t[0], t[1])]
+        return phi if t[2] is None else float(t[2]) ** phi
+    if k == Comparison.RANK:
+        a, b = ([y[(s, x)] for x in t[2]] for s in t[:2])
+        return float(scipy_stats.spearmanr(a, b).statistic)
+    values = []
+    for a, b in _pairs(claim):
+        if k == Comparison.RATIO:
+            values.append(y[a] / y[b] if b is not None else y[a])
+        else:
+            values.append(y[a] - y[b] if b is not None else y[a])
+    if k == Comparison.EQUIVALENT:
+        return max(abs(v) for v in values)
+    if k == Comparison.NO_WORSE:
+        return max(sign * v for v in values)
+    return _worst(values, claim.side)
+
+
+def study_points(claim: Claim) -> pd.DataFrame:
+    """The study's own values of a claim as runs' figures: columns series, x, seed, value."""
+    rows = [(p.series, p.x, p.seed, p.quote.value) for p in claim.points]
+    return pd.DataFrame(rows, columns=POINT_COLUMNS)
+
+
+def per_seed(claim: Claim, points: pd.DataFrame) -> pd.Series:
+    """θ per seed from values (columns series, x, seed, value); a seed missing a value gives none.
+    Values without a seed (NaN) are one run of their own."""
+    if points.empty:
+        return pd.Series(dtype=float)
+    out = {}
+    for seed, group in points.groupby("seed", dropna=False, sort=True):
+        y = {(s, x): float(v) for s, x, v in zip(group["series"], group["x"], group["value"], strict=True)}
+        value = theta(claim, y)
+        if math.isfinite(value):
+            out[seed] = value
+    return pd.Series(out, dtype=float)
+
+
+# ---------------------------------------------------------------- the interval
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """θ with its interval (`low`, `high`; NaN where none exists) over `n` seeds (or runs of a fit)."""
+
+    value: float
+    low: float
+    high: float
+    n: int
+    method: str
+
+    @property
+    def defined(self) -> bool:
+        return math.isfinite(self.low) and math.isfinite(self.high)
+
+    def describe(self) -> str:
+        if not math.isfinite(self.value):
+            return "—"
+        if not self.defined:
+            return f"{self.value:.4g} (no interval: {self.method})"
+        return f"{self.value:.4g} [{self.low:.4g}, {self.high:.4g}] ({self.method})"
+
+
+def fitted(value: float, low: float, high: float, n: int, method: str = "bootstrap of the fit") -> Estimate:
+    """A figure a fit gives with its own interval (φ, a compute-optimal width): taken as it is."""
+    return Estimate(float(value), float(low), float(high), int(n), method)
+
+
+def _bootstrap(values: np.ndarray, level: float) -> tuple[float, float]:
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    means = values[rng.integers(0, len(values), size=(BOOTSTRAP_RESAMPLES, len(values)))].mean(axis=1)
+    tail = 100 * (1 - level) / 2
+    low, high = np.percentile(means, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def estimate(claim: Claim, points: pd.DataFrame, level: float = LEVEL) -> Estimate:
+    """θ over the seeds of `points` with its interval, by the rule of the module docstring."""
+    thetas = per_seed(claim, points).to_numpy()
+    n = len(thetas)
+    if n == 0:
+        return Estimate(math.nan, math.nan, math.nan, 0, "no values")
+    value = float(thetas.mean())
+    if n >= 3:
+        half = float(scipy_stats.t.ppf((1 + level) / 2, n - 1) * thetas.std(ddof=1) / math.sqrt(n))
+        low, high, method = value - half, value + half, f"t interval over {n} seeds"
+    elif n == 2:
+        (low, high), method = _bootstrap(thetas, level), "bootstrap over 2 seeds"
+    elif claim.unit == Unit.EXACT:
+        low, high, method = value, value, "exact: no noise"
+    else:
+        low, high, method = math.nan, math.nan, "one run"
+    noise = noise_of(claim)
+    if n <= 2 and noise is not None:
+        low, high = np.nanmin([low, value - noise]), np.nanmax([high, value + noise])
+        method += f" ∪ the study's noise ±{noise:g}"
+    elif not math.isfinite(low):
+        method += " and no stated noise for it"
+    return Estimate(value, float(low), float(high), n, method)
+
+
+# ---------------------------------------------------------------- the verdict
+
+
+def same_scale(claim: Scale, ours: Scale | None) -> bool:
+    """Whether runs at `ours` are at the claim's scale: parameters and tokens both stated and each
+    within `SCALE_FACTOR` of the claim's."""
+    if ours is None:
+        return False
+    pairs = ((claim.params, ours.params), (claim.n_tokens, ours.n_tokens))
+    return all(
+        math.isfinite(a) and math.isfinite(b) and a > 0 and b > 0 and max(a / b, b / a) <= SCALE_FACTOR
+        for a, b in pairs
+    )
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A claim judged against runs' figures: the verdict, both figures with their intervals, both scales,
+    whether magnitude counted (`at_scale`) and why (`reason`)."""
+
+    claim: Claim
+    verdict: ClaimVerdict
+    ours: Estimate | None
+    study: Estimate | None
+    at_scale: bool
+    our_scale: str
+    reason: str
+    runs: tuple = ()
+
+    @property
+    def scale_note(self) -> str:
+        if self.at_scale:
+            return "at the study's scale"
+        return "other scale: direction and shape only"
+
+
+def study_estimate(claim: Claim) -> Estimate | None:
+    """The study's own figure of a claim under the rule, None where it prints no values for it."""
+    return estimate(claim, study_points(claim)) if claim.points else None
+
+
+def _band(study: Estimate | None) -> tuple[float, float] | None:
+    if study is None or not math.isfinite(study.value):
+        return None
+    return (study.low, study.high) if study.defined else (study.value, study.value)
+
+
+def judge(
+    claim: Claim,
+    ours: Estimate | None,
+    scale: Scale | None = None,
+    missing: Iterable[str] = (),
+    runs: Iterable = (),
+) -> Judgement:
+    """The verdict on `claim` from our figure `ours` (from `estimate` or `fitted`) measured at `scale`;
+    `missing` names the runs it needs that are not there, `runs` those it rests on."""
+    study = study_estimate(claim)
+    at_scale = same_scale(claim.scale, scale)
+    described = scale.describe() if scale is not None else "—"
+    missing = tuple(missing)
+
+    def out(verdict: ClaimVerdict, reason: str) -> Judgement:
+        return Judgement(claim, verdict, ours, study, at_scale, described, reason, tuple(runs))
+
+    if ours is None or not math.isfinite(ours.value):
+        return out(ClaimVerdict.NOT_RUN, "needs " + (", ".join(missing) or "runs that measure it"))
+    line = line_of(claim)
+    if line is None:
+        return out(ClaimVerdict.NOT_RESOLVED, "the study states no margin within which values count as alike")
+    if not ours.defined:
+        return out(ClaimVerdict.NOT_RESOLVED, f"no interval ({ours.method})")
+    above = claim.side == Side.ABOVE
+    on_side = ours.low > line if above else ours.high < line
+    other_side = ours.high < line if above else ours.low > line
+    where = f"interval [{ours.low:.4g}, {ours.high:.4g}], line {line:g}"
+    if other_side:
+        return out(ClaimVerdict.CONTRADICTED, f"{where}: on the other side")
+    if not on_side:
+        return out(ClaimVerdict.NOT_RESOLVED, f"{where}: reaches across the line")
+    band = _band(study)
+    if at_scale and claim.kind in MAGNITUDE_KINDS and band is not None:
+        if ours.high < band[0] or ours.low > band[1]:
+            return out(
+                ClaimVerdict.CONTRADICTED, f"{where}: misses the study's [{band[0]:.4g}, {band[1]:.4g}]"
+            )
+    return out(ClaimVerdict.REPLICATED, f"{where}: on the claimed side")
+
+
+def judge_points(
+    claim: Claim, points: pd.DataFrame, scale: Scale | None = None, runs: Iterable = ()
+) -> Judgement:
+    """`judge` on runs' values (columns series, x, seed, value): the missing (series, x) are named."""
+    have = set(zip(points["series"], points["x"], strict=True)) if not points.empty else set()
+    missing = [f"{s} at {x}" for s, x in needed(claim) if (s, x) not in have]
+    ours = estimate(claim, points) if not missing else None
+    return judge(claim, ours, scale, missing, runs)
+
+
+# ---------------------------------------------------------------- the study against itself
+
+
+def self_check(claim: Claim) -> dict:
+    """The study's figure computed from its own values beside what it states (`stated`, as printed):
+    {"computed", "stated", "agrees"}; agrees is None where either is missing. A stated figure agrees
+    when the computed one lies within half a printed digit of it (of the range, for two quotes)."""
+    study = study_estimate(claim)
+    if study is None or not claim.stated or not math.isfinite(study.value):
+        return {"computed": study.value if study else math.nan, "stated": "", "agrees": None}
+    values = [claim.stated_sign * q.value for q in claim.stated]
+    slack = max(printed_step(q.text) for q in claim.stated)
+    low, high = min(values) - slack, max(values) + slack
+    stated = " to ".join(q.text for q in claim.stated)
+    return {"computed": study.value, "stated": stated, "agrees": bool(low <= study.value <= high)}
+
+
+# ---------------------------------------------------------------- the scorecard
+
+SCORECARD_COLUMNS = [
+    "claim",
+    "study",
+    "statement",
+    "kind",
+    "verdict",
+    "study_figure",
+    "study_scale",
+    "ours",
+    "value",
+    "low",
+    "high",
+    "n_seeds",
+    "our_scale",
+    "scale_note",
+    "runs",
+    "reason",
+]
+
+
+def scorecard(judgements: Iterable[Judgement]) -> pd.DataFrame:
+    """One row per judgement (SCORECARD_COLUMNS): the claim, its verdict, the study's figure and scale
+    beside ours (as text, and as value, low, high over n_seeds) with our scale, the runs it rests on and
+    why the verdict is what it is."""
+    rows = []
+    for j in judgements:
+        c = j.claim
+        rows.append(
+            dict(
+                claim=c.id,
+                study=c.study,
+                statement=c.statement,
+                kind=str(c.kind),
+                verdict=str(j.verdict),
+                study_figure=j.study.describe() if j.study else "no values printed",
+                study_scale=c.scale.describe(),
+                ours=j.ours.describe() if j.ours else "—",
+                value=j.ours.value if j.ours else math.nan,
+                low=j.ours.low if j.ours else math.nan,
+                high=j.ours.high if j.ours else math.nan,
+                n_seeds=j.ours.n if j.ours else 0,
+                our_scale=j.our_scale,
+                scale_note=j.scale_note if j.ours else "",
+                runs=", ".join(str(r) for r in j.runs),
+                reason=j.reason,
+            )
+        )
+    return pd.DataFrame(rows, columns=SCORECARD_COLUMNS)
