@@ -2,7 +2,7 @@
 own numbers and for our runs.
 
 The registry: `CLAIMS` (records of `analysis/claims_base.py`, the studies' numbers as printed; one
-module per study: claims_lean, claims_iso_depth, claims_loop_design) and `STUDIES` (each file with its
+module per study: claims_lean (and claims_lean_cost), claims_iso_depth, claims_loop_design) and `STUDIES` (each file with its
 sha256). tests/analysis/test_claims.py checks every number against the files in ../shared/seeds/.
 
 The rule (`judge`), one for every comparison kind:
@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
-from analysis import claims_iso_depth, claims_lean, claims_loop_design
+from analysis import claims_iso_depth, claims_lean, claims_lean_cost, claims_loop_design
 from analysis.claims_base import (
     SEEDS_DIR,
     Claim,
@@ -52,7 +52,12 @@ __all__ = ["CLAIMS", "SEEDS_DIR", "STUDIES", "Claim", "ClaimVerdict", "Compariso
 STUDIES: dict[str, Study] = {
     s.key: s for s in (claims_lean.STUDY, claims_iso_depth.STUDY, claims_loop_design.STUDY)
 }
-CLAIMS: tuple[Claim, ...] = (*claims_lean.CLAIMS, *claims_iso_depth.CLAIMS, *claims_loop_design.CLAIMS)
+CLAIMS: tuple[Claim, ...] = (
+    *claims_lean.CLAIMS,
+    *claims_lean_cost.CLAIMS,
+    *claims_iso_depth.CLAIMS,
+    *claims_loop_design.CLAIMS,
+)
 BY_ID: dict[str, Claim] = {c.id: c for c in CLAIMS}
 # the kinds' own lines; NO_WORSE and EQUIVALENT take the study's noise margin, EXPONENT the claim's
 LINES = {

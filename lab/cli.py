@@ -197,7 +197,6 @@ def _queue_commands(sub: argparse._SubParsersAction) -> None:
 
 def _study_commands(sub: argparse._SubParsersAction) -> None:
     """demo, fit, report, export and dashboard: what the finished runs say."""
-    from lab.export import Target  # only the names: --help stays fast
 
     dm = sub.add_parser("demo", help="submit and run the demo grid end to end")
     dm.add_argument("--fast", action="store_true", help="a smaller grid (for smoke tests)")
@@ -239,6 +238,13 @@ def _study_commands(sub: argparse._SubParsersAction) -> None:
         help="only this study's claims (default: all three)",
     )
     cl.add_argument("--csv", action="store_true", help="print the whole scorecard as CSV")
+
+    _output_commands(sub)
+
+
+def _output_commands(sub: argparse._SubParsersAction) -> None:
+    """report, export and dashboard: the finished runs in a file, another tool or a browser."""
+    from lab.export import Target  # only the names: --help stays fast
 
     rp = sub.add_parser("report", help="write a study report of grids: self-contained HTML or Markdown")
     rp.add_argument(
