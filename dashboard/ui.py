@@ -15,7 +15,7 @@ import pandas as pd
 import streamlit as st
 
 from analysis import comparison, variants
-from analysis.stats import Verdict
+from analysis.stats import ClaimVerdict, Verdict
 from orchestrator import frames
 
 TTL_S = 5
@@ -29,6 +29,9 @@ VERDICT_COLORS = {
     Verdict.NOT_RESOLVED: "#eeeeee",
     Verdict.NOISE: "#eeeeee",
     Verdict.REFERENCE: "#dde7f7",
+    ClaimVerdict.REPLICATED: "#d4f4dd",
+    ClaimVerdict.CONTRADICTED: "#fbd9d3",
+    ClaimVerdict.NOT_RUN: "#ffffff",
 }
 # the same verdicts as line colours on a chart (the cell colours are too pale to draw with)
 VERDICT_STROKES = {

@@ -15,8 +15,6 @@ from dashboard import ui
 from orchestrator.errors import USER_ERRORS
 from orchestrator.states import JobStatus
 
-ISO_DEPTH = "iso_depth"  # the recipe of the iso-depth family's runs
-
 
 @st.cache_data(show_spinner="fitting the iso-depth law ...", max_entries=8)
 def fitted(runs: pd.DataFrame):
@@ -25,7 +23,7 @@ def fitted(runs: pd.DataFrame):
 
 def iso_fit(done: pd.DataFrame):
     """(the fitted study, None) or (None, what a fit would need)."""
-    runs = iso_depth.runs_for_fit(done[done["recipe"] == ISO_DEPTH])
+    runs = iso_depth.runs_for_fit(done[done["recipe"] == iso_depth.ISO_DEPTH_RECIPE])
     if runs.empty:
         return None, "iso_depth runs (none in this selection)"
     try:

@@ -30,7 +30,7 @@ st.latex(LAW)
 url = ui.url()
 runs = ui.filter_runs(ui.runs(url))
 if not ui.selected("grid"):
-    runs = runs[runs["recipe"] == "iso_depth"]
+    runs = runs[runs["recipe"] == iso_depth.ISO_DEPTH_RECIPE]
 study_runs = iso_depth.runs_for_fit(runs[runs["status"] == JobStatus.SUCCEEDED])
 if study_runs.empty:
     st.info(

@@ -168,11 +168,13 @@ def test_compare_page(monkeypatch, fixture_url):
 
 
 def test_every_verdict_has_a_cell_and_a_line_colour():
-    from analysis.stats import Verdict
+    from analysis.stats import ClaimVerdict, Verdict
     from dashboard import ui
 
-    # a verdict without a colour would show as a white cell and break the interval chart's scale
-    assert set(ui.VERDICT_COLORS) == set(ui.VERDICT_STROKES) == set(Verdict)
+    # a verdict without a colour would show as a white cell and break the interval chart's scale; a
+    # claim's verdict is only ever a cell (the Claims page draws no interval chart)
+    assert set(ui.VERDICT_STROKES) == set(Verdict)
+    assert set(ui.VERDICT_COLORS) == set(Verdict) | set(ClaimVerdict)
     assert (
         ui.VERDICT_COLORS["not resolved"] == ui.VERDICT_COLORS[Verdict.NOT_RESOLVED]
     )  # read by plain strings
