@@ -412,6 +412,7 @@ def fresh_compiler():
     torch._dynamo.reset()
 
 
+@pytest.mark.slow  # docs/testing.md: one more compile, of the loop-design modules
 def test_compiled_training_equals_eager_with_history_and_timestep(fresh_compiler):
     """History and per-round parameters reach the compiled round as tensors: no graph per round index;
     one per number of history differences (0..w) and autograd variant; none new for other loop counts."""

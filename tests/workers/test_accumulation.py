@@ -20,6 +20,7 @@ import torch
 from model.errors import ConfigError
 from model.init import RowKey
 from tests.model.conftest import randomize
+from tests.tier import fast_few
 from tests.workers.conftest import TINY_MODEL, tiny_spec
 from workers import checkpoint as ckpt
 from workers import jobs, train
@@ -97,7 +98,7 @@ def test_the_tolerance_sees_a_split_that_changes_h0(looplab_cache, tmp_path):
     assert (a - b).norm() > 1e-3 * a.norm()
 
 
-@pytest.mark.parametrize("recipe", ["fixed6_grad3", "parcae"])
+@pytest.mark.parametrize("recipe", fast_few(["fixed6_grad3", "parcae"]))
 def test_whole_runs_give_the_loss_curve_of_the_whole_batch(looplab_cache, tmp_path, recipe):
     runs = {}
     for micro in (None, 2):
