@@ -31,7 +31,9 @@ runs for all its rows (a forward with per-sequence counts runs max(count) rounds
 included); only the rounds `plan_rounds` runs with autograd cost a backward. `training_flops` takes the
 expectation over the loop sampler for a batch size; `step_flops` counts one step with given counts.
 `padding_waste` = the fraction of recurrent-round FLOPs (forward + backward) spent on rounds outside a
-sequence's own: 0 for fixed and per-batch sampling.
+sequence's own: 0 for fixed and per-batch sampling. From `training_flops` it is an expectation, a
+planning figure; `step_flops` with a step's real counts and forwards measures it (the trainer reports
+that one, per step), and `useful` (each row's own rounds) is what MFU counts, `total` what HFU counts.
 
 Micro-batches: a step whose rows run in several forwards (`model.rounds.forward_sizes`) pads each
 forward to its own largest count only. `step_flops(..., forwards=)` counts a given split exactly (the
@@ -181,6 +183,17 @@ class FlopBreakdown:
     @property
     def recurrent(self) -> float:
         return sum(part.total for part in self.rounds)
+
+    @property
+    def padded(self) -> float:
+        """Recurrent FLOPs spent on rounds outside a row's own count (the padding)."""
+        return self.padding_waste * self.recurrent
+
+    @property
+    def useful(self) -> float:
+        """FLOPs of each row's own rounds, the padding left out: what model-FLOPs utilisation counts
+        (`total`, padding included, is what the hardware computed)."""
+        return self.total - self.padded
 
 
 def _breakdown(

@@ -105,6 +105,15 @@ def peak_flops_of(name: str) -> float | None:
     return None if spec is None else spec.peak_flops
 
 
+def unknown_peak(name: str) -> str:
+    """Why MFU cannot be measured on a GPU named `name`, and how to make it measurable."""
+    return (
+        f"{name!r} has no peak FLOP/s in the device table, so MFU cannot be measured: add a "
+        "DeviceSpec(key, name as torch.cuda.get_device_name() shows it, dense bf16 FLOP/s, memory bytes, "
+        "bandwidth) from its datasheet to DEVICES in workers/device.py"
+    )
+
+
 def peak_flops(device: torch.device) -> float | None:
     """Peak bf16 FLOP/s of a CUDA device (None on CPU and for GPUs the table does not list)."""
     if device.type != "cuda":

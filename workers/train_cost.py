@@ -18,7 +18,9 @@ from typing import Any
 from workers.train_spec import Spec
 
 FLOAT_BYTES = 4
-# the metrics the trainer reports at each logged step (workers/trainer.py: train_loss, lr, tokens_per_s)
+# the metrics the trainer reports at each logged step (workers/trainer.py: train_loss, lr, tokens_per_s),
+# and padding_waste when rows run their own loop counts (mfu and hfu on a GPU of the peak table are left
+# out: a spec does not say which GPU runs it)
 LOG_POINTS = 3
 
 
@@ -36,7 +38,7 @@ class TrainCost:
     eval_every: int
     ckpt_every: int
     log_every: int
-    log_points: int  # metric points of one logged step (train_loss, lr, tokens_per_s)
+    log_points: int  # metric points of one logged step (train_loss, lr, tokens_per_s[, padding_waste])
     eval_points: int  # metric points of one evaluation (val_loss, val_bpb, val_loss@n per count, peak_mem_mb)
     calib_steps: int  # a time budget's calibration steps (on a throw-away copy)
     params: int
@@ -106,7 +108,7 @@ def cost(spec: Spec) -> TrainCost:
         eval_every=spec.eval_every,
         ckpt_every=spec.ckpt_every,
         log_every=spec.log_every,
-        log_points=LOG_POINTS,
+        log_points=LOG_POINTS + (1 if flops.padding_waste > 0 else 0),
         eval_points=3 + len(spec.resolved_eval_loops(cfg)),
         calib_steps=spec.calib_steps,
         params=param_count(cfg)["total"],

@@ -17,6 +17,15 @@ Budgets: `tokens` (whole steps of batch x seq_len), `time_s` (planned by a calib
 every step) or `flops`, turned into whole steps through the FLOP model (`model.counts.tokens_for_flops`
 at the data's real vocabulary). Every result row carries the FLOP accounting (`_flop_fields`).
 
+Utilisation and padding, measured: after each step the trainer counts the FLOPs its forwards computed
+(each forward runs its largest loop count for all its rows: padded rounds included, per micro-batch
+and loop-count bucket) and the FLOPs of each row's own rounds (`_count_step`). The difference over the
+recurrent rounds' FLOPs is the step's padding waste (the `padding_waste` metric, and over the run the
+row's `padding_waste`); the useful FLOPs per second over the device's peak are MFU (the row's `mfu`, and
+the `mfu` metric), the computed ones HFU (the `hfu` metric and the returned summary). The FLOP model's
+expected waste (`model.flops.training_flops`) is a planning figure, logged as such; the budget
+accounting (`flops_per_token`, `train_flops`) stays the expected whole-batch figure.
+
 Global and micro batch: a step is `batch_size` sequences (its rows: data windows, loop counts and
 initial states, each a function of (seed, step, global row)), run in the forwards that
 `workers.batching.split_step` makes of them (`micro_batch_size` rows at most, sorted into loop-count
@@ -63,7 +72,7 @@ import torch
 
 from model.counts import param_count, tokens_for_flops
 from model.errors import ConfigError
-from model.flops import training_flops
+from model.flops import FlopBreakdown, step_flops, training_flops
 from model.init import RowKey, draw_h0
 from model.looped import LoopedLM
 from model.memory import largest_micro_batch
@@ -110,6 +119,15 @@ class TrainerState:
     # the batch sampler (workers.data.window_offsets); a checkpoint from before it was recorded resumes
     # with the one it was made with, so the default is that one; a new run's is workers.data.sampler_for
     sampler: int = SAMPLER_WITH_REPLACEMENT
+    # What the steps computed, counted from each step's real forwards (`Trainer._count_step`): FLOPs of
+    # the timed steps with the padded rounds (computed) and with each row's own rounds only (useful),
+    # the training seconds they took, and over every step the recurrent rounds' FLOPs and their padding.
+    # A checkpoint from before these were kept counts from its resume on.
+    flops_computed: float = 0.0
+    flops_useful: float = 0.0
+    flops_seconds: float = 0.0
+    round_flops: float = 0.0
+    round_flops_padded: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -204,8 +222,10 @@ class Trainer:
         self.token_bytes = torch.from_numpy(self.data.token_bytes)  # (vocab,)
         self.param_counts = param_count(self.cfg)
         # per token, at the data's vocabulary: the run's accounting (one forward of the whole batch, as
-        # the budget counts it), and what the split really runs (its padding is less)
+        # the budget counts it), and the split's expected padding (a planning figure: each step's real
+        # padding is counted from its forwards, `_count_step`)
         self.flops = training_flops(self.cfg, spec.batch_size)
+        self.pads = self.flops.padding_waste > 0  # per-row loop counts: steps can pad, the waste is reported
         self.split_flops = training_flops(
             self.cfg, spec.batch_size, micro_batch_size=spec.micro_batch_size, bucketing=spec.bucketing
         )
@@ -277,7 +297,8 @@ class Trainer:
         if spec.compile:
             rep.log(f"compile: {state.compile_seconds:.1f}s (first steps, not in train_seconds)")
         rep.result("train_results", row)
-        return {**row, "compile_seconds": state.compile_seconds if spec.compile else None}
+        extra = {"compile_seconds": state.compile_seconds if spec.compile else None, "hfu": self._hfu()}
+        return {**row, **extra, "flops_computed": state.flops_computed, "flops_useful": state.flops_useful}
 
     def _batch_line(self) -> str:
         """How a step runs: global batch, micro-batch, bucketing, and the padding that remains."""
@@ -294,8 +315,8 @@ class Trainer:
             + "), "
             f"bucketing {'on' if spec.bucketing else 'off'}"
         )
-        if self.flops.padding_waste > 0:
-            line += f", padding {self.split_flops.padding_waste:.1%} of the rounds' FLOPs"
+        if self.pads:
+            line += f", expected padding {self.split_flops.padding_waste:.1%} of the rounds' FLOPs"
             if forwards > 1:
                 line += f" (one forward of the batch: {self.flops.padding_waste:.1%})"
         return line
@@ -316,21 +337,59 @@ class Trainer:
             )
 
     def _flop_fields(self, tokens: int, train_seconds: float) -> dict[str, float | None]:
-        """The result row's FLOP accounting: the model's training FLOPs per token (expected over the
-        loop sampler, see model.flops, for one forward of the whole batch: the run's accounting, which
-        a FLOP budget also uses, whatever the micro-batches; the split's own padding is logged), their
-        total over the tokens trained, that total per training second (of all workers together) and, on
-        a GPU the peak table knows, its fraction of the workers' peak (MFU: per device)."""
+        """The result row's FLOP accounting. `flops_per_token`, `train_flops` and `achieved_flops_per_s`
+        are the run's budget accounting: the model's training FLOPs per token expected over the loop
+        sampler for one forward of the whole batch (model.flops; what a FLOP budget is turned into
+        steps by, whatever the micro-batches), their total and that total per training second.
+        `mfu` and `padding_waste` are measured from the steps' real forwards (`_count_step`): the
+        useful FLOPs (each row's own rounds) per training second over the workers' peak (GPUs the
+        peak table knows), and the padded share of the recurrent rounds' FLOPs over the run."""
+        state = self.state
         per_token = self.flops.total
         achieved = per_token * tokens / max(train_seconds, 1e-9)
-        peak = peak_flops(self.device)
+        waste = state.round_flops_padded / state.round_flops if state.round_flops > 0 else 0.0
         return {
             "flops_per_token": per_token,
             "train_flops": per_token * tokens,
             "achieved_flops_per_s": achieved,
-            "mfu": None if peak is None else achieved / (peak * self.gang.size),
-            "padding_waste": self.flops.padding_waste,
+            "mfu": self._utilisation(state.flops_useful),
+            "padding_waste": waste,
         }
+
+    def _utilisation(self, flops: float) -> float | None:
+        """`flops` of the timed steps per training second over the workers' peak: None on a CPU, on a
+        GPU the peak table does not know (workers/device.py DEVICES) and before any step was timed."""
+        peak, seconds = peak_flops(self.device), self.state.flops_seconds
+        if peak is None or seconds <= 0:
+            return None
+        return flops / seconds / (peak * self.gang.size)
+
+    def _hfu(self) -> float | None:
+        """Hardware-FLOPs utilisation: as MFU, with the FLOPs computed for padded rounds counted too."""
+        return self._utilisation(self.state.flops_computed)
+
+    def _count_step(self, step: int) -> FlopBreakdown:
+        """FLOPs per token of step `step` as it ran: every process's forwards of it (`split_step`), each
+        padded to its own largest loop count (model.flops.step_flops), against each row's own rounds
+        (its `useful` FLOPs). The counts and the split are functions of (seed, step): recomputed here,
+        outside the timed step, on every rank alike."""
+        spec = self.spec
+        counts = self.model.sample_loops(spec.batch_size, step, spec.seed).tolist()
+        split = split_step(counts, spec.micro_batch_size, spec.bucketing, ranks=self.gang.size)
+        return step_flops(self.cfg, counts, self.seq_len, forwards=[rows for rank in split for rows in rank])
+
+    def _account(self, step: int, seconds: float, timed: bool) -> float:
+        """Add step `step`'s counted FLOPs to the run's (the utilisation's only when it was timed);
+        returns its measured padding waste."""
+        state, counted = self.state, self._count_step(step)
+        tokens = self.tokens_per_step
+        state.round_flops += counted.recurrent * tokens
+        state.round_flops_padded += counted.padded * tokens
+        if timed:
+            state.flops_computed += counted.total * tokens
+            state.flops_useful += counted.useful * tokens
+            state.flops_seconds += seconds
+        return counted.padding_waste
 
     def _calibrate(self) -> TimeBudgetSchedule:
         """The time-budget schedule, its first plan from the throughput of a few throw-away steps on a
@@ -458,6 +517,7 @@ class Trainer:
                 state.train_seconds += seconds
                 if self.schedule is not None:
                     self.schedule.observe(seconds)
+            waste = self._account(step, seconds, timed=step >= timed_from)
             if not math.isfinite(loss):
                 raise FloatingPointError(f"train_loss is {loss} at step {step}; lower lr or check the data")
             state.step, state.last_train_loss = step + 1, loss
@@ -467,6 +527,7 @@ class Trainer:
                 rep.metric("train_loss", step, loss, tokens=tokens, wall_s=wall)
                 rep.metric("lr", step, lr, tokens=tokens, wall_s=wall)
                 rep.metric("tokens_per_s", step, tokens / max(wall, 1e-9), tokens=tokens, wall_s=wall)
+                self._report_flops(step, waste, tokens, wall)
             if state.step % spec.eval_every == 0 or state.step == total:
                 self._evaluate()
             if time.monotonic() - last_progress > 1.0 or state.step == total:  # the bar needs no more
@@ -480,6 +541,17 @@ class Trainer:
             if now - last_beat > 10:
                 rep.heartbeat()
                 last_beat = now
+
+    def _report_flops(self, step: int, waste: float, tokens: int, wall: float) -> None:
+        """The step's measured padding waste (for per-row loop counts; 0 otherwise, not reported) and,
+        on a GPU of the peak table, MFU and HFU of the timed steps so far."""
+        rep = self.reporter
+        if self.pads:
+            rep.metric("padding_waste", step, waste, tokens=tokens, wall_s=wall)
+        mfu, hfu = self._utilisation(self.state.flops_useful), self._hfu()
+        if mfu is not None and hfu is not None:
+            rep.metric("mfu", step, mfu, tokens=tokens, wall_s=wall)
+            rep.metric("hfu", step, hfu, tokens=tokens, wall_s=wall)
 
     def _evaluate(self) -> None:
         """Validation loss and bpb at the trained loop count, and the loss at each of `eval_loops`,

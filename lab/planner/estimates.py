@@ -17,7 +17,9 @@ and eval" for the ON_CHECKPOINT ones, "decode bench" for the FORWARD one. The `s
   training rate, its gradient-free rounds at the forward rate, plus the optimizer's step (on N workers:
   the step's throughput times N x `DDP_EFFICIENCY`); evaluations,
   sweeps and eval jobs at the forward rate of their width; decode steps at the training rate plus a
-  fixed cost per layer application. Start-up: the median over finished train jobs, else the calibration's.
+  fixed cost per layer application. Start-up: the median over finished train jobs, else the calibration's;
+  none for a job of forward passes that starts only after others end (a follow-up, an exclusive job: it
+  starts in a worker process they left idle).
 - `finished`: depth sweeps, evals and decode benches. Finished jobs of the same kind and variant (the
   variant of the model they are about; decode benches, whose cost model is `per_device`: and device
   type), their wall time scaled by the ratio of FLOPs; a kind without a cost model takes the median wall
@@ -183,14 +185,16 @@ class TimeModel:
         trained: Followed | None = None,
         ref_train_s: float | None = None,
         workers: int = 1,
+        waits: bool = False,
     ) -> Estimate:
         """One job, priced as its kind's declaration says (`Kind.cost`): a train job (`ref_train_s`: the
         training time a `match_time_of` budget copies; `workers`: its data-parallel workers), a job of
-        forward passes (`trained`: the kind and spec of the job whose checkpoint it is about), or a kind
-        without a cost model. A spec its kind's cost model cannot read (a plugin's, a test double's, an
-        old config) is "unknown"."""
+        forward passes (`trained`: the kind and spec of the job whose checkpoint it is about; `waits`:
+        it starts only after other jobs end, so warm, see `forward_job`), or a kind without a cost
+        model. A spec its kind's cost model cannot read (a plugin's, a test double's, an old config) is
+        "unknown"."""
         try:
-            return self._estimate(kind, spec, trained, ref_train_s, workers)
+            return self._estimate(kind, spec, trained, ref_train_s, workers, waits)
         except UNREADABLE:
             return Estimate(None, EstimateSource.UNKNOWN)
 
@@ -201,6 +205,7 @@ class TimeModel:
         trained: Followed | None,
         ref_train_s: float | None,
         workers: int = 1,
+        waits: bool = False,
     ) -> Estimate:
         declared = jobkinds.declared(kind)
         if declared.pricing == Pricing.TRAINING:
@@ -211,7 +216,11 @@ class TimeModel:
             about = trained if declared.pricing == Pricing.ON_CHECKPOINT else (kind, spec)
             variant = None if about is None else variant_of(about[1], about[0])
             return self.forward_job(
-                kind, cost, variant, lambda h: self.forward_cost(kind, h["spec"], h.get("trained"))
+                kind,
+                cost,
+                variant,
+                lambda h: self.forward_cost(kind, h["spec"], h.get("trained")),
+                warm=waits or trained is not None,
             )
         wall = _median(h["wall"] for h in self.history if h["kind"] == kind)
         return Estimate(wall, EstimateSource.FINISHED if wall is not None else EstimateSource.UNKNOWN)
@@ -356,11 +365,20 @@ class TimeModel:
         cost: ForwardCost,
         variant: str | None,
         counted: Callable[[dict[str, Any]], ForwardCost | None],
+        warm: bool = False,
     ) -> Estimate:
         """A job of forward passes: the median of finished runs of the same kind and variant (and device
         type when its cost model is `per_device`), each wall time scaled by this run's FLOPs over theirs
         (`counted(h)`: their cost, None when unknown; such runs are skipped); without any, the FLOP model,
-        else "unknown"."""
+        else "unknown".
+
+        Start-up by the FLOP model: a fresh worker process's (`startup_s`), except for a job that
+        starts only after other jobs end (`warm`): one that depends on another (a depth sweep on its
+        train job's checkpoint) or needs the node to itself (an exclusive decode bench waits until the
+        node is empty). It starts in a worker process those jobs left idle (Ray reuses it), so it pays
+        no start-up; charging one made such a job's estimate several times its run wherever the
+        start-up (a torch import and a model build) outweighs its few forwards. (The first job of an
+        idle queue is the exception: it starts cold.)"""
         model = jobkinds.declared(kind).cost
         same_device = model is not None and model.per_device
         memory = cost.memory[self.device]
@@ -388,9 +406,8 @@ class TimeModel:
             seconds = self._decode_seconds(cost)
         else:
             seconds = cost.flops / cal.rates(cost.d_model)[1]  # forwards only
-        return Estimate(
-            self.startup_s + seconds, EstimateSource.FLOP_MODEL, cost.flops, memory, startup_s=self.startup_s
-        )
+        startup = 0.0 if warm else self.startup_s
+        return Estimate(startup + seconds, EstimateSource.FLOP_MODEL, cost.flops, memory, startup_s=startup)
 
     def _decode_seconds(self, cost: ForwardCost) -> float:
         """Decode steps: per cell, its steps at the larger of their FLOPs over the training rate and their
@@ -427,12 +444,15 @@ def estimate_plans(
     (`existing_train_s`: the training seconds and workers of references in the database; what is
     copied is `pairing.time_budget`'s)."""
     from orchestrator.grid import trained_plan
+    from orchestrator.jobkinds import job_resources
     from orchestrator.submission import deps_first
 
     existing_train_s = existing_train_s or {}
+    pairs = pairing.members(plans)  # iso-time pairs: exclusive by default
     out: dict[int, Estimate] = {}
     for i in deps_first(plans):
         plan = plans[i]
+        res = job_resources(plan.kind, plan.resources, model.device == "cuda", exclusive_default=i in pairs)
         workers = pairing.workers_of(plan.resources)
         ref, ref_train_s = pairing.reference(plan), None
         if ref is not None:
@@ -444,6 +464,11 @@ def estimate_plans(
         about = trained_plan(plans, i)
         trained = None if about is None else (about.kind, about.spec)
         out[i] = model.estimate(
-            plan.kind, plan.spec, trained=trained, ref_train_s=ref_train_s, workers=workers
+            plan.kind,
+            plan.spec,
+            trained=trained,
+            ref_train_s=ref_train_s,
+            workers=workers,
+            waits=bool(plan.deps) or res["exclusive"],  # it starts after others end: see forward_job
         )
     return [out[i] for i in range(len(plans))]

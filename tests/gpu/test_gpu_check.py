@@ -95,36 +95,164 @@ print(json.dumps({{"loaded": loaded, "refused": refused}}))
 
 @pytest.mark.slow
 def test_dry_run_passes(tmp_path):
-    """`gpu_check.sh --dry-run` with this interpreter: every step's tiny CPU version starts and ends
-    well, each leaves its figures, the GPU tests are collected (and skipped without CUDA), and the
-    slots say why they skipped."""
+    """`gpu_check.sh --dry-run` with this interpreter: every step's tiny CPU version runs and passes its
+    checks (wheels may skip: no wheelhouse here), each leaves its figures, the GPU tests are collected
+    (and skipped without CUDA), and the slots report real figures: peaks of the whole and the
+    micro-batched run, the measured padding with bucketing off and on, the exit rules' decode times."""
     out, scratch = tmp_path / "out", tmp_path / "scratch"
     env = {**os.environ, "PYTHON": sys.executable, "OUT": str(out), "SCRATCH": str(scratch)}
     r = subprocess.run(["bash", str(SCRIPT), "--dry-run"], cwd=ROOT, env=env, capture_output=True, text=True)
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-2000:])
     summary = json.loads((out / "summary.json").read_text())
-    assert summary.pop("dry_run") is True and list(summary) == list(gpu_steps.STEPS)
-    assert all(s["rc"] == 0 for s in summary.values()), summary
+    assert summary.pop("dry_run") is True
+    counts = summary.pop("counts")
+    assert list(summary) == list(gpu_steps.STEPS)
+    outcomes = {name: s["outcome"] for name, s in summary.items()}
+    wheels_skip = not list((ROOT / "benchmarks" / "wheelhouse").glob("*.whl"))
+    assert outcomes == {name: "skipped" if name == "wheels" and wheels_skip else "passed" for name in summary}
+    assert counts == {"passed": len(summary) - wheels_skip, "skipped": int(wheels_skip), "failed": 0}
+    assert f"gpu_check: {counts['passed']} passed, {counts['skipped']} skipped, 0 failed" in r.stdout
     figures = {name: json.loads((out / f"{name}.json").read_text()) for name in gpu_steps.STEPS}
-    assert all(f["dry_run"] and f["rc"] == 0 for f in figures.values())
+    assert all(f["dry_run"] and f["outcome"] == outcomes[name] for name, f in figures.items())
     assert figures["device"]["jobs"] == dict.fromkeys(gpu_steps.JOB_MODULES, "ok")
     tests = figures["gpu_tests"]["tests"]
     gpu_files = {t["test"].split("::")[0] for t in tests if t["outcome"] == "skipped"}
     assert gpu_files == {"tests/gpu/test_model_cuda.py", "tests/gpu/test_jobs_cuda.py"}
-    counts = figures["gpu_tests"]["counts"]
-    assert counts.get("failed", 0) == 0 and counts["passed"] > 0
+    assert (
+        figures["gpu_tests"]["counts"].get("failed", 0) == 0 and figures["gpu_tests"]["counts"]["passed"] > 0
+    )
     assert figures["train_compiled"]["row"]["tokens_per_s"] > 0
+    runs = figures["micro_batch"]["runs"]
+    assert runs["tiny micro 2"]["peak_mem_mb"] < runs["tiny micro 8"]["peak_mem_mb"]
+    runs = figures["loop_buckets"]["runs"]
+    assert 0 < runs["tiny bucketing True"]["padding_waste"] < runs["tiny bucketing False"]["padding_waste"]
+    assert figures["exit_rules"]["decodes"] and all(
+        d["ms_per_token"] > 0 for d in figures["exit_rules"]["decodes"]
+    )
     assert figures["ddp"]["world"] == 2 and figures["ddp"]["max_param_diff_between_ranks"] == 0.0
 
 
-def test_the_slots_train_runner_trains_and_streams_its_events(tmp_path, looplab_cache):
-    """What the micro_batch and loop_buckets slots run once their fields land, without those fields:
-    a tiny lean run on CPU through workers.train.run, its figures returned and its events streamed."""
+FAKE_STEPS = """#!/usr/bin/env bash
+# stands in for python: `benchmarks/gpu_steps.py NAME ...` ends as the table below says
+case $2 in
+wheels) echo 'skipped: no wheels in here'; exit 4 ;;
+micro_batch) echo 'failed: runs/86m micro 4/peak_mem_mb: missing'; exit 1 ;;
+ddp) echo 'skipped: 1 GPU(s) here: the "DDP" step needs 2 or more'; exit 4 ;;
+*) echo passed ;;
+esac
+"""
+
+
+def test_summary_counts_passed_skipped_failed_and_prints_the_reasons(tmp_path):
+    """The script's own bookkeeping, with a stand-in for gpu_steps.py: every step's outcome from its
+    exit status, the counts of the three, each skip's and failure's last line (quotes escaped into
+    valid JSON), and exit status 1 because one step failed; the skips alone would not fail it."""
+    fake = tmp_path / "python"
+    fake.write_text(FAKE_STEPS)
+    fake.chmod(0o755)
+    env = {**os.environ, "PYTHON": str(fake), "OUT": str(tmp_path / "out"), "SCRATCH": str(tmp_path / "s")}
+    r = subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert r.returncode == 1, r.stderr
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["counts"] == {"passed": 7, "skipped": 2, "failed": 1}
+    assert summary["ddp"] == {
+        "outcome": "skipped",
+        "rc": 4,
+        "limit": 20,
+        "seconds": summary["ddp"]["seconds"],
+        "says": 'skipped: 1 GPU(s) here: the "DDP" step needs 2 or more',
+    }
+    assert summary["micro_batch"]["outcome"] == "failed" and summary["device"]["outcome"] == "passed"
+    assert "gpu_check: 7 passed, 2 skipped, 1 failed" in r.stdout
+    assert "skipped wheels: skipped: no wheels in here" in r.stdout
+    assert "failed micro_batch: failed: runs/86m micro 4/peak_mem_mb: missing" in r.stderr
+
+
+def _args(tmp_path, dry_run: bool = True):
     import argparse
 
-    a = argparse.Namespace(dry_run=True, out=str(tmp_path / "out"), scratch=str(tmp_path / "scratch"))
-    (tmp_path / "out").mkdir()
-    row = gpu_steps._train_in_process(a, "slot", "lean", "tiny", 8, 2, {"seed": 1})
-    assert row["tokens_per_s"] > 0 and row["peak_mem_mb"] > 0 and row["final_train_loss"] > 0
-    kinds = {e["kind"] for e in gpu_steps._events(tmp_path / "out" / "slot.jsonl")}
+    (tmp_path / "out").mkdir(exist_ok=True)
+    return argparse.Namespace(dry_run=dry_run, out=str(tmp_path / "out"), scratch=str(tmp_path / "scratch"))
+
+
+def test_a_renamed_spec_field_fails_the_slot_in_the_dry_run(tmp_path, monkeypatch):
+    """A slot names the Spec field it sets: under a name the Spec does not have, the dry run's measured
+    run is refused, and the slot fails (exit 1, outcome failed) naming the field; it does not skip."""
+    monkeypatch.setattr(gpu_steps, "MICRO_BATCH_FIELD", "micro_batch_rows")
+    argv = ["micro_batch", "--dry-run", "--out", str(tmp_path / "out"), "--scratch", str(tmp_path / "s")]
+    assert gpu_steps.main(argv) == gpu_steps.EXIT["failed"] == 1
+    record = json.loads((tmp_path / "out" / "micro_batch.json").read_text())
+    assert record["outcome"] == "failed" and "micro_batch_rows" in " ".join(record["problems"])
+
+
+def test_a_missing_checkpoint_fails_the_exit_rules_slot(tmp_path):
+    argv = ["exit_rules", "--dry-run", "--out", str(tmp_path / "out"), "--scratch", str(tmp_path / "s")]
+    assert gpu_steps.main(argv) == 1
+    record = json.loads((tmp_path / "out" / "exit_rules.json").read_text())
+    assert record["outcome"] == "failed" and "no checkpoint in" in record["problems"][0]
+
+
+def test_ddp_on_one_gpu_is_a_skip_not_a_pass(tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    a = _args(tmp_path, dry_run=False)
+    a.step = "ddp"
+    outcome, problems, figures = gpu_steps.run_step(a)
+    assert (outcome, problems) == ("skipped", []) and "1 GPU(s) here" in figures["skipped"]
+
+
+def test_figures_missing_or_out_of_range_fail(tmp_path, monkeypatch):
+    """The checks of the slots' figures: a missing (renamed) figure, a micro-batched peak above the
+    whole batch's, bucketing that pads no less, MFU outside (0, 1) or unknown on a GPU (the message
+    names the GPU and where to add its peak), a decode faster than the memory bandwidth allows."""
+    dry, gpu = _args(tmp_path), _args(tmp_path, dry_run=False)
+    run = {"tokens_per_s": 1.0, "peak_mem_mb": 100.0, "padding_waste": 0.2, "mfu": None, "hfu": None}
+    assert (
+        gpu_steps.check_micro_batch(
+            dry, {"batch_size": 8, "runs": {"tiny micro 8": run, "tiny micro 2": run}}
+        )
+        == []
+    )
+    high = {**run, "peak_mem_mb": 101.0}
+    problems = gpu_steps.check_micro_batch(
+        dry, {"batch_size": 8, "runs": {"tiny micro 8": run, "tiny micro 2": high}}
+    )
+    assert problems == ["runs/tiny micro 2/peak_mem_mb: 101 MB is above the whole batch's 100 MB"]
+    renamed = {k: v for k, v in run.items() if k != "padding_waste"} | {"pad_waste": 0.1}
+    buckets = {"tiny bucketing False": run, "tiny bucketing True": renamed}
+    assert gpu_steps.check_loop_buckets(dry, {"runs": buckets}) == [
+        "runs/tiny bucketing True/padding_waste: missing"
+    ]
+    buckets["tiny bucketing True"] = run
+    assert "is not below 0.200 without bucketing" in gpu_steps.check_loop_buckets(dry, {"runs": buckets})[0]
+    monkeypatch.setattr(gpu_steps, "_gpu_name", lambda: "NVIDIA B300 SXM6")
+    row = {"tokens_per_s": 1.0, "peak_mem_mb": 1.0, "padding_waste": 0.0, "mfu": None}
+    train = {"exit_status": 0, "row": row, "compile_seconds": 3.0}
+    [unknown] = gpu_steps.check_train_compiled(gpu, train)
+    assert "'NVIDIA B300 SXM6' has no peak FLOP/s" in unknown and "workers/device.py" in unknown
+    row["mfu"] = 1.2
+    assert gpu_steps.check_train_compiled(gpu, train) == ["row/mfu: 1.2 is outside (0, 1)"]
+    floor = gpu_steps._decode_floor_ms("lean", "86m", dry_run=False)  # an unknown GPU: 10 TB/s
+    assert floor > 0
+    slow = {"size": "86m", "evals": [{"val_loss": 3.0}], "decodes": [{"ms_per_token": 2 * floor}]}
+    assert gpu_steps.check_exit_rules(gpu, slow) == []
+    fast = {**slow, "decodes": [{"ms_per_token": floor / 2}]}
+    assert "below the" in gpu_steps.check_exit_rules(gpu, fast)[0]
+
+
+def test_each_measured_run_starts_fresh(tmp_path, looplab_cache):
+    """On the CPU each measured run is a process of its own, so its peak resident set is its own: a
+    small run measured after a large one reports less than it (in one process the second peak could
+    only be at least the first's), and its figures come back with its events streamed."""
+    a = _args(tmp_path)
+    large = gpu_steps.measured_train(a, "large", "lean", "tiny", 64, 1, {"micro_batch_size": 64})
+    small = gpu_steps.measured_train(a, "small", "lean", "tiny", 8, 1, {"micro_batch_size": 2})
+    assert 0 < small["peak_mem_mb"] < large["peak_mem_mb"] - 100
+    assert (
+        small["tokens_per_s"] > 0
+        and small["final_train_loss"] > 0
+        and set(small) == set(gpu_steps.RUN_FIGURES)
+    )
+    kinds = {e["kind"] for e in gpu_steps._events(tmp_path / "out" / "small.jsonl")}
     assert {"metric", "result"} <= kinds

@@ -159,7 +159,19 @@ def test_source_per_row_without_history_or_calibration(q):
         ("depth_sweep", "flop_model"),
         ("decode_bench", "flop_model"),
     ]
-    assert all(j.estimate.seconds and j.estimate.seconds > CAL.startup_s for j in with_cal)
+    train, sweep, decode = (j.estimate for j in with_cal)
+    assert train.startup_s == CAL.startup_s and train.seconds > CAL.startup_s
+    # the depth sweep waits for its train job, the exclusive decode bench for an empty node: each starts
+    # in a worker process other jobs left idle, so no start-up is charged
+    assert sweep.startup_s == decode.startup_s == 0.0 and sweep.seconds > 0 and decode.seconds > 0
+    alone = Grid(
+        "alone",
+        job="decode_bench",
+        base={"recipe": "lean", "size": "tiny", **grid.follow["decode_bench"]},
+        resources={"exclusive": False},  # it may start first, in a fresh worker process
+    )
+    (fresh,) = (j.estimate for j in q.plan(alone, num_cpus=2, num_gpus=0, calibration=CAL).new_jobs())
+    assert fresh.startup_s == CAL.startup_s and fresh.seconds == pytest.approx(decode.seconds + CAL.startup_s)
     assert [j.exclusive for j in with_cal] == [False, False, True]  # decode benches: the node to themselves
     without = q.plan(grid, num_cpus=2, num_gpus=0, calibration=None)
     assert {j.estimate.source for j in without.new_jobs()} == {"unknown"}

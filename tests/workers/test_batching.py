@@ -219,3 +219,53 @@ def test_bucketing_halves_parcae_padding_at_the_published_batch():
     plain = training_flops(cfg, 256, micro_batch_size=32)
     bucketed = training_flops(cfg, 256, micro_batch_size=32, bucketing=True)
     assert 0.15 < whole.padding_waste and bucketed.padding_waste < 0.5 * plain.padding_waste
+
+
+# ---- the trainer's measured padding (workers/trainer.py `_count_step`) --------------------------------
+
+
+def _trained(tmp_path, steps: int, **kw):
+    """A tiny parcae run of `steps` steps of 8 rows: its result row and its per-step metrics."""
+    from tests.workers.conftest import tiny_spec
+    from workers import train
+    from workers.reporter import MemoryReporter
+
+    rep = MemoryReporter()
+    spec = train.Spec.from_dict(tiny_spec(recipe="parcae", tokens=8 * 32 * steps, **kw))
+    train.run(spec, rep, tmp_path)
+    row = next(e["row"] for e in rep.of("result") if e["table"] == "train_results")
+    return row, dict(rep.curve("padding_waste"))
+
+
+def test_measured_padding_is_lower_with_bucketing_on_the_same_rows(looplab_cache, tmp_path):
+    """The same seed samples the same rows and loop counts each step: split into micro-batches of 2,
+    bucketing pads fewer rounds than the rows in order, step by step, and over the run. The row's
+    waste is the measured one, not the FLOP model's expectation of one forward of the batch."""
+    off, waste_off = _trained(tmp_path / "off", 4, micro_batch_size=2, bucketing=False)
+    on, waste_on = _trained(tmp_path / "on", 4, micro_batch_size=2, bucketing=True)
+    assert list(waste_on) == list(waste_off) == [0, 1, 2, 3]
+    assert all(waste_on[s] <= waste_off[s] for s in waste_on) and sum(waste_on.values()) < sum(
+        waste_off.values()
+    )
+    assert 0 < on["padding_waste"] < off["padding_waste"]
+    assert on["flops_per_token"] == off["flops_per_token"]  # the budget accounting does not change
+
+
+def test_measured_padding_equals_a_hand_count(looplab_cache, tmp_path, monkeypatch):
+    """Loop counts set by hand, 8 rows in micro-batches of 2. parcae runs a forward's largest count n
+    for all its rows (the first n - c held for a row of c), with gradient through the last 4 global
+    rounds; a row's own rounds cost c forward + 2 min(c, 4) backward (all rounds cost the same).
+    Bucketed, the rows sorted by count make forwards of counts (9, 8), (7, 3), (3, 2), (1, 1): their
+    largest 9, 7, 3, 1, so they compute 2 (9 + 8) + 2 (7 + 8) + 2 (3 + 6) + 2 (1 + 2) = 88 units; the
+    rows need 17 + 16 + 15 + 2 x 9 + 6 + 2 x 3 = 78. In row order the forwards hold (1, 9), (2, 8),
+    (3, 3), (7, 1), largest 9, 8, 3, 7: 2 (17 + 16 + 9 + 15) = 114 computed, for the same 78."""
+    import torch
+
+    from model.looped import LoopedLM
+
+    counts = [1, 9, 2, 8, 3, 3, 7, 1]
+    monkeypatch.setattr(LoopedLM, "sample_loops", lambda self, b, step, seed=0: torch.tensor(counts))
+    on, waste_on = _trained(tmp_path / "on", 1, micro_batch_size=2, bucketing=True)
+    off, waste_off = _trained(tmp_path / "off", 1, micro_batch_size=2, bucketing=False)
+    assert waste_on[0] == pytest.approx((88 - 78) / 88) and on["padding_waste"] == pytest.approx(10 / 88)
+    assert waste_off[0] == pytest.approx((114 - 78) / 114) and off["padding_waste"] == pytest.approx(36 / 114)

@@ -12,7 +12,7 @@ import pytest
 
 from model.counts import arch_summary, tokens_for_flops
 from model.errors import ConfigError
-from model.flops import training_flops
+from model.flops import step_flops, training_flops
 from tests.workers.conftest import tiny_spec
 from workers import train
 from workers.device import peak_flops_of
@@ -110,13 +110,72 @@ def test_flop_budget_trains_the_expected_tokens(looplab_cache, tmp_path):
 
 
 def test_sampled_loops_report_padding_waste(looplab_cache, tmp_path):
+    """The row's padding_waste is measured from the steps' real counts (one forward of the batch each:
+    the padded share of the recurrent FLOPs over both steps), not the FLOP model's expectation, which
+    stays the budget accounting's figure (flops_per_token)."""
+    from model.looped import LoopedLM
+
     rep = MemoryReporter()
     spec = Spec.from_dict(tiny_spec(recipe="parcae", tokens=8 * 32 * 2))
     train.run(spec, rep, tmp_path / "run")
     row = next(e["row"] for e in rep.of("result") if e["table"] == "train_results")
-    expected = training_flops(spec.model_config(256), spec.batch_size)
-    assert 0 < row["padding_waste"] == pytest.approx(expected.padding_waste)
-    assert row["flops_per_token"] == pytest.approx(expected.total)
+    cfg = spec.model_config(256)
+    steps = [step_flops(cfg, LoopedLM(cfg).sample_loops(8, s, spec.seed).tolist()) for s in range(2)]
+    measured = sum(f.padded for f in steps) / sum(f.recurrent for f in steps)
+    assert 0 < row["padding_waste"] == pytest.approx(measured)
+    assert dict(rep.curve("padding_waste")) == pytest.approx(
+        {s: f.padding_waste for s, f in enumerate(steps)}
+    )
+    expected = training_flops(cfg, spec.batch_size)
+    assert row["flops_per_token"] == pytest.approx(expected.total) and expected.padding_waste > 0
+
+
+def test_mfu_counts_useful_flops_and_hfu_computed_ones(looplab_cache, tmp_path, monkeypatch):
+    """With a peak to measure against (a GPU of the table; here a made-up one on the CPU), MFU is the
+    useful FLOPs (each row's own rounds) of the timed steps per second over the peak, HFU the computed
+    ones (padding included); for parcae's padded forwards HFU > MFU, both reported per step."""
+    from workers import trainer
+
+    monkeypatch.setattr(trainer, "peak_flops", lambda device: 1e12)
+    rep = MemoryReporter()
+    summary = train.run(Spec.from_dict(tiny_spec(recipe="parcae", tokens=8 * 32 * 3)), rep, tmp_path / "run")
+    row = next(e["row"] for e in rep.of("result") if e["table"] == "train_results")
+    assert summary["flops_computed"] > summary["flops_useful"] > 0
+    assert row["mfu"] == pytest.approx(summary["flops_useful"] / row["train_seconds"] / 1e12)
+    assert summary["hfu"] == pytest.approx(summary["flops_computed"] / row["train_seconds"] / 1e12)
+    assert 0 < row["mfu"] < summary["hfu"]
+    assert [s for s, _ in rep.curve("mfu")] == [s for s, _ in rep.curve("hfu")] == [0, 1, 2]
+    assert rep.curve("mfu")[-1][1] == pytest.approx(row["mfu"])
+
+
+def counted_training_step(spec: Spec, run_dir, custom_mapping) -> tuple[float, float, float]:
+    """Step 0 of `spec` as the trainer runs it (every forward and backward of `_accumulate`; the
+    optimizer is no part of the FLOP model): (FLOPs per token FlopCounterMode counts, the trainer's own
+    count of the step, `_count_step`, its computed and its useful FLOPs per token)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from workers.trainer import Trainer
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    trainer = Trainer(spec, MemoryReporter(), run_dir)
+    with FlopCounterMode(display=False, custom_mapping=custom_mapping) as counter:
+        trainer._accumulate(trainer.model, trainer.forward_model, 0)
+    counted = trainer._count_step(0)
+    return counter.get_total_flops() / trainer.tokens_per_step, counted.total, counted.useful
+
+
+@pytest.mark.parametrize("recipe", ["fixed4", "plain"])
+def test_mfu_flops_agree_with_an_independent_count(recipe, looplab_cache, tmp_path):
+    """What MFU divides by the seconds, checked against PyTorch's own count: FlopCounterMode on one real
+    training step (micro-batched, as the trainer splits it) within 5 % of the trainer's count, on the
+    CPU (its flash attention kernel registered as the matmuls it is, tests/model/test_flops.py)."""
+    from tests.model.test_flops import CPU_FLASH
+
+    spec = Spec.from_dict(tiny_spec(recipe=recipe, micro_batch_size=4))
+    counted, computed, useful = counted_training_step(spec, tmp_path / "run", CPU_FLASH)
+    assert computed == useful  # fixed loop counts pad nothing
+    assert counted == pytest.approx(computed, rel=0.05)
+    assert computed == pytest.approx(training_flops(spec.model_config(256), 8).total)  # = flops_per_token
 
 
 @pytest.mark.parametrize(
