@@ -36,9 +36,20 @@ def memory_bytes(device: torch.device) -> float:
 
 def peak_mem_mb(device: torch.device) -> float:
     """Peak memory in MiB: allocated CUDA memory since the last `reset_peak_mem`, or on CPU the
-    process's peak resident set size, which cannot be reset (it covers the whole process lifetime)."""
+    process's peak resident set size, which cannot be reset (it covers the whole process lifetime).
+
+    On Linux the CPU figure is /proc/self/status's VmHWM, the high-water mark of this program's own
+    memory: `ru_maxrss` keeps the parent's resident set at fork across exec, so a job started by a
+    large process (a test worker, a driver) would report its parent's size."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
