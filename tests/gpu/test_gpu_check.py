@@ -241,6 +241,7 @@ def test_figures_missing_or_out_of_range_fail(tmp_path, monkeypatch):
     assert "below the" in gpu_steps.check_exit_rules(gpu, fast)[0]
 
 
+@pytest.mark.slow  # docs/testing.md: two training runs, each a process of its own
 def test_each_measured_run_starts_fresh(tmp_path, looplab_cache):
     """On the CPU each measured run is a process of its own, so its peak resident set is its own: a
     small run measured after a large one reports less than it (in one process the second peak could

@@ -84,6 +84,7 @@ def test_bad_data_spec_names_the_field(kw, field):
         data.DataSpec.from_dict(kw)
 
 
+@pytest.mark.slow  # docs/testing.md: builds the corpus in two fresh processes
 def test_offline_corpus_does_not_depend_on_what_the_caller_imported():
     """torch and ray patch stdlib functions and load lazy attributes; a Ray worker and a plain process
     once built corpora 3 documents apart, so the same seed trained to different losses."""

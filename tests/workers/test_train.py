@@ -191,6 +191,7 @@ def test_loop_design_variants_resume_bit_for_bit(looplab_cache, tmp_path, recipe
     assert any("timestep" in k for k in a) and all(torch.equal(a[k], b[k]) for k in a)
 
 
+@pytest.mark.slow  # docs/testing.md: trains for its 6-second budget
 def test_time_budget_lands_within_ten_percent(looplab_cache, tmp_path, monkeypatch):
     from workers import trainer
 
