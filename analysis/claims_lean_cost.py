@@ -9,11 +9,8 @@ from analysis.claims_base import Claim, Comparison, Point, Quote, Scale, Side, U
 from analysis.claims_lean import DEVICE, STUDY, _m, _pairs
 
 
-def _time_claims_a() -> list[Claim]:
-    where = ("table 同样的训练时间，谁的 loss 更低", (77, 88))
-    metric = _m(
-        "runs", "eval_loss", ("lean", "lean"), ("parcae", "parcae"), note="iso-time pairs (match_time_of)"
-    )
+def _iso_time(where: tuple, metric):
+    """The builder of one iso-time claim of a table: lean beats parcae at equal training time `x`."""
 
     def _at(key: str, x: str, size: str, tokens: str, seeds: tuple, stated: str, lose: tuple, win: tuple):
         return Claim(
@@ -31,6 +28,17 @@ def _time_claims_a() -> list[Claim]:
             stated=(Quote(stated),),
             stated_sign=-1,
         )
+
+    return _at
+
+
+def _time_claims_a() -> list[Claim]:
+    where = ("table 同样的训练时间，谁的 loss 更低", (77, 88))
+    metric = _m(
+        "runs", "eval_loss", ("lean", "lean"), ("parcae", "parcae"), note="iso-time pairs (match_time_of)"
+    )
+
+    _at = _iso_time(where, metric)
 
     return [
         _at(
@@ -81,22 +89,7 @@ def _time_claims_b() -> list[Claim]:
         Point(gap, "144 M 11.3 h", Quote("−0.063"), 43),
     )
 
-    def _at(key: str, x: str, size: str, tokens: str, seeds: tuple, stated: str, lose: tuple, win: tuple):
-        return Claim(
-            f"lean.iso_time_{key}",
-            STUDY.key,
-            *where,
-            f"at equal training time ({x}) lean beats parcae trained on fewer tokens, by about {stated}",
-            Comparison.DIFFERENCE,
-            Side.BELOW,
-            Unit.LOSS,
-            Scale(size, tokens, seeds, DEVICE, x.split(" ", 2)[-1]),
-            metric,
-            terms=(("lean", x), ("parcae", x)),
-            points=_pairs("lean", "parcae", seeds, win, lose, x=x),
-            stated=(Quote(stated),),
-            stated_sign=-1,
-        )
+    _at = _iso_time(where, metric)
 
     return [
         Claim(
