@@ -16,6 +16,7 @@ import torch
 
 from model import fields
 from model.config import ModelConfig
+from model.exit_names import KVStrategy
 from model.flops import training_flops
 from model.kv_cache import RECURRENT, cache_layout, strategy_config
 from model.layers import VE_GATE_CHANNELS
@@ -108,7 +109,7 @@ def kv_strategy_bytes(
         key: 2 * batch * shape.heads * shape.slots * cfg.head_dim * item for key, shape in layout.items()
     }
     allocated = sum(per_set.values())
-    if strategy != "latest" or exit_share is None:
+    if strategy != KVStrategy.LATEST or exit_share is None:
         return allocated, allocated
     reach = {r: sum(share for e, share in exit_share.items() if e > r) for r in range(max_rounds)}  # 0-based
     needed = sum(n if key.part != RECURRENT else reach[key.round] * n for key, n in per_set.items())

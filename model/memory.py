@@ -28,6 +28,7 @@ from __future__ import annotations
 from model.config import ModelConfig
 from model.counts import kv_cache_bytes, layer_params, param_count
 from model.flops import training_flops
+from model.optimizer_names import Optimizer
 
 FLOAT_BYTES = 4
 HEADROOM = 0.9  # of a device's memory a training step may plan on (the allocator and framework keep the rest)
@@ -42,7 +43,7 @@ def _item(device_type: str) -> int:
 
 def training_memory(cfg: ModelConfig, sequences: int, device_type: str, optimizer: str) -> float:
     """Peak bytes of a training step whose forward holds `sequences` sequences of cfg.seq_len tokens, on
-    "cpu" or "cuda", with `optimizer` ("adamw", or a Muon optimizer: anything else)."""
+    "cpu" or "cuda", with `optimizer` (AdamW, or a Muon optimizer: anything else)."""
     item = _item(device_type)
     p = param_count(cfg)["total"]
     state = optimizer_state_bytes(cfg, optimizer)
@@ -85,7 +86,7 @@ def optimizer_state_bytes(cfg: ModelConfig, optimizer: str) -> float:
     + 8 P_embedding). What a checkpoint holds besides the weights (within ~3 % of a real one: scalars)."""
     params = param_count(cfg)
     p, p_matrix = params["total"], params["non_embedding"]
-    return float(8 * p if optimizer == "adamw" else 4 * p_matrix + 8 * (p - p_matrix))
+    return float(8 * p if optimizer == Optimizer.ADAMW else 4 * p_matrix + 8 * (p - p_matrix))
 
 
 def forward_memory(cfg: ModelConfig, sequences: int, seq_len: int | None = None) -> float:

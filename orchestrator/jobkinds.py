@@ -44,9 +44,12 @@ __all__ = [
     "priced",
     "registry",
     "title",
+    "trainers",
+    "trains",
 ]
 
-# The kind that trains: budgets and iso-time pairs are its. The built-in follow-ups attach to it and to
+# The kind a grid runs unless it names one (`Grid(job=...)`). What a kind does is asked of its
+# declaration (`trains`, `gang`, `cost`), never of its name. The built-in follow-ups attach to it and to
 # an import (MODEL_SOURCES: the kinds whose jobs yield a model, the rows the views call runs).
 TRAIN = "train"
 PLAIN = Kind(module="")
@@ -107,6 +110,16 @@ def check_workers(where: str, kind: str, workers: int, kinds: JobRegistry | None
     accepted = ", ".join(gangs(kinds))
     which = f"only {accepted} jobs run" if accepted else "no kind runs"
     raise ConfigError(f"{where}: {workers}: {which} on several workers, not {kind}; accepted: 1")
+
+
+def trains(kind: str, kinds: JobRegistry | None = None) -> bool:
+    """Whether jobs of `kind` train a model (`Kind.trains`)."""
+    return declared(kind, kinds).trains
+
+
+def trainers(kinds: JobRegistry | None = None) -> tuple[str, ...]:
+    """The kinds of registry `kinds` whose jobs train a model (`Kind.trains`)."""
+    return tuple(k for k in names(kinds) if declared(k, kinds).trains)
 
 
 def priced(pricing: Pricing, kinds: JobRegistry | None = None) -> tuple[str, ...]:

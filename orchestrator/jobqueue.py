@@ -48,7 +48,7 @@ from sqlalchemy import Connection, Engine
 from orchestrator import drivers, jobkinds, pairing
 from orchestrator.canonical import canonical_json
 from orchestrator.grid import Grid
-from orchestrator.jobkinds import CHECKPOINT, TRAIN
+from orchestrator.jobkinds import CHECKPOINT
 from orchestrator.schema import RESULT_TABLES, Attempt, GridRow, JobDep, JobLog, TrainResult
 from orchestrator.schema import Job as JobRow
 from orchestrator.states import ACTIVE, DEAD_ENDS, AttemptOutcome, JobStatus
@@ -139,7 +139,7 @@ def _make_exclusive(conn: Connection, job_ids: list[int]) -> None:
     compared), unless their resources say `exclusive: false`."""
     rows = conn.execute(
         sa.select(JOBS.c.id, JOBS.c.resources).where(
-            JOBS.c.id.in_(job_ids), JOBS.c.kind == TRAIN, JOBS.c.status == JobStatus.QUEUED
+            JOBS.c.id.in_(job_ids), JOBS.c.kind.in_(jobkinds.trainers()), JOBS.c.status == JobStatus.QUEUED
         )
     ).all()
     for job_id, resources in rows:

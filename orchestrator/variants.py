@@ -29,7 +29,7 @@ from typing import Any
 from model.fields import plain
 from orchestrator import jobkinds
 from orchestrator.canonical import canonical_json, sha256
-from orchestrator.jobkinds import TRAIN, Kind
+from orchestrator.jobkinds import Kind
 
 VARIANT_ID_HEX = 12
 LABEL_MAX = 200  # jobs.variant_label is String(200)
@@ -98,13 +98,13 @@ def resolve(kind: str, spec: dict[str, Any], declared: Kind | None = None) -> Re
     if not isinstance(recipe, str) or not isinstance(size, str) or not isinstance(model, dict):
         return None
     given = dict(model)
-    seq_len = spec.get("seq_len") if kind == TRAIN else None
+    seq_len = spec.get("seq_len") if declared.trains else None
     if seq_len is not None:
         given["seq_len"] = seq_len
     batch_size = Spec.batch_size  # a decode bench: FLOPs at the small sizes' train batch
     try:
         cfg = None
-        if kind == TRAIN:
+        if declared.trains:
             probe = dict(spec)
             if all(probe.get(k) is None for k in ("tokens", "time_s", "flops")):
                 probe["time_s"] = 1.0  # a budget resolved later (a match-time one) does not change the model
@@ -122,7 +122,7 @@ def resolve(kind: str, spec: dict[str, Any], declared: Kind | None = None) -> Re
         return None
     overrides = {k: plain(getattr(cfg, k)) for k in sorted(given) if getattr(cfg, k) != getattr(base, k)}
     identity = {k: spec.get(k) for k in declared.identity_keys}
-    return Resolved(cfg, batch_size, recipe, size, overrides, identity, trained=kind == TRAIN)
+    return Resolved(cfg, batch_size, recipe, size, overrides, identity, trained=declared.trains)
 
 
 def variant_id(

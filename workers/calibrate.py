@@ -326,8 +326,8 @@ def measure(
     `startup`: also time a fresh Python's start-up (else DEFAULT_STARTUP_S)."""
     import torch
 
+    from model.optimizer_names import Optimizer
     from workers.optim import build_optimizers
-    from workers.train_spec import Optimizer
 
     load = os.getloadavg()[0] / (os.cpu_count() or 1) if hasattr(os, "getloadavg") else None
     dev = torch.device(fields.choice("device", device, ("cpu", "cuda")))

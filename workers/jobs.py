@@ -116,7 +116,10 @@ class Kind:
     architecture trained here). `title`: its name as a person reads it (the plan's GPU-hours per
     kind); the kind's own name when empty. `gang`: one job may span several workers started at once
     (`resources: {"workers": N}`: data-parallel training on Ray Train, workers/distributed.py).
-    `cost`: how the planner prices it (CostModel; None: by its finished jobs' wall time)."""
+    `cost`: how the planner prices it (CostModel; None: by its finished jobs' wall time).
+    `trains`: its jobs train a model from a corpus: its grids get a data-preparation job and a planned
+    micro-batch, its budgets (tokens, seconds, FLOPs) and iso-time pairs are matched across jobs, and
+    its rows are the runs the exports read."""
 
     module: str  # the worker module: a frozen `Spec` and `run(spec, reporter, artifact_dir)`
     follows: str | tuple[str, ...] | None = None
@@ -130,6 +133,7 @@ class Kind:
     title: str = ""
     gang: bool = False
     cost: CostModel | None = None
+    trains: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.follows, str):
@@ -164,6 +168,7 @@ KINDS: dict[str, Kind] = {
         views=("runs", "curves"),
         title="training",
         gang=True,
+        trains=True,
         cost=CostModel("workers.train_cost", Pricing.TRAINING),
     ),
     "import": Kind(

@@ -31,12 +31,12 @@ import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from model import fields
 from model.errors import ConfigError
+from model.optimizer_names import Optimizer
 from workers.data import BUDGET, DataSpec
 from workers.identity import EXECUTION, spec_to_dict
 from workers.identity import execution_fields as _execution_fields
@@ -45,15 +45,6 @@ from workers.identity import identity as _identity
 # Validation draws h0 from this seed, in training's evaluations and in the depth sweep alike, so the
 # sweep's loss at a run's trained loop count is the run's final validation loss.
 EVAL_H0_SEED = 1234
-
-
-class Optimizer(StrEnum):
-    """The optimizers a train job chooses by name (`workers.optim` builds them). Here, torch-free, so a
-    grid is validated without importing torch; a member is its plain name, as specs store it."""
-
-    PARCAE = "parcae"
-    TORCH_MUON = "torch_muon"
-    ADAMW = "adamw"
 
 
 # Loop counts evaluated at every evaluation of a looped recipe when `eval_loops` is not given.

@@ -20,8 +20,7 @@ import pandas as pd
 import sqlalchemy as sa
 from sqlalchemy import text
 
-from orchestrator import frames
-from orchestrator.jobkinds import TRAIN
+from orchestrator import frames, jobkinds
 from orchestrator.states import JobStatus
 from orchestrator.variants import ARCH_COLUMNS
 
@@ -132,8 +131,9 @@ def runs(url: str, job_ids: list[int] | None) -> list[Run]:
     ids = "" if job_ids is None else "AND v.job_id IN :ids"
     stmt = text(f"""
         SELECT v.*, j.config, j.started_at FROM runs v JOIN jobs j ON j.id = v.job_id
-        WHERE j.kind = :train {ids} ORDER BY v.job_id""")
-    params: dict[str, Any] = {"train": TRAIN}
+        WHERE j.kind IN :trainers {ids} ORDER BY v.job_id""")
+    stmt = stmt.bindparams(sa.bindparam("trainers", expanding=True))
+    params: dict[str, Any] = {"trainers": list(jobkinds.trainers())}
     if job_ids is not None:
         stmt = stmt.bindparams(sa.bindparam("ids", expanding=True))
         params["ids"] = [int(i) for i in job_ids] or [-1]

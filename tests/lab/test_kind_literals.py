@@ -1,6 +1,6 @@
 """What a job kind is, how it is priced and whether it may span several workers is said once, in its
 declaration (`Kind` in workers/jobs.py, read through orchestrator.jobkinds): the planner, the planner's
-report, the study report and the task runner ask the declaration and never decide by a kind's name.
+report, the study report, the exports, the queue, the variants and the task runner ask the declaration and never decide by a kind's name.
 
 The rule as a test that can fail: the source of those modules (read as text, with ast: nothing is
 imported) holds no comparison with a kind's name (`==`, `!=`, `in`, `not in`; a literal such as
@@ -20,7 +20,12 @@ from workers import jobs
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECKED = sorted(
-    [*ROOT.glob("lab/planner/*.py"), *ROOT.glob("lab/report/*.py"), ROOT / "orchestrator" / "task.py"]
+    [
+        *ROOT.glob("lab/planner/*.py"),
+        *ROOT.glob("lab/report/*.py"),
+        *ROOT.glob("lab/export/*.py"),
+        *(ROOT / "orchestrator" / name for name in ("task.py", "jobqueue.py", "variants.py")),
+    ]
 )
 KIND_NAMES = frozenset(jobs.KINDS)
 

@@ -13,10 +13,10 @@ import torch
 from torch import nn
 
 from model.errors import ConfigError
+from model.optimizer_names import Optimizer
 from workers import optim, train_spec
 from workers.muon import ParcaeMuonAdamW, TorchMuon
 from workers.orthogonalise import newton_schulz
-from workers.train_spec import Optimizer
 
 REPO = Path(__file__).resolve().parents[2]
 
