@@ -1,24 +1,58 @@
-"""Every claim of the registry judged on the runs of a database: the scorecard `looplab claims` prints.
+"""Every claim of the registry judged on the runs of a database: the scorecard `looplab claims` prints,
+the Claims page shows, the study report and the studies' demos end with.
 
 What is measured where: the lean-recipe claims by `analysis.findings` (depth sweeps and the equal-data
 block); φ and 4^φ of the iso-depth study from the law fitted to the iso_depth runs
-(`analysis.iso_depth`, its bootstrap interval), given here as the fitted study; every other claim's row
-is "not run" and names the measurement it needs (its metric). Pure: frames in, a table out.
+(`analysis.iso_depth`, its bootstrap interval), given here as the fitted study; of the loop-design
+report, the loop geometry past the trained count (each run's depth sweep, `round_deltas`: a claim about
+one model's rounds, so each run is one sample) and channel-wise against dense injection's cross-round
+interaction (`round_interactions`, per seed: the two variants of one layout trained with that seed);
+every other claim's row is "not run" and names the measurement it needs (its metric). Pure: frames in,
+a table out.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pandas as pd
 
-from analysis import claims, comparison, findings
+from analysis import claims, comparison, findings, iso_depth, scaling
 from analysis.claims_base import Claim, Scale
 from analysis.iso_depth import IsoDepthStudy
+from model.presets import LOOP_LAYOUTS
 
 FIT_CLAIMS = ("iso.phi_below_one", "iso.phi_above_zero", "iso.worth_at_4")
+# loop-design claims on one model's rounds past its trained count: the round_deltas column each reads
+GEOMETRY_CLAIMS = {
+    "loop.update_falls_beyond_horizon": "rel_change",
+    "loop.variance_grows_beyond_horizon": "state_var",
+}
+# loop-design claims on a ratio of two injections' mean cross-round interaction, trained alike
+INTERACTION_CLAIMS = {"loop.channel_interaction_7x_dense": ("channel", "dense")}
 
 
 def _unmeasured(claim: Claim) -> claims.Judgement:
     return claims.judge(claim, None, None, [f"a measurement of it ({claim.metric.describe()})"])
+
+
+def fit_law(runs: pd.DataFrame) -> IsoDepthStudy:
+    """The iso-depth law fitted as the Scaling page fits it (its bootstrap, seed 0, the linear loss)."""
+    return iso_depth.fit_iso_depth(runs, bootstrap=scaling.DEFAULT_BOOTSTRAP, seed=0, robust="linear")
+
+
+def iso_fit(
+    done: pd.DataFrame, fit: Callable[[pd.DataFrame], IsoDepthStudy] = fit_law, where: str = "these runs"
+) -> tuple[IsoDepthStudy | None, str]:
+    """The law fitted to the iso_depth runs among `done` by `fit` (the dashboard passes a cached one):
+    (the fitted study, "") or (None, what a fit would need; `where` names what `done` is)."""
+    runs = done[done["recipe"] == iso_depth.ISO_DEPTH_RECIPE] if "recipe" in done else done.iloc[:0]
+    if runs.empty:
+        return None, f"iso_depth runs (none in {where})"
+    try:
+        return fit(iso_depth.runs_for_fit(runs)), ""
+    except ValueError as e:  # ConfigError: too few runs, or too few budgets, to identify the law
+        return None, f"a fit of the iso_depth runs ({e})"
 
 
 def iso_depth_judgements(study: IsoDepthStudy | None, why_not: str = "") -> list[claims.Judgement]:
@@ -50,15 +84,87 @@ def iso_depth_judgements(study: IsoDepthStudy | None, why_not: str = "") -> list
     return out
 
 
+def _of(frame: pd.DataFrame | None, done: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a depth-sweep frame whose trained model is among `done` (empty when no frame)."""
+    if frame is None or frame.empty or done.empty:
+        return pd.DataFrame()
+    return frame[frame["train_job_id"].isin(done["job_id"])]
+
+
+def _geometry_points(done: pd.DataFrame, deltas: pd.DataFrame, column: str) -> pd.DataFrame:
+    """Per run (its job id as the sample): `column` at its trained round and at the deepest round its
+    sweep measured past it (the deepest sweep's rounds; a round's state does not depend on how many
+    follow it)."""
+    trained = dict(zip(done["job_id"], done["train_loops"], strict=True)) if "train_loops" in done else {}
+    rows = []
+    for job_id, g in deltas.groupby("train_job_id") if not deltas.empty else ():
+        n = trained.get(job_id)
+        if n is None or pd.isna(n) or g[column].isna().all():
+            continue
+        g = g[g["loops"] == g["loops"].max()]
+        at, last = g[g["round"] == int(n)], g[g["round"] == g["round"].max()]
+        if at.empty or int(last["round"].iloc[0]) <= int(n):
+            continue
+        rows += [(column, "trained", job_id, float(at[column].iloc[0]))]
+        rows += [(column, "beyond", job_id, float(last[column].iloc[0]))]
+    return pd.DataFrame(rows, columns=claims.POINT_COLUMNS)
+
+
+def _interaction_points(claim: Claim, done: pd.DataFrame, interactions: pd.DataFrame) -> pd.DataFrame:
+    """Per seed: the mean interaction of the first injection's run over the second's, of one layout
+    (same recipe, loops and width), both at the deepest interaction depth the two share."""
+    a, b = INTERACTION_CLAIMS[claim.id]
+    series, x = claim.terms[0]
+    if interactions.empty or "injection" not in done:
+        return pd.DataFrame(columns=claims.POINT_COLUMNS)
+    keys = ["recipe", "train_loops", "d_model", "seed"]
+    runs = done[done["injection"].isin([a, b])][["job_id", "injection", *keys]]
+    rows = []
+    for (*_, seed), group in runs.groupby(keys, dropna=False):
+        by = dict(zip(group["injection"], group["job_id"], strict=True))
+        if set(by) != {a, b}:
+            continue
+        ia, ib = (interactions[interactions["train_job_id"] == by[k]] for k in (a, b))
+        depth = min(ia["loops"].max(), ib["loops"].max())
+        mean_a, mean_b = (i[i["loops"] == depth]["interaction"].mean() for i in (ia, ib))
+        if pd.notna(mean_a) and pd.notna(mean_b) and mean_b > 0:
+            rows.append((series, x, seed, float(mean_a / mean_b)))
+    return pd.DataFrame(rows, columns=claims.POINT_COLUMNS)
+
+
+def loop_design_judgements(
+    done: pd.DataFrame, deltas: pd.DataFrame | None = None, interactions: pd.DataFrame | None = None
+) -> list[claims.Judgement]:
+    """The loop-design report's claims on the runs `done` and their sweeps' geometry and interactions;
+    the claims on task accuracy need task scores by category (not run until measured)."""
+    deltas, interactions = _of(deltas, done), _of(interactions, done)
+    out = []
+    for claim in claims.claims_of("loop-design"):
+        if claim.id in GEOMETRY_CLAIMS:
+            points = _geometry_points(done, deltas, GEOMETRY_CLAIMS[claim.id])
+        elif claim.id in INTERACTION_CLAIMS:
+            points = _interaction_points(claim, done, interactions)
+        else:
+            out.append(_unmeasured(claim))
+            continue
+        used = done[done["job_id"].isin(points["seed"])] if claim.id in GEOMETRY_CLAIMS else done
+        seeds = used["seed"] if claim.id in GEOMETRY_CLAIMS else points["seed"]
+        scale = findings.scale_of(used, seeds)
+        out.append(claims.judge_points(claim, points, scale, sorted(used["job_id"])))
+    return out
+
+
 def judgements(
     done: pd.DataFrame,
     depth: pd.DataFrame,
     study: str | None = None,
     iso: IsoDepthStudy | None = None,
     iso_note: str = "",
+    deltas: pd.DataFrame | None = None,
+    interactions: pd.DataFrame | None = None,
 ) -> list[claims.Judgement]:
     """Each claim of `study` (all three for None) judged on the succeeded runs `done` (the runs frame)
-    and their depth sweeps."""
+    and their depth sweeps (`depth`, and their loop geometry `deltas` and `interactions`)."""
     chosen = {c.id for c in claims.claims_of(study)}
     out: list[claims.Judgement] = []
     if any(c.study == "lean" for c in claims.CLAIMS if c.id in chosen):
@@ -66,10 +172,20 @@ def judgements(
         evals = comparison.eval_loss_per_run(done, sweeps) if not done.empty else done
         out += [findings.judge_lean_claim(c, sweeps, evals) for c in claims.claims_of("lean")]
     out += iso_depth_judgements(iso, iso_note)
-    out += [_unmeasured(c) for c in claims.claims_of("loop-design")]
+    out += loop_design_judgements(done, deltas, interactions)
     return [j for j in out if j.claim.id in chosen]
 
 
 def scorecard(done: pd.DataFrame, depth: pd.DataFrame, study: str | None = None, **fit) -> pd.DataFrame:
     """`claims.scorecard` of `judgements`."""
     return claims.scorecard(judgements(done, depth, study, **fit))
+
+
+def applies(study: str, done: pd.DataFrame) -> bool:
+    """Whether the runs `done` are (part of) a study of that kind: a report ends with its scorecard."""
+    recipes = set(done["recipe"].dropna()) if "recipe" in done else set()
+    if study == "lean":
+        return findings.applies(done)
+    if study == "iso-depth":
+        return iso_depth.ISO_DEPTH_RECIPE in recipes
+    return bool(recipes & set(LOOP_LAYOUTS))

@@ -46,7 +46,7 @@ def _series_measured(claim: Claim) -> bool:
     return bool(mapped) and {s for s, _ in claims.needed(claim)} <= mapped
 
 
-def _scale(runs: pd.DataFrame, seeds) -> Scale:
+def scale_of(runs: pd.DataFrame, seeds) -> Scale:
     """Our runs' scale as a registry Scale: parameters and tokens when the frame has them."""
     seeds = tuple(sorted(int(s) for s in set(seeds) if pd.notna(s)))
     size = ""
@@ -117,11 +117,11 @@ def judge_lean_claim(claim: Claim, depth: pd.DataFrame, evals: pd.DataFrame) -> 
     if frame == "depth" and _series_measured(claim):
         points, jobs = _depth_points(claim, depth)
         runs = evals[evals["job_id"].isin(jobs)] if not evals.empty and "job_id" in evals else evals
-        return claims.judge_points(claim, points, _scale(runs, points["seed"]), jobs)
+        return claims.judge_points(claim, points, scale_of(runs, points["seed"]), jobs)
     if frame == "runs" and note == EQUAL_DATA and _series_measured(claim):
         points, block = _equal_data_points(claim, evals)
         jobs = sorted(block["job_id"]) if "job_id" in block else []
-        return claims.judge_points(claim, points, _scale(block, points["seed"]), jobs)
+        return claims.judge_points(claim, points, scale_of(block, points["seed"]), jobs)
     return claims.judge(claim, None, None, [f"a measurement from these frames ({claim.metric.describe()})"])
 
 

@@ -267,25 +267,6 @@ def cli_lm_eval(args) -> int:
     return 0
 
 
-def _iso_depth_fit(done):
-    """The Scaling page's fit of the iso_depth runs among `done`: (the fitted study, None) or (None, why)."""
-    from analysis import iso_depth, scaling
-    from model.presets import ISO_DEPTH_RECIPE
-    from orchestrator.errors import USER_ERRORS
-
-    runs = done[done["recipe"] == ISO_DEPTH_RECIPE]
-    if runs.empty:
-        return None, "iso_depth runs (none in this database)"
-    fit_runs = iso_depth.runs_for_fit(runs)
-    try:
-        study = iso_depth.fit_iso_depth(
-            fit_runs, bootstrap=scaling.DEFAULT_BOOTSTRAP, seed=0, robust="linear"
-        )
-    except USER_ERRORS as e:
-        return None, f"a fit of the iso_depth runs ({e})"
-    return study, ""
-
-
 def cli_claims(args) -> int:
     """The three studies' claims judged on the database's finished runs (analysis/claims.py)."""
     import pandas as pd
@@ -297,8 +278,13 @@ def cli_claims(args) -> int:
     url = resolve_url(args.db)
     runs = variants.with_variants(frames.runs(url))
     done = runs[runs["status"] == JobStatus.SUCCEEDED]
-    iso, why = _iso_depth_fit(done) if args.study in (None, "iso-depth") else (None, "")
-    card = claims_measure.scorecard(done, frames.depth(url), args.study, iso=iso, iso_note=why)
+    iso, why = (
+        claims_measure.iso_fit(done, where="this database")
+        if args.study in (None, "iso-depth")
+        else (None, "")
+    )
+    geometry = {"deltas": frames.round_deltas(url), "interactions": frames.round_interactions(url)}
+    card = claims_measure.scorecard(done, frames.depth(url), args.study, iso=iso, iso_note=why, **geometry)
     if args.csv:
         print(card.to_csv(index=False), end="")
         return 0

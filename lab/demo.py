@@ -185,7 +185,10 @@ LEAN = {
     "depth_sweep": {"loops": [1, 2, 3, 4, 6, 8, 12, 16], "eval_tokens": 32768},
 }
 LEAN_FAST = {**LEAN, "seeds": [0]}
-LEAN_REPORT = "lean-study"  # the report files the study writes: lean-study.html and lean-study.md
+# the report files each study writes (NAME.html and NAME.md), ending with the study's scorecard
+LEAN_REPORT = "lean-study"
+ISO_DEPTH_REPORT = "iso-depth-study"
+LOOP_DESIGN_REPORT = "loop-design-study"
 
 
 def lean_grids(fast: bool = False) -> list[Grid]:
@@ -469,11 +472,12 @@ def main_iso_depth(db: str | None = None, fast: bool = False, artifacts: str = "
     except ValueError as e:  # ConfigError: too few finished runs to identify the law
         print(f"(no fit: {e})")
         return 1
+    scored = score_study(q.url, [g.name for g in study], "iso-depth", ISO_DEPTH_REPORT)
     db_flag = f" --db {db}" if db else ""
-    print(f"\nfit in {time.time() - t_fit:.0f} s; whole demo {time.time() - t0:.0f} s")
+    print(f"\nfit and scorecard in {time.time() - t_fit:.0f} s; whole demo {time.time() - t0:.0f} s")
     print(f"again, or as JSON: looplab{db_flag} fit iso-depth --grid {study[0].name} [--json]")
-    print(f"see it drawn:      looplab{db_flag} dashboard   (page Scaling)")
-    return 0 if failed.empty else 1
+    print(f"see it drawn:      looplab{db_flag} dashboard   (pages Scaling, Claims)")
+    return 0 if failed.empty and scored else 1
 
 
 def main_loop_design(db: str | None = None, fast: bool = False, artifacts: str = "looplab_artifacts") -> int:
@@ -487,14 +491,15 @@ def main_loop_design(db: str | None = None, fast: bool = False, artifacts: str =
         print_extrapolation(q.url, prefix)
     except Exception as e:  # a summary; never hide the run's outcome behind it
         print(f"(extrapolation table unavailable: {type(e).__name__}: {e})")
+    scored = score_study(q.url, [g.name for g in study], "loop-design", LOOP_DESIGN_REPORT)
     db_flag = f" --db {db}" if db else ""
     print(f"\nwhole demo {time.time() - t0:.0f} s")
-    print(f"see it drawn:      looplab{db_flag} dashboard   (page Extrapolation, /extrapolation)")
+    print(f"see it drawn:      looplab{db_flag} dashboard   (pages Extrapolation, Claims)")
     print(
         f'query the results: looplab{db_flag} sql "SELECT variant_label, loops, skipped, round, interaction '
         'FROM interactions"'
     )
-    return 0 if failed.empty else 1
+    return 0 if failed.empty and scored else 1
 
 
 def main_adaptive(db: str | None = None, fast: bool = False, artifacts: str = "looplab_artifacts") -> int:
@@ -514,23 +519,43 @@ def main_adaptive(db: str | None = None, fast: bool = False, artifacts: str = "l
     )
 
 
-def print_findings(url: str, grids: list[str]) -> None:
-    """The lean-recipe study's scorecard on this run: each claim's verdict, the study's figure and ours
-    (`analysis.findings`)."""
+def print_scorecard(url: str, grids: list[str], study: str) -> None:
+    """The scorecard of `study` on the runs of `grids`: each claim's verdict, the study's figure and ours
+    (`analysis.claims_measure`, as `looplab claims --study STUDY` and the report give it)."""
     import pandas as pd
 
     from lab.report import study_data
 
-    data = study_data(url, grids)
+    card = study_data(url, grids).scorecards.get(study)
     with pd.option_context("display.width", 220, "display.max_columns", 10, "display.max_colwidth", 70):
-        print("\n== the lean-recipe study's claims against this run ==")
-        if data.findings.empty:
-            print("(no finished runs)")
+        print(f"\n== the {study} study's claims against this run ==")
+        if card is None or card.empty:
+            print("(no finished runs of the study)")
             return
         cols = ["claim", "verdict", "study_figure", "ours", "scale_note"]
-        print(data.findings[cols].to_string(index=False))
-        counts = data.findings["verdict"].value_counts()
-        print("verdicts: " + ", ".join(f"{n} {verdict}" for verdict, n in counts.items()))
+        print(card[cols].to_string(index=False))
+        counts = card["verdict"].value_counts()
+        print(f"{len(card)} claims: " + ", ".join(f"{n} {verdict}" for verdict, n in counts.items()))
+
+
+def score_study(url: str, grids: list[str], study: str, report: str) -> bool:
+    """Print the study's scorecard and write its report (`report`.html and .md): what a study is run
+    for, so a failure in either is reported with its reason and returns False (the command then fails)."""
+    from lab.report import write_report
+
+    try:
+        print_scorecard(url, grids, study)
+        for fmt in ("html", "md"):
+            path = write_report(url, grids, f"{report}.{fmt}", fmt)
+            print(f"report: {path.absolute()}")
+    except Exception as e:
+        print(
+            f"demo --study {study}: the scorecard or the report failed: {type(e).__name__}: {e}",
+            file=sys.stderr,
+        )
+        logging.getLogger(__name__).exception("the %s study's scorecard or report", study)
+        return False
+    return True
 
 
 def main_lean(db: str | None = None, fast: bool = False, artifacts: str = "looplab_artifacts") -> int:
@@ -540,23 +565,9 @@ def main_lean(db: str | None = None, fast: bool = False, artifacts: str = "loopl
     if rc != 0:
         return rc
     names = [g.name for g in study]
-    from lab.report import write_report
-
-    # the scorecard and the report are what this study is run for: a failure in either fails the command
-    scored = True
-    try:
-        print_findings(q.url, names)
-        for fmt in ("html", "md"):
-            path = write_report(q.url, names, f"{LEAN_REPORT}.{fmt}", fmt)
-            print(f"report: {path.absolute()}")
-    except Exception as e:
-        scored = False
-        print(
-            f"demo --study lean: the scorecard or the report failed: {type(e).__name__}: {e}", file=sys.stderr
-        )
-        logging.getLogger(__name__).exception("the lean study's scorecard or report")
+    scored = score_study(q.url, names, "lean", LEAN_REPORT)
     db_flag = f" --db {db}" if db else ""
     print(f"\nwhole demo {time.time() - t0:.0f} s")
     print(f"the report again:  looplab{db_flag} report {' '.join(names)} -o {LEAN_REPORT}.html")
-    print(f"see it drawn:      looplab{db_flag} dashboard   (pages Compare, Depth)")
+    print(f"see it drawn:      looplab{db_flag} dashboard   (pages Compare, Depth, Claims)")
     return 0 if failed.empty and scored else 1

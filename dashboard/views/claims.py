@@ -10,26 +10,14 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from analysis import claims, claims_measure, iso_depth, scaling, variants
+from analysis import claims, claims_measure, variants
 from dashboard import ui
-from orchestrator.errors import USER_ERRORS
 from orchestrator.states import JobStatus
 
 
 @st.cache_data(show_spinner="fitting the iso-depth law ...", max_entries=8)
 def fitted(runs: pd.DataFrame):
-    return iso_depth.fit_iso_depth(runs, bootstrap=scaling.DEFAULT_BOOTSTRAP, seed=0, robust="linear")
-
-
-def iso_fit(done: pd.DataFrame):
-    """(the fitted study, None) or (None, what a fit would need)."""
-    runs = iso_depth.runs_for_fit(done[done["recipe"] == iso_depth.ISO_DEPTH_RECIPE])
-    if runs.empty:
-        return None, "iso_depth runs (none in this selection)"
-    try:
-        return fitted(runs), ""
-    except USER_ERRORS as e:
-        return None, f"a fit of the iso_depth runs ({e})"
+    return claims_measure.fit_law(runs)
 
 
 st.title("Claims")
@@ -42,8 +30,11 @@ st.caption(
 url = ui.url()
 runs = ui.filter_runs(variants.with_variants(ui.runs(url)))
 done = runs[runs["status"] == JobStatus.SUCCEEDED]
-study, why = iso_fit(done)
-card = claims_measure.scorecard(done, ui.filter_by_runs(ui.depth(url), done), iso=study, iso_note=why)
+study, why = claims_measure.iso_fit(done, fitted, "this selection")
+geometry = {"deltas": ui.round_deltas(url), "interactions": ui.round_interactions(url)}
+card = claims_measure.scorecard(
+    done, ui.filter_by_runs(ui.depth(url), done), iso=study, iso_note=why, **geometry
+)
 
 c1, c2 = st.columns(2)
 studies = c1.multiselect("Study", list(claims.STUDIES), key="claims_study")

@@ -19,10 +19,11 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import (
+    claims,
+    claims_measure,
     comparison,
     curves,
     extrapolation,
-    findings,
     iso_depth,
     scaling,
     stats,
@@ -65,7 +66,7 @@ class StudyData:
     decode: pd.DataFrame
     task_tables: dict[str, pd.DataFrame]
     curves: pd.DataFrame  # CURVE_KEY points of the runs, labelled
-    findings: pd.DataFrame
+    scorecards: dict[str, pd.DataFrame]  # per study the selection is part of: its claims judged
     scaling: iso_depth.IsoDepthStudy | None = None
     scaling_note: str = ""
     notes: list[str] = field(default_factory=list)
@@ -114,6 +115,16 @@ def _scaling(done: pd.DataFrame) -> tuple[iso_depth.IsoDepthStudy | None, str]:
     except USER_ERRORS as e:
         return None, f"the law cannot be fitted to these {len(fit_runs)} runs: {e}"
     return study, ""
+
+
+def _scorecards(url: str, done: pd.DataFrame, depth: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The scorecard (`looplab claims`) of each study the finished runs are part of, judged on them only."""
+    studies = [s for s in claims.STUDIES if claims_measure.applies(s, done)]
+    if not studies:
+        return {}
+    iso, why = claims_measure.iso_fit(done) if "iso-depth" in studies else (None, "")
+    measured = {"deltas": frames.round_deltas(url), "interactions": frames.round_interactions(url)}
+    return {s: claims_measure.scorecard(done, depth, s, iso=iso, iso_note=why, **measured) for s in studies}
 
 
 def study_data(url: str, grids: list[str]) -> StudyData:
@@ -175,7 +186,7 @@ def study_data(url: str, grids: list[str]) -> StudyData:
         else dec,
         task_tables=task_tables,
         curves=points,
-        findings=findings.lean_study_findings(sweeps, evals) if findings.applies(done) else pd.DataFrame(),
+        scorecards=_scorecards(url, done, depth),
         scaling=study,
         scaling_note=scaling_note,
     )

@@ -134,7 +134,7 @@ def sections(data: StudyData) -> list[Section]:
     return [
         _about(data),
         _runs(data),
-        *_findings(data),
+        *_scorecards(data),
         _iso_data(data),
         _iso_flop(data),
         _iso_time(data),
@@ -187,25 +187,42 @@ def _runs(data: StudyData) -> Section:
     )
 
 
-def _findings(data: StudyData) -> list[Section]:
-    if data.findings.empty:
-        return []
-    counts = data.findings["verdict"].value_counts()
-    tally = ", ".join(f"{n} {verdict}" for verdict, n in counts.items())
-    text = [
-        "Each claim of the lean-recipe study (the registry, `analysis/claims_lean.py`, with the study's own "
-        "numbers) judged on these runs by the one rule of `analysis/claims.py`: replicated when the 95 % "
-        "interval lies on the claimed side of the line, contradicted on the other side, not resolved across "
-        "it, not run without the runs it needs. Runs at another scale than the claim's are judged on "
-        "direction and shape only (`scale_note`).",
-        f"Verdicts: {tally}.",
-    ]
-    cols = ["claim", "statement", "verdict", "study_figure", "study_scale", "ours", "our_scale", "scale_note"]
-    return [
-        Section(
-            "Scorecard of the lean-recipe study", text, [Table("findings", data.findings[[*cols, "reason"]])]
-        )
-    ]
+# each study as the scorecard's heading names it
+STUDY_NAMES = {
+    "lean": "the lean-recipe study",
+    "iso-depth": "the iso-depth study",
+    "loop-design": "the loop-design report",
+}
+REPORT_COLUMNS = [
+    "claim",
+    "statement",
+    "verdict",
+    "study_figure",
+    "study_scale",
+    "ours",
+    "our_scale",
+    "scale_note",
+    "reason",
+]
+
+
+def _scorecards(data: StudyData) -> list[Section]:
+    out = []
+    for study, card in data.scorecards.items():
+        counts = card["verdict"].value_counts()
+        tally = ", ".join(f"{n} {verdict}" for verdict, n in counts.items())
+        text = [
+            f"Each claim of {STUDY_NAMES.get(study, study)} (the registry, `analysis/claims_*.py`, with the "
+            "study's own numbers) judged on these runs by the one rule of `analysis/claims.py`: replicated "
+            "when the 95 % interval lies on the claimed side of the line, contradicted on the other side, not "
+            "resolved across it, not run without the runs it needs. Runs at another scale than the claim's "
+            "are judged on direction and shape only (`scale_note`). `looplab claims` prints the same.",
+            f"Verdicts: {tally}.",
+        ]
+        name = "findings" if study == "lean" else f"scorecard_{study.replace('-', '_')}"
+        title = f"Scorecard of {STUDY_NAMES.get(study, study)}"
+        out.append(Section(title, text, [Table(name, card[REPORT_COLUMNS])]))
+    return out
 
 
 def _iso_data(data: StudyData) -> Section:

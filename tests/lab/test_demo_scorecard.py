@@ -1,43 +1,71 @@
-"""`looplab demo --study lean` is run for its scorecard and report: a failure in either fails the command
-with the reason, after the runs themselves succeeded (the queue is replaced by a stand-in here; the
-whole study runs in the slow tier's demo tests)."""
+"""`looplab demo --study lean | iso-depth | loop-design` are run for their scorecard and report: a failure in
+either fails the command with the reason, after the runs themselves succeeded (the queue is replaced by a
+stand-in here; the studies' `--fast` forms run whole in the slow tier, tests/lab/test_study_demos.py)."""
 
 from __future__ import annotations
 
 import types
 
 import pandas as pd
+import pytest
 
 from lab import demo
 
+MAINS = {"lean": demo.main_lean, "iso-depth": demo.main_iso_depth, "loop-design": demo.main_loop_design}
 
-def test_a_failing_scorecard_fails_the_lean_demo_with_its_reason(monkeypatch, tmp_path, capsys):
+
+@pytest.fixture
+def ran(monkeypatch, tmp_path):
+    """The queue's part done: every study's runs succeeded, the other summaries print nothing."""
     done = types.SimpleNamespace(url=f"sqlite:///{tmp_path / 'looplab.db'}")
     monkeypatch.setattr(demo, "_run", lambda *a, **k: (done, 0, pd.DataFrame()))
+    monkeypatch.setattr(demo, "print_iso_depth_fit", lambda url, grid: None)
+    monkeypatch.setattr(demo, "print_extrapolation", lambda url, prefix: None)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
 
-    def broken(url, names):
+
+@pytest.mark.parametrize("study", list(MAINS))
+def test_a_failing_scorecard_fails_the_study_demo_with_its_reason(ran, monkeypatch, capsys, study):
+    def broken(url, names, which):
         raise KeyError("verdict")
 
-    monkeypatch.setattr(demo, "print_findings", broken)
-    monkeypatch.chdir(tmp_path)
-    assert demo.main_lean(db=None, fast=True) == 1
+    monkeypatch.setattr(demo, "print_scorecard", broken)
+    assert MAINS[study](db=None, fast=True) == 1
     err = capsys.readouterr().err
-    assert "the scorecard or the report failed: KeyError: 'verdict'" in err
+    assert f"demo --study {study}: the scorecard or the report failed: KeyError: 'verdict'" in err
 
 
-def test_the_lean_demo_passes_when_scorecard_and_report_are_written(monkeypatch, tmp_path, capsys):
-    done = types.SimpleNamespace(url=f"sqlite:///{tmp_path / 'looplab.db'}")
-    monkeypatch.setattr(demo, "_run", lambda *a, **k: (done, 0, pd.DataFrame()))
-    monkeypatch.setattr(demo, "print_findings", lambda url, names: print("scorecard"))
+@pytest.mark.parametrize("study", list(MAINS))
+def test_the_study_demo_passes_when_its_scorecard_and_report_are_written(ran, monkeypatch, capsys, study):
+    printed = []
+    monkeypatch.setattr(demo, "print_scorecard", lambda url, names, which: printed.append(which))
     written = []
 
     def write_report(url, names, path, fmt):
-        written.append(fmt)
-        return tmp_path / path
+        written.append(path)
+        return ran / path
 
     import lab.report
 
     monkeypatch.setattr(lab.report, "write_report", write_report)
-    monkeypatch.chdir(tmp_path)
-    assert demo.main_lean(db=None, fast=True) == 0
-    assert written == ["html", "md"] and "scorecard" in capsys.readouterr().out
+    assert MAINS[study](db=None, fast=True) == 0
+    assert printed == [study]
+    stem = {
+        "lean": demo.LEAN_REPORT,
+        "iso-depth": demo.ISO_DEPTH_REPORT,
+        "loop-design": demo.LOOP_DESIGN_REPORT,
+    }
+    assert written == [f"{stem[study]}.html", f"{stem[study]}.md"]
+
+
+def test_a_failing_report_fails_the_demo_too(ran, monkeypatch, capsys):
+    monkeypatch.setattr(demo, "print_scorecard", lambda url, names, which: None)
+    import lab.report
+
+    def write_report(url, names, path, fmt):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(lab.report, "write_report", write_report)
+    assert demo.main_loop_design(db=None, fast=True) == 1
+    assert "the scorecard or the report failed: OSError: disk full" in capsys.readouterr().err

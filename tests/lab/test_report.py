@@ -193,8 +193,9 @@ def test_the_findings_of_the_lean_study_equal_the_pure_function_on_the_same_fram
     depth = frames.depth(url)
     depth = depth[depth["train_job_id"].isin(runs["job_id"])]
     want = findings.lean_study_findings(depth, comparison.eval_loss_per_run(runs, depth))
-    pd.testing.assert_frame_equal(data.findings, want)
-    got = data.findings.set_index("claim")
+    assert list(data.scorecards) == ["lean"]  # neither iso_depth runs nor loop-design layouts here
+    pd.testing.assert_frame_equal(data.scorecards["lean"], want)
+    got = data.scorecards["lean"].set_index("claim")
     # grid "extra" sweeps fixed4 at 1, 2, 4 and 8 only: the claim over 1-32 names the counts it lacks
     assert got.loc["lean.fixed4_best_at_4", "verdict"] == "not run"
     assert got.loc["lean.fixed4_best_at_4", "reason"].startswith("needs fixed4 at 3, fixed4 at 6")
