@@ -170,7 +170,7 @@ def loop_design_grids(fast: bool = False) -> list[Grid]:
 # The lean-recipe study at CPU size: 3 recipes x 2 seeds x 2^20 tokens of tiny (2,048 steps of 8 x 64),
 # tiny trains at ~2,500-4,300 tokens/s on one core here, so ~4-7 minutes a run (`--fast`: seed 0 only).
 # The sweep's eval_tokens and batch size are the train job's, so its loss at the trained count is the
-# run's final validation loss.
+# run's final validation loss; its loop counts are the note's (1-32), which its depth claims read.
 LEAN = {
     "recipes": ["parcae", "fixed4", "lean"],
     "seeds": [0, 1],
@@ -182,7 +182,7 @@ LEAN = {
         "ckpt_every": 512,
         "data": DATA,
     },
-    "depth_sweep": {"loops": [1, 2, 3, 4, 6, 8, 12, 16], "eval_tokens": 32768},
+    "depth_sweep": {"loops": [1, 2, 3, 4, 6, 8, 12, 16, 24, 32], "eval_tokens": 32768},
 }
 LEAN_FAST = {**LEAN, "seeds": [0]}
 # the report files each study writes (NAME.html and NAME.md), ending with the study's scorecard
