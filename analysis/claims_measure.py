@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import pandas as pd
 
 from analysis import claims, comparison, findings, iso_depth, scaling
@@ -23,6 +24,15 @@ from analysis.iso_depth import IsoDepthStudy
 from model.presets import LOOP_LAYOUTS
 
 FIT_CLAIMS = ("iso.phi_below_one", "iso.phi_above_zero", "iso.worth_at_4")
+# iso-depth claims on the compute-optimal allocation per r at the runs' largest budget
+ALLOCATION_CLAIMS = (
+    "iso.optimal_width_grows",
+    "iso.optimal_tokens_fall",
+    "iso.optimal_params_fall",
+    "iso.gap_grows_with_r",
+    "iso.no_crossover",
+)
+ALLOCATION_COLUMNS = ("width", "tokens", "unique_params", "gap")  # iso_depth.optimal_draws' figures
 # loop-design claims on one model's rounds past its trained count: the round_deltas column each reads
 GEOMETRY_CLAIMS = {
     "loop.update_falls_beyond_horizon": "rel_change",
@@ -55,12 +65,56 @@ def iso_fit(
         return None, f"a fit of the iso_depth runs ({e})"
 
 
+def _allocation(claim: Claim, study: IsoDepthStudy, scale: Scale) -> claims.Judgement:
+    """A claim on the compute-optimal allocation per r: θ from the estimate's optimum and from each
+    bootstrap draw's (re-optimised), the interval the draws' percentiles; an optimum on the search's
+    edge for an r the claim reads leaves it without an interval (the range does not hold the optimum)."""
+    runs = [f"{study.fit.n_runs} runs"]
+    if study.flops is None:
+        return claims.judge(claim, None, None, ["runs with FLOP budgets (for the compute-optimal width)"])
+    try:
+        draws = iso_depth.optimal_draws(study.fit, study.flops)
+    except ValueError as e:
+        return claims.judge(claim, None, None, [f"the compute-optimal widths ({e})"])
+    rs = sorted({x for _, x in claims.needed(claim)})
+    lacking = [r for r in rs if float(r) not in draws]
+    if lacking:
+        return claims.judge(claim, None, None, [f"runs at r = {', '.join(str(r) for r in lacking)}"], runs)
+    n = len(draws[float(rs[0])]["loss"])
+    thetas = np.array(
+        [
+            claims.theta(
+                claim, {(c, r): float(f[c][k]) for r, f in draws.items() for c in ALLOCATION_COLUMNS}
+            )
+            for k in range(n)
+        ]
+    )
+    edge = [r for r in rs if bool(draws[float(r)]["at_edge"][0])]
+    level = study.fit.confidence
+    if edge:
+        ours = claims.Estimate(
+            float(thetas[0]),
+            np.nan,
+            np.nan,
+            study.fit.n_runs,
+            "optimum at the search's edge for r = " + ", ".join(str(r) for r in edge),
+        )
+    else:
+        tail = 100 * (1 - level) / 2
+        low, high = np.nanpercentile(thetas[1:], [tail, 100 - tail]) if n > 2 else (np.nan, np.nan)
+        ours = claims.fitted(
+            thetas[0], low, high, study.fit.n_runs, "bootstrap of the fit, re-optimised per draw"
+        )
+    return claims.judge(claim, ours, scale, runs=runs)
+
+
 def iso_depth_judgements(study: IsoDepthStudy | None, why_not: str = "") -> list[claims.Judgement]:
-    """The iso-depth claims on a fitted study: φ with the fit's interval, 4^φ with recurrence_worth's;
-    without a fit every claim is not run and `why_not` says why."""
+    """The iso-depth claims on a fitted study: φ with the fit's interval, 4^φ with recurrence_worth's,
+    the compute-optimal allocation per r at the runs' largest budget with its draws' interval; without
+    a fit every claim is not run and `why_not` says why."""
     out = []
     for claim in claims.claims_of("iso-depth"):
-        if claim.id not in FIT_CLAIMS:
+        if claim.id not in FIT_CLAIMS + ALLOCATION_CLAIMS:
             out.append(_unmeasured(claim))
             continue
         if study is None:
@@ -69,6 +123,9 @@ def iso_depth_judgements(study: IsoDepthStudy | None, why_not: str = "") -> list
         fit = study.fit
         rs = sorted(int(r) for r in fit.table["r"].unique()) if "r" in fit.table else []
         scale = Scale(note=f"{fit.n_runs} runs; r in {', '.join(str(r) for r in rs)}")
+        if claim.id in ALLOCATION_CLAIMS:
+            out.append(_allocation(claim, study, scale))
+            continue
         if claim.id == "iso.worth_at_4":
             row = study.worth[study.worth["r"] == 4]
             ours = (

@@ -99,14 +99,16 @@ def _interval(values: np.ndarray, confidence: float) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def compute_optimal(
+def optimal_draws(
     fit: LawFit, flops: float, width_range: tuple[float, float] | None = None
-) -> pd.DataFrame:
-    """At a budget of `flops` training FLOPs, per r: the width d and tokens D = flops / FLOPs-per-token(d)
-    that minimise the fitted loss, the loss there, and its gap to r = 1's compute-optimal loss, each with
-    its bootstrap interval (every draw re-optimised). The search runs over `width_range` (default: a
-    quarter of the narrowest to 4x the widest width trained); `at_edge` flags an optimum on its boundary
-    (the range does not contain the optimum). Needs columns d_model and flops_per_token, two widths per r."""
+) -> dict[float, dict[str, np.ndarray]]:
+    """At a budget of `flops` training FLOPs, per r: the compute-optimal `width`, `tokens`,
+    `unique_params`, `loss` and `gap` (to r = 1's compute-optimal loss; NaN without r = 1), each an array
+    whose entry 0 is the estimate's and the rest one per bootstrap draw, every draw re-optimised, and
+    `at_edge` (the estimate's optimum on the search's boundary). A figure derived from several r (a
+    trend over r) takes its interval from these draws jointly. The search runs over `width_range`
+    (default: a quarter of the narrowest to 4x the widest width trained). Needs columns d_model and
+    flops_per_token, two widths per r."""
     fields.number("flops", flops, lo=0.0, lo_open=True)
     missing = [c for c in ("d_model", "flops_per_token") if c not in fit.table]
     if missing:
@@ -117,7 +119,7 @@ def compute_optimal(
         width_range = (fit.table["d_model"].min() / 4, fit.table["d_model"].max() * 4)
     widths = np.geomspace(float(width_range[0]), float(width_range[1]), _WIDTH_POINTS)  # (G,)
     rows = np.vstack([[fit.params[k] for k in PARAMS], fit.draws])  # row 0: the estimate, then the draws
-    found: dict[float, dict] = {}
+    found: dict[float, dict[str, np.ndarray]] = {}
     for r, coef in width_model(fit.table).items():
         per_token, n_once, n_rec = (
             coef[c][0] * widths**2 + coef[c][1] * widths for c in ("flops_per_token", "n_once", "n_rec")
@@ -129,30 +131,46 @@ def compute_optimal(
         tokens = flops / per_token
         loss = _loss_grid(rows, n_once, n_rec, r, tokens)  # (1 + draws, G)
         best = np.argmin(loss, axis=1)
-        found[r] = dict(
-            best=best, loss=loss[np.arange(len(best)), best], widths=w, tokens=tokens, n_params=n_once + n_rec
-        )
-    out = []
+        found[r] = {
+            "width": w[best],
+            "tokens": tokens[best],
+            "unique_params": (n_once + n_rec)[best],
+            "loss": loss[np.arange(len(best)), best],
+            "at_edge": np.array([best[0] in (0, len(w) - 1)]),
+        }
     reference = found.get(1.0)
-    for r, f in sorted(found.items()):
-        i, draw_i = f["best"][0], f["best"][1:]
+    for f in found.values():
+        f["gap"] = f["loss"] - reference["loss"] if reference is not None else np.full_like(f["loss"], np.nan)
+    return found
+
+
+def compute_optimal(
+    fit: LawFit, flops: float, width_range: tuple[float, float] | None = None
+) -> pd.DataFrame:
+    """At a budget of `flops` training FLOPs, per r: the width d and tokens D = flops / FLOPs-per-token(d)
+    that minimise the fitted loss, the loss there, and its gap to r = 1's compute-optimal loss, each with
+    its bootstrap interval (`optimal_draws`). `at_edge` flags an optimum on the search's boundary (the
+    range does not contain the optimum)."""
+    out = []
+    for r, f in sorted(optimal_draws(fit, flops, width_range).items()):
         row = {
             "r": int(r) if r.is_integer() else r,
             "flops": float(flops),
-            "d_model": float(f["widths"][i]),
-            "tokens": float(f["tokens"][i]),
-            "n_params": float(f["n_params"][i]),
+            "d_model": float(f["width"][0]),
+            "tokens": float(f["tokens"][0]),
+            "n_params": float(f["unique_params"][0]),
             "loss": float(f["loss"][0]),
         }
-        row["d_model_lo"], row["d_model_hi"] = _interval(f["widths"][draw_i], fit.confidence)
-        row["tokens_lo"], row["tokens_hi"] = _interval(f["tokens"][draw_i], fit.confidence)
+        row["d_model_lo"], row["d_model_hi"] = _interval(f["width"][1:], fit.confidence)
+        row["tokens_lo"], row["tokens_hi"] = _interval(f["tokens"][1:], fit.confidence)
         row["loss_lo"], row["loss_hi"] = _interval(f["loss"][1:], fit.confidence)
-        if reference is not None:
-            row["gap_to_r1"] = float(f["loss"][0] - reference["loss"][0])
-            row["gap_lo"], row["gap_hi"] = _interval(f["loss"][1:] - reference["loss"][1:], fit.confidence)
-        else:
-            row["gap_to_r1"], row["gap_lo"], row["gap_hi"] = math.nan, math.nan, math.nan
-        row["at_edge"] = bool(i in (0, len(f["widths"]) - 1))
+        row["gap_to_r1"] = float(f["gap"][0])
+        row["gap_lo"], row["gap_hi"] = (
+            _interval(f["gap"][1:], fit.confidence)
+            if math.isfinite(row["gap_to_r1"])
+            else (math.nan, math.nan)
+        )
+        row["at_edge"] = bool(f["at_edge"][0])
         out.append(row)
     return pd.DataFrame(out)
 

@@ -46,10 +46,12 @@ def architectures(rs=RS, widths=WIDTHS) -> pd.DataFrame:
 ARCH = architectures()
 
 
-def synthetic(seed: int, truth: dict = TRUE, noise: float = NOISE, rs=RS) -> pd.DataFrame:
-    """Every member at every budget, tokens = budget / FLOPs per token, loss = the law + noise."""
+def synthetic(seed: int, truth: dict = TRUE, noise: float = NOISE, rs=RS, arch=None) -> pd.DataFrame:
+    """Every member (of `arch`, default ARCH) at every budget, tokens = budget / FLOPs per token, loss =
+    the law + noise."""
     rng = np.random.default_rng(seed)
-    runs = ARCH[ARCH["r"].isin(rs)].merge(pd.DataFrame({"budget_flops": BUDGETS}), how="cross")
+    arch = ARCH if arch is None else arch
+    runs = arch[arch["r"].isin(rs)].merge(pd.DataFrame({"budget_flops": BUDGETS}), how="cross")
     runs["tokens"] = np.floor(runs["budget_flops"] / runs["flops_per_token"])
     runs["flops"] = runs["tokens"] * runs["flops_per_token"]
     runs["loss"] = scaling.law(truth, runs["n_once"], runs["n_rec"], runs["r"], runs["tokens"])
