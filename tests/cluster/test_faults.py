@@ -1,0 +1,75 @@
+"""The queue's promises on a cluster of hosts with their own addresses (tests/cluster/lab.py: PostgreSQL,
+a Ray head with a driver, two Ray worker hosts, a second driver host; docs/guarantees.md), under one fault
+at a time. Each test ends with every promise checked (tests/cluster/promises.py). Marked `multinode`
+and `ray`: the fast tier skips them."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.cluster import netns, promises
+from tests.cluster.lab import LabCluster
+from tests.orchestrator.test_crash_resume import TRAIN
+from tests.orchestrator.test_multinode import reference_run
+
+pytestmark = [pytest.mark.multinode, pytest.mark.ray, pytest.mark.slow]
+if netns.available():
+    pytestmark.append(pytest.mark.skip(reason=netns.available()))
+
+GRID = f"""
+from orchestrator import Grid
+base = {TRAIN!r}
+grid = Grid("cluster", base=base, sweep={{"seed": [0, 1, 2]}})
+"""
+
+
+@pytest.fixture
+def lab(looplab_cache):
+    made = LabCluster(looplab_cache)
+    yield made
+    made.close()
+    assert made.net.leftovers() == []
+
+
+def wait_for(lab: LabCluster, sql: str, what: str, timeout: float = 240, driver=None) -> list:
+    end = time.monotonic() + timeout
+    while not (found := lab.query(sql)):
+        assert driver is None or driver.poll() is None, f"the driver exited before {what}"
+        assert time.monotonic() < end, f"no {what} within {timeout} s"
+        time.sleep(0.5)
+    return found
+
+
+def test_a_worker_host_lost_mid_run_resumes_its_job_elsewhere_exactly(lab, tmp_path):
+    for name in ("head", "worker1", "worker2"):
+        lab.start_ray(name)
+    (lab.net.shared / "grids.py").write_text(GRID)
+    assert "3 added" in lab.looplab_done("driver2", "submit", "grids.py")
+    driver = lab.looplab(
+        "head", "run", "--address", lab.ray_address, "--until-empty", "--artifacts", str(lab.art)
+    )
+    worker1 = lab.node_id("worker1")[:12]
+    # a job on worker1 past its third step's checkpoint (the attempt's worker starts with its node id)
+    running = (
+        "SELECT j.id, j.checkpoint_step FROM jobs j JOIN attempts a ON a.job_id = j.id AND a.n = j.attempts "
+        f"WHERE j.status = 'running' AND j.checkpoint_step >= 3 AND a.worker LIKE '{worker1}%'"
+    )
+    ((victim, ckpt),) = wait_for(lab, running, "checkpoint on worker1", driver=driver)
+    assert lab.net.kill("worker1")  # a power cut of that machine
+    assert driver.wait(timeout=400) == 0, (lab.logs / "head.log").read_text()[-3000:]
+    summary = promises.check(lab)
+    assert summary["succeeded"] == 3
+    tried = lab.query(
+        f"SELECT n, outcome, resumed_from_step FROM attempts WHERE job_id = {victim} ORDER BY n"
+    )
+    assert [t[1] for t in tried] == ["interrupted", "succeeded"], tried
+    assert tried[1][2] is not None and tried[1][2] >= ckpt  # resumed from its checkpoint, not step 0
+    seed = lab.query(f"SELECT seed FROM jobs WHERE id = {victim}")[0][0]
+    ref = reference_run(seed, tmp_path / "ref")
+    for key in ("train_loss", "val_loss"):
+        got = lab.query(
+            f"SELECT step, value FROM metrics WHERE job_id = {victim} AND key = '{key}' ORDER BY step"
+        )
+        assert [tuple(r) for r in got] == ref.curve(key) and got
