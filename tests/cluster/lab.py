@@ -168,7 +168,7 @@ class LabCluster:
         assert out.returncode == 0, out.stdout + out.stderr
         return out.stdout
 
-    def query(self, sql: str, host: str = "driver2") -> list[list]:
+    def query(self, sql: str, host: str = "head") -> list[list]:
         """Rows of `sql` on the cluster's database, read from `host`."""
         out = self.net[host].run([sys.executable, "-c", QUERY, self.url, sql], env=self.env, timeout=60)
         assert out.returncode == 0, out.stderr

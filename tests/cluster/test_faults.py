@@ -73,3 +73,68 @@ def test_a_worker_host_lost_mid_run_resumes_its_job_elsewhere_exactly(lab, tmp_p
             f"SELECT step, value FROM metrics WHERE job_id = {victim} AND key = '{key}' ORDER BY step"
         )
         assert [tuple(r) for r in got] == ref.curve(key) and got
+
+
+def assert_curve_is_uninterrupted(lab: LabCluster, job_id: int, tmp_path) -> None:
+    seed = lab.query(f"SELECT seed FROM jobs WHERE id = {job_id}")[0][0]
+    ref = reference_run(seed, tmp_path / f"ref{job_id}")
+    for key in ("train_loss", "val_loss"):
+        got = lab.query(
+            f"SELECT step, value FROM metrics WHERE job_id = {job_id} AND key = '{key}' ORDER BY step"
+        )
+        assert [tuple(r) for r in got] == ref.curve(key) and got, (job_id, key)
+
+
+def test_the_database_host_down_and_back_pauses_the_driver_which_goes_on_by_itself(lab, tmp_path):
+    lab.start_ray("head")
+    lab.start_ray("worker1")
+    (lab.net.shared / "grids.py").write_text(GRID)
+    lab.looplab_done("driver2", "submit", "grids.py")
+    driver = lab.looplab(
+        "head", "run", "--address", lab.ray_address, "--until-empty", "--artifacts", str(lab.art)
+    )
+    wait_for(lab, "SELECT id FROM jobs WHERE checkpoint_step >= 3", "checkpoint", driver=driver)
+    lab.stop_postgres()  # the database host's server crashes
+    time.sleep(10)
+    assert driver.poll() is None  # the driver waits for it: an outage is a state, not a crash
+    lab.start_postgres()
+    assert driver.wait(timeout=400) == 0, (lab.logs / "head.log").read_text()[-3000:]
+    log = (lab.logs / "head.log").read_text()
+    assert "the database cannot be reached" in log and "database back after" in log, log[-2000:]
+    summary = promises.check(lab)
+    assert summary["succeeded"] == 3
+    for (job_id,) in lab.query("SELECT id FROM jobs ORDER BY id")[:1]:
+        assert_curve_is_uninterrupted(lab, job_id, tmp_path)
+
+
+def test_a_driver_cut_off_from_the_database_is_fenced_and_its_job_taken_over(lab, tmp_path):
+    """driver2 runs a job on its own host's Ray; cut off from the database host (a blackhole both ways)
+    its heartbeats stop, and the head's driver re-queues and runs the job after the grace period; when
+    the cut mends, driver2's writes for its stale attempt are refused and it stops that attempt."""
+    lab.env["LOOPLAB_HEARTBEAT_GRACE_S"] = "10"
+    lab.start_ray("head")
+    (lab.net.shared / "grids.py").write_text(GRID.replace("[0, 1, 2]", "[0]"))
+    lab.looplab_done("driver2", "submit", "grids.py")
+    cut_off = lab.looplab("driver2", "run", "--num-cpus", "1", "--until-empty", "--artifacts", str(lab.art))
+    ((victim,),) = wait_for(
+        lab, "SELECT id FROM jobs WHERE checkpoint_step >= 3", "checkpoint", driver=cut_off
+    )
+    lab.net.cut("driver2", "pg")
+    t_cut = time.monotonic()
+    other = lab.looplab(
+        "head", "run", "--address", lab.ray_address, "--until-empty", "--artifacts", str(lab.art)
+    )
+    taken = f"SELECT n FROM attempts WHERE job_id = {victim} AND n = 2"
+    wait_for(lab, taken, "a takeover", timeout=120, driver=other)
+    took = time.monotonic() - t_cut
+    assert took < 10 + 2 * 5 + 30, took  # the grace, the recovery poll, a Ray start on head
+    lab.net.mend("driver2", "pg")
+    assert other.wait(timeout=400) == 0, (lab.logs / "head.log").read_text()[-3000:]
+    cut_off.wait(timeout=180)
+    summary = promises.check(lab)
+    assert summary["succeeded"] == 1
+    tried = lab.query(f"SELECT n, outcome, driver_host FROM attempts WHERE job_id = {victim} ORDER BY n")
+    assert [(n, o, h) for n, o, h in tried] == [(1, "interrupted", "driver2"), (2, "succeeded", "head")], (
+        tried
+    )
+    assert_curve_is_uninterrupted(lab, victim, tmp_path)
