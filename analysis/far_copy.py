@@ -20,6 +20,7 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis import stats
+from analysis.variants import with_variants
 
 # workers/validation.py's FAR_DEFINITION, the definition the comparison reads (a copy: analysis does not
 # import the workers)
@@ -48,7 +49,20 @@ def comparable(depth: pd.DataFrame, distance: int = DEFAULT_DISTANCE) -> pd.Data
     if depth.empty or "far_definition" not in depth:
         return depth.iloc[0:0]
     keep = (depth["far_definition"] == FAR_DEFINITION) & (depth["far_distance"] == distance)
-    return depth[keep & depth["far_copy_loss"].notna()]
+    return with_variants(depth[keep & depth["far_copy_loss"].notna()])
+
+
+def comparable_distances(depth: pd.DataFrame) -> set[int]:
+    """The distances at which `depth` holds far-copy splits of the current definition."""
+    if depth.empty or "far_definition" not in depth:
+        return set()
+    current = depth[(depth["far_definition"] == FAR_DEFINITION) & depth["far_copy_loss"].notna()]
+    return {int(d) for d in current["far_distance"].dropna()}
+
+
+def format_per_seed(per_seed: dict[int, float]) -> str:
+    """`seed 0: +0.0200 · seed 1: +0.0300`: the per-seed differences as a table cell."""
+    return " · ".join(f"seed {s}: {d:+.4f}" for s, d in sorted(per_seed.items()))
 
 
 def far_share(depth: pd.DataFrame, distance: int = DEFAULT_DISTANCE) -> pd.DataFrame:
