@@ -132,8 +132,9 @@ else:
     if paired.empty:
         st.caption("the two variants share no loop count with a far-copy split")
     else:
+        points = paired.drop(columns="per_seed")  # a chart's data holds plain values only
         st.altair_chart(
-            alt.Chart(paired)
+            alt.Chart(points)
             .mark_errorbar()
             .encode(
                 x=alt.X("loops:O", title="inference loops"),
@@ -142,7 +143,7 @@ else:
                 color=alt.Color("metric:N"),
                 xOffset="metric:N",
             )
-            + alt.Chart(paired)
+            + alt.Chart(points)
             .mark_point(filled=True)
             .encode(
                 x="loops:O",
