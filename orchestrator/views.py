@@ -1,4 +1,5 @@
-"""The people-facing SQL views (`runs`, `curves`, `depth`, `decode`, `tasks`, `geometry`, `interactions`,
+"""The people-facing SQL views (`runs`, `curves`, `depth`, `decode`, `tasks`, `task_categories`, `geometry`,
+`interactions`,
 and the adaptive job's `adaptive`, `exit_rounds`, `adaptive_tasks`, `adaptive_decode`): one definition,
 like the ORM.
 
@@ -218,6 +219,29 @@ WHERE j.kind IN ({RUN_KINDS})
         "eval_job_id",
         "ts.task, ts.category, ts.subset, ts.loops, ts.n, ts.acc, ts.acc_norm, ts.stderr, ts.chance",
     ),
+    # Mean task accuracy per eval job, category (knowledge, reasoning, `other` for a task without one, and
+    # `total` over every task) and loop count, over the tasks' whole item sets (subset 'all'), each task
+    # counted once; labelled with the trained model. One row per seed: analysis/tasks.py pools seeds.
+    "task_categories": f"""
+CREATE VIEW task_categories AS
+SELECT
+    c.job_id AS eval_job_id,
+    t.id AS train_job_id,
+    t.recipe,
+    t.size,
+    t.seed,
+    c.category, c.loops, c.mean_acc, c.n_tasks,{TRAINED}
+FROM (
+    SELECT s.job_id, s.category, s.loops, AVG(s.acc) AS mean_acc, COUNT(*) AS n_tasks
+    FROM (
+        SELECT job_id, COALESCE(category, 'other') AS category, loops, acc FROM task_scores WHERE subset = 'all'
+        UNION ALL
+        SELECT job_id, 'total' AS category, loops, acc FROM task_scores WHERE subset = 'all'
+    ) s
+    GROUP BY s.job_id, s.category, s.loops
+) c
+{_trained_model_of("c.job_id")}
+""",
     # The adaptive job's cells (workers/adaptive.py): loss and compute per exit rule, threshold and KV
     # strategy, labelled with the trained model; `changes_function` marks first / last_m.
     "adaptive": _labelled_with_trained_model(

@@ -118,6 +118,21 @@ def test_task_scores_query_labels_rows_with_the_trained_variant(tasks_db):
     assert at8.iloc[0]["acc"] == (7 + 6) / 20 and at8.iloc[0]["n_seeds"] == 2
 
 
+def test_task_categories_view_means_each_runs_tasks_per_category(tasks_db):
+    """parcae seed 0 at 8 loops: deduction (9 + 7) / 20, sciq 0.38, and their mean as the total."""
+    import pandas as pd
+    import sqlalchemy as sa
+
+    from orchestrator.db import engine
+
+    with engine(tasks_db[0]).connect() as conn:
+        view = pd.read_sql(sa.text("SELECT * FROM task_categories WHERE loops = 8"), conn)
+    at8 = view[(view["recipe"] == "parcae") & (view["seed"] == 0)].set_index("category")
+    assert at8.loc["reasoning", "mean_acc"] == pytest.approx(0.8) and at8.loc["knowledge", "mean_acc"] == 0.38
+    assert at8.loc["total", "mean_acc"] == pytest.approx(0.59) and at8.loc["total", "n_tasks"] == 2
+    assert set(view["variant_label"]) == {"parcae", "lean"} and len(view) == 4 * 3
+
+
 def test_tasks_page_in_apptest(monkeypatch, tasks_db):
     at = render(monkeypatch, tasks_db[0], "tasks")
     headers = [h.value for h in at.header]
