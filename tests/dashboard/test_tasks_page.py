@@ -158,3 +158,13 @@ def test_tasks_page_in_a_browser_shows_accuracy_vs_loops(tasks_db, dashboard_ser
     check_page_in_browser(
         dashboard_server, browser, tasks_db[0], "tasks", "Tasks", expected, height=1800, min_charts=3
     )
+
+
+def test_extrapolation_page_shows_the_category_scores(monkeypatch, tasks_db):
+    at = render(monkeypatch, tasks_db[0], "extrapolation")
+    assert "Task accuracy vs effective depth" in [h.value for h in at.header]
+    cats = next(d.value for d in at.dataframe if {"category", "n_tasks"} <= set(d.value.columns))
+    lean = cats[(cats["variant_label"] == "lean") & (cats["loops"] == 4)].set_index("category")
+    # lean at 4 loops: deduction (7 + 4 + 7 + 5) / 40, sciq 0.34
+    assert lean.loc["reasoning", "acc"] == pytest.approx(23 / 40) and lean.loc["knowledge", "acc"] == 0.34
+    assert lean.loc["total", "acc"] == pytest.approx((23 / 40 + 0.34) / 2)
