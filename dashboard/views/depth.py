@@ -125,7 +125,8 @@ else:
     ui.table(far_copy.far_share(depth, distance), key="far_share")
     labels = sorted(far_copy.comparable(depth, distance)["variant_label"].unique())
     f1, f2 = st.columns(2)
-    reference = f1.selectbox("Reference", labels, index=0, key="far_reference")
+    with f1:
+        reference = ui.reference_picker(labels, label="Reference", key="far_reference")
     others = [v for v in labels if v != reference] or labels
     side = f2.selectbox("Variant", others, index=0, key="far_side")
     paired = far_copy.paired_difference(depth, side, reference, distance)
