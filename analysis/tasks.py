@@ -9,6 +9,11 @@ curve so a page can mark them.
 
 Tasks are grouped as knowledge or reasoning by the category the eval job stored (NULL: "other").
 Subsets sort by the number in their name (`depth=2` before `depth=10`), the whole task ("all") first.
+
+By category (`category_scores`): the mean over a category's tasks of each task's accuracy, and the same
+over every task as the `total`; each task counts once. Loss as a proxy (`loss_proxy`): across the runs of
+a selection, the rank correlation between validation loss and each category's accuracy, with a
+bootstrap interval over runs.
 """
 
 from __future__ import annotations
@@ -16,7 +21,9 @@ from __future__ import annotations
 import math
 import re
 
+import numpy as np
 import pandas as pd
+from scipy.stats import rankdata
 
 Z_95 = 1.959963984540054  # two-sided 95 % normal quantile
 ALL = "all"
@@ -108,3 +115,88 @@ def accuracy_wide(curves: pd.DataFrame, subset: str = ALL) -> pd.DataFrame:
     wide = wide.merge(trained, on=["task", "variant_label"], how="left")
     wide["best_loops"] = best.to_numpy()
     return wide
+
+
+# ---------------------------------------------------------------- categories and loss as their proxy
+
+TOTAL = "total"
+CATEGORY_COLUMNS = ["variant_id", "variant_label", "category", "loops", "acc", "n_tasks", "tasks"]
+PROXY_COLUMNS = ["category", "loops", "rho", "ci_low", "ci_high", "n_runs"]
+BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED = 2000, 0
+
+
+def _per_category(whole: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Mean accuracy over the tasks of each category and over all of them (`TOTAL`), per `keys`."""
+    both = pd.concat([whole, whole.assign(category=TOTAL)], ignore_index=True)
+    out = both.groupby([*keys, "category"], sort=False, dropna=False).agg(
+        acc=("acc", "mean"), n_tasks=("task", "nunique"), tasks=("task", lambda t: ", ".join(sorted(set(t))))
+    )
+    return out.reset_index()
+
+
+def category_scores(scores: pd.DataFrame) -> pd.DataFrame:
+    """Per variant, category (reasoning, knowledge, other, and `total`) and loop count: the mean over
+    tasks of each task's accuracy on its whole item set (subset "all", seeds pooled as in
+    `accuracy_curves`). Each task counts once whatever its number of items, as a report's average over
+    benchmarks does, so a large generated task does not outweigh a small harness one."""
+    curves = accuracy_curves(scores)
+    whole = curves[curves["subset"] == ALL]
+    if whole.empty:
+        return pd.DataFrame(columns=CATEGORY_COLUMNS)
+    out = _per_category(whole, ["variant_id", "variant_label", "loops"])
+    out["_rank"] = out["category"].map({c: i for i, c in enumerate((*GROUP_ORDER, TOTAL))})
+    out = out.sort_values(["variant_label", "_rank", "loops"], kind="stable")
+    return out[CATEGORY_COLUMNS].reset_index(drop=True)
+
+
+def run_category_scores(scores: pd.DataFrame, loops: int | None = None) -> pd.DataFrame:
+    """Per trained run (`train_job_id`) and category (and `TOTAL`): the mean accuracy over its tasks
+    (subset "all") at `loops`, or at the loop count the run was trained at when None."""
+    whole = scores[(scores["subset"] == ALL) & scores["train_job_id"].notna()]
+    at = whole["train_loops"] if loops is None else loops
+    whole = whole[whole["loops"] == at].assign(category=lambda d: d["category"].fillna("other"))
+    if whole.empty:
+        return pd.DataFrame(columns=["train_job_id", "category", "loops", "acc", "n_tasks", "tasks"])
+    return _per_category(whole, ["train_job_id", "loops"])
+
+
+def spearman(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Rank correlation of each row of x with the same row of y (…, n) -> (…,): Pearson's r of the
+    ranks (ties share their mean rank); NaN where a row's ranks do not vary."""
+    rx, ry = rankdata(x, axis=-1), rankdata(y, axis=-1)
+    rx, ry = rx - rx.mean(axis=-1, keepdims=True), ry - ry.mean(axis=-1, keepdims=True)
+    denominator = np.sqrt((rx * rx).sum(axis=-1) * (ry * ry).sum(axis=-1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(denominator > 0, (rx * ry).sum(axis=-1) / denominator, np.nan)
+
+
+def loss_proxy(
+    scores: pd.DataFrame,
+    runs: pd.DataFrame,
+    loss: str = "final_val_loss",
+    loops: int | None = None,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+) -> pd.DataFrame:
+    """Across the runs of a selection: per category (and `TOTAL`), the rank correlation (Spearman's ρ)
+    between each run's validation loss (`runs[loss]`, keyed by `job_id`) and its mean accuracy over the
+    category's tasks (`run_category_scores` at `loops`), with a 95 % percentile bootstrap interval over
+    runs (runs redrawn with replacement, from a generator seeded with `seed`). A good proxy is
+    strongly negative: lower loss, higher accuracy. Fewer than 3 runs: no ρ (NaN)."""
+    per_run = run_category_scores(scores, loops)
+    if per_run.empty or runs.empty:
+        return pd.DataFrame(columns=PROXY_COLUMNS)
+    losses = runs[["job_id", loss]].rename(columns={"job_id": "train_job_id", loss: "loss"})
+    joined = per_run.merge(losses, on="train_job_id").dropna(subset=["loss", "acc"])
+    rng = np.random.default_rng(seed)
+    rows = []
+    for category, part in joined.groupby("category", sort=False):
+        x, y, n = part["loss"].to_numpy(), part["acc"].to_numpy(), len(part)
+        rho, low, high = (math.nan,) * 3
+        if n >= 3:
+            rho = float(spearman(x, y))
+            picks = rng.integers(0, n, size=(resamples, n))
+            low, high = np.nanpercentile(spearman(x[picks], y[picks]), [2.5, 97.5])
+        loops_at = "trained" if loops is None else loops
+        rows.append([category, loops_at, rho, float(low), float(high), n])
+    return pd.DataFrame(rows, columns=PROXY_COLUMNS)

@@ -13,6 +13,13 @@ round (or per pair of rounds):
   vectors of h_t and h_{t−1}: the same angle, without arccos's loss of precision near 0 and π.
 - state_var_t = the population variance of h_t across its d channels, (1/d) Σ_c (h_t,c − mean_c h_t)²:
   how spread out the state's channels are after round t.
+- update_norm_t = ‖Δ_t‖, and from it change_ratio_t = mean ‖Δ_t‖ / mean ‖Δ_{t−1}‖ (t ≥ 2; a ratio of
+  means over tokens, so a token whose update vanishes does not blow it up): how much of the previous
+  round's change round t still makes. Below 1 the rounds converge geometrically.
+- bf16_resolution_t = ‖bf16(h_{t−1}) − h_{t−1}‖ / ‖h_{t−1}‖: the relative rounding error of the state
+  round t changes when it is held in bf16, measured on that state (≈ 2⁻⁹ for a state whose channels
+  are not exact in bf16). `bf16_round` is the first round whose rel_update falls below it: from there
+  on a bf16 forward could not represent the change the round makes.
 - interaction(i, j) for rounds i < j: ‖Δ_j − Δ_j^(skip i)‖ / ‖Δ_j‖, where Δ_j^(skip i) is round j's
   update in a forward whose round i is the identity (h_i = h_{i−1}; every other round unchanged,
   `round_states(..., skip_round=i − 1)`). 0 when round j's update does not depend on what round i did
@@ -27,6 +34,7 @@ states by hand.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 
 import torch
@@ -71,9 +79,47 @@ def state_variance(states: Tensor) -> Tensor:
     return s[1:].var(dim=-1, unbiased=False).flatten(1).mean(dim=1)
 
 
+def update_norm(states: Tensor) -> Tensor:
+    """Mean over tokens of ‖Δ_t‖ -> (n,)."""
+    return _updates(_check(states)).norm(dim=-1).flatten(1).mean(dim=1)
+
+
+def bf16_resolution(states: Tensor) -> Tensor:
+    """Mean over tokens of ‖bf16(h_{t−1}) − h_{t−1}‖ / ‖h_{t−1}‖ for t = 1..n -> (n,): the rounding error
+    of each state a round starts from, relative to its size."""
+    before = _check(states)[:-1]
+    error = (before.bfloat16().float() - before).norm(dim=-1) / before.norm(dim=-1).clamp_min(EPS)
+    return error.flatten(1).mean(dim=1)
+
+
+def change_ratio(update_norms: list[float]) -> list[float]:
+    """[NaN, u_2 / u_1, ..., u_n / u_{n−1}] from the mean update norms u_t (`update_norm`); NaN where the
+    previous update is 0 (nothing to compare with)."""
+    ratios = [math.nan]
+    for before, after in zip(update_norms, update_norms[1:]):
+        ratios.append(after / before if before > 0 else math.nan)
+    return ratios
+
+
+def bf16_round(rel_change: list[float], resolution: list[float]) -> int | None:
+    """The first round t (1-based) whose relative change falls below the bf16 resolution of the state it
+    changes (`bf16_resolution`), None when no round does."""
+    for t, (change, floor) in enumerate(zip(rel_change, resolution), start=1):
+        if change < floor:
+            return t
+    return None
+
+
 def round_metrics(states: Tensor) -> dict[str, Tensor]:
-    """rel_change, angle and state_var per round, each (n,): the depth sweep's `round_deltas` columns."""
-    return {"rel_change": rel_update(states), "angle": angle(states), "state_var": state_variance(states)}
+    """rel_change, angle, state_var, update_norm and bf16_resolution per round, each (n,): the depth
+    sweep's `round_deltas` columns (change_ratio is formed from update_norm over every token)."""
+    return {
+        "rel_change": rel_update(states),
+        "angle": angle(states),
+        "state_var": state_variance(states),
+        "update_norm": update_norm(states),
+        "bf16_resolution": bf16_resolution(states),
+    }
 
 
 def interaction(

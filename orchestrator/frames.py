@@ -287,17 +287,25 @@ def _sweep_rows(url: str, table: str, columns: str, order: str, job_id: str = "s
 
 
 def depth(url: str) -> pd.DataFrame:
-    """Depth-sweep results labelled with the trained model (train_job_id, recipe, size, seed, variant)."""
-    return _sweep_rows(
-        url, "depth_evals", "r.loops, r.val_loss, r.val_bpb, r.far_copy_loss, r.near_loss", "r.loops"
+    """Depth-sweep results labelled with the trained model (train_job_id, recipe, size, seed, variant); the
+    far-copy share, distance and definition and `bf16_round` are NULL for sweeps before revision 0018
+    (whose far-copy rows hold definition 1)."""
+    columns = (
+        "r.loops, r.val_loss, r.val_bpb, r.far_copy_loss, r.near_loss, r.far_share, r.far_distance, "
+        "r.far_definition, r.bf16_round"
     )
+    return _sweep_rows(url, "depth_evals", columns, "r.loops")
 
 
 def round_deltas(url: str) -> pd.DataFrame:
-    """Per-round loop geometry (relative change, angle, state variance; the last two NULL for sweeps
-    stored before revision 0007), labelled with the trained model and its variant."""
+    """Per-round loop geometry (relative change, angle, state variance: the last two NULL for sweeps
+    stored before revision 0007; change ratio and bf16 resolution: NULL before 0018), labelled with the
+    trained model and its variant."""
     return _sweep_rows(
-        url, "round_deltas", "r.loops, r.round, r.rel_change, r.angle, r.state_var", "r.loops, r.round"
+        url,
+        "round_deltas",
+        "r.loops, r.round, r.rel_change, r.angle, r.state_var, r.change_ratio, r.bf16_resolution",
+        "r.loops, r.round",
     )
 
 

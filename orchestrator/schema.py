@@ -298,9 +298,18 @@ class DepthEval(Base):
     loops: Mapped[int] = mapped_column(Integer, primary_key=True)
     val_loss: Mapped[float] = mapped_column(Float)
     val_bpb: Mapped[float | None] = mapped_column(Float)
-    # loss on tokens whose next value occurs earlier in the context beyond the attention window
+    # loss on far-copy tokens and on the others, by definition `far_definition` (workers/validation.py):
+    # 1 (rows before rev. 0018): the target also occurs beyond the smallest attention window; 2: its
+    # previous occurrence lies more than `far_distance` tokens back and none lies within it
     far_copy_loss: Mapped[float | None] = mapped_column(Float)
     near_loss: Mapped[float | None] = mapped_column(Float)
+    # rev. 0018 (NULL before; far_definition 1 where a split was stored): far tokens / predicted tokens,
+    # the distance, the definition, and the first round whose change falls below the bf16 resolution
+    # of its state (NULL: none does; model/geometry.py)
+    far_share: Mapped[float | None] = mapped_column(Float)
+    far_distance: Mapped[int | None] = mapped_column(Integer)
+    far_definition: Mapped[int | None] = mapped_column(Integer)
+    bf16_round: Mapped[int | None] = mapped_column(Integer)
 
 
 class RoundDelta(Base):
@@ -313,6 +322,10 @@ class RoundDelta(Base):
     # over tokens of the variance of h_t across channels (definitions in model/geometry.py)
     angle: Mapped[float | None] = mapped_column(Float)
     state_var: Mapped[float | None] = mapped_column(Float)
+    # rev. 0018 (NULL before): mean ||Δ_t|| / mean ||Δ_{t-1}|| (NULL for round 1) and the mean
+    # ||bf16(h_{t-1}) - h_{t-1}|| / ||h_{t-1}|| of the state round t changes
+    change_ratio: Mapped[float | None] = mapped_column(Float)
+    bf16_resolution: Mapped[float | None] = mapped_column(Float)
 
 
 class RoundInteraction(Base):

@@ -1,4 +1,5 @@
-"""The people-facing SQL views (`runs`, `curves`, `depth`, `decode`, `tasks`, `geometry`, `interactions`,
+"""The people-facing SQL views (`runs`, `curves`, `depth`, `decode`, `tasks`, `task_categories`, `geometry`,
+`interactions`,
 and the adaptive job's `adaptive`, `exit_rounds`, `adaptive_tasks`, `adaptive_decode`): one definition,
 like the ORM.
 
@@ -67,6 +68,13 @@ TRAINED = """
     t.flops_per_token,
     t.imported_from"""
 
+
+# What a depth row's far-copy losses mean, by its `far_definition` (workers/validation.py): rows stored
+# before the distance definition hold 1, so they are read as the window mask they were measured with.
+FAR_DEFINITION_LABEL = """CASE de.far_definition
+        WHEN 1 THEN 'v1: also occurs beyond the attention window'
+        WHEN 2 THEN 'v2: previous occurrence beyond far_distance'
+    END"""
 
 # The effective depth of the trained model `t` at an evaluated loop count (a column expression).
 INFERENCE_DEPTH = "t.n_prelude + t.n_recurrent * {loops} + t.n_coda AS inference_depth"
@@ -169,13 +177,15 @@ WHERE j.kind IN ({RUN_KINDS})
     ),
     # Loss against the evaluated loop count, labelled with the trained model; `inference_depth` = the
     # layers a token passes at the evaluated count (n_prelude + n_recurrent * loops + n_coda),
-    # `trained_depth` the same at the trained count (the trained model's effective_depth).
+    # `trained_depth` the same at the trained count (the trained model's effective_depth); the far-copy
+    # split with its share, distance and definition (`far_mask` says it in words); `bf16_round`.
     "depth": _labelled_with_trained_model(
         "depth",
         "depth_evals de",
         "sweep_job_id",
         f"de.loops, {INFERENCE_DEPTH.format(loops='de.loops')}, t.effective_depth AS trained_depth, "
-        "de.val_loss, de.val_bpb, de.far_copy_loss, de.near_loss",
+        "de.val_loss, de.val_bpb, de.far_copy_loss, de.near_loss, de.far_share, de.far_distance, "
+        f"de.far_definition, {FAR_DEFINITION_LABEL} AS far_mask, de.bf16_round",
     ),
     # Per-round loop geometry of the depth sweeps (model/geometry.py): relative change, angle and
     # state variance of round `round` (1-based) of a forward with `loops` rounds.
@@ -184,7 +194,7 @@ WHERE j.kind IN ({RUN_KINDS})
         "round_deltas rd",
         "sweep_job_id",
         f"rd.loops, {INFERENCE_DEPTH.format(loops='rd.loops')}, t.effective_depth AS trained_depth, "
-        "rd.round, rd.rel_change, rd.angle, rd.state_var",
+        "rd.round, rd.rel_change, rd.angle, rd.state_var, rd.change_ratio, rd.bf16_resolution",
     ),
     # The interaction matrices: how much skipping round `skipped` changes the update of the later
     # round `round` in a forward with `loops` rounds (model/geometry.py).
@@ -209,6 +219,29 @@ WHERE j.kind IN ({RUN_KINDS})
         "eval_job_id",
         "ts.task, ts.category, ts.subset, ts.loops, ts.n, ts.acc, ts.acc_norm, ts.stderr, ts.chance",
     ),
+    # Mean task accuracy per eval job, category (knowledge, reasoning, `other` for a task without one, and
+    # `total` over every task) and loop count, over the tasks' whole item sets (subset 'all'), each task
+    # counted once; labelled with the trained model. One row per seed: analysis/tasks.py pools seeds.
+    "task_categories": f"""
+CREATE VIEW task_categories AS
+SELECT
+    c.job_id AS eval_job_id,
+    t.id AS train_job_id,
+    t.recipe,
+    t.size,
+    t.seed,
+    c.category, c.loops, c.mean_acc, c.n_tasks,{TRAINED}
+FROM (
+    SELECT s.job_id, s.category, s.loops, AVG(s.acc) AS mean_acc, COUNT(*) AS n_tasks
+    FROM (
+        SELECT job_id, COALESCE(category, 'other') AS category, loops, acc FROM task_scores WHERE subset = 'all'
+        UNION ALL
+        SELECT job_id, 'total' AS category, loops, acc FROM task_scores WHERE subset = 'all'
+    ) s
+    GROUP BY s.job_id, s.category, s.loops
+) c
+{_trained_model_of("c.job_id")}
+""",
     # The adaptive job's cells (workers/adaptive.py): loss and compute per exit rule, threshold and KV
     # strategy, labelled with the trained model; `changes_function` marks first / last_m.
     "adaptive": _labelled_with_trained_model(

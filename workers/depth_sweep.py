@@ -3,17 +3,21 @@
 For each loop count: validation loss and bits per byte on the fixed validation set (the train job's
 first `eval_tokens` of the val shard) with a fixed h0 seed → a `depth_evals` row; the loop geometry of
 every round on the same tokens (`model.geometry`: relative change ||h_t - h_{t-1}|| / ||h_{t-1}||,
-angle between h_t and h_{t-1}, variance of h_t across channels, each a mean over tokens) →
-`round_deltas` rows. At each depth of `interaction_loops`: the interaction matrix (how much skipping
-round i changes round j's update, i < j) over the first `interaction_tokens` validation tokens →
-`round_interactions` rows; a depth n costs n - 1 extra forwards of those tokens, so the depths are
-capped at `model.geometry.MAX_INTERACTION_LOOPS`.
+angle between h_t and h_{t-1}, variance of h_t across channels, each a mean over tokens; the change
+ratio mean ||Δ_t|| / mean ||Δ_{t-1}||; the bf16 resolution of the state round t changes) →
+`round_deltas` rows, and `bf16_round` on the `depth_evals` row: the first round whose relative change
+falls below that resolution. At each depth of `interaction_loops`: the interaction matrix (how much
+skipping round i changes round j's update, i < j) over the first `interaction_tokens` validation
+tokens → `round_interactions` rows; a depth n costs n - 1 extra forwards of those tokens, so the depths
+are capped at `model.geometry.MAX_INTERACTION_LOOPS`.
 
-Far-copy split (`split_far_copy`): a predicted token counts as a *far copy* when its value occurs among
-the context tokens at a distance greater than the window W (some position j <= t - W for the target
-at t+1), which a W-token attention window cannot see directly. W is the smallest attention window of
-the recipe's recurrent rounds, or 64 when every round has full attention (so recipes compare on the
-same tokens); capped at half the sequence length so that short-context models still get a split. `far_copy_loss` / `near_loss` are the mean losses of the two groups.
+Far-copy split (`split_far_copy`, definition in workers/validation.py): a target token is a *far copy*
+when its previous occurrence in the sequence lies more than `far_distance` tokens back (default 500) and
+it does not occur within that distance. Each `depth_evals` row stores `far_copy_loss` / `near_loss` (the
+mean losses of the two groups), `far_share` (far tokens / predicted tokens), `far_distance` and
+`far_definition` (`validation.FAR_DEFINITION`; rows of sweeps before it hold definition 1, a token that
+occurred anywhere beyond the smallest attention window). A sequence shorter than the distance has no
+far tokens: a share of 0 and no far loss.
 
 Standalone: `python -m workers.depth_sweep --checkpoint runs/x --loops 1,2,4,8`.
 """
@@ -38,7 +42,7 @@ if TYPE_CHECKING:
     from workers.train_cost import TrainCost
 
 DEFAULT_LOOPS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
-DEFAULT_FAR_WINDOW = 64
+DEFAULT_FAR_DISTANCE = 500
 DEFAULT_INTERACTION_LOOPS = (4, 8)
 
 
@@ -61,6 +65,8 @@ class Spec:
     """seed of the initial state h0 (batch i uses h0_seed + i); the default is training's evaluation seed"""
     split_far_copy: bool = True
     """also report the loss on far-copy tokens and on the others"""
+    far_distance: int = DEFAULT_FAR_DISTANCE
+    """tokens back beyond which a target's previous occurrence makes it a far copy (none within it)"""
     interaction_loops: list[int] = field(default_factory=lambda: list(DEFAULT_INTERACTION_LOOPS))
     """inference loop counts (2..32) at which to measure the round-interaction matrix; [] for none"""
     interaction_tokens: int = 4096
@@ -80,12 +86,24 @@ class Spec:
             micro_batch_size=fields.integer("micro_batch_size", d["micro_batch_size"], lo=1, allow_none=True),
             h0_seed=fields.integer("h0_seed", d["h0_seed"], lo=0),
             split_far_copy=fields.boolean("split_far_copy", d["split_far_copy"]),
+            far_distance=fields.integer("far_distance", d["far_distance"], lo=1),
             interaction_loops=interaction_loops(d["interaction_loops"]),
             interaction_tokens=fields.integer("interaction_tokens", d["interaction_tokens"], lo=1),
             device=fields.device("device", d["device"]),
         )
 
-    to_dict = spec_to_dict
+    def to_dict(self) -> dict[str, Any]:
+        """Canonical (what the config hash is computed from); a field added later is left out at its
+        default, so a sweep submitted before it existed keeps its hash (`LATER_DEFAULTS`)."""
+        d = spec_to_dict(self)
+        for name, default in LATER_DEFAULTS.items():
+            if d[name] == default:
+                del d[name]
+        return d
+
+
+# Fields added after sweeps were stored, with the default a spec without them means.
+LATER_DEFAULTS: dict[str, Any] = {"far_distance": DEFAULT_FAR_DISTANCE}
 
 
 def interaction_loops(v: Any) -> list[int]:
@@ -118,11 +136,6 @@ def cost(spec: Spec, trained: TrainCost) -> ForwardCost:
     flops += inter_tokens * sum(n * (step_flops(cfg, n).forward - head) for n in spec.interaction_loops)
     memory = forward_memory(cfg, spec.batch_size)
     return ForwardCost(float(flops), {d: memory for d in DEVICE_TYPES}, cfg.d_model)
-
-
-def far_window(cfg) -> int:
-    windows = [r.window for r in getattr(cfg, "rounds", ()) if getattr(r, "window", None)]
-    return min(min(windows) if windows else DEFAULT_FAR_WINDOW, max(1, cfg.seq_len // 2))
 
 
 def load_model(path: str | Path, device):
@@ -198,7 +211,7 @@ def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
     device = resolve_device(spec.device)
     ev = eval_inputs(spec.checkpoint, spec.eval_tokens, device)
     model, cfg, chunks = ev.model, ev.cfg, ev.chunks
-    window = far_window(cfg) if spec.split_far_copy else None
+    distance = spec.far_distance if spec.split_far_copy else None
     n_batches = -(-len(chunks) // spec.batch_size)
     # whole sequences of the interaction tokens (at least one), as batches of the sweep
     inter_chunks = min(len(chunks), max(1, spec.interaction_tokens // cfg.seq_len))
@@ -215,25 +228,23 @@ def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
     evals, deltas = [], []
     for n in spec.loops:
         r = evaluate(
-            model, chunks, spec.batch_size, device, ev.token_bytes, loops=n, far_window=window, **batches
+            model, chunks, spec.batch_size, device, ev.token_bytes, loops=n, far_distance=distance, **batches
         )
-        row = {
-            "loops": n,
-            "val_loss": r.loss,
-            "val_bpb": r.bpb,
-            "far_copy_loss": r.far_copy_loss,
-            "near_loss": r.near_loss,
-        }
+        geo = loop_geometry(model, chunks, spec.batch_size, device, n, **batches)
+        row = {"loops": n, "val_loss": r.loss, "val_bpb": r.bpb, **_far_columns(r, distance)}
+        row["bf16_round"] = geo.bf16_round
         reporter.result("depth_evals", row)
         evals.append(row)
-        geo = loop_geometry(model, chunks, spec.batch_size, device, n, **batches)
-        for i, (rel, angle, var) in enumerate(zip(geo.rel_change, geo.angle, geo.state_var), start=1):
-            d = {"loops": n, "round": i, "rel_change": rel, "angle": angle, "state_var": var}
+        for d in _round_rows(n, geo):
             reporter.result("round_deltas", d)
             deltas.append(d)
         reporter.log(
             f"loops={n}: val_loss {r.loss:.4f}  bpb {r.bpb:.4f}"
-            + (f"  far {r.far_copy_loss:.4f} near {r.near_loss:.4f}" if r.far_copy_loss else "")
+            + (
+                f"  far {r.far_copy_loss:.4f} near {r.near_loss:.4f} (far share {r.far_share:.2%})"
+                if r.far_copy_loss is not None and r.near_loss is not None
+                else ""
+            )
         )
         reporter.heartbeat()
     interactions = _interactions(spec, reporter, model, chunks[:inter_chunks], device, batches)
@@ -244,7 +255,39 @@ def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
         "round_interactions": interactions,
         "best_loops": best["loops"],
         "best_val_loss": best["val_loss"],
-        "far_window": window,
+        "far_distance": distance,
+    }
+
+
+def _round_rows(n: int, geo) -> list[dict[str, Any]]:
+    """The `round_deltas` rows of the forward with `n` rounds from its geometry `geo`; the change ratio
+    of round 1 (no earlier round) is None."""
+    columns = zip(geo.rel_change, geo.angle, geo.state_var, geo.change_ratio, geo.bf16_resolution)
+    return [
+        {
+            "loops": n,
+            "round": i,
+            "rel_change": rel,
+            "angle": angle,
+            "state_var": var,
+            "change_ratio": ratio if math.isfinite(ratio) else None,
+            "bf16_resolution": resolution,
+        }
+        for i, (rel, angle, var, ratio, resolution) in enumerate(columns, start=1)
+    ]
+
+
+def _far_columns(r, distance: int | None) -> dict[str, Any]:
+    """The far-copy columns of a `depth_evals` row from evaluation `r` (all None without the split)."""
+    from workers.validation import FAR_DEFINITION
+
+    split = distance is not None
+    return {
+        "far_copy_loss": r.far_copy_loss,
+        "near_loss": r.near_loss,
+        "far_share": r.far_share,
+        "far_distance": distance,
+        "far_definition": FAR_DEFINITION if split else None,
     }
 
 
@@ -277,12 +320,17 @@ def build_parser() -> SpecParser:
 
 def print_table(spec: Spec, out: dict[str, Any], args: Any = None) -> None:
     """The sweep as a table, one row per loop count, and the best loop count."""
-    print(f"depth sweep of {spec.checkpoint} (far-copy window {out['far_window']})")
-    print(f"{'loops':>6} {'val_loss':>9} {'val_bpb':>8} {'far_copy':>9} {'near':>8}")
+    far = out["far_distance"]
+    print(
+        f"depth sweep of {spec.checkpoint}"
+        + ("" if far is None else f" (far copies: over {far} tokens back)")
+    )
+    print(f"{'loops':>6} {'val_loss':>9} {'val_bpb':>8} {'far_copy':>9} {'near':>8} {'far_share':>9}")
     for e in out["depth_evals"]:
-        fc = "-" if e["far_copy_loss"] is None else f"{e['far_copy_loss']:.4f}"
-        nr = "-" if e["near_loss"] is None else f"{e['near_loss']:.4f}"
-        print(f"{e['loops']:>6} {e['val_loss']:>9.4f} {e['val_bpb']:>8.4f} {fc:>9} {nr:>8}")
+        fc, nr, sh = (
+            "-" if e[k] is None else f"{e[k]:.4f}" for k in ("far_copy_loss", "near_loss", "far_share")
+        )
+        print(f"{e['loops']:>6} {e['val_loss']:>9.4f} {e['val_bpb']:>8.4f} {fc:>9} {nr:>8} {sh:>9}")
     print(f"best: {out['best_loops']} loops (val_loss {out['best_val_loss']:.4f})")
 
 

@@ -200,7 +200,7 @@ KINDS: dict[str, Kind] = {
         follows=MODEL_SOURCES,
         about=CHECKPOINT,
         tables=("task_scores",),
-        views=("tasks",),
+        views=("tasks", "task_categories"),
         title="task evaluation",
         cost=CostModel("workers.eval", Pricing.ON_CHECKPOINT),
     ),

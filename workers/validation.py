@@ -10,6 +10,13 @@ would be ~69 GB). `evaluate` is the one loop behind every validation loss: train
 sweep's, and the adaptive job's, which hands it its exit forward (`forward=`) and reads each forward's
 exit rounds (`on_forward=`), so its fixed-depth loss is the sweep's.
 
+Far copies (`far_distance=D`): a target token is *far* when its previous occurrence in the sequence lies
+more than D positions back and it does not occur within D positions (`previous_gap` > D: the gap to the
+closest earlier occurrence), the tokens a model can only predict by copying from far back. The split
+reports the far and near mean losses and the far share of the predicted tokens. This is definition
+`FAR_DEFINITION` = 2; definition 1 (the mask of earlier sweeps) counted a token as far whenever it also
+occurred beyond a window, even when it occurred inside it too, which flags most tokens of a text.
+
 `loop_geometry` measures the rounds themselves on the same batches and seeds: the per-round metrics
 and the interaction matrix of `model.geometry` (definitions there), averaged over every token. It runs
 in fp32 without autocast: the interaction compares updates of two forwards, which bf16 would blur.
@@ -41,6 +48,7 @@ class EvalResult:
     far_copy_loss: float | None = None
     near_loss: float | None = None
     tokens: int = 0  # predicted tokens the loss is the mean over
+    far_share: float | None = None  # far tokens / predicted tokens (None: no far split asked)
 
 
 @dataclass
@@ -48,17 +56,43 @@ class GeometryResult:
     rel_change: list[float]  # per round t = 1..n, mean over tokens
     angle: list[float]
     state_var: list[float]
+    update_norm: list[float]  # mean ||h_t - h_{t-1}|| per round
+    bf16_resolution: list[float]  # mean ||bf16(h_{t-1}) - h_{t-1}|| / ||h_{t-1}|| per round
     interaction: list[list[float]] | None = None  # (n, n), entry [i-1][j-1] for i < j, NaN elsewhere
 
+    @property
+    def change_ratio(self) -> list[float]:
+        """Per round, mean ||Δ_t|| over mean ||Δ_{t-1}|| (NaN for round 1; model.geometry)."""
+        return geometry.change_ratio(self.update_norm)
 
-def far_copy_mask(x: torch.Tensor, y: torch.Tensor, window: int) -> torch.Tensor:
-    """(B, T) bool: the target y[b, t] occurs among the context tokens x[b, :t+1] at a distance greater
-    than `window` (positions <= t - window) — a long-range copy a `window`-token attention cannot see."""
-    B, T = x.shape
-    eq = y[:, :, None] == x[:, None, :]  # (B, T_target, T_context)
-    t = torch.arange(T, device=x.device)
-    far = t[None, :] <= (t[:, None] - window)  # context position j is beyond the window of target t
-    return (eq & far[None]).any(dim=-1)
+    @property
+    def bf16_round(self) -> int | None:
+        """The first round whose change falls below bf16 resolution of its state (model.geometry)."""
+        return geometry.bf16_round(self.rel_change, self.bf16_resolution)
+
+
+# The far-copy definition `evaluate` measures (stored with each split; 1 was the window mask before it).
+FAR_DEFINITION = 2
+
+
+def previous_gap(c: torch.Tensor) -> torch.Tensor:
+    """(B, L) int tokens -> (B, L) long: at each position p, p − j for the closest earlier position j with
+    the same token (c[b, j] == c[b, p], j < p), 0 where the token has not occurred before. A stable sort
+    by token value lists each value's positions in order, so a position's predecessor in the sorted
+    order is its previous occurrence: O(L log L), where comparing every pair would take L² memory."""
+    order = torch.sort(c, dim=1, stable=True).indices
+    values = torch.gather(c, 1, order)
+    gap_sorted = torch.zeros_like(order)
+    repeat = values[:, 1:] == values[:, :-1]
+    gap_sorted[:, 1:] = torch.where(repeat, order[:, 1:] - order[:, :-1], 0)
+    return torch.zeros_like(order).scatter_(1, order, gap_sorted)
+
+
+def far_copy_mask(x: torch.Tensor, y: torch.Tensor, distance: int) -> torch.Tensor:
+    """(B, T) bool: target y[b, t], at position t + 1 of its sequence (x[b] then y[b, T − 1]), is far:
+    its previous occurrence lies more than `distance` positions back and none lies within `distance`."""
+    gap = previous_gap(torch.cat([x, y[:, -1:]], dim=1))[:, 1:]
+    return gap > distance
 
 
 def eval_forwards(n: int, batch_size: int, micro_batch_size: int | None = None):
@@ -81,13 +115,14 @@ def evaluate(
     token_bytes: torch.Tensor,
     loops=None,
     h0_seed: int = 0,
-    far_window: int | None = None,
+    far_distance: int | None = None,
     on_batch=None,
     micro_batch_size: int | None = None,
     forward=None,
     on_forward=None,
 ) -> EvalResult:
-    """Mean CE over every predicted token of `chunks` (N, T+1); optional far-copy split.
+    """Mean CE over every predicted token of `chunks` (N, T+1); with `far_distance`, the far-copy split
+    (`far_copy_mask`: far and near mean losses and the far share).
     Batches of `batch_size` chunks, each run in forwards of `micro_batch_size` (None: the batch).
     `forward(x, h0_seed)`: the forward of one piece, an output with `.logits` (None: `model` at `loops`);
     `on_forward(rows, out, ce)`: shown each forward's slice of `chunks`, its output and its per-token
@@ -113,8 +148,8 @@ def evaluate(
         total += ce.sum().item()
         n += ce.numel()
         n_bytes += int(token_bytes[y.cpu()].sum())
-        if far_window is not None:
-            m = far_copy_mask(x, y, far_window)
+        if far_distance is not None:
+            m = far_copy_mask(x, y, far_distance)
             far_sum += ce[m].sum().item()
             far_n += int(m.sum())
         if on_batch is not None and ends_batch:
@@ -122,7 +157,8 @@ def evaluate(
     model.train(was_training)
     loss = total / n
     res = EvalResult(loss=loss, bpb=loss / math.log(2) * n / max(1, n_bytes), tokens=int(n))
-    if far_window is not None:
+    if far_distance is not None:
+        res.far_share = far_n / n
         res.far_copy_loss = far_sum / far_n if far_n else None
         res.near_loss = (total - far_sum) / (n - far_n) if n > far_n else None
     return res

@@ -1,6 +1,7 @@
 """Depth: validation loss against the inference loop count per variant (mean over seeds with the
-min–max spread), coloured by any architecture column, and how much each round changes the hidden
-state (round 1, the change from the random initial state, in its own panel)."""
+min–max spread), coloured by any architecture column, how much each round changes the hidden
+state (round 1, the change from the random initial state, in its own panel), the far-copy loss of two
+variants compared on the same tokens, and how the rounds converge against bf16 resolution."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from analysis import curves, variants
+from analysis import convergence, curves, far_copy, variants
 from dashboard import ui
 
 X_AXES = {"loops": "inference loops", "inference_depth": "effective depth at inference (layers)"}
@@ -101,3 +102,106 @@ else:
         )
     shown = ["variant_label", "size", "loops", "round", "mean", "std", "min", "max", "n_seeds", "variant_id"]
     ui.table(rd[shown], key="round_deltas")
+
+st.header("Far copies")
+old_mask = int((depth.get("far_definition") == 1).sum()) if "far_definition" in depth else 0
+distances = sorted(far_copy.comparable_distances(depth))
+if old_mask:
+    st.caption(
+        f"{old_mask} depth rows were measured with the earlier window mask (definition 1: the target also "
+        "occurs beyond the attention window, even when it occurs inside it too); they are left out here."
+    )
+if not distances:
+    st.caption("no far-copy split of the current definition yet (depth sweeps with split_far_copy)")
+else:
+    distance = st.selectbox(
+        "Far beyond", distances, index=len(distances) - 1, key="far_distance", format_func="{} tokens".format
+    )
+    st.caption(
+        f"A target token is a far copy when its previous occurrence in the sequence lies more than {distance} "
+        "tokens back and it does not occur within that distance. Every sweep of runs on one corpus and "
+        "tokenizer scores the same tokens, so two variants compare on the same far tokens, paired by seed."
+    )
+    ui.table(far_copy.far_share(depth, distance), key="far_share")
+    labels = sorted(far_copy.comparable(depth, distance)["variant_label"].unique())
+    f1, f2 = st.columns(2)
+    with f1:
+        reference = ui.reference_picker(labels, label="Reference", key="far_reference")
+    others = [v for v in labels if v != reference] or labels
+    side = f2.selectbox("Variant", others, index=0, key="far_side")
+    paired = far_copy.paired_difference(depth, side, reference, distance)
+    if paired.empty:
+        st.caption("the two variants share no loop count with a far-copy split")
+    else:
+        points = paired.drop(columns="per_seed")  # a chart's data holds plain values only
+        st.altair_chart(
+            alt.Chart(points)
+            .mark_errorbar()
+            .encode(
+                x=alt.X("loops:O", title="inference loops"),
+                y=alt.Y("low:Q", title=f"{side} − {reference} (95 % interval)"),
+                y2="high:Q",
+                color=alt.Color("metric:N"),
+                xOffset="metric:N",
+            )
+            + alt.Chart(points)
+            .mark_point(filled=True)
+            .encode(
+                x="loops:O",
+                y="diff:Q",
+                color="metric:N",
+                xOffset="metric:N",
+                tooltip=["metric", "loops", alt.Tooltip("diff:Q", format=".4f"), "method", "n", "n_ref"],
+            ),
+            width="stretch",
+        )
+        shown = paired.assign(per_seed=paired["per_seed"].map(far_copy.format_per_seed))
+        ui.table(shown, key="far_paired")
+
+st.header("Convergence against bf16")
+rounds_df = ui.filter_by_runs(ui.round_deltas(url), runs)
+known = (
+    rounds_df[rounds_df["bf16_resolution"].notna()] if "bf16_resolution" in rounds_df else rounds_df.iloc[0:0]
+)
+if known.empty:
+    st.caption("no sweep measured the change ratio and bf16 resolution yet")
+else:
+    st.caption(
+        "Change ratio: mean ‖h_t − h_{t−1}‖ over mean ‖h_{t−1} − h_{t−2}‖ (below 1 the rounds converge). "
+        "bf16 round: the first round whose relative change ‖Δ_t‖ / ‖h_{t−1}‖ falls below ‖bf16(h) − h‖ / ‖h‖ "
+        "of the state it changes, from where a bf16 forward cannot hold the change."
+    )
+    counts = sorted(known["loops"].unique())
+    conv_loops = st.selectbox(
+        "Forward pass with", counts, index=len(counts) - 1, key="conv_loops", format_func="{} loops".format
+    )
+    conv = convergence.round_curves(known, conv_loops)
+    ratio = conv[conv["metric"] == "change_ratio"]
+    versus = conv[conv["metric"] != "change_ratio"]
+    c3, c4 = st.columns(2)
+    c3.altair_chart(
+        alt.Chart(ratio)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("round:O", title="round"),
+            y=alt.Y("mean:Q", title="change ratio"),
+            color=ui.color("variant_label", title="variant"),
+            tooltip=["variant_label", "round", alt.Tooltip("mean:Q", format=".3f"), "n_seeds"],
+        )
+        .properties(height=300, title="Change over the previous round's"),
+        width="stretch",
+    )
+    c4.altair_chart(
+        alt.Chart(versus)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("round:O", title="round"),
+            y=alt.Y("mean:Q", title="relative size", scale=alt.Scale(type="log")),
+            color=ui.color("variant_label", title="variant"),
+            strokeDash=alt.StrokeDash("metric:N", title=None),
+            tooltip=["variant_label", "metric", "round", alt.Tooltip("mean:Q", format=".4g")],
+        )
+        .properties(height=300, title="Relative change vs bf16 resolution"),
+        width="stretch",
+    )
+    ui.table(convergence.bf16_rounds(known), key="bf16_rounds")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import altair as alt
 import streamlit as st
 
-from analysis import extrapolation
+from analysis import extrapolation, tasks
 from dashboard import ui
 
 DEPTH_AXIS = "effective depth at inference (layers)"
@@ -80,6 +80,11 @@ if not accuracy.empty:
     task_marks = of_task.dropna(subset=["trained_depth"]).drop_duplicates("variant_label")
     chart = alt.layer(lines, bars, trained_rules(task_marks, variant_color))
     st.altair_chart(chart.properties(height=360), width="stretch")
+    st.caption(
+        "By category: the mean over each category's tasks of their accuracy (and over every task as the "
+        "total), each task counted once, at each loop count."
+    )
+    ui.table(tasks.category_scores(scores), key="extrapolation_categories")
 
 st.header("Loop geometry per round")
 deltas = ui.filter_by_runs(ui.round_deltas(url), runs)

@@ -131,3 +131,43 @@ if subsets:
         "train_loops",
     ]
     ui.table(mine[shown], key="tasks_subsets")
+
+st.header("By category")
+st.caption(
+    "Mean accuracy over the tasks of each category (each task's whole item set, seeds pooled), and over "
+    "every task as the total; each task counts once, whatever its number of items."
+)
+by_category = tasks.category_scores(scores)
+st.altair_chart(
+    alt.Chart(by_category)
+    .mark_line(point=True)
+    .encode(
+        x=_loops_axis(by_category.assign(train_loops=None)),
+        y=alt.Y("acc:Q", title="mean accuracy", scale=alt.Scale(domain=[0, 1])),
+        color=ui.color("variant_label", title="variant"),
+        strokeDash=alt.StrokeDash("category:N", title="category"),
+        tooltip=[
+            "variant_label",
+            "category",
+            "loops",
+            alt.Tooltip("acc:Q", format=".3f"),
+            "n_tasks",
+            "tasks",
+        ],
+    )
+    .properties(height=340),
+    width="stretch",
+)
+ui.table(by_category, key="tasks_categories")
+
+st.header("Loss as a proxy")
+proxy = tasks.loss_proxy(scores, runs)
+if proxy.empty or proxy["rho"].isna().all():
+    st.caption("needs three or more runs with a validation loss and task scores at their trained loop count")
+else:
+    st.caption(
+        "Across the selected runs: the rank correlation (Spearman's ρ) between each run's final validation "
+        "loss and its mean accuracy per category at the loop count it was trained at, with a 95 % "
+        "bootstrap interval over runs. Strongly negative: the loss ranks runs as their task scores do."
+    )
+    ui.table(proxy, key="tasks_proxy")

@@ -67,3 +67,65 @@ def test_curves_pool_seeds_and_carry_chance_and_trained_loops():
     wide = tasks.accuracy_wide(curves[curves["task"] == "deduction"])
     assert list(wide.columns) == ["task", "variant_label", "acc@4", "train_loops", "best_loops"]
     assert wide.iloc[0]["acc@4"] == 0.6 and wide.iloc[0]["best_loops"] == 4
+
+
+def _score(run, variant, task, category, loops, acc, n=100, train_loops=4):
+    return dict(
+        eval_job_id=10 + run,
+        train_job_id=run,
+        variant_id=variant,
+        variant_label=variant,
+        task=task,
+        category=category,
+        subset="all",
+        loops=loops,
+        acc=acc,
+        acc_norm=None,
+        n=n,
+        chance=0.25,
+        train_loops=train_loops,
+    )
+
+
+def test_category_scores_average_tasks_once_each_and_give_a_total():
+    scores = pd.DataFrame(
+        [
+            _score(1, "lean", "sciq", "knowledge", 4, 0.6, n=1000),
+            _score(1, "lean", "arc_easy", "knowledge", 4, 0.4, n=10),
+            _score(1, "lean", "deduction", "reasoning", 4, 0.9),
+            _score(1, "lean", "kinship", None, 4, 0.3),  # no stored category: "other"
+            {
+                **_score(1, "lean", "deduction", "reasoning", 4, 0.0),
+                "subset": "depth=2",
+            },  # not the whole task
+        ]
+    )
+    table = tasks.category_scores(scores).set_index("category")
+    assert list(table.index) == ["reasoning", "knowledge", "other", "total"]
+    assert table.loc["knowledge", "acc"] == pytest.approx(0.5)  # (0.6 + 0.4) / 2, not item-weighted
+    assert table.loc["knowledge", "n_tasks"] == 2 and table.loc["knowledge", "tasks"] == "arc_easy, sciq"
+    assert table.loc["total", "acc"] == pytest.approx((0.6 + 0.4 + 0.9 + 0.3) / 4)
+    assert tasks.category_scores(scores.iloc[0:0]).empty
+
+
+def test_loss_proxy_is_a_rank_correlation_with_a_bootstrap_interval():
+    losses = {1: 3.0, 2: 3.1, 3: 3.2, 4: 3.3, 5: 3.4}
+    knowledge = {1: 0.50, 2: 0.45, 3: 0.40, 4: 0.35, 5: 0.30}  # falls with loss: rho = -1
+    reasoning = {1: 0.30, 2: 0.50, 3: 0.20, 4: 0.40, 5: 0.10}
+    scores = pd.DataFrame(
+        [_score(r, "v", "sciq", "knowledge", 4, knowledge[r]) for r in losses]
+        + [_score(r, "v", "deduction", "reasoning", 4, reasoning[r]) for r in losses]
+        + [_score(r, "v", "sciq", "knowledge", 1, 0.9) for r in losses]  # not the trained loop count
+    )
+    runs = pd.DataFrame({"job_id": list(losses), "final_val_loss": list(losses.values())})
+    table = tasks.loss_proxy(scores, runs).set_index("category")
+    assert table.loc["knowledge", "rho"] == pytest.approx(-1.0) and table.loc["knowledge", "n_runs"] == 5
+    assert table.loc["knowledge", "ci_high"] == pytest.approx(-1.0)  # every resample is monotone
+    # reasoning: accuracy ranks (3, 5, 2, 4, 1) against loss ranks 1..5, Spearman 1 − 6 Σd² / (n(n² − 1))
+    d2 = sum((a - b) ** 2 for a, b in zip([3, 5, 2, 4, 1], [1, 2, 3, 4, 5]))
+    assert table.loc["reasoning", "rho"] == pytest.approx(1 - 6 * d2 / (5 * 24))
+    low, high = table.loc["reasoning", ["ci_low", "ci_high"]]
+    assert -1 <= low < table.loc["reasoning", "rho"] < high <= 1
+    assert table.loc["total", "n_runs"] == 5
+    few = tasks.loss_proxy(scores[scores["train_job_id"] <= 2], runs)
+    assert few["rho"].isna().all() and (few["n_runs"] == 2).all()

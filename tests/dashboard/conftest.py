@@ -5,7 +5,8 @@ Contents (grid "study", size tiny, 1M-token budget):
   variant of the recipe lean) and plain (no loop); succeeded train jobs with metric curves (val_loss@N
   at each evaluation too) and a train_results row each, with FLOPs (plain's are the stored FLOPs per
   token only, as for a run stored before FLOPs were counted);
-- a depth sweep (succeeded) per parcae/lean run with depth_evals and round_deltas;
+- a depth sweep (succeeded) per parcae/lean run with depth_evals (with a far-copy split) and
+  round_deltas (with change ratios and a bf16 resolution);
 - one decode bench job per variant: context 128/512 × batch 1/8;
 - a running train job with progress and a tokens/s in latest_metrics; a failed one with a traceback;
 - an iso-time pair: lean seed 0 retrained with the time of parcae seed 0.
@@ -58,6 +59,9 @@ FINAL_VAL = {
     ("plain", 0): 3.30,
     ("plain", 1): 3.34,
 }
+# far-copy split of every depth row (`_far`), and the bf16 resolution of every round: rel_change
+# 0.5 / r (+ 0.01 at seed 1) is below 0.07 from round 8 at seed 0 and never at seed 1
+FAR_SHARE, FAR_LEAN_EXTRA, BF16_RESOLUTION = 0.05, 0.02, 0.07
 # val_loss@N during training = val_loss + this offset (0 at the trained count)
 DEPTH_OFFSETS = {
     "parcae": {1: 0.9, 2: 0.5, 4: 0.15, 8: 0.0},
@@ -181,9 +185,20 @@ def build_fixture_db(path) -> str:
             s.flush()
             s.add(schema.JobDep(job_id=sw.id, depends_on=trains[(key, seed)].id))
             for loops, loss in losses.items():
-                s.add(schema.DepthEval(job_id=sw.id, loops=loops, val_loss=loss))
+                s.add(schema.DepthEval(job_id=sw.id, loops=loops, val_loss=loss, **_far(key, seed, loss)))
             for r in range(1, 9):
-                s.add(schema.RoundDelta(job_id=sw.id, loops=8, round=r, rel_change=0.5 / r + 0.01 * seed))
+                rel = 0.5 / r + 0.01 * seed
+                ratio = None if r == 1 else rel / (0.5 / (r - 1) + 0.01 * seed)
+                s.add(
+                    schema.RoundDelta(
+                        job_id=sw.id,
+                        loops=8,
+                        round=r,
+                        rel_change=rel,
+                        change_ratio=ratio,
+                        bf16_resolution=BF16_RESOLUTION,
+                    )
+                )
         for key, ms in DECODE_MS.items():
             dec = job("decode_bench", key)
             s.add(dec)
@@ -262,6 +277,20 @@ def build_fixture_db(path) -> str:
 
     dispose_all()
     return url
+
+
+def _far(key: str, seed: int, loss: float) -> dict:
+    """The far-copy columns of a depth row: far copies cost 1.0 more than the mean, lean's a further
+    FAR_LEAN_EXTRA + 0.01 × seed (so lean − parcae is 0.02 at seed 0, 0.03 at seed 1); near tokens
+    0.05 less."""
+    extra = FAR_LEAN_EXTRA + 0.01 * seed if key == "lean" else 0.0
+    return dict(
+        far_copy_loss=loss + 1.0 + extra,
+        near_loss=loss - 0.05,
+        far_share=FAR_SHARE,
+        far_distance=500,
+        far_definition=2,
+    )
 
 
 def _curves(

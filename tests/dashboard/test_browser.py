@@ -38,7 +38,17 @@ PAGES = {
     ),
     "depth": (
         "Depth",
-        ["Validation loss vs loops", "8 loops", "Hidden-state change per round", "Round 1", "n_seeds"],
+        [
+            "Validation loss vs loops",
+            "8 loops",
+            "Hidden-state change per round",
+            "Round 1",
+            "n_seeds",
+            "Far copies",
+            "far_share",
+            "Convergence against bf16",
+            "bf16_round",
+        ],
     ),
     "decode": ("Decode", ["ms_per_token", "kv_cache_mb", "ms_ratio", "variant_label"]),
     "sql": ("SQL", ["Run query", "final_val_loss", "best_loops"]),
@@ -92,3 +102,20 @@ def test_compare_iso_flop_section_screenshot(dashboard_server, browser):
         charts = page.locator('[data-testid="stVegaLiteChart"]')
         assert charts.count() >= 3  # iso-FLOP, loss by architecture, iso-time
         assert page.get_by_text("Runs at equal FLOPs").count() == 1
+
+
+def test_depth_far_copies_and_bf16_convergence_screenshot(dashboard_server, browser):
+    """The Depth page's far-copy pair and bf16 convergence panels as a person sees them (saved for
+    review): each section scrolled into the window, its text shown."""
+    with open_page(browser, f"{dashboard_server}/depth", "Depth", ["Far copies"], height=1400) as page:
+        for heading, shot in (("Far copies", "depth_far_copies"), ("Convergence against bf16", "depth_bf16")):
+            section = page.get_by_role("heading", name=heading)
+            section.evaluate("e => e.scrollIntoView({block: 'start'})")  # the app scrolls its own container
+            page.wait_for_timeout(2500)  # the charts and tables below it draw once in view
+            section.evaluate("e => e.scrollIntoView({block: 'start'})")  # again: the page grew as they drew
+            page.wait_for_timeout(500)
+            assert section.is_visible()
+            page.screenshot(path=str(SHOTS / f"{shot}.png"))
+        body = page.inner_text("body")
+        assert "previous occurrence in the sequence lies more than 500" in body
+        assert "first round whose relative change" in body and "Change over the previous round" in body

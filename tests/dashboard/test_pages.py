@@ -295,11 +295,12 @@ def test_depth_page(monkeypatch, fixture_url):
     rd = frame_with(at, "round", "mean")
     first = rd[(rd["variant_label"] == "lean") & (rd["round"] == 1)].iloc[0]
     assert first["mean"] == pytest.approx(0.505) and first["n_seeds"] == 2
-    # loss vs loops, round 1 on its own, rounds 2+ on their own scale
-    assert len(at.get("vega_lite_chart")) == 3
+    # loss vs loops, round 1 on its own, rounds 2+ on their own scale, the far-copy pair, the change
+    # ratios and the relative change against bf16 resolution
+    assert len(at.get("vega_lite_chart")) == 6
     at.selectbox(key="depth_x").set_value("inference_depth").run()
     at.selectbox(key="depth_color").set_value("d_model").run()
-    assert not at.exception and len(at.get("vega_lite_chart")) == 3
+    assert not at.exception and len(at.get("vega_lite_chart")) == 6
 
 
 def test_decode_page(monkeypatch, fixture_url):

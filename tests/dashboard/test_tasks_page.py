@@ -118,15 +118,39 @@ def test_task_scores_query_labels_rows_with_the_trained_variant(tasks_db):
     assert at8.iloc[0]["acc"] == (7 + 6) / 20 and at8.iloc[0]["n_seeds"] == 2
 
 
+def test_task_categories_view_means_each_runs_tasks_per_category(tasks_db):
+    """parcae seed 0 at 8 loops: deduction (9 + 7) / 20, sciq 0.38, and their mean as the total."""
+    import pandas as pd
+    import sqlalchemy as sa
+
+    from orchestrator.db import engine
+
+    with engine(tasks_db[0]).connect() as conn:
+        view = pd.read_sql(sa.text("SELECT * FROM task_categories WHERE loops = 8"), conn)
+    at8 = view[(view["recipe"] == "parcae") & (view["seed"] == 0)].set_index("category")
+    assert at8.loc["reasoning", "mean_acc"] == pytest.approx(0.8) and at8.loc["knowledge", "mean_acc"] == 0.38
+    assert at8.loc["total", "mean_acc"] == pytest.approx(0.59) and at8.loc["total", "n_tasks"] == 2
+    assert set(view["variant_label"]) == {"parcae", "lean"} and len(view) == 4 * 3
+
+
 def test_tasks_page_in_apptest(monkeypatch, tasks_db):
     at = render(monkeypatch, tasks_db[0], "tasks")
     headers = [h.value for h in at.header]
-    assert headers == ["Accuracy vs loops", "Accuracy by subset"]
+    assert headers == ["Accuracy vs loops", "Accuracy by subset", "By category", "Loss as a proxy"]
     wide = next(d.value for d in at.dataframe if "acc@8" in d.value.columns)
     parcae = wide[wide["variant_label"] == "parcae"].iloc[0]
     assert parcae["acc@8"] == (16 + 15) / 40 and parcae["best_loops"] == 8 and parcae["train_loops"] == 8
     caption = " ".join(c.value for c in at.caption)
     assert "**reasoning**: deduction" in caption and "**knowledge**: sciq" in caption
+    # by category at 8 loops, parcae: deduction (16 + 15) / 40, sciq 0.38, total their mean
+    cats = next(d.value for d in at.dataframe if {"category", "n_tasks"} <= set(d.value.columns))
+    at8 = cats[(cats["variant_label"] == "parcae") & (cats["loops"] == 8)].set_index("category")
+    assert at8.loc["reasoning", "acc"] == pytest.approx(0.775) and at8.loc["knowledge", "acc"] == 0.38
+    assert at8.loc["total", "acc"] == pytest.approx((0.775 + 0.38) / 2) and at8.loc["total", "n_tasks"] == 2
+    # loss as a proxy over the 4 runs at their trained loops: final val 3.15, 3.16, 3.20, 3.22 (lean 0,
+    # lean 1, parcae 0, parcae 1), total accuracy 0.445, 0.47, 0.59, 0.565: ranks 1 2 4 3, rho 0.8
+    proxy = next(d.value for d in at.dataframe if "rho" in d.value.columns).set_index("category")
+    assert proxy.loc["total", "rho"] == pytest.approx(0.8) and proxy.loc["total", "n_runs"] == 4
 
 
 def test_tasks_page_in_a_browser_shows_accuracy_vs_loops(tasks_db, dashboard_server, browser):
@@ -134,3 +158,13 @@ def test_tasks_page_in_a_browser_shows_accuracy_vs_loops(tasks_db, dashboard_ser
     check_page_in_browser(
         dashboard_server, browser, tasks_db[0], "tasks", "Tasks", expected, height=1800, min_charts=3
     )
+
+
+def test_extrapolation_page_shows_the_category_scores(monkeypatch, tasks_db):
+    at = render(monkeypatch, tasks_db[0], "extrapolation")
+    assert "Task accuracy vs effective depth" in [h.value for h in at.header]
+    cats = next(d.value for d in at.dataframe if {"category", "n_tasks"} <= set(d.value.columns))
+    lean = cats[(cats["variant_label"] == "lean") & (cats["loops"] == 4)].set_index("category")
+    # lean at 4 loops: deduction (7 + 4 + 7 + 5) / 40, sciq 0.34
+    assert lean.loc["reasoning", "acc"] == pytest.approx(23 / 40) and lean.loc["knowledge", "acc"] == 0.34
+    assert lean.loc["total", "acc"] == pytest.approx((23 / 40 + 0.34) / 2)

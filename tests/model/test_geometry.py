@@ -51,7 +51,28 @@ def test_rel_update_matches_the_forwards_definition():
     # round 1: ‖(0, 5)‖ / ‖(3, 4)‖ = 1; round 2: ‖(3, 4)‖ / ‖(3, 9)‖ = 5 / sqrt(90)
     assert geometry.rel_update(states).tolist() == pytest.approx([1.0, 5 / math.sqrt(90)])
     m = geometry.round_metrics(states)
-    assert set(m) == {"rel_change", "angle", "state_var"} and all(v.shape == (2,) for v in m.values())
+    names = {"rel_change", "angle", "state_var", "update_norm", "bf16_resolution"}
+    assert set(m) == names and all(v.shape == (2,) for v in m.values())
+
+
+def test_a_contracting_rollout_has_its_ratio_and_reaches_bf16_resolution():
+    """h_t = h* + q^t (h0 − h*): each update is q times the previous one, so every change ratio is q, and
+    the relative change falls below the state's bf16 rounding error (about 2⁻⁹ per channel of a
+    generic state) at the round the decay passes it; a state exact in bf16 has no rounding error."""
+    torch.manual_seed(0)
+    target, h0, q = torch.randn(1, 4, 64), torch.randn(1, 4, 64), 0.5
+    states = rollout(h0, lambda h: target + q * (h - target), 16)
+    norms = geometry.update_norm(states).tolist()
+    ratios = geometry.change_ratio(norms)
+    assert math.isnan(ratios[0]) and ratios[1:] == pytest.approx([q] * 15, rel=1e-3)
+    resolution = geometry.bf16_resolution(states)
+    assert 2**-12 < resolution.min().item() and resolution.max().item() < 2**-8
+    rel = geometry.rel_update(states).tolist()
+    first = geometry.bf16_round(rel, resolution.tolist())
+    assert first is not None and rel[first - 1] < resolution[first - 1] <= rel[first - 2]
+    exact = torch.ones(3, 1, 1, 8)  # 1.0 is exact in bf16, and nothing changes
+    assert geometry.bf16_resolution(exact).tolist() == [0.0, 0.0]
+    assert geometry.bf16_round([1.0, 0.5], [0.1, 0.1]) is None
 
 
 def test_no_interaction_when_each_round_adds_a_constant():

@@ -13,13 +13,16 @@ from model.errors import ConfigError
 from tests.workers.conftest import tiny_spec
 from workers import depth_sweep, jobs, train
 from workers.reporter import MemoryReporter
-from workers.validation import far_copy_mask
+from workers.validation import far_copy_mask, previous_gap
 
 
 def test_spec_validation_and_defaults():
     d = jobs.validate("depth_sweep", {})
     assert d["loops"] == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32] and d["checkpoint"] is None
     assert depth_sweep.Spec.from_dict(d).to_dict() == d
+    # a field added later is left out at its default: a sweep stored before it keeps its hash
+    assert "far_distance" not in d and depth_sweep.Spec.from_dict(d).far_distance == 500
+    assert depth_sweep.Spec.from_dict({"far_distance": 256}).to_dict()["far_distance"] == 256
     assert d["interaction_loops"] == [4, 8] and d["interaction_tokens"] == 4096
     assert depth_sweep.Spec.from_dict({"interaction_loops": []}).interaction_loops == []
     for bad, field in [
@@ -34,6 +37,7 @@ def test_spec_validation_and_defaults():
         ({"interaction_loops": [4, 33]}, "interaction_loops: at most 32"),
         ({"interaction_loops": "4"}, "interaction_loops"),
         ({"interaction_tokens": 0}, "interaction_tokens"),
+        ({"far_distance": 0}, "far_distance"),
     ]:
         with pytest.raises(ConfigError, match=field):
             depth_sweep.Spec.from_dict(bad)
@@ -51,23 +55,55 @@ def test_four_loops_beat_one_and_rounds_change_the_state(trained_fixed4, tmp_pat
     deltas = [r["row"] for r in rep.of("result") if r["table"] == "round_deltas"]
     assert [(d["loops"], d["round"]) for d in deltas] == [(1, 1), (4, 1), (4, 2), (4, 3), (4, 4)]
     assert all(math.isfinite(d["rel_change"]) and d["rel_change"] > 0 for d in deltas)
-    assert res["far_window"] == 16  # full attention: 64, capped at seq_len // 2
+    assert res["far_distance"] == 500
+    for e in evals.values():  # 32-token sequences: no previous occurrence lies 500 tokens back
+        assert e["far_share"] == 0 and e["far_copy_loss"] is None and e["far_definition"] == 2
+    assert rep.of("progress")[-1]["done"] == rep.of("progress")[-1]["total"]
+
+
+def test_far_split_at_a_distance_inside_the_sequence(trained_fixed4, tmp_path):
+    """At distance 4 in 32-token sequences some tokens are far: the share is stored with the losses,
+    and the mean loss lies between the far and the near loss, weighted by that share."""
+    out, _ = trained_fixed4
+    rep = MemoryReporter()
+    spec = depth_sweep.Spec.from_dict(
+        {"checkpoint": str(out), "loops": [1, 4], "eval_tokens": 1024, "device": "cpu", "far_distance": 4}
+    )
+    assert depth_sweep.run(spec, rep, tmp_path)["far_distance"] == 4
+    evals = {r["row"]["loops"]: r["row"] for r in rep.of("result") if r["table"] == "depth_evals"}
     for e in evals.values():
+        assert 0 < e["far_share"] < 1 and e["far_distance"] == 4 and e["far_definition"] == 2
         assert e["far_copy_loss"] is not None and e["near_loss"] is not None
         assert (
             min(e["far_copy_loss"], e["near_loss"])
             <= e["val_loss"]
             <= max(e["far_copy_loss"], e["near_loss"])
         )
-    assert rep.of("progress")[-1]["done"] == rep.of("progress")[-1]["total"]
+        mixed = e["far_share"] * e["far_copy_loss"] + (1 - e["far_share"]) * e["near_loss"]
+        assert mixed == pytest.approx(e["val_loss"], rel=1e-5)
 
 
 def test_far_copy_mask_definition():
-    x = torch.tensor([[5, 1, 2, 3, 4, 6]])
-    y = torch.tensor([[1, 2, 3, 4, 6, 5]])  # last target 5 occurs at position 0, distance 5
-    m = far_copy_mask(x, y, window=3)
-    assert m.tolist() == [[False, False, False, False, False, True]]
-    assert far_copy_mask(x, y, window=6).sum() == 0
+    """Far: the previous occurrence lies more than the distance back and none lies within it. Token 5
+    recurs at distance 5 from its first occurrence; token 7 occurs far back and again close by."""
+    seq = torch.tensor([[5, 7, 1, 2, 7, 3, 5, 7]])
+    x, y = seq[:, :-1], seq[:, 1:]  # targets at positions 1..7
+    assert previous_gap(seq).tolist() == [[0, 0, 0, 0, 3, 0, 6, 3]]
+    assert far_copy_mask(x, y, distance=3).tolist() == [[False, False, False, False, False, True, False]]
+    assert far_copy_mask(x, y, distance=2).tolist() == [[False, False, False, True, False, True, True]]
+    assert far_copy_mask(x, y, distance=6).sum() == 0
+
+
+def test_previous_gap_matches_the_pairwise_definition():
+    """The sort-based gaps equal the closest earlier equal token found by comparing every pair."""
+    g = torch.Generator().manual_seed(0)
+    seq = torch.randint(0, 9, (3, 64), generator=g)
+    eq = seq[:, :, None] == seq[:, None, :]
+    pos = torch.arange(64)
+    earlier = eq & (pos[None, :] < pos[:, None])[None]
+    last = torch.where(earlier, pos[None, None, :], -1).max(dim=-1).values
+    expected = torch.where(last >= 0, pos[None, :] - last, 0)
+    assert torch.equal(previous_gap(seq), expected)
 
 
 def test_cli_prints_table_and_bad_input_exits_2(trained_fixed4, tmp_path, capsys):
@@ -172,6 +208,14 @@ def test_sweep_records_the_loop_geometry_and_the_interaction_matrix(trained_fixe
     assert [(d["loops"], d["round"]) for d in deltas] == [(2, 1), (2, 2), (4, 1), (4, 2), (4, 3), (4, 4)]
     for d in deltas:
         assert 0 < d["angle"] <= math.pi and d["state_var"] > 0 and d["rel_change"] > 0
+        assert 0 < d["bf16_resolution"] < 2**-7  # bf16 keeps 8 significant bits
+        assert (d["change_ratio"] is None) == (d["round"] == 1)
+        assert d["round"] == 1 or d["change_ratio"] > 0
+    evals = {r["row"]["loops"]: r["row"] for r in rep.of("result") if r["table"] == "depth_evals"}
+    for n, e in evals.items():  # the first round below the resolution, if any, is one of the forward's
+        assert e["bf16_round"] is None or 1 <= e["bf16_round"] <= n
+        below = [d["round"] for d in deltas if d["loops"] == n and d["rel_change"] < d["bf16_resolution"]]
+        assert e["bf16_round"] == (below[0] if below else None)
     # rel_change equals the relative update of the states the forward passes through, on the same
     # batches and h0 seeds, as a mean over tokens
     model, cfg, train_spec = depth_sweep.load_model(out, torch.device("cpu"))
