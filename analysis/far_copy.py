@@ -21,11 +21,9 @@ import pandas as pd
 
 from analysis import stats
 from analysis.variants import with_variants
+from model.names import DEFAULT_FAR_DISTANCE as DEFAULT_DISTANCE
+from model.names import FAR_DEFINITION
 
-# workers/validation.py's FAR_DEFINITION, the definition the comparison reads (a copy: analysis does not
-# import the workers)
-FAR_DEFINITION = 2
-DEFAULT_DISTANCE = 500
 METRICS = ("far_copy_loss", "near_loss", "val_loss")
 COLUMNS = [
     "loops",

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis import claims
+from analysis import claims, far_copy
 from analysis.claims_base import Claim, Scale
 from analysis.claims_lean import EQUAL_DATA
 from analysis.variants import with_variants
@@ -80,6 +80,8 @@ def _labels(claim: Claim, df: pd.DataFrame) -> dict[str, str | None]:
 def _depth_points(claim: Claim, depth: pd.DataFrame) -> tuple[pd.DataFrame, list]:
     """Each series's sweep loss per (seed, loop count) in one block; series without runs give none."""
     column = claim.metric.column
+    if column == "far_copy_loss":  # only splits of the current definition at the note's distance
+        depth = far_copy.comparable(depth)
     labels = _labels(claim, depth)
     present = {label for label in labels.values() if label is not None}
     if not present:

@@ -28,7 +28,7 @@ from __future__ import annotations
 from model.config import ModelConfig
 from model.counts import kv_cache_bytes, layer_params, param_count
 from model.flops import training_flops
-from model.optimizer_names import Optimizer
+from model.names import Optimizer
 
 FLOAT_BYTES = 4
 HEADROOM = 0.9  # of a device's memory a training step may plan on (the allocator and framework keep the rest)

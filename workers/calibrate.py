@@ -326,7 +326,7 @@ def measure(
     `startup`: also time a fresh Python's start-up (else DEFAULT_STARTUP_S)."""
     import torch
 
-    from model.optimizer_names import Optimizer
+    from model.names import Optimizer
     from workers.optim import build_optimizers
 
     load = os.getloadavg()[0] / (os.cpu_count() or 1) if hasattr(os, "getloadavg") else None

@@ -15,7 +15,7 @@ Far-copy split (`split_far_copy`, definition in workers/validation.py): a target
 when its previous occurrence in the sequence lies more than `far_distance` tokens back (default 500) and
 it does not occur within that distance. Each `depth_evals` row stores `far_copy_loss` / `near_loss` (the
 mean losses of the two groups), `far_share` (far tokens / predicted tokens), `far_distance` and
-`far_definition` (`validation.FAR_DEFINITION`; rows of sweeps before it hold definition 1, a token that
+`far_definition` (`model.names.FAR_DEFINITION`; rows of sweeps before it hold definition 1, a token that
 occurred anywhere beyond the smallest attention window). A sequence shorter than the distance has no
 far tokens: a share of 0 and no far loss.
 
@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from model import fields
 from model.errors import ConfigError
 from model.geometry import MAX_INTERACTION_LOOPS
+from model.names import DEFAULT_FAR_DISTANCE, FAR_DEFINITION
 from workers.cost import ForwardCost
 from workers.identity import EXECUTION, spec_to_dict
 from workers.spec_cli import SpecParser, checkpoint_exists, job_parser, run_standalone
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
     from workers.train_cost import TrainCost
 
 DEFAULT_LOOPS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
-DEFAULT_FAR_DISTANCE = 500
 DEFAULT_INTERACTION_LOOPS = (4, 8)
 
 
@@ -279,7 +279,6 @@ def _round_rows(n: int, geo) -> list[dict[str, Any]]:
 
 def _far_columns(r, distance: int | None) -> dict[str, Any]:
     """The far-copy columns of a `depth_evals` row from evaluation `r` (all None without the split)."""
-    from workers.validation import FAR_DEFINITION
 
     split = distance is not None
     return {

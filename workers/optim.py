@@ -1,6 +1,6 @@
 """Optimizers and the learning-rate schedule of a training run.
 
-Three optimizers, chosen by name (`model.optimizer_names.Optimizer`):
+Three optimizers, chosen by name (`model.names.Optimizer`):
 - "parcae" (default): the Parcae reference's Muon+AdamW (`workers.muon.ParcaeMuonAdamW`) — Muon for the
   2-D matrices and the value-embedding gates, AdamW for embeddings, norms and the injection; lr 8e-3 for
   both, cautious Muon weight decay 0.2 falling linearly to 0 over training, first step skipped.
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from model import fields
-from model.optimizer_names import Optimizer
+from model.names import Optimizer
 from workers.muon import ParcaeMuonAdamW, TorchMuon
 
 # Runs stored before the optimizers were renamed called today's "torch_muon" simply "muon".

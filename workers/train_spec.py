@@ -36,7 +36,7 @@ from typing import Any
 
 from model import fields
 from model.errors import ConfigError
-from model.optimizer_names import Optimizer
+from model.names import Optimizer
 from workers.data import BUDGET, DataSpec
 from workers.identity import EXECUTION, spec_to_dict
 from workers.identity import execution_fields as _execution_fields

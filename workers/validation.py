@@ -71,10 +71,6 @@ class GeometryResult:
         return geometry.bf16_round(self.rel_change, self.bf16_resolution)
 
 
-# The far-copy definition `evaluate` measures (stored with each split; 1 was the window mask before it).
-FAR_DEFINITION = 2
-
-
 def previous_gap(c: torch.Tensor) -> torch.Tensor:
     """(B, L) int tokens -> (B, L) long: at each position p, p − j for the closest earlier position j with
     the same token (c[b, j] == c[b, p], j < p), 0 where the token has not occurred before. A stable sort

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from model.errors import ConfigError
-from model.optimizer_names import Optimizer
+from model.names import Optimizer
 from workers import optim, train_spec
 from workers.muon import ParcaeMuonAdamW, TorchMuon
 from workers.orthogonalise import newton_schulz
