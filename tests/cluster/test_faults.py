@@ -138,3 +138,56 @@ def test_a_driver_cut_off_from_the_database_is_fenced_and_its_job_taken_over(lab
         tried
     )
     assert_curve_is_uninterrupted(lab, victim, tmp_path)
+
+
+def test_a_gang_losing_one_host_restarts_whole_from_its_checkpoint(lab, tmp_path):
+    """A 2-worker run (Ray Train, gloo over the hosts' eth0) on two of the three Ray hosts; the worker
+    host holding one of its ranks loses power: the whole gang stops (never goes on with fewer ranks) and
+    starts again from its checkpoint on the hosts left, its curve the one-process run's with two
+    micro-batches, bit for bit."""
+    from tests.orchestrator.test_gang import TRAIN as GANG_TRAIN
+
+    for name in ("head", "worker1", "worker2"):
+        lab.start_ray(name)
+    grid = f'from orchestrator import Grid\ngrid = Grid("gang", base={GANG_TRAIN!r}, resources={{"workers": 2}})\n'
+    (lab.net.shared / "grids.py").write_text(grid)
+    lab.looplab_done("driver2", "submit", "grids.py")
+    driver = lab.looplab(
+        "head", "run", "--address", lab.ray_address, "--until-empty", "--artifacts", str(lab.art)
+    )
+    ((job, ckpt),) = wait_for(
+        lab, "SELECT id, checkpoint_step FROM jobs WHERE checkpoint_step >= 3", "checkpoint", driver=driver
+    )
+    ranks = {
+        name: lab.net[name].run(["pgrep", "-f", "RayTrainWorker"]).stdout.split()
+        for name in ("worker1", "worker2")
+    }
+    victim = next(name for name, pids in ranks.items() if pids)  # a worker host holding a rank
+    assert lab.net.kill(victim)
+    assert driver.wait(timeout=500) == 0, (lab.logs / "head.log").read_text()[-3000:]
+    promises.check(lab)
+    tried = lab.query(f"SELECT n, outcome, resumed_from_step FROM attempts WHERE job_id = {job} ORDER BY n")
+    assert [t[1] for t in tried][-1] == "succeeded" and all(t[1] == "interrupted" for t in tried[:-1]), tried
+    assert len(tried) >= 2 and tried[-1][2] is not None and tried[-1][2] >= ckpt  # from its checkpoint
+    from workers import jobs
+
+    ref = reference_gang(GANG_TRAIN, tmp_path / "ref", jobs)
+    got = lab.query(
+        f"SELECT step, value FROM metrics WHERE job_id = {job} AND key = 'train_loss' ORDER BY step"
+    )
+    assert [tuple(r) for r in got] == ref.curve("train_loss") and got
+
+
+def reference_gang(spec: dict, art, jobs):
+    """The gang's run in one process with its micro-batches, on one thread as the Ray workers ran."""
+    import torch
+
+    from workers.reporter import MemoryReporter
+
+    ref, threads = MemoryReporter(), torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        jobs.run("train", jobs.validate("train", dict(spec)), ref, art)
+    finally:
+        torch.set_num_threads(threads)
+    return ref
