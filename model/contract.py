@@ -181,6 +181,8 @@ def capabilities(module: nn.Module, factory: Any = None) -> Capabilities:
     """The optional capabilities `module` (built by `factory`) has, found by name and signature."""
     if isinstance(module, LoopedLM):
         return LOOPED_CAPABILITIES
+    if isinstance(module, FamilyLM):  # a family's module as the jobs hold it: what it was built with
+        return module.caps
     has = lambda name: callable(getattr(module, name, None))  # noqa: E731
     fwd = module.forward
     return Capabilities(
@@ -280,6 +282,14 @@ def _forward_logits(family: str, module: nn.Module, idx: Tensor, loops: int, voc
             f"family {family!r}: forward returned logits of dtype {logits.dtype}; expected float"
         )
     return logits
+
+
+def split_dependent(module: nn.Module, caps: Capabilities, vocab: int) -> bool:
+    """Whether `module`'s training forward draws randomness it cannot key per row (see `_split_dependent`),
+    probed at the smallest shapes on the module's device."""
+    device = next(module.parameters()).device
+    idx = torch.randint(0, vocab, (CHECK_BATCH, CHECK_LEN), generator=torch.Generator().manual_seed(0))
+    return _split_dependent(module, caps, idx.to(device))
 
 
 def _split_dependent(module: nn.Module, caps: Capabilities, idx: Tensor) -> bool:
@@ -444,3 +454,42 @@ def build_model(cfg: Any, family: str | None = None, config: dict[str, Any] | No
     inner = instantiate(fam, family_settings(cfg, config))
     caps = capabilities(inner, fam.factory)
     return Built(FamilyLM(inner, cfg, caps), caps, fam)
+
+
+@dataclass(frozen=True)
+class FamilyFlops:
+    """A family's training FLOPs per token as the trainer accounts them (the fields of the FLOP model's
+    breakdown it reads): all useful, no padded rounds (rows of different loop counts run as separate
+    forwards), `measured` when FlopCounterMode counted them rather than the family."""
+
+    total: float
+    measured: bool
+    padding_waste: float = 0.0
+    recurrent: float = 0.0
+    padded: float = 0.0
+
+    @property
+    def useful(self) -> float:
+        return self.total
+
+    @property
+    def forward(self) -> float:
+        return self.total / 3
+
+
+def family_flops(built: Built, vocab: int, seq_len: int, loops: int) -> FamilyFlops:
+    """Training FLOPs per token of a family's model at `loops`: its own `flops_per_token`, else measured
+    once at the run's shapes."""
+    if built.capabilities.flops_per_token:
+        return FamilyFlops(float(built.module.flops_per_token(loops)), measured=False)
+    inner = built.module.inner if isinstance(built.module, FamilyLM) else built.module
+    return FamilyFlops(measure_flops_per_token(inner, vocab, seq_len, loops), measured=True)
+
+
+def param_counts(built: Built) -> dict[str, int]:
+    """{"total", "non_embedding"} parameters of a family's model; the embedding is known only from its
+    `param_split` (else non_embedding = total)."""
+    total = sum(p.numel() for p in built.module.parameters())
+    split = built.module.param_split() if built.capabilities.param_split else {}
+    embedding = sum(p.numel() for p in split.get("embedding", []))
+    return {"total": total, "non_embedding": total - embedding}

@@ -392,6 +392,7 @@ def expand(grids: list[Grid], kinds: JobRegistry) -> list[JobPlan]:
     pending_match: list[tuple[int, str]] = []  # (plan index, grid name) of match-time budgets
     # the kinds a grid's `resources` may name: its follow-ups and its preparation
     follow_ups = (*jobkinds.follow_ups(None, kinds), PREPARE)
+    families: dict[str, Any] = {}  # the conformance reports of the submission's families, by config
     for gi, grid in enumerate(grids):
         if not isinstance(grid, Grid):
             raise ConfigError(f"submit: expected Grid objects, got {type(grid).__name__}")
@@ -407,6 +408,7 @@ def expand(grids: list[Grid], kinds: JobRegistry) -> list[JobPlan]:
                     spec["time_s"] = None
                 else:
                     spec = _validate(kinds, grid.name, TRAIN, spec)
+                _check_family(grid.name, spec, families)
             else:
                 spec = _validate(kinds, grid.name, grid.job, cfg)
             plan = JobPlan(
@@ -439,6 +441,27 @@ def expand(grids: list[Grid], kinds: JobRegistry) -> list[JobPlan]:
     pairing.link(plans, trains, pending_match)
     _add_preparations(plans, grids, kinds, follow_ups)
     return plans
+
+
+def _check_family(grid_name: str, spec: dict[str, Any], reports: dict[str, Any]) -> None:
+    """Refuse a train spec whose model family breaks the contract (model/contract.py `check_family`: a
+    short CPU forward at the smallest shapes), before anything is stored. looplab's own family is not
+    checked (its spec names none); each family and config is checked once per submission."""
+    family = spec.get("family")
+    if family is None:
+        return
+    from model.contract import check_family
+    from workers.train_spec import Spec
+
+    probe = spec if spec.get("time_s") or spec.get("tokens") or spec.get("flops") else {**spec, "time_s": 1.0}
+    cfg = Spec.from_dict(probe).resolved_model_config()
+    config = {**spec.get("family_config", {}), "vocab_size": cfg.vocab_size, "seq_len": cfg.seq_len}
+    key = canonical_json([family, config])
+    if key not in reports:
+        try:
+            reports[key] = check_family(family, config)
+        except ConfigError as e:
+            raise ConfigError(f"grid {grid_name!r}: {e}") from None
 
 
 def needs_preparation(data: dict[str, Any]) -> bool:

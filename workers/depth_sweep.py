@@ -130,7 +130,7 @@ def load_model(path: str | Path, device):
     checkpoint file, or a model directory (workers/hub.py: an export, a published checkpoint; its
     spec is only its tokenizer)."""
     from model.config import ModelConfig
-    from model.looped import LoopedLM
+    from model.contract import build_model
     from workers import checkpoint as ckpt
     from workers import hub
 
@@ -140,7 +140,8 @@ def load_model(path: str | Path, device):
         return model.to(device).eval(), info.cfg, {"data": data, "recipe": info.recipe, "size": info.size}
     state = ckpt.load(ckpt.find(path))
     cfg = ModelConfig.from_dict(state["model_config"])
-    model = LoopedLM(cfg)
+    spec = state["spec"]  # a run of another family names it (model/contract.py), looplab's own does not
+    model = build_model(cfg, spec.get("family"), spec.get("family_config")).module
     model.load_state_dict(state["model"])
     return model.to(device).eval(), cfg, state["spec"]
 
@@ -192,12 +193,16 @@ def eval_inputs(checkpoint: str | None, eval_tokens: int, device) -> EvalInputs:
 
 
 def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
+    from model.contract import capabilities
     from workers.device import resolve_device
     from workers.validation import evaluate, loop_geometry
 
     device = resolve_device(spec.device)
     ev = eval_inputs(spec.checkpoint, spec.eval_tokens, device)
     model, cfg, chunks = ev.model, ev.cfg, ev.chunks
+    states = capabilities(model).round_states
+    if not states:
+        reporter.log("depth_sweep: the model's family has no round_states: no state or interaction measures")
     window = far_window(cfg) if spec.split_far_copy else None
     n_batches = -(-len(chunks) // spec.batch_size)
     # whole sequences of the interaction tokens (at least one), as batches of the sweep
@@ -226,8 +231,11 @@ def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
         }
         reporter.result("depth_evals", row)
         evals.append(row)
-        geo = loop_geometry(model, chunks, spec.batch_size, device, n, **batches)
-        for i, (rel, angle, var) in enumerate(zip(geo.rel_change, geo.angle, geo.state_var), start=1):
+        # the state measures need the rounds' states (a family without `round_states` has none)
+        geo = loop_geometry(model, chunks, spec.batch_size, device, n, **batches) if states else None
+        for i, (rel, angle, var) in enumerate(
+            zip(*(() if geo is None else (geo.rel_change, geo.angle, geo.state_var))), start=1
+        ):
             d = {"loops": n, "round": i, "rel_change": rel, "angle": angle, "state_var": var}
             reporter.result("round_deltas", d)
             deltas.append(d)
@@ -236,7 +244,9 @@ def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
             + (f"  far {r.far_copy_loss:.4f} near {r.near_loss:.4f}" if r.far_copy_loss else "")
         )
         reporter.heartbeat()
-    interactions = _interactions(spec, reporter, model, chunks[:inter_chunks], device, batches)
+    interactions = (
+        _interactions(spec, reporter, model, chunks[:inter_chunks], device, batches) if states else []
+    )
     best = min(evals, key=lambda e: e["val_loss"])
     return {
         "depth_evals": evals,
