@@ -242,6 +242,9 @@ class FamilyReport:
     capabilities: Capabilities
     split_dependent: bool
     vocab_size: int
+    n_params: int = 0
+    flops_per_token: float | None = None  # training FLOPs per token at the asked loops, when asked
+    flops_measured: bool = False
 
     def fallbacks(self) -> dict[str, str]:
         return self.capabilities.fallbacks()
@@ -308,10 +311,11 @@ def _split_dependent(module: nn.Module, caps: Capabilities, idx: Tensor) -> bool
     return not torch.equal(outs[0], outs[1])
 
 
-def check_family(family: str | None, config: dict[str, Any]) -> FamilyReport:
+def check_family(family: str | None, config: dict[str, Any], loops: int | None = None) -> FamilyReport:
     """The conformance check: build the family from `config` (which must hold `vocab_size`) and run it
     on the CPU at the smallest shapes, refusing it with FamilyError (naming the family and what was
-    expected) when it breaks the contract. Returns what it found."""
+    expected) when it breaks the contract. Returns what it found; with `loops`, also the training FLOPs
+    per token at that loop count and `config["seq_len"]` (the family's own, else measured)."""
     fam = resolve_family(family)
     vocab = config.get("vocab_size")
     if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 2:
@@ -335,7 +339,14 @@ def check_family(family: str | None, config: dict[str, Any]) -> FamilyReport:
             "parameter randomised); expected the loop count to change the computation"
         )
     split = _split_dependent(module, caps, idx)
-    return FamilyReport(fam.name, fam.package, fam.version, caps, split, vocab)
+    n_params = sum(p.numel() for p in module.parameters())
+    flops, measured = None, False
+    if loops is not None and caps.flops_per_token:
+        flops = float(module.flops_per_token(loops))
+    elif loops is not None:
+        flops = measure_flops_per_token(module, vocab, int(config.get("seq_len", CHECK_LEN)), loops)
+        measured = True
+    return FamilyReport(fam.name, fam.package, fam.version, caps, split, vocab, n_params, flops, measured)
 
 
 def measure_flops_per_token(module: nn.Module, vocab: int, seq_len: int, loops: int) -> float:
