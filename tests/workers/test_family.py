@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +19,7 @@ from tests.workers.conftest import tiny_spec
 from workers import jobs
 from workers.reporter import MemoryReporter
 
+ROOT = Path(__file__).resolve().parents[2]
 UT = "examples.universal_transformer:factory"
 FAMILY = {"family": UT, "family_config": {"d_model": 32, "n_heads": 2}, "optimizer": "adamw"}
 # The config hashes of a looplab grid as the code before families computed them: stored runs keep them.
@@ -141,7 +143,7 @@ def test_a_split_dependent_family_refuses_another_split_on_resume(tmp_path, loop
 
 @pytest.mark.ray
 @pytest.mark.slow
-def test_a_grid_of_the_example_family_runs_through_the_queue(tmp_path, ray_cluster):
+def test_a_grid_of_the_example_family_runs_through_the_queue(tmp_path, ray_cluster, monkeypatch):
     q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art")
     base = {**tiny_spec(**FAMILY, model={"loops": 2}), "seed": 0}
     grid = Grid(
@@ -161,3 +163,15 @@ def test_a_grid_of_the_example_family_runs_through_the_queue(tmp_path, ray_clust
     labels = rows(q, "SELECT DISTINCT variant_label, flops_per_token FROM jobs WHERE kind='train'")
     assert UT in labels[0][0] and labels[0][1] > 0
     assert len(ids) == 4 and rows(q, "SELECT COUNT(*) FROM depth_evals") == [(2,)]
+
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("LOOPLAB_DB", f"sqlite:///{tmp_path / 'q.db'}")
+    at = AppTest.from_file(str(ROOT / "dashboard" / "app.py"), default_timeout=60)
+    at.run()
+    for page in ("runs", "compare", "depth"):
+        at.switch_page(f"views/{page}.py").run()
+        assert not at.exception, (page, [e.message for e in at.exception])
+    at.switch_page("views/runs.py").run()
+    (runs,) = [d.value for d in at.dataframe if "flops_per_token" in d.value.columns][:1]
+    assert runs["variant_label"].str.contains(UT).all() and (runs["flops_per_token"] > 0).all()
