@@ -541,6 +541,10 @@ def _follow_up(
         deps = [idx]
     else:
         arch = {k: spec[k] for k in declared.arch_keys if k in spec}
+        if "model" in declared.arch_keys:  # a model of another family is its family and config too
+            from workers.train_spec import FAMILY_KEYS
+
+            arch.update({k: spec[k] for k in FAMILY_KEYS if k in spec})
         if spec.get("seq_len") is not None and isinstance(arch.get("model"), dict):
             # the trained model's seq_len is part of its architecture (and of its variant)
             arch["model"] = {**arch["model"], "seq_len": spec["seq_len"]}

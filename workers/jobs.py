@@ -51,9 +51,8 @@ __all__ = [
 CHECKPOINT = "checkpoint"  # the trained weights of the job it follows: it depends on that job
 ARCHITECTURE = "architecture"  # only the model the followed job trains: random weights, shared by seeds
 ABOUT = (CHECKPOINT, ARCHITECTURE)
-# Spec keys that select a model (recipe x size presets, with `model` overrides; another model family
-# and its config, present only in the specs of a family other than looplab's own).
-MODEL_KEYS = ("recipe", "size", "model", "family", "family_config")
+# Spec keys that select a model (recipe x size presets, with `model` overrides).
+MODEL_KEYS = ("recipe", "size", "model")
 # The kinds whose jobs yield a model that follow-ups are about: a trained one, or one imported from a
 # published checkpoint (an import is a run without training).
 MODEL_SOURCES = ("train", "import")
