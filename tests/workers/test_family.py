@@ -62,6 +62,20 @@ def test_a_family_is_part_of_the_run_and_of_its_variant():
     assert facts["n_params"] > 0 and facts["flops_per_token"] > 0 and ut["decode_bench"].family_facts == facts
 
 
+def test_a_flop_budget_of_a_family_is_counted_at_its_own_flops(tmp_path, looplab_cache):
+    from orchestrator.submission import model_columns
+
+    flops = 2.5e8  # about 20 steps of 256 tokens at ~49k FLOPs per token
+    spec = tiny_spec(**FAMILY, tokens=None, flops=flops)
+    plans = _plans(spec)
+    (cols,) = [c for p, c in zip(plans, model_columns(plans), strict=True) if p.kind == "train"]
+    per_token, per_step = plans[0].family_facts["flops_per_token"], 8 * 32
+    assert cols["budget_tokens"] == int(flops / per_token) // per_step * per_step
+    assert cols["flops_per_token"] == per_token and cols["injection"] is None  # not LoopedLM's figures
+    train = jobs.run("train", plans[0].spec, MemoryReporter(), tmp_path)
+    assert train["tokens"] == cols["budget_tokens"]  # the trainer counts the same whole steps
+
+
 @pytest.mark.parametrize(
     ("given", "expected"),
     [
