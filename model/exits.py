@@ -257,15 +257,15 @@ def _run(model, idx, ctx, positions, max_rounds, h0_seed, rule, exits, stop) -> 
         raise ValueError(f"exit.max_rounds {rule.max_rounds} != the forward's {max_rounds} rounds")
 
     def readout(h: Tensor) -> Tensor:
-        return model._tail(h, idx, ctx)
+        return model.readout(h, idx, ctx)
 
     tracker = ExitTracker(
         rule, exits, max_rounds, tuple(idx.shape), idx.device, readout=readout, held=ctx.held, stop=stop
     )
-    h = model._rounds(idx, ctx, positions, max_rounds, h0_seed, observe=tracker.observe, keep=tracker.keep)
+    h = model.run_rounds(idx, ctx, positions, max_rounds, h0_seed, observe=tracker.observe, keep=tracker.keep)
     if ctx.cache is not None and tracker.rounds_run < max_rounds:
         _fill_rounds_not_run(ctx, tracker.rounds_run, max_rounds, positions)
-    return ExitOutput(model._tail(h, idx, ctx), tracker.exit_round, tracker.rounds_run)
+    return ExitOutput(model.readout(h, idx, ctx), tracker.exit_round, tracker.rounds_run)
 
 
 def _fill_rounds_not_run(ctx, first: int, max_rounds: int, positions: Tensor) -> None:
@@ -298,7 +298,7 @@ def exit_forward(
     (B, T) in 1..max_rounds. `stop`: end the rounds when every token has stopped (the same result,
     fewer rounds run; one host sync per round)."""
     T = idx.shape[1]
-    cos, sin = model._rope(T)
+    cos, sin = model.rope(T)
     rounds = rule.max_rounds if max_rounds is None and rule is not None else max_rounds
     return _run(
         model,
@@ -323,7 +323,7 @@ def exit_prefill(
     if T > cache.max_len:
         raise ValueError(f"prompt of {T} tokens does not fit a cache of {cache.max_len}")
     cache.reset()
-    cos, sin = model._rope(T)
+    cos, sin = model.rope(T)
     ctx = ExitSeqContext(cos, sin, cache)
     out = _run(
         model, idx, ctx, torch.arange(T, device=idx.device), cache.loops, cache.h0_seed, rule, exits, stop
@@ -340,7 +340,7 @@ def exit_decode_step(
     round (B,); `exits` (B,) gives them. Without `stop` the step has static shapes and no host sync
     (exited rows are masked); with it the step ends once every row has stopped (a sync per round)."""
     pos = cache.pos.view(1)
-    cos_all, sin_all = model._rope(cache.max_len)
+    cos_all, sin_all = model.rope(cache.max_len)
     cos, sin = cos_all.index_select(0, pos), sin_all.index_select(0, pos)  # (1, D/2)
     ctx = ExitStepContext(cache, cos, sin)
     forced = None if exits is None else exits.view(-1, 1)

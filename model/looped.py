@@ -174,8 +174,9 @@ class LoopedLM(nn.Module):
 
     # ---- helpers --------------------------------------------------------------------------------
 
-    def _rope(self, n: int) -> tuple[Tensor, Tensor]:
-        """fp32 cos, sin (n, head_dim/2) for positions 0..n-1, (re)built when too short or on another device."""
+    def rope(self, n: int) -> tuple[Tensor, Tensor]:
+        """fp32 cos, sin (n, head_dim/2) for positions 0..n-1, (re)built when too short or on another device.
+        Public for the exit path (`model.exits`), which builds its own attention contexts."""
         dev, tables = self.wte.weight.device, self._rope_tables
         if tables is None or tables[0].shape[0] < n or tables[0].device != dev:
             tables = rope_tables(max(n, self.cfg.seq_len), self.cfg.head_dim, self.cfg.rope_base, device=dev)
@@ -355,8 +356,11 @@ class LoopedLM(nn.Module):
             out = x + timestep[0].to(x.dtype) * (out - x)
         return out
 
-    def _tail(self, h: Tensor, idx: Tensor, ctx) -> Tensor:
-        """Readout C (with injection), coda, final norm and head -> logits (B, T, V) fp32."""
+    def readout(self, h: Tensor, idx: Tensor, ctx=None) -> Tensor:
+        """Readout C (with injection), coda, final norm and head -> logits (B, T, V) fp32, from the state
+        h (B, T, d) after any round: the contract's readout capability (model/contract.py), which the
+        exit rules read. `ctx`: where the coda's K, V go (None: a plain context for positions 0..T-1)."""
+        ctx = SeqContext(*self.rope(idx.shape[1])) if ctx is None else ctx
         x = h if self.cfg.injection != "diagonal" else F.linear(h, self.C)
         for i, blk in enumerate(self.coda):
             x = blk(x, idx, settings=self.cfg.full_settings, ctx=ctx, key=LayerKey.coda(i))
@@ -367,10 +371,11 @@ class LoopedLM(nn.Module):
         counts = loop_counts(self.cfg.loops if loops is None else loops, idx.shape[0])
         return self._tail(self._rounds(idx, ctx, positions, counts, h0_seed), idx, ctx)
 
-    def _rounds(
+    def run_rounds(
         self, idx: Tensor, ctx, positions: Tensor, counts, h0_seed, skip_round=None, observe=None, keep=None
     ):
-        """Stem, initial state and rounds with an explicit context -> the last state (B, T, d).
+        """Stem, initial state and rounds with an explicit context -> the last state (B, T, d): the rounds
+        with a `keep` mask, the capability the exit rules use (`model.exits`) with `readout`.
         `skip_round` = g runs global round g as the identity; `observe(h)` is handed the initial state,
         then every round's output; `keep()` says which tokens run each round (see `_loop`)."""
         x, inj = self._stem(idx, ctx)
@@ -430,6 +435,9 @@ class LoopedLM(nn.Module):
                 past = (diff, *past[: cfg.history - 1])
             h = new
         return h
+
+    # the private names the model's own parts and older callers use
+    _rope, _tail, _rounds = rope, readout, run_rounds
 
     @torch.no_grad()
     def round_states(self, idx: Tensor, loops: int, h0_seed=None, skip_round: int | None = None) -> Tensor:

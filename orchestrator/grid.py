@@ -274,6 +274,8 @@ class JobPlan:
     config_hash: str = ""
     label: str | None = None  # the variant label the user gave (grid key `label`), else None
     retention: str = DEFAULT_RETENTION  # the grid's (orchestrator/retention.py)
+    # a model of another family (model/contract.py): its n_params and flops_per_token from the check
+    family_facts: dict[str, Any] | None = None
 
 
 def trained_plan(plans: list[JobPlan], i: int) -> JobPlan | None:
@@ -392,6 +394,7 @@ def expand(grids: list[Grid], kinds: JobRegistry) -> list[JobPlan]:
     pending_match: list[tuple[int, str]] = []  # (plan index, grid name) of match-time budgets
     # the kinds a grid's `resources` may name: its follow-ups and its preparation
     follow_ups = (*jobkinds.follow_ups(None, kinds), PREPARE)
+    families: dict[str, Any] = {}  # the conformance reports of the submission's families, by config
     for gi, grid in enumerate(grids):
         if not isinstance(grid, Grid):
             raise ConfigError(f"submit: expected Grid objects, got {type(grid).__name__}")
@@ -399,7 +402,7 @@ def expand(grids: list[Grid], kinds: JobRegistry) -> list[JobPlan]:
         declared = jobkinds.declared(grid.job, kinds)
         for cfg in grid.configs():
             label = _pop_label(f"grid {grid.name!r}", cfg)
-            budget = None
+            budget, facts = None, None
             if grid.job == TRAIN:
                 spec, budget = _train_spec(grid.name, cfg)
                 if pairing.is_match_time(budget):  # validated with a stand-in time budget
@@ -407,6 +410,7 @@ def expand(grids: list[Grid], kinds: JobRegistry) -> list[JobPlan]:
                     spec["time_s"] = None
                 else:
                     spec = _validate(kinds, grid.name, TRAIN, spec)
+                facts = _check_family(grid.name, spec, families)
             else:
                 spec = _validate(kinds, grid.name, grid.job, cfg)
             plan = JobPlan(
@@ -420,6 +424,7 @@ def expand(grids: list[Grid], kinds: JobRegistry) -> list[JobPlan]:
                 budget=budget,
                 label=label,
                 retention=grid.retention,
+                family_facts=facts,
             )
             workers = (plan.resources or {}).get("workers", 1)
             batch = spec.get("batch_size") if grid.job == TRAIN else None
@@ -436,9 +441,34 @@ def expand(grids: list[Grid], kinds: JobRegistry) -> list[JobPlan]:
                 trains.append((idx, spec))
             for follow in grid.then:
                 plans.append(_follow_up(kinds, grid, follow, idx, spec, gi, label, follow_ups))
+                plans[-1].family_facts = facts
     pairing.link(plans, trains, pending_match)
     _add_preparations(plans, grids, kinds, follow_ups)
     return plans
+
+
+def _check_family(grid_name: str, spec: dict[str, Any], reports: dict[str, Any]) -> dict[str, Any] | None:
+    """Refuse a train spec whose model family breaks the contract (model/contract.py `check_family`: a
+    short CPU forward at the smallest shapes), before anything is stored. looplab's own family is not
+    checked (its spec names none); each family and config is checked once per submission."""
+    family = spec.get("family")
+    if family is None:
+        return None
+    from model.contract import check_family
+    from workers.train_spec import Spec
+
+    probe = spec if spec.get("time_s") or spec.get("tokens") or spec.get("flops") else {**spec, "time_s": 1.0}
+    cfg = Spec.from_dict(probe).resolved_model_config()
+    config = {**spec.get("family_config", {}), "vocab_size": cfg.vocab_size, "seq_len": cfg.seq_len}
+    key = canonical_json([family, config])
+    if key not in reports:
+        try:
+            report = check_family(family, config, loops=cfg.loops)
+        except ConfigError as e:
+            raise ConfigError(f"grid {grid_name!r}: {e}") from None
+        # what the variant columns say of this model (model/counts.py's figures are LoopedLM's)
+        reports[key] = {"n_params": report.n_params, "flops_per_token": report.flops_per_token}
+    return reports[key]
 
 
 def needs_preparation(data: dict[str, Any]) -> bool:
@@ -511,6 +541,10 @@ def _follow_up(
         deps = [idx]
     else:
         arch = {k: spec[k] for k in declared.arch_keys if k in spec}
+        if "model" in declared.arch_keys:  # a model of another family is its family and config too
+            from workers.train_spec import FAMILY_KEYS
+
+            arch.update({k: spec[k] for k in FAMILY_KEYS if k in spec})
         if spec.get("seq_len") is not None and isinstance(arch.get("model"), dict):
             # the trained model's seq_len is part of its architecture (and of its variant)
             arch["model"] = {**arch["model"], "seq_len": spec["seq_len"]}

@@ -91,10 +91,41 @@ def model_columns(plans: list[JobPlan]) -> list[dict[str, Any]]:
         if resolved is not None and plan.kind == TRAIN and plan.spec.get("flops") is not None:
             cols["budget_tokens"] = flop_budget_tokens(resolved, float(plan.spec["flops"]))
         out.append(cols)
+    for i, (plan, resolved) in enumerate(zip(plans, models, strict=True)):
+        if plan.family_facts is not None and out[i]:
+            out[i] = {**out[i], **family_columns(plan.family_facts)}
+            if "budget_tokens" in out[i]:  # a FLOP budget in whole steps at the family's own FLOPs
+                per_step = resolved.batch_size * resolved.cfg.seq_len
+                steps = int(float(plan.spec["flops"]) / plan.family_facts["flops_per_token"]) // per_step
+                out[i]["budget_tokens"] = max(1, steps) * per_step
     for i, plan in enumerate(plans):
         if trained_plan(plans, i) is not None:
             out[i] = {c: out[plan.deps[0]].get(c) for c in VARIANT_COLUMNS}
     return out
+
+
+# The architecture columns that describe looplab's own model only (its blocks, injection, split):
+# NULL for a model of another family, whose parameters and FLOPs come from its conformance check.
+LOOPED_ONLY_COLUMNS = (
+    "n_prelude",
+    "n_recurrent",
+    "n_coda",
+    "effective_depth",
+    "d_model",
+    "injection",
+    "n_once",
+    "n_rec",
+)
+
+
+def family_columns(facts: dict[str, Any]) -> dict[str, Any]:
+    """The variant columns of a model of another family: its parameter count and training FLOPs per
+    token (the family's own, else measured at submission), the LoopedLM-only columns NULL."""
+    return {
+        **dict.fromkeys(LOOPED_ONLY_COLUMNS),
+        "n_params": facts["n_params"],
+        "flops_per_token": facts["flops_per_token"],
+    }
 
 
 def job_row(

@@ -121,6 +121,8 @@ def resolve(kind: str, spec: dict[str, Any], declared: Kind | None = None) -> Re
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         return None
     overrides = {k: plain(getattr(cfg, k)) for k in sorted(given) if getattr(cfg, k) != getattr(base, k)}
+    if spec.get("family") is not None:  # another model family: part of the variant (looplab's own is not)
+        overrides = {**overrides, "family": spec["family"], "family_config": spec.get("family_config") or {}}
     identity = {k: spec.get(k) for k in declared.identity_keys}
     return Resolved(cfg, batch_size, recipe, size, overrides, identity, trained=declared.trains)
 

@@ -34,8 +34,13 @@ from workers.cost import ForwardCost
 from workers.identity import spec_to_dict
 from workers.reporter import JobInterrupted, Reporter
 from workers.spec_cli import SpecParser, job_parser, run_standalone
+from workers.train_spec import BUILTIN_FAMILY, FAMILY_KEYS, family_fields
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+# A family without a KV cache is timed by full recompute, at contexts up to this many tokens, and its
+# rows' `arch` says so.
+RECOMPUTE_MAX_CONTEXT = 2048
+RECOMPUTE = "(full recompute)"
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,10 @@ class Spec:
     """model size, one of model.presets.SIZES"""
     model: dict[str, Any] = field(default_factory=dict)
     """ModelConfig field overrides, e.g. d_model=32"""
+    family: str = BUILTIN_FAMILY
+    """the model family (see the train spec's): looped, 'package.module:factory' or a registered name"""
+    family_config: dict[str, Any] = field(default_factory=dict)
+    """another family's own config, given to its factory with vocab_size and seq_len added"""
     context_lens: list[int] = field(default_factory=lambda: [128, 512])
     """context lengths (tokens in the cache) to time a decode step at"""
     batch_sizes: list[int] = field(default_factory=lambda: [1, 8])
@@ -81,10 +90,13 @@ class Spec:
         cuda_graph = d["cuda_graph"]
         if cuda_graph not in ("auto", True, False):
             raise ConfigError(f"cuda_graph: unknown {cuda_graph!r}; accepted: auto, true, false")
+        family, family_config = family_fields(d["family"], d["family_config"])
         return cls(
             recipe=recipe,
             size=size,
             model=model,
+            family=family,
+            family_config=family_config,
             context_lens=lens,
             batch_sizes=fields.int_list("batch_sizes", d["batch_sizes"], lo=1),
             dtype=fields.choice("dtype", d["dtype"], DTYPES),
@@ -94,7 +106,13 @@ class Spec:
             cuda_graph=cuda_graph,
         )
 
-    to_dict = spec_to_dict
+    def to_dict(self) -> dict[str, Any]:
+        """Every field; the family's only when it is not looplab's own (stored benches keep their hash)."""
+        d = spec_to_dict(self)
+        if self.family == BUILTIN_FAMILY:
+            for key in FAMILY_KEYS:
+                d.pop(key)
+        return d
 
 
 def cost(spec: Spec) -> ForwardCost:
@@ -163,6 +181,19 @@ def _bench_cell(model, cfg, context_len: int, batch: int, dtype, device, spec: S
     with torch.no_grad():
         med, p10, p90 = time_steps(lambda i: step(tokens[i]), n, spec.warmup, sync)
     return med, p10, p90, cache.nbytes()
+
+
+def _recompute_cell(model, cfg, context_len: int, batch: int, device, spec: Spec):
+    """Median/p10/p90 ms per decode step of a model without a KV cache: each step is a forward over the
+    whole context (the last `context_len` tokens), at the model's fixed loop count."""
+    import torch
+
+    n = spec.warmup + spec.steps
+    g = torch.Generator(device="cpu").manual_seed(0)
+    tokens = torch.randint(0, cfg.vocab_size, (batch, context_len), generator=g).to(device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    with torch.no_grad():
+        return time_steps(lambda i: model(tokens, loops=cfg.loops), n, spec.warmup, sync)
 
 
 def time_steps(step: Callable[[int], Any], n: int, warmup: int, sync: Callable[[], Any]):
@@ -241,8 +272,8 @@ def exit_decode_cell(
 def run(spec: Spec, reporter: Reporter, artifact_dir: str | Path | None = None) -> dict[str, Any]:
     import torch
 
+    from model.contract import build_model
     from model.counts import kv_cache_bytes
-    from model.looped import LoopedLM
     from model.presets import preset
     from workers.device import resolve_device
 
@@ -252,19 +283,31 @@ def run(spec: Spec, reporter: Reporter, artifact_dir: str | Path | None = None) 
     use_graph = device.type == "cuda" and spec.cuda_graph in ("auto", True)
     cfg = preset(spec.recipe, spec.size, **spec.model)
     torch.manual_seed(0)
-    model = LoopedLM(cfg).to(device=device, dtype=dtype).eval()
+    built = build_model(cfg, spec.family, spec.family_config)
+    model = built.module.to(device=device, dtype=dtype).eval()
+    cached = built.capabilities.kv_cache  # else every step recomputes the whole context, labelled so
+    use_graph = use_graph and built.builtin
     cells = [(c, b) for c in spec.context_lens for b in spec.batch_sizes]
+    if not cached:
+        reporter.log(
+            f"decode_bench: family {built.family.name!r} has no KV cache: each step is a full forward "
+            f"over its context (contexts up to {RECOMPUTE_MAX_CONTEXT} tokens), rows labelled {RECOMPUTE!r}"
+        )
+        cells = [(c, b) for c, b in cells if c <= RECOMPUTE_MAX_CONTEXT]
     reporter.log(f"decode_bench {spec.recipe}/{spec.size} on {device} {dtype_name}, cuda_graph={use_graph}")
     rows = []
     for done, (ctx, batch) in enumerate(cells):
         if reporter.should_stop():
             raise JobInterrupted("decode_bench stopped between cells")
-        med, p10, p90, held = _bench_cell(model, cfg, ctx, batch, dtype, device, spec, use_graph)
-        want = kv_cache_bytes(cfg, ctx, batch, dtype)
-        if held != want:  # the analytic count is what the dashboard shows: it must be the truth
-            raise RuntimeError(f"kv cache holds {held} bytes but kv_cache_bytes says {want}")
+        if cached:
+            med, p10, p90, held = _bench_cell(model, cfg, ctx, batch, dtype, device, spec, use_graph)
+            want = kv_cache_bytes(cfg, ctx, batch, dtype)
+            if held != want:  # the analytic count is what the dashboard shows: it must be the truth
+                raise RuntimeError(f"kv cache holds {held} bytes but kv_cache_bytes says {want}")
+        else:
+            (med, p10, p90), want = _recompute_cell(model, cfg, ctx, batch, device, spec), 0
         row = {
-            "arch": spec.recipe,
+            "arch": spec.recipe if cached else f"{spec.recipe} {RECOMPUTE}"[:64],
             "size": spec.size,
             "context_len": ctx,
             "batch_size": batch,

@@ -143,7 +143,7 @@ def load_model(path: str | Path, device):
     checkpoint file, or a model directory (workers/hub.py: an export, a published checkpoint; its
     spec is only its tokenizer)."""
     from model.config import ModelConfig
-    from model.looped import LoopedLM
+    from model.contract import build_model
     from workers import checkpoint as ckpt
     from workers import hub
 
@@ -153,7 +153,8 @@ def load_model(path: str | Path, device):
         return model.to(device).eval(), info.cfg, {"data": data, "recipe": info.recipe, "size": info.size}
     state = ckpt.load(ckpt.find(path))
     cfg = ModelConfig.from_dict(state["model_config"])
-    model = LoopedLM(cfg)
+    spec = state["spec"]  # a run of another family names it (model/contract.py), looplab's own does not
+    model = build_model(cfg, spec.get("family"), spec.get("family_config")).module
     model.load_state_dict(state["model"])
     return model.to(device).eval(), cfg, state["spec"]
 
@@ -205,6 +206,7 @@ def eval_inputs(checkpoint: str | None, eval_tokens: int, device) -> EvalInputs:
 
 
 def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
+    from model.contract import capabilities
     from workers.device import resolve_device
     from workers.validation import evaluate, loop_geometry
 
@@ -212,6 +214,9 @@ def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
     ev = eval_inputs(spec.checkpoint, spec.eval_tokens, device)
     model, cfg, chunks = ev.model, ev.cfg, ev.chunks
     distance = spec.far_distance if spec.split_far_copy else None
+    states = capabilities(model).round_states
+    if not states:
+        reporter.log("depth_sweep: the model's family has no round_states: no state or interaction measures")
     n_batches = -(-len(chunks) // spec.batch_size)
     # whole sequences of the interaction tokens (at least one), as batches of the sweep
     inter_chunks = min(len(chunks), max(1, spec.interaction_tokens // cfg.seq_len))
@@ -230,12 +235,13 @@ def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
         r = evaluate(
             model, chunks, spec.batch_size, device, ev.token_bytes, loops=n, far_distance=distance, **batches
         )
-        geo = loop_geometry(model, chunks, spec.batch_size, device, n, **batches)
+        # the state measures need the rounds' states (a family without `round_states` has none)
+        geo = loop_geometry(model, chunks, spec.batch_size, device, n, **batches) if states else None
         row = {"loops": n, "val_loss": r.loss, "val_bpb": r.bpb, **_far_columns(r, distance)}
-        row["bf16_round"] = geo.bf16_round
+        row["bf16_round"] = geo.bf16_round if geo is not None else None
         reporter.result("depth_evals", row)
         evals.append(row)
-        for d in _round_rows(n, geo):
+        for d in _round_rows(n, geo) if geo is not None else []:
             reporter.result("round_deltas", d)
             deltas.append(d)
         reporter.log(
@@ -247,7 +253,9 @@ def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
             )
         )
         reporter.heartbeat()
-    interactions = _interactions(spec, reporter, model, chunks[:inter_chunks], device, batches)
+    interactions = (
+        _interactions(spec, reporter, model, chunks[:inter_chunks], device, batches) if states else []
+    )
     best = min(evals, key=lambda e: e["val_loss"])
     return {
         "depth_evals": evals,

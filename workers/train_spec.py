@@ -50,6 +50,12 @@ EVAL_H0_SEED = 1234
 # Loop counts evaluated at every evaluation of a looped recipe when `eval_loops` is not given.
 DEFAULT_EVAL_LOOPS = (1, 2, 4, 8)
 
+# The model family of a spec that names none: looplab's own LoopedLM (model/contract.py BUILTIN, named
+# here too so that validating a grid imports no torch). A spec of this family stores neither `family`
+# nor `family_config`, so every run stored before families existed keeps its dict and its hash.
+BUILTIN_FAMILY = "looped"
+FAMILY_KEYS = ("family", "family_config")
+
 # Sequences per optimizer step when `batch_size` is not given: the published recipe's 256 x 2,048
 # tokens at the study's sizes (sandyresearch/parcae, launch_configs/parcae-small-140m.yaml), the
 # small batches that train on a CPU at tiny and small. The same for every recipe, so they compare.
@@ -68,6 +74,12 @@ class Spec:
     """model size, one of model.presets.SIZES"""
     model: dict[str, Any] = field(default_factory=dict)
     """ModelConfig field overrides, e.g. d_model=32"""
+    family: str = BUILTIN_FAMILY
+    """the model family: looped (looplab's own model, set by recipe, size and model), a factory as
+    'package.module:factory' importable on every node, or a short name registered in the entry-point
+    group looplab.models (docs/own-model.md)"""
+    family_config: dict[str, Any] = field(default_factory=dict)
+    """another family's own config, given to its factory with vocab_size and seq_len added"""
     seed: int = 0
     """seed of the initial weights, the batches and the loop-count sampler"""
     tokens: int | None = None
@@ -139,6 +151,7 @@ class Spec:
         except (TypeError, ValueError) as e:
             raise ConfigError(f"model: overrides must be plain JSON values: {e}") from e
         v["model"] = dict(sorted(model.items()))
+        v["family"], v["family_config"] = family_fields(d["family"], d["family_config"])
         v["seed"] = fields.integer("seed", d["seed"], lo=0)
         v["tokens"] = fields.integer("tokens", d["tokens"], lo=1, allow_none=True)
         v["time_s"] = fields.number("time_s", d["time_s"], lo=0, lo_open=True, allow_none=True)
@@ -203,6 +216,11 @@ class Spec:
         d = spec_to_dict(self)
         d["model"] = dict(self.model)
         d["data"] = self.data.to_dict()
+        if self.family == BUILTIN_FAMILY:  # looplab's own: left out, so stored runs keep their hash
+            for key in FAMILY_KEYS:
+                d.pop(key)
+        else:
+            d["family_config"] = dict(self.family_config)
         return d
 
     def model_config(self, vocab_size: int):
@@ -241,6 +259,34 @@ class Spec:
             return list(self.eval_loops)
         looped = cfg.injection != "none" or cfg.loops > 1
         return list(DEFAULT_EVAL_LOOPS) if looped else [cfg.loops]
+
+
+def family_fields(family: Any, config: Any) -> tuple[str, dict[str, Any]]:
+    """The checked `family` name and `family_config` (canonical JSON values, keys sorted). Only a family
+    other than looplab's own takes a family_config (LoopedLM is configured by recipe, size and model);
+    the keys looplab sets itself (vocab_size, seq_len) are not the family's to give."""
+    if not isinstance(family, str) or not family.strip():
+        raise ConfigError(
+            f"family: expected {BUILTIN_FAMILY!r}, 'package.module:factory' or a name registered in the "
+            f"entry-point group looplab.models; got {family!r}"
+        )
+    config = fields.mapping("family_config", config, "a mapping of the family's own settings")
+    try:
+        config = json.loads(json.dumps(config))
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"family_config: expected plain JSON values: {e}") from e
+    if family == BUILTIN_FAMILY and config:
+        raise ConfigError(
+            f"family_config: only for a family other than {BUILTIN_FAMILY!r}; looplab's own model is "
+            "configured by recipe, size and model"
+        )
+    provided = sorted(k for k in ("vocab_size", "seq_len") if k in config)
+    if provided:
+        raise ConfigError(
+            f"family_config.{provided[0]}: set by looplab (the tokenizer's vocabulary, the spec's "
+            "seq_len); accepted: the family's other settings"
+        )
+    return family.strip(), dict(sorted(config.items()))
 
 
 def tokenizer_json_vocab_size(path: Path) -> int | None:

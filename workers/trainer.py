@@ -70,6 +70,7 @@ from typing import Any
 
 import torch
 
+from model.contract import build_model, family_flops, param_counts, split_dependent
 from model.counts import param_count, tokens_for_flops
 from model.errors import ConfigError
 from model.flops import FlopBreakdown, step_flops, training_flops
@@ -179,6 +180,10 @@ class Solo:
 SOLO = Solo()
 
 
+# What an artifact dir of a run of another model family says about it (model/contract.py).
+FAMILY_FILE = "family.json"
+
+
 def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
     random.seed(seed)
@@ -220,24 +225,73 @@ class Trainer:
         self.tokens_per_step = spec.batch_size * self.seq_len
         self.val = val_chunks(self.data.val, spec.eval_tokens, self.seq_len)  # (N, seq_len + 1)
         self.token_bytes = torch.from_numpy(self.data.token_bytes)  # (vocab,)
-        self.param_counts = param_count(self.cfg)
-        # per token, at the data's vocabulary: the run's accounting (one forward of the whole batch, as
-        # the budget counts it), and the split's expected padding (a planning figure: each step's real
-        # padding is counted from its forwards, `_count_step`)
-        self.flops = training_flops(self.cfg, spec.batch_size)
-        self.pads = self.flops.padding_waste > 0  # per-row loop counts: steps can pad, the waste is reported
-        self.split_flops = training_flops(
-            self.cfg, spec.batch_size, micro_batch_size=spec.micro_batch_size, bucketing=spec.bucketing
-        )
-
         seed_everything(spec.seed)
-        self.model = LoopedLM(self.cfg).to(self.device)
+        # through the model-family contract (model/contract.py): LoopedLM itself for looplab's own family
+        self.built = build_model(self.cfg, spec.family, spec.family_config)
+        self.model = self.built.module.to(self.device)
+        if self.built.builtin:
+            self.param_counts = param_count(self.cfg)
+            # per token, at the data's vocabulary: the run's accounting (one forward of the whole batch,
+            # as the budget counts it), and the split's expected padding (a planning figure: each step's
+            # real padding is counted from its forwards, `_count_step`)
+            self.flops = training_flops(self.cfg, spec.batch_size)
+            self.split_flops = training_flops(
+                self.cfg, spec.batch_size, micro_batch_size=spec.micro_batch_size, bucketing=spec.bucketing
+            )
+            self.split_dependent = False
+        else:
+            self._family_facts()
+        self.pads = self.flops.padding_waste > 0  # per-row loop counts: steps can pad, the waste is reported
         self.opts = build_optimizers(self.model, spec.optimizer, spec.lr, spec.adam_lr, spec.weight_decay)
         # the model as the training steps call it: with spec.compile, its static-shape parts compiled
         # (the round loop stays in Python: loop counts change every step; see LoopedLM.compile_parts)
         self.forward_model = gang.wrap(self.model, self.model.compile_parts() if spec.compile else self.model)
         self.state = TrainerState(sampler=sampler_for(spec.data))
         self.schedule: TimeBudgetSchedule | None = None  # time budget only
+
+    def _family_facts(self) -> None:
+        """Another family's parameter counts and FLOPs per token (its own, else measured once), whether
+        its forward is split-dependent, and what it offers and what stands in for the rest: written to
+        family.json with the run (its package version is recorded there, not hashed)."""
+        built, cfg = self.built, self.cfg
+        seed = torch.random.get_rng_state()  # the probes draw nothing the run would have drawn
+        self.param_counts = param_counts(built)
+        self.flops = self.split_flops = family_flops(built, cfg.vocab_size, cfg.seq_len, cfg.loops)
+        self.split_dependent = split_dependent(built.module, built.capabilities, cfg.vocab_size)
+        torch.random.set_rng_state(seed)
+        facts = {
+            "family": built.family.name,
+            "package": built.family.package,
+            "version": built.family.version,
+            "capabilities": dataclasses.asdict(built.capabilities),
+            "fallbacks": built.capabilities.fallbacks(),
+            "split_dependent": self.split_dependent,
+            "flops_per_token": self.flops.total,
+            "flops_measured": self.flops.measured,
+            "n_params": self.param_counts["total"],
+        }
+        if self.writes:
+            (self.dir / FAMILY_FILE).write_text(json.dumps(facts, indent=1, sort_keys=True))
+        how = "measured with FlopCounterMode" if self.flops.measured else "the family's own"
+        self.reporter.log(
+            f"family {built.family.name!r} {built.family.version or ''}: {self.flops.total:.4g} training "
+            f"FLOPs per token ({how}); fallbacks: {built.capabilities.fallbacks() or 'none'}"
+            + (
+                "; split-dependent: resumes only on the same micro-batch and worker split"
+                if self.split_dependent
+                else ""
+            )
+        )
+
+    def _split(self) -> dict[str, Any]:
+        """How a step's rows are split over forwards and workers (what a split-dependent family's random
+        draws depend on)."""
+        spec = self.spec
+        return {
+            "micro_batch_size": spec.micro_batch_size,
+            "bucketing": spec.bucketing,
+            "workers": self.gang.size,
+        }
 
     # -------------------------------------------------------------------------------------- run
     def run(self) -> dict[str, Any]:
@@ -246,7 +300,7 @@ class Trainer:
             self.schedule = self._calibrate()
             state.total_steps = self.schedule.total_steps
         elif spec.flops is not None:
-            tokens = tokens_for_flops(self.cfg, spec.flops, spec.batch_size, self.seq_len)
+            tokens = self._flop_budget_tokens(spec.flops)
             state.total_steps = tokens // self.tokens_per_step
             rep.log(f"FLOP budget {spec.flops:.3g} → {state.total_steps} steps ({tokens:,} tokens)")
         else:
@@ -373,10 +427,20 @@ class Trainer:
         padded to its own largest loop count (model.flops.step_flops), against each row's own rounds
         (its `useful` FLOPs). The counts and the split are functions of (seed, step): recomputed here,
         outside the timed step, on every rank alike."""
+        if not self.built.builtin:  # a family: rows of different counts run apart, nothing is padded
+            return self.flops
         spec = self.spec
         counts = self.model.sample_loops(spec.batch_size, step, spec.seed).tolist()
         split = split_step(counts, spec.micro_batch_size, spec.bucketing, ranks=self.gang.size)
         return step_flops(self.cfg, counts, self.seq_len, forwards=[rows for rank in split for rows in rank])
+
+    def _flop_budget_tokens(self, flops: float) -> int:
+        """The tokens of the whole steps a FLOP budget trains (the FLOP model's conversion for LoopedLM;
+        a family's FLOPs per token otherwise)."""
+        spec = self.spec
+        if self.built.builtin:
+            return tokens_for_flops(self.cfg, flops, spec.batch_size, self.seq_len)
+        return max(1, int(flops / self.flops.total) // self.tokens_per_step) * self.tokens_per_step
 
     def _account(self, step: int, seconds: float, timed: bool) -> float:
         """Add step `step`'s counted FLOPs to the run's (the utilisation's only when it was timed);
@@ -597,6 +661,8 @@ class Trainer:
         if self.schedule is not None:
             self.state.schedule = self.schedule.state_dict()
         identity = {"spec": self.spec.to_dict(), "model_config": self.cfg.to_dict(), "final": final}
+        if self.split_dependent:
+            identity["split"] = self._split()
         weights = {"model": self.model.state_dict()}
         ckpt.save(
             self.ckpt_path,
@@ -628,6 +694,13 @@ class Trainer:
             raise ConfigError(
                 f"checkpoint: {self.ckpt_path} was written by an older version of the trainer; "
                 "use a new artifact dir"
+            )
+        if self.split_dependent and saved.get("split", self._split()) != self._split():
+            raise ConfigError(
+                f"checkpoint: {self.ckpt_path} was trained with split {saved['split']}, this run has "
+                f"{self._split()}: family {self.built.family.name!r} draws randomness from the global "
+                "generator (its forward takes no row_key), so a step's draws depend on how its rows are "
+                "split; resume with the same micro_batch_size, bucketing and workers"
             )
         restored = TrainerState.from_dict(saved["trainer"])
         if self.schedule is not None:  # a time budget continues where its schedule was

@@ -82,7 +82,10 @@ def assert_curve_is_uninterrupted(lab: LabCluster, job_id: int, tmp_path) -> Non
         got = lab.query(
             f"SELECT step, value FROM metrics WHERE job_id = {job_id} AND key = '{key}' ORDER BY step"
         )
-        assert [tuple(r) for r in got] == ref.curve(key) and got, (job_id, key)
+        why = lab.query(
+            f"SELECT n, outcome, resumed_from_step, started_at, ended_at, worker FROM attempts WHERE job_id = {job_id}"
+        )
+        assert [tuple(r) for r in got] == ref.curve(key) and got, (job_id, key, why, [r[0] for r in got])
 
 
 def test_the_database_host_down_and_back_pauses_the_driver_which_goes_on_by_itself(lab, tmp_path):
@@ -107,30 +110,29 @@ def test_the_database_host_down_and_back_pauses_the_driver_which_goes_on_by_itse
         assert_curve_is_uninterrupted(lab, job_id, tmp_path)
 
 
-def test_a_driver_cut_off_from_the_database_is_fenced_and_its_job_taken_over(lab, tmp_path):
-    """driver2 runs a job on its own host's Ray; cut off from the database host (a blackhole both ways)
-    its heartbeats stop, and the head's driver re-queues and runs the job after the grace period; when
-    the cut mends, driver2's writes for its stale attempt are refused and it stops that attempt."""
+@pytest.mark.parametrize("fault", ["cut", "pause"])
+def test_a_driver_cut_off_or_paused_is_fenced_and_its_job_taken_over(lab, tmp_path, fault):
+    """driver2 runs a job on its own host's Ray. Cut off from the database host (a blackhole both ways)
+    or paused whole (SIGSTOP: a machine that hangs), its heartbeats stop, and the head's driver re-queues
+    and runs the job after the grace period; when the cut mends or the host resumes, driver2's writes
+    for its stale attempt are refused, and the job's one result is the head's."""
     lab.env["LOOPLAB_HEARTBEAT_GRACE_S"] = "10"
     lab.start_ray("head")
     (lab.net.shared / "grids.py").write_text(GRID.replace("[0, 1, 2]", "[0]"))
     lab.looplab_done("driver2", "submit", "grids.py")
-    cut_off = lab.looplab("driver2", "run", "--num-cpus", "1", "--until-empty", "--artifacts", str(lab.art))
-    ((victim,),) = wait_for(
-        lab, "SELECT id FROM jobs WHERE checkpoint_step >= 3", "checkpoint", driver=cut_off
-    )
-    lab.net.cut("driver2", "pg")
-    t_cut = time.monotonic()
+    stale = lab.looplab("driver2", "run", "--num-cpus", "1", "--until-empty", "--artifacts", str(lab.art))
+    ((victim,),) = wait_for(lab, "SELECT id FROM jobs WHERE checkpoint_step >= 3", "checkpoint", driver=stale)
+    lab.net.cut("driver2", "pg") if fault == "cut" else lab.net.pause("driver2")
+    t_fault = time.monotonic()
     other = lab.looplab(
         "head", "run", "--address", lab.ray_address, "--until-empty", "--artifacts", str(lab.art)
     )
-    taken = f"SELECT n FROM attempts WHERE job_id = {victim} AND n = 2"
-    wait_for(lab, taken, "a takeover", timeout=120, driver=other)
-    took = time.monotonic() - t_cut
+    wait_for(lab, f"SELECT n FROM attempts WHERE job_id = {victim} AND n = 2", "a takeover", 120, other)
+    took = time.monotonic() - t_fault
     assert took < 10 + 2 * 5 + 30, took  # the grace, the recovery poll, a Ray start on head
-    lab.net.mend("driver2", "pg")
+    lab.net.mend("driver2", "pg") if fault == "cut" else lab.net.resume("driver2")
     assert other.wait(timeout=400) == 0, (lab.logs / "head.log").read_text()[-3000:]
-    cut_off.wait(timeout=180)
+    stale.wait(timeout=180)
     summary = promises.check(lab)
     assert summary["succeeded"] == 1
     tried = lab.query(f"SELECT n, outcome, driver_host FROM attempts WHERE job_id = {victim} ORDER BY n")
