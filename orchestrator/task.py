@@ -109,9 +109,9 @@ class MetricSpool:
 
     Why: a kill -9 (or power cut) can land after a checkpoint was written but before the points that
     preceded it reached the database; the resumed attempt starts after that checkpoint and would
-    never report them again. So every point is written here before it is shipped, and a new attempt
-    first replays the file (metric upserts are idempotent), then its `resumed(step)` drops whatever
-    came after the checkpoint. The driver deletes the file once the job has succeeded.
+    never report them again. So every point is written here before it is shipped, and a resuming attempt
+    replays the file once it has chosen its checkpoint (metric upserts are idempotent), then its
+    `resumed(step)` drops whatever came after the checkpoint. The driver deletes the file once the job has succeeded.
 
     Nothing half-written is read: each point is one `write` of a whole line to a file opened for
     appending (no buffer holds part of a line for later); a line cut short (a kill, a full disk) has no
@@ -176,7 +176,7 @@ class QueueReporter(BaseReporter):
     """Runs inside the Ray task: buffers events, ships them with a heartbeat every `flush_s`.
 
     With an artifact dir, metric points also go to its `MetricSpool` before they are shipped, and the
-    points an earlier attempt spooled are replayed first (see MetricSpool for why).
+    points an earlier attempt spooled are replayed when the attempt resumes (see MetricSpool for why).
     `_ship` is the one call that needs Ray: tests replace it to run the reporter without a cluster.
     """
 
@@ -192,8 +192,6 @@ class QueueReporter(BaseReporter):
         self._send_lock = threading.Lock()  # keeps batches in order
         self._spool = MetricSpool(artifact_dir) if artifact_dir is not None else None
         self._spool_full = False
-        if self._spool is not None:
-            self._buf.extend(self._spool.replay())
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
@@ -206,6 +204,18 @@ class QueueReporter(BaseReporter):
                     self._spool_full = not spooled
                     self._buf.append(Event(EventKind.LOG, event.ts, self._spool_note(spooled)))
             self._buf.append(event)
+
+    def resumed(self, step: int) -> None:
+        """The attempt resumes from a checkpoint at `step`: the points earlier attempts spooled go first
+        (see MetricSpool), then the event that drops the points after `step`. Read now, after the
+        checkpoint was chosen, not when the attempt started: an attempt that was fenced out may still be
+        running (a paused or cut-off host) and write a later checkpoint after its spooled points; a
+        replay read before that would miss the points up to the checkpoint this attempt then resumes
+        from, and nobody would report them again."""
+        if self._spool is not None:
+            with self._lock:
+                self._buf.extend(self._spool.replay())
+        super().resumed(step)
 
     def _spool_note(self, spooled: bool) -> dict[str, str]:
         if spooled:

@@ -98,6 +98,8 @@ def test_kill_between_spool_and_commit_replays_each_point_once(eng, train_job, t
     n = next_attempt(eng, train_job, art)
     for _ in range(2):  # replayed by the next attempt, and by one more after it: still once each
         resumed = LocalReporter(train_job, art)
+        assert resumed.take() == []  # nothing is replayed before the attempt has chosen its checkpoint
+        resumed.resumed(5)  # it resumes from a checkpoint at step 5 (written after those points)
         write_events(eng, [(train_job, n, resumed.take())])
         resumed.close()
         assert points(eng, train_job) == [(step, 1.0 / step) for step in range(1, 6)]
