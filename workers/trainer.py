@@ -593,6 +593,8 @@ class Trainer:
             )
 
         trained = run_eval(None)
+        if not math.isfinite(trained.loss):  # weights the last update spoilt: fail before they are saved
+            raise NonFiniteError("val_loss", max(0, state.step - 1), float(trained.loss))
         loss_at = {n: trained.loss if n == self.cfg.loops else run_eval(n).loss for n in self.eval_loops}
         state.eval_seconds += time.perf_counter() - t0
         state.last_val_loss, state.last_val_bpb = trained.loss, trained.bpb
