@@ -83,7 +83,7 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from orchestrator import drivers, jobkinds, jobqueue, retention
+from orchestrator import alerts, drivers, jobkinds, jobqueue, retention
 from orchestrator.admission import Admission, Candidate, Node, Refuse, Request, Running
 from orchestrator.db import Outage, outage, outage_phrase
 from orchestrator.health import HealthWatch, Rule, StepClock
@@ -156,7 +156,11 @@ class Scheduler:
         self.driver = drivers.this_driver()
         self.worker = f"driver@{self.driver.host}:{self.driver.pid}"
         # the health rules (orchestrator/health.py): the curves' in the writer, the stall clock here
-        self.health = HealthWatch(health_settings())
+        # alerts (orchestrator/alerts.py): a bad channel configuration is refused before anything runs
+        self.alerts = alerts.load()
+        on_finding = alerts.finding_alert(self.alerts) if self.alerts.channels else None
+        self.health = HealthWatch(health_settings(), on_finding)
+        self.deliverer: alerts.Deliverer | None = None
         self.clocks: dict[int, StepClock] = {}  # running job -> its step clock
         self.findings: list[tuple[int, int, Any]] = []  # the driver's own, waiting for the database
         self.stalled: dict[int, Any] = {}  # job -> the stall finding its attempt was killed for
@@ -204,9 +208,14 @@ class Scheduler:
         if threading.current_thread() is threading.main_thread():
             for s in old:
                 signal.signal(s, self._on_signal)
+        if self.alerts.channels:
+            self.deliverer = alerts.Deliverer(self.eng, self.alerts).start()
         try:
             self._loop()
+            self._queue_done()
         finally:
+            if self.deliverer is not None:
+                self.deliverer.stop()
             if threading.current_thread() is threading.main_thread():
                 for s, h in old.items():
                     signal.signal(s, h)
@@ -390,6 +399,18 @@ class Scheduler:
         status = self._finish(job_id, n, out.outcome, out.error, retry)
         if status.finished:
             self.health.forget(job_id)
+        if status == JobStatus.FAILED:
+            first = (out.error or "").strip().splitlines()[:1]
+            alerts.notify(
+                self.eng,
+                self.alerts,
+                alerts.Topic.JOB_FAILED,
+                f"job {job_id} failed",
+                first[0] if first else "no error recorded",
+                group=f"job_failed:{job_id}:{n}",
+                level="error",
+                job_id=job_id,
+            )
         if status.finished:
             self.overlaps.pop(job_id, None)
         art, keep = self.art_dirs.pop(job_id, (None, None))
@@ -519,11 +540,40 @@ class Scheduler:
         jobs = {j: n for j, n, _ in self.running.values()} | {j: n for j, n, _ in self.outcomes}
         return [(j, n, [event]) for j, n in sorted(jobs.items())]
 
+    def _queue_done(self) -> None:
+        """The end of the loop: the queue emptied, or stopped; a message says how it ended."""
+        if not self.alerts.channels or self.paused is not None:
+            return
+        counts = alerts.job_counts(self.eng)
+        failed = counts.get(JobStatus.FAILED, 0)
+        how = "stopped" if self.stopping else "empty"
+        text = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        alerts.notify(
+            self.eng,
+            self.alerts,
+            alerts.Topic.QUEUE_DONE,
+            f"queue {how}" + (f" with {failed} failed job(s)" if failed else ""),
+            text or "no jobs",
+            group=f"queue_done:{self.worker}:{time.time()}",
+            level="error" if failed else "warning",
+        )
+
     def _resume(self) -> None:
         p, self.paused = self.paused, None
         self._say(
             f"database back after {time.time() - p.since:.0f} s: every held event and outcome is written; "
             "claiming again"
+        )
+        start = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(p.since))
+        alerts.notify(
+            self.eng,
+            self.alerts,
+            alerts.Topic.PAUSED,
+            "the queue paused: the database was away",
+            f"the database {outage_phrase(p.outage)} from {start} for {time.time() - p.since:.0f} s; "
+            "the driver held the running jobs' events and wrote them once it was back",
+            group=f"paused:{self.worker}:{p.since}",
+            level="error",
         )
 
     def _say(self, message: str) -> None:
