@@ -12,12 +12,15 @@ import time
 
 from orchestrator import Grid, Queue
 from tests.db_rows import rows
+from tests.orchestrator.alert_servers import http_receiver
 from tests.orchestrator import fake_jobs
 from tests.orchestrator.test_real_jobs import TRAIN
 
 
-def test_a_diverging_run_fails_at_its_first_non_finite_loss_once(tmp_path, ray_cluster):
+def test_a_diverging_run_fails_at_its_first_non_finite_loss_once(tmp_path, ray_cluster, monkeypatch):
     q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art")
+    monkeypatch.setenv("LOOPLAB_ALERTS", str(tmp_path / "none.json"))
+    (tmp_path / "none.json").write_text("{}")  # no user's channels: only the test's webhook
     grid = Grid(
         "lr",
         base={**TRAIN, "recipe": "lean", "seed": 0, "tokens": 4 * 32 * 12, "ckpt_every": 4},
@@ -25,7 +28,17 @@ def test_a_diverging_run_fails_at_its_first_non_finite_loss_once(tmp_path, ray_c
         max_attempts=3,
     )
     ok, diverged = q.submit(grid)
-    q.run(until_empty=True, progress=False, poll_s=0.2, retry_backoff_s=0.05)
+    with http_receiver() as (url, hook):
+        monkeypatch.setenv("LOOPLAB_ALERT_WEBHOOK", url)
+        q.run(until_empty=True, progress=False, poll_s=0.2, retry_backoff_s=0.05)
+    health = [b for _, b in hook.requests if b["topic"] == "health"]
+    assert [(b["job_id"], b["rule"], b["level"]) for b in health] == [(diverged, "non_finite", "error")]
+    failed = [b for _, b in hook.requests if b["topic"] == "job_failed"]
+    assert [b["job_id"] for b in failed] == [diverged] and "diverged" in failed[0]["text"]
+    assert len(set(hook.ids())) == len(hook.requests)  # each id once
+    assert [b["subject"] for _, b in hook.requests if b["topic"] == "queue_done"] == [
+        "queue empty with 1 failed job(s)"
+    ]
     st = q.status().set_index("id")
     assert st.loc[ok, "status"] == "succeeded" and st.loc[diverged, "status"] == "failed"
     assert st.loc[diverged, "attempts"] == 1  # a deterministic NaN is not replayed
