@@ -46,7 +46,7 @@ GUIDES = {
     "export-model": "docs/published-models.md (Exporting a model)",
     "lm-eval": "docs/published-models.md (lm-evaluation-harness from the shell)",
     "run": "docs/queue.md (which job starts, stopping and resuming); several GPUs or nodes: docs/scale-out.md",
-    "status": "docs/queue.md; the estimated finish: docs/planning.md",
+    "status": "docs/queue.md; the estimated finish: docs/planning.md; --since: docs/health.md",
     "cancel": "docs/queue.md",
     "retry": "docs/queue.md",
     "logs": "docs/queue.md",
@@ -61,7 +61,7 @@ GUIDES = {
 EPILOG = (
     "Guides: README.md (start here), docs/queue.md, docs/variants.md, docs/planning.md, "
     "docs/statistics.md, docs/studies.md, docs/evaluation.md, docs/scale-out.md, docs/measured.md, "
-    "docs/gpu.md, docs/testing.md, docs/disk.md, docs/scale-training.md, docs/published-models.md, docs/adaptive.md, docs/exports.md, docs/data.md, docs/claims.md. `looplab COMMAND --help` names the guide of a command."
+    "docs/gpu.md, docs/testing.md, docs/disk.md, docs/scale-training.md, docs/published-models.md, docs/adaptive.md, docs/exports.md, docs/data.md, docs/claims.md, docs/health.md. `looplab COMMAND --help` names the guide of a command."
 )
 
 
