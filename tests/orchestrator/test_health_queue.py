@@ -12,8 +12,8 @@ import time
 
 from orchestrator import Grid, Queue
 from tests.db_rows import rows
-from tests.orchestrator.alert_servers import http_receiver
 from tests.orchestrator import fake_jobs
+from tests.orchestrator.alert_servers import http_receiver
 from tests.orchestrator.test_real_jobs import TRAIN
 
 
