@@ -268,16 +268,24 @@ class StepClock:
     def __init__(self, settings: HealthSettings) -> None:
         self.settings = settings
         self.step: int | None = None
-        self.at = 0.0
+        self.at = self.made = 0.0
         self.per_step: deque[float] = deque(maxlen=200)
         self.warned = False
 
-    def advance(self, step: int, now: float) -> None:
+    def advance(self, step: int, now: float, ts: float | None = None) -> None:
+        """The attempt reported `step` done, seen at `now` (the driver's clock) and made at `ts` (the
+        worker's: step times come from one clock's differences; the driver drains in batches)."""
         if self.step is not None and step <= self.step:
             return
-        if self.step is not None:
-            self.per_step.append((now - self.at) / (step - self.step))
-        self.step, self.at, self.warned = step, now, False
+        made = now if ts is None else ts
+        if self.step is not None and made > self.made:
+            self.per_step.append((made - self.made) / (step - self.step))
+        self.step, self.at, self.made, self.warned = step, now, made, False
+
+    def restart(self) -> None:
+        """The attempt (re)started or resumed from a checkpoint: the clock waits for its next step (points
+        replayed from an earlier attempt's spool, or a restore, are no progress of this one)."""
+        self.step, self.warned = None, False
 
     def limit(self) -> float:
         return self.settings.stall_limit(statistics.median(self.per_step) if self.per_step else None)

@@ -440,16 +440,19 @@ class Scheduler:
 
     # ------------------------------------------------------------ the stall rule
     def _advance(self, job_id: int, events: list[Event]) -> None:
-        """A job's step clock sees the steps its events report (a metric point's step, progress done)."""
+        """A job's step clock sees the steps its progress reports say are done; it starts again when the
+        attempt starts (after the spool's replay) or resumes from a checkpoint."""
         clock = self.clocks.get(job_id)
         if clock is None:
             return
         now = time.time()
         for e in events:
-            p = e.payload if isinstance(e.payload, dict) else {}
-            step = p.get("step") if e.kind == EventKind.METRIC else p.get("done")
-            if e.kind in (EventKind.METRIC, EventKind.PROGRESS) and isinstance(step, int | float):
-                clock.advance(int(step), now)
+            if e.kind in (EventKind.STARTED, EventKind.RESUMED):
+                clock.restart()
+            elif e.kind == EventKind.PROGRESS and isinstance(e.payload, dict):
+                done = e.payload.get("done")
+                if isinstance(done, int | float) and not isinstance(done, bool):
+                    clock.advance(int(done), now, e.ts)
 
     def _check_stalls(self, now: float) -> None:
         """The stall rule on every running attempt: a warning at its limit, then a kill (recorded as a

@@ -80,6 +80,15 @@ def test_stall_warns_then_kills_past_the_limit_of_its_median_step_time():
     assert clock.check(108.0 + 50) == (None, False)  # warned once
     stop, kill = clock.check(108.0 + 81)
     assert kill and stop.level == Level.ERROR and "killed" in stop.message
+    clock.restart()  # a resumed attempt: its clock waits for its own first step
+    assert clock.check(1e6) == (None, False)
+
+
+def test_step_times_come_from_the_workers_clock_not_the_drivers_batches():
+    clock = StepClock(HealthSettings(stall_s=1.0, stall_factor=10.0))
+    for step in range(1, 11):  # reported every 3 s, drained together by the driver at one time
+        clock.advance(step, now=500.0, ts=100.0 + 3.0 * step)
+    assert clock.limit() == 30.0  # 10 x 3 s a step, not 10 x 0 s
 
 
 def test_settings_name_the_field_and_what_is_accepted(monkeypatch):
