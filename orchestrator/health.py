@@ -171,9 +171,12 @@ class SlowdownRule:
 
     def __init__(self, fraction: float, window: int) -> None:
         self.fraction, self.window = fraction, window
-        self.rates: list[float] = []
+        # the run's own rate: the median of its recent intervals (bounded: a curve has 10^5 points)
+        self.rates: deque[float] = deque(maxlen=max(500, 10 * window))
         self.recent: deque[tuple[int, float]] = deque(maxlen=window + 1)
         self.slow = False
+        self.median: float | None = None  # refreshed every `window` intervals: per point it would cost
+        self.since_median = 0  # the writer more than the rest of the rules together
 
     def observe(self, step: int, tokens: int | None, wall_s: float | None) -> Finding | None:
         if tokens is None or wall_s is None:
@@ -182,11 +185,14 @@ class SlowdownRule:
             return None  # no time or no tokens passed (a resumed attempt's first point): no rate
         if self.recent:
             self.rates.append((tokens - self.recent[-1][0]) / (wall_s - self.recent[-1][1]))
+            self.since_median += 1
         self.recent.append((tokens, wall_s))
         if len(self.rates) < 2 * self.window:  # the median needs a history longer than the window
             return None
+        if self.median is None or self.since_median >= self.window:
+            self.median, self.since_median = statistics.median(self.rates), 0
         (t0, w0), (t1, w1) = self.recent[0], self.recent[-1]
-        rate, median = (t1 - t0) / (w1 - w0), statistics.median(self.rates)
+        rate, median = (t1 - t0) / (w1 - w0), self.median
         slow = rate < self.fraction * median
         found = None
         if slow and not self.slow:
