@@ -481,3 +481,17 @@ def happened_since(eng: Any, since: float) -> dict[str, Any]:
         "alerts pending": int((sent["status"] != "delivered").sum()),
     }
     return {"finished": finished, "health": health, "alerts": sent, "counts": counts}
+
+
+def events_frame(eng: Any, job_ids: list[int] | tuple[int, ...]) -> Any:
+    """The health events of `job_ids` (a DataFrame: job_id, attempt, step, rule, level, key, figure,
+    message, ts), for markers on the curves."""
+    import pandas as pd
+
+    cols = ["job_id", "attempt", "step", "rule", "level", "key", "figure", "message", "ts"]
+    if not job_ids:
+        return pd.DataFrame(columns=cols)
+    stmt = sa.text(
+        f"SELECT {', '.join(cols)} FROM health_events WHERE job_id IN :ids ORDER BY ts"
+    ).bindparams(sa.bindparam("ids", expanding=True))
+    return pd.read_sql(stmt, eng, params={"ids": [int(i) for i in job_ids]})

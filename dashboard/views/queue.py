@@ -16,8 +16,8 @@ import streamlit as st
 
 from analysis.variants import MISSING, present
 from dashboard import listing, ui
-from model.errors import ConfigError
 from orchestrator import frames, retention
+from orchestrator.errors import USER_ERRORS
 from orchestrator.health import happened_since, parse_since
 from orchestrator.states import JobStatus
 
@@ -55,7 +55,7 @@ def morning_view() -> None:
     asked = st.text_input("What happened since (8h, 90m, 07:30, 2026-12-03 18:00)", value="12h", key="since")
     try:
         at = parse_since(asked)
-    except ConfigError as e:
+    except USER_ERRORS as e:
         st.error(str(e))
         return
     seen = since(url, float(int(at // 60) * 60))  # to the minute: the cache holds one view a minute
