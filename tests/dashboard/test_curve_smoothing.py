@@ -87,3 +87,25 @@ def test_runs_page_smooths_the_curves_over_the_faint_raw_ones_and_marks_health_e
     assert not [
         leaf for leaf in layers(spec) if mark(leaf).get("opacity") == 0.2 and mark(leaf)["type"] == "line"
     ]
+
+
+def test_compare_page_smooths_the_wall_time_curves_with_the_raw_line_faint(monkeypatch, fixture_db):
+    monkeypatch.setenv("LOOPLAB_DB", fixture_db[0])
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    at.switch_page("views/compare.py").run()
+    assert not at.exception, [e.message for e in at.exception]
+
+    def wall_time_lines() -> list[dict]:
+        for chart in at.get("vega_lite_chart"):
+            leaves = layers(json.loads(chart.proto.spec))
+            if any(leaf.get("encoding", {}).get("x", {}).get("field") == "wall_s" for leaf in leaves):
+                return [leaf for leaf in leaves if mark(leaf)["type"] == "line"]
+        raise AssertionError("no wall-time chart")
+
+    assert at.selectbox(key="compare_smoothing").value == "none"
+    assert [mark(leaf).get("opacity") for leaf in wall_time_lines()] == [0.6]
+    at.selectbox(key="compare_smoothing").set_value("EMA 0.6").run()
+    lines = wall_time_lines()
+    assert sorted(mark(leaf).get("opacity") for leaf in lines) == [0.2, 0.6]
+    assert {leaf["encoding"]["y"]["field"] for leaf in lines} == {"raw", "value"}
