@@ -445,20 +445,20 @@ class Deliverer:
 
     def _loop(self) -> None:
         while not self._stop.wait(self.poll_s):
-            try:
-                deliver_due(self.eng, self.config)
-            except Exception:  # the database away: the next round tries again
-                log.debug("alert delivery round failed", exc_info=True)
+            self._round()
+        self._round()  # one last round when the driver stops
 
-    def stop(self, last_round: bool = True) -> None:
-        """Stop the thread, after one last round (what is still pending waits for the next driver)."""
+    def _round(self) -> None:
+        try:
+            deliver_due(self.eng, self.config)
+        except Exception:  # the database away: the next round tries again
+            log.debug("alert delivery round failed", exc_info=True)
+
+    def stop(self, wait_s: float = 3.0) -> None:
+        """Stop the thread after its last round, waiting at most `wait_s` for it: a channel that hangs
+        delays the driver's exit by no more (what is still pending waits for the next driver)."""
         self._stop.set()
-        self._thread.join()
-        if last_round:
-            try:
-                deliver_due(self.eng, self.config)
-            except Exception:  # as in the loop: what is pending waits for the next driver
-                log.debug("last alert delivery round failed", exc_info=True)
+        self._thread.join(timeout=wait_s)
 
 
 def notify(eng: Engine, config: AlertConfig, topic: str, subject: str, text: str, **kw: Any) -> str | None:

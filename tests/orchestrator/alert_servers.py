@@ -106,3 +106,32 @@ def smtp_receiver() -> Iterator[tuple[int, list[dict[str, Any]]]]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextlib.contextmanager
+def hanging_receiver() -> Iterator[str]:
+    """A TCP server on 127.0.0.1 that accepts connections and never answers: a channel that times out."""
+    held: list[socket.socket] = []
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}/hook"
+    finally:
+        stop.set()
+        thread.join()
+        for s in held:
+            s.close()
+        server.close()

@@ -13,7 +13,7 @@ import time
 from orchestrator import Grid, Queue
 from tests.db_rows import rows
 from tests.orchestrator import fake_jobs
-from tests.orchestrator.alert_servers import http_receiver
+from tests.orchestrator.alert_servers import hanging_receiver, http_receiver
 from tests.orchestrator.test_real_jobs import TRAIN
 
 
@@ -98,3 +98,32 @@ def test_a_stopped_job_past_its_stall_limit_is_killed_and_retried_from_its_check
     assert events == [("stall", "warning", 1), ("stall", "error", 1)]
     steps = [s for (s,) in rows(q, "SELECT step FROM metrics WHERE job_id=:j AND key='train_loss'", j=job)]
     assert sorted(steps) == list(range(1, 41))  # every step once
+
+
+def test_a_hanging_alert_channel_does_not_slow_the_queue(tmp_path, ray_cluster, monkeypatch):
+    """Failures send alerts to a webhook that accepts and never answers (each try times out after 5 s):
+    the queue runs as fast as with no channel, and the timeouts are recorded."""
+    (tmp_path / "none.json").write_text("{}")
+    monkeypatch.setenv("LOOPLAB_ALERTS", str(tmp_path / "none.json"))
+
+    def run_queue(name: str) -> tuple[Queue, float]:
+        q = Queue(db=tmp_path / f"{name}.db", artifacts=tmp_path / name, kinds=fake_jobs)
+        q.submit(
+            [Grid("n", job="noop", sweep={"tag": list(range(30))}), Grid("b", job="boom", max_attempts=1)]
+        )
+        t0 = time.perf_counter()
+        q.run(until_empty=True, progress=False, poll_s=0.1)
+        return q, time.perf_counter() - t0
+
+    _, quiet = run_queue("quiet")
+    with hanging_receiver() as url:
+        monkeypatch.setenv("LOOPLAB_ALERT_WEBHOOK", url)
+        q, alerted = run_queue("alerted")
+        deadline = time.time() + 15  # the try under way when the driver left ends by its timeout
+        while time.time() < deadline and not rows(q, "SELECT tries FROM alert_outbox WHERE tries > 0"):
+            time.sleep(0.2)
+    assert alerted < quiet * 1.5 + 3.5, (quiet, alerted)  # at most the 3 s the driver waits at its exit
+    got = rows(q, "SELECT topic, status, tries, last_error FROM alert_outbox ORDER BY id")
+    assert [t for t, *_ in got] == ["job_failed", "queue_done"]
+    assert all(status == "pending" for _, status, *_ in got)  # nothing lost: the next driver retries
+    assert got[0][2] >= 1 and "timed out" in got[0][3], got
