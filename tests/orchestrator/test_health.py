@@ -106,8 +106,8 @@ def test_settings_name_the_field_and_what_is_accepted(monkeypatch):
         health_settings()
 
 
-def test_a_grid_with_bad_health_is_refused_whole(tmp_path):
-    eng = engine(f"sqlite:///{tmp_path / 'q.db'}")
+def test_a_grid_with_bad_health_is_refused_whole(migrated_db_url):
+    eng = engine(migrated_db_url)
     bad = Grid("g", base={"tokens": 100}, health={"spike_k": 0.5})
     with pytest.raises(ConfigError, match=r"grid 'g': health.spike_k: must be > 1.0"):
         jobqueue.submit(eng, [bad], fake_jobs)
