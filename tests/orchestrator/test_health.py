@@ -171,3 +171,25 @@ def test_the_writer_stores_findings_with_job_attempt_step_figure_and_rule(migrat
     )
     with eng.connect() as conn:
         assert conn.execute(sa.text("SELECT COUNT(*) FROM health_events")).scalar_one() == 2
+
+
+@pytest.mark.parametrize("retry", [False, True])
+def test_a_non_finite_attempt_is_final_unless_the_grid_asks_for_retries(migrated_db_url, retry):
+    from orchestrator.scheduler import Scheduler
+    from orchestrator.states import AttemptOutcome
+    from orchestrator.task import TaskResult
+
+    eng = engine(migrated_db_url)
+    health = {"retry_non_finite": True} if retry else None
+    ids, _ = jobqueue.submit(
+        eng, [Grid("nf", base={"tokens": 100}, max_attempts=3, health=health)], fake_jobs
+    )
+    assert jobqueue.claim(eng, ids[0], "driver", "/tmp/nf") == 1
+    sched = Scheduler(eng, kinds=fake_jobs, progress=False)
+    found = non_finite("train_loss", 5, math.nan)
+    sched._record(ids[0], 1, TaskResult(AttemptOutcome.FAILED, found.message, finding=found))
+    with eng.connect() as conn:
+        status = conn.execute(sa.text("SELECT status FROM jobs WHERE id = :j"), {"j": ids[0]}).scalar_one()
+        stored = conn.execute(sa.text("SELECT rule, step, attempt FROM health_events")).all()
+    assert status == ("queued" if retry else "failed")
+    assert [tuple(r) for r in stored] == [("non_finite", 5, 1)]
