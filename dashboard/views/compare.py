@@ -88,7 +88,7 @@ else:
     st.markdown(f"**Per seed, mean, difference to `{reference}` with its 95 % interval**")
     ui.table(iso, key="iso_data")
     shown = iso[iso["ci_low"].notna()].copy()  # the rows that have an interval, drawn as bars
-    shown["budget"] = [f"{tokens / 1e6:g}M tokens" for tokens in shown["budget_tokens"]]
+    shown["budget"] = [f"{variants.human_count(tokens)} tokens" for tokens in shown["budget_tokens"]]
     shown["row"] = curves.join_labels(shown, ["variant_label", "size", "budget"])
     if not shown.empty:
         # the verdicts a row with an interval can have, as plain strings for the chart's JSON
@@ -228,7 +228,7 @@ else:
         base = alt.Chart(wt).encode(
             x=alt.X("wall_s:Q", title="training wall time (s)"),
             y=alt.Y("value:Q", title="val_loss", scale=alt.Scale(zero=False)),
-            color=ui.color("series"),
+            color=ui.color("series", legend=alt.Legend(labelLimit=0)),  # whole labels: their ends differ
         )
         pts = base.mark_point(filled=True, size=70).encode(
             y="raw:Q", shape=alt.Shape("point:N", title=None), tooltip=["series", "wall_s", "raw", "point"]

@@ -83,7 +83,9 @@ else:
     n_configs = cur["config"].nunique()
     bins = max(20, min(200, 5000 // n_configs))
     bands = curves.curve_bands(cur, by=["config"], x=x, bins=bins)
-    base = alt.Chart(bands).encode(x=alt.X(f"{x}:Q", title=x_label), color=ui.color("config"))
+    # the whole label in the legend: what tells two variants apart is often at its end
+    legend = alt.Legend(labelLimit=0)
+    base = alt.Chart(bands).encode(x=alt.X(f"{x}:Q", title=x_label), color=ui.color("config", legend=legend))
     tooltip = ["config", alt.Tooltip(f"{x}:Q", format=",.0f"), alt.Tooltip("mean:Q", format=".4f"), "n_seeds"]
     chart = ui.mean_with_spread(
         base, y_title=metric, tooltip=tooltip, spread="area" if band else None, points=False
@@ -93,7 +95,7 @@ else:
         chart = (
             alt.Chart(raw)
             .mark_line(opacity=0.2)
-            .encode(x=f"{x}:Q", y="mean:Q", color=ui.color("config"), detail="config")
+            .encode(x=f"{x}:Q", y="mean:Q", color=ui.color("config", legend=legend), detail="config")
             + chart
         )
     markers = health_markers(cur, x)

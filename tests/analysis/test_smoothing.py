@@ -1,4 +1,4 @@
-"""Curve smoothing (analysis/smoothing.py): per run, in step order, the raw value kept."""
+"""Curve smoothing (analysis/smoothing.py): per run, in step order, the raw value kept; budgets in a human unit."""
 
 from __future__ import annotations
 
@@ -23,3 +23,18 @@ def test_ema_and_window_smooth_each_run_on_its_own_and_keep_the_raw_value():
     assert list(smooth(c, "none")["value"]) == list(smooth(c, "none")["raw"])
     with pytest.raises(ValueError, match="smoothing: unknown 'gauss'; accepted: none, EMA 0.6"):
         smooth(c, "gauss")
+
+
+def test_budgets_read_in_a_human_unit_and_stay_distinct():
+    from analysis.variants import budget_labels, human_count
+
+    assert [human_count(n) for n in (512, 61_440, 1e6, 2.5e6, 1e9, 3e12)] == [
+        "512",
+        "61.44k",
+        "1M",
+        "2.5M",
+        "1B",
+        "3T",
+    ]
+    runs = pd.DataFrame({"budget_tokens": [61_440, 1_048_576, 1_048_000]})
+    assert budget_labels(runs) == ["61.44k tokens", "1.04858M tokens", "1.048M tokens"]

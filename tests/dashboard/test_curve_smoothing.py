@@ -80,6 +80,7 @@ def test_runs_page_smooths_the_curves_over_the_faint_raw_ones_and_marks_health_e
 
     smoothed = next(leaf for leaf in lines if leaf not in faint)
     assert swing(smoothed) < 0.5 * swing(faint[0])  # the zig-zag of 0.3 damped
+    assert all(leaf["encoding"]["color"]["legend"]["labelLimit"] == 0 for leaf in lines)  # labels never cut
     assert "1 health event(s) marked on the curves" in "\n".join(c.value for c in at.caption)
     # no smoothing: no faint layer
     at.selectbox(key="runs_smoothing").set_value("none").run()
