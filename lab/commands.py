@@ -172,7 +172,7 @@ def since_text(eng, since: str) -> str:
     parts = [head]
     for name, title in (("finished", "finished jobs"), ("health", "health events"), ("alerts", "alerts")):
         df = seen[name]
-        for col in ("finished_at", "ts", "created_at", "delivered_at"):
+        for col in ("finished_at", "seen_at", "created_at", "delivered_at"):
             if col in df:
                 df[col] = df[col].map(
                     lambda t: (

@@ -395,7 +395,7 @@ class HealthWatch:
             for finding in held[1].observe(
                 p["key"], p["step"], float(p["value"]), p.get("tokens"), p.get("wall_s")
             ):
-                self.record(conn, job_id, attempt, finding, e.ts)
+                self.record(conn, job_id, attempt, finding)  # the writer's clock, as heartbeats
                 found.append(finding)
         return found
 
@@ -458,7 +458,7 @@ def happened_since(eng: Any, since: float) -> dict[str, Any]:
     )
     health = pd.read_sql(
         sa.text(
-            "SELECT job_id AS job, attempt, step, rule, level, figure, message, ts FROM health_events "
+            "SELECT job_id AS job, attempt, step, rule, level, figure, message, ts AS seen_at FROM health_events "
             "WHERE ts >= :since ORDER BY ts"
         ),
         eng,

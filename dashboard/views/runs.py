@@ -63,7 +63,7 @@ group_by = c3.multiselect(
     format_func=lambda c: variants.ARCH_LABELS.get(c, c),
 )
 band = c4.toggle("Seed band (min–max)", value=True, key="runs_band")
-smoothing = c5.selectbox("Smoothing", list(SMOOTHING), index=2, key="runs_smoothing")
+smoothing = c5.selectbox("Smoothing", list(SMOOTHING), index=1, key="runs_smoothing")  # EMA 0.6
 x = X_AXES[x_label]
 if x == "wall_s":
     st.caption(
@@ -100,12 +100,18 @@ else:
         )
     markers = health_markers(cur, x)
     if not markers.empty:
-        chart = chart + alt.Chart(markers).mark_point(shape="triangle-down", size=90, filled=True).encode(
-            x=f"{x}:Q",
-            y="raw:Q",
-            color=alt.Color("rule:N", title="health", scale=alt.Scale(scheme="set1")),
-            tooltip=["job_id", "rule", "level", "step", "message"],
+        marked = (
+            alt.Chart(markers)
+            .mark_point(shape="triangle-down", size=90, filled=True)
+            .encode(
+                x=f"{x}:Q",
+                y="raw:Q",
+                color=alt.Color("rule:N", title="health", scale=alt.Scale(scheme="set1")),
+                tooltip=["job_id", "rule", "level", "step", "message"],
+            )
         )
+        # the rules' colours apart from the runs' (whose raw and smoothed layers share theirs)
+        chart = alt.layer(chart, marked).resolve_scale(color="independent")
     st.altair_chart(chart.properties(height=420).interactive(), width="stretch")
     if not markers.empty:
         st.caption(f"{len(markers)} health event(s) marked on the curves (▼; docs/health.md)")

@@ -61,7 +61,8 @@ def test_runs_page_smooths_the_curves_over_the_faint_raw_ones_and_marks_health_e
     assert not at.exception, [e.message for e in at.exception]
     at.selectbox(key="runs_metric").set_value("train_loss").run()
     at.selectbox(key="runs_x").set_value("step").run()
-    assert at.selectbox(key="runs_smoothing").value == "EMA 0.9"  # smoothing on by default
+    assert at.selectbox(key="runs_smoothing").value == "EMA 0.6"  # smoothing on by default
+    at.selectbox(key="runs_smoothing").set_value("EMA 0.9").run()
     chart = at.get("vega_lite_chart")[0]
     spec, data = json.loads(chart.proto.spec), datasets(chart)
     leaves = layers(spec)
