@@ -169,8 +169,18 @@ def seed_aggregate(df: pd.DataFrame, value: str, by: list[str] | None = None) ->
     return out.reset_index().rename(columns={"count": "n_seeds"})
 
 
+def human_count(n: float) -> str:
+    """A count in the unit a person reads: 512, 61.44k, 2.5M, 1B, 3T. Six significant digits at most,
+    as before units were chosen: budget labels are grouping keys, and two budgets must not share one."""
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:g}{unit}"
+    return f"{n:g}"
+
+
 def budget_labels(runs: pd.DataFrame) -> list[str]:
-    """A short label per run for its budget: '2M tokens', '3e+15 FLOPs', '60 s', or 'time of #12'."""
+    """A short label per run for its budget: '2M tokens', '61.44k tokens', '3e+15 FLOPs', '60 s', or
+    'time of #12'."""
     out = []
     for r in runs.itertuples(index=False):
         ref = getattr(r, "match_time_of", None)
@@ -179,7 +189,7 @@ def budget_labels(runs: pd.DataFrame) -> list[str]:
         elif present(getattr(r, "budget_flops", None)):
             out.append(f"{r.budget_flops:.3g} FLOPs")
         elif present(getattr(r, "budget_tokens", None)):
-            out.append(f"{r.budget_tokens / 1e6:g}M tokens")
+            out.append(f"{human_count(r.budget_tokens)} tokens")
         elif present(getattr(r, "budget_time_s", None)):
             out.append(f"{r.budget_time_s:g} s")
         else:

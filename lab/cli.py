@@ -17,7 +17,7 @@ import sys
 HEADLINE = "looplab: a job queue and results database for looped language models"
 # command -> (module, function); the function takes the parsed argparse.Namespace, returns an exit code
 # handled by lab/commands.py
-QUEUE_COMMANDS = ("submit", "plan", "run", "status", "cancel", "retry", "logs", "demo", "gc")
+QUEUE_COMMANDS = ("submit", "plan", "run", "status", "cancel", "retry", "logs", "demo", "gc", "alerts")
 HANDLERS = {
     "calibrate": ("workers.calibrate", "cli_calibrate"),  # needs only torch: runs on a bare GPU box
     "db": ("orchestrator.db", "cli_db"),
@@ -46,10 +46,11 @@ GUIDES = {
     "export-model": "docs/published-models.md (Exporting a model)",
     "lm-eval": "docs/published-models.md (lm-evaluation-harness from the shell)",
     "run": "docs/queue.md (which job starts, stopping and resuming); several GPUs or nodes: docs/scale-out.md",
-    "status": "docs/queue.md; the estimated finish: docs/planning.md",
+    "status": "docs/queue.md; the estimated finish: docs/planning.md; --since: docs/health.md",
     "cancel": "docs/queue.md",
     "retry": "docs/queue.md",
     "logs": "docs/queue.md",
+    "alerts": "docs/health.md (the rules, their defaults, the alert channels)",
     "demo": "docs/studies.md; --study adaptive: docs/adaptive.md; --study lean: docs/exports.md",
     "export": "docs/exports.md (Exporting runs)",
     "report": "docs/exports.md (Study reports)",
@@ -60,7 +61,7 @@ GUIDES = {
 EPILOG = (
     "Guides: README.md (start here), docs/queue.md, docs/variants.md, docs/planning.md, "
     "docs/statistics.md, docs/studies.md, docs/evaluation.md, docs/scale-out.md, docs/measured.md, "
-    "docs/gpu.md, docs/testing.md, docs/disk.md, docs/scale-training.md, docs/published-models.md, docs/adaptive.md, docs/exports.md, docs/data.md, docs/claims.md. `looplab COMMAND --help` names the guide of a command."
+    "docs/gpu.md, docs/testing.md, docs/disk.md, docs/scale-training.md, docs/published-models.md, docs/adaptive.md, docs/exports.md, docs/data.md, docs/claims.md, docs/health.md. `looplab COMMAND --help` names the guide of a command."
 )
 
 
@@ -185,10 +186,25 @@ def _queue_commands(sub: argparse._SubParsersAction) -> None:
     st.add_argument("--all", action="store_true", help="show finished jobs too")
     st.add_argument("--num-cpus", type=int, default=None, help="CPUs for the finish-time estimate")
     st.add_argument("--num-gpus", type=float, default=None, help="GPUs for the finish-time estimate")
+    st.add_argument(
+        "--since",
+        default=None,
+        metavar="TIME",
+        help="what happened since TIME (8h, 90m, 07:30, 2026-12-03 18:00): finished, failed, stalled, "
+        "warned, alerts and their delivery",
+    )
 
     for name, helptext in (("cancel", "cancel jobs"), ("retry", "re-queue failed or cancelled jobs")):
         c = sub.add_parser(name, help=helptext)
         c.add_argument("job_ids", nargs="+", type=int, metavar="JOB")
+
+    al = sub.add_parser(
+        "alerts", help="health events and alert deliveries; `alerts test` sends one to every channel"
+    )
+    al.add_argument("action", nargs="?", choices=("list", "test"), default="list")
+    al.add_argument(
+        "--since", default="24h", metavar="TIME", help="since TIME (default 24h; as status --since)"
+    )
 
     lg = sub.add_parser("logs", help="log lines and tracebacks of a job")
     lg.add_argument("job_id", type=int, metavar="JOB")

@@ -144,6 +144,9 @@ def cli_status(args) -> int:
 
     _check_slots(args)
     q = _queue(args)
+    if getattr(args, "since", None):
+        print(since_text(q.eng, args.since))
+        return 0
     while True:
         df = status_frame(q.eng, grid=args.grid, all_jobs=args.all)
         text = table(df)
@@ -155,6 +158,64 @@ def cli_status(args) -> int:
             return 0
         print("\033[2J\033[H" + time.strftime("%H:%M:%S  ") + q.url + "\n" + text, flush=True)
         time.sleep(3)
+
+
+def since_text(eng, since: str) -> str:
+    """The morning view in text (`looplab status --since`): counts, finished jobs, findings, alerts."""
+    from orchestrator.health import happened_since, parse_since
+
+    at = parse_since(since)
+    seen = happened_since(eng, at)
+    head = f"since {time.strftime('%Y-%m-%d %H:%M', time.localtime(at))}: " + ", ".join(
+        f"{n} {what}" for what, n in seen["counts"].items()
+    )
+    parts = [head]
+    for name, title in (("finished", "finished jobs"), ("health", "health events"), ("alerts", "alerts")):
+        df = seen[name]
+        for col in ("finished_at", "seen_at", "created_at", "delivered_at"):
+            if col in df:
+                df[col] = df[col].map(
+                    lambda t: (
+                        "" if t != t or t is None else time.strftime("%m-%d %H:%M:%S", time.localtime(t))
+                    )
+                )
+        parts.append(f"\n{title}:\n" + (df.to_string(index=False, max_colwidth=90) if len(df) else "  none"))
+    return "\n".join(parts)
+
+
+def cli_alerts(args) -> int:
+    """`looplab alerts`: the health events and alert deliveries since --since; `looplab alerts test`:
+    one message to every configured channel, delivered now, with each channel's outcome."""
+    from orchestrator import alerts
+
+    q = _queue(args)
+    if args.action == "list":
+        print(since_text(q.eng, args.since))
+        return 0
+    cfg = alerts.load()
+    if not cfg.channels:
+        print("no alert channels configured: see docs/health.md (LOOPLAB_ALERTS or LOOPLAB_ALERT_*)")
+        return 1
+    msg = alerts.notify(
+        q.eng,
+        cfg,
+        alerts.Topic.TEST,
+        "test alert",
+        "a test message from `looplab alerts test`",
+        group=f"test:{time.time()}",
+        level="error",
+    )
+    alerts.deliver_due(q.eng, cfg)
+    import sqlalchemy as sa
+
+    with q.eng.connect() as conn:
+        rows = conn.execute(
+            sa.text("SELECT channel, status, last_error FROM alert_outbox WHERE msg_id = :m ORDER BY id"),
+            {"m": msg},
+        ).all()
+    for channel, status, error in rows:
+        print(f"{channel}: {status}" + (f" ({error})" if status != "delivered" else ""))
+    return 0 if all(status == "delivered" for _, status, _ in rows) else 1
 
 
 def queue_eta(eng, num_cpus: int | None = None, num_gpus: float | None = None) -> str:

@@ -37,6 +37,7 @@ from model import fields
 from model.errors import ConfigError
 from orchestrator import jobkinds, pairing
 from orchestrator.canonical import canonical_json, sha256
+from orchestrator.health import check_grid_health
 from orchestrator.jobkinds import CHECKPOINT, TRAIN, Kind
 from orchestrator.pairing import MATCH_TIME
 from orchestrator.retention import DEFAULT_RETENTION, RETENTIONS
@@ -86,7 +87,9 @@ class Grid:
     by default: their timings are results; see orchestrator.jobkinds.job_resources). `retention`: what
     a job's artifact dir keeps once it succeeded, "final" (the final weights: its resume state is
     deleted) or "all" (orchestrator/retention.py); it says how the runs are kept, not what they are, so
-    it is no part of a job's identity."""
+    it is no part of a job's identity. `health`: the health rules' settings for the grid's jobs, over the
+    global ones (orchestrator/health.py `HealthSettings`: e.g. {"stall_s": 600, "retry_non_finite": true});
+    how a run is watched, not what it is, so no part of a job's identity either."""
 
     name: str
     job: str = TRAIN
@@ -98,10 +101,13 @@ class Grid:
     max_attempts: int = 3
     resources: dict[str, Any] | None = None
     retention: str = DEFAULT_RETENTION
+    health: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         # `retention` only when not the default: a grid submitted before it existed keeps its hash
         extra = {} if self.retention == DEFAULT_RETENTION else {"retention": self.retention}
+        if self.health is not None:  # as retention: only when given
+            extra["health"] = self.health
         return {
             "name": self.name,
             "job": self.job,
@@ -384,6 +390,7 @@ def _checked(grid: Grid, kinds: JobRegistry) -> Grid:
         priority=fields.integer(f"{where}: priority", grid.priority),
         max_attempts=fields.integer(f"{where}: max_attempts", grid.max_attempts, lo=1),
         retention=fields.choice(f"{where}: retention", grid.retention, RETENTIONS),
+        health=check_grid_health(where, grid.health),
     )
 
 

@@ -384,8 +384,11 @@ def finish(
     *,
     backoff_s: float = DEFAULT_BACKOFF_S,
     backoff_max_s: float = DEFAULT_BACKOFF_MAX_S,
+    retry: bool = True,
 ) -> JobStatus:
     """Record attempt `n`'s outcome (succeeded | failed | interrupted); returns the job's new status.
+    `retry=False`: a failure is final whatever attempts are left (a deterministic run's non-finite loss
+    would only repeat).
 
     failed: back to queued while the failed attempts are fewer than max_attempts (interruptions do not
     count: a kill -9 is not the job's fault), not to be claimed before `retry_delay(failures,
@@ -416,7 +419,7 @@ def finish(
             status = JobStatus.QUEUED
         else:
             failures = _failures(conn, job_id)
-            status = JobStatus.QUEUED if failures < job.max_attempts else JobStatus.FAILED
+            status = JobStatus.QUEUED if retry and failures < job.max_attempts else JobStatus.FAILED
             if status == JobStatus.QUEUED:
                 values["not_before"] = now + retry_delay(failures, backoff_s, backoff_max_s)
         values["status"] = status

@@ -83,13 +83,14 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from orchestrator import drivers, jobkinds, jobqueue, retention
+from orchestrator import alerts, drivers, jobkinds, jobqueue, retention
 from orchestrator.admission import Admission, Candidate, Node, Refuse, Request, Running
 from orchestrator.db import Outage, outage, outage_phrase
-from orchestrator.settings import _seconds, aging_seconds, backoff_seconds, grace_seconds
+from orchestrator.health import HealthWatch, Rule, StepClock
+from orchestrator.settings import _seconds, aging_seconds, backoff_seconds, grace_seconds, health_settings
 from orchestrator.states import AttemptOutcome, JobStatus
 from orchestrator.task import QueueReporter, TaskResult, launch, sink_on_this_node
-from orchestrator.writer import Unwritten, record_concurrency, write_events
+from orchestrator.writer import Unwritten, record_concurrency, record_findings, write_events
 from workers.reporter import Event, EventKind
 
 if TYPE_CHECKING:
@@ -154,6 +155,15 @@ class Scheduler:
         self.db_retry_max_s = _seconds("db_retry_max_s", db_retry_max_s, positive=True)
         self.driver = drivers.this_driver()
         self.worker = f"driver@{self.driver.host}:{self.driver.pid}"
+        # the health rules (orchestrator/health.py): the curves' in the writer, the stall clock here
+        # alerts (orchestrator/alerts.py): a bad channel configuration is refused before anything runs
+        self.alerts = alerts.load()
+        on_finding = alerts.finding_alert(self.alerts) if self.alerts.channels else None
+        self.health = HealthWatch(health_settings(), on_finding)
+        self.deliverer: alerts.Deliverer | None = None
+        self.clocks: dict[int, StepClock] = {}  # running job -> its step clock
+        self.findings: list[tuple[int, int, Any]] = []  # the driver's own, waiting for the database
+        self.stalled: dict[int, Any] = {}  # job -> the stall finding its attempt was killed for
 
     # ------------------------------------------------------------ setup
     def _connect(self) -> None:
@@ -198,9 +208,14 @@ class Scheduler:
         if threading.current_thread() is threading.main_thread():
             for s in old:
                 signal.signal(s, self._on_signal)
+        if self.alerts.channels:
+            self.deliverer = alerts.Deliverer(self.eng, self.alerts).start()
         try:
             self._loop()
+            self._queue_done()
         finally:
+            if self.deliverer is not None:
+                self.deliverer.stop()
             if threading.current_thread() is threading.main_thread():
                 for s, h in old.items():
                     signal.signal(s, h)
@@ -230,6 +245,7 @@ class Scheduler:
             else:
                 time.sleep(self.poll_s)
             self._drain()
+            self._check_stalls(time.time())
             for ref in done:
                 self._collect(ref)
 
@@ -304,6 +320,8 @@ class Scheduler:
             for other in others:
                 self.overlaps[other].add(job.id)
             self.running[ref] = (job.id, n, decision.running)
+            with self.eng.connect() as conn:
+                self.clocks[job.id] = StepClock(self.health.settings(conn, job.id))
             self.art_dirs[job.id] = (art, job.retention)
             if self.progress:
                 print(
@@ -320,6 +338,7 @@ class Scheduler:
         attempt = {j: n for j, n, _ in self.running.values()} | {j: n for j, n, _ in self.outcomes}
         for job_id, events in batches:
             n = attempt.get(job_id, 0)
+            self._advance(job_id, events)
             if self.paused is not None:
                 self.live.update({(job_id, n, e.kind): e for e in events if e.kind in LATEST_ONLY})
                 events = [e for e in events if e.kind not in LATEST_ONLY]
@@ -329,12 +348,18 @@ class Scheduler:
     def _collect(self, ref: Any) -> None:
         """A finished task: its outcome waits in `outcomes` until it is recorded (`_write_held`)."""
         job_id, n, _ = self.running.pop(ref)
+        self.clocks.pop(job_id, None)
+        stall = self.stalled.pop(job_id, None)
         try:
             out = ray.get(ref)
+            if stall is not None and out.outcome != AttemptOutcome.SUCCEEDED:
+                out = TaskResult(AttemptOutcome.FAILED, stall.message)
         except ray.exceptions.NodeDiedError as e:  # the machine went away: not the job's fault
             out = TaskResult(AttemptOutcome.INTERRUPTED, f"Ray node lost: {e}")
         except Exception as e:  # the worker process died (OOM-killed, a crash in native code, ...)
             out = TaskResult(AttemptOutcome.FAILED, f"Ray task failed: {type(e).__name__}: {e}")
+            if stall is not None:  # killed by the stall rule: a failed attempt, retried from its checkpoint
+                out = TaskResult(AttemptOutcome.FAILED, stall.message)
         self.outcomes.append((job_id, n, out))
 
     def _write_held(self, notes: list[tuple[int, int, list[Event]]] = ()) -> None:
@@ -345,7 +370,7 @@ class Scheduler:
             batches, self.held = self.held, []
             live = [(j, n, [e]) for (j, n, _), e in self.live.items()]  # after the job's held events
             try:
-                write_events(self.eng, [*notes, *batches, *live])
+                write_events(self.eng, [*notes, *batches, *live], self.health)
             except Unwritten as e:
                 self.held, self.live = e.batches + self.held, {}
                 raise
@@ -353,6 +378,9 @@ class Scheduler:
                 self.held = batches + self.held
                 raise
             self.live = {}
+        if self.findings:
+            record_findings(self.eng, self.health, self.findings)
+            self.findings = []
         while self.outcomes:
             self._record(*self.outcomes[0])
             self.outcomes.pop(0)
@@ -361,7 +389,28 @@ class Scheduler:
         # every event of the job is written (`_write_held` writes the events first), its result rows
         # among them; a resumed job's count covers all its attempts under this driver
         record_concurrency(self.eng, job_id, n, len(self.overlaps.get(job_id, ())))
-        status = self._finish(job_id, n, out.outcome, out.error)
+        retry = True
+        if out.finding is not None:
+            record_findings(self.eng, self.health, [(job_id, n, out.finding)])
+            with self.eng.connect() as conn:
+                retry = (
+                    out.finding.rule != Rule.NON_FINITE or self.health.settings(conn, job_id).retry_non_finite
+                )
+        status = self._finish(job_id, n, out.outcome, out.error, retry)
+        if status.finished:
+            self.health.forget(job_id)
+        if status == JobStatus.FAILED:
+            first = (out.error or "").strip().splitlines()[:1]
+            alerts.notify(
+                self.eng,
+                self.alerts,
+                alerts.Topic.JOB_FAILED,
+                f"job {job_id} failed",
+                first[0] if first else "no error recorded",
+                group=f"job_failed:{job_id}:{n}",
+                level="error",
+                job_id=job_id,
+            )
         if status.finished:
             self.overlaps.pop(job_id, None)
         art, keep = self.art_dirs.pop(job_id, (None, None))
@@ -375,10 +424,52 @@ class Scheduler:
                 flush=True,
             )
 
-    def _finish(self, job_id: int, n: int, outcome: AttemptOutcome, error: str | None) -> JobStatus:
+    def _finish(
+        self, job_id: int, n: int, outcome: AttemptOutcome, error: str | None, retry: bool = True
+    ) -> JobStatus:
         return jobqueue.finish(
-            self.eng, job_id, n, outcome, error, backoff_s=self.backoff_s, backoff_max_s=self.backoff_max_s
+            self.eng,
+            job_id,
+            n,
+            outcome,
+            error,
+            backoff_s=self.backoff_s,
+            backoff_max_s=self.backoff_max_s,
+            retry=retry,
         )
+
+    # ------------------------------------------------------------ the stall rule
+    def _advance(self, job_id: int, events: list[Event]) -> None:
+        """A job's step clock sees the steps its progress reports say are done; it starts again when the
+        attempt starts (after the spool's replay) or resumes from a checkpoint."""
+        clock = self.clocks.get(job_id)
+        if clock is None:
+            return
+        now = time.time()
+        for e in events:
+            if e.kind in (EventKind.STARTED, EventKind.RESUMED):
+                clock.restart()
+            elif e.kind == EventKind.PROGRESS and isinstance(e.payload, dict):
+                done = e.payload.get("done")
+                if isinstance(done, int | float) and not isinstance(done, bool):
+                    clock.advance(int(done), now, e.ts)
+
+    def _check_stalls(self, now: float) -> None:
+        """The stall rule on every running attempt: a warning at its limit, then a kill (recorded as a
+        failed attempt, retried from its checkpoint like any failure)."""
+        for ref, (job_id, n, _) in list(self.running.items()):
+            clock = self.clocks.get(job_id)
+            if clock is None or job_id in self.stalled:
+                continue
+            finding, kill = clock.check(now)
+            if finding is None:
+                continue
+            self.findings.append((job_id, n, finding))
+            if self.progress:
+                print(f"{time.strftime('%H:%M:%S')} job {job_id}: {finding.message}", flush=True)
+            if kill:
+                self.stalled[job_id] = finding
+                ray.cancel(ref, force=True)
 
     def _heartbeat_and_cancels(self) -> None:
         mine = [j for j, *_ in self.running.values()]
@@ -452,11 +543,40 @@ class Scheduler:
         jobs = {j: n for j, n, _ in self.running.values()} | {j: n for j, n, _ in self.outcomes}
         return [(j, n, [event]) for j, n in sorted(jobs.items())]
 
+    def _queue_done(self) -> None:
+        """The end of the loop: the queue emptied, or stopped; a message says how it ended."""
+        if not self.alerts.channels or self.paused is not None:
+            return
+        counts = alerts.job_counts(self.eng)
+        failed = counts.get(JobStatus.FAILED, 0)
+        how = "stopped" if self.stopping else "empty"
+        text = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        alerts.notify(
+            self.eng,
+            self.alerts,
+            alerts.Topic.QUEUE_DONE,
+            f"queue {how}" + (f" with {failed} failed job(s)" if failed else ""),
+            text or "no jobs",
+            group=f"queue_done:{self.worker}:{time.time()}",
+            level="error" if failed else "warning",
+        )
+
     def _resume(self) -> None:
         p, self.paused = self.paused, None
         self._say(
             f"database back after {time.time() - p.since:.0f} s: every held event and outcome is written; "
             "claiming again"
+        )
+        start = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(p.since))
+        alerts.notify(
+            self.eng,
+            self.alerts,
+            alerts.Topic.PAUSED,
+            "the queue paused: the database was away",
+            f"the database {outage_phrase(p.outage)} from {start} for {time.time() - p.since:.0f} s; "
+            "the driver held the running jobs' events and wrote them once it was back",
+            group=f"paused:{self.worker}:{p.since}",
+            level="error",
         )
 
     def _say(self, message: str) -> None:

@@ -481,6 +481,59 @@ class JobLog(Base):
     __table_args__ = (Index("ix_job_logs_job_id_ts", "job_id", "ts"),)
 
 
+class HealthEvent(Base):
+    """A health rule's finding (orchestrator/health.py): the job, the attempt, the step, the figure and
+    the rule; `level` warning (the run went on) or error (it ended the attempt). `value` is the figure
+    as a number (NULL when it is not finite: SQLite stores NaN as NULL anyway), `figure` as text
+    ("nan", "inf", "12.5"), so a non-finite one is still shown as what it was."""
+
+    __tablename__ = "health_events"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    attempt: Mapped[int | None] = mapped_column(Integer)
+    ts: Mapped[float] = mapped_column(Float)
+    step: Mapped[int | None] = mapped_column(BigInteger)
+    rule: Mapped[str] = mapped_column(String(32))  # an orchestrator.health.Rule value
+    level: Mapped[str] = mapped_column(String(16))  # an orchestrator.health.Level value
+    key: Mapped[str | None] = mapped_column(String(100))
+    value: Mapped[float | None] = mapped_column(Float)
+    figure: Mapped[str | None] = mapped_column(String(64))
+    message: Mapped[str] = mapped_column(Text)
+
+    __table_args__ = (Index("ix_health_events_ts", "ts"), Index("ix_health_events_job_id", "job_id"))
+
+
+class AlertOutbox(Base):
+    """One alert for one channel (orchestrator/alerts.py): written in the transaction of what caused it,
+    delivered at least once by a background thread. `msg_id` is the message's stable id (the same for
+    every channel; a receiver drops repeats by it); `repeats` counts the events grouped into it (one
+    message per job and rule per window). `status` pending | delivered; `tries`, `last_error` and
+    `next_try_at` record failed deliveries (retried with backoff). No secret is ever stored here: a
+    channel is known by its name."""
+
+    __tablename__ = "alert_outbox"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    msg_id: Mapped[str] = mapped_column(String(64))
+    channel: Mapped[str] = mapped_column(String(100))
+    created_at: Mapped[float] = mapped_column(Float)
+    topic: Mapped[str] = mapped_column(String(32))  # health | job_failed | queue_done | paused | test
+    job_id: Mapped[int | None] = mapped_column(Integer)
+    rule: Mapped[str | None] = mapped_column(String(32))
+    subject: Mapped[str] = mapped_column(Text)
+    body: Mapped[str] = mapped_column(Text)
+    repeats: Mapped[int] = mapped_column(Integer, default=1)
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    tries: Mapped[int] = mapped_column(Integer, default=0)
+    next_try_at: Mapped[float] = mapped_column(Float)
+    delivered_at: Mapped[float | None] = mapped_column(Float)
+    last_error: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (
+        UniqueConstraint("msg_id", "channel"),
+        Index("ix_alert_outbox_status_next_try_at", "status", "next_try_at"),
+    )
+
+
 def _result_tables() -> dict[str, type[Base]]:
     """The result tables the job kinds declare (workers.jobs.KINDS), by name, mapped to their ORM
     classes; a declared name with no class here is refused at import."""

@@ -1,15 +1,18 @@
-"""The driver's timing settings read from the environment: heartbeat grace, priority aging and retry
-backoff. Apart from the scheduler (which imports Ray) so that the planner reads the very setting the
+"""The driver's settings read from the environment: heartbeat grace, priority aging, retry backoff and
+the health rules. Apart from the scheduler (which imports Ray) so that the planner reads the very setting the
 scheduler will use without starting anything.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
 from model import fields
+from model.errors import ConfigError
 from orchestrator import jobqueue
+from orchestrator.health import HealthSettings
 
 
 def _seconds(name: str, value: Any, positive: bool = False) -> float:
@@ -45,3 +48,18 @@ def backoff_seconds() -> tuple[float, float]:
         _env_seconds("LOOPLAB_RETRY_BACKOFF_S", jobqueue.DEFAULT_BACKOFF_S),
         _env_seconds("LOOPLAB_RETRY_BACKOFF_MAX_S", jobqueue.DEFAULT_BACKOFF_MAX_S),
     )
+
+
+def health_settings() -> HealthSettings:
+    """The health rules' global settings: the defaults (orchestrator/health.py) with $LOOPLAB_HEALTH, a
+    JSON object of the same keys as a grid's `health` field (which wins over it per key), applied."""
+    value = os.environ.get("LOOPLAB_HEALTH")
+    if not value:
+        return HealthSettings()
+    try:
+        parsed = json.loads(value)
+    except ValueError as e:
+        raise ConfigError(
+            f"$LOOPLAB_HEALTH: expected a JSON object of health settings, got {value!r} ({e})"
+        ) from None
+    return HealthSettings.of("$LOOPLAB_HEALTH", parsed)

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
+from orchestrator.health import Finding, Level, Rule, non_finite
 from orchestrator.jobkinds import check_workers
 from orchestrator.states import AttemptOutcome
 from workers.reporter import BaseReporter, Event, EventKind, JobInterrupted
@@ -68,11 +69,14 @@ DISK_FULL_ADVICE = (
 class TaskResult:
     """What a job's task hands the driver, which records it (`jobqueue.finish`): how the attempt ended,
     the error to record (a failure's advice and traceback, why an attempt was interrupted, or None),
-    and a succeeded job's summary (what its kind's `run` returned)."""
+    a succeeded job's summary (what its kind's `run` returned), and the health finding that ended the
+    attempt (a non-finite figure: the driver stores it and fails the job without a retry unless its
+    grid asks for one)."""
 
     outcome: AttemptOutcome
     error: str | None = None
     summary: dict[str, Any] | None = None
+    finding: Finding | None = None
 
 
 @ray.remote(num_cpus=0)
@@ -386,7 +390,9 @@ def run_attempt(
     except (JobInterrupted, KeyboardInterrupt):
         result = TaskResult(AttemptOutcome.INTERRUPTED)
     except BaseException as e:  # every failure is recorded, the queue goes on
-        result = TaskResult(AttemptOutcome.FAILED, advice(e, job_id) + traceback.format_exc())
+        finding = non_finite_of(e)
+        lead = advice(e, job_id) if finding is None else f"{finding.message}. Traceback follows.\n"
+        result = TaskResult(AttemptOutcome.FAILED, lead + traceback.format_exc(), finding=finding)
     try:
         rep.close()
     except Exception:
@@ -402,6 +408,25 @@ def advice(error: BaseException, job_id: int) -> str:
     if _disk_full(error):
         return DISK_FULL_ADVICE.format(job=job_id)
     return ""
+
+
+def non_finite_of(error: BaseException) -> Finding | None:
+    """The non-finite finding of a run that raised a FloatingPointError (`error` or one behind it): the
+    trainer raises one whose args are (key, step, value) at the first non-finite train loss or gradient
+    norm; a plain one has no step."""
+    for e in _errors(error):
+        if isinstance(e, FloatingPointError):
+            key, step, value = e.args if len(e.args) == 3 else (None, None, None)
+            if isinstance(key, str) and isinstance(step, int) and isinstance(value, float):
+                return non_finite(key, step, value) or _plain_non_finite(str(e))
+            return _plain_non_finite(str(e))
+    return None
+
+
+def _plain_non_finite(message: str) -> Finding:
+    return Finding(
+        Rule.NON_FINITE, Level.ERROR, None, None, None, f"a non-finite value stopped the run: {message}"
+    )
 
 
 def _errors(error: BaseException | None) -> Iterator[BaseException]:

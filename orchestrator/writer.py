@@ -55,6 +55,7 @@ from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, InterfaceError
 from analysis.curves import CURVE_LEVEL_TOP, curve_level
 from orchestrator import jobqueue
 from orchestrator.db import outage
+from orchestrator.health import Finding, HealthWatch
 from orchestrator.schema import RESULT_TABLES, JobLog, LatestMetric, Metric
 from workers.reporter import Event, EventKind
 
@@ -76,38 +77,46 @@ class Unwritten(Exception):
         self.batches = batches
 
 
-def write_events(eng: Engine, batches: list[tuple[int, int, list[Event]]]) -> int:
+def write_events(
+    eng: Engine, batches: list[tuple[int, int, list[Event]]], health: HealthWatch | None = None
+) -> int:
     """Persist `(job_id, attempt_n, events)` batches in one transaction; returns the event count
     (of those given: the batches of an attempt that does not own its job are dropped).
 
     An outage (the server gone, the disk full: orchestrator.db.outage) raises and writes nothing: give
     the same batches again later (points are upserts, so a commit whose answer was lost stores nothing
     twice). Only while a refused batch is written job by job can an outage leave part of it written;
-    then `Unwritten` carries the rest."""
+    then `Unwritten` carries the rest. With `health`, the metric points go through the health rules
+    (orchestrator/health.py) and their findings are stored in the same transaction."""
     # job rows are taken in id order (as recovery takes them), so two writers never wait on each other
     # in a cycle; the sort is stable: each job's batches keep their order
     batches = sorted(batches, key=lambda batch: batch[0])
     try:
         with eng.begin() as conn:
             for job_id, attempt_n, events in batches:
-                _write_job(eng, conn, job_id, attempt_n, events)
+                _write_job(eng, conn, job_id, attempt_n, events, health)
     except BAD_ROW_ERRORS as e:
         if outage(e):
             raise
         log.warning("the database refused a batch of events: writing it again job by job", exc_info=True)
         for i, (job_id, attempt_n, events) in enumerate(batches):
-            _write_job_alone(eng, job_id, attempt_n, events, later=batches[i + 1 :])
+            _write_job_alone(eng, job_id, attempt_n, events, later=batches[i + 1 :], health=health)
     return sum(len(events) for _, _, events in batches)
 
 
 def _write_job_alone(
-    eng: Engine, job_id: int, attempt_n: int, events: list[Event], later: list[tuple[int, int, list[Event]]]
+    eng: Engine,
+    job_id: int,
+    attempt_n: int,
+    events: list[Event],
+    later: list[tuple[int, int, list[Event]]],
+    health: HealthWatch | None = None,
 ) -> None:
     """One job's events in their own transaction; if refused, one event per transaction (in order). An
     outage raises `Unwritten` with what is left of them and the `later` batches."""
     try:
         with eng.begin() as conn:
-            _write_job(eng, conn, job_id, attempt_n, events)
+            _write_job(eng, conn, job_id, attempt_n, events, health)
         return
     except DBAPIError as e:
         if outage(e):
@@ -117,7 +126,7 @@ def _write_job_alone(
     for k, event in enumerate(events):
         try:
             with eng.begin() as conn:
-                _write_job(eng, conn, job_id, attempt_n, [event])
+                _write_job(eng, conn, job_id, attempt_n, [event], health)
             continue
         except DBAPIError as e:
             if outage(e):
@@ -246,7 +255,14 @@ def _log_dropped(conn: Connection, job_id: int, attempt_n: int, event: Event, re
 # ---------------------------------------------------------------- writing
 
 
-def _write_job(eng: Engine, conn: Connection, job_id: int, attempt_n: int, events: list[Event]) -> None:
+def _write_job(
+    eng: Engine,
+    conn: Connection,
+    job_id: int,
+    attempt_n: int,
+    events: list[Event],
+    health: HealthWatch | None = None,
+) -> None:
     if not jobqueue.hold(conn, job_id, attempt_n):
         log.warning(
             "job %s: %d event(s) of attempt %s dropped: the attempt no longer owns the job",
@@ -257,6 +273,8 @@ def _write_job(eng: Engine, conn: Connection, job_id: int, attempt_n: int, event
         return
     metrics: list[dict[str, Any]] = []
     live: dict[str, Any] = {}  # the job's live columns, the last value of the batch winning
+    if health is not None:  # before the checks: a NaN point is refused below, but it is a finding
+        health.observe(conn, job_id, attempt_n, events)
     for event in events:
         kind = _kind(event)
         bad = _problem(event, kind)
@@ -504,3 +522,12 @@ def record_concurrency(eng: Engine, job_id: int, attempt_n: int, others: int) ->
         for name in TIMING_TABLES:
             table = RESULT_TABLES[name].__table__
             conn.execute(table.update().where(table.c.job_id == job_id).values(concurrent_jobs=int(others)))
+
+
+def record_findings(eng: Engine, health: HealthWatch, findings: list[tuple[int, int, Finding]]) -> None:
+    """Store the driver's own findings (a stall, the non-finite figure that ended an attempt), each
+    only while its attempt `n` still owns the job (as every event: fenced by `jobqueue.hold`)."""
+    with eng.begin() as conn:
+        for job_id, n, finding in findings:
+            if jobqueue.hold(conn, job_id, n):
+                health.record(conn, job_id, n, finding)

@@ -100,6 +100,16 @@ from workers.validation import autocast, evaluate
 H0_VERSION = 1  # the h0 draw of new runs (see the module docstring); 0: the global RNG, per step
 
 
+class NonFiniteError(FloatingPointError):
+    """A NaN or infinite train loss or gradient norm at a step; args (key, step, value), so it survives
+    pickling across processes and the queue reads which figure, where (orchestrator/task.py). Raised
+    before the step's checkpoint: nothing after the non-finite step is saved."""
+
+    def __str__(self) -> str:
+        key, step, value = self.args
+        return f"{key} is {value} at step {step}; lower lr or check the data"
+
+
 @dataclass
 class TrainerState:
     """Everything about a run's progress that a checkpoint saves and a resumed attempt restores."""
@@ -505,13 +515,20 @@ class Trainer:
         (train loss, matrix-group lr)."""
         lr = set_lr(opts, factor, progress=progress)
         loss = self.gang.total(self._accumulate(model, forward_model, step))
+        norm = None
         if self.spec.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), self.spec.grad_clip)
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), self.spec.grad_clip)
         for opt in opts:
             opt.step()
         for opt in opts:
             opt.zero_grad(set_to_none=True)
-        return loss.item(), lr
+        if norm is None:
+            return loss.item(), lr
+        # one sync for both; weights a non-finite norm spoilt are never saved (the caller raises first)
+        loss_value, norm_value = torch.stack([loss.detach().float(), norm.float()]).tolist()
+        if not math.isfinite(norm_value) and math.isfinite(loss_value):
+            raise NonFiniteError("grad_norm", step, norm_value)
+        return loss_value, lr
 
     def _accumulate(self, model, forward_model, step: int) -> torch.Tensor:
         """Forward and backward of every forward of step `step` (`split_step`), adding into the
@@ -583,7 +600,7 @@ class Trainer:
                     self.schedule.observe(seconds)
             waste = self._account(step, seconds, timed=step >= timed_from)
             if not math.isfinite(loss):
-                raise FloatingPointError(f"train_loss is {loss} at step {step}; lower lr or check the data")
+                raise NonFiniteError("train_loss", step, float(loss))
             state.step, state.last_train_loss = step + 1, loss
             tokens = state.step * self.tokens_per_step
             if step % spec.log_every == 0 or state.step == total:
@@ -640,6 +657,8 @@ class Trainer:
             )
 
         trained = run_eval(None)
+        if not math.isfinite(trained.loss):  # weights the last update spoilt: fail before they are saved
+            raise NonFiniteError("val_loss", max(0, state.step - 1), float(trained.loss))
         loss_at = {n: trained.loss if n == self.cfg.loops else run_eval(n).loss for n in self.eval_loops}
         state.eval_seconds += time.perf_counter() - t0
         state.last_val_loss, state.last_val_bpb = trained.loss, trained.bpb

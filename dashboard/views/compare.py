@@ -11,6 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from analysis import comparison, curves, stats, timing, variants
+from analysis.smoothing import SMOOTHING, smooth
 from dashboard import ui
 from orchestrator.states import JobStatus
 
@@ -87,7 +88,7 @@ else:
     st.markdown(f"**Per seed, mean, difference to `{reference}` with its 95 % interval**")
     ui.table(iso, key="iso_data")
     shown = iso[iso["ci_low"].notna()].copy()  # the rows that have an interval, drawn as bars
-    shown["budget"] = [f"{tokens / 1e6:g}M tokens" for tokens in shown["budget_tokens"]]
+    shown["budget"] = [f"{variants.human_count(tokens)} tokens" for tokens in shown["budget_tokens"]]
     shown["row"] = curves.join_labels(shown, ["variant_label", "size", "budget"])
     if not shown.empty:
         # the verdicts a row with an interval can have, as plain strings for the chart's JSON
@@ -222,15 +223,20 @@ else:
             "**Validation loss vs training wall time** — intermediate points are *not decayed*; "
             "only each finished run's last point is a decayed result."
         )
+        how = st.selectbox("Smoothing", list(SMOOTHING), key="compare_smoothing")
+        wt = smooth(wt, how, order="wall_s")  # the line only: the points (and every table) stay raw
         base = alt.Chart(wt).encode(
             x=alt.X("wall_s:Q", title="training wall time (s)"),
             y=alt.Y("value:Q", title="val_loss", scale=alt.Scale(zero=False)),
-            color=ui.color("series"),
+            color=ui.color("series", legend=alt.Legend(labelLimit=0)),  # whole labels: their ends differ
         )
         pts = base.mark_point(filled=True, size=70).encode(
-            shape=alt.Shape("point:N", title=None), tooltip=["series", "wall_s", "value", "point"]
+            y="raw:Q", shape=alt.Shape("point:N", title=None), tooltip=["series", "wall_s", "raw", "point"]
         )
-        st.altair_chart((base.mark_line(opacity=0.6) + pts).properties(height=360), width="stretch")
+        lines = base.mark_line(opacity=0.6)
+        if how != "none":  # the raw line faint behind the smoothed one
+            lines = base.mark_line(opacity=0.2).encode(y="raw:Q") + lines
+        st.altair_chart((lines + pts).properties(height=360), width="stretch")
 
 st.header("Training throughput")
 tp = comparison.throughput_table(done, reference=reference)

@@ -1,5 +1,7 @@
-"""Queue: what is queued, running, done and failed; the disk the jobs' artifacts take; progress of each
-running job; recent errors.
+"""Queue: the morning view (what finished, failed, stalled or warned since a chosen time, and the alerts
+sent with their delivery: orchestrator.health.happened_since, as `looplab status --since` prints it);
+what is queued, running, done and failed; the disk the jobs' artifacts take; progress of each running
+job; recent errors.
 
 Reads only the jobs table and `latest_metrics` (never the metric history), so it stays cheap enough
 to refresh every few seconds; the disk line walks the jobs' artifact dirs, at most once a minute
@@ -15,6 +17,8 @@ import streamlit as st
 from analysis.variants import MISSING, present
 from dashboard import listing, ui
 from orchestrator import frames, retention
+from orchestrator.errors import USER_ERRORS
+from orchestrator.health import happened_since, parse_since
 from orchestrator.states import JobStatus
 
 REFRESH_S = 5
@@ -38,6 +42,35 @@ def disk_line(used: retention.DiskInUse) -> str:
     if used.reclaimable:
         line += f"; `looplab gc` would free {retention.fmt_bytes(used.reclaimable)} (resume state of succeeded jobs)"
     return line
+
+
+@st.cache_data(ttl=REFRESH_S, show_spinner=False)
+def since(url: str, at: float) -> dict:
+    return happened_since(frames.engine(url), at)
+
+
+def morning_view() -> None:
+    """What happened since a time the person chooses (default: the last 12 hours)."""
+    st.subheader("Since")
+    asked = st.text_input("What happened since (8h, 90m, 07:30, 2026-12-03 18:00)", value="12h", key="since")
+    try:
+        at = parse_since(asked)
+    except USER_ERRORS as e:
+        st.error(str(e))
+        return
+    seen = since(url, float(int(at // 60) * 60))  # to the minute: the cache holds one view a minute
+    labels = {"succeeded": "finished", "failed": "failed since", "stalled": "stalled", "warned": "warned"}
+    counts = {labels.get(k, k): v for k, v in seen["counts"].items()}
+    for col, (label, n) in zip(st.columns(len(counts)), counts.items()):
+        col.metric(label, n)
+    st.caption(
+        f"since {time.strftime('%Y-%m-%d %H:%M', time.localtime(at))}; each job is on the Runs page by its id"
+    )
+    for name, title in (("finished", "Finished"), ("health", "Health events"), ("alerts", "Alerts")):
+        df = seen[name]
+        if not df.empty:
+            st.markdown(f"**{title}** ({len(df)})")
+            ui.table(df, precision=3, key=f"since_{name}")
 
 
 @st.fragment(run_every=REFRESH_S if live else None)
@@ -84,4 +117,5 @@ def queue_view() -> None:
     st.caption(f"updated {time.strftime('%H:%M:%S')}")
 
 
+morning_view()
 queue_view()

@@ -1,6 +1,8 @@
 """Runs: training and validation curves against tokens, wall time or step, grouped by configuration
 with a band over seeds (W&B/Aim style), the validation loss at several loop counts during training
-(train-time depth curves), and the table of runs and their seed aggregates.
+(train-time depth curves), and the table of runs and their seed aggregates. The curves may be smoothed
+(an EMA or a window, chosen on the page, the raw curve faint behind; analysis/smoothing.py), never the
+numbers of the tables; the health events of the drawn runs are markers on them (orchestrator/health.py).
 
 Every selected run is drawn: each curve is downsampled (in SQL) so that all of them together stay
 within `PLOT_POINTS` points."""
@@ -11,13 +13,37 @@ import altair as alt
 import streamlit as st
 
 from analysis import curves, variants
+from analysis.smoothing import SMOOTHING, smooth
 from dashboard import ui
 from orchestrator import frames
+from orchestrator.health import events_frame
 from orchestrator.states import JobStatus
 
 PLOT_POINTS = 60_000  # metric points read for one chart, shared among the selected runs
 X_AXES = {"tokens": "tokens", "wall time (s)": "wall_s", "step": "step"}
 GROUP_CHOICES = ["variant_label", "recipe", "size", "budget", "grid", "seed", *variants.ARCH_COLUMNS]
+
+
+@st.cache_data(ttl=5, show_spinner=False)
+def health_events(url: str, job_ids: tuple[int, ...]):
+    return events_frame(frames.engine(url), job_ids)
+
+
+def health_markers(cur, x: str):
+    """The health events of the drawn runs at their curves' points (the raw point at or before the
+    event's step): what a marker needs (x, raw value, rule, message)."""
+    import pandas as pd
+
+    found = health_events(url, tuple(int(i) for i in cur["job_id"].unique()))
+    found = found.dropna(subset=["step"])
+    if found.empty:
+        return found
+    found = found.assign(step=found["step"].astype("int64")).sort_values("step")
+    columns = list(dict.fromkeys(["job_id", "step", x, "raw"]))  # x may be the step itself
+    points = cur[columns].assign(step=lambda d: d["step"].astype("int64")).sort_values("step")
+    out = pd.merge_asof(found, points, on="step", by="job_id", direction="backward")
+    return out.dropna(subset=[x, "raw"])
+
 
 url, _, runs = ui.runs_page("Runs")
 shown = runs[runs["status"].isin([JobStatus.RUNNING, JobStatus.SUCCEEDED])].sort_values("job_id")
@@ -25,7 +51,7 @@ ids = tuple(int(i) for i in shown["job_id"])
 depth_keys = ui.depth_metric_keys(url, ids)
 metric_keys = [*frames.CURVE_KEYS, *sorted(set(depth_keys["key"]), key=lambda k: int(k.split("@")[1]))]
 
-c1, c2, c3, c4 = st.columns(4)
+c1, c2, c3, c4, c5 = st.columns(5)
 metric = c1.selectbox("Metric", metric_keys, index=1, key="runs_metric")
 x_label = c2.selectbox("x axis", list(X_AXES), key="runs_x")
 groups = [g for g in GROUP_CHOICES if g in runs.columns]
@@ -37,6 +63,7 @@ group_by = c3.multiselect(
     format_func=lambda c: variants.ARCH_LABELS.get(c, c),
 )
 band = c4.toggle("Seed band (min–max)", value=True, key="runs_band")
+smoothing = c5.selectbox("Smoothing", list(SMOOTHING), index=1, key="runs_smoothing")  # EMA 0.6
 x = X_AXES[x_label]
 if x == "wall_s":
     st.caption(
@@ -52,15 +79,42 @@ else:
     group_by = group_by or ["variant_label"]
     # one label per run, then onto its points (labelling every point costs as much as the read)
     labels = shown[["job_id"]].assign(config=curves.join_labels(shown, group_by).to_numpy())
-    cur = points_read.merge(labels, on="job_id")
+    cur = smooth(points_read.merge(labels, on="job_id"), smoothing)
     n_configs = cur["config"].nunique()
-    bands = curves.curve_bands(cur, by=["config"], x=x, bins=max(20, min(200, 5000 // n_configs)))
-    base = alt.Chart(bands).encode(x=alt.X(f"{x}:Q", title=x_label), color=ui.color("config"))
+    bins = max(20, min(200, 5000 // n_configs))
+    bands = curves.curve_bands(cur, by=["config"], x=x, bins=bins)
+    # the whole label in the legend: what tells two variants apart is often at its end
+    legend = alt.Legend(labelLimit=0)
+    base = alt.Chart(bands).encode(x=alt.X(f"{x}:Q", title=x_label), color=ui.color("config", legend=legend))
     tooltip = ["config", alt.Tooltip(f"{x}:Q", format=",.0f"), alt.Tooltip("mean:Q", format=".4f"), "n_seeds"]
     chart = ui.mean_with_spread(
         base, y_title=metric, tooltip=tooltip, spread="area" if band else None, points=False
     )
+    if smoothing != "none":  # the raw curve, faint, behind the smoothed one
+        raw = curves.curve_bands(cur.assign(value=cur["raw"]), by=["config"], x=x, bins=bins)
+        chart = (
+            alt.Chart(raw)
+            .mark_line(opacity=0.2)
+            .encode(x=f"{x}:Q", y="mean:Q", color=ui.color("config", legend=legend), detail="config")
+            + chart
+        )
+    markers = health_markers(cur, x)
+    if not markers.empty:
+        marked = (
+            alt.Chart(markers)
+            .mark_point(shape="triangle-down", size=90, filled=True)
+            .encode(
+                x=f"{x}:Q",
+                y="raw:Q",
+                color=alt.Color("rule:N", title="health", scale=alt.Scale(scheme="set1")),
+                tooltip=["job_id", "rule", "level", "step", "message"],
+            )
+        )
+        # the rules' colours apart from the runs' (whose raw and smoothed layers share theirs)
+        chart = alt.layer(chart, marked).resolve_scale(color="independent")
     st.altair_chart(chart.properties(height=420).interactive(), width="stretch")
+    if not markers.empty:
+        st.caption(f"{len(markers)} health event(s) marked on the curves (▼; docs/health.md)")
     st.caption(
         f"{len(ids):,} runs drawn (running and finished ones of the selection), each curve read at "
         f"≤ {points} points."

@@ -1,0 +1,497 @@
+"""Health rules: what the queue watches in every run, as small pure pieces with stated defaults.
+
+The rules run where a run's events are written (the writer for the curves, the driver for the step
+clock), so no extra process watches the queue. Each rule's result is a `Finding` (the rule, the step,
+the figure that tripped it, a level and a sentence), stored as a row of `health_events` with the job
+and attempt (`store`). Why these rules and these defaults (docs/health.md):
+
+- non-finite: a NaN or infinite train loss or gradient norm. A deterministic run replays the same
+  steps into the same NaN, so the job fails at that step without further attempts unless the grid
+  asks for them (`retry_non_finite`); the trainer raises before it can checkpoint the step.
+- loss spike: train loss above `spike_k` x its running median over the last `spike_window` points (the
+  median ignores the spike itself, a mean would follow it). One warning per episode.
+- stall: a running attempt whose step has not advanced for max(`stall_s`, `stall_factor` x its median
+  seconds per step): a warning, then at `stall_kill_factor` times that limit the attempt is killed and
+  retried from its checkpoint (a stopped or deadlocked process never reaches a step boundary, but its
+  reporter thread still heartbeats, so the heartbeat alone cannot tell).
+- slowdown: tokens per second over the last `slow_window` intervals under `slow_fraction` of the run's
+  own median rate: one warning per episode (it ends when the rate is back above the fraction).
+- eval divergence: validation loss rising at each of the last `eval_count` evaluations and by more
+  than `eval_noise` (relative) in all: a warning, once per episode.
+
+Torch-free and Ray-free: the writer, the driver, the CLI and the dashboard read the same names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import statistics
+import time
+from collections import deque
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import Connection
+
+from model import fields
+from model.errors import ConfigError
+
+
+class Rule(StrEnum):
+    """A health rule's name as stored in `health_events.rule` and shown to people."""
+
+    NON_FINITE = "non_finite"
+    LOSS_SPIKE = "loss_spike"
+    STALL = "stall"
+    SLOWDOWN = "slowdown"
+    EVAL_DIVERGENCE = "eval_divergence"
+
+
+class Level(StrEnum):
+    """How bad a finding is: a warning lets the attempt go on; an error ended it."""
+
+    WARNING = "warning"
+    ERROR = "error"
+
+
+# the figures the non-finite rule checks (a NaN elsewhere, e.g. in an MFU estimate, is no divergence)
+NON_FINITE_KEYS = ("train_loss", "grad_norm", "val_loss")
+TRAIN_LOSS, VAL_LOSS = "train_loss", "val_loss"
+
+
+@dataclass(frozen=True)
+class HealthSettings:
+    """Every rule's knobs, with the defaults docs/health.md justifies. Set globally ($LOOPLAB_HEALTH, a
+    JSON object of these keys) and per grid (`Grid(..., health={...})`, which wins per key)."""
+
+    spike_k: float = 3.0
+    spike_window: int = 50
+    stall_s: float = 900.0
+    stall_factor: float = 20.0
+    stall_kill_factor: float = 2.0
+    slow_fraction: float = 0.5
+    slow_window: int = 20
+    eval_count: int = 3
+    eval_noise: float = 0.01
+    retry_non_finite: bool = False
+
+    @classmethod
+    def of(cls, where: str, values: Any, base: HealthSettings | None = None) -> HealthSettings:
+        """`base` (default: the defaults) with `values` (a mapping of these keys) checked and applied; a
+        ConfigError names `where`.key and what it accepts."""
+        given = fields.known_keys(where, fields.mapping(where, values, "a dict of health settings"), cls)
+        checked: dict[str, Any] = {}
+        for key, value in given.items():
+            name = f"{where}.{key}"
+            if key == "retry_non_finite":
+                checked[key] = fields.boolean(name, value)
+            elif key in ("spike_window", "slow_window", "eval_count"):
+                checked[key] = fields.integer(name, value, lo=2 if key != "eval_count" else 1)
+            elif key in ("spike_k", "stall_kill_factor"):
+                checked[key] = fields.number(name, value, lo=1.0, lo_open=True)
+            elif key == "slow_fraction":
+                checked[key] = fields.number(name, value, lo=0.0, lo_open=True, hi=1.0, hi_open=True)
+            else:
+                checked[key] = fields.number(name, value, lo=0.0, lo_open=key != "eval_noise")
+        return dataclasses.replace(base or cls(), **checked)
+
+    def stall_limit(self, median_step_s: float | None) -> float:
+        """Seconds without a step advance that count as a stall."""
+        return max(self.stall_s, self.stall_factor * (median_step_s or 0.0))
+
+
+def check_grid_health(where: str, values: Any) -> dict[str, Any] | None:
+    """A grid's `health` field, checked (the keys it sets, as given), or None for no field."""
+    if values is None:
+        return None
+    HealthSettings.of(f"{where}: health", values)
+    return dict(values)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One rule's result: at `step`, the figure `value` of metric `key` tripped `rule`."""
+
+    rule: Rule
+    level: Level
+    step: int | None
+    key: str | None
+    value: float | None
+    message: str
+
+
+def non_finite(key: str, step: int, value: float) -> Finding | None:
+    """A NaN or infinite value of a figure in NON_FINITE_KEYS."""
+    if key not in NON_FINITE_KEYS or math.isfinite(value):
+        return None
+    return Finding(
+        Rule.NON_FINITE,
+        Level.ERROR,
+        step,
+        key,
+        value,
+        f"{key} is {value} at step {step}: the run diverged (lower lr, or check the data)",
+    )
+
+
+class SpikeRule:
+    """Train loss above k x the running median of the last n points; one warning per episode."""
+
+    def __init__(self, k: float, window: int) -> None:
+        self.k, self.points, self.spiking = k, deque(maxlen=window), False
+
+    def observe(self, step: int, value: float) -> Finding | None:
+        full = len(self.points) == self.points.maxlen
+        median = statistics.median(self.points) if full else None
+        spike = median is not None and median > 0 and value > self.k * median
+        found = None
+        if spike and not self.spiking:
+            found = Finding(
+                Rule.LOSS_SPIKE,
+                Level.WARNING,
+                step,
+                TRAIN_LOSS,
+                value,
+                f"train_loss {value:.4g} at step {step} is {value / median:.1f}x its running median "
+                f"{median:.4g} (limit {self.k:g}x over {self.points.maxlen} points)",
+            )
+        self.spiking = spike
+        if not spike:  # a spike would lift the median it is measured against
+            self.points.append(value)
+        return found
+
+
+class SlowdownRule:
+    """Tokens/s over the last `window` intervals under `fraction` of the run's own median interval rate;
+    one warning per episode. Fed (tokens, wall_s) of successive train-loss points."""
+
+    def __init__(self, fraction: float, window: int) -> None:
+        self.fraction, self.window = fraction, window
+        # the run's own rate: the median of its recent intervals (bounded: a curve has 10^5 points)
+        self.rates: deque[float] = deque(maxlen=max(500, 10 * window))
+        self.recent: deque[tuple[int, float]] = deque(maxlen=window + 1)
+        self.slow = False
+        self.median: float | None = None  # refreshed every `window` intervals: per point it would cost
+        self.since_median = 0  # the writer more than the rest of the rules together
+
+    def observe(self, step: int, tokens: int | None, wall_s: float | None) -> Finding | None:
+        if tokens is None or wall_s is None:
+            return None
+        if self.recent and (wall_s <= self.recent[-1][1] or tokens <= self.recent[-1][0]):
+            return None  # no time or no tokens passed (a resumed attempt's first point): no rate
+        if self.recent:
+            self.rates.append((tokens - self.recent[-1][0]) / (wall_s - self.recent[-1][1]))
+            self.since_median += 1
+        self.recent.append((tokens, wall_s))
+        if len(self.rates) < 2 * self.window:  # the median needs a history longer than the window
+            return None
+        if self.median is None or self.since_median >= self.window:
+            self.median, self.since_median = statistics.median(self.rates), 0
+        (t0, w0), (t1, w1) = self.recent[0], self.recent[-1]
+        rate, median = (t1 - t0) / (w1 - w0), self.median
+        slow = rate < self.fraction * median
+        found = None
+        if slow and not self.slow:
+            found = Finding(
+                Rule.SLOWDOWN,
+                Level.WARNING,
+                step,
+                "tokens_per_s",
+                rate,
+                f"{rate:.4g} tokens/s over the last {self.window} intervals at step {step}, under "
+                f"{self.fraction:g} x the run's median {median:.4g}",
+            )
+        self.slow = slow
+        return found
+
+
+class EvalDivergenceRule:
+    """Validation loss rising at each of the last `count` evaluations, by more than `noise` (relative to
+    where the rise began) in all; once per episode."""
+
+    def __init__(self, count: int, noise: float) -> None:
+        self.count, self.noise = count, noise
+        self.values: deque[float] = deque(maxlen=count + 1)
+        self.warned = False
+
+    def observe(self, step: int, value: float) -> Finding | None:
+        self.values.append(value)
+        v = list(self.values)
+        rising = len(v) == self.count + 1 and all(b > a for a, b in zip(v, v[1:]))
+        diverging = rising and v[-1] - v[0] > self.noise * abs(v[0])
+        found = None
+        if diverging and not self.warned:
+            found = Finding(
+                Rule.EVAL_DIVERGENCE,
+                Level.WARNING,
+                step,
+                VAL_LOSS,
+                value,
+                f"val_loss rose at each of the last {self.count} evaluations, {v[0]:.4g} -> {v[-1]:.4g} "
+                f"at step {step} (noise floor {self.noise:.2%})",
+            )
+        if not rising or v[-1] < v[-2]:
+            self.warned = False
+        self.warned = self.warned or diverging
+        return found
+
+
+class RunHealth:
+    """The curve rules of one attempt of one job, fed its metric points in order; a point at or before
+    the last one seen of its key (a replayed spool, a batch written again) is not counted twice."""
+
+    def __init__(self, settings: HealthSettings) -> None:
+        s = self.settings = settings
+        self.spike = SpikeRule(s.spike_k, s.spike_window)
+        self.slowdown = SlowdownRule(s.slow_fraction, s.slow_window)
+        self.divergence = EvalDivergenceRule(s.eval_count, s.eval_noise)
+        self.last_step: dict[str, int] = {}
+
+    def observe(self, key: str, step: int, value: float, tokens=None, wall_s=None) -> list[Finding]:
+        if step <= self.last_step.get(key, -1):
+            return []
+        self.last_step[key] = step
+        bad = non_finite(key, step, value)
+        if bad is not None:
+            return [bad]
+        found: list[Finding | None] = []
+        if key == TRAIN_LOSS:
+            found += [self.spike.observe(step, value), self.slowdown.observe(step, tokens, wall_s)]
+        elif key == VAL_LOSS:
+            found.append(self.divergence.observe(step, value))
+        return [f for f in found if f is not None]
+
+
+class StepClock:
+    """When an attempt's step last advanced (on the driver's clock) and its median seconds per step: the
+    stall rule. The clock starts at the attempt's first step: before it a run may build its data or
+    compile for a long time, which is no stall."""
+
+    def __init__(self, settings: HealthSettings) -> None:
+        self.settings = settings
+        self.step: int | None = None
+        self.at = self.made = 0.0
+        self.per_step: deque[float] = deque(maxlen=200)
+        self.warned = False
+
+    def advance(self, step: int, now: float, ts: float | None = None) -> None:
+        """The attempt reported `step` done, seen at `now` (the driver's clock) and made at `ts` (the
+        worker's: step times come from one clock's differences; the driver drains in batches)."""
+        if self.step is not None and step <= self.step:
+            return
+        made = now if ts is None else ts
+        if self.step is not None and made > self.made:
+            self.per_step.append((made - self.made) / (step - self.step))
+        self.step, self.at, self.made, self.warned = step, now, made, False
+
+    def restart(self) -> None:
+        """The attempt (re)started or resumed from a checkpoint: the clock waits for its next step (points
+        replayed from an earlier attempt's spool, or a restore, are no progress of this one)."""
+        self.step, self.warned = None, False
+
+    def limit(self) -> float:
+        return self.settings.stall_limit(statistics.median(self.per_step) if self.per_step else None)
+
+    def check(self, now: float) -> tuple[Finding | None, bool]:
+        """(a warning to record, whether to kill the attempt) at time `now`."""
+        if self.step is None:
+            return None, False
+        idle, limit = now - self.at, self.limit()
+        kill = idle >= limit * self.settings.stall_kill_factor
+        if idle < limit or (self.warned and not kill):
+            return None, False
+        self.warned = True
+        what = "killed to be retried from its checkpoint" if kill else "a warning"
+        finding = Finding(
+            Rule.STALL,
+            Level.ERROR if kill else Level.WARNING,
+            self.step,
+            "step",
+            idle,
+            f"no step after step {self.step} for {idle:.0f} s (limit {limit:.0f} s): {what}",
+        )
+        return finding, kill
+
+
+# ---------------------------------------------------------------- settings of a job, storage
+
+
+def grid_settings(conn: Connection, job_id: int, base: HealthSettings) -> HealthSettings:
+    """`base` with the `health` field of job `job_id`'s grid applied (base when it has none)."""
+    from orchestrator.schema import GridRow, Job
+
+    spec = conn.execute(
+        sa.select(GridRow.spec).join(Job, Job.grid_id == GridRow.id).where(Job.id == job_id)
+    ).scalar()
+    health = json.loads(spec).get("health") if spec else None
+    if health is None:
+        return base
+    try:
+        return HealthSettings.of("grid health", health, base)
+    except ConfigError:  # checked at submission; a row edited by hand falls back to the global settings
+        return base
+
+
+def store(
+    conn: Connection, job_id: int, attempt: int | None, finding: Finding, ts: float | None = None
+) -> int:
+    """One finding as a `health_events` row; returns its id."""
+    from orchestrator.schema import HealthEvent
+
+    value = finding.value
+    return conn.execute(
+        HealthEvent.__table__.insert().values(
+            job_id=job_id,
+            attempt=attempt,
+            ts=time.time() if ts is None else ts,
+            step=finding.step,
+            rule=str(finding.rule),
+            level=str(finding.level),
+            key=finding.key,
+            value=value if value is None or math.isfinite(value) else None,
+            figure=None if value is None else repr(value),
+            message=finding.message,
+        )
+    ).inserted_primary_key[0]
+
+
+class HealthWatch:
+    """The writer's side of the rules: a `RunHealth` per job (a new one for each attempt), with the
+    settings of the job's grid over `base`, and each finding stored (and handed to `on_finding`, e.g. the
+    alert outbox) in the writer's transaction. The driver owns one for its lifetime; after a restart the
+    rules start afresh (their windows refill within `spike_window` points)."""
+
+    def __init__(self, base: HealthSettings | None = None, on_finding=None) -> None:
+        self.base = base or HealthSettings()
+        self.on_finding = on_finding  # (conn, job_id, attempt, finding) -> None
+        self.runs: dict[int, tuple[int, RunHealth]] = {}
+        self._settings: dict[int, HealthSettings] = {}
+
+    def settings(self, conn: Connection, job_id: int) -> HealthSettings:
+        if job_id not in self._settings:
+            self._settings[job_id] = grid_settings(conn, job_id, self.base)
+        return self._settings[job_id]
+
+    def observe(self, conn: Connection, job_id: int, attempt: int, events: list[Any]) -> list[Finding]:
+        """Feed the metric events of one job's batch (reported under `attempt`) to its rules; store and
+        return the findings."""
+        points = [e for e in events if e.kind == "metric" and isinstance(e.payload, dict)]
+        if not points:
+            return []
+        held = self.runs.get(job_id)
+        if held is None or held[0] != attempt:
+            held = self.runs[job_id] = (attempt, RunHealth(self.settings(conn, job_id)))
+        found = []
+        for e in points:
+            p = e.payload
+            if not (isinstance(p.get("key"), str) and isinstance(p.get("step"), int)):
+                continue  # the writer refuses it with the reason
+            if not isinstance(p.get("value"), int | float) or isinstance(p.get("value"), bool):
+                continue
+            for finding in held[1].observe(
+                p["key"], p["step"], float(p["value"]), p.get("tokens"), p.get("wall_s")
+            ):
+                self.record(conn, job_id, attempt, finding)  # the writer's clock, as heartbeats
+                found.append(finding)
+        return found
+
+    def record(self, conn: Connection, job_id: int, attempt: int | None, finding: Finding, ts=None) -> None:
+        store(conn, job_id, attempt, finding, ts)
+        if self.on_finding is not None:
+            self.on_finding(conn, job_id, attempt, finding)
+
+    def forget(self, job_id: int) -> None:
+        """A job finished: its rules' state goes."""
+        self.runs.pop(job_id, None)
+        self._settings.pop(job_id, None)
+
+
+# ---------------------------------------------------------------- what happened since a time
+
+
+def parse_since(text: str, now: float | None = None) -> float:
+    """A time as epoch seconds from what a person types: a duration back from now ("90m", "8h", "2d",
+    "45s"), a clock time today ("07:30"; yesterday's when that is still to come) or an ISO date-time
+    ("2026-12-03 18:00"); a ConfigError names what is accepted."""
+    import datetime as dt
+
+    now = time.time() if now is None else now
+    t = str(text).strip()
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    try:
+        if t and t[-1] in units:
+            return now - float(t[:-1]) * units[t[-1]]
+        if len(t) in (4, 5) and ":" in t:
+            hh, mm = (int(x) for x in t.split(":"))
+            day = dt.datetime.fromtimestamp(now).replace(hour=hh, minute=mm, second=0, microsecond=0)
+            at = day.timestamp()
+            return at - 86400 if at > now else at
+        return dt.datetime.fromisoformat(t).timestamp()
+    except ValueError:
+        raise ConfigError(
+            f"since: cannot read {text!r}; accepted: a duration back from now (90m, 8h, 2d), a clock time "
+            "today (07:30) or an ISO date-time (2026-12-03 18:00)"
+        ) from None
+
+
+def happened_since(eng: Any, since: float) -> dict[str, Any]:
+    """The morning view: what happened since `since` (epoch seconds), as DataFrames `finished` (jobs that
+    succeeded or failed), `health` (findings) and `alerts` (messages with their delivery), and `counts`
+    (finished, failed, stalled, warned, alerts delivered and pending)."""
+    import pandas as pd
+
+    finished = pd.read_sql(
+        sa.text(
+            "SELECT j.id AS job, j.kind, g.name AS grid, j.recipe, j.status, j.attempts, j.finished_at, "
+            "j.error FROM jobs j LEFT JOIN grids g ON g.id = j.grid_id "
+            "WHERE j.finished_at >= :since AND j.status IN ('succeeded', 'failed') ORDER BY j.finished_at"
+        ),
+        eng,
+        params={"since": since},
+    )
+    finished["error"] = finished["error"].map(
+        lambda e: e.strip().splitlines()[0] if isinstance(e, str) else ""
+    )
+    health = pd.read_sql(
+        sa.text(
+            "SELECT job_id AS job, attempt, step, rule, level, figure, message, ts AS seen_at FROM health_events "
+            "WHERE ts >= :since ORDER BY ts"
+        ),
+        eng,
+        params={"since": since},
+    )
+    sent = pd.read_sql(
+        sa.text(
+            "SELECT msg_id, channel, topic, job_id AS job, subject, repeats, status, tries, last_error, "
+            "created_at, delivered_at FROM alert_outbox WHERE created_at >= :since ORDER BY created_at"
+        ),
+        eng,
+        params={"since": since},
+    )
+    counts = {
+        "succeeded": int((finished["status"] == "succeeded").sum()),
+        "failed": int((finished["status"] == "failed").sum()),
+        "stalled": int(health.loc[health["rule"] == str(Rule.STALL), "job"].nunique()),
+        "warned": int(health.loc[health["level"] == str(Level.WARNING), "job"].nunique()),
+        "alerts delivered": int((sent["status"] == "delivered").sum()),
+        "alerts pending": int((sent["status"] != "delivered").sum()),
+    }
+    return {"finished": finished, "health": health, "alerts": sent, "counts": counts}
+
+
+def events_frame(eng: Any, job_ids: list[int] | tuple[int, ...]) -> Any:
+    """The health events of `job_ids` (a DataFrame: job_id, attempt, step, rule, level, key, figure,
+    message, ts), for markers on the curves."""
+    import pandas as pd
+
+    cols = ["job_id", "attempt", "step", "rule", "level", "key", "figure", "message", "ts"]
+    if not job_ids:
+        return pd.DataFrame(columns=cols)
+    stmt = sa.text(
+        f"SELECT {', '.join(cols)} FROM health_events WHERE job_id IN :ids ORDER BY ts"
+    ).bindparams(sa.bindparam("ids", expanding=True))
+    return pd.read_sql(stmt, eng, params={"ids": [int(i) for i in job_ids]})

@@ -1,0 +1,113 @@
+"""The Runs page's smoothing and health markers (AppTest): the smoothed curve drawn over the raw one
+(faint), the chosen method applied, and a marker at the step of a health event."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+from streamlit.testing.v1 import AppTest
+
+from orchestrator import Grid, Queue
+from orchestrator.health import HealthSettings, HealthWatch
+from orchestrator.jobqueue import claim
+from orchestrator.writer import write_events
+from tests.orchestrator import fake_jobs
+from workers.reporter import Event, EventKind
+
+APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
+
+
+def layers(spec: dict, data: dict | None = None) -> list[dict]:
+    """Every leaf layer of a Vega-Lite spec, with the data it draws (a layer's own, else its parent's)."""
+    data = spec.get("data", data)
+    if "layer" in spec:
+        return [leaf for layer in spec["layer"] for leaf in layers(layer, data)]
+    return [{**spec, "data": data}]
+
+
+def datasets(element) -> dict[str, list[dict]]:
+    """The chart's named datasets (Streamlit sends them beside the spec, as Arrow) as lists of rows."""
+    return {
+        d.name: pa.ipc.open_stream(d.data.data).read_all().to_pandas().to_dict("records")
+        for d in element.proto.datasets
+    }
+
+
+def mark(layer: dict) -> dict:
+    return layer["mark"] if isinstance(layer["mark"], dict) else {"type": layer["mark"]}
+
+
+def test_runs_page_smooths_the_curves_over_the_faint_raw_ones_and_marks_health_events(tmp_path, monkeypatch):
+    q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art", kinds=fake_jobs)
+    (job,) = q.submit(Grid("s", base={"tokens": 100}))
+    claim(q.eng, job, "driver", str(tmp_path / "a"))
+    values = [4.0 - 0.02 * s + (0.3 if s % 2 else 0.0) for s in range(60)]
+    values[40] = 30.0  # a loss spike
+    events = [
+        Event(
+            EventKind.METRIC,
+            1.0,
+            {"key": "train_loss", "step": s, "value": v, "tokens": 64 * s, "wall_s": s * 0.1},
+        )
+        for s, v in enumerate(values)
+    ]
+    write_events(q.eng, [(job, 1, events)], HealthWatch(HealthSettings(spike_window=10)))
+    monkeypatch.setenv("LOOPLAB_DB", q.url)
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    at.switch_page("views/runs.py").run()
+    assert not at.exception, [e.message for e in at.exception]
+    at.selectbox(key="runs_metric").set_value("train_loss").run()
+    at.selectbox(key="runs_x").set_value("step").run()
+    assert at.selectbox(key="runs_smoothing").value == "EMA 0.6"  # smoothing on by default
+    at.selectbox(key="runs_smoothing").set_value("EMA 0.9").run()
+    chart = at.get("vega_lite_chart")[0]
+    spec, data = json.loads(chart.proto.spec), datasets(chart)
+    leaves = layers(spec)
+    lines = [leaf for leaf in leaves if mark(leaf)["type"] == "line"]
+    faint = [leaf for leaf in lines if mark(leaf).get("opacity") == 0.2]
+    assert len(faint) == 1 and len(lines) == 2  # the raw curve behind the smoothed one
+    markers = [leaf for leaf in leaves if mark(leaf).get("shape") == "triangle-down"]
+    assert len(markers) == 1 and markers[0]["encoding"]["y"]["field"] == "raw"
+    marked = data[markers[0]["data"]["name"]]
+    assert [(m["step"], m["rule"], m["raw"]) for m in marked] == [(40, "loss_spike", 30.0)]
+
+    def swing(leaf: dict) -> float:
+        """The largest step-to-step change of a drawn line over its first 30 points."""
+        ys = [r["mean"] for r in sorted(data[leaf["data"]["name"]], key=lambda r: r["step"])][:30]
+        return max(abs(a - b) for a, b in zip(ys, ys[1:]))
+
+    smoothed = next(leaf for leaf in lines if leaf not in faint)
+    assert swing(smoothed) < 0.5 * swing(faint[0])  # the zig-zag of 0.3 damped
+    assert all(leaf["encoding"]["color"]["legend"]["labelLimit"] == 0 for leaf in lines)  # labels never cut
+    assert "1 health event(s) marked on the curves" in "\n".join(c.value for c in at.caption)
+    # no smoothing: no faint layer
+    at.selectbox(key="runs_smoothing").set_value("none").run()
+    spec = json.loads(at.get("vega_lite_chart")[0].proto.spec)
+    assert not [
+        leaf for leaf in layers(spec) if mark(leaf).get("opacity") == 0.2 and mark(leaf)["type"] == "line"
+    ]
+
+
+def test_compare_page_smooths_the_wall_time_curves_with_the_raw_line_faint(monkeypatch, fixture_db):
+    monkeypatch.setenv("LOOPLAB_DB", fixture_db[0])
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    at.switch_page("views/compare.py").run()
+    assert not at.exception, [e.message for e in at.exception]
+
+    def wall_time_lines() -> list[dict]:
+        for chart in at.get("vega_lite_chart"):
+            leaves = layers(json.loads(chart.proto.spec))
+            if any(leaf.get("encoding", {}).get("x", {}).get("field") == "wall_s" for leaf in leaves):
+                return [leaf for leaf in leaves if mark(leaf)["type"] == "line"]
+        raise AssertionError("no wall-time chart")
+
+    assert at.selectbox(key="compare_smoothing").value == "none"
+    assert [mark(leaf).get("opacity") for leaf in wall_time_lines()] == [0.6]
+    at.selectbox(key="compare_smoothing").set_value("EMA 0.6").run()
+    lines = wall_time_lines()
+    assert sorted(mark(leaf).get("opacity") for leaf in lines) == [0.2, 0.6]
+    assert {leaf["encoding"]["y"]["field"] for leaf in lines} == {"raw", "value"}

@@ -1,0 +1,74 @@
+"""The morning view and the health markers in a real browser (headless Chromium, the session's Streamlit
+server with `?db=`): the Queue page shows what happened since the chosen time, and the Runs chart draws
+the loss-spike marker in its colour over the smoothed curve (pixels of the screenshot, not only the
+page's text). Screenshots go to artifacts/screenshots/ for review."""
+
+from __future__ import annotations
+
+import io
+
+from orchestrator import Grid, Queue
+from orchestrator.health import Finding, HealthSettings, HealthWatch, Level, Rule, store
+from orchestrator.jobqueue import claim, finish
+from orchestrator.states import AttemptOutcome
+from orchestrator.writer import write_events
+from tests.dashboard.browser import SHOTS, assert_page_shows, open_page, page_url
+from tests.orchestrator import fake_jobs
+from workers.reporter import Event, EventKind
+
+
+def health_db(tmp_path) -> str:
+    q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art", kinds=fake_jobs)
+    run, bad = q.submit(Grid("h", base={"tokens": 100}, sweep={"seed": [0, 1]}, max_attempts=1))
+    for job in (run, bad):
+        claim(q.eng, job, "driver", str(tmp_path / f"a{job}"))
+    values = [4.0 - 0.02 * s + (0.3 if s % 2 else 0.0) for s in range(60)]
+    values[40] = 30.0
+    events = [
+        Event(
+            EventKind.METRIC,
+            1.0,
+            {"key": "train_loss", "step": s, "value": v, "tokens": 64 * s, "wall_s": s * 0.1},
+        )
+        for s, v in enumerate(values)
+    ]
+    events += [  # the page opens on val_loss: its curve carries the marker too
+        Event(
+            EventKind.METRIC, 1.0, {"key": "val_loss", "step": s, "value": 4.0 - 0.02 * s, "tokens": 64 * s}
+        )
+        for s in range(0, 60, 5)
+    ]
+    write_events(q.eng, [(run, 1, events)], HealthWatch(HealthSettings(spike_window=10)))
+    finish(q.eng, run, 1, AttemptOutcome.SUCCEEDED)
+    finish(q.eng, bad, 1, AttemptOutcome.FAILED, "train_loss is nan at step 3: the run diverged")
+    with q.eng.begin() as conn:
+        store(conn, bad, 1, Finding(Rule.NON_FINITE, Level.ERROR, 3, "train_loss", float("nan"), "nan at 3"))
+    return str(tmp_path / "q.db")
+
+
+def red_pixels(png: bytes) -> int:
+    """Pixels of a strong red: the markers' ("set1" starts with red; the runs' lines are blue, the axes grey)."""
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(png)).convert("RGB")
+    return sum(1 for r, g, b in image.getdata() if r - max(g, b) > 80)
+
+
+def test_morning_view_and_health_markers_in_a_browser(dashboard_server, browser, tmp_path):
+    db = health_db(tmp_path)
+    expected = ["Since", "failed since", "Health events", "non_finite", "the run diverged"]
+    with open_page(browser, page_url(dashboard_server, "queue", db), "Queue", expected, height=1600) as page:
+        page.screenshot(path=str(SHOTS / "queue_morning_view.png"), full_page=True)
+        body = assert_page_shows(page, "Queue", expected)
+        html = page.content()  # a table's cells are in the grid's accessible table, not in the text
+        assert "stalled" in body and "alerts delivered" in body and "loss_spike" in html
+        assert "1796" not in html  # times as clock times, not epoch seconds
+    with open_page(
+        browser, page_url(dashboard_server, "runs", db), "Runs", ["Smoothing"], height=1400
+    ) as page:
+        chart = page.locator('[data-testid="stVegaLiteChart"]').first
+        chart.scroll_into_view_if_needed()
+        page.wait_for_timeout(1000)
+        png = chart.screenshot(path=str(SHOTS / "runs_health_markers.png"))
+        assert "health event(s) marked on the curves" in page.inner_text("body")
+        assert red_pixels(png) >= 20  # the ▼ marker drawn (a filled triangle of size 90: ~60 pixels)

@@ -1,0 +1,75 @@
+"""`looplab status --since` and `looplab alerts` (list, test) on a queue state made directly in the
+database (no Ray): the morning view's counts, findings and deliveries, and a test message that reaches a
+local webhook."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from lab.cli import main
+from model.errors import ConfigError
+from orchestrator import Grid, Queue, alerts
+from orchestrator.health import Finding, Level, Rule, parse_since, store
+from orchestrator.jobqueue import claim, finish
+from orchestrator.states import AttemptOutcome
+from tests.orchestrator import fake_jobs
+from tests.orchestrator.alert_servers import http_receiver
+
+
+@pytest.fixture
+def queue(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOOPLAB_ALERTS", str(tmp_path / "alerts.json"))
+    (tmp_path / "alerts.json").write_text("{}")
+    q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art", kinds=fake_jobs)
+    ok, bad, stalled = q.submit(Grid("m", base={"tokens": 100}, sweep={"seed": [0, 1, 2]}, max_attempts=1))
+    for job in (ok, bad, stalled):
+        claim(q.eng, job, "driver", str(tmp_path / f"a{job}"))
+    finish(q.eng, ok, 1, AttemptOutcome.SUCCEEDED)
+    finish(q.eng, bad, 1, AttemptOutcome.FAILED, "train_loss is nan at step 3: the run diverged\nTraceback")
+    with q.eng.begin() as conn:
+        store(conn, stalled, 1, Finding(Rule.STALL, Level.WARNING, 7, "step", 950.0, "no step after step 7"))
+        store(conn, bad, 1, Finding(Rule.NON_FINITE, Level.ERROR, 3, "train_loss", float("nan"), "nan"))
+    return q, (ok, bad, stalled), tmp_path
+
+
+def test_status_since_prints_the_morning_view(queue, capsys):
+    q, (ok, bad, stalled), _ = queue
+    assert main(["--db", q.url, "status", "--since", "1h"]) == 0
+    out = capsys.readouterr().out
+    assert "1 succeeded, 1 failed, 1 stalled, 1 warned, 0 alerts delivered, 0 alerts pending" in out
+    assert "train_loss is nan at step 3: the run diverged" in out and "Traceback" not in out
+    assert "no step after step 7" in out
+    main(["--db", q.url, "status", "--since", "2030-01-01 00:00"])
+    assert "0 succeeded, 0 failed" in capsys.readouterr().out  # nothing after a future time
+
+
+def test_alerts_test_reaches_every_channel_and_the_list_shows_the_delivery(queue, capsys, monkeypatch):
+    q, _, tmp_path = queue
+    assert main(["--db", q.url, "alerts", "test"]) == 1
+    assert "no alert channels configured" in capsys.readouterr().out
+    with http_receiver() as (url, hook):
+        monkeypatch.setenv("LOOPLAB_ALERT_WEBHOOK", url)
+        assert main(["--db", q.url, "alerts", "test"]) == 0
+    assert capsys.readouterr().out.strip() == "webhook: delivered"
+    ((headers, body),) = hook.requests
+    assert body["topic"] == "test" and headers["X-Looplab-Alert-Id"] == body["id"]
+    assert main(["--db", q.url, "alerts"]) == 0
+    out = capsys.readouterr().out
+    assert "1 alerts delivered" in out and body["id"] in out and "test alert" in out
+    # a channel that refuses: the test says so and fails
+    monkeypatch.setenv("LOOPLAB_ALERT_WEBHOOK", "http://127.0.0.1:9/nothing")
+    assert main(["--db", q.url, "alerts", "test"]) == 1
+    assert "webhook: pending (URLError" in capsys.readouterr().out
+    assert alerts.job_counts(q.eng) == {"failed": 1, "running": 1, "succeeded": 1}
+
+
+def test_since_reads_durations_clock_times_and_iso_dates():
+    now = time.mktime((2026, 12, 3, 9, 0, 0, 0, 0, -1))
+    assert parse_since("8h", now) == now - 8 * 3600 and parse_since("90m", now) == now - 5400
+    assert parse_since("07:30", now) == now - 5400
+    assert parse_since("10:00", now) == now - 23 * 3600  # still to come today: yesterday's
+    assert parse_since("2026-12-03 08:00", now) == now - 3600
+    with pytest.raises(ConfigError, match=r"since: cannot read 'last night'; accepted: a duration"):
+        parse_since("last night", now)

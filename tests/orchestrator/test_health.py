@@ -1,0 +1,195 @@
+"""The health rules as pure pieces (orchestrator/health.py), their settings (global, per grid, refused
+with the field named), and the writer storing their findings with job, attempt, step, figure and rule."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import sqlalchemy as sa
+
+from model.errors import ConfigError
+from orchestrator import Grid, jobqueue
+from orchestrator.db import engine
+from orchestrator.health import (
+    EvalDivergenceRule,
+    HealthSettings,
+    HealthWatch,
+    Level,
+    Rule,
+    RunHealth,
+    SlowdownRule,
+    SpikeRule,
+    StepClock,
+    non_finite,
+)
+from orchestrator.settings import health_settings
+from orchestrator.task import non_finite_of
+from orchestrator.writer import write_events
+from tests.orchestrator import fake_jobs
+from workers.reporter import Event, EventKind
+
+
+def test_non_finite_checks_the_loss_and_grad_norm_only():
+    assert non_finite("train_loss", 3, 1.5) is None
+    assert non_finite("mfu", 3, math.nan) is None  # not a divergence figure
+    found = non_finite("grad_norm", 7, math.inf)
+    assert (found.rule, found.level, found.step, found.key) == (Rule.NON_FINITE, Level.ERROR, 7, "grad_norm")
+    assert "grad_norm is inf at step 7" in found.message
+
+
+def test_spike_warns_once_per_episode_against_the_running_median():
+    rule = SpikeRule(k=3.0, window=5)
+    found = [rule.observe(s, v) for s, v in enumerate([2.0, 2.1, 1.9, 2.0, 2.0, 5.0, 7.0, 6.5, 2.0, 9.0])]
+    spikes = [(f.step, f.value) for f in found if f is not None]
+    # 7.0 > 3 x 2.0 starts an episode (5.0 does not: 2.5x); 6.5 continues it; 9.0 after a normal point is new
+    assert spikes == [(6, 7.0), (9, 9.0)]
+    assert rule.points.maxlen == 5 and 7.0 not in rule.points  # the spike did not lift its own median
+
+
+def test_slowdown_warns_once_per_episode_on_the_windows_rate():
+    rule = SlowdownRule(fraction=0.5, window=3)
+    found, tokens, wall = [], 0, 0.0
+    for step in range(1, 30):
+        tokens += 100
+        wall += 1.0 if not 12 <= step < 20 else 4.0  # 100 tok/s, then 25 tok/s for a while, then back
+        found.append(rule.observe(step, tokens, wall))
+    slow = [f for f in found if f is not None]
+    assert len(slow) == 1 and slow[0].rule == Rule.SLOWDOWN and slow[0].value < 50
+    assert rule.observe(30, tokens, wall) is None  # no time passed: no rate, no finding
+
+
+def test_eval_divergence_needs_a_rise_past_the_noise_floor_at_each_evaluation():
+    rule = EvalDivergenceRule(count=3, noise=0.01)
+    assert [rule.observe(s, v) for s, v in enumerate([3.0, 3.001, 3.002, 3.003])] == [None] * 4  # noise
+    rule = EvalDivergenceRule(count=3, noise=0.01)
+    found = [rule.observe(s, v) for s, v in enumerate([3.0, 2.9, 3.0, 3.1, 3.2, 3.3])]
+    assert [f.step for f in found if f is not None] == [4]  # 2.9 -> 3.2 over three rises: once
+
+
+def test_stall_warns_then_kills_past_the_limit_of_its_median_step_time():
+    s = HealthSettings(stall_s=10.0, stall_factor=20.0, stall_kill_factor=2.0)
+    clock = StepClock(s)
+    assert clock.check(1e6) == (None, False)  # no step yet: building data or compiling is no stall
+    for step in range(5):
+        clock.advance(step, 100.0 + step * 2.0)  # 2 s a step: limit max(10, 40) = 40 s
+    assert clock.limit() == 40.0
+    assert clock.check(108.0 + 39) == (None, False)
+    warn, kill = clock.check(108.0 + 41)
+    assert warn.rule == Rule.STALL and warn.level == Level.WARNING and not kill and warn.step == 4
+    assert clock.check(108.0 + 50) == (None, False)  # warned once
+    stop, kill = clock.check(108.0 + 81)
+    assert kill and stop.level == Level.ERROR and "killed" in stop.message
+    clock.restart()  # a resumed attempt: its clock waits for its own first step
+    assert clock.check(1e6) == (None, False)
+
+
+def test_step_times_come_from_the_workers_clock_not_the_drivers_batches():
+    clock = StepClock(HealthSettings(stall_s=1.0, stall_factor=10.0))
+    for step in range(1, 11):  # reported every 3 s, drained together by the driver at one time
+        clock.advance(step, now=500.0, ts=100.0 + 3.0 * step)
+    assert clock.limit() == 30.0  # 10 x 3 s a step, not 10 x 0 s
+
+
+def test_settings_name_the_field_and_what_is_accepted(monkeypatch):
+    assert HealthSettings.of("g", {"stall_s": 60}).stall_s == 60.0
+    with pytest.raises(ConfigError, match=r"g: health.*unknown.*stal_s"):
+        HealthSettings.of("g: health", {"stal_s": 60})
+    with pytest.raises(ConfigError, match=r"g.slow_fraction: must be < 1.0"):
+        HealthSettings.of("g", {"slow_fraction": 1.5})
+    with pytest.raises(ConfigError, match=r"g.retry_non_finite: expected true or false"):
+        HealthSettings.of("g", {"retry_non_finite": "yes"})
+    monkeypatch.setenv("LOOPLAB_HEALTH", '{"spike_k": 5}')
+    assert health_settings().spike_k == 5.0 and health_settings().stall_s == HealthSettings().stall_s
+    monkeypatch.setenv("LOOPLAB_HEALTH", "spike_k=5")
+    with pytest.raises(ConfigError, match=r"\$LOOPLAB_HEALTH: expected a JSON object"):
+        health_settings()
+
+
+def test_a_grid_with_bad_health_is_refused_whole(migrated_db_url):
+    eng = engine(migrated_db_url)
+    bad = Grid("g", base={"tokens": 100}, health={"spike_k": 0.5})
+    with pytest.raises(ConfigError, match=r"grid 'g': health.spike_k: must be > 1.0"):
+        jobqueue.submit(eng, [bad], fake_jobs)
+    # a valid one keeps its health settings with the grid (not in the job's identity)
+    plain = jobqueue.submit(eng, [Grid("g", base={"tokens": 100})], fake_jobs)[0]
+    watched = jobqueue.submit(eng, [Grid("g", base={"tokens": 100}, health={"spike_k": 4})], fake_jobs)[0]
+    assert plain == watched
+
+
+def test_run_health_counts_each_point_once():
+    run = RunHealth(HealthSettings(spike_window=2))
+    assert run.observe("train_loss", 1, 1.0) == [] and run.observe("train_loss", 2, 1.0) == []
+    assert [f.rule for f in run.observe("train_loss", 3, 9.0)] == [Rule.LOSS_SPIKE]
+    assert run.observe("train_loss", 3, 9.0) == []  # the same point again (a replayed spool)
+    assert [f.rule for f in run.observe("val_loss", 3, math.nan)] == [Rule.NON_FINITE]
+
+
+def test_the_trainers_non_finite_error_becomes_a_finding():
+    from workers.trainer import NonFiniteError
+
+    try:
+        try:
+            raise NonFiniteError("train_loss", 12, math.nan)
+        except FloatingPointError as inner:
+            raise RuntimeError("a rank failed") from inner
+    except RuntimeError as e:
+        found = non_finite_of(e)
+    assert (found.rule, found.step, found.key) == (Rule.NON_FINITE, 12, "train_loss")
+    assert math.isnan(found.value)
+    assert non_finite_of(ValueError("x")) is None
+
+
+def test_the_writer_stores_findings_with_job_attempt_step_figure_and_rule(migrated_db_url):
+    eng = engine(migrated_db_url)
+    ids, _ = jobqueue.submit(eng, [Grid("w", base={"tokens": 100}, health={"spike_window": 3})], fake_jobs)
+    assert jobqueue.claim(eng, ids[0], "driver", "/tmp/w") == 1
+    seen = []
+    watch = HealthWatch(on_finding=lambda conn, job, n, f: seen.append((job, n, f.rule)))
+    values = [2.0, 2.0, 2.0, 8.0, math.nan]
+    events = [
+        Event(EventKind.METRIC, 1.0 + s, {"key": "train_loss", "step": s, "value": v})
+        for s, v in enumerate(values)
+    ]
+    write_events(eng, [(ids[0], 1, events)], watch)
+    with eng.connect() as conn:
+        rows = conn.execute(
+            sa.text(
+                "SELECT job_id, attempt, step, rule, level, key, value, figure FROM health_events ORDER BY id"
+            )
+        ).all()
+    assert [tuple(r) for r in rows] == [
+        (ids[0], 1, 3, "loss_spike", "warning", "train_loss", 8.0, "8.0"),
+        (ids[0], 1, 4, "non_finite", "error", "train_loss", None, "nan"),
+    ]
+    assert seen == [(ids[0], 1, Rule.LOSS_SPIKE), (ids[0], 1, Rule.NON_FINITE)]
+    # an attempt that no longer owns the job stores nothing
+    write_events(
+        eng,
+        [(ids[0], 2, [Event(EventKind.METRIC, 9.0, {"key": "train_loss", "step": 9, "value": 99.0})])],
+        watch,
+    )
+    with eng.connect() as conn:
+        assert conn.execute(sa.text("SELECT COUNT(*) FROM health_events")).scalar_one() == 2
+
+
+@pytest.mark.parametrize("retry", [False, True])
+def test_a_non_finite_attempt_is_final_unless_the_grid_asks_for_retries(migrated_db_url, retry):
+    from orchestrator.scheduler import Scheduler
+    from orchestrator.states import AttemptOutcome
+    from orchestrator.task import TaskResult
+
+    eng = engine(migrated_db_url)
+    health = {"retry_non_finite": True} if retry else None
+    ids, _ = jobqueue.submit(
+        eng, [Grid("nf", base={"tokens": 100}, max_attempts=3, health=health)], fake_jobs
+    )
+    assert jobqueue.claim(eng, ids[0], "driver", "/tmp/nf") == 1
+    sched = Scheduler(eng, kinds=fake_jobs, progress=False)
+    found = non_finite("train_loss", 5, math.nan)
+    sched._record(ids[0], 1, TaskResult(AttemptOutcome.FAILED, found.message, finding=found))
+    with eng.connect() as conn:
+        status = conn.execute(sa.text("SELECT status FROM jobs WHERE id = :j"), {"j": ids[0]}).scalar_one()
+        stored = conn.execute(sa.text("SELECT rule, step, attempt FROM health_events")).all()
+    assert status == ("queued" if retry else "failed")
+    assert [tuple(r) for r in stored] == [("non_finite", 5, 1)]

@@ -1,0 +1,129 @@
+"""The health rules through the real queue (session Ray): a run whose learning rate makes it diverge
+fails at its first non-finite loss with the reason, after one attempt, while its grid's other job
+succeeds; a job SIGSTOPped past its stall limit is warned, killed, retried from its checkpoint and
+succeeds once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+from orchestrator import Grid, Queue
+from tests.db_rows import rows
+from tests.orchestrator import fake_jobs
+from tests.orchestrator.alert_servers import hanging_receiver, http_receiver
+from tests.orchestrator.test_real_jobs import TRAIN
+
+
+def test_a_diverging_run_fails_at_its_first_non_finite_loss_once(tmp_path, ray_cluster, monkeypatch):
+    q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art")
+    monkeypatch.setenv("LOOPLAB_ALERTS", str(tmp_path / "none.json"))
+    (tmp_path / "none.json").write_text("{}")  # no user's channels: only the test's webhook
+    grid = Grid(
+        "lr",
+        base={**TRAIN, "recipe": "lean", "seed": 0, "tokens": 4 * 32 * 12, "ckpt_every": 4},
+        sweep={"lr": [3e-3, 1e6]},
+        max_attempts=3,
+    )
+    ok, diverged = q.submit(grid)
+    with http_receiver() as (url, hook):
+        monkeypatch.setenv("LOOPLAB_ALERT_WEBHOOK", url)
+        q.run(until_empty=True, progress=False, poll_s=0.2, retry_backoff_s=0.05)
+    health = [b for _, b in hook.requests if b["topic"] == "health"]
+    assert [(b["job_id"], b["rule"], b["level"]) for b in health] == [(diverged, "non_finite", "error")]
+    failed = [b for _, b in hook.requests if b["topic"] == "job_failed"]
+    assert [b["job_id"] for b in failed] == [diverged] and "diverged" in failed[0]["text"]
+    assert len(set(hook.ids())) == len(hook.requests)  # each id once
+    assert [b["subject"] for _, b in hook.requests if b["topic"] == "queue_done"] == [
+        "queue empty with 1 failed job(s)"
+    ]
+    st = q.status().set_index("id")
+    assert st.loc[ok, "status"] == "succeeded" and st.loc[diverged, "status"] == "failed"
+    assert st.loc[diverged, "attempts"] == 1  # a deterministic NaN is not replayed
+    err = rows(q, "SELECT error FROM jobs WHERE id=:j", j=diverged)[0][0]
+    # the first non-finite figure: a train loss, or the validation loss of weights an update spoilt
+    assert err.startswith(("train_loss is nan at step ", "val_loss is nan at step ")), err
+    assert "the run diverged" in err
+    ((step, rule, level, key, figure, attempt),) = rows(
+        q, "SELECT step, rule, level, key, figure, attempt FROM health_events WHERE job_id=:j", j=diverged
+    )
+    assert (rule, level, figure, attempt) == ("non_finite", "error", "nan", 1)
+    assert err.startswith(f"{key} is nan at step {step}:")
+    # no checkpoint of the non-finite step: the last one is at or before it
+    (ckpt_step,) = rows(q, "SELECT checkpoint_step FROM jobs WHERE id=:j", j=diverged)[0]
+    assert ckpt_step is None or ckpt_step <= step
+    assert rows(q, "SELECT COUNT(*) FROM health_events WHERE job_id=:j", j=ok) == [(0,)]
+
+
+def test_a_stopped_job_past_its_stall_limit_is_killed_and_retried_from_its_checkpoint(tmp_path, ray_cluster):
+    q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art", kinds=fake_jobs)
+    health = {"stall_s": 1.0, "stall_factor": 1.0, "stall_kill_factor": 2.0}
+    (job,) = q.submit(
+        Grid("stall", base={"tokens": 100, "steps": 40, "step_s": 0.05, "ckpt_every": 2}, health=health)
+    )
+    stopped: list[int] = []
+
+    def stop_once() -> None:  # SIGSTOP the first attempt's process once it has stepped a little
+        deadline = time.time() + 60
+        while time.time() < deadline and not stopped:
+            got = rows(q, "SELECT worker, checkpoint_step FROM jobs WHERE id=:j", j=job)
+            if got and got[0][0] and (got[0][1] or 0) >= 4:
+                pid = int(got[0][0].rsplit(":", 1)[1])
+                os.kill(pid, signal.SIGSTOP)
+                stopped.append(pid)
+            time.sleep(0.1)
+
+    t = threading.Thread(target=stop_once, daemon=True)
+    t.start()
+    try:
+        q.run(until_empty=True, progress=False, poll_s=0.2, retry_backoff_s=0.05)
+    finally:
+        t.join()
+        for pid in stopped:  # a process Ray did not kill would stay stopped for ever
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+    assert stopped, "the job never reached its 4th step"
+    st = q.status().set_index("id")
+    assert st.loc[job, "status"] == "succeeded" and st.loc[job, "attempts"] == 2
+    outcomes = rows(
+        q, "SELECT n, outcome, error, resumed_from_step FROM attempts WHERE job_id=:j ORDER BY n", j=job
+    )
+    assert [o[1] for o in outcomes] == ["failed", "succeeded"]
+    assert "no step after step" in outcomes[0][2] and outcomes[1][3] >= 4  # resumed from its checkpoint
+    events = rows(q, "SELECT rule, level, attempt FROM health_events WHERE job_id=:j ORDER BY id", j=job)
+    assert events == [("stall", "warning", 1), ("stall", "error", 1)]
+    steps = [s for (s,) in rows(q, "SELECT step FROM metrics WHERE job_id=:j AND key='train_loss'", j=job)]
+    assert sorted(steps) == list(range(1, 41))  # every step once
+
+
+def test_a_hanging_alert_channel_does_not_slow_the_queue(tmp_path, ray_cluster, monkeypatch):
+    """Failures send alerts to a webhook that accepts and never answers (each try times out after 5 s):
+    the queue runs as fast as with no channel, and the timeouts are recorded."""
+    (tmp_path / "none.json").write_text("{}")
+    monkeypatch.setenv("LOOPLAB_ALERTS", str(tmp_path / "none.json"))
+
+    def run_queue(name: str) -> tuple[Queue, float]:
+        q = Queue(db=tmp_path / f"{name}.db", artifacts=tmp_path / name, kinds=fake_jobs)
+        q.submit(
+            [Grid("n", job="noop", sweep={"tag": list(range(30))}), Grid("b", job="boom", max_attempts=1)]
+        )
+        t0 = time.perf_counter()
+        q.run(until_empty=True, progress=False, poll_s=0.1)
+        return q, time.perf_counter() - t0
+
+    _, quiet = run_queue("quiet")
+    with hanging_receiver() as url:
+        monkeypatch.setenv("LOOPLAB_ALERT_WEBHOOK", url)
+        q, alerted = run_queue("alerted")
+        deadline = time.time() + 15  # the try under way when the driver left ends by its timeout
+        while time.time() < deadline and not rows(q, "SELECT tries FROM alert_outbox WHERE tries > 0"):
+            time.sleep(0.2)
+    assert alerted < quiet * 1.5 + 3.5, (quiet, alerted)  # at most the 3 s the driver waits at its exit
+    got = rows(q, "SELECT topic, status, tries, last_error FROM alert_outbox ORDER BY id")
+    assert [t for t, *_ in got] == ["job_failed", "queue_done"]
+    assert all(status == "pending" for _, status, *_ in got)  # nothing lost: the next driver retries
+    assert got[0][2] >= 1 and "timed out" in got[0][3], got
