@@ -1,7 +1,7 @@
 """Depth sweeps record the far-copy share and definition, and convergence against bf16.
 
 Revision ID: 0018_metrics
-Revises: 0016_prepare
+Revises: 0017_health
 Create Date: 2026-12-03
 
 - `depth_evals` gains `far_share` (far tokens / predicted tokens), `far_distance` (tokens back beyond
@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0018_metrics"
-down_revision: str | Sequence[str] | None = "0016_prepare"
+down_revision: str | Sequence[str] | None = "0017_health"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
