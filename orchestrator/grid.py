@@ -410,13 +410,13 @@ def expand(grids: list[Grid], kinds: JobRegistry) -> list[JobPlan]:
         for cfg in grid.configs():
             label = _pop_label(f"grid {grid.name!r}", cfg)
             budget, facts = None, None
-            if grid.job == TRAIN:
+            if declared.trains:
                 spec, budget = _train_spec(grid.name, cfg)
                 if pairing.is_match_time(budget):  # validated with a stand-in time budget
-                    spec = _validate(kinds, grid.name, TRAIN, {**spec, "time_s": _PENDING_TIME_S})
+                    spec = _validate(kinds, grid.name, grid.job, {**spec, "time_s": _PENDING_TIME_S})
                     spec["time_s"] = None
                 else:
-                    spec = _validate(kinds, grid.name, TRAIN, spec)
+                    spec = _validate(kinds, grid.name, grid.job, spec)
                 facts = _check_family(grid.name, spec, families)
             else:
                 spec = _validate(kinds, grid.name, grid.job, cfg)
@@ -434,7 +434,7 @@ def expand(grids: list[Grid], kinds: JobRegistry) -> list[JobPlan]:
                 family_facts=facts,
             )
             workers = (plan.resources or {}).get("workers", 1)
-            batch = spec.get("batch_size") if grid.job == TRAIN else None
+            batch = spec.get("batch_size") if declared.trains else None
             if isinstance(batch, int) and workers > 1 and batch % workers:  # each rank an equal share
                 raise ConfigError(
                     f"grid {grid.name!r}: resources.workers: {workers} workers cannot share "
@@ -444,7 +444,7 @@ def expand(grids: list[Grid], kinds: JobRegistry) -> list[JobPlan]:
             idx = len(plans) - 1
             if pairing.is_match_time(budget):
                 pending_match.append((idx, grid.name))
-            if grid.job == TRAIN:
+            if declared.trains:
                 trains.append((idx, spec))
             for follow in grid.then:
                 plans.append(_follow_up(kinds, grid, follow, idx, spec, gi, label, follow_ups))
@@ -492,7 +492,7 @@ def _add_preparations(
     their highest priority, with the first grid's `resources["prepare"]` (default PREPARE_RESOURCES)."""
     groups: dict[str, list[int]] = {}  # the canonical data spec without max_tokens -> train plans
     for i, plan in enumerate(plans):
-        data = plan.spec.get("data") if plan.kind == TRAIN else None
+        data = plan.spec.get("data") if plan.declared.trains else None
         if isinstance(data, dict) and needs_preparation(data):
             shared = {k: v for k, v in data.items() if k != "max_tokens"}
             if shared.get("tokenizer") != "bpe":

@@ -17,10 +17,9 @@ import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
 
 from model.errors import ConfigError
-from orchestrator import pairing
+from orchestrator import jobkinds, pairing
 from orchestrator.canonical import canonical_json
 from orchestrator.grid import BUDGET_SPEC_KEYS, Grid, JobPlan, assign_hashes, expand, trained_plan
-from orchestrator.jobkinds import TRAIN
 from orchestrator.schema import Job as JobRow
 from orchestrator.states import JobStatus
 from orchestrator.variants import VARIANT_COLUMNS, columns_of, flop_budget_tokens, resolve, shared_overrides
@@ -46,7 +45,7 @@ def plan_ids_and_hashes(
         ).all()
     known = {r.id: r for r in rows}
     for j in ref_ids:
-        if j not in known or known[j].kind != TRAIN:
+        if j not in known or not jobkinds.trains(known[j].kind, kinds):
             raise ConfigError(f"budget.{pairing.MATCH_TIME}: job {j} is not a train job of this database")
     assign_hashes(plans, {j: known[j].config_hash for j in ref_ids}, kinds)
     with eng.connect() as conn:
@@ -88,7 +87,7 @@ def model_columns(plans: list[JobPlan]) -> list[dict[str, Any]]:
     shared = shared_overrides(models)  # left out of the generated labels
     for plan, resolved in zip(plans, models, strict=True):
         cols = {} if resolved is None else columns_of(resolved, plan.label, shared)
-        if resolved is not None and plan.kind == TRAIN and plan.spec.get("flops") is not None:
+        if resolved is not None and plan.declared.trains and plan.spec.get("flops") is not None:
             cols["budget_tokens"] = flop_budget_tokens(resolved, float(plan.spec["flops"]))
         out.append(cols)
     for i, (plan, resolved) in enumerate(zip(plans, models, strict=True)):
@@ -162,7 +161,7 @@ def job_row(
         resources=canonical_json(plan.resources) if plan.resources else None,
         retention=plan.retention,
         # as given: an integer (`auto`, none: NULL)
-        micro_batch_size=micro_batch if plan.kind == TRAIN and isinstance(micro_batch, int) else None,
+        micro_batch_size=micro_batch if plan.declared.trains and isinstance(micro_batch, int) else None,
         workers=pairing.workers_of(plan.resources),
         planned_seconds=estimate[0],
         planned_source=estimate[1],
@@ -173,7 +172,7 @@ def stored_budget(plan: JobPlan, plan_ids: dict[int, int]) -> dict[str, Any] | N
     """The budget stored with a new job, for the views: as submitted, or for a train job submitted
     without one the budget its spec implies; a match-time budget as the job whose time it copies."""
     budget = plan.budget
-    if budget is None and plan.kind == TRAIN:
+    if budget is None and plan.declared.trains:
         budget = {k: plan.spec[k] for k in BUDGET_SPEC_KEYS if plan.spec.get(k) is not None} or None
     if pairing.is_match_time(budget):
         budget = pairing.stored(pairing.reference_id(plan, plan_ids))

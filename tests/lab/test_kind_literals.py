@@ -24,7 +24,10 @@ CHECKED = sorted(
         *ROOT.glob("lab/planner/*.py"),
         *ROOT.glob("lab/report/*.py"),
         *ROOT.glob("lab/export/*.py"),
-        *(ROOT / "orchestrator" / name for name in ("task.py", "jobqueue.py", "variants.py")),
+        *(
+            ROOT / "orchestrator" / name
+            for name in ("task.py", "jobqueue.py", "variants.py", "grid.py", "submission.py")
+        ),
     ]
 )
 KIND_NAMES = frozenset(jobs.KINDS)

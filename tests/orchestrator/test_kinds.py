@@ -27,7 +27,17 @@ from workers.jobs import ARCHITECTURE, CHECKPOINT, CostModel, Kind, Pricing
 from workers.reporter import MemoryReporter
 
 # Tables of the queue itself (written by jobqueue and the writer for every kind), not results of a kind.
-QUEUE_TABLES = {"grids", "jobs", "job_deps", "attempts", "metrics", "latest_metrics", "job_logs"}
+QUEUE_TABLES = {
+    "grids",
+    "jobs",
+    "job_deps",
+    "attempts",
+    "metrics",
+    "latest_metrics",
+    "job_logs",
+    "health_events",
+    "alert_outbox",
+}
 
 
 class ProbeKinds:
