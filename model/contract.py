@@ -504,3 +504,53 @@ def param_counts(built: Built) -> dict[str, int]:
     split = built.module.param_split() if built.capabilities.param_split else {}
     embedding = sum(p.numel() for p in split.get("embedding", []))
     return {"total": total, "non_embedding": total - embedding}
+
+
+@dataclasses.dataclass(frozen=True)
+class FamilyFacts:
+    """What a run records of another family: its parameter counts, training FLOPs per token (its own,
+    else measured once) and whether its forward is split-dependent, beside what it offers and what
+    stands in for the rest."""
+
+    built: Built
+    param_counts: dict[str, int]
+    flops: Any  # model.flops.FlopBreakdown-like: `.total`, `.measured`, `.padding_waste`
+    split_dependent: bool
+
+    def record(self) -> dict[str, Any]:
+        """family.json: the family, its package and version, capabilities, fallbacks and counts."""
+        built = self.built
+        return {
+            "family": built.family.name,
+            "package": built.family.package,
+            "version": built.family.version,
+            "capabilities": dataclasses.asdict(built.capabilities),
+            "fallbacks": built.capabilities.fallbacks(),
+            "split_dependent": self.split_dependent,
+            "flops_per_token": self.flops.total,
+            "flops_measured": self.flops.measured,
+            "n_params": self.param_counts["total"],
+        }
+
+    def describe(self) -> str:
+        """The run's log line about its family."""
+        family, caps = self.built.family, self.built.capabilities
+        how = "measured with FlopCounterMode" if self.flops.measured else "the family's own"
+        split = "; split-dependent: resumes only on the same micro-batch and worker split"
+        return (
+            f"family {family.name!r} {family.version or ''}: {self.flops.total:.4g} training FLOPs per token "
+            f"({how}); fallbacks: {caps.fallbacks() or 'none'}" + (split if self.split_dependent else "")
+        )
+
+
+def family_facts(built: Built, cfg: Any) -> FamilyFacts:
+    """`FamilyFacts` of a built family at config `cfg` (its vocabulary, sequence length and loops); the
+    probes draw nothing the run would have drawn (the global generator is restored)."""
+    seed = torch.random.get_rng_state()
+    try:
+        counts = param_counts(built)
+        flops = family_flops(built, cfg.vocab_size, cfg.seq_len, cfg.loops)
+        dependent = split_dependent(built.module, built.capabilities, cfg.vocab_size)
+    finally:
+        torch.random.set_rng_state(seed)
+    return FamilyFacts(built, counts, flops, dependent)

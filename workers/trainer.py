@@ -64,13 +64,12 @@ import math
 import os
 import random
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from model.contract import build_model, family_flops, param_counts, split_dependent
+from model.contract import build_model, family_facts
 from model.counts import param_count, tokens_for_flops
 from model.errors import ConfigError
 from model.flops import FlopBreakdown, step_flops, training_flops
@@ -82,7 +81,6 @@ from workers import checkpoint as ckpt
 from workers.batching import split_step
 from workers.data import (
     SAMPLER_PERMUTATION,
-    SAMPLER_WITH_REPLACEMENT,
     get_batch,
     prepare,
     sampler_for,
@@ -95,61 +93,8 @@ from workers.reporter import JobInterrupted, Reporter
 from workers.schedule import TimeBudgetSchedule
 from workers.tokenizer import smaller_vocab_message
 from workers.train_spec import AUTO, EVAL_H0_SEED, Spec, check_artifact_dir, identity_diff
+from workers.train_state import NonFiniteError, TrainerState
 from workers.validation import autocast, evaluate
-
-H0_VERSION = 1  # the h0 draw of new runs (see the module docstring); 0: the global RNG, per step
-
-
-class NonFiniteError(FloatingPointError):
-    """A NaN or infinite train loss or gradient norm at a step; args (key, step, value), so it survives
-    pickling across processes and the queue reads which figure, where (orchestrator/task.py). Raised
-    before the step's checkpoint: nothing after the non-finite step is saved."""
-
-    def __str__(self) -> str:
-        key, step, value = self.args
-        return f"{key} is {value} at step {step}; lower lr or check the data"
-
-
-@dataclass
-class TrainerState:
-    """Everything about a run's progress that a checkpoint saves and a resumed attempt restores."""
-
-    step: int = 0  # steps done
-    total_steps: int = 0  # planned steps (a time budget re-plans it before every step)
-    train_seconds: float = 0.0
-    eval_seconds: float = 0.0
-    ckpt_seconds: float = 0.0
-    compile_seconds: float = 0.0
-    last_train_loss: float | None = None
-    last_val_loss: float | None = None
-    last_val_bpb: float | None = None
-    step_of_last_val: int = -1  # `step` when the last evaluation ran
-    calib_tokens_per_s: float | None = None  # time budget: the calibration's throughput
-    schedule: dict[str, Any] | None = None  # time budget: TimeBudgetSchedule.state_dict()
-    h0_version: int = H0_VERSION  # how training draws h0 (module docstring)
-    # the batch sampler (workers.data.window_offsets); a checkpoint from before it was recorded resumes
-    # with the one it was made with, so the default is that one; a new run's is workers.data.sampler_for
-    sampler: int = SAMPLER_WITH_REPLACEMENT
-    # What the steps computed, counted from each step's real forwards (`Trainer._count_step`): FLOPs of
-    # the timed steps with the padded rounds (computed) and with each row's own rounds only (useful),
-    # the training seconds they took, and over every step the recurrent rounds' FLOPs and their padding.
-    # A checkpoint from before these were kept counts from its resume on.
-    flops_computed: float = 0.0
-    flops_useful: float = 0.0
-    flops_seconds: float = 0.0
-    round_flops: float = 0.0
-    round_flops_padded: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TrainerState:
-        """A saved state; one saved before `h0_version` existed drew h0 the old way (version 0)."""
-        state = cls(**{"h0_version": 0, **d})
-        if state.h0_version not in (0, H0_VERSION):
-            raise ConfigError(f"checkpoint: h0_version {state.h0_version} is newer than this trainer")
-        return state
 
 
 class Solo:
@@ -260,38 +205,15 @@ class Trainer:
         self.schedule: TimeBudgetSchedule | None = None  # time budget only
 
     def _family_facts(self) -> None:
-        """Another family's parameter counts and FLOPs per token (its own, else measured once), whether
-        its forward is split-dependent, and what it offers and what stands in for the rest: written to
-        family.json with the run (its package version is recorded there, not hashed)."""
-        built, cfg = self.built, self.cfg
-        seed = torch.random.get_rng_state()  # the probes draw nothing the run would have drawn
-        self.param_counts = param_counts(built)
-        self.flops = self.split_flops = family_flops(built, cfg.vocab_size, cfg.seq_len, cfg.loops)
-        self.split_dependent = split_dependent(built.module, built.capabilities, cfg.vocab_size)
-        torch.random.set_rng_state(seed)
-        facts = {
-            "family": built.family.name,
-            "package": built.family.package,
-            "version": built.family.version,
-            "capabilities": dataclasses.asdict(built.capabilities),
-            "fallbacks": built.capabilities.fallbacks(),
-            "split_dependent": self.split_dependent,
-            "flops_per_token": self.flops.total,
-            "flops_measured": self.flops.measured,
-            "n_params": self.param_counts["total"],
-        }
+        """Another family's parameter counts, FLOPs per token and split-dependence (model.contract
+        `family_facts`), written to family.json with the run (its package version is recorded there, not
+        hashed) and said in the log."""
+        facts = family_facts(self.built, self.cfg)
+        self.param_counts, self.split_dependent = facts.param_counts, facts.split_dependent
+        self.flops = self.split_flops = facts.flops
         if self.writes:
-            (self.dir / FAMILY_FILE).write_text(json.dumps(facts, indent=1, sort_keys=True))
-        how = "measured with FlopCounterMode" if self.flops.measured else "the family's own"
-        self.reporter.log(
-            f"family {built.family.name!r} {built.family.version or ''}: {self.flops.total:.4g} training "
-            f"FLOPs per token ({how}); fallbacks: {built.capabilities.fallbacks() or 'none'}"
-            + (
-                "; split-dependent: resumes only on the same micro-batch and worker split"
-                if self.split_dependent
-                else ""
-            )
-        )
+            (self.dir / FAMILY_FILE).write_text(json.dumps(facts.record(), indent=1, sort_keys=True))
+        self.reporter.log(facts.describe())
 
     def _split(self) -> dict[str, Any]:
         """How a step's rows are split over forwards and workers (what a split-dependent family's random
