@@ -148,23 +148,27 @@ def _parcae_depth_claims() -> list[Claim]:
             points=PARCAE_SWEEP,
             across_models=False,
         ),
-        Claim(
-            "lean.parcae_best_at_12",
-            STUDY.key,
-            "table note below the equal-data table (原配方取 1 到 32 轮中最好的一档)",
-            (9, 34),
-            "parcae is best at 12 loops of 1-32 on both seeds",
-            Comparison.LOCATION,
-            Side.ABOVE,
-            Unit.LOSS,
-            M144_1B,
-            PARCAE_DEPTH,
-            terms=("parcae", 12, OTHER_LOOPS),
-            points=PARCAE_SWEEP,
-            quotes=(Quote("12"),),
-            across_models=False,
-        ),
+        _parcae_best_claim(),
     ]
+
+
+def _parcae_best_claim() -> Claim:
+    return Claim(
+        "lean.parcae_best_at_12",
+        STUDY.key,
+        "table note below the equal-data table (原配方取 1 到 32 轮中最好的一档)",
+        (9, 34),
+        "parcae is best at 12 loops of 1-32 on both seeds",
+        Comparison.LOCATION,
+        Side.ABOVE,
+        Unit.LOSS,
+        M144_1B,
+        PARCAE_DEPTH,
+        terms=("parcae", 12, OTHER_LOOPS),
+        points=PARCAE_SWEEP,
+        quotes=(Quote("12"),),
+        across_models=False,
+    )
 
 
 def _flat_and_best_claims() -> list[Claim]:

@@ -430,23 +430,7 @@ def _build(
         build.commit()
     finally:
         build.close()
-    np.save(d / "token_bytes.npy", tok.token_bytes())
-    if tok.path is not None:
-        shutil.copyfile(tok.path, d / "tokenizer.json")
-    meta = {
-        "ident": _ident(spec),
-        "spec": {**spec.to_dict(), "max_tokens": limit},
-        "max_tokens": limit,
-        # the train split ended before max_tokens: this is the whole train split, it serves any size
-        "exhausted": not build.full("train"),
-        "dtype": dtype.name,
-        "vocab_size": tok.vocab_size,
-        "tokenizer": "tokenizer.json" if tok.path is not None else None,
-        "docs_read": build.docs,
-        **build.counts,
-    }
-    _write_json(d / "meta.json", meta)  # last: its presence means the preparation is complete
-    (d / "progress.json").unlink()
+    _finish(spec, tok, d, limit, build, dtype)
     progress.done(build)
 
 
@@ -514,6 +498,30 @@ class _Progress:
 
 
 # ------------------------------------------------------------------------------------------ batches
+
+
+def _finish(
+    spec: DataSpec, tok: Tokenizer, d: Path, limit: int | None, build: _Build, dtype: np.dtype
+) -> None:
+    """Write what a prepared dir holds besides its shards: the token bytes, the tokenizer file and,
+    last, meta.json (its presence means the preparation is complete)."""
+    np.save(d / "token_bytes.npy", tok.token_bytes())
+    if tok.path is not None:
+        shutil.copyfile(tok.path, d / "tokenizer.json")
+    meta = {
+        "ident": _ident(spec),
+        "spec": {**spec.to_dict(), "max_tokens": limit},
+        "max_tokens": limit,
+        # the train split ended before max_tokens: this is the whole train split, it serves any size
+        "exhausted": not build.full("train"),
+        "dtype": dtype.name,
+        "vocab_size": tok.vocab_size,
+        "tokenizer": "tokenizer.json" if tok.path is not None else None,
+        "docs_read": build.docs,
+        **build.counts,
+    }
+    _write_json(d / "meta.json", meta)  # last: its presence means the preparation is complete
+    (d / "progress.json").unlink()
 
 
 def sampler_for(spec: DataSpec) -> int:
