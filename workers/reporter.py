@@ -16,6 +16,11 @@ The kinds are `EventKind` (the only place their names are spelled); kinds and pa
 - log:        {"level", "message"}
 - resumed:    {"step"}            the job resumed from a checkpoint at this step: points the
                                   previous attempt reported after it are superseded
+- rewound:    {"step", "spiked_step", "rows", "n"}  a loss spike at `spiked_step` was rewound (the n-th
+                                  rewind of the run): training went back to its checkpoint at `step`, and
+                                  the data rows `rows` (global row indices) are skipped from then on; the
+                                  points reported after `step` become a superseded segment (kept, drawn
+                                  faint, never a run's curve)
 - started:    {"worker", "gpu_ids"}  where the attempt runs ("node:pid", the visible GPUs or None);
                                   sent by the queue's task wrapper before the job starts, not by jobs
 """
@@ -47,6 +52,7 @@ class EventKind(StrEnum):
     RESULT = "result"
     LOG = "log"
     RESUMED = "resumed"
+    REWOUND = "rewound"
     STARTED = "started"
 
 
@@ -67,6 +73,7 @@ class Reporter(Protocol):
     def result(self, table: str, row: dict[str, Any]) -> None: ...
     def log(self, message: str, level: str = "INFO") -> None: ...
     def resumed(self, step: int) -> None: ...
+    def rewound(self, step: int, spiked_step: int, rows: list[int], n: int) -> None: ...
     def started(self, worker: str, gpu_ids: str | None) -> None: ...
     def should_stop(self) -> bool:
         """True when the job was asked to stop (Ctrl-C on the queue, cancel): checkpoint and return."""
@@ -111,6 +118,15 @@ class BaseReporter:
 
     def resumed(self, step):
         self._e(EventKind.RESUMED, step=int(step))
+
+    def rewound(self, step, spiked_step, rows, n):
+        self._e(
+            EventKind.REWOUND,
+            step=int(step),
+            spiked_step=int(spiked_step),
+            rows=[int(r) for r in rows],
+            n=int(n),
+        )
 
     def started(self, worker, gpu_ids):
         self._e(EventKind.STARTED, worker=str(worker), gpu_ids=gpu_ids)
