@@ -85,6 +85,8 @@ task_scores = cached(frames.task_scores)
 decode = cached(frames.decode)
 depth_metric_keys = cached(frames.depth_metric_keys)
 curves = cached(frames.curves)
+superseded = cached(frames.superseded)
+rewinds = cached(frames.rewinds)
 
 
 @cached

@@ -120,6 +120,13 @@ class Queue:
         with self.eng.connect() as conn:
             return pd.read_sql_query(sa.text(f'SELECT * FROM "{name}"'), conn)
 
+    def rewinds(self, job_id: int) -> pd.DataFrame:
+        """The loss spikes job `job_id` rewound: n, attempt, the checkpoint step it went back to, the step
+        that spiked and the data rows skipped (a list), ts."""
+        from orchestrator import frames
+
+        return frames.rewinds(self.url, [job_id])
+
     def logs(self, job_id: int) -> pd.DataFrame:
         with self.eng.connect() as conn:
             return pd.read_sql_query(

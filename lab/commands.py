@@ -266,6 +266,11 @@ def cli_logs(args) -> int:
         f"job {job.id} {job.kind} {job.status} (attempts {job.attempts}/{job.max_attempts}) "
         f"artifacts {job.artifact_dir or '-'}"
     )
+    for r in q.rewinds(args.job_id).itertuples():
+        print(
+            f"rewind {r.n} [attempt {r.attempt}]: loss spike at step {r.spiked_step}, back to step {r.step}, "
+            f"skipped data rows {', '.join(str(i) for i in r.rows)}"
+        )
     df = q.logs(args.job_id).tail(args.tail)
     for r in df.itertuples():
         stamp = time.strftime("%H:%M:%S", time.localtime(r.ts))

@@ -404,6 +404,37 @@ def depth_metric_keys(url: str, job_ids: Iterable[int]) -> pd.DataFrame:
     )
 
 
+def superseded(url: str, job_ids: Iterable[int], key: str) -> pd.DataFrame:
+    """The points of `key` that rewinds superseded (job_id, rewind, step, tokens, wall_s, value): the
+    spiked segments, drawn faint on the Runs page and never a curve (orchestrator/schema.py
+    `SupersededPoint`). Few by construction: a rewind supersedes at most a checkpoint interval."""
+    ids = [int(i) for i in job_ids]
+    if not ids:
+        return pd.DataFrame(columns=["job_id", "rewind", "step", "tokens", "wall_s", "value"])
+    return _read(
+        url,
+        "SELECT job_id, rewind, step, tokens, wall_s, value FROM superseded_points "
+        "WHERE job_id IN :ids AND key = :key ORDER BY job_id, rewind, step",
+        ids=ids,
+        key=key,
+    )
+
+
+def rewinds(url: str, job_ids: Iterable[int]) -> pd.DataFrame:
+    """The rewinds of `job_ids` (job_id, n, attempt, step gone back to, spiked_step, skipped rows as a
+    list, ts): what `looplab rewinds` prints and the Runs page lists."""
+    import json
+
+    ids = [int(i) for i in job_ids]
+    cols = ["job_id", "n", "attempt", "step", "spiked_step", "rows", "ts"]
+    if not ids:
+        return pd.DataFrame(columns=cols)
+    out = _read(
+        url, f"SELECT {', '.join(cols)} FROM rewinds WHERE job_id IN :ids ORDER BY job_id, n", ids=ids
+    )
+    return out.assign(rows=[json.loads(r) for r in out["rows"]])
+
+
 def curves(
     url: str,
     job_ids: Iterable[int],

@@ -49,6 +49,7 @@ class Rule(StrEnum):
     STALL = "stall"
     SLOWDOWN = "slowdown"
     EVAL_DIVERGENCE = "eval_divergence"
+    REWIND = "rewind"  # the trainer rewound a loss spike (its spec's spike rule set to rewind)
 
 
 class Level(StrEnum):
@@ -135,6 +136,25 @@ def non_finite(key: str, step: int, value: float) -> Finding | None:
         key,
         value,
         f"{key} is {value} at step {step}: the run diverged (lower lr, or check the data)",
+    )
+
+
+def rewound(p: dict[str, Any]) -> Finding | None:
+    """The finding of a `rewound` event (workers/reporter.py); None for a payload the writer refuses."""
+    if not all(isinstance(p.get(k), int) for k in ("step", "spiked_step", "n")) or not isinstance(
+        p.get("rows"), list
+    ):
+        return None
+    rows = p["rows"]
+    shown = ", ".join(str(r) for r in rows[:8]) + (f" and {len(rows) - 8} more" if len(rows) > 8 else "")
+    return Finding(
+        Rule.REWIND,
+        Level.WARNING,
+        p["spiked_step"],
+        TRAIN_LOSS,
+        None,
+        f"loss spike at step {p['spiked_step']} rewound (rewind {p['n']}): back to the checkpoint at step "
+        f"{p['step']}, {len(rows)} data row(s) skipped ({shown})",
     )
 
 
@@ -378,14 +398,17 @@ class HealthWatch:
 
     def observe(self, conn: Connection, job_id: int, attempt: int, events: list[Any]) -> list[Finding]:
         """Feed the metric events of one job's batch (reported under `attempt`) to its rules; store and
-        return the findings."""
+        return the findings (a rewind the trainer made is one too: it shows and alerts as a spike does)."""
+        found = [rewound(e.payload) for e in events if e.kind == "rewound" and isinstance(e.payload, dict)]
+        found = [f for f in found if f is not None]
+        for finding in found:
+            self.record(conn, job_id, attempt, finding)
         points = [e for e in events if e.kind == "metric" and isinstance(e.payload, dict)]
         if not points:
-            return []
+            return found
         held = self.runs.get(job_id)
         if held is None or held[0] != attempt:
             held = self.runs[job_id] = (attempt, RunHealth(self.settings(conn, job_id)))
-        found = []
         for e in points:
             p = e.payload
             if not (isinstance(p.get("key"), str) and isinstance(p.get("step"), int)):

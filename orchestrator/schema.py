@@ -534,6 +534,39 @@ class AlertOutbox(Base):
     )
 
 
+class Rewind(Base):
+    """A loss spike the trainer rewound (the spec's spike rule set to rewind; workers/trainer.py): the
+    n-th rewind of the job, under which attempt, the checkpoint step it went back to (`step`), the step
+    that spiked and the data rows skipped from then on (global row indices, a JSON list: what a reader
+    lists, what a rerun skips again). A rerun or a resume that meets the same spike rewinds again with
+    the same n: the row is the same and is written again."""
+
+    __tablename__ = "rewinds"
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    n: Mapped[int] = mapped_column(Integer, primary_key=True)
+    attempt: Mapped[int | None] = mapped_column(Integer)
+    ts: Mapped[float] = mapped_column(Float)
+    step: Mapped[int] = mapped_column(BigInteger)
+    spiked_step: Mapped[int] = mapped_column(BigInteger)
+    rows: Mapped[str] = mapped_column(Text)
+
+
+class SupersededPoint(Base):
+    """A curve point a rewind superseded: the steps after the checkpoint it went back to, as first
+    trained (before the skipped rows). Stored so the spike can be seen (drawn faint on the Runs page);
+    never a run's curve: every comparison, average and export reads `metrics`, where each step has one
+    live point. `rewind` is the `rewinds.n` that superseded it."""
+
+    __tablename__ = "superseded_points"
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    rewind: Mapped[int] = mapped_column(Integer, primary_key=True)
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    step: Mapped[int] = mapped_column(Integer, primary_key=True)
+    tokens: Mapped[int | None] = mapped_column(BigInteger)
+    wall_s: Mapped[float | None] = mapped_column(Float)
+    value: Mapped[float] = mapped_column(Float)
+
+
 def _result_tables() -> dict[str, type[Base]]:
     """The result tables the job kinds declare (workers.jobs.KINDS), by name, mapped to their ORM
     classes; a declared name with no class here is refused at import."""

@@ -109,7 +109,7 @@ class EventSink:
 
 
 class MetricSpool:
-    """An append-only file of a job's metric points, one JSON line each, in its artifact dir.
+    """An append-only file of a job's metric points (and rewinds), one JSON line each, in its artifact dir.
 
     Why: a kill -9 (or power cut) can land after a checkpoint was written but before the points that
     preceded it reached the database; the resumed attempt starts after that checkpoint and would
@@ -125,6 +125,9 @@ class MetricSpool:
     """
 
     NAME = "events.spool"
+    # a rewind is spooled with the points: replayed in order, it moves the spiked points it superseded
+    # out of the curve again (and is stored even if a kill lost it before it reached the driver)
+    KINDS = (EventKind.METRIC, EventKind.REWOUND)
     FULL = (errno.ENOSPC, errno.EDQUOT)  # what a full disk or quota raises
 
     def __init__(self, artifact_dir: str | Path) -> None:
@@ -133,8 +136,9 @@ class MetricSpool:
         self._torn = False  # the file may end in a partial line
 
     def replay(self) -> list[Event]:
-        """Metric events of earlier attempts, in the order they were written (a torn line from a kill
-        or a full disk is skipped)."""
+        """Metric and rewound events of earlier attempts, in the order they were written (a torn line
+        from a kill or a full disk is skipped; a line without a kind, as every line was before rewinds,
+        is a metric)."""
         if not self.path.exists():
             return []
         events = []
@@ -143,12 +147,13 @@ class MetricSpool:
                 point = json.loads(line)
             except ValueError:
                 continue
-            events.append(Event(EventKind.METRIC, point.pop("ts"), point))
+            events.append(Event(EventKind(point.pop("kind", EventKind.METRIC)), point.pop("ts"), point))
         return events
 
     def append(self, event: Event) -> bool:
         """Spool one point; False when the disk (or quota) is full and it could not be written whole."""
-        line = (json.dumps({"ts": event.ts, **event.payload}) + "\n").encode()
+        kind = {} if event.kind == EventKind.METRIC else {"kind": str(event.kind)}
+        line = (json.dumps({"ts": event.ts, **kind, **event.payload}) + "\n").encode()
         try:
             if self._fd is None:
                 self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -202,7 +207,7 @@ class QueueReporter(BaseReporter):
 
     def emit(self, event: Event) -> None:
         with self._lock:
-            if event.kind == EventKind.METRIC and self._spool is not None:
+            if event.kind in MetricSpool.KINDS and self._spool is not None:
                 spooled = self._spool.append(event)
                 if spooled == self._spool_full:  # it filled up, or has room again: say so once
                     self._spool_full = not spooled

@@ -18,6 +18,8 @@ orchestrator/jobqueue.py (the one module that writes those rows), in this writer
 - resumed    -> attempts.resumed_from_step (`record_resumed`), and the job's metric points after that
                 step are deleted: the resumed attempt reports them again, so every point is stored once
                 (latest_metrics then holds the last point kept)
+- rewound    -> a `rewinds` row, and the job's points after the step it went back to move to
+                `superseded_points` (`_record_rewind`): kept to be seen, never a curve
 - started    -> attempts.worker, jobs.worker/gpu_ids (`record_started`; sent by the task wrapper)
 A kind that is no `EventKind` is a bad event (below).
 Events are applied in order per job, so a `resumed` deletes only points reported before it.
@@ -42,6 +44,7 @@ with what is left; the driver keeps those events and writes them when the databa
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -56,13 +59,15 @@ from analysis.curves import CURVE_LEVEL_TOP, curve_level
 from orchestrator import jobqueue
 from orchestrator.db import outage
 from orchestrator.health import Finding, HealthWatch
-from orchestrator.schema import RESULT_TABLES, JobLog, LatestMetric, Metric
+from orchestrator.schema import RESULT_TABLES, JobLog, LatestMetric, Metric, Rewind, SupersededPoint
 from workers.reporter import Event, EventKind
 
 log = logging.getLogger("looplab.writer")
 METRICS = Metric.__table__
 LATEST = LatestMetric.__table__
 LOGS = JobLog.__table__
+REWINDS = Rewind.__table__
+SUPERSEDED = SupersededPoint.__table__
 # what the database raises for a row it will not take; a locked or lost database is not a bad row
 BAD_ROW_ERRORS = (IntegrityError, DataError, ProgrammingError, InterfaceError)
 
@@ -196,6 +201,12 @@ def _problem(event: Event, kind: EventKind | None) -> str | None:
         case EventKind.RESUMED:
             if not _integer(p.get("step")):
                 return "resumed needs an integer step"
+        case EventKind.REWOUND:
+            ints = [p.get(k) for k in ("step", "spiked_step", "n")]
+            if not all(_integer(v) for v in ints) or not isinstance(p.get("rows"), list):
+                return "rewound needs integers step, spiked_step, n and a list of rows"
+            if not all(_integer(r) for r in p["rows"]):
+                return "rewound: rows must be integer row indices"
         case EventKind.LOG:
             if "message" not in p:
                 return "log without a message"
@@ -319,6 +330,10 @@ def _write_job(
                 metrics = []
                 jobqueue.record_resumed(conn, job_id, attempt_n, p["step"])
                 _truncate_curves(conn, job_id, p["step"])
+            case EventKind.REWOUND:
+                _upsert_metrics(eng, conn, job_id, metrics)
+                metrics = []
+                _record_rewind(eng, conn, job_id, attempt_n, event.ts, p)
             case EventKind.RESULT:
                 _write_result(eng, conn, job_id, p["table"], p["row"])
     _upsert_metrics(eng, conn, job_id, metrics)
@@ -486,6 +501,26 @@ def _truncate_curves(conn: Connection, job_id: int, step: int) -> None:
     if cut:  # their rows go, and come back for the curves that keep points
         conn.execute(LATEST.delete().where(LATEST.c.job_id == job_id, LATEST.c.key.in_(cut)))
         _latest_from_points(conn, job_id, cut)
+
+
+def _record_rewind(eng: Engine, conn: Connection, job_id: int, attempt_n: int, ts: float, p: dict) -> None:
+    """A rewound spike: the rewind's row, and the job's points after the checkpoint it went back to moved
+    from `metrics` to `superseded_points` (kept, never a curve), so no step has two live points. Written
+    again with the same values when a rerun or a resume meets the same spike (the same n)."""
+    n, step = p["n"], p["step"]
+    row = dict(job_id=job_id, n=n, attempt=attempt_n, ts=ts, step=step, spiked_step=p["spiked_step"])
+    row["rows"] = json.dumps(p["rows"])
+    ins = _insert(eng, REWINDS).values(**row)
+    again = {c: ins.excluded[c] for c in ("attempt", "ts", "step", "spiked_step", "rows")}
+    conn.execute(ins.on_conflict_do_update(index_elements=["job_id", "n"], set_=again))
+    cols = [METRICS.c.key, METRICS.c.step, METRICS.c.tokens, METRICS.c.wall_s, METRICS.c.value]
+    moved = sa.select(sa.literal(job_id), sa.literal(n), *cols).where(
+        METRICS.c.job_id == job_id, METRICS.c.step > step
+    )
+    names = ["job_id", "rewind", "key", "step", "tokens", "wall_s", "value"]
+    conn.execute(SUPERSEDED.delete().where(SUPERSEDED.c.job_id == job_id, SUPERSEDED.c.rewind == n))
+    conn.execute(SUPERSEDED.insert().from_select(names, moved))
+    _truncate_curves(conn, job_id, step)
 
 
 def reindex_curves(eng: Engine, job_ids: list[int] | None = None) -> None:

@@ -45,6 +45,23 @@ def health_markers(cur, x: str):
     return out.dropna(subset=[x, "raw"])
 
 
+def with_superseded(chart, x: str):
+    """The segments rewinds superseded (the spiked steps as first trained), faint and dashed over the
+    runs' curves: seen, never part of a curve, a band or a table."""
+    gone = ui.superseded(url, ids, metric)
+    if gone.empty:
+        return chart
+    gone = gone.assign(
+        segment=[f"#{j} rewind {n}" for j, n in zip(gone["job_id"], gone["rewind"], strict=True)]
+    )
+    faint = (
+        alt.Chart(gone)
+        .mark_line(opacity=0.35, strokeDash=[4, 3], color="gray")
+        .encode(x=f"{x}:Q", y="value:Q", detail="segment:N", tooltip=["segment", "step", "value"])
+    )
+    return chart + faint
+
+
 url, _, runs = ui.runs_page("Runs")
 shown = runs[runs["status"].isin([JobStatus.RUNNING, JobStatus.SUCCEEDED])].sort_values("job_id")
 ids = tuple(int(i) for i in shown["job_id"])
@@ -98,6 +115,7 @@ else:
             .encode(x=f"{x}:Q", y="mean:Q", color=ui.color("config", legend=legend), detail="config")
             + chart
         )
+    chart = with_superseded(chart, x)
     markers = health_markers(cur, x)
     if not markers.empty:
         marked = (
@@ -115,6 +133,13 @@ else:
     st.altair_chart(chart.properties(height=420).interactive(), width="stretch")
     if not markers.empty:
         st.caption(f"{len(markers)} health event(s) marked on the curves (▼; docs/health.md)")
+    rewound = ui.rewinds(url, ids)
+    if not rewound.empty:
+        st.caption(
+            f"{len(rewound)} loss spike(s) rewound: the steps first trained are drawn faint and dashed "
+            "(superseded, never averaged or exported); the skipped data rows are listed below"
+        )
+        ui.table(rewound.drop(columns=["ts"]), key="runs_rewinds")
     st.caption(
         f"{len(ids):,} runs drawn (running and finished ones of the selection), each curve read at "
         f"≤ {points} points."

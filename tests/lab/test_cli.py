@@ -119,3 +119,19 @@ def test_help_names_the_guide_of_every_command_and_every_guide_exists(capsys):
     with pytest.raises(SystemExit) as e:
         main(["plan", "--help"])
     assert e.value.code == 0 and "guide: docs/planning.md" in capsys.readouterr().out
+
+
+def test_logs_lists_a_jobs_rewinds_with_the_skipped_rows(db, tmp_path, capsys):
+    from orchestrator.writer import write_events
+    from workers.reporter import Event, EventKind
+
+    q = Queue(db=db, kinds=fake_jobs)
+    (job,) = q.submit(Grid("r", base={"tokens": 100}))
+    n = claim(q.eng, job, "test", str(tmp_path / "a"))
+    rewound = {"step": 25, "spiked_step": 30, "rows": [120, 121], "n": 1}
+    write_events(q.eng, [(job, n, [Event(EventKind.REWOUND, 2.0, rewound)])])
+    assert main(["--db", db, "logs", str(job)]) == 0
+    out = capsys.readouterr().out
+    assert (
+        f"rewind 1 [attempt {n}]: loss spike at step 30, back to step 25, skipped data rows 120, 121" in out
+    )

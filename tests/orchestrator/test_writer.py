@@ -157,14 +157,18 @@ def test_spool_skips_a_torn_last_line(tmp_path):
     assert MetricSpool(tmp_path).replay() == [first, second]
 
 
-def test_reporter_spools_only_metric_points(tmp_path):
+def test_reporter_spools_only_metric_points_and_rewinds(tmp_path):
     rep = LocalReporter(1, tmp_path)
     rep.metric("val_loss", 3, 2.5)
     rep.log("hello")
     rep.progress(3, 10)
+    rep.rewound(2, 3, [7, 8], 1)
     rep.close()
     lines = [json.loads(line) for line in (tmp_path / QueueReporter.SPOOL).read_text().splitlines()]
-    assert [(p["key"], p["step"], p["value"]) for p in lines] == [("val_loss", 3, 2.5)]
+    assert [(p["key"], p["step"], p["value"]) for p in lines[:1]] == [("val_loss", 3, 2.5)]
+    assert "kind" not in lines[0]  # a point's line is as it always was
+    assert lines[1]["kind"] == "rewound" and lines[1]["rows"] == [7, 8]
+    assert [e.kind for e in MetricSpool(tmp_path).replay()] == [EventKind.METRIC, EventKind.REWOUND]
 
 
 # ---------------------------------------------------------------- bad events
