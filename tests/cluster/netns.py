@@ -240,14 +240,13 @@ class Cluster:
         filler = self.shared / ".filler"
         st = os.statvfs(self.shared)
         size = st.f_bavail * st.f_frsize - leave_bytes
-        with open(filler, "wb") as f:
+        # unbuffered: whatever else writes there meanwhile (a running job) may take the last bytes, and a
+        # buffered file would then raise on close; the disk is full either way
+        with open(filler, "wb", buffering=0) as f:
+            chunk = b"\0" * (1 << 20)
             try:
-                f.truncate(0)
-                chunk = b"\0" * (1 << 20)
                 while size > 0:
-                    f.write(chunk[: min(len(chunk), size)])
-                    size -= len(chunk)
-                f.flush()
+                    size -= f.write(chunk[: min(len(chunk), size)])
             except OSError:
                 pass
         return filler

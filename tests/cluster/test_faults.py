@@ -180,6 +180,41 @@ def test_a_gang_losing_one_host_restarts_whole_from_its_checkpoint(lab, tmp_path
     assert [tuple(r) for r in got] == ref.curve("train_loss") and got
 
 
+def test_a_full_artifact_disk_fails_the_attempt_at_its_last_checkpoint_and_the_retry_resumes_it(
+    lab, tmp_path
+):
+    """The shared artifact disk fills up mid-run (every host writes there, as on a lab's file server):
+    the next checkpoint write fails whole (the previous one stays the loadable one), the attempt fails
+    with the disk-full advice, and once space is freed the queue's retry resumes from that last
+    checkpoint; the job's curve equals an uninterrupted run's, bit for bit, each point once."""
+    lab.start_ray("head")
+    lab.start_ray("worker1")
+    (lab.net.shared / "grids.py").write_text(GRID.replace("[0, 1, 2]", "[0]"))
+    lab.looplab_done("driver2", "submit", "grids.py")
+    driver = lab.looplab(
+        "head", "run", "--address", lab.ray_address, "--until-empty", "--artifacts", str(lab.art)
+    )
+    ((job, ckpt),) = wait_for(
+        lab, "SELECT id, checkpoint_step FROM jobs WHERE checkpoint_step >= 3", "checkpoint", driver=driver
+    )
+    filler = lab.net.fill_disk()
+    ((error,),) = wait_for(
+        lab,
+        f"SELECT error FROM attempts WHERE job_id = {job} AND outcome = 'failed'",
+        "a failed attempt",
+        120,
+    )
+    assert error.startswith("No space left on device: the job stopped"), error[:300]
+    filler.unlink()  # the user frees space; the queue's retry (after its backoff) does the rest
+    assert driver.wait(timeout=400) == 0, (lab.logs / "head.log").read_text()[-3000:]
+    summary = promises.check(lab)
+    assert summary["succeeded"] == 1
+    tried = lab.query(f"SELECT n, outcome, resumed_from_step FROM attempts WHERE job_id = {job} ORDER BY n")
+    assert [t[1] for t in tried] == ["failed", "succeeded"], tried
+    assert tried[1][2] is not None and tried[1][2] >= ckpt  # from its last complete checkpoint, not step 0
+    assert_curve_is_uninterrupted(lab, job, tmp_path)
+
+
 def reference_gang(spec: dict, art, jobs):
     """The gang's run in one process with its micro-batches, on one thread as the Ray workers ran."""
     import torch
