@@ -51,6 +51,7 @@ def events(step: int, value: float) -> list[Event]:
     rep = MemoryReporter()
     rep.started(f"node-{value}:1", str(step))
     rep.resumed(step - 1)
+    rep.rewound(step - 1, step, [int(value)], 1)  # before the point, so the point is not superseded
     rep.metric("train_loss", step, value)
     rep.progress(step, 10, eta_s=1.0)
     rep.checkpoint(f"/ckpt/{value}", step)
@@ -78,6 +79,11 @@ def snapshot(eng, job_id: int) -> tuple:
         ),
         rows(eng, "SELECT key, step, value FROM metrics WHERE job_id = :j ORDER BY step", j=job_id),
         rows(eng, "SELECT message FROM job_logs WHERE job_id = :j ORDER BY id", j=job_id),
+        rows(
+            eng,
+            "SELECT n, attempt, step, spiked_step, rows FROM rewinds WHERE job_id = :j ORDER BY n",
+            j=job_id,
+        ),
         rows(
             eng, "SELECT steps, train_seconds, concurrent_jobs FROM train_results WHERE job_id = :j", j=job_id
         ),

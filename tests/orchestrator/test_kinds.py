@@ -37,6 +37,8 @@ QUEUE_TABLES = {
     "job_logs",
     "health_events",
     "alert_outbox",
+    "rewinds",
+    "superseded_points",
 }
 
 

@@ -21,6 +21,7 @@ PROTOCOL = {name for name in vars(Reporter) if not name.startswith("_")}
 def report_one_of_each(rep: BaseReporter) -> None:
     rep.started("node:42", "0,1")
     rep.resumed(3)
+    rep.rewound(3, 4, [17, 18], 1)
     rep.metric("train_loss", 4, 1.5, tokens=64, wall_s=0.25)
     rep.progress(4, 10, eta_s=2.0)
     rep.checkpoint("/ckpt", 4)
@@ -35,6 +36,7 @@ def test_every_event_kind_is_made_by_one_reporter_method():
     assert [e.kind for e in rep.events] == [
         EventKind.STARTED,
         EventKind.RESUMED,
+        EventKind.REWOUND,
         EventKind.METRIC,
         EventKind.PROGRESS,
         EventKind.CHECKPOINT,
