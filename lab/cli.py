@@ -168,7 +168,7 @@ def _grid_commands(sub: argparse._SubParsersAction) -> None:
 
 def _queue_commands(sub: argparse._SubParsersAction) -> None:
     """gc, run, status, cancel, retry and logs: the queue and its jobs."""
-    gc = sub.add_parser("gc", help="delete the resume state (checkpoint.pt) of succeeded jobs, keep final.pt")
+    gc = sub.add_parser("gc", help="delete the resume state (checkpoints) of succeeded jobs, keep final.pt")
     gc.add_argument("--dry-run", action="store_true", help="say what would be deleted, delete nothing")
     gc.add_argument("--grid", default=None, help="only this grid's jobs (name or id)")
 

@@ -4,7 +4,7 @@ artifacts take (the Queue page) or will take (`looplab plan`).
 The rule, a grid's `retention` (stored with each of its jobs, `jobs.retention`; how a run is kept, not
 what it is, so it is no part of the job's identity):
 - "final" (the default for new grids): once a job has succeeded, its artifact dir drops what only a
-  resume reads (`workers.artifacts.resume_only`: checkpoint.pt, the optimizer, RNG and trainer state,
+  resume reads (`workers.artifacts.resume_only`: its checkpoints, the optimizer, RNG and trainer state,
   ~2.6 x the weights with AdamW, and temp files of killed writes) and keeps the final weights. Nothing a
   queued or running job needs goes: every checkpoint follow-up reads final.pt (`workers.checkpoint.find`
   takes it first), a dir without final.pt keeps its checkpoint (its only weights), and a succeeded job is
@@ -31,7 +31,7 @@ from sqlalchemy import Engine
 from orchestrator.schema import GridRow
 from orchestrator.schema import Job as JobRow
 from orchestrator.states import JobStatus
-from workers.artifacts import resume_only
+from workers.artifacts import KEEP_CHECKPOINTS, resume_only
 
 FINAL, ALL = "final", "all"
 RETENTIONS = (FINAL, ALL)
@@ -163,19 +163,29 @@ def disk_in_use(eng: Engine, job_ids: list[int]) -> DiskInUse:
 
 @dataclass(frozen=True)
 class PlannedDisk:
-    """A train job's artifact files as planned (`looplab plan`), in bytes: checkpoint.pt (weights and
-    optimizer state), final.pt (weights), the metric spool (every point until the job succeeded)."""
+    """A train job's artifact files as planned (`looplab plan`), in bytes: one checkpoint (weights and
+    optimizer state) of the `keep` the job keeps (workers/artifacts.py), final.pt (weights), the metric
+    spool (every point until the job succeeded); `saves`: the checkpoints the run writes (None: not
+    known, a time budget), so a short run that saves once is not charged `keep` of them."""
 
     checkpoint: float
     final: float
     spool: float
+    saves: int | None = None
+    keep: int = KEEP_CHECKPOINTS
+
+    @property
+    def _held(self) -> int:
+        return self.keep if self.saves is None else max(1, min(self.keep, self.saves))
 
     @property
     def peak(self) -> float:
-        """While it runs: a checkpoint being replaced is on disk twice (its temp file beside the old one),
-        and at the end final.pt is written beside the checkpoint; the spool grows to every point."""
-        return max(2 * self.checkpoint, self.checkpoint + self.final) + self.spool
+        """While it runs: the last save writes a checkpoint beside the ones kept before it, then final.pt,
+        before the oldest goes; the spool grows to every point."""
+        before = self.keep if self.saves is None else min(self.keep, max(0, self.saves - 1))
+        return (before + 1) * self.checkpoint + self.final + self.spool
 
     def kept(self, retention: str | None) -> float:
-        """After success (the spool is removed then): final.pt alone under "final", both under "all"."""
-        return self.final if removes(retention) else self.checkpoint + self.final
+        """After success (the spool is removed then): final.pt alone under "final", with the kept
+        checkpoints under "all"."""
+        return self.final if removes(retention) else self._held * self.checkpoint + self.final

@@ -193,9 +193,14 @@ class QueueReporter(BaseReporter):
     DRIVER_LOST_S = 30.0
 
     def __init__(
-        self, job_id: int, sink: Any, artifact_dir: str | Path | None = None, flush_s: float = 0.5
+        self,
+        job_id: int,
+        sink: Any,
+        artifact_dir: str | Path | None = None,
+        flush_s: float = 0.5,
+        attempt: int | None = None,
     ) -> None:
-        self.job_id, self.sink, self.flush_s = job_id, sink, flush_s
+        self.job_id, self.sink, self.flush_s, self.attempt = job_id, sink, flush_s, attempt
         self._buf: list[Event] = []
         self._lock = threading.Lock()  # guards the buffer
         self._send_lock = threading.Lock()  # keeps batches in order
@@ -305,32 +310,47 @@ def _load_kinds(ref: Any) -> JobRegistry:
 
 
 def launch(
-    job_id: int, kind: str, spec: dict, artifact_dir: str, sink: Any, kinds: JobRegistry, request: Request
+    job_id: int,
+    kind: str,
+    spec: dict,
+    artifact_dir: str,
+    sink: Any,
+    kinds: JobRegistry,
+    request: Request,
+    attempt: int | None = None,
 ) -> Any:
-    """Start job `job_id` with the resources the admission booked (`request`); returns the Ray ref of
-    its `TaskResult`. ConfigError for a gang of a kind that cannot run on several workers."""
+    """Start attempt `attempt` of job `job_id` (the number `jobqueue.claim` gave: checkpoints are named
+    and fenced by it) with the resources the admission booked (`request`); returns the Ray ref of its
+    `TaskResult`. ConfigError for a gang of a kind that cannot run on several workers."""
     if request.workers == 1:
         return execute_job.options(num_cpus=request.cpus, num_gpus=request.gpus).remote(
-            job_id, kind, spec, artifact_dir, sink, kinds_ref(kinds)
+            job_id, kind, spec, artifact_dir, sink, kinds_ref(kinds), attempt
         )
     check_workers("resources.workers", kind, request.workers, kinds)
     # on the driver's node: Ray Train's controller runs beside its host, and their placement group lives
     # until the driver ends; were the host's node lost while the driver lives, the group would hold the
     # workers' resources the admission believes free (see `sink_on_this_node` for the same reasoning)
     return execute_gang.options(scheduling_strategy=_this_node()).remote(
-        job_id, spec, artifact_dir, sink, request.workers, request.cpus, request.gpus
+        job_id, spec, artifact_dir, sink, request.workers, request.cpus, request.gpus, attempt
     )
 
 
 @ray.remote(max_retries=0, num_cpus=0, num_gpus=0)
 def execute_gang(
-    job_id: int, spec: dict, artifact_dir: str, sink: Any, workers: int, cpus: float, gpus: float
+    job_id: int,
+    spec: dict,
+    artifact_dir: str,
+    sink: Any,
+    workers: int,
+    cpus: float,
+    gpus: float,
+    attempt: int | None = None,
 ) -> TaskResult:
     """Runs train job `job_id` on `workers` Ray Train workers of `cpus` CPUs and `gpus` GPUs each (this
     task holds nothing: see the module docstring). Never raises (`run_attempt`)."""
     Path(artifact_dir).mkdir(parents=True, exist_ok=True)
     rep = QueueReporter(job_id, sink)  # where the run's driver is; rank 0 reports the rest itself
-    rank0 = functools.partial(QueueReporter, job_id, sink, artifact_dir)  # made on rank 0's process
+    rank0 = functools.partial(QueueReporter, job_id, sink, artifact_dir, attempt=attempt)  # on rank 0
     return run_attempt(
         job_id,
         rep,
@@ -342,11 +362,17 @@ def execute_gang(
 
 @ray.remote(max_retries=0)
 def execute_job(
-    job_id: int, kind: str, spec: dict, artifact_dir: str, sink: Any, kinds_ref: Any
+    job_id: int,
+    kind: str,
+    spec: dict,
+    artifact_dir: str,
+    sink: Any,
+    kinds_ref: Any,
+    attempt: int | None = None,
 ) -> TaskResult:
     """Runs one job on a Ray worker. Never raises (`run_attempt`)."""
     Path(artifact_dir).mkdir(parents=True, exist_ok=True)
-    rep = QueueReporter(job_id, sink, artifact_dir)
+    rep = QueueReporter(job_id, sink, artifact_dir, attempt=attempt)
     gpus = os.environ.get("CUDA_VISIBLE_DEVICES") or ",".join(str(g) for g in ray.get_gpu_ids())
 
     def run() -> TaskResult:

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from model.errors import ConfigError
-from workers.artifacts import CHECKPOINT, FINAL
+from workers.artifacts import FINAL, resume_from
 
 
 def rng_state() -> dict[str, Any]:
@@ -136,13 +136,14 @@ def load(path: str | Path) -> dict[str, Any]:
 
 
 def find(path: str | Path) -> Path:
-    """A checkpoint file from a train artifact dir (final.pt, else checkpoint.pt) or a file path."""
+    """A checkpoint file from a train artifact dir (final.pt, else the checkpoint a resume would take,
+    `artifacts.resume_from`) or a file path."""
     p = Path(path)
     if p.is_dir():
-        for name in (FINAL, CHECKPOINT):
-            if (p / name).is_file():
-                return p / name
-        raise ConfigError(f"checkpoint: directory {str(p)!r} holds no {FINAL} or {CHECKPOINT}")
+        found = p / FINAL if (p / FINAL).is_file() else resume_from(p)
+        if found is None:
+            raise ConfigError(f"checkpoint: directory {str(p)!r} holds no {FINAL} or checkpoint")
+        return found
     if not p.is_file():
         raise ConfigError(f"checkpoint: {str(p)!r} does not exist")
     return p

@@ -64,6 +64,8 @@ class Event:
 
 
 class Reporter(Protocol):
+    attempt: int | None  # the queue's attempt number, its fencing token (workers/artifacts.py names by it)
+
     def metric(
         self, key: str, step: int, value: float, *, tokens: int | None = None, wall_s: float | None = None
     ) -> None: ...
@@ -84,6 +86,7 @@ class BaseReporter:
     """Turns the calls into Events and hands them to `emit`. Subclasses override `emit`."""
 
     stop_requested: bool = False
+    attempt: int | None = None  # the queue's attempt number (its fencing token); None outside the queue
 
     def emit(self, event: Event) -> None:  # pragma: no cover - overridden
         raise NotImplementedError

@@ -6,8 +6,8 @@
 Exact resume: the batch at step s and the loop counts at step s are pure functions of (seed, s), and
 the checkpoint holds model, optimizers, every RNG state and the trainer's state (step, schedule
 position, clocks); so a run killed at any point and restarted from its last checkpoint reproduces the
-uninterrupted loss curve bit for bit on CPU. Starting `run` on an artifact dir that holds
-`checkpoint.pt` resumes from it.
+uninterrupted loss curve bit for bit on CPU. Starting `run` on an artifact dir that holds checkpoints
+resumes from the newest one a resume may take (workers/artifacts.py `resume_from`).
 
 Time budget (`time_s`): a short calibration on a throw-away copy of the model measures tokens/s
 (reported as `calib_tokens_per_s`, saved in `calibration.json`) and plans the step count; before every

@@ -37,6 +37,7 @@ class TrainCost:
     eval_flops: float  # forward FLOPs of one evaluation
     eval_every: int
     ckpt_every: int
+    keep_checkpoints: int  # checkpoints kept while it runs (workers/artifacts.py)
     log_every: int
     log_points: int  # metric points of one logged step (train_loss, lr, tokens_per_s[, padding_waste])
     eval_points: int  # metric points of one evaluation (val_loss, val_bpb, val_loss@n per count, peak_mem_mb)
@@ -60,7 +61,7 @@ class TrainCost:
 
     @property
     def checkpoint_bytes(self) -> float:
-        """What one checkpoint (`checkpoint.pt`) writes: the fp32 weights and the optimizer's state
+        """What one checkpoint (`checkpoint-a…-s….pt`) writes: the fp32 weights and the optimizer's state
         (`model.memory.optimizer_state_bytes`)."""
         from model.memory import optimizer_state_bytes
 
@@ -107,6 +108,7 @@ def cost(spec: Spec) -> TrainCost:
         eval_flops=float(eval_tokens * sum(step_flops(cfg, n).forward for n in counts)),
         eval_every=spec.eval_every,
         ckpt_every=spec.ckpt_every,
+        keep_checkpoints=spec.keep_checkpoints,
         log_every=spec.log_every,
         log_points=LOG_POINTS + (1 if flops.padding_waste > 0 else 0),
         eval_points=3 + len(spec.resolved_eval_loops(cfg)),

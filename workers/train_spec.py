@@ -12,7 +12,7 @@ What a run is. Every field either *defines* the run or says only *how it execute
   one are different runs: a checkpoint made under one never resumes under the other.
 - execution (`field(metadata=EXECUTION)`, the rule of workers/identity.py): where and in what pieces the same computation runs, and
   what is measured or saved along the way: micro_batch_size, bucketing, compile, device, the log /
-  evaluation / checkpoint cadences (log_every, eval_every, ckpt_every, ckpt_minutes), which extra depths
+  evaluation / checkpoint cadences (log_every, eval_every, ckpt_every, ckpt_minutes, keep_checkpoints), which extra depths
   an evaluation reports (eval_loops) and the time budget's calibration length (calib_steps). Changing one
   changes no row's sequences, loop counts, initial state or gradient (micro-batches and buckets change
   the float summation order only, see workers/batching.py), so a checkpoint resumes under it.
@@ -37,10 +37,12 @@ from typing import Any
 from model import fields
 from model.errors import ConfigError
 from model.names import Optimizer
+from workers.artifacts import KEEP_CHECKPOINTS
 from workers.data import BUDGET, DataSpec
 from workers.identity import EXECUTION, spec_to_dict
 from workers.identity import execution_fields as _execution_fields
 from workers.identity import identity as _identity
+from workers.rewind import RewindRule
 
 # Validation draws h0 from this seed, in training's evaluations and in the depth sweep alike, so the
 # sweep's loss at a run's trained loop count is the run's final validation loss.
@@ -114,6 +116,10 @@ class Spec:
     """fraction of the steps over which the learning rate falls linearly to 0, in (0, 1]"""
     grad_clip: float = 1.0
     """gradient-norm clipping threshold; 0 disables clipping"""
+    spike_rewind: dict[str, Any] | None = None
+    """rewind loss spikes: {k, window, max_rewinds} (workers/rewind.py: a step's loss above k x the
+    median of the last `window` goes back to a checkpoint from before it and skips that step's data;
+    after max_rewinds the run fails); none: off, and left out of the stored spec"""
     eval_every: int = field(default=50, metadata=EXECUTION)
     """steps between evaluations (the last step always evaluates)"""
     eval_tokens: int = 32768
@@ -125,6 +131,9 @@ class Spec:
     """steps between checkpoints"""
     ckpt_minutes: float = field(default=10.0, metadata=EXECUTION)
     """at most this many minutes between checkpoints"""
+    keep_checkpoints: int = field(default=KEEP_CHECKPOINTS, metadata=EXECUTION)
+    """checkpoints kept while the run goes on, the newest ones (at least 2: a loss spike's rewind goes
+    back to one from before it); named by attempt and step (workers/artifacts.py)"""
     log_every: int = field(default=1, metadata=EXECUTION)
     """steps between train_loss / lr / tokens_per_s points"""
     calib_steps: int = field(default=6, metadata=EXECUTION)
@@ -184,12 +193,15 @@ class Spec:
         v["warmup_steps"] = fields.integer("warmup_steps", d["warmup_steps"], lo=0)
         v["cooldown_frac"] = fields.number("cooldown_frac", d["cooldown_frac"], lo=0, lo_open=True, hi=1)
         v["grad_clip"] = fields.number("grad_clip", d["grad_clip"], lo=0)
+        rule = RewindRule.from_value("spike_rewind", d["spike_rewind"])
+        v["spike_rewind"] = None if rule is None else rule.to_dict()
         for name in ("eval_every", "eval_tokens", "ckpt_every", "log_every"):
             v[name] = fields.integer(name, d[name], lo=1)
         loops = d["eval_loops"]
         v["eval_loops"] = None if loops is None else fields.int_list("eval_loops", loops, lo=1)
         v["calib_steps"] = fields.integer("calib_steps", d["calib_steps"], lo=2)
         v["ckpt_minutes"] = fields.number("ckpt_minutes", d["ckpt_minutes"], lo=0, lo_open=True)
+        v["keep_checkpoints"] = fields.integer("keep_checkpoints", d["keep_checkpoints"], lo=KEEP_CHECKPOINTS)
         v["compile"] = fields.boolean("compile", d["compile"])
         v["device"] = fields.device("device", d["device"])
         v["data"] = DataSpec.from_dict(given.get("data"))
@@ -216,12 +228,18 @@ class Spec:
         d = spec_to_dict(self)
         d["model"] = dict(self.model)
         d["data"] = self.data.to_dict()
+        if self.spike_rewind is None:  # off: left out, so stored runs keep their hash
+            d.pop("spike_rewind")
         if self.family == BUILTIN_FAMILY:  # looplab's own: left out, so stored runs keep their hash
             for key in FAMILY_KEYS:
                 d.pop(key)
         else:
             d["family_config"] = dict(self.family_config)
         return d
+
+    @property
+    def rewind_rule(self) -> RewindRule | None:
+        return RewindRule.from_value("spike_rewind", self.spike_rewind)
 
     def model_config(self, vocab_size: int):
         """The ModelConfig this spec trains, for a tokenizer of `vocab_size` tokens."""

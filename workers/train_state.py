@@ -59,6 +59,11 @@ class TrainerState:
     flops_seconds: float = 0.0
     round_flops: float = 0.0
     round_flops_padded: float = 0.0
+    # Loss spikes rewound (workers/rewind.py): the data steps skipped, the rewinds made, and the last
+    # train losses the spike test reads (saved, so a resume replays the same rewinds)
+    skipped_steps: list[int] = dataclasses.field(default_factory=list)
+    rewinds: int = 0
+    loss_window: list[float] = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

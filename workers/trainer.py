@@ -77,6 +77,7 @@ from model.init import RowKey, draw_h0
 from model.looped import LoopedLM
 from model.memory import largest_micro_batch
 from model.rounds import forward_sizes
+from workers import artifacts
 from workers import checkpoint as ckpt
 from workers.batching import split_step
 from workers.data import (
@@ -90,6 +91,7 @@ from workers.device import memory_bytes, peak_flops, peak_mem_mb, reset_peak_mem
 from workers.optim import build_optimizers, lr_factor, set_lr
 from workers.prepare import cores_given
 from workers.reporter import JobInterrupted, Reporter
+from workers.rewind import TEST_SPIKE, Rewind, data_step
 from workers.schedule import TimeBudgetSchedule
 from workers.tokenizer import smaller_vocab_message
 from workers.train_spec import AUTO, EVAL_H0_SEED, Spec, check_artifact_dir, identity_diff
@@ -154,11 +156,14 @@ class Trainer:
     def __init__(self, spec: Spec, reporter: Reporter, artifact_dir: Path, gang: Solo = SOLO) -> None:
         self.spec, self.reporter, self.dir, self.gang = spec, reporter, artifact_dir, gang
         self.writes = gang.rank == 0  # the one process that writes checkpoints and evaluates
-        self.ckpt_path = artifact_dir / ckpt.CHECKPOINT
+        self.attempt, self.ckpt_path = artifacts.begin(
+            artifact_dir, getattr(reporter, "attempt", None), self.writes
+        )
         # A corrupt checkpoint must fail before any work and stay where it is.
-        self.saved = ckpt.load(self.ckpt_path) if self.ckpt_path.exists() else None
-        for stale in self.dir.glob(f".{ckpt.CHECKPOINT}.tmp*") if self.writes else ():
+        self.saved = ckpt.load(self.ckpt_path) if self.ckpt_path is not None else None
+        for stale in artifacts.temp_files(self.dir) if self.writes else ():
             stale.unlink()  # left by a process killed mid-write
+        self.rewind = spec.rewind_rule  # None: spikes are only warned of (orchestrator/health.py)
         self.device = gang.device or resolve_device(spec.device)
         # every rank opens the same preparation (a file lock: one builds it, the others wait and read)
         self.data = prepare(spec.data, reporter=reporter if self.writes else None, processes=cores_given())
@@ -466,13 +471,18 @@ class Trainer:
         n_targets = spec.batch_size * T  # get_batch's targets are all real tokens (none is -1)
         loss = torch.zeros((), device=self.device)
         for j, rows in enumerate(forwards):
-            x, y = get_batch(self.data.train, spec.batch_size, T, spec.seed, step, self.state.sampler, rows)
+            data_at = data_step(step, self.state.skipped_steps)  # the step itself unless spikes were skipped
+            x, y = get_batch(
+                self.data.train, spec.batch_size, T, spec.seed, data_at, self.state.sampler, rows
+            )
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
             key = RowKey(spec.seed, step, tuple(rows)) if h0 is None else h0[rows]
             with self.gang.sync(forward_model, last=j == len(forwards) - 1):
                 with autocast(self.device):
                     out = forward_model(x, targets=y, loops=counts[rows], h0_seed=key)
                 part = out.loss * (len(rows) * T / n_targets)  # this forward's share of the step's mean
+                if data_at == TEST_SPIKE[0]:
+                    part = part * TEST_SPIKE[1]  # tests only: a spike at a data step (workers/rewind.py)
                 part.backward()
             loss += part.detach()
         return loss
@@ -531,6 +541,9 @@ class Trainer:
                 rep.metric("lr", step, lr, tokens=tokens, wall_s=wall)
                 rep.metric("tokens_per_s", step, tokens / max(wall, 1e-9), tokens=tokens, wall_s=wall)
                 self._report_flops(step, waste, tokens, wall)
+            if self.rewind is not None and self._rewound(step, loss):
+                state = self.state  # the checkpoint's, from before the spike
+                continue
             if state.step % spec.eval_every == 0 or state.step == total:
                 self._evaluate()
             if time.monotonic() - last_progress > 1.0 or state.step == total:  # the bar needs no more
@@ -544,6 +557,19 @@ class Trainer:
             if now - last_beat > 10:
                 rep.heartbeat()
                 last_beat = now
+
+    def _rewound(self, step: int, loss: float) -> bool:
+        """Whether step `step`'s loss was a spike that sent the run back to a checkpoint from before it
+        (workers/rewind.py `Rewind`), restored here; else the loss joins the spike test's window."""
+        back = Rewind.of(self.rewind, self.state, self.dir, step, loss)
+        if back is None:
+            return False
+        self.ckpt_path = back.path
+        self._restore(ckpt.load(back.path))
+        self.state.skipped_steps, self.state.rewinds = back.skipped, back.n
+        self.reporter.rewound(self.state.step, step, back.rows(self.spec.batch_size), back.n)
+        self.reporter.log(back.message(self.spec.batch_size))
+        return True
 
     def _report_flops(self, step: int, waste: float, tokens: int, wall: float) -> None:
         """The step's measured padding waste (for per-row loop counts; 0 otherwise, not reported) and,
@@ -605,6 +631,7 @@ class Trainer:
         if self.split_dependent:
             identity["split"] = self._split()
         weights = {"model": self.model.state_dict()}
+        self.ckpt_path = self.dir / artifacts.checkpoint_name(self.attempt, self.state.step)
         ckpt.save(
             self.ckpt_path,
             {
@@ -618,6 +645,8 @@ class Trainer:
         )
         if final:
             ckpt.save(self.dir / ckpt.FINAL, {**weights, "trainer": self.state.to_dict(), **identity})
+        for old in artifacts.removable(self.dir, self.spec.keep_checkpoints):
+            old.unlink(missing_ok=True)  # after the new one is in place: a kill between loses nothing
         self.state.ckpt_seconds += time.perf_counter() - t0
         self.reporter.checkpoint(str(self.ckpt_path), self.state.step)
 

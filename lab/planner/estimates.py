@@ -300,7 +300,7 @@ class TimeModel:
         budget_s = ref_train_s if ref_train_s is not None else spec.get("time_s")
         steps = cost.steps
         calib_s = 0.0
-        disk = PlannedDisk(cost.checkpoint_bytes, cost.final_bytes, 0.0)
+        disk = PlannedDisk(cost.checkpoint_bytes, cost.final_bytes, 0.0, keep=cost.keep_checkpoints)
         if steps is None:  # a time budget: trains budget_s, after a calibration on a copy of the model
             if budget_s is None:
                 return Estimate(None, EstimateSource.UNKNOWN, peak_mem_bytes=memory, disk=disk)
@@ -338,7 +338,11 @@ class TimeModel:
     @staticmethod
     def _disk(cost: TrainCost, steps: int) -> PlannedDisk:
         return PlannedDisk(
-            cost.checkpoint_bytes, cost.final_bytes, cost.metric_points(steps) * SPOOL_POINT_BYTES
+            cost.checkpoint_bytes,
+            cost.final_bytes,
+            cost.metric_points(steps) * SPOOL_POINT_BYTES,
+            saves=cost.n_ckpts(steps),
+            keep=cost.keep_checkpoints,
         )
 
     def _step_seconds(self, cost: TrainCost) -> float:

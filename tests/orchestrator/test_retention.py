@@ -18,7 +18,7 @@ from model.errors import ConfigError
 from orchestrator import Grid, Queue, retention
 from tests.cli import looplab_here
 from tests.orchestrator import artifact_jobs
-from workers.artifacts import CHECKPOINT, FINAL
+from workers.artifacts import CHECKPOINT, FINAL, resume_from
 
 CAL = Calibration(device="cpu", flops_per_s=1e9, decode_layer_s=1e-4, save_bytes_per_s=1e12, startup_s=2.0)
 
@@ -151,8 +151,8 @@ def test_retention_is_checked_and_no_part_of_a_jobs_identity(tmp_path):
 
 def test_plan_shows_the_disk_each_retention_keeps(tmp_path, monkeypatch):
     """A lean tiny AdamW run: checkpoint.pt holds 12 P bytes (weights and two moments), final.pt 4 P;
-    "final" keeps 4 P after success, "all" 16 P; while it runs a checkpoint being replaced is there
-    twice, beside the spool of its points."""
+    "final" keeps 4 P after success, "all" 16 P; it saves once (at the end), so while it runs its
+    checkpoint and final.pt are there beside the spool of its points, never `keep_checkpoints` of them."""
     monkeypatch.setenv("LOOPLAB_CACHE", str(tmp_path / "cache"))
     q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art")
     spec = {
@@ -180,18 +180,18 @@ def test_plan_shows_the_disk_each_retention_keeps(tmp_path, monkeypatch):
 
     p = param_count(resolve("train", spec).cfg)["total"]
     points = 5 * 3 + 1 * 4  # 5 logged steps of 3 metrics, one evaluation of 4
-    assert final.estimate.disk.peak == pytest.approx(2 * 12 * p + points * 140)
+    assert final.estimate.disk.peak == pytest.approx(12 * p + 4 * p + points * 140)
     assert (final.disk_kept, everything.disk_kept) == (pytest.approx(4 * p), pytest.approx(16 * p))
     kept, most = report.disk()
     assert kept == pytest.approx(20 * p)
     # one CPU: the runs go one after the other, so at most one runs beside the other's kept files
-    assert most == pytest.approx(4 * p + 2 * 12 * p + points * 140)
+    assert most == pytest.approx(4 * p + 16 * p + points * 140)
     text = report.text()
     assert f"disk: {retention.fmt_bytes(20 * p)} kept once every job succeeded" in text
 
 
 def test_planned_checkpoint_sizes_match_a_real_run(tmp_path, looplab_cache, one_torch_thread):
-    """checkpoint.pt and final.pt of a real (tiny) run are the sizes the plan counts, within 5 %, for
+    """A checkpoint and final.pt of a real (tiny) run are the sizes the plan counts, within 5 %, for
     AdamW and the default (Muon) optimizer; a spool point of a long run is ~140 bytes."""
     from orchestrator.task import MetricSpool
     from workers import train
@@ -219,7 +219,7 @@ def test_planned_checkpoint_sizes_match_a_real_run(tmp_path, looplab_cache, one_
         run = tmp_path / optimizer
         train.run(spec, MemoryReporter(), run)
         planned = cost(spec)
-        assert (run / CHECKPOINT).stat().st_size == pytest.approx(planned.checkpoint_bytes, rel=0.05)
+        assert resume_from(run).stat().st_size == pytest.approx(planned.checkpoint_bytes, rel=0.05)
         assert (run / FINAL).stat().st_size == pytest.approx(planned.final_bytes, rel=0.05)
 
     spool = MetricSpool(tmp_path)

@@ -106,3 +106,28 @@ def test_a_bad_rewind_is_dropped_with_the_reason(eng, train_job, tmp_path):
     with eng.connect() as conn:
         sql = "SELECT message FROM job_logs WHERE job_id = :j AND level = 'WARNING'"
         assert any("rewound needs" in m for (m,) in conn.execute(sa.text(sql), {"j": train_job}))
+
+
+def test_the_trainers_own_rewind_leaves_one_live_point_per_step(eng, train_job, tmp_path, monkeypatch):
+    """The events of a real (tiny) run whose step 6 spikes (the test-only hook) and is rewound to its
+    checkpoint at step 4, written as the queue writes them: one live point per step, the first pass's
+    steps 5 and 6 superseded, the rewind listed with the rows the trainer skipped."""
+    from tests.workers.conftest import tiny_spec
+    from workers import train, trainer
+    from workers.reporter import MemoryReporter
+
+    monkeypatch.setattr(trainer, "TEST_SPIKE", (6.0, 50.0))
+    spec = tiny_spec(tokens=8 * 32 * 12, ckpt_every=2, spike_rewind={"k": 3, "window": 4})
+    rep = MemoryReporter()
+    train.run(train.Spec.from_dict(spec), rep, tmp_path)
+    write_events(eng, [(train_job, 1, rep.events)], health=HealthWatch())
+    live = points(eng, train_job)
+    assert [s for s, _ in live] == list(range(12))
+    assert live == sorted({s: v for s, v in rep.curve("train_loss")}.items())
+    first_pass = dict(rep.curve("train_loss")[:7])
+    assert [(n, s, v) for n, s, v in superseded(eng, train_job)] == [
+        (1, 5, first_pass[5]),
+        (1, 6, first_pass[6]),
+    ]
+    assert rewinds(eng, train_job) == [(1, 4, 6, list(range(48, 56)))]
+    assert "rewind" in [rule for rule, _, _ in health_rules(eng, train_job)]

@@ -24,6 +24,7 @@ from tests.tier import fast_few
 from tests.workers.conftest import TINY_MODEL, tiny_spec
 from workers import checkpoint as ckpt
 from workers import jobs, train
+from workers.artifacts import resume_from
 from workers.data import SAMPLER_PERMUTATION, SAMPLER_WITH_REPLACEMENT, get_batch
 from workers.optim import set_lr
 from workers.reporter import MemoryReporter
@@ -200,6 +201,7 @@ def test_identity_drops_exactly_the_execution_fields():
         "eval_loops",
         "ckpt_every",
         "ckpt_minutes",
+        "keep_checkpoints",
         "calib_steps",
     }
     d = Spec.from_dict(tiny_spec()).to_dict()
@@ -303,11 +305,12 @@ def _pre_row_key_step(trainer: Trainer, step: int) -> float:
 
 def _aged(run_dir) -> dict:
     """Make the run's checkpoint and spec.json look as the code before the new fields wrote them."""
-    saved = ckpt.load(run_dir / ckpt.CHECKPOINT)
-    for key in ("micro_batch_size", "bucketing"):
+    path = resume_from(run_dir)
+    saved = ckpt.load(path)
+    for key in ("micro_batch_size", "bucketing", "keep_checkpoints"):
         del saved["spec"][key]
     del saved["trainer"]["h0_version"]
-    ckpt.save(run_dir / ckpt.CHECKPOINT, saved)
+    ckpt.save(path, saved)
     (run_dir / "spec.json").write_text(json.dumps(saved["spec"], indent=1, sort_keys=True))
     return saved
 

@@ -13,8 +13,8 @@ import torch
 
 from model.errors import ConfigError
 from tests.workers.conftest import tiny_spec
+from workers import artifacts, jobs
 from workers import checkpoint as ckpt
-from workers import jobs
 from workers.reporter import MemoryReporter
 
 # what torch.save's zip writer raises when the file system fills up mid-write
@@ -119,6 +119,7 @@ def test_a_train_job_on_a_full_disk_fails_with_that_message(looplab_cache, tmp_p
         jobs.run("train", spec, MemoryReporter(), tmp_path)
     monkeypatch.undo()
     recorded = "".join(traceback.format_exception(e.value))
-    assert f"no space left writing the checkpoint at {tmp_path / 'checkpoint.pt'}: it needs ~" in recorded
-    assert ckpt.load(tmp_path / "checkpoint.pt")["trainer"]["step"] == 2
-    assert not list(tmp_path.glob(".checkpoint.pt.tmp*"))
+    at_4 = tmp_path / artifacts.checkpoint_name(1, 4)
+    assert f"no space left writing the checkpoint at {at_4}: it needs ~" in recorded
+    assert not at_4.exists() and artifacts.temp_files(tmp_path) == []
+    assert ckpt.load(artifacts.resume_from(tmp_path))["trainer"]["step"] == 2

@@ -178,9 +178,10 @@ def test_one_process_checkpoint_keeps_its_layout(looplab_cache, tmp_path):
     before, and the row says 1 worker."""
     from workers import checkpoint as ckpt
     from workers import train
+    from workers.artifacts import resume_from
 
     rep = MemoryReporter()
     row = train.run(Spec.from_dict(tiny_spec(tokens=8 * 32 * 2)), rep, tmp_path / "run")
-    saved = ckpt.load(tmp_path / "run" / ckpt.CHECKPOINT)
+    saved = ckpt.load(resume_from(tmp_path / "run"))
     assert "rng" in saved and "rng_ranks" not in saved
     assert row["workers"] == 1 and rep.of("result")[0]["row"]["workers"] == 1

@@ -5,17 +5,14 @@ run bit for bit, as looplab's own model does (tests/workers/test_resume.py, whos
 from __future__ import annotations
 
 import json
-import os
-import random
-import signal
 import subprocess
-import time
 
 import pytest
 import torch
 
-from tests.workers.test_resume import KEYS, STEPS, _cmd, _curves, _env
+from tests.workers.test_resume import KEYS, STEPS, _cmd, _curves, _env, kill_once
 from workers import checkpoint as ckpt
+from workers.artifacts import resume_from
 
 FAMILY = ["--family", "examples.universal_transformer:factory", "--family-config", "d_model=32"]
 
@@ -34,15 +31,8 @@ def test_a_family_run_killed_and_resumed_matches_the_uninterrupted_run(looplab_c
     proc = subprocess.Popen(
         _family_cmd(out, ev1), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    deadline = time.monotonic() + 240
-    while not (out / "checkpoint.pt").exists():
-        assert proc.poll() is None, "training ended before its first checkpoint"
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-    time.sleep(random.uniform(0.0, 0.3))
-    os.kill(proc.pid, signal.SIGKILL)
-    assert proc.wait(timeout=30) == -signal.SIGKILL
-    killed_at = ckpt.load(out / "checkpoint.pt")["trainer"]["step"]
+    kill_once(proc, lambda: resume_from(out) is not None)
+    killed_at = ckpt.load(resume_from(out))["trainer"]["step"]
     assert not (out / "final.pt").exists() and 10 <= killed_at < STEPS
 
     subprocess.run(_family_cmd(out, ev2), env=_env(), check=True, timeout=300, capture_output=True)

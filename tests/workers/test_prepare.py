@@ -381,6 +381,7 @@ def test_a_run_whose_checkpoint_predates_the_sampler_keeps_sampling_with_replace
     with-replacement run. A new run on data sized to it samples without replacement."""
     from workers import checkpoint as ckpt
     from workers import train, trainer
+    from workers.artifacts import resume_from
 
     class StopAt(MemoryReporter):
         def should_stop(self):
@@ -394,19 +395,18 @@ def test_a_run_whose_checkpoint_predates_the_sampler_keeps_sampling_with_replace
     train.run(spec, whole, tmp_path / "whole")
     with pytest.raises(jobs.JobInterrupted):
         train.run(spec, StopAt(), tmp_path / "old")
-    saved = ckpt.load(tmp_path / "old" / "checkpoint.pt")
+    path = resume_from(tmp_path / "old")
+    saved = ckpt.load(path)
     del saved["trainer"]["sampler"]  # as an old checkpoint has it
-    ckpt.save(tmp_path / "old" / "checkpoint.pt", saved)
+    ckpt.save(path, saved)
     monkeypatch.undo()  # today's trainer resumes it
     resumed = MemoryReporter()
     train.run(spec, resumed, tmp_path / "old")
     assert resumed.curve("train_loss") == whole.curve("train_loss")[5:]
-    assert (
-        ckpt.load(tmp_path / "old" / "checkpoint.pt")["trainer"]["sampler"] == data.SAMPLER_WITH_REPLACEMENT
-    )
+    assert ckpt.load(resume_from(tmp_path / "old"))["trainer"]["sampler"] == data.SAMPLER_WITH_REPLACEMENT
     new = MemoryReporter()
     train.run(spec, new, tmp_path / "new")
-    assert ckpt.load(tmp_path / "new" / "checkpoint.pt")["trainer"]["sampler"] == data.SAMPLER_PERMUTATION
+    assert ckpt.load(resume_from(tmp_path / "new"))["trainer"]["sampler"] == data.SAMPLER_PERMUTATION
     assert new.curve("train_loss")[1:] != whole.curve("train_loss")[1:]
 
 

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from workers import checkpoint as ckpt
+from workers.artifacts import resume_from
 
 STEPS = 30
 # every curve that must replay exactly, train-time depth curves included (fixed4 evaluates 1, 2, 4, 8)
@@ -64,6 +65,18 @@ def _cmd(out, events) -> list[str]:
     ]
 
 
+def kill_once(proc: subprocess.Popen, ready, what: str = "its first checkpoint") -> None:
+    """SIGKILL `proc` at a random point (0-0.3 s) after `ready()` first holds; fails if it ends before."""
+    deadline = time.monotonic() + 240
+    while not ready():
+        assert proc.poll() is None, f"training ended before {what}"
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    time.sleep(random.uniform(0.0, 0.3))
+    os.kill(proc.pid, signal.SIGKILL)
+    assert proc.wait(timeout=30) == -signal.SIGKILL
+
+
 def _env() -> dict:
     return {**os.environ, "OMP_NUM_THREADS": "1"}
 
@@ -89,15 +102,8 @@ def test_sigkill_then_resume_matches_uninterrupted_run_bit_for_bit(looplab_cache
 
     out, ev1, ev2 = tmp_path / "killed", tmp_path / "attempt1.jsonl", tmp_path / "attempt2.jsonl"
     proc = subprocess.Popen(_cmd(out, ev1), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 240
-    while not (out / "checkpoint.pt").exists():
-        assert proc.poll() is None, "training ended before its first checkpoint"
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-    time.sleep(random.uniform(0.0, 0.3))  # a random point after the first checkpoint
-    os.kill(proc.pid, signal.SIGKILL)
-    assert proc.wait(timeout=30) == -signal.SIGKILL
-    killed_at = ckpt.load(out / "checkpoint.pt")["trainer"]["step"]
+    kill_once(proc, lambda: resume_from(out) is not None)  # a random point after the first checkpoint
+    killed_at = ckpt.load(resume_from(out))["trainer"]["step"]
     assert not (out / "final.pt").exists() and 10 <= killed_at < STEPS
 
     subprocess.run(_cmd(out, ev2), env=_env(), check=True, timeout=300, capture_output=True)

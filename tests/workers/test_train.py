@@ -14,6 +14,7 @@ from orchestrator.schema import TrainResult
 from tests.workers.conftest import TINY_MODEL, tiny_spec
 from workers import checkpoint as ckpt
 from workers import jobs, train
+from workers.artifacts import resume_from
 from workers.reporter import MemoryReporter
 
 
@@ -121,10 +122,12 @@ def test_changed_spec_on_existing_dir_is_refused_naming_the_field(trained_fixed4
     out, _ = trained_fixed4
     d = json.loads((out / "spec.json").read_text())
     d["seed"] = 99
-    before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.iterdir()}
+    before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.rglob("*") if p.is_file()}
     with pytest.raises(ConfigError, match="seed"):
         train.run(train.Spec.from_dict(d), MemoryReporter(), out)
-    assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.iterdir()} == before
+    assert {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.rglob("*") if p.is_file()
+    } == before
 
 
 def test_corrupt_checkpoint_fails_before_work_and_is_untouched(looplab_cache, tmp_path):
@@ -148,7 +151,7 @@ def test_stop_request_checkpoints_then_raises_and_resumes(looplab_cache, tmp_pat
     spec = train.Spec.from_dict(tiny_spec(tokens=8 * 32 * 12))
     with pytest.raises(jobs.JobInterrupted):
         train.run(spec, StopAt(), tmp_path)
-    assert ckpt.load(tmp_path / "checkpoint.pt")["trainer"]["step"] == 7
+    assert ckpt.load(resume_from(tmp_path))["trainer"]["step"] == 7
     rep = MemoryReporter()
     train.run(spec, rep, tmp_path)
     assert rep.of("resumed") == [{"step": 7}] and [s for s, _ in rep.curve("train_loss")] == list(
@@ -201,7 +204,7 @@ def test_time_budget_lands_within_ten_percent(looplab_cache, tmp_path, monkeypat
     rep = MemoryReporter()
     row = train.run(spec, rep, tmp_path)
     assert len(resets) == 1  # the peak is measured from after the calibration's copy
-    schedule = ckpt.load(tmp_path / "checkpoint.pt")["trainer"]["schedule"]  # saved with the run
+    schedule = ckpt.load(resume_from(tmp_path))["trainer"]["schedule"]  # saved with the run
     assert schedule["total_steps"] == row["steps"] and schedule["last_step"] == row["steps"] - 1
     assert row["time_budget_s"] == 6.0 and row["calib_tokens_per_s"] > 0
     assert (
