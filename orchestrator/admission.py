@@ -25,6 +25,15 @@ The rule, job by job (the scheduler's docstring says why it has no starvation):
   starts partially, so two gang jobs can never each hold half of what both need;
 - otherwise it starts: every bundle placed, each on one node. After an exclusive job starts the pass ends.
 
+Preemption: a job that does not fit may take the place of running jobs that opted in (`preemptible`, a
+grid's resources) and whose priority is at least `preempt_gap` below its own (`PREEMPT_GAP`, 10 by
+default: an urgent job is one a person marked so, not one that aged a little). The victims are the fewest
+of lowest priority whose resources, with those of jobs already stopping for an earlier preemption, let it
+be placed; if even all of them would not make room, nothing is preempted. The decision (`Preempt`) asks
+them to stop; the job itself waits reserved like any job that does not fit, and starts in a later pass
+once they have ended. Whether a running job may be preempted *now* (it has checkpointed in its attempt,
+it was not preempted lately) is the caller's to say (`Running.preemptible`): the rule sees no clock.
+
 Placement (first fit, in node order, then device order): a bundle goes on the first node with its CPUs
 free and its GPUs placeable; `gpus` >= 1 takes ceil(gpus) whole free devices, a fraction goes on the first
 device with that fraction free (Ray also keeps a fractional GPU on one device). The bundles of one gang
@@ -47,10 +56,11 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 EPS = 1e-9
+PREEMPT_GAP = 10  # the least priority difference that lets a job preempt another (see the docstring)
 
 
 def effective_priority(priority: int, waited_s: float, aging_s: float | None) -> int:
@@ -71,15 +81,17 @@ class Request:
     gpus: float = 0.0
     workers: int = 1
     exclusive: bool = False
+    preemptible: bool = False  # it may be stopped for a job of much higher priority, and resume later
 
     @classmethod
     def of(cls, resources: dict[str, Any]) -> Request:
-        """From `jobkinds.job_resources`' dict (num_cpus, num_gpus, workers, exclusive)."""
+        """From `jobkinds.job_resources`' dict (num_cpus, num_gpus, workers, exclusive, preemptible)."""
         return cls(
             float(resources["num_cpus"]),
             float(resources["num_gpus"]),
             int(resources.get("workers", 1)),
             bool(resources["exclusive"]),
+            bool(resources.get("preemptible", False)),
         )
 
     @property
@@ -139,10 +151,16 @@ class Placement:
 @dataclass(frozen=True)
 class Running:
     """A running job as the admission books it; `placement` None: placed by someone else where we do not
-    know (its resources are then taken from the first nodes and devices that have them)."""
+    know (its resources are then taken from the first nodes and devices that have them). For preemption:
+    the caller's `job`, the `priority` it started at, `preemptible` (it may be stopped now) and
+    `stopping` (asked to stop already: what it holds is as good as free for the job that asked)."""
 
     request: Request
     placement: Placement | None
+    job: Any = None
+    priority: int = 0
+    preemptible: bool = False
+    stopping: bool = False
 
 
 @dataclass(frozen=True)
@@ -175,7 +193,7 @@ class Start(_Decision):
 
     @property
     def running(self) -> Running:
-        return Running(self.request, self.placement)
+        return Running(self.request, self.placement, self.job, self.candidate.priority)
 
 
 @dataclass(frozen=True)
@@ -183,6 +201,14 @@ class Refuse(_Decision):
     """Fail `candidate.job` for good: it could never be placed on this cluster (`reason` says why)."""
 
     reason: str
+
+
+@dataclass(frozen=True)
+class Preempt(_Decision):
+    """Ask the running jobs `victims` (the callers' `Running.job`) to stop for `candidate.job`, which waits
+    reserved until they have. Needs no confirmation: a stop that did not happen is asked again."""
+
+    victims: tuple[Any, ...]
 
 
 class Stop(enum.Enum):
@@ -301,9 +327,10 @@ class Admission:
         nodes: Sequence[Node],
         running: Iterable[Running] = (),
         max_concurrent: int | None = None,
+        preempt_gap: int = PREEMPT_GAP,
     ) -> None:
         self.nodes = tuple(nodes)
-        self.max_concurrent = max_concurrent
+        self.max_concurrent, self.preempt_gap = max_concurrent, preempt_gap
         self._ready: Iterator[Candidate] = iter(ready)
         self._running = list(running)
         self._free = _free_beside(self.nodes, self._running)
@@ -314,6 +341,8 @@ class Admission:
         self._pending: Start | None = None
         self.starts: list[Start] = []
         self.refused: list[Refuse] = []
+        self.preempts: list[Preempt] = []
+        self._taken: list[Any] = []  # stopping jobs whose place a job of this pass took
         self.reserved: list[Candidate] = []
         self.stopped: Stop | None = None
         self._done = False
@@ -321,7 +350,7 @@ class Admission:
     def __iter__(self) -> Admission:
         return self
 
-    def __next__(self) -> Start | Refuse:
+    def __next__(self) -> Start | Refuse | Preempt:
         if self._pending is not None:
             raise RuntimeError(
                 f"admission: confirm the start of {self._pending.job!r} (started or not_started) first"
@@ -335,7 +364,7 @@ class Admission:
     def _end(self, why: Stop | None) -> None:
         self.stopped, self._done = why, True
 
-    def _consider(self) -> Start | Refuse | None:
+    def _consider(self) -> Start | Refuse | Preempt | None:
         """The rule for the next ready job (the module's docstring); None: it waits, or the pass ended."""
         if self.max_concurrent is not None and len(self._running) >= self.max_concurrent:
             self._end(Stop.MAX_CONCURRENT)
@@ -373,11 +402,43 @@ class Admission:
         if placement is None:
             self._reserve.append(wants)  # lower priorities may not take what it waits for
             self.reserved.append(candidate)
+            taken = self._victims(candidate)
+            self._taken += [r.job for r in taken]  # what they free is this job's, not a later one's
+            new = {id(r) for r in taken if not r.stopping}
+            if new:
+                self._running = [replace(r, stopping=True) if id(r) in new else r for r in self._running]
+                self.preempts.append(Preempt(candidate, tuple(r.job for r in taken if id(r) in new)))
+                return self.preempts[-1]
             return None  # a smaller job further down may still fit
         for bundle in placement.bundles:  # held until confirmed: placed again only by `started`
             self._free.unbook(bundle)
         self._pending = Start(candidate, placement)
         return self._pending
+
+    def _victims(self, candidate: Candidate) -> list[Running]:
+        """The running jobs `candidate` takes the place of (the module's docstring): jobs stopping already
+        and not taken by a job before it in this pass first, then new victims; none when even all of them
+        would not make room."""
+        stops = [r for r in self._running if r.stopping and r.job not in self._taken]
+        eligible = sorted(
+            (
+                r
+                for r in self._running
+                if r.preemptible
+                and not r.stopping
+                and r.job is not None
+                and r.priority <= candidate.priority - self.preempt_gap
+            ),
+            key=lambda r: r.priority,
+        )
+        chosen: list[Running] = []
+        for victim in [None, *stops, *eligible]:
+            if victim is not None:
+                chosen.append(victim)
+            left = [r for r in self._running if not any(r is c for c in chosen)]
+            if _free_beside(self.nodes, left).place(candidate.request) is not None:
+                return chosen
+        return []
 
     def started(self, start: Start) -> None:
         """`start` happened: book it (after an exclusive job nothing else starts in this pass)."""
@@ -409,6 +470,7 @@ class Pass:
     refused: list[Refuse] = field(default_factory=list)
     reserved: list[Candidate] = field(default_factory=list)
     stopped: Stop | None = None
+    preempts: list[Preempt] = field(default_factory=list)
 
 
 def admit(
@@ -416,10 +478,13 @@ def admit(
     nodes: Sequence[Node],
     running: Iterable[Running] = (),
     max_concurrent: int | None = None,
+    preempt_gap: int = PREEMPT_GAP,
 ) -> Pass:
     """A whole pass in which every start happens (the planner's simulation; tests)."""
-    admission = Admission(ready, nodes, running, max_concurrent)
+    admission = Admission(ready, nodes, running, max_concurrent, preempt_gap)
     for decision in admission:
         if isinstance(decision, Start):
             admission.started(decision)
-    return Pass(admission.starts, admission.refused, admission.reserved, admission.stopped)
+    return Pass(
+        admission.starts, admission.refused, admission.reserved, admission.stopped, admission.preempts
+    )

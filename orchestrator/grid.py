@@ -84,7 +84,9 @@ class Grid:
     `follow` overrides the follow-up specs; `resources` is {"num_gpus": .., "num_cpus": ..} for the
     grid's own jobs, or a mapping kind -> resources (e.g. {"depth_sweep": {"num_gpus": 0.5}});
     `"exclusive": false` lets a decode bench or an iso-time train job share its node (they run alone
-    by default: their timings are results; see orchestrator.jobkinds.job_resources). `retention`: what
+    by default: their timings are results; see orchestrator.jobkinds.job_resources); `"preemptible":
+    true` lets a job of priority at least 10 higher stop it at its next step boundary (it checkpoints and
+    resumes later, exactly: orchestrator/admission.py). `retention`: what
     a job's artifact dir keeps once it succeeded, "final" (the final weights: its resume state is
     deleted) or "all" (orchestrator/retention.py); it says how the runs are kept, not what they are, so
     it is no part of a job's identity. `health`: the health rules' settings for the grid's jobs, over the
@@ -294,7 +296,7 @@ def trained_plan(plans: list[JobPlan], i: int) -> JobPlan | None:
     return None
 
 
-RESOURCE_KEYS = ("num_cpus", "num_gpus", "workers", "exclusive")
+RESOURCE_KEYS = ("num_cpus", "num_gpus", "workers", "exclusive", "preemptible")
 
 
 def _kind_resources(
@@ -313,7 +315,7 @@ def _kind_resources(
             raise ConfigError(
                 f"grid {grid.name!r}: {where}.{k}: unknown; accepted: {', '.join(RESOURCE_KEYS)}"
             )
-        if k == "exclusive":  # the node to itself (see orchestrator.jobkinds.job_resources)
+        if k in ("exclusive", "preemptible"):  # the node to itself; may be stopped for an urgent job
             fields.boolean(f"grid {grid.name!r}: {where}.{k}", v)
         elif k == "workers":  # bundles of num_cpus/num_gpus started all at once (orchestrator/admission.py)
             fields.integer(f"grid {grid.name!r}: {where}.{k}", v, lo=1)

@@ -49,7 +49,8 @@ class Rule(StrEnum):
     STALL = "stall"
     SLOWDOWN = "slowdown"
     EVAL_DIVERGENCE = "eval_divergence"
-    REWIND = "rewind"  # the trainer rewound a loss spike (its spec's spike rule set to rewind)
+    REWIND = "rewind"  # the trainer rewound a loss spike (its spec's spike_rewind)
+    PREEMPTED = "preempted"  # the driver stopped a preemptible job for an urgent one (admission.py)
 
 
 class Level(StrEnum):

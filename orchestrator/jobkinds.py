@@ -158,23 +158,27 @@ def job_resources(
     kinds: JobRegistry | None = None,
 ) -> dict[str, Any]:
     """What a job asks of its node: num_cpus (default 1), num_gpus (default 1 on a node with GPUs,
-    else 0), each for every one of its `workers` (default 1; all started at once), and exclusive
+    else 0), each for every one of its `workers` (default 1; all started at once), exclusive
     (default: its kind is declared `exclusive` in registry `kinds`, default registry(): its
-    timings are results; or `exclusive_default`). The scheduler and the planner read resources only
+    timings are results; or `exclusive_default`), and preemptible when the grid allows it. The scheduler and the planner read resources only
     through this."""
     res = json.loads(resources) if isinstance(resources, str) else dict(resources or {})
     exclusive = bool(res.get("exclusive", declared(kind, kinds).exclusive or exclusive_default))
     workers = int(res.get("workers", 1))
+    # preemptible (orchestrator/admission.py): only when asked, so the dicts of other jobs are as before
+    extra = {"preemptible": True} if res.get("preemptible") else {}
     if "num_cpus" not in res and "num_gpus" not in res:  # no device asked for: one CPU, a GPU if any
         return {
             "num_cpus": 1.0,
             "num_gpus": 1.0 if has_gpu else 0.0,
             "workers": workers,
             "exclusive": exclusive,
+            **extra,
         }
     return {
         "num_cpus": float(res.get("num_cpus", 1)),
         "num_gpus": float(res.get("num_gpus", 0)),
         "workers": workers,
         "exclusive": exclusive,
+        **extra,
     }

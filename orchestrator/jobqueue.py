@@ -51,7 +51,7 @@ from orchestrator.grid import Grid
 from orchestrator.jobkinds import CHECKPOINT
 from orchestrator.schema import RESULT_TABLES, Attempt, GridRow, JobDep, JobLog, TrainResult
 from orchestrator.schema import Job as JobRow
-from orchestrator.states import ACTIVE, DEAD_ENDS, AttemptOutcome, JobStatus
+from orchestrator.states import ACTIVE, DEAD_ENDS, REQUEUED, AttemptOutcome, JobStatus
 from orchestrator.submission import (
     PlanEstimates,
     deps_first,
@@ -369,6 +369,16 @@ def retry_delay(
     return min(max_s, base_s * 2.0 ** max(0, failures - 1))
 
 
+def preempted_since(eng: Engine, job_ids: list[int], since: float) -> set[int]:
+    """Which of `job_ids` had an attempt preempted after `since` (the scheduler's no-thrashing rule)."""
+    was = ATTEMPTS.c.outcome == AttemptOutcome.PREEMPTED
+    with eng.connect() as conn:
+        q = sa.select(ATTEMPTS.c.job_id).where(
+            ATTEMPTS.c.job_id.in_(job_ids), was, ATTEMPTS.c.ended_at > since
+        )
+        return set(conn.execute(q).scalars())
+
+
 def _failures(conn: Connection, job_id: int) -> int:
     """How many attempts of job `job_id` failed (interruptions and cancels are not the job's fault)."""
     failed = (ATTEMPTS.c.job_id == job_id) & (ATTEMPTS.c.outcome == AttemptOutcome.FAILED)
@@ -386,7 +396,8 @@ def finish(
     backoff_max_s: float = DEFAULT_BACKOFF_MAX_S,
     retry: bool = True,
 ) -> JobStatus:
-    """Record attempt `n`'s outcome (succeeded | failed | interrupted); returns the job's new status.
+    """Record attempt `n`'s outcome (succeeded | failed | interrupted | preempted); returns the job's new
+    status.
     `retry=False`: a failure is final whatever attempts are left (a deterministic run's non-finite loss
     would only repeat).
 
@@ -415,7 +426,7 @@ def finish(
             status = JobStatus.CANCELLED
         elif outcome == AttemptOutcome.SUCCEEDED:
             status = JobStatus.SUCCEEDED
-        elif outcome == AttemptOutcome.INTERRUPTED:
+        elif outcome in REQUEUED:
             status = JobStatus.QUEUED
         else:
             failures = _failures(conn, job_id)

@@ -84,10 +84,17 @@ from typing import TYPE_CHECKING, Any
 import ray
 
 from orchestrator import alerts, drivers, jobkinds, jobqueue, retention
-from orchestrator.admission import Admission, Candidate, Node, Refuse, Request, Running
+from orchestrator.admission import Admission, Candidate, Node, Preempt, Refuse, Request, Running
 from orchestrator.db import Outage, outage, outage_phrase
-from orchestrator.health import HealthWatch, Rule, StepClock
-from orchestrator.settings import _seconds, aging_seconds, backoff_seconds, grace_seconds, health_settings
+from orchestrator.health import Finding, HealthWatch, Level, Rule, StepClock
+from orchestrator.settings import (
+    _seconds,
+    aging_seconds,
+    backoff_seconds,
+    grace_seconds,
+    health_settings,
+    preempt_cooldown_seconds,
+)
 from orchestrator.states import AttemptOutcome, JobStatus
 from orchestrator.task import QueueReporter, TaskResult, launch, sink_on_this_node
 from orchestrator.writer import Unwritten, record_concurrency, record_findings, write_events
@@ -164,6 +171,11 @@ class Scheduler:
         self.clocks: dict[int, StepClock] = {}  # running job -> its step clock
         self.findings: list[tuple[int, int, Any]] = []  # the driver's own, waiting for the database
         self.stalled: dict[int, Any] = {}  # job -> the stall finding its attempt was killed for
+        # preemption (orchestrator/admission.py): running jobs that checkpointed in their attempt (only
+        # those may be preempted: a stop before loses work), and the ones asked to stop, with why
+        self.checkpointed: set[int] = set()
+        self.preempting: dict[int, str] = {}
+        self.preempt_cooldown_s = preempt_cooldown_seconds()
 
     # ------------------------------------------------------------ setup
     def _connect(self) -> None:
@@ -291,9 +303,12 @@ class Scheduler:
         )
         # the whole cluster as one node (the module's docstring): what Ray reports, less what this driver runs
         cluster = [Node.with_gpus(self.total["CPU"], self.total["GPU"])]
-        admission = Admission(ready, cluster, [r for *_, r in self.running.values()], self.max_concurrent)
+        admission = Admission(ready, cluster, self._running_now(), self.max_concurrent)
         for decision in admission:
             job = decision.job
+            if isinstance(decision, Preempt):
+                self._preempt(decision)
+                continue
             if isinstance(decision, Refuse):
                 jobqueue.refuse(self.eng, job.id, self.worker, f"job {job.id} {decision.reason}", self.driver)
                 continue
@@ -305,7 +320,7 @@ class Scheduler:
             ray.get(self.sink.allow.remote(job.id))  # before the task can ask for its stop flag
             try:
                 spec = jobqueue.launch_spec(self.eng, job, self.kinds)
-                ref = launch(job.id, job.kind, spec, str(art), self.sink, self.kinds, decision.request)
+                ref = launch(job.id, job.kind, spec, str(art), self.sink, self.kinds, decision.request, n)
             except Exception as e:
                 admission.not_started(decision)
                 if outage(e):  # claimed, not launched: it goes back to the queue with the database
@@ -319,7 +334,8 @@ class Scheduler:
             self.overlaps[job.id] = self.overlaps.get(job.id, set()) | others
             for other in others:
                 self.overlaps[other].add(job.id)
-            self.running[ref] = (job.id, n, decision.running)
+            self.running[ref] = (job.id, n, dataclasses.replace(decision.running, job=job.id))
+            self.checkpointed.discard(job.id)
             with self.eng.connect() as conn:
                 self.clocks[job.id] = StepClock(self.health.settings(conn, job.id))
             self.art_dirs[job.id] = (art, job.retention)
@@ -327,6 +343,41 @@ class Scheduler:
                 print(
                     f"{time.strftime('%H:%M:%S')} job {job.id} ({job.kind}) started, attempt {n}", flush=True
                 )
+
+    def _running_now(self) -> list[Running]:
+        """This driver's running jobs as the admission books them, each saying whether it may be
+        preempted now: it opted in, checkpointed in this attempt, and was not preempted within the
+        cool-down ($LOOPLAB_PREEMPT_COOLDOWN_S); one asked to stop already is `stopping`."""
+        running = [r for *_, r in self.running.values()]
+        opted = [r.job for r in running if r.request.preemptible and r.job in self.checkpointed]
+        cooling = (
+            jobqueue.preempted_since(self.eng, opted, time.time() - self.preempt_cooldown_s)
+            if opted
+            else set()
+        )
+        return [
+            dataclasses.replace(
+                r, preemptible=r.job in opted and r.job not in cooling, stopping=r.job in self.preempting
+            )
+            for r in running
+        ]
+
+    def _preempt(self, decision: Preempt) -> None:
+        """Ask the admission's victims to stop at their next step boundary (they checkpoint first); each
+        attempt ends as preempted (`_collect`) and its job goes back to the queue; a health event says so."""
+        attempt = {j: n for j, n, _ in self.running.values()}
+        for victim in decision.victims:
+            if victim in self.preempting:
+                continue
+            why = f"preempted for job {decision.job.id} (effective priority {decision.candidate.priority})"
+            self.preempting[victim] = why
+            self.sink.request_stop.remote(victim)
+            message = f"{why}: it stops at its next step, checkpointed, and resumes after"
+            self.findings.append(
+                (victim, attempt[victim], Finding(Rule.PREEMPTED, Level.WARNING, None, None, None, message))
+            )
+            if self.progress:
+                print(f"{time.strftime('%H:%M:%S')} job {victim}: {message}", flush=True)
 
     def _drain(self) -> None:
         """Take what the sink holds into `held`, each batch with the attempt it was reported under. While
@@ -349,6 +400,8 @@ class Scheduler:
         """A finished task: its outcome waits in `outcomes` until it is recorded (`_write_held`)."""
         job_id, n, _ = self.running.pop(ref)
         self.clocks.pop(job_id, None)
+        self.checkpointed.discard(job_id)
+        preempted = self.preempting.pop(job_id, None)
         stall = self.stalled.pop(job_id, None)
         try:
             out = ray.get(ref)
@@ -360,6 +413,8 @@ class Scheduler:
             out = TaskResult(AttemptOutcome.FAILED, f"Ray task failed: {type(e).__name__}: {e}")
             if stall is not None:  # killed by the stall rule: a failed attempt, retried from its checkpoint
                 out = TaskResult(AttemptOutcome.FAILED, stall.message)
+        if preempted is not None and out.outcome == AttemptOutcome.INTERRUPTED:  # it stopped as asked
+            out = TaskResult(AttemptOutcome.PREEMPTED, preempted)
         self.outcomes.append((job_id, n, out))
 
     def _write_held(self, notes: list[tuple[int, int, list[Event]]] = ()) -> None:
@@ -447,6 +502,8 @@ class Scheduler:
             return
         now = time.time()
         for e in events:
+            if e.kind == EventKind.CHECKPOINT:
+                self.checkpointed.add(job_id)
             if e.kind in (EventKind.STARTED, EventKind.RESUMED):
                 clock.restart()
             elif e.kind == EventKind.PROGRESS and isinstance(e.payload, dict):

@@ -50,6 +50,13 @@ def backoff_seconds() -> tuple[float, float]:
     )
 
 
+def preempt_cooldown_seconds() -> float:
+    """Seconds after a job was preempted during which it is not preempted again ($LOOPLAB_PREEMPT_COOLDOWN_S,
+    default 1800: a run stopped every few minutes by a stream of urgent jobs would redo its steps since
+    the last checkpoint each time and never progress)."""
+    return _env_seconds("LOOPLAB_PREEMPT_COOLDOWN_S", 1800.0)
+
+
 def health_settings() -> HealthSettings:
     """The health rules' global settings: the defaults (orchestrator/health.py) with $LOOPLAB_HEALTH, a
     JSON object of the same keys as a grid's `health` field (which wins over it per key), applied."""

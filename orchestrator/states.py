@@ -12,7 +12,8 @@ from enum import StrEnum
 
 
 class JobStatus(StrEnum):
-    """Where a job stands. queued -> running -> succeeded | failed | queued (retried, interrupted);
+    """Where a job stands. queued -> running -> succeeded | failed | queued (retried, interrupted,
+    preempted);
     queued | running -> cancelled; failed | cancelled -> queued (a user's retry)."""
 
     QUEUED = "queued"
@@ -34,9 +35,12 @@ class AttemptOutcome(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     INTERRUPTED = "interrupted"  # a kill, a stop asked by the driver, a lost driver: not the job's fault
+    PREEMPTED = "preempted"  # stopped for a job of much higher priority (orchestrator/admission.py)
     CANCELLED = "cancelled"  # the job was cancelled while this attempt ran
 
 
+# outcomes that are not the job's fault: it goes back to the queue, costing none of its max_attempts
+REQUEUED = (AttemptOutcome.INTERRUPTED, AttemptOutcome.PREEMPTED)
 # jobs a driver may still act on, and jobs that are done (successfully or not)
 ACTIVE = (JobStatus.QUEUED, JobStatus.RUNNING)
 FINISHED = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)

@@ -32,6 +32,13 @@ def _aging_seconds(aging_s: float | None) -> float:
     return aging_seconds()
 
 
+def _cooldown() -> float:
+    """The scheduler's preemption cool-down ($LOOPLAB_PREEMPT_COOLDOWN_S)."""
+    from orchestrator.settings import preempt_cooldown_seconds
+
+    return preempt_cooldown_seconds()
+
+
 def plan_grids(
     eng: Engine,
     grids: list[Grid],
@@ -88,7 +95,9 @@ def plan_grids(
         0.0 if cal is None or any(j.status == JobStatus.RUNNING for j in jobs) else cal.driver_start_s
     )
     to_place = [j for j in jobs if j.status != "present"]
-    makespan = simulate(to_place, cpus, gpus, start_s=driver_start, aging_s=_aging_seconds(aging_s))
+    makespan = simulate(
+        to_place, cpus, gpus, start_s=driver_start, aging_s=_aging_seconds(aging_s), cooldown_s=_cooldown()
+    )
     return Forecast(jobs, cpus, gpus, makespan, now, cal, driver_start, elsewhere=elsewhere)
 
 
@@ -115,5 +124,5 @@ def forecast_queue(
     cpus, gpus = local_slots(num_cpus, num_gpus)
     device = "cuda" if gpus > 0 else "cpu"
     jobs = queue_jobs(eng, LazyTimeModel(eng, device), gpus > 0, now)  # type: ignore[arg-type]
-    makespan = simulate(jobs, cpus, gpus, aging_s=_aging_seconds(aging_s))
+    makespan = simulate(jobs, cpus, gpus, aging_s=_aging_seconds(aging_s), cooldown_s=_cooldown())
     return Forecast(jobs, cpus, gpus, makespan, now, None)

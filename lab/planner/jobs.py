@@ -57,6 +57,9 @@ class ForecastJob:
     device: str = ""  # where the simulation placed it: "cpu" or "gpu0", "gpu1", ...
     refused: str | None = None  # why the scheduler will refuse it (it can never be placed)
     retention: str | None = None  # what its artifact dir keeps once it succeeded (orchestrator/retention.py)
+    preemptible: bool = False  # an urgent job may stop it (orchestrator/admission.py)
+    preempted_s: list[float] = field(default_factory=list)  # when the simulation preempted it
+    left_s: float | None = None  # the simulation's: what a preempted job has left to run when it resumes
 
     @property
     def disk_kept(self) -> float | None:
@@ -66,12 +69,13 @@ class ForecastJob:
 
     @property
     def request(self) -> Request:
-        return Request(self.cpus, self.gpus, self.workers, self.exclusive)
+        return Request(self.cpus, self.gpus, self.workers, self.exclusive, self.preemptible)
 
     def asks(self, res: dict[str, Any]) -> ForecastJob:
         """Set what it asks from `jobkinds.job_resources`' dict."""
         self.cpus, self.gpus = res["num_cpus"], res["num_gpus"]
         self.workers, self.exclusive = res["workers"], res["exclusive"]
+        self.preemptible = bool(res.get("preemptible", False))
         return self
 
 

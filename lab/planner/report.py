@@ -231,6 +231,8 @@ def _notes(j: ForecastJob) -> list[str]:
             note.append("not even one sequence per forward fits")  # a micro-batch was looked for: none fits
     if j.exclusive:
         note.append("exclusive")
+    if j.preempted_s:
+        note.append("preempted at " + ", ".join(_dur(t) for t in j.preempted_s))
     if j.status == "present":
         note.append("already in the database: not added again")
     return note

@@ -5,6 +5,7 @@ aging, GPU packing; and the planner's simulation replays it (refused jobs, early
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -17,6 +18,7 @@ from orchestrator.admission import (
     Admission,
     Candidate,
     Node,
+    Preempt,
     Refuse,
     Request,
     Running,
@@ -131,6 +133,49 @@ def test_an_exclusive_job_drains_the_cluster_and_runs_alone():
     assert (started(p), p.stopped, seen) == ([], Stop.EXCLUSIVE_RUNS, [])  # nothing read beside it
 
 
+# ---------------------------------------------------------------- preemption
+
+
+def busy(cluster, *jobs: tuple[str, int, bool]) -> list[Running]:
+    """Running one-GPU jobs (name, priority, preemptible now), placed one after the other."""
+    out: list[Running] = []
+    for name, priority, preemptible in jobs:
+        out.append(Running(GPU, place(cluster, out, GPU), name, priority, preemptible))
+    return out
+
+
+def test_an_urgent_job_preempts_the_fewest_lowest_priority_preemptible_jobs_and_waits():
+    cluster = [Node(4, (1.0, 1.0, 1.0))]
+    running = busy(cluster, ("mid", 5, True), ("low", 0, True), ("pinned", 0, False))
+    p = admit(ready(("urgent", 20, GPU)), cluster, running)
+    assert [(d.job, d.victims) for d in p.preempts] == [("urgent", ("low",))]
+    assert started(p) == [] and [c.job for c in p.reserved] == ["urgent"]  # it waits for the stop
+    two = Request(cpus=1, gpus=2)
+    p = admit(ready(("urgent", 20, two)), cluster, running)
+    assert [d.victims for d in p.preempts] == [("low", "mid")]  # lowest first, as many as it needs
+    p = admit(ready(("urgent", 20, Request(cpus=1, gpus=3))), cluster, running)
+    assert p.preempts == []  # stopping every preemptible job would not make room: none is stopped
+
+
+def test_preemption_needs_the_gap_an_eligible_job_and_counts_what_already_stops():
+    cluster = [Node(4, (1.0,))]
+    low = busy(cluster, ("low", 0, True))
+    assert admit(ready(("near", 9, GPU)), cluster, low).preempts == []  # under PREEMPT_GAP (10)
+    assert [d.victims for d in admit(ready(("far", 10, GPU)), cluster, low).preempts] == [("low",)]
+    assert admit(ready(("far", 4, GPU)), cluster, low, preempt_gap=4).preempts != []  # the gap is a setting
+    fresh = busy(cluster, ("low", 0, False))  # not checkpointed yet, or preempted lately: not now
+    assert admit(ready(("far", 50, GPU)), cluster, fresh).preempts == []
+    stopping = [dataclasses.replace(low[0], stopping=True)]  # asked already: nothing more to ask
+    p = admit(ready(("far", 50, GPU)), cluster, stopping)
+    assert p.preempts == [] and [c.job for c in p.reserved] == ["far"]
+    # two urgent jobs in one pass do not both take the same victim
+    cluster2 = [Node(4, (1.0, 1.0))]
+    two = busy(cluster2, ("a", 0, True), ("b", 0, True))
+    p = admit(ready(("u1", 30, GPU), ("u2", 30, GPU)), cluster2, two)
+    assert [d.victims for d in p.preempts] == [("a",), ("b",)]
+    assert all(isinstance(d, Preempt) for d in p.preempts)
+
+
 # ---------------------------------------------------------------- the incremental API
 
 
@@ -240,6 +285,46 @@ def test_the_simulation_replays_aging_backoff_refusals_and_the_early_exit():
     waiting, free = fjob("+8", 1, priority=1), fjob("+9", 1, cpus=0)
     simulate([running, waiting, free], cpus=1, gpus=0)
     assert (waiting.start_s, free.start_s) == (10.0, 11.0)
+
+
+def test_the_simulation_preempts_as_the_scheduler_does():
+    """A preemptible hour-long run and an urgent 100 s job submitted 20 minutes in: the run stops then
+    (checkpointed, nothing lost), the urgent job runs, the run resumes and ends 100 s later than alone.
+    Before its first checkpoint (10 minutes) or within the cool-down it is not stopped."""
+    long, urgent = (
+        fjob("#1", 3600, status="running", preemptible=True),
+        fjob("+2", 100, priority=20, since_s=1200),
+    )
+    assert simulate([long, urgent], cpus=1, gpus=0) == 3700.0
+    assert (long.preempted_s, urgent.start_s, long.start_s) == ([1200.0], 1200.0, 1300.0)
+    report = Forecast([long, urgent], 1, 0, 3700.0, now=time.time())
+    assert "preempted at 20m00s" in report.text()
+    early, urgent = (
+        fjob("#1", 3600, status="running", preemptible=True),
+        fjob("+2", 100, priority=20, since_s=300),
+    )
+    assert (
+        simulate([early, urgent], cpus=1, gpus=0) == 3700.0
+        and early.preempted_s == []
+        and urgent.start_s == 3600.0
+    )
+    pinned, urgent = fjob("#1", 3600, status="running"), fjob("+2", 100, priority=20, since_s=1200)
+    assert simulate([pinned, urgent], cpus=1, gpus=0) == 3700.0 and urgent.start_s == 3600.0
+
+    # a second urgent job 700 s after the resume: stopped again without a cool-down, not with one
+    def three():
+        return (
+            fjob("#1", 3600, status="running", preemptible=True),
+            fjob("+2", 100, priority=20, since_s=1200),
+            fjob("+3", 100, priority=20, since_s=2000),
+        )
+
+    run, *_ = jobs = three()
+    simulate(list(jobs), cpus=1, gpus=0, cooldown_s=0.0)
+    assert run.preempted_s == [1200.0, 2000.0] and run.end_s == 3800.0
+    run, *_ = jobs = three()
+    simulate(list(jobs), cpus=1, gpus=0, cooldown_s=1800.0)
+    assert run.preempted_s == [1200.0] and jobs[2].start_s == run.end_s == 3700.0
 
 
 def test_the_simulation_counts_every_device_of_a_gang():

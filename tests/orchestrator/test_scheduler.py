@@ -207,6 +207,73 @@ def test_graceful_stop_then_exact_resume(q, tmp_path):
     assert [tuple(r) for r in curve] == ref.curve("train_loss")  # bit for bit, each point once
 
 
+def test_an_urgent_job_preempts_a_preemptible_run_which_resumes_after_it_exactly(q, tmp_path):
+    """Both jobs need the whole cluster (2 CPUs): the urgent one (priority 20) stops the preemptible run
+    (priority 0) at its next step; the run checkpoints, goes back to the queue as preempted (no failure),
+    resumes once the urgent job is done, and its curve is the uninterrupted run's, each point once."""
+    spec = {"tokens": 100, "steps": 60, "step_s": 0.05, "ckpt_every": 3, "seed": 5}
+    (long,) = q.submit(Grid("long", base=spec, resources={"num_cpus": 2, "preemptible": True}))
+    sched = Scheduler(q.eng, q.artifacts, fake_jobs, until_empty=True, progress=False, poll_s=0.2)
+    t = _in_thread(sched)
+    _wait_for(q, "SELECT 1 FROM jobs WHERE id=:j AND checkpoint_step >= 6", j=long)
+    urgent_grid = Grid("urgent", job="sleep", base={"seconds": 1.0}, priority=20, resources={"num_cpus": 2})
+    (urgent,) = q.submit(urgent_grid)
+    t.join(120)
+    assert not t.is_alive()
+    assert rows(q, "SELECT id, status FROM jobs ORDER BY id") == [(long, "succeeded"), (urgent, "succeeded")]
+    attempts = rows(
+        q,
+        "SELECT job_id, n, outcome, started_at, ended_at, resumed_from_step FROM attempts ORDER BY started_at",
+    )
+    assert [(j, n, o) for j, n, o, *_ in attempts] == [
+        (long, 1, "preempted"),
+        (urgent, 1, "succeeded"),
+        (long, 2, "succeeded"),
+    ]
+    (
+        (_, _, _, _, long_stopped, _),
+        (_, _, _, urgent_started, urgent_ended, _),
+        (*_, resumed_at, _, from_step),
+    ) = attempts
+    assert long_stopped <= urgent_started and urgent_ended <= resumed_at and from_step >= 6
+    curve = rows(
+        q, "SELECT step, value FROM metrics WHERE job_id=:j AND key='train_loss' ORDER BY step", j=long
+    )
+    ref = MemoryReporter()
+    (tmp_path / "ref").mkdir()
+    fake_jobs.run("train", spec, ref, tmp_path / "ref")
+    assert [tuple(r) for r in curve] == ref.curve("train_loss")  # bit for bit, each point once
+    assert rows(q, "SELECT count(*) FROM train_results WHERE job_id=:j", j=long) == [(1,)]
+    (message,) = rows(q, "SELECT message FROM health_events WHERE job_id=:j AND rule='preempted'", j=long)[0]
+    assert f"preempted for job {urgent} (effective priority 20)" in message
+
+
+def test_a_job_not_opted_in_or_not_urgent_enough_is_never_preempted(q):
+    spec = {"tokens": 100, "steps": 30, "step_s": 0.05, "ckpt_every": 3, "seed": 5}
+    (pinned,) = q.submit(Grid("pinned", base=spec, resources={"num_cpus": 2}))
+    (near,) = q.submit(
+        Grid("near", base={**spec, "seed": 6}, resources={"num_cpus": 2, "preemptible": True}, priority=-1)
+    )
+    t = _in_thread(Scheduler(q.eng, q.artifacts, fake_jobs, until_empty=True, progress=False, poll_s=0.2))
+    _wait_for(q, "SELECT 1 FROM jobs WHERE id=:j AND checkpoint_step >= 3", j=pinned)
+    (urgent,) = q.submit(
+        Grid("u", job="sleep", base={"seconds": 0.2}, priority=50, resources={"num_cpus": 2})
+    )
+    _wait_for(q, "SELECT 1 FROM jobs WHERE id=:j AND checkpoint_step >= 3", timeout=90, j=near)
+    (almost,) = q.submit(
+        Grid("a", job="sleep", base={"seconds": 0.2, "tag": "a"}, priority=8, resources={"num_cpus": 2})
+    )
+    t.join(120)
+    assert not t.is_alive()
+    outcomes = rows(q, "SELECT job_id, outcome FROM attempts ORDER BY started_at")
+    assert outcomes == [
+        (pinned, "succeeded"),
+        (urgent, "succeeded"),
+        (near, "succeeded"),
+        (almost, "succeeded"),
+    ]
+
+
 def test_iso_time_job_submitted_after_its_reference_succeeded(q):
     """Re-submitting the grid file with an iso-time grid added: the reference ran already, so no
     `finish` of it will resolve the new job's budget; the queue must resolve it at launch."""

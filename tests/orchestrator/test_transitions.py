@@ -1,8 +1,8 @@
 """Every state transition of a job, and the refusal of every illegal one, made by orchestrator.jobqueue
 directly on a real database of each backend (db_url): no Ray, no scheduler, so each case runs in milliseconds.
 
-Legal: queued -> running (claim); running -> succeeded | failed | queued (interrupted, or a failure
-under max_attempts) | cancelled; queued -> cancelled; failed | cancelled -> queued (retry);
+Legal: queued -> running (claim); running -> succeeded | failed | queued (interrupted, preempted, or a
+failure under max_attempts) | cancelled; queued -> cancelled; failed | cancelled -> queued (retry);
 queued -> failed (cascade, recording the dependency); running -> queued (stale recovery);
 queued -> failed for good (refuse).
 """
@@ -135,6 +135,20 @@ def test_running_to_queued_on_interruption_which_is_not_a_failure(eng):
     assert run_to(eng, jid, AttemptOutcome.INTERRUPTED) == JobStatus.QUEUED
     assert run_to(eng, jid, AttemptOutcome.FAILED, "boom") == JobStatus.FAILED  # the one failure allowed
     assert outcomes(eng, jid) == ["interrupted", "interrupted", "failed"]
+
+
+def test_running_to_queued_on_preemption_which_is_not_a_failure_and_is_dated(eng):
+    (jid,) = submit(eng, Grid("p", job="noop", max_attempts=1))
+    before = time.time()
+    assert run_to(eng, jid, AttemptOutcome.PREEMPTED, "preempted for job 9") == JobStatus.QUEUED
+    assert run_to(eng, jid, AttemptOutcome.PREEMPTED) == JobStatus.QUEUED
+    assert run_to(eng, jid, AttemptOutcome.SUCCEEDED) == JobStatus.SUCCEEDED
+    assert outcomes(eng, jid) == ["preempted", "preempted", "succeeded"]
+    assert jobqueue.preempted_since(eng, [jid], before - 1) == {jid}  # the cool-down reads it
+    assert jobqueue.preempted_since(eng, [jid], time.time() + 1) == set()
+    with eng.connect() as conn:  # why, on the attempt that was preempted
+        sql = "SELECT error FROM attempts WHERE job_id = :j AND n = 1"
+        assert conn.execute(sa.text(sql), {"j": jid}).scalar_one() == "preempted for job 9"
 
 
 def test_running_to_cancelled_whatever_the_attempt_reports(eng):
