@@ -447,8 +447,8 @@ class Scheduler:
         retry = True
         if out.finding is not None:
             record_findings(self.eng, self.health, [(job_id, n, out.finding)])
-            with self.eng.connect() as conn:
-                retry = (
+            with self.eng.connect() as conn:  # a deterministic run would replay its NaN or its spikes
+                retry = out.finding.rule != Rule.REWIND and (
                     out.finding.rule != Rule.NON_FINITE or self.health.settings(conn, job_id).retry_non_finite
                 )
         status = self._finish(job_id, n, out.outcome, out.error, retry)

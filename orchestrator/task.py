@@ -41,10 +41,11 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from orchestrator.health import Finding, Level, Rule, non_finite
+from orchestrator.health import TRAIN_LOSS, Finding, Level, Rule, non_finite
 from orchestrator.jobkinds import check_workers
 from orchestrator.states import AttemptOutcome
 from workers.reporter import BaseReporter, Event, EventKind, JobInterrupted
+from workers.rewind import SpikeError
 
 if TYPE_CHECKING:
     from orchestrator.admission import Request
@@ -421,7 +422,7 @@ def run_attempt(
     except (JobInterrupted, KeyboardInterrupt):
         result = TaskResult(AttemptOutcome.INTERRUPTED)
     except BaseException as e:  # every failure is recorded, the queue goes on
-        finding = non_finite_of(e)
+        finding = non_finite_of(e) or spikes_of(e)
         lead = advice(e, job_id) if finding is None else f"{finding.message}. Traceback follows.\n"
         result = TaskResult(AttemptOutcome.FAILED, lead + traceback.format_exc(), finding=finding)
     try:
@@ -451,6 +452,18 @@ def non_finite_of(error: BaseException) -> Finding | None:
             if isinstance(key, str) and isinstance(step, int) and isinstance(value, float):
                 return non_finite(key, step, value) or _plain_non_finite(str(e))
             return _plain_non_finite(str(e))
+    return None
+
+
+def spikes_of(error: BaseException) -> Finding | None:
+    """The finding of a run that loss spikes stopped (`workers.rewind.SpikeError`: its rewinds used up,
+    or none possible): final, as a non-finite loss is, since a retry would replay the same spikes."""
+    for e in _errors(error):
+        if isinstance(e, SpikeError):
+            step, loss = e.args[1:3] if len(e.args) == 3 else (None, None)
+            return Finding(
+                Rule.REWIND, Level.ERROR, step, TRAIN_LOSS, loss, f"loss spikes stopped the run: {e}"
+            )
     return None
 
 

@@ -84,7 +84,14 @@ def rows_of(data_step_: int, batch_size: int) -> list[int]:
 
 class SpikeError(RuntimeError):
     """A spike that cannot be rewound (its rewinds used up, or no checkpoint from before it): the job
-    fails with this reason."""
+    fails with this reason and without a retry (a retry would replay the same spikes: the queue reads
+    it, orchestrator/task.py). Args (message, step, loss), so it survives pickling from a gang's rank."""
+
+    def __init__(self, message: str, step: int | None = None, loss: float | None = None) -> None:
+        super().__init__(message, step, loss)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 @dataclass(frozen=True)
@@ -113,10 +120,12 @@ class Rewind:
             return None
         what = f"loss spike at step {step}: train_loss {loss:.4g} is {loss / median:.1f}x its median {median:.4g}"
         if state.rewinds >= rule.max_rewinds:
-            raise SpikeError(f"{what}; {rule.max_rewinds} rewind(s) used (spike_rewind.max_rewinds)")
+            raise SpikeError(
+                f"{what}; {rule.max_rewinds} rewind(s) used (spike_rewind.max_rewinds)", step, loss
+            )
         back = resume_from(artifact_dir, before_step=step)  # not one at `step`: it would replay the spike
         if back is None:
-            raise SpikeError(f"{what}; no checkpoint from before it to go back to (ckpt_every)")
+            raise SpikeError(f"{what}; no checkpoint from before it to go back to (ckpt_every)", step, loss)
         spiked = data_step(step, state.skipped_steps)
         return cls(
             back, step, loss, median, spiked, sorted([*state.skipped_steps, spiked]), state.rewinds + 1

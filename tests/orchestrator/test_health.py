@@ -193,3 +193,32 @@ def test_a_non_finite_attempt_is_final_unless_the_grid_asks_for_retries(migrated
         stored = conn.execute(sa.text("SELECT rule, step, attempt FROM health_events")).all()
     assert status == ("queued" if retry else "failed")
     assert [tuple(r) for r in stored] == [("non_finite", 5, 1)]
+
+
+def test_spikes_that_stop_a_run_fail_it_once_without_a_retry(migrated_db_url):
+    """The trainer's SpikeError (rewinds used up), pickled as a gang's rank sends it, becomes a final
+    finding: a retry would replay the same spikes, whatever attempts are left."""
+    import pickle
+
+    from orchestrator.scheduler import Scheduler
+    from orchestrator.states import AttemptOutcome
+    from orchestrator.task import TaskResult, spikes_of
+    from workers.rewind import SpikeError
+
+    error = pickle.loads(pickle.dumps(SpikeError("loss spike at step 9: ...; 3 rewind(s) used", 9, 7.5)))
+    try:
+        raise RuntimeError("a rank failed") from error
+    except RuntimeError as e:
+        found = spikes_of(e)
+    assert (found.rule, found.level, found.step, found.value) == (Rule.REWIND, Level.ERROR, 9, 7.5)
+    assert found.message == "loss spikes stopped the run: loss spike at step 9: ...; 3 rewind(s) used"
+    assert spikes_of(ValueError("x")) is None
+    eng = engine(migrated_db_url)
+    ids, _ = jobqueue.submit(eng, [Grid("sp", base={"tokens": 100}, max_attempts=3)], fake_jobs)
+    assert jobqueue.claim(eng, ids[0], "driver", "/tmp/sp") == 1
+    Scheduler(eng, kinds=fake_jobs, progress=False)._record(
+        ids[0], 1, TaskResult(AttemptOutcome.FAILED, found.message, finding=found)
+    )
+    with eng.connect() as conn:
+        status = conn.execute(sa.text("SELECT status FROM jobs WHERE id = :j"), {"j": ids[0]}).scalar_one()
+    assert status == "failed"

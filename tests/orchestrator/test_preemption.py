@@ -1,0 +1,66 @@
+"""Preemption through the real queue with the real trainer (session Ray): a low-priority preemptible run
+is stopped for an urgent job, resumes after it from the step it stopped at, and its curves equal an
+uninterrupted run's bit for bit; each job's result is recorded once."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import torch
+
+from orchestrator import Grid, Queue
+from orchestrator.scheduler import Scheduler
+from tests.db_rows import rows
+from tests.orchestrator.test_real_jobs import TRAIN
+from workers import jobs
+from workers.reporter import MemoryReporter
+
+# both ask for the session cluster's two logical GPUs (the trainer runs on the CPU, one thread each):
+# they cannot run side by side
+WHOLE = {"num_cpus": 1, "num_gpus": 2}
+LONG = {**TRAIN, "recipe": "lean", "seed": 3, "tokens": 4 * 32 * 120, "ckpt_every": 4, "device": "cpu"}
+
+
+def wait_for(q: Queue, sql: str, timeout: float = 120.0, **params) -> None:
+    end = time.time() + timeout
+    while not rows(q, sql, **params):
+        assert time.time() < end, f"timed out waiting for {sql}"
+        time.sleep(0.05)
+
+
+def test_a_preempted_real_run_resumes_after_the_urgent_job_bit_for_bit(tmp_path, ray_cluster):
+    q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art")
+    (long,) = q.submit(Grid("long", base=LONG, resources={**WHOLE, "preemptible": True}))
+    sched = Scheduler(q.eng, q.artifacts, until_empty=True, progress=False, poll_s=0.1)
+    t = threading.Thread(target=sched.run, daemon=True)
+    t.start()
+    wait_for(q, "SELECT 1 FROM jobs WHERE id=:j AND checkpoint_step >= 8", j=long)
+    urgent_spec = {**TRAIN, "recipe": "lean", "seed": 4, "tokens": 4 * 32 * 8, "device": "cpu"}
+    (urgent,) = q.submit(Grid("urgent", base=urgent_spec, priority=20, resources=WHOLE))
+    t.join(300)
+    assert not t.is_alive()
+    assert rows(q, "SELECT id, status FROM jobs ORDER BY id") == [(long, "succeeded"), (urgent, "succeeded")]
+    attempts = rows(q, "SELECT job_id, outcome, resumed_from_step FROM attempts ORDER BY started_at")
+    assert [(j, o) for j, o, _ in attempts] == [
+        (long, "preempted"),
+        (urgent, "succeeded"),
+        (long, "succeeded"),
+    ]
+    assert attempts[2][2] >= 8  # it resumed from the checkpoint it wrote when it stopped
+
+    ref = MemoryReporter()
+    (tmp_path / "ref").mkdir()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the queue's one-CPU tasks ran
+    try:
+        jobs.run("train", jobs.validate("train", LONG), ref, tmp_path / "ref")
+    finally:
+        torch.set_num_threads(threads)
+    for key in ("train_loss", "val_loss"):
+        got = rows(
+            q, "SELECT step, value FROM metrics WHERE job_id=:j AND key=:k ORDER BY step", j=long, k=key
+        )
+        assert [tuple(r) for r in got] == ref.curve(key) and len(got) > 0, key  # each point once
+    assert rows(q, "SELECT COUNT(*) FROM train_results WHERE job_id=:j", j=long) == [(1,)]
+    assert rows(q, "SELECT rule FROM health_events WHERE job_id=:j", j=long) == [("preempted",)]
