@@ -26,9 +26,9 @@ def wall_time_curves(
     Each run's LR schedule decays over its own budget, so a point in the middle of a longer run is
     *not decayed* and sits above where a run of that length would end; only the last point of a
     finished run (`finished`: their job ids; the caller knows the job states) is a decayed result.
-    `point` says which.
+    `point` says which; `step` is kept for what is placed by step (health markers).
     """
-    cols = ["job_id", "series", "variant_label", "recipe", "size", "seed", "wall_s", "value", "point"]
+    cols = ["job_id", "series", "variant_label", "recipe", "size", "seed", "step", "wall_s", "value", "point"]
     c = curves[(curves["key"] == key) & curves["wall_s"].notna()] if not curves.empty else curves
     if c.empty:
         return pd.DataFrame(columns=cols)

@@ -11,7 +11,15 @@ and, on each backend (a fresh SQLite file; a fresh database on a PostgreSQL serv
 4. claims per second with 4 drivers: 4 processes claim trivial queued jobs from one queue with
    `jobqueue.claim` (what `looplab run` calls for each ready job it can start), every driver taking every
    ready job it can, until none is left; each job must end with exactly one attempt (checked);
-5. metric points per second ingested by the writer (`write_events`, batches of 500 points).
+5. metric points per second ingested by the writer (`write_events`, batches of 500 points);
+and, with `--only outage`:
+6. the queue under a refusing webhook: the same batch of trivial jobs that fail (each failure is an
+   alert) through the real scheduler, with no alert channel and with a webhook channel at a closed
+   port on 127.0.0.1 (every try: connection refused), interleaved over `--repeats` (the order flipped
+   each repeat) -> jobs/s of each and the ratio of the medians (outage / none; issue 39 asks >= 0.98),
+   and the alerts still pending in the outbox afterwards (undelivered, not lost); a third side with a
+   webhook that accepts (a receiver process on 127.0.0.1) tells the outage's own cost (refused /
+   accepting) from the outbox's (accepting / none).
 
 Sections 1-3 run on `--db` (default: fresh SQLite files, as before; a PostgreSQL URL: fresh databases
 the benchmark creates on that server and drops after, so its user needs CREATEDB). The PostgreSQL side
@@ -20,6 +28,7 @@ of 4-5 uses that server, or else starts a throw-away one (tests/pg.py: initdb on
 
     .venv/bin/python benchmarks/queue_bench.py [--trivial 500] [--tokens 8192] [--repeats 2]
         [--db postgresql+psycopg://user@host/db] [--claim-jobs 1000] [--no-postgres] [--only backends]
+        [--only outage --outage-jobs 100]
 
 Prints a table and writes benchmarks/results/queue_bench.json.
 """
@@ -31,6 +40,7 @@ import json
 import multiprocessing
 import os
 import platform
+import socket
 import statistics
 import sys
 import tempfile
@@ -63,6 +73,15 @@ class TrivialKinds:
         return dict(spec)
 
     def run(self, kind: str, spec: dict, reporter, artifact_dir) -> dict:
+        return {}
+
+
+class FailingKinds(TrivialKinds):
+    """Trivial jobs of kind `fail` raise: each failure is a `job_failed` alert when a channel is set."""
+
+    def run(self, kind: str, spec: dict, reporter, artifact_dir) -> dict:
+        if kind == "fail":
+            raise RuntimeError("a failing trivial job (queue_bench outage section)")
         return {}
 
 
@@ -279,6 +298,137 @@ def bench_latency_and_throughput(url: str, tmp: Path, n_trivial: int, n_latency:
     }
 
 
+ALERT_ENV = ("LOOPLAB_ALERTS", "LOOPLAB_ALERT_")  # what configures channels (orchestrator/alerts.py)
+
+
+def refusing_port() -> socket.socket:
+    """A socket bound on 127.0.0.1 that never listens: a connection to its port is refused at once,
+    and no other program can take the port while the socket is held."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
+def accepting_receiver(port: Any) -> None:
+    """A webhook receiver on 127.0.0.1 (a process of its own, so it shares no interpreter with the
+    driver) that answers 200 to every POST; puts its port into `port`, then serves until terminated."""
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    class Accept(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Accept)
+    port.put(server.server_address[1])
+    server.serve_forever()
+
+
+def failing_batch(url: str, tmp: Path, n_jobs: int) -> tuple[float, Any]:
+    """Seconds from submitting `n_jobs` failing trivial jobs (one attempt each) to all of them finished,
+    through a running scheduler that is up and idle first (its alert channels: what the environment
+    says now); returns (seconds, the queue)."""
+    from orchestrator import Grid, Queue
+    from orchestrator.scheduler import Scheduler
+
+    kinds = FailingKinds()
+    q = Queue(db=url, kinds=kinds)
+    sched = Scheduler(q.eng, tmp / "art", kinds, progress=False, poll_s=0.2)
+    th = threading.Thread(target=sched.run, daemon=True)
+    th.start()
+    time.sleep(2.0)  # the driver (and its alert deliverer) up and idle
+    t = time.perf_counter()
+    ids = q.submit(Grid("outage", job="fail", sweep={"i": list(range(n_jobs))}, max_attempts=1))
+    statuses = q.wait(ids, timeout=1800, poll_s=0.05)
+    dt = time.perf_counter() - t
+    sched._on_signal(2, None)
+    th.join(60)
+    if any(str(s) != "failed" for s in statuses.values()):
+        raise RuntimeError(f"outage: not every job failed once: {sorted(map(str, set(statuses.values())))}")
+    return dt, q
+
+
+def bench_outage(dbs: Databases, tmp: Path, n_jobs: int, repeats: int) -> dict:
+    """Jobs/s of a batch of failing trivial jobs with no alert channel, with a webhook whose port
+    refuses connections, and with one that accepts them (what an outage is measured against: the
+    outbox is written whenever a channel is set), interleaved (the order flipped each repeat) after one untimed batch that starts
+    Ray's workers; then what the outbox holds after each outage run."""
+    from tests.db_rows import rows
+
+    saved = {k: v for k, v in os.environ.items() if k.startswith(ALERT_ENV)}
+    for k in saved:
+        del os.environ[k]
+    (tmp / "no_channels.json").write_text("{}")  # never the user's ~/.config/looplab/alerts.json
+    os.environ["LOOPLAB_ALERTS"] = str(tmp / "no_channels.json")
+    closed = refusing_port()
+    context = multiprocessing.get_context("spawn")
+    port = context.Queue()
+    receiver = context.Process(target=accepting_receiver, args=(port,), daemon=True)
+    receiver.start()
+    webhooks = {
+        "none": None,
+        "refused": f"http://127.0.0.1:{closed.getsockname()[1]}/alerts",
+        "delivered": f"http://127.0.0.1:{port.get(timeout=60)}/alerts",
+    }
+    per_s: dict[str, list[float]] = {arm: [] for arm in webhooks}
+    outbox: list[dict] = []
+    delivered: list[int] = []
+    try:
+        failing_batch(dbs.new("outage_warmup"), tmp / "warmup", n_jobs)  # Ray's workers started, untimed
+        for r in range(repeats):
+            order = list(webhooks) if r % 2 == 0 else list(reversed(webhooks))
+            for arm in order:
+                if webhooks[arm]:
+                    os.environ["LOOPLAB_ALERT_WEBHOOK"] = webhooks[arm]
+                else:
+                    os.environ.pop("LOOPLAB_ALERT_WEBHOOK", None)
+                dt, q = failing_batch(dbs.new(f"outage_{arm}_{r}"), tmp / f"{arm}{r}", n_jobs)
+                per_s[arm].append(n_jobs / dt)
+                if arm == "delivered":
+                    delivered.append(
+                        rows(q, "SELECT COUNT(*) FROM alert_outbox WHERE status='delivered'")[0][0]
+                    )
+                if arm == "refused":
+                    got = rows(
+                        q,
+                        "SELECT topic, status, tries, last_error FROM alert_outbox ORDER BY id",
+                    )
+                    outbox.append(
+                        {
+                            "jobs": n_jobs,
+                            "rows": len(got),
+                            "job_failed": sum(1 for t, *_ in got if t == "job_failed"),
+                            "pending": sum(1 for _, s, *_ in got if s == "pending"),
+                            "delivered": sum(1 for _, s, *_ in got if s == "delivered"),
+                            "tried": sum(1 for _, _, n, _ in got if n),
+                            "last_error": next((e for *_, e in got if e), None),
+                        }
+                    )
+    finally:
+        closed.close()
+        receiver.terminate()
+        receiver.join(10)
+        for k in [k for k in os.environ if k.startswith(ALERT_ENV)]:
+            del os.environ[k]
+        os.environ.update(saved)
+    median = {arm: statistics.median(v) for arm, v in per_s.items()}
+    return {
+        "jobs": n_jobs,
+        "repeats": repeats,
+        **{f"{arm}_jobs_per_s": v for arm, v in per_s.items()},
+        **{f"{arm}_median_jobs_per_s": v for arm, v in median.items()},
+        "refused_over_none": median["refused"] / median["none"],
+        "refused_over_delivered": median["refused"] / median["delivered"],
+        "delivered_over_none": median["delivered"] / median["none"],
+        "outbox_after_refused_runs": outbox,
+        "delivered_per_delivered_run": delivered,
+    }
+
+
 def bench_backends(tmp: Path, pg_url: str | None, n_claim_jobs: int) -> dict:
     """Claims with 4 drivers and metric ingest on SQLite and, given a server, on PostgreSQL."""
     res = {}
@@ -328,7 +478,8 @@ def check_db(value: str) -> str:
     return url
 
 
-SECTIONS = ("train", "scheduling", "backends")
+SECTIONS = ("train", "scheduling", "backends", "outage")
+DEFAULT_SECTIONS = ("train", "scheduling", "backends")  # the outage section runs when asked for
 
 
 def main() -> int:
@@ -343,17 +494,21 @@ def main() -> int:
         help="`sqlite` (default: fresh files) or a PostgreSQL URL (needs CREATEDB)",
     )
     ap.add_argument("--claim-jobs", type=int, default=1000, help="trivial jobs the 4 drivers claim")
+    ap.add_argument("--outage-jobs", type=int, default=100, help="failing trivial jobs per outage run")
     ap.add_argument(
         "--no-postgres",
         action="store_true",
         help="without --db: no throw-away PostgreSQL server, SQLite only",
     )
     ap.add_argument(
-        "--only", choices=SECTIONS, action="append", help="run only this section (repeatable; default: all)"
+        "--only",
+        choices=SECTIONS,
+        action="append",
+        help="run only this section (repeatable; default: all but outage)",
     )
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "queue_bench.json"))
     args = ap.parse_args()
-    sections = args.only or SECTIONS
+    sections = args.only or DEFAULT_SECTIONS
     pg_url, stop_pg, no_pg = (
         postgres_server(args.db, args.no_postgres) if "backends" in sections else (None, lambda: None, None)
     )
@@ -363,7 +518,7 @@ def main() -> int:
             tmp = Path(d)
             dbs = Databases(tmp, None if args.db == "sqlite" else args.db)
             try:
-                if {"train", "scheduling"} & set(sections):
+                if {"train", "scheduling", "outage"} & set(sections):
                     import ray
 
                     ray.init(
@@ -376,6 +531,8 @@ def main() -> int:
                         res["scheduling"] = bench_latency_and_throughput(
                             dbs.new("trivial"), tmp, args.trivial
                         )
+                    if "outage" in sections:
+                        res["outage"] = bench_outage(dbs, tmp, args.outage_jobs, args.repeats)
                     ray.shutdown()
             finally:
                 dbs.close()
@@ -403,6 +560,22 @@ def main() -> int:
         table += [
             (f"queued->running latency (median s, {res['db']})", f"{s['latency_median_s']:.3f}"),
             (f"{s['trivial_jobs']} trivial jobs (jobs/s, {res['db']})", f"{s['trivial_jobs_per_s']:.1f}"),
+        ]
+    if "outage" in res:
+        o = res["outage"]
+        left = o["outbox_after_refused_runs"]
+        table += [
+            (
+                f"{o['jobs']} failing jobs, no channel (jobs/s, {res['db']})",
+                f"{o['none_median_jobs_per_s']:.1f}",
+            ),
+            (f"  webhook refused (jobs/s, {res['db']})", f"{o['refused_median_jobs_per_s']:.1f}"),
+            (f"  webhook accepting (jobs/s, {res['db']})", f"{o['delivered_median_jobs_per_s']:.1f}"),
+            ("  refused / none (medians)", f"{o['refused_over_none']:.3f}"),
+            ("  refused / accepting (medians)", f"{o['refused_over_delivered']:.3f}"),
+            ("  accepting / none (medians)", f"{o['delivered_over_none']:.3f}"),
+            ("  alerts pending in the outbox after", ", ".join(str(b["pending"]) for b in left)),
+            ("  (accepting: delivered by the end)", ", ".join(map(str, o["delivered_per_delivered_run"]))),
         ]
     for backend, b in res.get("backends", {}).items():
         if backend == "postgresql_skipped":

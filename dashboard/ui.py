@@ -17,6 +17,7 @@ import streamlit as st
 from analysis import comparison, variants
 from analysis.stats import ClaimVerdict, Verdict
 from orchestrator import frames
+from orchestrator.health import events_frame
 
 TTL_S = 5
 NO_JOBS = (
@@ -87,6 +88,11 @@ depth_metric_keys = cached(frames.depth_metric_keys)
 curves = cached(frames.curves)
 superseded = cached(frames.superseded)
 rewinds = cached(frames.rewinds)
+
+
+@cached
+def health_events(url: str, job_ids: tuple[int, ...]) -> pd.DataFrame:
+    return events_frame(frames.engine(url), job_ids)
 
 
 @cached
@@ -349,3 +355,48 @@ def require_jobs(jobs_df: pd.DataFrame) -> bool:
         st.info(NO_JOBS)
         return False
     return True
+
+
+# ---------------------------------------------------------------- health markers on curves
+
+
+def health_markers(url: str, cur: pd.DataFrame, x: str) -> pd.DataFrame:
+    """The health events of the runs drawn in `cur` (rows per run's point: job_id, step, `x`, raw)
+    at their curves' points: the run's raw point at or before the event's step (an event between two
+    evaluations sits on the evaluation before it). What a marker needs: x, raw value, rule, message."""
+    found = health_events(url, tuple(int(i) for i in cur["job_id"].unique())).dropna(subset=["step"])
+    if found.empty:
+        return found
+    found = found.assign(step=found["step"].astype("int64")).sort_values("step")
+    columns = list(dict.fromkeys(["job_id", "step", x, "raw"]))  # x may be the step itself
+    points = cur[columns].dropna(subset=["step"]).assign(step=lambda d: d["step"].astype("int64"))
+    out = pd.merge_asof(found, points.sort_values("step"), on="step", by="job_id", direction="backward")
+    return out.dropna(subset=[x, "raw"])
+
+
+def with_health_markers(chart, markers: pd.DataFrame, x: str):
+    """`chart` with the health `markers` (`health_markers`) drawn over it as ▼ at each run's raw point,
+    coloured by rule on a scale of their own (the runs' colours stay theirs); `chart` unchanged when
+    there is none. Each ▼ sits just above its point, opaque and pointing at it, so a chart that draws
+    its points (Compare's wall-time curves) does not hide it under them."""
+    import altair as alt
+
+    if markers.empty:
+        return chart
+    marked = (
+        alt.Chart(markers)
+        .mark_point(shape="triangle-down", size=90, filled=True, opacity=1, yOffset=-7)
+        .encode(
+            x=f"{x}:Q",
+            y="raw:Q",
+            color=alt.Color("rule:N", title="health", scale=alt.Scale(scheme="set1")),
+            tooltip=["job_id", "rule", "level", "step", "message"],
+        )
+    )
+    return alt.layer(chart, marked).resolve_scale(color="independent")
+
+
+def health_caption(markers: pd.DataFrame, note: str = "") -> None:
+    """How many health events the chart above marks (nothing when none); `note` says more."""
+    if not markers.empty:
+        st.caption(f"{len(markers)} health event(s) marked on the curves (▼; docs/health.md){note}")

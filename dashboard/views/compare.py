@@ -2,7 +2,8 @@
 time (iso-time), across seeds. Every difference to the reference comes with a 95 % interval, the seeds
 on each side and a verdict read off the interval; the noise floor measured from repeated seeds is shown
 beside each comparison, and an iso-data difference is also given as extra training data (an L(D) fit).
-Loss against any architecture column; training throughput per variant."""
+Loss against any architecture column; training throughput per variant. The health events of the
+runs drawn one by one (the iso-time curves) are markers on their curves, as on Runs."""
 
 from __future__ import annotations
 
@@ -236,7 +237,14 @@ else:
         lines = base.mark_line(opacity=0.6)
         if how != "none":  # the raw line faint behind the smoothed one
             lines = base.mark_line(opacity=0.2).encode(y="raw:Q") + lines
-        st.altair_chart((lines + pts).properties(height=360), width="stretch")
+        markers = ui.health_markers(url, wt, "wall_s")
+        chart = ui.with_health_markers(lines + pts, markers, "wall_s")
+        st.altair_chart(chart.properties(height=360), width="stretch")
+        ui.health_caption(
+            markers,
+            note=": the runs' own, on their per-run curves here only (the charts above are means over "
+            "seeds and carry none)",
+        )
 
 st.header("Training throughput")
 tp = comparison.throughput_table(done, reference=reference)

@@ -16,33 +16,11 @@ from analysis import curves, variants
 from analysis.smoothing import SMOOTHING, smooth
 from dashboard import ui
 from orchestrator import frames
-from orchestrator.health import events_frame
 from orchestrator.states import JobStatus
 
 PLOT_POINTS = 60_000  # metric points read for one chart, shared among the selected runs
 X_AXES = {"tokens": "tokens", "wall time (s)": "wall_s", "step": "step"}
 GROUP_CHOICES = ["variant_label", "recipe", "size", "budget", "grid", "seed", *variants.ARCH_COLUMNS]
-
-
-@st.cache_data(ttl=5, show_spinner=False)
-def health_events(url: str, job_ids: tuple[int, ...]):
-    return events_frame(frames.engine(url), job_ids)
-
-
-def health_markers(cur, x: str):
-    """The health events of the drawn runs at their curves' points (the raw point at or before the
-    event's step): what a marker needs (x, raw value, rule, message)."""
-    import pandas as pd
-
-    found = health_events(url, tuple(int(i) for i in cur["job_id"].unique()))
-    found = found.dropna(subset=["step"])
-    if found.empty:
-        return found
-    found = found.assign(step=found["step"].astype("int64")).sort_values("step")
-    columns = list(dict.fromkeys(["job_id", "step", x, "raw"]))  # x may be the step itself
-    points = cur[columns].assign(step=lambda d: d["step"].astype("int64")).sort_values("step")
-    out = pd.merge_asof(found, points, on="step", by="job_id", direction="backward")
-    return out.dropna(subset=[x, "raw"])
 
 
 def with_superseded(chart, x: str):
@@ -116,23 +94,10 @@ else:
             + chart
         )
     chart = with_superseded(chart, x)
-    markers = health_markers(cur, x)
-    if not markers.empty:
-        marked = (
-            alt.Chart(markers)
-            .mark_point(shape="triangle-down", size=90, filled=True)
-            .encode(
-                x=f"{x}:Q",
-                y="raw:Q",
-                color=alt.Color("rule:N", title="health", scale=alt.Scale(scheme="set1")),
-                tooltip=["job_id", "rule", "level", "step", "message"],
-            )
-        )
-        # the rules' colours apart from the runs' (whose raw and smoothed layers share theirs)
-        chart = alt.layer(chart, marked).resolve_scale(color="independent")
+    markers = ui.health_markers(url, cur, x)
+    chart = ui.with_health_markers(chart, markers, x)
     st.altair_chart(chart.properties(height=420).interactive(), width="stretch")
-    if not markers.empty:
-        st.caption(f"{len(markers)} health event(s) marked on the curves (▼; docs/health.md)")
+    ui.health_caption(markers)
     rewound = ui.rewinds(url, ids)
     if not rewound.empty:
         st.caption(

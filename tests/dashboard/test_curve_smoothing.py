@@ -1,16 +1,18 @@
-"""The Runs page's smoothing and health markers (AppTest): the smoothed curve drawn over the raw one
-(faint), the chosen method applied, and a marker at the step of a health event."""
+"""The Runs and Compare pages' smoothing and health markers (AppTest): the smoothed curve drawn over the
+raw one (faint), the chosen method applied, and a marker at the step of a health event."""
 
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import pyarrow as pa
 from streamlit.testing.v1 import AppTest
 
 from orchestrator import Grid, Queue
-from orchestrator.health import HealthSettings, HealthWatch
+from orchestrator.db import engine
+from orchestrator.health import Finding, HealthSettings, HealthWatch, Level, Rule, store
 from orchestrator.jobqueue import claim
 from orchestrator.writer import write_events
 from tests.orchestrator import fake_jobs
@@ -111,3 +113,60 @@ def test_compare_page_smooths_the_wall_time_curves_with_the_raw_line_faint(monke
     lines = wall_time_lines()
     assert sorted(mark(leaf).get("opacity") for leaf in lines) == [0.2, 0.6]
     assert {leaf["encoding"]["y"]["field"] for leaf in lines} == {"raw", "value"}
+
+
+def compare_db_with_a_health_event(fixture_path, tmp_path, step: int) -> tuple[str, int]:
+    """A copy of the fixture database (SQLite's backup: whole, WAL included) whose iso-time run has a
+    loss-spike event at `step`; (its path, the run's job id)."""
+    path = tmp_path / "compare.db"
+    with sqlite3.connect(fixture_path) as src, sqlite3.connect(path) as dst:
+        src.backup(dst)
+        (iso,) = dst.execute("SELECT id FROM jobs WHERE budget LIKE '%match_time_of%'").fetchone()
+    eng = engine(f"sqlite:///{path}")
+    with eng.begin() as conn:
+        store(conn, iso, 1, Finding(Rule.LOSS_SPIKE, Level.WARNING, step, "train_loss", 9.0, "a spike"))
+    return str(path), iso
+
+
+def wall_time_chart(at) -> tuple[list[dict], dict]:
+    """The Compare page's per-run wall-time chart: (its leaf layers, its datasets)."""
+    for chart in at.get("vega_lite_chart"):
+        leaves = layers(json.loads(chart.proto.spec))
+        if any(leaf.get("encoding", {}).get("x", {}).get("field") == "wall_s" for leaf in leaves):
+            return leaves, datasets(chart)
+    raise AssertionError("no wall-time chart")
+
+
+def test_compare_page_marks_a_runs_health_event_on_its_wall_time_curve(tmp_path, monkeypatch, fixture_db):
+    # the iso-time run evaluates every 10 steps (1 s a step): an event at step 25 sits on step 20's point
+    db, iso = compare_db_with_a_health_event(fixture_db[1], tmp_path, step=25)
+    monkeypatch.setenv("LOOPLAB_DB", db)
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    at.switch_page("views/compare.py").run()
+    assert not at.exception, [e.message for e in at.exception]
+    for smoothing in ("none", "EMA 0.6"):  # on the raw point whether or not the line is smoothed
+        at.selectbox(key="compare_smoothing").set_value(smoothing).run()
+        leaves, data = wall_time_chart(at)
+        markers = [leaf for leaf in leaves if mark(leaf).get("shape") == "triangle-down"]
+        assert len(markers) == 1 and markers[0]["encoding"]["y"]["field"] == "raw"
+        assert markers[0]["encoding"]["x"]["field"] == "wall_s"
+        marked = data[markers[0]["data"]["name"]]
+        # val_loss at step 20 = 3.13 + (50 - 20) × 0.01 (tests/dashboard/conftest.py `_curves`)
+        assert [(m["job_id"], m["step"], m["rule"], m["wall_s"]) for m in marked] == [
+            (iso, 25, "loss_spike", 20.0)
+        ]
+        assert abs(marked[0]["raw"] - 3.43) < 1e-9
+    captions = "\n".join(c.value for c in at.caption)
+    assert "1 health event(s) marked on the curves" in captions and "means over seeds" in captions
+
+
+def test_compare_page_without_health_events_has_no_marker_layer(monkeypatch, fixture_db):
+    monkeypatch.setenv("LOOPLAB_DB", fixture_db[0])
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    at.switch_page("views/compare.py").run()
+    assert not at.exception, [e.message for e in at.exception]
+    leaves, _ = wall_time_chart(at)
+    assert not [leaf for leaf in leaves if mark(leaf).get("shape") == "triangle-down"]
+    assert "health event(s) marked" not in "\n".join(c.value for c in at.caption)

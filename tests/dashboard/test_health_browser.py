@@ -1,7 +1,7 @@
 """The morning view and the health markers in a real browser (headless Chromium, the session's Streamlit
-server with `?db=`): the Queue page shows what happened since the chosen time, and the Runs chart draws
-the loss-spike marker in its colour over the smoothed curve (pixels of the screenshot, not only the
-page's text). Screenshots go to artifacts/screenshots/ for review."""
+server with `?db=`): the Queue page shows what happened since the chosen time, and the Runs chart and
+the Compare page's wall-time chart draw the loss-spike marker in its colour over the curves (pixels of
+the screenshot, not only the page's text). Screenshots go to artifacts/screenshots/ for review."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from orchestrator.jobqueue import claim, finish
 from orchestrator.states import AttemptOutcome
 from orchestrator.writer import write_events
 from tests.dashboard.browser import SHOTS, assert_page_shows, open_page, page_url
+from tests.dashboard.test_curve_smoothing import compare_db_with_a_health_event
 from tests.orchestrator import fake_jobs
 from workers.reporter import Event, EventKind
 
@@ -46,12 +47,15 @@ def health_db(tmp_path) -> str:
     return str(tmp_path / "q.db")
 
 
-def red_pixels(png: bytes) -> int:
-    """Pixels of a strong red: the markers' ("set1" starts with red; the runs' lines are blue, the axes grey)."""
+def red_pixels(png: bytes, left: float = 1.0) -> int:
+    """Pixels of a strong red in the left `left` share of the image: the markers' ("set1" starts with
+    red, #e41a1c, green and blue alike; the runs' lines are blue and orange, whose green is far above its
+    blue, the axes grey). `left` < 1 leaves out the legends on the right, whose ▼ symbol is red too."""
     from PIL import Image
 
     image = Image.open(io.BytesIO(png)).convert("RGB")
-    return sum(1 for r, g, b in image.getdata() if r - max(g, b) > 80)
+    image = image.crop((0, 0, int(image.width * left), image.height))
+    return sum(1 for r, g, b in image.getdata() if r - max(g, b) > 80 and abs(g - b) < 12)
 
 
 def test_morning_view_and_health_markers_in_a_browser(dashboard_server, browser, tmp_path):
@@ -72,3 +76,29 @@ def test_morning_view_and_health_markers_in_a_browser(dashboard_server, browser,
         png = chart.screenshot(path=str(SHOTS / "runs_health_markers.png"))
         assert "health event(s) marked on the curves" in page.inner_text("body")
         assert red_pixels(png) >= 20  # the ▼ marker drawn (a filled triangle of size 90: ~60 pixels)
+
+
+def test_compare_wall_time_chart_draws_the_health_marker_in_a_browser(
+    dashboard_server, browser, fixture_db, tmp_path
+):
+    # the iso-time run's event at step 25 sits on its val_loss point at 20 s, of about 0–100 s: in the
+    # plot's left half, away from the legends
+    db, _ = compare_db_with_a_health_event(fixture_db[1], tmp_path, step=25)
+    expected = ["Validation loss vs training wall time", "health event(s) marked on the curves"]
+    with open_page(
+        browser, page_url(dashboard_server, "compare", db), "Compare", expected, height=1800
+    ) as page:
+        assert_page_shows(page, "Compare", expected)
+        chart = page.locator('[data-testid="stVegaLiteChart"]').last  # the wall-time chart ends the charts
+        chart.scroll_into_view_if_needed()
+        page.wait_for_timeout(1000)
+        png = chart.screenshot(path=str(SHOTS / "compare_health_markers.png"))
+        assert red_pixels(png, left=0.5) >= 20  # the ▼ marker drawn (a filled triangle of size 90)
+    # the same chart of the database without events has no such red
+    with open_page(
+        browser, page_url(dashboard_server, "compare", fixture_db[1]), "Compare", expected[:1]
+    ) as page:
+        chart = page.locator('[data-testid="stVegaLiteChart"]').last
+        chart.scroll_into_view_if_needed()
+        page.wait_for_timeout(1000)
+        assert red_pixels(chart.screenshot(), left=0.5) < 5
