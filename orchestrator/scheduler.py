@@ -98,6 +98,7 @@ from orchestrator.settings import (
 from orchestrator.states import AttemptOutcome, JobStatus
 from orchestrator.task import QueueReporter, TaskResult, launch, sink_on_this_node
 from orchestrator.writer import Unwritten, record_concurrency, record_findings, write_events
+from workers import artifacts
 from workers.reporter import Event, EventKind
 
 if TYPE_CHECKING:
@@ -106,6 +107,18 @@ if TYPE_CHECKING:
 log = logging.getLogger("looplab.scheduler")
 # what a job reports whose last value is all the writer keeps (the live columns of its jobs row)
 LATEST_ONLY = (EventKind.HEARTBEAT, EventKind.PROGRESS)
+
+
+def _record_claim(art: Path, n: int) -> None:
+    """Attempt `n` claimed its job: record in its artifact dir which checkpoints exist now, before its task
+    starts (workers/artifacts.py `start_attempt`; the trainer keeps this record). Any checkpoint a replaced
+    attempt writes after this moment is then never resumed from, even if attempt `n` is lost before its
+    trainer starts. The driver already reads artifact dirs (retention); one it cannot write is left to the
+    trainer, which records the attempt itself."""
+    try:
+        artifacts.start_attempt(art, n)
+    except OSError as e:
+        log.warning("could not record attempt %s in %s (%s): its trainer will", n, art, e)
 
 
 class Scheduler:
@@ -318,6 +331,8 @@ class Scheduler:
                 admission.not_started(decision)  # another driver won it
                 continue
             ray.get(self.sink.allow.remote(job.id))  # before the task can ask for its stop flag
+            if jobkinds.trains(job.kind, self.kinds):
+                _record_claim(art, n)
             try:
                 spec = jobqueue.launch_spec(self.eng, job, self.kinds)
                 ref = launch(job.id, job.kind, spec, str(art), self.sink, self.kinds, decision.request, n)

@@ -54,21 +54,23 @@ def checkpoint_name(attempt: int, step: int) -> str:
     return f"checkpoint-a{attempt:04d}-s{step:08d}.pt"
 
 
+def parse(path: str | Path) -> Checkpoint | None:
+    """The checkpoint a file of the new layout is, by its name (None for any other file)."""
+    m = _NAME.match(Path(path).name)
+    return Checkpoint(int(m.group(2)), int(m.group(1)), Path(path)) if m else None
+
+
 def checkpoints(artifact_dir: str | Path) -> list[Checkpoint]:
     """Every checkpoint of the new layout in the dir, fenced out or not, oldest first."""
     d = Path(artifact_dir)
     if not d.is_dir():
         return []
-    found = []
-    for p in d.iterdir():
-        m = _NAME.match(p.name)
-        if m and p.is_file():
-            found.append(Checkpoint(int(m.group(2)), int(m.group(1)), p))
-    return sorted(found)
+    return sorted(c for c in map(parse, d.iterdir()) if c is not None and c.path.is_file())
 
 
-def _records(d: Path) -> dict[int, set[str]]:
-    """attempt -> the checkpoint names it found when it started."""
+def records(artifact_dir: str | Path) -> dict[int, set[str]]:
+    """attempt -> the checkpoint names it found when it started (`start_attempt`)."""
+    d = Path(artifact_dir)
     out = {}
     for p in (d / ATTEMPTS).glob("a*.json") if (d / ATTEMPTS).is_dir() else ():
         try:
@@ -105,22 +107,22 @@ def begin(artifact_dir: str | Path, attempt: int | None, writes: bool) -> tuple[
 def next_attempt(artifact_dir: str | Path) -> int:
     """The attempt number of a run started outside the queue: one past every attempt the dir knows."""
     d = Path(artifact_dir)
-    known = [*_records(d), *(c.attempt for c in checkpoints(d))]
+    known = [*records(d), *(c.attempt for c in checkpoints(d))]
     return max(known, default=0) + 1
 
 
-def fenced(c: Checkpoint, records: dict[int, set[str]]) -> bool:
+def fenced(c: Checkpoint, recs: dict[int, set[str]]) -> bool:
     """Whether `c` was written after a later attempt started (its writer had been replaced): the first
     attempt after its writer that left a record did not find it."""
-    later = [a for a in records if a > c.attempt]
-    return bool(later) and c.path.name not in records[min(later)]
+    later = [a for a in recs if a > c.attempt]
+    return bool(later) and c.path.name not in recs[min(later)]
 
 
 def usable(artifact_dir: str | Path) -> list[Checkpoint]:
     """The checkpoints a resume may take, oldest first (none written by a replaced attempt late)."""
     d = Path(artifact_dir)
-    records = _records(d)
-    return [c for c in checkpoints(d) if not fenced(c, records)]
+    recs = records(d)
+    return [c for c in checkpoints(d) if not fenced(c, recs)]
 
 
 def resume_from(artifact_dir: str | Path, before_step: int | None = None) -> Path | None:
@@ -138,10 +140,10 @@ def removable(artifact_dir: str | Path, keep: int) -> list[Path]:
     """What a running job may delete after writing a checkpoint: usable checkpoints older than its newest
     `keep`, every fenced-out one, and the old layout's checkpoint.pt once a new one exists."""
     d = Path(artifact_dir)
-    records = _records(d)
+    recs = records(d)
     every = checkpoints(d)
-    ok = [c for c in every if not fenced(c, records)]
-    out = [c.path for c in every if fenced(c, records)] + [c.path for c in ok[: max(0, len(ok) - keep)]]
+    ok = [c for c in every if not fenced(c, recs)]
+    out = [c.path for c in every if fenced(c, recs)] + [c.path for c in ok[: max(0, len(ok) - keep)]]
     if ok and (d / CHECKPOINT).is_file():
         out.append(d / CHECKPOINT)
     return sorted(out)

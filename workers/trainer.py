@@ -559,8 +559,7 @@ class Trainer:
                 last_beat = now
 
     def _rewound(self, step: int, loss: float) -> bool:
-        """Whether step `step`'s loss was a spike that sent the run back to a checkpoint from before it
-        (workers/rewind.py `Rewind`), restored here; else the loss joins the spike test's window."""
+        """Whether step `step`'s loss was a spike that sent the run back (workers/rewind.py `Rewind`)."""
         back = Rewind.of(self.rewind, self.state, self.dir, step, loss)
         if back is None:
             return False
@@ -640,6 +639,7 @@ class Trainer:
                 "rng": rngs[0],
                 **({"rng_ranks": rngs} if len(rngs) > 1 else {}),
                 "trainer": self.state.to_dict(),
+                "attempt": self.attempt,  # its fencing token, as in its name (workers/artifacts.py)
                 **identity,
             },
         )

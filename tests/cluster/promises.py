@@ -7,6 +7,7 @@ from collections import Counter
 
 from orchestrator.states import AttemptOutcome, JobStatus
 from tests.cluster.lab import LabCluster
+from workers import artifacts
 
 
 def check(lab: LabCluster) -> dict:
@@ -47,6 +48,19 @@ def check(lab: LabCluster) -> dict:
                 earlier,
                 later,
             )
+    # a resume never took a checkpoint a replaced attempt wrote late (promise 10): each resumed attempt
+    # of a train job recorded, as it started, the checkpoint it then resumed from, and that checkpoint's
+    # writer had not been replaced when it was written (workers/artifacts.py)
+    dirs = dict(lab.query("SELECT id, artifact_dir FROM jobs WHERE artifact_dir IS NOT NULL"))
+    resumed = lab.query(
+        "SELECT job_id, n, resumed_from_step FROM attempts WHERE resumed_from_step IS NOT NULL"
+    )
+    for job_id, n, step in resumed:
+        recs = artifacts.records(dirs[job_id])
+        if not recs:
+            continue  # a kind without checkpoints by attempt (a follow-up resumes nothing of its own)
+        taken = [c for c in map(artifacts.parse, recs.get(n, ())) if c is not None and c.step == step]
+        assert taken and not all(artifacts.fenced(c, recs) for c in taken), (job_id, n, step, recs.get(n))
     # every metric point stored once
     dupes = lab.query(
         "SELECT job_id, key, step, COUNT(*) FROM metrics GROUP BY job_id, key, step HAVING COUNT(*) > 1"

@@ -17,6 +17,7 @@ from orchestrator import Grid, Queue
 from orchestrator.scheduler import Scheduler
 from tests.db_rows import rows
 from tests.orchestrator import fake_jobs
+from workers import artifacts
 from workers.reporter import MemoryReporter
 
 
@@ -244,6 +245,9 @@ def test_an_urgent_job_preempts_a_preemptible_run_which_resumes_after_it_exactly
     fake_jobs.run("train", spec, ref, tmp_path / "ref")
     assert [tuple(r) for r in curve] == ref.curve("train_loss")  # bit for bit, each point once
     assert rows(q, "SELECT count(*) FROM train_results WHERE job_id=:j", j=long) == [(1,)]
+    # each claim was recorded in the artifact dir before its task started (workers/artifacts.py fencing)
+    (art,) = rows(q, "SELECT artifact_dir FROM jobs WHERE id=:j", j=long)[0]
+    assert sorted(artifacts.records(art)) == [1, 2] and not artifacts.records(q.artifacts / "none")
     (message,) = rows(q, "SELECT message FROM health_events WHERE job_id=:j AND rule='preempted'", j=long)[0]
     assert f"preempted for job {urgent} (effective priority 20)" in message
 
