@@ -133,7 +133,7 @@ def cost(spec: Spec, trained: TrainCost) -> ForwardCost:
     """The sweep's forwards on the model of the train job it follows (`trained`, that job's cost;
     workers.jobs.Pricing.ON_CHECKPOINT): per loop count n, the loss
     forward and the loop-geometry forward (no head) of the `eval_tokens` validation tokens (whole
-    sequences, at least one); per interaction depth m, m headless forwards (one plain, m - 1 each skipping
+    sequences, at least one), and with `test_split` a loss forward of as many test tokens; per interaction depth m, m headless forwards (one plain, m - 1 each skipping
     a round) of the interaction tokens. Memory: `model.memory.forward_memory` at `batch_size`."""
     from model.flops import head_flops, step_flops
     from model.memory import DEVICE_TYPES, forward_memory
@@ -142,6 +142,8 @@ def cost(spec: Spec, trained: TrainCost) -> ForwardCost:
     seq, head = cfg.seq_len, head_flops(cfg)
     tokens = max(1, spec.eval_tokens // seq) * seq
     flops = tokens * sum(2 * step_flops(cfg, n).forward - head for n in spec.loops)
+    if spec.test_split:  # the loss forward again, on as many test tokens
+        flops += tokens * sum(step_flops(cfg, n).forward for n in spec.loops)
     inter_tokens = min(tokens, max(seq, spec.interaction_tokens // seq * seq))
     flops += inter_tokens * sum(n * (step_flops(cfg, n).forward - head) for n in spec.interaction_loops)
     memory = forward_memory(cfg, spec.batch_size)
