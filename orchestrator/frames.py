@@ -289,10 +289,11 @@ def _sweep_rows(url: str, table: str, columns: str, order: str, job_id: str = "s
 def depth(url: str) -> pd.DataFrame:
     """Depth-sweep results labelled with the trained model (train_job_id, recipe, size, seed, variant); the
     far-copy share, distance and definition and `bf16_round` are NULL for sweeps before revision 0018
-    (whose far-copy rows hold definition 1)."""
+    (whose far-copy rows hold definition 1); `test_loss` / `test_bpb` are NULL unless the sweep
+    evaluated the test split (revision 0020)."""
     columns = (
         "r.loops, r.val_loss, r.val_bpb, r.far_copy_loss, r.near_loss, r.far_share, r.far_distance, "
-        "r.far_definition, r.bf16_round"
+        "r.far_definition, r.bf16_round, r.test_loss, r.test_bpb"
     )
     return _sweep_rows(url, "depth_evals", columns, "r.loops")
 

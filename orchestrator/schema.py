@@ -310,6 +310,10 @@ class DepthEval(Base):
     far_distance: Mapped[int | None] = mapped_column(Integer)
     far_definition: Mapped[int | None] = mapped_column(Integer)
     bf16_round: Mapped[int | None] = mapped_column(Integer)
+    # rev. 0020: loss and bits per byte on the test split (workers/heldout.py), for sweeps that asked
+    # for it (`test_split`); NULL otherwise and for every sweep before
+    test_loss: Mapped[float | None] = mapped_column(Float)
+    test_bpb: Mapped[float | None] = mapped_column(Float)
 
 
 class RoundDelta(Base):

@@ -178,14 +178,15 @@ WHERE j.kind IN ({RUN_KINDS})
     # Loss against the evaluated loop count, labelled with the trained model; `inference_depth` = the
     # layers a token passes at the evaluated count (n_prelude + n_recurrent * loops + n_coda),
     # `trained_depth` the same at the trained count (the trained model's effective_depth); the far-copy
-    # split with its share, distance and definition (`far_mask` says it in words); `bf16_round`.
+    # split with its share, distance and definition (`far_mask` says it in words); `bf16_round`; the
+    # test split's loss and bpb (NULL unless the sweep asked for it).
     "depth": _labelled_with_trained_model(
         "depth",
         "depth_evals de",
         "sweep_job_id",
         f"de.loops, {INFERENCE_DEPTH.format(loops='de.loops')}, t.effective_depth AS trained_depth, "
         "de.val_loss, de.val_bpb, de.far_copy_loss, de.near_loss, de.far_share, de.far_distance, "
-        f"de.far_definition, {FAR_DEFINITION_LABEL} AS far_mask, de.bf16_round",
+        f"de.far_definition, {FAR_DEFINITION_LABEL} AS far_mask, de.bf16_round, de.test_loss, de.test_bpb",
     ),
     # Per-round loop geometry of the depth sweeps (model/geometry.py): relative change, angle and
     # state variance of round `round` (1-based) of a forward with `loops` rounds.

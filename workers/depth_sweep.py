@@ -19,6 +19,12 @@ mean losses of the two groups), `far_share` (far tokens / predicted tokens), `fa
 occurred anywhere beyond the smallest attention window). A sequence shorter than the distance has no
 far tokens: a share of 0 and no far loss.
 
+Test split (`test_split: true`, off by default and then left out of the canonical spec, so stored
+sweeps keep their hashes): each loop count is also evaluated on the test split (workers/heldout.py: the
+validation stream's next `VAL_TOKENS` tokens, built on first use without touching the preparation), on
+its first `eval_tokens` tokens with the same batches and h0 seeds → `test_loss`, `test_bpb` on the
+`depth_evals` row (NULL without it).
+
 Standalone: `python -m workers.depth_sweep --checkpoint runs/x --loops 1,2,4,8`.
 """
 
@@ -67,6 +73,9 @@ class Spec:
     """also report the loss on far-copy tokens and on the others"""
     far_distance: int = DEFAULT_FAR_DISTANCE
     """tokens back beyond which a target's previous occurrence makes it a far copy (none within it)"""
+    test_split: bool = False
+    """also evaluate each loop count on the test split (workers/heldout.py: the validation stream's next
+    VAL_TOKENS tokens; the same `eval_tokens`, batches and h0 seeds) → test_loss, test_bpb"""
     interaction_loops: list[int] = field(default_factory=lambda: list(DEFAULT_INTERACTION_LOOPS))
     """inference loop counts (2..32) at which to measure the round-interaction matrix; [] for none"""
     interaction_tokens: int = 4096
@@ -87,6 +96,7 @@ class Spec:
             h0_seed=fields.integer("h0_seed", d["h0_seed"], lo=0),
             split_far_copy=fields.boolean("split_far_copy", d["split_far_copy"]),
             far_distance=fields.integer("far_distance", d["far_distance"], lo=1),
+            test_split=fields.boolean("test_split", d["test_split"]),
             interaction_loops=interaction_loops(d["interaction_loops"]),
             interaction_tokens=fields.integer("interaction_tokens", d["interaction_tokens"], lo=1),
             device=fields.device("device", d["device"]),
@@ -103,7 +113,7 @@ class Spec:
 
 
 # Fields added after sweeps were stored, with the default a spec without them means.
-LATER_DEFAULTS: dict[str, Any] = {"far_distance": DEFAULT_FAR_DISTANCE}
+LATER_DEFAULTS: dict[str, Any] = {"far_distance": DEFAULT_FAR_DISTANCE, "test_split": False}
 
 
 def interaction_loops(v: Any) -> list[int]:
@@ -123,7 +133,7 @@ def cost(spec: Spec, trained: TrainCost) -> ForwardCost:
     """The sweep's forwards on the model of the train job it follows (`trained`, that job's cost;
     workers.jobs.Pricing.ON_CHECKPOINT): per loop count n, the loss
     forward and the loop-geometry forward (no head) of the `eval_tokens` validation tokens (whole
-    sequences, at least one); per interaction depth m, m headless forwards (one plain, m - 1 each skipping
+    sequences, at least one), and with `test_split` a loss forward of as many test tokens; per interaction depth m, m headless forwards (one plain, m - 1 each skipping
     a round) of the interaction tokens. Memory: `model.memory.forward_memory` at `batch_size`."""
     from model.flops import head_flops, step_flops
     from model.memory import DEVICE_TYPES, forward_memory
@@ -132,6 +142,8 @@ def cost(spec: Spec, trained: TrainCost) -> ForwardCost:
     seq, head = cfg.seq_len, head_flops(cfg)
     tokens = max(1, spec.eval_tokens // seq) * seq
     flops = tokens * sum(2 * step_flops(cfg, n).forward - head for n in spec.loops)
+    if spec.test_split:  # the loss forward again, on as many test tokens
+        flops += tokens * sum(step_flops(cfg, n).forward for n in spec.loops)
     inter_tokens = min(tokens, max(seq, spec.interaction_tokens // seq * seq))
     flops += inter_tokens * sum(n * (step_flops(cfg, n).forward - head) for n in spec.interaction_loops)
     memory = forward_memory(cfg, spec.batch_size)
@@ -205,6 +217,18 @@ def eval_inputs(checkpoint: str | None, eval_tokens: int, device) -> EvalInputs:
     return EvalInputs(model, cfg, train_spec, chunks, torch.from_numpy(data.token_bytes))
 
 
+def heldout_chunks(
+    checkpoint: str | Path, train_spec: dict[str, Any], eval_tokens: int, seq_len: int, reporter
+):
+    """The first `eval_tokens` of the checkpoint's data's test split (built on first use) as validation
+    chunks: the windows `val_chunks` cuts from the validation split, cut from the test split."""
+    from workers.data import prepare, val_chunks
+    from workers.heldout import heldout_tokens
+
+    spec = data_spec(train_spec, Path(checkpoint))
+    return val_chunks(heldout_tokens(spec, prepare(spec), reporter), eval_tokens, seq_len)
+
+
 def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
     from model.contract import capabilities
     from workers.device import resolve_device
@@ -218,10 +242,16 @@ def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
     if not states:
         reporter.log("depth_sweep: the model's family has no round_states: no state or interaction measures")
     n_batches = -(-len(chunks) // spec.batch_size)
+    tests = (
+        heldout_chunks(spec.checkpoint, ev.train_spec, spec.eval_tokens, cfg.seq_len, reporter)
+        if spec.test_split
+        else None
+    )
+    t_batches = 0 if tests is None else -(-len(tests) // spec.batch_size)
     # whole sequences of the interaction tokens (at least one), as batches of the sweep
     inter_chunks = min(len(chunks), max(1, spec.interaction_tokens // cfg.seq_len))
     inter_batches = -(-inter_chunks // spec.batch_size)
-    total = 2 * n_batches * len(spec.loops) + inter_batches * len(spec.interaction_loops)
+    total = (2 * n_batches + t_batches) * len(spec.loops) + inter_batches * len(spec.interaction_loops)
     done = 0
 
     def tick(_: int) -> None:
@@ -239,6 +269,10 @@ def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
         geo = loop_geometry(model, chunks, spec.batch_size, device, n, **batches) if states else None
         row = {"loops": n, "val_loss": r.loss, "val_bpb": r.bpb, **_far_columns(r, distance)}
         row["bf16_round"] = geo.bf16_round if geo is not None else None
+        t = None
+        if tests is not None:  # the test split, evaluated as the validation split is
+            t = evaluate(model, tests, spec.batch_size, device, ev.token_bytes, loops=n, **batches)
+        row["test_loss"], row["test_bpb"] = (None, None) if t is None else (t.loss, t.bpb)
         reporter.result("depth_evals", row)
         evals.append(row)
         for d in _round_rows(n, geo) if geo is not None else []:
@@ -251,6 +285,7 @@ def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
                 if r.far_copy_loss is not None and r.near_loss is not None
                 else ""
             )
+            + ("" if t is None else f"  test_loss {t.loss:.4f}  bpb {t.bpb:.4f}")
         )
         reporter.heartbeat()
     interactions = (
@@ -264,6 +299,7 @@ def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
         "best_loops": best["loops"],
         "best_val_loss": best["val_loss"],
         "far_distance": distance,
+        "test_split": spec.test_split,
     }
 
 
@@ -337,7 +373,8 @@ def print_table(spec: Spec, out: dict[str, Any], args: Any = None) -> None:
         fc, nr, sh = (
             "-" if e[k] is None else f"{e[k]:.4f}" for k in ("far_copy_loss", "near_loss", "far_share")
         )
-        print(f"{e['loops']:>6} {e['val_loss']:>9.4f} {e['val_bpb']:>8.4f} {fc:>9} {nr:>8} {sh:>9}")
+        test = "" if e.get("test_loss") is None else f"  test {e['test_loss']:.4f} bpb {e['test_bpb']:.4f}"
+        print(f"{e['loops']:>6} {e['val_loss']:>9.4f} {e['val_bpb']:>8.4f} {fc:>9} {nr:>8} {sh:>9}{test}")
     print(f"best: {out['best_loops']} loops (val_loss {out['best_val_loss']:.4f})")
 
 

@@ -1,7 +1,8 @@
 """Depth: validation loss against the inference loop count per variant (mean over seeds with the
 min–max spread), coloured by any architecture column, how much each round changes the hidden
 state (round 1, the change from the random initial state, in its own panel), the far-copy loss of two
-variants compared on the same tokens, and how the rounds converge against bf16 resolution."""
+variants compared on the same tokens, whether the test split orders the variants as validation does
+(where sweeps evaluated it), and how the rounds converge against bf16 resolution."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from analysis import convergence, curves, far_copy, variants
+from analysis import convergence, curves, far_copy, heldout, variants
 from dashboard import ui
 
 X_AXES = {"loops": "inference loops", "inference_depth": "effective depth at inference (layers)"}
@@ -157,6 +158,21 @@ else:
         )
         shown = paired.assign(per_seed=paired["per_seed"].map(far_copy.format_per_seed))
         ui.table(shown, key="far_paired")
+
+st.header("Test split vs validation")
+pairs = heldout.sign_agreement(depth)
+if pairs.empty:
+    st.caption(
+        "no two variants have a test loss at one loop count yet (depth sweeps with test_split: true; the "
+        "test split is the validation stream's next tokens, so stored sweeps have none)"
+    )
+else:
+    st.markdown(heldout.summary(pairs) + ".")
+    st.caption(
+        "For each pair of variants at each loop count: the difference of their mean losses over seeds "
+        "(variant − reference) on validation and on the test split; they agree when the signs match."
+    )
+    ui.table(pairs, key="test_agreement")
 
 st.header("Convergence against bf16")
 rounds_df = ui.filter_by_runs(ui.round_deltas(url), runs)

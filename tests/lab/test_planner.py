@@ -598,6 +598,9 @@ def test_sweep_flops_count_the_geometry_and_interaction_forwards():
         "depth_sweep", {**spec, "interaction_loops": []}, ("train", TRAIN)
     ).flops
     assert no_interactions == pytest.approx(128 * sum(2 * fwd[n] - head for n in (1, 2, 4)))
+    # the test split adds one loss forward of as many tokens per loop count
+    with_test = planner.forward_cost("depth_sweep", {**spec, "test_split": True}, ("train", TRAIN)).flops
+    assert with_test == pytest.approx(want + 128 * sum(fwd[n] for n in (1, 2, 4)))
 
 
 def test_calibrated_rates_interpolate_between_widths_and_never_extrapolate(q):

@@ -23,6 +23,8 @@ def test_spec_validation_and_defaults():
     # a field added later is left out at its default: a sweep stored before it keeps its hash
     assert "far_distance" not in d and depth_sweep.Spec.from_dict(d).far_distance == 500
     assert depth_sweep.Spec.from_dict({"far_distance": 256}).to_dict()["far_distance"] == 256
+    assert "test_split" not in d and depth_sweep.Spec.from_dict(d).test_split is False
+    assert depth_sweep.Spec.from_dict({"test_split": True}).to_dict()["test_split"] is True
     assert d["interaction_loops"] == [4, 8] and d["interaction_tokens"] == 4096
     assert depth_sweep.Spec.from_dict({"interaction_loops": []}).interaction_loops == []
     for bad, field in [
@@ -38,6 +40,7 @@ def test_spec_validation_and_defaults():
         ({"interaction_loops": "4"}, "interaction_loops"),
         ({"interaction_tokens": 0}, "interaction_tokens"),
         ({"far_distance": 0}, "far_distance"),
+        ({"test_split": "yes"}, "test_split"),
     ]:
         with pytest.raises(ConfigError, match=field):
             depth_sweep.Spec.from_dict(bad)
@@ -249,3 +252,34 @@ def test_sweep_records_the_loop_geometry_and_the_interaction_matrix(trained_fixe
         "round_interactions"
     ]
     assert rep.of("progress")[-1]["done"] == rep.of("progress")[-1]["total"]
+
+
+def test_the_test_split_is_evaluated_when_asked_and_only_then(trained_fixed4, tmp_path, monkeypatch):
+    """With `test_split` each row carries the test loss and bpb, on other tokens than validation's with
+    the same batches; without it they are None and the validation losses are the same. The offline
+    corpus' validation documents (~100k byte tokens) fit in a 2M-token validation split, so the test
+    cuts the validation split at 4,096 tokens (a preparation of its own) to leave room for a test split."""
+    from orchestrator.writer import _result_problem
+    from workers import data
+
+    monkeypatch.setattr(data, "VAL_TOKENS", 4096)
+    out, _ = trained_fixed4
+    base = {"checkpoint": str(out), "loops": [1, 4], "eval_tokens": 1024, "device": "cpu"}
+    base |= {"split_far_copy": False, "interaction_loops": []}
+    rows = {}
+    for asked in (False, True):
+        rep = MemoryReporter()
+        res = depth_sweep.run(depth_sweep.Spec.from_dict({**base, "test_split": asked}), rep, tmp_path)
+        assert res["test_split"] is asked
+        rows[asked] = {r["row"]["loops"]: r["row"] for r in rep.of("result") if r["table"] == "depth_evals"}
+        assert all(
+            _result_problem("depth_evals", {**row, "job_id": 1}) is None for row in rows[asked].values()
+        )
+        assert rep.of("progress")[-1]["done"] == rep.of("progress")[-1]["total"]
+    for n in (1, 4):
+        off, on = rows[False][n], rows[True][n]
+        assert off["test_loss"] is None and off["test_bpb"] is None
+        assert on["val_loss"] == off["val_loss"] and on["val_bpb"] == off["val_bpb"]
+        assert math.isfinite(on["test_loss"]) and on["test_loss"] != on["val_loss"]
+        assert on["test_bpb"] == pytest.approx(on["test_loss"] / math.log(2))  # bytes: a token is a byte
+    assert rows[True][4]["test_loss"] < rows[True][1]["test_loss"]  # more loops help on test too
