@@ -8,7 +8,7 @@ import importlib
 import pandas as pd
 import sqlalchemy as sa
 from alembic import command
-from sqlalchemy import create_engine
+from sqlalchemy import Engine, create_engine
 from sqlalchemy.pool import NullPool
 
 from orchestrator import frames
@@ -33,10 +33,10 @@ OLD_SPEC = {
 }
 
 
-def _old_database(url: str) -> None:
-    """A train run (job 1) and its depth sweep (job 2) at revision 0018's parent: one loop count with the
-    old far-copy split, one without a split, and their round geometry."""
-    command.upgrade(alembic_config(url), REVISION.down_revision)
+def sweep_at(url: str, revision: str, depth_rows: str) -> Engine:
+    """A database at `revision` holding a train run (job 1) and its depth sweep (job 2) with the
+    `depth_evals` rows that INSERT statement `depth_rows` adds; the raw engine, for more rows."""
+    command.upgrade(alembic_config(url), revision)
     raw = create_engine(url, poolclass=NullPool)
     job = (
         "INSERT INTO jobs (id, kind, config, config_hash, status, priority, attempts, max_attempts, "
@@ -49,12 +49,20 @@ def _old_database(url: str) -> None:
             [{"id": 1, "kind": "train", "hash": "a"}, {"id": 2, "kind": "depth_sweep", "hash": "b"}],
         )
         conn.execute(sa.text("INSERT INTO job_deps (job_id, depends_on) VALUES (2, 1)"))
-        conn.execute(
-            sa.text(
-                "INSERT INTO depth_evals (job_id, loops, val_loss, val_bpb, far_copy_loss, near_loss) "
-                "VALUES (2, 1, 3.5, 1.25, 4.0, 3.25), (2, 4, 3.0, 1.0, NULL, NULL)"
-            )
-        )
+        conn.execute(sa.text(depth_rows))
+    return raw
+
+
+def _old_database(url: str) -> None:
+    """A train run (job 1) and its depth sweep (job 2) at revision 0018's parent: one loop count with the
+    old far-copy split, one without a split, and their round geometry."""
+    raw = sweep_at(
+        url,
+        REVISION.down_revision,
+        "INSERT INTO depth_evals (job_id, loops, val_loss, val_bpb, far_copy_loss, near_loss) "
+        "VALUES (2, 1, 3.5, 1.25, 4.0, 3.25), (2, 4, 3.0, 1.0, NULL, NULL)",
+    )
+    with raw.begin() as conn:
         conn.execute(
             sa.text(
                 "INSERT INTO round_deltas (job_id, loops, round, rel_change, angle, state_var) "

@@ -14,7 +14,7 @@ from sqlalchemy.pool import NullPool
 from orchestrator import frames
 from orchestrator.canonical import sha256
 from orchestrator.db import alembic_config, engine
-from tests.db.test_metrics_migration import OLD_SPEC
+from tests.db.test_metrics_migration import OLD_SPEC, sweep_at
 from workers import depth_sweep, jobs
 
 REVISION = importlib.import_module("migrations.versions.0020_test_split")
@@ -23,27 +23,13 @@ NEW = ["test_loss", "test_bpb"]
 
 def _old_database(url: str) -> None:
     """A train run (job 1) and its depth sweep (job 2) at 0020's parent, with two depth rows."""
-    command.upgrade(alembic_config(url), REVISION.down_revision)
-    raw = create_engine(url, poolclass=NullPool)
-    job = (
-        "INSERT INTO jobs (id, kind, config, config_hash, status, priority, attempts, max_attempts, "
-        "created_at, recipe, size, seed) VALUES (:id, :kind, '{}', :hash, 'succeeded', 0, 1, 3, 0, "
-        "'lean', 'tiny', 0)"
-    )
-    with raw.begin() as conn:
-        conn.execute(
-            sa.text(job),
-            [{"id": 1, "kind": "train", "hash": "a"}, {"id": 2, "kind": "depth_sweep", "hash": "b"}],
-        )
-        conn.execute(sa.text("INSERT INTO job_deps (job_id, depends_on) VALUES (2, 1)"))
-        conn.execute(
-            sa.text(
-                "INSERT INTO depth_evals (job_id, loops, val_loss, val_bpb, far_copy_loss, near_loss, "
-                "far_share, far_distance, far_definition, bf16_round) VALUES "
-                "(2, 1, 3.5, 1.25, 4.0, 3.25, 0.0625, 500, 2, NULL), (2, 4, 3.0, 1.0, NULL, NULL, 0, 500, 2, 3)"
-            )
-        )
-    raw.dispose()
+    sweep_at(
+        url,
+        REVISION.down_revision,
+        "INSERT INTO depth_evals (job_id, loops, val_loss, val_bpb, far_copy_loss, near_loss, "
+        "far_share, far_distance, far_definition, bf16_round) VALUES "
+        "(2, 1, 3.5, 1.25, 4.0, 3.25, 0.0625, 500, 2, NULL), (2, 4, 3.0, 1.0, NULL, NULL, 0, 500, 2, 3)",
+    ).dispose()
 
 
 def _depth_rows(url: str) -> pd.DataFrame:
