@@ -5,6 +5,7 @@ and `ray`: the fast tier skips them."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 
 import pytest
@@ -160,11 +161,13 @@ def test_a_gang_losing_one_host_restarts_whole_from_its_checkpoint(lab, tmp_path
     ((job, ckpt),) = wait_for(
         lab, "SELECT id, checkpoint_step FROM jobs WHERE checkpoint_step >= 3", "checkpoint", driver=driver
     )
-    ranks = {
-        name: lab.net[name].run(["pgrep", "-f", "RayTrainWorker"]).stdout.split()
-        for name in ("worker1", "worker2")
-    }
-    victim = next(name for name, pids in ranks.items() if pids)  # a worker host holding a rank
+    # the hosts share one pid namespace (only the network, hostname and mounts are their own), so a
+    # pgrep run on a host sees every host's rank processes: a rank is the host's when its pid is in the
+    # host's network namespace (choosing by pgrep alone killed a host without a rank, and the gang went on)
+    found = subprocess.run(["pgrep", "-f", "RayTrainWorker"], capture_output=True, text=True).stdout.split()
+    ranks = {name: set(map(int, found)) & set(lab.net[name].pids()) for name in ("worker1", "worker2")}
+    victim = next((name for name, pids in ranks.items() if pids), None)  # a worker host holding a rank
+    assert victim is not None, f"no rank on a worker host: {ranks}, rank processes {found}"
     assert lab.net.kill(victim)
     assert driver.wait(timeout=500) == 0, (lab.logs / "head.log").read_text()[-3000:]
     promises.check(lab)
