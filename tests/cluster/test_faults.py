@@ -220,14 +220,6 @@ def test_a_full_artifact_disk_fails_the_attempt_at_its_last_checkpoint_and_the_r
 
 def reference_gang(spec: dict, art, jobs):
     """The gang's run in one process with its micro-batches, on one thread as the Ray workers ran."""
-    import torch
+    from tests.orchestrator.test_real_jobs import one_thread_run
 
-    from workers.reporter import MemoryReporter
-
-    ref, threads = MemoryReporter(), torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        jobs.run("train", jobs.validate("train", dict(spec)), ref, art)
-    finally:
-        torch.set_num_threads(threads)
-    return ref
+    return one_thread_run(spec, art)

@@ -37,7 +37,7 @@ from tests.lab.test_planner import FINISHED, exec_sql, finished_run
 from tests.lab.test_planner import TRAIN as PLAN_TRAIN
 from tests.orchestrator import fake_jobs
 from tests.orchestrator.test_crash_resume import looplab
-from workers import jobs
+from tests.orchestrator.test_real_jobs import one_thread_run
 from workers.reporter import MemoryReporter
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -141,15 +141,8 @@ def test_two_workers_give_the_two_micro_batch_curve_through_kills(tmp_path, loop
     assert rows(q, "SELECT workers FROM train_results WHERE job_id=:j", j=job) == [(2,)]
 
     # the one-process run of the same spec: 2 micro-batches of 2, one torch thread like each worker
-    import torch
 
-    ref = MemoryReporter()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        jobs.run("train", jobs.validate("train", TRAIN), ref, tmp_path / "ref")
-    finally:
-        torch.set_num_threads(threads)
+    ref = one_thread_run(TRAIN, tmp_path / "ref")
     for key in ("train_loss", "val_loss"):
         got = rows(
             q, "SELECT step, value FROM metrics WHERE job_id=:j AND key=:k ORDER BY step", j=job, k=key

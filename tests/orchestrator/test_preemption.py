@@ -7,14 +7,10 @@ from __future__ import annotations
 import threading
 import time
 
-import torch
-
 from orchestrator import Grid, Queue
 from orchestrator.scheduler import Scheduler
 from tests.db_rows import rows
-from tests.orchestrator.test_real_jobs import TRAIN
-from workers import jobs
-from workers.reporter import MemoryReporter
+from tests.orchestrator.test_real_jobs import TRAIN, one_thread_run
 
 # both ask for the session cluster's two logical GPUs (the trainer runs on the CPU, one thread each):
 # they cannot run side by side
@@ -49,14 +45,8 @@ def test_a_preempted_real_run_resumes_after_the_urgent_job_bit_for_bit(tmp_path,
     ]
     assert attempts[2][2] >= 8  # it resumed from the checkpoint it wrote when it stopped
 
-    ref = MemoryReporter()
     (tmp_path / "ref").mkdir()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as the queue's one-CPU tasks ran
-    try:
-        jobs.run("train", jobs.validate("train", LONG), ref, tmp_path / "ref")
-    finally:
-        torch.set_num_threads(threads)
+    ref = one_thread_run(LONG, tmp_path / "ref")
     for key in ("train_loss", "val_loss"):
         got = rows(
             q, "SELECT step, value FROM metrics WHERE job_id=:j AND key=:k ORDER BY step", j=long, k=key

@@ -21,6 +21,23 @@ TRAIN = {
 }
 
 
+def one_thread_run(spec: dict, art):
+    """A real train spec run whole in this process on one torch thread, as the queue's one-CPU Ray tasks
+    run it (float sums depend on the thread count); its MemoryReporter."""
+    import torch
+
+    from workers import jobs
+    from workers.reporter import MemoryReporter
+
+    ref, threads = MemoryReporter(), torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        jobs.run("train", jobs.validate("train", dict(spec)), ref, art)
+    finally:
+        torch.set_num_threads(threads)
+    return ref
+
+
 @pytest.mark.slow
 def test_real_grid_with_follow_ups_and_iso_time(tmp_path, ray_cluster):
     q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art")

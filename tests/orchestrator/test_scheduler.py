@@ -161,6 +161,18 @@ def test_derived_iso_time_budget(q):
     assert abs(real - secs) <= 0.1 * secs
 
 
+def assert_uninterrupted_curve(q: Queue, job_id: int, spec: dict, tmp_path) -> None:
+    """Job `job_id`'s train_loss curve is the fake train run of `spec` run whole, bit for bit, each
+    point once."""
+    curve = rows(
+        q, "SELECT step, value FROM metrics WHERE job_id=:j AND key='train_loss' ORDER BY step", j=job_id
+    )
+    ref = MemoryReporter()
+    (tmp_path / "ref").mkdir()
+    fake_jobs.run("train", spec, ref, tmp_path / "ref")
+    assert [tuple(r) for r in curve] == ref.curve("train_loss")
+
+
 def _in_thread(sched: Scheduler) -> threading.Thread:
     t = threading.Thread(target=sched.run, daemon=True)
     t.start()
@@ -199,13 +211,7 @@ def test_graceful_stop_then_exact_resume(q, tmp_path):
     run(q)
     (resumed,) = rows(q, "SELECT resumed_from_step FROM attempts WHERE job_id=:j AND n=2", j=jid)[0]
     assert resumed >= 6
-    curve = rows(
-        q, "SELECT step, value FROM metrics WHERE job_id=:j AND key='train_loss' ORDER BY step", j=jid
-    )
-    ref = MemoryReporter()
-    (tmp_path / "ref").mkdir()
-    fake_jobs.run("train", spec, ref, tmp_path / "ref")
-    assert [tuple(r) for r in curve] == ref.curve("train_loss")  # bit for bit, each point once
+    assert_uninterrupted_curve(q, jid, spec, tmp_path)
 
 
 def test_an_urgent_job_preempts_a_preemptible_run_which_resumes_after_it_exactly(q, tmp_path):
@@ -237,13 +243,7 @@ def test_an_urgent_job_preempts_a_preemptible_run_which_resumes_after_it_exactly
         (*_, resumed_at, _, from_step),
     ) = attempts
     assert long_stopped <= urgent_started and urgent_ended <= resumed_at and from_step >= 6
-    curve = rows(
-        q, "SELECT step, value FROM metrics WHERE job_id=:j AND key='train_loss' ORDER BY step", j=long
-    )
-    ref = MemoryReporter()
-    (tmp_path / "ref").mkdir()
-    fake_jobs.run("train", spec, ref, tmp_path / "ref")
-    assert [tuple(r) for r in curve] == ref.curve("train_loss")  # bit for bit, each point once
+    assert_uninterrupted_curve(q, long, spec, tmp_path)
     assert rows(q, "SELECT count(*) FROM train_results WHERE job_id=:j", j=long) == [(1,)]
     # each claim was recorded in the artifact dir before its task started (workers/artifacts.py fencing)
     (art,) = rows(q, "SELECT artifact_dir FROM jobs WHERE id=:j", j=long)[0]
