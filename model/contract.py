@@ -435,6 +435,24 @@ class FamilyLM(nn.Module):
     def flops_per_token(self, loops: int) -> float:
         return float(self.inner.flops_per_token(loops))
 
+    def readout(self, h: Tensor, idx: Tensor) -> Tensor:
+        return logits_of(self.inner.readout(h, idx)).float()
+
+    def setup_cache(self, batch: int, max_len: int, **kwargs):
+        return self.inner.setup_cache(batch, max_len, **kwargs)
+
+    def prefill(self, idx: Tensor, cache) -> Tensor:
+        return logits_of(self.inner.prefill(idx, cache)).float()
+
+    def decode_step(self, tokens: Tensor, cache, **kwargs) -> Tensor:
+        return logits_of(self.inner.decode_step(tokens, cache, **kwargs)).float()
+
+    def kv_cache_bytes(self, batch: int, max_len: int, dtype=None) -> int | None:
+        """The family's own count of a cache's bytes (`kv_cache_bytes(batch, max_len, dtype=...)`),
+        None when it has none (the decode bench then reports the bytes the cache holds)."""
+        count = getattr(self.inner, "kv_cache_bytes", None)
+        return None if count is None else int(count(batch, max_len, dtype=dtype))
+
 
 @dataclass
 class Built:

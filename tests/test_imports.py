@@ -2,7 +2,8 @@
 functions included), and the packages import one way, as docs/ARCHITECTURE.md says:
 
     lab → orchestrator → workers → model,   lab → analysis → model,   orchestrator → analysis,
-    dashboard → orchestrator, analysis,   migrations → orchestrator
+    dashboard → orchestrator, analysis,   migrations → orchestrator,
+    workers → families,   lab → families,   families → model (and torch and the standard library only)
 
 Nothing imports the lab (it is what the `looplab` entry point runs). Three named exceptions, each one
 module to one module: the command line starts the dashboard (`looplab dashboard`: lab/cli.py →
@@ -17,20 +18,26 @@ registry imported by name: the CLI's HANDLERS, workers/jobs.py's KINDS) counts a
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("model", "workers", "analysis", "orchestrator", "dashboard", "migrations", "lab")
+PACKAGES = ("model", "families", "workers", "analysis", "orchestrator", "dashboard", "migrations", "lab")
 # package -> the packages it may import (besides itself)
 ALLOWED = {
     "model": set(),
-    "workers": {"model"},
+    "families": {"model"},
+    "workers": {"model", "families"},
     "analysis": {"model"},
     "orchestrator": {"workers", "model", "analysis"},
     "dashboard": {"orchestrator", "analysis"},
     "migrations": {"orchestrator"},
-    "lab": {"orchestrator", "analysis", "workers", "model"},
+    "lab": {"orchestrator", "analysis", "workers", "model", "families"},
 }
+# A family is written against the model contract only: besides `model`, it may import torch and the
+# standard library, nothing else (no transformers, no looplab package above `model`), so it runs on any
+# node that runs its jobs and could move to its own repository unchanged.
+FAMILY_IMPORTS = {"torch", "model", "families", "__future__"} | set(sys.stdlib_module_names)
 # module -> the modules it may import against the rule
 EXCEPTIONS = {
     "lab.cli": {"dashboard.launch"},
@@ -194,3 +201,34 @@ def test_the_queue_api_keeps_its_old_import_path():
     ns: dict = {}
     exec("from orchestrator import Grid, Queue", ns)
     assert ns["Queue"] is Queue and ns["Grid"] is Grid
+
+
+def _top_level_imports(tree: ast.Module) -> set[str]:
+    """The top-level package of every absolute import in a module's source, lazy ones included."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def _family_imports_against_the_rule(sources: dict[str, str]) -> list[str]:
+    return [
+        f"{name} imports {top}"
+        for name, text in sorted(sources.items())
+        for top in sorted(_top_level_imports(ast.parse(text)) - FAMILY_IMPORTS)
+    ]
+
+
+def test_families_import_only_model_torch_and_the_standard_library():
+    # the checker fails on a family that reaches past the contract, lazily or not
+    bad = {"families.x": "import torch\nfrom model.init import RowKey\ndef f():\n    import transformers\n"}
+    assert _family_imports_against_the_rule(bad) == ["families.x imports transformers"]
+    assert _family_imports_against_the_rule({"families.y": "from workers import hub\nimport math\n"}) == [
+        "families.y imports workers"
+    ]
+    sources = {str(p): p.read_text() for p in (ROOT / "families").rglob("*.py")}
+    assert len(sources) >= 4  # the package and the Huginn-style family's modules are read
+    assert _family_imports_against_the_rule(sources) == []

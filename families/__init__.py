@@ -1,0 +1,5 @@
+"""Model families other than looplab's own, written against the model contract (docs/own-model.md)
+only: each is a package whose `factory(config) -> torch.nn.Module` a grid names as
+"families.NAME:factory". A family imports `model` (the contract's helpers) and torch, nothing else of
+looplab's, so it could live in its own repository unchanged (tests/test_imports.py holds the rule).
+"""

@@ -1,0 +1,43 @@
+"""The Huginn-style recurrent-depth family: in a grid, {"family": "families.huginn:factory",
+"family_config": {"d_model": 32, "n_heads": 2, ...}} (the fields of `HuginnConfig`; `vocab_size` and
+`seq_len` are set by looplab). `published_counts()` gives the published model's parameters and
+training FLOPs per token at the recurrence counts the planner prices (`PLANNER_RECURRENCES`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from families.huginn.cache import KVStrategy
+from families.huginn.config import PLANNER_RECURRENCES, PUBLISHED, HuginnConfig, check
+from families.huginn.model import HuginnLM
+
+__all__ = ["PLANNER_RECURRENCES", "PUBLISHED", "HuginnConfig", "HuginnLM", "KVStrategy", "factory"]
+
+
+def validate_config(config: dict[str, Any]) -> None:
+    check(config)
+
+
+def factory(config: dict[str, Any]) -> HuginnLM:
+    return HuginnLM(HuginnConfig.from_dict(config))
+
+
+factory.validate_config = validate_config
+
+
+def published_counts(recurrences=PLANNER_RECURRENCES) -> dict[str, Any]:
+    """The published configuration's parameter counts and training FLOPs per token at each recurrence
+    count, from a model built on the meta device (nothing allocated)."""
+    with torch.device("meta"):
+        model = factory(dict(PUBLISHED))
+    split = model.param_split()
+    count = lambda ps: sum(p.numel() for p in ps)  # noqa: E731
+    return {
+        "params": count(model.parameters()),
+        "params_once": count(split["once"]),
+        "params_recurrent": count(split["recurrent"]),
+        "params_embedding": count(split["embedding"]),
+        "flops_per_token": {n: model.flops_per_token(n) for n in recurrences},
+    }

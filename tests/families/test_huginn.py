@@ -1,0 +1,177 @@
+"""The Huginn-style family (families/huginn) against the model contract: conformance, row-keyed
+initial states and recurrence counts that do not depend on the split, truncated backprop, its FLOPs
+(checked against FlopCounterMode) and the published configuration's counts, its KV cache across
+recurrences under both strategies (checked against the full forward and the bytes the tensors hold),
+and every job kind from one spec."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from families.huginn import PUBLISHED, KVStrategy, factory, published_counts
+from model.contract import check_family, measure_flops_per_token
+from model.init import RowKey
+from tests.workers.conftest import tiny_spec
+from workers import jobs
+from workers.reporter import MemoryReporter
+
+NAME = "families.huginn:factory"
+TINY = {"vocab_size": 64, "seq_len": 16, "d_model": 32, "n_heads": 2, "mlp": 48}
+FAMILY = {"family": NAME, "family_config": {"d_model": 32, "n_heads": 2, "mlp": 48}, "optimizer": "adamw"}
+
+
+def _model(**kw):
+    torch.manual_seed(0)
+    return factory({**TINY, **kw})
+
+
+def test_the_family_meets_the_contract_with_every_capability():
+    report = check_family(NAME, dict(TINY), loops=2)
+    assert all(vars(report.capabilities).values()) and report.fallbacks() == {}
+    assert not report.split_dependent and report.n_params > 0 and not report.flops_measured
+
+
+@pytest.mark.parametrize(
+    ("given", "field"),
+    [({"d_model": 30}, "n_heads"), ({"mlp": 0}, "mlp"), ({"qk_bias": 1}, "qk_bias"), ({"depth": 2}, "depth")],
+)
+def test_a_bad_config_is_refused_naming_the_field(given, field):
+    from model.contract import FamilyError
+
+    with pytest.raises(FamilyError, match=f"family_config: {field}"):
+        check_family(NAME, {**TINY, **given})
+
+
+def test_initial_states_and_recurrence_counts_do_not_depend_on_the_split():
+    model = _model().train()
+    idx = torch.randint(0, 64, (4, 12), generator=torch.Generator().manual_seed(1))
+    counts = model.sample_loops(4, step=7, seed=3)
+    assert torch.equal(counts, model.sample_loops(4, step=7, seed=3)) and len(set(counts.tolist())) == 1
+    assert {int(model.sample_loops(1, s, 3)[0]) for s in range(40)} != {int(counts[0])}  # it varies by step
+    n = int(counts[0])
+    with torch.no_grad():
+        whole = model(idx, loops=n, row_key=RowKey(3, 7, (0, 1, 2, 3)))
+        parts = [model(idx[list(rows)], loops=n, row_key=RowKey(3, 7, rows)) for rows in ((2, 0), (3, 1))]
+    assert torch.equal(whole[[2, 0]], parts[0]) and torch.equal(whole[[3, 1]], parts[1])
+    with torch.no_grad():
+        other = model(idx, loops=n, row_key=RowKey(3, 8, (0, 1, 2, 3)))
+    assert not torch.allclose(whole, other)  # the key changes the initial state
+
+
+def test_only_the_last_recurrences_carry_gradient():
+    model = _model(backprop_depth=2).train()
+    seen: list[bool] = []
+    model.adapter.register_forward_hook(lambda *_: seen.append(torch.is_grad_enabled()))
+    loss = model(torch.randint(0, 64, (2, 8)), loops=5).sum()
+    loss.backward()
+    assert seen == [False, False, False, True, True]
+    assert model.prelude[0].attn.qkv.weight.grad.abs().sum() > 0  # the input reaches the gradient steps
+
+
+@pytest.mark.parametrize("loops", [1, 2])
+def test_flops_per_token_match_the_counter_while_every_recurrence_has_gradient(loops):
+    """Every matmul as the counter sees it; the attention scores, which the counter does not see in the
+    CPU attention kernel, counted dense as looplab's FLOP model does by default (model/flops.py): 4 d T
+    per layer."""
+    model = _model(backprop_depth=2)
+    layers = 1 + 2 * loops + 1  # prelude, core x loops, coda
+    attention = 3 * layers * 4 * TINY["d_model"] * TINY["seq_len"]
+    assert (
+        model.flops_per_token(loops) == measure_flops_per_token(model, 64, TINY["seq_len"], loops) + attention
+    )
+
+
+def test_the_published_configuration_is_counted_without_allocating_it():
+    counts = published_counts()
+    assert 3.5e9 < counts["params"] < 3.6e9  # "3.5B parameters" (arXiv:2502.05171)
+    assert counts["params"] == counts["params_once"] + counts["params_recurrent"] + counts["params_embedding"]
+    flops = counts["flops_per_token"]
+    assert list(flops) == [4, 8, 16, 32, 64] and all(
+        a < b for a, b in zip(flops.values(), list(flops.values())[1:])
+    )
+    d, core = PUBLISHED["d_model"], PUBLISHED["n_core"]
+    per_recurrence = 4 * d * d + core * (
+        2 * (4 * d * d + 3 * d * PUBLISHED["mlp"]) + 4 * d * PUBLISHED["seq_len"]
+    )
+    assert flops[64] - flops[32] == pytest.approx(32 * per_recurrence)  # forward only past backprop_depth
+
+
+def _decode(model, idx, prompt: int, **cache_kw):
+    cache = model.setup_cache(idx.shape[0], idx.shape[1], **cache_kw)
+    first = model.prefill(idx[:, :prompt], cache)
+    steps = [model.decode_step(idx[:, t], cache) for t in range(prompt, idx.shape[1])]
+    return torch.cat([first, torch.stack(steps, 1)], 1), cache
+
+
+def test_the_full_cache_decodes_what_the_full_forward_computes():
+    model = _model().eval()
+    idx = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        want = model(idx, loops=3)
+    got, cache = _decode(model, idx, 5, loops=3)
+    assert torch.allclose(got, want, atol=1e-5)
+    latest, _ = _decode(model, idx, 5, loops=3, strategy="latest")
+    assert torch.allclose(latest[:, :5], want[:, :5], atol=1e-5)  # the prompt: one pass, exact
+    assert not torch.allclose(latest, want, atol=1e-3)  # decoding reads the earlier tokens' latest keys
+    one, _ = _decode(model, idx, 5, loops=1, strategy="latest")
+    with torch.no_grad():
+        assert torch.allclose(one, model(idx, loops=1), atol=1e-5)  # one recurrence: nothing to share
+
+
+@pytest.mark.parametrize("strategy", list(KVStrategy))
+@pytest.mark.parametrize("loops", [2, 6])
+def test_a_cache_holds_the_bytes_its_strategy_counts(strategy, loops):
+    model = _model().eval()
+    cache = model.setup_cache(3, 20, loops=loops, strategy=strategy)
+    held = cache.nbytes()
+    assert held == model.kv_cache_bytes(3, 20, loops=loops, strategy=strategy)
+    core = loops * 2 if strategy == KVStrategy.FULL else 2  # n_core = 2 slots per recurrence, or 2
+    assert held == 2 * (1 + core + 1) * 3 * 20 * 32 * 4  # K and V, prelude + core + coda slots, fp32
+    half = model.setup_cache(3, 20, loops=loops, strategy=strategy, dtype=torch.bfloat16)
+    assert half.nbytes() * 2 == held
+
+
+def test_a_per_token_exit_leaves_its_latest_entry_in_the_skipped_recurrences():
+    model = _model().eval()
+    idx = torch.randint(0, 64, (1, 6), generator=torch.Generator().manual_seed(3))
+    cache = model.setup_cache(1, 6, loops=4)
+    model.prefill(idx[:, :4], cache)
+    model.decode_step(idx[:, 4], cache, loops=2)  # this token exits after 2 of 4 recurrences
+    for j in range(2):
+        last = cache.k[cache.core_slot(1, j), :, :, 4]
+        for r in (2, 3):
+            assert torch.equal(cache.k[cache.core_slot(r, j), :, :, 4], last)
+    assert not torch.equal(cache.k[cache.core_slot(3, 0), :, :, 3], cache.k[cache.core_slot(1, 0), :, :, 3])
+    with pytest.raises(ValueError, match="at most the cache's 4"):
+        model.decode_step(idx[:, 5], cache, loops=5)
+
+
+def test_the_family_runs_every_job_kind(tmp_path, looplab_cache):
+    spec = jobs.validate("train", tiny_spec(**FAMILY, model={"loops": 3}, tokens=8 * 32 * 24))
+    train = jobs.run("train", spec, MemoryReporter(), tmp_path / "train")
+    assert train["final_val_loss"] < math.log(256)
+    facts = json.loads((tmp_path / "train" / "family.json").read_text())
+    assert not facts["flops_measured"] and facts["fallbacks"] == {} and not facts["split_dependent"]
+
+    sweep = {
+        "checkpoint": str(tmp_path / "train"),
+        "loops": [1, 3],
+        "eval_tokens": 512,
+        "interaction_loops": [2],
+    }
+    out = jobs.run("depth_sweep", jobs.validate("depth_sweep", sweep), MemoryReporter(), tmp_path / "sweep")
+    assert [e["loops"] for e in out["depth_evals"]] == [1, 3] and out["round_interactions"]
+
+    arch = {k: spec[k] for k in ("recipe", "size", "model", "family", "family_config")}
+    bench = jobs.validate("decode_bench", {**arch, "context_lens": [48], "batch_sizes": [1], "steps": 2})
+    (row,) = jobs.run("decode_bench", bench, MemoryReporter(), tmp_path / "bench")["rows"]
+    model = factory({**FAMILY["family_config"], "vocab_size": 256, "seq_len": 32})
+    assert row["kv_cache_mb"] * 2**20 == model.kv_cache_bytes(1, 48) and "recompute" not in row["arch"]
+
+    ev = {"checkpoint": str(tmp_path / "train"), "tasks": ["deduction"], "loops": [1, 3], "n_per_subset": 2}
+    scores = jobs.run("eval", jobs.validate("eval", ev), MemoryReporter(), tmp_path / "eval")["task_scores"]
+    assert {(s["loops"], s["subset"]) for s in scores} >= {(1, "all"), (3, "all")}
