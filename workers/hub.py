@@ -2,7 +2,9 @@
 
 A *model directory* holds
 - `config.json` with `_class_name`: `ParcaeConfig` (the public Parcae code's layout, read through
-  `model.parcae_layout`) or `looplab.LoopedLM` (what `export_model` writes: our `ModelConfig`);
+  `model.parcae_layout`) or `looplab.LoopedLM` (what `export_model` writes: our `ModelConfig`); or with
+  `model_type`: `huginn_raven` (the public Huginn code's layout, a model of the family
+  `families.huginn`, read through `families.huginn.layout`);
 - the weights: `model.safetensors`, `pytorch_model.bin` or `model.pt` (the first found; a `.bin`/`.pt`
   loads with `torch.load(weights_only=True)`, so opening one never runs code);
 - its tokenizer: `tokenizer.json`, or `tokenizer/tokenizer.json` (the published layout's tokenizer
@@ -17,8 +19,9 @@ Every bad source is a ConfigError that names the problem: the missing file and w
 the unknown `_class_name` and the accepted ones, the tensor whose shape differs (both shapes), the
 unexpected or missing tensors, the config field looplab cannot compute.
 
-`load_model_dir` reads any of them into a checked `LoopedLM`; workers/model_export.py writes a looplab
-checkpoint as one (read back bit for bit).
+`load_model_dir` reads any of them into a checked `LoopedLM` (a Huginn layout: the family's module as
+the jobs hold it, `model.contract.FamilyLM`); workers/model_export.py writes a looplab checkpoint as
+one (read back bit for bit).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from families.huginn import layout as huginn_layout
 from model import parcae_layout
 from model.errors import ConfigError
 
@@ -38,6 +42,8 @@ WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.pt")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer/tokenizer.json")
 LOOPLAB_CLASS = "looplab.LoopedLM"
 CLASSES = (parcae_layout.CLASS_NAME, LOOPLAB_CLASS)
+# config.json's `model_type` of a published layout of another family -> that layout's mapping module
+FAMILY_LAYOUTS = {huginn_layout.MODEL_TYPE: huginn_layout}
 # What a hub snapshot needs of a model repo (nothing else is downloaded)
 HUB_FILES = [
     CONFIG,
@@ -198,6 +204,8 @@ class ModelInfo:
     recipe: str | None = None
     size: str | None = None
     tokenizer: str | None = None  # "byte" when a looplab export says so
+    family: str | None = None  # a model of another family (model/contract.py), with its config
+    family_config: dict[str, Any] | None = None
 
 
 def read_config(directory: Path) -> ModelInfo:
@@ -209,6 +217,8 @@ def read_config(directory: Path) -> ModelInfo:
     if not isinstance(raw, dict):
         raise ConfigError(f"source: {path}: expected a JSON object")
     cls = raw.get("_class_name")
+    if cls is None and raw.get("model_type") in FAMILY_LAYOUTS:
+        return _family_info(raw, FAMILY_LAYOUTS[raw["model_type"]], path)
     if cls == parcae_layout.CLASS_NAME:
         return ModelInfo(parcae_layout.config_from_parcae(raw), cls)
     if cls == LOOPLAB_CLASS:
@@ -221,7 +231,23 @@ def read_config(directory: Path) -> ModelInfo:
             raw.get("size"),
             raw.get("tokenizer"),
         )
-    raise ConfigError(f"config._class_name: {cls!r} in {path} is unknown; accepted: {', '.join(CLASSES)}")
+    raise ConfigError(
+        f"config._class_name: {cls!r} in {path} is unknown; accepted: {', '.join(CLASSES)} (or model_type "
+        f"{', '.join(FAMILY_LAYOUTS)})"
+    )
+
+
+def _family_info(raw: dict[str, Any], layout, path: Path) -> ModelInfo:
+    """A published layout of another family: its family config (refused by field when the family does
+    not compute it) and the run config that carries its vocabulary, context and mean loop count."""
+    from model.presets import preset
+
+    try:
+        config, run = layout.config_from_published(raw)
+    except ValueError as e:
+        raise ConfigError(f"source: {path}: {e}") from None
+    cfg = preset("fixed4", "tiny", **run)
+    return ModelInfo(cfg, raw["model_type"], "fixed4", "tiny", None, layout.FAMILY, config)
 
 
 def read_weights(path: Path) -> dict[str, Any]:
@@ -254,6 +280,8 @@ def load_model_dir(directory: str | Path):
 
     directory = Path(directory)
     info = read_config(directory)
+    if info.family is not None:
+        return _load_family(directory, info), info, tokenizer_path(directory)
     model = LoopedLM(info.cfg)
     want = model.state_dict()
     state = read_weights(weights_path(directory))
@@ -263,6 +291,22 @@ def load_model_dir(directory: str | Path):
         parcae_layout.check_tensors(state, want)
     model.load_state_dict(state)
     return model, info, tokenizer_path(directory)
+
+
+def _load_family(directory: Path, info: ModelInfo):
+    """The module (`model.contract.FamilyLM`) of a published layout of another family, its weights
+    mapped by the family's layout and checked tensor by tensor."""
+    from model.contract import build_model
+
+    module = build_model(info.cfg, info.family, info.family_config).module
+    want = module.inner.state_dict()
+    layout = FAMILY_LAYOUTS[info.layout]
+    try:
+        state = layout.state_from_published(read_weights(weights_path(directory)), want, info.family_config)
+    except ValueError as e:
+        raise ConfigError(f"source: {directory}: {e}") from None
+    module.inner.load_state_dict(state)
+    return module
 
 
 def is_model_dir(path: str | Path) -> bool:

@@ -34,9 +34,10 @@ from model.errors import ConfigError
 from workers import hub
 from workers.identity import spec_to_dict
 from workers.spec_cli import SpecParser, job_parser, run_standalone
+from workers.train_spec import BUILTIN_FAMILY, family_fields
 
 RECIPE = "parcae"  # the recipe a Parcae checkpoint is expressed in (every field it sets is a model override)
-RESOLVED = ("revision", "recipe", "size", "model")  # filled in at validation from the source
+RESOLVED = ("revision", "recipe", "size", "model", "family", "family_config")  # filled in from the source
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,10 @@ class Spec:
     """the looplab size its model is expressed in (filled in from the source)"""
     model: dict[str, Any] = field(default_factory=dict)
     """its ModelConfig as overrides of recipe x size (filled in from the source)"""
+    family: str = BUILTIN_FAMILY
+    """its model family: looped, or another family's published layout (filled in from the source)"""
+    family_config: dict[str, Any] = field(default_factory=dict)
+    """that family's own config (filled in from the source)"""
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Spec:
@@ -76,14 +81,23 @@ class Spec:
         revision, info = _resolve(source, given_revision or source.revision)
         recipe, size, model = as_preset(info)
         resolved = {"revision": revision, "recipe": recipe, "size": size, "model": model}
+        resolved["family"], resolved["family_config"] = family_fields(
+            info.family or BUILTIN_FAMILY, info.family_config or {}
+        )
         for key in RESOLVED:
-            if key != "revision" and d[key] not in (None, {}) and fields.plain(d[key]) != resolved[key]:
+            given = d[key] if key != "family" or d[key] != BUILTIN_FAMILY else None
+            if key != "revision" and given not in (None, {}) and fields.plain(given) != resolved[key]:
                 raise ConfigError(
                     f"{key}: set from the source's config.json ({resolved[key]!r}); leave it out (got {d[key]!r})"
                 )
         return cls(source=source.text, tokenizer=tokenizer, corpus=corpus, **resolved)
 
-    to_dict = spec_to_dict
+    def to_dict(self) -> dict[str, Any]:
+        """Every field; the family's only when it is not looplab's own (stored imports keep their dict)."""
+        d = spec_to_dict(self)
+        if self.family == BUILTIN_FAMILY:
+            del d["family"], d["family_config"]
+        return d
 
     @property
     def imported_from(self) -> str:
@@ -176,7 +190,7 @@ def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
     }
     ckpt.save(final, state)
     reporter.checkpoint(str(final), 0)
-    n_params = param_count(info.cfg)["total"]
+    n_params = sum(p.numel() for p in model.parameters()) if info.family else param_count(info.cfg)["total"]
     reporter.log(f"imported {spec.imported_from}: {n_params:,} parameters, {info.layout} layout")
     return {
         "checkpoint": str(final),
