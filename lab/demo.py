@@ -358,36 +358,45 @@ def grids(fast: bool = False) -> list[Grid]:
     return [main, iso]
 
 
-def print_tables(url: str) -> None:
-    """The iso-data and iso-time comparisons, computed by the Compare page's tested functions."""
+# the iso-time table's columns as the demo prints them
+ISO_TIME_SHOWN = [
+    "recipe",
+    "seed",
+    "ref_recipe",
+    "ref_seed",
+    "final_val_loss",
+    "ref_final_val_loss",
+    "diff",
+    "verdict",
+    "train_seconds",
+    "ref_train_seconds",
+    "tokens",
+    "ref_tokens",
+]
+
+
+def print_tables(url: str, grids: list[str] | None = None, by_variant: bool = False) -> None:
+    """The iso-data and iso-time comparisons, computed by the Compare page's tested functions: of the
+    runs of `grids` (None: every run), the iso-time pairs named by recipe or, `by_variant`, by variant
+    label (recipes alone do not tell model families apart)."""
     import pandas as pd
 
     from analysis import comparison
     from orchestrator import frames
 
     runs = frames.runs(url)
+    runs = runs if grids is None else runs[runs["grid"].isin(grids)]
     evals = comparison.eval_loss_per_run(runs, frames.depth(url))
-    with pd.option_context("display.width", 160, "display.max_columns", 20, "display.precision", 4):
+    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.precision", 4):
         print("\n== iso-data: equal model size and tokens (looped recipes at their best loop count) ==")
         iso_data = comparison.iso_data_table(evals)
         cols = [c for c in iso_data.columns if c not in ("size", "budget_tokens", "std", "loop_rule")]
         print(iso_data[cols].to_string(index=False) if not iso_data.empty else "(no finished runs)")
         print("\n== iso-time: equal training wall time (final validation loss) ==")
         pairs = comparison.iso_time_pairs(runs)
-        cols = [
-            "recipe",
-            "seed",
-            "ref_recipe",
-            "ref_seed",
-            "final_val_loss",
-            "ref_final_val_loss",
-            "diff",
-            "verdict",
-            "train_seconds",
-            "ref_train_seconds",
-            "tokens",
-            "ref_tokens",
-        ]
+        cols = (
+            [c.replace("recipe", "variant_label") for c in ISO_TIME_SHOWN] if by_variant else ISO_TIME_SHOWN
+        )
         print(pairs[cols].to_string(index=False) if not pairs.empty else "(no finished iso-time pair)")
 
 

@@ -19,6 +19,12 @@ follow-up is one spec per grid, so the variants are split into one grid per trai
 trained on the same tokens, each followed by a depth sweep (the fixed-depth reference curve) and an
 adaptive job (exit rules x thresholds x KV strategies, workers/adaptive.py) on the same validation
 tokens, so the page Adaptive can put every rule's frontier against the fixed depth.
+
+`families_grid` is the model-families study: looplab's own model (parcae), the Huginn-style family
+(families/huginn) and the example universal transformer (examples/) trained on the same tokens x seeds,
+each with a depth sweep (iso-data), and every family after the first given the training time of the
+first's run of the same seed (iso-time, `budget.match_time_of`): the same comparisons the Compare page
+makes between recipes, made between families through the model contract.
 """
 
 from __future__ import annotations
@@ -372,5 +378,88 @@ def adaptive_grid(
             follow={"depth_sweep": design_sweep, "adaptive": follow["adaptive"]},
             priority=priority,
             **train,
+        )
+    return grids
+
+
+# The families study's models: (label, family, its family_config, recipe, model overrides). The recipe
+# and model give a family's run its context and its fixed loop count (model/contract.py); the first is
+# the reference of the iso-time runs.
+FAMILIES_STUDY = (
+    ("parcae", "looped", {}, "parcae", {}),
+    (
+        "huginn",
+        "families.huginn:factory",
+        {"d_model": 64, "n_heads": 4, "mlp": 128, "mean_recurrence": 4, "backprop_depth": 2},
+        "fixed4",
+        {"loops": 4},
+    ),
+    (
+        "universal transformer",
+        "examples.universal_transformer:factory",
+        {"d_model": 64, "n_heads": 4},
+        "fixed4",
+        {"loops": 4},
+    ),
+)
+
+
+def families_grid(
+    families: Sequence[Sequence[Any]] = FAMILIES_STUDY,
+    tokens: int = 8 * 64 * 200,
+    seeds: Sequence[int] = (0, 1),
+    name: str = "families",
+    data: dict[str, Any] | None = None,
+    *,
+    size: str = "tiny",
+    sweep_loops: Sequence[int] = (1, 2, 4, 8),
+    iso_time: bool = True,
+    follow: dict[str, dict[str, Any]] | None = None,
+    priority: int = 0,
+    **train: Any,
+) -> list[Grid]:
+    """The families study as grids: every model of `families` ((label, family, family_config, recipe,
+    model overrides)) x `seeds` on `tokens` tokens, each followed by a depth sweep at `sweep_loops`
+    (`follow["depth_sweep"]` gives its other keys); with `iso_time`, one grid per seed in which every
+    family but the first trains for the time the first's run of that seed took (priority + 1, so it
+    starts as soon as its reference is done). `train`: any other train spec key."""
+    where = f"families_grid {name!r}"
+    if not isinstance(families, list | tuple) or not families or any(len(f) != 5 for f in families):
+        raise ConfigError(
+            f"{where}: families: expected (label, family, family_config, recipe, model) tuples; got {families!r}"
+        )
+    for entry in families:
+        fields.choice(f"{where}: families recipe", entry[3], RECIPES)
+    budget = fields.integer(f"{where}: tokens", tokens, lo=1)
+    seed_list = fields.int_list(f"{where}: seeds", seeds, lo=0)
+    loops = fields.int_list(f"{where}: sweep_loops", list(sweep_loops), lo=1)
+    _check_train_and_then(where, train, (), "families, tokens, seeds, size, data")
+    base: dict[str, Any] = {"size": size, **train, **({"data": data} if data is not None else {})}
+    keys = ("label", "family", "family_config", "recipe", "model")
+    zipped = lambda members: {key: [m[i] for m in members] for i, key in enumerate(keys)}  # noqa: E731
+    sweep_spec = {**(follow or {}).get("depth_sweep", {}), "loops": loops}
+    grids = [
+        Grid(
+            name,
+            base={**base, "tokens": budget},
+            sweep={"zip": zipped(families), "seed": seed_list},
+            then=["depth_sweep"],
+            follow={"depth_sweep": sweep_spec},
+            priority=priority,
+        )
+    ]
+    reference = {
+        "recipe": families[0][3],
+        **({"family": families[0][1]} if families[0][1] != "looped" else {}),
+    }
+    for seed in seed_list if iso_time and len(families) > 1 else []:
+        timed = {"seed": seed, "budget": {"match_time_of": {**reference, "seed": seed}}}
+        grids.append(
+            Grid(
+                f"{name}-isotime-{seed}",
+                base={**base, **timed},
+                sweep={"zip": zipped(families[1:])},
+                priority=priority + 1,
+            )
         )
     return grids

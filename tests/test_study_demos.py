@@ -25,8 +25,9 @@ REPORTS = {
 }
 
 
-@pytest.mark.parametrize("study", list(REPORTS))
-def test_a_fast_study_prints_its_scorecard_and_writes_its_report(study, tmp_path, looplab_cache):
+def run_fast_study(study: str, tmp_path, looplab_cache) -> str:
+    """`looplab demo --study STUDY --fast` in `tmp_path`; its stdout, once it exited 0 (its time printed:
+    the docs state it)."""
     env = {**os.environ, "LOOPLAB_CACHE": str(looplab_cache), "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     t0 = time.monotonic()
     out = subprocess.run(
@@ -40,7 +41,12 @@ def test_a_fast_study_prints_its_scorecard_and_writes_its_report(study, tmp_path
     took = time.monotonic() - t0
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     print(f"demo --study {study} --fast: {took:.0f} s")  # the time docs/testing.md states
-    stdout = out.stdout
+    return out.stdout
+
+
+@pytest.mark.parametrize("study", list(REPORTS))
+def test_a_fast_study_prints_its_scorecard_and_writes_its_report(study, tmp_path, looplab_cache):
+    stdout = run_fast_study(study, tmp_path, looplab_cache)
     assert f"== the {study} study's claims against this run ==" in stdout
     n = len(claims.claims_of(study))
     tally = re.search(rf"^{n} claims: (.*)$", stdout, re.MULTILINE)
@@ -54,3 +60,20 @@ def test_a_fast_study_prints_its_scorecard_and_writes_its_report(study, tmp_path
     assert "## Scorecard of" in md
     rows = [line for line in md.splitlines() if line.startswith(("| lean.", "| iso.", "| loop."))]
     assert len(rows) == n  # the report's scorecard has every claim of the study, once
+
+
+def test_the_families_study_prints_both_tables_and_writes_its_report(tmp_path, looplab_cache):
+    """`looplab demo --study families --fast`: parcae, the Huginn-style family and the example family at
+    equal data (with depth sweeps) and at equal time, two seeds; both tables and the report."""
+    from lab.demo_families import FAMILIES_REPORT
+
+    stdout = run_fast_study("families", tmp_path, looplab_cache)
+    iso_data = stdout.split("== iso-data")[1].split("== iso-time")[0]
+    iso_time = stdout.split("== iso-time")[1].split("== what each family costs")[0]
+    for label in ("parcae", "huginn", "universal transformer"):
+        assert label in iso_data, iso_data
+    assert (
+        iso_time.count("parcae") == 4 and "(no finished iso-time pair)" not in iso_time
+    )  # 2 families x 2 seeds
+    for fmt in ("html", "md"):
+        assert (tmp_path / f"{FAMILIES_REPORT}.{fmt}").exists()

@@ -54,6 +54,7 @@ class HuginnCache:
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
         self.pos = 0
+        self.active: Tensor | None = None  # (B,) bool: the rows a core layer writes (None: all)
 
     def prelude_slot(self, i: int) -> int:
         return i
@@ -67,25 +68,32 @@ class HuginnCache:
         return self.n_prelude + self.n_core_slots + i
 
     def attend(self, slot: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Write k, v (B, H, S, D) at the cache's position; the keys and values up to the end of them."""
+        """Write k, v (B, H, S, D) at the cache's position (only the rows of `active` when it is set: the
+        others have exited); the keys and values up to the end of them."""
         end = self.pos + k.shape[2]
         if end > self.max_len:
             raise ValueError(f"{end} tokens do not fit a cache of {self.max_len}")
-        self.k[slot, :, :, self.pos : end] = k
-        self.v[slot, :, :, self.pos : end] = v
+        keys, values = self.k[slot, :, :, self.pos : end], self.v[slot, :, :, self.pos : end]  # views
+        if self.active is None:
+            keys.copy_(k)
+            values.copy_(v)
+        else:
+            keys[self.active], values[self.active] = k[self.active], v[self.active]
         return self.k[slot, :, :, :end], self.v[slot, :, :, :end]
 
-    def fill_skipped(self, ran: int, length: int) -> None:
-        """A token (the `length` positions from `pos`) that ran `ran` < `loops` recurrences: under `full`,
-        the slots of the recurrences it skipped take its latest entry per core layer."""
-        if self.strategy != KVStrategy.FULL or ran >= self.loops:
+    def fill_skipped(self, counts: list[int], length: int) -> None:
+        """Rows that ran fewer recurrences (`counts`, one per row) than the cache's `loops`: under `full`,
+        the slots of the recurrences each skipped take its latest entry per core layer (the positions
+        `pos` .. `pos + length`)."""
+        if self.strategy != KVStrategy.FULL:
             return
         span = slice(self.pos, self.pos + length)
-        for j in range(self.n_core):
-            last = self.core_slot(ran - 1, j)
-            for r in range(ran, self.loops):
-                self.k[self.core_slot(r, j), :, :, span] = self.k[last, :, :, span]
-                self.v[self.core_slot(r, j), :, :, span] = self.v[last, :, :, span]
+        for b, ran in enumerate(counts):
+            for j in range(self.n_core):
+                last = self.core_slot(ran - 1, j)
+                for r in range(ran, self.loops):
+                    self.k[self.core_slot(r, j), b, :, span] = self.k[last, b, :, span]
+                    self.v[self.core_slot(r, j), b, :, span] = self.v[last, b, :, span]
 
     def reset(self) -> None:
         self.pos = 0

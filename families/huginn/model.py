@@ -251,21 +251,30 @@ class HuginnLM(nn.Module):
         return self._cached(idx, cache, cache.loops)
 
     @torch.no_grad()
-    def decode_step(self, tokens: Tensor, cache: HuginnCache, loops: int | None = None) -> Tensor:
-        """tokens (B,) at the cache's position -> logits (B, V); `loops` < the cache's is a per-token
-        exit (the skipped recurrences' slots are filled as the cache's strategy says)."""
-        return self._cached(tokens.view(-1, 1), cache, loops or cache.loops)[:, 0]
+    def decode_step(self, tokens: Tensor, cache: HuginnCache, loops=None) -> Tensor:
+        """tokens (B,) at the cache's position -> logits (B, V). `loops`: the recurrences to run, an int
+        or one per row ((B,) ints), each at most the cache's; fewer is a per-token exit (that row's state
+        stops; its cache slots of the skipped recurrences are as the cache's strategy says)."""
+        return self._cached(tokens.view(-1, 1), cache, cache.loops if loops is None else loops)[:, 0]
 
-    def _cached(self, idx: Tensor, cache: HuginnCache, loops: int) -> Tensor:
-        if loops > cache.loops:
-            raise ValueError(f"loops: at most the cache's {cache.loops} recurrences; got {loops}")
+    def _cached(self, idx: Tensor, cache: HuginnCache, loops) -> Tensor:
+        B = idx.shape[0]
+        counts = (
+            [int(loops)] * B if isinstance(loops, int) else [int(c) for c in torch.as_tensor(loops).tolist()]
+        )
+        if max(counts) > cache.loops or min(counts) < 1:
+            raise ValueError(f"loops: from 1 to the cache's {cache.loops} recurrences; got {counts}")
         positions = torch.arange(cache.pos, cache.pos + idx.shape[1], device=idx.device)
         rot = self._rot(positions)
         e = self.embed_prelude(idx, rot, cache)
         s = self.initial_state(idx, positions, cache.key)
-        for r in range(loops):
-            s = self.recur(s, e, rot, r, cache)
-        cache.fill_skipped(loops, idx.shape[1])
+        ran = torch.tensor(counts, device=idx.device)
+        for r in range(max(counts)):
+            active = ran > r  # (B,) the rows still recurring
+            cache.active = None if bool(active.all()) else active
+            s = torch.where(active[:, None, None], self.recur(s, e, rot, r, cache), s)
+        cache.active = None
+        cache.fill_skipped(counts, idx.shape[1])
         logits = self._coda(s, rot, cache)
         cache.pos += idx.shape[1]
         return logits

@@ -137,17 +137,39 @@ def test_a_cache_holds_the_bytes_its_strategy_counts(strategy, loops):
 
 def test_a_per_token_exit_leaves_its_latest_entry_in_the_skipped_recurrences():
     model = _model().eval()
-    idx = torch.randint(0, 64, (1, 6), generator=torch.Generator().manual_seed(3))
-    cache = model.setup_cache(1, 6, loops=4)
+    idx = torch.randint(0, 64, (2, 6), generator=torch.Generator().manual_seed(3))
+    cache = model.setup_cache(2, 6, loops=4)
     model.prefill(idx[:, :4], cache)
-    model.decode_step(idx[:, 4], cache, loops=2)  # this token exits after 2 of 4 recurrences
+    logits = model.decode_step(idx[:, 4], cache, loops=torch.tensor([2, 4]))  # row 0 exits after 2 of 4
     for j in range(2):
-        last = cache.k[cache.core_slot(1, j), :, :, 4]
+        last = cache.k[cache.core_slot(1, j), 0, :, 4]
         for r in (2, 3):
-            assert torch.equal(cache.k[cache.core_slot(r, j), :, :, 4], last)
-    assert not torch.equal(cache.k[cache.core_slot(3, 0), :, :, 3], cache.k[cache.core_slot(1, 0), :, :, 3])
-    with pytest.raises(ValueError, match="at most the cache's 4"):
+            assert torch.equal(cache.k[cache.core_slot(r, j), 0, :, 4], last)
+            assert not torch.equal(
+                cache.k[cache.core_slot(r, j), 1, :, 4], cache.k[cache.core_slot(1, j), 1, :, 4]
+            )
+    # each row as if the whole batch ran its count: the rows do not see each other's exits
+    for row, n in ((0, 2), (1, 4)):
+        same = model.setup_cache(2, 6, loops=4)
+        model.prefill(idx[:, :4], same)
+        torch.testing.assert_close(model.decode_step(idx[:, 4], same, loops=n)[row], logits[row])
+    with pytest.raises(ValueError, match="from 1 to the cache's 4 recurrences"):
         model.decode_step(idx[:, 5], cache, loops=5)
+
+
+def test_the_latest_strategy_keeps_an_exited_rows_entry_and_overwrites_the_others():
+    model = _model().eval()
+    idx = torch.randint(0, 64, (2, 5), generator=torch.Generator().manual_seed(4))
+    cache = model.setup_cache(2, 5, loops=3, strategy="latest")
+    model.prefill(idx[:, :4], cache)
+    model.decode_step(idx[:, 4], cache, loops=[1, 3])
+    first = model.setup_cache(2, 5, loops=3, strategy="latest")
+    model.prefill(idx[:, :4], first)
+    model.decode_step(idx[:, 4], first, loops=1)  # every row stops after the first recurrence
+    slot = cache.core_slot(2, 0)
+    assert slot == cache.core_slot(0, 0)  # one slot per core layer, whatever the recurrence
+    assert torch.equal(cache.k[slot, 0, :, 4], first.k[slot, 0, :, 4])  # row 0: its first recurrence's
+    assert not torch.equal(cache.k[slot, 1, :, 4], first.k[slot, 1, :, 4])  # row 1: overwritten by its third
 
 
 def test_the_family_runs_every_job_kind(tmp_path, looplab_cache):

@@ -259,3 +259,42 @@ def test_adaptive_grid_refuses_what_it_sets_itself():
         adaptive_grid(adaptive={"eval_tokens": 10})
     with pytest.raises(ConfigError, match="recipes: unknown 'parcea'"):
         adaptive_grid(recipes=["parcea"])
+
+
+# ---------------------------------------------------------------- model families
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_the_families_demo_grids_compare_three_families_at_equal_data_and_time(fast):
+    """Every family x seed on the same tokens with a depth sweep; every family after parcae once more
+    per seed at the training time of parcae's run of that seed (its dependency)."""
+    from lab.demo_families import families_grids
+
+    plans = expand(families_grids(fast), jobs)
+    trains = [p for p in plans if p.kind == "train"]
+    timed = [p for p in trains if p.budget]
+    equal = [p for p in trains if not p.budget]
+    assert sorted({p.label for p in equal}) == ["huginn", "parcae", "universal transformer"]
+    assert len(equal) == 3 * 2 and len({p.spec["tokens"] for p in equal}) == 1
+    assert sum(p.kind == "depth_sweep" for p in plans) == len(equal)
+    assert {p.spec["family"] for p in equal if p.label != "parcae"} == {
+        "families.huginn:factory",
+        "examples.universal_transformer:factory",
+    }
+    assert all("family" not in p.spec for p in equal if p.label == "parcae")  # looplab's own: no key
+    assert len(timed) == 2 * 2 and {p.label for p in timed} == {"huginn", "universal transformer"}
+    for p in timed:  # each copies the time of parcae's run of its own seed
+        (ref,) = [plans[i] for i in p.deps]
+        assert (ref.label, ref.spec["seed"]) == ("parcae", p.spec["seed"])
+    assert all(p.priority == 1 for p in timed)
+
+
+def test_families_grid_bad_arguments_are_named():
+    from lab.studies import families_grid
+
+    with pytest.raises(ConfigError, match="families_grid 'families': families: expected"):
+        families_grid(families=[("a", "looped")])
+    with pytest.raises(ConfigError, match="families recipe: unknown 'parcea'"):
+        families_grid(families=[("a", "looped", {}, "parcea", {})])
+    with pytest.raises(ConfigError, match="budget: set by the helper"):
+        families_grid(budget={"time_s": 60})
