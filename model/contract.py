@@ -358,12 +358,18 @@ def measure_flops_per_token(module: nn.Module, vocab: int, seq_len: int, loops: 
     p = next(module.parameters(), None)
     device = p.device if p is not None else torch.device("cpu")
     idx = torch.zeros((1, seq_len), dtype=torch.long, device=device)
-    was = module.training
+    was, fastpath = module.training, torch.backends.mha.get_fastpath_enabled()
     module.eval()
+    # nn.TransformerEncoderLayer / MultiheadAttention in eval mode take a fused fast path whose matmuls
+    # the counter does not see (it would count the head alone): measure the plain path
+    torch.backends.mha.set_fastpath_enabled(False)
     counter = FlopCounterMode(display=False)
-    with counter, torch.no_grad():
-        module(idx, loops=loops)
-    module.train(was)
+    try:
+        with counter, torch.no_grad():
+            module(idx, loops=loops)
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fastpath)
+        module.train(was)
     return 3.0 * counter.get_total_flops() / seq_len
 
 

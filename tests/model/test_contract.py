@@ -259,6 +259,20 @@ def test_flops_are_measured_when_the_family_gives_none():
     assert two - one == pytest.approx(3 * 2 * d * d)
 
 
+def test_measured_flops_see_a_torch_encoder_layer_in_eval_mode():
+    """nn.TransformerEncoderLayer's eval fast path is one fused kernel the counter does not see: the
+    measurement takes the plain path, so the example family's block is counted, not its head alone."""
+    from examples.universal_transformer import factory
+
+    model = factory({"vocab_size": 16, "seq_len": 8, "d_model": 8, "n_heads": 2}).eval()
+    d, v, T = 8, 16, 8
+    block = 2 * (4 * d * d + 2 * 4 * d * d) + 4 * d * T  # q, k, v, out; the 4d MLP; attention scores
+    one, two = (measure_flops_per_token(model, v, T, n) for n in (1, 2))
+    assert two - one >= 3 * 2 * (4 * d * d + 2 * 4 * d * d)  # a round's matmuls at least
+    assert one >= 3 * 2 * d * v + (two - one) and (two - one) <= 3 * block
+    assert torch.backends.mha.get_fastpath_enabled() and not model.training  # both restored
+
+
 def test_resolving_the_builtin_family_names_its_package():
     fam = resolve_family(None)
     assert fam.builtin and fam.name == BUILTIN and fam.package == "looplab"
