@@ -5,13 +5,16 @@ head_dim) each, written at the cache's position (RoPE applied before caching). T
 layers own one slot each; how the core block's layers map to slots across recurrences is the strategy:
 
 - `full`: a slot per (recurrence, core layer): recurrence r of a token attends to the keys every
-  earlier token made at recurrence r. A token decoded with fewer recurrences than the cache's (a
-  per-token exit) leaves the slots of the recurrences it skipped filled with its latest entry for that
-  core layer, so later tokens read its latest state there: the public code's per-token-exit lookup
-  (`HuginnDynamicCache` strategy "latest-m4"), done once at write time instead of at every read.
-- `latest`: one slot per core layer, overwritten by every recurrence: every recurrence of a later
-  token reads each earlier token's latest entry for that layer (the KV sharing of Geiping et al.,
-  section 6, at a budget of one entry per layer). Its memory does not grow with the recurrence count.
+  earlier token made at recurrence r (the model as trained). A token decoded with fewer recurrences
+  than the cache's (a per-token exit) leaves the slots of the recurrences it skipped filled with its
+  latest entry for that core layer, so later tokens read its latest state there: the public code's
+  per-token-exit lookup (`HuginnDynamicCache` strategy "latest-m4"; looplab's own model calls this
+  `per_round`, `model.kv_cache`), done once at write time instead of at every read.
+- `latest_per_slot`: one slot per core layer, overwritten by every recurrence: every recurrence of a
+  later token reads each earlier token's latest entry for that layer (the KV sharing of Geiping et al.,
+  section 6, at a budget of one entry per layer; "compress-s" in the public code). Its memory does not
+  grow with the recurrence count; it changes the function even without exits (not looplab's `latest`,
+  which keeps the function).
 
 `cache_bytes` is what a cache of a strategy allocates; `HuginnCache.nbytes` reads the tensors' own
 storage sizes, and the tests hold the two equal.
@@ -27,7 +30,7 @@ from torch import Tensor
 
 class KVStrategy(StrEnum):
     FULL = "full"
-    LATEST = "latest"
+    LATEST_PER_SLOT = "latest_per_slot"
 
 
 def core_slots(strategy: KVStrategy, loops: int, n_core: int) -> int:

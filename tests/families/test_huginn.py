@@ -100,6 +100,14 @@ def test_the_published_configuration_is_counted_without_allocating_it():
     assert flops[64] - flops[32] == pytest.approx(32 * per_recurrence)  # forward only past backprop_depth
 
 
+def test_the_published_counts_are_printed_for_people(capsys):
+    from families.huginn.__main__ import main
+
+    main()
+    out = capsys.readouterr().out
+    assert "3,564,976,800" in out and "186.4" in out  # parameters; GFLOP per token at 32 recurrences
+
+
 def _decode(model, idx, prompt: int, **cache_kw):
     cache = model.setup_cache(idx.shape[0], idx.shape[1], **cache_kw)
     first = model.prefill(idx[:, :prompt], cache)
@@ -114,10 +122,10 @@ def test_the_full_cache_decodes_what_the_full_forward_computes():
         want = model(idx, loops=3)
     got, cache = _decode(model, idx, 5, loops=3)
     assert torch.allclose(got, want, atol=1e-5)
-    latest, _ = _decode(model, idx, 5, loops=3, strategy="latest")
+    latest, _ = _decode(model, idx, 5, loops=3, strategy="latest_per_slot")
     assert torch.allclose(latest[:, :5], want[:, :5], atol=1e-5)  # the prompt: one pass, exact
     assert not torch.allclose(latest, want, atol=1e-3)  # decoding reads the earlier tokens' latest keys
-    one, _ = _decode(model, idx, 5, loops=1, strategy="latest")
+    one, _ = _decode(model, idx, 5, loops=1, strategy="latest_per_slot")
     with torch.no_grad():
         assert torch.allclose(one, model(idx, loops=1), atol=1e-5)  # one recurrence: nothing to share
 
@@ -157,13 +165,13 @@ def test_a_per_token_exit_leaves_its_latest_entry_in_the_skipped_recurrences():
         model.decode_step(idx[:, 5], cache, loops=5)
 
 
-def test_the_latest_strategy_keeps_an_exited_rows_entry_and_overwrites_the_others():
+def test_the_latest_per_slot_strategy_keeps_an_exited_rows_entry_and_overwrites_the_others():
     model = _model().eval()
     idx = torch.randint(0, 64, (2, 5), generator=torch.Generator().manual_seed(4))
-    cache = model.setup_cache(2, 5, loops=3, strategy="latest")
+    cache = model.setup_cache(2, 5, loops=3, strategy="latest_per_slot")
     model.prefill(idx[:, :4], cache)
     model.decode_step(idx[:, 4], cache, loops=[1, 3])
-    first = model.setup_cache(2, 5, loops=3, strategy="latest")
+    first = model.setup_cache(2, 5, loops=3, strategy="latest_per_slot")
     model.prefill(idx[:, :4], first)
     model.decode_step(idx[:, 4], first, loops=1)  # every row stops after the first recurrence
     slot = cache.core_slot(2, 0)
