@@ -38,7 +38,8 @@ from model.errors import ConfigError
 
 HF_PREFIX = "hf:"
 CONFIG = "config.json"
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.pt")
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.pt", "model.safetensors.index.json")
+SHARD_INDEX = "model.safetensors.index.json"  # a sharded safetensors checkpoint: {"weight_map": name -> file}
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer/tokenizer.json")
 LOOPLAB_CLASS = "looplab.LoopedLM"
 CLASSES = (parcae_layout.CLASS_NAME, LOOPLAB_CLASS)
@@ -48,6 +49,7 @@ FAMILY_LAYOUTS = {huginn_layout.MODEL_TYPE: huginn_layout}
 HUB_FILES = [
     CONFIG,
     *WEIGHT_FILES,
+    "model-*.safetensors",
     "tokenizer.json",
     "tokenizer/*",
     "tokenizer_config.json",
@@ -186,9 +188,25 @@ def _file_sha256(path: Path) -> str:
 
 
 def local_revision(directory: Path) -> str:
-    """`sha256:` of a local directory's config.json and weights (what the model is)."""
-    parts = [_file_sha256(config_path(directory)), _file_sha256(weights_path(directory))]
-    return "sha256:" + hashlib.sha256(" ".join(parts).encode()).hexdigest()
+    """`sha256:` of a local directory's config.json and weights (what the model is; a sharded checkpoint's
+    index and every shard)."""
+    weights = weights_path(directory)
+    files = [config_path(directory), weights, *(shard_paths(weights) if weights.name == SHARD_INDEX else [])]
+    return "sha256:" + hashlib.sha256(" ".join(_file_sha256(f) for f in files).encode()).hexdigest()
+
+
+def shard_paths(index: Path) -> list[Path]:
+    """The shard files a sharded checkpoint's index names (sorted, each once); ConfigError naming a
+    missing one or an index that is not one."""
+    try:
+        weight_map = json.loads(index.read_text())["weight_map"]
+        files = sorted(set(weight_map.values()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ConfigError(f"weights: {index} is not a shard index with a weight_map ({e})") from None
+    for name in files:
+        if not (index.parent / name).is_file():
+            raise ConfigError(f"weights: {index} names the shard {name!r}, which is not in {index.parent}")
+    return [index.parent / name for name in files]
 
 
 # ---------------------------------------------------------------- reading a model directory
@@ -254,6 +272,8 @@ def read_weights(path: Path) -> dict[str, Any]:
     """A state dict from a weights file, executing nothing: safetensors, or torch.load(weights_only)."""
     import torch
 
+    if path.name == SHARD_INDEX:
+        return {k: v for shard in shard_paths(path) for k, v in read_weights(shard).items()}
     try:
         if path.suffix == ".safetensors":
             from safetensors.torch import load_file

@@ -95,3 +95,30 @@ def test_a_layout_the_family_does_not_compute_is_refused_naming_the_field(tmp_pa
 def test_bad_weights_are_refused_naming_the_tensor(tmp_path, edit, message):
     with pytest.raises(ConfigError, match=message):
         hub.load_model_dir(_edited(tmp_path, weights=edit))
+
+
+def test_a_sharded_checkpoint_imports_as_its_one_file_does(tmp_path):
+    """The published checkpoint is sharded (model-0000N-of-0000M.safetensors and an index): the shards
+    are read together, their contents are part of the source's revision, a missing one is named."""
+    directory = tmp_path / "sharded"
+    directory.mkdir()
+    shutil.copyfile(FIXTURE / "config.json", directory / "config.json")
+    state = load_file(str(FIXTURE / "model.safetensors"))
+    names = sorted(state)
+    halves = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+    for file, keys in halves.items():
+        save_file({k: state[k] for k in keys}, str(directory / file))
+    index = {"weight_map": {k: file for file, keys in halves.items() for k in keys}}
+    (directory / "model.safetensors.index.json").write_text(json.dumps(index))
+    whole, _, _ = hub.load_model_dir(FIXTURE)
+    sharded, _, _ = hub.load_model_dir(directory)
+    assert all(torch.equal(a, b) for a, b in zip(whole.state_dict().values(), sharded.state_dict().values()))
+    before = hub.local_revision(directory)
+    save_file(
+        {k: state[k] * 2 for k in halves["model-00002-of-00002.safetensors"]},
+        str(directory / "model-00002-of-00002.safetensors"),
+    )
+    assert hub.local_revision(directory) != before  # a shard's contents are part of what the model is
+    (directory / "model-00001-of-00002.safetensors").unlink()
+    with pytest.raises(ConfigError, match="names the shard 'model-00001-of-00002.safetensors'"):
+        hub.load_model_dir(directory)
