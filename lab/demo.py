@@ -387,7 +387,8 @@ def print_tables(url: str, grids: list[str] | None = None, by_variant: bool = Fa
     runs = frames.runs(url)
     runs = runs if grids is None else runs[runs["grid"].isin(grids)]
     evals = comparison.eval_loss_per_run(runs, frames.depth(url))
-    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.precision", 4):
+    width = 200 if by_variant else 160  # a variant label is longer than a recipe
+    with pd.option_context("display.width", width, "display.max_columns", 20, "display.precision", 4):
         print("\n== iso-data: equal model size and tokens (looped recipes at their best loop count) ==")
         iso_data = comparison.iso_data_table(evals)
         cols = [c for c in iso_data.columns if c not in ("size", "budget_tokens", "std", "loop_rule")]
