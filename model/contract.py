@@ -349,10 +349,21 @@ def check_family(family: str | None, config: dict[str, Any], loops: int | None =
     return FamilyReport(fam.name, fam.package, fam.version, caps, split, vocab, n_params, flops, measured)
 
 
+def _cpu_attention_flops(query, key, value, *args, out_shape=None, **kwargs) -> int:
+    """The CPU fused attention kernel counted as its matmuls (FlopCounterMode registers the CUDA ones)."""
+    from torch.utils.flop_counter import sdpa_flop_count
+
+    return sdpa_flop_count(query, key, value)
+
+
+_CPU_ATTENTION = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _cpu_attention_flops}
+
+
 def measure_flops_per_token(module: nn.Module, vocab: int, seq_len: int, loops: int) -> float:
     """Training FLOPs per token at `loops` (3 x the forward's: forward + backward), measured once with
-    torch.utils.flop_counter.FlopCounterMode on one sequence of `seq_len` tokens. The counter sees
-    matmuls and the scaled-dot-product attention kernels it registers (counted as their matmuls)."""
+    torch.utils.flop_counter.FlopCounterMode on one sequence of `seq_len` tokens, in eval mode with
+    autograd on (its graph is dropped). The counter sees matmuls and the scaled-dot-product attention
+    kernels it registers (counted as their matmuls)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     p = next(module.parameters(), None)
@@ -360,8 +371,10 @@ def measure_flops_per_token(module: nn.Module, vocab: int, seq_len: int, loops: 
     idx = torch.zeros((1, seq_len), dtype=torch.long, device=device)
     was = module.training
     module.eval()
-    counter = FlopCounterMode(display=False)
-    with counter, torch.no_grad():
+    counter = FlopCounterMode(display=False, custom_mapping=_CPU_ATTENTION)
+    # with autograd on, as in training: a module's inference fast path (nn.TransformerEncoderLayer's
+    # fused kernel without grad) is one op the counter cannot see, which would leave only the head
+    with counter, torch.enable_grad():
         module(idx, loops=loops)
     module.train(was)
     return 3.0 * counter.get_total_flops() / seq_len
@@ -554,3 +567,4 @@ def family_facts(built: Built, cfg: Any) -> FamilyFacts:
     finally:
         torch.random.set_rng_state(seed)
     return FamilyFacts(built, counts, flops, dependent)
+
