@@ -568,3 +568,13 @@ def family_facts(built: Built, cfg: Any) -> FamilyFacts:
         torch.random.set_rng_state(seed)
     return FamilyFacts(built, counts, flops, dependent)
 
+
+def forward_flops_per_token(module: nn.Module, vocab: int, seq_len: int, loops: int) -> float:
+    """Forward FLOPs per token at `loops` of a family's model as the jobs hold it (`FamilyLM`): a third
+    of its training FLOPs per token, the family's own `flops_per_token`, else measured once at `seq_len`
+    (`measure_flops_per_token`)."""
+    if not isinstance(module, FamilyLM):
+        raise TypeError(f"forward_flops_per_token: expected a family's FamilyLM, got {type(module).__name__}")
+    if module.caps.flops_per_token:
+        return float(module.flops_per_token(loops)) / 3
+    return measure_flops_per_token(module.inner, vocab, seq_len, loops) / 3
