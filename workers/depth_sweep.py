@@ -162,7 +162,10 @@ def load_model(path: str | Path, device):
     if hub.is_model_dir(path):
         model, info, tokenizer = hub.load_model_dir(path)
         data = {"tokenizer": "byte" if tokenizer is None else str(tokenizer)}
-        return model.to(device).eval(), info.cfg, {"data": data, "recipe": info.recipe, "size": info.size}
+        spec = {"data": data, "recipe": info.recipe, "size": info.size}
+        if info.family is not None:  # a family export: rebuilt through the contract
+            spec.update(family=info.family, family_config=info.family_config)
+        return model.to(device).eval(), info.cfg, spec
     state = ckpt.load(ckpt.find(path))
     cfg = ModelConfig.from_dict(state["model_config"])
     spec = state["spec"]  # a run of another family names it (model/contract.py), looplab's own does not
