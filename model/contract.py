@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import importlib
 import importlib.metadata
 import inspect
@@ -578,3 +579,51 @@ def forward_flops_per_token(module: nn.Module, vocab: int, seq_len: int, loops: 
     if module.caps.flops_per_token:
         return float(module.flops_per_token(loops)) / 3
     return measure_flops_per_token(module.inner, vocab, seq_len, loops) / 3
+
+
+@dataclass(frozen=True)
+class FamilyPricing:
+    """A family's model as the planner prices it, from the contract alone: its parameter count and its
+    training FLOPs per token at any loop count (its own `flops_per_token`, else measured once per count
+    at the config's `seq_len` with FlopCounterMode), the forward a third of them. The module is built
+    once per family and config in a process (on the CPU, never run but for the counter)."""
+
+    family: str
+    config_json: str  # the factory's config (`family_settings`) as canonical JSON
+
+    @property
+    def n_params(self) -> int:
+        return _pricing_module(self.family, self.config_json)[1]
+
+    def training_flops(self, loops: int) -> float:
+        return _priced_flops(self.family, self.config_json, int(loops))
+
+    def forward_flops(self, loops: int) -> float:
+        return self.training_flops(loops) / 3
+
+
+def family_pricing(family: str, config: dict[str, Any]) -> FamilyPricing:
+    """The `FamilyPricing` of `family` built from `config` (its `family_settings`: vocab_size, seq_len)."""
+    import json
+
+    return FamilyPricing(family, json.dumps(config, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=16)
+def _pricing_module(family: str, config_json: str) -> tuple[nn.Module, int]:
+    import json
+
+    fam = resolve_family(family)
+    module = instantiate(fam, json.loads(config_json)).cpu()
+    return module, sum(p.numel() for p in module.parameters())
+
+
+@functools.lru_cache(maxsize=256)
+def _priced_flops(family: str, config_json: str, loops: int) -> float:
+    import json
+
+    module, _ = _pricing_module(family, config_json)
+    if capabilities(module).flops_per_token:
+        return float(module.flops_per_token(loops))
+    config = json.loads(config_json)
+    return measure_flops_per_token(module, config["vocab_size"], config.get("seq_len", CHECK_LEN), loops)
