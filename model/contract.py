@@ -595,6 +595,10 @@ class FamilyPricing:
     def n_params(self) -> int:
         return _pricing_module(self.family, self.config_json)[1]
 
+    @property
+    def capabilities(self) -> Capabilities:
+        return capabilities(_pricing_module(self.family, self.config_json)[0])
+
     def training_flops(self, loops: int) -> float:
         return _priced_flops(self.family, self.config_json, int(loops))
 

@@ -16,17 +16,21 @@ from workers import jobs
 
 CAL = Calibration(device="cpu", flops_per_s=1e9, decode_layer_s=1e-4, save_bytes_per_s=1e12, startup_s=2.0)
 UT = "examples.universal_transformer:factory"
-FOLLOW = {"eval": {"tasks": ["deduction"], "n_per_subset": 2}}
+FOLLOW = {
+    "eval": {"tasks": ["deduction"], "n_per_subset": 2},
+    "decode_bench": {"context_lens": [64], "batch_sizes": [1, 2], "steps": 3},
+}
 # (seconds, FLOPs) per kind of tiny_spec()'s grid with a depth sweep and an eval, before this change
 BEFORE = {
     "train": (9.041254380288, 7041253376.0),
     "depth_sweep": (514.282487808, 514282487808.0),
     "eval": (1.615454208, 1615454208.0),
+    "decode_bench": (0.021853440000000002, 7453440.0),
 }
 
 
 def _priced(base: dict) -> tuple[list, dict]:
-    plans = expand([Grid("g", base=base, then=["depth_sweep", "eval"], follow=FOLLOW)], jobs)
+    plans = expand([Grid("g", base=base, then=["depth_sweep", "eval", "decode_bench"], follow=FOLLOW)], jobs)
     estimates = estimate_plans(TimeModel(None, CAL, "cpu"), plans)
     return plans, {p.kind: e for p, e in zip(plans, estimates, strict=True)}
 
@@ -61,6 +65,11 @@ def test_a_family_is_priced_from_its_own_flops():
     tokens = max(1, sweep["eval_tokens"] // 32) * 32
     inter_tokens = min(tokens, max(32, sweep["interaction_tokens"] // 32 * 32))
     assert narrow["depth_sweep"].flops == pytest.approx(tokens * forwards + inter_tokens * inter)
+    # the decode bench: no KV cache, so each step is a forward over the whole context of each row
+    bench = next(p for p in plans if p.kind == "decode_bench").spec
+    steps = bench["warmup"] + bench["steps"]
+    recompute = steps * (1 + 2) * 64 * cost.forward_flops(4)
+    assert narrow["decode_bench"].flops == pytest.approx(recompute)
 
 
 def test_a_family_s_flop_budget_is_planned_in_its_own_whole_steps():
