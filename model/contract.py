@@ -12,7 +12,7 @@ discovered (`Capabilities`); each missing capability has a fallback the jobs use
     sample_loops(batch, step, seed) -> (B,) ints     else the grid's fixed `loops`
     forward(..., row_key=(seed, step, rows))         else, if the forward is random, split-dependent
     round_states(idx, loops, skip_round=None)        else no state measures in a depth sweep
-    readout(h, idx)                                  else exits emulated from separate forwards
+    readout(h, idx, ctx), run_rounds(..., keep=), rope else exits emulated from separate forwards
     setup_cache / prefill / decode_step              else decoding by full recompute
     flops_per_token(loops) -> float                  else measured with FlopCounterMode
     param_groups() -> {"matrix": [..], "other": [..]} else AdamW on every parameter
@@ -190,7 +190,7 @@ def capabilities(module: nn.Module, factory: Any = None) -> Capabilities:
         sample_loops=has("sample_loops"),
         row_key=_names(fwd, "row_key"),
         round_states=has("round_states") and _names(module.round_states, "skip_round"),
-        readout=has("readout"),
+        readout=all(has(n) for n in ("readout", "run_rounds", "rope")),
         kv_cache=all(has(n) for n in ("setup_cache", "prefill", "decode_step")),
         flops_per_token=has("flops_per_token"),
         param_groups=has("param_groups"),
@@ -448,6 +448,16 @@ class FamilyLM(nn.Module):
 
     def flops_per_token(self, loops: int) -> float:
         return float(self.inner.flops_per_token(loops))
+
+    # the readout at any round and the rounds with a keep mask (as model/looped.py's), for the exit rules
+    def readout(self, h: Tensor, idx: Tensor, ctx=None) -> Tensor:
+        return self.inner.readout(h, idx, ctx)
+
+    def run_rounds(self, *args, **kwargs) -> Tensor:
+        return self.inner.run_rounds(*args, **kwargs)
+
+    def rope(self, n: int):
+        return self.inner.rope(n)
 
 
 @dataclass

@@ -20,15 +20,16 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from model.contract import logits_of
+from model.contract import capabilities, logits_of
 from model.exit_names import ExitRuleName
 from model.exits import ExitOutput, ExitRule, ExitTracker
 
 
 def exit_natively(model: Any) -> bool:
-    """Whether `model` offers what `model.exits` runs the rules on: `readout(h, idx, ctx)` after any
-    round, `run_rounds(...)` with a `keep` mask and `rope(T)` (as `model.looped.LoopedLM`)."""
-    return all(callable(getattr(model, name, None)) for name in ("readout", "run_rounds", "rope"))
+    """Whether `model` (as the jobs hold it) offers what `model.exits` runs the rules on: the contract's
+    readout capability, `readout(h, idx, ctx)` after any round, `run_rounds(...)` with a `keep` mask and
+    `rope(T)` (as `model.looped.LoopedLM`)."""
+    return capabilities(model).readout
 
 
 def rule_needs(rule: ExitRule | None) -> str | None:

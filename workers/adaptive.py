@@ -38,7 +38,7 @@ from typing import Any
 from model import fields
 from model.errors import ConfigError
 from model.exit_names import EMULATED, FIXED, CellKey, ExitRuleName, KVStrategy, strategy_label
-from workers.adaptive_family import emulated_cost, emulated_exits, family_forward_flops
+from workers.adaptive_family import emulated_exits, family_cost, family_forward_flops
 from workers.adaptive_family import refuse_family as refuse_family  # the grid's hook for this kind
 from workers.identity import EXECUTION, spec_to_dict
 from workers.spec_cli import SpecParser, checkpoint_exists, job_parser, run_standalone
@@ -369,10 +369,11 @@ def run(spec: Spec, reporter, artifact_dir: str | Path | None) -> dict[str, Any]
         )
 
     emulated = emulated_exits(model, spec.to_dict(), ev.train_spec, R, reporter)
+    family = ev.train_spec.get("family") is not None  # another family: its own FLOPs, no KV strategies
     views, kv_bytes = (
-        ({KVStrategy.PER_ROUND: model}, {}) if emulated else _strategy_views(model, spec, R, reporter)
+        ({KVStrategy.PER_ROUND: model}, {}) if family else _strategy_views(model, spec, R, reporter)
     )
-    flops_at = family_forward_flops(model, cfg, R) if emulated else None
+    flops_at = family_forward_flops(model, cfg, R) if family else None
     grid = [c for c in cells(spec, R, emulated) if c.strategy in views]
     items = (
         _task_items(spec, Path(artifact_dir or default_out(spec.checkpoint)) / "tasks") if spec.tasks else {}
@@ -450,12 +451,13 @@ def _strategy_views(model, spec: Spec, R: int, reporter) -> tuple[dict, dict]:
 def _eval_row(cell: Cell, r: dict, view_cfg, cfg, spec: Spec, R: int, flops_at=None) -> dict[str, Any]:
     """The `adaptive_evals` row of a cell from its evaluation `r`: FLOPs spent (the rule's readouts
     included) and KV bytes (allocated, needed) from the measured exit rounds; for emulated exits
-    (`flops_at`: the family's forward FLOPs per loop count) `workers.adaptive_family.emulated_cost`."""
+    and for a model of another family (`flops_at`: its forward FLOPs per loop count)
+    `workers.adaptive_family.family_cost`."""
     share = _share(r["hist"])
     cost = (
         _native_cost(cell, share, view_cfg, cfg, R)
         if flops_at is None
-        else emulated_cost(cell.rule, share, flops_at, R)
+        else family_cost(cell.rule, share, flops_at, R)
     )
     return {
         "config": cell.key,

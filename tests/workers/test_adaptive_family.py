@@ -105,12 +105,16 @@ def test_the_example_family_runs_through_the_adaptive_job_emulated(ut_run, tmp_p
 @pytest.mark.parametrize(
     ("family", "follow", "expected"),
     [
-        (UT, {}, "follow.adaptive.kv_strategies: latest, first, last_m need keys/values held across rounds"),
-        (UT, {"kv_strategies": ["per_round"], "decode_steps": 2}, "follow.adaptive.decode_steps: family"),
+        (UT, {}, "follow.adaptive.kv_strategies: latest, first, last_m change what later rounds read"),
+        (
+            UT,
+            {"kv_strategies": ["per_round"], "decode_steps": 2},
+            "follow.adaptive.decode_steps: decoding with exits runs on looplab's own",
+        ),
         (
             "tests.model.test_contract:tiny",
             {"kv_strategies": ["per_round"], "rules": {"state": [0.1]}},
-            "follow.adaptive.rules.state: family 'tests.model.test_contract:tiny' has no round_states",
+            "follow.adaptive.rules.state: family 'tests.model.test_contract:tiny' has neither the readout",
         ),
     ],
 )
@@ -133,3 +137,34 @@ def test_a_family_s_adaptive_follow_up_with_what_emulation_does_is_accepted():
         from workers.adaptive_family import refuse_family
 
         refuse_family({"kv_strategies": ["latest"]}, {"family": UT, "capabilities": {}})
+
+
+def test_a_family_with_the_readout_capability_runs_its_exits_natively():
+    from model.config import ModelConfig
+    from model.contract import build_model, check_family
+    from model.exit_emulation import exit_natively
+
+    cfg = ModelConfig(vocab_size=11, d_model=8, n_heads=1, head_dim=8, n_prelude=1, n_recurrent=1, n_coda=1)
+    assert not exit_natively(build_model(cfg, "tests.model.test_contract:tiny", {"d": 8}).module)
+    native = build_model(cfg, "tests.workers.test_adaptive_family:readout_family")
+    assert native.capabilities.readout and exit_natively(native.module)
+    report = check_family("tests.workers.test_adaptive_family:readout_family", {"vocab_size": 11})
+    assert "readout" not in report.fallbacks()
+
+
+def readout_family(config):
+    """A family whose module has the readout at any round, the rounds with a keep mask and rope: looplab's
+    own model built from the family's config."""
+    from model.config import ModelConfig
+    from model.looped import LoopedLM
+
+    cfg = ModelConfig(
+        vocab_size=config["vocab_size"],
+        d_model=8,
+        n_heads=1,
+        head_dim=8,
+        n_prelude=1,
+        n_recurrent=1,
+        n_coda=1,
+    )
+    return LoopedLM(cfg)
