@@ -140,11 +140,10 @@ def test_a_family_s_adaptive_follow_up_with_what_emulation_does_is_accepted():
 
 
 def test_a_family_with_the_readout_capability_runs_its_exits_natively():
-    from model.config import ModelConfig
     from model.contract import build_model, check_family
     from model.exit_emulation import exit_natively
 
-    cfg = ModelConfig(vocab_size=11, d_model=8, n_heads=1, head_dim=8, n_prelude=1, n_recurrent=1, n_coda=1)
+    cfg = _small(11)
     assert not exit_natively(build_model(cfg, "tests.model.test_contract:tiny", {"d": 8}).module)
     native = build_model(cfg, "tests.workers.test_adaptive_family:readout_family")
     assert native.capabilities.readout and exit_natively(native.module)
@@ -152,19 +151,17 @@ def test_a_family_with_the_readout_capability_runs_its_exits_natively():
     assert "readout" not in report.fallbacks()
 
 
+def _small(vocab: int):
+    from model.config import ModelConfig
+
+    return ModelConfig(
+        vocab_size=vocab, d_model=8, n_heads=1, head_dim=8, n_prelude=1, n_recurrent=1, n_coda=1
+    )
+
+
 def readout_family(config):
     """A family whose module has the readout at any round, the rounds with a keep mask and rope: looplab's
     own model built from the family's config."""
-    from model.config import ModelConfig
     from model.looped import LoopedLM
 
-    cfg = ModelConfig(
-        vocab_size=config["vocab_size"],
-        d_model=8,
-        n_heads=1,
-        head_dim=8,
-        n_prelude=1,
-        n_recurrent=1,
-        n_coda=1,
-    )
-    return LoopedLM(cfg)
+    return LoopedLM(_small(config["vocab_size"]))
