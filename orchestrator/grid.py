@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import importlib
 import itertools
 import json
 from dataclasses import dataclass, field
@@ -451,6 +452,7 @@ def expand(grids: list[Grid], kinds: JobRegistry) -> list[JobPlan]:
             for follow in grid.then:
                 plans.append(_follow_up(kinds, grid, follow, idx, spec, gi, label, follow_ups))
                 plans[-1].family_facts = facts
+                _check_follow_family(grid.name, plans[-1], facts)
     pairing.link(plans, trains, pending_match)
     _add_preparations(plans, grids, kinds, follow_ups)
     return plans
@@ -475,9 +477,31 @@ def _check_family(grid_name: str, spec: dict[str, Any], reports: dict[str, Any])
             report = check_family(family, config, loops=cfg.loops)
         except ConfigError as e:
             raise ConfigError(f"grid {grid_name!r}: {e}") from None
-        # what the variant columns say of this model (model/counts.py's figures are LoopedLM's)
-        reports[key] = {"n_params": report.n_params, "flops_per_token": report.flops_per_token}
+        # what the variant columns say of this model (model/counts.py's figures are LoopedLM's), and
+        # what its follow-ups may ask of it (`_check_follow_family`)
+        reports[key] = {
+            "n_params": report.n_params,
+            "flops_per_token": report.flops_per_token,
+            "family": report.family,
+            "capabilities": dataclasses.asdict(report.capabilities),
+        }
     return reports[key]
+
+
+def _check_follow_family(grid_name: str, plan: JobPlan, facts: dict[str, Any] | None) -> None:
+    """A follow-up of a run of another family that its kind cannot run on that family is refused before
+    anything is stored: the kind's module may define `refuse_family(spec, facts)` (facts: the family
+    and its capabilities), raising ConfigError naming the field (the adaptive job: what its emulated
+    exits cannot do)."""
+    if facts is None:
+        return
+    refuse = getattr(importlib.import_module(plan.declared.module), "refuse_family", None)
+    if refuse is None:
+        return
+    try:
+        refuse(plan.spec, facts)
+    except ConfigError as e:
+        raise ConfigError(f"grid {grid_name!r}: follow.{plan.kind}.{e}") from None
 
 
 def needs_preparation(data: dict[str, Any]) -> bool:

@@ -2,7 +2,8 @@
 
 A *model directory* holds
 - `config.json` with `_class_name`: `ParcaeConfig` (the public Parcae code's layout, read through
-  `model.parcae_layout`) or `looplab.LoopedLM` (what `export_model` writes: our `ModelConfig`); or with
+  `model.parcae_layout`), `looplab.LoopedLM` (what `export_model` writes: our `ModelConfig`) or
+  `looplab.Family` (`export_model` of a run of another family: its family, family_config, weights); or with
   `model_type`: `huginn_raven` (the public Huginn code's layout, a model of the family
   `families.huginn`, read through `families.huginn.layout`);
 - the weights: `model.safetensors`, `pytorch_model.bin` or `model.pt` (the first found; a `.bin`/`.pt`
@@ -19,9 +20,9 @@ Every bad source is a ConfigError that names the problem: the missing file and w
 the unknown `_class_name` and the accepted ones, the tensor whose shape differs (both shapes), the
 unexpected or missing tensors, the config field looplab cannot compute.
 
-`load_model_dir` reads any of them into a checked `LoopedLM` (a Huginn layout: the family's module as
-the jobs hold it, `model.contract.FamilyLM`); workers/model_export.py writes a looplab checkpoint as
-one (read back bit for bit).
+`load_model_dir` reads any of them into a checked `LoopedLM` (a family export or a Huginn layout: the
+family's module as the jobs hold it, `model.contract.FamilyLM`); workers/model_export.py writes a
+looplab checkpoint as one (read back bit for bit).
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.pt", "model.saf
 SHARD_INDEX = "model.safetensors.index.json"  # a sharded safetensors checkpoint: {"weight_map": name -> file}
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer/tokenizer.json")
 LOOPLAB_CLASS = "looplab.LoopedLM"
-CLASSES = (parcae_layout.CLASS_NAME, LOOPLAB_CLASS)
+FAMILY_CLASS = "looplab.Family"  # an export of a run of another model family (model/contract.py)
+CLASSES = (parcae_layout.CLASS_NAME, LOOPLAB_CLASS, FAMILY_CLASS)
 # config.json's `model_type` of a published layout of another family -> that layout's mapping module
 FAMILY_LAYOUTS = {huginn_layout.MODEL_TYPE: huginn_layout}
 # What a hub snapshot needs of a model repo (nothing else is downloaded)
@@ -222,7 +224,9 @@ class ModelInfo:
     recipe: str | None = None
     size: str | None = None
     tokenizer: str | None = None  # "byte" when a looplab export says so
-    family: str | None = None  # a model of another family (model/contract.py), with its config
+    # a model of another family (model/contract.py), with its config: a family export (FAMILY_CLASS) or
+    # a published layout (FAMILY_LAYOUTS); None for LoopedLM
+    family: str | None = None
     family_config: dict[str, Any] | None = None
 
 
@@ -239,15 +243,22 @@ def read_config(directory: Path) -> ModelInfo:
         return _family_info(raw, FAMILY_LAYOUTS[raw["model_type"]], path)
     if cls == parcae_layout.CLASS_NAME:
         return ModelInfo(parcae_layout.config_from_parcae(raw), cls)
-    if cls == LOOPLAB_CLASS:
+    if cls in (LOOPLAB_CLASS, FAMILY_CLASS):
         from model.config import ModelConfig
 
+        family = raw.get("family") if cls == FAMILY_CLASS else None
+        if cls == FAMILY_CLASS and (
+            not isinstance(family, str) or not isinstance(raw.get("family_config"), dict)
+        ):
+            raise ConfigError(f"config.family: {path} ({cls}) must name the family and its family_config")
         return ModelInfo(
             ModelConfig.from_dict(raw.get("model_config") or {}),
             cls,
             raw.get("recipe"),
             raw.get("size"),
             raw.get("tokenizer"),
+            family,
+            raw.get("family_config") if family else None,
         )
     raise ConfigError(
         f"config._class_name: {cls!r} in {path} is unknown; accepted: {', '.join(CLASSES)} (or model_type "
@@ -295,13 +306,15 @@ def read_weights(path: Path) -> dict[str, Any]:
 
 def load_model_dir(directory: str | Path):
     """(LoopedLM on the CPU, its ModelInfo, its tokenizer.json or None) of a model directory, weights
-    loaded and checked tensor by tensor."""
+    loaded and checked tensor by tensor; a family export's model is rebuilt through the contract
+    (`load_family_dir`), a published layout of another family's mapped by its layout (`_load_published`)."""
     from model.looped import LoopedLM
 
     directory = Path(directory)
     info = read_config(directory)
     if info.family is not None:
-        return _load_family(directory, info), info, tokenizer_path(directory)
+        load = _load_published if info.layout in FAMILY_LAYOUTS else load_family_dir
+        return load(directory, info), info, tokenizer_path(directory)
     model = LoopedLM(info.cfg)
     want = model.state_dict()
     state = read_weights(weights_path(directory))
@@ -313,7 +326,7 @@ def load_model_dir(directory: str | Path):
     return model, info, tokenizer_path(directory)
 
 
-def _load_family(directory: Path, info: ModelInfo):
+def _load_published(directory: Path, info: ModelInfo):
     """The module (`model.contract.FamilyLM`) of a published layout of another family, its weights
     mapped by the family's layout and checked tensor by tensor."""
     from model.contract import build_model
@@ -327,6 +340,26 @@ def _load_family(directory: Path, info: ModelInfo):
         raise ConfigError(f"source: {directory}: {e}") from None
     module.inner.load_state_dict(state)
     return module
+
+
+def load_family_dir(directory: Path, info: ModelInfo):
+    """The model of a family export (FAMILY_CLASS): `model.contract.build_model` of its family and
+    family_config (FamilyError naming the family when it does not import here), its own module's weights
+    loaded strictly from model.safetensors (a missing or unexpected tensor refused by name)."""
+    from safetensors.torch import load_model
+
+    from model.contract import build_model
+
+    built = build_model(info.cfg, info.family, info.family_config)
+    path = directory / WEIGHT_FILES[0]
+    if not path.is_file():
+        raise ConfigError(f"source: {directory}: a family export keeps its weights in {WEIGHT_FILES[0]}")
+    try:
+        load_model(built.module.inner, str(path))
+    except RuntimeError as e:
+        first = str(e).splitlines()[0] if str(e) else ""
+        raise ConfigError(f"weights: {path} do not fit family {info.family!r}: {first}") from None
+    return built.module
 
 
 def is_model_dir(path: str | Path) -> bool:

@@ -156,8 +156,9 @@ class HuginnLM(nn.Module):
             x = block(x, rot, cache, cache.coda_slot(i) if cache else 0)
         return self.head(self.norm(x)).float()
 
-    def readout(self, h: Tensor, idx: Tensor) -> Tensor:
-        """Logits (B, T, V) of a state h (B, T, d) at any recurrence: the coda and head on it."""
+    def readout(self, h: Tensor, idx: Tensor, ctx=None) -> Tensor:
+        """Logits (B, T, V) of a state h (B, T, d) at any recurrence: the coda and head on it (`ctx`, the
+        contract's exit-path context, is not needed: the coda's rotation is made from T)."""
         return self._coda(h, self._rot(torch.arange(idx.shape[1], device=idx.device)))
 
     # ---- the contract -----------------------------------------------------------------------------

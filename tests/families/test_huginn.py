@@ -29,9 +29,11 @@ def _model(**kw):
     return factory({**TINY, **kw})
 
 
-def test_the_family_meets_the_contract_with_every_capability():
+def test_the_family_meets_the_contract_with_every_capability_but_the_exit_path():
+    """The exit path (readout with ctx, run_rounds with a keep mask, rope) is not the family's yet: its
+    exits are emulated from separate forwards."""
     report = check_family(NAME, dict(TINY), loops=2)
-    assert all(vars(report.capabilities).values()) and report.fallbacks() == {}
+    assert report.fallbacks() == {"readout": "exits emulated from separate forwards"}
     assert not report.split_dependent and report.n_params > 0 and not report.flops_measured
 
 
@@ -74,15 +76,10 @@ def test_only_the_last_recurrences_carry_gradient():
 
 @pytest.mark.parametrize("loops", [1, 2])
 def test_flops_per_token_match_the_counter_while_every_recurrence_has_gradient(loops):
-    """Every matmul as the counter sees it; the attention scores, which the counter does not see in the
-    CPU attention kernel, counted dense as looplab's FLOP model does by default (model/flops.py): 4 d T
-    per layer."""
+    """Every matmul as the counter sees it, and the CPU attention kernel counted as its matmuls, dense,
+    as looplab's FLOP model does by default (model/flops.py): 4 d T per layer."""
     model = _model(backprop_depth=2)
-    layers = 1 + 2 * loops + 1  # prelude, core x loops, coda
-    attention = 3 * layers * 4 * TINY["d_model"] * TINY["seq_len"]
-    assert (
-        model.flops_per_token(loops) == measure_flops_per_token(model, 64, TINY["seq_len"], loops) + attention
-    )
+    assert model.flops_per_token(loops) == measure_flops_per_token(model, 64, TINY["seq_len"], loops)
 
 
 def test_the_published_configuration_is_counted_without_allocating_it():
@@ -185,7 +182,11 @@ def test_the_family_runs_every_job_kind(tmp_path, looplab_cache):
     train = jobs.run("train", spec, MemoryReporter(), tmp_path / "train")
     assert train["final_val_loss"] < math.log(256)
     facts = json.loads((tmp_path / "train" / "family.json").read_text())
-    assert not facts["flops_measured"] and facts["fallbacks"] == {} and not facts["split_dependent"]
+    assert (
+        not facts["flops_measured"]
+        and facts["fallbacks"] == {"readout": "exits emulated from separate forwards"}
+        and not facts["split_dependent"]
+    )
 
     sweep = {
         "checkpoint": str(tmp_path / "train"),
