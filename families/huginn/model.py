@@ -16,6 +16,10 @@ plus one) and only the last `backprop_depth` recurrences carry gradient (truncat
 The initial state is drawn from the row key (`model.init.h0_rows`: a pure function of seed, step,
 global row, position and channel), so a step's states and loop counts do not depend on how its rows
 are split over micro-batches or workers; a forward without a key uses seed 0, step 0, rows 0..B-1.
+
+The contract's exit path (`rope`, `readout` at any recurrence, `run_rounds` with a keep mask) lets
+`model.exits` run per-token exit rules inside one forward: a stopped token holds its state and its
+last keys and values (`HeldKV`), the function of the `full` KV strategy with per-token exits.
 """
 
 from __future__ import annotations
@@ -93,6 +97,26 @@ class SandwichBlock(nn.Module):
         return self.mlp_out(self.mlp(self.mlp_in(x)) + x)
 
 
+class HeldKV:
+    """The keys and values each token offers later recurrences at each core layer: its last computed
+    recurrence's (a token that stopped holds them). Passed where a cache goes: it owns a slot per core
+    layer and none for the prelude and coda (`attend` passes those through)."""
+
+    def __init__(self) -> None:
+        self.running: Tensor | None = None  # (B, 1, T, 1) bool: the tokens computing this recurrence
+        self.last: dict[int, tuple[Tensor, Tensor]] = {}  # core layer -> (K, V) (B, H, T, D)
+
+    def core_slot(self, r: int, j: int) -> int:
+        return j
+
+    def attend(self, slot: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        last = self.last.get(slot)
+        if last is not None and self.running is not None:
+            k, v = torch.where(self.running, k, last[0]), torch.where(self.running, v, last[1])
+        self.last[slot] = (k, v)
+        return k, v
+
+
 class HuginnLM(nn.Module):
     def __init__(self, cfg: HuginnConfig) -> None:
         super().__init__()
@@ -156,10 +180,49 @@ class HuginnLM(nn.Module):
             x = block(x, rot, cache, cache.coda_slot(i) if cache else 0)
         return self.head(self.norm(x)).float()
 
+    # ---- the exit path: readout at any recurrence, recurrences with a keep mask, rope ------------------
+
+    def rope(self, n: int) -> tuple[Tensor, Tensor]:
+        """cos, sin (n, 1, head_dim/2) of positions 0..n-1: the rotation `run_rounds` and `readout` read
+        from the exit path's context (`model.exits` builds it from these)."""
+        return self._rot(torch.arange(n, device=self.embed.weight.device))
+
     def readout(self, h: Tensor, idx: Tensor, ctx=None) -> Tensor:
-        """Logits (B, T, V) of a state h (B, T, d) at any recurrence: the coda and head on it (`ctx`, the
-        contract's exit-path context, is not needed: the coda's rotation is made from T)."""
-        return self._coda(h, self._rot(torch.arange(idx.shape[1], device=idx.device)))
+        """Logits (B, T, V) of a state h (B, T, d) at any recurrence: the coda and head on it, rotated by
+        `ctx`'s cos and sin (`rope`), else for positions 0..T-1."""
+        rot = self.rope(idx.shape[1]) if ctx is None else (ctx.cos, ctx.sin)
+        return self._coda(h, rot)
+
+    def run_rounds(self, idx: Tensor, ctx, positions: Tensor, counts, h0_seed=None, skip_round=None,
+                   observe=None, keep=None) -> Tensor:  # fmt: skip
+        """The prelude, the initial state and the recurrences with the exit path's context -> the last
+        state (B, T, d), as `model.looped.LoopedLM.run_rounds`: `counts` an int or one per row (a row
+        holds its state after its count); `h0_seed` a `model.init.RowKey` (else the forward's default
+        key, as `FamilyLM` calls the forward); `skip_round` runs recurrence g (0-based) as the identity;
+        `observe(s)` is handed s_0 and every recurrence's output; `keep()` is asked before every
+        recurrence which tokens run it ((B, T, 1) bool, or False to stop). A token that does not run
+        keeps its state, and later tokens read, at every core layer, the keys and values of its last
+        computed recurrence (`HeldKV`): the function of the `full` KV strategy with per-token exits."""
+        rot = (ctx.cos, ctx.sin)
+        e = self.embed_prelude(idx, rot)
+        s = self.initial_state(idx, positions, h0_seed if hasattr(h0_seed, "rows") else None)
+        B = idx.shape[0]
+        ran = torch.as_tensor([counts] * B if isinstance(counts, int) else counts).to(idx.device)
+        held = HeldKV()
+        if observe is not None:
+            observe(s)
+        for r in range(int(ran.max())):
+            running = None if keep is None else keep()
+            if running is False:
+                break
+            rows = (ran > r)[:, None, None]  # (B, 1, 1): the rows whose count reaches recurrence r
+            running = rows if running is None else running & rows
+            held.running = running[:, None]  # (B, 1, T, 1) against keys (B, H, T, D)
+            new = s if r == skip_round else self.recur(s, e, rot, r, held)
+            s = torch.where(running, new, s)
+            if observe is not None:
+                observe(s)
+        return s
 
     # ---- the contract -----------------------------------------------------------------------------
 

@@ -2,7 +2,7 @@
 initial states and recurrence counts that do not depend on the split, truncated backprop, its FLOPs
 (checked against FlopCounterMode) and the published configuration's counts, its KV cache across
 recurrences under both strategies (checked against the full forward and the bytes the tensors hold),
-and every job kind from one spec."""
+its exit path (the adaptive job's rules run natively), and every job kind from one spec."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import torch
 
 from families.huginn import PUBLISHED, KVStrategy, factory, published_counts
 from model.contract import check_family, measure_flops_per_token
+from model.exit_names import EMULATED, CellKey
 from model.init import RowKey
 from tests.workers.conftest import tiny_spec
 from workers import jobs
@@ -29,11 +30,9 @@ def _model(**kw):
     return factory({**TINY, **kw})
 
 
-def test_the_family_meets_the_contract_with_every_capability_but_the_exit_path():
-    """The exit path (readout with ctx, run_rounds with a keep mask, rope) is not the family's yet: its
-    exits are emulated from separate forwards."""
+def test_the_family_meets_the_contract_with_every_capability():
     report = check_family(NAME, dict(TINY), loops=2)
-    assert report.fallbacks() == {"readout": "exits emulated from separate forwards"}
+    assert all(vars(report.capabilities).values()) and report.fallbacks() == {}
     assert not report.split_dependent and report.n_params > 0 and not report.flops_measured
 
 
@@ -182,11 +181,7 @@ def test_the_family_runs_every_job_kind(tmp_path, looplab_cache):
     train = jobs.run("train", spec, MemoryReporter(), tmp_path / "train")
     assert train["final_val_loss"] < math.log(256)
     facts = json.loads((tmp_path / "train" / "family.json").read_text())
-    assert (
-        not facts["flops_measured"]
-        and facts["fallbacks"] == {"readout": "exits emulated from separate forwards"}
-        and not facts["split_dependent"]
-    )
+    assert not facts["flops_measured"] and facts["fallbacks"] == {} and not facts["split_dependent"]
 
     sweep = {
         "checkpoint": str(tmp_path / "train"),
@@ -196,6 +191,7 @@ def test_the_family_runs_every_job_kind(tmp_path, looplab_cache):
     }
     out = jobs.run("depth_sweep", jobs.validate("depth_sweep", sweep), MemoryReporter(), tmp_path / "sweep")
     assert [e["loops"] for e in out["depth_evals"]] == [1, 3] and out["round_interactions"]
+    out_sweep = out["depth_evals"]
 
     arch = {k: spec[k] for k in ("recipe", "size", "model", "family", "family_config")}
     bench = jobs.validate("decode_bench", {**arch, "context_lens": [48], "batch_sizes": [1], "steps": 2})
@@ -206,6 +202,53 @@ def test_the_family_runs_every_job_kind(tmp_path, looplab_cache):
     ev = {"checkpoint": str(tmp_path / "train"), "tasks": ["deduction"], "loops": [1, 3], "n_per_subset": 2}
     scores = jobs.run("eval", jobs.validate("eval", ev), MemoryReporter(), tmp_path / "eval")["task_scores"]
     assert {(s["loops"], s["subset"]) for s in scores} >= {(1, "all"), (3, "all")}
+
+    # the adaptive job runs its exit rules natively (rows not labelled emulated), at its own FLOPs
+    adaptive = {
+        "checkpoint": str(tmp_path / "train"),
+        "rules": {"state": [0.05], "kl": [0.01], "argmax": [0, "inf"]},
+        "kv_strategies": ["per_round"],
+        **{"eval_tokens": 512, "batch_size": 8, "device": "cpu"},
+    }
+    rep = MemoryReporter()
+    out = jobs.run("adaptive", jobs.validate("adaptive", adaptive), rep, tmp_path / "adaptive")
+    evals = {CellKey.parse(r["config"]).rule: r for r in out["adaptive_evals"]}
+    assert set(evals) == {"fixed", "state<0.05", "kl<0.01", "argmax>=0", "argmax>=inf"}
+    assert not any(r["config"].endswith(EMULATED) for r in evals.values())
+    assert not any("emulated" in e["message"] for e in rep.of("log"))
+    fixed, first, never = evals["fixed"], evals["argmax>=0"], evals["argmax>=inf"]
+    depth3 = next(e["val_loss"] for e in out_sweep if e["loops"] == 3)
+    assert fixed["val_loss"] == pytest.approx(depth3, rel=1e-6) and fixed["mean_rounds"] == 3
+    assert never["val_loss"] == fixed["val_loss"] and first["mean_rounds"] == 2
+    assert fixed["forward_flops_per_token"] > first["forward_flops_per_token"]
+    assert 2 <= evals["kl<0.01"]["mean_rounds"] <= 3 and 2 <= evals["state<0.05"]["mean_rounds"] <= 3
+
+
+def test_the_exit_path_is_the_forward_at_fixed_depth_and_decoding_under_full_with_per_token_exits():
+    """run_rounds with a keep mask and readout at any recurrence (the contract's exit path, run by
+    model.exits): every token at R is the forward at R exactly, an infinite threshold the forward at
+    min_rounds; given per-token exits, the sequence forward equals decoding token by token from an empty
+    `full` cache with each token's recurrences (an exited token's last keys and values read later)."""
+    from model.contract import build_model
+    from model.exit_emulation import exit_natively
+    from model.exits import ExitRule, exit_forward
+    from model.presets import preset
+
+    cfg = preset("fixed4", "tiny", vocab_size=64, seq_len=16, loops=4)
+    lm = build_model(cfg, NAME, {k: TINY[k] for k in ("d_model", "n_heads", "mlp")}).module.eval()
+    assert exit_natively(lm)
+    idx = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(5))
+    at = {n: lm(idx, loops=n, h0_seed=0).logits for n in (2, 4)}
+    fixed = exit_forward(lm, idx, h0_seed=0, exits=torch.full(idx.shape, 4), max_rounds=4)
+    assert torch.equal(fixed.logits, at[4]) and (fixed.exit_round == 4).all()
+    first = exit_forward(lm, idx, ExitRule("kl", float("inf"), 2, 4), h0_seed=0, stop=True)
+    assert torch.equal(first.logits, at[2]) and first.rounds_run == 2
+    exits = torch.randint(1, 5, idx.shape, generator=torch.Generator().manual_seed(6))
+    out = exit_forward(lm, idx, h0_seed=0, exits=exits, max_rounds=4)
+    cache = lm.inner.setup_cache(2, 8, loops=4, strategy="full")
+    steps = [lm.inner.decode_step(idx[:, t], cache, loops=exits[:, t]) for t in range(8)]
+    torch.testing.assert_close(out.logits, torch.stack(steps, 1), rtol=1e-4, atol=1e-4)
+    assert not torch.allclose(out.logits, at[4], atol=1e-3)  # the exits changed the function
 
 
 def test_micro_batches_train_the_same_model(tmp_path, looplab_cache):
