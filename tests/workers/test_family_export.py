@@ -1,7 +1,7 @@
 """A run of another model family exported as a model directory (workers/model_export.py, `_class_name`
 looplab.Family) and read back through the contract (workers/hub.py `load_model_dir`), directly and
-through the import job: the same logits; a family that does not import where it is read is refused
-naming it."""
+through the import job: the same logits (the example family and the Huginn-style one); a family that
+does not import where it is read is refused naming it."""
 
 from __future__ import annotations
 
@@ -20,16 +20,21 @@ UT = "examples.universal_transformer:factory"
 FAMILY = {"family": UT, "family_config": {"d_model": 32, "n_heads": 2}, "optimizer": "adamw"}
 
 
-def test_a_family_run_exports_and_reads_back_with_equal_logits(tmp_path, looplab_cache):
+HUGINN = {"family": "families.huginn:factory", "family_config": {"d_model": 32, "n_heads": 2, "mlp": 48}}
+
+
+@pytest.mark.parametrize("family", [FAMILY, {**FAMILY, **HUGINN}], ids=["example", "huginn"])
+def test_a_family_run_exports_and_reads_back_with_equal_logits(tmp_path, looplab_cache, family):
     from workers.depth_sweep import load_model
 
-    spec = jobs.validate("train", tiny_spec(**FAMILY, model={"loops": 3}, tokens=8 * 32 * 4))
+    name, family_config, package = family["family"], family["family_config"], family["family"].split(".")[0]
+    spec = jobs.validate("train", tiny_spec(**family, model={"loops": 3}, tokens=8 * 32 * 4))
     jobs.run("train", spec, MemoryReporter(), tmp_path / "run")
     original, cfg, _ = load_model(tmp_path / "run", torch.device("cpu"))
     out = export_model(tmp_path / "run", tmp_path / "exported")
     config = json.loads((out / "config.json").read_text())
-    assert config["_class_name"] == hub.FAMILY_CLASS and config["family"] == UT
-    assert config["family_config"] == {"d_model": 32, "n_heads": 2} and config["family_package"] == "examples"
+    assert config["_class_name"] == hub.FAMILY_CLASS and config["family"] == name
+    assert config["family_config"] == family_config and config["family_package"] == package
     assert "family_version" in config and "looplab_version" in config
     from safetensors import safe_open
 
@@ -41,15 +46,15 @@ def test_a_family_run_exports_and_reads_back_with_equal_logits(tmp_path, looplab
     with torch.no_grad():
         want = original(idx, loops=3).logits
         back, info, _ = hub.load_model_dir(out)
-        assert info.family == UT and info.cfg == cfg
+        assert info.family == name and info.cfg == cfg
         assert torch.equal(back.eval()(idx, loops=3).logits, want)
         # a model directory is a checkpoint for the follow-ups, and a source for the import job
         direct, _, direct_spec = load_model(out, torch.device("cpu"))
-        assert direct_spec["family"] == UT and torch.equal(direct(idx, loops=3).logits, want)
+        assert direct_spec["family"] == name and torch.equal(direct(idx, loops=3).logits, want)
         ispec = importer.Spec.from_dict({"source": str(out)})
         importer.run(ispec, MemoryReporter(), tmp_path / "imported")
         imported, _, imported_spec = load_model(tmp_path / "imported", torch.device("cpu"))
-        assert imported_spec["family_config"] == {"d_model": 32, "n_heads": 2}
+        assert imported_spec["family_config"] == family_config
         assert torch.equal(imported(idx, loops=3).logits, want)
 
     config["family"] = "no_such_package_xyz:factory"
