@@ -547,6 +547,12 @@ def _follow_up(
             raise ConfigError(f"grid {grid.name!r}: follow.{follow}.checkpoint: set by the queue")
         fs = _validate(kinds, grid.name, follow, {**over, "checkpoint": _PENDING_CKPT})
         fs.pop("checkpoint", None)
+        check = getattr(kinds, "check_follow", None)  # the follow-up against the job it follows
+        if check is not None:
+            try:
+                check(follow, fs, grid.job, spec)
+            except ConfigError as e:
+                raise ConfigError(f"grid {grid.name!r}: follow.{follow}: {e}") from None
         deps = [idx]
     else:
         arch = {k: spec[k] for k in declared.arch_keys if k in spec}

@@ -142,6 +142,31 @@ class Spec:
     to_dict = spec_to_dict
 
 
+def check_followed(spec: dict[str, Any], followed_kind: str, followed: dict[str, Any]) -> None:
+    """At submission (workers.jobs `check_follow`): a `gate` rule needs the trained model to have an exit
+    gate. Known from the train spec of looplab's own model (its `model.exit_gate`); another family's
+    capability is checked when the job starts (`run`)."""
+    if ExitRuleName.GATE not in spec.get("rules", {}) or followed_kind != "train":
+        return
+    if followed.get("family") not in (None, "looped"):
+        return
+    gate = (followed.get("model") or {}).get("exit_gate", "none")
+    if gate == "none":
+        raise ConfigError(
+            "rules.gate: the model it follows was trained without an exit gate (model.exit_gate: none); "
+            "train with exit_gate entropy, geometric or act, or drop the gate rule"
+        )
+
+
+def _refuse_gate_without_gate(spec: Spec, model) -> None:
+    """At the job's start: the `gate` rule on a model without the exit-gate capability."""
+    if ExitRuleName.GATE in spec.rules and getattr(model, "gate", None) is None:
+        raise ConfigError(
+            "rules.gate: this model has no exit gate (trained with model.exit_gate: none); accepted rules: "
+            + ", ".join(r for r in ExitRuleName if r is not ExitRuleName.GATE)
+        )
+
+
 def threshold_of(name: str, v: Any) -> float:
     """A threshold as a float: a number, or "inf" / "infinity" for infinity."""
     if isinstance(v, str) and v.strip().lower() in ("inf", "infinity"):
@@ -347,6 +372,7 @@ def run(spec: Spec, reporter, artifact_dir: str | Path | None) -> dict[str, Any]
     device = resolve_device(spec.device)
     ev = eval_inputs(spec.checkpoint, spec.eval_tokens, device)
     model, cfg, train_spec, chunks, token_bytes = ev.model, ev.cfg, ev.train_spec, ev.chunks, ev.token_bytes
+    _refuse_gate_without_gate(spec, model)
     R = cfg.loops if spec.max_rounds is None else spec.max_rounds
     if R < spec.min_rounds:
         raise ConfigError(
