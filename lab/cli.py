@@ -218,12 +218,13 @@ def _study_commands(sub: argparse._SubParsersAction) -> None:
     dm.add_argument("--fast", action="store_true", help="a smaller grid (for smoke tests)")
     dm.add_argument(
         "--study",
-        choices=["iso-depth", "loop-design", "adaptive", "lean"],
+        choices=["iso-depth", "loop-design", "adaptive", "learned-exits", "lean"],
         default=None,
         help="run a study instead, CPU-sized: iso-depth = the iso-depth scaling law; "
         "loop-design = loop layouts, injections, history and timestep variants with "
         "depth sweeps (page Extrapolation); adaptive = per-token exit rules and KV "
-        "strategies against the fixed depth (page Adaptive); lean = parcae, fixed4 and "
+        "strategies against the fixed depth (page Adaptive); learned-exits = exit gates trained "
+        "with the entropy, geometric and act objectives, judged with the post-hoc rules; lean = parcae, fixed4 and "
         "lean at ~1 M tokens with depth sweeps, its findings checked and a report written",
     )
     dm.add_argument("--artifacts", default=None, help="artifact directory (default: ./looplab_artifacts)")
