@@ -5,13 +5,12 @@ tables hold learned and post-hoc rules side by side, and the gate at threshold 1
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 
 import pytest
 
-from tests.test_adaptive_demo import sql
-from tests.test_end_to_end import LOOPLAB, ROOT
+from tests.test_adaptive_demo import fast_demo, sql
+from tests.test_end_to_end import ROOT
 
 pytestmark = [pytest.mark.demo, pytest.mark.ray, pytest.mark.slow]
 
@@ -20,14 +19,7 @@ def test_the_fast_learned_exits_demo_end_to_end(tmp_path, looplab_cache):
     env = {**os.environ, "LOOPLAB_CACHE": str(looplab_cache), "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     db = tmp_path / "looplab.db"
     t0 = time.monotonic()
-    out = subprocess.run(
-        [*LOOPLAB, "--db", str(db), "demo", "--study", "learned-exits", "--fast"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
+    out = fast_demo("learned-exits", tmp_path, db, env, timeout=1800)
     print(f"demo --study learned-exits --fast: {time.monotonic() - t0:.0f} s")  # docs/adaptive.md's time
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "rounds saved at equal loss" in out.stdout and "whole demo" in out.stdout
