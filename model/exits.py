@@ -284,26 +284,23 @@ def _run(model, idx, ctx, positions, max_rounds, h0_seed, rule, exits, stop) -> 
     def readout(h: Tensor) -> Tensor:
         return model.readout(h, idx, ctx)
 
-    gate = None
-    if rule is not None and rule.rule is ExitRuleName.GATE:
-        from model.exit_gate import GateMass
-
-        gate = GateMass(model.exit_gate, model.cfg.exit_gate, model.cfg.gate_eps)
     tracker = ExitTracker(
-        rule,
-        exits,
-        max_rounds,
-        tuple(idx.shape),
-        idx.device,
-        readout=readout,
-        held=ctx.held,
-        stop=stop,
-        gate=gate,
+        rule, exits, max_rounds, tuple(idx.shape), idx.device, readout=readout, held=ctx.held, stop=stop
     )
+    tracker.gate = _gate_mass(model, rule)
     h = model.run_rounds(idx, ctx, positions, max_rounds, h0_seed, observe=tracker.observe, keep=tracker.keep)
     if ctx.cache is not None and tracker.rounds_run < max_rounds:
         _fill_rounds_not_run(ctx, tracker.rounds_run, max_rounds, positions)
     return ExitOutput(model.readout(h, idx, ctx), tracker.exit_round, tracker.rounds_run)
+
+
+def _gate_mass(model, rule: ExitRule | None):
+    """The `gate` rule's cumulative exit mass round by round (`model.exit_gate.GateMass`), else None."""
+    if rule is None or rule.rule is not ExitRuleName.GATE:
+        return None
+    from model.exit_gate import GateMass
+
+    return GateMass(model.exit_gate, model.cfg.exit_gate, model.cfg.gate_eps)
 
 
 def _fill_rounds_not_run(ctx, first: int, max_rounds: int, positions: Tensor) -> None:

@@ -207,6 +207,9 @@ class Trainer:
         self.forward_model = gang.wrap(self.model, self.model.compile_parts() if spec.compile else self.model)
         self.state = TrainerState(sampler=sampler_for(spec.data))
         self.schedule: TimeBudgetSchedule | None = None  # time budget only
+        self.gate_stats: torch.Tensor | None = (
+            None  # a learned exit's last step: (task loss, mean exit round)
+        )
 
     def _family_facts(self) -> None:
         """Another family's parameter counts, FLOPs per token and split-dependence (model.contract
@@ -469,6 +472,7 @@ class Trainer:
         h0 = self._step_h0(step)  # (B, T, d) for a version-0 run, else None
         n_targets = spec.batch_size * T  # get_batch's targets are all real tokens (none is -1)
         loss = torch.zeros((), device=self.device)
+        gate = None  # a learned exit's (task loss, expected rounds), as the loss: each forward's share
         for j, rows in enumerate(forwards):
             data_at = data_step(step, self.state.skipped_steps)  # the step itself unless spikes were skipped
             x, y = get_batch(
@@ -479,11 +483,16 @@ class Trainer:
             with self.gang.sync(forward_model, last=j == len(forwards) - 1):
                 with autocast(self.device):
                     out = forward_model(x, targets=y, loops=counts[rows], h0_seed=key)
-                part = out.loss * (len(rows) * T / n_targets)  # this forward's share of the step's mean
+                share = len(rows) * T / n_targets
+                part = out.loss * share  # this forward's share of the step's mean
                 if data_at == TEST_SPIKE[0]:
                     part = part * TEST_SPIKE[1]  # tests only: a spike at a data step (workers/rewind.py)
                 part.backward()
             loss += part.detach()
+            if out.task_loss is not None:
+                both = torch.stack([out.task_loss.detach(), out.expected_rounds.detach()]) * share
+                gate = both if gate is None else gate + both
+        self.gate_stats = None if gate is None else self.gang.total(gate)
         return loss
 
     def _step_h0(self, step: int) -> torch.Tensor | None:
@@ -539,6 +548,10 @@ class Trainer:
                 rep.metric("train_loss", step, loss, tokens=tokens, wall_s=wall)
                 rep.metric("lr", step, lr, tokens=tokens, wall_s=wall)
                 rep.metric("tokens_per_s", step, tokens / max(wall, 1e-9), tokens=tokens, wall_s=wall)
+                if self.gate_stats is not None:  # a learned exit: the objective's task part, mean exit round
+                    task, rounds = self.gate_stats.tolist()
+                    rep.metric("train_task_loss", step, task, tokens=tokens, wall_s=wall)
+                    rep.metric("gate_expected_rounds", step, rounds, tokens=tokens, wall_s=wall)
                 self._report_flops(step, waste, tokens, wall)
             if self.rewind is not None and self._rewound(step, loss):
                 state = self.state  # the checkpoint's, from before the spike

@@ -45,7 +45,8 @@ def test_gate_objective_resumes_exactly_after_sigkill(tmp_path, looplab_cache, o
 
     (tmp_path / "ref").mkdir()
     ref = one_thread_run({**train, "seed": 0}, tmp_path / "ref")
-    for key in ("train_loss", "val_loss"):
+    # the objective (train_loss), its task part and the mean exit round the trainer logs with it
+    for key in ("train_loss", "val_loss", "train_task_loss", "gate_expected_rounds"):
         got = rows(
             q, "SELECT step, value FROM metrics WHERE job_id=:j AND key=:k ORDER BY step", j=victim, k=key
         )
