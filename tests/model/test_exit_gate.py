@@ -206,3 +206,21 @@ def test_gate_rule_on_a_model_without_a_gate_is_refused():
     idx, _ = batch(model.cfg)
     with pytest.raises(ValueError, match="exit_gate"):
         exit_forward(model, idx, ExitRule("gate", 0.5, 2, 4), h0_seed=0)
+
+
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_the_objective_splits_over_micro_batches(objective):
+    """A step split into forwards (each scaled by its share of the tokens, as the trainer does) has the
+    whole batch's loss and gradient, to float rounding: every objective is a mean over tokens."""
+    from model.init import RowKey
+
+    model, grads = built(exit_gate=objective, gate_coef=0.1), []
+    idx, y = batch(model.cfg, rows=4)
+    for split in ([0, 1, 2, 3], [0, 1], [2, 3]):
+        out = model(idx[split], targets=y[split], h0_seed=RowKey(0, 0, tuple(split)))
+        (out.loss * (len(split) / 4)).backward()  # its share of the step's tokens
+        if len(split) == 4:
+            grads.append([p.grad.clone() for p in model.parameters()])
+            model.zero_grad()
+    for whole, parts in zip(grads[0], [p.grad for p in model.parameters()]):
+        torch.testing.assert_close(parts, whole, rtol=1e-4, atol=1e-6)
