@@ -38,7 +38,7 @@ from scipy import stats as scipy_stats
 
 from analysis.stats import FLOOR, LEVEL, NoiseFloor
 from analysis.variants import with_variants
-from model.exit_names import FIXED, CellKey, KVStrategy, strategy_label
+from model.exit_names import EMULATED, FIXED, CellKey, KVStrategy, strategy_label
 
 EQUAL_THRESHOLD = 0.01  # loss difference counted as equal where no interval exists
 POINT = ["variant_id", "size", "rule", "kv_strategy", "kv_m", "threshold"]
@@ -349,12 +349,18 @@ def _short(x: float) -> str:
     return "∞" if math.isinf(x) else f"{x:g}"
 
 
+def emulated(evals: pd.DataFrame) -> bool:
+    """Whether any of these adaptive cells had its exits emulated from separate forwards (its `config`
+    ends in `model.exit_names.EMULATED`: a family without the readout at any round)."""
+    return bool(len(evals)) and bool(evals["config"].str.endswith(EMULATED).any())
+
+
 def first_rule_cell(configs: list[str], strategies: list[str]) -> int:
     """The index among `configs` (the cells' `config` names) of the first exit-rule cell under one of
     `strategies` (strategy labels, e.g. `last_m2`), else of the first exit-rule cell, else 0."""
     keys = [CellKey.parse(c) for c in configs]
     rules = [i for i, key in enumerate(keys) if not key.is_fixed]
-    return next((i for i in rules if keys[i].strategy in strategies), rules[0] if rules else 0)
+    return next((i for i in rules if keys[i].strategy_label in strategies), rules[0] if rules else 0)
 
 
 def best_at_loss(evals: pd.DataFrame, strategy: str = "per_round", levels=None) -> pd.DataFrame:

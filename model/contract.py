@@ -12,7 +12,7 @@ discovered (`Capabilities`); each missing capability has a fallback the jobs use
     sample_loops(batch, step, seed) -> (B,) ints     else the grid's fixed `loops`
     forward(..., row_key=(seed, step, rows))         else, if the forward is random, split-dependent
     round_states(idx, loops, skip_round=None)        else no state measures in a depth sweep
-    readout(h, idx)                                  else exits emulated from separate forwards
+    readout(h, idx, ctx), run_rounds(..., keep=), rope else exits emulated from separate forwards
     exit_gate(h, t) -> (B, T) stop probability       else no learned exit: the `gate` rule is refused
     setup_cache / prefill / decode_step              else decoding by full recompute
     flops_per_token(loops) -> float                  else measured with FlopCounterMode
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import importlib
 import importlib.metadata
 import inspect
@@ -200,7 +201,7 @@ def capabilities(module: nn.Module, factory: Any = None) -> Capabilities:
         sample_loops=has("sample_loops"),
         row_key=_names(fwd, "row_key"),
         round_states=has("round_states") and _names(module.round_states, "skip_round"),
-        readout=has("readout"),
+        readout=all(has(n) for n in ("readout", "run_rounds", "rope")),
         exit_gate=has("exit_gate"),
         kv_cache=all(has(n) for n in ("setup_cache", "prefill", "decode_step")),
         flops_per_token=has("flops_per_token"),
@@ -361,10 +362,21 @@ def check_family(family: str | None, config: dict[str, Any], loops: int | None =
     return FamilyReport(fam.name, fam.package, fam.version, caps, split, vocab, n_params, flops, measured)
 
 
+def _cpu_attention_flops(query, key, value, *args, out_shape=None, **kwargs) -> int:
+    """The CPU fused attention kernel counted as its matmuls (FlopCounterMode registers the CUDA ones)."""
+    from torch.utils.flop_counter import sdpa_flop_count
+
+    return sdpa_flop_count(query, key, value)
+
+
+_CPU_ATTENTION = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _cpu_attention_flops}
+
+
 def measure_flops_per_token(module: nn.Module, vocab: int, seq_len: int, loops: int) -> float:
     """Training FLOPs per token at `loops` (3 x the forward's: forward + backward), measured once with
-    torch.utils.flop_counter.FlopCounterMode on one sequence of `seq_len` tokens. The counter sees
-    matmuls and the scaled-dot-product attention kernels it registers (counted as their matmuls)."""
+    torch.utils.flop_counter.FlopCounterMode on one sequence of `seq_len` tokens, in eval mode with
+    autograd on (its graph is dropped). The counter sees matmuls and the scaled-dot-product attention
+    kernels it registers (counted as their matmuls)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     p = next(module.parameters(), None)
@@ -372,8 +384,10 @@ def measure_flops_per_token(module: nn.Module, vocab: int, seq_len: int, loops: 
     idx = torch.zeros((1, seq_len), dtype=torch.long, device=device)
     was = module.training
     module.eval()
-    counter = FlopCounterMode(display=False)
-    with counter, torch.no_grad():
+    counter = FlopCounterMode(display=False, custom_mapping=_CPU_ATTENTION)
+    # with autograd on, as in training: a module's inference fast path (nn.TransformerEncoderLayer's
+    # fused kernel without grad) is one op the counter cannot see, which would leave only the head
+    with counter, torch.enable_grad():
         module(idx, loops=loops)
     module.train(was)
     return 3.0 * counter.get_total_flops() / seq_len
@@ -449,6 +463,29 @@ class FamilyLM(nn.Module):
 
     def exit_gate(self, h: Tensor, t: int) -> Tensor:
         return self.inner.exit_gate(h, t)
+
+    # the readout at any round and the rounds with a keep mask (as model/looped.py's), for the exit rules
+    def readout(self, h: Tensor, idx: Tensor, ctx=None) -> Tensor:
+        return self.inner.readout(h, idx, ctx)
+
+    def run_rounds(self, *args, **kwargs) -> Tensor:
+        return self.inner.run_rounds(*args, **kwargs)
+
+    def rope(self, n: int):
+        return self.inner.rope(n)
+
+
+def gate_reading(model: nn.Module) -> tuple[str, float]:
+    """(objective, eps) by which the `gate` exit rule accumulates `model`'s `exit_gate` stop probabilities
+    (`model.exit_gate.cumulative_mass`): looplab's model, also wrapped as a family's (`FamilyLM`), by the
+    objective it was trained with (act sums them); another family's as an exit distribution
+    (`STOP_PROBABILITIES`: the contract's exit_gate gives the probability of stopping after round t)."""
+    from model.exit_gate import STOP_PROBABILITIES
+
+    inner = model.inner if isinstance(model, FamilyLM) else model
+    if isinstance(inner, LoopedLM):
+        return inner.cfg.exit_gate, inner.cfg.gate_eps
+    return STOP_PROBABILITIES, 0.0
 
 
 @dataclass
@@ -570,3 +607,66 @@ def family_facts(built: Built, cfg: Any) -> FamilyFacts:
     finally:
         torch.random.set_rng_state(seed)
     return FamilyFacts(built, counts, flops, dependent)
+
+
+def forward_flops_per_token(module: nn.Module, vocab: int, seq_len: int, loops: int) -> float:
+    """Forward FLOPs per token at `loops` of a family's model as the jobs hold it (`FamilyLM`): a third
+    of its training FLOPs per token, the family's own `flops_per_token`, else measured once at `seq_len`
+    (`measure_flops_per_token`)."""
+    if not isinstance(module, FamilyLM):
+        raise TypeError(f"forward_flops_per_token: expected a family's FamilyLM, got {type(module).__name__}")
+    if module.caps.flops_per_token:
+        return float(module.flops_per_token(loops)) / 3
+    return measure_flops_per_token(module.inner, vocab, seq_len, loops) / 3
+
+
+@dataclass(frozen=True)
+class FamilyPricing:
+    """A family's model as the planner prices it, from the contract alone: its parameter count and its
+    training FLOPs per token at any loop count (its own `flops_per_token`, else measured once per count
+    at the config's `seq_len` with FlopCounterMode), the forward a third of them. The module is built
+    once per family and config in a process (on the CPU, never run but for the counter)."""
+
+    family: str
+    config_json: str  # the factory's config (`family_settings`) as canonical JSON
+
+    @property
+    def n_params(self) -> int:
+        return _pricing_module(self.family, self.config_json)[1]
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return capabilities(_pricing_module(self.family, self.config_json)[0])
+
+    def training_flops(self, loops: int) -> float:
+        return _priced_flops(self.family, self.config_json, int(loops))
+
+    def forward_flops(self, loops: int) -> float:
+        return self.training_flops(loops) / 3
+
+
+def family_pricing(family: str, config: dict[str, Any]) -> FamilyPricing:
+    """The `FamilyPricing` of `family` built from `config` (its `family_settings`: vocab_size, seq_len)."""
+    import json
+
+    return FamilyPricing(family, json.dumps(config, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=16)
+def _pricing_module(family: str, config_json: str) -> tuple[nn.Module, int]:
+    import json
+
+    fam = resolve_family(family)
+    module = instantiate(fam, json.loads(config_json)).cpu()
+    return module, sum(p.numel() for p in module.parameters())
+
+
+@functools.lru_cache(maxsize=256)
+def _priced_flops(family: str, config_json: str, loops: int) -> float:
+    import json
+
+    module, _ = _pricing_module(family, config_json)
+    if capabilities(module).flops_per_token:
+        return float(module.flops_per_token(loops))
+    config = json.loads(config_json)
+    return measure_flops_per_token(module, config["vocab_size"], config.get("seq_len", CHECK_LEN), loops)

@@ -91,9 +91,15 @@ def act_halting(lam: Tensor, eps: float) -> tuple[Tensor, Tensor]:
     return weights, n
 
 
+# How a gate's stop probabilities accumulate when no objective says otherwise (another family's
+# `exit_gate`, model/contract.py): as an exit distribution, 1 − ∏_{s≤t} (1 − λ_s), as for entropy and geometric.
+STOP_PROBABILITIES = "stop_probabilities"
+
+
 def cumulative_mass(lam: Tensor, objective: str, eps: float = 0.0) -> Tensor:
     """The exit distribution's mass at rounds <= t, for t = 1..len(λ) (R, ...): what the `gate` rule
-    thresholds. For act the halting sum Σ_{s≤t} λ_s (capped at 1; with ε, reaching 1 − ε is full)."""
+    thresholds. For act the halting sum Σ_{s≤t} λ_s (capped at 1; with ε, reaching 1 − ε is full); for
+    any other objective (and `STOP_PROBABILITIES`) 1 − ∏_{s≤t} (1 − λ_s)."""
     if objective == "act":
         total = torch.cumsum(lam, dim=0)
         return torch.where(total >= 1.0 - eps, 1.0, total.clamp(max=1.0))

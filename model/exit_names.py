@@ -52,6 +52,9 @@ GATE_OBJECTIVES = ("none", "entropy", "geometric", "act")
 # The rule column of the fixed-depth cells: every token runs max_rounds rounds.
 FIXED = "fixed"
 CELL_SEPARATOR = " | "
+# Ends the strategy part of a cell's `config` when its exits were emulated from separate forwards (a
+# family without the readout at any round: model/exit_emulation.py), e.g. `kl<0.01 | per_round (emulated)`.
+EMULATED = " (emulated)"
 
 
 def strategy_label(strategy: str, m: int | None) -> str:
@@ -82,3 +85,13 @@ class CellKey:
     def is_fixed(self) -> bool:
         """Whether the cell is the fixed depth (no exit rule)."""
         return self.rule == FIXED
+
+    @property
+    def emulated(self) -> bool:
+        """Whether the cell's exits were emulated from separate forwards (`EMULATED`)."""
+        return self.strategy.endswith(EMULATED)
+
+    @property
+    def strategy_label(self) -> str:
+        """The KV strategy's label (`per_round`, `last_m2`) without the emulated mark."""
+        return self.strategy.removesuffix(EMULATED)

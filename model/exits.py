@@ -295,12 +295,20 @@ def _run(model, idx, ctx, positions, max_rounds, h0_seed, rule, exits, stop) -> 
 
 
 def _gate_mass(model, rule: ExitRule | None):
-    """The `gate` rule's cumulative exit mass round by round (`model.exit_gate.GateMass`), else None."""
+    """The `gate` rule's cumulative exit mass round by round (`model.exit_gate.GateMass`), else None;
+    read as `model.contract.gate_reading` says for looplab's model or a family's (`FamilyLM`). A model
+    without the contract's exit_gate is refused (ConfigError naming the rule)."""
     if rule is None or rule.rule is not ExitRuleName.GATE:
         return None
+    from model.contract import capabilities, gate_reading
     from model.exit_gate import GateMass
 
-    return GateMass(model.exit_gate, model.cfg.exit_gate, model.cfg.gate_eps)
+    if not capabilities(model).exit_gate:
+        raise ConfigError(
+            f"exit.rule: {rule.rule} needs a model with an exit gate (looplab's trained with exit_gate, or "
+            "a family with the contract's exit_gate); this one has none"
+        )
+    return GateMass(model.exit_gate, *gate_reading(model))
 
 
 def _fill_rounds_not_run(ctx, first: int, max_rounds: int, positions: Tensor) -> None:

@@ -369,14 +369,12 @@ def retry_delay(
     return min(max_s, base_s * 2.0 ** max(0, failures - 1))
 
 
-def preempted_since(eng: Engine, job_ids: list[int], since: float) -> set[int]:
-    """Which of `job_ids` had an attempt preempted after `since` (the scheduler's no-thrashing rule)."""
-    was = ATTEMPTS.c.outcome == AttemptOutcome.PREEMPTED
-    with eng.connect() as conn:
-        q = sa.select(ATTEMPTS.c.job_id).where(
-            ATTEMPTS.c.job_id.in_(job_ids), was, ATTEMPTS.c.ended_at > since
-        )
-        return set(conn.execute(q).scalars())
+def last_preempted(conn: Connection, job_id: int) -> float | None:
+    """When job `job_id`'s last preempted attempt ended (None: never preempted). The scheduler reads it once
+    as an attempt starts: while that attempt runs no other attempt of the job can end, so the answer holds
+    until the attempt ends, and the no-thrashing rule costs no query per scheduling pass."""
+    was = (ATTEMPTS.c.job_id == job_id) & (ATTEMPTS.c.outcome == AttemptOutcome.PREEMPTED)
+    return conn.execute(sa.select(sa.func.max(ATTEMPTS.c.ended_at)).where(was)).scalar_one()
 
 
 def _failures(conn: Connection, job_id: int) -> int:

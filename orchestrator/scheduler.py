@@ -73,6 +73,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import signal
 import threading
 import time
@@ -187,6 +188,7 @@ class Scheduler:
         # preemption (orchestrator/admission.py): running jobs that checkpointed in their attempt (only
         # those may be preempted: a stop before loses work), and the ones asked to stop, with why
         self.checkpointed: set[int] = set()
+        self.preempted_at: dict[int, float | None] = {}  # running job -> when it was last preempted
         self.preempting: dict[int, str] = {}
         self.preempt_cooldown_s = preempt_cooldown_seconds()
 
@@ -353,6 +355,7 @@ class Scheduler:
             self.checkpointed.discard(job.id)
             with self.eng.connect() as conn:
                 self.clocks[job.id] = StepClock(self.health.settings(conn, job.id))
+                self.preempted_at[job.id] = jobqueue.last_preempted(conn, job.id)
             self.art_dirs[job.id] = (art, job.retention)
             if self.progress:
                 print(
@@ -365,11 +368,8 @@ class Scheduler:
         cool-down ($LOOPLAB_PREEMPT_COOLDOWN_S); one asked to stop already is `stopping`."""
         running = [r for *_, r in self.running.values()]
         opted = [r.job for r in running if r.request.preemptible and r.job in self.checkpointed]
-        cooling = (
-            jobqueue.preempted_since(self.eng, opted, time.time() - self.preempt_cooldown_s)
-            if opted
-            else set()
-        )
+        since = time.time() - self.preempt_cooldown_s
+        cooling = {j for j in opted if (self.preempted_at.get(j) or -math.inf) > since}
         return [
             dataclasses.replace(
                 r, preemptible=r.job in opted and r.job not in cooling, stopping=r.job in self.preempting
@@ -415,6 +415,7 @@ class Scheduler:
         """A finished task: its outcome waits in `outcomes` until it is recorded (`_write_held`)."""
         job_id, n, _ = self.running.pop(ref)
         self.clocks.pop(job_id, None)
+        self.preempted_at.pop(job_id, None)
         self.checkpointed.discard(job_id)
         preempted = self.preempting.pop(job_id, None)
         stall = self.stalled.pop(job_id, None)

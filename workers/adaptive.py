@@ -37,7 +37,16 @@ from typing import Any
 
 from model import fields
 from model.errors import ConfigError
-from model.exit_names import FIXED, CellKey, ExitRuleName, KVStrategy, strategy_label
+from model.exit_names import (
+    EMULATED,
+    FIXED,
+    POST_HOC_RULES,
+    CellKey,
+    ExitRuleName,
+    KVStrategy,
+    strategy_label,
+)
+from workers.adaptive_family import emulated_exits, family_cost, family_forward_flops, refuse_family
 from workers.identity import EXECUTION, spec_to_dict
 from workers.spec_cli import SpecParser, checkpoint_exists, job_parser, run_standalone
 from workers.train_spec import EVAL_H0_SEED
@@ -142,16 +151,17 @@ class Spec:
     to_dict = spec_to_dict
 
 
-def check_followed(spec: dict[str, Any], followed_kind: str, followed: dict[str, Any]) -> None:
-    """At submission (workers.jobs `check_follow`): a `gate` rule needs the trained model to have an exit
-    gate. Known from the train spec of looplab's own model (its `model.exit_gate`); another family's
-    capability is checked when the job starts (`run`)."""
-    if ExitRuleName.GATE not in spec.get("rules", {}) or followed_kind != "train":
+def refuse_follow(spec: dict[str, Any], followed: dict[str, Any]) -> None:
+    """At submission (the grid's one follow-up hook, workers.jobs `refuse_follow`): the `gate` rule needs
+    the trained model to have an exit gate, known for looplab's own model from its train spec
+    (`model.exit_gate`); a model of another family (`followed["family"]`) is checked against its
+    capabilities (`workers.adaptive_family.refuse_family`: the gate, emulated exits, KV strategies)."""
+    if followed.get("family") is not None:
+        refuse_family(spec, followed)
         return
-    if followed.get("family") not in (None, "looped"):
+    if ExitRuleName.GATE not in (spec.get("rules") or {}) or followed.get("kind") != "train":
         return
-    gate = (followed.get("model") or {}).get("exit_gate", "none")
-    if gate == "none":
+    if (followed.get("spec", {}).get("model") or {}).get("exit_gate", "none") == "none":
         raise ConfigError(
             "rules.gate: the model it follows was trained without an exit gate (model.exit_gate: none); "
             "train with exit_gate entropy, geometric or act, or drop the gate rule"
@@ -159,11 +169,14 @@ def check_followed(spec: dict[str, Any], followed_kind: str, followed: dict[str,
 
 
 def _refuse_gate_without_gate(spec: Spec, model) -> None:
-    """At the job's start: the `gate` rule on a model without the exit-gate capability."""
-    if ExitRuleName.GATE in spec.rules and getattr(model, "gate", None) is None:
+    """At the job's start: the `gate` rule on a model without the contract's exit-gate capability
+    (looplab's model trained with model.exit_gate none; a family without `exit_gate`)."""
+    from model.contract import capabilities
+
+    if ExitRuleName.GATE in spec.rules and not capabilities(model).exit_gate:
         raise ConfigError(
-            "rules.gate: this model has no exit gate (trained with model.exit_gate: none); accepted rules: "
-            + ", ".join(r for r in ExitRuleName if r is not ExitRuleName.GATE)
+            "rules.gate: this model has no exit gate (trained with model.exit_gate: none, or a family "
+            "without the contract's exit_gate); accepted rules: " + ", ".join(POST_HOC_RULES)
         )
 
 
@@ -201,6 +214,7 @@ class Cell:
     rule: Any  # model.exits.ExitRule | None
     strategy: KVStrategy
     m: int | None
+    emulated: bool = False  # exits emulated from separate forwards (model/exit_emulation.py)
 
     @property
     def strategy_label(self) -> str:
@@ -208,19 +222,22 @@ class Cell:
 
     @property
     def key(self) -> str:
-        """e.g. `kl<0.01 | per_round`, `fixed | last_m2`: the rows' `config` (`CellKey.label`)."""
-        return CellKey(FIXED if self.rule is None else self.rule.label, self.strategy_label).label()
+        """e.g. `kl<0.01 | per_round`, `fixed | last_m2`, `kl<0.01 | per_round (emulated)`: the rows'
+        `config` (`CellKey.label`)."""
+        strategy = self.strategy_label + (EMULATED if self.emulated else "")
+        return CellKey(FIXED if self.rule is None else self.rule.label, strategy).label()
 
 
-def cells(spec: Spec, max_rounds: int) -> list[Cell]:
+def cells(spec: Spec, max_rounds: int, emulated: bool = False) -> list[Cell]:
     from model.exits import ExitRule
 
     out = []
     for strategy in map(KVStrategy, spec.kv_strategies):
         m = spec.kv_m if strategy is KVStrategy.LAST_M else None
-        out.append(Cell(None, strategy, m))
+        out.append(Cell(None, strategy, m, emulated))
         for rule, thresholds in spec.rules.items():
-            out += [Cell(ExitRule(rule, t, spec.min_rounds, max_rounds), strategy, m) for t in thresholds]
+            rules = [ExitRule(rule, t, spec.min_rounds, max_rounds) for t in thresholds]
+            out += [Cell(r, strategy, m, emulated) for r in rules]
     return out
 
 
@@ -236,20 +253,24 @@ def _same_function(cell: Cell) -> tuple:
 class ExitLM:
     """The exit forward of one cell, also as a model `workers.tasks.likelihood.LoopedScorer` calls."""
 
-    def __init__(self, model, rule, max_rounds: int) -> None:
+    def __init__(self, model, rule, max_rounds: int, emulated: bool = False) -> None:
         self.model, self.rule, self.max_rounds, self.cfg = model, rule, max_rounds, model.cfg
+        self.emulated = emulated
 
     def eval(self) -> ExitLM:
         return self
 
     def exits(self, idx, h0_seed: int):
-        """`model.exits.exit_forward` of idx (B, T): the rule's exits, or every token at max_rounds."""
+        """`model.exits.exit_forward` of idx (B, T): the rule's exits, or every token at max_rounds;
+        emulated from separate forwards for a family without the exit capabilities."""
         import torch
 
+        from model.exit_emulation import emulated_exit_forward
         from model.exits import exit_forward
 
         fixed = None if self.rule is not None else torch.full(idx.shape, self.max_rounds, device=idx.device)
-        return exit_forward(
+        forward = emulated_exit_forward if self.emulated else exit_forward
+        return forward(
             self.model, idx, self.rule, h0_seed=h0_seed, exits=fixed, max_rounds=self.max_rounds, stop=True
         )
 
@@ -372,7 +393,6 @@ def run(spec: Spec, reporter, artifact_dir: str | Path | None) -> dict[str, Any]
     device = resolve_device(spec.device)
     ev = eval_inputs(spec.checkpoint, spec.eval_tokens, device)
     model, cfg, train_spec, chunks, token_bytes = ev.model, ev.cfg, ev.train_spec, ev.chunks, ev.token_bytes
-    _refuse_gate_without_gate(spec, model)
     R = cfg.loops if spec.max_rounds is None else spec.max_rounds
     if R < spec.min_rounds:
         raise ConfigError(
@@ -384,8 +404,14 @@ def run(spec: Spec, reporter, artifact_dir: str | Path | None) -> dict[str, Any]
             f"decode_steps: decode_prompt + decode_warmup + decode_steps must fit seq_len {seq}"
         )
 
-    views, kv_bytes = _strategy_views(model, spec, R, reporter)
-    grid = [c for c in cells(spec, R) if c.strategy in views]
+    emulated = emulated_exits(model, spec.to_dict(), ev.train_spec, R, reporter)
+    _refuse_gate_without_gate(spec, model)  # after a family's own refusals, which name it
+    family = ev.train_spec.get("family") is not None  # another family: its own FLOPs, no KV strategies
+    views, kv_bytes = (
+        ({KVStrategy.PER_ROUND: model}, {}) if family else _strategy_views(model, spec, R, reporter)
+    )
+    flops_at = family_forward_flops(model, cfg, R) if family else None
+    grid = [c for c in cells(spec, R, emulated) if c.strategy in views]
     items = (
         _task_items(spec, Path(artifact_dir or default_out(spec.checkpoint)) / "tasks") if spec.tasks else {}
     )
@@ -407,11 +433,11 @@ def run(spec: Spec, reporter, artifact_dir: str | Path | None) -> dict[str, Any]
     out: dict[str, list] = {t: [] for t in TABLES}
     for cell in grid:
         view, fn = views[cell.strategy], _same_function(cell)
-        lm = ExitLM(view, cell.rule, R)
+        lm = ExitLM(view, cell.rule, R, emulated)
         if fn not in evaluated:
             evaluated[fn] = _evaluate(lm, chunks, spec, device, token_bytes, hardness, tick)
         r = evaluated[fn]
-        _emit(reporter, out, "adaptive_evals", [_eval_row(cell, r, view.cfg, cfg, spec, R)])
+        _emit(reporter, out, "adaptive_evals", [_eval_row(cell, r, view.cfg, cfg, spec, R, flops_at)])
         _emit(reporter, out, "adaptive_exit_rounds", _hist_rows(cell.key, r["hist"], cfg.seq_len))
         for name, (task_items, category) in items.items():
             if (fn, name) not in scored:
@@ -459,21 +485,16 @@ def _strategy_views(model, spec: Spec, R: int, reporter) -> tuple[dict, dict]:
     return views, kv_bytes
 
 
-def _eval_row(cell: Cell, r: dict, view_cfg, cfg, spec: Spec, R: int) -> dict[str, Any]:
+def _eval_row(cell: Cell, r: dict, view_cfg, cfg, spec: Spec, R: int, flops_at=None) -> dict[str, Any]:
     """The `adaptive_evals` row of a cell from its evaluation `r`: FLOPs spent (the rule's readouts
-    included) and KV bytes (allocated, needed) from the measured exit rounds."""
-    from model.counts import kv_strategy_bytes
-    from model.flops import equivalent_rounds, exit_flops, fixed_depth_flops
-
-    seq, share = cfg.seq_len, _share(r["hist"])
-    if cell.rule is None:
-        spent, rule_flops = fixed_depth_flops(view_cfg, R, seq), 0.0
-        eq = equivalent_rounds(cfg, spent, seq)
-    else:
-        f = exit_flops(view_cfg, share, cell.rule, seq, reference=cfg)
-        spent, rule_flops, eq = f.total, f.rule, f.equivalent_rounds
-    allocated, needed = kv_strategy_bytes(
-        cfg, seq, 1, cell.strategy, R, cell.m, dtype=KV_DTYPE, exit_share=share
+    included) and KV bytes (allocated, needed) from the measured exit rounds; for emulated exits
+    and for a model of another family (`flops_at`: its forward FLOPs per loop count)
+    `workers.adaptive_family.family_cost`."""
+    share = _share(r["hist"])
+    cost = (
+        _native_cost(cell, share, view_cfg, cfg, R)
+        if flops_at is None
+        else family_cost(cell.rule, share, flops_at, R)
     )
     return {
         "config": cell.key,
@@ -488,6 +509,25 @@ def _eval_row(cell: Cell, r: dict, view_cfg, cfg, spec: Spec, R: int) -> dict[st
         "val_bpb": r["bpb"],
         "tokens": r["tokens"],
         "mean_rounds": r["mean_rounds"],
+        **cost,
+    }
+
+
+def _native_cost(cell: Cell, share: dict[int, float], view_cfg, cfg, R: int) -> dict[str, Any]:
+    from model.counts import kv_strategy_bytes
+    from model.flops import equivalent_rounds, exit_flops, fixed_depth_flops
+
+    seq = cfg.seq_len
+    if cell.rule is None:
+        spent, rule_flops = fixed_depth_flops(view_cfg, R, seq), 0.0
+        eq = equivalent_rounds(cfg, spent, seq)
+    else:
+        f = exit_flops(view_cfg, share, cell.rule, seq, reference=cfg)
+        spent, rule_flops, eq = f.total, f.rule, f.equivalent_rounds
+    allocated, needed = kv_strategy_bytes(
+        cfg, seq, 1, cell.strategy, R, cell.m, dtype=KV_DTYPE, exit_share=share
+    )
+    return {
         "equivalent_rounds": eq,
         "forward_flops_per_token": spent,
         "rule_flops_per_token": rule_flops,
@@ -598,8 +638,12 @@ def print_table(spec: Spec, out: dict[str, Any], args: Any = None) -> None:
     for r in out["adaptive_evals"]:
         print(
             f"{r['config']:<28} {r['val_loss']:>9.4f} {r['mean_rounds']:>7.2f} {r['equivalent_rounds']:>9.2f} "
-            f"{r['kv_mib']:>7.3f} {r['kv_mib_needed']:>7.3f}"
+            f"{_mib(r['kv_mib']):>7} {_mib(r['kv_mib_needed']):>7}"
         )
+
+
+def _mib(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -126,6 +126,8 @@ def cost(spec: Spec) -> ForwardCost:
     from model.presets import preset
 
     cfg = preset(spec.recipe, spec.size, **spec.model)
+    if spec.family != BUILTIN_FAMILY:
+        return _family_cost(spec, cfg)
     per_cell = spec.warmup + spec.steps
     flops, n_steps = 0.0, 0
     cells: dict[str, list[tuple[int, float, float]]] = {d: [] for d in DEVICE_TYPES}
@@ -142,6 +144,33 @@ def cost(spec: Spec) -> ForwardCost:
     applications = cfg.n_prelude + cfg.n_recurrent * cfg.loops + cfg.n_coda
     return ForwardCost(
         float(flops), memory, cfg.d_model, n_steps, applications, {d: tuple(c) for d, c in cells.items()}
+    )
+
+
+def _family_cost(spec: Spec, cfg) -> ForwardCost:
+    """`cost` of a model of another family, from the contract (`model.contract.family_pricing`): a step
+    is its forward per token at the trained loop count (measured at the run's length) for one token per
+    sequence, or with no KV cache for the whole context (the full recompute the run times, at contexts up
+    to RECOMPUTE_MAX_CONTEXT); it reads its weights once a step. Memory: `decode_memory` of the
+    ModelConfig the spec names (an approximation)."""
+    from model.contract import family_pricing, family_settings
+    from model.memory import DEVICE_TYPES, decode_memory
+
+    family = family_pricing(spec.family, family_settings(cfg, spec.family_config))
+    cached, per_token = family.capabilities.kv_cache, family.forward_flops(cfg.loops)
+    contexts = [c for c in spec.context_lens if cached or c <= RECOMPUTE_MAX_CONTEXT] or [0]
+    per_cell, flops, n_steps = spec.warmup + spec.steps, 0.0, 0
+    cells: dict[str, list[tuple[int, float, float]]] = {d: [] for d in DEVICE_TYPES}
+    for context in contexts:
+        for batch in spec.batch_sizes:
+            step = batch * per_token * (1 if cached else context)
+            flops, n_steps = flops + per_cell * step, n_steps + per_cell
+            for d in DEVICE_TYPES:
+                cells[d].append((per_cell, float(step), float(family.n_params * _item_bytes(spec.dtype, d))))
+    biggest = max(spec.context_lens), max(spec.batch_sizes)
+    memory = {d: decode_memory(cfg, *biggest, d) for d in DEVICE_TYPES}
+    return ForwardCost(
+        float(flops), memory, cfg.d_model, n_steps, cfg.loops, {d: tuple(c) for d, c in cells.items()}
     )
 
 

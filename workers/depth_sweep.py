@@ -134,18 +134,19 @@ def cost(spec: Spec, trained: TrainCost) -> ForwardCost:
     workers.jobs.Pricing.ON_CHECKPOINT): per loop count n, the loss
     forward and the loop-geometry forward (no head) of the `eval_tokens` validation tokens (whole
     sequences, at least one), and with `test_split` a loss forward of as many test tokens; per interaction depth m, m headless forwards (one plain, m - 1 each skipping
-    a round) of the interaction tokens. Memory: `model.memory.forward_memory` at `batch_size`."""
-    from model.flops import head_flops, step_flops
+    a round) of the interaction tokens. Memory: `model.memory.forward_memory` at `batch_size`. A model
+    of another family: its own forward FLOPs (`TrainCost.forward_flops`), its head not known apart."""
+    from model.flops import head_flops
     from model.memory import DEVICE_TYPES, forward_memory
 
-    cfg = trained.cfg
-    seq, head = cfg.seq_len, head_flops(cfg)
+    cfg, forward = trained.cfg, trained.forward_flops
+    seq, head = cfg.seq_len, (0.0 if trained.family is not None else head_flops(cfg))
     tokens = max(1, spec.eval_tokens // seq) * seq
-    flops = tokens * sum(2 * step_flops(cfg, n).forward - head for n in spec.loops)
+    flops = tokens * sum(2 * forward(n) - head for n in spec.loops)
     if spec.test_split:  # the loss forward again, on as many test tokens
-        flops += tokens * sum(step_flops(cfg, n).forward for n in spec.loops)
+        flops += tokens * sum(forward(n) for n in spec.loops)
     inter_tokens = min(tokens, max(seq, spec.interaction_tokens // seq * seq))
-    flops += inter_tokens * sum(n * (step_flops(cfg, n).forward - head) for n in spec.interaction_loops)
+    flops += inter_tokens * sum(n * (forward(n) - head) for n in spec.interaction_loops)
     memory = forward_memory(cfg, spec.batch_size)
     return ForwardCost(float(flops), {d: memory for d in DEVICE_TYPES}, cfg.d_model)
 
@@ -162,7 +163,10 @@ def load_model(path: str | Path, device):
     if hub.is_model_dir(path):
         model, info, tokenizer = hub.load_model_dir(path)
         data = {"tokenizer": "byte" if tokenizer is None else str(tokenizer)}
-        return model.to(device).eval(), info.cfg, {"data": data, "recipe": info.recipe, "size": info.size}
+        spec = {"data": data, "recipe": info.recipe, "size": info.size}
+        if info.family is not None:  # a family export: rebuilt through the contract
+            spec.update(family=info.family, family_config=info.family_config)
+        return model.to(device).eval(), info.cfg, spec
     state = ckpt.load(ckpt.find(path))
     cfg = ModelConfig.from_dict(state["model_config"])
     spec = state["spec"]  # a run of another family names it (model/contract.py), looplab's own does not

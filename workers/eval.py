@@ -193,7 +193,6 @@ def cost(spec: Spec, trained: TrainCost) -> ForwardCost | None:
     batch padded to its longest, as `LoopedScorer` does, and a batch of R rows of width W costs R W forward FLOPs per
     token at that width (`model.flops.step_flops`) for each loop count. Memory: one batch at the
     longest width (`model.memory.forward_memory`)."""
-    from model.flops import step_flops
     from model.memory import DEVICE_TYPES, forward_memory
     from workers.data import DOC_SEP
     from workers.tasks.scoring import requests
@@ -202,7 +201,7 @@ def cost(spec: Spec, trained: TrainCost) -> ForwardCost | None:
         return None
     cfg = trained.cfg
     bytes_per_token = 1.0 if trained.tokenizer == "byte" else BPE_BYTES_PER_TOKEN
-    per_token = functools.cache(lambda loops, width: step_flops(cfg, loops, seq_len=width).forward)
+    per_token = functools.cache(trained.forward_flops)  # a family's: its own, at its run's length
     flops, widest = 0.0, 0
     for entry in spec.tasks:  # each task is scored alone: its sequences batched together
         items = (

@@ -37,7 +37,8 @@ CONFIG = "config.json"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.pt")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer/tokenizer.json")
 LOOPLAB_CLASS = "looplab.LoopedLM"
-CLASSES = (parcae_layout.CLASS_NAME, LOOPLAB_CLASS)
+FAMILY_CLASS = "looplab.Family"  # an export of a run of another model family (model/contract.py)
+CLASSES = (parcae_layout.CLASS_NAME, LOOPLAB_CLASS, FAMILY_CLASS)
 # What a hub snapshot needs of a model repo (nothing else is downloaded)
 HUB_FILES = [
     CONFIG,
@@ -198,6 +199,8 @@ class ModelInfo:
     recipe: str | None = None
     size: str | None = None
     tokenizer: str | None = None  # "byte" when a looplab export says so
+    family: str | None = None  # a family export's model family (FAMILY_CLASS), else None (LoopedLM)
+    family_config: dict[str, Any] | None = None
 
 
 def read_config(directory: Path) -> ModelInfo:
@@ -211,15 +214,22 @@ def read_config(directory: Path) -> ModelInfo:
     cls = raw.get("_class_name")
     if cls == parcae_layout.CLASS_NAME:
         return ModelInfo(parcae_layout.config_from_parcae(raw), cls)
-    if cls == LOOPLAB_CLASS:
+    if cls in (LOOPLAB_CLASS, FAMILY_CLASS):
         from model.config import ModelConfig
 
+        family = raw.get("family") if cls == FAMILY_CLASS else None
+        if cls == FAMILY_CLASS and (
+            not isinstance(family, str) or not isinstance(raw.get("family_config"), dict)
+        ):
+            raise ConfigError(f"config.family: {path} ({cls}) must name the family and its family_config")
         return ModelInfo(
             ModelConfig.from_dict(raw.get("model_config") or {}),
             cls,
             raw.get("recipe"),
             raw.get("size"),
             raw.get("tokenizer"),
+            family,
+            raw.get("family_config") if family else None,
         )
     raise ConfigError(f"config._class_name: {cls!r} in {path} is unknown; accepted: {', '.join(CLASSES)}")
 
@@ -249,11 +259,14 @@ def read_weights(path: Path) -> dict[str, Any]:
 
 def load_model_dir(directory: str | Path):
     """(LoopedLM on the CPU, its ModelInfo, its tokenizer.json or None) of a model directory, weights
-    loaded and checked tensor by tensor."""
+    loaded and checked tensor by tensor; a family export's model is rebuilt through the contract
+    (`load_family_dir`)."""
     from model.looped import LoopedLM
 
     directory = Path(directory)
     info = read_config(directory)
+    if info.family is not None:
+        return load_family_dir(directory, info), info, tokenizer_path(directory)
     model = LoopedLM(info.cfg)
     want = model.state_dict()
     state = read_weights(weights_path(directory))
@@ -263,6 +276,26 @@ def load_model_dir(directory: str | Path):
         parcae_layout.check_tensors(state, want)
     model.load_state_dict(state)
     return model, info, tokenizer_path(directory)
+
+
+def load_family_dir(directory: Path, info: ModelInfo):
+    """The model of a family export (FAMILY_CLASS): `model.contract.build_model` of its family and
+    family_config (FamilyError naming the family when it does not import here), its own module's weights
+    loaded strictly from model.safetensors (a missing or unexpected tensor refused by name)."""
+    from safetensors.torch import load_model
+
+    from model.contract import build_model
+
+    built = build_model(info.cfg, info.family, info.family_config)
+    path = directory / WEIGHT_FILES[0]
+    if not path.is_file():
+        raise ConfigError(f"source: {directory}: a family export keeps its weights in {WEIGHT_FILES[0]}")
+    try:
+        load_model(built.module.inner, str(path))
+    except RuntimeError as e:
+        first = str(e).splitlines()[0] if str(e) else ""
+        raise ConfigError(f"weights: {path} do not fit family {info.family!r}: {first}") from None
+    return built.module
 
 
 def is_model_dir(path: str | Path) -> bool:

@@ -168,15 +168,17 @@ def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
         shutil.copyfile(tokenizer, out / "tokenizer.json")
         data["tokenizer"] = str((out / "tokenizer.json").resolve())
     final = out / ckpt.FINAL
+    # a family export's model stays its family's: the follow-ups rebuild it through the contract
+    family = {} if info.family is None else {"family": info.family, "family_config": info.family_config}
     state = {
         "model": model.state_dict(),
         "model_config": info.cfg.to_dict(),
         "final": True,
-        "spec": {**spec.to_dict(), "data": data, "imported_from": spec.imported_from},
+        "spec": {**spec.to_dict(), "data": data, "imported_from": spec.imported_from, **family},
     }
     ckpt.save(final, state)
     reporter.checkpoint(str(final), 0)
-    n_params = param_count(info.cfg)["total"]
+    n_params = param_count(info.cfg)["total"] if not family else sum(p.numel() for p in model.parameters())
     reporter.log(f"imported {spec.imported_from}: {n_params:,} parameters, {info.layout} layout")
     return {
         "checkpoint": str(final),

@@ -229,7 +229,7 @@ class JobRegistry(Protocol):
     ) -> dict[str, Any]: ...
 
     # optional: `identity(kind, spec) -> dict`, what defines a job (its hash); without it, the whole spec
-    # optional: `check_follow(kind, spec, followed_kind, followed_spec)`, a follow-up against its job
+    # optional: `refuse_follow(kind, spec, followed)`, a follow-up refused against the job it follows
 
 
 def _module(kind: str):
@@ -250,13 +250,14 @@ def identity(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
     return _identity(_module(kind).Spec, spec)
 
 
-def check_follow(kind: str, spec: dict[str, Any], followed_kind: str, followed: dict[str, Any]) -> None:
-    """At submission, a follow-up's canonical spec against the spec of the job it follows, through its
-    module's `check_followed(spec, followed_kind, followed)` when it has one (ConfigError naming the
-    field): e.g. the adaptive job's `gate` rule needs a model trained with an exit gate."""
-    check = getattr(_module(kind), "check_followed", None) if kind in KINDS else None
-    if check is not None:
-        check(spec, followed_kind, followed)
+def refuse_follow(kind: str, spec: dict[str, Any], followed: dict[str, Any]) -> None:
+    """At submission, a follow-up's canonical spec against the job it follows (`followed`: its "kind",
+    "spec", and for a model of another family its "family" and "capabilities", else None; see
+    orchestrator.grid `_refuse_follow`), through its module's `refuse_follow(spec, followed)` when it
+    has one (ConfigError naming the field): e.g. the adaptive job's `gate` rule needs an exit gate."""
+    refuse = getattr(_module(kind), "refuse_follow", None) if kind in KINDS else None
+    if refuse is not None:
+        refuse(spec, followed)
 
 
 def run(kind: str, spec: dict[str, Any], reporter: Reporter, artifact_dir: str | Path) -> dict[str, Any]:

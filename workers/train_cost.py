@@ -8,6 +8,11 @@ steps of `model.counts.tokens_for_flops` for a FLOP budget, unknown for a time b
 sequences, at least one) at the trained loop count and at each other count of `resolved_eval_loops`; a
 checkpoint every `ckpt_every` steps and a final one. Memory: `model.memory.training_memory`.
 Torch is imported when a cost is computed, not when this module is.
+
+A model of another family (model/contract.py) is priced from the contract (`model.contract.
+family_pricing`: its own FLOPs per token at each loop count, else measured once, and its parameter
+count), not from the FLOP model of the recipe and size its spec names; every part of its step runs with
+autograd, and rows of one batch never pad. Its memory is still `training_memory` of that ModelConfig.
 """
 
 from __future__ import annotations
@@ -47,6 +52,16 @@ class TrainCost:
     compile: bool
     memory: dict[str, float]  # device type ("cpu", "cuda") -> peak bytes
     tokenizer: str  # its data's tokenizer ("byte", "bpe", a tokenizer.json): what a token of text is
+    family: Any = None  # model.contract.FamilyPricing of a model of another family, else None (LoopedLM)
+
+    def forward_flops(self, loops: int, width: int | None = None) -> float:
+        """Forward FLOPs per token of the model at `loops` (at sequence length `width`, default the
+        run's; a family's are its own, at the run's length)."""
+        from model.flops import step_flops
+
+        if self.family is not None:
+            return self.family.forward_flops(loops)
+        return step_flops(self.cfg, loops, seq_len=width or self.cfg.seq_len).forward
 
     def n_evals(self, steps: float) -> int:
         steps = max(1, int(steps))
@@ -97,25 +112,46 @@ def cost(spec: Spec) -> TrainCost:
         steps = None
     counts = [cfg.loops, *(n for n in spec.resolved_eval_loops(cfg) if n != cfg.loops)]
     eval_tokens = max(1, spec.eval_tokens // seq) * seq
-    flops = training_flops(cfg, batch)
+    family = _family_pricing(spec, cfg)
+    if family is not None:  # its own FLOPs, all with autograd, no padded rounds
+        per_token = grad_per_token = family.training_flops(cfg.loops)
+        forward, padded, params = family.forward_flops, False, family.n_params
+        if spec.flops is not None:  # whole steps at its own FLOPs, as the trainer counts them
+            steps = max(1, int(spec.flops / per_token) // tokens_per_step)
+    else:
+        flops = training_flops(cfg, batch)
+        per_token, grad_per_token = float(flops.total), float(flops.backward * (1 + 1 / BACKWARD_FACTOR))
+        forward, padded = (lambda n: step_flops(cfg, n).forward), flops.padding_waste > 0
+        params = param_count(cfg)["total"]
     return TrainCost(
         cfg=cfg,
         batch=batch,
         tokens_per_step=tokens_per_step,
         steps=steps,
-        flops_per_token=float(flops.total),
-        grad_flops_per_token=float(flops.backward * (1 + 1 / BACKWARD_FACTOR)),
-        eval_flops=float(eval_tokens * sum(step_flops(cfg, n).forward for n in counts)),
+        flops_per_token=float(per_token),
+        grad_flops_per_token=float(grad_per_token),
+        eval_flops=float(eval_tokens * sum(forward(n) for n in counts)),
         eval_every=spec.eval_every,
         ckpt_every=spec.ckpt_every,
         keep_checkpoints=spec.keep_checkpoints,
         log_every=spec.log_every,
-        log_points=LOG_POINTS + (1 if flops.padding_waste > 0 else 0),
+        log_points=LOG_POINTS + (1 if padded else 0),
         eval_points=3 + len(spec.resolved_eval_loops(cfg)),
         calib_steps=spec.calib_steps,
-        params=param_count(cfg)["total"],
+        params=params,
         optimizer=spec.optimizer,
         compile=spec.compile,
         memory={d: training_memory(cfg, batch, d, spec.optimizer) for d in DEVICE_TYPES},
         tokenizer=spec.data.tokenizer,
+        family=family,
     )
+
+
+def _family_pricing(spec: Spec, cfg):
+    """The contract's pricing of the spec's model when it is of another family, else None."""
+    from model.contract import family_pricing, family_settings
+    from workers.train_spec import BUILTIN_FAMILY
+
+    if spec.family == BUILTIN_FAMILY:
+        return None
+    return family_pricing(spec.family, family_settings(cfg, spec.family_config))

@@ -74,6 +74,12 @@ shown = c3.multiselect(
     key="adaptive_strategies",
 )
 mine = points[(points["variant_label"] == variant) & points["strategy"].isin(shown)]
+if adaptive.emulated(evals[evals["variant_label"] == variant]):
+    st.caption(
+        f"**{variant}: exits emulated** from separate forwards at loops 1..max_rounds (its model family "
+        "has no readout at any round): each token takes the logits of the forward at its exit round, "
+        "FLOPs are the family's forwards', the rule's readouts uncounted; cells end in `(emulated)`."
+    )
 ref = reference[reference["variant_label"] == variant]
 layers = []
 if not ref.empty:

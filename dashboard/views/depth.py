@@ -170,7 +170,8 @@ else:
     st.markdown(heldout.summary(pairs) + ".")
     st.caption(
         "For each pair of variants at each loop count: the difference of their mean losses over seeds "
-        "(variant − reference) on validation and on the test split; they agree when the signs match."
+        "(variant − reference) on validation and on the test split, each with its interval over seeds; they "
+        "agree when the signs match, and the pair is resolved when both intervals exclude 0."
     )
     ui.table(pairs, key="test_agreement")
 

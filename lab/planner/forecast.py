@@ -23,20 +23,15 @@ if TYPE_CHECKING:
     from workers.jobs import JobRegistry
 
 
-def _aging_seconds(aging_s: float | None) -> float:
-    """The aging the scheduler will use: `aging_s`, else its own setting ($LOOPLAB_AGING_S)."""
-    if aging_s is not None:
-        return aging_s
-    from orchestrator.settings import aging_seconds
+def _scheduler_setting(name: str, given: float | None = None) -> float:
+    """`given`, else the scheduler's own setting `name` of orchestrator/settings.py (`aging_seconds`:
+    $LOOPLAB_AGING_S, `preempt_cooldown_seconds`: $LOOPLAB_PREEMPT_COOLDOWN_S), so the forecast schedules
+    as the driver will."""
+    if given is not None:
+        return given
+    from orchestrator import settings
 
-    return aging_seconds()
-
-
-def _cooldown() -> float:
-    """The scheduler's preemption cool-down ($LOOPLAB_PREEMPT_COOLDOWN_S)."""
-    from orchestrator.settings import preempt_cooldown_seconds
-
-    return preempt_cooldown_seconds()
+    return getattr(settings, name)()
 
 
 def plan_grids(
@@ -96,7 +91,12 @@ def plan_grids(
     )
     to_place = [j for j in jobs if j.status != "present"]
     makespan = simulate(
-        to_place, cpus, gpus, start_s=driver_start, aging_s=_aging_seconds(aging_s), cooldown_s=_cooldown()
+        to_place,
+        cpus,
+        gpus,
+        start_s=driver_start,
+        aging_s=_scheduler_setting("aging_seconds", aging_s),
+        cooldown_s=_scheduler_setting("preempt_cooldown_seconds"),
     )
     return Forecast(jobs, cpus, gpus, makespan, now, cal, driver_start, elsewhere=elsewhere)
 
@@ -124,5 +124,11 @@ def forecast_queue(
     cpus, gpus = local_slots(num_cpus, num_gpus)
     device = "cuda" if gpus > 0 else "cpu"
     jobs = queue_jobs(eng, LazyTimeModel(eng, device), gpus > 0, now)  # type: ignore[arg-type]
-    makespan = simulate(jobs, cpus, gpus, aging_s=_aging_seconds(aging_s), cooldown_s=_cooldown())
+    makespan = simulate(
+        jobs,
+        cpus,
+        gpus,
+        aging_s=_scheduler_setting("aging_seconds", aging_s),
+        cooldown_s=_scheduler_setting("preempt_cooldown_seconds"),
+    )
     return Forecast(jobs, cpus, gpus, makespan, now, None)

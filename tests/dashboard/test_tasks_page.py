@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from analysis import tasks
-from tests.dashboard.browser import check_page_in_browser
+from tests.dashboard.browser import SHOTS, check_page_in_browser, open_page, page_url
 from tests.dashboard.test_pages import render
 
 # (variant, seed) -> {loops: (correct at depth=0, correct at depth=2)} out of 10 items each
@@ -153,11 +153,23 @@ def test_tasks_page_in_apptest(monkeypatch, tasks_db):
     assert proxy.loc["total", "rho"] == pytest.approx(0.8) and proxy.loc["total", "n_runs"] == 4
 
 
-def test_tasks_page_in_a_browser_shows_accuracy_vs_loops(tasks_db, dashboard_server, browser):
-    expected = ["Accuracy vs loops", "Accuracy by subset", "acc@8", "best_loops", "ci_high"]
+def test_tasks_page_in_a_browser_shows_accuracy_categories_and_the_proxy(tasks_db, dashboard_server, browser):
+    expected = ["Accuracy vs loops", "Accuracy by subset", "acc@8", "best_loops", "ci_high", "By category"]
+    expected += ["Loss as a proxy", "rho"]  # the category scores and the loss–accuracy correlation
     check_page_in_browser(
         dashboard_server, browser, tasks_db[0], "tasks", "Tasks", expected, height=1800, min_charts=3
     )
+    # the two sections below the fold, as a person scrolled to them sees them (saved for review)
+    url = page_url(dashboard_server, "tasks", str(tasks_db[1]))
+    with open_page(browser, url, "Tasks", ["By category", "Loss as a proxy"], height=1400) as page:
+        heading = page.get_by_role("heading", name="By category")
+        page.wait_for_timeout(2000)  # the charts above settle first, or they push the section down again
+        heading.evaluate("e => e.scrollIntoView({block: 'start'})")  # the app scrolls its own container
+        page.wait_for_timeout(1000)
+        assert heading.bounding_box()["y"] < 300  # the section is at the top of the screenshot
+        page.screenshot(path=str(SHOTS / "tasks_categories_and_proxy.png"))
+        html = page.content()
+        assert "n_tasks" in html and "rho" in html
 
 
 def test_extrapolation_page_shows_the_category_scores(monkeypatch, tasks_db):

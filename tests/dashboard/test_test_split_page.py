@@ -1,5 +1,6 @@
 """The Depth page's test-vs-validation agreement: absent on the fixture database (no sweep evaluated
-the test split), shown on a copy whose sweeps carry test losses (AppTest)."""
+the test split), shown on a copy whose sweeps carry test losses (AppTest, and in headless Chromium with
+a screenshot of the section in artifacts/screenshots/depth_test_split.png)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import sqlite3
 
 import pytest
 
+from tests.dashboard.browser import SHOTS, assert_page_shows, open_page, page_url
 from tests.dashboard.test_pages import frame_with, render, text_of
 
 
@@ -47,3 +49,19 @@ def test_depth_page_shows_the_agreement_only_where_sweeps_have_test_losses(monke
     )
     assert pairs["agree"].tolist() == [True, True, True, False]
     assert "3 of 4 variant pairs (75%)" in text_of(at)
+
+
+def test_depth_page_agreement_section_in_a_browser(dashboard_server, browser, fixture_db, tmp_path):
+    """What a person sees: the section's heading, its sentence with the resolved count, and the table with
+    the intervals' columns, on the page a real browser draws."""
+    url = _with_test_losses(fixture_db[1], tmp_path).removeprefix("sqlite:///")
+    expected = ["Test split vs validation", "3 of 4 variant pairs (75%)", "resolved on both"]
+    with open_page(browser, page_url(dashboard_server, "depth", url), "Depth", expected, height=2400) as page:
+        body = assert_page_shows(page, "Depth", expected)
+        assert "interval over seeds" in body
+        heading = page.get_by_text("Test split vs validation").first
+        heading.scroll_into_view_if_needed()
+        page.wait_for_timeout(1000)
+        page.screenshot(path=str(SHOTS / "depth_test_split.png"))
+        html = page.content()  # a table's cells are in the grid's accessible table, not in the text
+        assert "test_low" in html and "resolved" in html

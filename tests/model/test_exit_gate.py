@@ -204,7 +204,7 @@ def test_gate_rule_on_a_model_without_a_gate_is_refused():
 
     model = built().eval()
     idx, _ = batch(model.cfg)
-    with pytest.raises(ValueError, match="exit_gate"):
+    with pytest.raises(ConfigError, match="^exit.rule: gate needs a model with an exit gate"):
         exit_forward(model, idx, ExitRule("gate", 0.5, 2, 4), h0_seed=0)
 
 

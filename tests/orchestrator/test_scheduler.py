@@ -218,16 +218,27 @@ def test_an_urgent_job_preempts_a_preemptible_run_which_resumes_after_it_exactly
     """Both jobs need the whole cluster (2 CPUs): the urgent one (priority 20) stops the preemptible run
     (priority 0) at its next step; the run checkpoints, goes back to the queue as preempted (no failure),
     resumes once the urgent job is done, and its curve is the uninterrupted run's, each point once."""
-    spec = {"tokens": 100, "steps": 60, "step_s": 0.05, "ckpt_every": 3, "seed": 5}
+    spec = {"tokens": 100, "steps": 80, "step_s": 0.05, "ckpt_every": 3, "seed": 5}
     (long,) = q.submit(Grid("long", base=spec, resources={"num_cpus": 2, "preemptible": True}))
     sched = Scheduler(q.eng, q.artifacts, fake_jobs, until_empty=True, progress=False, poll_s=0.2)
     t = _in_thread(sched)
     _wait_for(q, "SELECT 1 FROM jobs WHERE id=:j AND checkpoint_step >= 6", j=long)
     urgent_grid = Grid("urgent", job="sleep", base={"seconds": 1.0}, priority=20, resources={"num_cpus": 2})
     (urgent,) = q.submit(urgent_grid)
+    # once the run has resumed and checkpointed again, a second urgent job waits: within the cool-down
+    # ($LOOPLAB_PREEMPT_COOLDOWN_S, 30 minutes) a run preempted once is not stopped again
+    again = "SELECT 1 FROM attempts a JOIN jobs j ON j.id = a.job_id WHERE a.job_id = :j AND a.n = 2 "
+    _wait_for(q, again + "AND j.checkpoint_step > a.resumed_from_step", j=long)
+    (later,) = q.submit(
+        Grid("later", job="sleep", base={"seconds": 0.5}, priority=20, resources={"num_cpus": 2})
+    )
     t.join(120)
     assert not t.is_alive()
-    assert rows(q, "SELECT id, status FROM jobs ORDER BY id") == [(long, "succeeded"), (urgent, "succeeded")]
+    assert rows(q, "SELECT id, status FROM jobs ORDER BY id") == [
+        (long, "succeeded"),
+        (urgent, "succeeded"),
+        (later, "succeeded"),
+    ]
     attempts = rows(
         q,
         "SELECT job_id, n, outcome, started_at, ended_at, resumed_from_step FROM attempts ORDER BY started_at",
@@ -236,12 +247,15 @@ def test_an_urgent_job_preempts_a_preemptible_run_which_resumes_after_it_exactly
         (long, 1, "preempted"),
         (urgent, 1, "succeeded"),
         (long, 2, "succeeded"),
+        (later, 1, "succeeded"),
     ]
     (
         (_, _, _, _, long_stopped, _),
         (_, _, _, urgent_started, urgent_ended, _),
-        (*_, resumed_at, _, from_step),
+        (*_, resumed_at, long_ended, from_step),
+        (_, _, _, later_started, _, _),
     ) = attempts
+    assert long_ended <= later_started
     assert long_stopped <= urgent_started and urgent_ended <= resumed_at and from_step >= 6
     assert_uninterrupted_curve(q, long, spec, tmp_path)
     assert rows(q, "SELECT count(*) FROM train_results WHERE job_id=:j", j=long) == [(1,)]

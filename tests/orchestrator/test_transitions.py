@@ -144,8 +144,9 @@ def test_running_to_queued_on_preemption_which_is_not_a_failure_and_is_dated(eng
     assert run_to(eng, jid, AttemptOutcome.PREEMPTED) == JobStatus.QUEUED
     assert run_to(eng, jid, AttemptOutcome.SUCCEEDED) == JobStatus.SUCCEEDED
     assert outcomes(eng, jid) == ["preempted", "preempted", "succeeded"]
-    assert jobqueue.preempted_since(eng, [jid], before - 1) == {jid}  # the cool-down reads it
-    assert jobqueue.preempted_since(eng, [jid], time.time() + 1) == set()
+    with eng.connect() as conn:  # the cool-down reads when the last preemption ended
+        assert before <= jobqueue.last_preempted(conn, jid) <= time.time()
+        assert jobqueue.last_preempted(conn, jid + 1) is None  # never preempted
     with eng.connect() as conn:  # why, on the attempt that was preempted
         sql = "SELECT error FROM attempts WHERE job_id = :j AND n = 1"
         assert conn.execute(sa.text(sql), {"j": jid}).scalar_one() == "preempted for job 9"

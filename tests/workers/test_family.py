@@ -65,7 +65,7 @@ def test_a_family_is_part_of_the_run_and_of_its_variant():
 def test_a_flop_budget_of_a_family_is_counted_at_its_own_flops(tmp_path, looplab_cache):
     from orchestrator.submission import model_columns
 
-    flops = 2.5e8  # about 20 steps of 256 tokens at ~49k FLOPs per token
+    flops = 2.0e9  # about 20 steps of 256 tokens at ~393k FLOPs per token
     spec = tiny_spec(**FAMILY, tokens=None, flops=flops)
     plans = _plans(spec)
     (cols,) = [c for p, c in zip(plans, model_columns(plans), strict=True) if p.kind == "train"]
