@@ -28,10 +28,12 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -167,6 +169,7 @@ class Soak:
     repairs: int = 0
     waves: list[str] = field(default_factory=list)
     attempt_rows: list = field(default_factory=list)
+    other_errors: list = field(default_factory=list)
 
     def now(self) -> float:
         return round(time.monotonic() - self.t0, 1)
@@ -339,6 +342,23 @@ class Soak:
                 assert got and [tuple(r) for r in got] == ref.curve(key), (job_id, key, why)
         return sorted(r[0] for r in rows)
 
+    def where(self) -> dict[str, int]:
+        """Attempts by the host that ran them: an attempt's worker starts with its Ray node's id, which
+        the GCS's log on head pairs with the node's address when it registers (driver2's own Ray is
+        not in it: its attempts are counted as driver2's)."""
+        log = (
+            self.lab.net["head"].run(["sh", "-c", "cat /tmp/ray/session_latest/logs/gcs_server*.out"]).stdout
+        )
+        by_addr = {h.addr: name for name, h in self.lab.net.hosts.items()}
+        found = re.findall(
+            r"Registering new node\. node_id=([0-9a-f]+) node_name=\S+ node_address=(\S+)", log
+        )
+        node = {node_id[:12]: by_addr.get(addr, addr) for node_id, addr in found}
+        rows = self.lab.query("SELECT COALESCE(worker, ''), driver_host FROM attempts")
+        return dict(
+            Counter(node.get(w.split(":")[0], driver if driver == "driver2" else "?") for w, driver in rows)
+        )
+
     def counts(self) -> dict:
         """Takeovers, Ray node losses and fenced writes refused, from the database and the drivers' logs."""
         lost = self.lab.query(
@@ -359,12 +379,22 @@ class Soak:
             "worker, driver_host, resumed_from_step, SUBSTR(COALESCE(error, ''), 1, 90) FROM attempts "
             "WHERE job_id IN (SELECT job_id FROM attempts WHERE n > 1) ORDER BY job_id, n"
         )
+        self.other_errors = self.lab.query(
+            "SELECT job_id, n, outcome, error FROM attempts WHERE outcome != 'succeeded' "
+            "AND error NOT LIKE 'No space left on device%' AND error NOT LIKE 'driver lost%' ORDER BY job_id, n"
+        )
         return {
+            "where": self.where(),
             "reasons": [(o, " ".join(w.split()), n) for o, w, n in reasons],
             "takeovers": int(lost[0] or 0),
             "nodes_lost": int(lost[1] or 0),
-            # the queue's refusals of a replaced attempt's writes: its events (writer) and its outcome (finish)
+            # the queue's refusals of a replaced attempt's writes: its batches of events (orchestrator/writer.py,
+            # one line a batch, with the number of events) and its outcome (jobqueue.finish)
             "fenced_writes_refused": len(re.findall(r"no longer owns the job", logs)),
+            "fenced_events": sum(
+                map(int, re.findall(r"(\d+) event\(s\) of attempt \d+ dropped: the attempt no longer", logs))
+            ),
+            "fenced_outcomes": len(re.findall(r"no longer owns the job; its \S+ is not recorded", logs)),
             "db_pauses": len(re.findall(r"claiming and writing paused", logs)),
             "repairs": self.repairs,
         }
@@ -389,9 +419,11 @@ def summary(soak: Soak, checked: dict, counts: dict, curves: list[int], seconds:
     lines += [
         f"takeovers (driver lost): {counts['takeovers']}   Ray nodes lost under a job: {counts['nodes_lost']}   "
         f"driver pauses (database away): {counts['db_pauses']}",
+        "attempts by host: " + ", ".join(f"{h} {n}" for h, n in sorted(counts["where"].items())),
         "attempts that did not succeed, by reason:",
         *(f"  {n:3d} {o}: {w}" for o, w, n in counts["reasons"][:8]),
-        f"fenced writes refused: {counts['fenced_writes_refused']}   "
+        f"fenced writes refused: {counts['fenced_writes_refused']} (batches of {counts['fenced_events']} events, "
+        f"and {counts['fenced_outcomes']} outcomes)   "
         f"Ray worker nodes restarted outside the schedule: {counts['repairs']}",
         f"metric points: {checked['points']}   duplicates: {checked['duplicates']}",
         f"curves equal to an uninterrupted run, bit for bit: {len(curves)} job(s) {curves}",
@@ -419,6 +451,8 @@ def soak(
         counts = run.counts()
         checked_curves = run.curves(ref_dir, curves)
     finally:
+        keep = out.parent / f"{out.stem}-logs"  # the drivers', submitter's and Ray nodes' logs
+        shutil.copytree(lab.logs, keep, dirs_exist_ok=True)
         lab.close()
     left = lab.net.leftovers()
     assert left == [], left
@@ -429,6 +463,7 @@ def soak(
         + "\n".join(run.events)
         + "\n\nattempts of the jobs that ran more than once "
         f"(job | n | outcome | started | ended | worker | driver host | resumed from | error):\n{rows}\n"
+        + "".join(f"\njob {j} attempt {n} {o}, whole error:\n{e}\n" for j, n, o, e in run.other_errors)
     )
     print(text, flush=True)
     figures = {**checked, **counts, "curves": checked_curves, "faults": [asdict(x) for x in run.faults]}
