@@ -181,7 +181,10 @@ class Soak:
 
     def start(self) -> None:
         self.lab.env.update(SETTINGS)
-        for name in ("head", *WORKERS):
+        # no CPU on the head: Ray keeps a task on the submitting node while it has room, and every job
+        # would run beside the head's driver, out of reach of the worker hosts' faults
+        self.lab.start_ray("head", cpus=0)
+        for name in WORKERS:
             self.lab.start_ray(name)
         self.waves = waves(self.jobs, len(self.faults))
         argv = [sys.executable, "-c", SUBMITTER, self.lab.url, str(self.lab.net.shared)]
@@ -222,6 +225,7 @@ class Soak:
     def run_schedule(self) -> None:
         for i, fault in enumerate(self.faults, start=1):
             self.submit(i)
+            self.until_running()
             self.wait(fault.gap_s)
             fault.at_s = self.now()
             self.say(f"fault {i}: {fault.kind} {fault.target} for {fault.hold_s} s ({self.left()} jobs left)")
@@ -242,6 +246,15 @@ class Soak:
                 self.say(f"{host}'s Ray node left unasked (declared dead under load?): started again")
                 self.lab.net.kill(host)
                 self.lab.start_ray(host, tries=3)
+
+    def until_running(self, timeout: float = 60) -> None:
+        """Wait (at most `timeout` s) until a job runs, so that the fault that follows meets one."""
+        end = time.monotonic() + timeout
+        while not self.lab.query("SELECT id FROM jobs WHERE status = 'running' LIMIT 1"):
+            if time.monotonic() > end:
+                self.say(f"no job running after {timeout:.0f} s: the fault meets an idle queue")
+                return
+            self.wait(0.5)
 
     def wait(self, seconds: float) -> None:
         """Sleep `seconds` while the head's driver runs, restarting Ray nodes that left unasked."""
@@ -363,7 +376,8 @@ class Soak:
         """Takeovers, Ray node losses and fenced writes refused, from the database and the drivers' logs."""
         lost = self.lab.query(
             "SELECT SUM(CASE WHEN error LIKE 'driver lost%' THEN 1 ELSE 0 END), "
-            "SUM(CASE WHEN error LIKE 'Ray node lost%' THEN 1 ELSE 0 END) FROM attempts"
+            "SUM(CASE WHEN error LIKE 'Ray node lost%' OR error LIKE 'Ray Train worker lost%' THEN 1 ELSE 0 END) "
+            "FROM attempts"
         )[0]
         logs = "".join(
             p.read_text(errors="replace")
@@ -417,7 +431,8 @@ def summary(soak: Soak, checked: dict, counts: dict, curves: list[int], seconds:
         when = f"at {x.at_s:6.1f} s, healed {x.healed_s:6.1f} s" if x.at_s is not None else "-"
         lines.append(f"  {i:2d}. {x.kind:9s} {x.target:13s} hold {x.hold_s:4.1f} s  {when}  {x.note}")
     lines += [
-        f"takeovers (driver lost): {counts['takeovers']}   Ray nodes lost under a job: {counts['nodes_lost']}   "
+        f"takeovers (driver lost): {counts['takeovers']}   "
+        f"Ray nodes or gang ranks lost under a job: {counts['nodes_lost']}   "
         f"driver pauses (database away): {counts['db_pauses']}",
         "attempts by host: " + ", ".join(f"{h} {n}" for h, n in sorted(counts["where"].items())),
         "attempts that did not succeed, by reason:",
