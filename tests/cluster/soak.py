@@ -445,7 +445,7 @@ def summary(soak: Soak, checked: dict, counts: dict, curves: list[int], seconds:
         "promises (tests/cluster/promises.py): all held",
         f"time: {seconds:.0f} s (cluster up to promises checked)",
     ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(line.rstrip() for line in lines) + "\n"
 
 
 def soak(

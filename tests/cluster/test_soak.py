@@ -23,6 +23,22 @@ def test_the_schedule_is_a_function_of_the_seed():
     assert {f.kind for f in one} == set(soak.TARGETS)  # every kind of fault, once at least
 
 
+def test_the_study_comes_in_one_wave_per_fault_and_one_more():
+    from orchestrator.grid import Grid
+
+    texts = soak.waves(41, 10)
+    grids = [[g for g in ns.values() if isinstance(g, Grid)] for ns in map(_run, texts)]
+    seeds = [s for wave in grids for g in wave if g.name != "soak-gang" for s in g.sweep["seed"]]
+    assert len(texts) == 11 and sorted(seeds) == list(range(20))  # 20 runs and their 20 sweeps
+    assert [g.name for g in grids[0]] == ["soak-0", "soak-gang"] and all(len(w) == 1 for w in grids[1:])
+
+
+def _run(text: str) -> dict:
+    ns: dict = {}
+    exec(text, ns)
+    return ns
+
+
 def test_the_soak_with_the_ci_seed_keeps_every_promise(looplab_cache, tmp_path):
     out = tmp_path / "soak-summary.txt"
     text, got = soak.soak(looplab_cache, soak.CI_SEED, 10, 41, out, tmp_path / "ref", curves=CURVES)
