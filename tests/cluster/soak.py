@@ -506,9 +506,18 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"{name}: expected an integer >= {lo}, got {value}")
     work = Path(tempfile.mkdtemp(prefix="looplab-soak-", dir="/var/tmp"))  # every host sees /var/tmp
     os.environ["LOOPLAB_CACHE"] = str(work / "cache")
-    soak(
-        work / "cache", args.seed, args.faults, args.jobs, Path(args.out).resolve(), work / "ref", args.curves
-    )
+    try:
+        soak(
+            work / "cache",
+            args.seed,
+            args.faults,
+            args.jobs,
+            Path(args.out).resolve(),
+            work / "ref",
+            args.curves,
+        )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # the data cache and the reference runs
     return 0
 
 
