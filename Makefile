@@ -13,7 +13,7 @@ FAST := not ray and not browser and not multinode and not demo and not slow
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 XDIST := -n $(JOBS) --dist loadgroup
 
-.PHONY: install demo check test lint format bench clean
+.PHONY: install demo check test lint format bench soak clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -46,6 +46,15 @@ format: install
 bench: install
 	$(BIN)/python benchmarks/model_bench.py
 	$(BIN)/python benchmarks/queue_bench.py
+
+# The soak by hand (tests/cluster/soak.py; docs/guarantees.md#the-soak): the study under a seeded schedule of
+# faults on the network-namespace cluster (root). JOBS here is the study's size, not pytest's workers
+# (its default, the CPU count, applies only to check and test).
+SEED ?= 41
+FAULTS ?= 10
+SOAK_JOBS = $(if $(filter command line,$(origin JOBS)),$(JOBS),41)
+soak: install
+	$(BIN)/python -m tests.cluster.soak --seed $(SEED) --faults $(FAULTS) --jobs $(SOAK_JOBS) --out soak-summary.txt
 
 clean:
 	rm -rf $(VENV) .pytest_cache artifacts

@@ -361,3 +361,47 @@ def first_rule_cell(configs: list[str], strategies: list[str]) -> int:
     keys = [CellKey.parse(c) for c in configs]
     rules = [i for i, key in enumerate(keys) if not key.is_fixed]
     return next((i for i in rules if keys[i].strategy_label in strategies), rules[0] if rules else 0)
+
+
+def best_at_loss(evals: pd.DataFrame, strategy: str = "per_round", levels=None) -> pd.DataFrame:
+    """Learned and post-hoc rules on one axis: at each loss level (default: every variant's fixed-depth
+    loss, the mean over seeds), among every cell under `strategy` of every variant whose mean loss is
+    at most the level, the one that spends the fewest equivalent rounds (FLOPs, the readouts charged),
+    with its interval over seeds (mean -/+ t sd / sqrt(n) at LEVEL; NaN with one seed). A `gate` cell is
+    a learned exit (the variant trained with a gate), the others post hoc. One row per level."""
+    cols = ["level", "variant_label", "rule", "threshold", "val_loss", "mean_rounds", "equivalent_rounds"]
+    cols += ["rounds_low", "rounds_high", "n_seeds"]
+    df = _variants(evals) if not evals.empty else evals
+    if df.empty:
+        return pd.DataFrame(columns=cols)
+    df = df[[s == strategy for s in _strategy_labels(df)]]
+    g = df.groupby(POINT, sort=False, dropna=False)
+    points = g[["val_loss", "mean_rounds", "equivalent_rounds"]].mean()
+    points["n_seeds"] = g["equivalent_rounds"].count()
+    points["sd"] = g["equivalent_rounds"].std()
+    points = points.join(g[["variant_label"]].first()).reset_index()
+    if levels is None:
+        levels = sorted(points.loc[points["rule"] == FIXED, "val_loss"].unique())
+    rows = []
+    for level in levels:
+        ok = points[points["val_loss"] <= level + 1e-12]
+        if ok.empty:
+            continue
+        best = ok.sort_values(["equivalent_rounds", "val_loss"]).iloc[0]
+        n = int(best["n_seeds"])
+        half = scipy_stats.t.ppf((1 + LEVEL) / 2, n - 1) * best["sd"] / math.sqrt(n) if n > 1 else math.nan
+        threshold = best["threshold"] if best["threshold"] >= 0 else None
+        rows.append(
+            {
+                "level": float(level),
+                **{
+                    k: best[k]
+                    for k in ("variant_label", "rule", "val_loss", "mean_rounds", "equivalent_rounds")
+                },
+                "threshold": threshold,
+                "rounds_low": best["equivalent_rounds"] - half,
+                "rounds_high": best["equivalent_rounds"] + half,
+                "n_seeds": n,
+            }
+        )
+    return pd.DataFrame(rows, columns=cols)

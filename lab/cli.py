@@ -218,13 +218,14 @@ def _study_commands(sub: argparse._SubParsersAction) -> None:
     dm.add_argument("--fast", action="store_true", help="a smaller grid (for smoke tests)")
     dm.add_argument(
         "--study",
-        choices=["iso-depth", "loop-design", "adaptive", "lean", "families"],
+        choices=["iso-depth", "loop-design", "adaptive", "learned-exits", "lean", "families"],
         default=None,
         help="run a study instead, CPU-sized: iso-depth = the iso-depth scaling law; "
         "loop-design = loop layouts, injections, history and timestep variants with "
         "depth sweeps (page Extrapolation); adaptive = per-token exit rules and KV "
-        "strategies against the fixed depth (page Adaptive); lean = parcae, fixed4 and "
-        "lean at ~1 M tokens with depth sweeps, its findings checked and a report written; "
+        "strategies against the fixed depth (page Adaptive); learned-exits = exit gates trained "
+        "with the entropy, geometric and act objectives, judged with the post-hoc rules; lean = parcae, "
+        "fixed4 and lean at ~1 M tokens with depth sweeps, its findings checked and a report written; "
         "families = parcae, the Huginn-style family and the example family at equal data and equal "
         "time, two seeds, with depth sweeps",
     )

@@ -299,6 +299,12 @@ def cli_demo(args) -> int:
         from lab.demo_families import main_families
 
         return main_families(db=args.db, fast=args.fast, artifacts=args.artifacts or "looplab_artifacts")
+    if args.study == "learned-exits":
+        from lab.demo import main_adaptive
+
+        return main_adaptive(
+            db=args.db, fast=args.fast, artifacts=args.artifacts or "looplab_artifacts", learned=True
+        )
     if args.study == "lean":
         from lab.demo import main_lean
 

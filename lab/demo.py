@@ -25,6 +25,13 @@ extrapolation table and where the dashboard draws it (page Extrapolation).
 task scores and decode timings with exits); prints the rounds saved at equal loss and the frontier
 (page Adaptive draws them). See docs/adaptive.md for its run time.
 
+`looplab demo --study learned-exits` runs the learned-exit study (`LEARNED_EXITS`,
+`lab.studies.learned_exits_grid`): lean and BaseLoop 2x4 trained with an exit gate under each
+objective (entropy, geometric, act) at two coefficients plus without one, two seeds, each with a depth
+sweep and an adaptive job whose rules include the `gate` rule; prints the same frontier tables as the
+adaptive study (`--fast`: lean only, one coefficient per objective, one seed). docs/adaptive.md has its
+time and finding.
+
 `looplab demo --study lean` runs the lean-recipe study at CPU size (`LEAN`): parcae, fixed4 and lean on
 `tiny` at 2^20 tokens (about 1 M, where the findings' shape shows; the default demo's 61 k tokens show
 the machinery only), 2 seeds (`--fast`: 1), each with a depth sweep over 1-16 loops; prints each finding
@@ -330,6 +337,64 @@ def print_adaptive(url: str, grid_prefix: str) -> None:
         print(shown[cols].to_string(index=False) if not shown.empty else "(no finished adaptive job)")
 
 
+# The learned-exit study at CPU size (docs/adaptive.md, "Learned exits"): `tiny`, 16 x 64 tokens a step.
+LEARNED_EXITS = {
+    "recipes": ["lean", "base_loop"],
+    "objectives": None,  # lab.studies.LEARNED_EXIT_OBJECTIVES: two coefficients each
+    "seeds": [0, 1],
+    "tokens": 16 * 64 * 1000,
+    "train": {"batch_size": 16, "seq_len": 64, "eval_every": 500, "eval_tokens": 2048, "ckpt_every": 500},
+    "sweep_tokens": 4096,
+    "adaptive": {"kv_strategies": ["per_round"], "decode_steps": 4, "decode_batch_sizes": [1]},
+}
+LEARNED_EXITS_FAST = {
+    **LEARNED_EXITS,
+    "recipes": ["lean"],
+    "objectives": {"entropy": [0.05], "geometric": [0.05], "act": [0.01]},
+    "seeds": [0],
+    "tokens": 16 * 64 * 150,
+    "train": {**LEARNED_EXITS["train"], "eval_every": 50, "eval_tokens": 512, "ckpt_every": 50},
+    "sweep_tokens": 1024,
+    "adaptive": {**LEARNED_EXITS["adaptive"], "decode_steps": 2},
+}
+
+
+def learned_exits_grids(fast: bool = False) -> list[Grid]:
+    """The demo's learned-exit study (`lab.studies.learned_exits_grid`)."""
+    from lab.studies import learned_exits_grid
+
+    p = LEARNED_EXITS_FAST if fast else LEARNED_EXITS
+    return learned_exits_grid(
+        p["recipes"],
+        p["objectives"],
+        p["tokens"],
+        p["seeds"],
+        "demo-learned-exits-fast" if fast else "demo-learned-exits",
+        DATA,
+        adaptive=p["adaptive"],
+        sweep_loops=[1, 2, 3, 4],
+        sweep_tokens=p["sweep_tokens"],
+        **p["train"],
+    )
+
+
+def print_best_at_loss(url: str, grid_prefix: str) -> None:
+    """Learned and post-hoc rules on one axis (`analysis.adaptive.best_at_loss`): at each variant's
+    fixed-depth loss, the cell of any variant that reaches it with the fewest rounds' worth of FLOPs."""
+    import pandas as pd
+
+    from analysis import adaptive
+    from orchestrator import frames
+
+    runs = frames.runs(url)
+    ids = runs.loc[runs["grid"].fillna("").str.startswith(grid_prefix), "job_id"]
+    evals = frames.adaptive(url)
+    table = adaptive.best_at_loss(evals[evals["train_job_id"].isin(ids)])
+    with pd.option_context("display.width", 200, "display.max_columns", 30, "display.precision", 4):
+        print("\n== at each loss level, the rule that spends the fewest rounds (learned: gate) ==")
+        print(table.to_string(index=False) if not table.empty else "(no finished adaptive job)")
+
+
 def grids(fast: bool = False) -> list[Grid]:
     """The demo grids: the iso-data grid and the iso-time run that refers to it."""
     p = FAST if fast else FULL
@@ -512,13 +577,19 @@ def main_loop_design(db: str | None = None, fast: bool = False, artifacts: str =
     return 0 if failed.empty and scored else 1
 
 
-def main_adaptive(db: str | None = None, fast: bool = False, artifacts: str = "looplab_artifacts") -> int:
+def main_adaptive(
+    db: str | None = None, fast: bool = False, artifacts: str = "looplab_artifacts", learned: bool = False
+) -> int:
+    """`demo --study adaptive`, or with `learned` `demo --study learned-exits`: the same frontier tables."""
     t0 = time.time()
-    q, rc, failed = _run(adaptive_grids(fast), "demo --study adaptive", db, artifacts, progress_every_s=15.0)
+    study, grids_of = ("learned-exits", learned_exits_grids) if learned else ("adaptive", adaptive_grids)
+    q, rc, failed = _run(grids_of(fast), f"demo --study {study}", db, artifacts, progress_every_s=15.0)
     if rc != 0:
         return rc
     try:
-        print_adaptive(q.url, "demo-adaptive-fast" if fast else "demo-adaptive")
+        print_adaptive(q.url, f"demo-{study}-fast" if fast else f"demo-{study}")
+        if learned:
+            print_best_at_loss(q.url, f"demo-{study}-fast" if fast else f"demo-{study}")
     except Exception as e:  # a summary; never hide the run's outcome behind it
         print(f"(adaptive tables unavailable: {type(e).__name__}: {e})")
     db_flag = f" --db {db}" if db else ""

@@ -25,6 +25,11 @@ tokens, so the page Adaptive can put every rule's frontier against the fixed dep
 each with a depth sweep (iso-data), and every family after the first given the training time of the
 first's run of the same seed (iso-time, `budget.match_time_of`): the same comparisons the Compare page
 makes between recipes, made between families through the model contract.
+
+`learned_exits_grid` is the learned-exit study: recipes trained with an exit gate under each objective
+(entropy, geometric, act: `model.exit_gate`) at each of its coefficients, plus without a gate, each
+followed by a depth sweep and an adaptive job whose rules are the post-hoc ones and, for the gated
+models, the `gate` rule at its thresholds: learned and post-hoc rules on one frontier.
 """
 
 from __future__ import annotations
@@ -461,5 +466,57 @@ def families_grid(
                 sweep={"zip": zipped(families[1:])},
                 priority=priority + 1,
             )
+        )
+    return grids
+
+
+LEARNED_EXIT_RECIPES = ("lean", "base_loop")
+LEARNED_EXIT_OBJECTIVES = {"entropy": [0.01, 0.05], "geometric": [0.01, 0.05], "act": [0.001, 0.01]}
+GATE_THRESHOLDS = (0.3, 0.5, 0.7, 0.9, 1.0)
+
+
+def learned_exits_grid(
+    recipes: Sequence[str] = LEARNED_EXIT_RECIPES,
+    objectives: dict[str, Sequence[float]] | None = None,
+    tokens: int = 16 * 64 * 1000,
+    seeds: Sequence[int] = (0, 1),
+    name: str = "learned-exits",
+    data: dict[str, Any] | None = None,
+    *,
+    gate_thresholds: Sequence[float] = GATE_THRESHOLDS,
+    adaptive: dict[str, Any] | None = None,
+    **study: Any,
+) -> list[Grid]:
+    """The learned-exit study as grids: `recipes` (fixed loop counts) trained without a gate and with
+    each objective of `objectives` ({objective: [coefficients]}, default `LEARNED_EXIT_OBJECTIVES`) at
+    each coefficient, x `seeds`; each run followed by a depth sweep and an adaptive job as
+    `adaptive_grid` makes them (`study`: its other arguments and train keys), the gated runs' adaptive
+    jobs with the `gate` rule at `gate_thresholds` beside `adaptive`'s rules. One grid per variant."""
+    where = f"learned_exits_grid {name!r}"
+    objectives = fields.mapping(
+        f"{where}: objectives", LEARNED_EXIT_OBJECTIVES if objectives is None else objectives
+    )
+    spec = dict(adaptive or {})
+    posthoc = dict(
+        spec.pop("rules", None) or {"state": [0.05], "kl": [0.01], "entropy": [0.02], "argmax": [2]}
+    )
+    variants: list[tuple[str, dict[str, Any]]] = [("none", {})]
+    for objective, coefs in objectives.items():
+        if not isinstance(coefs, list | tuple) or not coefs:
+            raise ConfigError(f"{where}: objectives.{objective}: expected a non-empty list of coefficients")
+        variants += [(f"{objective}-{c:g}", {"exit_gate": objective, "gate_coef": c}) for c in coefs]
+    grids = []
+    for label, model in variants:
+        rules = {**posthoc, **({"gate": list(gate_thresholds)} if model else {})}
+        grids += adaptive_grid(
+            recipes,
+            {"layouts": []},
+            tokens,
+            seeds,
+            f"{name}-{label}",
+            data,
+            adaptive={**spec, "rules": rules},
+            model=model,
+            **study,
         )
     return grids

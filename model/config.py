@@ -43,6 +43,13 @@ embedding when n_prelude = 0; x_t = round t's input, t = 1, 2, ...):
   can run deeper than training. A timestep makes rounds differ by index, so mixed loop counts run the
   staggered schedule (`model.rounds`; `rounds_alike`).
 
+Learned exit (`model.exit_gate` has the formulas): `exit_gate` names the objective that trains a gate
+after every round ("none": no gate, the default; "entropy", "geometric", "act"); `gate_coef` is its
+coefficient (β of entropy and geometric, τ of act; >= 0), `gate_prior` the geometric prior's λ_p (in
+(0, 1)), `gate_eps` act's ε (in [0, 1)). A gate needs a fixed loop count R >= 2 (the fixed sampler):
+per-row Poisson counts leave R, the support of the exit distribution, undefined. The gate's fields at
+their defaults are left out of a variant's overrides, so a config without a gate keeps its identity.
+
 Every bad value raises `ConfigError` naming the field and what is accepted, also through
 `dataclasses.replace` (validation lives in `__post_init__`).
 """
@@ -57,6 +64,7 @@ from typing import Any
 
 from model import fields
 from model.errors import ConfigError
+from model.exit_names import GATE_OBJECTIVES
 
 SAMPLERS = ("fixed", "poisson_seq", "poisson_batch")
 INJECTIONS = ("diagonal", "none", "scalar", "channel", "dense")
@@ -139,6 +147,10 @@ class ModelConfig:
     history: int = 0  # w: recent state differences injected each round (0 = off)
     timestep: str = "none"
     timestep_rounds: int | None = None  # None = loops (fixed sampler) or 2 * loops (Poisson samplers)
+    exit_gate: str = "none"  # the learned exit's objective: none, entropy, geometric, act
+    gate_coef: float = 0.01  # β (entropy, geometric) or τ (act)
+    gate_prior: float = 0.5  # geometric: λ_p of the prior
+    gate_eps: float = 0.01  # act: halt once the summed stop probabilities reach 1 - ε
 
     def __post_init__(self) -> None:
         s = object.__setattr__
@@ -179,6 +191,38 @@ class ModelConfig:
             )
         self._check_value_embeds()
         self._check_rounds()
+        self._check_gate()
+
+    def _check_gate(self) -> None:
+        s = object.__setattr__
+        gate = fields.choice("exit_gate", self.exit_gate, GATE_OBJECTIVES)
+        s(self, "gate_coef", fields.number("gate_coef", self.gate_coef, lo=0.0, hi=100.0))
+        s(
+            self,
+            "gate_prior",
+            fields.number("gate_prior", self.gate_prior, lo=0.0, lo_open=True, hi=1.0, hi_open=True),
+        )
+        s(self, "gate_eps", fields.number("gate_eps", self.gate_eps, lo=0.0, hi=1.0, hi_open=True))
+        defaults = {f.name: f.default for f in dataclasses.fields(self) if f.name.startswith("gate_")}
+        needs = {"gate_coef": GATE_OBJECTIVES[1:], "gate_prior": ("geometric",), "gate_eps": ("act",)}
+        for name, default in defaults.items():
+            if getattr(self, name) != default and gate not in needs[name]:
+                raise ConfigError(
+                    f"{name}: only with exit_gate {' or '.join(needs[name])}; with exit_gate {gate}: "
+                    f"{default} (the default); got {getattr(self, name)}"
+                )
+        if gate == "none":
+            return
+        if self.loop_sampler != "fixed":
+            raise ConfigError(
+                f"exit_gate: needs a fixed loop count R (loop_sampler fixed): with {self.loop_sampler} the rows' "
+                "counts differ, so R, the last round of the exit distribution, is undefined; accepted: none"
+            )
+        if self.loops < 2:
+            raise ConfigError(
+                f"exit_gate: needs a looped model (loops >= 2: rounds to exit from); with loops {self.loops} "
+                "(a plain transformer) accepted: none"
+            )
 
     def _check_value_embeds(self) -> None:
         ve = self.value_embeds

@@ -13,6 +13,7 @@ discovered (`Capabilities`); each missing capability has a fallback the jobs use
     forward(..., row_key=(seed, step, rows))         else, if the forward is random, split-dependent
     round_states(idx, loops, skip_round=None)        else no state measures in a depth sweep
     readout(h, idx, ctx), run_rounds(..., keep=), rope else exits emulated from separate forwards
+    exit_gate(h, t) -> (B, T) stop probability       else no learned exit: the `gate` rule is refused
     setup_cache / prefill / decode_step              else decoding by full recompute
     flops_per_token(loops) -> float                  else measured with FlopCounterMode
     param_groups() -> {"matrix": [..], "other": [..]} else AdamW on every parameter
@@ -143,6 +144,7 @@ class Capabilities:
     row_key: bool = False
     round_states: bool = False
     readout: bool = False
+    exit_gate: bool = False
     kv_cache: bool = False
     flops_per_token: bool = False
     param_groups: bool = False
@@ -156,6 +158,7 @@ class Capabilities:
             "row_key": "split-dependent if the forward is random: resume only on the same split",
             "round_states": "no state measures in a depth sweep",
             "readout": "exits emulated from separate forwards",
+            "exit_gate": "no learned exit: the gate exit rule is refused",
             "kv_cache": "decoding times full recompute",
             "flops_per_token": "measured once with FlopCounterMode",
             "param_groups": "AdamW on every parameter",
@@ -165,8 +168,16 @@ class Capabilities:
         return {k: v for k, v in said.items() if not getattr(self, k)}
 
 
-# LoopedLM has every capability: known without looking, so its path does no extra work.
+# LoopedLM has every capability: known without looking, so its path does no extra work; the exit gate
+# only when its config has one (`looped_capabilities`).
 LOOPED_CAPABILITIES = Capabilities(*(True,) * len(dataclasses.fields(Capabilities)))
+
+
+def looped_capabilities(module: LoopedLM) -> Capabilities:
+    """A `LoopedLM`'s capabilities: all of them, the exit gate only when it was built with one."""
+    if module.gate is not None:
+        return LOOPED_CAPABILITIES
+    return dataclasses.replace(LOOPED_CAPABILITIES, exit_gate=False)
 
 
 def _names(fn: Any, name: str) -> bool:
@@ -181,7 +192,7 @@ def _names(fn: Any, name: str) -> bool:
 def capabilities(module: nn.Module, factory: Any = None) -> Capabilities:
     """The optional capabilities `module` (built by `factory`) has, found by name and signature."""
     if isinstance(module, LoopedLM):
-        return LOOPED_CAPABILITIES
+        return looped_capabilities(module)
     if isinstance(module, FamilyLM):  # a family's module as the jobs hold it: what it was built with
         return module.caps
     has = lambda name: callable(getattr(module, name, None))  # noqa: E731
@@ -191,6 +202,7 @@ def capabilities(module: nn.Module, factory: Any = None) -> Capabilities:
         row_key=_names(fwd, "row_key"),
         round_states=has("round_states") and _names(module.round_states, "skip_round"),
         readout=all(has(n) for n in ("readout", "run_rounds", "rope")),
+        exit_gate=has("exit_gate"),
         kv_cache=all(has(n) for n in ("setup_cache", "prefill", "decode_step")),
         flops_per_token=has("flops_per_token"),
         param_groups=has("param_groups"),
@@ -451,6 +463,9 @@ class FamilyLM(nn.Module):
     def flops_per_token(self, loops: int) -> float:
         return float(self.inner.flops_per_token(loops))
 
+    def exit_gate(self, h: Tensor, t: int) -> Tensor:
+        return self.inner.exit_gate(h, t)
+
     # the readout at any round and the rounds with a keep mask (as model/looped.py's), for the exit rules
     def readout(self, h: Tensor, idx: Tensor, ctx=None) -> Tensor:
         return logits_of(self.inner.readout(h, idx, ctx)).float()
@@ -478,6 +493,19 @@ class FamilyLM(nn.Module):
         return None if count is None else int(count(batch, max_len, dtype=dtype))
 
 
+def gate_reading(model: nn.Module) -> tuple[str, float]:
+    """(objective, eps) by which the `gate` exit rule accumulates `model`'s `exit_gate` stop probabilities
+    (`model.exit_gate.cumulative_mass`): looplab's model, also wrapped as a family's (`FamilyLM`), by the
+    objective it was trained with (act sums them); another family's as an exit distribution
+    (`STOP_PROBABILITIES`: the contract's exit_gate gives the probability of stopping after round t)."""
+    from model.exit_gate import STOP_PROBABILITIES
+
+    inner = model.inner if isinstance(model, FamilyLM) else model
+    if isinstance(inner, LoopedLM):
+        return inner.cfg.exit_gate, inner.cfg.gate_eps
+    return STOP_PROBABILITIES, 0.0
+
+
 @dataclass
 class Built:
     """A model built through the contract: the module the jobs call, its capabilities, its family."""
@@ -503,7 +531,8 @@ def build_model(cfg: Any, family: str | None = None, config: dict[str, Any] | No
     run's ModelConfig: for another family it carries the vocabulary, context and fixed loop count."""
     fam = resolve_family(family)
     if fam.builtin:
-        return Built(LoopedLM(cfg), LOOPED_CAPABILITIES, fam)
+        module = LoopedLM(cfg)
+        return Built(module, looped_capabilities(module), fam)
     inner = instantiate(fam, family_settings(cfg, config))
     caps = capabilities(inner, fam.factory)
     return Built(FamilyLM(inner, cfg, caps), caps, fam)

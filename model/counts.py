@@ -46,7 +46,9 @@ def param_count(cfg: ModelConfig) -> dict[str, int]:
     """{"total", "non_embedding"} parameters of `LoopedLM(cfg)`, from the config alone."""
     d, V = cfg.d_model, cfg.vocab_size
     n_ve = len(cfg.value_embed_layers())
-    non_emb = sum(layer_params(cfg)) + d + injection_params(cfg) + timestep_params(cfg)  # d: final norm
+    non_emb = (
+        sum(layer_params(cfg)) + d + injection_params(cfg) + timestep_params(cfg) + gate_params(cfg)
+    )  # d: final norm
     emb = V * d * (1 + n_ve + (0 if cfg.tie_embeddings else 1))
     return {"total": emb + non_emb, "non_embedding": non_emb}
 
@@ -66,6 +68,11 @@ def timestep_params(cfg: ModelConfig) -> int:
     n, d = cfg.n_recurrent, cfg.d_model
     per_round = {"none": 0, "loop_gate": 1, "branch_gate": 2 * n, "adaln": 4 * n * d}[cfg.timestep]
     return cfg.timestep_round_count * per_round
+
+
+def gate_params(cfg: ModelConfig) -> int:
+    """The learned exit's parameters (`model.exit_gate`): its weight d and one bias per round, R; 0 without."""
+    return 0 if cfg.exit_gate == "none" else cfg.d_model + cfg.loops
 
 
 def dtype_of(dtype) -> torch.dtype:
@@ -119,12 +126,15 @@ def kv_strategy_bytes(
 def once_and_recurrent_params(cfg: ModelConfig) -> dict[str, int]:
     """{"n_once", "n_rec"}: N_rec = the recurrent block's parameters (its layers, value-embedding gates
     included, and the per-round timestep parameters); N_once = the other non-embedding parameters
-    (prelude, coda, the injection with its prelude-output norm, the history maps, the final norm) plus
+    (prelude, coda, the injection with its prelude-output norm, the history maps, the exit gate, the
+    final norm) plus
     an untied head. So n_once + n_rec + the embedding tables = param_count's total."""
     d, layers = cfg.d_model, layer_params(cfg)
     first, after = cfg.n_prelude, cfg.n_prelude + cfg.n_recurrent
     n_rec = sum(layers[first:after]) + timestep_params(cfg)
-    n_once = sum(layers[:first]) + sum(layers[after:]) + d + injection_params(cfg)  # + final norm
+    n_once = (
+        sum(layers[:first]) + sum(layers[after:]) + d + injection_params(cfg) + gate_params(cfg)
+    )  # + final norm
     if not cfg.tie_embeddings:
         n_once += cfg.vocab_size * d
     return {"n_once": n_once, "n_rec": n_rec}

@@ -20,11 +20,16 @@ class ExitRuleName(StrEnum):
     KL = "kl"
     ENTROPY = "entropy"
     ARGMAX = "argmax"
+    GATE = "gate"  # a learned exit: the trained gate's cumulative exit mass reaches q (model.exit_gate)
 
     @property
     def reads_out(self) -> bool:
         """Whether the rule reads the next-token distribution out (coda and head) every round."""
-        return self is not ExitRuleName.STATE
+        return self not in (ExitRuleName.STATE, ExitRuleName.GATE)
+
+
+# The rules any model can run (post hoc: no trained part); `gate` needs a model trained with an exit gate.
+POST_HOC_RULES = tuple(r for r in ExitRuleName if r is not ExitRuleName.GATE)
 
 
 class KVStrategy(StrEnum):
@@ -40,6 +45,9 @@ class KVStrategy(StrEnum):
         """Whether the strategy differs from the trained model even without exits (rounds read round 1's)."""
         return self in (KVStrategy.FIRST, KVStrategy.LAST_M)
 
+
+# The objectives that train a learned exit gate (`model.exit_gate`; "none": no gate).
+GATE_OBJECTIVES = ("none", "entropy", "geometric", "act")
 
 # The rule column of the fixed-depth cells: every token runs max_rounds rounds.
 FIXED = "fixed"

@@ -7,7 +7,11 @@ stops when t >= `min_rounds` and (comparisons strict, so a threshold of 0 never 
              readout C, the coda and the head; clamped at >= 0 (in floats it can dip below);
 - `entropy`: |H(p_t) - H(p_{t-1})| < eps;
 - `argmax`:  the top-1 token of p_t has not changed for k consecutive rounds (k = `threshold`, an
-             integer or infinity; infinity never fires, 0 always does).
+             integer or infinity; infinity never fires, 0 always does);
+- `gate`:    a learned exit (`model.exit_gate`, a model trained with `exit_gate`): the cumulative
+             exit mass of rounds 1..t reaches q (q = `threshold` in (0, 1]); the mass accumulates
+             from round 1, the decision from `min_rounds` as for every rule. q = 1 never stops a token
+             early, by definition (not by comparing a mass a saturated sigmoid could bring to 1).
 The first comparison is between rounds 1 and 2 (round 1's change from the random h0 says nothing about
 convergence), so `min_rounds` >= 2; at round R every token stops. The readout rules read p_t out from
 round `first_decision - 1` on (the first round a comparison needs), and argmax stability is counted
@@ -67,6 +71,10 @@ class ExitRule:
         rule = ExitRuleName(fields.choice("exit.rule", self.rule, tuple(ExitRuleName)))
         object.__setattr__(self, "rule", rule)
         threshold = fields.number("exit.threshold", self.threshold, lo=0.0)
+        if rule is ExitRuleName.GATE and not 0.0 < threshold <= 1.0:
+            raise ConfigError(
+                f"exit.threshold: gate thresholds the cumulative exit mass: in (0, 1]; got {self.threshold!r}"
+            )
         if rule is ExitRuleName.ARGMAX and math.isfinite(threshold) and not threshold.is_integer():
             raise ConfigError(
                 f"exit.threshold: argmax counts rounds: an integer >= 0 or infinity; got {self.threshold!r}"
@@ -89,7 +97,7 @@ class ExitRule:
     @property
     def label(self) -> str:
         """e.g. `state<0.03`, `argmax>=3`: the rule and its threshold as a person reads it."""
-        op = ">=" if self.rule is ExitRuleName.ARGMAX else "<"
+        op = ">=" if self.rule in (ExitRuleName.ARGMAX, ExitRuleName.GATE) else "<"
         value = "inf" if math.isinf(self.threshold) else f"{self.threshold:g}"
         return f"{self.rule}{op}{value}"
 
@@ -158,6 +166,7 @@ class ExitTracker:
         readout: Callable[[Tensor], Tensor] | None = None,
         held: HeldKV | None = None,
         stop: bool = False,
+        gate: Callable[[Tensor, int], Tensor] | None = None,
     ) -> None:
         if (rule is None) == (exits is None):
             raise ValueError("give an exit rule or the exit rounds, not both or neither")
@@ -171,6 +180,7 @@ class ExitTracker:
             )
         self.rule, self.exits, self.max_rounds = rule, exits, max_rounds
         self.readout, self.held, self.stop = readout, held, stop
+        self.gate = gate  # the `gate` rule: (h, t) -> cumulative exit mass (B, T) after round t
         self.t = 0  # rounds observed (the initial state is round 0)
         self.rounds_run = 0
         self.running = torch.ones(shape, dtype=torch.bool, device=device)  # (B, T)
@@ -187,6 +197,9 @@ class ExitTracker:
         self.t += 1
         if rule is None or self.max_rounds <= rule.first_decision:
             return  # given exits, or no decision possible
+        if rule.rule is ExitRuleName.GATE:
+            self._gate_decision(h, t)
+            return
         if not rule.first_decision - 1 <= t < self.max_rounds:
             return  # before the first measurement, or at R where every token stops anyway
         now = self._measure(h)
@@ -208,6 +221,18 @@ class ExitTracker:
         if self.held is not None:
             self.held.running = running[:, None, :, None]  # (B, 1, T, 1) against keys (B, H, T, D)
         return running[..., None]
+
+    def _gate_decision(self, h: Tensor, t: int) -> None:
+        """The `gate` rule after round t: the mass accumulates from round 1, tokens stop from
+        first_decision on once it reaches q; q = 1 never stops early (and skips the gate's work)."""
+        rule = self.rule
+        if not 1 <= t < self.max_rounds or rule.threshold >= 1.0:
+            return
+        mass = self.gate(h, t)
+        if t >= rule.first_decision:
+            newly = self.running & (mass >= rule.threshold)
+            self.exit_round = torch.where(newly, t, self.exit_round)
+            self.running = self.running & ~newly
 
     def _measure(self, h: Tensor) -> Tensor:
         if self.rule.rule is ExitRuleName.STATE:
@@ -262,10 +287,28 @@ def _run(model, idx, ctx, positions, max_rounds, h0_seed, rule, exits, stop) -> 
     tracker = ExitTracker(
         rule, exits, max_rounds, tuple(idx.shape), idx.device, readout=readout, held=ctx.held, stop=stop
     )
+    tracker.gate = _gate_mass(model, rule)
     h = model.run_rounds(idx, ctx, positions, max_rounds, h0_seed, observe=tracker.observe, keep=tracker.keep)
     if ctx.cache is not None and tracker.rounds_run < max_rounds:
         _fill_rounds_not_run(ctx, tracker.rounds_run, max_rounds, positions)
     return ExitOutput(model.readout(h, idx, ctx), tracker.exit_round, tracker.rounds_run)
+
+
+def _gate_mass(model, rule: ExitRule | None):
+    """The `gate` rule's cumulative exit mass round by round (`model.exit_gate.GateMass`), else None;
+    read as `model.contract.gate_reading` says for looplab's model or a family's (`FamilyLM`). A model
+    without the contract's exit_gate is refused (ConfigError naming the rule)."""
+    if rule is None or rule.rule is not ExitRuleName.GATE:
+        return None
+    from model.contract import capabilities, gate_reading
+    from model.exit_gate import GateMass
+
+    if not capabilities(model).exit_gate:
+        raise ConfigError(
+            f"exit.rule: {rule.rule} needs a model with an exit gate (looplab's trained with exit_gate, or "
+            "a family with the contract's exit_gate); this one has none"
+        )
+    return GateMass(model.exit_gate, *gate_reading(model))
 
 
 def _fill_rounds_not_run(ctx, first: int, max_rounds: int, positions: Tensor) -> None:

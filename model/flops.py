@@ -164,9 +164,10 @@ class FlopBreakdown:
     padding_waste: float
     mean_rounds: float  # global rounds run forward per step (a row-weighted mean over its forwards)
     mean_grad_rounds: float  # of which with autograd
+    gate: PartFlops = PartFlops(0.0, 0.0)  # a learned exit's extra readouts and gate heads (`gate_flops`)
 
     def parts(self) -> list[PartFlops]:
-        return [self.prelude, self.injection, *self.rounds, self.coda, self.head]
+        return [self.prelude, self.injection, *self.rounds, self.coda, self.head, self.gate]
 
     @property
     def forward(self) -> float:
@@ -230,7 +231,18 @@ def _breakdown(
         padding_waste=waste,
         mean_rounds=float(sum(run)),
         mean_grad_rounds=float(sum(grad)),
+        gate=once(gate_flops(cfg, seq_len, attention), 1.0),
     )
+
+
+def gate_flops(cfg: ModelConfig, seq_len: int, attention: str = "dense") -> float:
+    """Forward FLOPs per token a learned exit adds to a training forward (`model.exit_gate`): rounds
+    1..R-1 read out (R's readout is the forward's own output), each a `readout_flops` (about a round
+    at small widths), and the gate head on every round's state (2 d each). 0 without a gate."""
+    if cfg.exit_gate == "none":
+        return 0.0
+    R = cfg.loops
+    return (R - 1) * readout_flops(cfg, seq_len, attention) + R * 2.0 * cfg.d_model
 
 
 def _resolved_seq_len(cfg: ModelConfig, seq_len: int | None, attention: str) -> int:

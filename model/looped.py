@@ -45,6 +45,13 @@ depend on the loop counts. Attention masks are built before the parts run, outsi
 Decoding: `setup_cache` -> `prefill(idx, cache)` -> `decode_step(tokens, cache)` per token. The cache
 and the attention contexts live in `model.kv_cache` / `model.contexts`; `model.decode` (generation,
 CUDA-graph capture) builds on this module and is never imported by it.
+
+Learned exit (`cfg.exit_gate`, `model.exit_gate`): a gate after every round gives the probability of
+stopping there (`exit_gate(h, t)`). A training forward (module in train mode, targets given) then runs
+the R rounds, reads every round out through the tail part (the readout path of the depth sweep and the
+exit rules), and returns the gate's objective as `loss`, its task part as `task_loss` and the expected
+exit round as `expected_rounds`; evaluation forwards are those of the model at its loop count. The
+gate's parameters come from a generator of their own, so with the gate off nothing here changes.
 """
 
 from __future__ import annotations
@@ -61,6 +68,7 @@ from torch import Tensor, nn
 from model.attention import prepare_masks
 from model.config import ModelConfig
 from model.contexts import SeqContext, StepContext
+from model.exit_gate import ExitGate, objective
 from model.init import draw_h0, scaled_orthogonal_, small_init_std
 from model.kv_cache import KVCache, LayerKey
 from model.layers import Block, RMSNorm, rope_tables
@@ -71,7 +79,9 @@ from model.rounds import loop_counts, plan_rounds
 @dataclass
 class LMOutput:
     logits: Tensor  # (B, T, V) fp32
-    loss: Tensor | None = None  # mean cross-entropy over targets != -1
+    loss: Tensor | None = None  # mean cross-entropy over targets != -1 (with a gate: its objective)
+    task_loss: Tensor | None = None  # with a gate in training: the objective's task part
+    expected_rounds: Tensor | None = None  # with a gate in training: the exit distribution's mean round
 
 
 class SeqParts(NamedTuple):
@@ -125,6 +135,9 @@ class LoopedLM(nn.Module):
         # RoPE tables live outside the module's buffers so `model.to(bfloat16)` cannot round them
         self._rope_tables: tuple[Tensor, Tensor] | None = None
         self.init_weights()
+        # the learned exit, last: its parameters come from its own generator (model.exit_gate), so the
+        # rest of the model draws what it drew without a gate
+        self.gate = ExitGate(d, cfg.loops) if cfg.exit_gate != "none" else None
 
     # ---- initialisation & parameter bookkeeping -------------------------------------------------
 
@@ -145,7 +158,7 @@ class LoopedLM(nn.Module):
             self.dt_bias.fill_(math.log(math.expm1(dt)))  # softplus^-1(dt)
             self.B.copy_(torch.eye(self.cfg.d_model))
             scaled_orthogonal_(self.C, std)
-        for part in (self.input_injection, self.history, self.timestep):
+        for part in (self.input_injection, self.history, self.timestep, getattr(self, "gate", None)):
             if part is not None:
                 part.init_weights()
 
@@ -156,7 +169,8 @@ class LoopedLM(nn.Module):
         """ "matrix": the 2-D attention/MLP weights q, k, v, o, fc, proj; "ve_gate": the value-embedding
         gate weights (the reference optimises them with the matrices); "other": embeddings, norms,
         injection (A_log, dt_bias, B, C, or the scalar/channel/dense injection's weight), the history
-        maps, the timestep parameters and an untied head. Together: every parameter exactly once."""
+        maps, the timestep parameters, the exit gate and an untied head. Together: every parameter
+        exactly once."""
         matrix, gates = [], []
         for blk in self.blocks():
             matrix += [blk.attn.q.weight, blk.attn.k.weight, blk.attn.v.weight, blk.attn.o.weight]
@@ -208,6 +222,14 @@ class LoopedLM(nn.Module):
         n = batch_size if cfg.loop_sampler == "poisson_seq" else 1
         counts = torch.poisson(torch.full((n,), float(cfg.loops)), generator=g).long().clamp_min(1)
         return counts.expand(batch_size).clone()
+
+    def exit_gate(self, h: Tensor, t: int) -> Tensor:
+        """λ_t (B, T) fp32: the probability of stopping after round t (1-based), read from that round's
+        state h (B, T, d): the contract's exit-gate capability (model/contract.py). A model without a
+        gate (`cfg.exit_gate` none) has none: ValueError."""
+        if self.gate is None:
+            raise ValueError("exit_gate: this model was built without an exit gate (exit_gate: none)")
+        return self.gate(h, t)
 
     # ---- forward --------------------------------------------------------------------------------
 
@@ -271,9 +293,28 @@ class LoopedLM(nn.Module):
                 round1_kv = kv
             return new
 
-        h = self._loop(h, counts, one_round)
+        gated = self.gate is not None and targets is not None and self.training
+        states: list[Tensor] = []
+        h = self._loop(h, counts, one_round, states.append if gated else None)
         logits, loss = parts.tail(h, idx, cos, sin, targets)
+        if gated:
+            return self._gate_loss(parts, states, idx, cos, sin, targets, logits)
         return LMOutput(logits=logits, loss=loss)
+
+    def _gate_loss(self, parts: SeqParts, states, idx, cos, sin, targets, logits) -> LMOutput:
+        """The gate's objective over the R rounds' states (`model.exit_gate.objective`): every round read
+        out through the tail part (the last one's logits are the forward's own)."""
+        cfg = self.cfg
+        if len(states) != cfg.loops:
+            raise ValueError(
+                f"loops: a model with an exit gate trains at its loop count {cfg.loops}; got {len(states)}"
+            )
+        readouts = [parts.tail(h, idx, cos, sin, None)[0] for h in states[:-1]] + [logits]
+        lam = torch.stack([self.gate(h, t) for t, h in enumerate(states, start=1)])  # (R, B, T)
+        got = objective(cfg.exit_gate, cfg.gate_coef, lam, readouts, targets, cfg.gate_prior, cfg.gate_eps)
+        return LMOutput(
+            logits=logits, loss=got.total, task_loss=got.task, expected_rounds=got.expected_rounds
+        )
 
     # The three parts of a sequence forward: tensors and Python ints in, tensors out, so each compiles
     # to a graph of static shapes. Each builds its own attention context from the RoPE tables.

@@ -12,7 +12,9 @@ Training (`training_memory`), for `sequences` sequences of T tokens in one forwa
 - a = bytes kept per token and application: (6 d + 4 h D + 2 m) elements of 4 bytes on the CPU, 2 under
   CUDA autocast, plus h T softmax probabilities (4 bytes) on the CPU, whose math attention keeps them
   (fused CUDA kernels keep none);
-- 8 V: the fp32 logits and their gradient, per token.
+- 8 V: the fp32 logits and their gradient, per token;
+- with a learned exit (`model.exit_gate`), rounds 1..R-1 are read out too: n_coda more applications
+  and 8 V more per token for each (`gate_readouts`).
 
 Evaluation forwards without autograd (`forward_memory`): 4 P + B T 4 (6 d + 2 m + h T + 2 V) (the
 activations of one layer at a time, the attention probabilities, the fp32 logits and their log-softmax).
@@ -48,13 +50,19 @@ def training_memory(cfg: ModelConfig, sequences: int, device_type: str, optimize
     p = param_count(cfg)["total"]
     state = optimizer_state_bytes(cfg, optimizer)
     grad_rounds = training_flops(cfg, sequences).mean_grad_rounds
-    applications = cfg.n_prelude + cfg.n_coda + cfg.n_recurrent * grad_rounds
+    readouts = 1 + gate_readouts(cfg)
+    applications = cfg.n_prelude + cfg.n_coda * readouts + cfg.n_recurrent * grad_rounds
     per_application = (6 * cfg.d_model + 4 * cfg.n_heads * cfg.head_dim + 2 * cfg.mlp_hidden) * item
     if device_type != "cuda":
         per_application += FLOAT_BYTES * cfg.n_heads * cfg.seq_len  # softmax probabilities (math path)
     tokens = sequences * cfg.seq_len
-    activations = tokens * (applications * per_application + 2 * FLOAT_BYTES * cfg.vocab_size)
+    activations = tokens * (applications * per_application + readouts * 2 * FLOAT_BYTES * cfg.vocab_size)
     return float(2 * FLOAT_BYTES * p + state + activations)
+
+
+def gate_readouts(cfg: ModelConfig) -> int:
+    """Readouts a training forward keeps beyond its output: R - 1 with a learned exit, else 0."""
+    return 0 if cfg.exit_gate == "none" else cfg.loops - 1
 
 
 def largest_micro_batch(

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import importlib
 import itertools
 import json
 from dataclasses import dataclass, field
@@ -452,7 +451,7 @@ def expand(grids: list[Grid], kinds: JobRegistry) -> list[JobPlan]:
             for follow in grid.then:
                 plans.append(_follow_up(kinds, grid, follow, idx, spec, gi, label, follow_ups))
                 plans[-1].family_facts = facts
-                _check_follow_family(grid.name, plans[-1], facts)
+                _refuse_follow(kinds, grid.name, plans[-1], grid.job, spec, facts)
     pairing.link(plans, trains, pending_match)
     _add_preparations(plans, grids, kinds, follow_ups)
     return plans
@@ -478,7 +477,7 @@ def _check_family(grid_name: str, spec: dict[str, Any], reports: dict[str, Any])
         except ConfigError as e:
             raise ConfigError(f"grid {grid_name!r}: {e}") from None
         # what the variant columns say of this model (model/counts.py's figures are LoopedLM's), and
-        # what its follow-ups may ask of it (`_check_follow_family`)
+        # what its follow-ups may ask of it (`_refuse_follow`)
         reports[key] = {
             "n_params": report.n_params,
             "flops_per_token": report.flops_per_token,
@@ -488,18 +487,31 @@ def _check_family(grid_name: str, spec: dict[str, Any], reports: dict[str, Any])
     return reports[key]
 
 
-def _check_follow_family(grid_name: str, plan: JobPlan, facts: dict[str, Any] | None) -> None:
-    """A follow-up of a run of another family that its kind cannot run on that family is refused before
-    anything is stored: the kind's module may define `refuse_family(spec, facts)` (facts: the family
-    and its capabilities), raising ConfigError naming the field (the adaptive job: what its emulated
-    exits cannot do)."""
-    if facts is None:
-        return
-    refuse = getattr(importlib.import_module(plan.declared.module), "refuse_family", None)
+def _refuse_follow(
+    kinds: JobRegistry,
+    grid_name: str,
+    plan: JobPlan,
+    followed_kind: str,
+    followed_spec: dict[str, Any],
+    facts: dict[str, Any] | None,
+) -> None:
+    """A follow-up its kind cannot run on the job it follows is refused before anything is stored: the
+    one hook of a kind at submission, the registry's optional `refuse_follow(kind, spec, followed)`
+    (workers/jobs.py: the kind's module's `refuse_follow`), raising ConfigError naming the field.
+    `followed`: the followed job's kind and canonical spec, and for a model of another family its name
+    and discovered capabilities (`_check_family`; None for looplab's own). The adaptive job refuses
+    there the `gate` rule on a model without an exit gate and what its exits cannot do on a family."""
+    refuse = getattr(kinds, "refuse_follow", None)
     if refuse is None:
         return
+    followed = {
+        "kind": followed_kind,
+        "spec": followed_spec,
+        "family": facts["family"] if facts else None,
+        "capabilities": facts["capabilities"] if facts else None,
+    }
     try:
-        refuse(plan.spec, facts)
+        refuse(plan.kind, plan.spec, followed)
     except ConfigError as e:
         raise ConfigError(f"grid {grid_name!r}: follow.{plan.kind}.{e}") from None
 

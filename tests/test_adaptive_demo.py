@@ -21,16 +21,21 @@ def demo(tmp_path_factory, looplab_cache):
     work = tmp_path_factory.mktemp("adaptive_demo")
     db = work / "looplab.db"
     env = {**os.environ, "LOOPLAB_CACHE": str(looplab_cache), "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    out = subprocess.run(
-        [*LOOPLAB, "--db", str(db), "demo", "--study", "adaptive", "--fast"],
+    out = fast_demo("adaptive", work, db, env, timeout=1200)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return db, out.stdout, env
+
+
+def fast_demo(study: str, work, db, env: dict, timeout: float) -> subprocess.CompletedProcess:
+    """`looplab --db DB demo --study STUDY --fast` run in `work`, its output captured."""
+    return subprocess.run(
+        [*LOOPLAB, "--db", str(db), "demo", "--study", study, "--fast"],
         cwd=work,
         env=env,
         capture_output=True,
         text=True,
-        timeout=1200,
+        timeout=timeout,
     )
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    return db, out.stdout, env
 
 
 def sql(demo, query: str) -> list[dict]:

@@ -37,9 +37,16 @@ from typing import Any
 
 from model import fields
 from model.errors import ConfigError
-from model.exit_names import EMULATED, FIXED, CellKey, ExitRuleName, KVStrategy, strategy_label
-from workers.adaptive_family import emulated_exits, family_cost, family_forward_flops
-from workers.adaptive_family import refuse_family as refuse_family  # the grid's hook for this kind
+from model.exit_names import (
+    EMULATED,
+    FIXED,
+    POST_HOC_RULES,
+    CellKey,
+    ExitRuleName,
+    KVStrategy,
+    strategy_label,
+)
+from workers.adaptive_family import emulated_exits, family_cost, family_forward_flops, refuse_family
 from workers.identity import EXECUTION, spec_to_dict
 from workers.spec_cli import SpecParser, checkpoint_exists, job_parser, run_standalone
 from workers.train_spec import EVAL_H0_SEED
@@ -142,6 +149,35 @@ class Spec:
         )
 
     to_dict = spec_to_dict
+
+
+def refuse_follow(spec: dict[str, Any], followed: dict[str, Any]) -> None:
+    """At submission (the grid's one follow-up hook, workers.jobs `refuse_follow`): the `gate` rule needs
+    the trained model to have an exit gate, known for looplab's own model from its train spec
+    (`model.exit_gate`); a model of another family (`followed["family"]`) is checked against its
+    capabilities (`workers.adaptive_family.refuse_family`: the gate, emulated exits, KV strategies)."""
+    if followed.get("family") is not None:
+        refuse_family(spec, followed)
+        return
+    if ExitRuleName.GATE not in (spec.get("rules") or {}) or followed.get("kind") != "train":
+        return
+    if (followed.get("spec", {}).get("model") or {}).get("exit_gate", "none") == "none":
+        raise ConfigError(
+            "rules.gate: the model it follows was trained without an exit gate (model.exit_gate: none); "
+            "train with exit_gate entropy, geometric or act, or drop the gate rule"
+        )
+
+
+def _refuse_gate_without_gate(spec: Spec, model) -> None:
+    """At the job's start: the `gate` rule on a model without the contract's exit-gate capability
+    (looplab's model trained with model.exit_gate none; a family without `exit_gate`)."""
+    from model.contract import capabilities
+
+    if ExitRuleName.GATE in spec.rules and not capabilities(model).exit_gate:
+        raise ConfigError(
+            "rules.gate: this model has no exit gate (trained with model.exit_gate: none, or a family "
+            "without the contract's exit_gate); accepted rules: " + ", ".join(POST_HOC_RULES)
+        )
 
 
 def threshold_of(name: str, v: Any) -> float:
@@ -369,6 +405,7 @@ def run(spec: Spec, reporter, artifact_dir: str | Path | None) -> dict[str, Any]
         )
 
     emulated = emulated_exits(model, spec.to_dict(), ev.train_spec, R, reporter)
+    _refuse_gate_without_gate(spec, model)  # after a family's own refusals, which name it
     family = ev.train_spec.get("family") is not None  # another family: its own FLOPs, no KV strategies
     views, kv_bytes = (
         ({KVStrategy.PER_ROUND: model}, {}) if family else _strategy_views(model, spec, R, reporter)

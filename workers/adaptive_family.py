@@ -4,10 +4,12 @@ looplab's own model runs the exit rules inside one forward (`model.exits`: the c
 any round and the rounds with a keep mask), with KV strategies across rounds in its KV cache and decode
 timing with exits. A family runs them inside one forward too when it has the readout capability (as
 `model/looped.py`), else they are emulated from R separate forwards (`model.exit_emulation`). So
-- at submission (`refuse_family`, which the grid calls for a follow-up of such a run) and again when the
+- at submission (`refuse_family`, which the adaptive job's `refuse_follow`, the grid's follow-up hook,
+  calls for a follow-up of such a run) and again when the
   job starts (`emulated_exits`), a spec is refused by field when it asks a family for KV strategies other
   than per_round or decode timing (both are looplab's own KV cache's), or for the state rule when its
-  exits are emulated and it has no `round_states`;
+  exits are emulated and it has no `round_states`, or for the `gate` rule when it has no `exit_gate` or
+  its exits are emulated;
 - its FLOPs (`family_cost`, native or emulated) are the family's own forward FLOPs per token at each loop count (the
   contract's `flops_per_token`, else measured): a token that stops after round r spends the forward at
   r. The rule's readouts are not counted (a family's readout has no FLOP count) and there is no KV cache
@@ -19,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from model.errors import ConfigError
-from model.exit_names import ExitRuleName, KVStrategy
+from model.exit_names import POST_HOC_RULES, ExitRuleName, KVStrategy
 
 
 def refuse_family(spec: dict[str, Any], facts: dict[str, Any]) -> None:
@@ -38,11 +40,30 @@ def refuse_family(spec: dict[str, Any], facts: dict[str, Any]) -> None:
             f"decode_steps: decoding with exits runs on {own}, not family {family!r}'s; accepted: 0"
         )
     emulated = not capabilities.get("readout")
+    _refuse_gate(spec, family, capabilities, emulated)
     if emulated and ExitRuleName.STATE in (spec.get("rules") or {}) and not capabilities.get("round_states"):
         raise ConfigError(
             f"rules.state: family {family!r} has neither the readout at any round nor round_states, so no "
             f"state change to exit on; accepted rules: "
             f"{', '.join(r for r in ExitRuleName if r is not ExitRuleName.STATE)}"
+        )
+
+
+def _refuse_gate(spec: dict[str, Any], family, capabilities: dict[str, bool], emulated: bool) -> None:
+    """The `gate` rule needs the contract's exit_gate, and the round's state it reads: the exits run
+    natively (emulated forwards give only logits)."""
+    if ExitRuleName.GATE not in (spec.get("rules") or {}):
+        return
+    accepted = ", ".join(r for r in POST_HOC_RULES if not (emulated and r is ExitRuleName.STATE))
+    if not capabilities.get("exit_gate"):
+        raise ConfigError(
+            f"rules.gate: family {family!r} has no exit_gate (the contract's learned exit), so no gate to "
+            f"exit on; accepted rules: {accepted}"
+        )
+    if emulated:
+        raise ConfigError(
+            f"rules.gate: family {family!r} has no readout at any round, so its exits are emulated from "
+            f"separate forwards, which give the gate no round's state; accepted rules: {accepted}"
         )
 
 

@@ -229,6 +229,7 @@ class JobRegistry(Protocol):
     ) -> dict[str, Any]: ...
 
     # optional: `identity(kind, spec) -> dict`, what defines a job (its hash); without it, the whole spec
+    # optional: `refuse_follow(kind, spec, followed)`, a follow-up refused against the job it follows
 
 
 def _module(kind: str):
@@ -247,6 +248,16 @@ def identity(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
     if kind not in KINDS:
         return dict(spec)
     return _identity(_module(kind).Spec, spec)
+
+
+def refuse_follow(kind: str, spec: dict[str, Any], followed: dict[str, Any]) -> None:
+    """At submission, a follow-up's canonical spec against the job it follows (`followed`: its "kind",
+    "spec", and for a model of another family its "family" and "capabilities", else None; see
+    orchestrator.grid `_refuse_follow`), through its module's `refuse_follow(spec, followed)` when it
+    has one (ConfigError naming the field): e.g. the adaptive job's `gate` rule needs an exit gate."""
+    refuse = getattr(_module(kind), "refuse_follow", None) if kind in KINDS else None
+    if refuse is not None:
+        refuse(spec, followed)
 
 
 def run(kind: str, spec: dict[str, Any], reporter: Reporter, artifact_dir: str | Path) -> dict[str, Any]:

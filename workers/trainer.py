@@ -71,13 +71,12 @@ import torch
 
 from model.contract import build_model, family_facts
 from model.counts import param_count, tokens_for_flops
-from model.errors import ConfigError
 from model.flops import FlopBreakdown, step_flops, training_flops
 from model.init import RowKey, draw_h0
 from model.looped import LoopedLM
 from model.memory import largest_micro_batch
 from model.rounds import forward_sizes
-from workers import artifacts
+from workers import artifacts, train_checkpoint
 from workers import checkpoint as ckpt
 from workers.batching import split_step
 from workers.data import (
@@ -94,7 +93,7 @@ from workers.reporter import JobInterrupted, Reporter
 from workers.rewind import TEST_SPIKE, Rewind, data_step
 from workers.schedule import TimeBudgetSchedule
 from workers.tokenizer import smaller_vocab_message
-from workers.train_spec import AUTO, EVAL_H0_SEED, Spec, check_artifact_dir, identity_diff
+from workers.train_spec import AUTO, EVAL_H0_SEED, Spec, check_artifact_dir
 from workers.train_state import NonFiniteError, TrainerState
 from workers.validation import autocast, evaluate
 
@@ -208,6 +207,9 @@ class Trainer:
         self.forward_model = gang.wrap(self.model, self.model.compile_parts() if spec.compile else self.model)
         self.state = TrainerState(sampler=sampler_for(spec.data))
         self.schedule: TimeBudgetSchedule | None = None  # time budget only
+        self.gate_stats: torch.Tensor | None = (
+            None  # a learned exit's last step: (task loss, mean exit round)
+        )
 
     def _family_facts(self) -> None:
         """Another family's parameter counts, FLOPs per token and split-dependence (model.contract
@@ -243,7 +245,7 @@ class Trainer:
         else:
             state.total_steps = max(1, spec.tokens // self.tokens_per_step)
         seed_everything(spec.seed + 1)  # calibration or not, training starts from the same RNG state
-        self._same_checkpoint_everywhere()
+        train_checkpoint.same_everywhere(self)
         if self.saved is not None:
             saved, self.saved = self.saved, None  # not kept for the whole run: it holds every tensor twice
             self._restore(saved)
@@ -470,6 +472,7 @@ class Trainer:
         h0 = self._step_h0(step)  # (B, T, d) for a version-0 run, else None
         n_targets = spec.batch_size * T  # get_batch's targets are all real tokens (none is -1)
         loss = torch.zeros((), device=self.device)
+        gate = None  # a learned exit's (task loss, expected rounds), as the loss: each forward's share
         for j, rows in enumerate(forwards):
             data_at = data_step(step, self.state.skipped_steps)  # the step itself unless spikes were skipped
             x, y = get_batch(
@@ -480,11 +483,16 @@ class Trainer:
             with self.gang.sync(forward_model, last=j == len(forwards) - 1):
                 with autocast(self.device):
                     out = forward_model(x, targets=y, loops=counts[rows], h0_seed=key)
-                part = out.loss * (len(rows) * T / n_targets)  # this forward's share of the step's mean
+                share = len(rows) * T / n_targets
+                part = out.loss * share  # this forward's share of the step's mean
                 if data_at == TEST_SPIKE[0]:
                     part = part * TEST_SPIKE[1]  # tests only: a spike at a data step (workers/rewind.py)
                 part.backward()
             loss += part.detach()
+            if out.task_loss is not None:
+                both = torch.stack([out.task_loss.detach(), out.expected_rounds.detach()]) * share
+                gate = both if gate is None else gate + both
+        self.gate_stats = None if gate is None else self.gang.total(gate)
         return loss
 
     def _step_h0(self, step: int) -> torch.Tensor | None:
@@ -540,6 +548,10 @@ class Trainer:
                 rep.metric("train_loss", step, loss, tokens=tokens, wall_s=wall)
                 rep.metric("lr", step, lr, tokens=tokens, wall_s=wall)
                 rep.metric("tokens_per_s", step, tokens / max(wall, 1e-9), tokens=tokens, wall_s=wall)
+                if self.gate_stats is not None:  # a learned exit: the objective's task part, mean exit round
+                    task, rounds = self.gate_stats.tolist()
+                    rep.metric("train_task_loss", step, task, tokens=tokens, wall_s=wall)
+                    rep.metric("gate_expected_rounds", step, rounds, tokens=tokens, wall_s=wall)
                 self._report_flops(step, waste, tokens, wall)
             if self.rewind is not None and self._rewound(step, loss):
                 state = self.state  # the checkpoint's, from before the spike
@@ -619,82 +631,9 @@ class Trainer:
 
     # --------------------------------------------------------------------------------- checkpoints
     def _save(self, final: bool = False) -> None:
-        """Every process's RNG state to rank 0, which writes the checkpoint (and `final.pt` at the end)."""
-        t0 = time.perf_counter()
-        rngs = self.gang.gather(ckpt.rng_state())
-        if not self.writes:
-            return
-        if self.schedule is not None:
-            self.state.schedule = self.schedule.state_dict()
-        identity = {"spec": self.spec.to_dict(), "model_config": self.cfg.to_dict(), "final": final}
-        if self.split_dependent:
-            identity["split"] = self._split()
-        weights = {"model": self.model.state_dict()}
-        self.ckpt_path = self.dir / artifacts.checkpoint_name(self.attempt, self.state.step)
-        ckpt.save(
-            self.ckpt_path,
-            {
-                **weights,
-                "optimizers": [opt.state_dict() for opt in self.opts],
-                "rng": rngs[0],
-                **({"rng_ranks": rngs} if len(rngs) > 1 else {}),
-                "trainer": self.state.to_dict(),
-                "attempt": self.attempt,  # its fencing token, as in its name (workers/artifacts.py)
-                **identity,
-            },
-        )
-        if final:
-            ckpt.save(self.dir / ckpt.FINAL, {**weights, "trainer": self.state.to_dict(), **identity})
-        for old in artifacts.removable(self.dir, self.spec.keep_checkpoints):
-            old.unlink(missing_ok=True)  # after the new one is in place: a kill between loses nothing
-        self.state.ckpt_seconds += time.perf_counter() - t0
-        self.reporter.checkpoint(str(self.ckpt_path), self.state.step)
+        """Write a checkpoint (and `final.pt` at the end): workers/train_checkpoint.py `save`."""
+        train_checkpoint.save(self, final)
 
     def _restore(self, saved: dict[str, Any]) -> None:
-        """Continue from a checkpoint of the same run: its spec may differ from this one in execution
-        fields only (workers/train_spec.py `identity`)."""
-        diff = identity_diff(saved["spec"], self.spec.to_dict())
-        if diff:
-            k = diff[0]
-            raise ConfigError(
-                f"checkpoint: {self.ckpt_path} belongs to a different run: {k}={saved['spec'].get(k)!r}, "
-                f"this spec has {self.spec.to_dict().get(k)!r} (differing fields: {', '.join(diff)})"
-            )
-        if "trainer" not in saved:
-            raise ConfigError(
-                f"checkpoint: {self.ckpt_path} was written by an older version of the trainer; "
-                "use a new artifact dir"
-            )
-        if self.split_dependent and saved.get("split", self._split()) != self._split():
-            raise ConfigError(
-                f"checkpoint: {self.ckpt_path} was trained with split {saved['split']}, this run has "
-                f"{self._split()}: family {self.built.family.name!r} draws randomness from the global "
-                "generator (its forward takes no row_key), so a step's draws depend on how its rows are "
-                "split; resume with the same micro_batch_size, bucketing and workers"
-            )
-        restored = TrainerState.from_dict(saved["trainer"])
-        if self.schedule is not None:  # a time budget continues where its schedule was
-            self.schedule.load_state_dict(restored.schedule)
-        elif restored.total_steps != self.state.total_steps:
-            raise ConfigError(
-                f"checkpoint: {self.ckpt_path} was made for {restored.total_steps} steps, "
-                f"this run has {self.state.total_steps}"
-            )
-        self.model.load_state_dict(saved["model"])
-        for opt, opt_state in zip(self.opts, saved["optimizers"], strict=True):
-            opt.load_state_dict(opt_state)
-        ranks = saved.get("rng_ranks", ())  # a gang's checkpoint: each rank's own, at the same world size
-        ckpt.set_rng_state(ranks[self.gang.rank] if len(ranks) == self.gang.size else saved["rng"])
-        self.state = restored
-
-    def _same_checkpoint_everywhere(self) -> None:
-        """In a gang every rank must resume from the same checkpoint (the artifact dir on storage that
-        every node sees), or the ranks would train different steps."""
-        mine = -1 if self.saved is None else int(self.saved.get("trainer", {}).get("step", -2))
-        theirs = self.gang.agree(float(mine))
-        if theirs != mine:
-            raise ConfigError(
-                f"checkpoint: rank {self.gang.rank} sees {'none' if mine == -1 else f'step {mine}'} in "
-                f"{self.dir}, rank 0 sees {'none' if theirs == -1 else f'step {theirs:.0f}'}: the artifact "
-                "dir must be on storage that every node of a multi-worker run sees"
-            )
+        """Continue from a checkpoint of the same run: workers/train_checkpoint.py `restore`."""
+        train_checkpoint.restore(self, saved)

@@ -251,3 +251,17 @@ def test_the_names_reach_the_analysis_without_torch():
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_best_at_loss_puts_every_rule_on_one_axis():
+    """At level 1.27 (the fixed depth's mean loss) only the fixed cell (8 rounds) is at or below it; at
+    1.30 the cheapest under per_round is state<0.05 (4 rounds on both seeds: sd 0, the interval is the
+    point; `first`'s 3.5 rounds are another strategy)."""
+    table = adaptive.best_at_loss(evals_frame(), levels=[1.27, 1.30])
+    first, second = table.iloc[0], table.iloc[1]
+    assert (first["rule"], first["equivalent_rounds"]) == ("fixed", 8)
+    assert (second["rule"], second["threshold"], second["equivalent_rounds"]) == ("state", 0.05, 4)
+    assert second["n_seeds"] == 2 and second["rounds_low"] == second["rounds_high"] == 4
+    default = adaptive.best_at_loss(evals_frame())  # at each variant's fixed-depth loss
+    assert list(default["level"]) == pytest.approx([1.27, 2.0])
+    assert default.iloc[1]["variant_label"] != "" and default.iloc[1]["equivalent_rounds"] <= 4

@@ -28,7 +28,7 @@ HOSTS = ("head", "worker1", "worker2", "pg", "driver2")
 RAY_PORT = 6379
 PG_PORT = 5432
 # one logical CPU a node (one tiny train job at a time), no GPU, a small object store, no usage report
-NODE_FLAGS = ("--num-cpus=1", "--num-gpus=0", "--object-store-memory=100000000", "--disable-usage-stats")
+NODE_FLAGS = ("--num-gpus=0", "--object-store-memory=100000000", "--disable-usage-stats")
 QUERY = """
 import json, sys
 import sqlalchemy as sa
@@ -123,23 +123,39 @@ class LabCluster:
 
     # ------------------------------------------------------------ Ray
 
-    def start_ray(self, name: str) -> None:
-        """A Ray node on host `name`: the head on `head`, a worker joining it elsewhere; returns when
-        it is up."""
+    def start_ray(self, name: str, tries: int = 1, cpus: int = 1) -> None:
+        """A Ray node on host `name` offering `cpus` CPUs: the head on `head`, a worker joining it
+        elsewhere; returns when it is up. A node started again (after a fault) reads only its own lines
+        of the host's log; with `tries` > 1 a start that fails (a raylet not up in time on a loaded
+        machine) is tried again on a clean host."""
         host = self.net[name]
         role = (
             ["--head", f"--port={RAY_PORT}", "--include-dashboard=false"]
             if name == "head"
             else [f"--address={self.ray_address}"]
         )
-        argv = [RAY, "start", "--block", *role, f"--node-ip-address={host.addr}", *NODE_FLAGS]
+        argv = [
+            RAY,
+            "start",
+            "--block",
+            *role,
+            f"--node-ip-address={host.addr}",
+            f"--num-cpus={cpus}",
+            *NODE_FLAGS,
+        ]
         log = self.logs / f"ray-{name}.log"
-        self.ray[name] = host.spawn(argv, env=self.env, log=log)
-        end = time.monotonic() + 120
-        while not re.search(r"Ray runtime started", log.read_text() if log.exists() else ""):
-            assert self.ray[name].poll() is None, f"ray start on {name} exited:\n{log.read_text()}"
-            assert time.monotonic() < end, f"ray on {name} did not start:\n{log.read_text()}"
-            time.sleep(0.3)
+        for attempt in range(1, tries + 1):
+            seen = log.stat().st_size if log.exists() else 0
+            self.ray[name] = host.spawn(argv, env=self.env, log=log)
+            end = time.monotonic() + 120
+            while not re.search(r"Ray runtime started", log.read_bytes()[seen:].decode(errors="replace")):
+                if self.ray[name].poll() is not None or time.monotonic() > end:
+                    break
+                time.sleep(0.3)
+            else:
+                return
+            assert attempt < tries, f"ray on {name} did not start:\n{log.read_text()[-3000:]}"
+            self.net.kill(name)  # what the failed start left
 
     def node_id(self, name: str) -> str:
         """The Ray node id of host `name` (an attempt's `worker` starts with its first 12 digits), as its

@@ -298,3 +298,28 @@ def test_families_grid_bad_arguments_are_named():
         families_grid(families=[("a", "looped", {}, "parcea", {})])
     with pytest.raises(ConfigError, match="budget: set by the helper"):
         families_grid(budget={"time_s": 60})
+
+
+@pytest.mark.parametrize(("fast", "runs"), [(True, 4), (False, 2 * 7 * 2)])
+def test_the_learned_exits_demo_grids(fast, runs):
+    """Every recipe x (no gate + each objective at each coefficient) x seed, each with a depth sweep and
+    an adaptive job; the gated runs' adaptive jobs add the gate rule to the post-hoc ones."""
+    from lab.demo import learned_exits_grids
+
+    plans = expand(learned_exits_grids(fast), jobs)
+    trains = [p for p in plans if p.kind == "train"]
+    assert len(trains) == runs and [p.kind for p in plans].count("adaptive") == runs
+    gates = {p.spec["model"].get("exit_gate", "none") for p in trains}
+    assert gates == {"none", "entropy", "geometric", "act"}
+    for job in (p for p in plans if p.kind == "adaptive"):
+        assert set(job.spec["rules"]) >= {"state", "kl", "entropy", "argmax"}
+    assert sum("gate" in p.spec["rules"] for p in plans if p.kind == "adaptive") == runs - runs // (
+        1 + (3 if fast else 6)
+    )
+
+
+def test_learned_exits_grid_refuses_an_empty_objective():
+    from lab.studies import learned_exits_grid
+
+    with pytest.raises(ConfigError, match="objectives.act: expected a non-empty list"):
+        learned_exits_grid(objectives={"act": []})

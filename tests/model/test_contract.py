@@ -3,6 +3,8 @@ the conformance check refusing each way a family can break the contract, and `bu
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from torch import nn
@@ -149,6 +151,7 @@ def test_a_conforming_family_passes_and_reports_its_fallbacks():
         "row_key",
         "round_states",
         "readout",
+        "exit_gate",
         "kv_cache",
         "flops_per_token",
         "param_groups",
@@ -166,10 +169,14 @@ def test_capabilities_are_discovered_by_name_and_signature():
 def test_looped_lm_is_the_builtin_family_with_every_capability():
     cfg = ModelConfig(vocab_size=13, d_model=16, n_heads=1, head_dim=16, n_prelude=1, n_recurrent=1, n_coda=1)
     report = check_family(BUILTIN, cfg.to_dict())
-    assert report.fallbacks() == {} and not report.split_dependent
+    # every capability but the learned exit, which only a model built with an exit gate has
+    assert set(report.fallbacks()) == {"exit_gate"} and not report.split_dependent
     built = build_model(cfg)
     assert type(built.module) is LoopedLM and built.builtin  # no wrapper on looplab's own path
-    assert built.capabilities == LOOPED_CAPABILITIES == capabilities(built.module)
+    assert built.capabilities == capabilities(built.module) and not built.capabilities.exit_gate
+    gated = dataclasses.replace(cfg, exit_gate="entropy")
+    assert check_family(BUILTIN, gated.to_dict()).fallbacks() == {}
+    assert build_model(gated).capabilities == LOOPED_CAPABILITIES == capabilities(build_model(gated).module)
 
 
 def test_a_random_forward_without_row_key_is_split_dependent():

@@ -14,7 +14,7 @@ import torch
 from model.config import RoundConfig
 from model.counts import kv_strategy_bytes
 from model.errors import ConfigError
-from model.exit_names import ExitRuleName
+from model.exit_names import POST_HOC_RULES
 from model.exits import (
     ExitRule,
     entropy,
@@ -77,7 +77,7 @@ def test_threshold_limits_are_the_fixed_depth_forwards_bit_for_bit(recipe, overr
     m, idx = model_of(recipe, **overrides), tokens()
     with torch.no_grad():
         at_max, at_min = m(idx, loops=5, h0_seed=3).logits, m(idx, loops=3, h0_seed=3).logits
-    for rule in ExitRuleName:
+    for rule in POST_HOC_RULES:  # `gate` needs a gate: tests/model/test_exit_gate.py
         for strategy in ("per_round", "latest"):
             view = kv_view(m, strategy, 5)
             out = exit_forward(view, idx, never(rule, 3, 5), h0_seed=3)
@@ -170,7 +170,7 @@ def test_an_exited_token_offers_later_rounds_its_last_computed_keys_and_values()
                 assert not torch.equal(before.k[:, :, pos], last.k[:, :, pos])
 
 
-@pytest.mark.parametrize("rule", list(ExitRuleName))
+@pytest.mark.parametrize("rule", list(POST_HOC_RULES))
 def test_stopping_when_every_token_exited_changes_nothing(rule):
     """`stop` ends the rounds once no token runs: the same logits and exits as the masked forward, and a
     cache whose skipped rounds got the tokens' last keys/values (decoding goes on identically)."""
@@ -209,7 +209,10 @@ def test_the_criteria_on_hand_worked_values():
 
 def test_bad_rules_strategies_and_bounds_are_refused_by_name():
     cases = [
-        (lambda: ExitRule("halt", 0.1), "exit.rule: unknown 'halt'; accepted: state, kl, entropy, argmax"),
+        (
+            lambda: ExitRule("halt", 0.1),
+            "exit.rule: unknown 'halt'; accepted: state, kl, entropy, argmax, gate",
+        ),
         (lambda: ExitRule("kl", -0.1), "exit.threshold: must be >= 0.0"),
         (lambda: ExitRule("kl", float("nan")), "exit.threshold: expected a number"),
         (lambda: ExitRule("state", "0.1"), "exit.threshold: expected a number"),

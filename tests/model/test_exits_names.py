@@ -11,7 +11,7 @@ from model.exits import ExitRule
 
 
 def test_the_stored_strings_are_the_members_values():
-    assert [str(r) for r in ExitRuleName] == ["state", "kl", "entropy", "argmax"]
+    assert [str(r) for r in ExitRuleName] == ["state", "kl", "entropy", "argmax", "gate"]
     assert [str(s) for s in KVStrategy] == ["per_round", "latest", "first", "last_m"]
     assert FIXED == "fixed" and "kl" == ExitRuleName.KL and KVStrategy("last_m") is KVStrategy.LAST_M
     assert [r for r in ExitRuleName if r.reads_out] == ["kl", "entropy", "argmax"]
@@ -37,5 +37,7 @@ def test_an_exit_rule_keeps_its_name_as_the_enum():
         and rule.to_dict()["rule"] == "kl"
         and type(rule.to_dict()["rule"]) is str
     )
-    with pytest.raises(ConfigError, match="exit.rule: unknown 'halt'; accepted: state, kl, entropy, argmax"):
+    with pytest.raises(
+        ConfigError, match="exit.rule: unknown 'halt'; accepted: state, kl, entropy, argmax, gate"
+    ):
         ExitRule("halt", 0.1)

@@ -82,6 +82,8 @@ CASES = {
         preset("fixed4", **SMALL, loop_sampler="poisson_seq", grad_rounds=2),
         [2, 6, 3, 1],
     ),
+    "lean + a learned exit (entropy: R readouts)": (preset("lean", **SMALL, exit_gate="entropy"), 4),
+    "fixed4 + a learned exit (act: the outputs' mixture)": (preset("fixed4", **SMALL, exit_gate="act"), 4),
     "untied head, value embeddings everywhere": (
         preset("fixed2", **SMALL, tie_embeddings=False, value_embeds="all"),
         2,

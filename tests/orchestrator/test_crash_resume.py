@@ -55,6 +55,18 @@ def looplab(tmp_path, *args: str, env: dict, **kw) -> subprocess.Popen:
     )
 
 
+def kill_after_checkpoint(q: Queue, driver: subprocess.Popen, step: int = 3, within_s: float = 240) -> None:
+    """SIGKILL `driver` (a `looplab run`: the driver, its Ray and the worker, a power cut) once a running
+    job of queue `q` has a checkpoint at `step` or later."""
+    end = time.time() + within_s
+    while not rows(q, "SELECT id FROM jobs WHERE status='running' AND checkpoint_step >= :s", s=step):
+        assert driver.poll() is None, driver.stdout.read()
+        assert time.time() < end, f"no checkpoint within {within_s:.0f} s"
+        time.sleep(0.2)
+    os.killpg(driver.pid, signal.SIGKILL)
+    driver.wait()
+
+
 @pytest.mark.slow
 def test_sigkill_mid_training_then_resume_exactly(tmp_path, looplab_cache):
     env = {
@@ -71,14 +83,7 @@ def test_sigkill_mid_training_then_resume_exactly(tmp_path, looplab_cache):
     assert "2 added, 0 already present" in out
     q = Queue(db=tmp_path / "q.db")
     run_args = ("run", "--until-empty", "--num-cpus", "1", "--artifacts", str(tmp_path / "art"))
-    first = looplab(tmp_path, *run_args, env=env)
-    end = time.time() + 240
-    while not rows(q, "SELECT id FROM jobs WHERE status='running' AND checkpoint_step >= 3"):
-        assert first.poll() is None, first.stdout.read()
-        assert time.time() < end, "no checkpoint within 240 s"
-        time.sleep(0.2)
-    os.killpg(first.pid, signal.SIGKILL)  # the driver, its Ray and the worker: a power cut
-    first.wait()
+    kill_after_checkpoint(q, looplab(tmp_path, *run_args, env=env))
     ((victim, ckpt),) = rows(q, "SELECT id, checkpoint_step FROM jobs WHERE status='running'")
 
     second = looplab(tmp_path, *run_args, env=env)

@@ -133,6 +133,21 @@ BAD_GRIDS = [
     (Grid("bad", base={"tokens": 1000}, sweep=["lean"]), "sweep"),
     (Grid("bad", base={"tokens": 1000}, resources=1), "resources"),
     (Grid("bad", base={"tokens": 1000}, then="depth_sweep"), "then"),
+    # a learned exit on a model that cannot carry one, or with a coefficient or prior out of range
+    (Grid("bad", base={"tokens": 1000, "recipe": "plain", "model": {"exit_gate": "entropy"}}), "exit_gate"),
+    (Grid("bad", base={"tokens": 1000, "recipe": "parcae", "model": {"exit_gate": "act"}}), "exit_gate"),
+    (Grid("bad", base={"tokens": 1000, "model": {"exit_gate": "entropy", "gate_coef": -1}}), "gate_coef"),
+    (
+        Grid("bad", base={"tokens": 1000, "model": {"exit_gate": "geometric", "gate_prior": 1.5}}),
+        "gate_prior",
+    ),
+    # the gate exit rule on a model trained without a gate
+    (
+        Grid(
+            "bad", base={"tokens": 1000}, then=["adaptive"], follow={"adaptive": {"rules": {"gate": [0.5]}}}
+        ),
+        "rules.gate",
+    ),
 ]
 
 
@@ -149,6 +164,13 @@ def test_bad_grid_refused_whole_with_the_field_named(migrated_db_url, tmp_path, 
         q.submit([good, grid])
     assert field in str(e.value)
     assert counts(q) == before and (file and _sha(file)) == sha
+
+
+def test_gate_rule_is_accepted_after_a_model_trained_with_a_gate(migrated_db_url, tmp_path):
+    q = Queue(db=migrated_db_url, artifacts=tmp_path / "art")
+    base = {"tokens": 1000, "size": "tiny", "model": {"exit_gate": "act"}}
+    grid = Grid("gate", base=base, then=["adaptive"], follow={"adaptive": {"rules": {"gate": [0.5, 1]}}})
+    assert len(q.submit(grid)) == 2
 
 
 def test_unknown_key_names_accepted_keys(migrated_db_url):

@@ -164,7 +164,7 @@ def test_tasks_and_decode_timings_per_cell(result):
 @pytest.mark.parametrize(
     "change, message",
     [
-        ({"rules": {"halt": [0.1]}}, "rules: unknown 'halt'; accepted: state, kl, entropy, argmax"),
+        ({"rules": {"halt": [0.1]}}, "rules: unknown 'halt'; accepted: state, kl, entropy, argmax, gate"),
         ({"rules": {"kl": [-1]}}, "rules.kl: must be >= 0.0"),
         ({"rules": {"argmax": [2.5]}}, "exit.threshold: argmax counts rounds"),
         ({"rules": {"kl": []}}, "rules.kl: expected a non-empty list of thresholds"),

@@ -116,6 +116,11 @@ def test_the_example_family_runs_through_the_adaptive_job_emulated(ut_run, tmp_p
             {"kv_strategies": ["per_round"], "rules": {"state": [0.1]}},
             "follow.adaptive.rules.state: family 'tests.model.test_contract:tiny' has neither the readout",
         ),
+        (
+            UT,
+            {"kv_strategies": ["per_round"], "rules": {"gate": [0.5]}},
+            f"follow.adaptive.rules.gate: family {UT!r} has no exit_gate",
+        ),
     ],
 )
 def test_what_emulated_exits_cannot_do_is_refused_at_submission(tmp_path, family, follow, expected):
@@ -151,11 +156,11 @@ def test_a_family_with_the_readout_capability_runs_its_exits_natively():
     assert "readout" not in report.fallbacks()
 
 
-def _small(vocab: int):
+def _small(vocab: int, **overrides):
     from model.config import ModelConfig
 
     return ModelConfig(
-        vocab_size=vocab, d_model=8, n_heads=1, head_dim=8, n_prelude=1, n_recurrent=1, n_coda=1
+        vocab_size=vocab, d_model=8, n_heads=1, head_dim=8, n_prelude=1, n_recurrent=1, n_coda=1, **overrides
     )
 
 
@@ -165,3 +170,83 @@ def readout_family(config):
     from model.looped import LoopedLM
 
     return LoopedLM(_small(config["vocab_size"]))
+
+
+def act_gated_family(config):
+    """looplab's own model with an act exit gate, as a family (a `LoopedLM` inside `FamilyLM`)."""
+    from model.looped import LoopedLM
+
+    torch.manual_seed(5)
+    return LoopedLM(_small(config["vocab_size"], exit_gate="act"))
+
+
+class GatedFamily(torch.nn.Module):
+    """A family of its own class with the readout at any round, the rounds with a keep mask, rope and the
+    contract's exit_gate: looplab's model with a geometric gate inside, so its gate's exits are known."""
+
+    def __init__(self, vocab: int) -> None:
+        super().__init__()
+        from model.looped import LoopedLM
+
+        torch.manual_seed(5)
+        self.lm = LoopedLM(_small(vocab, exit_gate="geometric"))
+
+    def forward(self, idx, loops=None):
+        return self.lm(idx, loops=loops)
+
+    def readout(self, h, idx, ctx=None):
+        return self.lm.readout(h, idx, ctx)
+
+    def run_rounds(self, *args, **kwargs):
+        return self.lm.run_rounds(*args, **kwargs)
+
+    def rope(self, n):
+        return self.lm.rope(n)
+
+    def exit_gate(self, h, t):
+        return self.lm.exit_gate(h, t)
+
+
+def gated_family(config):
+    return GatedFamily(config["vocab_size"])
+
+
+def test_the_gate_rule_runs_on_a_family_with_an_exit_gate_as_on_looplab_s_model():
+    """`model.exits._gate_mass` on the family wrapper (FamilyLM): a family's exit_gate read as stop
+    probabilities gives the exits of the geometric gate inside it; looplab's model as a family keeps the
+    objective it was trained with (act); a family without a gate is refused naming the rule."""
+    from model.contract import build_model, gate_reading
+    from model.exit_gate import STOP_PROBABILITIES
+    from model.exits import ExitRule, exit_forward
+
+    cfg = _small(11)
+    idx = torch.randint(0, 11, (3, 16), generator=torch.Generator().manual_seed(2))
+    gated = build_model(cfg, "tests.workers.test_adaptive_family:gated_family").module.eval()
+    assert gated.caps.exit_gate and gated.caps.readout and gate_reading(gated) == (STOP_PROBABILITIES, 0.0)
+    means = []
+    with torch.no_grad():
+        for q in (0.3, 0.6, 0.9):
+            rule = ExitRule("gate", q, 2, 4)
+            out, own = (exit_forward(m, idx, rule, h0_seed=1) for m in (gated, gated.inner.lm))
+            assert torch.equal(out.exit_round, own.exit_round) and torch.equal(out.logits, own.logits)
+            means.append(out.exit_round.float().mean().item())
+    assert means == sorted(means) and means[0] < 4  # a gate that stops some tokens early
+    act = build_model(cfg, "tests.workers.test_adaptive_family:act_gated_family").module
+    assert act.caps.exit_gate and gate_reading(act) == ("act", act.inner.cfg.gate_eps)
+    plain = build_model(cfg, "tests.workers.test_adaptive_family:readout_family").module
+    with pytest.raises(ConfigError, match="^exit.rule: gate needs a model with an exit gate"):
+        exit_forward(plain, idx, ExitRule("gate", 0.5, 2, 4), h0_seed=1)
+
+
+def test_the_gate_rule_on_a_family_is_accepted_with_a_gate_and_native_exits_only():
+    follow = {"adaptive": {"kv_strategies": ["per_round"], "rules": {"gate": [0.5]}}}
+    base = tiny_spec(**{**FAMILY, "family": "tests.workers.test_adaptive_family:gated_family"})
+    base.pop("family_config")
+    plans = expand([Grid("g", base=base, then=["adaptive"], follow=follow)], jobs)
+    assert [p.kind for p in plans] == ["train", "adaptive"]
+    spec = {"rules": {"gate": [0.5]}, "kv_strategies": ["per_round"]}
+    emulated = {"family": "f", "capabilities": {"exit_gate": True, "readout": False}}
+    with pytest.raises(ConfigError, match="^rules.gate: family 'f' has no readout at any round"):
+        from workers.adaptive_family import refuse_family
+
+        refuse_family(spec, emulated)
