@@ -132,6 +132,18 @@ st.caption(
 )
 ui.table(saved.drop(columns=["variant_id"]), key="adaptive_saved")
 
+st.header("Best rule at each loss")
+per_round = [i for i, s in enumerate(strategies) if s == adaptive.KVStrategy.PER_ROUND]
+best_strategy = st.selectbox(
+    "KV strategy", strategies, index=(per_round or [0])[0], key="adaptive_best_strategy"
+)
+st.caption(
+    "At each loss level (every variant's fixed-depth loss), among all variants' cells under this KV "
+    "strategy with a mean loss at most the level, learned (`gate`) and post hoc alike, the one that "
+    "spends the fewest rounds' worth of compute, with its interval over seeds (`rounds_low`–`rounds_high`)."
+)
+ui.table(adaptive.best_at_loss(evals, best_strategy), precision=4, key="adaptive_best")
+
 tasks = ui.filter_by_runs(_load(url, "tasks"), runs)
 if not tasks.empty:
     st.header("Task accuracy vs compute")

@@ -24,6 +24,7 @@ CELLS = [
     ("state", 0.2, "per_round", 3.0, 3.0, 0.3),
     ("kl", 0.01, "per_round", 4.0, 6.5, 0.001),
     ("state", 0.05, "first", 5.0, 4.4, 0.08),  # first changes the function: +0.08 is worse
+    ("gate", 0.5, "per_round", 6.0, 6.3, -0.001),  # a learned exit below the fixed depth's loss
 ]
 FIXED_AT_8 = {0: 3.10, 1: 3.13}
 
@@ -156,10 +157,14 @@ def test_the_frames_label_the_cells_with_their_trained_model(adaptive_url):
 
 
 def test_adaptive_page_in_apptest(monkeypatch, adaptive_url):
+    from analysis import adaptive, variants
+    from orchestrator import frames
+
     at = render(monkeypatch, adaptive_url, "adaptive")
     assert [h.value for h in at.header] == [
         "Loss vs compute",
         "Rounds saved at equal loss",
+        "Best rule at each loss",
         "Task accuracy vs compute",
         "Exit rounds",
         "KV cache vs loss",
@@ -184,6 +189,14 @@ def test_adaptive_page_in_apptest(monkeypatch, adaptive_url):
     assert set(kv.loc[kv["strategy"] == "first", "kv_mib"]) == {0.25}
     decode = frame_with(at, "speedup", "mean_step_rounds").set_index(["seed", "mode"])
     assert decode.loc[(0, "batch_stop"), "speedup"] == pytest.approx(2.0 / 1.5)
+    best = frame_with(at, "level", "rounds_low", "rounds_high")
+    expected = adaptive.best_at_loss(variants.with_variants(frames.adaptive(adaptive_url)), "per_round")
+    assert best[list(expected.columns)].to_dict("records") == expected.to_dict("records")
+    # one level, the fixed depth's mean 3.115: the gate (3.114) is under it at 6.3 rounds' compute, the
+    # state rule (3.117, 5 rounds) is not; the two seeds spend the same, so the interval is a point
+    assert len(best) == 1 and (best["rule"].iloc[0], best["threshold"].iloc[0]) == ("gate", 0.5)
+    assert best["level"].iloc[0] == pytest.approx(3.115) and best["rounds_low"].iloc[0] == pytest.approx(6.3)
+    assert "learned (`gate`) and post hoc alike" in text
     # another x axis and the strategies of the points drawn: the page reruns cleanly
     at.selectbox(key="adaptive_x").set_value("equivalent_rounds").run()
     at.multiselect(key="adaptive_strategies").set_value(["per_round", "first"]).run()
