@@ -10,6 +10,8 @@ compute the gradient a one-process run accumulates over micro-batches.
   per-sequence counts where one rank runs a single round (no history term: its history map has no
   gradient there) and the other rank uses it only in the micro-step that does not sync; and the same
   variant on sampled counts.
+- The exit gate (issue 38, entropy objective): the gradient cases above, and a whole gated run whose
+  logged curves and final weights equal a one-process run's with the same global batch.
 - A time budget: every decision that reads a clock is rank 0's, so both ranks calibrate, plan and
   train the same steps and count the same seconds.
 """
@@ -69,6 +71,12 @@ CASES = {
     "unused parameters, sampled counts": ({"recipe": "lean", "model": LOOP_DESIGN}, 2, 2, None, False),
 }
 STEPS = (0, 1)
+GATE = {"model": {**TINY_MODEL, "exit_gate": "entropy", "gate_coef": 0.05}}  # a learned exit (issue 38)
+CASES["exit gate, 1 forward per rank"] = (GATE, None, 4, None, True)
+CASES["exit gate, 2 forwards per rank"] = (GATE, 2, 2, None, False)
+# a whole gated run, 2 ranks against 1 process with the same global batch: its logged curves and weights
+GATE_RUN = dict(GATE, tokens=8 * 32 * 6, log_every=1, eval_every=3, ckpt_every=3)
+GATE_CURVES = ("train_loss", "train_task_loss", "gate_expected_rounds", "val_loss")
 
 
 def _trainer(overrides: dict, micro: int | None, counts: list[int] | None, out: Path, gang=None) -> Trainer:
@@ -99,6 +107,11 @@ def _rank(rank: int, world: int, init_file: str, out: str) -> None:
             results[name] = [_step_grads(t, step) for step in STEPS]
             del t  # DDP and its reducer before the process group (a rank can hang at exit otherwise)
             gc.collect()
+        rep = MemoryReporter() if rank == 0 else None
+        run_rank(Spec.from_dict(tiny_spec(**GATE_RUN)), Ranks(rank, world), Path(out) / "gate_run", rep)
+        if rank == 0:
+            results["gate run"] = {key: rep.curve(key) for key in GATE_CURVES}
+        gc.collect()
         spec = Spec.from_dict(tiny_spec(tokens=None, time_s=2.0, calib_steps=2))
         timed = run_rank(
             spec, Ranks(rank, world), Path(out) / "timed", MemoryReporter() if rank == 0 else None
@@ -118,7 +131,7 @@ def ranks(looplab_cache, tmp_path_factory):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     # (a spawned child re-runs the parent's __main__: tests/conftest.py keeps it the session's own)
     mp.spawn(_rank, args=(2, str(out / "pg"), str(out)), nprocs=2, join=True)
-    return [torch.load(out / f"rank{r}.pt") for r in range(2)]
+    return [{**torch.load(out / f"rank{r}.pt"), "out": str(out)} for r in range(2)]
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -143,6 +156,29 @@ def test_two_ranks_compute_the_accumulated_gradient(ranks, tmp_path, case):
         assert diff.norm() <= 1e-6 * total.norm()
         for name, g in want.items():
             assert (got0[name] - g).norm() <= 1e-5 * g.norm().clamp_min(1e-30), name
+
+
+def test_a_gated_run_on_two_ranks_follows_the_one_process_run(ranks, tmp_path):
+    """The exit gate's objective (task loss plus the entropy term) trains on two gloo ranks as on one
+    process with the same global batch of 8: the same logged curves and final weights, to the float
+    summation order (the 2-forwards case's tolerance)."""
+    from workers import checkpoint as ckpt
+    from workers import train
+    from workers.artifacts import resume_from
+
+    rep = MemoryReporter()
+    train.run(Spec.from_dict(tiny_spec(**GATE_RUN, micro_batch_size=4)), rep, tmp_path / "one")
+    got = ranks[0]["gate run"]
+    for key in GATE_CURVES:
+        want = rep.curve(key)
+        assert len(want) >= 2 and [s for s, _ in got[key]] == [s for s, _ in want], key
+        assert [v for _, v in got[key]] == pytest.approx([v for _, v in want], rel=1e-6), key
+    assert {v for _, v in want} != {want[0][1]}  # the run moved
+    one = ckpt.load(resume_from(tmp_path / "one"))["model"]
+    two = ckpt.load(resume_from(Path(ranks[0]["out"]) / "gate_run"))["model"]
+    assert sorted(one) == sorted(two) and any("gate" in name for name in one)
+    for name, w in one.items():
+        assert (two[name] - w).norm() <= 1e-5 * w.norm().clamp_min(1e-30), name
 
 
 def test_a_time_budget_takes_the_same_steps_on_every_rank(ranks):
