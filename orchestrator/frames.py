@@ -368,8 +368,8 @@ def adaptive_decodes(url: str) -> pd.DataFrame:
     """The adaptive jobs' decode timings with exits against the fixed depth, labelled."""
     columns = (
         "r.config, r.batch_size, r.mode, r.context_len, r.ms_per_token, r.ms_p10, r.ms_p90, r.tokens_per_s, "
-        "r.fixed_ms_per_token, r.speedup, r.mean_exit_round, r.mean_step_rounds, r.kv_mib, r.kv_mib_needed, "
-        "r.device, r.concurrent_jobs"
+        "r.fixed_ms_per_token, r.speedup, r.equal_loss_rounds, r.equal_loss_ms_per_token, r.mean_exit_round, "
+        "r.mean_step_rounds, r.kv_mib, r.kv_mib_needed, r.device, r.concurrent_jobs"
     )
     return _sweep_rows(url, "adaptive_decodes", columns, "r.config, r.batch_size, r.mode", ADAPTIVE_ID)
 

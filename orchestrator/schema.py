@@ -449,7 +449,10 @@ class AdaptiveDecode(Base):
     """Decode latency of a cell against the fixed depth (rev. 0013_adaptive): `mode` masked (every
     round runs, stopped rows held) or batch_stop (a step's rounds end when every row stopped); one step
     decodes one token per row of `batch_size`. `mean_step_rounds` = rounds a step ran (the batch's
-    padding to its slowest row), `speedup` = fixed_ms_per_token / ms_per_token."""
+    padding to its slowest row), `speedup` = fixed_ms_per_token / ms_per_token. `equal_loss_rounds`
+    (rev. 0021_equal_loss_decode): the shallowest fixed depth whose validation loss is at most the
+    cell's (NULL: none up to max_rounds is, or a row from before), `equal_loss_ms_per_token` its decode
+    time, timed the same way."""
 
     __tablename__ = "adaptive_decodes"
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
@@ -463,6 +466,8 @@ class AdaptiveDecode(Base):
     tokens_per_s: Mapped[float | None] = mapped_column(Float)
     fixed_ms_per_token: Mapped[float | None] = mapped_column(Float)
     speedup: Mapped[float | None] = mapped_column(Float)
+    equal_loss_rounds: Mapped[int | None] = mapped_column(Integer)  # rev. 0021
+    equal_loss_ms_per_token: Mapped[float | None] = mapped_column(Float)  # rev. 0021
     mean_exit_round: Mapped[float | None] = mapped_column(Float)
     mean_step_rounds: Mapped[float | None] = mapped_column(Float)
     kv_mib: Mapped[float | None] = mapped_column(Float)

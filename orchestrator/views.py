@@ -272,7 +272,8 @@ FROM (
         "adaptive_decodes ad",
         "adaptive_job_id",
         "ad.config, ad.batch_size, ad.mode, ad.context_len, ad.ms_per_token, ad.ms_p10, ad.ms_p90, "
-        "ad.tokens_per_s, ad.fixed_ms_per_token, ad.speedup, ad.mean_exit_round, ad.mean_step_rounds, "
+        "ad.tokens_per_s, ad.fixed_ms_per_token, ad.speedup, ad.equal_loss_rounds, ad.equal_loss_ms_per_token, "
+        "ad.mean_exit_round, ad.mean_step_rounds, "
         "ad.kv_mib, ad.kv_mib_needed, ad.device, ad.concurrent_jobs",
     ),
 }

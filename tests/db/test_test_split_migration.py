@@ -7,13 +7,13 @@ import importlib
 
 import pandas as pd
 import sqlalchemy as sa
-from alembic import command
-from sqlalchemy import create_engine, inspect
+from sqlalchemy import create_engine
 from sqlalchemy.pool import NullPool
 
 from orchestrator import frames
 from orchestrator.canonical import sha256
-from orchestrator.db import alembic_config, engine
+from orchestrator.db import engine
+from tests.db.added_columns import round_trip_keeps_rows, table_rows
 from tests.db.test_metrics_migration import OLD_SPEC, sweep_at
 from workers import depth_sweep, jobs
 
@@ -33,11 +33,7 @@ def _old_database(url: str) -> None:
 
 
 def _depth_rows(url: str) -> pd.DataFrame:
-    raw = create_engine(url, poolclass=NullPool)
-    with raw.connect() as conn:
-        rows = pd.read_sql(sa.text("SELECT * FROM depth_evals ORDER BY loops"), conn)
-    raw.dispose()
-    return rows
+    return table_rows(url, "depth_evals", "loops")
 
 
 def test_stored_sweeps_read_back_unchanged_with_no_test_loss(db_url):
@@ -61,18 +57,7 @@ def test_stored_sweeps_read_back_unchanged_with_no_test_loss(db_url):
 
 def test_0020_round_trips_and_keeps_the_rows(db_url):
     _old_database(db_url)
-    before = _depth_rows(db_url)
-    cfg = alembic_config(db_url)
-    command.upgrade(cfg, REVISION.revision)
-    command.downgrade(cfg, REVISION.down_revision)
-    raw = create_engine(db_url, poolclass=NullPool)
-    assert not set(NEW) & {c["name"] for c in inspect(raw).get_columns("depth_evals")}
-    raw.dispose()
-    pd.testing.assert_frame_equal(_depth_rows(db_url), before)
-    command.upgrade(cfg, "head")
-    after = _depth_rows(db_url)
-    pd.testing.assert_frame_equal(after[before.columns], before)
-    assert after[NEW].isna().all().all()
+    round_trip_keeps_rows(db_url, REVISION, "depth_evals", "loops", NEW)
 
 
 def test_a_sweep_spec_from_before_test_split_keeps_its_hash():
