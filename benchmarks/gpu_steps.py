@@ -447,6 +447,7 @@ def exit_rules(a) -> dict:
     keep = ("config", "val_loss", "mean_rounds")
     evals = [{k: r[k] for k in keep} for r in out["adaptive_evals"]]
     keep = ("config", "batch_size", "mode", "ms_per_token", "fixed_ms_per_token", "speedup", "kv_mib")
+    keep += ("mean_exit_round", "equal_loss_rounds", "equal_loss_ms_per_token")
     decodes = [{k: r[k] for k in keep} for r in out["adaptive_decodes"]]
     size = "tiny" if a.dry_run else "86m"
     return {"size": size, "max_rounds": out["max_rounds"], "evals": evals, "decodes": decodes}

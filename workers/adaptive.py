@@ -15,7 +15,9 @@ per_round reproduces the sweep's loss at `max_rounds`):
 - task scores (`tasks`, the eval job's generated tasks or task files) with the exits:
   `adaptive_task_scores`;
 - with `decode_steps` > 0: decode latency with the exits against the fixed depth, per batch size and
-  mode (`masked` / `batch_stop`, `workers.decode_bench.exit_decode_cell`): `adaptive_decodes`.
+  mode (`masked` / `batch_stop`, `workers.decode_bench.exit_decode_cell`), and against the shallowest
+  fixed depth as good as the cell (`equal_loss_rounds`, from the strategy's fixed-depth losses at
+  1..max_rounds): `adaptive_decodes` (`workers.adaptive_decode`).
 `per_round` and `latest` are one function, evaluated once and reported under both names (only their KV
 needs differ); `first` and `last_m` change the function even without exits (their rows say so:
 `changes_function`). A strategy a model cannot run (e.g. `first` when round 1 is MLP-only) is skipped
@@ -46,6 +48,7 @@ from model.exit_names import (
     KVStrategy,
     strategy_label,
 )
+from workers.adaptive_decode import decode_rows
 from workers.adaptive_family import emulated_exits, family_cost, family_forward_flops, refuse_family
 from workers.identity import EXECUTION, spec_to_dict
 from workers.spec_cli import SpecParser, checkpoint_exists, job_parser, run_standalone
@@ -429,7 +432,7 @@ def run(spec: Spec, reporter, artifact_dir: str | Path | None) -> dict[str, Any]
     hardness = _hardness(model, chunks, spec, device, token_bytes, R, tick)
     evaluated: dict[tuple, dict] = {}  # one evaluation per function (latest is per_round's)
     scored: dict[tuple, list] = {}  # (function, task) -> its score rows
-    fixed_ms: dict[tuple, dict] = {}  # (strategy, batch, mode) -> the fixed depth's decode timing
+    fixed_ms: dict[tuple, dict] = {}  # (strategy, batch, mode, depth) -> a fixed depth's decode timing
     out: dict[str, list] = {t: [] for t in TABLES}
     for cell in grid:
         view, fn = views[cell.strategy], _same_function(cell)
@@ -451,7 +454,8 @@ def run(spec: Spec, reporter, artifact_dir: str | Path | None) -> dict[str, Any]
             _emit(reporter, out, "adaptive_task_scores", rows)
             tick()
         if spec.decode_steps:
-            rows = _decode(view, cfg, cell, R, chunks, spec, device, fixed_ms, tick)
+            losses = _fixed_losses(view, cell, chunks, spec, device, token_bytes, R, fixed_ms)
+            rows = decode_rows(view, cfg, cell, R, chunks, spec, device, fixed_ms, tick, r["loss"], losses)
             _emit(reporter, out, "adaptive_decodes", rows)
         reporter.log(f"{cell.key}: val_loss {r['loss']:.4f}, {r['mean_rounds']:.2f} rounds/token")
         reporter.heartbeat()
@@ -568,57 +572,17 @@ def _task_items(spec: Spec, task_dir: Path) -> dict[str, tuple[list, str | None]
     return out
 
 
-def _decode(view, cfg, cell: Cell, R: int, chunks, spec: Spec, device, fixed_ms: dict, tick) -> list[dict]:
-    """Decode latency of the cell against the fixed depth (timed once per strategy, batch and mode),
-    per batch size and mode, with the KV MiB the strategy allocates and needs for the exits seen."""
-    from model.counts import kv_strategy_bytes
-    from workers.decode_bench import EXIT_MODES, exit_decode_cell
-
-    rows = []
-    P, S = spec.decode_prompt, spec.decode_warmup + spec.decode_steps
-    for batch in spec.decode_batch_sizes:
-        c = chunks[[i % len(chunks) for i in range(batch)]].to(device)  # validation rows, repeated if few
-        prompt, continuation = c[:, :P], c[:, P : P + S]
-        for mode in EXIT_MODES:
-            key = (cell.strategy_label, batch, mode)
-            if key not in fixed_ms:
-                fixed_ms[key] = exit_decode_cell(
-                    view, prompt, continuation, None, R, spec.h0_seed, mode, spec.decode_warmup
-                )
-            fixed = fixed_ms[key]
-            got = (
-                fixed
-                if cell.rule is None
-                else exit_decode_cell(
-                    view, prompt, continuation, cell.rule, R, spec.h0_seed, mode, spec.decode_warmup
-                )
-            )
-            seen = got["exit_rounds"]
-            share = {r: seen.count(r) / len(seen) for r in sorted(set(seen))}
-            allocated, needed = kv_strategy_bytes(
-                cfg, P + S, batch, cell.strategy, R, cell.m, dtype=view.wte.weight.dtype, exit_share=share
-            )
-            rows.append(
-                {
-                    "config": cell.key,
-                    "batch_size": batch,
-                    "mode": mode,
-                    "context_len": P + S,
-                    "ms_per_token": got["ms_per_token"],
-                    "ms_p10": got["ms_p10"],
-                    "ms_p90": got["ms_p90"],
-                    "tokens_per_s": got["tokens_per_s"],
-                    "fixed_ms_per_token": fixed["ms_per_token"],
-                    "speedup": fixed["ms_per_token"] / got["ms_per_token"],
-                    "mean_exit_round": got["mean_exit_round"],
-                    "mean_step_rounds": got["mean_step_rounds"],
-                    "kv_mib": allocated / 2**20,
-                    "kv_mib_needed": needed / 2**20,
-                    "device": device.type,
-                }
-            )
-            tick()
-    return rows
+def _fixed_losses(view, cell: Cell, chunks, spec: Spec, device, token_bytes, R: int, cache: dict) -> dict:
+    """{r: validation loss of the fixed depth r} for r = 1..R under the cell's KV strategy (its model
+    `view` with every token exiting at round r: the forward a rule's exits at r take), once per function
+    (`cache`); the fixed depth at equal loss of the decode rows (`workers.adaptive_decode`)."""
+    key = ("fixed losses", *_same_function(Cell(None, cell.strategy, cell.m)))
+    if key not in cache:
+        cache[key] = {
+            r: _sweep_evaluate(view, chunks, spec, device, token_bytes, lambda: None, forward=lm.exits).loss
+            for r, lm in ((r, ExitLM(view, None, r)) for r in range(1, R + 1))
+        }
+    return cache[key]
 
 
 # ---------------------------------------------------------------------------------- CLI

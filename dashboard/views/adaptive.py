@@ -241,7 +241,9 @@ if not decodes.empty:
         "ms per decode step (one token for every row of the batch) with the exit rule against the fixed "
         "depth, teacher-forced on validation text. `masked`: every round runs, stopped rows are held (static "
         "shapes; no time saved); `batch_stop`: a step ends once every row has stopped, so the batch waits "
-        "for its slowest row (`mean_step_rounds`)."
+        "for its slowest row (`mean_step_rounds`). `equal_loss_rounds`: the shallowest fixed depth whose "
+        "validation loss is at most the cell's (empty: none up to max_rounds is), `equal_loss_ms_per_token` "
+        "its decode time, timed the same way: exits pay off only if they beat it."
     )
     shown_cols = [
         "variant_label",
@@ -252,6 +254,8 @@ if not decodes.empty:
         "ms_per_token",
         "fixed_ms_per_token",
         "speedup",
+        "equal_loss_rounds",
+        "equal_loss_ms_per_token",
         "tokens_per_s",
         "mean_exit_round",
         "mean_step_rounds",

@@ -116,6 +116,8 @@ def add_adaptive_rows(url: str) -> None:
                         ms_per_token=ms,
                         fixed_ms_per_token=2.0,
                         speedup=2.0 / ms,
+                        equal_loss_rounds=6,  # a fixed depth of 6 is as good as state<0.05
+                        equal_loss_ms_per_token=1.6,
                         tokens_per_s=1000 / ms,
                         mean_exit_round=5.0,
                         mean_step_rounds=8.0 if mode == "masked" else 5.0,
@@ -189,6 +191,8 @@ def test_adaptive_page_in_apptest(monkeypatch, adaptive_url):
     assert set(kv.loc[kv["strategy"] == "first", "kv_mib"]) == {0.25}
     decode = frame_with(at, "speedup", "mean_step_rounds").set_index(["seed", "mode"])
     assert decode.loc[(0, "batch_stop"), "speedup"] == pytest.approx(2.0 / 1.5)
+    assert decode.loc[(1, "masked"), ["equal_loss_rounds", "equal_loss_ms_per_token"]].tolist() == [6, 1.6]
+    assert "fixed depth whose validation loss is at most the cell's" in text
     best = frame_with(at, "level", "rounds_low", "rounds_high")
     expected = adaptive.best_at_loss(variants.with_variants(frames.adaptive(adaptive_url)), "per_round")
     assert best[list(expected.columns)].to_dict("records") == expected.to_dict("records")

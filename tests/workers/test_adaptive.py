@@ -40,22 +40,18 @@ def result(trained_fixed4, tmp_path_factory):
     return adaptive.run(spec, reporter, out), reporter
 
 
-@pytest.fixture(scope="module")
-def sweep(trained_fixed4, tmp_path_factory):
+def sweep_losses(trained, loops: list[int], out) -> dict[int, float]:
+    """The depth sweep's validation loss per loop count on the adaptive job's validation tokens."""
     from workers import depth_sweep
 
-    spec = depth_sweep.Spec.from_dict(
-        {
-            "checkpoint": str(trained_fixed4[0]),
-            "loops": [2, 4],
-            "eval_tokens": 512,
-            "batch_size": 8,
-            "interaction_loops": [],
-            "device": "cpu",
-        }
-    )
-    out = depth_sweep.run(spec, MemoryReporter(), tmp_path_factory.mktemp("sweep"))
-    return {e["loops"]: e["val_loss"] for e in out["depth_evals"]}
+    common = {"eval_tokens": 512, "batch_size": 8, "interaction_loops": [], "device": "cpu"}
+    spec = depth_sweep.Spec.from_dict({**common, "checkpoint": str(trained[0]), "loops": loops})
+    return {e["loops"]: e["val_loss"] for e in depth_sweep.run(spec, MemoryReporter(), out)["depth_evals"]}
+
+
+@pytest.fixture(scope="module")
+def sweep(trained_fixed4, tmp_path_factory):
+    return sweep_losses(trained_fixed4, [2, 4], tmp_path_factory.mktemp("sweep"))
 
 
 def rows_of(out, strategy="per_round"):
@@ -159,6 +155,52 @@ def test_tasks_and_decode_timings_per_cell(result):
     assert early["mean_exit_round"] == 2 and early["mean_step_rounds"] == 2  # every row stops at round 2
     assert by[("state<inf | per_round", 2, "masked")]["mean_step_rounds"] == 4  # masked: every round runs
     assert len(reporter.of("result")) == sum(len(out[t]) for t in adaptive.TABLES)
+
+
+@pytest.fixture(scope="module")
+def every_depth(trained_fixed4, tmp_path_factory):
+    """The depth sweep's validation loss at 1..4 loops: the per_round fixed depths, computed apart."""
+    return sweep_losses(trained_fixed4, [1, 2, 3, 4], tmp_path_factory.mktemp("every_depth"))
+
+
+def test_decode_rows_name_the_fixed_depth_at_equal_loss(result, every_depth):
+    """Each decode row carries the shallowest fixed depth whose loss is at most the cell's (under
+    per_round and latest: against the depth sweep's losses at 1..4 loops, computed apart) and that
+    depth's decode time, timed once per strategy, batch, mode and depth; the fixed cell's depth is 4
+    unless a shallower one really is as good."""
+    out, _ = result
+    loss = {r["config"]: r["val_loss"] for r in out["adaptive_evals"]}
+    by = {(d["config"], d["batch_size"], d["mode"]): d for d in out["adaptive_decodes"]}
+    timings: dict[tuple, set] = {}
+    for (config, batch, mode), d in by.items():
+        depth, key = d["equal_loss_rounds"], CellKey.parse(config)
+        assert depth is None or (1 <= depth <= 4 and d["equal_loss_ms_per_token"] > 0), d
+        assert (depth is None) == (d["equal_loss_ms_per_token"] is None)
+        timings.setdefault((key.strategy, batch, mode, depth), set()).add(d["equal_loss_ms_per_token"])
+        if key.strategy in ("per_round", "latest"):
+            want = min((r for r, v in every_depth.items() if v <= loss[config]), default=None)
+            assert depth == want, d
+        if key.rule == "fixed":  # never worse than itself: some depth up to 4 is as good
+            assert depth is not None
+            if depth == 4:
+                assert d["equal_loss_ms_per_token"] == d["fixed_ms_per_token"]
+    assert all(len(ms) == 1 for ms in timings.values()), timings
+    # this tiny model is best at 2 loops (the sweep's 1..4: 2.334, 2.327, 2.330, 2.332), so its fixed
+    # depth 4 is matched by 2 rounds; 1 round is worse than every per_round cell
+    fixed = by[("fixed | per_round", 1, "masked")]
+    assert every_depth[2] < every_depth[4] < every_depth[1] and fixed["equal_loss_rounds"] == 2
+    # a rule stopping every token at round 2 is the strategy's own fixed depth 2: as good as it, or shallower
+    for strategy in ("per_round", "first", "last_m1"):
+        assert by[(f"state<inf | {strategy}", 2, "batch_stop")]["equal_loss_rounds"] <= 2, strategy
+
+
+def test_the_equal_loss_depth_is_the_shallowest_no_worse():
+    from workers.adaptive_decode import equal_loss_depth
+
+    losses = {1: 3.0, 2: 2.5, 3: 2.4, 4: 2.35}
+    assert [equal_loss_depth(losses, x) for x in (5.0, 2.5, 2.45, 2.35)] == [1, 2, 3, 4]
+    assert equal_loss_depth(losses, 2.3) is None  # better than every fixed depth
+    assert equal_loss_depth({1: 2.0, 2: 1.5, 3: 1.7}, 1.8) == 2  # not monotone: the shallowest that is
 
 
 @pytest.mark.parametrize(

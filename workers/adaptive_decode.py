@@ -1,0 +1,85 @@
+"""The adaptive job's decode timing (`workers.adaptive`, with `decode_steps` > 0): one cell's exits per
+token against the fixed depth, per batch size and mode (`workers.decode_bench.exit_decode_cell`, the
+exit rule's readouts included), and against the fixed depth at equal loss: the shallowest fixed depth
+whose validation loss is no worse than the cell's, decoded the same way. Rows of `adaptive_decodes`.
+
+Kept apart from workers/adaptive.py (which calls it) so that module stays within its size; it imports
+nothing of it (the cell and the spec come in as arguments).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def equal_loss_depth(fixed_losses: dict[int, float], loss: float) -> int | None:
+    """The fewest fixed rounds r whose validation loss `fixed_losses[r]` is at most `loss`; None when no
+    fixed depth up to max_rounds is as good (a cell that beats them all)."""
+    return min((r for r, fixed in fixed_losses.items() if fixed <= loss), default=None)
+
+
+def decode_rows(
+    view, cfg, cell, R: int, chunks, spec, device, timed: dict, tick, loss: float, fixed_losses: dict
+) -> list[dict[str, Any]]:
+    """Decode latency of `cell` (a `workers.adaptive.Cell` on `view`, its model under the cell's KV
+    strategy, validation loss `loss`) against the fixed depth R and against the fixed depth at equal loss
+    (`fixed_losses`: {r: the fixed depth r's validation loss under the strategy}, r = 1..R), per batch
+    size and mode, with the KV MiB the strategy allocates and needs for the exits seen. A fixed depth is
+    timed once per strategy, batch, mode and depth (`timed` caches it across cells)."""
+    from model.counts import kv_strategy_bytes
+    from workers.decode_bench import EXIT_MODES, exit_decode_cell
+
+    if cell.rule is None:  # the fixed depth R is as good as itself, however its recomputation rounds
+        fixed_losses = {**fixed_losses, R: loss}
+    depth = equal_loss_depth(fixed_losses, loss)
+    rows = []
+    P, S = spec.decode_prompt, spec.decode_warmup + spec.decode_steps
+    for batch in spec.decode_batch_sizes:
+        c = chunks[[i % len(chunks) for i in range(batch)]].to(device)  # validation rows, repeated if few
+        prompt, continuation = c[:, :P], c[:, P : P + S]
+
+        def decode(rule, rounds: int, mode: str, prompt=prompt, continuation=continuation) -> dict[str, Any]:
+            return exit_decode_cell(
+                view, prompt, continuation, rule, rounds, spec.h0_seed, mode, spec.decode_warmup
+            )
+
+        for mode in EXIT_MODES:
+            key = (cell.strategy_label, batch, mode)
+            fixed = _fixed(timed, key, R, decode)
+            equal = None if depth is None else _fixed(timed, key, depth, decode)
+            got = fixed if cell.rule is None else decode(cell.rule, R, mode)
+            seen = got["exit_rounds"]
+            share = {r: seen.count(r) / len(seen) for r in sorted(set(seen))}
+            allocated, needed = kv_strategy_bytes(
+                cfg, P + S, batch, cell.strategy, R, cell.m, dtype=view.wte.weight.dtype, exit_share=share
+            )
+            rows.append(
+                {
+                    "config": cell.key,
+                    "batch_size": batch,
+                    "mode": mode,
+                    "context_len": P + S,
+                    "ms_per_token": got["ms_per_token"],
+                    "ms_p10": got["ms_p10"],
+                    "ms_p90": got["ms_p90"],
+                    "tokens_per_s": got["tokens_per_s"],
+                    "fixed_ms_per_token": fixed["ms_per_token"],
+                    "speedup": fixed["ms_per_token"] / got["ms_per_token"],
+                    "equal_loss_rounds": depth,
+                    "equal_loss_ms_per_token": None if equal is None else equal["ms_per_token"],
+                    "mean_exit_round": got["mean_exit_round"],
+                    "mean_step_rounds": got["mean_step_rounds"],
+                    "kv_mib": allocated / 2**20,
+                    "kv_mib_needed": needed / 2**20,
+                    "device": device.type,
+                }
+            )
+            tick()
+    return rows
+
+
+def _fixed(timed: dict, key: tuple, rounds: int, decode) -> dict[str, Any]:
+    """The decode timing of the fixed depth `rounds` at `key` (strategy, batch, mode), timed once."""
+    if (*key, rounds) not in timed:
+        timed[(*key, rounds)] = decode(None, rounds, key[2])
+    return timed[(*key, rounds)]
