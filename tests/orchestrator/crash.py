@@ -82,12 +82,14 @@ def crash_and_recover(tmp_path, env: dict, timeout_s: float = 300) -> tuple[Queu
 
 
 def assert_curves_equal(q: Queue, job_id: int, ref, keys: tuple[str, ...]) -> None:
-    """Job `job_id`'s stored curves of `keys` equal reporter `ref`'s, bit for bit, and are not empty."""
+    """Job `job_id`'s stored curves of `keys` equal reporter `ref`'s, bit for bit, each point once (the
+    steps a killed attempt reported past its checkpoint were replaced, not stored twice), not empty."""
     for key in keys:
         got = rows(
             q, "SELECT step, value FROM metrics WHERE job_id=:j AND key=:k ORDER BY step", j=job_id, k=key
         )
         assert [tuple(r) for r in got] == ref.curve(key) and len(got) > 0, key
+        assert len({step for step, _ in got}) == len(got), key
 
 
 def assert_resumed(q: Queue, job_id: int, ckpt: int) -> None:
