@@ -36,7 +36,7 @@ from tests.db_rows import rows
 from tests.lab.test_planner import FINISHED, exec_sql, finished_run
 from tests.lab.test_planner import TRAIN as PLAN_TRAIN
 from tests.orchestrator import fake_jobs
-from tests.orchestrator.test_crash_resume import looplab
+from tests.orchestrator.crash import looplab
 from tests.orchestrator.test_real_jobs import one_thread_run
 from workers.reporter import MemoryReporter
 
