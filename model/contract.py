@@ -15,6 +15,7 @@ discovered (`Capabilities`); each missing capability has a fallback the jobs use
     readout(h, idx, ctx), run_rounds(..., keep=), rope else exits emulated from separate forwards
     exit_gate(h, t) -> (B, T) stop probability       else no learned exit: the `gate` rule is refused
     setup_cache / prefill / decode_step              else decoding by full recompute
+    kv_strategies(), step_context(cache)             else the adaptive job's KV strategy is per_round
     flops_per_token(loops) -> float                  else measured with FlopCounterMode
     param_groups() -> {"matrix": [..], "other": [..]} else AdamW on every parameter
     param_split() -> {"once", "recurrent", "embedding"} else left empty
@@ -146,6 +147,7 @@ class Capabilities:
     readout: bool = False
     exit_gate: bool = False
     kv_cache: bool = False
+    kv_exits: bool = False
     flops_per_token: bool = False
     param_groups: bool = False
     param_split: bool = False
@@ -160,6 +162,7 @@ class Capabilities:
             "readout": "exits emulated from separate forwards",
             "exit_gate": "no learned exit: the gate exit rule is refused",
             "kv_cache": "decoding times full recompute",
+            "kv_exits": "exits only with the KV function of per_round",
             "flops_per_token": "measured once with FlopCounterMode",
             "param_groups": "AdamW on every parameter",
             "param_split": "left empty",
@@ -204,6 +207,7 @@ def capabilities(module: nn.Module, factory: Any = None) -> Capabilities:
         readout=all(has(n) for n in ("readout", "run_rounds", "rope")),
         exit_gate=has("exit_gate"),
         kv_cache=all(has(n) for n in ("setup_cache", "prefill", "decode_step")),
+        kv_exits=all(has(n) for n in ("kv_strategies", "step_context", "setup_cache", "run_rounds")),
         flops_per_token=has("flops_per_token"),
         param_groups=has("param_groups"),
         param_split=has("param_split"),
@@ -258,6 +262,7 @@ class FamilyReport:
     n_params: int = 0
     flops_per_token: float | None = None  # training FLOPs per token at the asked loops, when asked
     flops_measured: bool = False
+    kv_strategies: tuple[str, ...] = ()  # the family's own, with kv_exits (the first: as trained)
 
     def fallbacks(self) -> dict[str, str]:
         return self.capabilities.fallbacks()
@@ -359,7 +364,8 @@ def check_family(family: str | None, config: dict[str, Any], loops: int | None =
     elif loops is not None:
         flops = measure_flops_per_token(module, vocab, int(config.get("seq_len", CHECK_LEN)), loops)
         measured = True
-    return FamilyReport(fam.name, fam.package, fam.version, caps, split, vocab, n_params, flops, measured)
+    kv = tuple(map(str, module.kv_strategies())) if caps.kv_exits and hasattr(module, "kv_strategies") else ()
+    return FamilyReport(fam.name, fam.package, fam.version, caps, split, vocab, n_params, flops, measured, kv)
 
 
 def _cpu_attention_flops(query, key, value, *args, out_shape=None, **kwargs) -> int:

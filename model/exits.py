@@ -390,3 +390,30 @@ def exit_decode_step(
     out = _run(model, tokens.view(-1, 1), ctx, pos, cache.loops, cache.h0_seed, rule, forced, stop)
     cache.pos.add_(1)
     return ExitOutput(out.logits[:, 0], out.exit_round[:, 0], out.rounds_run)
+
+
+@torch.no_grad()
+def family_exit_forward(
+    model, idx: Tensor, rule: ExitRule | None = None, *, h0_seed, exits=None, max_rounds, stop=False,
+    strategy: str,
+) -> ExitOutput:  # fmt: skip
+    """`exit_forward` decoded token by token through a family's own KV cache under its `strategy`
+    (the contract's KV strategies with exits: `kv_strategies`, `setup_cache(..., strategy=)` and
+    `step_context(cache)`, a decode step's context for `run_rounds` and `readout`): each token's rule
+    is decided inside its step, and later tokens read what the strategy keeps of it, which a parallel
+    forward over the sequence cannot give for a strategy such as Huginn's `latest_per_slot`. `model`
+    may be a `model.contract.FamilyLM` (its family's module is used). `stop` has no effect here: a
+    step runs every round its rows need. Each token's initial state is the family's for `h0_seed` at
+    its position, as in the parallel forward."""
+    inner = getattr(model, "inner", model)
+    B, T = idx.shape
+    cache = inner.setup_cache(B, T, device=idx.device, loops=max_rounds, strategy=strategy)
+    logits, rounds = [], []
+    for t in range(T):
+        ctx = inner.step_context(cache)
+        forced = None if exits is None else exits[:, t : t + 1]
+        out = _run(inner, idx[:, t : t + 1], ctx, ctx.positions, max_rounds, h0_seed, rule, forced, False)
+        cache.pos += 1
+        logits.append(out.logits[:, 0].float())
+        rounds.append(out.exit_round[:, 0])
+    return ExitOutput(torch.stack(logits, 1), torch.stack(rounds, 1), max_rounds)

@@ -483,6 +483,7 @@ def _check_family(grid_name: str, spec: dict[str, Any], reports: dict[str, Any])
             "flops_per_token": report.flops_per_token,
             "family": report.family,
             "capabilities": dataclasses.asdict(report.capabilities),
+            "kv_strategies": list(report.kv_strategies),
         }
     return reports[key]
 
@@ -509,6 +510,7 @@ def _refuse_follow(
         "spec": followed_spec,
         "family": facts["family"] if facts else None,
         "capabilities": facts["capabilities"] if facts else None,
+        "kv_strategies": facts.get("kv_strategies", []) if facts else [],
     }
     try:
         refuse(plan.kind, plan.spec, followed)

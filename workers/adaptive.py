@@ -33,6 +33,7 @@ Standalone: `python -m workers.adaptive --checkpoint runs/x --rules 'state=[0.01
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,14 @@ from model.exit_names import (
     strategy_label,
 )
 from workers.adaptive_decode import decode_rows
-from workers.adaptive_family import emulated_exits, family_cost, family_forward_flops, refuse_family
+from workers.adaptive_family import (
+    emulated_exits,
+    family_cost,
+    family_forward_flops,
+    family_kv_bytes,
+    family_strategies,
+    refuse_family,
+)
 from workers.identity import EXECUTION, spec_to_dict
 from workers.spec_cli import SpecParser, checkpoint_exists, job_parser, run_standalone
 from workers.train_spec import EVAL_H0_SEED
@@ -63,6 +71,7 @@ DEFAULT_RULES = {
 POSITION_BINS = 8
 LOSS_EDGES = (0.0, 0.5, 1.0, 2.0, 4.0, math.inf)  # nats, of the token's fixed-depth loss
 KV_DTYPE = "bfloat16"
+FAMILY_STRATEGY = re.compile(r"[a-z][a-z0-9_]*")  # a family's own KV strategy name
 TABLES = ("adaptive_evals", "adaptive_exit_rounds", "adaptive_task_scores", "adaptive_decodes")
 
 
@@ -75,7 +84,7 @@ class Spec:
     )
     """exit rule -> thresholds: eps for state, kl and entropy, rounds k for argmax; "inf" for infinity"""
     kv_strategies: list[str] = field(default_factory=lambda: [s.value for s in KVStrategy])
-    """KV strategies across rounds: per_round, latest, first, last_m"""
+    """KV strategies across rounds: per_round, latest, first, last_m; or a family's own (its kv_strategies)"""
     kv_m: int = 2
     """last_m: the last m rounds keep their own cache"""
     min_rounds: int = 2
@@ -117,12 +126,7 @@ class Spec:
         d = fields.with_defaults("adaptive", d, cls)
         min_rounds = fields.integer("min_rounds", d["min_rounds"], lo=2)
         max_rounds = fields.integer("max_rounds", d["max_rounds"], lo=min_rounds, allow_none=True)
-        strategies = d["kv_strategies"]
-        if not isinstance(strategies, list | tuple) or not strategies:
-            raise ConfigError(f"kv_strategies: expected a non-empty list of {', '.join(KVStrategy)}")
-        strategies = list(
-            dict.fromkeys(fields.choice("kv_strategies", s, tuple(KVStrategy)) for s in strategies)
-        )
+        strategies = _strategy_names(d["kv_strategies"])
         tasks = list(d["tasks"]) if isinstance(d["tasks"], list | tuple) else d["tasks"]
         if tasks and any(isinstance(t, str) and t.startswith(HARNESS_PREFIX) for t in tasks):
             raise ConfigError(
@@ -162,12 +166,35 @@ def refuse_follow(spec: dict[str, Any], followed: dict[str, Any]) -> None:
     if followed.get("family") is not None:
         refuse_family(spec, followed)
         return
+    refuse_strategies_not_own(spec)
     if ExitRuleName.GATE not in (spec.get("rules") or {}) or followed.get("kind") != "train":
         return
     if (followed.get("spec", {}).get("model") or {}).get("exit_gate", "none") == "none":
         raise ConfigError(
             "rules.gate: the model it follows was trained without an exit gate (model.exit_gate: none); "
             "train with exit_gate entropy, geometric or act, or drop the gate rule"
+        )
+
+
+def _strategy_names(value: Any) -> list[str]:
+    """The spec's KV strategy names, in order, once each: looplab's (`KVStrategy`), or names a family's
+    cache may offer (checked against the model at submission and at the job's start)."""
+    expected = f"a non-empty list of {', '.join(KVStrategy)} or the trained family's own kv_strategies"
+    if not isinstance(value, list | tuple) or not value:
+        raise ConfigError(f"kv_strategies: expected {expected}, got {value!r}")
+    for s in value:
+        if not isinstance(s, str) or not FAMILY_STRATEGY.fullmatch(s):
+            raise ConfigError(f"kv_strategies: {s!r}: expected {expected}")
+    return list(dict.fromkeys(value))
+
+
+def refuse_strategies_not_own(spec: dict[str, Any]) -> None:
+    """looplab's own model runs looplab's KV strategies only: another name is refused naming it."""
+    other = [s for s in spec.get("kv_strategies") or () if s not in tuple(KVStrategy)]
+    if other:
+        raise ConfigError(
+            f"kv_strategies: {', '.join(other)}: not a KV strategy of looplab's model (a family's own names "
+            f"apply to that family's runs); accepted: {', '.join(KVStrategy)}"
         )
 
 
@@ -231,11 +258,12 @@ class Cell:
         return CellKey(FIXED if self.rule is None else self.rule.label, strategy).label()
 
 
-def cells(spec: Spec, max_rounds: int, emulated: bool = False) -> list[Cell]:
+def cells(spec: Spec, max_rounds: int, emulated: bool = False, own: dict | None = None) -> list[Cell]:
+    """The grid's cells, strategy by strategy (`own`: a family's strategies by name, `FamilyKV`)."""
     from model.exits import ExitRule
 
     out = []
-    for strategy in map(KVStrategy, spec.kv_strategies):
+    for strategy in (KVStrategy(s) if s in tuple(KVStrategy) else (own or {})[s] for s in spec.kv_strategies):
         m = spec.kv_m if strategy is KVStrategy.LAST_M else None
         out.append(Cell(None, strategy, m, emulated))
         for rule, thresholds in spec.rules.items():
@@ -256,23 +284,28 @@ def _same_function(cell: Cell) -> tuple:
 class ExitLM:
     """The exit forward of one cell, also as a model `workers.tasks.likelihood.LoopedScorer` calls."""
 
-    def __init__(self, model, rule, max_rounds: int, emulated: bool = False) -> None:
+    def __init__(self, model, rule, max_rounds: int, emulated: bool = False, strategy=None) -> None:
         self.model, self.rule, self.max_rounds, self.cfg = model, rule, max_rounds, model.cfg
-        self.emulated = emulated
+        self.emulated, self.strategy = emulated, strategy  # strategy: a family's own (FamilyKV), or None
 
     def eval(self) -> ExitLM:
         return self
 
     def exits(self, idx, h0_seed: int):
         """`model.exits.exit_forward` of idx (B, T): the rule's exits, or every token at max_rounds;
-        emulated from separate forwards for a family without the exit capabilities."""
+        emulated from separate forwards for a family without the exit capabilities; decoded token by
+        token through a family's cache under one of its own strategies."""
+        import functools
+
         import torch
 
         from model.exit_emulation import emulated_exit_forward
-        from model.exits import exit_forward
+        from model.exits import exit_forward, family_exit_forward
 
         fixed = None if self.rule is not None else torch.full(idx.shape, self.max_rounds, device=idx.device)
         forward = emulated_exit_forward if self.emulated else exit_forward
+        if self.strategy is not None:
+            forward = functools.partial(family_exit_forward, strategy=str(self.strategy))
         return forward(
             self.model, idx, self.rule, h0_seed=h0_seed, exits=fixed, max_rounds=self.max_rounds, stop=True
         )
@@ -409,12 +442,17 @@ def run(spec: Spec, reporter, artifact_dir: str | Path | None) -> dict[str, Any]
 
     emulated = emulated_exits(model, spec.to_dict(), ev.train_spec, R, reporter)
     _refuse_gate_without_gate(spec, model)  # after a family's own refusals, which name it
-    family = ev.train_spec.get("family") is not None  # another family: its own FLOPs, no KV strategies
+    family = ev.train_spec.get("family") is not None  # another family: its own FLOPs and KV strategies
+    if not family:
+        refuse_strategies_not_own(spec.to_dict())
+    own = family_strategies(model) if family and _capabilities(model).kv_exits else {}
     views, kv_bytes = (
-        ({KVStrategy.PER_ROUND: model}, {}) if family else _strategy_views(model, spec, R, reporter)
+        _family_views(model, spec, own, cfg.seq_len, R)
+        if family
+        else _strategy_views(model, spec, R, reporter)
     )
     flops_at = family_forward_flops(model, cfg, R) if family else None
-    grid = [c for c in cells(spec, R, emulated) if c.strategy in views]
+    grid = [c for c in cells(spec, R, emulated, own) if c.strategy in views]
     items = (
         _task_items(spec, Path(artifact_dir or default_out(spec.checkpoint)) / "tasks") if spec.tasks else {}
     )
@@ -436,11 +474,12 @@ def run(spec: Spec, reporter, artifact_dir: str | Path | None) -> dict[str, Any]
     out: dict[str, list] = {t: [] for t in TABLES}
     for cell in grid:
         view, fn = views[cell.strategy], _same_function(cell)
-        lm = ExitLM(view, cell.rule, R, emulated)
+        lm = ExitLM(view, cell.rule, R, emulated, strategy=cell.strategy if cell.strategy in own else None)
         if fn not in evaluated:
             evaluated[fn] = _evaluate(lm, chunks, spec, device, token_bytes, hardness, tick)
         r = evaluated[fn]
-        _emit(reporter, out, "adaptive_evals", [_eval_row(cell, r, view.cfg, cfg, spec, R, flops_at)])
+        row = _eval_row(cell, r, view.cfg, cfg, spec, R, flops_at, kv_bytes.get(cell.strategy))
+        _emit(reporter, out, "adaptive_evals", [row])
         _emit(reporter, out, "adaptive_exit_rounds", _hist_rows(cell.key, r["hist"], cfg.seq_len))
         for name, (task_items, category) in items.items():
             if (fn, name) not in scored:
@@ -460,6 +499,21 @@ def run(spec: Spec, reporter, artifact_dir: str | Path | None) -> dict[str, Any]
         reporter.log(f"{cell.key}: val_loss {r['loss']:.4f}, {r['mean_rounds']:.2f} rounds/token")
         reporter.heartbeat()
     return {**out, "max_rounds": R, "kv_bytes": kv_bytes}
+
+
+def _capabilities(model):
+    from model.contract import capabilities
+
+    return capabilities(model)
+
+
+def _family_views(model, spec: Spec, own: dict, seq_len: int, R: int) -> tuple[dict, dict]:
+    """A family's ({strategy: model}, {strategy: KV bytes of one seq_len sequence}): per_round (its
+    parallel forward, no cache) and those of its own asked for (`own`), their bytes checked against the
+    cache's tensors (`family_kv_bytes`)."""
+    asked = [s for s in spec.kv_strategies if s in own]
+    views = {KVStrategy.PER_ROUND: model, **{own[s]: model for s in asked}}
+    return views, {own[s]: family_kv_bytes(model, s, seq_len, R) for s in asked}
 
 
 def _strategy_views(model, spec: Spec, R: int, reporter) -> tuple[dict, dict]:
@@ -489,7 +543,9 @@ def _strategy_views(model, spec: Spec, R: int, reporter) -> tuple[dict, dict]:
     return views, kv_bytes
 
 
-def _eval_row(cell: Cell, r: dict, view_cfg, cfg, spec: Spec, R: int, flops_at=None) -> dict[str, Any]:
+def _eval_row(
+    cell: Cell, r: dict, view_cfg, cfg, spec: Spec, R: int, flops_at=None, family_kv: int | None = None
+) -> dict[str, Any]:
     """The `adaptive_evals` row of a cell from its evaluation `r`: FLOPs spent (the rule's readouts
     included) and KV bytes (allocated, needed) from the measured exit rounds; for emulated exits
     and for a model of another family (`flops_at`: its forward FLOPs per loop count)
@@ -498,7 +554,7 @@ def _eval_row(cell: Cell, r: dict, view_cfg, cfg, spec: Spec, R: int, flops_at=N
     cost = (
         _native_cost(cell, share, view_cfg, cfg, R)
         if flops_at is None
-        else family_cost(cell.rule, share, flops_at, R)
+        else family_cost(cell.rule, share, flops_at, R, family_kv)
     )
     return {
         "config": cell.key,

@@ -25,6 +25,7 @@ last keys and values (`HeldKV`), the function of the `full` KV strategy with per
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -117,6 +118,20 @@ class HeldKV:
         return k, v
 
 
+@dataclass
+class StepContext:
+    """The exit path's context of one decode step (`HuginnLM.step_context`): the rotation of its
+    position, the position, and the cache it attends through (`kv`; `cache`, looplab's own KV cache,
+    is None: `model.exits` does not fill this one)."""
+
+    cos: Tensor
+    sin: Tensor
+    positions: Tensor
+    kv: HuginnCache
+    cache: None = None
+    held: None = None
+
+
 class HuginnLM(nn.Module):
     def __init__(self, cfg: HuginnConfig) -> None:
         super().__init__()
@@ -189,9 +204,18 @@ class HuginnLM(nn.Module):
 
     def readout(self, h: Tensor, idx: Tensor, ctx=None) -> Tensor:
         """Logits (B, T, V) of a state h (B, T, d) at any recurrence: the coda and head on it, rotated by
-        `ctx`'s cos and sin (`rope`), else for positions 0..T-1."""
+        `ctx`'s cos and sin (`rope`), else for positions 0..T-1; in a decode step's context
+        (`step_context`) the coda reads and writes the step's cache (the last readout's entry stays)."""
         rot = self.rope(idx.shape[1]) if ctx is None else (ctx.cos, ctx.sin)
-        return self._coda(h, rot)
+        return self._coda(h, rot, getattr(ctx, "kv", None))
+
+    def step_context(self, cache: HuginnCache) -> StepContext:
+        """The exit path's context of one decode step at the cache's position: `run_rounds` and
+        `readout` attend through `cache` under its strategy (`model.exits.family_exit_step` runs a
+        token's rounds with an exit rule in it and advances the cache)."""
+        positions = torch.tensor([cache.pos], device=self.embed.weight.device)
+        cos, sin = self._rot(positions)
+        return StepContext(cos, sin, positions, cache)
 
     def run_rounds(self, idx: Tensor, ctx, positions: Tensor, counts, h0_seed=None, skip_round=None,
                    observe=None, keep=None) -> Tensor:  # fmt: skip
@@ -203,12 +227,12 @@ class HuginnLM(nn.Module):
         recurrence which tokens run it ((B, T, 1) bool, or False to stop). A token that does not run
         keeps its state, and later tokens read, at every core layer, the keys and values of its last
         computed recurrence (`HeldKV`): the function of the `full` KV strategy with per-token exits."""
-        rot = (ctx.cos, ctx.sin)
-        e = self.embed_prelude(idx, rot)
+        rot, kv = (ctx.cos, ctx.sin), getattr(ctx, "kv", None)
+        e = self.embed_prelude(idx, rot, kv)
         s = self.initial_state(idx, positions, h0_seed if hasattr(h0_seed, "rows") else None)
         B = idx.shape[0]
         ran = torch.as_tensor([counts] * B if isinstance(counts, int) else counts).to(idx.device)
-        held = HeldKV()
+        held, computed = HeldKV() if kv is None else kv, torch.zeros_like(ran)
         if observe is not None:
             observe(s)
         for r in range(int(ran.max())):
@@ -217,11 +241,18 @@ class HuginnLM(nn.Module):
                 break
             rows = (ran > r)[:, None, None]  # (B, 1, 1): the rows whose count reaches recurrence r
             running = rows if running is None else running & rows
-            held.running = running[:, None]  # (B, 1, T, 1) against keys (B, H, T, D)
+            if kv is None:
+                held.running = running[:, None]  # (B, 1, T, 1) against keys (B, H, T, D)
+            else:  # a decode step (T = 1): the cache writes the running rows only
+                kv.active, computed = running[:, 0, 0], computed + running[:, 0, 0]
             new = s if r == skip_round else self.recur(s, e, rot, r, held)
+            if kv is not None:
+                kv.active = None  # the readouts write every row
             s = torch.where(running, new, s)
             if observe is not None:
                 observe(s)
+        if kv is not None:  # `full`: a row's skipped recurrences take its latest entry
+            kv.fill_skipped(computed.clamp(min=1).tolist(), idx.shape[1])
         return s
 
     # ---- the contract -----------------------------------------------------------------------------
@@ -290,6 +321,7 @@ class HuginnLM(nn.Module):
     # ---- the KV cache across recurrences ----------------------------------------------------------
 
     def kv_strategies(self) -> tuple[str, ...]:
+        """The cache's strategies (`families.huginn.cache`), the first the model as trained."""
         return tuple(KVStrategy)
 
     def kv_cache_bytes(self, batch: int, max_len: int, loops: int | None = None, strategy: str = "full",

@@ -153,6 +153,7 @@ def test_a_conforming_family_passes_and_reports_its_fallbacks():
         "readout",
         "exit_gate",
         "kv_cache",
+        "kv_exits",
         "flops_per_token",
         "param_groups",
         "param_split",

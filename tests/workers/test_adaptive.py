@@ -214,9 +214,10 @@ def test_the_equal_loss_depth_is_the_shallowest_no_worse():
         ({"min_rounds": 1}, "min_rounds: must be >= 2"),
         ({"min_rounds": 3, "max_rounds": 2}, "max_rounds: must be >= 3"),
         (
-            {"kv_strategies": ["paged"]},
-            "kv_strategies: unknown 'paged'; accepted: per_round, latest, first, last_m",
+            {"kv_strategies": ["Per Round"]},
+            "kv_strategies: 'Per Round': expected a non-empty list of per_round, latest, first, last_m or",
         ),
+        ({"kv_strategies": []}, "kv_strategies: expected a non-empty list of per_round"),
         ({"kv_m": 0}, "kv_m: must be >= 1"),
         ({"tasks": ["harness:sciq"]}, "tasks: harness tasks are not scored with exits"),
         ({"tasks": ["trivia"]}, "tasks: unknown 'trivia'"),
@@ -226,6 +227,16 @@ def test_the_equal_loss_depth_is_the_shallowest_no_worse():
 def test_bad_specs_are_refused_by_name(change, message):
     with pytest.raises(ConfigError, match=message):
         adaptive.Spec.from_dict(change)
+
+
+def test_a_name_no_kv_strategy_of_looplab_s_model_is_refused_when_the_job_starts(trained_fixed4, tmp_path):
+    """A well-formed name (a family's cache may offer it) on looplab's own model: refused naming the field
+    once the model is known, before any row is written (at submission for a follow-up: test_submit)."""
+    spec = adaptive.Spec.from_dict({"checkpoint": str(trained_fixed4[0]), "kv_strategies": ["paged"]})
+    reporter = MemoryReporter()
+    with pytest.raises(ConfigError, match="kv_strategies: paged: not a KV strategy of looplab's model"):
+        adaptive.run(spec, reporter, tmp_path)
+    assert not reporter.of("result")
 
 
 def test_spec_defaults_and_infinity():

@@ -105,7 +105,7 @@ def test_the_example_family_runs_through_the_adaptive_job_emulated(ut_run, tmp_p
 @pytest.mark.parametrize(
     ("family", "follow", "expected"),
     [
-        (UT, {}, "follow.adaptive.kv_strategies: latest, first, last_m change what later rounds read"),
+        (UT, {}, "follow.adaptive.kv_strategies: latest, first, last_m: family"),
         (
             UT,
             {"kv_strategies": ["per_round"], "decode_steps": 2},
