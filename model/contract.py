@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import importlib
 import importlib.metadata
 import inspect
@@ -243,6 +242,49 @@ def instantiate(family: Family, config: dict[str, Any]) -> nn.Module:
     return module
 
 
+# Above this many parameters (counted on the meta device) a family with `check_config` is checked at
+# its small configuration: 50 M fp32 parameters are 200 MB, twice with the check's randomised copy.
+CHECK_MAX_PARAMS = 50_000_000
+
+
+def meta_module(family: Family, config: dict[str, Any]) -> nn.Module:
+    """factory(config) on the meta device: every parameter a shape without storage."""
+    with torch.device("meta"):
+        return instantiate(family, config)
+
+
+def n_params(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def large_module(family: Family, config: dict[str, Any]) -> nn.Module | None:
+    """The meta module of `config` when the conformance check should run at the family's
+    `check_config` instead (model/family_pricing.py says why), else None."""
+    small = getattr(family.factory, "check_config", None)
+    if small is None:
+        return None
+    module = meta_module(family, config)
+    if n_params(module) <= CHECK_MAX_PARAMS or not capabilities(module, family.factory).flops_per_token:
+        return None
+    return module
+
+
+def check_config(family: Family, config: dict[str, Any]) -> dict[str, Any]:
+    """The family's small configuration of the same code for `config` (its `factory.check_config`)."""
+    try:
+        small = dict(family.factory.check_config(dict(config)))
+    except Exception as e:
+        raise FamilyError(
+            f"family {family.name!r}: factory.check_config raised {type(e).__name__}: {e}"
+        ) from None
+    if small.get("vocab_size") != config.get("vocab_size"):
+        raise FamilyError(
+            f"family {family.name!r}: factory.check_config changed vocab_size "
+            f"{config.get('vocab_size')!r} -> {small.get('vocab_size')!r}; expected the same vocabulary"
+        )
+    return small
+
+
 def logits_of(out: Any) -> Any:
     """The logits of a forward's result: the tensor itself, or its `.logits`."""
     return getattr(out, "logits", out)
@@ -263,6 +305,7 @@ class FamilyReport:
     flops_per_token: float | None = None  # training FLOPs per token at the asked loops, when asked
     flops_measured: bool = False
     kv_strategies: tuple[str, ...] = ()  # the family's own, with kv_exits (the first: as trained)
+    checked_config: dict[str, Any] | None = None  # where the forward was checked, if not the config's
 
     def fallbacks(self) -> dict[str, str]:
         return self.capabilities.fallbacks()
@@ -338,7 +381,9 @@ def check_family(family: str | None, config: dict[str, Any], loops: int | None =
     vocab = config.get("vocab_size")
     if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 2:
         raise FamilyError(f"family {fam.name!r}: config vocab_size: expected an int >= 2; got {vocab!r}")
-    module = instantiate(fam, config).cpu()
+    large = large_module(fam, config)  # a published size: values checked at the family's check_config
+    checked = None if large is None else check_config(fam, config)
+    module = instantiate(fam, config if checked is None else checked).cpu()
     if not _names(module.forward, "loops"):
         raise FamilyError(
             f"family {fam.name!r}: forward{inspect.signature(module.forward)} takes no `loops`; expected "
@@ -357,6 +402,7 @@ def check_family(family: str | None, config: dict[str, Any], loops: int | None =
             "parameter randomised); expected the loop count to change the computation"
         )
     split = _split_dependent(module, caps, idx)
+    module = module if large is None else large  # counts at the asked size (the meta module)
     n_params = sum(p.numel() for p in module.parameters())
     flops, measured = None, False
     if loops is not None and caps.flops_per_token:
@@ -365,7 +411,10 @@ def check_family(family: str | None, config: dict[str, Any], loops: int | None =
         flops = measure_flops_per_token(module, vocab, int(config.get("seq_len", CHECK_LEN)), loops)
         measured = True
     kv = tuple(map(str, module.kv_strategies())) if caps.kv_exits and hasattr(module, "kv_strategies") else ()
-    return FamilyReport(fam.name, fam.package, fam.version, caps, split, vocab, n_params, flops, measured, kv)
+    report = FamilyReport(
+        fam.name, fam.package, fam.version, caps, split, vocab, n_params, flops, measured, kv
+    )
+    return dataclasses.replace(report, checked_config=checked)
 
 
 def _cpu_attention_flops(query, key, value, *args, out_shape=None, **kwargs) -> int:
@@ -642,55 +691,3 @@ def forward_flops_per_token(module: nn.Module, vocab: int, seq_len: int, loops: 
     if module.caps.flops_per_token:
         return float(module.flops_per_token(loops)) / 3
     return measure_flops_per_token(module.inner, vocab, seq_len, loops) / 3
-
-
-@dataclass(frozen=True)
-class FamilyPricing:
-    """A family's model as the planner prices it, from the contract alone: its parameter count and its
-    training FLOPs per token at any loop count (its own `flops_per_token`, else measured once per count
-    at the config's `seq_len` with FlopCounterMode), the forward a third of them. The module is built
-    once per family and config in a process (on the CPU, never run but for the counter)."""
-
-    family: str
-    config_json: str  # the factory's config (`family_settings`) as canonical JSON
-
-    @property
-    def n_params(self) -> int:
-        return _pricing_module(self.family, self.config_json)[1]
-
-    @property
-    def capabilities(self) -> Capabilities:
-        return capabilities(_pricing_module(self.family, self.config_json)[0])
-
-    def training_flops(self, loops: int) -> float:
-        return _priced_flops(self.family, self.config_json, int(loops))
-
-    def forward_flops(self, loops: int) -> float:
-        return self.training_flops(loops) / 3
-
-
-def family_pricing(family: str, config: dict[str, Any]) -> FamilyPricing:
-    """The `FamilyPricing` of `family` built from `config` (its `family_settings`: vocab_size, seq_len)."""
-    import json
-
-    return FamilyPricing(family, json.dumps(config, sort_keys=True))
-
-
-@functools.lru_cache(maxsize=16)
-def _pricing_module(family: str, config_json: str) -> tuple[nn.Module, int]:
-    import json
-
-    fam = resolve_family(family)
-    module = instantiate(fam, json.loads(config_json)).cpu()
-    return module, sum(p.numel() for p in module.parameters())
-
-
-@functools.lru_cache(maxsize=256)
-def _priced_flops(family: str, config_json: str, loops: int) -> float:
-    import json
-
-    module, _ = _pricing_module(family, config_json)
-    if capabilities(module).flops_per_token:
-        return float(module.flops_per_token(loops))
-    config = json.loads(config_json)
-    return measure_flops_per_token(module, config["vocab_size"], config.get("seq_len", CHECK_LEN), loops)

@@ -148,12 +148,13 @@ def cost(spec: Spec) -> ForwardCost:
 
 
 def _family_cost(spec: Spec, cfg) -> ForwardCost:
-    """`cost` of a model of another family, from the contract (`model.contract.family_pricing`): a step
+    """`cost` of a model of another family, from the contract (`model.family_pricing.family_pricing`): a step
     is its forward per token at the trained loop count (measured at the run's length) for one token per
     sequence, or with no KV cache for the whole context (the full recompute the run times, at contexts up
     to RECOMPUTE_MAX_CONTEXT); it reads its weights once a step. Memory: `decode_memory` of the
     ModelConfig the spec names (an approximation)."""
-    from model.contract import family_pricing, family_settings
+    from model.contract import family_settings
+    from model.family_pricing import family_pricing
     from model.memory import DEVICE_TYPES, decode_memory
 
     family = family_pricing(spec.family, family_settings(cfg, spec.family_config))

@@ -52,7 +52,9 @@ class TrainCost:
     compile: bool
     memory: dict[str, float]  # device type ("cpu", "cuda") -> peak bytes
     tokenizer: str  # its data's tokenizer ("byte", "bpe", a tokenizer.json): what a token of text is
-    family: Any = None  # model.contract.FamilyPricing of a model of another family, else None (LoopedLM)
+    family: Any = (
+        None  # model.family_pricing.FamilyPricing of a model of another family, else None (LoopedLM)
+    )
 
     def forward_flops(self, loops: int, width: int | None = None) -> float:
         """Forward FLOPs per token of the model at `loops` (at sequence length `width`, default the
@@ -149,7 +151,8 @@ def cost(spec: Spec) -> TrainCost:
 
 def _family_pricing(spec: Spec, cfg):
     """The contract's pricing of the spec's model when it is of another family, else None."""
-    from model.contract import family_pricing, family_settings
+    from model.contract import family_settings
+    from model.family_pricing import family_pricing
     from workers.train_spec import BUILTIN_FAMILY
 
     if spec.family == BUILTIN_FAMILY:

@@ -24,7 +24,15 @@ def factory(config: dict[str, Any]) -> HuginnLM:
     return HuginnLM(HuginnConfig.from_dict(config))
 
 
+def check_config(config: dict[str, Any]) -> dict[str, Any]:
+    """A small configuration of the same code for looplab's conformance check of a large one (the
+    contract's `check_config`, model/family_pricing.py): the same blocks, recurrence, vocabulary and
+    options at width 32, so a grid at the published size is checked without allocating 3.6 B parameters."""
+    return {**config, "d_model": 32, "n_heads": 2, "mlp": 48}
+
+
 factory.validate_config = validate_config
+factory.check_config = check_config
 
 
 def published_counts(recurrences=PLANNER_RECURRENCES) -> dict[str, Any]:
