@@ -396,7 +396,7 @@ class AdaptiveEval(Base):
     config: Mapped[str] = mapped_column(String(96), primary_key=True)
     rule: Mapped[str] = mapped_column(String(16))  # state | kl | entropy | argmax | fixed
     threshold: Mapped[float | None] = mapped_column(Float)  # eps, or k for argmax; may be infinite
-    kv_strategy: Mapped[str] = mapped_column(String(16))  # per_round | latest | first | last_m
+    kv_strategy: Mapped[str] = mapped_column(String(16))  # per_round | latest | first | last_m | a family's
     kv_m: Mapped[int | None] = mapped_column(Integer)  # last_m only
     min_rounds: Mapped[int] = mapped_column(Integer)
     max_rounds: Mapped[int] = mapped_column(Integer)

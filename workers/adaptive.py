@@ -71,7 +71,8 @@ DEFAULT_RULES = {
 POSITION_BINS = 8
 LOSS_EDGES = (0.0, 0.5, 1.0, 2.0, 4.0, math.inf)  # nats, of the token's fixed-depth loss
 KV_DTYPE = "bfloat16"
-FAMILY_STRATEGY = re.compile(r"[a-z][a-z0-9_]*")  # a family's own KV strategy name
+# a family's own KV strategy name: it is stored in adaptive_evals.kv_strategy, String(16)
+FAMILY_STRATEGY = re.compile(r"[a-z][a-z0-9_]{0,15}")
 TABLES = ("adaptive_evals", "adaptive_exit_rounds", "adaptive_task_scores", "adaptive_decodes")
 
 
@@ -179,7 +180,10 @@ def refuse_follow(spec: dict[str, Any], followed: dict[str, Any]) -> None:
 def _strategy_names(value: Any) -> list[str]:
     """The spec's KV strategy names, in order, once each: looplab's (`KVStrategy`), or names a family's
     cache may offer (checked against the model at submission and at the job's start)."""
-    expected = f"a non-empty list of {', '.join(KVStrategy)} or the trained family's own kv_strategies"
+    expected = (
+        f"a non-empty list of {', '.join(KVStrategy)} or the trained family's own kv_strategies "
+        "(lowercase names of at most 16 characters)"
+    )
     if not isinstance(value, list | tuple) or not value:
         raise ConfigError(f"kv_strategies: expected {expected}, got {value!r}")
     for s in value:

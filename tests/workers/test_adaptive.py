@@ -218,6 +218,7 @@ def test_the_equal_loss_depth_is_the_shallowest_no_worse():
             "kv_strategies: 'Per Round': expected a non-empty list of per_round, latest, first, last_m or",
         ),
         ({"kv_strategies": []}, "kv_strategies: expected a non-empty list of per_round"),
+        ({"kv_strategies": ["a_name_of_17_chars"]}, "at most 16 characters"),
         ({"kv_m": 0}, "kv_m: must be >= 1"),
         ({"tasks": ["harness:sciq"]}, "tasks: harness tasks are not scored with exits"),
         ({"tasks": ["trivia"]}, "tasks: unknown 'trivia'"),
