@@ -502,7 +502,7 @@ def run(spec: Spec, reporter, artifact_dir: str | Path | None) -> dict[str, Any]
             _emit(reporter, out, "adaptive_decodes", rows)
         reporter.log(f"{cell.key}: val_loss {r['loss']:.4f}, {r['mean_rounds']:.2f} rounds/token")
         reporter.heartbeat()
-    return {**out, "max_rounds": R, "kv_bytes": kv_bytes}
+    return {**out, "max_rounds": R, "kv_bytes": {str(s): n for s, n in kv_bytes.items()}}
 
 
 def _capabilities(model):

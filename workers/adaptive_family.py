@@ -110,6 +110,9 @@ class FamilyKV(str):
         out.changes_function = changes_function
         return out
 
+    def __getnewargs__(self) -> tuple[str, bool]:  # pickled (Ray) with its flag
+        return str(self), self.changes_function
+
 
 def family_strategies(model) -> dict[str, FamilyKV]:
     """{name: FamilyKV} of a family's module (a `FamilyLM` or the family's own) with the contract's KV

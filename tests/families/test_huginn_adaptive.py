@@ -61,6 +61,16 @@ def test_the_full_cache_decoded_token_by_token_is_the_parallel_exit_path():
     torch.testing.assert_close(one.logits, model(idx, loops=1), rtol=0, atol=1e-5)
 
 
+def test_a_family_strategy_survives_pickling_with_its_flag():
+    """A cell's strategy crosses process boundaries (Ray) with what it says of the function."""
+    import pickle
+
+    from workers.adaptive_family import FamilyKV
+
+    back = pickle.loads(pickle.dumps(FamilyKV("latest_per_slot", True)))
+    assert back == "latest_per_slot" and back.changes_function is True
+
+
 def test_the_adaptive_job_runs_the_family_s_own_strategies(huginn_run):
     adaptive = {
         "checkpoint": str(huginn_run),

@@ -27,14 +27,19 @@ TRAIN = {
     "seed": 0,
     "tokens": 4 * 32 * 120,
 }
-# each follow-up as small as its kind allows (a family's adaptive job is refused any KV strategy but
-# per_round); the table each one writes its rows to
+# each follow-up as small as its kind allows (the adaptive job with the family's own KV strategies
+# beside per_round); the table each one writes its rows to
 FOLLOW = {
     "depth_sweep": ({"loops": [1, 3], "eval_tokens": 256, "batch_size": 4}, "depth_evals"),
     "decode_bench": ({"context_lens": [32], "batch_sizes": [1], "warmup": 1, "steps": 2}, "decode_benches"),
     "eval": ({"tasks": ["deduction"], "loops": [1, 3], "n_per_subset": 2}, "task_scores"),
     "adaptive": (
-        {"rules": {"argmax": [0]}, "kv_strategies": ["per_round"], "eval_tokens": 256, "batch_size": 4},
+        {
+            "rules": {"argmax": [0]},
+            "kv_strategies": ["per_round", "full", "latest_per_slot"],
+            "eval_tokens": 128,
+            "batch_size": 4,
+        },
         "adaptive_evals",
     ),
 }
@@ -62,8 +67,11 @@ def test_a_huginn_grid_resumes_exactly_through_the_queue_and_runs_every_follow_u
         deps = rows(q, "SELECT depends_on FROM job_deps WHERE job_id=:j", j=job)
         assert deps == ([] if kind == "decode_bench" else [(victim,)]), kind
     assert rows(q, "SELECT loops FROM depth_evals ORDER BY loops") == [(1,), (3,)]
-    assert rows(q, "SELECT rule, kv_strategy FROM adaptive_evals WHERE rule != 'fixed'") == [
-        ("argmax", "per_round")
+    stored = rows(q, "SELECT kv_strategy, kv_mib FROM adaptive_evals WHERE rule = 'argmax' ORDER BY kv_mib")
+    assert [(s, m is None) for s, m in stored] == [
+        ("per_round", True),
+        ("latest_per_slot", False),
+        ("full", False),
     ]
 
     # the resumed curves equal an uninterrupted run's bit for bit, each point once (the queue's worker
