@@ -159,7 +159,8 @@ class SpecParser(argparse.ArgumentParser):
             elif set(kinds) == {str, bool}:
                 options.update(type=_text_or_bool, metavar="TEXT|true|false")
             elif origin is list:
-                options.update(type=_number_list, metavar="N,N,...")
+                names = typing.get_args(kinds[0]) == (str,)  # e.g. kv_strategies, tasks
+                options.update(type=_number_list, metavar="NAME,NAME,..." if names else "N,N,...")
             elif origin is dict:
                 options.update(type=_key_value, action="append", metavar="KEY=VALUE")
             elif set(kinds) <= {int, float}:
