@@ -285,6 +285,16 @@ def check_config(family: Family, config: dict[str, Any]) -> dict[str, Any]:
     return small
 
 
+def own_kv_strategies(module: nn.Module) -> tuple[str, ...]:
+    """A family's own KV strategy names (the contract's `kv_strategies()`, the first the cache as
+    trained) when it can run exits through them (`step_context`); () otherwise, looplab's `LoopedLM`
+    included (its strategies are `model.exit_names.KVStrategy`, run by `model.exits` itself)."""
+    inner = getattr(module, "inner", module)  # a FamilyLM holds the family's module
+    if not all(callable(getattr(inner, n, None)) for n in ("kv_strategies", "step_context")):
+        return ()
+    return tuple(str(n) for n in inner.kv_strategies())
+
+
 def logits_of(out: Any) -> Any:
     """The logits of a forward's result: the tensor itself, or its `.logits`."""
     return getattr(out, "logits", out)
@@ -410,11 +420,10 @@ def check_family(family: str | None, config: dict[str, Any], loops: int | None =
     elif loops is not None:
         flops = measure_flops_per_token(module, vocab, int(config.get("seq_len", CHECK_LEN)), loops)
         measured = True
-    kv = tuple(map(str, module.kv_strategies())) if caps.kv_exits and hasattr(module, "kv_strategies") else ()
-    report = FamilyReport(
-        fam.name, fam.package, fam.version, caps, split, vocab, n_params, flops, measured, kv
+    kv = own_kv_strategies(module)
+    return FamilyReport(
+        fam.name, fam.package, fam.version, caps, split, vocab, n_params, flops, measured, kv, checked
     )
-    return dataclasses.replace(report, checked_config=checked)
 
 
 def _cpu_attention_flops(query, key, value, *args, out_shape=None, **kwargs) -> int:

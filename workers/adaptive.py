@@ -449,7 +449,7 @@ def run(spec: Spec, reporter, artifact_dir: str | Path | None) -> dict[str, Any]
     family = ev.train_spec.get("family") is not None  # another family: its own FLOPs and KV strategies
     if not family:
         refuse_strategies_not_own(spec.to_dict())
-    own = family_strategies(model) if family and _capabilities(model).kv_exits else {}
+    own = family_strategies(model) if family else {}
     views, kv_bytes = (
         _family_views(model, spec, own, cfg.seq_len, R)
         if family
@@ -503,12 +503,6 @@ def run(spec: Spec, reporter, artifact_dir: str | Path | None) -> dict[str, Any]
         reporter.log(f"{cell.key}: val_loss {r['loss']:.4f}, {r['mean_rounds']:.2f} rounds/token")
         reporter.heartbeat()
     return {**out, "max_rounds": R, "kv_bytes": {str(s): n for s, n in kv_bytes.items()}}
-
-
-def _capabilities(model):
-    from model.contract import capabilities
-
-    return capabilities(model)
 
 
 def _family_views(model, spec: Spec, own: dict, seq_len: int, R: int) -> tuple[dict, dict]:

@@ -86,9 +86,8 @@ def emulated_exits(model, spec: dict[str, Any], train_spec: dict[str, Any], R: i
     family = train_spec.get("family")
     if family is None:
         return emulated
-    caps = capabilities(model)
-    own = family_strategies(model) if caps.kv_exits else {}
-    refuse_family(spec, {"family": family, "capabilities": asdict(caps), "kv_strategies": list(own)})
+    facts = {"capabilities": asdict(capabilities(model)), "kv_strategies": list(family_strategies(model))}
+    refuse_family(spec, {"family": family, **facts})
     if emulated:
         reporter.log(
             f"adaptive: family {family!r} has no readout at any round: exits emulated from {R} separate "
@@ -117,10 +116,9 @@ class FamilyKV(str):
 def family_strategies(model) -> dict[str, FamilyKV]:
     """{name: FamilyKV} of a family's module (a `FamilyLM` or the family's own) with the contract's KV
     strategies with exits; empty without them."""
-    inner = getattr(model, "inner", model)
-    own = all(callable(getattr(inner, n, None)) for n in ("kv_strategies", "step_context"))
-    names = [str(n) for n in inner.kv_strategies()] if own else []  # looplab's LoopedLM: its own names
-    return {n: FamilyKV(n, i > 0) for i, n in enumerate(names)}
+    from model.contract import own_kv_strategies
+
+    return {n: FamilyKV(n, i > 0) for i, n in enumerate(own_kv_strategies(model))}
 
 
 def family_kv_bytes(model, strategy: str, seq_len: int, R: int) -> int:

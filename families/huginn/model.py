@@ -211,7 +211,7 @@ class HuginnLM(nn.Module):
 
     def step_context(self, cache: HuginnCache) -> StepContext:
         """The exit path's context of one decode step at the cache's position: `run_rounds` and
-        `readout` attend through `cache` under its strategy (`model.exits.family_exit_step` runs a
+        `readout` attend through `cache` under its strategy (`model.exits.family_exit_forward` runs each
         token's rounds with an exit rule in it and advances the cache)."""
         positions = torch.tensor([cache.pos], device=self.embed.weight.device)
         cos, sin = self._rot(positions)

@@ -31,8 +31,10 @@ def driver_env(looplab_cache: Path) -> dict[str, str]:
     }
 
 
-def looplab(tmp_path, *args: str, env: dict, **kw) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "lab.cli", "--db", str(tmp_path / "q.db"), *args]
+def looplab(tmp_path, *args: str, env: dict, db: str | None = None, **kw) -> subprocess.Popen:
+    """`looplab --db DB ARGS` in its own session from `tmp_path` (DB: tmp_path/q.db unless given, e.g. a
+    PostgreSQL URL), its output piped."""
+    cmd = [sys.executable, "-m", "lab.cli", "--db", db or str(tmp_path / "q.db"), *args]
     return subprocess.Popen(
         cmd,
         cwd=tmp_path,

@@ -30,6 +30,7 @@ import pytest
 
 from orchestrator import Queue
 from tests.db_rows import rows
+from tests.orchestrator.crash import looplab
 from tests.orchestrator.test_crash_resume import GRID_FILE, TRAIN
 from workers import jobs
 from workers.reporter import MemoryReporter
@@ -112,19 +113,6 @@ class RayNode:
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
-def looplab(db: str, *args: str, env: dict, cwd: Path) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "lab.cli", "--db", db, *args]
-    return subprocess.Popen(
-        cmd,
-        cwd=cwd,
-        env=env,
-        start_new_session=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
 def reference_run(seed: int, art: Path) -> MemoryReporter:
     """The job run uninterrupted, in this process, on one thread as the Ray workers ran (float sums
     depend on the thread count)."""
@@ -162,12 +150,12 @@ def test_killed_node_job_resumes_on_the_other_node_exactly(tmp_path, db_url, loo
         head_id, worker_id = head.node_id()[:12], worker.node_id()[:12]
 
         (tmp_path / "grids.py").write_text(GRID_FILE)
-        sub = looplab(db, "submit", str(tmp_path / "grids.py"), env=env, cwd=tmp_path)
+        sub = looplab(tmp_path, "submit", str(tmp_path / "grids.py"), env=env, db=db)
         out = sub.communicate(timeout=120)[0]
         assert sub.returncode == 0 and "2 added" in out, out
         q = Queue(db=db)
         driver = looplab(
-            db, "run", "--address", address, "--until-empty", "--artifacts", str(art), env=env, cwd=tmp_path
+            tmp_path, "run", "--address", address, "--until-empty", "--artifacts", str(art), env=env, db=db
         )
 
         # one job per node (one CPU each); wait for the second node's job to pass a checkpoint
