@@ -222,10 +222,13 @@ def test_adaptive_page_in_a_browser(tmp_path, dashboard_server, browser):
         "Loss vs compute",
         "Rounds saved at equal loss",
         "reference_loss",
+        "Best rule at each loss",
+        "rounds_low",
         "Exit rounds",
         "KV cache vs loss",
         "Decoding with exits",
         "speedup",
+        "equal_loss_ms_per_token",
     ]
     check_page_in_browser(
         dashboard_server, browser, str(path), "adaptive", "Adaptive", expected, height=3200, min_charts=5
