@@ -475,6 +475,7 @@ def run(spec: Spec, reporter, artifact_dir: str | Path | None) -> dict[str, Any]
     evaluated: dict[tuple, dict] = {}  # one evaluation per function (latest is per_round's)
     scored: dict[tuple, list] = {}  # (function, task) -> its score rows
     fixed_ms: dict[tuple, dict] = {}  # (strategy, batch, mode, depth) -> a fixed depth's decode timing
+    fixed_losses: dict[tuple, dict] = {}  # a function -> its fixed depths' validation losses
     out: dict[str, list] = {t: [] for t in TABLES}
     for cell in grid:
         view, fn = views[cell.strategy], _same_function(cell)
@@ -497,7 +498,8 @@ def run(spec: Spec, reporter, artifact_dir: str | Path | None) -> dict[str, Any]
             _emit(reporter, out, "adaptive_task_scores", rows)
             tick()
         if spec.decode_steps:
-            losses = _fixed_losses(view, cell, chunks, spec, device, token_bytes, R, fixed_ms)
+            at_R = evaluated[_same_function(Cell(None, cell.strategy, cell.m))]["loss"]  # its fixed cell's
+            losses = _fixed_losses(view, cell, chunks, spec, device, token_bytes, R, fixed_losses, at_R)
             rows = decode_rows(view, cfg, cell, R, chunks, spec, device, fixed_ms, tick, r["loss"], losses)
             _emit(reporter, out, "adaptive_decodes", rows)
         reporter.log(f"{cell.key}: val_loss {r['loss']:.4f}, {r['mean_rounds']:.2f} rounds/token")
@@ -626,15 +628,23 @@ def _task_items(spec: Spec, task_dir: Path) -> dict[str, tuple[list, str | None]
     return out
 
 
-def _fixed_losses(view, cell: Cell, chunks, spec: Spec, device, token_bytes, R: int, cache: dict) -> dict:
+def _fixed_losses(
+    view, cell: Cell, chunks, spec: Spec, device, token_bytes, R: int, cache: dict, at_R: float
+) -> dict:
     """{r: validation loss of the fixed depth r} for r = 1..R under the cell's KV strategy (its model
     `view` with every token exiting at round r: the forward a rule's exits at r take), once per function
-    (`cache`); the fixed depth at equal loss of the decode rows (`workers.adaptive_decode`)."""
-    key = ("fixed losses", *_same_function(Cell(None, cell.strategy, cell.m)))
+    (`cache`); depth R is the strategy's fixed cell, already evaluated (`at_R`). The fixed depth at
+    equal loss of the decode rows (`workers.adaptive_decode`)."""
+    key = _same_function(Cell(None, cell.strategy, cell.m))
     if key not in cache:
         cache[key] = {
-            r: _sweep_evaluate(view, chunks, spec, device, token_bytes, lambda: None, forward=lm.exits).loss
-            for r, lm in ((r, ExitLM(view, None, r)) for r in range(1, R + 1))
+            **{
+                r: _sweep_evaluate(
+                    view, chunks, spec, device, token_bytes, lambda: None, forward=lm.exits
+                ).loss
+                for r, lm in ((r, ExitLM(view, None, r)) for r in range(1, R))
+            },
+            R: at_R,
         }
     return cache[key]
 
