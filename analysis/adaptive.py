@@ -36,9 +36,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
-from analysis.stats import FLOOR, LEVEL, NoiseFloor
-from analysis.variants import with_variants
-from model.exit_names import EMULATED, FIXED, CellKey, KVStrategy, strategy_label
+from looplab.analysis.stats import FLOOR, LEVEL, NoiseFloor
+from looplab.analysis.variants import with_variants
+from looplab.model.exit_names import EMULATED, FIXED, CellKey, KVStrategy, strategy_label
 
 EQUAL_THRESHOLD = 0.01  # loss difference counted as equal where no interval exists
 POINT = ["variant_id", "size", "rule", "kv_strategy", "kv_m", "threshold"]

@@ -33,8 +33,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
-from analysis import claims_iso_depth, claims_lean, claims_lean_cost, claims_loop_design
-from analysis.claims_base import (
+from looplab.analysis import claims_iso_depth, claims_lean, claims_lean_cost, claims_loop_design
+from looplab.analysis.claims_base import (
     SEEDS_DIR,
     Claim,
     Comparison,
@@ -44,8 +44,8 @@ from analysis.claims_base import (
     Unit,
     printed_step,
 )
-from analysis.stats import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, LEVEL, ClaimVerdict
-from model.errors import ConfigError
+from looplab.analysis.stats import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, LEVEL, ClaimVerdict
+from looplab.model.errors import ConfigError
 
 __all__ = ["CLAIMS", "SEEDS_DIR", "STUDIES", "Claim", "ClaimVerdict", "Comparison", "Scale", "Side"]
 

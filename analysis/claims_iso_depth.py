@@ -9,7 +9,7 @@ what a verdict rests on.
 
 from __future__ import annotations
 
-from analysis.claims_base import Claim, Comparison, Metric, Point, Quote, Scale, Side, Study, Unit
+from looplab.analysis.claims_base import Claim, Comparison, Metric, Point, Quote, Scale, Side, Study, Unit
 
 STUDY = Study(
     key="iso-depth",

@@ -9,7 +9,7 @@ one recipe differ by up to 0.01 in loss, so a difference under 0.01 counts as no
 
 from __future__ import annotations
 
-from analysis.claims_base import Claim, Comparison, Metric, Point, Quote, Scale, Side, Study, Unit
+from looplab.analysis.claims_base import Claim, Comparison, Metric, Point, Quote, Scale, Side, Study, Unit
 
 STUDY = Study(
     key="lean",

@@ -5,8 +5,8 @@ printed, on the lines cited; the note's other claims, its scales and helpers are
 
 from __future__ import annotations
 
-from analysis.claims_base import Claim, Comparison, Point, Quote, Scale, Side, Unit
-from analysis.claims_lean import DEVICE, STUDY, _m, _pairs
+from looplab.analysis.claims_base import Claim, Comparison, Point, Quote, Scale, Side, Unit
+from looplab.analysis.claims_lean import DEVICE, STUDY, _m, _pairs
 
 
 def _iso_time(where: tuple, metric):

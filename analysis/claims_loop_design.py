@@ -9,7 +9,7 @@ runs with repeated seeds. Layouts are written P×L (P physical layers looped L t
 
 from __future__ import annotations
 
-from analysis.claims_base import Claim, Comparison, Metric, Point, Quote, Scale, Side, Study, Unit
+from looplab.analysis.claims_base import Claim, Comparison, Metric, Point, Quote, Scale, Side, Study, Unit
 
 STUDY = Study(
     key="loop-design",

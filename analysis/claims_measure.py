@@ -18,10 +18,10 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from analysis import claims, comparison, findings, iso_depth, scaling
-from analysis.claims_base import Claim, Scale
-from analysis.iso_depth import IsoDepthStudy
-from model.presets import LOOP_LAYOUTS
+from looplab.analysis import claims, comparison, findings, iso_depth, scaling
+from looplab.analysis.claims_base import Claim, Scale
+from looplab.analysis.iso_depth import IsoDepthStudy
+from looplab.model.presets import LOOP_LAYOUTS
 
 FIT_CLAIMS = ("iso.phi_below_one", "iso.phi_above_zero", "iso.worth_at_4")
 # iso-depth claims on the compute-optimal allocation per r at the runs' largest budget

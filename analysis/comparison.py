@@ -33,8 +33,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from analysis import stats
-from analysis.variants import MISSING, present, with_variants
+from looplab.analysis import stats
+from looplab.analysis.variants import MISSING, present, with_variants
 
 NOISE_THRESHOLD = 0.01
 FLOP_TOLERANCE = 0.05  # runs whose training FLOPs differ by less than this fraction are at equal compute

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.variants import seed_aggregate, with_variants
+from looplab.analysis.variants import seed_aggregate, with_variants
 
 ROUND_COLUMNS = ["variant_label", "loops", "round", "metric", "mean", "min", "max", "n_seeds"]
 BF16_COLUMNS = ["variant_label", "loops", "bf16_round", "earliest", "latest", "n_seeds", "never"]

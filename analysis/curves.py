@@ -13,7 +13,7 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-from analysis.variants import MISSING, present, seed_aggregate, variant_info, with_variants
+from looplab.analysis.variants import MISSING, present, seed_aggregate, variant_info, with_variants
 
 DEPTH_METRIC = re.compile(r"^val_loss@(\d+)$")  # validation loss at N loops, recorded during training
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis import tasks, variants
-from analysis.curves import depth_curves
-from model import fields
+from looplab.analysis import tasks, variants
+from looplab.analysis.curves import depth_curves
+from looplab.model import fields
 
 GEOMETRY_METRICS = {
     "rel_change": "relative update ‖h_t − h_{t−1}‖ / ‖h_{t−1}‖",

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis import stats
-from analysis.variants import with_variants
-from model.names import DEFAULT_FAR_DISTANCE as DEFAULT_DISTANCE
-from model.names import FAR_DEFINITION
+from looplab.analysis import stats
+from looplab.analysis.variants import with_variants
+from looplab.model.names import DEFAULT_FAR_DISTANCE as DEFAULT_DISTANCE
+from looplab.model.names import FAR_DEFINITION
 
 METRICS = ("far_copy_loss", "near_loss", "val_loss")
 COLUMNS = [

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis import claims, far_copy
-from analysis.claims_base import Claim, Scale
-from analysis.claims_lean import EQUAL_DATA
-from analysis.variants import with_variants
+from looplab.analysis import claims, far_copy
+from looplab.analysis.claims_base import Claim, Scale
+from looplab.analysis.claims_lean import EQUAL_DATA
+from looplab.analysis.variants import with_variants
 
 RECIPES = ("parcae", "fixed4", "lean")
 COLUMNS = claims.SCORECARD_COLUMNS

@@ -24,8 +24,8 @@ from itertools import combinations
 import numpy as np
 import pandas as pd
 
-from analysis.stats import difference_interval
-from analysis.variants import with_variants
+from looplab.analysis.stats import difference_interval
+from looplab.analysis.variants import with_variants
 
 LOSSES = {"val": "val_loss", "test": "test_loss"}
 COLUMNS = [

@@ -24,10 +24,12 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from analysis.scaling import PARAMS, LawFit, compare_forms, fit_law
-from model import fields
-from model.errors import ConfigError
-from model.presets import ISO_DEPTH_RECIPE as ISO_DEPTH_RECIPE  # re-exported: the pages may not import model
+from looplab.analysis.scaling import PARAMS, LawFit, compare_forms, fit_law
+from looplab.model import fields
+from looplab.model.errors import ConfigError
+from looplab.model.presets import (
+    ISO_DEPTH_RECIPE as ISO_DEPTH_RECIPE,  # re-exported: the pages may not import model
+)
 
 _WIDTH_POINTS = 600  # candidate widths of the compute-optimal search (log-spaced)
 

@@ -38,8 +38,8 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares, nnls
 
-from model import fields
-from model.errors import ConfigError
+from looplab.model import fields
+from looplab.model.errors import ConfigError
 
 PARAMS = ("E", "A", "alpha", "B", "beta", "phi")
 FORMS = {"free": None, "phi=1": 1.0, "phi=0": 0.0}  # form name -> fixed φ (None: fitted)

@@ -26,9 +26,9 @@ import pandas as pd
 from scipy import optimize
 from scipy import stats as scipy_stats
 
-from analysis.variants import MISSING, with_variants
-from model import fields
-from model.errors import ConfigError
+from looplab.analysis.variants import MISSING, with_variants
+from looplab.model import fields
+from looplab.model.errors import ConfigError
 
 LEVEL = 0.95  # every interval here is a two-sided 95 % interval
 POWER = 0.8  # the power `seeds_needed` plans for

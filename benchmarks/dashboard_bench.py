@@ -59,8 +59,8 @@ METRIC_COLUMNS = ("job_id", "key", "step", "tokens", "wall_s", "value", "curve_l
 def _train_jobs(n_runs: int) -> list[dict]:
     """The train runs' jobs rows (running, failed and succeeded ones, iso-time pairs, two variants of a
     recipe), with the columns submission stores."""
-    from orchestrator.states import JobStatus
-    from orchestrator.variants import VARIANT_COLUMNS, variant_columns
+    from looplab.orchestrator.states import JobStatus
+    from looplab.orchestrator.variants import VARIANT_COLUMNS, variant_columns
 
     now = time.time()
     variants: dict[tuple, dict] = {}
@@ -114,7 +114,7 @@ def _curves(job: dict, n_points: int) -> tuple[list[tuple], list[dict]]:
     """A run's metric rows (train_loss every step, val_loss and tokens_per_s every 8th point's step),
     each with its level (analysis.curves.curve_level, as the writer stores it), and its latest_metrics
     rows (the last point of each curve and the count)."""
-    from analysis.curves import curve_level
+    from looplab.analysis.curves import curve_level
 
     i, job_id = job["id"] - 1, job["id"]
     final = 3.0 + 0.01 * (i % len(RECIPES)) + 0.001 * job["seed"]
@@ -154,10 +154,10 @@ def build(url: str, n_runs: int, n_points: int) -> dict:
     """Create (migrate) and fill the database at `url`; returns counts, its size and the build time."""
     import sqlalchemy as sa
 
-    from orchestrator import schema
-    from orchestrator.db import dispose_all, engine
-    from orchestrator.states import JobStatus
-    from orchestrator.variants import VARIANT_COLUMNS, variant_columns
+    from looplab.orchestrator import schema
+    from looplab.orchestrator.db import dispose_all, engine
+    from looplab.orchestrator.states import JobStatus
+    from looplab.orchestrator.variants import VARIANT_COLUMNS, variant_columns
 
     eng = engine(url)  # creates the schema (migrations to head) and the views
     postgres = eng.dialect.name == "postgresql"
@@ -291,7 +291,7 @@ def full_scan_curves(url: str, job_ids, keys, max_points: int) -> object:
     import pandas as pd
     from sqlalchemy import bindparam, text
 
-    from orchestrator import frames
+    from looplab.orchestrator import frames
 
     m = max(2, int(max_points))
     stmt = text(f"""
@@ -310,11 +310,11 @@ def full_scan_curves(url: str, job_ids, keys, max_points: int) -> object:
 
 def page_loads(url: str) -> dict:
     """Per page: the frames and analysis calls the page makes (see dashboard/views/*.py), uncached."""
-    from analysis import comparison, curves, extrapolation, iso_depth, tasks, variants
-    from dashboard import listing
-    from orchestrator import frames
-    from orchestrator.frames import planned_vs_actual
-    from orchestrator.states import JobStatus
+    from looplab.analysis import comparison, curves, extrapolation, iso_depth, tasks, variants
+    from looplab.dashboard import listing
+    from looplab.orchestrator import frames
+    from looplab.orchestrator.frames import planned_vs_actual
+    from looplab.orchestrator.states import JobStatus
 
     def queue():
         jobs = frames.jobs(url)
@@ -427,7 +427,7 @@ def render(url: str, page: str) -> float:
 
 def bench(url: str, args) -> dict:
     """Build the database at `url`, time every page's data (and render); the results as a dict."""
-    from orchestrator.db import dispose_all
+    from looplab.orchestrator.db import dispose_all
 
     info = build(url, args.runs, args.points)
     print(
@@ -470,7 +470,7 @@ def main() -> int:
     ap.add_argument("--no-render", action="store_true", help="skip the AppTest renders")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "dashboard_bench.json"))
     args = ap.parse_args()
-    from orchestrator.db import resolve_url
+    from looplab.orchestrator.db import resolve_url
 
     results = {}
     with tempfile.TemporaryDirectory() as tmp:

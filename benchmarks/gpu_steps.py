@@ -24,7 +24,7 @@ Steps, most valuable first (gpu_check.sh runs them in this order, each under its
                   device table, which torch APIs of USED_TORCH_APIS this build has, the jobs' imports
   gpu_tests       pytest on GPU_TEST_FILES (marked gpu, not slow), a per-test limit where
                   pytest-timeout is installed; each test's outcome in gpu_tests.json as it ends
-  train_compiled  `python -m workers.train` lean 86m --compile, 60 steps of 8 x 2,048 tokens:
+  train_compiled  `python -m looplab.workers.train` lean 86m --compile, 60 steps of 8 x 2,048 tokens:
                   compile_seconds, tokens/s, MFU
   bench_ratios    model_bench.py ratios at 144m, bf16: the study's speed ratios and MFU per recipe
   bench_table     model_bench.py table for lean and parcae: 86m training tokens/s, decode ms/token at
@@ -95,7 +95,12 @@ EXIT = {PASSED: 0, FAILED: 1, SKIPPED: 4}  # gpu_check.sh reads the outcome back
 # Memory bandwidth assumed for a device the table (workers/device.py) does not list, the CPU included:
 # more than any memory today (B200 HBM3e: 8 TB/s), so a decode step faster than weights / this is wrong
 FASTEST_BANDWIDTH = 10e12
-JOB_MODULES = ("workers.train_cli", "workers.decode_bench", "workers.depth_sweep", "workers.eval")
+JOB_MODULES = (
+    "looplab.workers.train_cli",
+    "looplab.workers.decode_bench",
+    "looplab.workers.depth_sweep",
+    "looplab.workers.eval",
+)
 
 # The torch APIs the GPU path calls, with the release that brought each (docs/gpu.md lists the same
 # names; tests/gpu/test_gpu_check.py keeps the two equal). The device step probes each on the box.
@@ -165,9 +170,9 @@ def _events(path: Path) -> list[dict]:
 
 def _train_run(a, name: str, recipe: str, size: str, batch: int, steps: int, extra: dict) -> dict:
     """One train run through `workers.train.run` (as the queue runs it): RUN_FIGURES of its result."""
-    from workers import train
-    from workers.reporter import make_reporter
-    from workers.train_spec import Spec
+    from looplab.workers import train
+    from looplab.workers.reporter import make_reporter
+    from looplab.workers.train_spec import Spec
 
     seq = 64 if a.dry_run else 2048
     spec = Spec.from_dict(
@@ -319,7 +324,7 @@ def device(a) -> dict:
 
 def _device_table(name: str) -> dict:
     """What workers/device.py's table says of a GPU named `name`: its peak and bandwidth, or None."""
-    from workers.device import spec_of
+    from looplab.workers.device import spec_of
 
     spec = spec_of(name)
     return {"name": name, "peak_flops": spec and spec.peak_flops, "bandwidth": spec and spec.bandwidth}
@@ -351,7 +356,16 @@ def train_argv(dry_run: bool, out: Path, scratch: Path) -> list[str]:
     run trains lean tiny for 4 steps of 8 x 64 on CPU, uncompiled (inductor's CPU code generation
     would take minutes on a small machine)."""
     size, device, steps, batch, seq = ("tiny", "cpu", 4, 8, 64) if dry_run else ("86m", "cuda", 60, 8, 2048)
-    argv = ["-m", "workers.train", "--preset", "lean", "--size", size, "--tokens", str(steps * batch * seq)]
+    argv = [
+        "-m",
+        "looplab.workers.train",
+        "--preset",
+        "lean",
+        "--size",
+        size,
+        "--tokens",
+        str(steps * batch * seq),
+    ]
     argv += ["--batch-size", str(batch), "--device", device] + ([] if dry_run else ["--compile"])
     argv += ["--eval-every", "100000", "--eval-tokens", str(8 * seq), "--eval-loops", "4"]
     argv += ["--ckpt-every", "100000", "--out", str(scratch / "train_compiled")]
@@ -424,8 +438,8 @@ def exit_rules(a) -> dict:
     trained 60 steps; lean tiny in the dry run): the `state` rule at two thresholds against the fixed
     depth, per_round and latest KV, decoding at batch 1 and 8 (ms/token, speedup, KV MiB) and the
     validation loss and mean rounds per token of each cell. Without that checkpoint it fails."""
-    from workers import adaptive
-    from workers.reporter import MemoryReporter
+    from looplab.workers import adaptive
+    from looplab.workers.reporter import MemoryReporter
 
     checkpoint = Path(a.scratch) / "train_compiled"
     if not any(checkpoint.glob("*.pt")):
@@ -466,8 +480,8 @@ def _ddp_train(rank: int, world: int, cuda: bool, size: str, steps: int) -> dict
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from model.looped import LoopedLM
-    from model.presets import preset
+    from looplab.model.looped import LoopedLM
+    from looplab.model.presets import preset
 
     device = torch.device("cuda", rank) if cuda else torch.device("cpu")
     torch.manual_seed(0)  # the same initial weights on every rank (DDP broadcasts rank 0's anyway)
@@ -604,7 +618,7 @@ def _mfu(a, problems: list[str], figures: dict, path: str) -> None:
             problems.append(f"{path}: missing")
         return
     if v is None:
-        from workers.device import unknown_peak
+        from looplab.workers.device import unknown_peak
 
         problems.append(f"{path}: {unknown_peak(_gpu_name())}")
         return
@@ -614,9 +628,9 @@ def _mfu(a, problems: list[str], figures: dict, path: str) -> None:
 def _decode_floor_ms(recipe: str, size: str, dry_run: bool) -> float:
     """The least time a decode step can take: reading the non-embedding weights once in bf16 at the
     device's memory bandwidth (FASTEST_BANDWIDTH on the CPU and on GPUs the table does not list)."""
-    from model.counts import param_count
-    from model.presets import preset
-    from workers.device import spec_of
+    from looplab.model.counts import param_count
+    from looplab.model.presets import preset
+    from looplab.workers.device import spec_of
 
     spec = None if dry_run else spec_of(_gpu_name())
     bandwidth = FASTEST_BANDWIDTH if spec is None else spec.bandwidth

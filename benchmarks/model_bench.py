@@ -38,16 +38,16 @@ from pathlib import Path
 
 import torch
 
-from model import fields
-from model.attention import FLEX_BLOCK, cpu_block_size, use_block_local
-from model.config import ModelConfig
-from model.counts import kv_cache_bytes
-from model.errors import ConfigError
-from model.flops import step_flops as model_step_flops
-from model.looped import LoopedLM
-from model.presets import RECIPES, SIZES, preset
-from model.rounds import loop_counts, plan_rounds
-from workers.device import peak_flops
+from looplab.model import fields
+from looplab.model.attention import FLEX_BLOCK, cpu_block_size, use_block_local
+from looplab.model.config import ModelConfig
+from looplab.model.counts import kv_cache_bytes
+from looplab.model.errors import ConfigError
+from looplab.model.flops import step_flops as model_step_flops
+from looplab.model.looped import LoopedLM
+from looplab.model.presets import RECIPES, SIZES, preset
+from looplab.model.rounds import loop_counts, plan_rounds
+from looplab.workers.device import peak_flops
 
 RESULTS = Path(__file__).parent / "results"
 SECTIONS = ("ratios", "table", "all")
@@ -260,9 +260,9 @@ def table_section(
     device: torch.device, steps: int, size: str | None = None, recipes: tuple[str, ...] = RECIPES
 ) -> dict:
     """The per-recipe table for `recipes`; `size` replaces both default sizes (training and decode)."""
-    from workers.decode_bench import Spec
-    from workers.decode_bench import run as decode_run
-    from workers.reporter import MemoryReporter
+    from looplab.workers.decode_bench import Spec
+    from looplab.workers.decode_bench import run as decode_run
+    from looplab.workers.reporter import MemoryReporter
 
     gpu = device.type == "cuda"
     train_size, batch, seq_len = ("86m", 8, 2048) if gpu else ("small", 4, 128)

@@ -60,7 +60,7 @@ def _grid(name: str, tokens: int, seeds: list[int], contexts: list[int]):
     """Train jobs with their follow-ups; a decode bench times the architecture, whatever the seed, so
     the second grid gives it other context lengths (else it is the first grid's, not run again) and
     its estimate scales the first one's wall time by the FLOPs."""
-    from orchestrator import Grid
+    from looplab import Grid
 
     return Grid(
         name,
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=16384, help="training tokens per job")
     args = parser.parse_args(argv)
 
-    from orchestrator import Queue
+    from looplab import Queue
 
     with tempfile.TemporaryDirectory() as tmp:
         q = Queue(db=Path(tmp) / "plan.db", artifacts=Path(tmp) / "art")

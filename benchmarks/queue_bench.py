@@ -119,7 +119,7 @@ class Databases:
         return make_url(self.server_url).set(database=database).render_as_string(hide_password=False)
 
     def close(self) -> None:
-        from orchestrator.db import dispose_all
+        from looplab.orchestrator.db import dispose_all
 
         dispose_all()  # the cached engines hold connections to the databases dropped next
         for database in self.made:
@@ -128,9 +128,9 @@ class Databases:
 
 
 def bench_train(dbs: Databases, tmp: Path, tokens: int, repeats: int) -> dict:
-    from orchestrator import Grid, Queue
-    from workers import jobs
-    from workers.reporter import MemoryReporter
+    from looplab import Grid, Queue
+    from looplab.workers import jobs
+    from looplab.workers.reporter import MemoryReporter
 
     spec = {**TRAIN, "tokens": tokens}
     standalone, queued = [], []
@@ -157,10 +157,10 @@ def bench_ingest(url: str, points: int = 50_000, batch: int = 500) -> dict:
     """The writer's rate: `points` metric points of one job (5 keys), `batch` per transaction, as the
     driver writes what it drained. The job is claimed first: the writer drops the events of an attempt
     that does not own its job."""
-    from orchestrator import Grid, Queue, jobqueue
-    from orchestrator.writer import write_events
+    from looplab.orchestrator import Grid, Queue, jobqueue
+    from looplab.orchestrator.writer import write_events
+    from looplab.workers.reporter import Event, EventKind
     from tests.db_rows import rows
-    from workers.reporter import Event, EventKind
 
     q = Queue(db=url, kinds=TrivialKinds())
     (jid,) = q.submit(Grid("ingest", job="noop"))
@@ -195,7 +195,7 @@ def claim_driver(url: str, name: str, start: Any, out: Any) -> None:
     `looplab run` scans them, until a scan finds none; reports (won, lost, errors, end time)."""
     from sqlalchemy.exc import OperationalError
 
-    from orchestrator import jobqueue
+    from looplab.orchestrator import jobqueue
 
     eng = jobqueue.open_engine(url)
     out.put(("ready", name))
@@ -220,7 +220,7 @@ def claim_driver(url: str, name: str, start: Any, out: Any) -> None:
 def bench_claims(url: str, n_jobs: int, drivers: int = 4) -> dict:
     """Claims per second with `drivers` processes on one queue of `n_jobs` trivial jobs; raises if a
     job was claimed twice or not at all."""
-    from orchestrator import Grid, Queue
+    from looplab import Grid, Queue
     from tests.db_rows import rows
 
     q = Queue(db=url, kinds=TrivialKinds())
@@ -261,8 +261,8 @@ def bench_claims(url: str, n_jobs: int, drivers: int = 4) -> dict:
 def bench_latency_and_throughput(url: str, tmp: Path, n_trivial: int, n_latency: int = 10) -> dict:
     import sqlalchemy as sa
 
-    from orchestrator import Grid, Queue
-    from orchestrator.scheduler import Scheduler
+    from looplab import Grid, Queue
+    from looplab.orchestrator.scheduler import Scheduler
 
     kinds = TrivialKinds()
     q = Queue(db=url, kinds=kinds)
@@ -332,8 +332,8 @@ def failing_batch(url: str, tmp: Path, n_jobs: int) -> tuple[float, Any]:
     """Seconds from submitting `n_jobs` failing trivial jobs (one attempt each) to all of them finished,
     through a running scheduler that is up and idle first (its alert channels: what the environment
     says now); returns (seconds, the queue)."""
-    from orchestrator import Grid, Queue
-    from orchestrator.scheduler import Scheduler
+    from looplab import Grid, Queue
+    from looplab.orchestrator.scheduler import Scheduler
 
     kinds = FailingKinds()
     q = Queue(db=url, kinds=kinds)
@@ -461,8 +461,8 @@ def postgres_server(db: str, skip: bool) -> tuple[str | None, Callable[[], None]
 
 def check_db(value: str) -> str:
     """--db: `sqlite` or a PostgreSQL URL (argparse names the option in its message)."""
-    from model.errors import ConfigError
-    from orchestrator.db import resolve_url
+    from looplab.model.errors import ConfigError
+    from looplab.orchestrator.db import resolve_url
 
     if value == "sqlite":
         return value

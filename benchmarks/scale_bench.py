@@ -41,9 +41,9 @@ BATCH, MICRO = 32, 8
 
 
 def trainer(recipe: str, seq_len: int, micro: int | None, bucketing: bool, out: Path, device: str, gang=None):
-    from workers.reporter import SilentReporter
-    from workers.train_spec import Spec
-    from workers.trainer import SOLO, Trainer
+    from looplab.workers.reporter import SilentReporter
+    from looplab.workers.train_spec import Spec
+    from looplab.workers.trainer import SOLO, Trainer
 
     spec = Spec.from_dict(
         {
@@ -88,7 +88,7 @@ def worker_rank(
     import torch
     import torch.distributed as dist
 
-    from workers.distributed import Ranks
+    from looplab.workers.distributed import Ranks
 
     torch.set_num_threads(threads)
     dist.init_process_group("gloo", init_method=f"file://{tmp}/pg", rank=rank, world_size=world)
@@ -129,8 +129,8 @@ def data_parallel(seq_len: int, repeats: int, steps: int, threads: int, tmp: Pat
 
 def padding_of_timed_steps(t, repeats: int, steps: int) -> dict[str, float]:
     """Over the steps the timing ran: the FLOP model's exact padding of their splits and padded rounds."""
-    from model.flops import step_flops
-    from workers.batching import padded_rounds, split_step
+    from looplab.model.flops import step_flops
+    from looplab.workers.batching import padded_rounds, split_step
 
     spec, waste, padded, rounds = t.spec, [], 0, 0
     for step in range(repeats * steps):
@@ -159,7 +159,7 @@ def main() -> int:
 
     import torch
 
-    from model.flops import training_flops
+    from looplab.model.flops import training_flops
 
     torch.set_num_threads(args.threads)
     tmp = Path(tempfile.mkdtemp(prefix="scale_bench_"))

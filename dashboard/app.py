@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import ui
+from looplab.dashboard import ui
 
 QUEUE = st.Page("views/queue.py", title="Queue", icon=":material/list:", url_path="queue")
 PAGES = [

@@ -38,7 +38,7 @@ def command(port: int) -> list[str]:
 
 def cli_dashboard(args) -> int:
     """Resolve the database, check it opens read-only, then run Streamlit until Ctrl-C."""
-    from orchestrator.db import readonly_engine, resolve_url
+    from looplab.orchestrator.db import readonly_engine, resolve_url
 
     url = resolve_url(args.db)
     readonly_engine(url)  # fail here with one clear line (no file, schema behind), not in the browser

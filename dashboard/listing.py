@@ -12,8 +12,8 @@ import time
 import numpy as np
 import pandas as pd
 
-from analysis.variants import MISSING, present
-from orchestrator.states import JobStatus
+from looplab.analysis.variants import MISSING, present
+from looplab.orchestrator.states import JobStatus
 
 JOB_STATES = tuple(status.value for status in JobStatus)  # in the order a job moves through them
 

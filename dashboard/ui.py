@@ -14,10 +14,10 @@ import os
 import pandas as pd
 import streamlit as st
 
-from analysis import comparison, variants
-from analysis.stats import ClaimVerdict, Verdict
-from orchestrator import frames
-from orchestrator.health import events_frame
+from looplab.analysis import comparison, variants
+from looplab.analysis.stats import ClaimVerdict, Verdict
+from looplab.orchestrator import frames
+from looplab.orchestrator.health import events_frame
 
 TTL_S = 5
 NO_JOBS = (
@@ -46,7 +46,7 @@ VERDICT_STROKES = {
 
 def db_url() -> str:
     """The database: `?db=` query parameter, else $LOOPLAB_DB (set by `looplab dashboard`), else the default."""
-    from orchestrator.db import resolve_url
+    from looplab.orchestrator.db import resolve_url
 
     return resolve_url(st.query_params.get("db") or os.environ.get("LOOPLAB_DB") or None)
 
@@ -55,8 +55,8 @@ def open_db() -> str | None:
     """The URL if the database opens read-only; otherwise explains why on the page and returns None."""
     from sqlalchemy.exc import DBAPIError
 
-    from orchestrator.db import describe_error
-    from orchestrator.errors import USER_ERRORS
+    from looplab.orchestrator.db import describe_error
+    from looplab.orchestrator.errors import USER_ERRORS
 
     try:
         url = db_url()

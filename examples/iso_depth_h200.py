@@ -11,7 +11,7 @@ widths 512, 768 and 1024 (heads of 128), six training-FLOP budgets a factor 10^(
 (docs/planning.md shows the plan.)
 """
 
-from lab.studies import iso_depth_grid
+from looplab.lab.studies import iso_depth_grid
 
 BUDGETS = [1e18 * 10 ** (k / 3) for k in range(-1, 5)]  # 4.64e17, 1e18, 2.15e18, 4.64e18, 1e19, 2.15e19
 FINEWEB_EDU = {"corpus": "hf:HuggingFaceFW/fineweb-edu:sample-10BT", "tokenizer": "bpe", "vocab_size": 32768}

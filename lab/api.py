@@ -1,6 +1,6 @@
 """The Python API: `Grid` (what to run) and `Queue` (submit, watch, cancel, retry, read results).
 
-    from orchestrator import Grid, Queue
+    from looplab import Grid, Queue
     grid = Grid("lean-vs-parcae", base={"size": "small", "tokens": 2_000_000},
                 sweep={"recipe": ["parcae", "lean"], "seed": [0, 1]},
                 then=["depth_sweep", "decode_bench"])
@@ -24,15 +24,15 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 import sqlalchemy as sa
 
-from lab.display import status_frame
-from model.errors import ConfigError
-from orchestrator import jobqueue
-from orchestrator.grid import Grid
-from orchestrator.states import JobStatus
+from looplab.lab.display import status_frame
+from looplab.model.errors import ConfigError
+from looplab.orchestrator import jobqueue
+from looplab.orchestrator.grid import Grid
+from looplab.orchestrator.states import JobStatus
 
 if TYPE_CHECKING:
-    from lab.planner import Forecast
-    from workers.jobs import JobRegistry
+    from looplab.lab.planner import Forecast
+    from looplab.workers.jobs import JobRegistry
 
 __all__ = ["Grid", "Queue"]
 
@@ -43,7 +43,7 @@ class Queue:
     def __init__(
         self, db: str | None = None, artifacts: str | Path | None = None, kinds: JobRegistry | None = None
     ) -> None:
-        from orchestrator.db import resolve_url
+        from looplab.orchestrator.db import resolve_url
 
         self.url = resolve_url(db)
         self.eng = jobqueue.open_engine(self.url)
@@ -54,7 +54,7 @@ class Queue:
     @property
     def kinds(self) -> JobRegistry:
         if self._kinds is None:
-            from orchestrator.jobkinds import registry
+            from looplab.orchestrator.jobkinds import registry
 
             self._kinds = registry()
         return self._kinds
@@ -63,7 +63,7 @@ class Queue:
         """Validate every grid, then insert all their jobs in one transaction. Returns the job ids
         (existing ids for jobs already in the database; see `last_added` for the new ones). Each new
         job stores the planner's cheap estimate of its wall time (see `plan`)."""
-        from lab.planner import submission_estimates
+        from looplab.lab.planner import submission_estimates
 
         grids = [grids] if isinstance(grids, Grid) else list(grids)
         ids, self.last_added = jobqueue.submit(self.eng, grids, self.kinds, estimate=submission_estimates)
@@ -86,7 +86,7 @@ class Queue:
         `calibration`: "auto" (cached, else measured now), "cached", "fresh", a planner.Calibration or None;
         `elsewhere`: the Calibration is another machine's (`workers.calibrate.read_file`, `for_device`),
         and the grids are priced alone on it (see planner.plan_grids)."""
-        from lab.planner import plan_grids
+        from looplab.lab.planner import plan_grids
 
         grids = [grids] if isinstance(grids, Grid) else list(grids)
         return plan_grids(
@@ -123,7 +123,7 @@ class Queue:
     def rewinds(self, job_id: int) -> pd.DataFrame:
         """The loss spikes job `job_id` rewound: n, attempt, the checkpoint step it went back to, the step
         that spiked and the data rows skipped (a list), ts."""
-        from orchestrator import frames
+        from looplab.orchestrator import frames
 
         return frames.rewinds(self.url, [job_id])
 
@@ -137,8 +137,8 @@ class Queue:
 
     def run(self, until_empty: bool = True, **kwargs: Any) -> int:
         """Run the scheduler in this process (Ray is started, or the running one used)."""
-        from lab.display import print_progress
-        from orchestrator.scheduler import Scheduler
+        from looplab.lab.display import print_progress
+        from looplab.orchestrator.scheduler import Scheduler
 
         kwargs.setdefault("live_view", print_progress)
         return Scheduler(self.eng, self.artifacts, self._kinds, until_empty=until_empty, **kwargs).run()

@@ -19,17 +19,17 @@ HEADLINE = "looplab: a job queue and results database for looped language models
 # handled by lab/commands.py
 QUEUE_COMMANDS = ("submit", "plan", "run", "status", "cancel", "retry", "logs", "demo", "gc", "alerts")
 HANDLERS = {
-    "calibrate": ("workers.calibrate", "cli_calibrate"),  # needs only torch: runs on a bare GPU box
-    "db": ("orchestrator.db", "cli_db"),
-    "sql": ("orchestrator.sql", "cli_sql"),
-    **{command: ("lab.commands", f"cli_{command}") for command in QUEUE_COMMANDS},
-    "fit": ("lab.fit", "cli_fit"),
-    "claims": ("lab.commands", "cli_claims"),
-    "report": ("lab.report", "cli_report"),
-    "export": ("lab.export", "cli_export"),
-    "dashboard": ("dashboard.launch", "cli_dashboard"),
-    "export-model": ("lab.commands", "cli_export_model"),
-    "lm-eval": ("lab.commands", "cli_lm_eval"),
+    "calibrate": ("looplab.workers.calibrate", "cli_calibrate"),  # needs only torch: runs on a bare GPU box
+    "db": ("looplab.orchestrator.db", "cli_db"),
+    "sql": ("looplab.orchestrator.sql", "cli_sql"),
+    **{command: ("looplab.lab.commands", f"cli_{command}") for command in QUEUE_COMMANDS},
+    "fit": ("looplab.lab.fit", "cli_fit"),
+    "claims": ("looplab.lab.commands", "cli_claims"),
+    "report": ("looplab.lab.report", "cli_report"),
+    "export": ("looplab.lab.export", "cli_export"),
+    "dashboard": ("looplab.dashboard.launch", "cli_dashboard"),
+    "export-model": ("looplab.lab.commands", "cli_export_model"),
+    "lm-eval": ("looplab.lab.commands", "cli_lm_eval"),
 }
 # the command whose arguments are another program's (lm-evaluation-harness): passed through unparsed
 PASS_THROUGH = "lm-eval"
@@ -113,7 +113,10 @@ def _database_commands(sub: argparse._SubParsersAction) -> None:
 
 def _grid_commands(sub: argparse._SubParsersAction) -> None:
     """submit, plan and calibrate: a grid file into the queue, or priced before it goes there."""
-    from workers.calibrate import DEFAULT_MFU, add_arguments  # standard library only: --help stays fast
+    from looplab.workers.calibrate import (  # standard library only: --help stays fast
+        DEFAULT_MFU,
+        add_arguments,
+    )
 
     sm = sub.add_parser("submit", help="submit the grids defined in a Python file")
     sm.add_argument("file", help="a .py file defining Grid objects (module-level names or a GRIDS list)")
@@ -263,7 +266,7 @@ def _study_commands(sub: argparse._SubParsersAction) -> None:
 
 def _output_commands(sub: argparse._SubParsersAction) -> None:
     """report, export and dashboard: the finished runs in a file, another tool or a browser."""
-    from lab.export import Target  # only the names: --help stays fast
+    from looplab.lab.export import Target  # only the names: --help stays fast
 
     rp = sub.add_parser("report", help="write a study report of grids: self-contained HTML or Markdown")
     rp.add_argument(
@@ -355,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # user-facing: one clear line, not a traceback (use -v for that)
         from sqlalchemy.exc import DBAPIError
 
-        from orchestrator.errors import USER_ERRORS
+        from looplab.orchestrator.errors import USER_ERRORS
 
         if args.verbose:
             raise
@@ -363,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"looplab {args.command}: error: {e}", file=sys.stderr)
             return 2
         if isinstance(e, DBAPIError):  # the database failed: which one, what, and what to do
-            from orchestrator.db import describe_error, resolve_url
+            from looplab.orchestrator.db import describe_error, resolve_url
 
             print(
                 f"looplab {args.command}: error: {describe_error(e, resolve_url(args.db))}", file=sys.stderr

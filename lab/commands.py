@@ -10,24 +10,26 @@ import runpy
 import time
 from pathlib import Path
 
-from model.errors import ConfigError
-from orchestrator.states import ACTIVE, DEAD_ENDS, JobStatus
+from looplab.model.errors import ConfigError
+from looplab.names import legacy_imports
+from looplab.orchestrator.states import ACTIVE, DEAD_ENDS, JobStatus
 
 
 def _queue(args, artifacts: str | None = None):
-    from lab.api import Queue
+    from looplab.lab.api import Queue
 
     return Queue(db=args.db, artifacts=artifacts)
 
 
 def load_grids(path: str) -> list:
     """The grids a submission file defines: its GRIDS list if it has one, else every module-level Grid."""
-    from orchestrator.grid import Grid
+    from looplab.orchestrator.grid import Grid
 
     file = Path(path)
     if not file.is_file():
         raise ConfigError(f"submit: no such file {path!r}")
-    ns = runpy.run_path(str(file), run_name="looplab_submission")
+    with legacy_imports(str(file)):
+        ns = runpy.run_path(str(file), run_name="looplab_submission")
     if "GRIDS" in ns:
         grids = list(ns["GRIDS"])
     else:
@@ -63,7 +65,7 @@ def cli_submit(args) -> int:
 
 def _check_slots(args) -> None:
     """--num-cpus >= 1 and --num-gpus >= 0 of `plan` and `status` (ConfigError naming the flag)."""
-    from model import fields
+    from looplab.model import fields
 
     if args.num_cpus is not None:
         fields.integer("--num-cpus", args.num_cpus, lo=1)
@@ -92,7 +94,7 @@ def cli_plan(args) -> int:
 def plan_target(args):
     """The Calibration of the machine `looplab plan` prices for: --calibration FILE (written there by
     `looplab calibrate`) or --device NAME of the table with --mfu; None for this machine."""
-    from workers import calibrate
+    from looplab.workers import calibrate
 
     if args.mfu is not None and args.device is None:
         raise ConfigError("--mfu: only with --device (a calibration file has its own rates)")
@@ -105,7 +107,7 @@ def plan_target(args):
 
 def cli_gc(args) -> int:
     """Apply the retention rule to succeeded jobs (orchestrator/retention.py) and say what it freed."""
-    from orchestrator import retention
+    from looplab.orchestrator import retention
 
     q = _queue(args)
     done = retention.gc(q.eng, grid=args.grid, dry_run=args.dry_run)
@@ -122,8 +124,8 @@ def cli_gc(args) -> int:
 
 
 def cli_run(args) -> int:
-    from lab.display import print_progress
-    from orchestrator.scheduler import Scheduler
+    from looplab.lab.display import print_progress
+    from looplab.orchestrator.scheduler import Scheduler
 
     q = _queue(args, artifacts=args.artifacts)
     print(f"looplab run: database {q.url}, artifacts {q.artifacts.absolute()}", flush=True)
@@ -140,7 +142,7 @@ def cli_run(args) -> int:
 
 
 def cli_status(args) -> int:
-    from lab.display import status_frame, table
+    from looplab.lab.display import status_frame, table
 
     _check_slots(args)
     q = _queue(args)
@@ -162,7 +164,7 @@ def cli_status(args) -> int:
 
 def since_text(eng, since: str) -> str:
     """The morning view in text (`looplab status --since`): counts, finished jobs, findings, alerts."""
-    from orchestrator.health import happened_since, parse_since
+    from looplab.orchestrator.health import happened_since, parse_since
 
     at = parse_since(since)
     seen = happened_since(eng, at)
@@ -186,7 +188,7 @@ def since_text(eng, since: str) -> str:
 def cli_alerts(args) -> int:
     """`looplab alerts`: the health events and alert deliveries since --since; `looplab alerts test`:
     one message to every configured channel, delivered now, with each channel's outcome."""
-    from orchestrator import alerts
+    from looplab.orchestrator import alerts
 
     q = _queue(args)
     if args.action == "list":
@@ -220,8 +222,8 @@ def cli_alerts(args) -> int:
 
 def queue_eta(eng, num_cpus: int | None = None, num_gpus: float | None = None) -> str:
     """One line: the queue's estimated finish time (lab.planner, from the stored estimates)."""
-    from lab.display import fmt_eta
-    from lab.planner import forecast_queue
+    from looplab.lab.display import fmt_eta
+    from looplab.lab.planner import forecast_queue
 
     report = forecast_queue(eng, num_cpus=num_cpus, num_gpus=num_gpus)
     left = [j for j in report.jobs if j.status in ACTIVE]
@@ -255,7 +257,7 @@ def cli_retry(args) -> int:
 def cli_logs(args) -> int:
     import sqlalchemy as sa
 
-    from orchestrator.schema import Job
+    from looplab.orchestrator.schema import Job
 
     q = _queue(args)
     with q.eng.connect() as conn:
@@ -281,39 +283,39 @@ def cli_logs(args) -> int:
 
 
 def cli_demo(args) -> int:
-    from lab.demo import main
+    from looplab.lab.demo import main
 
     if args.study == "iso-depth":
-        from lab.demo import main_iso_depth
+        from looplab.lab.demo import main_iso_depth
 
         return main_iso_depth(db=args.db, fast=args.fast, artifacts=args.artifacts or "looplab_artifacts")
     if args.study == "loop-design":
-        from lab.demo import main_loop_design
+        from looplab.lab.demo import main_loop_design
 
         return main_loop_design(db=args.db, fast=args.fast, artifacts=args.artifacts or "looplab_artifacts")
     if args.study == "adaptive":
-        from lab.demo import main_adaptive
+        from looplab.lab.demo import main_adaptive
 
         return main_adaptive(db=args.db, fast=args.fast, artifacts=args.artifacts or "looplab_artifacts")
     if args.study == "families":
-        from lab.demo_families import main_families
+        from looplab.lab.demo_families import main_families
 
         return main_families(db=args.db, fast=args.fast, artifacts=args.artifacts or "looplab_artifacts")
     if args.study == "learned-exits":
-        from lab.demo import main_adaptive
+        from looplab.lab.demo import main_adaptive
 
         return main_adaptive(
             db=args.db, fast=args.fast, artifacts=args.artifacts or "looplab_artifacts", learned=True
         )
     if args.study == "lean":
-        from lab.demo import main_lean
+        from looplab.lab.demo import main_lean
 
         return main_lean(db=args.db, fast=args.fast, artifacts=args.artifacts or "looplab_artifacts")
     return main(db=args.db, fast=args.fast, artifacts=args.artifacts or "looplab_artifacts")
 
 
 def cli_export_model(args) -> int:
-    from workers.model_export import export_model
+    from looplab.workers.model_export import export_model
 
     out = export_model(args.checkpoint, args.out)
     print(f"exported {args.checkpoint} to {out} ({', '.join(sorted(p.name for p in out.iterdir()))})")
@@ -327,7 +329,7 @@ def cli_lm_eval(args) -> int:
     try:
         from lm_eval.__main__ import cli_evaluate
 
-        import workers.lm_eval_adapter  # noqa: F401 - registers the model with the harness
+        import looplab.workers.lm_eval_adapter  # noqa: F401 - registers the model with the harness
     except ImportError as e:
         raise ConfigError(
             f"lm-eval: lm-evaluation-harness is not installed (pip install -e .[eval]): {e}"
@@ -347,9 +349,9 @@ def cli_claims(args) -> int:
     """The three studies' claims judged on the database's finished runs (analysis/claims.py)."""
     import pandas as pd
 
-    from analysis import claims_measure, variants
-    from orchestrator import frames
-    from orchestrator.db import resolve_url
+    from looplab.analysis import claims_measure, variants
+    from looplab.orchestrator import frames
+    from looplab.orchestrator.db import resolve_url
 
     url = resolve_url(args.db)
     runs = variants.with_variants(frames.runs(url))

@@ -50,8 +50,8 @@ import os
 import sys
 import time
 
-from orchestrator.grid import Grid
-from orchestrator.states import JobStatus
+from looplab.orchestrator.grid import Grid
+from looplab.orchestrator.states import JobStatus
 
 DATA = {"corpus": "offline", "tokenizer": "byte"}
 FULL = {
@@ -113,7 +113,7 @@ ISO_DEPTH_FAST = {**ISO_DEPTH, "r": [1, 2], "widths": [32, 48], "flops": [4e10, 
 
 def iso_depth_grids(fast: bool = False) -> list[Grid]:
     """The demo's iso-depth study (`lab.studies.iso_depth_grid`), without depth sweeps."""
-    from lab.studies import iso_depth_grid
+    from looplab.lab.studies import iso_depth_grid
 
     p = ISO_DEPTH_FAST if fast else ISO_DEPTH
     train = dict(p["train"])
@@ -159,7 +159,7 @@ LOOP_DESIGN_FAST = {
 
 def loop_design_grids(fast: bool = False) -> list[Grid]:
     """The demo's loop-design study (`lab.studies.loop_design_grid`), with depth sweeps."""
-    from lab.studies import loop_design_grid
+    from looplab.lab.studies import loop_design_grid
 
     p = LOOP_DESIGN_FAST if fast else LOOP_DESIGN
     train = dict(p["train"])
@@ -216,8 +216,8 @@ def print_extrapolation(url: str, grid_prefix: str) -> None:
     """The loss at the trained depth and beyond per variant of the study (the page's own table)."""
     import pandas as pd
 
-    from analysis import extrapolation
-    from orchestrator import frames
+    from looplab.analysis import extrapolation
+    from looplab.orchestrator import frames
 
     runs = frames.runs(url)
     ids = runs.loc[runs["grid"].fillna("").str.startswith(grid_prefix), "job_id"]
@@ -274,7 +274,7 @@ ADAPTIVE_FAST = {
 
 def adaptive_grids(fast: bool = False) -> list[Grid]:
     """The demo's adaptive-compute study (`lab.studies.adaptive_grid`)."""
-    from lab.studies import adaptive_grid
+    from looplab.lab.studies import adaptive_grid
 
     p = ADAPTIVE_FAST if fast else ADAPTIVE
     return adaptive_grid(
@@ -294,8 +294,8 @@ def print_adaptive(url: str, grid_prefix: str) -> None:
     variant, rule and KV strategy, then every per_round point (loss against rounds and compute)."""
     import pandas as pd
 
-    from analysis import adaptive, comparison, stats
-    from orchestrator import frames
+    from looplab.analysis import adaptive, comparison, stats
+    from looplab.orchestrator import frames
 
     runs = frames.runs(url)
     ids = runs.loc[runs["grid"].fillna("").str.startswith(grid_prefix), "job_id"]
@@ -361,7 +361,7 @@ LEARNED_EXITS_FAST = {
 
 def learned_exits_grids(fast: bool = False) -> list[Grid]:
     """The demo's learned-exit study (`lab.studies.learned_exits_grid`)."""
-    from lab.studies import learned_exits_grid
+    from looplab.lab.studies import learned_exits_grid
 
     p = LEARNED_EXITS_FAST if fast else LEARNED_EXITS
     return learned_exits_grid(
@@ -383,8 +383,8 @@ def print_best_at_loss(url: str, grid_prefix: str) -> None:
     fixed-depth loss, the cell of any variant that reaches it with the fewest rounds' worth of FLOPs."""
     import pandas as pd
 
-    from analysis import adaptive
-    from orchestrator import frames
+    from looplab.analysis import adaptive
+    from looplab.orchestrator import frames
 
     runs = frames.runs(url)
     ids = runs.loc[runs["grid"].fillna("").str.startswith(grid_prefix), "job_id"]
@@ -446,8 +446,8 @@ def print_tables(url: str, grids: list[str] | None = None, by_variant: bool = Fa
     label (recipes alone do not tell model families apart)."""
     import pandas as pd
 
-    from analysis import comparison
-    from orchestrator import frames
+    from looplab.analysis import comparison
+    from looplab.orchestrator import frames
 
     runs = frames.runs(url)
     runs = runs if grids is None else runs[runs["grid"].isin(grids)]
@@ -470,7 +470,7 @@ def ensure_calibration() -> None:
     """Measure this machine once when no calibration is cached, so that `submit` stores a plan estimate
     with every job (the Plan page then shows planned against actual); a failed measurement costs only
     the estimates."""
-    from lab.planner import cached_calibration, calibrate, local_slots
+    from looplab.lab.planner import cached_calibration, calibrate, local_slots
 
     device = "cuda" if local_slots(num_cpus=1)[1] > 0 else "cpu"
     if cached_calibration(device) is not None:
@@ -485,7 +485,7 @@ def ensure_calibration() -> None:
 def _run(grids: list[Grid], what: str, db: str | None, artifacts: str, progress_every_s: float):
     """Submit `grids` and run the queue until they are done; returns (queue, status of their jobs,
     the scheduler's exit code, the failed jobs). Prints what happened on the way."""
-    from lab.api import Queue
+    from looplab.lab.api import Queue
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # one thread per job: 2 jobs on 2 cores, no thrashing
     q = Queue(db=db, artifacts=artifacts)
@@ -529,8 +529,8 @@ def main(db: str | None = None, fast: bool = False, artifacts: str = "looplab_ar
 
 def print_iso_depth_fit(url: str, grid: str, bootstrap: int = 200) -> None:
     """The fitted iso-depth law of `grid`'s runs (`looplab fit iso-depth --grid NAME` prints the same)."""
-    from analysis import iso_depth
-    from lab.fit import fit_runs
+    from looplab.analysis import iso_depth
+    from looplab.lab.fit import fit_runs
 
     print(iso_depth.report_text(iso_depth.fit_iso_depth(fit_runs(url, grid), bootstrap=bootstrap)))
 
@@ -605,7 +605,7 @@ def print_scorecard(url: str, grids: list[str], study: str) -> None:
     (`analysis.claims_measure`, as `looplab claims --study STUDY` and the report give it)."""
     import pandas as pd
 
-    from lab.report import study_data
+    from looplab.lab.report import study_data
 
     card = study_data(url, grids).scorecards.get(study)
     with pd.option_context("display.width", 220, "display.max_columns", 10, "display.max_colwidth", 70):
@@ -622,7 +622,7 @@ def print_scorecard(url: str, grids: list[str], study: str) -> None:
 def score_study(url: str, grids: list[str], study: str, report: str) -> bool:
     """Print the study's scorecard and write its report (`report`.html and .md): what a study is run
     for, so a failure in either is reported with its reason and returns False (the command then fails)."""
-    from lab.report import write_report
+    from looplab.lab.report import write_report
 
     try:
         print_scorecard(url, grids, study)

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import time
 
-from lab.demo import DATA, _run, print_tables
-from orchestrator.grid import Grid
+from looplab.lab.demo import DATA, _run, print_tables
+from looplab.orchestrator.grid import Grid
 
 FAMILIES = {
     "tokens": 8 * 64 * 200,
@@ -39,7 +39,7 @@ FAMILIES_REPORT = "families-study"
 
 def families_grids(fast: bool = False) -> list[Grid]:
     """The demo's families study (`lab.studies.families_grid`)."""
-    from lab.studies import families_grid
+    from looplab.lab.studies import families_grid
 
     p = FAMILIES_FAST if fast else FAMILIES
     return families_grid(
@@ -56,7 +56,7 @@ def families_grids(fast: bool = False) -> list[Grid]:
 def print_family_tables(url: str, grids: list[str]) -> None:
     """The iso-data and iso-time tables of the study's runs (the demo's, by variant), then what each
     family costs per token and in parameters."""
-    from orchestrator import frames
+    from looplab.orchestrator import frames
 
     print_tables(url, grids, by_variant=True)
     runs = frames.runs(url)
@@ -66,7 +66,7 @@ def print_family_tables(url: str, grids: list[str]) -> None:
 
 
 def main_families(db: str | None = None, fast: bool = False, artifacts: str = "looplab_artifacts") -> int:
-    from lab.report import write_report
+    from looplab.lab.report import write_report
 
     t0 = time.time()
     study = families_grids(fast)

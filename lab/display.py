@@ -10,8 +10,8 @@ import time
 import pandas as pd
 from sqlalchemy import Engine
 
-from orchestrator.frames import job_listing
-from orchestrator.states import JobStatus
+from looplab.orchestrator.frames import job_listing
+from looplab.orchestrator.states import JobStatus
 
 COLUMNS = [
     "id",

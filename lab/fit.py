@@ -12,12 +12,12 @@ import json
 import pandas as pd
 from sqlalchemy import text
 
-from analysis import iso_depth
-from model.errors import ConfigError
-from model.presets import ISO_DEPTH_RECIPE
-from orchestrator import frames
-from orchestrator.db import resolve_url
-from orchestrator.states import JobStatus
+from looplab.analysis import iso_depth
+from looplab.model.errors import ConfigError
+from looplab.model.presets import ISO_DEPTH_RECIPE
+from looplab.orchestrator import frames
+from looplab.orchestrator.db import resolve_url
+from looplab.orchestrator.states import JobStatus
 
 
 def study_runs(url: str, grid: str | None = None) -> pd.DataFrame:

@@ -37,9 +37,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from model import fields
-from model.errors import ConfigError
-from model.presets import (
+from looplab.model import fields
+from looplab.model.errors import ConfigError
+from looplab.model.presets import (
     ISO_DEPTH_INJECTIONS,
     ISO_DEPTH_RECIPE,
     LOOP_LAYOUTS,
@@ -47,8 +47,8 @@ from model.presets import (
     iso_depth_overrides,
     loop_layout_overrides,
 )
-from orchestrator.grid import FOLLOW_UPS, Grid
-from orchestrator.variants import LABEL_SEPARATOR
+from looplab.orchestrator.grid import FOLLOW_UPS, Grid
+from looplab.orchestrator.variants import LABEL_SEPARATOR
 
 # Spec keys the helper sets itself; a caller's `train` may not give them.
 _SET_BY_HELPER = ("recipe", "size", "seed", "tokens", "time_s", "flops", "budget", "label", "data")
@@ -237,7 +237,7 @@ def _checked_changes(
     where: str, injections: Sequence[str], histories: Sequence[int], timesteps: Sequence[str]
 ) -> list[int]:
     """Checks the injection and timestep kinds; returns the history windows, checked."""
-    from model.config import INJECTIONS, TIMESTEPS
+    from looplab.model.config import INJECTIONS, TIMESTEPS
 
     for kind in injections:
         fields.choice(f"{where}: injections", kind, INJECTIONS)
@@ -292,7 +292,7 @@ def _design_sweep(sweep_spec: dict[str, Any], loops: int, factor: int) -> dict[s
     """The depth sweep after a run trained at `loops`: loops 1..factor x loops, interaction matrices at
     max(2, loops) and 2 x loops (up to the most the geometry measures) unless the caller's `sweep_spec`
     gives its own; its other keys as given."""
-    from model.geometry import MAX_INTERACTION_LOOPS
+    from looplab.model.geometry import MAX_INTERACTION_LOOPS
 
     inter = sorted({max(2, loops), 2 * loops} & set(range(2, MAX_INTERACTION_LOOPS + 1)))
     return {"interaction_loops": inter, **sweep_spec, "loops": list(range(1, factor * loops + 1))}

@@ -23,9 +23,9 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection, create_engine, pool
 
-from orchestrator.db import VERSION_TABLE
-from orchestrator.schema import Base
-from orchestrator.views import create_views, drop_views
+from looplab.orchestrator.db import VERSION_TABLE
+from looplab.orchestrator.schema import Base
+from looplab.orchestrator.views import create_views, drop_views
 
 config = context.config
 target_metadata = Base.metadata

@@ -62,9 +62,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from model import fields
-from model.errors import ConfigError
-from model.exit_names import GATE_OBJECTIVES
+from looplab.model import fields
+from looplab.model.errors import ConfigError
+from looplab.model.exit_names import GATE_OBJECTIVES
 
 SAMPLERS = ("fixed", "poisson_seq", "poisson_batch")
 INJECTIONS = ("diagonal", "none", "scalar", "channel", "dense")

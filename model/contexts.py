@@ -19,8 +19,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from model.attention import attention, cached_attention
-from model.kv_cache import RECURRENT, KVCache, LayerKey
+from looplab.model.attention import attention, cached_attention
+from looplab.model.kv_cache import RECURRENT, KVCache, LayerKey
 
 
 class SeqContext:

@@ -42,8 +42,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from model.errors import ConfigError
-from model.looped import LMOutput, LoopedLM
+from looplab.model.errors import ConfigError
+from looplab.model.looped import LMOutput, LoopedLM
+from looplab.names import import_family_module
 
 BUILTIN = "looped"
 ENTRY_POINT_GROUP = "looplab.models"
@@ -77,7 +78,7 @@ class Family:
 
 def _looped_factory(config: dict[str, Any]) -> LoopedLM:
     """The built-in family: a `LoopedLM` of the `ModelConfig` fields in `config`."""
-    from model.config import ModelConfig
+    from looplab.model.config import ModelConfig
 
     return LoopedLM(ModelConfig.from_dict(config))
 
@@ -101,7 +102,7 @@ def resolve_family(name: str | None) -> Family:
     if ":" in name:
         module_name, _, attr = name.partition(":")
         try:
-            module = importlib.import_module(module_name)
+            module = import_family_module(module_name)
         except Exception as e:  # any failure of the import is the family's, reported as such
             raise FamilyError(
                 f"family {name!r}: module {module_name!r} does not import ({type(e).__name__}: {e}); "
@@ -562,7 +563,7 @@ def gate_reading(model: nn.Module) -> tuple[str, float]:
     (`model.exit_gate.cumulative_mass`): looplab's model, also wrapped as a family's (`FamilyLM`), by the
     objective it was trained with (act sums them); another family's as an exit distribution
     (`STOP_PROBABILITIES`: the contract's exit_gate gives the probability of stopping after round t)."""
-    from model.exit_gate import STOP_PROBABILITIES
+    from looplab.model.exit_gate import STOP_PROBABILITIES
 
     inner = model.inner if isinstance(model, FamilyLM) else model
     if isinstance(inner, LoopedLM):

@@ -14,12 +14,12 @@ import math
 
 import torch
 
-from model import fields
-from model.config import ModelConfig
-from model.exit_names import KVStrategy
-from model.flops import training_flops
-from model.kv_cache import RECURRENT, cache_layout, strategy_config
-from model.layers import VE_GATE_CHANNELS
+from looplab.model import fields
+from looplab.model.config import ModelConfig
+from looplab.model.exit_names import KVStrategy
+from looplab.model.flops import training_flops
+from looplab.model.kv_cache import RECURRENT, cache_layout, strategy_config
+from looplab.model.layers import VE_GATE_CHANNELS
 
 _DTYPES = {
     "float32": torch.float32,

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from model.kv_cache import KVCache
+from looplab.model.kv_cache import KVCache
 
 if TYPE_CHECKING:
-    from model.looped import LoopedLM
+    from looplab.model.looped import LoopedLM
 
 
 @torch.no_grad()

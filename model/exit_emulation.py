@@ -20,9 +20,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from model.contract import capabilities, logits_of
-from model.exit_names import ExitRuleName
-from model.exits import ExitOutput, ExitRule, ExitTracker
+from looplab.model.contract import capabilities, logits_of
+from looplab.model.exit_names import ExitRuleName
+from looplab.model.exits import ExitOutput, ExitRule, ExitTracker
 
 
 def exit_natively(model: Any) -> bool:

@@ -47,15 +47,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from model import fields
-from model.contexts import ExitSeqContext, ExitStepContext, HeldKV
-from model.errors import ConfigError
-from model.exit_names import ExitRuleName
-from model.geometry import EPS
-from model.kv_cache import KVCache, LayerKey, strategy_config
+from looplab.model import fields
+from looplab.model.contexts import ExitSeqContext, ExitStepContext, HeldKV
+from looplab.model.errors import ConfigError
+from looplab.model.exit_names import ExitRuleName
+from looplab.model.geometry import EPS
+from looplab.model.kv_cache import KVCache, LayerKey, strategy_config
 
 if TYPE_CHECKING:
-    from model.looped import LoopedLM
+    from looplab.model.looped import LoopedLM
 
 
 @dataclass(frozen=True)
@@ -300,8 +300,8 @@ def _gate_mass(model, rule: ExitRule | None):
     without the contract's exit_gate is refused (ConfigError naming the rule)."""
     if rule is None or rule.rule is not ExitRuleName.GATE:
         return None
-    from model.contract import capabilities, gate_reading
-    from model.exit_gate import GateMass
+    from looplab.model.contract import capabilities, gate_reading
+    from looplab.model.exit_gate import GateMass
 
     if not capabilities(model).exit_gate:
         raise ConfigError(

@@ -26,7 +26,7 @@ from typing import Any
 
 from torch import nn
 
-from model.contract import (
+from looplab.model.contract import (
     CHECK_LEN,
     Capabilities,
     capabilities,

@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Collection
 from typing import Any
 
-from model.errors import ConfigError
+from looplab.model.errors import ConfigError
 
 
 def known_keys(where: str, d: Any, cls_or_names: type | Collection[str]) -> dict[str, Any]:

@@ -55,11 +55,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from model import fields
-from model.attention import cpu_block_size, use_block_local
-from model.config import ModelConfig, RoundSettings
-from model.layers import VE_GATE_CHANNELS
-from model.rounds import forward_sizes, loop_counts, plan_rounds
+from looplab.model import fields
+from looplab.model.attention import cpu_block_size, use_block_local
+from looplab.model.config import ModelConfig, RoundSettings
+from looplab.model.layers import VE_GATE_CHANNELS
+from looplab.model.rounds import forward_sizes, loop_counts, plan_rounds
 
 ATTENTION_CONVENTIONS = ("dense", "causal")
 BACKWARD_FACTOR = 2.0  # backward = gradients of both operands of every matmul = 2x the forward
@@ -496,7 +496,7 @@ def exit_flops(
     tokens stops after round e (1-based; the fractions sum to 1), under `rule` (a `model.exits.ExitRule`:
     its readouts per token are `model.exits.readouts_per_token`). `equivalent_rounds` is measured
     against `reference` (default `cfg`): the trained model, whose fixed-depth curve is the depth sweep's."""
-    from model.exits import readouts_per_token
+    from looplab.model.exits import readouts_per_token
 
     R = rule.max_rounds
     per_round = [round_flops(cfg, r, seq_len, attention) for r in range(R)]

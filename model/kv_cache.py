@@ -41,10 +41,10 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from model import fields
-from model.config import ModelConfig, RoundConfig
-from model.errors import ConfigError
-from model.exit_names import KVStrategy
+from looplab.model import fields
+from looplab.model.config import ModelConfig, RoundConfig
+from looplab.model.errors import ConfigError
+from looplab.model.exit_names import KVStrategy
 
 PRELUDE, RECURRENT, CODA = "prelude", "recurrent", "coda"
 

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from model.config import ModelConfig
+from looplab.model.config import ModelConfig
 
 
 class InputInjection(nn.Module):

@@ -65,15 +65,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from model.attention import prepare_masks
-from model.config import ModelConfig
-from model.contexts import SeqContext, StepContext
-from model.exit_gate import ExitGate, objective
-from model.init import draw_h0, scaled_orthogonal_, small_init_std
-from model.kv_cache import KVCache, LayerKey
-from model.layers import Block, RMSNorm, rope_tables
-from model.loop_design import HistoryMaps, InputInjection, TimestepConditioning, layer_conditions
-from model.rounds import loop_counts, plan_rounds
+from looplab.model.attention import prepare_masks
+from looplab.model.config import ModelConfig
+from looplab.model.contexts import SeqContext, StepContext
+from looplab.model.exit_gate import ExitGate, objective
+from looplab.model.init import draw_h0, scaled_orthogonal_, small_init_std
+from looplab.model.kv_cache import KVCache, LayerKey
+from looplab.model.layers import Block, RMSNorm, rope_tables
+from looplab.model.loop_design import HistoryMaps, InputInjection, TimestepConditioning, layer_conditions
+from looplab.model.rounds import loop_counts, plan_rounds
 
 
 @dataclass

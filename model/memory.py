@@ -27,10 +27,10 @@ These are the planner's estimates; on CUDA it prefers a measured peak of the sam
 
 from __future__ import annotations
 
-from model.config import ModelConfig
-from model.counts import kv_cache_bytes, layer_params, param_count
-from model.flops import training_flops
-from model.names import Optimizer
+from looplab.model.config import ModelConfig
+from looplab.model.counts import kv_cache_bytes, layer_params, param_count
+from looplab.model.flops import training_flops
+from looplab.model.names import Optimizer
 
 FLOAT_BYTES = 4
 HEADROOM = 0.9  # of a device's memory a training step may plan on (the allocator and framework keep the rest)

@@ -35,8 +35,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from model.config import ModelConfig
-from model.errors import ConfigError
+from looplab.model.config import ModelConfig
+from looplab.model.errors import ConfigError
 
 CLASS_NAME = "ParcaeConfig"  # config.json's `_class_name` for a Parcae model
 
@@ -384,7 +384,7 @@ def _their_name(ours: str, cfg: ModelConfig) -> str:
 def _check_rope(table: Tensor, cfg: ModelConfig) -> None:
     """The public model's RoPE buffer (1, T, 1, D/2, 2) must be our tables at `cfg.rope_base`: it is
     loaded from the state dict, so it, not the config's rope_base, is what that model computes with."""
-    from model.layers import rope_tables
+    from looplab.model.layers import rope_tables
 
     if table.dim() != 5 or table.shape[-2] != cfg.head_dim // 2:
         raise ConfigError(

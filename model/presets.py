@@ -39,9 +39,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from model import fields
-from model.config import FULL_ROUND, ModelConfig, RoundConfig
-from model.errors import ConfigError
+from looplab.model import fields
+from looplab.model.config import FULL_ROUND, ModelConfig, RoundConfig
+from looplab.model.errors import ConfigError
 
 SIZES: dict[str, dict] = {
     "tiny": dict(vocab_size=256, d_model=64, n_heads=2, head_dim=32, seq_len=64),

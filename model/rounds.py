@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from model import fields
+from looplab.model import fields
 
 
 def loop_counts(loops, batch: int) -> int | list[int]:

@@ -13,11 +13,11 @@ __all__ = ["Grid", "Queue"]
 
 def __getattr__(name: str) -> Any:
     if name == "Grid":
-        from orchestrator.grid import Grid
+        from looplab.orchestrator.grid import Grid
 
         return Grid
     if name == "Queue":
-        from lab.api import Queue
+        from looplab.lab.api import Queue
 
         return Queue
     raise AttributeError(f"module 'orchestrator' has no attribute {name!r}")

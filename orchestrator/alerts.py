@@ -48,10 +48,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
 
-from model import fields
-from model.errors import ConfigError
-from orchestrator.health import Finding, Level
-from orchestrator.schema import AlertOutbox
+from looplab.model import fields
+from looplab.model.errors import ConfigError
+from looplab.orchestrator.health import Finding, Level
+from looplab.orchestrator.schema import AlertOutbox
 
 log = logging.getLogger("looplab.alerts")
 OUTBOX = AlertOutbox.__table__
@@ -472,7 +472,7 @@ def notify(eng: Engine, config: AlertConfig, topic: str, subject: str, text: str
 
 def job_counts(eng: Engine) -> dict[str, int]:
     """How many jobs the queue holds in each status (for the message at its end)."""
-    from orchestrator.schema import Job
+    from looplab.orchestrator.schema import Job
 
     with eng.connect() as conn:
         rows = conn.execute(sa.select(Job.status, sa.func.count()).group_by(Job.status)).all()

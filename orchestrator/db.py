@@ -43,8 +43,8 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.orm import Session
 
-from model.errors import ConfigError
-from orchestrator.errors import DatabaseError
+from looplab.model.errors import ConfigError
+from looplab.orchestrator.errors import DatabaseError
 
 VERSION_TABLE = "looplab_alembic_version"
 DEFAULT_FILE = "looplab.db"
@@ -128,7 +128,7 @@ def alembic_config(url: str | None = None, connection=None):
     """An Alembic Config built in code (no alembic.ini), valid from an installed package and any cwd."""
     from alembic.config import Config
 
-    import migrations
+    from looplab import migrations
 
     cfg = Config()
     cfg.set_main_option("script_location", os.path.dirname(migrations.__file__).replace("%", "%%"))

@@ -4,7 +4,7 @@ Bad configuration is `model.errors.ConfigError` (raised by the field toolkit, mo
 package); the errors here are the orchestrator's own. `USER_ERRORS` is what a front end (the CLI, the
 dashboard) shows as one line instead of a traceback."""
 
-from model.errors import ConfigError
+from looplab.model.errors import ConfigError
 
 __all__ = ["DatabaseError", "LooplabError", "USER_ERRORS"]
 

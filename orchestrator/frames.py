@@ -25,12 +25,12 @@ import pandas as pd
 import sqlalchemy as sa
 from sqlalchemy import Engine, bindparam, text
 
-from analysis.curves import CURVE_LEVEL_TOP, stride_level
-from orchestrator.db import readonly_engine
-from orchestrator.jobkinds import MODEL_SOURCES
-from orchestrator.pairing import MATCH_TIME, stored_reference
-from orchestrator.schema import Attempt, DecodeBench, GridRow, Job, JobDep, LatestMetric, TrainResult
-from orchestrator.states import ACTIVE, JobStatus
+from looplab.analysis.curves import CURVE_LEVEL_TOP, stride_level
+from looplab.orchestrator.db import readonly_engine
+from looplab.orchestrator.jobkinds import MODEL_SOURCES
+from looplab.orchestrator.pairing import MATCH_TIME, stored_reference
+from looplab.orchestrator.schema import Attempt, DecodeBench, GridRow, Job, JobDep, LatestMetric, TrainResult
+from looplab.orchestrator.states import ACTIVE, JobStatus
 
 CURVE_KEYS = ("train_loss", "val_loss", "val_bpb", "lr", "tokens_per_s")
 DEPTH_KEY_PATTERN = "val_loss@%"  # validation loss at N loops, recorded at each evaluation (SQL LIKE)
@@ -182,7 +182,7 @@ def grid_rows(url: str, grids: Iterable[str | int], where: str) -> pd.DataFrame:
     """The stored grids named (or numbered) by `grids` (id, name, created_at, spec) in id order, for a
     command that works on grids (`looplab report`, `looplab export --grid`). A name matches every grid
     of that name. ConfigError from `where` naming a grid that is not in the database, with those that are."""
-    from model.errors import ConfigError
+    from looplab.model.errors import ConfigError
 
     with engine(url).connect() as conn:
         stored = pd.read_sql(sa.select(GridRow.id, GridRow.name, GridRow.created_at, GridRow.spec), conn)
@@ -505,7 +505,7 @@ def sql_query(
     is touched); the query runs in a read-only transaction (the second line of defence) and is stopped
     with orchestrator.sql.QueryTimeout after `timeout_s` seconds (default: orchestrator.sql's).
     """
-    from orchestrator.sql import DEFAULT_TIMEOUT_S, run_readonly
+    from looplab.orchestrator.sql import DEFAULT_TIMEOUT_S, run_readonly
 
     timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
     columns, rows, truncated = run_readonly(url, sql, timeout_s=timeout_s, limit=limit)

@@ -33,18 +33,18 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from model import fields
-from model.errors import ConfigError
-from orchestrator import jobkinds, pairing
-from orchestrator.canonical import canonical_json, sha256
-from orchestrator.health import check_grid_health
-from orchestrator.jobkinds import CHECKPOINT, TRAIN, Kind
-from orchestrator.pairing import MATCH_TIME
-from orchestrator.retention import DEFAULT_RETENTION, RETENTIONS
-from orchestrator.variants import LABEL_MAX
+from looplab.model import fields
+from looplab.model.errors import ConfigError
+from looplab.orchestrator import jobkinds, pairing
+from looplab.orchestrator.canonical import canonical_json, sha256
+from looplab.orchestrator.health import check_grid_health
+from looplab.orchestrator.jobkinds import CHECKPOINT, TRAIN, Kind
+from looplab.orchestrator.pairing import MATCH_TIME
+from looplab.orchestrator.retention import DEFAULT_RETENTION, RETENTIONS
+from looplab.orchestrator.variants import LABEL_MAX
 
 if TYPE_CHECKING:
-    from workers.jobs import JobRegistry
+    from looplab.workers.jobs import JobRegistry
 
 # The follow-ups of a train grid's jobs (`then`) among the built-in kinds (lab.studies checks
 # a helper's `then` against them).
@@ -231,10 +231,10 @@ def _nested_keys(head: str) -> tuple[str, ...]:
     if head == "budget":
         return _BUDGET_KEYS
     if head == "model":
-        from model.config import ModelConfig
+        from looplab.model.config import ModelConfig
 
         return tuple(sorted(f.name for f in dataclasses.fields(ModelConfig)))
-    from workers.data import DataSpec
+    from looplab.workers.data import DataSpec
 
     return tuple(f.name for f in dataclasses.fields(DataSpec))
 
@@ -464,8 +464,8 @@ def _check_family(grid_name: str, spec: dict[str, Any], reports: dict[str, Any])
     family = spec.get("family")
     if family is None:
         return None
-    from model.contract import check_family
-    from workers.train_spec import Spec
+    from looplab.model.contract import check_family
+    from looplab.workers.train_spec import Spec
 
     probe = spec if spec.get("time_s") or spec.get("tokens") or spec.get("flops") else {**spec, "time_s": 1.0}
     cfg = Spec.from_dict(probe).resolved_model_config()
@@ -589,7 +589,7 @@ def _follow_up(
     else:
         arch = {k: spec[k] for k in declared.arch_keys if k in spec}
         if "model" in declared.arch_keys:  # a model of another family is its family and config too
-            from workers.train_spec import FAMILY_KEYS
+            from looplab.workers.train_spec import FAMILY_KEYS
 
             arch.update({k: spec[k] for k in FAMILY_KEYS if k in spec})
         if spec.get("seq_len") is not None and isinstance(arch.get("model"), dict):

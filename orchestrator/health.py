@@ -37,8 +37,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import Connection
 
-from model import fields
-from model.errors import ConfigError
+from looplab.model import fields
+from looplab.model.errors import ConfigError
 
 
 class Rule(StrEnum):
@@ -343,7 +343,7 @@ class StepClock:
 
 def grid_settings(conn: Connection, job_id: int, base: HealthSettings) -> HealthSettings:
     """`base` with the `health` field of job `job_id`'s grid applied (base when it has none)."""
-    from orchestrator.schema import GridRow, Job
+    from looplab.orchestrator.schema import GridRow, Job
 
     spec = conn.execute(
         sa.select(GridRow.spec).join(Job, Job.grid_id == GridRow.id).where(Job.id == job_id)
@@ -361,7 +361,7 @@ def store(
     conn: Connection, job_id: int, attempt: int | None, finding: Finding, ts: float | None = None
 ) -> int:
     """One finding as a `health_events` row; returns its id."""
-    from orchestrator.schema import HealthEvent
+    from looplab.orchestrator.schema import HealthEvent
 
     value = finding.value
     return conn.execute(

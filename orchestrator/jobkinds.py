@@ -23,11 +23,11 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from model.errors import ConfigError
-from workers.jobs import ARCHITECTURE, CHECKPOINT, KINDS, MODEL_SOURCES, CostModel, Kind, Pricing
+from looplab.model.errors import ConfigError
+from looplab.workers.jobs import ARCHITECTURE, CHECKPOINT, KINDS, MODEL_SOURCES, CostModel, Kind, Pricing
 
 if TYPE_CHECKING:
-    from workers.jobs import JobRegistry
+    from looplab.workers.jobs import JobRegistry
 
 __all__ = [
     "ARCHITECTURE",
@@ -58,7 +58,7 @@ REGISTRY_ENV = "LOOPLAB_JOB_KINDS"
 
 def registry() -> JobRegistry:
     """The job registry in use: workers.jobs, or a module named by $LOOPLAB_JOB_KINDS (test/plugin hook)."""
-    return importlib.import_module(os.environ.get(REGISTRY_ENV, "workers.jobs"))
+    return importlib.import_module(os.environ.get(REGISTRY_ENV, "looplab.workers.jobs"))
 
 
 def _declarations(kinds: JobRegistry | None) -> Mapping[str, Kind]:

@@ -45,14 +45,14 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
 
-from orchestrator import drivers, jobkinds, pairing
-from orchestrator.canonical import canonical_json
-from orchestrator.grid import Grid
-from orchestrator.jobkinds import CHECKPOINT
-from orchestrator.schema import RESULT_TABLES, Attempt, GridRow, JobDep, JobLog, TrainResult
-from orchestrator.schema import Job as JobRow
-from orchestrator.states import ACTIVE, DEAD_ENDS, REQUEUED, AttemptOutcome, JobStatus
-from orchestrator.submission import (
+from looplab.orchestrator import drivers, jobkinds, pairing
+from looplab.orchestrator.canonical import canonical_json
+from looplab.orchestrator.grid import Grid
+from looplab.orchestrator.jobkinds import CHECKPOINT
+from looplab.orchestrator.schema import RESULT_TABLES, Attempt, GridRow, JobDep, JobLog, TrainResult
+from looplab.orchestrator.schema import Job as JobRow
+from looplab.orchestrator.states import ACTIVE, DEAD_ENDS, REQUEUED, AttemptOutcome, JobStatus
+from looplab.orchestrator.submission import (
     PlanEstimates,
     deps_first,
     job_row,
@@ -63,7 +63,7 @@ from orchestrator.submission import (
 )
 
 if TYPE_CHECKING:
-    from workers.jobs import JobRegistry
+    from looplab.workers.jobs import JobRegistry
 
 log = logging.getLogger("looplab.jobqueue")
 JOBS = JobRow.__table__
@@ -81,7 +81,7 @@ HELD = (JobStatus.RUNNING, JobStatus.CANCELLED)
 
 
 def open_engine(db: str | None = None) -> Engine:
-    from orchestrator.db import engine
+    from looplab.orchestrator.db import engine
 
     return engine(db)
 

@@ -32,8 +32,8 @@ from typing import Any, NamedTuple, Protocol
 import sqlalchemy as sa
 from sqlalchemy import Connection
 
-from model.errors import ConfigError
-from orchestrator.schema import Job
+from looplab.model.errors import ConfigError
+from looplab.orchestrator.schema import Job
 
 MATCH_TIME = "match_time_of"
 JOBS = Job.__table__

@@ -28,10 +28,10 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy import Engine
 
-from orchestrator.schema import GridRow
-from orchestrator.schema import Job as JobRow
-from orchestrator.states import JobStatus
-from workers.artifacts import KEEP_CHECKPOINTS, resume_only
+from looplab.orchestrator.schema import GridRow
+from looplab.orchestrator.schema import Job as JobRow
+from looplab.orchestrator.states import JobStatus
+from looplab.workers.artifacts import KEEP_CHECKPOINTS, resume_only
 
 FINAL, ALL = "final", "all"
 RETENTIONS = (FINAL, ALL)

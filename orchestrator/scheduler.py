@@ -84,11 +84,11 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from orchestrator import alerts, drivers, jobkinds, jobqueue, retention
-from orchestrator.admission import Admission, Candidate, Node, Preempt, Refuse, Request, Running
-from orchestrator.db import Outage, outage, outage_phrase
-from orchestrator.health import Finding, HealthWatch, Level, Rule, StepClock
-from orchestrator.settings import (
+from looplab.orchestrator import alerts, drivers, jobkinds, jobqueue, retention
+from looplab.orchestrator.admission import Admission, Candidate, Node, Preempt, Refuse, Request, Running
+from looplab.orchestrator.db import Outage, outage, outage_phrase
+from looplab.orchestrator.health import Finding, HealthWatch, Level, Rule, StepClock
+from looplab.orchestrator.settings import (
     _seconds,
     aging_seconds,
     backoff_seconds,
@@ -96,14 +96,14 @@ from orchestrator.settings import (
     health_settings,
     preempt_cooldown_seconds,
 )
-from orchestrator.states import AttemptOutcome, JobStatus
-from orchestrator.task import QueueReporter, TaskResult, launch, sink_on_this_node
-from orchestrator.writer import Unwritten, record_concurrency, record_findings, write_events
-from workers import artifacts
-from workers.reporter import Event, EventKind
+from looplab.orchestrator.states import AttemptOutcome, JobStatus
+from looplab.orchestrator.task import QueueReporter, TaskResult, launch, sink_on_this_node
+from looplab.orchestrator.writer import Unwritten, record_concurrency, record_findings, write_events
+from looplab.workers import artifacts
+from looplab.workers.reporter import Event, EventKind
 
 if TYPE_CHECKING:
-    from workers.jobs import JobRegistry
+    from looplab.workers.jobs import JobRegistry
 
 log = logging.getLogger("looplab.scheduler")
 # what a job reports whose last value is all the writer keeps (the live columns of its jobs row)

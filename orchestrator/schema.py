@@ -35,8 +35,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from orchestrator.jobkinds import result_tables
-from orchestrator.states import AttemptOutcome, JobStatus
+from looplab.orchestrator.jobkinds import result_tables
+from looplab.orchestrator.states import AttemptOutcome, JobStatus
 
 # Deterministic constraint names, so Alembic autogenerate and batch mode on SQLite agree.
 NAMING = {

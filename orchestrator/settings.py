@@ -9,10 +9,10 @@ import json
 import os
 from typing import Any
 
-from model import fields
-from model.errors import ConfigError
-from orchestrator import jobqueue
-from orchestrator.health import HealthSettings
+from looplab.model import fields
+from looplab.model.errors import ConfigError
+from looplab.orchestrator import jobqueue
+from looplab.orchestrator.health import HealthSettings
 
 
 def _seconds(name: str, value: Any, positive: bool = False) -> float:

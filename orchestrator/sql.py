@@ -28,9 +28,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from model.fields import number
-from orchestrator.db import readonly_engine
-from orchestrator.errors import DatabaseError
+from looplab.model.fields import number
+from looplab.orchestrator.db import readonly_engine
+from looplab.orchestrator.errors import DatabaseError
 
 DEFAULT_TIMEOUT_S = 10.0
 # SQLite: the progress handler runs every this many virtual-machine instructions (about a millisecond)

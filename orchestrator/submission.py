@@ -16,16 +16,22 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
 
-from model.errors import ConfigError
-from orchestrator import jobkinds, pairing
-from orchestrator.canonical import canonical_json
-from orchestrator.grid import BUDGET_SPEC_KEYS, Grid, JobPlan, assign_hashes, expand, trained_plan
-from orchestrator.schema import Job as JobRow
-from orchestrator.states import JobStatus
-from orchestrator.variants import VARIANT_COLUMNS, columns_of, flop_budget_tokens, resolve, shared_overrides
+from looplab.model.errors import ConfigError
+from looplab.orchestrator import jobkinds, pairing
+from looplab.orchestrator.canonical import canonical_json
+from looplab.orchestrator.grid import BUDGET_SPEC_KEYS, Grid, JobPlan, assign_hashes, expand, trained_plan
+from looplab.orchestrator.schema import Job as JobRow
+from looplab.orchestrator.states import JobStatus
+from looplab.orchestrator.variants import (
+    VARIANT_COLUMNS,
+    columns_of,
+    flop_budget_tokens,
+    resolve,
+    shared_overrides,
+)
 
 if TYPE_CHECKING:
-    from workers.jobs import JobRegistry
+    from looplab.workers.jobs import JobRegistry
 
 log = logging.getLogger("looplab.submission")
 JOBS = JobRow.__table__

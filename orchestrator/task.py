@@ -41,15 +41,15 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from orchestrator.health import TRAIN_LOSS, Finding, Level, Rule, non_finite
-from orchestrator.jobkinds import check_workers
-from orchestrator.states import AttemptOutcome
-from workers.reporter import BaseReporter, Event, EventKind, JobInterrupted
-from workers.rewind import SpikeError
+from looplab.orchestrator.health import TRAIN_LOSS, Finding, Level, Rule, non_finite
+from looplab.orchestrator.jobkinds import check_workers
+from looplab.orchestrator.states import AttemptOutcome
+from looplab.workers.reporter import BaseReporter, Event, EventKind, JobInterrupted
+from looplab.workers.rewind import SpikeError
 
 if TYPE_CHECKING:
-    from orchestrator.admission import Request
-    from workers.jobs import JobRegistry
+    from looplab.orchestrator.admission import Request
+    from looplab.workers.jobs import JobRegistry
 
 log = logging.getLogger("looplab.task")
 OOM_ADVICE = (
@@ -398,7 +398,7 @@ def run_gang(
 ) -> TaskResult:
     """The run of a gang (workers/distributed.py `fit`): a rank that died (killed, its node lost)
     interrupts the attempt, as a lost node does; a rank's error is raised, for `run_attempt`."""
-    from workers.distributed import WorkerLost, fit
+    from looplab.workers.distributed import WorkerLost, fit
 
     try:
         ranks = fit(spec, artifact_dir, workers, cpus, gpus, rank0)
@@ -496,7 +496,7 @@ def _out_of_memory(error: BaseException | None) -> bool:
 
 def _disk_full(error: BaseException | None) -> bool:
     """`error`, or one behind it (`_errors`), is a full disk or quota (a checkpoint's NoSpaceError too)."""
-    from workers.checkpoint import NoSpaceError
+    from looplab.workers.checkpoint import NoSpaceError
 
     return any(
         isinstance(e, OSError) and (e.errno in MetricSpool.FULL or isinstance(e, NoSpaceError))

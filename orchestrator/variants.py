@@ -26,10 +26,10 @@ import dataclasses
 import math
 from typing import Any
 
-from model.fields import plain
-from orchestrator import jobkinds
-from orchestrator.canonical import canonical_json, sha256
-from orchestrator.jobkinds import Kind
+from looplab.model.fields import plain
+from looplab.orchestrator import jobkinds
+from looplab.orchestrator.canonical import canonical_json, sha256
+from looplab.orchestrator.jobkinds import Kind
 
 VARIANT_ID_HEX = 12
 LABEL_MAX = 200  # jobs.variant_label is String(200)
@@ -87,9 +87,9 @@ def resolve(kind: str, spec: dict[str, Any], declared: Kind | None = None) -> Re
     A train spec is read through `workers.train_spec.Spec` (the vocabulary its data will have, the
     spec's seq_len); a spec that is not one (a test double's, an old config whose data is gone) falls
     back to the preset with its model overrides and the preset's vocabulary."""
-    from model.errors import ConfigError as ModelConfigError
-    from model.presets import preset
-    from workers.train_spec import Spec
+    from looplab.model.errors import ConfigError as ModelConfigError
+    from looplab.model.presets import preset
+    from looplab.workers.train_spec import Spec
 
     declared = jobkinds.declared(kind) if declared is None else declared
     if not declared.arch_keys or not isinstance(spec, dict):
@@ -207,7 +207,7 @@ def columns_of(
     resolved: Resolved, label: str | None = None, shared: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """`variant_columns` of a resolved model; the generated label leaves out the `shared` overrides."""
-    from model.counts import arch_summary
+    from looplab.model.counts import arch_summary
 
     facts = arch_summary(resolved.cfg, resolved.batch_size)
     identity = resolved.identity
@@ -236,7 +236,7 @@ def columns_of(
 
 def flop_budget_tokens(resolved: Resolved, flops: float) -> int:
     """The whole-step token count a FLOP budget trains (the trainer's own conversion)."""
-    from model.counts import tokens_for_flops
+    from looplab.model.counts import tokens_for_flops
 
     return int(tokens_for_flops(resolved.cfg, flops, resolved.batch_size, resolved.cfg.seq_len))
 

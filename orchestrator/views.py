@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from sqlalchemy import Connection
 
-from orchestrator.jobkinds import MODEL_SOURCES, writer_of
+from looplab.orchestrator.jobkinds import MODEL_SOURCES, writer_of
 
 DEPTH_SWEEP = writer_of("depth_evals")
 # the jobs a follow-up is about, and the rows of `runs`: a SQL list of the kinds that yield a model

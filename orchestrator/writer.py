@@ -55,12 +55,12 @@ import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, InterfaceError, ProgrammingError
 
-from analysis.curves import CURVE_LEVEL_TOP, curve_level
-from orchestrator import jobqueue
-from orchestrator.db import outage
-from orchestrator.health import Finding, HealthWatch
-from orchestrator.schema import RESULT_TABLES, JobLog, LatestMetric, Metric, Rewind, SupersededPoint
-from workers.reporter import Event, EventKind
+from looplab.analysis.curves import CURVE_LEVEL_TOP, curve_level
+from looplab.orchestrator import jobqueue
+from looplab.orchestrator.db import outage
+from looplab.orchestrator.health import Finding, HealthWatch
+from looplab.orchestrator.schema import RESULT_TABLES, JobLog, LatestMetric, Metric, Rewind, SupersededPoint
+from looplab.workers.reporter import Event, EventKind
 
 log = logging.getLogger("looplab.writer")
 METRICS = Metric.__table__

@@ -14,7 +14,7 @@ class Ran(NamedTuple):
 
 def looplab_here(capsys, *args: str) -> Ran:
     """`looplab ARGS`: its exit status and what it printed (output printed before the call is dropped)."""
-    from lab.cli import main
+    from looplab.lab.cli import main
 
     capsys.readouterr()
     returncode = main([str(a) for a in args])

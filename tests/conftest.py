@@ -199,7 +199,7 @@ def _sqlite_template(tmp_path_factory) -> Callable[[], str]:
         if not made:
             from alembic import command
 
-            from orchestrator.db import alembic_config
+            from looplab.orchestrator.db import alembic_config
 
             file = tmp_path_factory.mktemp("sqlite_template") / "looplab.db"
             # Alembic on its own connection, closed after: the file alone is the whole database

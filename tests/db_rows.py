@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from orchestrator import Queue
+from looplab import Queue
 
 
 def rows(q: Queue, sql: str, **params) -> list:

@@ -215,7 +215,7 @@ class Databases:
             if migrated and self.sqlite_template is not None:
                 shutil.copyfile(self.sqlite_template(), path)
             elif migrated:
-                from orchestrator.db import engine
+                from looplab.orchestrator.db import engine
 
                 engine(f"sqlite:///{path}")
             return f"sqlite:///{path}"
@@ -226,7 +226,7 @@ class Databases:
         return self.server.create_database(name, template=PG_TEMPLATE if migrated else None)
 
     def close(self) -> None:
-        from orchestrator.db import dispose_all
+        from looplab.orchestrator.db import dispose_all
 
         dispose_all()  # engines are cached per URL: close their connections before the drop
         for name in self.pg_names:
@@ -239,7 +239,7 @@ def _pg_template(server) -> None:
         return
     from alembic import command
 
-    from orchestrator.db import alembic_config
+    from looplab.orchestrator.db import alembic_config
 
     server.drop_database(PG_TEMPLATE)
     # Alembic on its own connection, closed after: a template must have none open while it is copied

@@ -16,7 +16,7 @@ import pytest
 pytestmark = [pytest.mark.demo, pytest.mark.ray]  # `looplab demo` runs the queue on a local Ray
 
 ROOT = Path(__file__).resolve().parents[1]
-LOOPLAB = [sys.executable, "-m", "lab.cli"]
+LOOPLAB = [sys.executable, "-m", "looplab"]
 
 
 @pytest.fixture(scope="module")

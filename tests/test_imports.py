@@ -22,7 +22,17 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("model", "families", "workers", "analysis", "orchestrator", "dashboard", "migrations", "lab")
+PACKAGES = (
+    "model",
+    "families",
+    "workers",
+    "analysis",
+    "orchestrator",
+    "dashboard",
+    "migrations",
+    "lab",
+    "looplab",
+)
 # package -> the packages it may import (besides itself)
 ALLOWED = {
     "model": set(),
@@ -33,13 +43,19 @@ ALLOWED = {
     "dashboard": {"orchestrator", "analysis"},
     "migrations": {"orchestrator"},
     "lab": {"orchestrator", "analysis", "workers", "model", "families"},
+    "looplab": set(),  # the import name's own modules (looplab/names.py): every room may import them
 }
+# Installed, every room is `looplab.<room>` (pyproject.toml's package-dir); the graph names modules by
+# their room (`model.presets`), so an import of `looplab.model.presets` is read as `model.presets`.
+PREFIX = "looplab."
 # A family is written against the model contract only: besides `model`, it may import torch and the
 # standard library, nothing else (no transformers, no looplab package above `model`), so it runs on any
 # node that runs its jobs and could move to its own repository unchanged.
 FAMILY_IMPORTS = {"torch", "model", "families", "__future__"} | set(sys.stdlib_module_names)
 # module -> the modules it may import against the rule
 EXCEPTIONS = {
+    "looplab": {"lab.api", "orchestrator.grid"},  # `from looplab import Grid, Queue`, resolved lazily
+    "looplab.__main__": {"lab.cli"},  # `python -m looplab` is the command line
     "lab.cli": {"dashboard.launch"},
     "orchestrator.db": {"migrations"},
     "orchestrator": {"lab.api"},
@@ -54,6 +70,13 @@ def _modules() -> dict[str, Path]:
             name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
             out[name] = path
     return out
+
+
+def _local(name: str, modules: dict[str, Path]) -> str:
+    """`looplab.model.presets` -> `model.presets` (the room's module); `looplab.names` stays itself."""
+    if name.startswith(PREFIX) and _resolve(name, modules) in (None, "looplab"):
+        return name[len(PREFIX) :]
+    return name
 
 
 def _resolve(name: str, modules: dict[str, Path]) -> str | None:
@@ -84,7 +107,8 @@ def import_graph() -> dict[str, set[str]]:
     for mod, path in modules.items():
         is_pkg = path.name == "__init__.py"
         tree = ast.parse(path.read_text(), str(path))
-        graph[mod] |= {t for t in _registered(tree) if t in modules and t != mod}
+        registered = {_local(t, modules) for t in _registered(tree)}
+        graph[mod] |= {t for t in registered if t in modules and t != mod}
         for node in ast.walk(tree):
             targets: list[str] = []
             if isinstance(node, ast.Import):
@@ -98,8 +122,9 @@ def import_graph() -> dict[str, set[str]]:
                 # `from pkg import mod` imports the module pkg.mod when there is one; only names that
                 # are not modules come from the package itself
                 subs = [f"{base}.{a.name}" for a in node.names]
-                targets = subs if all(s in modules for s in subs) else [*subs, base]
+                targets = subs if all(_local(s, modules) in modules for s in subs) else [*subs, base]
             for t in targets:
+                t = _local(t, modules)
                 hit = _resolve(t, modules)
                 if hit is not None and hit != mod:
                     graph[mod].add(hit)
@@ -175,7 +200,7 @@ def _against_the_rule(graph: dict[str, set[str]]) -> list[str]:
     wrong = []
     for mod, targets in graph.items():
         pkg = mod.split(".")[0]
-        ok = ALLOWED[pkg] | {pkg}
+        ok = ALLOWED[pkg] | {pkg, "looplab"}
         wrong += [
             f"{mod} -> {t}"
             for t in sorted(targets)
@@ -189,29 +214,87 @@ def test_packages_import_one_way():
     assert wrong == [], "imports against the one-way rule:\n" + "\n".join(wrong)
 
 
-def test_the_queue_api_keeps_its_old_import_path():
-    """`from orchestrator import Grid, Queue` is how users' scripts and the docs import the API; its home
-    is now the lab (lab/api.py), and the old path is a re-export that must keep working."""
-    import orchestrator
-    from lab.api import Queue
-    from orchestrator.grid import Grid
+def test_the_api_is_one_import_name():
+    """`from looplab import Grid, Queue` is the API users type; the room's old re-export stays."""
+    from looplab import Grid, Queue
+    from looplab.lab.api import Queue as ApiQueue
+    from looplab.orchestrator import Queue as RoomQueue
+    from looplab.orchestrator.grid import Grid as RoomGrid
 
-    assert orchestrator.Queue is Queue
-    assert orchestrator.Grid is Grid
-    ns: dict = {}
-    exec("from orchestrator import Grid, Queue", ns)
-    assert ns["Queue"] is Queue and ns["Grid"] is Grid
+    assert Queue is ApiQueue is RoomQueue and Grid is RoomGrid
 
 
-def _top_level_imports(tree: ast.Module) -> set[str]:
-    """The top-level package of every absolute import in a module's source, lazy ones included."""
-    names = set()
+def _bare_room_imports(sources: dict[str, str]) -> list[str]:
+    """Absolute imports of a room by its old top-level name (`from model.x import y`, `import lab`):
+    installed, nothing of looplab's has such a name, so these would import a user's module instead."""
+    rooms = set(PACKAGES) - {"looplab"}
+    return [
+        f"{name} imports {top}"
+        for name, text in sorted(sources.items())
+        for top in sorted(_top_level_imports(ast.parse(text), strip=False) & rooms)
+    ]
+
+
+def test_nothing_imports_a_room_by_its_old_name():
+    assert _bare_room_imports({"a.py": "from looplab.model import config\n"}) == []
+    assert _bare_room_imports({"b.py": "def f():\n    from model.config import ModelConfig\n"}) == [
+        "b.py imports model"
+    ]
+    folders = [*PACKAGES, "tests", "benchmarks"]
+    sources = {str(p.relative_to(ROOT)): p.read_text() for f in folders for p in (ROOT / f).rglob("*.py")}
+    assert len(sources) > 300
+    assert _bare_room_imports(sources) == []
+
+
+def _installed_names(pyproject: dict, folders: set[str]) -> list[str]:
+    """What pyproject's setuptools table would install wrongly: a package whose top-level name is not
+    `looplab`, and a package folder (one with __init__.py) that is not listed (a wheel would lack it)."""
+    table = pyproject["tool"]["setuptools"]
+    listed = set(table["packages"])
+    wrong = [
+        f"installs top-level {p.split('.')[0]!r}" for p in sorted(listed) if p.split(".")[0] != "looplab"
+    ]
+    wrong += [f"maps {k!r}" for k in sorted(table["package-dir"]) if k.split(".")[0] != "looplab"]
+    return wrong + [f"misses {f}" for f in sorted(folders - listed)]
+
+
+def test_nothing_installs_a_top_level_name_but_looplab():
+    import tomllib
+
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    rooms = pyproject["tool"]["setuptools"]["package-dir"]
+    folders = set()
+    for package, folder in rooms.items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT / folder).parts
+            folders.add(".".join([package, *rel]))
+    assert "looplab.model" in folders and "looplab.lab.planner" in folders
+    assert _installed_names(pyproject, folders) == []
+    # the check can fail: a bare name, a bare mapping, a folder left out
+    bad = {"tool": {"setuptools": {"packages": ["looplab", "model"], "package-dir": {"model": "model"}}}}
+    assert _installed_names(bad, {"looplab", "looplab.lab"}) == [
+        "installs top-level 'model'",
+        "maps 'model'",
+        "misses looplab.lab",
+    ]
+    # every room the package-dir maps is a room of the design (and of the import graph above)
+    assert {k.partition(".")[2] for k in rooms} - {""} == set(PACKAGES) - {"looplab"} | {"examples"}
+
+
+def _top_level_imports(tree: ast.Module, strip: bool = True) -> set[str]:
+    """The top-level package of every absolute import in a module's source, lazy ones included; with
+    `strip`, an import of `looplab.<room>` counts as one of `<room>` (`from looplab import model` too)."""
+    dotted = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names |= {a.name.split(".")[0] for a in node.names}
+            dotted += [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
-            names.add(node.module.split(".")[0])
-    return names
+            dotted += [
+                f"{node.module}.{a.name}" if node.module == "looplab" else node.module for a in node.names
+            ]
+    if strip:
+        dotted = [d[len(PREFIX) :] if d.startswith(PREFIX) else d for d in dotted]
+    return {d.split(".")[0] for d in dotted}
 
 
 def _family_imports_against_the_rule(sources: dict[str, str]) -> list[str]:
@@ -224,11 +307,13 @@ def _family_imports_against_the_rule(sources: dict[str, str]) -> list[str]:
 
 def test_families_import_only_model_torch_and_the_standard_library():
     # the checker fails on a family that reaches past the contract, lazily or not
-    bad = {"families.x": "import torch\nfrom model.init import RowKey\ndef f():\n    import transformers\n"}
+    bad = {
+        "families.x": "import torch\nfrom looplab.model.init import RowKey\ndef f():\n    import transformers\n"
+    }
     assert _family_imports_against_the_rule(bad) == ["families.x imports transformers"]
-    assert _family_imports_against_the_rule({"families.y": "from workers import hub\nimport math\n"}) == [
-        "families.y imports workers"
-    ]
+    assert _family_imports_against_the_rule(
+        {"families.y": "from looplab.workers import hub\nimport math\n"}
+    ) == ["families.y imports workers"]
     sources = {str(p): p.read_text() for p in (ROOT / "families").rglob("*.py")}
     assert len(sources) >= 4  # the package and the Huginn-style family's modules are read
     assert _family_imports_against_the_rule(sources) == []

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from analysis import claims
-from lab import demo
+from looplab.analysis import claims
+from looplab.lab import demo
 from tests.test_end_to_end import LOOPLAB, ROOT
 
 pytestmark = [pytest.mark.demo, pytest.mark.ray, pytest.mark.slow]
@@ -65,7 +65,7 @@ def test_a_fast_study_prints_its_scorecard_and_writes_its_report(study, tmp_path
 def test_the_families_study_prints_both_tables_and_writes_its_report(tmp_path, looplab_cache):
     """`looplab demo --study families --fast`: parcae, the Huginn-style family and the example family at
     equal data (with depth sweeps) and at equal time, two seeds; both tables and the report."""
-    from lab.demo_families import FAMILIES_REPORT
+    from looplab.lab.demo_families import FAMILIES_REPORT
 
     stdout = run_fast_study("families", tmp_path, looplab_cache)
     iso_data = stdout.split("== iso-data")[1].split("== iso-time")[0]

@@ -27,7 +27,7 @@ Why a kind of its own rather than a depth-sweep option: its grid is not a list o
 are not keyed by one (four tables of their own), it scores tasks like the eval job, and it times
 decoding, so it runs alone on its node like the decode benchmark (`exclusive`), which the sweep does not.
 
-Standalone: `python -m workers.adaptive --checkpoint runs/x --rules 'state=[0.01,0.1]'`.
+Standalone: `python -m looplab.workers.adaptive --checkpoint runs/x --rules 'state=[0.01,0.1]'`.
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from model import fields
-from model.errors import ConfigError
-from model.exit_names import (
+from looplab.model import fields
+from looplab.model.errors import ConfigError
+from looplab.model.exit_names import (
     EMULATED,
     FIXED,
     POST_HOC_RULES,
@@ -49,8 +49,8 @@ from model.exit_names import (
     KVStrategy,
     strategy_label,
 )
-from workers.adaptive_decode import decode_rows
-from workers.adaptive_family import (
+from looplab.workers.adaptive_decode import decode_rows
+from looplab.workers.adaptive_family import (
     emulated_exits,
     family_cost,
     family_forward_flops,
@@ -58,9 +58,9 @@ from workers.adaptive_family import (
     family_strategies,
     refuse_family,
 )
-from workers.identity import EXECUTION, spec_to_dict
-from workers.spec_cli import SpecParser, checkpoint_exists, job_parser, run_standalone
-from workers.train_spec import EVAL_H0_SEED
+from looplab.workers.identity import EXECUTION, spec_to_dict
+from looplab.workers.spec_cli import SpecParser, checkpoint_exists, job_parser, run_standalone
+from looplab.workers.train_spec import EVAL_H0_SEED
 
 DEFAULT_RULES = {
     ExitRuleName.STATE.value: [0.01, 0.03, 0.1],
@@ -122,7 +122,7 @@ class Spec:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Spec:
-        from workers.eval import HARNESS_PREFIX, _tasks
+        from looplab.workers.eval import HARNESS_PREFIX, _tasks
 
         d = fields.with_defaults("adaptive", d, cls)
         min_rounds = fields.integer("min_rounds", d["min_rounds"], lo=2)
@@ -205,7 +205,7 @@ def refuse_strategies_not_own(spec: dict[str, Any]) -> None:
 def _refuse_gate_without_gate(spec: Spec, model) -> None:
     """At the job's start: the `gate` rule on a model without the contract's exit-gate capability
     (looplab's model trained with model.exit_gate none; a family without `exit_gate`)."""
-    from model.contract import capabilities
+    from looplab.model.contract import capabilities
 
     if ExitRuleName.GATE in spec.rules and not capabilities(model).exit_gate:
         raise ConfigError(
@@ -223,7 +223,7 @@ def threshold_of(name: str, v: Any) -> float:
 
 def rules_of(value: Any, min_rounds: int) -> dict[str, list[float]]:
     """{rule: sorted thresholds without repeats}, each (rule, threshold) checked by `model.exits.ExitRule`."""
-    from model.exits import ExitRule
+    from looplab.model.exits import ExitRule
 
     accepted = f"a mapping of {', '.join(ExitRuleName)} to lists of thresholds"
     rules = fields.mapping("rules", value, accepted)
@@ -264,7 +264,7 @@ class Cell:
 
 def cells(spec: Spec, max_rounds: int, emulated: bool = False, own: dict | None = None) -> list[Cell]:
     """The grid's cells, strategy by strategy (`own`: a family's strategies by name, `FamilyKV`)."""
-    from model.exits import ExitRule
+    from looplab.model.exits import ExitRule
 
     out = []
     for strategy in (KVStrategy(s) if s in tuple(KVStrategy) else (own or {})[s] for s in spec.kv_strategies):
@@ -303,8 +303,8 @@ class ExitLM:
 
         import torch
 
-        from model.exit_emulation import emulated_exit_forward
-        from model.exits import exit_forward, family_exit_forward
+        from looplab.model.exit_emulation import emulated_exit_forward
+        from looplab.model.exits import exit_forward, family_exit_forward
 
         fixed = None if self.rule is not None else torch.full(idx.shape, self.max_rounds, device=idx.device)
         forward = emulated_exit_forward if self.emulated else exit_forward
@@ -315,7 +315,7 @@ class ExitLM:
         )
 
     def __call__(self, idx, loops=None, h0_seed: int = 0):
-        from model.looped import LMOutput
+        from looplab.model.looped import LMOutput
 
         return LMOutput(logits=self.exits(idx, h0_seed).logits)
 
@@ -349,7 +349,7 @@ class ExitCounts:
 def _sweep_evaluate(model, chunks, spec: Spec, device, token_bytes, tick, **kw):
     """`workers.validation.evaluate`, the depth sweep's loop, in the spec's batches, micro-batches and h0
     seeds; `tick` once per batch."""
-    from workers.validation import evaluate
+    from looplab.workers.validation import evaluate
 
     return evaluate(
         model,
@@ -425,10 +425,10 @@ def _share(hist: dict) -> dict[int, float]:
 
 
 def run(spec: Spec, reporter, artifact_dir: str | Path | None) -> dict[str, Any]:
-    from workers.depth_sweep import eval_inputs
-    from workers.device import resolve_device
-    from workers.tasks.likelihood import LoopedScorer, checkpoint_tokenizer
-    from workers.tasks.scoring import score_items, subset_rows
+    from looplab.workers.depth_sweep import eval_inputs
+    from looplab.workers.device import resolve_device
+    from looplab.workers.tasks.likelihood import LoopedScorer, checkpoint_tokenizer
+    from looplab.workers.tasks.scoring import score_items, subset_rows
 
     device = resolve_device(spec.device)
     ev = eval_inputs(spec.checkpoint, spec.eval_tokens, device)
@@ -522,8 +522,8 @@ def _strategy_views(model, spec: Spec, R: int, reporter) -> tuple[dict, dict]:
     skipped with a warning."""
     import torch
 
-    from model.counts import kv_strategy_bytes
-    from model.exits import kv_view
+    from looplab.model.counts import kv_strategy_bytes
+    from looplab.model.exits import kv_view
 
     views, kv_bytes = {}, {}
     seq = model.cfg.seq_len
@@ -574,8 +574,8 @@ def _eval_row(
 
 
 def _native_cost(cell: Cell, share: dict[int, float], view_cfg, cfg, R: int) -> dict[str, Any]:
-    from model.counts import kv_strategy_bytes
-    from model.flops import equivalent_rounds, exit_flops, fixed_depth_flops
+    from looplab.model.counts import kv_strategy_bytes
+    from looplab.model.flops import equivalent_rounds, exit_flops, fixed_depth_flops
 
     seq = cfg.seq_len
     if cell.rule is None:
@@ -611,7 +611,7 @@ def _emit(reporter, out: dict, table: str, rows: list[dict]) -> None:
 
 def _task_items(spec: Spec, task_dir: Path) -> dict[str, tuple[list, str | None]]:
     """{task name: (items, category)} of the spec's tasks (generated into `task_dir`, or files)."""
-    from workers import eval as eval_job
+    from looplab.workers import eval as eval_job
 
     espec = eval_job.Spec.from_dict(
         {
@@ -655,7 +655,11 @@ def _fixed_losses(
 def build_parser() -> SpecParser:
     what = "Loss, compute and decode latency of a trained looped LM with per-token exit rules."
     return job_parser(
-        Spec, "workers.adaptive", what, out_help="folder for generated task files", required=("checkpoint",)
+        Spec,
+        "looplab.workers.adaptive",
+        what,
+        out_help="folder for generated task files",
+        required=("checkpoint",),
     )
 
 

@@ -26,8 +26,8 @@ def decode_rows(
     (`fixed_losses`: {r: the fixed depth r's validation loss under the strategy}, r = 1..R), per batch
     size and mode, with the KV MiB the strategy allocates and needs for the exits seen. A fixed depth is
     timed once per strategy, batch, mode and depth (`timed` caches it across cells)."""
-    from model.counts import kv_strategy_bytes
-    from workers.decode_bench import EXIT_MODES, exit_decode_cell
+    from looplab.model.counts import kv_strategy_bytes
+    from looplab.workers.decode_bench import EXIT_MODES, exit_decode_cell
 
     if cell.rule is None:  # the fixed depth R is as good as itself, however its recomputation rounds
         fixed_losses = {**fixed_losses, R: loss}

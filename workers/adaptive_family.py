@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from model.errors import ConfigError
-from model.exit_names import POST_HOC_RULES, ExitRuleName, KVStrategy
+from looplab.model.errors import ConfigError
+from looplab.model.exit_names import POST_HOC_RULES, ExitRuleName, KVStrategy
 
 
 def refuse_family(spec: dict[str, Any], facts: dict[str, Any]) -> None:
@@ -79,8 +79,8 @@ def emulated_exits(model, spec: dict[str, Any], train_spec: dict[str, Any], R: i
     the log says when its exits are emulated."""
     from dataclasses import asdict
 
-    from model.contract import capabilities
-    from model.exit_emulation import exit_natively
+    from looplab.model.contract import capabilities
+    from looplab.model.exit_emulation import exit_natively
 
     emulated = not exit_natively(model)
     family = train_spec.get("family")
@@ -116,7 +116,7 @@ class FamilyKV(str):
 def family_strategies(model) -> dict[str, FamilyKV]:
     """{name: FamilyKV} of a family's module (a `FamilyLM` or the family's own) with the contract's KV
     strategies with exits; empty without them."""
-    from model.contract import own_kv_strategies
+    from looplab.model.contract import own_kv_strategies
 
     return {n: FamilyKV(n, i > 0) for i, n in enumerate(own_kv_strategies(model))}
 
@@ -137,7 +137,7 @@ def family_kv_bytes(model, strategy: str, seq_len: int, R: int) -> int:
 
 def family_forward_flops(model, cfg, R: int) -> dict[int, float]:
     """{loops n: forward FLOPs per token} of a family's model at n = 1..R (the contract's)."""
-    from model.contract import forward_flops_per_token
+    from looplab.model.contract import forward_flops_per_token
 
     return {n: forward_flops_per_token(model, cfg.vocab_size, cfg.seq_len, n) for n in range(1, R + 1)}
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from model.rounds import forward_sizes
+from looplab.model.rounds import forward_sizes
 
 
 def split_step(

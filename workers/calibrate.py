@@ -4,7 +4,7 @@ workers/device.py lists can be priced without one (`for_device`: its peak FLOP/s
 
 Run it on the box a study will run on; it needs only torch there (no Ray, no database driver):
 
-    python -m workers.calibrate --out h200.json        # or: looplab calibrate --out h200.json
+    python -m looplab.workers.calibrate --out h200.json        # or: looplab calibrate --out h200.json
     looplab plan grid.py --calibration h200.json       # then, on any machine
 
 What is measured, each after untimed warm-up calls (about 15 s on a CPU core, a minute on a GPU):
@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from model import fields
-from model.errors import ConfigError
+from looplab.model import fields
+from looplab.model.errors import ConfigError
 
 FORMAT = "looplab-calibration"
 VERSION = 3  # 3: device facts, bandwidth, the file; 2: forward rate, optimizer step; older: measured again
@@ -288,7 +288,7 @@ def for_device(key: str, mfu: float | None = None, count: int = 1) -> Calibratio
     forwards at its peak bf16 FLOP/s times `mfu` (default DEFAULT_MFU), decode steps bounded by its
     memory bandwidth, no fixed per-layer cost and no separate optimizer time (the MFU covers them),
     checkpoints at DEFAULT_SAVE_BYTES_PER_S, start-up DEFAULT_STARTUP_S; `count` GPUs."""
-    from workers.device import device_spec
+    from looplab.workers.device import device_spec
 
     spec = device_spec(key)
     mfu = fields.number("--mfu", DEFAULT_MFU if mfu is None else mfu, lo=0, lo_open=True, hi=1)
@@ -326,8 +326,8 @@ def measure(
     `startup`: also time a fresh Python's start-up (else DEFAULT_STARTUP_S)."""
     import torch
 
-    from model.names import Optimizer
-    from workers.optim import build_optimizers
+    from looplab.model.names import Optimizer
+    from looplab.workers.optim import build_optimizers
 
     load = os.getloadavg()[0] / (os.cpu_count() or 1) if hasattr(os, "getloadavg") else None
     dev = torch.device(fields.choice("device", device, ("cpu", "cuda")))
@@ -400,9 +400,9 @@ def _width_rates(dev, configs: list[tuple[Any, int]], timed) -> tuple[Any, list[
     the widest model too (the optimizer steps are timed on its gradients)."""
     import torch
 
-    from model.flops import training_flops
-    from model.looped import LoopedLM
-    from workers.validation import autocast
+    from looplab.model.flops import training_flops
+    from looplab.model.looped import LoopedLM
+    from looplab.workers.validation import autocast
 
     def forward(model: LoopedLM, x: torch.Tensor, grad: bool) -> None:
         with torch.set_grad_enabled(grad), autocast(dev):
@@ -430,8 +430,8 @@ def _width_configs(dev, widths: tuple[int, ...] | None) -> list[tuple[Any, int]]
     size's vocabulary and sequence, heads of 128, at each width whose training memory fits."""
     import torch
 
-    from model.memory import training_memory
-    from model.presets import iso_depth, preset
+    from looplab.model.memory import training_memory
+    from looplab.model.presets import iso_depth, preset
 
     if dev.type == "cpu":
         tiny = preset("lean", "tiny")
@@ -454,7 +454,7 @@ def _save_rate(dev) -> float:
 
     import torch
 
-    from workers import checkpoint
+    from looplab.workers import checkpoint
 
     n = (2**30 if dev.type == "cuda" else 2**26) // 4
     state = {"model": {"w": torch.ones(n, dtype=torch.float32, device=dev)}}
@@ -470,8 +470,8 @@ def _decode_layer_seconds(dev, sync: Callable[[], None], n_steps: int = 6) -> fl
     """One decode step of the tiny model per layer application (its fixed cost: the FLOPs are nothing)."""
     import torch
 
-    from model.looped import LoopedLM
-    from model.presets import preset
+    from looplab.model.looped import LoopedLM
+    from looplab.model.presets import preset
 
     cfg = preset("lean", "tiny")
     model = LoopedLM(cfg).to(dev).eval()
@@ -551,7 +551,7 @@ def _gb(n: float | None) -> str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The flags of `python -m workers.calibrate` and `looplab calibrate` (one definition for both)."""
+    """The flags of `python -m looplab.workers.calibrate` and `looplab calibrate` (one definition for both)."""
     p.add_argument("--out", required=True, metavar="FILE", help="the calibration file to write (JSON)")
     p.add_argument(
         "--device",
@@ -596,7 +596,9 @@ def cli_calibrate(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m workers.calibrate", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m looplab.workers.calibrate", description=__doc__.splitlines()[0]
+    )
     add_arguments(p)
     try:
         return cli_calibrate(p.parse_args(argv))

@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
-from model.errors import ConfigError
-from workers.artifacts import FINAL, resume_from
+from looplab.model.errors import ConfigError
+from looplab.workers.artifacts import FINAL, resume_from
 
 
 def rng_state() -> dict[str, Any]:

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from model.errors import ConfigError
+from looplab.model.errors import ConfigError
 
 VAL_PERMILLE = 80  # 8 % of documents go to validation
 LOCAL_EXTS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
@@ -74,7 +74,7 @@ def _offline_documents() -> Iterator[tuple[str, str]]:
     Why a subprocess: what the calling process imported changes the walk. Libraries patch standard
     functions (inspect.getfile, inspect.isgenerator, sys.excepthook are replaced once torch, ray and
     friends are loaded) and load lazy attributes (concurrent.futures.ThreadPoolExecutor), so a Ray
-    worker and a plain `python -m workers.train` built corpora 3 documents apart, and the same seed
+    worker and a plain `python -m looplab.workers.train` built corpora 3 documents apart, and the same seed
     trained to different losses. A fresh `python -P` sees only the standard library."""
     root = str(Path(__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}

@@ -53,9 +53,9 @@ from typing import Any
 
 import numpy as np
 
-from model import fields
-from model.errors import ConfigError
-from workers.corpus import (
+from looplab.model import fields
+from looplab.model.errors import ConfigError
+from looplab.workers.corpus import (
     LOCAL_EXTS,
     VAL_PERMILLE,
     cache_root,
@@ -64,8 +64,14 @@ from workers.corpus import (
     is_val,
     row_count,
 )
-from workers.reporter import JobInterrupted, Reporter
-from workers.tokenizer import ParallelEncoder, Tokenizer, load_tokenizer, smaller_vocab_message, train_bpe
+from looplab.workers.reporter import JobInterrupted, Reporter
+from looplab.workers.tokenizer import (
+    ParallelEncoder,
+    Tokenizer,
+    load_tokenizer,
+    smaller_vocab_message,
+    train_bpe,
+)
 
 __all__ = ["DataSpec", "Shards", "prepare", "get_batch", "val_chunks", "documents", "is_val", "cache_root"]
 

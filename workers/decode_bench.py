@@ -10,7 +10,7 @@ not a 16k-token prefill, and the cache measured is exactly `kv_cache_bytes(cfg, 
 median over `steps`, with p10/p90. On CUDA the timers are synchronised and, when `cuda_graph` is
 "auto" or true, the whole step is replayed from a captured CUDA graph (static shapes, no host sync).
 
-    python -m workers.decode_bench --preset lean --size tiny --context-lens 128,512 --batch-sizes 1,8
+    python -m looplab.workers.decode_bench --preset lean --size tiny --context-lens 128,512 --batch-sizes 1,8
 
 Decoding with per-token exit rules and KV strategies (`exit_decode_cell`) needs a trained model (the
 exits depend on the weights) and real tokens: the adaptive job (`workers.adaptive`) times it on its
@@ -28,13 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from model import fields
-from model.errors import ConfigError
-from workers.cost import ForwardCost
-from workers.identity import spec_to_dict
-from workers.reporter import JobInterrupted, Reporter
-from workers.spec_cli import SpecParser, job_parser, run_standalone
-from workers.train_spec import BUILTIN_FAMILY, FAMILY_KEYS, family_fields
+from looplab.model import fields
+from looplab.model.errors import ConfigError
+from looplab.workers.cost import ForwardCost
+from looplab.workers.identity import spec_to_dict
+from looplab.workers.reporter import JobInterrupted, Reporter
+from looplab.workers.spec_cli import SpecParser, job_parser, run_standalone
+from looplab.workers.train_spec import BUILTIN_FAMILY, FAMILY_KEYS, family_fields
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 # A family without a KV cache is timed by full recompute, at contexts up to this many tokens, and its
@@ -72,7 +72,7 @@ class Spec:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Spec:
-        from model.presets import RECIPES, SIZES, preset
+        from looplab.model.presets import RECIPES, SIZES, preset
 
         d = fields.with_defaults("decode_bench", d, cls)
         recipe = fields.choice("recipe", d["recipe"], RECIPES)
@@ -121,9 +121,9 @@ def cost(spec: Spec) -> ForwardCost:
     fixed cost per layer application. Per cell and device type, the FLOPs and the bytes of one step
     (`model.memory.decode_step_bytes` at the dtype it runs in there). Memory: `model.memory.decode_memory`
     of the largest cell."""
-    from model.flops import step_flops
-    from model.memory import DEVICE_TYPES, decode_memory, decode_step_bytes
-    from model.presets import preset
+    from looplab.model.flops import step_flops
+    from looplab.model.memory import DEVICE_TYPES, decode_memory, decode_step_bytes
+    from looplab.model.presets import preset
 
     cfg = preset(spec.recipe, spec.size, **spec.model)
     if spec.family != BUILTIN_FAMILY:
@@ -153,9 +153,9 @@ def _family_cost(spec: Spec, cfg) -> ForwardCost:
     sequence, or with no KV cache for the whole context (the full recompute the run times, at contexts up
     to RECOMPUTE_MAX_CONTEXT); it reads its weights once a step. Memory: `decode_memory` of the
     ModelConfig the spec names (an approximation)."""
-    from model.contract import family_settings
-    from model.family_pricing import family_pricing
-    from model.memory import DEVICE_TYPES, decode_memory
+    from looplab.model.contract import family_settings
+    from looplab.model.family_pricing import family_pricing
+    from looplab.model.memory import DEVICE_TYPES, decode_memory
 
     family = family_pricing(spec.family, family_settings(cfg, spec.family_config))
     cached, per_token = family.capabilities.kv_cache, family.forward_flops(cfg.loops)
@@ -193,7 +193,7 @@ def _bench_cell(model, cfg, context_len: int, batch: int, dtype, device, spec: S
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     step = None
     if use_graph:
-        from model.decode import capture_decode_graph
+        from looplab.model.decode import capture_decode_graph
 
         cache.fake_fill(context_len - n)
         graph, static_tokens, _ = capture_decode_graph(model, cache, tokens[0])
@@ -260,7 +260,7 @@ def exit_decode_cell(
     a timed step ran) and the exit rounds of the timed tokens (`exit_rounds`, a list)."""
     import torch
 
-    from model.exits import exit_decode_step, exit_prefill
+    from looplab.model.exits import exit_decode_step, exit_prefill
 
     fields.choice("mode", mode, EXIT_MODES)
     device = prompt.device
@@ -302,10 +302,10 @@ def exit_decode_cell(
 def run(spec: Spec, reporter: Reporter, artifact_dir: str | Path | None = None) -> dict[str, Any]:
     import torch
 
-    from model.contract import build_model
-    from model.counts import kv_cache_bytes
-    from model.presets import preset
-    from workers.device import resolve_device
+    from looplab.model.contract import build_model
+    from looplab.model.counts import kv_cache_bytes
+    from looplab.model.presets import preset
+    from looplab.workers.device import resolve_device
 
     device = resolve_device(spec.device)
     dtype_name = spec.dtype if spec.dtype != "auto" else ("bfloat16" if device.type == "cuda" else "float32")
@@ -375,7 +375,9 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 
 def build_parser() -> SpecParser:
     what = "Per-token decode latency and KV-cache size of an architecture."
-    return job_parser(Spec, "workers.decode_bench", what, out_help="artifact dir for decode_bench.json")
+    return job_parser(
+        Spec, "looplab.workers.decode_bench", what, out_help="artifact dir for decode_bench.json"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

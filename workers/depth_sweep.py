@@ -25,7 +25,7 @@ validation stream's next `VAL_TOKENS` tokens, built on first use without touchin
 its first `eval_tokens` tokens with the same batches and h0 seeds → `test_loss`, `test_bpb` on the
 `depth_evals` row (NULL without it).
 
-Standalone: `python -m workers.depth_sweep --checkpoint runs/x --loops 1,2,4,8`.
+Standalone: `python -m looplab.workers.depth_sweep --checkpoint runs/x --loops 1,2,4,8`.
 """
 
 from __future__ import annotations
@@ -36,17 +36,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from model import fields
-from model.errors import ConfigError
-from model.geometry import MAX_INTERACTION_LOOPS
-from model.names import DEFAULT_FAR_DISTANCE, FAR_DEFINITION
-from workers.cost import ForwardCost
-from workers.identity import EXECUTION, spec_to_dict
-from workers.spec_cli import SpecParser, checkpoint_exists, job_parser, run_standalone
-from workers.train_spec import EVAL_H0_SEED
+from looplab.model import fields
+from looplab.model.errors import ConfigError
+from looplab.model.geometry import MAX_INTERACTION_LOOPS
+from looplab.model.names import DEFAULT_FAR_DISTANCE, FAR_DEFINITION
+from looplab.workers.cost import ForwardCost
+from looplab.workers.identity import EXECUTION, spec_to_dict
+from looplab.workers.spec_cli import SpecParser, checkpoint_exists, job_parser, run_standalone
+from looplab.workers.train_spec import EVAL_H0_SEED
 
 if TYPE_CHECKING:
-    from workers.train_cost import TrainCost
+    from looplab.workers.train_cost import TrainCost
 
 DEFAULT_LOOPS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 DEFAULT_INTERACTION_LOOPS = (4, 8)
@@ -136,8 +136,8 @@ def cost(spec: Spec, trained: TrainCost) -> ForwardCost:
     sequences, at least one), and with `test_split` a loss forward of as many test tokens; per interaction depth m, m headless forwards (one plain, m - 1 each skipping
     a round) of the interaction tokens. Memory: `model.memory.forward_memory` at `batch_size`. A model
     of another family: its own forward FLOPs (`TrainCost.forward_flops`), its head not known apart."""
-    from model.flops import head_flops
-    from model.memory import DEVICE_TYPES, forward_memory
+    from looplab.model.flops import head_flops
+    from looplab.model.memory import DEVICE_TYPES, forward_memory
 
     cfg, forward = trained.cfg, trained.forward_flops
     seq, head = cfg.seq_len, (0.0 if trained.family is not None else head_flops(cfg))
@@ -155,10 +155,10 @@ def load_model(path: str | Path, device):
     """(model in eval mode, ModelConfig, train spec dict) from a train or import artifact dir, a
     checkpoint file, or a model directory (workers/hub.py: an export, a published checkpoint; its
     spec is only its tokenizer)."""
-    from model.config import ModelConfig
-    from model.contract import build_model
-    from workers import checkpoint as ckpt
-    from workers import hub
+    from looplab.model.config import ModelConfig
+    from looplab.model.contract import build_model
+    from looplab.workers import checkpoint as ckpt
+    from looplab.workers import hub
 
     if hub.is_model_dir(path):
         model, info, tokenizer = hub.load_model_dir(path)
@@ -179,7 +179,7 @@ def data_spec(train_spec: dict[str, Any], checkpoint: Path):
     """The train (or import) job's data; a BPE whose cache is gone (another machine), or a tokenizer file
     that moved with its artifact dir, comes from the run's own tokenizer.json, so the sweep scores exactly
     the tokens the model was trained on (an imported model: its own tokenizer, on the same documents)."""
-    from workers.data import DataSpec, is_cached
+    from looplab.workers.data import DataSpec, is_cached
 
     data = dict(train_spec.get("data") or {})
     tok = (checkpoint if checkpoint.is_dir() else checkpoint.parent) / "tokenizer.json"
@@ -209,7 +209,7 @@ def eval_inputs(checkpoint: str | None, eval_tokens: int, device) -> EvalInputs:
     depth sweep and the adaptive job evaluate them (so their losses compare)."""
     import torch
 
-    from workers.data import prepare, val_chunks
+    from looplab.workers.data import prepare, val_chunks
 
     if checkpoint is None:
         raise ConfigError("checkpoint: missing; give a train artifact dir or a checkpoint file")
@@ -226,17 +226,17 @@ def heldout_chunks(
 ):
     """The first `eval_tokens` of the checkpoint's data's test split (built on first use) as validation
     chunks: the windows `val_chunks` cuts from the validation split, cut from the test split."""
-    from workers.data import prepare, val_chunks
-    from workers.heldout import heldout_tokens
+    from looplab.workers.data import prepare, val_chunks
+    from looplab.workers.heldout import heldout_tokens
 
     spec = data_spec(train_spec, Path(checkpoint))
     return val_chunks(heldout_tokens(spec, prepare(spec), reporter), eval_tokens, seq_len)
 
 
 def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
-    from model.contract import capabilities
-    from workers.device import resolve_device
-    from workers.validation import evaluate, loop_geometry
+    from looplab.model.contract import capabilities
+    from looplab.workers.device import resolve_device
+    from looplab.workers.validation import evaluate, loop_geometry
 
     device = resolve_device(spec.device)
     ev = eval_inputs(spec.checkpoint, spec.eval_tokens, device)
@@ -341,7 +341,7 @@ def _far_columns(r, distance: int | None) -> dict[str, Any]:
 def _interactions(spec: Spec, reporter, model, chunks, device, batches: dict) -> list[dict[str, Any]]:
     """The `round_interactions` rows of every depth of `interaction_loops`, measured over `chunks` (the
     interaction tokens) in the sweep's batches."""
-    from workers.validation import loop_geometry
+    from looplab.workers.validation import loop_geometry
 
     rows = []
     for n in spec.interaction_loops:
@@ -362,7 +362,7 @@ def _interactions(spec: Spec, reporter, model, chunks, device, batches: dict) ->
 def build_parser() -> SpecParser:
     what = "Validation loss of a trained looped LM at many loop counts."
     aliases = {"split_far_copy": ["--far-copy"]}
-    return job_parser(Spec, "workers.depth_sweep", what, aliases=aliases, required=("checkpoint",))
+    return job_parser(Spec, "looplab.workers.depth_sweep", what, aliases=aliases, required=("checkpoint",))
 
 
 def print_table(spec: Spec, out: dict[str, Any], args: Any = None) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from model.errors import ConfigError
+from looplab.model.errors import ConfigError
 
 
 def resolve_device(name: str) -> torch.device:

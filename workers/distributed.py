@@ -51,10 +51,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from model.errors import ConfigError
-from workers.reporter import JobInterrupted, Reporter, SilentReporter
-from workers.train_spec import Spec, check_artifact_dir
-from workers.trainer import Solo, Trainer
+from looplab.model.errors import ConfigError
+from looplab.workers.reporter import JobInterrupted, Reporter, SilentReporter
+from looplab.workers.train_spec import Spec, check_artifact_dir
+from looplab.workers.trainer import Solo, Trainer
 
 # Ray Train settings for the process that calls `fit`: workers keep the caller's working directory
 # (relative data paths stay valid), and no preemption watcher or metrics actors (the queue resumes an

@@ -18,7 +18,7 @@ done, keyed by what it depends on (checkpoint file, device type, items, loops, h
 ones again and scores only the rest. A stop request (Ctrl-C, cancel) ends the job between two of them.
 Each result is a `task_scores` row per subset plus one for the whole task (subset "all").
 
-Standalone: `python -m workers.eval --checkpoint runs/x --tasks deduction,kinship --loops 1,2,4,8`
+Standalone: `python -m looplab.workers.eval --checkpoint runs/x --tasks deduction,kinship --loops 1,2,4,8`
 (results under `<checkpoint dir>/eval` unless `--out DIR`).
 """
 
@@ -34,17 +34,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from model import fields
-from model.errors import ConfigError
-from workers.cost import ForwardCost
-from workers.identity import EXECUTION, spec_to_dict
-from workers.spec_cli import SpecParser, checkpoint_exists, job_parser, run_standalone
-from workers.tasks import GENERATORS
-from workers.tasks.schema import Item, dumps_jsonl, load_jsonl, write_jsonl
-from workers.train_spec import EVAL_H0_SEED
+from looplab.model import fields
+from looplab.model.errors import ConfigError
+from looplab.workers.cost import ForwardCost
+from looplab.workers.identity import EXECUTION, spec_to_dict
+from looplab.workers.spec_cli import SpecParser, checkpoint_exists, job_parser, run_standalone
+from looplab.workers.tasks import GENERATORS
+from looplab.workers.tasks.schema import Item, dumps_jsonl, load_jsonl, write_jsonl
+from looplab.workers.train_spec import EVAL_H0_SEED
 
 if TYPE_CHECKING:
-    from workers.train_cost import TrainCost
+    from looplab.workers.train_cost import TrainCost
 
 DEFAULT_LOOPS = (1, 2, 4, 8)
 HARNESS_PREFIX = "harness:"
@@ -193,9 +193,9 @@ def cost(spec: Spec, trained: TrainCost) -> ForwardCost | None:
     batch padded to its longest, as `LoopedScorer` does, and a batch of R rows of width W costs R W forward FLOPs per
     token at that width (`model.flops.step_flops`) for each loop count. Memory: one batch at the
     longest width (`model.memory.forward_memory`)."""
-    from model.memory import DEVICE_TYPES, forward_memory
-    from workers.data import DOC_SEP
-    from workers.tasks.scoring import requests
+    from looplab.model.memory import DEVICE_TYPES, forward_memory
+    from looplab.workers.data import DOC_SEP
+    from looplab.workers.tasks.scoring import requests
 
     if any(entry.startswith(HARNESS_PREFIX) for entry in spec.tasks):
         return None
@@ -231,7 +231,7 @@ def _fingerprint(*parts: Any) -> str:
 
 def _checkpoint_identity(checkpoint: str) -> dict[str, Any]:
     """What a stored result depends on of the checkpoint: the file, its size and modification time."""
-    from workers.checkpoint import find
+    from looplab.workers.checkpoint import find
 
     path = find(checkpoint)
     stat = path.stat()
@@ -281,10 +281,10 @@ def local_items(entry: str, spec: Spec, task_dir: Path) -> tuple[Path, list[Item
 
 
 def run(spec: Spec, reporter, artifact_dir: str | Path | None) -> dict[str, Any]:
-    from workers.device import resolve_device
-    from workers.reporter import JobInterrupted
-    from workers.tasks.likelihood import LoopedScorer, load_checkpoint
-    from workers.tasks.scoring import score_items, subset_rows
+    from looplab.workers.device import resolve_device
+    from looplab.workers.reporter import JobInterrupted
+    from looplab.workers.tasks.likelihood import LoopedScorer, load_checkpoint
+    from looplab.workers.tasks.scoring import score_items, subset_rows
 
     if spec.checkpoint is None:
         raise ConfigError("checkpoint: missing; give a train artifact dir or a checkpoint file")
@@ -333,7 +333,7 @@ def run(spec: Spec, reporter, artifact_dir: str | Path | None) -> dict[str, Any]
                     for r in subset_rows(score_items(files[name][1], scorer.loglikelihood))
                 ]
             else:
-                from workers.lm_eval_adapter import LooplabLM, harness_rows, task_manager
+                from looplab.workers.lm_eval_adapter import LooplabLM, harness_rows, task_manager
 
                 harness_manager = harness_manager or task_manager(spec.harness_include, harness)
                 by_task = harness_rows(LooplabLM.from_scorer(scorer), [name], harness_manager, spec.limit)
@@ -366,7 +366,7 @@ def default_out(checkpoint: str) -> Path:
 def build_parser() -> SpecParser:
     what = "Multiple-choice task accuracy of a trained looped LM at several loop counts."
     out = "folder for task files and results (default: <checkpoint dir>/eval)"
-    return job_parser(Spec, "workers.eval", what, out_help=out, required=("checkpoint",))
+    return job_parser(Spec, "looplab.workers.eval", what, out_help=out, required=("checkpoint",))
 
 
 def print_table(spec: Spec, out: dict[str, Any], args: Any = None) -> None:

@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from model.errors import ConfigError
-from workers import data
-from workers.reporter import Reporter
-from workers.tokenizer import ParallelEncoder
+from looplab.model.errors import ConfigError
+from looplab.workers import data
+from looplab.workers.reporter import Reporter
+from looplab.workers.tokenizer import ParallelEncoder
 
 TEST_DIR = "test"  # under the base directory of a (corpus, tokenizer): shared by its preparations
 TEST_VERSION = 1

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from families.huginn import layout as huginn_layout
-from model import parcae_layout
-from model.errors import ConfigError
+from looplab.families.huginn import layout as huginn_layout
+from looplab.model import parcae_layout
+from looplab.model.errors import ConfigError
 
 HF_PREFIX = "hf:"
 CONFIG = "config.json"
@@ -244,7 +244,7 @@ def read_config(directory: Path) -> ModelInfo:
     if cls == parcae_layout.CLASS_NAME:
         return ModelInfo(parcae_layout.config_from_parcae(raw), cls)
     if cls in (LOOPLAB_CLASS, FAMILY_CLASS):
-        from model.config import ModelConfig
+        from looplab.model.config import ModelConfig
 
         family = raw.get("family") if cls == FAMILY_CLASS else None
         if cls == FAMILY_CLASS and (
@@ -269,7 +269,7 @@ def read_config(directory: Path) -> ModelInfo:
 def _family_info(raw: dict[str, Any], layout, path: Path) -> ModelInfo:
     """A published layout of another family: its family config (refused by field when the family does
     not compute it) and the run config that carries its vocabulary, context and mean loop count."""
-    from model.presets import preset
+    from looplab.model.presets import preset
 
     try:
         config, run = layout.config_from_published(raw)
@@ -308,7 +308,7 @@ def load_model_dir(directory: str | Path):
     """(LoopedLM on the CPU, its ModelInfo, its tokenizer.json or None) of a model directory, weights
     loaded and checked tensor by tensor; a family export's model is rebuilt through the contract
     (`load_family_dir`), a published layout of another family's mapped by its layout (`_load_published`)."""
-    from model.looped import LoopedLM
+    from looplab.model.looped import LoopedLM
 
     directory = Path(directory)
     info = read_config(directory)
@@ -329,7 +329,7 @@ def load_model_dir(directory: str | Path):
 def _load_published(directory: Path, info: ModelInfo):
     """The module (`model.contract.FamilyLM`) of a published layout of another family, its weights
     mapped by the family's layout and checked tensor by tensor."""
-    from model.contract import build_model
+    from looplab.model.contract import build_model
 
     module = build_model(info.cfg, info.family, info.family_config).module
     want = module.inner.state_dict()
@@ -348,7 +348,7 @@ def load_family_dir(directory: Path, info: ModelInfo):
     loaded strictly from model.safetensors (a missing or unexpected tensor refused by name)."""
     from safetensors.torch import load_model
 
-    from model.contract import build_model
+    from looplab.model.contract import build_model
 
     built = build_model(info.cfg, info.family, info.family_config)
     path = directory / WEIGHT_FILES[0]

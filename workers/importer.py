@@ -18,7 +18,7 @@ at submission, naming the problem. The job then fetches the weights of exactly t
 directory whose files changed since is refused), loads them (weights_only / safetensors) and checks
 them tensor by tensor.
 
-Standalone: `python -m workers.importer --source hf:SandyResearch/parcae-140m --out runs/parcae-140m`.
+Standalone: `python -m looplab.workers.importer --source hf:SandyResearch/parcae-140m --out runs/parcae-140m`.
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from model import fields
-from model.errors import ConfigError
-from workers import hub
-from workers.identity import spec_to_dict
-from workers.spec_cli import SpecParser, job_parser, run_standalone
-from workers.train_spec import BUILTIN_FAMILY, family_fields
+from looplab.model import fields
+from looplab.model.errors import ConfigError
+from looplab.workers import hub
+from looplab.workers.identity import spec_to_dict
+from looplab.workers.spec_cli import SpecParser, job_parser, run_standalone
+from looplab.workers.train_spec import BUILTIN_FAMILY, family_fields
 
 RECIPE = "parcae"  # the recipe a Parcae checkpoint is expressed in (every field it sets is a model override)
 RESOLVED = ("revision", "recipe", "size", "model", "family", "family_config")  # filled in from the source
@@ -63,7 +63,7 @@ class Spec:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Spec:
-        from workers.data import DataSpec
+        from looplab.workers.data import DataSpec
 
         d = fields.with_defaults("import", d, cls)
         if d["source"] is None:
@@ -122,7 +122,7 @@ def _resolve(source: hub.Source, revision: str | None) -> tuple[str, hub.ModelIn
 def as_preset(info: hub.ModelInfo) -> tuple[str, str, dict[str, Any]]:
     """(recipe, size, overrides) with preset(recipe, size, **overrides) == info.cfg: a looplab export's own
     recipe and size, else the Parcae recipe at the size nearest in width."""
-    from model.presets import RECIPES, SIZES, preset
+    from looplab.model.presets import RECIPES, SIZES, preset
 
     cfg = info.cfg
     recipe = info.recipe if info.recipe in RECIPES else RECIPE
@@ -142,16 +142,16 @@ def as_preset(info: hub.ModelInfo) -> tuple[str, str, dict[str, Any]]:
 
 def model_config(spec: Spec):
     """The ModelConfig the spec says the source holds."""
-    from model.presets import preset
+    from looplab.model.presets import preset
 
     return preset(spec.recipe, spec.size, **spec.model)
 
 
 def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
     """Fetch the source at its revision, load and check it, write final.pt and tokenizer.json."""
-    from model.counts import param_count
-    from workers import checkpoint as ckpt
-    from workers.tokenizer import load_tokenizer
+    from looplab.model.counts import param_count
+    from looplab.workers import checkpoint as ckpt
+    from looplab.workers.tokenizer import load_tokenizer
 
     out = Path(artifact_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -209,7 +209,7 @@ def build_parser() -> SpecParser:
     )
     return job_parser(
         Spec,
-        "workers.importer",
+        "looplab.workers.importer",
         what,
         out_help="artifact dir to write final.pt into",
         out_required=True,

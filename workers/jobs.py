@@ -28,9 +28,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from model.errors import ConfigError
-from workers.identity import identity as _identity
-from workers.reporter import JobInterrupted, Reporter
+from looplab.model.errors import ConfigError
+from looplab.workers.identity import identity as _identity
+from looplab.workers.reporter import JobInterrupted, Reporter
 
 __all__ = [
     "ARCHITECTURE",
@@ -162,30 +162,30 @@ class Kind:
 
 KINDS: dict[str, Kind] = {
     "train": Kind(
-        "workers.train",
+        "looplab.workers.train",
         arch_keys=MODEL_KEYS,
         tables=("train_results",),
         views=("runs", "curves"),
         title="training",
         gang=True,
         trains=True,
-        cost=CostModel("workers.train_cost", Pricing.TRAINING),
+        cost=CostModel("looplab.workers.train_cost", Pricing.TRAINING),
     ),
     "import": Kind(
-        "workers.importer", arch_keys=MODEL_KEYS, identity_keys=("source", "revision"), title="import"
+        "looplab.workers.importer", arch_keys=MODEL_KEYS, identity_keys=("source", "revision"), title="import"
     ),
     "depth_sweep": Kind(
-        "workers.depth_sweep",
+        "looplab.workers.depth_sweep",
         follows=MODEL_SOURCES,
         about=CHECKPOINT,
         tables=("depth_evals", "round_deltas", "round_interactions"),
         views=("depth", "geometry", "interactions"),
         inherits=("batch_size",),
         title="depth sweep",
-        cost=CostModel("workers.depth_sweep", Pricing.ON_CHECKPOINT),
+        cost=CostModel("looplab.workers.depth_sweep", Pricing.ON_CHECKPOINT),
     ),
     "decode_bench": Kind(
-        "workers.decode_bench",
+        "looplab.workers.decode_bench",
         follows=MODEL_SOURCES,
         about=ARCHITECTURE,
         exclusive=True,
@@ -193,19 +193,19 @@ KINDS: dict[str, Kind] = {
         tables=("decode_benches",),
         views=("decode",),
         title="decode benchmark",
-        cost=CostModel("workers.decode_bench", Pricing.FORWARD, per_device=True),
+        cost=CostModel("looplab.workers.decode_bench", Pricing.FORWARD, per_device=True),
     ),
     "eval": Kind(
-        "workers.eval",
+        "looplab.workers.eval",
         follows=MODEL_SOURCES,
         about=CHECKPOINT,
         tables=("task_scores",),
         views=("tasks", "task_categories"),
         title="task evaluation",
-        cost=CostModel("workers.eval", Pricing.ON_CHECKPOINT),
+        cost=CostModel("looplab.workers.eval", Pricing.ON_CHECKPOINT),
     ),
     "adaptive": Kind(
-        "workers.adaptive",
+        "looplab.workers.adaptive",
         follows=MODEL_SOURCES,
         about=CHECKPOINT,
         exclusive=True,
@@ -214,7 +214,7 @@ KINDS: dict[str, Kind] = {
         title="adaptive exits",
     ),
     # made by the grid for the train jobs that share a corpus and tokenizer (orchestrator/grid.py)
-    "prepare": Kind("workers.prepare", title="data preparation"),
+    "prepare": Kind("looplab.workers.prepare", title="data preparation"),
 }
 
 

@@ -5,7 +5,7 @@ multiple-choice, cloze and perplexity tasks (SciQ, ARC, PIQA, HellaSwag, LAMBADA
 looplab checkpoint when the task's data is available (the hub when online, the HF cache or local files
 otherwise):
 
-    import workers.lm_eval_adapter, lm_eval
+    import looplab.workers.lm_eval_adapter, lm_eval
     lm_eval.simple_evaluate(model="looplab", model_args="checkpoint=runs/x,loops=8", tasks=["sciq"])
 
 Model arguments: `checkpoint` (a train or import artifact dir, a checkpoint file, or a model directory
@@ -33,10 +33,10 @@ import lm_eval.models  # noqa: F401 - the harness lists its own models only whil
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
-from model import fields
-from workers.tasks.likelihood import LoopedScorer, load_checkpoint
-from workers.tasks.scoring import Outcome, subset_rows
-from workers.train_spec import EVAL_H0_SEED
+from looplab.model import fields
+from looplab.workers.tasks.likelihood import LoopedScorer, load_checkpoint
+from looplab.workers.tasks.scoring import Outcome, subset_rows
+from looplab.workers.train_spec import EVAL_H0_SEED
 
 MODEL_NAME = "looplab"
 log = logging.getLogger("looplab.lm_eval")
@@ -48,7 +48,7 @@ def harness_device(name: str | None):
     CPU, as the harness's HFLM falls back ("Device not specified")."""
     import torch
 
-    from workers.device import resolve_device
+    from looplab.workers.device import resolve_device
 
     name = fields.device("device", name or "auto")
     if name.startswith("cuda"):

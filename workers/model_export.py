@@ -26,8 +26,8 @@ import os
 import shutil
 from pathlib import Path
 
-from model.errors import ConfigError
-from workers.hub import CONFIG, FAMILY_CLASS, LOOPLAB_CLASS
+from looplab.model.errors import ConfigError
+from looplab.workers.hub import CONFIG, FAMILY_CLASS, LOOPLAB_CLASS
 
 EXPORT_FORMAT = 1
 
@@ -38,8 +38,8 @@ def export_model(checkpoint: str | Path, out: str | Path) -> Path:
     run's tokenizer.json (none for the byte tokenizer). Returns `out`."""
     from safetensors.torch import save_file
 
-    from workers import checkpoint as ckpt
-    from workers.tasks.likelihood import checkpoint_tokenizer
+    from looplab.workers import checkpoint as ckpt
+    from looplab.workers.tasks.likelihood import checkpoint_tokenizer
 
     path = ckpt.find(checkpoint)
     state = ckpt.load(path)
@@ -78,8 +78,8 @@ def _family_export(state: dict, out: Path) -> dict:
 
     from safetensors.torch import save_model
 
-    from model.config import ModelConfig
-    from model.contract import build_model
+    from looplab.model.config import ModelConfig
+    from looplab.model.contract import build_model
 
     spec = state["spec"]
     built = build_model(

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 import torch
 from torch import Tensor
 
-from workers.orthogonalise import newton_schulz, polar_express
+from looplab.workers.orthogonalise import newton_schulz, polar_express
 
 MOMENTUM_START, MOMENTUM_END, MOMENTUM_WARMUP_STEPS = 0.85, 0.95, 300
 SECOND_MOMENT_BETA = 0.95  # the NorMuon second-moment EMA (the reference's `beta2` default for Muon)

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 import torch
 
-from model import fields
-from model.names import Optimizer
-from workers.muon import ParcaeMuonAdamW, TorchMuon
+from looplab.model import fields
+from looplab.model.names import Optimizer
+from looplab.workers.muon import ParcaeMuonAdamW, TorchMuon
 
 # Runs stored before the optimizers were renamed called today's "torch_muon" simply "muon".
 _OLD_NAMES = {"muon": Optimizer.TORCH_MUON}

@@ -15,7 +15,7 @@ A preparation that already exists (this one, or a larger one of the same corpus 
 the job finish at once. The shards live in the data cache ($LOOPLAB_CACHE), not in the job's artifact
 dir, which gets `preparation.json` naming them.
 
-    python -m workers.prepare --corpus hf:HuggingFaceFW/fineweb-edu:sample-10BT --tokenizer bpe \\
+    python -m looplab.workers.prepare --corpus hf:HuggingFaceFW/fineweb-edu:sample-10BT --tokenizer bpe \\
         --vocab-size 32768 --max-tokens 2e9 --processes 16
 """
 
@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from model import fields
-from workers.data import PIECE_DOCS, DataSpec, preparation_dir, prepare
-from workers.identity import spec_to_dict
-from workers.reporter import Reporter
-from workers.spec_cli import SpecParser, job_parser, run_standalone
+from looplab.model import fields
+from looplab.workers.data import PIECE_DOCS, DataSpec, preparation_dir, prepare
+from looplab.workers.identity import spec_to_dict
+from looplab.workers.reporter import Reporter
+from looplab.workers.spec_cli import SpecParser, job_parser, run_standalone
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ def run(spec: Spec, reporter: Reporter, artifact_dir: str | Path | None) -> dict
 def build_parser() -> SpecParser:
     what = "Tokenize a corpus into train/validation shards (resumable; rerun to continue)."
     out = "also write preparation.json (where the shards are) into this dir"
-    return job_parser(Spec, "workers.prepare", what, out_help=out)
+    return job_parser(Spec, "looplab.workers.prepare", what, out_help=out)
 
 
 def print_summary(spec: Spec, out: dict[str, Any], args: Any = None) -> None:

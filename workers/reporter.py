@@ -162,7 +162,7 @@ class SilentReporter(BaseReporter):
 
 
 class ConsoleReporter(BaseReporter):
-    """For standalone runs (`python -m workers.train ...`): a tqdm progress bar plus a line for each
+    """For standalone runs (`python -m looplab.workers.train ...`): a tqdm progress bar plus a line for each
     event of the kinds in `SAID` (a log message as it is, the others as `kind: payload`)."""
 
     SAID = (EventKind.LOG, EventKind.CHECKPOINT, EventKind.RESUMED, EventKind.RESULT, EventKind.STARTED)
@@ -209,7 +209,7 @@ class ConsoleReporter(BaseReporter):
 
 class JsonlReporter(BaseReporter):
     """Appends every event as one JSON line to a file (flushed per line), optionally passing it on to
-    another reporter: `python -m workers.train ... --events-jsonl events.jsonl` records a run for later
+    another reporter: `python -m looplab.workers.train ... --events-jsonl events.jsonl` records a run for later
     analysis, and tests read the curves of killed subprocesses from it."""
 
     def __init__(self, path, inner: BaseReporter | None = None) -> None:

@@ -24,9 +24,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from model import fields
-from model.errors import ConfigError
-from workers.artifacts import resume_from
+from looplab.model import fields
+from looplab.model.errors import ConfigError
+from looplab.workers.artifacts import resume_from
 
 _KEYS = ("k", "window", "max_rewinds")
 # Tests only, never a user option: "DATA_STEP:FACTOR" in LOOPLAB_TEST_SPIKE scales the loss of the batch

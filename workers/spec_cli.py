@@ -38,8 +38,8 @@ import typing
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from model.errors import ConfigError
-from workers.reporter import JobInterrupted, Reporter, make_reporter
+from looplab.model.errors import ConfigError
+from looplab.workers.reporter import JobInterrupted, Reporter, make_reporter
 
 
 def field_docs(cls: type) -> dict[str, str]:
@@ -225,7 +225,7 @@ def job_parser(
 def checkpoint_exists(spec: Any) -> None:
     """A `before` check for jobs that read a trained model: `spec.checkpoint` names a checkpoint
     (a ConfigError naming the field otherwise), so a bad path fails before any work or output."""
-    from workers.checkpoint import find
+    from looplab.workers.checkpoint import find
 
     find(spec.checkpoint)
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from model.errors import ConfigError
-from workers.corpus import documents, is_val
+from looplab.model.errors import ConfigError
+from looplab.workers.corpus import documents, is_val
 
 log = logging.getLogger("looplab.workers.tokenizer")
 

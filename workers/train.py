@@ -18,7 +18,7 @@ token budget, such a run is not bit-reproducible: its step count depends on the 
 The job is four modules importing one way: workers/train_spec.py (the Spec, torch-free),
 workers/trainer.py (the loop), workers/train_cost.py (its cost model: FLOPs, steps, memory) and
 workers/train_cli.py (the command line). This one only names them for `workers.jobs` and
-`python -m workers.train --preset lean --size tiny --tokens 2e6 --out runs/x`.
+`python -m looplab.workers.train --preset lean --size tiny --tokens 2e6 --out runs/x`.
 """
 
 from __future__ import annotations
@@ -26,21 +26,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from workers.reporter import Reporter
-from workers.train_cost import TrainCost, cost
-from workers.train_spec import Spec, check_artifact_dir
+from looplab.workers.reporter import Reporter
+from looplab.workers.train_cost import TrainCost, cost
+from looplab.workers.train_spec import Spec, check_artifact_dir
 
 __all__ = ["Spec", "TrainCost", "check_artifact_dir", "cost", "run"]
 
 
 def run(spec: Spec, reporter: Reporter, artifact_dir: str | Path) -> dict[str, Any]:
     """Train (or resume) `spec` in `artifact_dir`; returns the `train_results` row (+ compile_seconds)."""
-    from workers.trainer import train  # torch is imported when a job runs, not when specs are checked
+    from looplab.workers.trainer import train  # torch is imported when a job runs, not when specs are checked
 
     return train(spec, reporter, Path(artifact_dir))
 
 
 if __name__ == "__main__":
-    from workers.train_cli import main
+    from looplab.workers.train_cli import main
 
     raise SystemExit(main())

@@ -11,11 +11,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from model.errors import ConfigError
-from workers import artifacts
-from workers import checkpoint as ckpt
-from workers.train_spec import identity_diff
-from workers.train_state import TrainerState
+from looplab.model.errors import ConfigError
+from looplab.workers import artifacts
+from looplab.workers import checkpoint as ckpt
+from looplab.workers.train_spec import identity_diff
+from looplab.workers.train_state import TrainerState
 
 # Each function takes the `workers.trainer.Trainer` (not imported: it imports this module).
 Trainer = Any

@@ -1,7 +1,7 @@
-"""`python -m workers.train`: one training run without Ray or a database.
+"""`python -m looplab.workers.train`: one training run without Ray or a database.
 
-    python -m workers.train --preset lean --size tiny --tokens 2e6 --out runs/x
-    python -m workers.train --preset fixed4 --size tiny --time-s 60 --out runs/y --events-jsonl ev.jsonl
+    python -m looplab.workers.train --preset lean --size tiny --tokens 2e6 --out runs/x
+    python -m looplab.workers.train --preset fixed4 --size tiny --time-s 60 --out runs/y --events-jsonl ev.jsonl
 
 The flags are generated from the train Spec (workers/spec_cli.py): one per field, with its default
 and help; `--preset` is another name for `--recipe`, and the `data` fields are `--corpus`,
@@ -16,17 +16,17 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from workers.spec_cli import SpecParser, job_parser, run_standalone
-from workers.train_spec import Spec
+from looplab.workers.spec_cli import SpecParser, job_parser, run_standalone
+from looplab.workers.train_spec import Spec
 
 
 def build_parser() -> SpecParser:
     out = "artifact dir (resumed if it holds a checkpoint)"
-    return job_parser(Spec, "workers.train", "Train one looped LM.", out_help=out, out_required=True)
+    return job_parser(Spec, "looplab.workers.train", "Train one looped LM.", out_help=out, out_required=True)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from workers.trainer import train
+    from looplab.workers.trainer import train
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     return run_standalone(

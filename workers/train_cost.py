@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from workers.train_spec import Spec
+from looplab.workers.train_spec import Spec
 
 FLOAT_BYTES = 4
 # the metrics the trainer reports at each logged step (workers/trainer.py: train_loss, lr, tokens_per_s),
@@ -59,7 +59,7 @@ class TrainCost:
     def forward_flops(self, loops: int, width: int | None = None) -> float:
         """Forward FLOPs per token of the model at `loops` (at sequence length `width`, default the
         run's; a family's are its own, at the run's length)."""
-        from model.flops import step_flops
+        from looplab.model.flops import step_flops
 
         if self.family is not None:
             return self.family.forward_flops(loops)
@@ -80,7 +80,7 @@ class TrainCost:
     def checkpoint_bytes(self) -> float:
         """What one checkpoint (`checkpoint-a…-s….pt`) writes: the fp32 weights and the optimizer's state
         (`model.memory.optimizer_state_bytes`)."""
-        from model.memory import optimizer_state_bytes
+        from looplab.model.memory import optimizer_state_bytes
 
         return self.final_bytes + optimizer_state_bytes(self.cfg, self.optimizer)
 
@@ -99,9 +99,9 @@ class TrainCost:
 
 def cost(spec: Spec) -> TrainCost:
     """The cost of training `spec` (its model at the vocabulary its data will have; no corpus read)."""
-    from model.counts import param_count, tokens_for_flops
-    from model.flops import BACKWARD_FACTOR, step_flops, training_flops
-    from model.memory import DEVICE_TYPES, training_memory
+    from looplab.model.counts import param_count, tokens_for_flops
+    from looplab.model.flops import BACKWARD_FACTOR, step_flops, training_flops
+    from looplab.model.memory import DEVICE_TYPES, training_memory
 
     cfg = spec.resolved_model_config()
     batch, seq = spec.batch_size, cfg.seq_len
@@ -151,9 +151,9 @@ def cost(spec: Spec) -> TrainCost:
 
 def _family_pricing(spec: Spec, cfg):
     """The contract's pricing of the spec's model when it is of another family, else None."""
-    from model.contract import family_settings
-    from model.family_pricing import family_pricing
-    from workers.train_spec import BUILTIN_FAMILY
+    from looplab.model.contract import family_settings
+    from looplab.model.family_pricing import family_pricing
+    from looplab.workers.train_spec import BUILTIN_FAMILY
 
     if spec.family == BUILTIN_FAMILY:
         return None

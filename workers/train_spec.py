@@ -1,7 +1,7 @@
 """What a train job is asked to do: the `Spec` dataclass, its validation, and the artifact-dir guard.
 
 Torch-free, so validating a grid (`workers.jobs.validate`) never imports torch. Every field documents
-itself with the string under it; `python -m workers.train --help` is generated from those strings and
+itself with the string under it; `python -m looplab.workers.train --help` is generated from those strings and
 the defaults here (workers/spec_cli.py), so a default is written once.
 
 What a run is. Every field either *defines* the run or says only *how it executes*:
@@ -34,15 +34,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from model import fields
-from model.errors import ConfigError
-from model.names import Optimizer
-from workers.artifacts import KEEP_CHECKPOINTS
-from workers.data import BUDGET, DataSpec
-from workers.identity import EXECUTION, spec_to_dict
-from workers.identity import execution_fields as _execution_fields
-from workers.identity import identity as _identity
-from workers.rewind import RewindRule
+from looplab.model import fields
+from looplab.model.errors import ConfigError
+from looplab.model.names import Optimizer
+from looplab.names import canonical_family
+from looplab.workers.artifacts import KEEP_CHECKPOINTS
+from looplab.workers.data import BUDGET, DataSpec
+from looplab.workers.identity import EXECUTION, spec_to_dict
+from looplab.workers.identity import execution_fields as _execution_fields
+from looplab.workers.identity import identity as _identity
+from looplab.workers.rewind import RewindRule
 
 # Validation draws h0 from this seed, in training's evaluations and in the depth sweep alike, so the
 # sweep's loss at a run's trained loop count is the run's final validation loss.
@@ -147,7 +148,7 @@ class Spec:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Spec:
-        from model.presets import RECIPES, SIZES
+        from looplab.model.presets import RECIPES, SIZES
 
         given = fields.known_keys("train", d, cls)
         d = {**vars(cls()), **given}
@@ -219,7 +220,7 @@ class Spec:
         if self.tokens is not None:
             return max(1, self.tokens // per_step) * per_step
         if self.flops is not None:
-            from model.counts import tokens_for_flops
+            from looplab.model.counts import tokens_for_flops
 
             return tokens_for_flops(cfg, self.flops, self.batch_size, cfg.seq_len)
         return None
@@ -247,7 +248,7 @@ class Spec:
 
     def _preset_config(self):
         """The preset with this spec's model overrides and seq_len, at the preset's vocabulary."""
-        from model.presets import preset
+        from looplab.model.presets import preset
 
         overrides = dict(self.model)
         if self.seq_len is not None:
@@ -304,7 +305,7 @@ def family_fields(family: Any, config: Any) -> tuple[str, dict[str, Any]]:
             f"family_config.{provided[0]}: set by looplab (the tokenizer's vocabulary, the spec's "
             "seq_len); accepted: the family's other settings"
         )
-    return family.strip(), dict(sorted(config.items()))
+    return canonical_family(family.strip()), dict(sorted(config.items()))
 
 
 def tokenizer_json_vocab_size(path: Path) -> int | None:

@@ -12,8 +12,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from model.errors import ConfigError
-from workers.data import SAMPLER_WITH_REPLACEMENT
+from looplab.model.errors import ConfigError
+from looplab.workers.data import SAMPLER_WITH_REPLACEMENT
 
 __all__ = ["H0_VERSION", "NonFiniteError", "TrainerState"]
 

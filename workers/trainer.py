@@ -69,33 +69,33 @@ from typing import Any
 
 import torch
 
-from model.contract import build_model, family_facts
-from model.counts import param_count, tokens_for_flops
-from model.flops import FlopBreakdown, step_flops, training_flops
-from model.init import RowKey, draw_h0
-from model.looped import LoopedLM
-from model.memory import largest_micro_batch
-from model.rounds import forward_sizes
-from workers import artifacts, train_checkpoint
-from workers import checkpoint as ckpt
-from workers.batching import split_step
-from workers.data import (
+from looplab.model.contract import build_model, family_facts
+from looplab.model.counts import param_count, tokens_for_flops
+from looplab.model.flops import FlopBreakdown, step_flops, training_flops
+from looplab.model.init import RowKey, draw_h0
+from looplab.model.looped import LoopedLM
+from looplab.model.memory import largest_micro_batch
+from looplab.model.rounds import forward_sizes
+from looplab.workers import artifacts, train_checkpoint
+from looplab.workers import checkpoint as ckpt
+from looplab.workers.batching import split_step
+from looplab.workers.data import (
     SAMPLER_PERMUTATION,
     get_batch,
     prepare,
     sampler_for,
     val_chunks,
 )
-from workers.device import memory_bytes, peak_flops, peak_mem_mb, reset_peak_mem, resolve_device
-from workers.optim import build_optimizers, lr_factor, set_lr
-from workers.prepare import cores_given
-from workers.reporter import JobInterrupted, Reporter
-from workers.rewind import TEST_SPIKE, Rewind, data_step
-from workers.schedule import TimeBudgetSchedule
-from workers.tokenizer import smaller_vocab_message
-from workers.train_spec import AUTO, EVAL_H0_SEED, Spec, check_artifact_dir
-from workers.train_state import NonFiniteError, TrainerState
-from workers.validation import autocast, evaluate
+from looplab.workers.device import memory_bytes, peak_flops, peak_mem_mb, reset_peak_mem, resolve_device
+from looplab.workers.optim import build_optimizers, lr_factor, set_lr
+from looplab.workers.prepare import cores_given
+from looplab.workers.reporter import JobInterrupted, Reporter
+from looplab.workers.rewind import TEST_SPIKE, Rewind, data_step
+from looplab.workers.schedule import TimeBudgetSchedule
+from looplab.workers.tokenizer import smaller_vocab_message
+from looplab.workers.train_spec import AUTO, EVAL_H0_SEED, Spec, check_artifact_dir
+from looplab.workers.train_state import NonFiniteError, TrainerState
+from looplab.workers.validation import autocast, evaluate
 
 
 class Solo:

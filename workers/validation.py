@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from model import geometry
+from looplab.model import geometry
 
 
 def autocast(device: torch.device):

@@ -9,9 +9,9 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from analysis import adaptive, comparison, stats, variants
-from dashboard import ui
-from orchestrator import frames
+from looplab.analysis import adaptive, comparison, stats, variants
+from looplab.dashboard import ui
+from looplab.orchestrator import frames
 
 X_AXES = {
     "mean_rounds": "recurrent rounds per token (mean)",

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from analysis import claims, claims_measure, variants
-from dashboard import ui
-from orchestrator.states import JobStatus
+from looplab.analysis import claims, claims_measure, variants
+from looplab.dashboard import ui
+from looplab.orchestrator.states import JobStatus
 
 
 @st.cache_data(show_spinner="fitting the iso-depth law ...", max_entries=8)

@@ -11,10 +11,10 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from analysis import comparison, curves, stats, timing, variants
-from analysis.smoothing import SMOOTHING, smooth
-from dashboard import ui
-from orchestrator.states import JobStatus
+from looplab.analysis import comparison, curves, stats, timing, variants
+from looplab.analysis.smoothing import SMOOTHING, smooth
+from looplab.dashboard import ui
+from looplab.orchestrator.states import JobStatus
 
 url, all_runs, runs = ui.runs_page("Compare")
 c1, c2, c3 = st.columns(3)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import altair as alt
 import streamlit as st
 
-from analysis import comparison, timing, variants
-from dashboard import ui
+from looplab.analysis import comparison, timing, variants
+from looplab.dashboard import ui
 
 st.title("Decode")
 url = ui.url()

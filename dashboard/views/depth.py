@@ -10,8 +10,8 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from analysis import convergence, curves, far_copy, heldout, variants
-from dashboard import ui
+from looplab.analysis import convergence, curves, far_copy, heldout, variants
+from looplab.dashboard import ui
 
 X_AXES = {"loops": "inference loops", "inference_depth": "effective depth at inference (layers)"}
 

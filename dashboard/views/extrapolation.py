@@ -8,8 +8,8 @@ from __future__ import annotations
 import altair as alt
 import streamlit as st
 
-from analysis import extrapolation, tasks
-from dashboard import ui
+from looplab.analysis import extrapolation, tasks
+from looplab.dashboard import ui
 
 DEPTH_AXIS = "effective depth at inference (layers)"
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import altair as alt
 import streamlit as st
 
-from dashboard import ui
-from orchestrator import frames
+from looplab.dashboard import ui
+from looplab.orchestrator import frames
 
 st.title("Plan")
 st.caption(

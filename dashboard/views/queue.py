@@ -14,12 +14,12 @@ import time
 
 import streamlit as st
 
-from analysis.variants import MISSING, present
-from dashboard import listing, ui
-from orchestrator import frames, retention
-from orchestrator.errors import USER_ERRORS
-from orchestrator.health import happened_since, parse_since
-from orchestrator.states import JobStatus
+from looplab.analysis.variants import MISSING, present
+from looplab.dashboard import listing, ui
+from looplab.orchestrator import frames, retention
+from looplab.orchestrator.errors import USER_ERRORS
+from looplab.orchestrator.health import happened_since, parse_since
+from looplab.orchestrator.states import JobStatus
 
 REFRESH_S = 5
 DISK_TTL_S = 60  # the artifact dirs are walked at most once a minute (a study's are thousands of files)

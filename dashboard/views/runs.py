@@ -12,11 +12,11 @@ from __future__ import annotations
 import altair as alt
 import streamlit as st
 
-from analysis import curves, variants
-from analysis.smoothing import SMOOTHING, smooth
-from dashboard import ui
-from orchestrator import frames
-from orchestrator.states import JobStatus
+from looplab.analysis import curves, variants
+from looplab.analysis.smoothing import SMOOTHING, smooth
+from looplab.dashboard import ui
+from looplab.orchestrator import frames
+from looplab.orchestrator.states import JobStatus
 
 PLOT_POINTS = 60_000  # metric points read for one chart, shared among the selected runs
 X_AXES = {"tokens": "tokens", "wall time (s)": "wall_s", "step": "step"}

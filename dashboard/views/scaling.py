@@ -12,10 +12,10 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from analysis import iso_depth, scaling
-from dashboard import ui
-from orchestrator.errors import USER_ERRORS
-from orchestrator.states import JobStatus
+from looplab.analysis import iso_depth, scaling
+from looplab.dashboard import ui
+from looplab.orchestrator.errors import USER_ERRORS
+from looplab.orchestrator.states import JobStatus
 
 LAW = r"L = E + A\,(N_\mathrm{once} + r^{\varphi} N_\mathrm{rec})^{-\alpha} + B\,D^{-\beta}"
 

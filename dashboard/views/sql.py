@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import ui
-from orchestrator import frames
-from orchestrator.sql import DEFAULT_TIMEOUT_S
+from looplab.dashboard import ui
+from looplab.orchestrator import frames
+from looplab.orchestrator.sql import DEFAULT_TIMEOUT_S
 
 EXAMPLE = (
     "SELECT variant_label, recipe, size, seed, final_val_loss, best_loops, train_flops, tokens_per_s\n"
@@ -38,8 +38,8 @@ with st.form("sql_form"):
     )
     st.form_submit_button("Run query", key="sql_run")
 if sql.strip():  # the example runs on first load; a form only reruns on submit, not per keystroke
-    from orchestrator.errors import DatabaseError
-    from orchestrator.sql import QueryTimeout, WriteRefused
+    from looplab.orchestrator.errors import DatabaseError
+    from looplab.orchestrator.sql import QueryTimeout, WriteRefused
 
     try:
         df, truncated = frames.sql_query(url, sql, timeout_s=timeout_s)

@@ -8,8 +8,8 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from analysis import tasks
-from dashboard import ui
+from looplab.analysis import tasks
+from looplab.dashboard import ui
 
 
 def _loops_axis(curves: pd.DataFrame) -> alt.X:

@@ -9,9 +9,9 @@ from typing import Any
 
 import torch
 
-from families.huginn.cache import KVStrategy
-from families.huginn.config import PLANNER_RECURRENCES, PUBLISHED, HuginnConfig, check
-from families.huginn.model import HuginnLM
+from looplab.families.huginn.cache import KVStrategy
+from looplab.families.huginn.config import PLANNER_RECURRENCES, PUBLISHED, HuginnConfig, check
+from looplab.families.huginn.model import HuginnLM
 
 __all__ = ["PLANNER_RECURRENCES", "PUBLISHED", "HuginnConfig", "HuginnLM", "KVStrategy", "factory"]
 

@@ -1,10 +1,10 @@
-"""`python -m families.huginn`: the published Huginn-0125 configuration's parameters and training FLOPs
+"""`python -m looplab.families.huginn`: the published Huginn-0125 configuration's parameters and training FLOPs
 per token at the recurrence counts the planner prices (4, 8, 16, 32, 64), counted on the meta device
 (nothing is allocated); the configuration's source is `families.huginn.config`'s docstring."""
 
 from __future__ import annotations
 
-from families.huginn import published_counts
+from looplab.families.huginn import published_counts
 
 
 def main() -> None:

@@ -31,9 +31,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from families.huginn.cache import HuginnCache, KVStrategy, cache_bytes
-from families.huginn.config import HuginnConfig
-from model.init import RowKey, h0_rows
+from looplab.families.huginn.cache import HuginnCache, KVStrategy, cache_bytes
+from looplab.families.huginn.config import HuginnConfig
+from looplab.model.init import RowKey, h0_rows
 
 
 class RMSNorm(nn.Module):

@@ -29,9 +29,9 @@ from enum import StrEnum
 from pathlib import Path
 from types import ModuleType
 
-from model import fields
-from model.errors import ConfigError
-from orchestrator.states import ACTIVE
+from looplab.model import fields
+from looplab.model.errors import ConfigError
+from looplab.orchestrator.states import ACTIVE
 
 FOLLOW_EVERY_S = 30.0
 log = logging.getLogger(__name__)
@@ -50,15 +50,15 @@ class Target(StrEnum):
 
     def writer(self) -> ModuleType:
         """`lab/export/to_<target>.py`, imported now: each pulls in its tool's library."""
-        return importlib.import_module(f"lab.export.to_{self.value}")
+        return importlib.import_module(f"looplab.lab.export.to_{self.value}")
 
 
 def export(url: str, target: str, out: str | Path, grids: list[str] | None = None) -> dict[str, int]:
     """Export what is new in `grids` (names or ids; None: the whole database) of the database at `url`
     to `target` in directory `out`. Returns counts: `runs` (runs written to), `points` (curve points), or
     for Parquet the rows written per view."""
-    from lab.export import source
-    from lab.export.manifest import Manifest
+    from looplab.lab.export import source
+    from looplab.lab.export.manifest import Manifest
 
     chosen = Target(fields.choice("export: target", target, tuple(Target)))
     out = Path(out)
@@ -73,8 +73,8 @@ def active(url: str, grids: list[str] | None) -> int:
     """Queued or running jobs in the selection."""
     from sqlalchemy import text
 
-    from lab.export import source
-    from orchestrator import frames
+    from looplab.lab.export import source
+    from looplab.orchestrator import frames
 
     ids = source.selected_job_ids(url, grids)
     chosen = None if ids is None else set(ids)
@@ -94,7 +94,7 @@ def follow(
     """Export every `every_s` seconds while the selection has queued or running jobs, then once more.
     A failing export is logged and retried (the queue never waits for this process); returns 0 after a
     last export that succeeded with nothing active, 1 after `max_failures` failures in a row."""
-    from orchestrator.errors import USER_ERRORS
+    from looplab.orchestrator.errors import USER_ERRORS
 
     failures = 0
     while True:
@@ -124,7 +124,7 @@ def _describe(counts: dict[str, int]) -> str:
 
 
 def cli_export(args) -> int:
-    from orchestrator.db import resolve_url
+    from looplab.orchestrator.db import resolve_url
 
     url = resolve_url(args.db)
     every = fields.number("--every", args.every, lo=0.1)

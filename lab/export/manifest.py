@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from model.errors import ConfigError
+from looplab.model.errors import ConfigError
 
 MANIFEST = "looplab-export.json"
 VERSION = 1

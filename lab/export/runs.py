@@ -11,8 +11,8 @@ from typing import Protocol
 
 import pandas as pd
 
-from lab.export import source
-from lab.export.manifest import JobEntry, Manifest
+from looplab.lab.export import source
+from looplab.lab.export.manifest import JobEntry, Manifest
 
 
 class Writer(Protocol):

@@ -20,9 +20,9 @@ import pandas as pd
 import sqlalchemy as sa
 from sqlalchemy import text
 
-from orchestrator import frames, jobkinds
-from orchestrator.states import JobStatus
-from orchestrator.variants import ARCH_COLUMNS
+from looplab.orchestrator import frames, jobkinds
+from looplab.orchestrator.states import JobStatus
+from looplab.orchestrator.variants import ARCH_COLUMNS
 
 RESULT_COLUMNS = (
     "final_val_loss",
@@ -102,7 +102,7 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 def resolved_config(stored: dict[str, Any]) -> dict[str, Any]:
     """The train spec with every default (`workers.train_spec.Spec`) and its resolved model config, as
     plain JSON values."""
-    from workers.train_spec import Spec
+    from looplab.workers.train_spec import Spec
 
     try:
         spec = Spec.from_dict(stored)

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from lab.export import runs
-from lab.export.manifest import JobEntry, Manifest
-from lab.export.source import Run
-from orchestrator.states import JobStatus
+from looplab.lab.export import runs
+from looplab.lab.export.manifest import JobEntry, Manifest
+from looplab.lab.export.source import Run
+from looplab.orchestrator.states import JobStatus
 
 STORE = "mlflow.db"
 MAX_PARAM = 6000  # MLflow's limit on a param value

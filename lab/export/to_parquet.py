@@ -18,10 +18,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import sqlalchemy as sa
 
-from lab.export import source
-from lab.export.manifest import Manifest
-from orchestrator.schema import Job, Metric
-from orchestrator.views import VIEW_NAMES
+from looplab.lab.export import source
+from looplab.lab.export.manifest import Manifest
+from looplab.orchestrator.schema import Job, Metric
+from looplab.orchestrator.views import VIEW_NAMES
 
 CURVES = "curves"
 

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from lab.export import runs
-from lab.export.manifest import JobEntry, Manifest
-from lab.export.source import Run
+from looplab.lab.export import runs
+from looplab.lab.export.manifest import JobEntry, Manifest
+from looplab.lab.export.source import Run
 
 
 def slug(text: str) -> str:

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from lab.export import runs
-from lab.export.manifest import JobEntry, Manifest
-from lab.export.source import DEPTH_KEY, Run
-from orchestrator.states import JobStatus
+from looplab.lab.export import runs
+from looplab.lab.export.manifest import JobEntry, Manifest
+from looplab.lab.export.source import DEPTH_KEY, Run
+from looplab.orchestrator.states import JobStatus
 
 
 def run_id(database: str, job_id: int) -> str:

@@ -17,14 +17,14 @@ The parts, in the order a forecast uses them:
 Everything here reads the database and never writes it.
 """
 
-from lab.planner.estimates import Estimate, TimeModel
-from lab.planner.forecast import forecast_queue, plan_grids, submission_estimates
-from lab.planner.jobs import ForecastJob, device_memory, local_slots
-from lab.planner.local_machine import Calibration, cached_calibration, calibrate
-from lab.planner.report import Forecast
-from lab.planner.simulate import simulate
-from orchestrator.estimate_source import EstimateSource
-from orchestrator.frames import planned_vs_actual
+from looplab.lab.planner.estimates import Estimate, TimeModel
+from looplab.lab.planner.forecast import forecast_queue, plan_grids, submission_estimates
+from looplab.lab.planner.jobs import ForecastJob, device_memory, local_slots
+from looplab.lab.planner.local_machine import Calibration, cached_calibration, calibrate
+from looplab.lab.planner.report import Forecast
+from looplab.lab.planner.simulate import simulate
+from looplab.orchestrator.estimate_source import EstimateSource
+from looplab.orchestrator.frames import planned_vs_actual
 
 __all__ = [
     "Calibration",

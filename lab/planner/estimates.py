@@ -57,19 +57,19 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine
 
-from lab.planner.history import Followed, finished_runs, variant_of
-from lab.planner.local_machine import DEFAULT_STARTUP_S, Calibration, cached_calibration
-from model.errors import ConfigError
-from orchestrator import jobkinds, pairing
-from orchestrator.estimate_source import EstimateSource
-from orchestrator.jobkinds import Pricing
-from orchestrator.retention import PlannedDisk
+from looplab.lab.planner.history import Followed, finished_runs, variant_of
+from looplab.lab.planner.local_machine import DEFAULT_STARTUP_S, Calibration, cached_calibration
+from looplab.model.errors import ConfigError
+from looplab.orchestrator import jobkinds, pairing
+from looplab.orchestrator.estimate_source import EstimateSource
+from looplab.orchestrator.jobkinds import Pricing
+from looplab.orchestrator.retention import PlannedDisk
 
 if TYPE_CHECKING:
-    from orchestrator.grid import JobPlan
-    from workers.cost import ForwardCost
-    from workers.train_cost import TrainCost
-    from workers.train_spec import Spec as TrainSpec
+    from looplab.orchestrator.grid import JobPlan
+    from looplab.workers.cost import ForwardCost
+    from looplab.workers.train_cost import TrainCost
+    from looplab.workers.train_spec import Spec as TrainSpec
 
 # bytes of one metric point in a job's spool (orchestrator/task.py MetricSpool: a JSON line of ts, key,
 # step, value, tokens, wall_s), for a point of a long run (6-10 digit steps and tokens, 17-digit floats)
@@ -230,7 +230,7 @@ class TimeModel:
         with `auto`, what the trainer picks on `device_memory` (`model.memory.largest_micro_batch`, the
         same rule); else (the whole batch per forward) the most that would fit. None when not even one
         sequence fits, or without a device memory."""
-        from model.memory import HEADROOM, largest_micro_batch, training_memory
+        from looplab.model.memory import HEADROOM, largest_micro_batch, training_memory
 
         given = getattr(train, "micro_batch_size", None)  # an execution field of newer train Specs
         if isinstance(given, int):
@@ -251,7 +251,7 @@ class TimeModel:
         est = self._train_estimate(kind, spec, found[1], ref_train_s, workers)
         est.micro_batch, est.micro_batch_given = self.micro_batch(*found)
         if est.micro_batch_given:
-            from model.memory import training_memory
+            from looplab.model.memory import training_memory
 
             est.peak_mem_bytes = training_memory(
                 found[1].cfg, est.micro_batch, self.device, found[1].optimizer
@@ -447,9 +447,9 @@ def estimate_plans(
     """One estimate per plan, references before the jobs whose budget copies their training time
     (`existing_train_s`: the training seconds and workers of references in the database; what is
     copied is `pairing.time_budget`'s)."""
-    from orchestrator.grid import trained_plan
-    from orchestrator.jobkinds import job_resources
-    from orchestrator.submission import deps_first
+    from looplab.orchestrator.grid import trained_plan
+    from looplab.orchestrator.jobkinds import job_resources
+    from looplab.orchestrator.submission import deps_first
 
     existing_train_s = existing_train_s or {}
     pairs = pairing.members(plans)  # iso-time pairs: exclusive by default

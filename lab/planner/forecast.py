@@ -10,17 +10,17 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine
 
-from lab.planner.estimates import LazyTimeModel, TimeModel, estimate_plans
-from lab.planner.history import existing_train_seconds, max_job_id
-from lab.planner.jobs import device_memory, grid_jobs, local_slots, queue_jobs
-from lab.planner.local_machine import Calibration, cached_calibration, resolve_calibration
-from lab.planner.report import Forecast
-from lab.planner.simulate import simulate
-from orchestrator.states import JobStatus
+from looplab.lab.planner.estimates import LazyTimeModel, TimeModel, estimate_plans
+from looplab.lab.planner.history import existing_train_seconds, max_job_id
+from looplab.lab.planner.jobs import device_memory, grid_jobs, local_slots, queue_jobs
+from looplab.lab.planner.local_machine import Calibration, cached_calibration, resolve_calibration
+from looplab.lab.planner.report import Forecast
+from looplab.lab.planner.simulate import simulate
+from looplab.orchestrator.states import JobStatus
 
 if TYPE_CHECKING:
-    from orchestrator.grid import Grid, JobPlan
-    from workers.jobs import JobRegistry
+    from looplab.orchestrator.grid import Grid, JobPlan
+    from looplab.workers.jobs import JobRegistry
 
 
 def _scheduler_setting(name: str, given: float | None = None) -> float:
@@ -29,7 +29,7 @@ def _scheduler_setting(name: str, given: float | None = None) -> float:
     as the driver will."""
     if given is not None:
         return given
-    from orchestrator import settings
+    from looplab.orchestrator import settings
 
     return getattr(settings, name)()
 
@@ -55,7 +55,7 @@ def plan_grids(
     ahead of them and none of this database's jobs or history (they ran here), on its device's memory
     and, unless given, its GPUs and CPUs. Validates the grids as `submit` does (ConfigError) and
     writes nothing."""
-    from orchestrator.submission import plan_ids_and_hashes
+    from looplab.orchestrator.submission import plan_ids_and_hashes
 
     now = time.time() if now is None else now
     if elsewhere:

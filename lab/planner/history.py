@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy import Engine
 
-from orchestrator import jobkinds, pairing
-from orchestrator.jobkinds import Pricing
-from orchestrator.schema import Attempt, DecodeBench, JobDep, TrainResult
-from orchestrator.schema import Job as JobRow
-from orchestrator.states import AttemptOutcome, JobStatus
+from looplab.orchestrator import jobkinds, pairing
+from looplab.orchestrator.jobkinds import Pricing
+from looplab.orchestrator.schema import Attempt, DecodeBench, JobDep, TrainResult
+from looplab.orchestrator.schema import Job as JobRow
+from looplab.orchestrator.states import AttemptOutcome, JobStatus
 
 if TYPE_CHECKING:
-    from orchestrator.grid import JobPlan
+    from looplab.orchestrator.grid import JobPlan
 
 JOBS = JobRow.__table__
 # the kind and spec of the job whose checkpoint a follow-up is about (a kind priced as TRAINING)
@@ -31,7 +31,7 @@ def device_type(device: str | None) -> str:
 
 def variant_of(spec: dict[str, Any], kind: str) -> str | None:
     """The variant id of the model a job of `kind` with `spec` names (None: it names none)."""
-    from orchestrator.variants import resolve, variant_id
+    from looplab.orchestrator.variants import resolve, variant_id
 
     resolved = resolve(kind, spec)
     if resolved is None:

@@ -14,17 +14,17 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy import Engine
 
-from lab.planner.estimates import Estimate, TimeModel
-from orchestrator import jobkinds, pairing
-from orchestrator.admission import Request
-from orchestrator.estimate_source import EstimateSource
-from orchestrator.jobkinds import Pricing
-from orchestrator.schema import Job as JobRow
-from orchestrator.schema import JobDep
-from orchestrator.states import JobStatus
+from looplab.lab.planner.estimates import Estimate, TimeModel
+from looplab.orchestrator import jobkinds, pairing
+from looplab.orchestrator.admission import Request
+from looplab.orchestrator.estimate_source import EstimateSource
+from looplab.orchestrator.jobkinds import Pricing
+from looplab.orchestrator.schema import Job as JobRow
+from looplab.orchestrator.schema import JobDep
+from looplab.orchestrator.states import JobStatus
 
 if TYPE_CHECKING:
-    from orchestrator.grid import JobPlan
+    from looplab.orchestrator.grid import JobPlan
 
 JOBS = JobRow.__table__
 
@@ -130,7 +130,7 @@ def queue_jobs(eng: Engine, model: TimeModel, has_gpu: bool, now: float) -> list
     """The queue's queued and running jobs as ForecastJobs (the stored plan estimate when there is one,
     else a fresh one; a running job for what is left: its progress ETA, else estimate less elapsed).
     A queued job waits since its retry backoff ended or a user retried it, else since its submission."""
-    from orchestrator.jobkinds import job_resources
+    from looplab.orchestrator.jobkinds import job_resources
 
     deps = JobDep.__table__
     dep = sa.alias(JOBS, "dep")
@@ -202,9 +202,9 @@ def grid_jobs(
     database has it already; skipped when it is queued or running, so it is among `queue_jobs`), in the
     order the queue will give them ids, each flagged when its estimated memory exceeds its device's
     (`memory`: the GPU's, times its GPU fraction; the machine's RAM on the CPU)."""
-    from orchestrator.grid import trained_plan
-    from orchestrator.jobkinds import job_resources
-    from orchestrator.submission import deps_first
+    from looplab.orchestrator.grid import trained_plan
+    from looplab.orchestrator.jobkinds import job_resources
+    from looplab.orchestrator.submission import deps_first
 
     keys = [
         f"#{existing[p.config_hash]}" if p.config_hash in existing else f"+{i}" for i, p in enumerate(plans)

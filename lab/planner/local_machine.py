@@ -1,6 +1,6 @@
 """This machine's calibration, measured once and cached (`calibrate`, `cached_calibration`), and what
 `plan_grids` takes as one (`resolve_calibration`). The measuring is workers/calibrate.py's (`measure`,
-runnable on a box with only torch: `python -m workers.calibrate --out FILE`, whose file `looplab plan
+runnable on a box with only torch: `python -m looplab.workers.calibrate --out FILE`, whose file `looplab plan
 --calibration FILE` reads); here it adds the queue's own start-up (a driver starting Ray) and caches the
 result per machine, device and thread count in `$LOOPLAB_CACHE/planner/calibration.json`, measured again
 after a week (the machine, its load or the code may have changed) or when the format's version changes.
@@ -15,7 +15,7 @@ import socket
 import time
 from pathlib import Path
 
-from workers.calibrate import DEFAULT_STARTUP_S, VERSION, Calibration, measure, subprocess_seconds
+from looplab.workers.calibrate import DEFAULT_STARTUP_S, VERSION, Calibration, measure, subprocess_seconds
 
 __all__ = ["DEFAULT_STARTUP_S", "Calibration", "cached_calibration", "calibrate", "resolve_calibration"]
 
@@ -28,7 +28,7 @@ def _calibration_key(device: str, threads: int) -> str:
 
 
 def calibration_path() -> Path:
-    from workers.corpus import cache_root
+    from looplab.workers.corpus import cache_root
 
     return cache_root() / "planner" / CALIBRATION_FILE
 

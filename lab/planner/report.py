@@ -10,11 +10,11 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from lab.planner.jobs import ForecastJob
-from lab.planner.local_machine import Calibration
-from orchestrator import jobkinds
-from orchestrator.jobkinds import Pricing
-from orchestrator.retention import fmt_bytes
+from looplab.lab.planner.jobs import ForecastJob
+from looplab.lab.planner.local_machine import Calibration
+from looplab.orchestrator import jobkinds
+from looplab.orchestrator.jobkinds import Pricing
+from looplab.orchestrator.retention import fmt_bytes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -130,7 +130,7 @@ class Forecast:
 
     def _totals(self) -> list[str]:
         """The work per device, GPU-hours per kind, the disk and the finish time."""
-        from lab.display import fmt_eta
+        from looplab.lab.display import fmt_eta
 
         totals = self.totals()
         per = ", ".join(f"{k} {fmt_eta(v) or '0s'}" for k, v in totals.items() if k != "all")
@@ -239,7 +239,7 @@ def _notes(j: ForecastJob) -> list[str]:
 
 
 def _dur(seconds: float | None) -> str:
-    from lab.display import fmt_eta
+    from looplab.lab.display import fmt_eta
 
     if seconds is None:
         return "?"

@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from lab.planner.jobs import ForecastJob
-from orchestrator.admission import Candidate, Node, Running, admit, effective_priority, place
-from orchestrator.states import JobStatus
+from looplab.lab.planner.jobs import ForecastJob
+from looplab.orchestrator.admission import Candidate, Node, Running, admit, effective_priority, place
+from looplab.orchestrator.states import JobStatus
 
 EPS = 1e-9
 CHECKPOINT_S = 600.0  # a train spec's ckpt_minutes default: a running job has checkpointed by then

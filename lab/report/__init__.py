@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lab.report.content import StudyData, study_data
-from lab.report.render import to_html, to_markdown
-from lab.report.sections import sections
+from looplab.lab.report.content import StudyData, study_data
+from looplab.lab.report.render import to_html, to_markdown
+from looplab.lab.report.sections import sections
 
 FORMATS = ("html", "md")
 
@@ -25,7 +25,7 @@ __all__ = ["FORMATS", "StudyData", "cli_report", "report_text", "study_data", "w
 
 def report_text(url: str, grids: list[str], fmt: str = "html") -> str:
     """The report on `grids` (names or ids) of the database at `url`, as HTML or Markdown text."""
-    from model import fields
+    from looplab.model import fields
 
     fmt = fields.choice("--format", fmt, FORMATS)
     data = study_data(url, grids)
@@ -47,7 +47,7 @@ def write_report(url: str, grids: list[str], path: str | Path, fmt: str = "html"
 
 def cli_report(args) -> int:
     """`looplab report GRID... [-o FILE] [--format html|md]`; without -o the text goes to stdout."""
-    from orchestrator.db import resolve_url
+    from looplab.orchestrator.db import resolve_url
 
     url = resolve_url(args.db)
     fmt = args.format or ("md" if args.output and str(args.output).endswith(".md") else "html")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import (
+from looplab.analysis import (
     claims,
     claims_measure,
     comparison,
@@ -31,10 +31,10 @@ from analysis import (
     timing,
     variants,
 )
-from model.presets import ISO_DEPTH_RECIPE
-from orchestrator import frames
-from orchestrator.errors import USER_ERRORS
-from orchestrator.states import JobStatus
+from looplab.model.presets import ISO_DEPTH_RECIPE
+from looplab.orchestrator import frames
+from looplab.orchestrator.errors import USER_ERRORS
+from looplab.orchestrator.states import JobStatus
 
 ROOT = Path(__file__).resolve().parents[2]
 CURVE_KEY = "val_loss"  # the training curve a report draws

@@ -17,8 +17,8 @@ from html import escape
 
 import numpy as np
 
-from lab.report.sections import Section, Table, cell, column_kinds, missing
-from lab.report.svg import LineChart, render
+from looplab.lab.report.sections import Section, Table, cell, column_kinds, missing
+from looplab.lab.report.svg import LineChart, render
 
 STYLE = """
 body { font-family: sans-serif; max-width: 1200px; margin: 2em auto; padding: 0 1em; color: #222; }

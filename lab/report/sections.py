@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from analysis.comparison import NOISE_THRESHOLD
-from analysis.variants import MISSING
-from lab.report.content import CURVE_KEY, StudyData, grid_specs
-from lab.report.svg import LineChart, Series
+from looplab.analysis.comparison import NOISE_THRESHOLD
+from looplab.analysis.variants import MISSING
+from looplab.lab.report.content import CURVE_KEY, StudyData, grid_specs
+from looplab.lab.report.svg import LineChart, Series
 
 RUN_COLUMNS = [
     "job_id",

@@ -80,7 +80,7 @@ def downgrade() -> None:
     op.drop_column("jobs", "failed_dependency")
     # From this revision on the views come from orchestrator/views.py (see migrations/env.py), which
     # dropped them before this ran: back at 0002, the database gets 0001's views, as that release had.
-    initial = importlib.import_module("migrations.versions.0001_initial")
+    initial = importlib.import_module("looplab.migrations.versions.0001_initial")
     for sql in initial.VIEWS.values():
         op.execute(sql)
 

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 
-from analysis import adaptive
-from analysis.stats import NoiseFloor
+from looplab.analysis import adaptive
+from looplab.analysis.stats import NoiseFloor
 
 T975_4 = scipy_stats.t.ppf(0.975, 4)  # 2.776: the noise floor below has 4 degrees of freedom
 NOISE = NoiseFloor(sigma=0.01, dof=4, low=0.006, high=0.029, n_variants=2, groups=pd.DataFrame())

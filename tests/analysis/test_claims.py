@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis import claims
-from analysis.claims_base import Comparison, Quote, Unit, parse_number, printed_step
+from looplab.analysis import claims
+from looplab.analysis.claims_base import Comparison, Quote, Unit, parse_number, printed_step
 
 SEEDS = Path(__file__).resolve().parents[2].parent / "shared" / claims.SEEDS_DIR
 

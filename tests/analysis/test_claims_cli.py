@@ -8,7 +8,7 @@ import io
 import pandas as pd
 import pytest
 
-from analysis import claims
+from looplab.analysis import claims
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,7 @@ def db(tmp_path_factory) -> str:
 
 
 def csv_of(db: str, capsys, *flags: str) -> pd.DataFrame:
-    from lab.cli import main
+    from looplab.lab.cli import main
 
     assert main(["--db", db, "claims", "--csv", *flags]) == 0
     return pd.read_csv(io.StringIO(capsys.readouterr().out))
@@ -41,7 +41,7 @@ def test_every_claim_has_a_row_with_its_verdict(db, capsys):
 
 
 def test_one_study_and_the_text_table(db, capsys):
-    from lab.cli import main
+    from looplab.lab.cli import main
 
     lean = csv_of(db, capsys, "--study", "lean")
     assert set(lean["study"]) == {"lean"} and len(lean) == len(claims.claims_of("lean"))
@@ -52,7 +52,7 @@ def test_one_study_and_the_text_table(db, capsys):
 
 
 def test_the_study_choices_are_the_registrys(capsys):
-    from lab.cli import build_parser
+    from looplab.lab.cli import build_parser
 
     action = next(
         a

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis import claims, claims_measure, iso_depth
+from looplab.analysis import claims, claims_measure, iso_depth
 from tests.analysis import test_scaling as law
 
 RS = (1, 2, 4, 8)

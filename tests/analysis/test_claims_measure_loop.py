@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from analysis import claims, claims_measure
+from looplab.analysis import claims, claims_measure
 
 FALLS, GROWS = "loop.update_falls_beyond_horizon", "loop.variance_grows_beyond_horizon"
 RATIO = "loop.channel_interaction_7x_dense"

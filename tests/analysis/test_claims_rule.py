@@ -12,9 +12,9 @@ import math
 import pandas as pd
 import pytest
 
-from analysis import claims
-from analysis.claims import Comparison, Scale
-from analysis.stats import ClaimVerdict, Verdict
+from looplab.analysis import claims
+from looplab.analysis.claims import Comparison, Scale
+from looplab.analysis.stats import ClaimVerdict, Verdict
 
 C = claims.BY_ID
 TINY = Scale("0.2M", "1048576 token", (0, 1), "cpu")

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 
-from analysis import comparison, stats, variants
+from looplab.analysis import comparison, stats, variants
 
 NAN = float("nan")
 

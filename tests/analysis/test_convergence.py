@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from analysis import convergence
+from looplab.analysis import convergence
 
 
 def _sweep(label, sweep, rel, resolution=0.01, loops=4):

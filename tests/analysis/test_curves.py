@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import curves
+from looplab.analysis import curves
 from tests.analysis.test_comparison import frame, run
 
 

@@ -8,7 +8,7 @@ import math
 import pandas as pd
 import pytest
 
-from analysis import extrapolation
+from looplab.analysis import extrapolation
 
 # two variants of one effective depth 8: a 2-layer block x 4 loops and a 4-layer block x 2 loops
 VARIANTS = {

@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from analysis import far_copy
+from looplab.analysis import far_copy
 
 
 def _rows(label, seed, far, near, definition=2, distance=500, loops=4):

@@ -1,4 +1,4 @@
-"""analysis.findings: the lean-recipe study's claims measured on frames built from the study's own tables
+"""looplab.analysis.findings: the lean-recipe study's claims measured on frames built from the study's own tables
 (so the registry's rule must replicate them through the same path our runs take), then with a shape
 broken, a loop count missing and a claim these frames cannot measure."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from analysis import claims, comparison, findings
+from looplab.analysis import claims, comparison, findings
 
 C = claims.BY_ID
 

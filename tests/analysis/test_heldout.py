@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from analysis import heldout
+from looplab.analysis import heldout
 
 
 def _depth(rows):

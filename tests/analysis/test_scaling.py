@@ -14,10 +14,10 @@ import pandas as pd
 import pytest
 from scipy.optimize import minimize_scalar
 
-from analysis import iso_depth, scaling
-from model import presets
-from model.counts import arch_summary
-from model.errors import ConfigError
+from looplab.analysis import iso_depth, scaling
+from looplab.model import presets
+from looplab.model.counts import arch_summary
+from looplab.model.errors import ConfigError
 
 # a law of the size of tiny CPU models (N ~ 1e5, D ~ 1e5..1e6)
 TRUE = dict(E=1.5, A=30.0, alpha=0.3, B=40.0, beta=0.3, phi=0.5)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from analysis.smoothing import smooth
+from looplab.analysis.smoothing import smooth
 
 
 def test_ema_and_window_smooth_each_run_on_its_own_and_keep_the_raw_value():
@@ -26,7 +26,7 @@ def test_ema_and_window_smooth_each_run_on_its_own_and_keep_the_raw_value():
 
 
 def test_budgets_read_in_a_human_unit_and_stay_distinct():
-    from analysis.variants import budget_labels, human_count
+    from looplab.analysis.variants import budget_labels, human_count
 
     assert [human_count(n) for n in (512, 61_440, 1e6, 2.5e6, 1e9, 3e12)] == [
         "512",

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 
-from analysis import stats
-from model.errors import ConfigError
+from looplab.analysis import stats
+from looplab.model.errors import ConfigError
 
 NAN = float("nan")
 

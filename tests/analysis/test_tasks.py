@@ -8,7 +8,7 @@ import math
 import pandas as pd
 import pytest
 
-from analysis import tasks
+from looplab.analysis import tasks
 
 
 def test_wilson_interval_by_hand():

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 
-from analysis import comparison, curves, stats, variants
+from looplab.analysis import comparison, curves, stats, variants
 
 NAN = float("nan")
 # two variants of the recipe fixed4 (4 and 8 loops) and one of lean; the architecture as stored per job

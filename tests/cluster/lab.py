@@ -173,13 +173,13 @@ class LabCluster:
 
     def looplab(self, host: str, *args: str, log: str | None = None) -> subprocess.Popen:
         """`looplab --db URL ARGS` on `host`, in the shared directory."""
-        argv = [sys.executable, "-m", "lab.cli", "--db", self.url, *args]
+        argv = [sys.executable, "-m", "looplab", "--db", self.url, *args]
         return self.net[host].spawn(
             argv, cwd=self.net.shared, env=self.env, log=self.logs / (log or f"{host}.log")
         )
 
     def looplab_done(self, host: str, *args: str, timeout: float = 180) -> str:
-        argv = [sys.executable, "-m", "lab.cli", "--db", self.url, *args]
+        argv = [sys.executable, "-m", "looplab", "--db", self.url, *args]
         out = self.net[host].run(argv, cwd=self.net.shared, env=self.env, timeout=timeout)
         assert out.returncode == 0, out.stdout + out.stderr
         return out.stdout

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from orchestrator.states import AttemptOutcome, JobStatus
+from looplab.orchestrator.states import AttemptOutcome, JobStatus
+from looplab.workers import artifacts
 from tests.cluster.lab import LabCluster
-from workers import artifacts
 
 
 def check(lab: LabCluster) -> dict:

@@ -85,8 +85,8 @@ MAX_ATTEMPTS = 10
 SUBMITTER = """
 import sys, time
 from pathlib import Path
-from lab.api import Queue
-from lab.commands import load_grids
+from looplab.lab.api import Queue
+from looplab.lab.commands import load_grids
 queue, here, i = Queue(db=sys.argv[1]), Path(sys.argv[2]), 0
 while not (here / "waves.end").exists():
     wave = here / f"wave{i}.py"

@@ -20,7 +20,7 @@ if netns.available():
     pytestmark.append(pytest.mark.skip(reason=netns.available()))
 
 GRID = f"""
-from orchestrator import Grid
+from looplab import Grid
 base = {TRAIN!r}
 grid = Grid("cluster", base=base, sweep={{"seed": [0, 1, 2]}})
 """
@@ -174,7 +174,7 @@ def test_a_gang_losing_one_host_restarts_whole_from_its_checkpoint(lab, tmp_path
     tried = lab.query(f"SELECT n, outcome, resumed_from_step FROM attempts WHERE job_id = {job} ORDER BY n")
     assert [t[1] for t in tried][-1] == "succeeded" and all(t[1] == "interrupted" for t in tried[:-1]), tried
     assert len(tried) >= 2 and tried[-1][2] is not None and tried[-1][2] >= ckpt  # from its checkpoint
-    from workers import jobs
+    from looplab.workers import jobs
 
     ref = reference_gang(GANG_TRAIN, tmp_path / "ref", jobs)
     got = lab.query(

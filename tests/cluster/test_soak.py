@@ -24,7 +24,7 @@ def test_the_schedule_is_a_function_of_the_seed():
 
 
 def test_the_study_comes_in_one_wave_per_fault_and_one_more():
-    from orchestrator.grid import Grid
+    from looplab.orchestrator.grid import Grid
 
     texts = soak.waves(41, 10)
     grids = [[g for g in ns.values() if isinstance(g, Grid)] for ns in map(_run, texts)]

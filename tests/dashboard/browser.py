@@ -54,7 +54,7 @@ def free_port() -> int:
 def streamlit_server(db: str) -> Iterator[str]:
     """The dashboard served against `db` (its output in artifacts/streamlit.log); yields the base URL
     once the server answers its health check, and stops it afterwards."""
-    from dashboard.launch import command
+    from looplab.dashboard.launch import command
 
     port = free_port()
     SHOTS.mkdir(parents=True, exist_ok=True)

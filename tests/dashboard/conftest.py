@@ -96,7 +96,7 @@ LEAN8_LABEL = "lean · loops=8"
 
 def variant_columns(key: str | None) -> dict:
     """The jobs columns of a variant, as `orchestrator.variants` fills them at submission."""
-    from orchestrator.variants import variant_id, variant_label
+    from looplab.orchestrator.variants import variant_id, variant_label
 
     if key is None:
         return {}
@@ -114,10 +114,10 @@ def variant_columns(key: str | None) -> dict:
 
 def build_fixture_db(path) -> str:
     """Create the database at `path` (migrated by orchestrator.db.engine) and fill it; return the URL."""
-    from orchestrator import schema
-    from orchestrator.db import engine, resolve_url, session
-    from orchestrator.states import JobStatus
-    from orchestrator.writer import reindex_curves
+    from looplab.orchestrator import schema
+    from looplab.orchestrator.db import engine, resolve_url, session
+    from looplab.orchestrator.states import JobStatus
+    from looplab.orchestrator.writer import reindex_curves
 
     url = resolve_url(str(path))
     eng = engine(url)
@@ -273,7 +273,7 @@ def build_fixture_db(path) -> str:
     # the points went in through the ORM, not the writer: give them the levels and counts it keeps
     reindex_curves(eng)
     eng.dispose()
-    from orchestrator.db import dispose_all
+    from looplab.orchestrator.db import dispose_all
 
     dispose_all()
     return url
@@ -359,7 +359,7 @@ def fixture_url(request, tmp_path_factory):
 @pytest.fixture(scope="session")
 def empty_db(tmp_path_factory):
     """(url, path) of a migrated database with no job."""
-    from orchestrator.db import dispose_all, engine, resolve_url
+    from looplab.orchestrator.db import dispose_all, engine, resolve_url
 
     path = tmp_path_factory.mktemp("dashboard_empty") / "looplab.db"
     url = resolve_url(str(path))

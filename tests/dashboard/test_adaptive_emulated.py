@@ -11,7 +11,7 @@ from tests.dashboard.test_pages import render, text_of
 
 
 def test_the_adaptive_page_labels_emulated_exits(monkeypatch, tmp_path):
-    from orchestrator.db import dispose_all, engine
+    from looplab.orchestrator.db import dispose_all, engine
     from tests.dashboard.conftest import build_fixture_db
 
     url = build_fixture_db(tmp_path / "looplab.db")

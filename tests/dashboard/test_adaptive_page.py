@@ -36,8 +36,8 @@ def config(rule, threshold, strategy) -> str:
 def add_adaptive_rows(url: str) -> None:
     """An adaptive job per parcae train job of the fixture database, with cells, histograms, task
     scores and decode timings."""
-    from orchestrator import schema
-    from orchestrator.db import dispose_all, engine, session
+    from looplab.orchestrator import schema
+    from looplab.orchestrator.db import dispose_all, engine, session
 
     with session(engine(url)) as s:
         trains = s.query(schema.Job).filter_by(kind="train", recipe="parcae", status="succeeded").all()
@@ -144,7 +144,7 @@ def adaptive_url(request, tmp_path_factory):
 
 
 def test_the_frames_label_the_cells_with_their_trained_model(adaptive_url):
-    from orchestrator import frames
+    from looplab.orchestrator import frames
 
     evals = frames.adaptive(adaptive_url)
     assert (
@@ -159,8 +159,8 @@ def test_the_frames_label_the_cells_with_their_trained_model(adaptive_url):
 
 
 def test_adaptive_page_in_apptest(monkeypatch, adaptive_url):
-    from analysis import adaptive, variants
-    from orchestrator import frames
+    from looplab.analysis import adaptive, variants
+    from looplab.orchestrator import frames
 
     at = render(monkeypatch, adaptive_url, "adaptive")
     assert [h.value for h in at.header] == [

@@ -4,7 +4,7 @@ database."""
 
 from __future__ import annotations
 
-from analysis import claims
+from looplab.analysis import claims
 from tests.dashboard.test_pages import frame_with, render
 
 

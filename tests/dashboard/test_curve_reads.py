@@ -12,12 +12,12 @@ import pandas as pd
 import pytest
 import sqlalchemy as sa
 
-from analysis import curves
-from orchestrator import Grid, frames, jobqueue
-from orchestrator.db import dispose_all, engine
-from orchestrator.writer import reindex_curves, write_events
+from looplab.analysis import curves
+from looplab.orchestrator import Grid, frames, jobqueue
+from looplab.orchestrator.db import dispose_all, engine
+from looplab.orchestrator.writer import reindex_curves, write_events
+from looplab.workers.reporter import Event, EventKind
 from tests.orchestrator import fake_jobs
-from workers.reporter import Event, EventKind
 
 COLUMNS = ["job_id", "key", "step", "tokens", "wall_s", "value"]
 SIZES = (2, 3, 5, 7, 20, 64, 500, 10**6)  # max_points: from the smallest stride to reading everything

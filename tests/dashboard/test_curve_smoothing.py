@@ -10,13 +10,13 @@ from pathlib import Path
 import pyarrow as pa
 from streamlit.testing.v1 import AppTest
 
-from orchestrator import Grid, Queue
-from orchestrator.db import engine
-from orchestrator.health import Finding, HealthSettings, HealthWatch, Level, Rule, store
-from orchestrator.jobqueue import claim
-from orchestrator.writer import write_events
+from looplab import Grid, Queue
+from looplab.orchestrator.db import engine
+from looplab.orchestrator.health import Finding, HealthSettings, HealthWatch, Level, Rule, store
+from looplab.orchestrator.jobqueue import claim
+from looplab.orchestrator.writer import write_events
+from looplab.workers.reporter import Event, EventKind
 from tests.orchestrator import fake_jobs
-from workers.reporter import Event, EventKind
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
 

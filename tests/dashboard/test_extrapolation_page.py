@@ -14,8 +14,8 @@ from tests.dashboard.test_pages import render
 @pytest.fixture(scope="module")
 def geometry_db(tmp_path_factory):
     """The dashboard fixture database plus angle, state variance and interaction rows for its sweeps."""
-    from orchestrator import schema
-    from orchestrator.db import dispose_all, engine, session
+    from looplab.orchestrator import schema
+    from looplab.orchestrator.db import dispose_all, engine, session
     from tests.dashboard.conftest import build_fixture_db
 
     path = tmp_path_factory.mktemp("geometry_db") / "looplab.db"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from analysis import curves
-from orchestrator import frames
+from looplab.analysis import curves
+from looplab.orchestrator import frames
 from tests.dashboard.conftest import EXPECTED, LEAN8_LABEL
 
 
@@ -146,8 +146,8 @@ def test_status_and_the_queue_page_show_one_job_listing(fixture_url):
     """`looplab status` (lab/display.py) and the Queue page (`frames.jobs`) read the same query:
     the same jobs in the same order with the same states; the terminal shows a failed job's last error
     line, the page its whole text, and only for failed jobs."""
-    from lab.display import status_frame
-    from orchestrator.states import JobStatus
+    from looplab.lab.display import status_frame
+    from looplab.orchestrator.states import JobStatus
 
     page = frames.jobs(fixture_url)
     terminal = status_frame(frames.engine(fixture_url))

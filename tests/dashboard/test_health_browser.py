@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import io
 
-from orchestrator import Grid, Queue
-from orchestrator.health import Finding, HealthSettings, HealthWatch, Level, Rule, store
-from orchestrator.jobqueue import claim, finish
-from orchestrator.states import AttemptOutcome
-from orchestrator.writer import write_events
+from looplab import Grid, Queue
+from looplab.orchestrator.health import Finding, HealthSettings, HealthWatch, Level, Rule, store
+from looplab.orchestrator.jobqueue import claim, finish
+from looplab.orchestrator.states import AttemptOutcome
+from looplab.orchestrator.writer import write_events
+from looplab.workers.reporter import Event, EventKind
 from tests.dashboard.browser import SHOTS, assert_page_shows, open_page, page_url
 from tests.dashboard.test_curve_smoothing import compare_db_with_a_health_event
 from tests.orchestrator import fake_jobs
-from workers.reporter import Event, EventKind
 
 
 def health_db(tmp_path) -> str:

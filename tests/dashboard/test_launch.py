@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from dashboard import launch
+from looplab.dashboard import launch
 
 
 def test_cli_dashboard_runs_streamlit_on_localhost_with_resolved_db(monkeypatch, fixture_db):
@@ -44,7 +44,7 @@ def test_app_config_hides_the_deploy_menu_for_a_plain_streamlit_run():
 
 
 def test_cli_dashboard_refuses_a_missing_database(tmp_path):
-    from orchestrator.errors import DatabaseError
+    from looplab.orchestrator.errors import DatabaseError
 
     with pytest.raises(DatabaseError, match="no database at"):
         launch.cli_dashboard(argparse.Namespace(db=str(tmp_path / "none.db"), port=8501))

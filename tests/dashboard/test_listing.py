@@ -1,11 +1,11 @@
-"""dashboard.listing: the Queue page's numbers (jobs per state, running jobs, recent failures) on a
+"""looplab.dashboard.listing: the Queue page's numbers (jobs per state, running jobs, recent failures) on a
 hand-built job listing."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from dashboard import listing
+from looplab.dashboard import listing
 
 NAN = float("nan")
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-from orchestrator import Grid, Queue, alerts
-from orchestrator.health import Finding, Level, Rule, store
-from orchestrator.jobqueue import claim, finish
-from orchestrator.states import AttemptOutcome
+from looplab.orchestrator import Grid, Queue, alerts
+from looplab.orchestrator.health import Finding, Level, Rule, store
+from looplab.orchestrator.jobqueue import claim, finish
+from looplab.orchestrator.states import AttemptOutcome
 from tests.orchestrator import fake_jobs
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")

@@ -168,8 +168,8 @@ def test_compare_page(monkeypatch, fixture_url):
 
 
 def test_every_verdict_has_a_cell_and_a_line_colour():
-    from analysis.stats import ClaimVerdict, Verdict
-    from dashboard import ui
+    from looplab.analysis.stats import ClaimVerdict, Verdict
+    from looplab.dashboard import ui
 
     # a verdict without a colour would show as a white cell and break the interval chart's scale; a
     # claim's verdict is only ever a cell (the Claims page draws no interval chart)
@@ -206,9 +206,9 @@ def law(tokens: float) -> float:
 @pytest.fixture(scope="module")
 def budgets_db(tmp_path_factory):
     """plain and `lean · loops=8` at 1M, 2M and 4M tokens × seeds 0, 1, losses from `law`."""
-    from orchestrator import schema
-    from orchestrator.db import dispose_all, engine, resolve_url, session
-    from orchestrator.states import JobStatus
+    from looplab.orchestrator import schema
+    from looplab.orchestrator.db import dispose_all, engine, resolve_url, session
+    from looplab.orchestrator.states import JobStatus
     from tests.dashboard.conftest import VARIANTS, variant_columns
 
     url = resolve_url(str(tmp_path_factory.mktemp("budgets_db") / "looplab.db"))

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from orchestrator import Grid, Queue
-from orchestrator.retention import fmt_bytes
+from looplab import Grid, Queue
+from looplab.orchestrator.retention import fmt_bytes
+from looplab.workers.artifacts import CHECKPOINT, FINAL
 from tests.dashboard.test_pages import render, text_of
 from tests.orchestrator import artifact_jobs
-from workers.artifacts import CHECKPOINT, FINAL
 
 
 def test_queue_page_shows_the_artifacts_disk_and_what_gc_would_free(monkeypatch, tmp_path):

@@ -8,13 +8,13 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-from orchestrator import Grid, Queue
-from orchestrator.health import HealthWatch
-from orchestrator.jobqueue import claim
-from orchestrator.writer import write_events
+from looplab import Grid, Queue
+from looplab.orchestrator.health import HealthWatch
+from looplab.orchestrator.jobqueue import claim
+from looplab.orchestrator.writer import write_events
+from looplab.workers.reporter import Event, EventKind
 from tests.dashboard.test_curve_smoothing import datasets, layers, mark
 from tests.orchestrator import fake_jobs
-from workers.reporter import Event, EventKind
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
 

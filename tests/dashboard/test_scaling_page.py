@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis import iso_depth, scaling
+from looplab.analysis import iso_depth, scaling
 from tests.analysis.test_scaling import synthetic
 from tests.cli import looplab_here
 from tests.dashboard.browser import check_page_in_browser
@@ -20,9 +20,9 @@ def build_study_db(path: Path) -> str:
     """A database with the synthetic study as grid "iso" (recipe iso_depth), one failed iso_depth job that
     wrote its result row before it failed, one running iso_depth job, and a parcae run of another grid
     (none of which the fit may read: the command and the page pass only succeeded runs to it)."""
-    from orchestrator import schema
-    from orchestrator.db import dispose_all, engine, resolve_url, session
-    from orchestrator.states import JobStatus
+    from looplab.orchestrator import schema
+    from looplab.orchestrator.db import dispose_all, engine, resolve_url, session
+    from looplab.orchestrator.states import JobStatus
 
     url = resolve_url(str(path))
     eng = engine(url)

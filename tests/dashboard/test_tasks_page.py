@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis import tasks
+from looplab.analysis import tasks
 from tests.dashboard.browser import SHOTS, check_page_in_browser, open_page, page_url
 from tests.dashboard.test_pages import render
 
@@ -27,9 +27,9 @@ DEDUCTION = {
 
 def _add_evals(path: Path) -> None:
     """Eval jobs with task scores on the fixture database's parcae and lean runs."""
-    from orchestrator import schema
-    from orchestrator.db import engine, session
-    from orchestrator.states import JobStatus
+    from looplab.orchestrator import schema
+    from looplab.orchestrator.db import engine, session
+    from looplab.orchestrator.states import JobStatus
 
     eng = engine(str(path))
     with session(eng) as s:
@@ -94,7 +94,7 @@ def _add_evals(path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def tasks_db(tmp_path_factory):
-    from orchestrator.db import dispose_all
+    from looplab.orchestrator.db import dispose_all
     from tests.dashboard.conftest import build_fixture_db
 
     path = tmp_path_factory.mktemp("tasks_db") / "looplab.db"
@@ -105,7 +105,7 @@ def tasks_db(tmp_path_factory):
 
 
 def test_task_scores_query_labels_rows_with_the_trained_variant(tasks_db):
-    from orchestrator import frames
+    from looplab.orchestrator import frames
 
     df = frames.task_scores(tasks_db[0])
     assert len(df) == 4 * 3 * 4  # 4 runs x 3 loop counts x (3 deduction rows + sciq)
@@ -123,7 +123,7 @@ def test_task_categories_view_means_each_runs_tasks_per_category(tasks_db):
     import pandas as pd
     import sqlalchemy as sa
 
-    from orchestrator.db import engine
+    from looplab.orchestrator.db import engine
 
     with engine(tasks_db[0]).connect() as conn:
         view = pd.read_sql(sa.text("SELECT * FROM task_categories WHERE loops = 8"), conn)

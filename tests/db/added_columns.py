@@ -9,7 +9,7 @@ from alembic import command
 from sqlalchemy import create_engine, inspect
 from sqlalchemy.pool import NullPool
 
-from orchestrator.db import alembic_config
+from looplab.orchestrator.db import alembic_config
 
 
 def table_rows(url: str, table: str, order: str) -> pd.DataFrame:

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from sqlalchemy import insert, text
 
-from orchestrator.db import engine, readonly_engine, session
-from orchestrator.schema import GridRow, Job, Metric
+from looplab.orchestrator.db import engine, readonly_engine, session
+from looplab.orchestrator.schema import GridRow, Job, Metric
 
 
 def writer(db: str, n: int, batch: int, ready: Path, done: Path) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.db import dispose_all
+from looplab.orchestrator.db import dispose_all
 
 
 @pytest.fixture(autouse=True)

@@ -12,7 +12,7 @@ from alembic import command
 from sqlalchemy import create_engine, inspect
 from sqlalchemy.pool import NullPool
 
-from orchestrator.db import alembic_config
+from looplab.orchestrator.db import alembic_config
 
 PREVIOUS = "0012_imports"
 TABLES = {"adaptive_evals", "adaptive_exit_rounds", "adaptive_task_scores", "adaptive_decodes"}

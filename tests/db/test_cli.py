@@ -10,10 +10,10 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
-from lab.cli import main
-from orchestrator.db import VERSION_TABLE, head_revision
-from orchestrator.schema import Base
-from orchestrator.views import VIEW_NAMES
+from looplab.lab.cli import main
+from looplab.orchestrator.db import VERSION_TABLE, head_revision
+from looplab.orchestrator.schema import Base
+from looplab.orchestrator.views import VIEW_NAMES
 
 LOOPLAB = str(Path(sys.executable).with_name("looplab"))
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from orchestrator.db import engine
+from looplab.orchestrator.db import engine
 
 REPO = Path(__file__).resolve().parents[2]
 N_POINTS = 20_000

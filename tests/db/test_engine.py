@@ -16,10 +16,10 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
-from model.errors import ConfigError
-from orchestrator.db import dispose_all, engine, head_revision, readonly_engine, resolve_url, session
-from orchestrator.errors import DatabaseError
-from orchestrator.schema import GridRow
+from looplab.model.errors import ConfigError
+from looplab.orchestrator.db import dispose_all, engine, head_revision, readonly_engine, resolve_url, session
+from looplab.orchestrator.errors import DatabaseError
+from looplab.orchestrator.schema import GridRow
 from tests.db.conftest import file_digest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -168,8 +168,8 @@ def test_two_processes_creating_one_database_at_once_do_not_race(db_url):
 def test_grant_reader_makes_a_role_that_reads_and_cannot_write(db_url):
     """`looplab db grant-reader ROLE` (PostgreSQL): the role reads every table and view; its writes fail
     for want of privileges even after it switches its session's read-only default off."""
-    from lab.cli import main
-    from orchestrator.db import grant_reader
+    from looplab.lab.cli import main
+    from looplab.orchestrator.db import grant_reader
 
     if db_url.startswith("sqlite"):
         with pytest.raises(ConfigError, match="--db: grant-reader needs a PostgreSQL database"):

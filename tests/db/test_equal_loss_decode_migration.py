@@ -11,11 +11,11 @@ from alembic import command
 from sqlalchemy import create_engine
 from sqlalchemy.pool import NullPool
 
-from orchestrator import frames
-from orchestrator.db import alembic_config, engine
+from looplab.orchestrator import frames
+from looplab.orchestrator.db import alembic_config, engine
 from tests.db.added_columns import round_trip_keeps_rows, table_rows
 
-REVISION = importlib.import_module("migrations.versions.0021_equal_loss_decode")
+REVISION = importlib.import_module("looplab.migrations.versions.0021_equal_loss_decode")
 NEW = ["equal_loss_rounds", "equal_loss_ms_per_token"]
 JOB = (
     "INSERT INTO jobs (id, kind, config, config_hash, status, recipe, size, seed, loops, priority, attempts, "

@@ -11,12 +11,12 @@ from alembic import command
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.pool import NullPool
 
-from orchestrator import frames
-from orchestrator.canonical import sha256
-from orchestrator.db import alembic_config, engine
-from workers import depth_sweep, jobs
+from looplab.orchestrator import frames
+from looplab.orchestrator.canonical import sha256
+from looplab.orchestrator.db import alembic_config, engine
+from looplab.workers import depth_sweep, jobs
 
-REVISION = importlib.import_module("migrations.versions.0018_metrics")
+REVISION = importlib.import_module("looplab.migrations.versions.0018_metrics")
 OLD_COLUMNS = ["job_id", "loops", "val_loss", "val_bpb", "far_copy_loss", "near_loss"]
 # a depth sweep's canonical spec as stored before `far_distance` existed
 OLD_SPEC = {

@@ -18,16 +18,16 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import MetaData, create_engine, inspect
 from sqlalchemy.pool import NullPool
 
-from orchestrator.db import (
+from looplab.orchestrator.db import (
     VERSION_TABLE,
     alembic_config,
     engine,
     head_revision,
     readonly_engine,
 )
-from orchestrator.errors import DatabaseError
-from orchestrator.schema import Base
-from orchestrator.views import VIEW_NAMES
+from looplab.orchestrator.errors import DatabaseError
+from looplab.orchestrator.schema import Base
+from looplab.orchestrator.views import VIEW_NAMES
 from tests.db.fill import fill, read
 
 REVISIONS = [
@@ -228,9 +228,9 @@ def test_0003_recipe_table_matches_the_presets_it_was_copied_from():
     changes later does not make 0003 wrong (it back-filled the rows of its time): then this test goes."""
     import importlib
 
-    from model.presets import RECIPES, preset
+    from looplab.model.presets import RECIPES, preset
 
-    migration = importlib.import_module("migrations.versions.0003_job_state_columns")
+    migration = importlib.import_module("looplab.migrations.versions.0003_job_state_columns")
     assert set(migration.RECIPE_LOOPS) <= set(RECIPES)  # recipes added later (iso_depth) are not in it
     for recipe, (sampler, loops) in migration.RECIPE_LOOPS.items():
         cfg = preset(recipe, "tiny")
@@ -354,7 +354,7 @@ def test_0004_frozen_derivation_matches_the_code_it_was_copied_from(tmp_path):
     """The revision's frozen copy was made right: on the configs of its time it gives what
     orchestrator.variants gives today (refusals included). A later change of the live code does not make
     0004 wrong (it back-filled the rows of its time): then the configs that change leave this test."""
-    from orchestrator.variants import RUN_COLUMNS, resolve, variant_columns, variant_id
+    from looplab.orchestrator.variants import RUN_COLUMNS, resolve, variant_columns, variant_id
 
     frozen = _revision("0004_variants_and_flops").variant_columns
     tokenizer = tmp_path / "tokenizer.json"  # 300 tokens + 2 added ones: the vocabulary of its data
@@ -389,9 +389,9 @@ def test_views_come_from_one_definition_at_head_and_from_0001_below_0003(db_url)
     keeps each view's text, compared exactly; PostgreSQL the names and the columns each view shows."""
     import importlib
 
-    from orchestrator.views import VIEWS
+    from looplab.orchestrator.views import VIEWS
 
-    initial = importlib.import_module("migrations.versions.0001_initial")
+    initial = importlib.import_module("looplab.migrations.versions.0001_initial")
     sqlite = db_url.startswith("sqlite")
     cfg = alembic_config(db_url)
     command.upgrade(cfg, "head")
@@ -428,12 +428,12 @@ def test_0010_rehashes_by_identity_and_rederives_run_variants(db_url, tmp_path):
     of what defines them and a training run's variant with its batch and vocabulary, exactly as today's
     submission computes them: resubmitting the grid adds nothing. Two stored jobs that differ only in an
     execution field both stay (the first takes the new hash)."""
-    from orchestrator import Grid, Queue
-    from orchestrator.canonical import canonical_json, sha256
-    from orchestrator.grid import assign_hashes, expand
-    from orchestrator.submission import model_columns
-    from orchestrator.variants import resolve, variant_id
-    from workers import jobs as kinds
+    from looplab import Grid, Queue
+    from looplab.orchestrator.canonical import canonical_json, sha256
+    from looplab.orchestrator.grid import assign_hashes, expand
+    from looplab.orchestrator.submission import model_columns
+    from looplab.orchestrator.variants import resolve, variant_id
+    from looplab.workers import jobs as kinds
 
     grid = Grid(
         "g",
@@ -520,8 +520,8 @@ def test_0015_backfills_curve_levels_and_counts_and_keeps_the_points(db_url):
     read then returns the rule's points (analysis.curves.downsample of the full read)."""
     import pandas as pd
 
-    from analysis.curves import curve_level, downsample
-    from orchestrator import frames
+    from looplab.analysis.curves import curve_level, downsample
+    from looplab.orchestrator import frames
 
     command.upgrade(alembic_config(db_url), _revision("0015_curve_points").down_revision)
     raw = create_engine(db_url, poolclass=NullPool)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 VERSIONS = Path(__file__).resolve().parents[2] / "migrations" / "versions"
 ALLOWED_TOP_LEVEL = {"alembic", "sqlalchemy"}  # besides the standard library
-REVISIONS_PACKAGE = "migrations.versions"
+REVISIONS_PACKAGE = "looplab.migrations.versions"
 
 
 def allowed(module: str) -> bool:
@@ -88,7 +88,7 @@ def test_the_checker_can_fail():
         "from alembic import op\n"
         "from sqlalchemy.dialects import postgresql\n"
         "import importlib\n"
-        "importlib.import_module('migrations.versions.0001_initial')\n"
+        "importlib.import_module('looplab.migrations.versions.0001_initial')\n"
     )
     assert forbidden_imports(fine) == []
 

@@ -16,12 +16,12 @@ import re
 import pytest
 from sqlalchemy import make_url
 
-from lab.cli import main
-from model.errors import ConfigError
-from orchestrator.db import dispose_all, engine, session
-from orchestrator.errors import DatabaseError
-from orchestrator.schema import GridRow, Job, Metric
-from orchestrator.sql import QueryTimeout, WriteRefused, check_readonly, fetch, query
+from looplab.lab.cli import main
+from looplab.model.errors import ConfigError
+from looplab.orchestrator.db import dispose_all, engine, session
+from looplab.orchestrator.errors import DatabaseError
+from looplab.orchestrator.schema import GridRow, Job, Metric
+from looplab.orchestrator.sql import QueryTimeout, WriteRefused, check_readonly, fetch, query
 from tests.pg import BACKENDS, Databases, snapshot
 
 WRITES = [
@@ -196,7 +196,7 @@ def test_query_returns_a_dataframe(filled):
 )
 def test_the_readonly_transaction_is_a_second_line_of_defence(filled, monkeypatch, sql):
     """With the textual check switched off, the read-only engine / transaction itself refuses."""
-    import orchestrator.sql as sql_mod
+    import looplab.orchestrator.sql as sql_mod
 
     if sql.startswith("WITH gone") and _backend(filled) == "sqlite":
         pytest.skip("SQLite has no data-modifying CTE")
@@ -210,7 +210,7 @@ def test_the_readonly_transaction_is_a_second_line_of_defence(filled, monkeypatc
 def test_a_session_setting_changed_by_one_query_does_not_make_the_next_one_writable(filled, monkeypatch):
     """PostgreSQL: a query that switches the session's read-only default off (set_config, refused by the
     check, here let through) does not open the next query of the pooled connection to writes."""
-    import orchestrator.sql as sql_mod
+    import looplab.orchestrator.sql as sql_mod
 
     if _backend(filled) != "postgresql":
         pytest.skip("a PostgreSQL session setting")

@@ -10,14 +10,14 @@ import sqlalchemy as sa
 from sqlalchemy import create_engine
 from sqlalchemy.pool import NullPool
 
-from orchestrator import frames
-from orchestrator.canonical import sha256
-from orchestrator.db import engine
+from looplab.orchestrator import frames
+from looplab.orchestrator.canonical import sha256
+from looplab.orchestrator.db import engine
+from looplab.workers import depth_sweep, jobs
 from tests.db.added_columns import round_trip_keeps_rows, table_rows
 from tests.db.test_metrics_migration import OLD_SPEC, sweep_at
-from workers import depth_sweep, jobs
 
-REVISION = importlib.import_module("migrations.versions.0020_test_split")
+REVISION = importlib.import_module("looplab.migrations.versions.0020_test_split")
 NEW = ["test_loss", "test_bpb"]
 
 

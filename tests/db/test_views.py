@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
-from orchestrator.db import engine, readonly_engine, session
-from orchestrator.schema import (
+from looplab.orchestrator.db import engine, readonly_engine, session
+from looplab.orchestrator.schema import (
     DecodeBench,
     DepthEval,
     GridRow,
@@ -132,7 +132,7 @@ def test_curves_depth_decode(filled):
 def test_two_variants_of_one_recipe_are_two_rows_in_every_view(db_url, tmp_path):
     """fixed4 at loops 4 and at loops 8, same seed, submitted through the queue (which fills the variant
     columns): every view keeps them apart by variant_id, while two seeds of one variant share an id."""
-    from orchestrator import Grid, Queue
+    from looplab import Grid, Queue
 
     q = Queue(db=db_url, artifacts=tmp_path / "art")
     grid = Grid(

@@ -12,13 +12,13 @@ import math
 import pytest
 import torch
 
-from families.huginn import PUBLISHED, KVStrategy, factory, published_counts
-from model.contract import check_family, measure_flops_per_token
-from model.exit_names import EMULATED, CellKey
-from model.init import RowKey
+from looplab.families.huginn import PUBLISHED, KVStrategy, factory, published_counts
+from looplab.model.contract import check_family, measure_flops_per_token
+from looplab.model.exit_names import EMULATED, CellKey
+from looplab.model.init import RowKey
+from looplab.workers import jobs
+from looplab.workers.reporter import MemoryReporter
 from tests.workers.conftest import tiny_spec
-from workers import jobs
-from workers.reporter import MemoryReporter
 
 NAME = "families.huginn:factory"
 TINY = {"vocab_size": 64, "seq_len": 16, "d_model": 32, "n_heads": 2, "mlp": 48}
@@ -44,7 +44,7 @@ def test_the_family_meets_the_contract_with_every_capability_but_a_learned_exit_
     [({"d_model": 30}, "n_heads"), ({"mlp": 0}, "mlp"), ({"qk_bias": 1}, "qk_bias"), ({"depth": 2}, "depth")],
 )
 def test_a_bad_config_is_refused_naming_the_field(given, field):
-    from model.contract import FamilyError
+    from looplab.model.contract import FamilyError
 
     with pytest.raises(FamilyError, match=f"family_config: {field}"):
         check_family(NAME, {**TINY, **given})
@@ -100,7 +100,7 @@ def test_the_published_configuration_is_counted_without_allocating_it():
 
 
 def test_the_published_counts_are_printed_for_people(capsys):
-    from families.huginn.__main__ import main
+    from looplab.families.huginn.__main__ import main
 
     main()
     out = capsys.readouterr().out
@@ -232,10 +232,10 @@ def test_the_exit_path_is_the_forward_at_fixed_depth_and_decoding_under_full_wit
     model.exits): every token at R is the forward at R exactly, an infinite threshold the forward at
     min_rounds; given per-token exits, the sequence forward equals decoding token by token from an empty
     `full` cache with each token's recurrences (an exited token's last keys and values read later)."""
-    from model.contract import build_model
-    from model.exit_emulation import exit_natively
-    from model.exits import ExitRule, exit_forward
-    from model.presets import preset
+    from looplab.model.contract import build_model
+    from looplab.model.exit_emulation import exit_natively
+    from looplab.model.exits import ExitRule, exit_forward
+    from looplab.model.presets import preset
 
     cfg = preset("fixed4", "tiny", vocab_size=64, seq_len=16, loops=4)
     lm = build_model(cfg, NAME, {k: TINY[k] for k in ("d_model", "n_heads", "mlp")}).module.eval()

@@ -10,17 +10,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from families.huginn import factory
-from model.errors import ConfigError
-from model.exit_names import CellKey
-from model.exits import ExitRule, exit_forward, family_exit_forward
-from orchestrator import Grid, Queue
-from orchestrator.grid import expand
+from looplab.families.huginn import factory
+from looplab.model.errors import ConfigError
+from looplab.model.exit_names import CellKey
+from looplab.model.exits import ExitRule, exit_forward, family_exit_forward
+from looplab import Grid, Queue
+from looplab.orchestrator.grid import expand
+from looplab.workers import jobs
+from looplab.workers.reporter import MemoryReporter
 from tests.db_rows import rows
 from tests.families.test_huginn import FAMILY, TINY
 from tests.workers.conftest import tiny_spec
-from workers import jobs
-from workers.reporter import MemoryReporter
 
 R = 3
 
@@ -65,7 +65,7 @@ def test_a_family_strategy_survives_pickling_with_its_flag():
     """A cell's strategy crosses process boundaries (Ray) with what it says of the function."""
     import pickle
 
-    from workers.adaptive_family import FamilyKV
+    from looplab.workers.adaptive_family import FamilyKV
 
     back = pickle.loads(pickle.dumps(FamilyKV("latest_per_slot", True)))
     assert back == "latest_per_slot" and back.changes_function is True

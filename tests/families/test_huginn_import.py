@@ -13,9 +13,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from model.errors import ConfigError
-from workers import hub, importer, jobs
-from workers.reporter import MemoryReporter
+from looplab.model.errors import ConfigError
+from looplab.workers import hub, importer, jobs
+from looplab.workers.reporter import MemoryReporter
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 FIXTURE = FIXTURES / "huginn_tiny"
@@ -23,7 +23,7 @@ TOKENIZER = FIXTURES / "parcae_tiny" / "tokenizer" / "tokenizer.json"  # a 300-t
 
 
 def test_the_import_gives_the_public_codes_logits_at_every_recurrence_count(tmp_path, looplab_cache):
-    from workers.depth_sweep import load_model
+    from looplab.workers.depth_sweep import load_model
 
     spec = importer.Spec.from_dict({"source": str(FIXTURE), "tokenizer": str(TOKENIZER)})
     assert spec.family == "families.huginn:factory" and spec.family_config["n_core"] == 2

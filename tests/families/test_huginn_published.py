@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from families.huginn import PUBLISHED, factory, published_counts
-from model.contract import (
+from looplab.families.huginn import PUBLISHED, factory, published_counts
+from looplab.model.contract import (
     CHECK_MAX_PARAMS,
     FamilyError,
     check_config,
@@ -28,14 +28,14 @@ ROOT = Path(__file__).resolve().parents[2]
 NAME = "families.huginn:factory"
 PROBE = """
 import json, resource
-from families.huginn import PUBLISHED
-from lab.planner import Calibration
-from lab.planner.estimates import TimeModel, estimate_plans
-from model.contract import check_family
-from orchestrator import Grid
-from orchestrator.grid import expand
+from looplab.families.huginn import PUBLISHED
+from looplab.lab.planner import Calibration
+from looplab.lab.planner.estimates import TimeModel, estimate_plans
+from looplab.model.contract import check_family
+from looplab import Grid
+from looplab.orchestrator.grid import expand
 from tests.workers.conftest import tiny_spec
-from workers import jobs
+from looplab.workers import jobs
 
 report = check_family("families.huginn:factory", dict(PUBLISHED), loops=32)
 config = {k: v for k, v in PUBLISHED.items() if k not in ("vocab_size", "seq_len")}

@@ -44,7 +44,7 @@ FOLLOW = {
     ),
 }
 GRID_FILE = f"""
-from orchestrator import Grid
+from looplab import Grid
 grid = Grid("huginn", base={TRAIN!r}, then={list(FOLLOW)!r}, follow={ {k: s for k, (s, _) in FOLLOW.items()}!r})
 """
 

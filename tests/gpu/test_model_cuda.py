@@ -10,10 +10,10 @@ import copy
 import pytest
 import torch
 
-import model.attention as attn
-from model.attention import flex_windowed, reference_attention
-from model.looped import LoopedLM
-from model.presets import preset
+import looplab.model.attention as attn
+from looplab.model.attention import flex_windowed, reference_attention
+from looplab.model.looped import LoopedLM
+from looplab.model.presets import preset
 from tests.model.conftest import randomize
 from tests.model.test_attention import _qkv
 from tests.model.test_compile import _fresh_compiler, _graph_breaks  # noqa: F401 (an autouse fixture)
@@ -29,7 +29,7 @@ from tests.model.test_rounds import COUNTS, _idx
 def test_compiled_bf16_training_step_on_cuda_equals_eager(recipe):
     """The trainer's step on CUDA: fp32 weights, bf16 autocast, inductor (Flex inside the graph for the
     windowed rounds). Loss and every gradient equal eager within bf16 rounding."""
-    from workers.validation import autocast
+    from looplab.workers.validation import autocast
 
     device = torch.device("cuda")
     cfg = preset(recipe, "small")
@@ -64,7 +64,7 @@ def test_compiled_bf16_training_step_on_cuda_equals_eager(recipe):
 @pytest.mark.parametrize("prefilled", [0, 37])  # 37 tokens wrap the ring buffers of windowed rounds
 def test_cuda_graph_decode_matches_eager(prefilled):
     """Graph replays decode exactly as eager, captured on a fresh cache or after a prefill."""
-    from model.decode import capture_decode_graph
+    from looplab.model.decode import capture_decode_graph
 
     m = randomize(LoopedLM(preset("lean", "tiny")), seed=4).cuda().eval()
     idx = torch.randint(0, 256, (2, DECODE_T), device="cuda")

@@ -8,12 +8,12 @@ import time
 
 import pytest
 
-from lab.cli import main
-from model.errors import ConfigError
-from orchestrator import Grid, Queue, alerts
-from orchestrator.health import Finding, Level, Rule, parse_since, store
-from orchestrator.jobqueue import claim, finish
-from orchestrator.states import AttemptOutcome
+from looplab.lab.cli import main
+from looplab.model.errors import ConfigError
+from looplab.orchestrator import Grid, Queue, alerts
+from looplab.orchestrator.health import Finding, Level, Rule, parse_since, store
+from looplab.orchestrator.jobqueue import claim, finish
+from looplab.orchestrator.states import AttemptOutcome
 from tests.orchestrator import fake_jobs
 from tests.orchestrator.alert_servers import http_receiver
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from lab.cli import main
-from orchestrator import Grid, Queue
-from orchestrator.jobqueue import claim, finish
+from looplab.lab.cli import main
+from looplab import Grid, Queue
+from looplab.orchestrator.jobqueue import claim, finish
 from tests.orchestrator import fake_jobs
 
 
@@ -88,7 +88,7 @@ def test_status_logs_cancel_retry(db, tmp_path, capsys):
 def test_progress_bar_of_a_job_that_has_not_reported_is_empty_not_full():
     import math
 
-    from lab.display import bar
+    from looplab.lab.display import bar
 
     assert bar(None, None).strip() == "" and bar(math.nan, math.nan).strip() == ""
     assert bar(3, 0).strip() == ""
@@ -103,7 +103,7 @@ def test_help_names_the_guide_of_every_command_and_every_guide_exists(capsys):
     import re
     from pathlib import Path
 
-    from lab.cli import build_parser
+    from looplab.lab.cli import build_parser
 
     root = Path(__file__).resolve().parents[2]
     parser = build_parser()
@@ -122,8 +122,8 @@ def test_help_names_the_guide_of_every_command_and_every_guide_exists(capsys):
 
 
 def test_logs_lists_a_jobs_rewinds_with_the_skipped_rows(db, tmp_path, capsys):
-    from orchestrator.writer import write_events
-    from workers.reporter import Event, EventKind
+    from looplab.orchestrator.writer import write_events
+    from looplab.workers.reporter import Event, EventKind
 
     q = Queue(db=db, kinds=fake_jobs)
     (job,) = q.submit(Grid("r", base={"tokens": 100}))

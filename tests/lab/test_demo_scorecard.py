@@ -9,7 +9,8 @@ import types
 import pandas as pd
 import pytest
 
-from lab import demo
+from looplab.lab import demo
+from looplab.lab import report as lab_report
 
 MAINS = {"lean": demo.main_lean, "iso-depth": demo.main_iso_depth, "loop-design": demo.main_loop_design}
 
@@ -46,9 +47,7 @@ def test_the_study_demo_passes_when_its_scorecard_and_report_are_written(ran, mo
         written.append(path)
         return ran / path
 
-    import lab.report
-
-    monkeypatch.setattr(lab.report, "write_report", write_report)
+    monkeypatch.setattr(lab_report, "write_report", write_report)
     assert MAINS[study](db=None, fast=True) == 0
     assert printed == [study]
     stem = {
@@ -61,11 +60,10 @@ def test_the_study_demo_passes_when_its_scorecard_and_report_are_written(ran, mo
 
 def test_a_failing_report_fails_the_demo_too(ran, monkeypatch, capsys):
     monkeypatch.setattr(demo, "print_scorecard", lambda url, names, which: None)
-    import lab.report
 
     def write_report(url, names, path, fmt):
         raise OSError("disk full")
 
-    monkeypatch.setattr(lab.report, "write_report", write_report)
+    monkeypatch.setattr(lab_report, "write_report", write_report)
     assert demo.main_loop_design(db=None, fast=True) == 1
     assert "the scorecard or the report failed: OSError: disk full" in capsys.readouterr().err

@@ -1,7 +1,7 @@
 """Planning for a device this machine is not: a calibration file written on another box (a hand-written
 "H200" of round numbers here) and a device of the table with a stated MFU give the times worked out by
 hand from the FLOP model and the file's rates; bad files and flags are refused naming the key; and
-`looplab calibrate` / `python -m workers.calibrate` run where only torch is installed."""
+`looplab calibrate` / `python -m looplab.workers.calibrate` run where only torch is installed."""
 
 from __future__ import annotations
 
@@ -14,15 +14,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from lab.cli import main
-from model.counts import kv_cache_bytes, layer_params, param_count
-from model.flops import BACKWARD_FACTOR, head_flops, step_flops, training_flops
-from model.memory import training_memory
-from model.presets import preset
-from orchestrator import Grid, Queue
+from looplab.lab.cli import main
+from looplab.model.counts import kv_cache_bytes, layer_params, param_count
+from looplab.model.flops import BACKWARD_FACTOR, head_flops, step_flops, training_flops
+from looplab.model.memory import training_memory
+from looplab.model.presets import preset
+from looplab import Grid, Queue
+from looplab.workers.calibrate import Calibration, for_device, read_file
+from looplab.workers.train_spec import Spec
 from tests.cli import looplab_here
-from workers.calibrate import Calibration, for_device, read_file
-from workers.train_spec import Spec
 
 ROOT = Path(__file__).resolve().parents[2]
 # lean small on the byte tokenizer: 10 steps of 8 x 256 tokens, one evaluation, one checkpoint
@@ -353,12 +353,12 @@ def _blocked(code: str, tmp_path: Path) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_calibrate_runs_with_only_torch(tmp_path):
-    """`python -m workers.calibrate --out FILE` measures and writes a file `--calibration` reads; the
+    """`python -m looplab.workers.calibrate --out FILE` measures and writes a file `--calibration` reads; the
     `looplab calibrate` subcommand reaches the same code without sqlalchemy or ray."""
     out = tmp_path / "cpu.json"
     argv = ["calibrate", "--out", str(out), "--device", "cpu", "--steps", "2"]
     done = _blocked(
-        f"import runpy; sys.argv = {argv!r}\nrunpy.run_module('workers.calibrate', run_name='__main__')\n",
+        f"import runpy; sys.argv = {argv!r}\nrunpy.run_module('looplab.workers.calibrate', run_name='__main__')\n",
         tmp_path,
     )
     assert done.returncode == 0, done.stderr

@@ -28,7 +28,7 @@ from tests.dashboard.conftest import ARCH, build_fixture_db
 from tests.orchestrator import fake_jobs
 
 ROOT = Path(__file__).resolve().parents[2]
-LOOPLAB = [sys.executable, "-m", "lab.cli"]
+LOOPLAB = [sys.executable, "-m", "looplab"]
 RUNNING_JOB = 18  # the fixture's running train job (lean seed 2): points at steps 1..15
 ADDED_JOB = 100  # the job `grow` adds
 
@@ -205,8 +205,8 @@ def test_mlflow_export_is_read_back_by_mlflows_client_with_every_point(db, tmp_p
 
 
 def test_resolved_config_is_the_train_specs_with_every_default():
-    from lab.export.source import flatten, resolved_config
-    from workers.train_spec import Spec
+    from looplab.lab.export.source import flatten, resolved_config
+    from looplab.workers.train_spec import Spec
 
     stored = {"recipe": "fixed4", "size": "tiny", "tokens": 1000, "model": {"loops": 8}}
     flat = flatten(resolved_config(stored))
@@ -281,7 +281,7 @@ def test_an_event_file_opened_within_the_second_of_the_last_one_waits_until_it_s
     from tensorboard.compat.proto.summary_pb2 import Summary
     from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-    from lab.export.to_tensorboard import _wait_past_newest
+    from looplab.lab.export.to_tensorboard import _wait_past_newest
 
     run = tmp_path / "run"
     run.mkdir()
@@ -402,7 +402,7 @@ def sort(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def test_parquet_files_equal_the_views_and_again_only_new_points_are_written(db, tmp_path, capsys):
-    from orchestrator.views import VIEW_NAMES
+    from looplab.orchestrator.views import VIEW_NAMES
 
     out = tmp_path / "pq"
     looplab(db, "export", "parquet", "-o", str(out))
@@ -464,16 +464,16 @@ def test_a_grid_exports_only_its_jobs_and_bad_input_is_refused_by_name(db, tmp_p
 def test_the_targets_are_the_commands_choices_and_each_has_its_writer(tmp_path, capsys):
     import argparse
 
-    from lab.cli import build_parser
-    from lab.export import Target, export
-    from model.errors import ConfigError
+    from looplab.lab.cli import build_parser
+    from looplab.lab.export import Target, export
+    from looplab.model.errors import ConfigError
 
     (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
     (target,) = [a for a in sub.choices["export"]._actions if a.dest == "target"]
     assert target.choices == ["mlflow", "tensorboard", "wandb", "parquet"] == list(Target)
     for name in Target:
         module = name.writer()
-        assert module.__name__ == f"lab.export.to_{name}" and callable(module.export), name
+        assert module.__name__ == f"looplab.lab.export.to_{name}" and callable(module.export), name
     assert Target.MLFLOW.writer().how_to_read(tmp_path).startswith("read it: MlflowClient(")
     with pytest.raises(ConfigError) as e:  # the Python API checks the name the command line cannot
         export("sqlite:///unused.db", "csv", tmp_path)
@@ -488,7 +488,7 @@ def test_the_targets_are_the_commands_choices_and_each_has_its_writer(tmp_path, 
 
 
 def test_follow_mirrors_a_running_queue_and_a_failing_mirror_leaves_it_untouched(tmp_path, ray_cluster):
-    from orchestrator import Grid, Queue
+    from looplab import Grid, Queue
 
     q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art", kinds=fake_jobs)
     ids = q.submit(

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from workers import jobs
+from looplab.workers import jobs
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECKED = sorted(

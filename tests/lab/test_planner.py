@@ -11,12 +11,12 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from lab.cli import main
-from lab.planner import Calibration, ForecastJob, simulate
-from model.errors import ConfigError
-from model.flops import step_flops, training_flops
-from model.presets import preset
-from orchestrator import Grid, Queue
+from looplab.lab.cli import main
+from looplab.lab.planner import Calibration, ForecastJob, simulate
+from looplab.model.errors import ConfigError
+from looplab.model.flops import step_flops, training_flops
+from looplab.model.presets import preset
+from looplab import Grid, Queue
 from tests.orchestrator import fake_jobs
 
 TABLES = ("grids", "jobs", "job_deps", "attempts", "train_results", "decode_benches", "metrics")
@@ -200,7 +200,7 @@ def test_memory_flagged_against_the_device(q):
     (roomy,) = q.plan(grid, num_cpus=1, num_gpus=0, calibration=CAL, device_memory_bytes=1e12).new_jobs()
     assert small.fits is False and roomy.fits is True
     cfg = preset("lean", "tiny", seq_len=32)
-    from model.counts import param_count
+    from looplab.model.counts import param_count
 
     params = param_count(cfg)["total"]
     assert small.estimate.peak_mem_bytes > 16 * params  # weights, gradients and optimizer state at least
@@ -317,8 +317,8 @@ def test_exclusive_resource_is_validated_and_iso_pairs_are_exclusive(tmp_path):
 def test_planned_against_actual_and_contention_flags(q):
     import pandas as pd
 
-    from analysis import timing
-    from orchestrator.frames import planned_vs_actual
+    from looplab.analysis import timing
+    from looplab.orchestrator.frames import planned_vs_actual
 
     finished_run(q)
     (job,) = q.submit(Grid("s", base={**TRAIN, "tokens": 2560, "seed": 1}))  # planned 31.1 s (measured)
@@ -405,8 +405,8 @@ def test_dashboard_shows_plan_error_and_contended_decode_timings(q, monkeypatch)
 def test_sweep_and_decode_bench_scale_finished_runs_of_their_variant_by_flops():
     """A depth sweep or decode bench like a finished one of the same variant (same device for decode
     benches) takes its wall time scaled by the FLOP ratio; without one, the FLOP model decides."""
-    from lab.planner import TimeModel
-    from lab.planner.history import variant_of
+    from looplab.lab.planner import TimeModel
+    from looplab.lab.planner.history import variant_of
 
     planner = TimeModel(None, CAL)
     sweep, past_sweep = {"loops": [1, 2, 4]}, {"loops": [1]}
@@ -459,8 +459,8 @@ def test_a_kind_is_priced_by_its_declaration_alone(monkeypatch):
     """A kind the planner has never heard of, declared with the depth sweep's cost model, is priced as a
     depth sweep on the train job it follows (TRAIN has no budget yet, as a match-time one: its model is
     still known); declared without one, by its finished jobs' wall time."""
-    from lab.planner import TimeModel
-    from workers import jobs
+    from looplab.lab.planner import TimeModel
+    from looplab.workers import jobs
 
     sweep, trained = {"loops": [1, 2]}, ("train", TRAIN)
     monkeypatch.setitem(jobs.KINDS, "probe", dataclasses.replace(jobs.KINDS["depth_sweep"], module=__name__))
@@ -482,8 +482,8 @@ def test_a_kind_is_priced_by_its_declaration_alone(monkeypatch):
 def test_flop_model_splits_gradient_free_rounds_and_adds_the_optimizer_step(q):
     """parcae's gradient-free rounds run at the forward rate, the rest at the training rate, and every
     step pays the optimizer's per-parameter cost: hand-computed from the FLOP breakdown."""
-    from model.counts import param_count
-    from model.flops import BACKWARD_FACTOR
+    from looplab.model.counts import param_count
+    from looplab.model.flops import BACKWARD_FACTOR
 
     cal = dataclasses.replace(CAL, forward_flops_per_s=3e9, opt_s_per_param={"parcae": 2e-8, "adamw": 1e-8})
     spec = {**TRAIN, "recipe": "parcae", "batch_size": 8, "tokens": 2560, "seed": 0}
@@ -520,7 +520,7 @@ def test_plan_on_an_idle_queue_includes_the_driver_start(q):
 
 
 def test_cached_calibration_expires_and_warns_when_measured_under_load(q):
-    from lab.planner import local_machine as planner
+    from looplab.lab.planner import local_machine as planner
 
     planner._save_calibration(dataclasses.replace(CAL, host="h", measured_at=time.time() - 60, load=2.5))
     cached = planner.cached_calibration("cpu")
@@ -583,8 +583,8 @@ def test_schedule_reserves_for_a_higher_priority_job_that_does_not_fit_yet():
 def test_sweep_flops_count_the_geometry_and_interaction_forwards():
     """Per depth n: the loss forward plus the geometry forward (no head) of the eval tokens; per
     interaction depth m: m headless forwards of the interaction tokens (one plain, m - 1 skipping a round)."""
-    from lab.planner import TimeModel
-    from model.flops import head_flops
+    from looplab.lab.planner import TimeModel
+    from looplab.model.flops import head_flops
 
     cfg = preset("lean", "tiny", seq_len=32)
     fwd = {n: step_flops(cfg, n).forward for n in (1, 2, 3, 4)}
@@ -612,8 +612,8 @@ def test_calibrated_rates_interpolate_between_widths_and_never_extrapolate(q):
     # a small (d_model 128) lean job is timed at the wide rate
     spec = {**TRAIN, "size": "small", "seq_len": 32, "batch_size": 8, "tokens": 2560, "seed": 0}
     (job,) = q.plan(Grid("wide", base=spec), num_cpus=1, num_gpus=0, calibration=cal).new_jobs()
-    from model.flops import BACKWARD_FACTOR
-    from orchestrator.variants import resolve
+    from looplab.model.flops import BACKWARD_FACTOR
+    from looplab.orchestrator.variants import resolve
 
     cfg = resolve("train", spec).cfg  # the queue's model: the byte tokenizer sets the vocabulary
     assert cfg.d_model == 128
@@ -638,13 +638,13 @@ def test_eval_cost_counts_exactly_the_forwards_the_scorer_runs():
     the real scorer runs on a tiny model with the byte tokenizer: the same sum, batch by batch."""
     import torch
 
-    from model.looped import LoopedLM
-    from workers import eval as eval_job
-    from workers.tasks.likelihood import LoopedScorer
-    from workers.tasks.scoring import score_items
-    from workers.tokenizer import Tokenizer
-    from workers.train_cost import cost as train_cost
-    from workers.train_spec import Spec as TrainSpec
+    from looplab.model.looped import LoopedLM
+    from looplab.workers import eval as eval_job
+    from looplab.workers.tasks.likelihood import LoopedScorer
+    from looplab.workers.tasks.scoring import score_items
+    from looplab.workers.tokenizer import Tokenizer
+    from looplab.workers.train_cost import cost as train_cost
+    from looplab.workers.train_spec import Spec as TrainSpec
 
     spec = eval_job.Spec.from_dict(
         {"tasks": ["deduction", "kinship"], "n_per_subset": 1, "loops": [1, 3], "batch_size": 5, "limit": 7}

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from lab.planner import Calibration
-from lab.planner.estimates import TimeModel, estimate_plans
-from orchestrator import Grid
-from orchestrator.grid import expand
+from looplab.lab.planner import Calibration
+from looplab.lab.planner.estimates import TimeModel, estimate_plans
+from looplab import Grid
+from looplab.orchestrator.grid import expand
+from looplab.workers import jobs
 from tests.workers.conftest import tiny_spec
-from workers import jobs
 
 CAL = Calibration(device="cpu", flops_per_s=1e9, decode_layer_s=1e-4, save_bytes_per_s=1e12, startup_s=2.0)
 UT = "examples.universal_transformer:factory"

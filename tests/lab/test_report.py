@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from model.errors import ConfigError
+from looplab.model.errors import ConfigError
 from tests.dashboard.conftest import ARCH, build_fixture_db
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,9 +29,9 @@ EXTRA = {0: {1: 3.9, 2: 3.5, 4: 3.12, 8: 3.18}, 1: {1: 3.9, 2: 3.5, 4: 3.13, 8: 
 
 def add_extra_grid(url: str) -> None:
     """Grid 2 "extra": fixed4 x seeds 0, 1 with train results and depth sweeps."""
-    from orchestrator import schema
-    from orchestrator.db import dispose_all, engine, session
-    from orchestrator.variants import variant_id, variant_label
+    from looplab.orchestrator import schema
+    from looplab.orchestrator.db import dispose_all, engine, session
+    from looplab.orchestrator.variants import variant_id, variant_label
 
     now = time.time()
     cols = dict(
@@ -135,7 +135,7 @@ def read_report_tables(page) -> dict[str, tuple[list[str], list[list]]]:
 
 @pytest.mark.browser
 def test_report_opens_offline_and_its_tables_equal_the_dashboards(report_db, tmp_path, monkeypatch, browser):
-    from lab.report import write_report
+    from looplab.lab.report import write_report
 
     url, _ = report_db
     html = write_report(url, ["study"], tmp_path / "study.html")
@@ -183,9 +183,9 @@ def test_report_opens_offline_and_its_tables_equal_the_dashboards(report_db, tmp
 
 
 def test_the_findings_of_the_lean_study_equal_the_pure_function_on_the_same_frames(report_db):
-    from analysis import comparison, findings
-    from lab.report import study_data
-    from orchestrator import frames
+    from looplab.analysis import comparison, findings
+    from looplab.lab.report import study_data
+    from looplab.orchestrator import frames
 
     url, _ = report_db
     data = study_data(url, ["study", "extra"])
@@ -203,7 +203,7 @@ def test_the_findings_of_the_lean_study_equal_the_pure_function_on_the_same_fram
 
 def test_markdown_has_the_same_tables_as_text_and_no_chart(report_db, tmp_path):
     url, path = report_db
-    from lab.cli import main
+    from looplab.lab.cli import main
 
     assert main(["--db", str(path), "report", "study", "-o", str(tmp_path / "note.md")]) == 0  # .md: Markdown
     md = (tmp_path / "note.md").read_text()
@@ -216,7 +216,7 @@ def test_markdown_has_the_same_tables_as_text_and_no_chart(report_db, tmp_path):
 
 
 def test_an_unknown_grid_or_format_is_refused_by_name(report_db):
-    from lab.report import report_text
+    from looplab.lab.report import report_text
 
     url, _ = report_db
     with pytest.raises(
@@ -228,7 +228,7 @@ def test_an_unknown_grid_or_format_is_refused_by_name(report_db):
 
 
 def test_a_chart_is_inline_svg_with_round_ticks_and_only_the_points_it_can_draw():
-    from lab.report.svg import LineChart, Series, log_ticks, nice_ticks, render
+    from looplab.lab.report.svg import LineChart, Series, log_ticks, nice_ticks, render
 
     assert nice_ticks(0.0, 1.0) == [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
     assert nice_ticks(2.13, 2.61) == [2.2, 2.3, 2.4, 2.5, 2.6]

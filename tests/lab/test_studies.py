@@ -9,13 +9,13 @@ import json
 import pytest
 import sqlalchemy as sa
 
-from lab.studies import iso_depth_grid, iso_depth_label
-from model.counts import arch_summary, tokens_for_flops
-from model.errors import ConfigError
-from model.presets import iso_depth
-from orchestrator import Queue
-from orchestrator.grid import expand
-from workers import jobs
+from looplab.lab.studies import iso_depth_grid, iso_depth_label
+from looplab.model.counts import arch_summary, tokens_for_flops
+from looplab.model.errors import ConfigError
+from looplab.model.presets import iso_depth
+from looplab import Queue
+from looplab.orchestrator.grid import expand
+from looplab.workers import jobs
 
 DATA = {"corpus": "offline", "tokenizer": "byte"}  # byte tokenizer: vocabulary 256, no file needed
 TRAIN = {"batch_size": 4, "seq_len": 32}
@@ -102,8 +102,8 @@ def test_a_bad_train_key_is_refused_at_expansion():
 
 @pytest.mark.parametrize("fast,runs", [(False, 27), (True, 12)])
 def test_the_demo_study_can_identify_the_law(fast, runs):
-    from lab.demo import iso_depth_grids
-    from orchestrator.variants import flop_budget_tokens, resolve
+    from looplab.lab.demo import iso_depth_grids
+    from looplab.orchestrator.variants import flop_budget_tokens, resolve
 
     plans = expand(iso_depth_grids(fast), jobs)
     assert [p.kind for p in plans] == ["train"] * runs  # no depth sweeps: the time goes to the runs
@@ -117,8 +117,8 @@ def test_the_demo_study_can_identify_the_law(fast, runs):
 
 
 def test_loop_design_grid_expands_to_readable_variants_at_equal_compute():
-    from lab.studies import loop_design_grid
-    from orchestrator.variants import variant_columns
+    from looplab.lab.studies import loop_design_grid
+    from looplab.orchestrator.variants import variant_columns
 
     grids = loop_design_grid(seeds=[0, 1], data=DATA, follow={"depth_sweep": {"eval_tokens": 512}}, **TRAIN)
     assert [g.name for g in grids] == ["loop-design-4loops", "loop-design-2loops", "loop-design-1loops"]
@@ -184,7 +184,7 @@ def test_loop_design_grid_expands_to_readable_variants_at_equal_compute():
     ],
 )
 def test_loop_design_bad_arguments_are_named(kwargs, message):
-    from lab.studies import loop_design_grid
+    from looplab.lab.studies import loop_design_grid
 
     with pytest.raises(ConfigError) as e:
         loop_design_grid(**kwargs)
@@ -192,7 +192,7 @@ def test_loop_design_bad_arguments_are_named(kwargs, message):
 
 
 def test_a_variant_equal_to_its_layout_is_left_out_and_one_loop_count_is_one_grid():
-    from lab.studies import loop_design_grid
+    from looplab.lab.studies import loop_design_grid
 
     (grid,) = loop_design_grid(
         layouts=[("base_loop", 2, 4)],
@@ -210,7 +210,7 @@ def test_a_variant_equal_to_its_layout_is_left_out_and_one_loop_count_is_one_gri
 
 @pytest.mark.parametrize("fast,runs", [(False, 11), (True, 5)])
 def test_the_loop_design_demo_grids(fast, runs):
-    from lab.demo import loop_design_grids
+    from looplab.lab.demo import loop_design_grids
 
     plans = expand(loop_design_grids(fast), jobs)
     trains = [p for p in plans if p.kind == "train"]
@@ -227,7 +227,7 @@ def test_the_loop_design_demo_grids(fast, runs):
 def test_the_adaptive_demo_grids(fast, runs):
     """Each run of the study gets a depth sweep and an adaptive job on the same validation tokens and
     batches (threshold 0 then reproduces the sweep); the designs sweep to twice their trained loops."""
-    from lab.demo import adaptive_grids
+    from looplab.lab.demo import adaptive_grids
 
     plans = expand(adaptive_grids(fast), jobs)
     trains = [p for p in plans if p.kind == "train"]
@@ -253,7 +253,7 @@ def test_the_adaptive_demo_grids(fast, runs):
 
 
 def test_adaptive_grid_refuses_what_it_sets_itself():
-    from lab.studies import adaptive_grid
+    from looplab.lab.studies import adaptive_grid
 
     with pytest.raises(ConfigError, match="adaptive.eval_tokens: set by the helper"):
         adaptive_grid(adaptive={"eval_tokens": 10})
@@ -268,7 +268,7 @@ def test_adaptive_grid_refuses_what_it_sets_itself():
 def test_the_families_demo_grids_compare_three_families_at_equal_data_and_time(fast):
     """Every family x seed on the same tokens with a depth sweep; every family after parcae once more
     per seed at the training time of parcae's run of that seed (its dependency)."""
-    from lab.demo_families import families_grids
+    from looplab.lab.demo_families import families_grids
 
     plans = expand(families_grids(fast), jobs)
     trains = [p for p in plans if p.kind == "train"]
@@ -290,7 +290,7 @@ def test_the_families_demo_grids_compare_three_families_at_equal_data_and_time(f
 
 
 def test_families_grid_bad_arguments_are_named():
-    from lab.studies import families_grid
+    from looplab.lab.studies import families_grid
 
     with pytest.raises(ConfigError, match="families_grid 'families': families: expected"):
         families_grid(families=[("a", "looped")])
@@ -304,7 +304,7 @@ def test_families_grid_bad_arguments_are_named():
 def test_the_learned_exits_demo_grids(fast, runs):
     """Every recipe x (no gate + each objective at each coefficient) x seed, each with a depth sweep and
     an adaptive job; the gated runs' adaptive jobs add the gate rule to the post-hoc ones."""
-    from lab.demo import learned_exits_grids
+    from looplab.lab.demo import learned_exits_grids
 
     plans = expand(learned_exits_grids(fast), jobs)
     trains = [p for p in plans if p.kind == "train"]
@@ -319,7 +319,7 @@ def test_the_learned_exits_demo_grids(fast, runs):
 
 
 def test_learned_exits_grid_refuses_an_empty_objective():
-    from lab.studies import learned_exits_grid
+    from looplab.lab.studies import learned_exits_grid
 
     with pytest.raises(ConfigError, match="objectives.act: expected a non-empty list"):
         learned_exits_grid(objectives={"act": []})

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-import model.attention as attn
-from model.attention import (
+import looplab.model.attention as attn
+from looplab.model.attention import (
     FLEX_BLOCK,
     attention,
     flex_windowed,

@@ -14,10 +14,10 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from model.attention import clear_mask_cache, prepare_masks
-from model.geometry import rel_update
-from model.looped import LoopedLM
-from model.presets import RECIPES, preset
+from looplab.model.attention import clear_mask_cache, prepare_masks
+from looplab.model.geometry import rel_update
+from looplab.model.looped import LoopedLM
+from looplab.model.presets import RECIPES, preset
 from tests.model.conftest import forward_states, randomize
 from tests.tier import fast_few
 
@@ -137,7 +137,7 @@ def test_reused_keys_of_every_recurrent_layer_flow_between_compiled_rounds():
 def test_prepare_masks_builds_what_attention_then_uses(T, window, device):
     """Dense band, block-local band, no mask (window >= T), Flex block mask: after `prepare_masks`,
     attention over T tokens finds its mask and builds nothing."""
-    from model import attention as attn
+    from looplab.model import attention as attn
 
     attn.prepare_masks(T, window, torch.device(device))
     prepared = set(attn._MASKS)

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from model.config import ModelConfig, RoundConfig
-from model.errors import ConfigError
-from model.presets import RECIPES, SIZES, WINDOWS, preset
+from looplab.model.config import ModelConfig, RoundConfig
+from looplab.model.errors import ConfigError
+from looplab.model.presets import RECIPES, SIZES, WINDOWS, preset
 
 
 @pytest.mark.parametrize("size", list(SIZES))

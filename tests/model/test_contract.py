@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from model.config import ModelConfig
-from model.contract import (
+from looplab.model.config import ModelConfig
+from looplab.model.contract import (
     BUILTIN,
     LOOPED_CAPABILITIES,
     FamilyError,
@@ -21,8 +21,8 @@ from model.contract import (
     measure_flops_per_token,
     resolve_family,
 )
-from model.init import RowKey
-from model.looped import LoopedLM
+from looplab.model.init import RowKey
+from looplab.model.looped import LoopedLM
 
 HERE = "tests.model.test_contract"
 CONFIG = {"vocab_size": 11, "seq_len": 8, "d": 8}
@@ -270,7 +270,7 @@ def test_flops_are_measured_when_the_family_gives_none():
 def test_measured_flops_see_a_torch_encoder_layer_in_eval_mode():
     """nn.TransformerEncoderLayer's eval fast path is one fused kernel the counter does not see: the
     measurement takes the plain path, so the example family's block is counted, not its head alone."""
-    from examples.universal_transformer import factory
+    from looplab.examples.universal_transformer import factory
 
     model = factory({"vocab_size": 16, "seq_len": 8, "d_model": 8, "n_heads": 2}).eval()
     d, v, T = 8, 16, 8

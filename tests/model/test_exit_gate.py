@@ -9,13 +9,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model.counts import param_count
-from model.errors import ConfigError
-from model.exit_gate import act_halting, cumulative_mass, exit_distribution
-from model.flops import gate_flops, readout_flops, training_flops
-from model.looped import LoopedLM
-from model.memory import training_memory
-from model.presets import preset
+from looplab.model.counts import param_count
+from looplab.model.errors import ConfigError
+from looplab.model.exit_gate import act_halting, cumulative_mass, exit_distribution
+from looplab.model.flops import gate_flops, readout_flops, training_flops
+from looplab.model.looped import LoopedLM
+from looplab.model.memory import training_memory
+from looplab.model.presets import preset
 
 SMALL = dict(vocab_size=32, d_model=32, n_heads=2, head_dim=16, seq_len=16)
 OBJECTIVES = ("entropy", "geometric", "act")
@@ -173,7 +173,7 @@ def test_bad_gate_settings_are_refused_by_name(overrides, field):
 
 
 def test_gate_rule_thresholds_sweep_monotonically_and_one_is_the_fixed_depth():
-    from model.exits import ExitRule, exit_forward
+    from looplab.model.exits import ExitRule, exit_forward
 
     model = built(exit_gate="entropy").eval()
     R = model.cfg.loops
@@ -193,14 +193,14 @@ def test_gate_rule_thresholds_sweep_monotonically_and_one_is_the_fixed_depth():
 
 @pytest.mark.parametrize("q", [0.0, 1.5, -1.0])
 def test_gate_rule_threshold_out_of_range_is_refused(q):
-    from model.exits import ExitRule
+    from looplab.model.exits import ExitRule
 
     with pytest.raises(ConfigError, match="^exit.threshold:"):
         ExitRule("gate", q, 2, 4)
 
 
 def test_gate_rule_on_a_model_without_a_gate_is_refused():
-    from model.exits import ExitRule, exit_forward
+    from looplab.model.exits import ExitRule, exit_forward
 
     model = built().eval()
     idx, _ = batch(model.cfg)
@@ -212,7 +212,7 @@ def test_gate_rule_on_a_model_without_a_gate_is_refused():
 def test_the_objective_splits_over_micro_batches(objective):
     """A step split into forwards (each scaled by its share of the tokens, as the trainer does) has the
     whole batch's loss and gradient, to float rounding: every objective is a mean over tokens."""
-    from model.init import RowKey
+    from looplab.model.init import RowKey
 
     model, grads = built(exit_gate=objective, gate_coef=0.1), []
     idx, y = batch(model.cfg, rows=4)

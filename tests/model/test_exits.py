@@ -11,11 +11,11 @@ import math
 import pytest
 import torch
 
-from model.config import RoundConfig
-from model.counts import kv_strategy_bytes
-from model.errors import ConfigError
-from model.exit_names import POST_HOC_RULES
-from model.exits import (
+from looplab.model.config import RoundConfig
+from looplab.model.counts import kv_strategy_bytes
+from looplab.model.errors import ConfigError
+from looplab.model.exit_names import POST_HOC_RULES
+from looplab.model.exits import (
     ExitRule,
     entropy,
     exit_decode_step,
@@ -27,10 +27,10 @@ from model.exits import (
     relative_change,
     stable_count,
 )
-from model.flops import exit_flops, fixed_depth_flops, readout_flops, round_flops, step_flops
-from model.kv_cache import LayerKey, strategy_config
-from model.looped import LoopedLM
-from model.presets import RECIPES, preset
+from looplab.model.flops import exit_flops, fixed_depth_flops, readout_flops, round_flops, step_flops
+from looplab.model.kv_cache import LayerKey, strategy_config
+from looplab.model.looped import LoopedLM
+from looplab.model.presets import RECIPES, preset
 from tests.model.conftest import randomize
 from tests.tier import FAST_RECIPES
 

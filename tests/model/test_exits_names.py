@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from model.errors import ConfigError
-from model.exit_names import FIXED, CellKey, ExitRuleName, KVStrategy, strategy_label
-from model.exits import ExitRule
+from looplab.model.errors import ConfigError
+from looplab.model.exit_names import FIXED, CellKey, ExitRuleName, KVStrategy, strategy_label
+from looplab.model.exits import ExitRule
 
 
 def test_the_stored_strings_are_the_members_values():

@@ -16,12 +16,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model.contexts import SeqContext
-from model.kv_cache import LayerKey
-from model.layers import qk_norm
-from model.looped import LoopedLM
-from model.parcae_layout import config_from_parcae, halves_to_pairs, pairs_to_halves, state_dict_from_parcae
-from model.presets import preset
+from looplab.model.contexts import SeqContext
+from looplab.model.kv_cache import LayerKey
+from looplab.model.layers import qk_norm
+from looplab.model.looped import LoopedLM
+from looplab.model.parcae_layout import (
+    config_from_parcae,
+    halves_to_pairs,
+    pairs_to_halves,
+    state_dict_from_parcae,
+)
+from looplab.model.presets import preset
 from tests.model.conftest import randomize
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from model import fields
-from model.errors import ConfigError
+from looplab.model import fields
+from looplab.model.errors import ConfigError
 
 
 @pytest.mark.parametrize("value", [None, "runs/x", "a"])
@@ -25,8 +25,8 @@ def test_with_defaults_fills_what_is_left_out_and_refuses_unknown_keys():
 
     import pytest
 
-    from model import fields
-    from model.errors import ConfigError
+    from looplab.model import fields
+    from looplab.model.errors import ConfigError
 
     @dataclasses.dataclass
     class Spec:

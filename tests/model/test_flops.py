@@ -22,13 +22,19 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
-from model.config import ModelConfig
-from model.counts import arch_summary, layer_params, once_and_recurrent_params, param_count, tokens_for_flops
-from model.errors import ConfigError
-from model.flops import attention_pairs, step_flops, training_flops
-from model.looped import LoopedLM
-from model.presets import preset
-from model.rounds import loop_counts, plan_rounds
+from looplab.model.config import ModelConfig
+from looplab.model.counts import (
+    arch_summary,
+    layer_params,
+    once_and_recurrent_params,
+    param_count,
+    tokens_for_flops,
+)
+from looplab.model.errors import ConfigError
+from looplab.model.flops import attention_pairs, step_flops, training_flops
+from looplab.model.looped import LoopedLM
+from looplab.model.presets import preset
+from looplab.model.rounds import loop_counts, plan_rounds
 from tests.model.conftest import randomize
 
 aten = torch.ops.aten

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from model import geometry
-from model.looped import LoopedLM
-from model.presets import preset
+from looplab.model import geometry
+from looplab.model.looped import LoopedLM
+from looplab.model.presets import preset
 from tests.model.conftest import forward_states
 
 

@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 
-from model.init import RowKey, draw_h0, h0_from_seed, h0_rows
+from looplab.model.init import RowKey, draw_h0, h0_from_seed, h0_rows
 
 A = 3.0  # truncation at +-3 std
 STD = 0.02

@@ -11,13 +11,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model.config import ModelConfig
-from model.contexts import SeqContext
-from model.counts import arch_summary, once_and_recurrent_params, param_count, timestep_params
-from model.errors import ConfigError
-from model.flops import training_flops
-from model.looped import LoopedLM
-from model.presets import LOOP_LAYOUTS, loop_layout, loop_layout_overrides, preset
+from looplab.model.config import ModelConfig
+from looplab.model.contexts import SeqContext
+from looplab.model.counts import arch_summary, once_and_recurrent_params, param_count, timestep_params
+from looplab.model.errors import ConfigError
+from looplab.model.flops import training_flops
+from looplab.model.looped import LoopedLM
+from looplab.model.presets import LOOP_LAYOUTS, loop_layout, loop_layout_overrides, preset
 from tests.model.conftest import randomize
 from tests.model.test_decode import assert_decode_equals_forward
 from tests.model.test_flops import SMALL, assert_flop_model_matches_counter
@@ -403,7 +403,7 @@ def test_bad_layout_arguments_name_the_field(args, kwargs, field):
 def fresh_compiler():
     from torch._dynamo.utils import counters
 
-    from model.attention import clear_mask_cache
+    from looplab.model.attention import clear_mask_cache
 
     torch._dynamo.reset()
     counters.clear()

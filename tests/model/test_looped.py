@@ -6,12 +6,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model.contexts import SeqContext
-from model.counts import param_count
-from model.geometry import rel_update
-from model.kv_cache import LayerKey
-from model.looped import LoopedLM
-from model.presets import RECIPES, preset
+from looplab.model.contexts import SeqContext
+from looplab.model.counts import param_count
+from looplab.model.geometry import rel_update
+from looplab.model.kv_cache import LayerKey
+from looplab.model.looped import LoopedLM
+from looplab.model.presets import RECIPES, preset
 from tests.model.conftest import randomize
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from model.counts import kv_cache_bytes, param_count
-from model.flops import training_flops
-from model.memory import decode_memory, forward_memory, largest_micro_batch, training_memory
-from model.presets import preset
+from looplab.model.counts import kv_cache_bytes, param_count
+from looplab.model.flops import training_flops
+from looplab.model.memory import decode_memory, forward_memory, largest_micro_batch, training_memory
+from looplab.model.presets import preset
 
 
 def test_training_memory_parts():

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from model.counts import arch_summary, once_and_recurrent_params
-from model.errors import ConfigError
-from model.looped import LoopedLM
-from model.presets import RECIPES, iso_depth, iso_depth_overrides, preset
+from looplab.model.counts import arch_summary, once_and_recurrent_params
+from looplab.model.errors import ConfigError
+from looplab.model.looped import LoopedLM
+from looplab.model.presets import RECIPES, iso_depth, iso_depth_overrides, preset
 
 
 @pytest.mark.parametrize("r", [1, 2, 4, 8, 16])

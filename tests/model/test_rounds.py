@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-import model.looped as looped
-from model.errors import ConfigError
-from model.geometry import rel_update
-from model.looped import LoopedLM
-from model.presets import preset
-from model.rounds import loop_counts, plan_rounds
+import looplab.model.looped as looped
+from looplab.model.errors import ConfigError
+from looplab.model.geometry import rel_update
+from looplab.model.looped import LoopedLM
+from looplab.model.presets import preset
+from looplab.model.rounds import loop_counts, plan_rounds
 from tests.model.conftest import forward_states, randomize
 
 COUNTS = [2, 7, 1, 5]

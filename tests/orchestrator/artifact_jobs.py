@@ -13,9 +13,9 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from model.errors import ConfigError
-from workers import jobs
-from workers.artifacts import CHECKPOINT, FINAL
+from looplab.model.errors import ConfigError
+from looplab.workers import jobs
+from looplab.workers.artifacts import CHECKPOINT, FINAL
 
 SPECS: dict[str, dict[str, Any]] = {
     "train": {

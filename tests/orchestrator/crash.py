@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from orchestrator import Queue
+from looplab import Queue
 from tests.db_rows import rows
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,7 +34,7 @@ def driver_env(looplab_cache: Path) -> dict[str, str]:
 def looplab(tmp_path, *args: str, env: dict, db: str | None = None, **kw) -> subprocess.Popen:
     """`looplab --db DB ARGS` in its own session from `tmp_path` (DB: tmp_path/q.db unless given, e.g. a
     PostgreSQL URL), its output piped."""
-    cmd = [sys.executable, "-m", "lab.cli", "--db", db or str(tmp_path / "q.db"), *args]
+    cmd = [sys.executable, "-m", "looplab", "--db", db or str(tmp_path / "q.db"), *args]
     return subprocess.Popen(
         cmd,
         cwd=tmp_path,

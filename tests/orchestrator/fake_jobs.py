@@ -22,9 +22,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from model.errors import ConfigError
-from workers import jobs
-from workers.jobs import JobInterrupted, Kind
+from looplab.model.errors import ConfigError
+from looplab.workers import jobs
+from looplab.workers.jobs import JobInterrupted, Kind
 
 SPECS: dict[str, dict[str, Any]] = {
     "train": {

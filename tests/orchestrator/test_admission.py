@@ -11,10 +11,10 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from lab.planner import Estimate, Forecast, ForecastJob, simulate
-from model.errors import ConfigError
-from orchestrator import Grid, Queue, jobkinds, jobqueue
-from orchestrator.admission import (
+from looplab.lab.planner import Estimate, Forecast, ForecastJob, simulate
+from looplab.model.errors import ConfigError
+from looplab.orchestrator import Grid, Queue, jobkinds, jobqueue
+from looplab.orchestrator.admission import (
     Admission,
     Candidate,
     Node,

@@ -13,14 +13,14 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from model.errors import ConfigError
-from orchestrator import Grid, alerts, jobqueue
-from orchestrator.db import engine
-from orchestrator.health import HealthSettings, HealthWatch, Rule
-from orchestrator.writer import write_events
+from looplab.model.errors import ConfigError
+from looplab.orchestrator import Grid, alerts, jobqueue
+from looplab.orchestrator.db import engine
+from looplab.orchestrator.health import HealthSettings, HealthWatch, Rule
+from looplab.orchestrator.writer import write_events
+from looplab.workers.reporter import Event, EventKind
 from tests.orchestrator import fake_jobs
 from tests.orchestrator.alert_servers import free_port, http_receiver, smtp_receiver
-from workers.reporter import Event, EventKind
 
 TOKEN = "s3cret-token-value"
 

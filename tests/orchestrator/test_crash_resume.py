@@ -31,7 +31,7 @@ TRAIN = {
     "data": {"tokenizer": "byte"},
 }
 GRID_FILE = f"""
-from orchestrator import Grid
+from looplab import Grid
 base = {TRAIN!r}
 seed = base.pop("seed", None)
 grid = Grid("crash", base=base, sweep={{"seed": [0, 1]}})

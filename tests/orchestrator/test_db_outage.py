@@ -20,15 +20,23 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from lab import cli
-from lab.display import status_frame, table
-from orchestrator import Grid, Queue
-from orchestrator.db import FULL, UNREACHABLE, describe_error, dispose_all, engine, outage, resolve_url
-from orchestrator.scheduler import Scheduler
-from orchestrator.task import MetricSpool, QueueReporter
+from looplab.lab import cli
+from looplab.lab.display import status_frame, table
+from looplab import Grid, Queue
+from looplab.orchestrator.db import (
+    FULL,
+    UNREACHABLE,
+    describe_error,
+    dispose_all,
+    engine,
+    outage,
+    resolve_url,
+)
+from looplab.orchestrator.scheduler import Scheduler
+from looplab.orchestrator.task import MetricSpool, QueueReporter
+from looplab.workers.reporter import Event
 from tests.db_rows import rows
 from tests.orchestrator import fake_jobs
-from workers.reporter import Event
 
 STEPS = 60
 SPEC = {"tokens": 100, "steps": STEPS, "step_s": 0.05, "ckpt_every": 5}
@@ -315,8 +323,8 @@ def test_the_reporter_ships_every_point_and_says_once_when_the_spool_is_full_and
 def test_a_job_stopped_by_a_full_disk_is_told_apart(tmp_path):
     """The checkpoint's NoSpaceError (also when torch's zip writer is what failed), a plain ENOSPC or
     EDQUOT, and what they caused count as a full disk: the job's error then opens with what to do."""
-    from orchestrator.task import DISK_FULL_ADVICE, _disk_full
-    from workers.checkpoint import NoSpaceError
+    from looplab.orchestrator.task import DISK_FULL_ADVICE, _disk_full
+    from looplab.workers.checkpoint import NoSpaceError
 
     try:
         try:

@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from orchestrator import Grid, drivers, jobqueue
-from orchestrator.db import engine
-from orchestrator.drivers import DriverId
-from orchestrator.states import AttemptOutcome, JobStatus
-from orchestrator.writer import record_concurrency, write_events
+from looplab.orchestrator import Grid, drivers, jobqueue
+from looplab.orchestrator.db import engine
+from looplab.orchestrator.drivers import DriverId
+from looplab.orchestrator.states import AttemptOutcome, JobStatus
+from looplab.orchestrator.writer import record_concurrency, write_events
+from looplab.workers.reporter import Event, EventKind, MemoryReporter
 from tests.orchestrator import fake_jobs
-from workers.reporter import Event, EventKind, MemoryReporter
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -244,7 +244,7 @@ def start_driver(db_url: str, art: Path, env: dict[str, str]) -> subprocess.Pope
     cmd = [
         sys.executable,
         "-m",
-        "lab.cli",
+        "looplab",
         "--db",
         db_url,
         "run",

@@ -30,15 +30,15 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from lab.planner.estimates import DDP_EFFICIENCY
-from orchestrator import Grid, Queue, frames, pairing
+from looplab.lab.planner.estimates import DDP_EFFICIENCY
+from looplab.orchestrator import Grid, Queue, frames, pairing
+from looplab.workers.reporter import MemoryReporter
 from tests.db_rows import rows
 from tests.lab.test_planner import FINISHED, exec_sql, finished_run
 from tests.lab.test_planner import TRAIN as PLAN_TRAIN
 from tests.orchestrator import fake_jobs
 from tests.orchestrator.crash import looplab
 from tests.orchestrator.test_real_jobs import one_thread_run
-from workers.reporter import MemoryReporter
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = {
@@ -55,7 +55,7 @@ TRAIN = {
     "data": {"tokenizer": "byte"},
 }
 GRID_FILE = f"""
-from orchestrator import Grid
+from looplab import Grid
 grid = Grid("gang", base={TRAIN!r}, resources={{"workers": 2}})
 """
 
@@ -221,9 +221,9 @@ def test_a_gang_whose_rank_runs_out_of_memory_or_disk_gets_the_one_worker_advice
     chain lost) in `worker_failures`; the advice looks there, as the one-worker path looks at its error."""
     from ray.train.v2.api.exceptions import WorkerGroupError
 
-    from orchestrator import task
-    from orchestrator.states import AttemptOutcome
-    from workers import distributed
+    from looplab.orchestrator import task
+    from looplab.orchestrator.states import AttemptOutcome
+    from looplab.workers import distributed
 
     rank_error = pickle.loads(pickle.dumps(error()))  # as it comes back from the rank's process
 
@@ -253,9 +253,9 @@ def test_a_gang_whose_rank_runs_out_of_memory_or_disk_gets_the_one_worker_advice
 def test_a_gang_attempt_ends_as_its_ranks_say(monkeypatch):
     """Rank 0's summary: succeeded; a stop asked of the run: interrupted; a rank's process gone
     (`WorkerLost`): interrupted, saying so; a Ctrl-C: interrupted, as on one worker."""
-    from orchestrator import task
-    from orchestrator.states import AttemptOutcome
-    from workers import distributed
+    from looplab.orchestrator import task
+    from looplab.orchestrator.states import AttemptOutcome
+    from looplab.workers import distributed
 
     def ends(fit) -> task.TaskResult:
         monkeypatch.setattr(distributed, "fit", fit)
@@ -358,7 +358,7 @@ def test_an_old_database_gets_how_its_runs_step_back_filled(db_url):
     from alembic import command
     from sqlalchemy.pool import NullPool
 
-    from orchestrator.db import alembic_config
+    from looplab.orchestrator.db import alembic_config
 
     cfg = alembic_config(db_url)
     command.upgrade(cfg, "0009_big_counts")

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from model.errors import ConfigError
-from orchestrator.grid import Grid, expand
-from workers import jobs
+from looplab.model.errors import ConfigError
+from looplab.orchestrator.grid import Grid, expand
+from looplab.workers import jobs
 
 BAD = [
     (

@@ -8,10 +8,10 @@ import math
 import pytest
 import sqlalchemy as sa
 
-from model.errors import ConfigError
-from orchestrator import Grid, jobqueue
-from orchestrator.db import engine
-from orchestrator.health import (
+from looplab.model.errors import ConfigError
+from looplab.orchestrator import Grid, jobqueue
+from looplab.orchestrator.db import engine
+from looplab.orchestrator.health import (
     EvalDivergenceRule,
     HealthSettings,
     HealthWatch,
@@ -23,11 +23,11 @@ from orchestrator.health import (
     StepClock,
     non_finite,
 )
-from orchestrator.settings import health_settings
-from orchestrator.task import non_finite_of
-from orchestrator.writer import write_events
+from looplab.orchestrator.settings import health_settings
+from looplab.orchestrator.task import non_finite_of
+from looplab.orchestrator.writer import write_events
+from looplab.workers.reporter import Event, EventKind
 from tests.orchestrator import fake_jobs
-from workers.reporter import Event, EventKind
 
 
 def test_non_finite_checks_the_loss_and_grad_norm_only():
@@ -126,7 +126,7 @@ def test_run_health_counts_each_point_once():
 
 
 def test_the_trainers_non_finite_error_becomes_a_finding():
-    from workers.trainer import NonFiniteError
+    from looplab.workers.trainer import NonFiniteError
 
     try:
         try:
@@ -175,9 +175,9 @@ def test_the_writer_stores_findings_with_job_attempt_step_figure_and_rule(migrat
 
 @pytest.mark.parametrize("retry", [False, True])
 def test_a_non_finite_attempt_is_final_unless_the_grid_asks_for_retries(migrated_db_url, retry):
-    from orchestrator.scheduler import Scheduler
-    from orchestrator.states import AttemptOutcome
-    from orchestrator.task import TaskResult
+    from looplab.orchestrator.scheduler import Scheduler
+    from looplab.orchestrator.states import AttemptOutcome
+    from looplab.orchestrator.task import TaskResult
 
     eng = engine(migrated_db_url)
     health = {"retry_non_finite": True} if retry else None
@@ -200,10 +200,10 @@ def test_spikes_that_stop_a_run_fail_it_once_without_a_retry(migrated_db_url):
     finding: a retry would replay the same spikes, whatever attempts are left."""
     import pickle
 
-    from orchestrator.scheduler import Scheduler
-    from orchestrator.states import AttemptOutcome
-    from orchestrator.task import TaskResult, spikes_of
-    from workers.rewind import SpikeError
+    from looplab.orchestrator.scheduler import Scheduler
+    from looplab.orchestrator.states import AttemptOutcome
+    from looplab.orchestrator.task import TaskResult, spikes_of
+    from looplab.workers.rewind import SpikeError
 
     error = pickle.loads(pickle.dumps(SpikeError("loss spike at step 9: ...; 3 rewind(s) used", 9, 7.5)))
     try:

@@ -10,7 +10,7 @@ import signal
 import threading
 import time
 
-from orchestrator import Grid, Queue
+from looplab import Grid, Queue
 from tests.db_rows import rows
 from tests.orchestrator import fake_jobs
 from tests.orchestrator.alert_servers import hanging_receiver, http_receiver

@@ -14,17 +14,17 @@ import re
 import pytest
 import sqlalchemy as sa
 
-from model.errors import ConfigError
-from orchestrator import Grid, Queue, jobkinds, jobqueue, pairing
-from orchestrator.grid import expand
-from orchestrator.schema import RESULT_TABLES, Base
-from orchestrator.views import VIEW_NAMES
-from orchestrator.writer import write_events
+from looplab.model.errors import ConfigError
+from looplab.orchestrator import Grid, Queue, jobkinds, jobqueue, pairing
+from looplab.orchestrator.grid import expand
+from looplab.orchestrator.schema import RESULT_TABLES, Base
+from looplab.orchestrator.views import VIEW_NAMES
+from looplab.orchestrator.writer import write_events
+from looplab.workers import jobs
+from looplab.workers.jobs import ARCHITECTURE, CHECKPOINT, CostModel, Kind, Pricing
+from looplab.workers.reporter import MemoryReporter
 from tests.db_rows import rows
 from tests.orchestrator import fake_jobs
-from workers import jobs
-from workers.jobs import ARCHITECTURE, CHECKPOINT, CostModel, Kind, Pricing
-from workers.reporter import MemoryReporter
 
 # Tables of the queue itself (written by jobqueue and the writer for every kind), not results of a kind.
 QUEUE_TABLES = {
@@ -170,8 +170,8 @@ def test_the_declarations_say_how_each_kind_is_priced_whether_it_spans_workers_a
 def test_the_task_runner_refuses_a_gang_of_a_kind_not_declared_one_naming_the_gang_kinds():
     """The check runs before anything is sent to Ray; a registry that declares another gang kind
     has it accepted and named."""
-    from orchestrator.admission import Request
-    from orchestrator.task import launch
+    from looplab.orchestrator.admission import Request
+    from looplab.orchestrator.task import launch
 
     class Sharded:
         KINDS = {**fake_jobs.KINDS, "shard": Kind(__name__, gang=True)}
@@ -202,7 +202,7 @@ def test_the_task_runner_refuses_a_gang_of_a_kind_not_declared_one_naming_the_ga
         ),
         (dict(follows="train", about=ARCHITECTURE), "arch_keys: an architecture follow-up needs"),
         (
-            dict(cost=CostModel("workers.eval", Pricing.ON_CHECKPOINT)),
+            dict(cost=CostModel("looplab.workers.eval", Pricing.ON_CHECKPOINT)),
             "cost: pricing on_checkpoint prices a job on the checkpoint it follows: give it about 'checkpoint'",
         ),
     ],

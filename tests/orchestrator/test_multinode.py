@@ -28,12 +28,12 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import Queue
+from looplab import Queue
+from looplab.workers import jobs
+from looplab.workers.reporter import MemoryReporter
 from tests.db_rows import rows
 from tests.orchestrator.crash import looplab
 from tests.orchestrator.test_crash_resume import GRID_FILE, TRAIN
-from workers import jobs
-from workers.reporter import MemoryReporter
 
 pytestmark = [pytest.mark.ray, pytest.mark.multinode]
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import threading
 import time
 
-from orchestrator import Grid, Queue
-from orchestrator.scheduler import Scheduler
+from looplab import Grid, Queue
+from looplab.orchestrator.scheduler import Scheduler
 from tests.db_rows import rows
 from tests.orchestrator.test_real_jobs import TRAIN, one_thread_run
 

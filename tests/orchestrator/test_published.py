@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from orchestrator import Grid, Queue
+from looplab import Grid, Queue
 from tests.db_rows import rows
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "parcae_tiny"
@@ -21,9 +21,9 @@ SWEEP = {"loops": [1, 2, 4], "eval_tokens": 512, "batch_size": 4, "interaction_l
 
 @pytest.mark.slow
 def test_an_imported_models_depth_sweep_runs_through_the_queue(tmp_path, ray_cluster, monkeypatch):
-    from workers.data import DataSpec, prepare, val_chunks
-    from workers.depth_sweep import load_model
-    from workers.train_spec import EVAL_H0_SEED
+    from looplab.workers.data import DataSpec, prepare, val_chunks
+    from looplab.workers.depth_sweep import load_model
+    from looplab.workers.train_spec import EVAL_H0_SEED
 
     q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art")
     grid = Grid(

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from orchestrator import Grid, Queue
+from looplab import Grid, Queue
 from tests.orchestrator import fake_jobs
 
 pytestmark = [pytest.mark.ray, pytest.mark.multinode]  # a Ray head of its own, `ray start`
@@ -115,7 +115,7 @@ def test_run_on_an_existing_ray_cluster_by_address(tmp_path):
             [
                 sys.executable,
                 "-m",
-                "lab.cli",
+                "looplab",
                 "--db",
                 str(db),
                 "run",

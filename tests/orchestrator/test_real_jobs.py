@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from orchestrator import Grid, Queue
+from looplab import Grid, Queue
 from tests.db_rows import rows
 
 TRAIN = {
@@ -26,8 +26,8 @@ def one_thread_run(spec: dict, art):
     run it (float sums depend on the thread count); its MemoryReporter."""
     import torch
 
-    from workers import jobs
-    from workers.reporter import MemoryReporter
+    from looplab.workers import jobs
+    from looplab.workers.reporter import MemoryReporter
 
     ref, threads = MemoryReporter(), torch.get_num_threads()
     torch.set_num_threads(1)

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from lab.planner import Calibration
-from model.counts import param_count
-from model.errors import ConfigError
-from orchestrator import Grid, Queue, retention
+from looplab.lab.planner import Calibration
+from looplab.model.counts import param_count
+from looplab.model.errors import ConfigError
+from looplab.orchestrator import Grid, Queue, retention
+from looplab.workers.artifacts import CHECKPOINT, FINAL, resume_from
 from tests.cli import looplab_here
 from tests.orchestrator import artifact_jobs
-from workers.artifacts import CHECKPOINT, FINAL, resume_from
 
 CAL = Calibration(device="cpu", flops_per_s=1e9, decode_layer_s=1e-4, save_bytes_per_s=1e12, startup_s=2.0)
 
@@ -176,7 +176,7 @@ def test_plan_shows_the_disk_each_retention_keeps(tmp_path, monkeypatch):
         calibration=CAL,
     )
     final, everything = report.new_jobs()
-    from orchestrator.variants import resolve
+    from looplab.orchestrator.variants import resolve
 
     p = param_count(resolve("train", spec).cfg)["total"]
     points = 5 * 3 + 1 * 4  # 5 logged steps of 3 metrics, one evaluation of 4
@@ -193,11 +193,11 @@ def test_plan_shows_the_disk_each_retention_keeps(tmp_path, monkeypatch):
 def test_planned_checkpoint_sizes_match_a_real_run(tmp_path, looplab_cache, one_torch_thread):
     """A checkpoint and final.pt of a real (tiny) run are the sizes the plan counts, within 5 %, for
     AdamW and the default (Muon) optimizer; a spool point of a long run is ~140 bytes."""
-    from orchestrator.task import MetricSpool
-    from workers import train
-    from workers.reporter import Event, EventKind, MemoryReporter
-    from workers.train_cost import cost
-    from workers.train_spec import Spec
+    from looplab.orchestrator.task import MetricSpool
+    from looplab.workers import train
+    from looplab.workers.reporter import Event, EventKind, MemoryReporter
+    from looplab.workers.train_cost import cost
+    from looplab.workers.train_spec import Spec
 
     for optimizer in ("adamw", "parcae"):
         spec = Spec.from_dict(

@@ -8,10 +8,10 @@ import json
 
 import sqlalchemy as sa
 
-from orchestrator.health import HealthWatch
-from orchestrator.writer import write_events
+from looplab.orchestrator.health import HealthWatch
+from looplab.orchestrator.writer import write_events
+from looplab.workers.reporter import Event, EventKind
 from tests.orchestrator.test_writer import LocalReporter, eng, latest_step, next_attempt, points, train_job
-from workers.reporter import Event, EventKind
 
 __all__ = ["eng", "train_job"]  # fixtures used by name below
 
@@ -112,9 +112,9 @@ def test_the_trainers_own_rewind_leaves_one_live_point_per_step(eng, train_job, 
     """The events of a real (tiny) run whose step 6 spikes (the test-only hook) and is rewound to its
     checkpoint at step 4, written as the queue writes them: one live point per step, the first pass's
     steps 5 and 6 superseded, the rewind listed with the rows the trainer skipped."""
+    from looplab.workers import train, trainer
+    from looplab.workers.reporter import MemoryReporter
     from tests.workers.conftest import tiny_spec
-    from workers import train, trainer
-    from workers.reporter import MemoryReporter
 
     monkeypatch.setattr(trainer, "TEST_SPIKE", (6.0, 50.0))
     spec = tiny_spec(tokens=8 * 32 * 12, ckpt_every=2, spike_rewind={"k": 3, "window": 4})

@@ -12,13 +12,13 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from model.errors import ConfigError
-from orchestrator import Grid, Queue
-from orchestrator.scheduler import Scheduler
+from looplab.model.errors import ConfigError
+from looplab import Grid, Queue
+from looplab.orchestrator.scheduler import Scheduler
+from looplab.workers import artifacts
+from looplab.workers.reporter import MemoryReporter
 from tests.db_rows import rows
 from tests.orchestrator import fake_jobs
-from workers import artifacts
-from workers.reporter import MemoryReporter
 
 
 @pytest.fixture
@@ -437,7 +437,7 @@ def test_a_failing_job_is_retried_after_a_doubling_backoff(q):
     ],
 )
 def test_bad_timing_settings_are_refused_naming_the_variable(q, monkeypatch, env, value, named):
-    from model.errors import ConfigError
+    from looplab.model.errors import ConfigError
 
     monkeypatch.setenv(env, value)
     with pytest.raises(ConfigError, match=re.escape(named)):

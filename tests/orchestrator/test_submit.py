@@ -10,9 +10,9 @@ import sys
 import pytest
 import sqlalchemy as sa
 
-from model.errors import ConfigError
-from orchestrator import Grid, Queue
-from orchestrator.db import sqlite_file
+from looplab.model.errors import ConfigError
+from looplab import Grid, Queue
+from looplab.orchestrator.db import sqlite_file
 from tests.orchestrator import fake_jobs
 
 TABLES = ("grids", "jobs", "job_deps", "attempts")

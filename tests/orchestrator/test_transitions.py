@@ -14,12 +14,12 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from orchestrator import Grid, jobqueue, variants
-from orchestrator.db import engine
-from orchestrator.states import AttemptOutcome, JobStatus
-from orchestrator.writer import write_events
+from looplab.orchestrator import Grid, jobqueue, variants
+from looplab.orchestrator.db import engine
+from looplab.orchestrator.states import AttemptOutcome, JobStatus
+from looplab.orchestrator.writer import write_events
+from looplab.workers.reporter import Event
 from tests.orchestrator import fake_jobs
-from workers.reporter import Event
 
 
 @pytest.fixture

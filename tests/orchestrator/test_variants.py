@@ -10,12 +10,12 @@ import json
 import pytest
 import sqlalchemy as sa
 
-from model.counts import arch_summary, tokens_for_flops
-from model.errors import ConfigError
-from model.presets import preset
-from orchestrator import Grid, Queue
-from orchestrator.variants import ARCH_COLUMNS, run_variant_id, variant_columns, variant_id
-from workers.train_spec import Spec
+from looplab.model.counts import arch_summary, tokens_for_flops
+from looplab.model.errors import ConfigError
+from looplab.model.presets import preset
+from looplab import Grid, Queue
+from looplab.orchestrator.variants import ARCH_COLUMNS, run_variant_id, variant_columns, variant_id
+from looplab.workers.train_spec import Spec
 
 
 @pytest.fixture

@@ -13,13 +13,13 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from orchestrator import Grid, jobqueue
-from orchestrator.db import engine
-from orchestrator.states import AttemptOutcome
-from orchestrator.task import MetricSpool, QueueReporter
-from orchestrator.writer import write_events
+from looplab.orchestrator import Grid, jobqueue
+from looplab.orchestrator.db import engine
+from looplab.orchestrator.states import AttemptOutcome
+from looplab.orchestrator.task import MetricSpool, QueueReporter
+from looplab.orchestrator.writer import write_events
+from looplab.workers.reporter import Event, EventKind
 from tests.orchestrator import fake_jobs
-from workers.reporter import Event, EventKind
 
 
 class LocalReporter(QueueReporter):

@@ -17,20 +17,20 @@ import json
 import pytest
 import torch
 
-from model.errors import ConfigError
-from model.init import RowKey
+from looplab.model.errors import ConfigError
+from looplab.model.init import RowKey
+from looplab.workers import checkpoint as ckpt
+from looplab.workers import jobs, train
+from looplab.workers.artifacts import resume_from
+from looplab.workers.data import SAMPLER_PERMUTATION, SAMPLER_WITH_REPLACEMENT, get_batch
+from looplab.workers.optim import set_lr
+from looplab.workers.reporter import MemoryReporter
+from looplab.workers.train_spec import SIZE_BATCH, Spec, execution_fields, identity
+from looplab.workers.trainer import Trainer
+from looplab.workers.validation import eval_forwards, evaluate
 from tests.model.conftest import randomize
 from tests.tier import fast_few
 from tests.workers.conftest import TINY_MODEL, tiny_spec
-from workers import checkpoint as ckpt
-from workers import jobs, train
-from workers.artifacts import resume_from
-from workers.data import SAMPLER_PERMUTATION, SAMPLER_WITH_REPLACEMENT, get_batch
-from workers.optim import set_lr
-from workers.reporter import MemoryReporter
-from workers.train_spec import SIZE_BATCH, Spec, execution_fields, identity
-from workers.trainer import Trainer
-from workers.validation import eval_forwards, evaluate
 
 SAMPLERS = {
     "fixed, truncated": ("fixed6_grad3", {}),
@@ -356,7 +356,7 @@ def test_new_runs_record_the_row_key_h0(looplab_cache, tmp_path):
 
 
 def test_cli_global_batch_and_micro_batch(looplab_cache, tmp_path, capsys):
-    from workers.train_cli import main
+    from looplab.workers.train_cli import main
 
     def logs(name: str) -> str:
         lines = (tmp_path / f"{name}.jsonl").read_text().splitlines()

@@ -9,11 +9,11 @@ import math
 
 import pytest
 
-from model.errors import ConfigError
-from model.exit_names import CellKey
-from model.flops import fixed_depth_flops
-from workers import adaptive
-from workers.reporter import MemoryReporter
+from looplab.model.errors import ConfigError
+from looplab.model.exit_names import CellKey
+from looplab.model.flops import fixed_depth_flops
+from looplab.workers import adaptive
+from looplab.workers.reporter import MemoryReporter
 
 SPEC = {
     "rules": {"state": [0, "inf", 0.05], "kl": [0, 0.01], "argmax": ["inf", 0, 2]},
@@ -42,7 +42,7 @@ def result(trained_fixed4, tmp_path_factory):
 
 def sweep_losses(trained, loops: list[int], out) -> dict[int, float]:
     """The depth sweep's validation loss per loop count on the adaptive job's validation tokens."""
-    from workers import depth_sweep
+    from looplab.workers import depth_sweep
 
     common = {"eval_tokens": 512, "batch_size": 8, "interaction_loops": [], "device": "cpu"}
     spec = depth_sweep.Spec.from_dict({**common, "checkpoint": str(trained[0]), "loops": loops})
@@ -77,7 +77,7 @@ def test_the_fixed_depth_loss_is_the_depth_sweeps_in_micro_batches(trained_fixed
     sweep's loss at 4 loops in the same forwards exactly: the same forwards and per-forward sums, added in
     the same order. Against the sweep in whole batches it agrees to float rounding only: there the fp32
     sum runs over 8 sequences at once instead of three partial sums added in double."""
-    from workers import depth_sweep
+    from looplab.workers import depth_sweep
 
     common = {"checkpoint": str(trained_fixed4[0]), "eval_tokens": 512, "batch_size": 8, "device": "cpu"}
     micro = {**common, "micro_batch_size": 3}
@@ -99,7 +99,7 @@ def test_the_fixed_depth_loss_is_the_depth_sweeps_in_micro_batches(trained_fixed
 
 
 def fixed_depth_flops_of(result, rounds):
-    from model.presets import preset
+    from looplab.model.presets import preset
     from tests.workers.conftest import TINY_MODEL
 
     return fixed_depth_flops(preset("fixed4", "tiny", **TINY_MODEL), rounds, 32)
@@ -195,7 +195,7 @@ def test_decode_rows_name_the_fixed_depth_at_equal_loss(result, every_depth):
 
 
 def test_the_equal_loss_depth_is_the_shallowest_no_worse():
-    from workers.adaptive_decode import equal_loss_depth
+    from looplab.workers.adaptive_decode import equal_loss_depth
 
     losses = {1: 3.0, 2: 2.5, 3: 2.4, 4: 2.35}
     assert [equal_loss_depth(losses, x) for x in (5.0, 2.5, 2.45, 2.35)] == [1, 2, 3, 4]
@@ -252,8 +252,8 @@ def test_spec_defaults_and_infinity():
 def test_the_rows_go_through_the_writer_into_the_schema_and_views(result, migrated_db_url, tmp_path):
     """On SQLite and PostgreSQL: the job's events as the driver's writer persists them, read back by
     `orchestrator.frames` with the trained model's identity (an infinite threshold included)."""
-    from orchestrator import Grid, Queue, frames, jobqueue
-    from orchestrator.writer import write_events
+    from looplab.orchestrator import Grid, Queue, frames, jobqueue
+    from looplab.orchestrator.writer import write_events
     from tests.workers.conftest import tiny_spec
 
     out, reporter = result

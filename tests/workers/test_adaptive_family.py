@@ -9,14 +9,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from model.errors import ConfigError
-from model.exit_names import EMULATED, CellKey
-from orchestrator import Grid, Queue
-from orchestrator.grid import expand
+from looplab.model.errors import ConfigError
+from looplab.model.exit_names import EMULATED, CellKey
+from looplab import Grid, Queue
+from looplab.orchestrator.grid import expand
+from looplab.workers import jobs
+from looplab.workers.reporter import MemoryReporter
 from tests.db_rows import rows
 from tests.workers.conftest import tiny_spec
-from workers import jobs
-from workers.reporter import MemoryReporter
 
 UT = "examples.universal_transformer:factory"
 FAMILY = {"family": UT, "family_config": {"d_model": 32, "n_heads": 2}, "optimizer": "adamw"}
@@ -24,16 +24,16 @@ EVAL = {"eval_tokens": 512, "batch_size": 8, "device": "cpu"}
 
 
 def _loss(model, chunks, token_bytes, forward) -> float:
-    from workers.validation import evaluate
+    from looplab.workers.validation import evaluate
 
     return evaluate(model, chunks, 8, torch.device("cpu"), token_bytes, h0_seed=7, forward=forward).loss
 
 
 def test_emulated_exits_agree_with_the_native_path_on_looplab_s_model(trained_fixed4):
-    from model.exit_emulation import emulated_exit_forward, exit_natively
-    from model.exits import ExitRule
-    from workers.adaptive import ExitLM
-    from workers.depth_sweep import eval_inputs
+    from looplab.model.exit_emulation import emulated_exit_forward, exit_natively
+    from looplab.model.exits import ExitRule
+    from looplab.workers.adaptive import ExitLM
+    from looplab.workers.depth_sweep import eval_inputs
 
     ev = eval_inputs(str(trained_fixed4[0]), 512, torch.device("cpu"))
     assert exit_natively(ev.model)
@@ -139,14 +139,14 @@ def test_a_family_s_adaptive_follow_up_with_what_emulation_does_is_accepted():
     plans = expand([Grid("ut", base=tiny_spec(**FAMILY), then=["adaptive"], follow=follow)], jobs)
     assert [p.kind for p in plans if p.kind == "adaptive"] == ["adaptive"]
     with pytest.raises(ConfigError, match="kv_strategies"):
-        from workers.adaptive_family import refuse_family
+        from looplab.workers.adaptive_family import refuse_family
 
         refuse_family({"kv_strategies": ["latest"]}, {"family": UT, "capabilities": {}})
 
 
 def test_a_family_with_the_readout_capability_runs_its_exits_natively():
-    from model.contract import build_model, check_family
-    from model.exit_emulation import exit_natively
+    from looplab.model.contract import build_model, check_family
+    from looplab.model.exit_emulation import exit_natively
 
     cfg = _small(11)
     assert not exit_natively(build_model(cfg, "tests.model.test_contract:tiny", {"d": 8}).module)
@@ -157,7 +157,7 @@ def test_a_family_with_the_readout_capability_runs_its_exits_natively():
 
 
 def _small(vocab: int, **overrides):
-    from model.config import ModelConfig
+    from looplab.model.config import ModelConfig
 
     return ModelConfig(
         vocab_size=vocab, d_model=8, n_heads=1, head_dim=8, n_prelude=1, n_recurrent=1, n_coda=1, **overrides
@@ -167,14 +167,14 @@ def _small(vocab: int, **overrides):
 def readout_family(config):
     """A family whose module has the readout at any round, the rounds with a keep mask and rope: looplab's
     own model built from the family's config."""
-    from model.looped import LoopedLM
+    from looplab.model.looped import LoopedLM
 
     return LoopedLM(_small(config["vocab_size"]))
 
 
 def act_gated_family(config):
     """looplab's own model with an act exit gate, as a family (a `LoopedLM` inside `FamilyLM`)."""
-    from model.looped import LoopedLM
+    from looplab.model.looped import LoopedLM
 
     torch.manual_seed(5)
     return LoopedLM(_small(config["vocab_size"], exit_gate="act"))
@@ -186,7 +186,7 @@ class GatedFamily(torch.nn.Module):
 
     def __init__(self, vocab: int) -> None:
         super().__init__()
-        from model.looped import LoopedLM
+        from looplab.model.looped import LoopedLM
 
         torch.manual_seed(5)
         self.lm = LoopedLM(_small(vocab, exit_gate="geometric"))
@@ -215,9 +215,9 @@ def test_the_gate_rule_runs_on_a_family_with_an_exit_gate_as_on_looplab_s_model(
     """`model.exits._gate_mass` on the family wrapper (FamilyLM): a family's exit_gate read as stop
     probabilities gives the exits of the geometric gate inside it; looplab's model as a family keeps the
     objective it was trained with (act); a family without a gate is refused naming the rule."""
-    from model.contract import build_model, gate_reading
-    from model.exit_gate import STOP_PROBABILITIES
-    from model.exits import ExitRule, exit_forward
+    from looplab.model.contract import build_model, gate_reading
+    from looplab.model.exit_gate import STOP_PROBABILITIES
+    from looplab.model.exits import ExitRule, exit_forward
 
     cfg = _small(11)
     idx = torch.randint(0, 11, (3, 16), generator=torch.Generator().manual_seed(2))
@@ -247,6 +247,6 @@ def test_the_gate_rule_on_a_family_is_accepted_with_a_gate_and_native_exits_only
     spec = {"rules": {"gate": [0.5]}, "kv_strategies": ["per_round"]}
     emulated = {"family": "f", "capabilities": {"exit_gate": True, "readout": False}}
     with pytest.raises(ConfigError, match="^rules.gate: family 'f' has no readout at any round"):
-        from workers.adaptive_family import refuse_family
+        from looplab.workers.adaptive_family import refuse_family
 
         refuse_family(spec, emulated)

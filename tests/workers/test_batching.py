@@ -14,13 +14,13 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from model.flops import step_flops, training_flops
-from model.looped import LoopedLM
-from model.presets import preset
-from model.rounds import forward_sizes
+from looplab.model.flops import step_flops, training_flops
+from looplab.model.looped import LoopedLM
+from looplab.model.presets import preset
+from looplab.model.rounds import forward_sizes
+from looplab.workers.batching import padded_rounds, split_step, work
 from tests.model.conftest import randomize
 from tests.model.test_flops import CPU_FLASH, SMALL
-from workers.batching import padded_rounds, split_step, work
 
 PARCAE = LoopedLM(preset("parcae", **SMALL))  # its sampler: Poisson(8) per sequence
 
@@ -226,9 +226,9 @@ def test_bucketing_halves_parcae_padding_at_the_published_batch():
 
 def _trained(tmp_path, steps: int, **kw):
     """A tiny parcae run of `steps` steps of 8 rows: its result row and its per-step metrics."""
+    from looplab.workers import train
+    from looplab.workers.reporter import MemoryReporter
     from tests.workers.conftest import tiny_spec
-    from workers import train
-    from workers.reporter import MemoryReporter
 
     rep = MemoryReporter()
     spec = train.Spec.from_dict(tiny_spec(recipe="parcae", tokens=8 * 32 * steps, **kw))
@@ -261,7 +261,7 @@ def test_measured_padding_equals_a_hand_count(looplab_cache, tmp_path, monkeypat
     (3, 3), (7, 1), largest 9, 8, 3, 7: 2 (17 + 16 + 9 + 15) = 114 computed, for the same 78."""
     import torch
 
-    from model.looped import LoopedLM
+    from looplab.model.looped import LoopedLM
 
     counts = [1, 9, 2, 8, 3, 3, 7, 1]
     monkeypatch.setattr(LoopedLM, "sample_loops", lambda self, b, step, seed=0: torch.tensor(counts))

@@ -11,11 +11,11 @@ import traceback
 import pytest
 import torch
 
-from model.errors import ConfigError
+from looplab.model.errors import ConfigError
+from looplab.workers import artifacts, jobs
+from looplab.workers import checkpoint as ckpt
+from looplab.workers.reporter import MemoryReporter
 from tests.workers.conftest import tiny_spec
-from workers import artifacts, jobs
-from workers import checkpoint as ckpt
-from workers.reporter import MemoryReporter
 
 # what torch.save's zip writer raises when the file system fills up mid-write
 SHORT_WRITE = "[enforce fail at inline_container.cc:672] . unexpected pos 4160 vs 4054"

@@ -8,13 +8,13 @@ import shutil
 
 import pytest
 
-from model.errors import ConfigError
-from orchestrator import retention
+from looplab.model.errors import ConfigError
+from looplab.orchestrator import retention
+from looplab.workers import artifacts, jobs, train
+from looplab.workers import checkpoint as ckpt
+from looplab.workers.artifacts import CHECKPOINT, FINAL, checkpoint_name, resume_from
+from looplab.workers.reporter import MemoryReporter
 from tests.workers.conftest import tiny_spec
-from workers import artifacts, jobs, train
-from workers import checkpoint as ckpt
-from workers.artifacts import CHECKPOINT, FINAL, checkpoint_name, resume_from
-from workers.reporter import MemoryReporter
 
 
 def touch(d, attempt: int, step: int):

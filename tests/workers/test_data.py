@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from model.errors import ConfigError
-from workers import data
+from looplab.model.errors import ConfigError
+from looplab.workers import data
 
 
 def test_offline_corpus_is_deterministic_and_splits_by_document():

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from model.counts import kv_cache_bytes
-from model.errors import ConfigError
-from model.presets import RECIPES, preset
-from workers.decode_bench import Spec, main, run
-from workers.reporter import MemoryReporter
+from looplab.model.counts import kv_cache_bytes
+from looplab.model.errors import ConfigError
+from looplab.model.presets import RECIPES, preset
+from looplab.workers.decode_bench import Spec, main, run
+from looplab.workers.reporter import MemoryReporter
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
@@ -90,7 +90,7 @@ def test_cli_prints_a_table(capsys):
 
 
 def test_cli_flags_come_from_the_spec():
-    from workers.decode_bench import build_parser
+    from looplab.workers.decode_bench import build_parser
 
     parser = build_parser()
     args = parser.parse_args(

@@ -10,12 +10,12 @@ import re
 import pytest
 import torch
 
-from model.errors import ConfigError
-from workers import eval as eval_job
-from workers import jobs
-from workers.reporter import JobInterrupted, MemoryReporter
-from workers.tasks.likelihood import LoopedScorer
-from workers.train_spec import EVAL_H0_SEED
+from looplab.model.errors import ConfigError
+from looplab.workers import eval as eval_job
+from looplab.workers import jobs
+from looplab.workers.reporter import JobInterrupted, MemoryReporter
+from looplab.workers.tasks.likelihood import LoopedScorer
+from looplab.workers.train_spec import EVAL_H0_SEED
 
 SEQ_LEN = 96
 ITEMS = [
@@ -49,9 +49,9 @@ ITEMS = [
 
 def write_checkpoint(directory, seed: int = 0):
     """A random-weight fixed4 model (byte vocabulary) saved the way a train job saves one."""
-    from model.looped import LoopedLM
-    from model.presets import preset
-    from workers import checkpoint as ckpt
+    from looplab.model.looped import LoopedLM
+    from looplab.model.presets import preset
+    from looplab.workers import checkpoint as ckpt
 
     torch.manual_seed(seed)
     cfg = preset("fixed4", "tiny", d_model=32, n_heads=1, head_dim=32, seq_len=SEQ_LEN, vocab_size=256)
@@ -153,7 +153,7 @@ def test_scores_equal_independently_computed_loglikelihoods(checkpoint, tmp_path
 
 def test_a_request_scores_the_same_in_any_batch(checkpoint):
     _, model = checkpoint
-    from workers.tokenizer import Tokenizer
+    from looplab.workers.tokenizer import Tokenizer
 
     pairs = [(i["context"], " " + c) for i in ITEMS for c in i["choices"]]
     expected = [independent_loglikelihood(model, c, x, 2) for c, x in pairs]
@@ -172,7 +172,7 @@ def test_a_request_scores_the_same_in_any_batch(checkpoint):
 
 def test_rolling_loglikelihood_predicts_every_token_once(checkpoint):
     _, model = checkpoint
-    from workers.tokenizer import Tokenizer
+    from looplab.workers.tokenizer import Tokenizer
 
     scorer = LoopedScorer(
         model, Tokenizer(), loops=1, h0_seed=EVAL_H0_SEED, batch_size=4, device=torch.device("cpu")

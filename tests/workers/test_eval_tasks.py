@@ -9,9 +9,9 @@ import re
 
 import pytest
 
-from model.errors import ConfigError
-from workers.tasks import GENERATORS, deduction, kinship
-from workers.tasks.schema import Item, dumps_jsonl, load_jsonl, write_jsonl
+from looplab.model.errors import ConfigError
+from looplab.workers.tasks import GENERATORS, deduction, kinship
+from looplab.workers.tasks.schema import Item, dumps_jsonl, load_jsonl, write_jsonl
 
 GOOD = {"context": "The sky is", "choices": ["blue", "green"], "gold": 0}
 

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from model.errors import ConfigError
-from orchestrator import Grid, Queue
-from orchestrator.grid import assign_hashes, expand
+from looplab.model.errors import ConfigError
+from looplab import Grid, Queue
+from looplab.orchestrator.grid import assign_hashes, expand
+from looplab.workers import jobs
+from looplab.workers.reporter import MemoryReporter
 from tests.db_rows import rows
 from tests.workers.conftest import tiny_spec
-from workers import jobs
-from workers.reporter import MemoryReporter
 
 ROOT = Path(__file__).resolve().parents[2]
 UT = "examples.universal_transformer:factory"
@@ -63,7 +63,7 @@ def test_a_family_is_part_of_the_run_and_of_its_variant():
 
 
 def test_a_flop_budget_of_a_family_is_counted_at_its_own_flops(tmp_path, looplab_cache):
-    from orchestrator.submission import model_columns
+    from looplab.orchestrator.submission import model_columns
 
     flops = 2.0e9  # about 20 steps of 256 tokens at ~393k FLOPs per token
     spec = tiny_spec(**FAMILY, tokens=None, flops=flops)
@@ -142,8 +142,8 @@ def test_the_example_family_runs_every_job_kind(tmp_path, looplab_cache):
 
 
 def test_a_split_dependent_family_refuses_another_split_on_resume(tmp_path, looplab_cache):
-    from workers import train as train_job
-    from workers.trainer import Trainer
+    from looplab.workers import train as train_job
+    from looplab.workers.trainer import Trainer
 
     given = tiny_spec(family="tests.model.test_contract:dropping", optimizer="adamw", tokens=8 * 32 * 4)
     spec = train_job.Spec.from_dict(given)

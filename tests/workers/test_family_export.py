@@ -10,22 +10,25 @@ import json
 import pytest
 import torch
 
-from model.errors import ConfigError
+from looplab.model.errors import ConfigError
+from looplab.workers import hub, importer, jobs
+from looplab.workers.model_export import export_model
+from looplab.workers.reporter import MemoryReporter
 from tests.workers.conftest import tiny_spec
-from workers import hub, importer, jobs
-from workers.model_export import export_model
-from workers.reporter import MemoryReporter
 
 UT = "examples.universal_transformer:factory"
 FAMILY = {"family": UT, "family_config": {"d_model": 32, "n_heads": 2}, "optimizer": "adamw"}
 
 
-HUGINN = {"family": "families.huginn:factory", "family_config": {"d_model": 32, "n_heads": 2, "mlp": 48}}
+HUGINN = {
+    "family": "families.huginn:factory",
+    "family_config": {"d_model": 32, "n_heads": 2, "mlp": 48},
+}
 
 
 @pytest.mark.parametrize("family", [FAMILY, {**FAMILY, **HUGINN}], ids=["example", "huginn"])
 def test_a_family_run_exports_and_reads_back_with_equal_logits(tmp_path, looplab_cache, family):
-    from workers.depth_sweep import load_model
+    from looplab.workers.depth_sweep import load_model
 
     name, family_config, package = family["family"], family["family_config"], family["family"].split(".")[0]
     spec = jobs.validate("train", tiny_spec(**family, model={"loops": 3}, tokens=8 * 32 * 4))

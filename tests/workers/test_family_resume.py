@@ -10,9 +10,9 @@ import subprocess
 import pytest
 import torch
 
+from looplab.workers import checkpoint as ckpt
+from looplab.workers.artifacts import resume_from
 from tests.workers.test_resume import KEYS, STEPS, _cmd, _curves, _env, kill_once
-from workers import checkpoint as ckpt
-from workers.artifacts import resume_from
 
 FAMILY = ["--family", "examples.universal_transformer:factory", "--family-config", "d_model=32"]
 

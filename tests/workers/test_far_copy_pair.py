@@ -8,10 +8,10 @@ import math
 import pandas as pd
 import pytest
 
-from analysis import far_copy
+from looplab.analysis import far_copy
+from looplab.workers import depth_sweep, train
+from looplab.workers.reporter import MemoryReporter
 from tests.workers.conftest import tiny_spec
-from workers import depth_sweep, train
-from workers.reporter import MemoryReporter
 
 SEEDS = (0, 1, 2)
 DISTANCE = 8  # the tiny runs' sequences are 32 tokens: a distance inside them has far tokens

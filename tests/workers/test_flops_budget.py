@@ -10,14 +10,14 @@ import sys
 
 import pytest
 
-from model.counts import arch_summary, tokens_for_flops
-from model.errors import ConfigError
-from model.flops import step_flops, training_flops
+from looplab.model.counts import arch_summary, tokens_for_flops
+from looplab.model.errors import ConfigError
+from looplab.model.flops import step_flops, training_flops
+from looplab.workers import train
+from looplab.workers.device import peak_flops_of
+from looplab.workers.reporter import MemoryReporter
+from looplab.workers.train_spec import Spec
 from tests.workers.conftest import tiny_spec
-from workers import train
-from workers.device import peak_flops_of
-from workers.reporter import MemoryReporter
-from workers.train_spec import Spec
 
 
 def _flop_spec(**kw) -> dict:
@@ -113,7 +113,7 @@ def test_sampled_loops_report_padding_waste(looplab_cache, tmp_path):
     """The row's padding_waste is measured from the steps' real counts (one forward of the batch each:
     the padded share of the recurrent FLOPs over both steps), not the FLOP model's expectation, which
     stays the budget accounting's figure (flops_per_token)."""
-    from model.looped import LoopedLM
+    from looplab.model.looped import LoopedLM
 
     rep = MemoryReporter()
     spec = Spec.from_dict(tiny_spec(recipe="parcae", tokens=8 * 32 * 2))
@@ -134,7 +134,7 @@ def test_mfu_counts_useful_flops_and_hfu_computed_ones(looplab_cache, tmp_path, 
     """With a peak to measure against (a GPU of the table; here a made-up one on the CPU), MFU is the
     useful FLOPs (each row's own rounds) of the timed steps per second over the peak, HFU the computed
     ones (padding included); for parcae's padded forwards HFU > MFU, both reported per step."""
-    from workers import trainer
+    from looplab.workers import trainer
 
     monkeypatch.setattr(trainer, "peak_flops", lambda device: 1e12)
     rep = MemoryReporter()
@@ -154,7 +154,7 @@ def counted_training_step(spec: Spec, run_dir, custom_mapping) -> tuple[float, f
     count of the step, `_count_step`, its computed and its useful FLOPs per token)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from workers.trainer import Trainer
+    from looplab.workers.trainer import Trainer
 
     run_dir.mkdir(parents=True, exist_ok=True)
     trainer = Trainer(spec, MemoryReporter(), run_dir)

@@ -7,9 +7,9 @@ import hashlib
 import numpy as np
 import pytest
 
-from model.errors import ConfigError
-from workers import data
-from workers.heldout import heldout_dir, heldout_tokens
+from looplab.model.errors import ConfigError
+from looplab.workers import data
+from looplab.workers.heldout import heldout_dir, heldout_tokens
 
 CUT = 300  # VAL_TOKENS for these tests: the validation split and the test split hold 300 tokens each
 

@@ -12,11 +12,11 @@ import pytest
 import torch
 from torch import nn
 
-from model.errors import ConfigError
-from model.names import Optimizer
-from workers import optim, train_spec
-from workers.muon import ParcaeMuonAdamW, TorchMuon
-from workers.orthogonalise import newton_schulz
+from looplab.model.errors import ConfigError
+from looplab.model.names import Optimizer
+from looplab.workers import optim, train_spec
+from looplab.workers.muon import ParcaeMuonAdamW, TorchMuon
+from looplab.workers.orthogonalise import newton_schulz
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -129,8 +129,8 @@ def test_frozen_parameters_are_left_out():
 
 
 def test_looped_model_parameters_each_land_in_exactly_one_group():
-    from model.looped import LoopedLM
-    from model.presets import preset
+    from looplab.model.looped import LoopedLM
+    from looplab.model.presets import preset
 
     model = LoopedLM(preset("parcae", "tiny"))
     for name in Optimizer:

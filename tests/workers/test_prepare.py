@@ -1,6 +1,6 @@
 """Preparations: a corpus in the hub's layout read through the same streaming path as a hub dataset,
 `max_tokens` prefixes shared across budgets, the validation split fixed, resumable pieces (kill -9 of
-`python -m workers.prepare`, then resume, gives the same bytes), parallel = serial, and the prepare job
+`python -m looplab.workers.prepare`, then resume, gives the same bytes), parallel = serial, and the prepare job
 the grid creates for train jobs that share a corpus (in-process here; through the real queue on Ray in
 the slow test at the end)."""
 
@@ -17,12 +17,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from model.errors import ConfigError
-from orchestrator.grid import PREPARE, Grid, assign_hashes, expand
+from looplab.model.errors import ConfigError
+from looplab.orchestrator.grid import PREPARE, Grid, assign_hashes, expand
+from looplab.workers import corpus, data, jobs
+from looplab.workers import prepare as prepare_job
+from looplab.workers.reporter import MemoryReporter
 from tests.workers.conftest import tiny_spec
-from workers import corpus, data, jobs
-from workers import prepare as prepare_job
-from workers.reporter import MemoryReporter
 
 ROOT = Path(__file__).resolve().parents[2]
 WORDS = (
@@ -150,7 +150,7 @@ def test_tokenizer_processes_that_never_start_fail_the_preparation_by_name(bpe_f
     and the pool keeps replacing it: the encoder says so after its timeout instead of waiting forever."""
     import types
 
-    from workers import tokenizer
+    from looplab.workers import tokenizer
 
     script = tmp_path / "broken_main.py"
     script.write_text("raise SystemExit('this __main__ does not run in a child')\n")
@@ -177,7 +177,7 @@ def _prepare_cmd(hub_dir: Path, tokenizer: str, events: Path) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "workers.prepare",
+        "looplab.workers.prepare",
         "--corpus",
         str(hub_dir),
         "--tokenizer",
@@ -196,7 +196,7 @@ def _prepare_cmd(hub_dir: Path, tokenizer: str, events: Path) -> list[str]:
 
 @pytest.mark.slow
 def test_kill_9_mid_preparation_then_resume_gives_the_uninterrupted_bytes(tmp_path, looplab_cache):
-    """`python -m workers.prepare` killed with SIGKILL after some pieces, rerun: it resumes after the last
+    """`python -m looplab.workers.prepare` killed with SIGKILL after some pieces, rerun: it resumes after the last
     committed piece (it says so) and ends with the shards an uninterrupted preparation writes."""
     corpus_dir = write_hub_layout(tmp_path / "big", files=2, docs_per_file=800, seed=1)
     # a tokenizer file by path: a BPE slow enough on 1,600 documents to be killed on the way
@@ -269,7 +269,7 @@ def test_prepare_spec_and_cli_name_the_field(capsys):
 
 
 def test_budget_max_tokens_is_the_jobs_own_and_old_specs_keep_their_identity():
-    from workers.train_spec import Spec
+    from looplab.workers.train_spec import Spec
 
     s = Spec.from_dict(tiny_spec(tokens=8 * 32 * 20 + 5, data={"tokenizer": "byte", "max_tokens": "budget"}))
     assert s.data.max_tokens == 8 * 32 * 20 + 1  # whole steps' tokens, + the last target
@@ -316,8 +316,8 @@ def test_three_budgets_on_one_corpus_make_one_prepare_job_and_tokenize_once(hub_
 
 
 def test_a_resubmitted_part_of_a_grid_adds_no_prepare_job_and_a_new_job_gets_its_own(hub_dir, tmp_path):
-    from lab.display import table
-    from orchestrator import Queue
+    from looplab.lab.display import table
+    from looplab import Queue
     from tests.db_rows import rows
 
     q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art")
@@ -379,9 +379,9 @@ def test_a_run_whose_checkpoint_predates_the_sampler_keeps_sampling_with_replace
     """A checkpoint without `sampler` in its trainer state (written before samplers were versioned)
     resumes with replacement, whatever a new run of its spec would use: the curve of an uninterrupted
     with-replacement run. A new run on data sized to it samples without replacement."""
-    from workers import checkpoint as ckpt
-    from workers import train, trainer
-    from workers.artifacts import resume_from
+    from looplab.workers import checkpoint as ckpt
+    from looplab.workers import train, trainer
+    from looplab.workers.artifacts import resume_from
 
     class StopAt(MemoryReporter):
         def should_stop(self):
@@ -411,7 +411,7 @@ def test_a_run_whose_checkpoint_predates_the_sampler_keeps_sampling_with_replace
 
 
 def test_a_smaller_bpe_than_asked_is_said_and_counted_at_its_size(looplab_cache, tmp_path):
-    from workers import train
+    from looplab.workers import train
 
     spec = train.Spec.from_dict(tiny_spec(tokens=8 * 32 * 2, data={"tokenizer": "bpe", "vocab_size": 40_000}))
     rep = MemoryReporter()
@@ -425,7 +425,7 @@ def test_a_smaller_bpe_than_asked_is_said_and_counted_at_its_size(looplab_cache,
 
 
 def _params(spec, vocab: int) -> int:
-    from model.counts import param_count
+    from looplab.model.counts import param_count
 
     return param_count(spec.model_config(vocab))["total"]
 
@@ -435,8 +435,8 @@ def _params(spec, vocab: int) -> int:
 
 @pytest.mark.slow
 def test_train_jobs_sharing_a_corpus_wait_for_one_prepare_job_on_the_real_queue(tmp_path, ray_cluster):
-    from lab.display import table
-    from orchestrator import Queue
+    from looplab.lab.display import table
+    from looplab import Queue
     from tests.db_rows import rows
 
     corpus_dir = write_hub_layout(tmp_path / "corpus", files=2, docs_per_file=300, seed=2)

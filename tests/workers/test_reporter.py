@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import json
 
-from workers.reporter import (
+from looplab.workers.reporter import (
     BaseReporter,
     ConsoleReporter,
     EventKind,

@@ -1,7 +1,7 @@
 """Exact resume: a run SIGKILLed at a random point after a checkpoint and then resumed reproduces the
 uninterrupted run bit for bit (every train/val loss by step, and the final weights).
 
-Each run is a separate `python -m workers.train` process writing its events to a JSON-lines file, so the
+Each run is a separate `python -m looplab.workers.train` process writing its events to a JSON-lines file, so the
 kill is a real `kill -9` of a process mid-training, as a crash or power loss would be.
 """
 
@@ -18,8 +18,8 @@ import time
 import pytest
 import torch
 
-from workers import checkpoint as ckpt
-from workers.artifacts import resume_from
+from looplab.workers import checkpoint as ckpt
+from looplab.workers.artifacts import resume_from
 
 STEPS = 30
 # every curve that must replay exactly, train-time depth curves included (fixed4 evaluates 1, 2, 4, 8)
@@ -30,7 +30,7 @@ def _cmd(out, events) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "workers.train",
+        "looplab.workers.train",
         "--preset",
         "fixed4",
         "--size",

@@ -11,13 +11,13 @@ import subprocess
 import pytest
 import torch
 
-from model.errors import ConfigError
+from looplab.model.errors import ConfigError
+from looplab.workers import checkpoint as ckpt
+from looplab.workers import jobs, rewind, train, trainer
+from looplab.workers.artifacts import resume_from
+from looplab.workers.reporter import MemoryReporter
 from tests.workers.conftest import tiny_spec
 from tests.workers.test_resume import _cmd, _env, kill_once
-from workers import checkpoint as ckpt
-from workers import jobs, rewind, train, trainer
-from workers.artifacts import resume_from
-from workers.reporter import MemoryReporter
 
 STEPS = 12
 RULE = {"k": 3.0, "window": 4, "max_rewinds": 2}

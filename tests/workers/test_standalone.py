@@ -8,10 +8,10 @@ import signal
 
 import pytest
 
-from model.errors import ConfigError
-from workers import decode_bench
-from workers.reporter import JobInterrupted
-from workers.spec_cli import run_standalone
+from looplab.model.errors import ConfigError
+from looplab.workers import decode_bench
+from looplab.workers.reporter import JobInterrupted
+from looplab.workers.spec_cli import run_standalone
 
 
 @pytest.fixture(autouse=True)

@@ -9,13 +9,13 @@ import math
 import pytest
 import torch
 
-from model.errors import ConfigError
-from orchestrator.schema import TrainResult
+from looplab.model.errors import ConfigError
+from looplab.orchestrator.schema import TrainResult
+from looplab.workers import checkpoint as ckpt
+from looplab.workers import jobs, train
+from looplab.workers.artifacts import resume_from
+from looplab.workers.reporter import MemoryReporter
 from tests.workers.conftest import TINY_MODEL, tiny_spec
-from workers import checkpoint as ckpt
-from workers import jobs, train
-from workers.artifacts import resume_from
-from workers.reporter import MemoryReporter
 
 
 def test_spec_round_trip_fills_defaults():
@@ -196,7 +196,7 @@ def test_loop_design_variants_resume_bit_for_bit(looplab_cache, tmp_path, recipe
 
 @pytest.mark.slow  # docs/testing.md: trains for its 6-second budget
 def test_time_budget_lands_within_ten_percent(looplab_cache, tmp_path, monkeypatch):
-    from workers import trainer
+    from looplab.workers import trainer
 
     resets = []
     monkeypatch.setattr(trainer, "reset_peak_mem", lambda device: resets.append(device))
@@ -216,9 +216,9 @@ def test_time_budget_lands_within_ten_percent(looplab_cache, tmp_path, monkeypat
 
 
 def test_cli_bad_input_prints_one_line_and_exits_2(tmp_path, capsys):
-    """In-process, as the next test: `python -m workers.train` is this `main` (test_resume.py runs
+    """In-process, as the next test: `python -m looplab.workers.train` is this `main` (test_resume.py runs
     the real command)."""
-    from workers.train_cli import main
+    from looplab.workers.train_cli import main
 
     for args, field in [
         (["--preset", "nope", "--tokens", "1e3"], "recipe"),
@@ -245,7 +245,7 @@ def test_cli_bad_input_prints_one_line_and_exits_2(tmp_path, capsys):
     ],
 )
 def test_cli_errors_are_one_line_naming_the_field(args, line, tmp_path, capsys):
-    from workers.train_cli import main
+    from looplab.workers.train_cli import main
 
     out = tmp_path / "x"
     with pytest.raises(SystemExit) as e:
@@ -256,7 +256,7 @@ def test_cli_errors_are_one_line_naming_the_field(args, line, tmp_path, capsys):
 
 
 def test_cli_passes_only_given_flags_so_defaults_live_in_the_spec():
-    from workers.train_cli import build_parser
+    from looplab.workers.train_cli import build_parser
 
     parser = build_parser()
     args = parser.parse_args(
@@ -298,10 +298,10 @@ def test_cli_passes_only_given_flags_so_defaults_live_in_the_spec():
 def test_every_cli_has_a_flag_with_help_for_every_spec_field():
     import dataclasses
 
-    from workers import decode_bench, depth_sweep
-    from workers.data import DataSpec
-    from workers.spec_cli import field_docs
-    from workers.train_cli import build_parser
+    from looplab.workers import decode_bench, depth_sweep
+    from looplab.workers.data import DataSpec
+    from looplab.workers.spec_cli import field_docs
+    from looplab.workers.train_cli import build_parser
 
     for spec_cls, parser in [
         (train.Spec, build_parser()),
@@ -349,7 +349,7 @@ def test_trainer_passes_the_loop_counts_on_the_cpu(looplab_cache, tmp_path, monk
     on a GPU (on the CPU `.to` is free, so the counts refuse to be moved at all)."""
     import torch
 
-    from model.looped import LoopedLM
+    from looplab.model.looped import LoopedLM
 
     class StayOnHost(torch.Tensor):
         def to(self, *args, **kwargs):
@@ -378,7 +378,7 @@ def test_cli_compiled_training_of_a_per_batch_recipe(looplab_cache, tmp_path):
     args = ["--preset", "parcae_per_batch", "--size", "tiny", "--tokens", "2000", "--compile"]
     args += ["--eval-tokens", "256", "--eval-loops", "8", "--eval-every", "1000", "--ckpt-every", "1000"]
     r = subprocess.run(
-        [sys.executable, "-m", "workers.train", *args, "--device", "cpu", "--out", str(out)],
+        [sys.executable, "-m", "looplab.workers.train", *args, "--device", "cpu", "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=600,

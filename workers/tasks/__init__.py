@@ -18,7 +18,7 @@ Built-in generators (seeded: the same seed writes the same bytes; answers balanc
 
 from __future__ import annotations
 
-from workers.tasks import deduction, kinship
+from looplab.workers.tasks import deduction, kinship
 
 # name -> module with `generate(n_per_subset: int, seed: int) -> list[Item]`
 GENERATORS = {"deduction": deduction, "kinship": kinship}

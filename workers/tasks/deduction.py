@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import random
 
-from workers.tasks.schema import Item
+from looplab.workers.tasks.schema import Item
 
 DEPTHS = tuple(range(0, 6))
 ANSWERS = ("true", "false", "unknown")

@@ -21,7 +21,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from workers.tasks.schema import Item, balanced_golds
+from looplab.workers.tasks.schema import Item, balanced_golds
 
 LENGTHS = tuple(range(2, 11))
 N_CHOICES = 4

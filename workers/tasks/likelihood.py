@@ -27,10 +27,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from model.errors import ConfigError
-from workers.data import DOC_SEP
-from workers.tokenizer import Tokenizer, load_tokenizer
-from workers.validation import autocast
+from looplab.model.errors import ConfigError
+from looplab.workers.data import DOC_SEP
+from looplab.workers.tokenizer import Tokenizer, load_tokenizer
+from looplab.workers.validation import autocast
 
 TokenRequest = tuple[list[int], list[int]]  # (context tokens, continuation tokens)
 
@@ -39,7 +39,7 @@ def checkpoint_tokenizer(train_spec: dict[str, Any], checkpoint: str | Path) -> 
     """The tokenizer a checkpoint was trained with: the tokenizer.json its train job wrote next to it
     (any non-byte tokenizer), else the byte tokenizer when that is what it trained on, else the data
     cache's BPE. Only the tokenizer is loaded: no corpus is read or tokenized."""
-    from workers.data import DataSpec, is_cached, prepare
+    from looplab.workers.data import DataSpec, is_cached, prepare
 
     checkpoint = Path(checkpoint)
     beside = (checkpoint if checkpoint.is_dir() else checkpoint.parent) / "tokenizer.json"
@@ -62,7 +62,7 @@ def checkpoint_tokenizer(train_spec: dict[str, Any], checkpoint: str | Path) -> 
 
 def load_checkpoint(checkpoint: str | Path, device: torch.device):
     """(model in eval mode, its tokenizer) of a train artifact dir or checkpoint file."""
-    from workers.depth_sweep import load_model
+    from looplab.workers.depth_sweep import load_model
 
     model, cfg, train_spec = load_model(checkpoint, device)
     tokenizer = checkpoint_tokenizer(train_spec, checkpoint)

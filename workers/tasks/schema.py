@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from model import fields
-from model.errors import ConfigError
+from looplab.model import fields
+from looplab.model.errors import ConfigError
 
 KEYS = ("context", "choices", "gold", "subset")
 ALL_SUBSETS = "all"  # the subset name of a whole-task score (a row per subset comes besides it)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from workers.tasks.schema import ALL_SUBSETS, Item
+from looplab.workers.tasks.schema import ALL_SUBSETS, Item
 
 TARGET_DELIMITER = " "
 
