@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 HEADLINE = "looplab: a job queue and results database for looped language models"
@@ -335,11 +336,24 @@ def _split_pass_through(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv, []
 
 
+def _working_directory_importable() -> None:
+    """The `looplab` command imports modules of the directory it runs in, as `python -m looplab` does:
+    a family in the user's own `model.py` (`"family": "model:factory"`) is found by the submitting
+    process and the driver, and Ray gives the driver's sys.path to the workers it starts on this
+    machine. Appended, not prepended: a user's file never shadows the standard library or looplab
+    (which installs only the name `looplab`). Workers on other machines need the module installed or
+    the same path there (docs/own-model.md)."""
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)
+
+
 def main(argv: list[str] | None = None) -> int:
     import logging
 
     own, passed = _split_pass_through(sys.argv[1:] if argv is None else list(argv))
     args = build_parser().parse_args(own)
+    _working_directory_importable()
     args.passed = passed
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,

@@ -7,7 +7,7 @@ Every schema change is a new revision in `versions/`; a released revision never 
 Adding a revision: change `orchestrator/schema.py`, then autogenerate against a database at head:
 
     looplab --db /tmp/dev.db db upgrade
-    python -c "from alembic import command; from orchestrator.db import alembic_config; \\
+    python -c "from alembic import command; from looplab.orchestrator.db import alembic_config; \\
         command.revision(alembic_config('/tmp/dev.db'), message='what changed', \\
                          rev_id='0004_what_changed', autogenerate=True)"
 

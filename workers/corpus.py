@@ -76,9 +76,14 @@ def _offline_documents() -> Iterator[tuple[str, str]]:
     friends are loaded) and load lazy attributes (concurrent.futures.ThreadPoolExecutor), so a Ray
     worker and a plain `python -m looplab.workers.train` built corpora 3 documents apart, and the same seed
     trained to different losses. A fresh `python -P` sees only the standard library."""
-    root = str(Path(__file__).resolve().parents[1])
+    import looplab
+
+    root = str(Path(looplab.__file__).resolve().parents[1])  # the folder that holds the `looplab` package
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-    code = "import json, sys; from workers.corpus import _walk_offline; json.dump(list(_walk_offline()), sys.stdout)"
+    code = (
+        "import json, sys; from looplab.workers.corpus import _walk_offline; "
+        "json.dump(list(_walk_offline()), sys.stdout)"
+    )
     out = subprocess.run([sys.executable, "-P", "-c", code], env=env, capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"building the offline corpus failed:\n{out.stderr[-2000:]}")

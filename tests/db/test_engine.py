@@ -145,7 +145,7 @@ def test_unknown_revision_is_refused_and_the_database_left_untouched(db_url):
 def test_two_processes_creating_one_database_at_once_do_not_race(db_url):
     """SQLite: a file lock; PostgreSQL: an advisory lock. Either way one process migrates, the other
     waits and finds the schema at head."""
-    code = "import sys; from orchestrator.db import engine; engine(sys.argv[1]); print('ok')"
+    code = "import sys; from looplab.orchestrator.db import engine; engine(sys.argv[1]); print('ok')"
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", code, db_url],

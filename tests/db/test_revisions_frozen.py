@@ -59,13 +59,13 @@ def test_the_checker_can_fail():
     old_0004 = (
         "import json\n"
         "def _backfill(conn):\n"
-        "    from orchestrator.errors import ConfigError\n"
-        "    from orchestrator.variants import variant_columns\n"
+        "    from looplab.orchestrator.errors import ConfigError\n"
+        "    from looplab.orchestrator.variants import variant_columns\n"
     )
-    assert forbidden_imports(old_0004) == ["line 3: orchestrator.errors", "line 4: orchestrator.variants"]
+    assert forbidden_imports(old_0004) == ["line 3: looplab.orchestrator.errors", "line 4: looplab.orchestrator.variants"]
     others = (
-        "import model.presets, json\n"
-        "from workers import train_spec\n"
+        "import looplab.model.presets, json\n"
+        "from looplab.workers import train_spec\n"
         "import torch\n"
         "import importlib\n"
         "importlib.import_module('dashboard.data')\n"
@@ -73,8 +73,8 @@ def test_the_checker_can_fail():
         "__import__('pandas')\n"
     )
     assert forbidden_imports(others) == [
-        "line 1: model.presets",
-        "line 2: workers",
+        "line 1: looplab.model.presets",
+        "line 2: looplab.workers",
         "line 3: torch",
         "line 5: dashboard.data",
         "line 6: <a module named at run time>",

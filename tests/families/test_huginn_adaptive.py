@@ -10,11 +10,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from looplab import Grid, Queue
 from looplab.families.huginn import factory
 from looplab.model.errors import ConfigError
 from looplab.model.exit_names import CellKey
 from looplab.model.exits import ExitRule, exit_forward, family_exit_forward
-from looplab import Grid, Queue
 from looplab.orchestrator.grid import expand
 from looplab.workers import jobs
 from looplab.workers.reporter import MemoryReporter

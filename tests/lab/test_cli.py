@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from looplab.lab.cli import main
 from looplab import Grid, Queue
+from looplab.lab.cli import main
 from looplab.orchestrator.jobqueue import claim, finish
 from tests.orchestrator import fake_jobs
 
@@ -19,7 +19,7 @@ def db(tmp_path):
 def test_submit_file_reports_added_then_present(tmp_path, db, capsys):
     f = tmp_path / "grids.py"
     f.write_text(
-        "from orchestrator import Grid\n"
+        "from looplab import Grid\n"
         "a = Grid('a', base={'size': 'tiny', 'tokens': 1000}, sweep={'recipe': ['lean', 'parcae']})\n"
         "b = Grid('b', base={'size': 'tiny', 'tokens': 1000, 'recipe': 'lean', 'seed': 0})\n"
     )
@@ -36,7 +36,7 @@ def test_submit_file_with_follow_ups_lists_every_job(tmp_path, db, capsys, monke
     monkeypatch.setenv("LOOPLAB_JOB_KINDS", "tests.orchestrator.fake_jobs")
     f = tmp_path / "grids.py"
     f.write_text(
-        "from orchestrator import Grid\n"
+        "from looplab import Grid\n"
         "g = Grid('g', base={'tokens': 100}, sweep={'recipe': ['lean']}, then=['depth_sweep', 'decode_bench'])\n"
     )
     assert main(["--db", db, "submit", str(f)]) == 0
@@ -46,7 +46,7 @@ def test_submit_file_with_follow_ups_lists_every_job(tmp_path, db, capsys, monke
 
 def test_submit_bad_file_is_one_clear_line(tmp_path, db, capsys):
     f = tmp_path / "bad.py"
-    f.write_text("from orchestrator import Grid\ng = Grid('g', base={'tokens': 10, 'recipe': 'lena'})\n")
+    f.write_text("from looplab import Grid\ng = Grid('g', base={'tokens': 10, 'recipe': 'lena'})\n")
     assert main(["--db", db, "submit", str(f)]) == 2
     err = capsys.readouterr().err
     assert "error:" in err and "recipe" in err and "accepted" in err

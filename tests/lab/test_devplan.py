@@ -14,12 +14,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from looplab import Grid, Queue
 from looplab.lab.cli import main
 from looplab.model.counts import kv_cache_bytes, layer_params, param_count
 from looplab.model.flops import BACKWARD_FACTOR, head_flops, step_flops, training_flops
 from looplab.model.memory import training_memory
 from looplab.model.presets import preset
-from looplab import Grid, Queue
 from looplab.workers.calibrate import Calibration, for_device, read_file
 from looplab.workers.train_spec import Spec
 from tests.cli import looplab_here
@@ -140,7 +140,7 @@ def test_a_calibration_file_of_another_device_prices_the_grid_by_its_rates(q, tm
     cal_file.write_text(json.dumps(H200))
     grid_file = tmp_path / "grids.py"
     grid_file.write_text(
-        f"from orchestrator import Grid\nGRIDS = [Grid('study', base={TRAIN!r}, then=['depth_sweep', "
+        f"from looplab import Grid\nGRIDS = [Grid('study', base={TRAIN!r}, then=['depth_sweep', "
         f"'decode_bench'], follow={{'depth_sweep': {SWEEP!r}, 'decode_bench': {BENCH!r}}})]\n"
     )
     q.submit(grid())  # in this database already: a plan for the other box prices the grids alone
@@ -182,7 +182,7 @@ def test_a_device_of_the_table_at_a_stated_mfu(q, tmp_path, capsys):
     the larger of their FLOPs at that rate and their bytes at 4.8 TB/s; no optimizer or per-layer time."""
     grid_file = tmp_path / "grids.py"
     grid_file.write_text(
-        f"from orchestrator import Grid\nGRIDS = [Grid('study', base={TRAIN!r}, then=['depth_sweep', "
+        f"from looplab import Grid\nGRIDS = [Grid('study', base={TRAIN!r}, then=['depth_sweep', "
         f"'decode_bench'], follow={{'depth_sweep': {SWEEP!r}, 'decode_bench': {BENCH!r}}})]\n"
     )
     rate = 989.5e12 * 0.02
@@ -264,7 +264,7 @@ def test_a_micro_batch_is_used_as_given_or_the_one_that_fits_is_reported(q):
 def test_a_malformed_calibration_file_is_refused_naming_the_key(q, tmp_path, capsys, change, message):
     cal_file, grid_file = tmp_path / "c.json", tmp_path / "g.py"
     cal_file.write_text(json.dumps({**H200, **change}))
-    grid_file.write_text(f"from orchestrator import Grid\nG = Grid('g', base={TRAIN!r})\n")
+    grid_file.write_text(f"from looplab import Grid\nG = Grid('g', base={TRAIN!r})\n")
     assert main(["--db", q.url, "plan", str(grid_file), "--calibration", str(cal_file)]) == 2
     err = capsys.readouterr().err
     assert message in err and str(cal_file) in err
@@ -283,7 +283,7 @@ def test_a_malformed_calibration_file_is_refused_naming_the_key(q, tmp_path, cap
 )
 def test_bad_plan_flags_are_refused_naming_the_flag(q, tmp_path, capsys, flags, message):
     grid_file = tmp_path / "g.py"
-    grid_file.write_text(f"from orchestrator import Grid\nG = Grid('g', base={TRAIN!r})\n")
+    grid_file.write_text(f"from looplab import Grid\nG = Grid('g', base={TRAIN!r})\n")
     assert main(["--db", q.url, "plan", str(grid_file), *flags]) == 2
     assert message in capsys.readouterr().err
 
@@ -292,7 +292,7 @@ def test_not_json_and_one_source_of_rates_at_a_time(q, tmp_path, capsys):
     bad = tmp_path / "c.json"
     bad.write_text("{not json")
     grid_file = tmp_path / "g.py"
-    grid_file.write_text(f"from orchestrator import Grid\nG = Grid('g', base={TRAIN!r})\n")
+    grid_file.write_text(f"from looplab import Grid\nG = Grid('g', base={TRAIN!r})\n")
     assert main(["--db", q.url, "plan", str(grid_file), "--calibration", str(bad)]) == 2
     assert "is not JSON" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # argparse: not allowed with each other
@@ -373,7 +373,7 @@ def test_calibrate_runs_with_only_torch(tmp_path):
     assert set(cal.opt_s_per_param) == {"parcae", "torch_muon", "adamw"}
 
     via_cli = _blocked(
-        "from lab.cli import main\n"
+        "from looplab.lab.cli import main\n"
         "try:\n    main(['calibrate', '--help'])\nexcept SystemExit as e:\n    assert e.code == 0\n"
         "import importlib\nfrom lab.cli import HANDLERS\nmodule, name = HANDLERS['calibrate']\n"
         "getattr(importlib.import_module(module), name)\n"

@@ -11,12 +11,12 @@ import time
 import pytest
 import sqlalchemy as sa
 
+from looplab import Grid, Queue
 from looplab.lab.cli import main
 from looplab.lab.planner import Calibration, ForecastJob, simulate
 from looplab.model.errors import ConfigError
 from looplab.model.flops import step_flops, training_flops
 from looplab.model.presets import preset
-from looplab import Grid, Queue
 from tests.orchestrator import fake_jobs
 
 TABLES = ("grids", "jobs", "job_deps", "attempts", "train_results", "decode_benches", "metrics")
@@ -274,7 +274,7 @@ def test_cli_plan_prints_and_writes_nothing(q, tmp_path, capsys):
     before = counts(q)
     f = tmp_path / "study.py"
     f.write_text(
-        f"from orchestrator import Grid\nTRAIN = {TRAIN!r}\n"
+        f"from looplab import Grid\nTRAIN = {TRAIN!r}\n"
         "g = Grid('study', base={**TRAIN, 'tokens': 2560}, sweep={'seed': [1, 2]})\n"
     )
     assert main(["--db", q.url, "plan", str(f), "--num-cpus", "2", "--num-gpus", "0", "--no-calibrate"]) == 0

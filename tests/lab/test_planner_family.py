@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from looplab import Grid
 from looplab.lab.planner import Calibration
 from looplab.lab.planner.estimates import TimeModel, estimate_plans
-from looplab import Grid
 from looplab.orchestrator.grid import expand
 from looplab.workers import jobs
 from tests.workers.conftest import tiny_spec

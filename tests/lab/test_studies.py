@@ -9,11 +9,11 @@ import json
 import pytest
 import sqlalchemy as sa
 
+from looplab import Queue
 from looplab.lab.studies import iso_depth_grid, iso_depth_label
 from looplab.model.counts import arch_summary, tokens_for_flops
 from looplab.model.errors import ConfigError
 from looplab.model.presets import iso_depth
-from looplab import Queue
 from looplab.orchestrator.grid import expand
 from looplab.workers import jobs
 

@@ -20,9 +20,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
 
+from looplab import Grid, Queue
 from looplab.lab import cli
 from looplab.lab.display import status_frame, table
-from looplab import Grid, Queue
 from looplab.orchestrator.db import (
     FULL,
     UNREACHABLE,
@@ -239,7 +239,7 @@ def test_a_full_sqlite_database_is_one_line_naming_it(tmp_path, capsys):
     path = tmp_path / "full.db"
     grids = tmp_path / "grids.py"
     grids.write_text(
-        "from orchestrator import Grid\n"
+        "from looplab import Grid\n"
         "g = Grid('g', base={'recipe': 'lean', 'size': 'tiny', 'tokens': 1000}, sweep={'seed': list(range(60))})\n"
     )
     eng = engine(resolve_url(str(path)))

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.ray
 def test_gate_objective_resumes_exactly_after_sigkill(tmp_path, looplab_cache, objective):
     train = {**TRAIN, "tokens": 4 * 32 * 40, "model": {"exit_gate": objective, "gate_coef": 0.05}}
     env = driver_env(looplab_cache)
-    grid_file = f"from orchestrator import Grid\ngrid = Grid('gate', base={{**{train!r}, 'seed': 0}})\n"
+    grid_file = f"from looplab import Grid\ngrid = Grid('gate', base={{**{train!r}, 'seed': 0}})\n"
     assert "1 added" in submit(tmp_path, grid_file, env)
     q, victim, ckpt, _ = crash_and_recover(tmp_path, env)
     assert_resumed(q, victim, ckpt)

@@ -12,8 +12,8 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from looplab.model.errors import ConfigError
 from looplab import Grid, Queue
+from looplab.model.errors import ConfigError
 from looplab.orchestrator.scheduler import Scheduler
 from looplab.workers import artifacts
 from looplab.workers.reporter import MemoryReporter

@@ -10,8 +10,8 @@ import sys
 import pytest
 import sqlalchemy as sa
 
-from looplab.model.errors import ConfigError
 from looplab import Grid, Queue
+from looplab.model.errors import ConfigError
 from looplab.orchestrator.db import sqlite_file
 from tests.orchestrator import fake_jobs
 

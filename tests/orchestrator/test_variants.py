@@ -10,10 +10,10 @@ import json
 import pytest
 import sqlalchemy as sa
 
+from looplab import Grid, Queue
 from looplab.model.counts import arch_summary, tokens_for_flops
 from looplab.model.errors import ConfigError
 from looplab.model.presets import preset
-from looplab import Grid, Queue
 from looplab.orchestrator.variants import ARCH_COLUMNS, run_variant_id, variant_columns, variant_id
 from looplab.workers.train_spec import Spec
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from looplab import Grid, Queue
 from looplab.model.errors import ConfigError
 from looplab.model.exit_names import EMULATED, CellKey
-from looplab import Grid, Queue
 from looplab.orchestrator.grid import expand
 from looplab.workers import jobs
 from looplab.workers.reporter import MemoryReporter

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from looplab.model.errors import ConfigError
 from looplab import Grid, Queue
+from looplab.model.errors import ConfigError
 from tests.db_rows import rows
 
 TRAIN = {

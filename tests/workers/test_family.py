@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from looplab.model.errors import ConfigError
 from looplab import Grid, Queue
+from looplab.model.errors import ConfigError
 from looplab.orchestrator.grid import assign_hashes, expand
 from looplab.workers import jobs
 from looplab.workers.reporter import MemoryReporter

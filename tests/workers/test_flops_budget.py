@@ -77,7 +77,7 @@ def test_resolved_model_config_reads_a_tokenizer_json(tmp_path):
 
 def test_resolved_model_config_imports_no_torch():
     code = (
-        "import sys; from workers.train_spec import Spec; "
+        "import sys; from looplab.workers.train_spec import Spec; "
         "Spec.from_dict({'recipe': 'parcae', 'flops': 1e15}).resolved_model_config(); "
         "assert 'torch' not in sys.modules, 'torch imported'"
     )

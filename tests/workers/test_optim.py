@@ -273,7 +273,7 @@ def test_torch_muon_steps_like_torch_and_shares_its_state_dict():
 def test_importing_our_optimizers_leaves_torch_untouched():
     code = (
         "import torch.optim._muon as m; original = m._zeropower_via_newtonschulz; "
-        "import workers.optim, workers.muon, workers.orthogonalise; "
+        "import looplab.workers.optim, looplab.workers.muon, looplab.workers.orthogonalise; "
         "assert m._zeropower_via_newtonschulz is original; "
         "assert original.__module__ == 'torch.optim._muon'; print('untouched')"
     )

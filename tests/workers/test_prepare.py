@@ -316,8 +316,8 @@ def test_three_budgets_on_one_corpus_make_one_prepare_job_and_tokenize_once(hub_
 
 
 def test_a_resubmitted_part_of_a_grid_adds_no_prepare_job_and_a_new_job_gets_its_own(hub_dir, tmp_path):
-    from looplab.lab.display import table
     from looplab import Queue
+    from looplab.lab.display import table
     from tests.db_rows import rows
 
     q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art")
@@ -435,8 +435,8 @@ def _params(spec, vocab: int) -> int:
 
 @pytest.mark.slow
 def test_train_jobs_sharing_a_corpus_wait_for_one_prepare_job_on_the_real_queue(tmp_path, ray_cluster):
-    from looplab.lab.display import table
     from looplab import Queue
+    from looplab.lab.display import table
     from tests.db_rows import rows
 
     corpus_dir = write_hub_layout(tmp_path / "corpus", files=2, docs_per_file=300, seed=2)
