@@ -317,3 +317,25 @@ def test_families_import_only_model_torch_and_the_standard_library():
     sources = {str(p): p.read_text() for p in (ROOT / "families").rglob("*.py")}
     assert len(sources) >= 4  # the package and the Huginn-style family's modules are read
     assert _family_imports_against_the_rule(sources) == []
+
+
+def _jobs_naming_a_family(graph: dict[str, set[str]]) -> list[str]:
+    """Edges from a job module (workers/) into one family's package: a job reaches a family only through
+    the contract, and a published layout through workers/layouts.py, which asks every family."""
+    return [
+        f"{mod} -> {t}"
+        for mod, targets in sorted(graph.items())
+        if mod.split(".")[0] == "workers"
+        for t in sorted(targets)
+        if t.startswith("families.")
+    ]
+
+
+def test_no_job_module_imports_a_family_by_name():
+    assert _jobs_naming_a_family({"workers.hub": {"families.huginn.layout", "model.contract"}}) == [
+        "workers.hub -> families.huginn.layout"
+    ]
+    assert _jobs_naming_a_family({"workers.layouts": {"families"}, "lab.studies": {"families.huginn"}}) == []
+    graph = import_graph()
+    assert "families" in graph["workers.layouts"]  # the importer asks the families' package, by no name
+    assert _jobs_naming_a_family(graph) == []

@@ -93,7 +93,11 @@ def test_a_users_model_py_is_theirs_and_trains_through_the_queue(installed, tmp_
     example = (ROOT / "examples" / "universal_transformer.py").read_text()
     # the user's family imports the user's own analysis and dashboard: on the driver and in each Ray task
     (tmp_path / "model.py").write_text(
-        "import analysis, dashboard\nassert analysis.WHO == dashboard.WHO == 'user'\n" + example
+        example.replace(
+            "from torch import nn\n",
+            "from torch import nn\n\nimport analysis, dashboard\n\nassert analysis.WHO == dashboard.WHO == 'user'\n",
+            1,
+        )
     )
     (tmp_path / "grid.py").write_text(
         textwrap.dedent(

@@ -76,9 +76,8 @@ def _offline_documents() -> Iterator[tuple[str, str]]:
     friends are loaded) and load lazy attributes (concurrent.futures.ThreadPoolExecutor), so a Ray
     worker and a plain `python -m looplab.workers.train` built corpora 3 documents apart, and the same seed
     trained to different losses. A fresh `python -P` sees only the standard library."""
-    import looplab
-
-    root = str(Path(looplab.__file__).resolve().parents[1])  # the folder that holds the `looplab` package
+    # the folder that holds the `looplab` package (already imported: this module is inside it)
+    root = str(Path(sys.modules["looplab"].__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     code = (
         "import json, sys; from looplab.workers.corpus import _walk_offline; "

@@ -5,7 +5,7 @@ A *model directory* holds
   `model.parcae_layout`), `looplab.LoopedLM` (what `export_model` writes: our `ModelConfig`) or
   `looplab.Family` (`export_model` of a run of another family: its family, family_config, weights); or with
   `model_type`: `huginn_raven` (the public Huginn code's layout, a model of the family
-  `families.huginn`, read through `families.huginn.layout`);
+  `families.huginn`, read through the layout that family declares: workers/layouts.py);
 - the weights: `model.safetensors`, `pytorch_model.bin` or `model.pt` (the first found; a `.bin`/`.pt`
   loads with `torch.load(weights_only=True)`, so opening one never runs code);
 - its tokenizer: `tokenizer.json`, or `tokenizer/tokenizer.json` (the published layout's tokenizer
@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from looplab.families.huginn import layout as huginn_layout
 from looplab.model import parcae_layout
 from looplab.model.errors import ConfigError
+from looplab.workers.layouts import published_layouts
 
 HF_PREFIX = "hf:"
 CONFIG = "config.json"
@@ -45,8 +45,6 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer/tokenizer.json")
 LOOPLAB_CLASS = "looplab.LoopedLM"
 FAMILY_CLASS = "looplab.Family"  # an export of a run of another model family (model/contract.py)
 CLASSES = (parcae_layout.CLASS_NAME, LOOPLAB_CLASS, FAMILY_CLASS)
-# config.json's `model_type` of a published layout of another family -> that layout's mapping module
-FAMILY_LAYOUTS = {huginn_layout.MODEL_TYPE: huginn_layout}
 # What a hub snapshot needs of a model repo (nothing else is downloaded)
 HUB_FILES = [
     CONFIG,
@@ -225,7 +223,7 @@ class ModelInfo:
     size: str | None = None
     tokenizer: str | None = None  # "byte" when a looplab export says so
     # a model of another family (model/contract.py), with its config: a family export (FAMILY_CLASS) or
-    # a published layout (FAMILY_LAYOUTS); None for LoopedLM
+    # a published layout (workers/layouts.py); None for LoopedLM
     family: str | None = None
     family_config: dict[str, Any] | None = None
 
@@ -239,8 +237,8 @@ def read_config(directory: Path) -> ModelInfo:
     if not isinstance(raw, dict):
         raise ConfigError(f"source: {path}: expected a JSON object")
     cls = raw.get("_class_name")
-    if cls is None and raw.get("model_type") in FAMILY_LAYOUTS:
-        return _family_info(raw, FAMILY_LAYOUTS[raw["model_type"]], path)
+    if cls is None and raw.get("model_type") in published_layouts():
+        return _family_info(raw, published_layouts()[raw["model_type"]], path)
     if cls == parcae_layout.CLASS_NAME:
         return ModelInfo(parcae_layout.config_from_parcae(raw), cls)
     if cls in (LOOPLAB_CLASS, FAMILY_CLASS):
@@ -262,7 +260,7 @@ def read_config(directory: Path) -> ModelInfo:
         )
     raise ConfigError(
         f"config._class_name: {cls!r} in {path} is unknown; accepted: {', '.join(CLASSES)} (or model_type "
-        f"{', '.join(FAMILY_LAYOUTS)})"
+        f"{', '.join(published_layouts())})"
     )
 
 
@@ -313,7 +311,7 @@ def load_model_dir(directory: str | Path):
     directory = Path(directory)
     info = read_config(directory)
     if info.family is not None:
-        load = _load_published if info.layout in FAMILY_LAYOUTS else load_family_dir
+        load = _load_published if info.layout in published_layouts() else load_family_dir
         return load(directory, info), info, tokenizer_path(directory)
     model = LoopedLM(info.cfg)
     want = model.state_dict()
@@ -333,7 +331,7 @@ def _load_published(directory: Path, info: ModelInfo):
 
     module = build_model(info.cfg, info.family, info.family_config).module
     want = module.inner.state_dict()
-    layout = FAMILY_LAYOUTS[info.layout]
+    layout = published_layouts()[info.layout]
     try:
         state = layout.state_from_published(read_weights(weights_path(directory)), want, info.family_config)
     except ValueError as e:

@@ -9,11 +9,24 @@ from typing import Any
 
 import torch
 
+from looplab.families.huginn import layout
 from looplab.families.huginn.cache import KVStrategy
 from looplab.families.huginn.config import PLANNER_RECURRENCES, PUBLISHED, HuginnConfig, check
 from looplab.families.huginn.model import HuginnLM
 
-__all__ = ["PLANNER_RECURRENCES", "PUBLISHED", "HuginnConfig", "HuginnLM", "KVStrategy", "factory"]
+__all__ = [
+    "PLANNER_RECURRENCES",
+    "PUBLISHED",
+    "PUBLISHED_LAYOUTS",
+    "HuginnConfig",
+    "HuginnLM",
+    "KVStrategy",
+    "factory",
+]
+
+# The checkpoint layouts of other code this family reads (the importer asks every family for its own;
+# docs/published-models.md): each has MODEL_TYPE, FAMILY, config_from_published, state_from_published.
+PUBLISHED_LAYOUTS = (layout,)
 
 
 def validate_config(config: dict[str, Any]) -> None:

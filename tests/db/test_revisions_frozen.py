@@ -62,7 +62,10 @@ def test_the_checker_can_fail():
         "    from looplab.orchestrator.errors import ConfigError\n"
         "    from looplab.orchestrator.variants import variant_columns\n"
     )
-    assert forbidden_imports(old_0004) == ["line 3: looplab.orchestrator.errors", "line 4: looplab.orchestrator.variants"]
+    assert forbidden_imports(old_0004) == [
+        "line 3: looplab.orchestrator.errors",
+        "line 4: looplab.orchestrator.variants",
+    ]
     others = (
         "import looplab.model.presets, json\n"
         "from looplab.workers import train_spec\n"
