@@ -424,6 +424,21 @@ def _share(hist: dict) -> dict[int, float]:
     return {r: k / total for r, k in sorted(per_round.items())}
 
 
+def _max_rounds(spec: Spec, cfg) -> int:
+    """The deepest round the cells run (the trained loop count unless max_rounds is given), checked
+    against min_rounds, and the decode timing's tokens against the checkpoint's context."""
+    R = cfg.loops if spec.max_rounds is None else spec.max_rounds
+    if R < spec.min_rounds:
+        raise ConfigError(
+            f"max_rounds: the trained loop count {R} is below min_rounds {spec.min_rounds}; give max_rounds"
+        )
+    if spec.decode_steps and spec.decode_prompt + spec.decode_warmup + spec.decode_steps > cfg.seq_len:
+        raise ConfigError(
+            f"decode_steps: decode_prompt + decode_warmup + decode_steps must fit seq_len {cfg.seq_len}"
+        )
+    return R
+
+
 def run(spec: Spec, reporter, artifact_dir: str | Path | None) -> dict[str, Any]:
     from looplab.workers.depth_sweep import eval_inputs
     from looplab.workers.device import resolve_device
@@ -433,17 +448,7 @@ def run(spec: Spec, reporter, artifact_dir: str | Path | None) -> dict[str, Any]
     device = resolve_device(spec.device)
     ev = eval_inputs(spec.checkpoint, spec.eval_tokens, device)
     model, cfg, train_spec, chunks, token_bytes = ev.model, ev.cfg, ev.train_spec, ev.chunks, ev.token_bytes
-    R = cfg.loops if spec.max_rounds is None else spec.max_rounds
-    if R < spec.min_rounds:
-        raise ConfigError(
-            f"max_rounds: the trained loop count {R} is below min_rounds {spec.min_rounds}; give max_rounds"
-        )
-    seq = cfg.seq_len
-    if spec.decode_steps and spec.decode_prompt + spec.decode_warmup + spec.decode_steps > seq:
-        raise ConfigError(
-            f"decode_steps: decode_prompt + decode_warmup + decode_steps must fit seq_len {seq}"
-        )
-
+    R = _max_rounds(spec, cfg)
     emulated = emulated_exits(model, spec.to_dict(), ev.train_spec, R, reporter)
     _refuse_gate_without_gate(spec, model)  # after a family's own refusals, which name it
     family = ev.train_spec.get("family") is not None  # another family: its own FLOPs and KV strategies
