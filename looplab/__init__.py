@@ -14,19 +14,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-# The rooms, in the order of the dependency direction (lab -> orchestrator -> workers -> model).
-SUBPACKAGES = (
-    "lab",
-    "orchestrator",
-    "workers",
-    "families",
-    "model",
-    "analysis",
-    "dashboard",
-    "migrations",
-    "examples",
-)
-
 # Run from the checkout without an install (PYTHONPATH=<clone>, as the GPU check does on a bare box),
 # the rooms sit beside this folder rather than inside it: look there too. An installed wheel has them
 # inside, and the marker file is not beside site-packages, so nothing is added there.

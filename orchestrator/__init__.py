@@ -1,23 +1,12 @@
-"""looplab's orchestrator: the persistent queue, the Ray scheduler, the Python API and the CLI.
+"""looplab's orchestrator: the persistent queue, the Ray scheduler and the writer.
 
-`from orchestrator import Grid, Queue` is resolved lazily (module __getattr__), so importing the
-package never pulls in ray, torch or pandas.
+`from looplab.orchestrator import Grid, Queue` (the API's home before it moved to `looplab`) is the
+same lazy lookup as `from looplab import Grid, Queue`, so importing the package never pulls in ray,
+torch or pandas.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from looplab import __getattr__  # noqa: F401 - Grid and Queue, resolved lazily as for `looplab`
 
 __all__ = ["Grid", "Queue"]
-
-
-def __getattr__(name: str) -> Any:
-    if name == "Grid":
-        from looplab.orchestrator.grid import Grid
-
-        return Grid
-    if name == "Queue":
-        from looplab.lab.api import Queue
-
-        return Queue
-    raise AttributeError(f"module 'orchestrator' has no attribute {name!r}")

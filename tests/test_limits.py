@@ -7,19 +7,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from looplab.names import ROOMS as NAMES_ROOMS
+
 ROOT = Path(__file__).resolve().parents[1]
-ROOMS = (
-    "looplab",
-    "lab",
-    "orchestrator",
-    "workers",
-    "families",
-    "model",
-    "analysis",
-    "dashboard",
-    "migrations",
-    "examples",
-)
+ROOMS = ("looplab", *NAMES_ROOMS)
 FROZEN = ROOT / "migrations" / "versions"
 MAX_FILE_LINES, MAX_FUNCTION_LINES = 700, 80
 
