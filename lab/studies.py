@@ -388,7 +388,7 @@ def adaptive_grid(
 
 
 # The families study's models: (label, family, its family_config, recipe, model overrides). The recipe
-# and model give a family's run its context and its fixed loop count (model/contract.py); the first is
+# and model give a family's run its context and its fixed loop count (model/contract/); the first is
 # the reference of the iso-time runs.
 FAMILIES_STUDY = (
     ("parcae", "looped", {}, "parcae", {}),

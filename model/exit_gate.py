@@ -92,7 +92,7 @@ def act_halting(lam: Tensor, eps: float) -> tuple[Tensor, Tensor]:
 
 
 # How a gate's stop probabilities accumulate when no objective says otherwise (another family's
-# `exit_gate`, model/contract.py): as an exit distribution, 1 − ∏_{s≤t} (1 − λ_s), as for entropy and geometric.
+# `exit_gate`, model/contract/): as an exit distribution, 1 − ∏_{s≤t} (1 − λ_s), as for entropy and geometric.
 STOP_PROBABILITIES = "stop_probabilities"
 
 

@@ -1,4 +1,4 @@
-"""A family at any size, priced and checked without allocating it (model/contract.py is the contract).
+"""A family at any size, priced and checked without allocating it (model/contract/ is the contract).
 
 The planner and the submission need a family's parameter count and training FLOPs per token at the
 grid's configuration, and the submission runs the conformance check (`model.contract.check_family`).

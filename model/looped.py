@@ -225,7 +225,7 @@ class LoopedLM(nn.Module):
 
     def exit_gate(self, h: Tensor, t: int) -> Tensor:
         """λ_t (B, T) fp32: the probability of stopping after round t (1-based), read from that round's
-        state h (B, T, d): the contract's exit-gate capability (model/contract.py). A model without a
+        state h (B, T, d): the contract's exit-gate capability (model/contract/). A model without a
         gate (`cfg.exit_gate` none) has none: ValueError."""
         if self.gate is None:
             raise ValueError("exit_gate: this model was built without an exit gate (exit_gate: none)")
@@ -399,7 +399,7 @@ class LoopedLM(nn.Module):
 
     def readout(self, h: Tensor, idx: Tensor, ctx=None) -> Tensor:
         """Readout C (with injection), coda, final norm and head -> logits (B, T, V) fp32, from the state
-        h (B, T, d) after any round: the contract's readout capability (model/contract.py), which the
+        h (B, T, d) after any round: the contract's readout capability (model/contract/), which the
         exit rules read. `ctx`: where the coda's K, V go (None: a plain context for positions 0..T-1)."""
         ctx = SeqContext(*self.rope(idx.shape[1])) if ctx is None else ctx
         x = h if self.cfg.injection != "diagonal" else F.linear(h, self.C)

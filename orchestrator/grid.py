@@ -282,7 +282,7 @@ class JobPlan:
     config_hash: str = ""
     label: str | None = None  # the variant label the user gave (grid key `label`), else None
     retention: str = DEFAULT_RETENTION  # the grid's (orchestrator/retention.py)
-    # a model of another family (model/contract.py): its n_params and flops_per_token from the check
+    # a model of another family (model/contract/): its n_params and flops_per_token from the check
     family_facts: dict[str, Any] | None = None
 
 
@@ -458,7 +458,7 @@ def expand(grids: list[Grid], kinds: JobRegistry) -> list[JobPlan]:
 
 
 def _check_family(grid_name: str, spec: dict[str, Any], reports: dict[str, Any]) -> dict[str, Any] | None:
-    """Refuse a train spec whose model family breaks the contract (model/contract.py `check_family`: a
+    """Refuse a train spec whose model family breaks the contract (model/contract/ `check_family`: a
     short CPU forward at the smallest shapes), before anything is stored. looplab's own family is not
     checked (its spec names none); each family and config is checked once per submission."""
     family = spec.get("family")

@@ -1,4 +1,4 @@
-"""The adaptive job on a model of another family (model/contract.py): what it refuses and what it counts.
+"""The adaptive job on a model of another family (model/contract/): what it refuses and what it counts.
 
 looplab's own model runs the exit rules inside one forward (`model.exits`: the contract's readout at
 any round and the rounds with a keep mask), with KV strategies across rounds in its KV cache and decode

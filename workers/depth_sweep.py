@@ -169,7 +169,7 @@ def load_model(path: str | Path, device):
         return model.to(device).eval(), info.cfg, spec
     state = ckpt.load(ckpt.find(path))
     cfg = ModelConfig.from_dict(state["model_config"])
-    spec = state["spec"]  # a run of another family names it (model/contract.py), looplab's own does not
+    spec = state["spec"]  # a run of another family names it (model/contract/), looplab's own does not
     model = build_model(cfg, spec.get("family"), spec.get("family_config")).module
     model.load_state_dict(state["model"])
     return model.to(device).eval(), cfg, state["spec"]

@@ -43,7 +43,7 @@ WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.pt", "model.saf
 SHARD_INDEX = "model.safetensors.index.json"  # a sharded safetensors checkpoint: {"weight_map": name -> file}
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer/tokenizer.json")
 LOOPLAB_CLASS = "looplab.LoopedLM"
-FAMILY_CLASS = "looplab.Family"  # an export of a run of another model family (model/contract.py)
+FAMILY_CLASS = "looplab.Family"  # an export of a run of another model family (model/contract/)
 CLASSES = (parcae_layout.CLASS_NAME, LOOPLAB_CLASS, FAMILY_CLASS)
 # What a hub snapshot needs of a model repo (nothing else is downloaded)
 HUB_FILES = [
@@ -222,7 +222,7 @@ class ModelInfo:
     recipe: str | None = None
     size: str | None = None
     tokenizer: str | None = None  # "byte" when a looplab export says so
-    # a model of another family (model/contract.py), with its config: a family export (FAMILY_CLASS) or
+    # a model of another family (model/contract/), with its config: a family export (FAMILY_CLASS) or
     # a published layout (workers/layouts.py); None for LoopedLM
     family: str | None = None
     family_config: dict[str, Any] | None = None

@@ -8,7 +8,7 @@ The directory (workers/hub.py's layout, `_class_name` "looplab.LoopedLM") holds
   tensors that share memory);
 - `tokenizer.json`: the tokenizer the run was trained with (none for the byte tokenizer).
 
-A run of another model family (model/contract.py) is exported as `_class_name` "looplab.Family": its
+A run of another model family (model/contract/) is exported as `_class_name` "looplab.Family": its
 family's own module's state_dict (as its factory builds it, shared tensors stored once by
 `safetensors.torch.save_model`) and a config.json naming the family, its `family_config`, the family's
 package and version and looplab's version, beside the run's ModelConfig (vocabulary, context, loops).

@@ -9,7 +9,7 @@ sequences, at least one) at the trained loop count and at each other count of `r
 checkpoint every `ckpt_every` steps and a final one. Memory: `model.memory.training_memory`.
 Torch is imported when a cost is computed, not when this module is.
 
-A model of another family (model/contract.py) is priced from the contract (`model.contract.
+A model of another family (model/contract/) is priced from the contract (`model.contract.
 family_pricing`: its own FLOPs per token at each loop count, else measured once, and its parameter
 count), not from the FLOP model of the recipe and size its spec names; every part of its step runs with
 autograd, and rows of one batch never pad. Its memory is still `training_memory` of that ModelConfig.

@@ -53,7 +53,7 @@ EVAL_H0_SEED = 1234
 # Loop counts evaluated at every evaluation of a looped recipe when `eval_loops` is not given.
 DEFAULT_EVAL_LOOPS = (1, 2, 4, 8)
 
-# The model family of a spec that names none: looplab's own LoopedLM (model/contract.py BUILTIN, named
+# The model family of a spec that names none: looplab's own LoopedLM (model/contract/ BUILTIN, named
 # here too so that validating a grid imports no torch). A spec of this family stores neither `family`
 # nor `family_config`, so every run stored before families existed keeps its dict and its hash.
 BUILTIN_FAMILY = "looped"

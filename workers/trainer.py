@@ -136,7 +136,7 @@ class Solo:
 SOLO = Solo()
 
 
-# What an artifact dir of a run of another model family says about it (model/contract.py).
+# What an artifact dir of a run of another model family says about it (model/contract/).
 FAMILY_FILE = "family.json"
 
 
@@ -185,7 +185,7 @@ class Trainer:
         self.val = val_chunks(self.data.val, spec.eval_tokens, self.seq_len)  # (N, seq_len + 1)
         self.token_bytes = torch.from_numpy(self.data.token_bytes)  # (vocab,)
         seed_everything(spec.seed)
-        # through the model-family contract (model/contract.py): LoopedLM itself for looplab's own family
+        # through the model-family contract (model/contract/): LoopedLM itself for looplab's own family
         self.built = build_model(self.cfg, spec.family, spec.family_config)
         self.model = self.built.module.to(self.device)
         if self.built.builtin:

@@ -1,4 +1,4 @@
-"""The model-family contract (model/contract.py): resolving a family, discovering its capabilities,
+"""The model-family contract (model/contract/): resolving a family, discovering its capabilities,
 the conformance check refusing each way a family can break the contract, and `build_model`."""
 
 from __future__ import annotations

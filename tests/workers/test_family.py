@@ -1,4 +1,4 @@
-"""Model families through the jobs (model/contract.py): the family as a spec field that leaves every
+"""Model families through the jobs (model/contract/): the family as a spec field that leaves every
 looplab run's hash as it was, refused at submission when it breaks the contract (nothing stored), and
 the example family (examples/universal_transformer.py) through train, depth_sweep, decode_bench and
 eval, through the real queue on local Ray too."""
