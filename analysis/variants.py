@@ -20,6 +20,8 @@ import math
 
 import pandas as pd
 
+from looplab.model.names import LOOPED_ARCH_COLUMNS
+
 MISSING = "—"
 VARIANT_COLUMNS = ("variant_id", "variant_label")
 # columns that identify a configuration; the seed is deliberately not one of them
@@ -27,16 +29,11 @@ CONFIG_COLUMNS = ("grid", "variant_id", "variant_label", "recipe", "size", "budg
 # The resolved architecture of a run, as `orchestrator.frames` names the columns (the trained loop count is
 # `train_loops`: the stored `loops`, or the sampler's mean for sampled recipes).
 ARCH_COLUMNS = (
-    "n_prelude",
-    "n_recurrent",
-    "n_coda",
+    *LOOPED_ARCH_COLUMNS[:3],
     "train_loops",
-    "effective_depth",
-    "d_model",
-    "injection",
+    *LOOPED_ARCH_COLUMNS[3:6],
     "n_params",
-    "n_once",
-    "n_rec",
+    *LOOPED_ARCH_COLUMNS[6:],
 )
 ARCH_LABELS = {
     "n_prelude": "prelude layers",

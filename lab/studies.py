@@ -39,6 +39,7 @@ from typing import Any
 
 from looplab.model import fields
 from looplab.model.errors import ConfigError
+from looplab.model.names import BUILTIN_FAMILY
 from looplab.model.presets import (
     ISO_DEPTH_INJECTIONS,
     ISO_DEPTH_RECIPE,
@@ -391,7 +392,7 @@ def adaptive_grid(
 # and model give a family's run its context and its fixed loop count (model/contract/); the first is
 # the reference of the iso-time runs.
 FAMILIES_STUDY = (
-    ("parcae", "looped", {}, "parcae", {}),
+    ("parcae", BUILTIN_FAMILY, {}, "parcae", {}),
     (
         "huginn",
         "families.huginn:factory",
@@ -455,7 +456,7 @@ def families_grid(
     ]
     reference = {
         "recipe": families[0][3],
-        **({"family": families[0][1]} if families[0][1] != "looped" else {}),
+        **({"family": families[0][1]} if families[0][1] != BUILTIN_FAMILY else {}),
     }
     for seed in seed_list if iso_time and len(families) > 1 else []:
         timed = {"seed": seed, "budget": {"match_time_of": {**reference, "seed": seed}}}

@@ -12,7 +12,33 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["DEFAULT_FAR_DISTANCE", "FAR_DEFINITION", "Optimizer"]
+__all__ = [
+    "ARCH_COLUMNS",
+    "BUILTIN_FAMILY",
+    "DEFAULT_FAR_DISTANCE",
+    "FAR_DEFINITION",
+    "LOOPED_ARCH_COLUMNS",
+    "Optimizer",
+]
+
+# looplab's own model as a family name: a spec that names no family is this one (and stores no
+# `family` key, so runs stored before families existed keep their hash).
+BUILTIN_FAMILY = "looped"
+
+# The architecture a run stores as columns of `jobs`, named as `model.counts.arch_summary` names them.
+# Only looplab's own model has these (NULL for a run of another family: its blocks are its own) ...
+LOOPED_ARCH_COLUMNS = (
+    "n_prelude",
+    "n_recurrent",
+    "n_coda",
+    "effective_depth",
+    "d_model",
+    "injection",
+    "n_once",
+    "n_rec",
+)
+# ... and every family has its parameter count and training FLOPs per token (its own, or measured).
+ARCH_COLUMNS = (*LOOPED_ARCH_COLUMNS[:6], "n_params", *LOOPED_ARCH_COLUMNS[6:], "flops_per_token")
 
 # A target token is far when its previous occurrence lies more than the distance back and none lies
 # within it (definition 2). Definition 1, of sweeps stored earlier, counted a token as far whenever it

@@ -26,6 +26,7 @@ import sqlalchemy as sa
 from sqlalchemy import Engine, bindparam, text
 
 from looplab.analysis.curves import CURVE_LEVEL_TOP, stride_level
+from looplab.model.names import LOOPED_ARCH_COLUMNS
 from looplab.orchestrator.db import readonly_engine
 from looplab.orchestrator.jobkinds import MODEL_SOURCES
 from looplab.orchestrator.pairing import MATCH_TIME, stored_reference
@@ -205,19 +206,7 @@ def _variant_sql(job: str) -> str:
     """The variant and resolved architecture of job alias `job` (stored at submission, revision 0004) and
     where an imported model came from (NULL for one trained here, revision 0012); the trained loop count
     is `train_loops` (a depth sweep's own `loops` is the evaluated count)."""
-    cols = [
-        "variant_id",
-        "variant_label",
-        "n_prelude",
-        "n_recurrent",
-        "n_coda",
-        "effective_depth",
-        "d_model",
-        "injection",
-        "n_once",
-        "n_rec",
-        "imported_from",
-    ]
+    cols = ["variant_id", "variant_label", *LOOPED_ARCH_COLUMNS, "imported_from"]
     return ", ".join(f"{job}.{c}" for c in cols) + f", {job}.loops AS train_loops"
 
 

@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
 
 from looplab.model.errors import ConfigError
+from looplab.model.names import LOOPED_ARCH_COLUMNS
 from looplab.orchestrator import jobkinds, pairing
 from looplab.orchestrator.canonical import canonical_json
 from looplab.orchestrator.grid import BUDGET_SPEC_KEYS, Grid, JobPlan, assign_hashes, expand, trained_plan
@@ -109,25 +110,11 @@ def model_columns(plans: list[JobPlan]) -> list[dict[str, Any]]:
     return out
 
 
-# The architecture columns that describe looplab's own model only (its blocks, injection, split):
-# NULL for a model of another family, whose parameters and FLOPs come from its conformance check.
-LOOPED_ONLY_COLUMNS = (
-    "n_prelude",
-    "n_recurrent",
-    "n_coda",
-    "effective_depth",
-    "d_model",
-    "injection",
-    "n_once",
-    "n_rec",
-)
-
-
 def family_columns(facts: dict[str, Any]) -> dict[str, Any]:
     """The variant columns of a model of another family: its parameter count and training FLOPs per
     token (the family's own, else measured at submission), the LoopedLM-only columns NULL."""
     return {
-        **dict.fromkeys(LOOPED_ONLY_COLUMNS),
+        **dict.fromkeys(LOOPED_ARCH_COLUMNS),  # its blocks are its own: NULL, not looplab's names
         "n_params": facts["n_params"],
         "flops_per_token": facts["flops_per_token"],
     }

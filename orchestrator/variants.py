@@ -27,6 +27,7 @@ import math
 from typing import Any
 
 from looplab.model.fields import plain
+from looplab.model.names import ARCH_COLUMNS
 from looplab.orchestrator import jobkinds
 from looplab.orchestrator.canonical import canonical_json, sha256
 from looplab.orchestrator.jobkinds import Kind
@@ -34,19 +35,7 @@ from looplab.orchestrator.jobkinds import Kind
 VARIANT_ID_HEX = 12
 LABEL_MAX = 200  # jobs.variant_label is String(200)
 LABEL_SEPARATOR = " · "
-# Columns of `jobs` filled from `model.counts.arch_summary` (the contract's names, one for one).
-ARCH_COLUMNS = (
-    "n_prelude",
-    "n_recurrent",
-    "n_coda",
-    "effective_depth",
-    "d_model",
-    "injection",
-    "n_params",
-    "n_once",
-    "n_rec",
-    "flops_per_token",
-)
+# Columns of `jobs` filled from `model.counts.arch_summary`: ARCH_COLUMNS, declared in model/names.py.
 # What a training run's variant adds to its architecture's (revision 0010); NULL for a decode bench.
 RUN_COLUMNS = ("global_batch", "vocab_size")
 VARIANT_COLUMNS = (

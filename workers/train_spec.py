@@ -36,7 +36,7 @@ from typing import Any
 
 from looplab.model import fields
 from looplab.model.errors import ConfigError
-from looplab.model.names import Optimizer
+from looplab.model.names import BUILTIN_FAMILY, Optimizer
 from looplab.names import canonical_family
 from looplab.workers.artifacts import KEEP_CHECKPOINTS
 from looplab.workers.data import BUDGET, DataSpec
@@ -53,10 +53,9 @@ EVAL_H0_SEED = 1234
 # Loop counts evaluated at every evaluation of a looped recipe when `eval_loops` is not given.
 DEFAULT_EVAL_LOOPS = (1, 2, 4, 8)
 
-# The model family of a spec that names none: looplab's own LoopedLM (model/contract/ BUILTIN, named
-# here too so that validating a grid imports no torch). A spec of this family stores neither `family`
+# The model family of a spec that names none is looplab's own LoopedLM (`BUILTIN_FAMILY`, model/names.py,
+# torch-free so that validating a grid imports no torch). A spec of this family stores neither `family`
 # nor `family_config`, so every run stored before families existed keeps its dict and its hash.
-BUILTIN_FAMILY = "looped"
 FAMILY_KEYS = ("family", "family_config")
 
 # Sequences per optimizer step when `batch_size` is not given: the published recipe's 256 x 2,048

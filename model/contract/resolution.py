@@ -13,9 +13,10 @@ from torch import nn
 
 from looplab.model.errors import ConfigError
 from looplab.model.looped import LoopedLM
+from looplab.model.names import BUILTIN_FAMILY
 from looplab.names import import_family_module
 
-BUILTIN = "looped"
+BUILTIN = BUILTIN_FAMILY
 
 
 ENTRY_POINT_GROUP = "looplab.models"
