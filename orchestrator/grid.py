@@ -589,7 +589,7 @@ def _follow_up(
     else:
         arch = {k: spec[k] for k in declared.arch_keys if k in spec}
         if "model" in declared.arch_keys:  # a model of another family is its family and config too
-            from looplab.workers.train_spec import FAMILY_KEYS
+            from looplab.workers.model_fields import FAMILY_KEYS
 
             arch.update({k: spec[k] for k in FAMILY_KEYS if k in spec})
         if spec.get("seq_len") is not None and isinstance(arch.get("model"), dict):

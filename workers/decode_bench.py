@@ -30,11 +30,12 @@ from typing import Any
 
 from looplab.model import fields
 from looplab.model.errors import ConfigError
+from looplab.model.names import BUILTIN_FAMILY
 from looplab.workers.cost import ForwardCost
 from looplab.workers.identity import spec_to_dict
+from looplab.workers.model_fields import ModelFields, model_fields
 from looplab.workers.reporter import JobInterrupted, Reporter
 from looplab.workers.spec_cli import SpecParser, job_parser, run_standalone
-from looplab.workers.train_spec import BUILTIN_FAMILY, FAMILY_KEYS, family_fields
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 # A family without a KV cache is timed by full recompute, at contexts up to this many tokens, and its
@@ -44,17 +45,7 @@ RECOMPUTE = "(full recompute)"
 
 
 @dataclass(frozen=True)
-class Spec:
-    recipe: str = "lean"
-    """recipe name, one of model.presets.RECIPES"""
-    size: str = "tiny"
-    """model size, one of model.presets.SIZES"""
-    model: dict[str, Any] = field(default_factory=dict)
-    """ModelConfig field overrides, e.g. d_model=32"""
-    family: str = BUILTIN_FAMILY
-    """the model family (see the train spec's): looped, 'package.module:factory' or a registered name"""
-    family_config: dict[str, Any] = field(default_factory=dict)
-    """another family's own config, given to its factory with vocab_size and seq_len added"""
+class Spec(ModelFields):
     context_lens: list[int] = field(default_factory=lambda: [128, 512])
     """context lengths (tokens in the cache) to time a decode step at"""
     batch_sizes: list[int] = field(default_factory=lambda: [1, 8])
@@ -72,13 +63,11 @@ class Spec:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Spec:
-        from looplab.model.presets import RECIPES, SIZES, preset
+        from looplab.model.presets import preset
 
         d = fields.with_defaults("decode_bench", d, cls)
-        recipe = fields.choice("recipe", d["recipe"], RECIPES)
-        size = fields.choice("size", d["size"], tuple(SIZES))
-        model = fields.mapping("model", d["model"], "a mapping of ModelConfig overrides")
-        preset(recipe, size, **model)  # validates the overrides (ConfigError names the field)
+        chosen = model_fields(d)
+        preset(chosen["recipe"], chosen["size"], **chosen["model"])  # validates the overrides, by field
         warmup = fields.integer("warmup", d["warmup"], lo=0)
         steps = fields.integer("steps", d["steps"], lo=1)
         lens = fields.int_list("context_lens", d["context_lens"], lo=1)
@@ -90,13 +79,8 @@ class Spec:
         cuda_graph = d["cuda_graph"]
         if cuda_graph not in ("auto", True, False):
             raise ConfigError(f"cuda_graph: unknown {cuda_graph!r}; accepted: auto, true, false")
-        family, family_config = family_fields(d["family"], d["family_config"])
         return cls(
-            recipe=recipe,
-            size=size,
-            model=model,
-            family=family,
-            family_config=family_config,
+            **chosen,
             context_lens=lens,
             batch_sizes=fields.int_list("batch_sizes", d["batch_sizes"], lo=1),
             dtype=fields.choice("dtype", d["dtype"], DTYPES),
@@ -108,11 +92,7 @@ class Spec:
 
     def to_dict(self) -> dict[str, Any]:
         """Every field; the family's only when it is not looplab's own (stored benches keep their hash)."""
-        d = spec_to_dict(self)
-        if self.family == BUILTIN_FAMILY:
-            for key in FAMILY_KEYS:
-                d.pop(key)
-        return d
+        return self.family_keys(spec_to_dict(self))
 
 
 def cost(spec: Spec) -> ForwardCost:

@@ -31,10 +31,11 @@ from typing import Any
 
 from looplab.model import fields
 from looplab.model.errors import ConfigError
+from looplab.model.names import BUILTIN_FAMILY
 from looplab.workers import hub
 from looplab.workers.identity import spec_to_dict
+from looplab.workers.model_fields import family_fields
 from looplab.workers.spec_cli import SpecParser, job_parser, run_standalone
-from looplab.workers.train_spec import BUILTIN_FAMILY, family_fields
 
 RECIPE = "parcae"  # the recipe a Parcae checkpoint is expressed in (every field it sets is a model override)
 RESOLVED = ("revision", "recipe", "size", "model", "family", "family_config")  # filled in from the source

@@ -153,7 +153,7 @@ def _family_pricing(spec: Spec, cfg):
     """The contract's pricing of the spec's model when it is of another family, else None."""
     from looplab.model.contract import family_settings
     from looplab.model.family_pricing import family_pricing
-    from looplab.workers.train_spec import BUILTIN_FAMILY
+    from looplab.model.names import BUILTIN_FAMILY
 
     if spec.family == BUILTIN_FAMILY:
         return None

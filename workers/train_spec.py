@@ -36,13 +36,13 @@ from typing import Any
 
 from looplab.model import fields
 from looplab.model.errors import ConfigError
-from looplab.model.names import BUILTIN_FAMILY, Optimizer
-from looplab.names import canonical_family
+from looplab.model.names import Optimizer
 from looplab.workers.artifacts import KEEP_CHECKPOINTS
 from looplab.workers.data import BUDGET, DataSpec
 from looplab.workers.identity import EXECUTION, spec_to_dict
 from looplab.workers.identity import execution_fields as _execution_fields
 from looplab.workers.identity import identity as _identity
+from looplab.workers.model_fields import ModelFields, model_fields
 from looplab.workers.rewind import RewindRule
 
 # Validation draws h0 from this seed, in training's evaluations and in the depth sweep alike, so the
@@ -53,10 +53,6 @@ EVAL_H0_SEED = 1234
 # Loop counts evaluated at every evaluation of a looped recipe when `eval_loops` is not given.
 DEFAULT_EVAL_LOOPS = (1, 2, 4, 8)
 
-# The model family of a spec that names none is looplab's own LoopedLM (`BUILTIN_FAMILY`, model/names.py,
-# torch-free so that validating a grid imports no torch). A spec of this family stores neither `family`
-# nor `family_config`, so every run stored before families existed keeps its dict and its hash.
-FAMILY_KEYS = ("family", "family_config")
 
 # Sequences per optimizer step when `batch_size` is not given: the published recipe's 256 x 2,048
 # tokens at the study's sizes (sandyresearch/parcae, launch_configs/parcae-small-140m.yaml), the
@@ -69,19 +65,7 @@ AUTO = "auto"
 
 
 @dataclass(frozen=True)
-class Spec:
-    recipe: str = "lean"
-    """recipe name, one of model.presets.RECIPES (lean, parcae, fixed4, plain, ...)"""
-    size: str = "tiny"
-    """model size, one of model.presets.SIZES"""
-    model: dict[str, Any] = field(default_factory=dict)
-    """ModelConfig field overrides, e.g. d_model=32"""
-    family: str = BUILTIN_FAMILY
-    """the model family: looped (looplab's own model, set by recipe, size and model), a factory as
-    'package.module:factory' importable on every node, or a short name registered in the entry-point
-    group looplab.models (docs/own-model.md)"""
-    family_config: dict[str, Any] = field(default_factory=dict)
-    """another family's own config, given to its factory with vocab_size and seq_len added"""
+class Spec(ModelFields):
     seed: int = 0
     """seed of the initial weights, the batches and the loop-count sampler"""
     tokens: int | None = None
@@ -147,20 +131,10 @@ class Spec:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Spec:
-        from looplab.model.presets import RECIPES, SIZES
 
         given = fields.known_keys("train", d, cls)
         d = {**vars(cls()), **given}
-        v: dict[str, Any] = {}
-        v["recipe"] = fields.choice("recipe", d["recipe"], sorted(RECIPES))
-        v["size"] = fields.choice("size", d["size"], sorted(SIZES))
-        model = fields.mapping("model", d["model"], "a mapping of ModelConfig overrides")
-        try:  # canonical JSON values (tuples -> lists), as spec.json and the queue will store them
-            model = json.loads(json.dumps(model))
-        except (TypeError, ValueError) as e:
-            raise ConfigError(f"model: overrides must be plain JSON values: {e}") from e
-        v["model"] = dict(sorted(model.items()))
-        v["family"], v["family_config"] = family_fields(d["family"], d["family_config"])
+        v: dict[str, Any] = model_fields(d)
         v["seed"] = fields.integer("seed", d["seed"], lo=0)
         v["tokens"] = fields.integer("tokens", d["tokens"], lo=1, allow_none=True)
         v["time_s"] = fields.number("time_s", d["time_s"], lo=0, lo_open=True, allow_none=True)
@@ -230,12 +204,7 @@ class Spec:
         d["data"] = self.data.to_dict()
         if self.spike_rewind is None:  # off: left out, so stored runs keep their hash
             d.pop("spike_rewind")
-        if self.family == BUILTIN_FAMILY:  # looplab's own: left out, so stored runs keep their hash
-            for key in FAMILY_KEYS:
-                d.pop(key)
-        else:
-            d["family_config"] = dict(self.family_config)
-        return d
+        return self.family_keys(d)
 
     @property
     def rewind_rule(self) -> RewindRule | None:
@@ -277,34 +246,6 @@ class Spec:
             return list(self.eval_loops)
         looped = cfg.injection != "none" or cfg.loops > 1
         return list(DEFAULT_EVAL_LOOPS) if looped else [cfg.loops]
-
-
-def family_fields(family: Any, config: Any) -> tuple[str, dict[str, Any]]:
-    """The checked `family` name and `family_config` (canonical JSON values, keys sorted). Only a family
-    other than looplab's own takes a family_config (LoopedLM is configured by recipe, size and model);
-    the keys looplab sets itself (vocab_size, seq_len) are not the family's to give."""
-    if not isinstance(family, str) or not family.strip():
-        raise ConfigError(
-            f"family: expected {BUILTIN_FAMILY!r}, 'package.module:factory' or a name registered in the "
-            f"entry-point group looplab.models; got {family!r}"
-        )
-    config = fields.mapping("family_config", config, "a mapping of the family's own settings")
-    try:
-        config = json.loads(json.dumps(config))
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"family_config: expected plain JSON values: {e}") from e
-    if family == BUILTIN_FAMILY and config:
-        raise ConfigError(
-            f"family_config: only for a family other than {BUILTIN_FAMILY!r}; looplab's own model is "
-            "configured by recipe, size and model"
-        )
-    provided = sorted(k for k in ("vocab_size", "seq_len") if k in config)
-    if provided:
-        raise ConfigError(
-            f"family_config.{provided[0]}: set by looplab (the tokenizer's vocabulary, the spec's "
-            "seq_len); accepted: the family's other settings"
-        )
-    return canonical_family(family.strip()), dict(sorted(config.items()))
 
 
 def tokenizer_json_vocab_size(path: Path) -> int | None:

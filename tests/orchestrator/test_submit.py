@@ -36,7 +36,7 @@ def fq(migrated_db_url, tmp_path):
 def test_package_import_is_light():
     import subprocess
 
-    code = "import orchestrator, sys; orchestrator.Grid; print('ray' in sys.modules, 'torch' in sys.modules)"
+    code = "import looplab, sys; looplab.Grid; print('ray' in sys.modules, 'torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
 
