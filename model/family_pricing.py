@@ -28,9 +28,12 @@ from torch import nn
 
 from looplab.model.contract import (
     CHECK_LEN,
+    CHECK_MAX_PARAMS,
     Capabilities,
+    FamilyError,
     capabilities,
     instantiate,
+    measure_activation_bytes,
     measure_flops_per_token,
     meta_module,
     n_params,
@@ -63,6 +66,20 @@ class FamilyPricing:
     def forward_flops(self, loops: int) -> float:
         return self.training_flops(loops) / 3
 
+    def activation_bytes(self, loops: int) -> float:
+        """Bytes autograd keeps for one training sequence at `loops`, fp32 (`measure_activation_bytes`,
+        on the meta module when the family counts its own FLOPs)."""
+        return _priced_activations(self.family, self.config_json, int(loops))
+
+    @property
+    def matrix_params(self) -> int:
+        """Parameters the Muon optimizers update as matrices: the family's `param_groups()["matrix"]`;
+        without that capability every parameter is AdamW's (the contract's fallback), so none."""
+        module, _ = _pricing_module(self.family, self.config_json)
+        if not capabilities(module).param_groups:
+            return 0
+        return sum(p.numel() for p in module.param_groups()["matrix"])
+
 
 def family_pricing(family: str, config: dict[str, Any]) -> FamilyPricing:
     """The `FamilyPricing` of `family` built from `config` (its `family_settings`: vocab_size, seq_len)."""
@@ -77,6 +94,27 @@ def _pricing_module(family: str, config_json: str) -> tuple[nn.Module, int]:
     if not capabilities(module, fam.factory).flops_per_token:  # measured: real tensors
         module = instantiate(fam, config).cpu()
     return module, n_params(module)
+
+
+@functools.lru_cache(maxsize=256)
+def _priced_activations(family: str, config_json: str, loops: int) -> float:
+    """On the module the pricing holds; a family whose forward cannot run on the meta device is measured
+    on a CPU copy when that is small (at most CHECK_MAX_PARAMS), else refused naming what it needs."""
+    module, count = _pricing_module(family, config_json)
+    config = json.loads(config_json)
+    seq_len = config.get("seq_len", CHECK_LEN)
+    try:
+        return measure_activation_bytes(module, seq_len, loops)
+    except (NotImplementedError, RuntimeError) as e:
+        if next(module.parameters()).device.type != "meta":
+            raise
+        if count > CHECK_MAX_PARAMS:
+            raise FamilyError(
+                f"family {family!r}: its forward does not run on the meta device ({type(e).__name__}: {e}), "
+                f"so its training memory cannot be counted at {count:,} parameters without allocating them; "
+                "expected a forward that runs on the meta device"
+            ) from None
+        return measure_activation_bytes(instantiate(resolve_family(family), config).cpu(), seq_len, loops)
 
 
 @functools.lru_cache(maxsize=256)

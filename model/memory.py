@@ -27,6 +27,9 @@ These are the planner's estimates; on CUDA it prefers a measured peak of the sam
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from looplab.model.config import ModelConfig
 from looplab.model.counts import kv_cache_bytes, layer_params, param_count
 from looplab.model.flops import training_flops
@@ -66,22 +69,21 @@ def gate_readouts(cfg: ModelConfig) -> int:
 
 
 def largest_micro_batch(
-    cfg: ModelConfig,
+    memory: Callable[[int], float],
     batch_size: int,
-    device_type: str,
-    optimizer: str,
     memory_bytes: float,
     headroom: float = HEADROOM,
 ) -> int:
-    """The most sequences per forward, at most `batch_size`, whose `training_memory` fits `headroom` of
-    `memory_bytes` (the rest is the allocator's and the framework's); 1 when not even one fits (the run
-    then fails as it would, with the device's own out-of-memory error). `training_memory` grows with
-    the sequences (activations; a batch's rounds with autograd do not shrink), so a bisection finds it."""
+    """The most sequences per forward, at most `batch_size`, whose training memory (`memory(sequences)`:
+    `training_memory` of looplab's model, `family_training_memory` of another family's) fits `headroom`
+    of `memory_bytes` (the rest is the allocator's and the framework's); 1 when not even one fits (the
+    run then fails as it would, with the device's own out-of-memory error). The memory grows with the
+    sequences (activations; a batch's rounds with autograd do not shrink), so a bisection finds it."""
     budget = headroom * memory_bytes
     lo, hi = 1, batch_size
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if training_memory(cfg, mid, device_type, optimizer) <= budget:
+        if memory(mid) <= budget:
             lo = mid
         else:
             hi = mid - 1
@@ -95,6 +97,27 @@ def optimizer_state_bytes(cfg: ModelConfig, optimizer: str) -> float:
     params = param_count(cfg)
     p, p_matrix = params["total"], params["non_embedding"]
     return float(8 * p if optimizer == Optimizer.ADAMW else 4 * p_matrix + 8 * (p - p_matrix))
+
+
+def family_optimizer_state_bytes(pricing: Any, optimizer: str) -> float:
+    """`optimizer_state_bytes` of another family's model (`model.family_pricing.FamilyPricing`): AdamW's
+    two moments of every parameter, or the Muon optimizers' momentum of its `matrix` group and AdamW's
+    moments of the rest."""
+    p, p_matrix = pricing.n_params, pricing.matrix_params
+    return float(8 * p if optimizer == Optimizer.ADAMW else 4 * p_matrix + 8 * (p - p_matrix))
+
+
+def family_training_memory(
+    pricing: Any, loops: int, sequences: int, device_type: str, optimizer: str
+) -> float:
+    """`training_memory` of another family's model: fp32 weights and gradients, its optimizer's state,
+    and what autograd keeps for `sequences` sequences (measured per sequence from the family's own
+    forward, `FamilyPricing.activation_bytes`; in bf16 on CUDA, as the trainer's autocast keeps them)."""
+    item = _item(device_type)
+    activations = sequences * pricing.activation_bytes(loops) * item / FLOAT_BYTES
+    return float(
+        2 * FLOAT_BYTES * pricing.n_params + family_optimizer_state_bytes(pricing, optimizer) + activations
+    )
 
 
 def forward_memory(cfg: ModelConfig, sequences: int, seq_len: int | None = None) -> float:

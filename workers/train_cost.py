@@ -80,9 +80,20 @@ class TrainCost:
     def checkpoint_bytes(self) -> float:
         """What one checkpoint (`checkpoint-a…-s….pt`) writes: the fp32 weights and the optimizer's state
         (`model.memory.optimizer_state_bytes`)."""
-        from looplab.model.memory import optimizer_state_bytes
+        from looplab.model.memory import family_optimizer_state_bytes, optimizer_state_bytes
 
+        if self.family is not None:
+            return self.final_bytes + family_optimizer_state_bytes(self.family, self.optimizer)
         return self.final_bytes + optimizer_state_bytes(self.cfg, self.optimizer)
+
+    def memory_at(self, sequences: int, device_type: str) -> float:
+        """Peak bytes of a training forward of `sequences` sequences on `device_type`: the model's own
+        (`model.memory.training_memory`, or `family_training_memory` for another family's)."""
+        from looplab.model.memory import family_training_memory, training_memory
+
+        if self.family is not None:
+            return family_training_memory(self.family, self.cfg.loops, sequences, device_type, self.optimizer)
+        return training_memory(self.cfg, sequences, device_type, self.optimizer)
 
     @property
     def final_bytes(self) -> float:
@@ -101,7 +112,7 @@ def cost(spec: Spec) -> TrainCost:
     """The cost of training `spec` (its model at the vocabulary its data will have; no corpus read)."""
     from looplab.model.counts import param_count, tokens_for_flops
     from looplab.model.flops import BACKWARD_FACTOR, step_flops, training_flops
-    from looplab.model.memory import DEVICE_TYPES, training_memory
+    from looplab.model.memory import DEVICE_TYPES
 
     cfg = spec.resolved_model_config()
     batch, seq = spec.batch_size, cfg.seq_len
@@ -125,7 +136,7 @@ def cost(spec: Spec) -> TrainCost:
         per_token, grad_per_token = float(flops.total), float(flops.backward * (1 + 1 / BACKWARD_FACTOR))
         forward, padded = (lambda n: step_flops(cfg, n).forward), flops.padding_waste > 0
         params = param_count(cfg)["total"]
-    return TrainCost(
+    priced = TrainCost(
         cfg=cfg,
         batch=batch,
         tokens_per_step=tokens_per_step,
@@ -143,10 +154,12 @@ def cost(spec: Spec) -> TrainCost:
         params=params,
         optimizer=spec.optimizer,
         compile=spec.compile,
-        memory={d: training_memory(cfg, batch, d, spec.optimizer) for d in DEVICE_TYPES},
+        memory={},
         tokenizer=spec.data.tokenizer,
         family=family,
     )
+    priced.memory.update({d: priced.memory_at(batch, d) for d in DEVICE_TYPES})
+    return priced
 
 
 def _family_pricing(spec: Spec, cfg):

@@ -175,9 +175,7 @@ class Trainer:
         self.auto_memory = None  # bytes `micro_batch_size: auto` fitted into
         if spec.micro_batch_size == AUTO:  # an execution field: resolved here, on the device it runs on
             self.auto_memory = memory_bytes(self.device)
-            fits = largest_micro_batch(
-                self.cfg, spec.batch_size, self.device.type, spec.optimizer, self.auto_memory
-            )
+            fits = largest_micro_batch(self._memory_of(spec), spec.batch_size, self.auto_memory)
             self.spec = spec = dataclasses.replace(spec, micro_batch_size=fits)
         self.eval_loops = spec.resolved_eval_loops(self.cfg)
         self.seq_len = self.cfg.seq_len
@@ -210,6 +208,21 @@ class Trainer:
         self.gate_stats: torch.Tensor | None = (
             None  # a learned exit's last step: (task loss, mean exit round)
         )
+
+    def _memory_of(self, spec: Spec):
+        """Training memory as a function of the sequences per forward, for `micro_batch_size: auto`:
+        looplab's model's (`model.memory.training_memory`) or another family's own
+        (`family_training_memory`: its parameters, optimizer groups and measured activations)."""
+        from looplab.model.contract import family_settings
+        from looplab.model.family_pricing import family_pricing
+        from looplab.model.memory import family_training_memory, training_memory
+        from looplab.model.names import BUILTIN_FAMILY
+
+        device_type, cfg = self.device.type, self.cfg
+        if spec.family == BUILTIN_FAMILY:
+            return lambda n: training_memory(cfg, n, device_type, spec.optimizer)
+        pricing = family_pricing(spec.family, family_settings(cfg, spec.family_config))
+        return lambda n: family_training_memory(pricing, cfg.loops, n, device_type, spec.optimizer)
 
     def _family_facts(self) -> None:
         """Another family's parameter counts, FLOPs per token and split-dependence (model.contract

@@ -167,7 +167,10 @@ class HuginnLM(nn.Module):
     def _rot(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         hd = self.cfg.head_dim
         inv = 1.0 / (self.cfg.rope_base ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd))
-        angles = torch.outer(positions.float().cpu(), inv).to(positions.device)[:, None, :]  # (S, 1, D/2)
+        # on the CPU, so every device rotates by the same angles; on the meta device (shapes only, as the
+        # planner measures what a forward keeps) there is nothing to copy
+        where = positions.float() if positions.is_meta else positions.float().cpu()
+        angles = torch.outer(where, inv.to(where.device)).to(positions.device)[:, None, :]  # (S, 1, D/2)
         return angles.cos(), angles.sin()
 
     def embed_prelude(self, idx: Tensor, rot, cache: HuginnCache | None = None) -> Tensor:

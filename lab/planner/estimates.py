@@ -230,15 +230,17 @@ class TimeModel:
         with `auto`, what the trainer picks on `device_memory` (`model.memory.largest_micro_batch`, the
         same rule); else (the whole batch per forward) the most that would fit. None when not even one
         sequence fits, or without a device memory."""
-        from looplab.model.memory import HEADROOM, largest_micro_batch, training_memory
+        from looplab.model.memory import HEADROOM, largest_micro_batch
 
         given = getattr(train, "micro_batch_size", None)  # an execution field of newer train Specs
         if isinstance(given, int):
             return given, True
         fit = None
         if self.device_memory is not None:
-            fit = largest_micro_batch(cost.cfg, cost.batch, self.device, cost.optimizer, self.device_memory)
-            if training_memory(cost.cfg, fit, self.device, cost.optimizer) > HEADROOM * self.device_memory:
+            fit = largest_micro_batch(
+                lambda n: cost.memory_at(n, self.device), cost.batch, self.device_memory
+            )
+            if cost.memory_at(fit, self.device) > HEADROOM * self.device_memory:
                 fit = None  # not even one sequence
         return fit, given == "auto" and fit is not None
 
@@ -251,11 +253,7 @@ class TimeModel:
         est = self._train_estimate(kind, spec, found[1], ref_train_s, workers)
         est.micro_batch, est.micro_batch_given = self.micro_batch(*found)
         if est.micro_batch_given:
-            from looplab.model.memory import training_memory
-
-            est.peak_mem_bytes = training_memory(
-                found[1].cfg, est.micro_batch, self.device, found[1].optimizer
-            )
+            est.peak_mem_bytes = found[1].memory_at(est.micro_batch, self.device)
         return est
 
     def _train_estimate(

@@ -80,10 +80,14 @@ class ForecastJob:
 
 
 def describe(spec: dict[str, Any], label: str | None = None) -> str:
-    """What model a job is about, as its row shows it: its label (else recipe), size and, for a run
-    that has one, its seed (which of the runs of that model it is)."""
-    name = label or spec.get("recipe") or ""
-    parts = [str(name), str(spec.get("size") or "")]
+    """What model a job is about, as its row shows it: its label (else recipe and size, or another
+    family's module name) and, for a run that has one, its seed (which of the runs of that model it is)."""
+    family = spec.get("family")
+    if family:  # another family: its recipe and size only set the run's context, so name the family
+        name = label or family.partition(":")[0].rpartition(".")[2]
+        parts = [str(name)]
+    else:
+        parts = [str(label or spec.get("recipe") or ""), str(spec.get("size") or "")]
     if spec.get("seed") is not None:
         parts.append(f"seed {spec['seed']}")
     return " ".join(p for p in parts if p)

@@ -55,6 +55,7 @@ from looplab.model.contract.capabilities import (
 )
 from looplab.model.contract.conformance import (
     CHECK_BATCH,
+    CHECK_LEN,
     CHECK_MAX_PARAMS,
     FamilyReport,
     _forward_logits,
@@ -70,6 +71,7 @@ from looplab.model.contract.conformance import (
 from looplab.model.contract.flops import (
     _CPU_ATTENTION,
     _cpu_attention_flops,
+    measure_activation_bytes,
     measure_flops_per_token,
 )
 from looplab.model.contract.resolution import (
@@ -91,6 +93,7 @@ __all__ = [
     "BUILTIN",
     "Built",
     "CHECK_BATCH",
+    "CHECK_LEN",
     "CHECK_MAX_PARAMS",
     "Capabilities",
     "ENTRY_POINT_GROUP",
@@ -125,6 +128,7 @@ __all__ = [
     "large_module",
     "logits_of",
     "looped_capabilities",
+    "measure_activation_bytes",
     "measure_flops_per_token",
     "meta_module",
     "n_params",

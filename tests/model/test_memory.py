@@ -47,7 +47,8 @@ def test_largest_micro_batch_is_the_most_sequences_whose_training_memory_fits(re
     per = [training_memory(cfg, m, "cuda", "parcae") for m in range(1, 33)]
     assert all(a < b for a, b in zip(per, per[1:]))  # more sequences, more memory: a bisection finds it
     budget = (per[11] + per[12]) / 2  # 12 sequences fit, 13 do not
-    assert largest_micro_batch(cfg, 32, "cuda", "parcae", budget, headroom=1.0) == 12
-    assert largest_micro_batch(cfg, 32, "cuda", "parcae", budget / 0.9) == 12  # 90 % of the memory by default
-    assert largest_micro_batch(cfg, 8, "cuda", "parcae", budget, headroom=1.0) == 8  # at most the batch
-    assert largest_micro_batch(cfg, 32, "cuda", "parcae", per[0] / 2, headroom=1.0) == 1  # none fits: one
+    memory = lambda n: training_memory(cfg, n, "cuda", "parcae")  # noqa: E731
+    assert largest_micro_batch(memory, 32, budget, headroom=1.0) == 12
+    assert largest_micro_batch(memory, 32, budget / 0.9) == 12  # 90 % of the memory by default
+    assert largest_micro_batch(memory, 8, budget, headroom=1.0) == 8  # at most the batch
+    assert largest_micro_batch(memory, 32, per[0] / 2, headroom=1.0) == 1  # none fits: one
