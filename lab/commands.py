@@ -7,7 +7,9 @@ lab.api / jobqueue / scheduler, so the Python API and the CLI behave the same.
 from __future__ import annotations
 
 import runpy
+import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from looplab.model.errors import ConfigError
@@ -58,7 +60,8 @@ def cli_submit(args) -> int:
         seed = "" if pd.isna(r.seed) else f"seed {r.seed}"  # a decode bench has none (pd.NA: no bool)
         what = " ".join(str(x) for x in (r.recipe, r.size, seed) if x and str(x) != "nan")
         print(
-            f"  {'added  ' if r.id in added else 'present'} job {r.id:>4} {r.kind:<12} {what:<28} {r.status}"
+            f"  {'added  ' if r.id in added else 'present'} job {r.id:>4} {str(r.grid):<14} {r.kind:<12} "
+            f"{what:<28} {r.status}"
         )
     return 0
 
@@ -75,20 +78,40 @@ def _check_slots(args) -> None:
 
 def cli_plan(args) -> int:
     _check_slots(args)
-    q = _queue(args)
     grids = load_grids(args.file)
     target = plan_target(args)
-    if target is not None:
-        report = q.plan(
-            grids, num_cpus=args.num_cpus, num_gpus=args.num_gpus, calibration=target, elsewhere=True
-        )
-    else:
-        how = "cached" if args.no_calibrate else "fresh" if args.recalibrate else "auto"
-        if how != "cached":
-            print("calibrating this machine (about 15 s; cached for a week) ...", flush=True)
-        report = q.plan(grids, num_cpus=args.num_cpus, num_gpus=args.num_gpus, calibration=how)
+    with _plan_queue(args) as q:
+        if target is not None:
+            report = q.plan(
+                grids, num_cpus=args.num_cpus, num_gpus=args.num_gpus, calibration=target, elsewhere=True
+            )
+        else:
+            how = "cached" if args.no_calibrate else "fresh" if args.recalibrate else "auto"
+            if how != "cached":
+                print("calibrating this machine (about 15 s; cached for a week) ...", flush=True)
+            report = q.plan(grids, num_cpus=args.num_cpus, num_gpus=args.num_gpus, calibration=how)
     print(report.frame().to_csv(index=False) if args.csv else report.text())
     return 0
+
+
+@contextmanager
+def _plan_queue(args):
+    """The queue `looplab plan` prices behind: the database's, or, where its SQLite file does not exist
+    yet, an empty one in a temporary directory, so planning before the first submit creates nothing."""
+    from looplab.lab.api import Queue
+    from looplab.orchestrator.db import sqlite_file
+
+    file = sqlite_file(args.db)
+    if file is None or file.exists():
+        yield _queue(args)
+        return
+    print(f"no database at {file} yet: priced as the first grids of an empty queue (nothing created)")
+    with tempfile.TemporaryDirectory() as tmp:
+        q = Queue(db=Path(tmp) / "plan.db")
+        try:
+            yield q
+        finally:
+            q.eng.dispose()  # the file goes with the directory: no connection may hold it
 
 
 def plan_target(args):
@@ -142,7 +165,7 @@ def cli_run(args) -> int:
 
 
 def cli_status(args) -> int:
-    from looplab.lab.display import status_frame, table
+    from looplab.lab.display import last_grids, status_frame, table
 
     _check_slots(args)
     q = _queue(args)
@@ -151,10 +174,13 @@ def cli_status(args) -> int:
         return 0
     while True:
         df = status_frame(q.eng, grid=args.grid, all_jobs=args.all)
-        text = table(df)
-        if not args.all:
-            text += "\n(queued and running jobs; --all shows finished ones too)"
-        text += "\n" + queue_eta(q.eng, args.num_cpus, args.num_gpus)
+        if df.empty and not args.all and args.grid is None:  # a finished queue: what became of it
+            text = last_grids(q.eng)
+        else:
+            text = table(df)
+            if not args.all:
+                text += "\n(queued and running jobs; --all shows finished ones too)"
+            text += "\n" + queue_eta(q.eng, args.num_cpus, args.num_gpus)
         if not args.watch:
             print(text)
             return 0
