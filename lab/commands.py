@@ -24,14 +24,19 @@ def _queue(args, artifacts: str | None = None):
 
 
 def load_grids(path: str) -> list:
-    """The grids a submission file defines: its GRIDS list if it has one, else every module-level Grid."""
+    """The grids a submission file defines: its GRIDS list if it has one, else every module-level Grid.
+    A syntax error is one line naming the file and line (ConfigError), not a traceback."""
     from looplab.orchestrator.grid import Grid
 
     file = Path(path)
     if not file.is_file():
         raise ConfigError(f"submit: no such file {path!r}")
-    with legacy_imports(str(file)):
-        ns = runpy.run_path(str(file), run_name="looplab_submission")
+    try:
+        with legacy_imports(str(file)):
+            ns = runpy.run_path(str(file), run_name="looplab_submission")
+    except SyntaxError as e:
+        where = f"{e.filename or path}:{e.lineno}" + (f":{e.offset}" if e.offset else "")
+        raise ConfigError(f"{where}: syntax error: {e.msg}") from None
     if "GRIDS" in ns:
         grids = list(ns["GRIDS"])
     else:
@@ -44,12 +49,44 @@ def load_grids(path: str) -> list:
     return grids
 
 
+@contextmanager
+def beside_grid_file(path: str):
+    """While a grid file is loaded and its grids validated: the file's directory first on sys.path, so
+    a family module beside it (`family: "my_family:factory"`) imports as it does for `python grids.py`.
+    Only this process sees it: a job stores the family's name, and the workers of `looplab run` import
+    it by that name, so a module imported from here is named on stderr with what the workers need."""
+    import sys
+
+    directory = str(Path(path).resolve().parent)
+    added = directory not in sys.path
+    if added:
+        sys.path.insert(0, directory)
+    before = set(sys.modules)
+    try:
+        yield
+    finally:
+        if added:
+            sys.path.remove(directory)
+        local = sorted(
+            name
+            for name in set(sys.modules) - before
+            if str(getattr(sys.modules[name], "__file__", None) or "").startswith(directory + "/")
+        )
+        if local and added:
+            print(
+                f"looplab: {', '.join(local)} imported from {directory} (beside the grid file); the workers "
+                f"of `looplab run` import it by name: start it with PYTHONPATH={directory}, or install it",
+                file=sys.stderr,
+            )
+
+
 def cli_submit(args) -> int:
     import pandas as pd
 
-    q = _queue(args)
-    grids = load_grids(args.file)
-    ids = q.submit(grids)
+    with beside_grid_file(args.file):
+        grids = load_grids(args.file)  # before the queue: a file that does not load creates nothing
+        q = _queue(args)
+        ids = q.submit(grids)
     added = set(q.last_added)
     print(
         f"{len(grids)} grid(s), {len(ids)} job(s): {len(added)} added, {len(ids) - len(added)} already present"
@@ -78,9 +115,9 @@ def _check_slots(args) -> None:
 
 def cli_plan(args) -> int:
     _check_slots(args)
-    grids = load_grids(args.file)
     target = plan_target(args)
-    with _plan_queue(args) as q:
+    with beside_grid_file(args.file), _plan_queue(args) as q:
+        grids = load_grids(args.file)
         if target is not None:
             report = q.plan(
                 grids, num_cpus=args.num_cpus, num_gpus=args.num_gpus, calibration=target, elsewhere=True
