@@ -37,7 +37,6 @@ variants are further model.* keys on top.
 
 from __future__ import annotations
 
-
 from looplab.model import fields
 from looplab.model.config import FULL_ROUND, ModelConfig, RoundConfig
 from looplab.model.errors import ConfigError
