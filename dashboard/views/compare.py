@@ -165,10 +165,16 @@ else:
     flop_table = comparison.iso_flop_table(
         evals, reference=reference, tolerance=tolerance, threshold=threshold, noise=noise, delta=delta
     )
-    st.markdown(
-        f"**Runs at equal FLOPs: per seed, mean, difference to `{reference}` with its 95 % interval**"
-    )
-    ui.table(flop_table, key="iso_flop")
+    if flop_table.empty:
+        st.info(
+            f"no two variants of one size trained within {tolerance_pct:g} % of each other's FLOPs: nothing "
+            "to compare at equal compute (the chart above shows where each variant lies)"
+        )
+    else:
+        st.markdown(
+            f"**Runs at equal FLOPs: per seed, mean, difference to `{reference}` with its 95 % interval**"
+        )
+        ui.table(flop_table, key="iso_flop")
     show_noise_floor()
 
 st.header("Loss by architecture")
@@ -192,8 +198,14 @@ else:
         color=ui.color(color, kind[color] == "Q", title=variants.ARCH_LABELS.get(color, color)),
     )
     tooltip = ["variant_label", x, color, alt.Tooltip("mean:Q", format=".4f"), "n_seeds"]
-    chart = ui.mean_with_spread(base, y_title="loss (mean over seeds)", tooltip=tooltip, spread="rule")
-    st.caption(f"One point per variant at budget {budget} (the loss iso-data uses), min–max over seeds.")
+    # points, never a line: the variants are of different recipes, so no line joins them into a trend
+    chart = ui.mean_with_spread(
+        base, y_title="loss (mean over seeds)", tooltip=tooltip, spread="rule", line=False
+    )
+    st.caption(
+        f"One point per variant at budget {budget} (the loss iso-data uses), min–max over seeds; points, "
+        "not a line: variants of different recipes are not one series."
+    )
     st.altair_chart(chart.properties(height=340), width="stretch")
     ui.table(points, key="by_arch")
 

@@ -31,8 +31,8 @@ def trained_rules(marks, color: alt.Color) -> alt.Chart:
     )
 
 
-# 20 hues: a loop-design study has more than the 10 of the other pages's palette
-variant_color = alt.Color("variant_label:N", title="variant", scale=alt.Scale(scheme="tableau20"))
+# the pages' colour-blind-safe palette (16 distinct hues; tableau20 paired light and dark of one hue)
+variant_color = ui.color("variant_label", title="variant")
 
 st.header("Loss vs effective depth")
 curves = extrapolation.loss_curves(depth)
