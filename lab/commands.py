@@ -7,6 +7,7 @@ lab.api / jobqueue / scheduler, so the Python API and the CLI behave the same.
 from __future__ import annotations
 
 import runpy
+import sys
 import tempfile
 import time
 from contextlib import contextmanager
@@ -55,8 +56,6 @@ def beside_grid_file(path: str):
     a family module beside it (`family: "my_family:factory"`) imports as it does for `python grids.py`.
     Only this process sees it: a job stores the family's name, and the workers of `looplab run` import
     it by that name, so a module imported from here is named on stderr with what the workers need."""
-    import sys
-
     directory = str(Path(path).resolve().parent)
     added = directory not in sys.path
     if added:
@@ -142,7 +141,10 @@ def _plan_queue(args):
     if file is None or file.exists():
         yield _queue(args)
         return
-    print(f"no database at {file} yet: priced as the first grids of an empty queue (nothing created)")
+    print(
+        f"no database at {file} yet: priced as the first grids of an empty queue (nothing created)",
+        file=sys.stderr,  # --csv output stays CSV
+    )
     with tempfile.TemporaryDirectory() as tmp:
         q = Queue(db=Path(tmp) / "plan.db")
         try:

@@ -145,6 +145,25 @@ def last_grids(eng: Engine, n: int = 3) -> str:
     return "\n".join(lines)
 
 
+def looplab_command(db: str | None = None) -> str:
+    """`looplab` as it can be typed here, for the lines a demo ends with: `looplab` when the one on PATH
+    is this environment's, else this environment's script (`.venv/bin/looplab` from the clone after
+    `make demo`, which does not activate the environment), else `python -m looplab`; with `--db DB`."""
+    import shutil
+    import sys
+    from pathlib import Path
+
+    script = Path(sys.prefix) / "bin" / "looplab"
+    on_path = shutil.which("looplab")
+    if on_path and script.exists() and Path(on_path).resolve() == script.resolve():
+        cmd = "looplab"
+    elif script.exists():
+        cmd = str(script.relative_to(Path.cwd())) if script.is_relative_to(Path.cwd()) else str(script)
+    else:
+        cmd = f"{sys.executable} -m looplab"
+    return cmd + (f" --db {db}" if db else "")
+
+
 def print_progress(eng: Engine, job_ids: list[int]) -> None:
     """The scheduler's live view: one line per running job."""
     df = status_frame(eng, job_ids=job_ids)

@@ -83,7 +83,7 @@ def test_plan_before_the_first_submit_prices_an_empty_queue_and_creates_nothing(
     )
     ran = looplab_here(capsys, "plan", grids, "--device", "h100")
     assert ran.returncode == 0, ran.stderr
-    assert "no database at" in ran.stdout and "nothing created" in ran.stdout and "train" in ran.stdout
+    assert "no database at" in ran.stderr and "nothing created" in ran.stderr and "train" in ran.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["grids.py"]
     # submit is what creates it
     assert looplab_here(capsys, "submit", grids).returncode == 0
@@ -137,3 +137,21 @@ def _env() -> dict:
     import os
 
     return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def test_the_demo_ends_with_commands_that_work_as_typed(monkeypatch):
+    """After `make demo` the environment is not activated: the demo's last lines name
+    `.venv/bin/looplab` from the clone, and plain `looplab` only where that one is on PATH."""
+    import os
+
+    from looplab.lab.display import looplab_command
+
+    script = Path(sys.prefix) / "bin" / "looplab"
+    if not script.exists():
+        pytest.fail(f"{script} missing: the project is installed into its environment by `make install`")
+    monkeypatch.chdir(Path(sys.prefix).parent)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert looplab_command() == f"{Path(sys.prefix).name}/bin/looplab"
+    assert looplab_command("study.db") == f"{Path(sys.prefix).name}/bin/looplab --db study.db"
+    monkeypatch.setenv("PATH", f"{script.parent}{os.pathsep}/usr/bin:/bin")
+    assert looplab_command() == "looplab"
