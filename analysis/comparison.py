@@ -299,7 +299,8 @@ def iso_flop_table(
     (`flop_classes`); `flops` is the block's mean. Per variant in a block: a column per seed, mean,
     std, n_seeds, the variant's mean FLOPs and tokens (a cheaper variant trained more tokens), the
     difference to the reference variant of the block with its interval, n per side, verdict and
-    seeds_needed as in `iso_data_table`. Runs without FLOPs are left out; iso-time and FLOP-budget runs
+    seeds_needed as in `iso_data_table`. A block holding one variant only is left out (nothing to compare
+    it with: a table of "—" rows read as results). Runs without FLOPs are left out; iso-time and FLOP-budget runs
     are in (compute is what is matched here). `noise` defaults to `stats.noise_floor(evals)` (seeds at
     one size and token budget).
     """
@@ -307,6 +308,8 @@ def iso_flop_table(
     block = ["size", "flops"]
     head = [*block, *VERSUS_COLUMNS, "best_loops"]
     tail = ["train_flops", "tokens", "std", "loop_rule", "variant_id"]
+    if not df.empty:  # a block of one variant compares nothing: only comparable pairs are listed
+        df = df[df.groupby(block, dropna=False)["variant_id"].transform("nunique") > 1]
     if df.empty:
         return pd.DataFrame(columns=[*head, *tail])
     noise = stats.noise_floor(evals, value) if noise is None else noise

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from looplab.analysis.variants import seed_aggregate, with_variants
+from looplab.analysis.variants import labelled_by_group, seed_aggregate
 
 ROUND_COLUMNS = ["variant_label", "loops", "round", "metric", "mean", "min", "max", "n_seeds"]
 BF16_COLUMNS = ["variant_label", "loops", "bf16_round", "earliest", "latest", "n_seeds", "never"]
@@ -24,7 +24,7 @@ def round_curves(deltas: pd.DataFrame, loops: int) -> pd.DataFrame:
     relative change and the bf16 resolution (`metric`), mean and range over seeds."""
     if deltas.empty or "change_ratio" not in deltas:
         return pd.DataFrame(columns=ROUND_COLUMNS)
-    d = with_variants(deltas[(deltas["loops"] == loops) & deltas["bf16_resolution"].notna()])
+    d = labelled_by_group(deltas[(deltas["loops"] == loops) & deltas["bf16_resolution"].notna()])
     parts = []
     for metric in ROUND_METRICS:
         part = seed_aggregate(d.dropna(subset=[metric]), metric, by=["variant_label", "loops", "round"])
@@ -46,7 +46,7 @@ def bf16_rounds(deltas: pd.DataFrame) -> pd.DataFrame:
     row's `bf16_round`), so a sweep that measured no resolution is told apart from one never below it."""
     if deltas.empty or "bf16_resolution" not in deltas:
         return pd.DataFrame(columns=BF16_COLUMNS)
-    d = with_variants(deltas[deltas["bf16_resolution"].notna()])
+    d = labelled_by_group(deltas[deltas["bf16_resolution"].notna()])
     if d.empty:
         return pd.DataFrame(columns=BF16_COLUMNS)
     keys = ["variant_label", "sweep_job_id", "loops"]

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-from looplab.analysis.variants import MISSING, present, seed_aggregate, variant_info, with_variants
+from looplab.analysis.variants import MISSING, group_aggregate, present, with_variants
 
 DEPTH_METRIC = re.compile(r"^val_loss@(\d+)$")  # validation loss at N loops, recorded during training
 
@@ -48,12 +48,8 @@ def wall_time_curves(
 
 
 def _per_variant(df: pd.DataFrame, value: str, by: list[str], name: str = "recipe") -> pd.DataFrame:
-    """`seed_aggregate` over seeds of each variant and `by`, with the variant's label, recipe, size
-    and architecture columns alongside (for colouring and filtering)."""
-    df = with_variants(df, name)
-    agg = seed_aggregate(df, value, by=["variant_id", *by])
-    info = variant_info(df, name).drop(columns=[c for c in by if c != "variant_id"], errors="ignore")
-    return agg.merge(info.reset_index(), on="variant_id", how="left")
+    """`variants.group_aggregate`: over the seeds of each variant at one size and budget, and `by`."""
+    return group_aggregate(df, value, by, name)
 
 
 def depth_curves(depth: pd.DataFrame, value: str = "val_loss") -> pd.DataFrame:
@@ -74,7 +70,8 @@ def depth_wide(curves: pd.DataFrame) -> pd.DataFrame:
     """The depth curves as a table: one row per variant, one column per inference loop count."""
     if curves.empty:
         return pd.DataFrame()
-    wide = curves.pivot_table(index=["variant_label", "size"], columns="loops", values="mean").reset_index()
+    index = [c for c in ("variant_label", "size", "budget") if c in curves.columns]
+    wide = curves.pivot_table(index=index, columns="loops", values="mean").reset_index()
     wide.columns = [c if isinstance(c, str) else f"{int(c)} loops" for c in wide.columns]
     return wide
 

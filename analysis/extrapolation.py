@@ -11,8 +11,8 @@ n_prelude + n_recurrent · loops + n_coda), so a 2-layer block looped 4 times an
 - the loop geometry per round (`model/geometry.py`: rel_change, angle, state_var) at one depth;
 - the interaction matrix of one variant at one depth, mean over seeds.
 
-Rows are grouped by variant (`analysis.variants`): seeds of one variant are averaged, two variants
-never are. Inputs are the frames of `orchestrator.frames` (depth, round_deltas, round_interactions,
+Rows are grouped by variant, size and budget (`analysis.variants.GROUP_COLUMNS`, the rule of every
+page): seeds of one variant at one budget are averaged, two variants or two budgets never are. Inputs are the frames of `orchestrator.frames` (depth, round_deltas, round_interactions,
 task_scores).
 """
 
@@ -149,10 +149,7 @@ def geometry_curves(deltas: pd.DataFrame, metric: str, loops: int) -> pd.DataFra
     part = deltas[deltas["loops"] == loops].dropna(subset=[metric]) if not deltas.empty else deltas
     if part.empty:
         return pd.DataFrame(columns=["variant_id", "variant_label", "loops", "round", *SPREAD])
-    part = variants.with_variants(part)
-    agg = variants.seed_aggregate(part, metric, by=["variant_id", "loops", "round"])
-    info = variants.variant_info(part).reset_index()[["variant_id", "variant_label"]]
-    out = agg.merge(info, on="variant_id", how="left")
+    out = variants.group_aggregate(part, metric, by=["loops", "round"])
     return out.sort_values(["variant_label", "round"]).reset_index(drop=True)
 
 
@@ -160,7 +157,7 @@ def interaction_options(interactions: pd.DataFrame) -> pd.DataFrame:
     """The (variant_label, loops) pairs with an interaction matrix, sorted."""
     if interactions.empty:
         return pd.DataFrame(columns=["variant_label", "loops"])
-    labelled = variants.with_variants(interactions)
+    labelled = variants.labelled_by_group(interactions)
     pairs = labelled[["variant_label", "loops"]].drop_duplicates()
     return pairs.sort_values(["variant_label", "loops"]).reset_index(drop=True)
 
@@ -170,7 +167,7 @@ def interaction_matrix(interactions: pd.DataFrame, variant_label: str, loops: in
     round) pair with the mean, std and n_seeds over the variant's seeds."""
     if interactions.empty:
         return pd.DataFrame(columns=INTERACTION_COLUMNS)
-    labelled = variants.with_variants(interactions)
+    labelled = variants.labelled_by_group(interactions)
     part = labelled[(labelled["variant_label"] == variant_label) & (labelled["loops"] == loops)]
     if part.empty:
         return pd.DataFrame(columns=INTERACTION_COLUMNS)

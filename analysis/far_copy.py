@@ -20,7 +20,7 @@ from __future__ import annotations
 import pandas as pd
 
 from looplab.analysis import stats
-from looplab.analysis.variants import with_variants
+from looplab.analysis.variants import labelled_by_group
 from looplab.model.names import DEFAULT_FAR_DISTANCE as DEFAULT_DISTANCE
 from looplab.model.names import FAR_DEFINITION
 
@@ -47,7 +47,7 @@ def comparable(depth: pd.DataFrame, distance: int = DEFAULT_DISTANCE) -> pd.Data
     if depth.empty or "far_definition" not in depth:
         return depth.iloc[0:0]
     keep = (depth["far_definition"] == FAR_DEFINITION) & (depth["far_distance"] == distance)
-    return with_variants(depth[keep & depth["far_copy_loss"].notna()])
+    return labelled_by_group(depth[keep & depth["far_copy_loss"].notna()])
 
 
 def comparable_distances(depth: pd.DataFrame) -> set[int]:

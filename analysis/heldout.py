@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from looplab.analysis.stats import difference_interval
-from looplab.analysis.variants import with_variants
+from looplab.analysis.variants import labelled_by_group
 
 LOSSES = {"val": "val_loss", "test": "test_loss"}
 COLUMNS = [
@@ -38,7 +38,7 @@ def with_test(depth: pd.DataFrame) -> pd.DataFrame:
     """The rows of `depth` that have both a validation and a test loss."""
     if depth.empty or "test_loss" not in depth:
         return depth.iloc[0:0]
-    return with_variants(depth[depth["test_loss"].notna() & depth["val_loss"].notna()])
+    return labelled_by_group(depth[depth["test_loss"].notna() & depth["val_loss"].notna()])
 
 
 def sign_agreement(depth: pd.DataFrame) -> pd.DataFrame:

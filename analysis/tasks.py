@@ -25,6 +25,8 @@ import numpy as np
 import pandas as pd
 from scipy.stats import rankdata
 
+from looplab.analysis import variants
+
 Z_95 = 1.959963984540054  # two-sided 95 % normal quantile
 ALL = "all"
 GROUP_ORDER = ("reasoning", "knowledge", "other")
@@ -69,7 +71,7 @@ def task_groups(scores: pd.DataFrame) -> dict[str, list[str]]:
 
 
 def accuracy_curves(scores: pd.DataFrame) -> pd.DataFrame:
-    """Per variant, task, subset and loop count: pooled accuracy over seeds with its 95 % Wilson
+    """Per variant (and budget: `analysis.variants.GROUP_COLUMNS`), task, subset and loop count: pooled accuracy over seeds with its 95 % Wilson
     interval (`ci_low`, `ci_high`), pooled acc_norm, items `n`, `n_seeds`, the chance level and the
     trained loop count; ordered by task, variant, subset (see `subset_order`) and loops."""
     if scores.empty:
@@ -77,6 +79,7 @@ def accuracy_curves(scores: pd.DataFrame) -> pd.DataFrame:
     df = scores.copy()
     df["variant_id"] = df["variant_id"].fillna("")
     df["variant_label"] = df["variant_label"].fillna("(no train job)")
+    df = variants.labelled_by_group(df)  # one series per variant and budget, as on every page
     df["category"] = df["category"].fillna("other")
     df["correct"] = df["acc"] * df["n"]
     df["correct_norm"] = df["acc_norm"] * df["n"]

@@ -7,6 +7,13 @@ stores its id (`variant_id`, 12 hex digits) and a label for people (`variant_lab
 one recipe never are. A frame without variant columns (a hand-built one, or rows stored before
 variants existed) falls back to one variant per recipe, so nothing is averaged across recipes either.
 
+Which runs are averaged together is one rule, used by every page and analysis module (`GROUP_COLUMNS`,
+`with_groups`, `group_aggregate`): the same variant at the same size and the same budget. Runs of one
+variant at different budgets (a 1M-token run and its iso-time retraining, whose budget is "the time of
+run #N") are never pooled: where a frame holds several budgets, each group is its own series, its
+label the variant's with the budget appended (`parcae · time of #1`), so Compare, Depth, Extrapolation
+and the rest show the same mean and n for the same variant at the same budget.
+
 A configuration is everything that defines a run except its seed (`CONFIG_COLUMNS`); `seed_aggregate`
 gives the mean, spread and count over its seeds. A missing value is shown as `MISSING` and tested with
 `present`, never replaced by 0.
@@ -26,6 +33,9 @@ MISSING = "—"
 VARIANT_COLUMNS = ("variant_id", "variant_label")
 # columns that identify a configuration; the seed is deliberately not one of them
 CONFIG_COLUMNS = ("grid", "variant_id", "variant_label", "recipe", "size", "budget_tokens", "budget_time_s")
+BUDGET = "budget"  # a run's budget as a label ('61.44k tokens', 'time of #1'): `budget_labels`
+# the rule of which runs' values are averaged together (over seeds): one variant, one size, one budget
+GROUP_COLUMNS = ("variant_id", "size", BUDGET)
 # The resolved architecture of a run, as `orchestrator.frames` names the columns (the trained loop count is
 # `train_loops`: the stored `loops`, or the sampler's mean for sampled recipes).
 ARCH_COLUMNS = (
@@ -192,3 +202,51 @@ def budget_labels(runs: pd.DataFrame) -> list[str]:
         else:
             out.append(MISSING)
     return out
+
+
+# ---------------------------------------------------------------- one rule for what is averaged
+
+
+def with_budget(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` with a `budget` label per row (`budget_labels`); kept as it is where the frame has one."""
+    if BUDGET in df.columns:
+        return df
+    out = df.copy()
+    out[BUDGET] = budget_labels(out) if not out.empty else pd.Series(dtype=object)
+    return out
+
+
+def with_groups(df: pd.DataFrame, name: str = "recipe") -> pd.DataFrame:
+    """`df` with variant columns, `budget`, and `group` (the series a chart draws and a table lists):
+    the variant's label, with the budget appended when the frame holds more than one budget, so two
+    budgets of one variant are two series, never one line through both."""
+    out = with_budget(with_variants(df, name))
+    if out.empty:
+        return out.assign(group=pd.Series(dtype=object))
+    several = out[BUDGET].nunique(dropna=False) > 1
+    out["group"] = [
+        f"{label} · {budget}" if several else label
+        for label, budget in zip(out["variant_label"], out[BUDGET])
+    ]
+    return out
+
+
+def labelled_by_group(df: pd.DataFrame, name: str = "recipe") -> pd.DataFrame:
+    """`with_groups`, its `variant_label` the group's label: for code that keys series by the label."""
+    return with_groups(df, name).assign(variant_label=lambda d: d["group"]).drop(columns="group")
+
+
+def group_aggregate(df: pd.DataFrame, value: str, by: list[str] | tuple[str, ...] = (), name: str = "recipe"):
+    """`seed_aggregate` of `value` over the seeds of each group (`GROUP_COLUMNS`) and `by`, with the
+    variant's recipe and architecture columns alongside; `variant_label` is the group's label (`group`:
+    the variant's, with the budget where the frame holds several), so a chart or table keyed by it has
+    one series per variant and budget."""
+    df = with_groups(df, name)
+    keys = [c for c in GROUP_COLUMNS if c in df.columns]
+    agg = seed_aggregate(df, value, by=[*keys, *by])
+    info = variant_info(df, name).drop(columns=[*keys, *by], errors="ignore").reset_index()
+    labels = (
+        df.drop_duplicates(keys)[[*keys, "group"]] if not df.empty else pd.DataFrame(columns=[*keys, "group"])
+    )
+    out = agg.merge(info.drop(columns="variant_label", errors="ignore"), on="variant_id", how="left")
+    return out.merge(labels, on=keys, how="left").rename(columns={"group": "variant_label"})

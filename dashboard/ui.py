@@ -292,14 +292,38 @@ def reference_picker(
     return st.selectbox(label, options, index=default, key=key)
 
 
+# The hues of named series (variants, recipes, runs): Okabe & Ito's colour-blind-safe eight, the
+# yellow last (it is faint on white), then Paul Tol's "muted" ones, so up to 16 series are told apart
+# with any of the common colour-vision deficiencies; no two are the light and dark of one hue, as
+# tableau20's pairs were (two variants could hide each other).
+PALETTE = (
+    "#0072B2",  # blue
+    "#E69F00",  # orange
+    "#009E73",  # bluish green
+    "#D55E00",  # vermillion
+    "#56B4E9",  # sky blue
+    "#CC79A7",  # reddish purple
+    "#000000",  # black
+    "#F0E442",  # yellow
+    "#332288",  # indigo (Tol muted from here)
+    "#117733",  # green
+    "#882255",  # wine
+    "#999933",  # olive
+    "#44AA99",  # teal
+    "#AA4499",  # purple
+    "#DDCC77",  # sand
+    "#BBBBBB",  # grey (Tol's rose sat too near the reddish purple)
+)
+
+
 def color(field: str, numeric: bool = False, title: str | None = None, **kw):
-    """An Altair colour channel: distinct hues for names (variants, recipes), an ordered scale for
-    numbers (d_model 64 < 96 < 192 reads as light to dark)."""
+    """An Altair colour channel: distinct colour-blind-safe hues for names (variants, recipes:
+    `PALETTE`), an ordered scale for numbers (d_model 64 < 96 < 192 reads as light to dark)."""
     import altair as alt
 
     if numeric:
         return alt.Color(f"{field}:O", title=title, scale=alt.Scale(scheme="viridis"), **kw)
-    return alt.Color(f"{field}:N", title=title, scale=alt.Scale(scheme="tableau10"), **kw)
+    return alt.Color(f"{field}:N", title=title, scale=alt.Scale(range=list(PALETTE)), **kw)
 
 
 def mean_with_spread(
@@ -310,15 +334,19 @@ def mean_with_spread(
     spread: str | None = "area",
     points: bool = True,
     log_y: bool = False,
+    line: bool = True,
 ):
     """A line of the mean over seeds drawn over each point's min–max spread: `spread` "area" (a band
     along a curve), "rule" (a bar at each of a few far-apart points) or None (the line alone). `base`
     is an Altair chart encoding x and colour over rows with `mean`, `min` and `max` columns; the
-    legend comes from the line. `log_y`: a logarithmic y axis (positive values only)."""
+    legend comes from the line. `log_y`: a logarithmic y axis (positive values only). `line=False`:
+    points only, for points that are not one series along x (variants of different recipes at a
+    categorical or architecture x), where a line would read as a trend that is not there."""
     import altair as alt
 
     scale = alt.Scale(type="log") if log_y else alt.Scale(zero=False)
-    line = base.mark_line(point=points).encode(y=alt.Y("mean:Q", title=y_title, scale=scale), tooltip=tooltip)
+    mark = base.mark_line(point=points) if line else base.mark_point(filled=True, size=90)
+    line = mark.encode(y=alt.Y("mean:Q", title=y_title, scale=scale), tooltip=tooltip)
     if spread is None:
         return line
     marks = {"area": base.mark_area(opacity=0.2), "rule": base.mark_rule(opacity=0.5)}

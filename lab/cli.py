@@ -4,8 +4,11 @@ This file only declares the commands and their flags; each command's work lives 
 drives (`orchestrator.db`, `orchestrator.sql`, `lab.commands`, `dashboard.launch`) and is
 imported lazily so `looplab --help` stays fast (no torch, no ray).
 
-The database is chosen by `--db URL` (any SQLAlchemy URL, or a plain path to a SQLite file), else
-the environment variable LOOPLAB_DB, else `sqlite:///looplab.db` in the working directory.
+The database is chosen by `--db URL` (any SQLAlchemy URL, or a plain path to a SQLite file; before or
+after the command), else the environment variable LOOPLAB_DB, else `sqlite:///looplab.db` in the
+working directory. Only `submit`, `run`, `demo` and `db upgrade` create a SQLite database that is not
+there; every command that reads one (`READS_EXISTING_DB`) says it is missing and creates nothing, so a
+command typed in the wrong directory does not leave an empty looplab.db behind it.
 """
 
 from __future__ import annotations
@@ -32,6 +35,21 @@ HANDLERS = {
     "export-model": ("looplab.lab.commands", "cli_export_model"),
     "lm-eval": ("looplab.lab.commands", "cli_lm_eval"),
 }
+# commands that read the database and must not create it: in the wrong directory they say so instead
+READS_EXISTING_DB = (
+    "status",
+    "cancel",
+    "retry",
+    "logs",
+    "alerts",
+    "gc",
+    "sql",
+    "fit",
+    "report",
+    "export",
+    "dashboard",
+)
+DB_HELP = "database URL or SQLite path (default: $LOOPLAB_DB or sqlite:///looplab.db)"
 # the command whose arguments are another program's (lm-evaluation-harness): passed through unparsed
 PASS_THROUGH = "lm-eval"
 
@@ -68,11 +86,7 @@ EPILOG = (
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="looplab", description=HEADLINE, epilog=EPILOG)
-    p.add_argument(
-        "--db",
-        default=None,
-        help="database URL or SQLite path (default: $LOOPLAB_DB or sqlite:///looplab.db)",
-    )
+    p.add_argument("--db", default=None, help=DB_HELP)
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -84,7 +98,38 @@ def build_parser() -> argparse.ArgumentParser:
     _model_commands(sub)
     for name, command in sub.choices.items():
         command.epilog = f"guide: {GUIDES[name]}"
+        if name != PASS_THROUGH:  # --db and -v after the command too (SUPPRESS: the global one stays)
+            command.add_argument("--db", default=argparse.SUPPRESS, help=DB_HELP)
+            command.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS)
     return p
+
+
+def require_database(args) -> None:
+    """Raise ConfigError when a command of READS_EXISTING_DB (or `db current`) would read a SQLite file
+    that is not there: opening it would create an empty database and report an empty queue."""
+    from looplab.model.errors import ConfigError
+    from looplab.orchestrator.db import sqlite_file
+
+    reads = args.command in READS_EXISTING_DB or (args.command == "db" and args.action == "current")
+    file = sqlite_file(args.db) if reads else None
+    if file is not None and not file.exists():
+        raise ConfigError(
+            f"no database at {file} (nothing created): run this in the directory that holds looplab.db, "
+            "or point --db or $LOOPLAB_DB at it; `looplab submit` or `looplab run` create a new one"
+        )
+
+
+def quiet_broken_pipe() -> int:
+    """A reader closed our output (`looplab sql --csv | head`): stop quietly, as a Unix tool does.
+    stdout is pointed at /dev/null so the interpreter's last flush raises nothing either."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # a stdout without a file descriptor (tests)
+        pass
+    return 141  # 128 + SIGPIPE, what a shell reports for a tool that stopped on a closed pipe
 
 
 def _database_commands(sub: argparse._SubParsersAction) -> None:
@@ -365,7 +410,10 @@ def main(argv: list[str] | None = None) -> int:
     module, func = HANDLERS[args.command]
     handler = getattr(importlib.import_module(module), func)
     try:
+        require_database(args)
         return int(handler(args) or 0)
+    except BrokenPipeError:
+        return quiet_broken_pipe()
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

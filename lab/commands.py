@@ -7,7 +7,10 @@ lab.api / jobqueue / scheduler, so the Python API and the CLI behave the same.
 from __future__ import annotations
 
 import runpy
+import sys
+import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from looplab.model.errors import ConfigError
@@ -22,14 +25,19 @@ def _queue(args, artifacts: str | None = None):
 
 
 def load_grids(path: str) -> list:
-    """The grids a submission file defines: its GRIDS list if it has one, else every module-level Grid."""
+    """The grids a submission file defines: its GRIDS list if it has one, else every module-level Grid.
+    A syntax error is one line naming the file and line (ConfigError), not a traceback."""
     from looplab.orchestrator.grid import Grid
 
     file = Path(path)
     if not file.is_file():
         raise ConfigError(f"submit: no such file {path!r}")
-    with legacy_imports(str(file)):
-        ns = runpy.run_path(str(file), run_name="looplab_submission")
+    try:
+        with legacy_imports(str(file)):
+            ns = runpy.run_path(str(file), run_name="looplab_submission")
+    except SyntaxError as e:
+        where = f"{e.filename or path}:{e.lineno}" + (f":{e.offset}" if e.offset else "")
+        raise ConfigError(f"{where}: syntax error: {e.msg}") from None
     if "GRIDS" in ns:
         grids = list(ns["GRIDS"])
     else:
@@ -42,12 +50,42 @@ def load_grids(path: str) -> list:
     return grids
 
 
+@contextmanager
+def beside_grid_file(path: str):
+    """While a grid file is loaded and its grids validated: the file's directory first on sys.path, so
+    a family module beside it (`family: "my_family:factory"`) imports as it does for `python grids.py`.
+    Only this process sees it: a job stores the family's name, and the workers of `looplab run` import
+    it by that name, so a module imported from here is named on stderr with what the workers need."""
+    directory = str(Path(path).resolve().parent)
+    added = directory not in sys.path
+    if added:
+        sys.path.insert(0, directory)
+    before = set(sys.modules)
+    try:
+        yield
+    finally:
+        if added:
+            sys.path.remove(directory)
+        local = sorted(
+            name
+            for name in set(sys.modules) - before
+            if str(getattr(sys.modules[name], "__file__", None) or "").startswith(directory + "/")
+        )
+        if local and added:
+            print(
+                f"looplab: {', '.join(local)} imported from {directory} (beside the grid file); the workers "
+                f"of `looplab run` import it by name: start it with PYTHONPATH={directory}, or install it",
+                file=sys.stderr,
+            )
+
+
 def cli_submit(args) -> int:
     import pandas as pd
 
-    q = _queue(args)
-    grids = load_grids(args.file)
-    ids = q.submit(grids)
+    with beside_grid_file(args.file):
+        grids = load_grids(args.file)  # before the queue: a file that does not load creates nothing
+        q = _queue(args)
+        ids = q.submit(grids)
     added = set(q.last_added)
     print(
         f"{len(grids)} grid(s), {len(ids)} job(s): {len(added)} added, {len(ids) - len(added)} already present"
@@ -58,7 +96,8 @@ def cli_submit(args) -> int:
         seed = "" if pd.isna(r.seed) else f"seed {r.seed}"  # a decode bench has none (pd.NA: no bool)
         what = " ".join(str(x) for x in (r.recipe, r.size, seed) if x and str(x) != "nan")
         print(
-            f"  {'added  ' if r.id in added else 'present'} job {r.id:>4} {r.kind:<12} {what:<28} {r.status}"
+            f"  {'added  ' if r.id in added else 'present'} job {r.id:>4} {str(r.grid):<14} {r.kind:<12} "
+            f"{what:<28} {r.status}"
         )
     return 0
 
@@ -75,20 +114,43 @@ def _check_slots(args) -> None:
 
 def cli_plan(args) -> int:
     _check_slots(args)
-    q = _queue(args)
-    grids = load_grids(args.file)
     target = plan_target(args)
-    if target is not None:
-        report = q.plan(
-            grids, num_cpus=args.num_cpus, num_gpus=args.num_gpus, calibration=target, elsewhere=True
-        )
-    else:
-        how = "cached" if args.no_calibrate else "fresh" if args.recalibrate else "auto"
-        if how != "cached":
-            print("calibrating this machine (about 15 s; cached for a week) ...", flush=True)
-        report = q.plan(grids, num_cpus=args.num_cpus, num_gpus=args.num_gpus, calibration=how)
+    with beside_grid_file(args.file), _plan_queue(args) as q:
+        grids = load_grids(args.file)
+        if target is not None:
+            report = q.plan(
+                grids, num_cpus=args.num_cpus, num_gpus=args.num_gpus, calibration=target, elsewhere=True
+            )
+        else:
+            how = "cached" if args.no_calibrate else "fresh" if args.recalibrate else "auto"
+            if how != "cached":
+                print("calibrating this machine (about 15 s; cached for a week) ...", flush=True)
+            report = q.plan(grids, num_cpus=args.num_cpus, num_gpus=args.num_gpus, calibration=how)
     print(report.frame().to_csv(index=False) if args.csv else report.text())
     return 0
+
+
+@contextmanager
+def _plan_queue(args):
+    """The queue `looplab plan` prices behind: the database's, or, where its SQLite file does not exist
+    yet, an empty one in a temporary directory, so planning before the first submit creates nothing."""
+    from looplab.lab.api import Queue
+    from looplab.orchestrator.db import sqlite_file
+
+    file = sqlite_file(args.db)
+    if file is None or file.exists():
+        yield _queue(args)
+        return
+    print(
+        f"no database at {file} yet: priced as the first grids of an empty queue (nothing created)",
+        file=sys.stderr,  # --csv output stays CSV
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        q = Queue(db=Path(tmp) / "plan.db")
+        try:
+            yield q
+        finally:
+            q.eng.dispose()  # the file goes with the directory: no connection may hold it
 
 
 def plan_target(args):
@@ -142,7 +204,7 @@ def cli_run(args) -> int:
 
 
 def cli_status(args) -> int:
-    from looplab.lab.display import status_frame, table
+    from looplab.lab.display import last_grids, status_frame, table
 
     _check_slots(args)
     q = _queue(args)
@@ -151,10 +213,13 @@ def cli_status(args) -> int:
         return 0
     while True:
         df = status_frame(q.eng, grid=args.grid, all_jobs=args.all)
-        text = table(df)
-        if not args.all:
-            text += "\n(queued and running jobs; --all shows finished ones too)"
-        text += "\n" + queue_eta(q.eng, args.num_cpus, args.num_gpus)
+        if df.empty and not args.all and args.grid is None:  # a finished queue: what became of it
+            text = last_grids(q.eng)
+        else:
+            text = table(df)
+            if not args.all:
+                text += "\n(queued and running jobs; --all shows finished ones too)"
+            text += "\n" + queue_eta(q.eng, args.num_cpus, args.num_gpus)
         if not args.watch:
             print(text)
             return 0

@@ -50,6 +50,7 @@ import os
 import sys
 import time
 
+from looplab.lab.display import looplab_command
 from looplab.orchestrator.grid import Grid
 from looplab.orchestrator.states import JobStatus
 
@@ -507,7 +508,7 @@ def _run(grids: list[Grid], what: str, db: str | None, artifacts: str, progress_
         print("demo stopped; finished work is kept: run the same command again to continue where it stopped")
     else:
         for r in failed.itertuples():
-            print(f"  job {r.id} ({r.kind}) failed: {r.error}   (details: looplab logs {r.id})")
+            print(f"  job {r.id} ({r.kind}) failed: {r.error}   (details: {looplab_command(db)} logs {r.id})")
     return q, rc, failed
 
 
@@ -520,10 +521,11 @@ def main(db: str | None = None, fast: bool = False, artifacts: str = "looplab_ar
     except Exception as e:  # the tables are a summary; never hide the run's outcome behind them
         print(f"(dashboard tables unavailable: {type(e).__name__}: {e}); the runs view instead:")
         print(q.results("train_results")[["job_id", "tokens", "train_seconds", "final_val_loss"]].to_string())
-    print("\nopen the dashboard: looplab dashboard" + (f" --db {db}" if db else ""))
-    print('query the results:  looplab sql "SELECT recipe, seed, final_val_loss FROM runs"')
+    looplab = looplab_command(db)
+    print(f"\nopen the dashboard: {looplab} dashboard")
+    print(f'query the results:  {looplab} sql "SELECT recipe, seed, final_val_loss FROM runs"')
     names = " ".join(g.name for g in grids(fast))
-    print(f"a study report:     looplab{f' --db {db}' if db else ''} report {names} -o demo-report.html")
+    print(f"a study report:     {looplab} report {names} -o demo-report.html")
     return 0 if failed.empty else 1
 
 
@@ -548,10 +550,10 @@ def main_iso_depth(db: str | None = None, fast: bool = False, artifacts: str = "
         print(f"(no fit: {e})")
         return 1
     scored = score_study(q.url, [g.name for g in study], "iso-depth", ISO_DEPTH_REPORT)
-    db_flag = f" --db {db}" if db else ""
+    looplab = looplab_command(db)
     print(f"\nfit and scorecard in {time.time() - t_fit:.0f} s; whole demo {time.time() - t0:.0f} s")
-    print(f"again, or as JSON: looplab{db_flag} fit iso-depth --grid {study[0].name} [--json]")
-    print(f"see it drawn:      looplab{db_flag} dashboard   (pages Scaling, Claims)")
+    print(f"again, or as JSON: {looplab} fit iso-depth --grid {study[0].name} [--json]")
+    print(f"see it drawn:      {looplab} dashboard   (pages Scaling, Claims)")
     return 0 if failed.empty and scored else 1
 
 
@@ -567,11 +569,11 @@ def main_loop_design(db: str | None = None, fast: bool = False, artifacts: str =
     except Exception as e:  # a summary; never hide the run's outcome behind it
         print(f"(extrapolation table unavailable: {type(e).__name__}: {e})")
     scored = score_study(q.url, [g.name for g in study], "loop-design", LOOP_DESIGN_REPORT)
-    db_flag = f" --db {db}" if db else ""
+    looplab = looplab_command(db)
     print(f"\nwhole demo {time.time() - t0:.0f} s")
-    print(f"see it drawn:      looplab{db_flag} dashboard   (pages Extrapolation, Claims)")
+    print(f"see it drawn:      {looplab} dashboard   (pages Extrapolation, Claims)")
     print(
-        f'query the results: looplab{db_flag} sql "SELECT variant_label, loops, skipped, round, interaction '
+        f'query the results: {looplab} sql "SELECT variant_label, loops, skipped, round, interaction '
         'FROM interactions"'
     )
     return 0 if failed.empty and scored else 1
@@ -592,11 +594,11 @@ def main_adaptive(
             print_best_at_loss(q.url, f"demo-{study}-fast" if fast else f"demo-{study}")
     except Exception as e:  # a summary; never hide the run's outcome behind it
         print(f"(adaptive tables unavailable: {type(e).__name__}: {e})")
-    db_flag = f" --db {db}" if db else ""
+    looplab = looplab_command(db)
     print(f"\nwhole demo {time.time() - t0:.0f} s")
-    print(f"see it drawn:      looplab{db_flag} dashboard   (page Adaptive, /adaptive)")
+    print(f"see it drawn:      {looplab} dashboard   (page Adaptive, /adaptive)")
     print(
-        f'query the results: looplab{db_flag} sql "SELECT variant_label, config, val_loss, mean_rounds FROM adaptive"'
+        f'query the results: {looplab} sql "SELECT variant_label, config, val_loss, mean_rounds FROM adaptive"'
     )
 
 
@@ -647,8 +649,8 @@ def main_lean(db: str | None = None, fast: bool = False, artifacts: str = "loopl
         return rc
     names = [g.name for g in study]
     scored = score_study(q.url, names, "lean", LEAN_REPORT)
-    db_flag = f" --db {db}" if db else ""
+    looplab = looplab_command(db)
     print(f"\nwhole demo {time.time() - t0:.0f} s")
-    print(f"the report again:  looplab{db_flag} report {' '.join(names)} -o {LEAN_REPORT}.html")
-    print(f"see it drawn:      looplab{db_flag} dashboard   (pages Compare, Depth, Claims)")
+    print(f"the report again:  {looplab} report {' '.join(names)} -o {LEAN_REPORT}.html")
+    print(f"see it drawn:      {looplab} dashboard   (pages Compare, Depth, Claims)")
     return 0 if failed.empty and scored else 1

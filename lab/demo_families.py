@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 
 from looplab.lab.demo import DATA, _run, print_tables
+from looplab.lab.display import looplab_command
 from looplab.orchestrator.grid import Grid
 
 FAMILIES = {
@@ -81,7 +82,7 @@ def main_families(db: str | None = None, fast: bool = False, artifacts: str = "l
     except Exception as e:  # the tables and the report are what the study is run for: a failure fails it
         print(f"demo --study families: the tables or the report failed: {type(e).__name__}: {e}")
         return 1
-    db_flag = f" --db {db}" if db else ""
+    looplab = looplab_command(db)
     print(f"\nwhole demo {time.time() - t0:.0f} s")
-    print(f"see it drawn:      looplab{db_flag} dashboard   (pages Runs, Compare, Depth)")
+    print(f"see it drawn:      {looplab} dashboard   (pages Runs, Compare, Depth)")
     return 0 if failed.empty else 1

@@ -73,15 +73,26 @@ def _num(v: object, fmt: str = ".3f") -> str:
     return "" if v is None or v != v else format(v, fmt)
 
 
+GRID_WIDTH = 14  # a longer grid name is cut with "…": the table stays within 120 columns
+BAR_WIDTH = 10  # the progress bar's cells in the table (the bar with its percentage: BAR_WIDTH + 7)
+
+
+def _cut(text: object, width: int) -> str:
+    text = "" if text is None or (isinstance(text, float) and text != text) else str(text)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def table(df: pd.DataFrame, stale_s: float = STALE_S) -> str:
-    """A compact text table with a progress bar and ETA per job; a running job silent for more than
-    `stale_s` seconds is noted (its driver is paused or gone)."""
+    """A compact text table with the job's grid, a progress bar and ETA per job, under 120 columns
+    before the note; a running job silent for more than `stale_s` seconds is noted (its driver is
+    paused or gone)."""
     if df.empty:
         return "no jobs"
     now = time.time()
+    prog_w = BAR_WIDTH + 7
     lines = [
-        f"{'id':>4} {'kind':<12} {'recipe':<8} {'size':<6} {'seed':>4} {'status':<9} {'att':>3} "
-        f"{'progress':<27} {'eta':>7} {'train':>7} {'val':>7}  note"
+        f"{'id':>4} {'grid':<{GRID_WIDTH}} {'kind':<12} {'recipe':<8} {'size':<6} {'seed':>4} {'status':<9} "
+        f"{'att':>3} {'progress':<{prog_w}} {'eta':>7} {'train':>7} {'val':>7}  note"
     ]
     for r in df.itertuples():
         seed = "" if pd.isna(r.seed) else int(r.seed)
@@ -96,18 +107,61 @@ def table(df: pd.DataFrame, stale_s: float = STALE_S) -> str:
         if r.status == JobStatus.QUEUED and isinstance(r.waiting_for, str):  # missing is NaN, not None
             note = f"waiting for {r.waiting_for}"
         prog = (
-            bar(r.progress_done, r.progress_total)
+            bar(r.progress_done, r.progress_total, BAR_WIDTH)
             if running
-            else (bar(1, 1) if r.status == JobStatus.SUCCEEDED else " " * 27)
+            else (bar(1, 1, BAR_WIDTH) if r.status == JobStatus.SUCCEEDED else " " * prog_w)
         )
         lines.append(
-            f"{r.id:>4} {r.kind:<12} {str(r.recipe or ''):<8} {str(r.size or ''):<6} {seed!s:>4} {r.status:<9} "
-            f"{r.attempts:>3} {prog:<27} {fmt_eta(r.eta_s) if running else '':>7} "
+            f"{r.id:>4} {_cut(r.grid, GRID_WIDTH):<{GRID_WIDTH}} {r.kind:<12} {_cut(r.recipe, 8):<8} "
+            f"{_cut(r.size, 6):<6} {seed!s:>4} {r.status:<9} "
+            f"{r.attempts:>3} {prog:<{prog_w}} {fmt_eta(r.eta_s) if running else '':>7} "
             f"{_num(r.train_loss):>7} {_num(r.val_loss):>7}  {note}"
         )
     counts = df["status"].value_counts().to_dict()
     lines.append("  ".join(f"{k}: {v}" for k, v in sorted(counts.items())))
     return "\n".join(lines)
+
+
+def last_grids(eng: Engine, n: int = 3) -> str:
+    """What `looplab status` says when no job is queued or running: the outcome of the last `n` grids
+    (by id), each with its jobs per state and when its last job finished, so a finished queue is not
+    read as an empty one."""
+    listing = job_listing(eng)
+    if listing.empty:
+        return "no jobs: the database is empty (looplab submit FILE adds some)"
+    lines = ["queue empty; the last grids:"]
+    grids = listing.groupby(listing["grid_id"].fillna(-1), sort=True)
+    for grid_id, jobs in list(grids)[-n:]:
+        counts = ", ".join(f"{v} {k}" for k, v in sorted(jobs["status"].value_counts().items()))
+        finished = jobs["finished_at"].max()
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(finished)) if pd.notna(finished) else "—"
+        name = jobs["grid"].iloc[0] if grid_id != -1 else "(no grid)"
+        lines.append(
+            f"  grid {int(grid_id) if grid_id != -1 else '-'} {name}: {counts}; last finished {when}"
+        )
+    failed = listing[listing["status"] == JobStatus.FAILED]
+    hint = f"; `looplab logs {int(failed['job_id'].iloc[-1])}` for the last failure" if len(failed) else ""
+    lines.append(f"(`looplab status --all` lists every job, `--grid NAME` one grid's{hint})")
+    return "\n".join(lines)
+
+
+def looplab_command(db: str | None = None) -> str:
+    """`looplab` as it can be typed here, for the lines a demo ends with: `looplab` when the one on PATH
+    is this environment's, else this environment's script (`.venv/bin/looplab` from the clone after
+    `make demo`, which does not activate the environment), else `python -m looplab`; with `--db DB`."""
+    import shutil
+    import sys
+    from pathlib import Path
+
+    script = Path(sys.prefix) / "bin" / "looplab"
+    on_path = shutil.which("looplab")
+    if on_path and script.exists() and Path(on_path).resolve() == script.resolve():
+        cmd = "looplab"
+    elif script.exists():
+        cmd = str(script.relative_to(Path.cwd())) if script.is_relative_to(Path.cwd()) else str(script)
+    else:
+        cmd = f"{sys.executable} -m looplab"
+    return cmd + (f" --db {db}" if db else "")
 
 
 def print_progress(eng: Engine, job_ids: list[int]) -> None:

@@ -18,6 +18,15 @@ from typing import Any
 from looplab.model.errors import ConfigError
 
 
+def did_you_mean(word: Any, names: Collection[str]) -> str:
+    """' (did you mean 'batch_size'?)' for a misspelt name close to one of `names`, else ''; goes between
+    the refused value and the accepted list of a message, so the likely fix is read first."""
+    import difflib
+
+    close = difflib.get_close_matches(str(word), [str(n) for n in names], n=1, cutoff=0.75)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def known_keys(where: str, d: Any, cls_or_names: type | Collection[str]) -> dict[str, Any]:
     """`d` as a dict, refused if it is not a mapping or has a key that is not a field of the dataclass
     (or not in the given names). `where` names the thing being checked, e.g. "train" or "model"."""
@@ -30,7 +39,8 @@ def known_keys(where: str, d: Any, cls_or_names: type | Collection[str]) -> dict
     unknown = sorted(str(k) for k in set(d) - set(names))
     if unknown:
         which = f"key {unknown[0]!r}" if len(unknown) == 1 else f"keys {unknown}"
-        raise ConfigError(f"{where}: unknown {which}; accepted: {', '.join(sorted(names))}")
+        hints = "".join(did_you_mean(k, names) for k in unknown)
+        raise ConfigError(f"{where}: unknown {which}{hints}; accepted: {', '.join(sorted(names))}")
     return dict(d)
 
 
@@ -81,7 +91,9 @@ def number(
 def choice(name: str, v: Any, accepted: Collection[str]) -> str:
     """One of `accepted` (listed in the message in the order given)."""
     if not isinstance(v, str) or v not in accepted:
-        raise ConfigError(f"{name}: unknown {v!r}; accepted: {', '.join(accepted)}")
+        raise ConfigError(
+            f"{name}: unknown {v!r}{did_you_mean(v, accepted)}; accepted: {', '.join(accepted)}"
+        )
     return v
 
 

@@ -37,8 +37,6 @@ variants are further model.* keys on top.
 
 from __future__ import annotations
 
-import dataclasses
-
 from looplab.model import fields
 from looplab.model.config import FULL_ROUND, ModelConfig, RoundConfig
 from looplab.model.errors import ConfigError
@@ -135,13 +133,10 @@ RECIPES: tuple[str, ...] = (
 def preset(recipe: str, size: str = "tiny", **overrides) -> ModelConfig:
     """The config of `recipe` at `size`, with any ModelConfig field overridden."""
     if recipe not in RECIPES:
-        raise ConfigError(f"recipe: unknown {recipe!r}; accepted: {', '.join(RECIPES)}")
+        fields.choice("recipe", recipe, list(RECIPES))
     if size not in SIZES:
-        raise ConfigError(f"size: unknown {size!r}; accepted: {', '.join(SIZES)}")
-    known = {f.name for f in dataclasses.fields(ModelConfig)}
-    for k in overrides:
-        if k not in known:
-            raise ConfigError(f"model: unknown key {k!r}; accepted: {', '.join(sorted(known))}")
+        fields.choice("size", size, list(SIZES))
+    fields.known_keys("model", overrides, ModelConfig)
     values = {**SIZES[size], **_recipe(recipe, *WINDOWS[size]), **overrides}
     return ModelConfig(**values)
 

@@ -210,6 +210,18 @@ def _variant_sql(job: str) -> str:
     return ", ".join(f"{job}.{c}" for c in cols) + f", {job}.loops AS train_loops"
 
 
+def _budget_sql(job: str) -> str:
+    """The budget columns of job alias `job`: what `analysis.variants.budget_labels` reads to tell a
+    run's budget (tokens, FLOPs, seconds, or the time of another run: `_with_match_time`)."""
+    return f"{job}.budget_tokens, {job}.budget_time_s, {job}.budget_flops, {job}.budget AS stored_budget"
+
+
+def _with_match_time(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` with `match_time_of` (the reference job of an iso-time run) in place of the stored budget."""
+    df[MATCH_TIME] = pd.array([stored_reference(b) for b in df.pop("stored_budget")], dtype="Int64")
+    return df
+
+
 def runs(url: str) -> pd.DataFrame:
     """One row per run of the `runs` view (orchestrator/views.py) with its result (NaN until it
     finished) and how it loops.
@@ -226,7 +238,7 @@ def runs(url: str) -> pd.DataFrame:
         url,
         """
         SELECT v.job_id, j.grid_id, v.grid, v.recipe, v.size, v.seed, v.status,
-               j.budget, v.budget_tokens, v.budget_time_s, v.budget_flops, v.loop_sampler, v.variant_id,
+               j.budget AS stored_budget, v.budget_tokens, v.budget_time_s, v.budget_flops, v.loop_sampler, v.variant_id,
                v.variant_label, v.n_prelude, v.n_recurrent, v.n_coda, v.effective_depth, v.d_model, v.injection,
                v.n_once, v.n_rec, v.loops AS train_loops,
                v.steps, v.tokens, v.train_seconds, v.tokens_per_s, v.final_train_loss, v.final_val_loss,
@@ -240,12 +252,12 @@ def runs(url: str) -> pd.DataFrame:
         ORDER BY v.job_id
         """,
     )
-    df[MATCH_TIME] = pd.array([stored_reference(b) for b in df["budget"]], dtype="Int64")
+    df = _with_match_time(df)
     df["loop_mode"] = [_loop_mode(s, n) for s, n in zip(df["loop_sampler"], df["train_loops"], strict=True)]
     df["train_loops"] = pd.array([None if pd.isna(n) else int(n) for n in df["train_loops"]], dtype="Int64")
     for column in ("batch_size", "micro_batch_size", "workers"):
         df[column] = df[column].astype("Int64")
-    return df.drop(columns=["budget", "loop_sampler"])
+    return df.drop(columns=["loop_sampler"])
 
 
 def _loop_mode(sampler: str | None, loops: float | None) -> str | None:
@@ -259,13 +271,14 @@ def _loop_mode(sampler: str | None, loops: float | None) -> str | None:
 
 def _sweep_rows(url: str, table: str, columns: str, order: str, job_id: str = "sweep_job_id") -> pd.DataFrame:
     """Rows of a follow-up's result `table` (aliased r; a depth sweep's by default) labelled with its
-    trained model: the follow-up's id as `job_id`, the train_job_id, recipe, size, seed, budget and
-    variant columns, then `columns` (of r), sorted by the train job and then `order` (of r)."""
-    return _read(
+    trained model: the follow-up's id as `job_id`, the train_job_id, recipe, size, seed, budget
+    (`_budget_sql`, with `match_time_of`) and variant columns, then `columns` (of r), sorted by the train
+    job and then `order` (of r)."""
+    df = _read(
         url,
         f"""
         SELECT r.job_id AS {job_id}, t.id AS train_job_id, t.grid_id, t.recipe, t.size, t.seed,
-               t.budget_tokens, {_variant_sql("t")}, {columns}
+               {_budget_sql("t")}, {_variant_sql("t")}, {columns}
         FROM {table} r
         JOIN job_deps d ON d.job_id = r.job_id
         JOIN jobs t ON t.id = d.depends_on AND t.kind IN :kinds
@@ -273,6 +286,7 @@ def _sweep_rows(url: str, table: str, columns: str, order: str, job_id: str = "s
         """,
         kinds=list(MODEL_SOURCES),
     )
+    return _with_match_time(df)
 
 
 def depth(url: str) -> pd.DataFrame:
@@ -310,11 +324,11 @@ def round_interactions(url: str) -> pd.DataFrame:
 def task_scores(url: str) -> pd.DataFrame:
     """Eval-job task scores (one row per task, subset and loop count) labelled with the trained model
     (train_job_id, recipe, size, seed, variant; `train_loops` the trained count, `loops` the evaluated)."""
-    return _read(
+    df = _read(
         url,
         f"""
         SELECT ts.job_id AS eval_job_id, t.id AS train_job_id, t.grid_id, t.recipe, t.size, t.seed,
-               t.budget_tokens, {_variant_sql("t")}, ts.task, ts.category, ts.subset, ts.loops, ts.n,
+               {_budget_sql("t")}, {_variant_sql("t")}, ts.task, ts.category, ts.subset, ts.loops, ts.n,
                ts.acc, ts.acc_norm, ts.stderr, ts.chance
         FROM task_scores ts
         JOIN job_deps d ON d.job_id = ts.job_id
@@ -323,6 +337,7 @@ def task_scores(url: str) -> pd.DataFrame:
         """,
         kinds=list(MODEL_SOURCES),
     )
+    return _with_match_time(df)
 
 
 ADAPTIVE_ID = "adaptive_job_id"

@@ -224,7 +224,8 @@ def _check_path(where: str, name: str, path: str) -> None:
         )
     accepted = _nested_keys(head)
     if key not in accepted:
-        raise ConfigError(f"{where}: {name}: unknown key {key!r}; accepted: {', '.join(accepted)}")
+        hint = fields.did_you_mean(key, accepted)
+        raise ConfigError(f"{where}: {name}: unknown key {key!r}{hint}; accepted: {', '.join(accepted)}")
 
 
 def _nested_keys(head: str) -> tuple[str, ...]:
@@ -397,64 +398,88 @@ def _checked(grid: Grid, kinds: JobRegistry) -> Grid:
 
 
 def expand(grids: list[Grid], kinds: JobRegistry) -> list[JobPlan]:
-    """Validate every grid and expand them into plans. Raises ConfigError before anything is written."""
+    """Validate every grid and expand them into plans. Raises ConfigError before anything is written,
+    naming every grid that is refused (one line each), not only the first."""
     plans: list[JobPlan] = []
     trains: list[tuple[int, dict[str, Any]]] = []  # (plan index, canonical train spec)
     pending_match: list[tuple[int, str]] = []  # (plan index, grid name) of match-time budgets
     # the kinds a grid's `resources` may name: its follow-ups and its preparation
     follow_ups = (*jobkinds.follow_ups(None, kinds), PREPARE)
     families: dict[str, Any] = {}  # the conformance reports of the submission's families, by config
+    refused: list[str] = []
     for gi, grid in enumerate(grids):
         if not isinstance(grid, Grid):
             raise ConfigError(f"submit: expected Grid objects, got {type(grid).__name__}")
-        grid = _checked(grid, kinds)
-        declared = jobkinds.declared(grid.job, kinds)
-        for cfg in grid.configs():
-            label = _pop_label(f"grid {grid.name!r}", cfg)
-            budget, facts = None, None
-            if declared.trains:
-                spec, budget = _train_spec(grid.name, cfg)
-                if pairing.is_match_time(budget):  # validated with a stand-in time budget
-                    spec = _validate(kinds, grid.name, grid.job, {**spec, "time_s": _PENDING_TIME_S})
-                    spec["time_s"] = None
-                else:
-                    spec = _validate(kinds, grid.name, grid.job, spec)
-                facts = _check_family(grid.name, spec, families)
-            else:
-                spec = _validate(kinds, grid.name, grid.job, cfg)
-            plan = JobPlan(
-                grid.job,
-                declared,
-                spec,
-                gi,
-                grid.priority,
-                grid.max_attempts,
-                _kind_resources(grid, grid.job, follow_ups, kinds),
-                budget=budget,
-                label=label,
-                retention=grid.retention,
-                family_facts=facts,
-            )
-            workers = (plan.resources or {}).get("workers", 1)
-            batch = spec.get("batch_size") if declared.trains else None
-            if isinstance(batch, int) and workers > 1 and batch % workers:  # each rank an equal share
-                raise ConfigError(
-                    f"grid {grid.name!r}: resources.workers: {workers} workers cannot share "
-                    f"batch_size {batch} evenly; accepted: a divisor of the batch"
-                )
-            plans.append(plan)
-            idx = len(plans) - 1
-            if pairing.is_match_time(budget):
-                pending_match.append((idx, grid.name))
-            if declared.trains:
-                trains.append((idx, spec))
-            for follow in grid.then:
-                plans.append(_follow_up(kinds, grid, follow, idx, spec, gi, label, follow_ups))
-                plans[-1].family_facts = facts
-                _refuse_follow(kinds, grid.name, plans[-1], grid.job, spec, facts)
+        try:
+            _grid_plans(gi, grid, kinds, follow_ups, families, plans, trains, pending_match)
+        except ConfigError as e:
+            refused.append(str(e))
+    if len(refused) == 1:
+        raise ConfigError(refused[0])
+    if refused:
+        raise ConfigError(f"{len(refused)} of {len(grids)} grids refused:\n  " + "\n  ".join(refused))
     pairing.link(plans, trains, pending_match)
     _add_preparations(plans, grids, kinds, follow_ups)
     return plans
+
+
+def _grid_plans(
+    gi: int,
+    grid: Grid,
+    kinds: JobRegistry,
+    follow_ups: tuple[str, ...],
+    families: dict[str, Any],
+    plans: list[JobPlan],
+    trains: list[tuple[int, dict[str, Any]]],
+    pending_match: list[tuple[int, str]],
+) -> None:
+    """The plans of grid number `gi`, appended to `plans` (its train specs to `trains`, its match-time
+    budgets to `pending_match`); ConfigError naming the grid for the first bad value in it."""
+    grid = _checked(grid, kinds)
+    declared = jobkinds.declared(grid.job, kinds)
+    for cfg in grid.configs():
+        label = _pop_label(f"grid {grid.name!r}", cfg)
+        budget, facts = None, None
+        if declared.trains:
+            spec, budget = _train_spec(grid.name, cfg)
+            if pairing.is_match_time(budget):  # validated with a stand-in time budget
+                spec = _validate(kinds, grid.name, grid.job, {**spec, "time_s": _PENDING_TIME_S})
+                spec["time_s"] = None
+            else:
+                spec = _validate(kinds, grid.name, grid.job, spec)
+            facts = _check_family(grid.name, spec, families)
+        else:
+            spec = _validate(kinds, grid.name, grid.job, cfg)
+        plan = JobPlan(
+            grid.job,
+            declared,
+            spec,
+            gi,
+            grid.priority,
+            grid.max_attempts,
+            _kind_resources(grid, grid.job, follow_ups, kinds),
+            budget=budget,
+            label=label,
+            retention=grid.retention,
+            family_facts=facts,
+        )
+        workers = (plan.resources or {}).get("workers", 1)
+        batch = spec.get("batch_size") if declared.trains else None
+        if isinstance(batch, int) and workers > 1 and batch % workers:  # each rank an equal share
+            raise ConfigError(
+                f"grid {grid.name!r}: resources.workers: {workers} workers cannot share "
+                f"batch_size {batch} evenly; accepted: a divisor of the batch"
+            )
+        plans.append(plan)
+        idx = len(plans) - 1
+        if pairing.is_match_time(budget):
+            pending_match.append((idx, grid.name))
+        if declared.trains:
+            trains.append((idx, spec))
+        for follow in grid.then:
+            plans.append(_follow_up(kinds, grid, follow, idx, spec, gi, label, follow_ups))
+            plans[-1].family_facts = facts
+            _refuse_follow(kinds, grid.name, plans[-1], grid.job, spec, facts)
 
 
 def _check_family(grid_name: str, spec: dict[str, Any], reports: dict[str, Any]) -> dict[str, Any] | None:

@@ -59,3 +59,30 @@ def test_the_readme_links_every_guide_and_names_the_three_commands():
     assert not unlinked, unlinked
     for command in ("make demo", "make check", "make test"):
         assert command in readme
+
+
+def test_the_readme_links_stay_inside_the_clone():
+    """A clone has no ../shared/ or other sibling: every relative link of the README resolves under it."""
+    outside = [
+        target
+        for line in prose(ROOT / "README.md")
+        for target in LINK.findall(line)
+        if not re.match(r"[a-z]+:", target)
+        and not (ROOT / target.partition("#")[0]).resolve().is_relative_to(ROOT.resolve())
+    ]
+    assert not outside, outside
+
+
+def test_the_readmes_example_grids_validate_and_the_tour_needs_no_gpu_or_network():
+    from looplab.lab.commands import beside_grid_file, load_grids
+    from looplab.orchestrator.grid import expand
+    from looplab.workers import jobs
+
+    readme = (ROOT / "README.md").read_text()
+    for example in ("examples/tour.py", "examples/gpu_study.py"):
+        assert f"looplab plan {example}" in readme
+        with beside_grid_file(str(ROOT / example)):
+            plans = expand(load_grids(str(ROOT / example)), jobs)
+        assert plans
+    tour = [p.spec for p in expand(load_grids(str(ROOT / "examples/tour.py")), jobs) if p.kind == "train"]
+    assert {s["size"] for s in tour} == {"tiny"} and {s["data"]["corpus"] for s in tour} == {"offline"}

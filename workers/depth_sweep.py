@@ -134,7 +134,8 @@ def cost(spec: Spec, trained: TrainCost) -> ForwardCost:
     workers.jobs.Pricing.ON_CHECKPOINT): per loop count n, the loss
     forward and the loop-geometry forward (no head) of the `eval_tokens` validation tokens (whole
     sequences, at least one), and with `test_split` a loss forward of as many test tokens; per interaction depth m, m headless forwards (one plain, m - 1 each skipping
-    a round) of the interaction tokens. Memory: `model.memory.forward_memory` at `batch_size`. A model
+    a round) of the interaction tokens. Memory: `model.memory.forward_memory` at the sequences of one
+    forward, `micro_batch_size` where set (a batch then runs in several forwards), else `batch_size`. A model
     of another family: its own forward FLOPs (`TrainCost.forward_flops`), its head not known apart."""
     from looplab.model.flops import head_flops
     from looplab.model.memory import DEVICE_TYPES, forward_memory
@@ -147,7 +148,7 @@ def cost(spec: Spec, trained: TrainCost) -> ForwardCost:
         flops += tokens * sum(forward(n) for n in spec.loops)
     inter_tokens = min(tokens, max(seq, spec.interaction_tokens // seq * seq))
     flops += inter_tokens * sum(n * (forward(n) - head) for n in spec.interaction_loops)
-    memory = forward_memory(cfg, spec.batch_size)
+    memory = forward_memory(cfg, spec.micro_batch_size or spec.batch_size)
     return ForwardCost(float(flops), {d: memory for d in DEVICE_TYPES}, cfg.d_model)
 
 

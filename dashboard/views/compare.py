@@ -12,7 +12,7 @@ import pandas as pd
 import streamlit as st
 
 from looplab.analysis import comparison, curves, stats, timing, variants
-from looplab.analysis.smoothing import SMOOTHING, smooth
+from looplab.analysis.smoothing import SMOOTHED_OPACITY, SMOOTHING, describe, smooth
 from looplab.dashboard import ui
 from looplab.orchestrator.states import JobStatus
 
@@ -165,10 +165,16 @@ else:
     flop_table = comparison.iso_flop_table(
         evals, reference=reference, tolerance=tolerance, threshold=threshold, noise=noise, delta=delta
     )
-    st.markdown(
-        f"**Runs at equal FLOPs: per seed, mean, difference to `{reference}` with its 95 % interval**"
-    )
-    ui.table(flop_table, key="iso_flop")
+    if flop_table.empty:
+        st.info(
+            f"no two variants of one size trained within {tolerance_pct:g} % of each other's FLOPs: nothing "
+            "to compare at equal compute (the chart above shows where each variant lies)"
+        )
+    else:
+        st.markdown(
+            f"**Runs at equal FLOPs: per seed, mean, difference to `{reference}` with its 95 % interval**"
+        )
+        ui.table(flop_table, key="iso_flop")
     show_noise_floor()
 
 st.header("Loss by architecture")
@@ -192,8 +198,14 @@ else:
         color=ui.color(color, kind[color] == "Q", title=variants.ARCH_LABELS.get(color, color)),
     )
     tooltip = ["variant_label", x, color, alt.Tooltip("mean:Q", format=".4f"), "n_seeds"]
-    chart = ui.mean_with_spread(base, y_title="loss (mean over seeds)", tooltip=tooltip, spread="rule")
-    st.caption(f"One point per variant at budget {budget} (the loss iso-data uses), min–max over seeds.")
+    # points, never a line: the variants are of different recipes, so no line joins them into a trend
+    chart = ui.mean_with_spread(
+        base, y_title="loss (mean over seeds)", tooltip=tooltip, spread="rule", line=False
+    )
+    st.caption(
+        f"One point per variant at budget {budget} (the loss iso-data uses), min–max over seeds; points, "
+        "not a line: variants of different recipes are not one series."
+    )
     st.altair_chart(chart.properties(height=340), width="stretch")
     ui.table(points, key="by_arch")
 
@@ -225,7 +237,7 @@ else:
             "only each finished run's last point is a decayed result."
         )
         how = st.selectbox("Smoothing", list(SMOOTHING), key="compare_smoothing")
-        wt = smooth(wt, how, order="wall_s")  # the line only: the points (and every table) stay raw
+        wt = smooth(wt, how, order="wall_s")  # the light line only: the points (and every table) stay raw
         base = alt.Chart(wt).encode(
             x=alt.X("wall_s:Q", title="training wall time (s)"),
             y=alt.Y("value:Q", title="val_loss", scale=alt.Scale(zero=False)),
@@ -234,12 +246,13 @@ else:
         pts = base.mark_point(filled=True, size=70).encode(
             y="raw:Q", shape=alt.Shape("point:N", title=None), tooltip=["series", "wall_s", "raw", "point"]
         )
-        lines = base.mark_line(opacity=0.6)
-        if how != "none":  # the raw line faint behind the smoothed one
-            lines = base.mark_line(opacity=0.2).encode(y="raw:Q") + lines
+        lines = base.mark_line().encode(y="raw:Q")  # the raw line bold
+        if how != "none":  # the smoothed one light over it
+            lines = lines + base.mark_line(opacity=SMOOTHED_OPACITY, strokeWidth=1, strokeDash=[6, 2])
         markers = ui.health_markers(url, wt, "wall_s")
         chart = ui.with_health_markers(lines + pts, markers, "wall_s")
         st.altair_chart(chart.properties(height=360), width="stretch")
+        st.caption(describe(how, wt))
         ui.health_caption(
             markers,
             note=": the runs' own, on their per-run curves here only (the charts above are means over "

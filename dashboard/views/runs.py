@@ -1,7 +1,8 @@
 """Runs: training and validation curves against tokens, wall time or step, grouped by configuration
 with a band over seeds (W&B/Aim style), the validation loss at several loop counts during training
-(train-time depth curves), and the table of runs and their seed aggregates. The curves may be smoothed
-(an EMA or a window, chosen on the page, the raw curve faint behind; analysis/smoothing.py), never the
+(train-time depth curves), and the table of runs and their seed aggregates. The raw curves are the
+bold lines; a smoothing chosen on the page (an EMA or a window, off by default and for curves shorter
+than analysis.smoothing.MIN_POINTS) is drawn light over them and named in the caption, never the
 numbers of the tables; the health events of the drawn runs are markers on them (orchestrator/health.py).
 
 Every selected run is drawn: each curve is downsampled (in SQL) so that all of them together stay
@@ -13,7 +14,7 @@ import altair as alt
 import streamlit as st
 
 from looplab.analysis import curves, variants
-from looplab.analysis.smoothing import SMOOTHING, smooth
+from looplab.analysis.smoothing import SMOOTHED_OPACITY, SMOOTHING, describe, smooth
 from looplab.dashboard import ui
 from looplab.orchestrator import frames
 from looplab.orchestrator.states import JobStatus
@@ -58,7 +59,7 @@ group_by = c3.multiselect(
     format_func=lambda c: variants.ARCH_LABELS.get(c, c),
 )
 band = c4.toggle("Seed band (min–max)", value=True, key="runs_band")
-smoothing = c5.selectbox("Smoothing", list(SMOOTHING), index=1, key="runs_smoothing")  # EMA 0.6
+smoothing = c5.selectbox("Smoothing", list(SMOOTHING), index=0, key="runs_smoothing")  # raw by default
 x = X_AXES[x_label]
 if x == "wall_s":
     st.caption(
@@ -77,7 +78,8 @@ else:
     cur = smooth(points_read.merge(labels, on="job_id"), smoothing)
     n_configs = cur["config"].nunique()
     bins = max(20, min(200, 5000 // n_configs))
-    bands = curves.curve_bands(cur, by=["config"], x=x, bins=bins)
+    # the raw values are the bold line (and the band, and the tooltip): what a run reached
+    bands = curves.curve_bands(cur.assign(value=cur["raw"]), by=["config"], x=x, bins=bins)
     # the whole label in the legend: what tells two variants apart is often at its end
     legend = alt.Legend(labelLimit=0)
     base = alt.Chart(bands).encode(x=alt.X(f"{x}:Q", title=x_label), color=ui.color("config", legend=legend))
@@ -85,18 +87,18 @@ else:
     chart = ui.mean_with_spread(
         base, y_title=metric, tooltip=tooltip, spread="area" if band else None, points=False
     )
-    if smoothing != "none":  # the raw curve, faint, behind the smoothed one
-        raw = curves.curve_bands(cur.assign(value=cur["raw"]), by=["config"], x=x, bins=bins)
-        chart = (
-            alt.Chart(raw)
-            .mark_line(opacity=0.2)
+    if smoothing != "none":  # the smoothed curve, light, over the raw one
+        smoothed = curves.curve_bands(cur, by=["config"], x=x, bins=bins)
+        chart = chart + (
+            alt.Chart(smoothed)
+            .mark_line(opacity=SMOOTHED_OPACITY, strokeWidth=1, strokeDash=[6, 2])
             .encode(x=f"{x}:Q", y="mean:Q", color=ui.color("config", legend=legend), detail="config")
-            + chart
         )
     chart = with_superseded(chart, x)
     markers = ui.health_markers(url, cur, x)
     chart = ui.with_health_markers(chart, markers, x)
     st.altair_chart(chart.properties(height=420).interactive(), width="stretch")
+    st.caption(describe(smoothing, cur))
     ui.health_caption(markers)
     rewound = ui.rewinds(url, ids)
     if not rewound.empty:

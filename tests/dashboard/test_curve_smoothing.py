@@ -1,5 +1,6 @@
-"""The Runs and Compare pages' smoothing and health markers (AppTest): the smoothed curve drawn over the
-raw one (faint), the chosen method applied, and a marker at the step of a health event."""
+"""The Runs and Compare pages' smoothing and health markers (AppTest): raw by default, the raw curve the
+bold line and a chosen smoothing drawn light over it with its setting named, and a marker at the step
+of a health event."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pyarrow as pa
 from streamlit.testing.v1 import AppTest
 
 from looplab import Grid, Queue
+from looplab.analysis.smoothing import SMOOTHED_OPACITY
 from looplab.orchestrator.db import engine
 from looplab.orchestrator.health import Finding, HealthSettings, HealthWatch, Level, Rule, store
 from looplab.orchestrator.jobqueue import claim
@@ -41,7 +43,9 @@ def mark(layer: dict) -> dict:
     return layer["mark"] if isinstance(layer["mark"], dict) else {"type": layer["mark"]}
 
 
-def test_runs_page_smooths_the_curves_over_the_faint_raw_ones_and_marks_health_events(tmp_path, monkeypatch):
+def test_runs_page_draws_raw_curves_bold_a_chosen_smoothing_light_and_marks_health_events(
+    tmp_path, monkeypatch
+):
     q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art", kinds=fake_jobs)
     (job,) = q.submit(Grid("s", base={"tokens": 100}))
     claim(q.eng, job, "driver", str(tmp_path / "a"))
@@ -63,14 +67,18 @@ def test_runs_page_smooths_the_curves_over_the_faint_raw_ones_and_marks_health_e
     assert not at.exception, [e.message for e in at.exception]
     at.selectbox(key="runs_metric").set_value("train_loss").run()
     at.selectbox(key="runs_x").set_value("step").run()
-    assert at.selectbox(key="runs_smoothing").value == "EMA 0.6"  # smoothing on by default
+    assert at.selectbox(key="runs_smoothing").value == "none"  # raw by default
     at.selectbox(key="runs_smoothing").set_value("EMA 0.9").run()
     chart = at.get("vega_lite_chart")[0]
     spec, data = json.loads(chart.proto.spec), datasets(chart)
     leaves = layers(spec)
     lines = [leaf for leaf in leaves if mark(leaf)["type"] == "line"]
-    faint = [leaf for leaf in lines if mark(leaf).get("opacity") == 0.2]
-    assert len(faint) == 1 and len(lines) == 2  # the raw curve behind the smoothed one
+    light = [leaf for leaf in lines if mark(leaf).get("opacity") == SMOOTHED_OPACITY]
+    assert len(light) == 1 and len(lines) == 2  # the smoothed curve, light, beside the bold raw one
+    bold = next(leaf for leaf in lines if leaf not in light)
+    assert "opacity" not in mark(bold)
+    last = max(data[bold["data"]["name"]], key=lambda r: r["step"])
+    assert last["mean"] == values[-1]  # the bold line ends at the raw final value
     markers = [leaf for leaf in leaves if mark(leaf).get("shape") == "triangle-down"]
     assert len(markers) == 1 and markers[0]["encoding"]["y"]["field"] == "raw"
     marked = data[markers[0]["data"]["name"]]
@@ -81,19 +89,20 @@ def test_runs_page_smooths_the_curves_over_the_faint_raw_ones_and_marks_health_e
         ys = [r["mean"] for r in sorted(data[leaf["data"]["name"]], key=lambda r: r["step"])][:30]
         return max(abs(a - b) for a, b in zip(ys, ys[1:]))
 
-    smoothed = next(leaf for leaf in lines if leaf not in faint)
-    assert swing(smoothed) < 0.5 * swing(faint[0])  # the zig-zag of 0.3 damped
+    assert swing(light[0]) < 0.5 * swing(bold)  # the zig-zag of 0.3 damped in the light line only
     assert all(leaf["encoding"]["color"]["legend"]["labelLimit"] == 0 for leaf in lines)  # labels never cut
-    assert "1 health event(s) marked on the curves" in "\n".join(c.value for c in at.caption)
-    # no smoothing: no faint layer
+    captions = "\n".join(c.value for c in at.caption)
+    assert "1 health event(s) marked on the curves" in captions
+    assert "Bold: the raw values. Light: smoothed (EMA 0.9)" in captions
+    # no smoothing: no light layer
     at.selectbox(key="runs_smoothing").set_value("none").run()
     spec = json.loads(at.get("vega_lite_chart")[0].proto.spec)
-    assert not [
-        leaf for leaf in layers(spec) if mark(leaf).get("opacity") == 0.2 and mark(leaf)["type"] == "line"
-    ]
+    assert not [leaf for leaf in layers(spec) if mark(leaf).get("opacity") == SMOOTHED_OPACITY]
 
 
-def test_compare_page_smooths_the_wall_time_curves_with_the_raw_line_faint(monkeypatch, fixture_db):
+def test_compare_page_draws_the_raw_wall_time_curves_bold_and_a_chosen_smoothing_light(
+    monkeypatch, fixture_db
+):
     monkeypatch.setenv("LOOPLAB_DB", fixture_db[0])
     at = AppTest.from_file(APP, default_timeout=60)
     at.run()
@@ -108,11 +117,15 @@ def test_compare_page_smooths_the_wall_time_curves_with_the_raw_line_faint(monke
         raise AssertionError("no wall-time chart")
 
     assert at.selectbox(key="compare_smoothing").value == "none"
-    assert [mark(leaf).get("opacity") for leaf in wall_time_lines()] == [0.6]
+    lines = wall_time_lines()
+    assert [mark(leaf).get("opacity") for leaf in lines] == [None]
+    assert lines[0]["encoding"]["y"]["field"] == "raw"
     at.selectbox(key="compare_smoothing").set_value("EMA 0.6").run()
     lines = wall_time_lines()
-    assert sorted(mark(leaf).get("opacity") for leaf in lines) == [0.2, 0.6]
+    assert sorted(mark(leaf).get("opacity") or 1 for leaf in lines) == [SMOOTHED_OPACITY, 1]
     assert {leaf["encoding"]["y"]["field"] for leaf in lines} == {"raw", "value"}
+    # the fixture's curves hold 6 evaluations each: too short to smooth, and the caption says so
+    assert "with fewer than 20 points are not smoothed" in "\n".join(c.value for c in at.caption)
 
 
 def compare_db_with_a_health_event(fixture_path, tmp_path, step: int) -> tuple[str, int]:

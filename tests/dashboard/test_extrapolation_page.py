@@ -62,6 +62,12 @@ def test_extrapolation_page_in_apptest(monkeypatch, geometry_db):
     assert not at.exception
     matrix = next(d.value for d in at.dataframe if "skipped" in d.value.columns)
     assert len(matrix) == 6 and matrix["mean"].max() == pytest.approx(0.1 * 3 * 4)
+    heat = json.loads(at.get("vega_lite_chart")[2].proto.spec)
+    assert heat["encoding"]["color"]["scale"] == {
+        "scheme": "viridis",
+        "domainMin": 0,
+    }  # from 0, not the cells' span
+    assert any("Colour scale from 0; the cells span" in c.value for c in at.caption)
 
 
 def test_extrapolation_page_on_an_empty_database(monkeypatch, empty_db):

@@ -36,7 +36,8 @@ def _add_evals(path: Path) -> None:
         trains = {
             (j.recipe, j.seed): j
             for j in s.query(schema.Job).filter_by(kind="train", status="succeeded")
-            if not j.variant_label or "·" not in j.variant_label
+            # the 1M-token runs: lean seed 0's iso-time retraining is another budget, never pooled with them
+            if (not j.variant_label or "·" not in j.variant_label) and j.budget_tokens
         }
         for n, ((recipe, seed), by_loops) in enumerate(DEDUCTION.items()):
             train = trains[(recipe, seed)]

@@ -17,7 +17,7 @@ BAD = [
     (Grid("g", base={"tokens": 1000}, max_attempts=0), "grid 'g': max_attempts: must be >= 1, got 0"),
     (
         Grid("g", base={"tokens": 1000}, then=["evals"]),
-        "grid 'g': then: unknown 'evals'; accepted: depth_sweep",
+        "grid 'g': then: unknown 'evals' (did you mean 'eval'?); accepted: depth_sweep",
     ),
     (
         Grid("g", base={"tokens": 1000}, resources={"num_gpus": -1}),
@@ -131,7 +131,10 @@ def test_label_is_taken_out_of_the_spec_and_kept_on_the_plan():
 
 
 BAD_SWEEPS = [
-    ({"model.lops": [1]}, "grid 'g': sweep.model.lops: unknown key 'lops'; accepted: d_model, "),
+    (
+        {"model.lops": [1]},
+        "grid 'g': sweep.model.lops: unknown key 'lops' (did you mean 'loops'?); accepted: d_model, ",
+    ),
     ({"data.vocab": [300]}, "grid 'g': sweep.data.vocab: unknown key 'vocab'; accepted: corpus, tokenizer"),
     ({"budget.steps": [3]}, "sweep.budget.steps: unknown key 'steps'; accepted: tokens, time_s, flops"),
     (
