@@ -208,6 +208,18 @@ def _queue_commands(sub: argparse._SubParsersAction) -> None:
     al.add_argument(
         "--since", default="24h", metavar="TIME", help="since TIME (default 24h; as status --since)"
     )
+    al.add_argument(
+        "--send",
+        action="store_true",
+        help="deliver the pending alerts now (without running the queue), trying for at most --wait seconds",
+    )
+    al.add_argument(
+        "--wait",
+        type=float,
+        default=None,
+        metavar="S",
+        help="with --send: give up after S seconds (default: the alert config's flush_s, 30)",
+    )
 
     lg = sub.add_parser("logs", help="log lines and tracebacks of a job")
     lg.add_argument("job_id", type=int, metavar="JOB")

@@ -191,13 +191,15 @@ def cli_alerts(args) -> int:
     from looplab.orchestrator import alerts
 
     q = _queue(args)
-    if args.action == "list":
+    if args.action == "list" and not args.send:
         print(since_text(q.eng, args.since))
         return 0
     cfg = alerts.load()
     if not cfg.channels:
         print("no alert channels configured: see docs/health.md (LOOPLAB_ALERTS or LOOPLAB_ALERT_*)")
         return 1
+    if args.send:
+        return send_pending(q.eng, cfg, args.wait)
     msg = alerts.notify(
         q.eng,
         cfg,
@@ -218,6 +220,21 @@ def cli_alerts(args) -> int:
     for channel, status, error in rows:
         print(f"{channel}: {status}" + (f" ({error})" if status != "delivered" else ""))
     return 0 if all(status == "delivered" for _, status, _ in rows) else 1
+
+
+def send_pending(eng, cfg, wait_s: float | None) -> int:
+    """`looplab alerts --send`: deliver what is pending within `wait_s` (default the config's flush_s),
+    say what went and what is left; exit 1 when something is left."""
+    from looplab.model import fields
+    from looplab.orchestrator import alerts
+
+    wait = cfg.flush_s if wait_s is None else fields.number("--wait", wait_s, lo=0)
+    before = len(alerts.pending(eng))
+    got = alerts.flush(eng, cfg, wait)
+    print(f"{got['delivered']} of {before} pending alert(s) delivered ({got['failed']} failed tries)")
+    for line in alerts.say_left(eng):
+        print(line)
+    return 1 if got["left"] else 0
 
 
 def queue_eta(eng, num_cpus: int | None = None, num_gpus: float | None = None) -> str:

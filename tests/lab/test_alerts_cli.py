@@ -62,7 +62,6 @@ def test_alerts_test_reaches_every_channel_and_the_list_shows_the_delivery(queue
     monkeypatch.setenv("LOOPLAB_ALERT_WEBHOOK", "http://127.0.0.1:9/nothing")
     assert main(["--db", q.url, "alerts", "test"]) == 1
     assert "webhook: pending (URLError" in capsys.readouterr().out
-    assert alerts.job_counts(q.eng) == {"failed": 1, "running": 1, "succeeded": 1}
 
 
 def test_since_reads_durations_clock_times_and_iso_dates():
