@@ -15,7 +15,7 @@ from looplab.orchestrator.health import Finding, Level, Rule, parse_since, store
 from looplab.orchestrator.jobqueue import claim, finish
 from looplab.orchestrator.states import AttemptOutcome
 from tests.orchestrator import fake_jobs
-from tests.orchestrator.alert_servers import http_receiver
+from tests.orchestrator.alert_servers import free_port, http_receiver, late_receiver
 
 
 @pytest.fixture
@@ -62,6 +62,37 @@ def test_alerts_test_reaches_every_channel_and_the_list_shows_the_delivery(queue
     monkeypatch.setenv("LOOPLAB_ALERT_WEBHOOK", "http://127.0.0.1:9/nothing")
     assert main(["--db", q.url, "alerts", "test"]) == 1
     assert "webhook: pending (URLError" in capsys.readouterr().out
+
+
+def test_alerts_send_delivers_what_is_pending_without_a_queue(queue, capsys, monkeypatch, tmp_path):
+    """Alerts left pending by a driver (its webhook refused them) go with `looplab alerts --send`, each
+    once, through a receiver that refuses connections for its first seconds; what cannot go is listed."""
+    q, (ok, bad, _), _ = queue
+    with late_receiver(after_s=2.5) as (url, hook):
+        monkeypatch.setenv("LOOPLAB_ALERT_WEBHOOK", url)
+        cfg = alerts.load()
+        ids = [
+            alerts.notify(q.eng, cfg, "job_failed", f"job {j} failed", "boom", group=f"f:{j}")
+            for j in (ok, bad)
+        ]
+        assert alerts.deliver_due(q.eng, cfg) == {"delivered": 0, "failed": 1}  # refused: both pending
+        assert main(["--db", q.url, "alerts", "--send", "--wait", "20"]) == 0
+        out = capsys.readouterr().out
+        assert out.startswith("2 of 2 pending alert(s) delivered") and "undelivered" not in out
+        assert main(["--db", q.url, "alerts", "--send"]) == 0  # nothing twice
+        assert capsys.readouterr().out.startswith("0 of 0 pending")
+    assert sorted(hook.ids()) == sorted(ids)
+    # a channel that stays down: bounded, and what is left is named
+    monkeypatch.setenv("LOOPLAB_ALERT_WEBHOOK", f"http://127.0.0.1:{free_port()}/down")
+    alerts.notify(q.eng, alerts.load(), "job_failed", "job 9 failed", "boom", group="f:9")
+    t0 = time.perf_counter()
+    assert main(["--db", q.url, "alerts", "--send", "--wait", "1.5"]) == 1
+    assert time.perf_counter() - t0 < 10
+    out = capsys.readouterr().out
+    assert "0 of 1 pending" in out and "undelivered: job 9 failed" in out and "Connection refused" in out
+    with pytest.raises(SystemExit):
+        main(["--db", q.url, "alerts", "--send", "--wait", "soon"])
+    assert "--wait" in capsys.readouterr().err
 
 
 def test_since_reads_durations_clock_times_and_iso_dates():
