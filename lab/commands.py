@@ -147,7 +147,7 @@ def cli_status(args) -> int:
     _check_slots(args)
     q = _queue(args)
     if getattr(args, "since", None):
-        print(since_text(q.eng, args.since))
+        print(since_text(q.eng, args.since, args.local))
         return 0
     while True:
         df = status_frame(q.eng, grid=args.grid, all_jobs=args.all)
@@ -162,25 +162,34 @@ def cli_status(args) -> int:
         time.sleep(3)
 
 
-def since_text(eng, since: str) -> str:
-    """The morning view in text (`looplab status --since`): counts, finished jobs, findings, alerts."""
+def clock(t: float | None, local: bool = False, fmt: str = "%m-%d %H:%M:%S") -> str:
+    """Epoch seconds as a time with its zone: UTC by default (one zone for every reader of a shared
+    queue), the machine's local zone on request; "" for none."""
+    if t is None or t != t:
+        return ""
+    return (
+        time.strftime(f"{fmt} %Z", time.localtime(t))
+        if local
+        else time.strftime(f"{fmt} UTC", time.gmtime(t))
+    )
+
+
+def since_text(eng, since: str, local: bool = False) -> str:
+    """The morning view in text (`looplab status --since`): counts, finished jobs, findings, alerts
+    (pending ones first), times in UTC (`local`: the local zone)."""
     from looplab.orchestrator.health import happened_since, parse_since
 
     at = parse_since(since)
     seen = happened_since(eng, at)
-    head = f"since {time.strftime('%Y-%m-%d %H:%M', time.localtime(at))}: " + ", ".join(
+    head = f"since {clock(at, local, '%Y-%m-%d %H:%M')}: " + ", ".join(
         f"{n} {what}" for what, n in seen["counts"].items()
     )
     parts = [head]
-    for name, title in (("finished", "finished jobs"), ("health", "health events"), ("alerts", "alerts")):
+    for name, title in (("alerts", "alerts"), ("finished", "finished jobs"), ("health", "health events")):
         df = seen[name]
         for col in ("finished_at", "seen_at", "created_at", "delivered_at"):
             if col in df:
-                df[col] = df[col].map(
-                    lambda t: (
-                        "" if t != t or t is None else time.strftime("%m-%d %H:%M:%S", time.localtime(t))
-                    )
-                )
+                df[col] = df[col].map(lambda t: clock(t, local))
         parts.append(f"\n{title}:\n" + (df.to_string(index=False, max_colwidth=90) if len(df) else "  none"))
     return "\n".join(parts)
 
@@ -192,7 +201,7 @@ def cli_alerts(args) -> int:
 
     q = _queue(args)
     if args.action == "list" and not args.send:
-        print(since_text(q.eng, args.since))
+        print(since_text(q.eng, args.since, args.local))
         return 0
     cfg = alerts.load()
     if not cfg.channels:

@@ -646,11 +646,23 @@ def happened_since(eng: Any, since: float) -> dict[str, Any]:
     sent = pd.read_sql(
         sa.text(
             "SELECT msg_id, channel, topic, job_id AS job, subject, repeats, status, tries, last_error, "
-            "created_at, delivered_at FROM alert_outbox WHERE created_at >= :since ORDER BY created_at"
+            "created_at, delivered_at FROM alert_outbox WHERE created_at >= :since "
+            "ORDER BY CASE WHEN status = 'delivered' THEN 1 ELSE 0 END, created_at"
         ),
         eng,
         params={"since": since},
     )
+    # what a person asks of an alert: did it go (and when), or why not yet; a delivered one's earlier
+    # failures are history, not its state; pending ones come first
+    sent["delivery"] = [
+        f"delivered after {t} tr{'y' if t == 1 else 'ies'}"
+        if s == "delivered"
+        else f"pending after {t} tr{'y' if t == 1 else 'ies'}" + (f": {e}" if e else "")
+        for s, t, e in zip(sent["status"], sent["tries"], sent["last_error"])
+    ]
+    sent = sent.drop(columns=["last_error", "tries"])
+    for df in (finished, health, sent):  # ids as integers (a message about no job has none)
+        df["job"] = df["job"].astype("Int64")
     counts = {
         "succeeded": int((finished["status"] == "succeeded").sum()),
         "failed": int((finished["status"] == "failed").sum()),
