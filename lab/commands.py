@@ -7,6 +7,7 @@ lab.api / jobqueue / scheduler, so the Python API and the CLI behave the same.
 from __future__ import annotations
 
 import runpy
+import sys
 import time
 from pathlib import Path
 
@@ -191,6 +192,9 @@ def since_text(eng, since: str, local: bool = False) -> str:
             if col in df:
                 df[col] = df[col].map(lambda t: clock(t, local))
         parts.append(f"\n{title}:\n" + (df.to_string(index=False, max_colwidth=90) if len(df) else "  none"))
+        if name == "alerts" and seen["counts"]["alerts pending"]:  # first, and in red on a terminal
+            line = f"{seen['counts']['alerts pending']} alert(s) pending: `looplab alerts --send` delivers them now"
+            parts[-1] = ("\033[1;31m" + line + "\033[0m" if sys.stdout.isatty() else line) + "\n" + parts[-1]
     return "\n".join(parts)
 
 

@@ -64,9 +64,13 @@ def morning_view() -> None:
     for col, (label, n) in zip(st.columns(len(counts)), counts.items()):
         col.metric(label, n)
     st.caption(
-        f"since {time.strftime('%Y-%m-%d %H:%M', time.localtime(at))}; each job is on the Runs page by its id"
+        f"since {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(at))} (times in UTC); each job is on the Runs "
+        "page by its id"
     )
-    for name, title in (("finished", "Finished"), ("health", "Health events"), ("alerts", "Alerts")):
+    pending = seen["counts"]["alerts pending"]
+    if pending:  # what has not reached a person yet comes first, in a colour that stands out
+        st.error(f"{pending} alert(s) not delivered yet: `looplab alerts --send` delivers them now")
+    for name, title in (("alerts", "Alerts"), ("finished", "Finished"), ("health", "Health events")):
         df = seen[name]
         if not df.empty:
             st.markdown(f"**{title}** ({len(df)})")

@@ -127,6 +127,7 @@ def test_the_morning_view_shows_pending_alerts_first_a_delivery_not_its_old_fail
     assert all(str(df["job"].dtype) in ("int64", "Int64") for df in (seen["finished"], seen["health"]))
     assert main(["--db", q.url, "alerts"]) == 0
     out = capsys.readouterr().out
+    assert out.index("1 alert(s) pending: `looplab alerts --send` delivers them now") < out.index(waits)
     assert (
         " UTC" in out and out.index(waits) < out.index(went) and f" {bad} " in out and f"{bad}.0" not in out
     )
