@@ -178,7 +178,7 @@ def clock(t: float | None, local: bool = False, fmt: str = "%m-%d %H:%M:%S") -> 
 def since_text(eng, since: str, local: bool = False) -> str:
     """The morning view in text (`looplab status --since`): counts, finished jobs, findings, alerts
     (pending ones first), times in UTC (`local`: the local zone)."""
-    from looplab.orchestrator.health import happened_since, parse_since
+    from looplab.orchestrator.health_view import happened_since, parse_since
 
     at = parse_since(since)
     seen = happened_since(eng, at)

@@ -244,7 +244,8 @@ class Scheduler:
             self._loop()
             self._queue_done()
         finally:
-            for line in self.deliverer.stop(self.alerts.flush_s) if self.deliverer is not None else ():
+            flush_s = 0.0 if self.stopping >= 2 else self.alerts.flush_s  # a second Ctrl-C waits for nothing
+            for line in self.deliverer.stop(flush_s) if self.deliverer is not None else ():
                 self._say(line)
             if threading.current_thread() is threading.main_thread():
                 for s, h in old.items():

@@ -1,5 +1,5 @@
 """Queue: the morning view (what finished, failed, stalled or warned since a chosen time, and the alerts
-sent with their delivery: orchestrator.health.happened_since, as `looplab status --since` prints it);
+sent with their delivery: orchestrator.health_view.happened_since, as `looplab status --since` prints it);
 what is queued, running, done and failed; the disk the jobs' artifacts take; progress of each running
 job; recent errors.
 
@@ -18,7 +18,7 @@ from looplab.analysis.variants import MISSING, present
 from looplab.dashboard import listing, ui
 from looplab.orchestrator import frames, retention
 from looplab.orchestrator.errors import USER_ERRORS
-from looplab.orchestrator.health import happened_since, parse_since
+from looplab.orchestrator.health_view import happened_since, parse_since
 from looplab.orchestrator.states import JobStatus
 
 REFRESH_S = 5

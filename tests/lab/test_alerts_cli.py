@@ -11,7 +11,8 @@ import pytest
 from looplab.lab.cli import main
 from looplab.model.errors import ConfigError
 from looplab.orchestrator import Grid, Queue, alerts
-from looplab.orchestrator.health import Finding, Level, Rule, happened_since, parse_since, store
+from looplab.orchestrator.health import Finding, Level, Rule, store
+from looplab.orchestrator.health_view import happened_since, parse_since
 from looplab.orchestrator.jobqueue import claim, finish
 from looplab.orchestrator.states import AttemptOutcome
 from tests.orchestrator import fake_jobs

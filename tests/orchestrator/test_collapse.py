@@ -135,6 +135,9 @@ def test_a_replayed_point_is_one_event_and_a_stop_reaches_the_driver_once(migrat
     assert [tuple(r) for r in rows] == [("loss_spike", 2, 1), ("at_chance", 6, 1)]
     assert seen == [(job, 1, Rule.LOSS_SPIKE), (job, 1, Rule.AT_CHANCE)]
     assert watch.take_stops() == []
+    # the resumed run (a person's retry of a held job) is still at chance: it is stopped again
+    write_events(eng, [(job, 2, [metric(7, LN256)])], watch)
+    assert [(j, n, f.rule, f.step) for j, n, f in watch.take_stops()] == [(job, 2, Rule.AT_CHANCE, 7)]
 
 
 def test_a_job_failed_by_a_rule_sends_that_rules_alert_only(migrated_db_url, monkeypatch, tmp_path):
