@@ -11,6 +11,8 @@ import signal
 import threading
 import time
 
+import pytest
+
 from looplab import Grid, Queue
 from tests.db_rows import rows
 from tests.orchestrator import fake_jobs
@@ -60,7 +62,10 @@ def test_a_diverging_run_fails_at_its_first_non_finite_loss_once(tmp_path, ray_c
     assert rows(q, "SELECT COUNT(*) FROM health_events WHERE job_id=:j", j=ok) == [(0,)]
 
 
-def test_a_run_collapsed_to_chance_is_stopped_by_the_rule_with_one_alert(tmp_path, ray_cluster, monkeypatch):
+@pytest.mark.parametrize("action", ["stop", "hold"])
+def test_a_run_collapsed_to_chance_is_stopped_by_the_rule_with_one_alert(
+    tmp_path, ray_cluster, monkeypatch, action
+):
     """lr 50 pins the tiny model's train loss at ln 256 from about step 9 (and reaches a NaN at step 36):
     the chance rule stops it with its step and figures, the job fails once, not retried, and the
     webhook hears of it once; its healthy neighbour raises nothing. The grid's window is shorter than
@@ -74,7 +79,7 @@ def test_a_run_collapsed_to_chance_is_stopped_by_the_rule_with_one_alert(tmp_pat
         base={**TRAIN, "recipe": "lean", "seed": 0, "tokens": 4 * 32 * 80, "eval_every": 40},
         sweep={"lr": [3e-3, 50]},
         max_attempts=3,
-        health={"chance_after": 10, "chance_window": 5},
+        health={"chance_after": 10, "chance_window": 5, "chance_action": action},
     )
     ok, collapsed = q.submit(grid)
     with http_receiver() as (url, hook):
@@ -90,7 +95,8 @@ def test_a_run_collapsed_to_chance_is_stopped_by_the_rule_with_one_alert(tmp_pat
     assert abs(value - math.log(256)) < 1e-3
     err = rows(q, "SELECT error FROM jobs WHERE id=:j", j=collapsed)[0][0]
     assert err.startswith(f"train_loss {value:.6g} at step {step} has been at chance, ln V = 5.54518"), err
-    assert "the run is stopped and the job failed, not retried" in err
+    then = {"stop": "the run is stopped and the job failed, not retried", "hold": "held for a person"}
+    assert then[action] in err
     mine = [b for _, b in hook.requests if b["job_id"] == collapsed]
     assert [(b["topic"], b["rule"], b["step"], b["attempt"]) for b in mine] == [
         ("health", "at_chance", step, 1)
