@@ -364,6 +364,8 @@ def bench_outage(dbs: Databases, tmp: Path, n_jobs: int, repeats: int) -> dict:
         del os.environ[k]
     (tmp / "no_channels.json").write_text("{}")  # never the user's ~/.config/looplab/alerts.json
     os.environ["LOOPLAB_ALERTS"] = str(tmp / "no_channels.json")
+    # the queue's throughput, not the driver's wait at its exit for a refusing channel (flush_s)
+    os.environ["LOOPLAB_ALERT_FLUSH_S"] = "0"
     closed = refusing_port()
     context = multiprocessing.get_context("spawn")
     port = context.Queue()

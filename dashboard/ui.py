@@ -17,7 +17,7 @@ import streamlit as st
 from looplab.analysis import comparison, variants
 from looplab.analysis.stats import ClaimVerdict, Verdict
 from looplab.orchestrator import frames
-from looplab.orchestrator.health import events_frame
+from looplab.orchestrator.health_view import events_frame
 
 TTL_S = 5
 NO_JOBS = (

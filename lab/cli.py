@@ -242,6 +242,9 @@ def _queue_commands(sub: argparse._SubParsersAction) -> None:
         help="what happened since TIME (8h, 90m, 07:30, 2026-12-03 18:00): finished, failed, stalled, "
         "warned, alerts and their delivery",
     )
+    st.add_argument(
+        "--local", action="store_true", help="with --since: times in the local zone (default UTC)"
+    )
 
     for name, helptext in (("cancel", "cancel jobs"), ("retry", "re-queue failed or cancelled jobs")):
         c = sub.add_parser(name, help=helptext)
@@ -253,6 +256,19 @@ def _queue_commands(sub: argparse._SubParsersAction) -> None:
     al.add_argument("action", nargs="?", choices=("list", "test"), default="list")
     al.add_argument(
         "--since", default="24h", metavar="TIME", help="since TIME (default 24h; as status --since)"
+    )
+    al.add_argument("--local", action="store_true", help="times in the local zone (default UTC)")
+    al.add_argument(
+        "--send",
+        action="store_true",
+        help="deliver the pending alerts now (without running the queue), trying for at most --wait seconds",
+    )
+    al.add_argument(
+        "--wait",
+        type=float,
+        default=None,
+        metavar="S",
+        help="with --send: give up after S seconds (default: the alert config's flush_s, 30)",
     )
 
     lg = sub.add_parser("logs", help="log lines and tracebacks of a job")

@@ -209,7 +209,7 @@ def cli_status(args) -> int:
     _check_slots(args)
     q = _queue(args)
     if getattr(args, "since", None):
-        print(since_text(q.eng, args.since))
+        print(since_text(q.eng, args.since, args.local))
         return 0
     while True:
         df = status_frame(q.eng, grid=args.grid, all_jobs=args.all)
@@ -227,26 +227,38 @@ def cli_status(args) -> int:
         time.sleep(3)
 
 
-def since_text(eng, since: str) -> str:
-    """The morning view in text (`looplab status --since`): counts, finished jobs, findings, alerts."""
-    from looplab.orchestrator.health import happened_since, parse_since
+def clock(t: float | None, local: bool = False, fmt: str = "%m-%d %H:%M:%S") -> str:
+    """Epoch seconds as a time with its zone: UTC by default (one zone for every reader of a shared
+    queue), the machine's local zone on request; "" for none."""
+    if t is None or t != t:
+        return ""
+    return (
+        time.strftime(f"{fmt} %Z", time.localtime(t))
+        if local
+        else time.strftime(f"{fmt} UTC", time.gmtime(t))
+    )
+
+
+def since_text(eng, since: str, local: bool = False) -> str:
+    """The morning view in text (`looplab status --since`): counts, finished jobs, findings, alerts
+    (pending ones first), times in UTC (`local`: the local zone)."""
+    from looplab.orchestrator.health_view import happened_since, parse_since
 
     at = parse_since(since)
     seen = happened_since(eng, at)
-    head = f"since {time.strftime('%Y-%m-%d %H:%M', time.localtime(at))}: " + ", ".join(
+    head = f"since {clock(at, local, '%Y-%m-%d %H:%M')}: " + ", ".join(
         f"{n} {what}" for what, n in seen["counts"].items()
     )
     parts = [head]
-    for name, title in (("finished", "finished jobs"), ("health", "health events"), ("alerts", "alerts")):
+    for name, title in (("alerts", "alerts"), ("finished", "finished jobs"), ("health", "health events")):
         df = seen[name]
         for col in ("finished_at", "seen_at", "created_at", "delivered_at"):
             if col in df:
-                df[col] = df[col].map(
-                    lambda t: (
-                        "" if t != t or t is None else time.strftime("%m-%d %H:%M:%S", time.localtime(t))
-                    )
-                )
+                df[col] = df[col].map(lambda t: clock(t, local))
         parts.append(f"\n{title}:\n" + (df.to_string(index=False, max_colwidth=90) if len(df) else "  none"))
+        if name == "alerts" and seen["counts"]["alerts pending"]:  # first, and in red on a terminal
+            line = f"{seen['counts']['alerts pending']} alert(s) pending: `looplab alerts --send` delivers them now"
+            parts[-1] = ("\033[1;31m" + line + "\033[0m" if sys.stdout.isatty() else line) + "\n" + parts[-1]
     return "\n".join(parts)
 
 
@@ -256,13 +268,15 @@ def cli_alerts(args) -> int:
     from looplab.orchestrator import alerts
 
     q = _queue(args)
-    if args.action == "list":
-        print(since_text(q.eng, args.since))
+    if args.action == "list" and not args.send:
+        print(since_text(q.eng, args.since, args.local))
         return 0
     cfg = alerts.load()
     if not cfg.channels:
         print("no alert channels configured: see docs/health.md (LOOPLAB_ALERTS or LOOPLAB_ALERT_*)")
         return 1
+    if args.send:
+        return send_pending(q.eng, cfg, args.wait)
     msg = alerts.notify(
         q.eng,
         cfg,
@@ -283,6 +297,21 @@ def cli_alerts(args) -> int:
     for channel, status, error in rows:
         print(f"{channel}: {status}" + (f" ({error})" if status != "delivered" else ""))
     return 0 if all(status == "delivered" for _, status, _ in rows) else 1
+
+
+def send_pending(eng, cfg, wait_s: float | None) -> int:
+    """`looplab alerts --send`: deliver what is pending within `wait_s` (default the config's flush_s),
+    say what went and what is left; exit 1 when something is left."""
+    from looplab.model import fields
+    from looplab.orchestrator import alerts
+
+    wait = cfg.flush_s if wait_s is None else fields.number("--wait", wait_s, lo=0)
+    before = len(alerts.pending(eng))
+    got = alerts.flush(eng, cfg, wait)
+    print(f"{got['delivered']} of {before} pending alert(s) delivered ({got['failed']} failed tries)")
+    for line in alerts.say_left(eng):
+        print(line)
+    return 1 if got["left"] else 0
 
 
 def queue_eta(eng, num_cpus: int | None = None, num_gpus: float | None = None) -> str:

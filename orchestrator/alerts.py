@@ -22,7 +22,13 @@ so it survives a crash of the driver; a background thread delivers it, with a sh
 channel that refuses, hangs or answers 500 never slows the queue; a failed try is recorded and retried
 with backoff (`retry_s` doubling up to `retry_max_s`) until it goes through: at least once, and the
 receiver drops repeats by the id. Grouping: one message per job, rule and window (`window_s`, one hour
-by default): later events of the window only count into its `repeats`.
+by default): later events of the window only count into its `repeats`. The id is made from the group,
+the window and the database's stored identity (`database_identity`), so two databases never share one.
+
+Nothing waits for the next queue: when the driver ends, its delivery thread goes on trying what is
+pending for at most `flush_s` seconds (30 by default; the file's `flush_s` or $LOOPLAB_ALERT_FLUSH_S)
+and the driver logs what it leaves undelivered; `looplab alerts --send` delivers pending alerts with the
+same bound, without running the queue (`flush`).
 """
 
 from __future__ import annotations
@@ -39,6 +45,8 @@ import subprocess
 import threading
 import time
 import urllib.request
+import uuid
+from collections import Counter
 from dataclasses import dataclass
 from email.message import EmailMessage
 from enum import StrEnum
@@ -50,11 +58,12 @@ from sqlalchemy import Connection, Engine
 
 from looplab.model import fields
 from looplab.model.errors import ConfigError
-from looplab.orchestrator.health import Finding, Level
-from looplab.orchestrator.schema import AlertOutbox
+from looplab.orchestrator.health import Finding, Level, Rule
+from looplab.orchestrator.schema import AlertOutbox, DatabaseIdentity
 
 log = logging.getLogger("looplab.alerts")
 OUTBOX = AlertOutbox.__table__
+IDENTITY = DatabaseIdentity.__table__
 TYPES = ("webhook", "slack", "smtp", "command")
 DEFAULT_FILE = Path("~/.config/looplab/alerts.json")
 PENDING, DELIVERED = "pending", "delivered"
@@ -109,6 +118,9 @@ class AlertConfig:
     window_s: float = 3600.0
     retry_s: float = 5.0
     retry_max_s: float = 600.0
+    # how long a driver that ends (or `looplab alerts --send`) goes on delivering what is pending: long
+    # enough for a receiver that restarts, short enough that a dead one does not hold the shell
+    flush_s: float = 30.0
 
 
 # ---------------------------------------------------------------- configuration
@@ -234,7 +246,7 @@ def load(env: dict[str, str] | None = None) -> AlertConfig:
             raise ConfigError(f"{path}: not JSON ({e})") from None
     elif env.get("LOOPLAB_ALERTS"):
         raise ConfigError(f"$LOOPLAB_ALERTS: no such file {path}")
-    doc = fields.known_keys(str(path), doc, ("channels", "window_s", "retry_s", "retry_max_s"))
+    doc = fields.known_keys(str(path), doc, ("channels", "window_s", "retry_s", "retry_max_s", "flush_s"))
     specs = doc.get("channels", [])
     if not isinstance(specs, list):
         raise ConfigError(f"{path}: channels: expected a list of channel mappings, got {specs!r}")
@@ -243,18 +255,50 @@ def load(env: dict[str, str] | None = None) -> AlertConfig:
     names = [c.name for c in channels]
     if len(set(names)) < len(names):
         raise ConfigError(f"alert channels: names must differ, got {names}")
-    return AlertConfig(
-        tuple(channels),
-        **{k: fields.number(f"{path}: {k}", doc[k], lo=0, lo_open=True) for k in doc if k != "channels"},
-    )
+    numbers = {k: fields.number(f"{path}: {k}", doc[k], lo=0, lo_open=True) for k in doc if k != "channels"}
+    if env.get("LOOPLAB_ALERT_FLUSH_S"):
+        numbers["flush_s"] = fields.number(
+            "$LOOPLAB_ALERT_FLUSH_S", _float(env["LOOPLAB_ALERT_FLUSH_S"]), lo=0
+        )
+    return AlertConfig(tuple(channels), **numbers)
+
+
+def _float(text: str) -> float | str:
+    """`text` as a number, else as given (for fields.number to refuse with the name)."""
+    try:
+        return float(text)
+    except ValueError:
+        return text
 
 
 # ---------------------------------------------------------------- the outbox
 
 
-def message_id(group: str, now: float, window_s: float) -> str:
-    """The stable id of the message of `group` (e.g. "health:12:stall") in the window holding `now`."""
-    return hashlib.sha256(f"{group}|{int(now // window_s)}".encode()).hexdigest()[:32]
+def database_identity(conn: Connection) -> str:
+    """The database's stored identity (a UUID; revision 0022), written in `conn`'s transaction at its
+    first use. A driver asks for it once at its start (`ensure_identity`), so two drivers never race to
+    write it in the transaction of an alert."""
+    got = conn.execute(sa.select(IDENTITY.c.uuid).where(IDENTITY.c.id == 1)).scalar()
+    if got is None:
+        got = str(uuid.uuid4())
+        conn.execute(IDENTITY.insert().values(id=1, uuid=got, created_at=time.time()))
+    return got
+
+
+def ensure_identity(eng: Engine) -> str:
+    """`database_identity` in a transaction of its own; a driver that lost the race reads the winner's."""
+    try:
+        with eng.begin() as conn:
+            return database_identity(conn)
+    except sa.exc.IntegrityError:
+        with eng.begin() as conn:
+            return database_identity(conn)
+
+
+def message_id(group: str, now: float, window_s: float, identity: str = "") -> str:
+    """The stable id of the message of `group` (e.g. "health:12:stall") in the window holding `now`, in
+    the database of `identity`: unique to that database."""
+    return hashlib.sha256(f"{identity}|{group}|{int(now // window_s)}".encode()).hexdigest()[:32]
 
 
 def enqueue(
@@ -269,15 +313,16 @@ def enqueue(
     job_id: int | None = None,
     rule: str | None = None,
     now: float | None = None,
+    also: tuple[str, ...] = (),
 ) -> str | None:
-    """Put one message into the outbox for every channel that wants it (in the caller's transaction);
-    a message of the same group and window already there only counts one more repeat. Returns its id
-    (None when no channel wants it)."""
+    """Put one message into the outbox for every channel that wants it, or wants a topic of `also` (in
+    the caller's transaction); a message of the same group and window already there only counts one more
+    repeat. Returns its id (None when no channel wants it)."""
     now = time.time() if now is None else now
-    channels = [c.name for c in config.channels if c.wants(topic, level)]
+    channels = [c.name for c in config.channels if any(c.wants(t, level) for t in (topic, *also))]
     if not channels:
         return None
-    msg_id = message_id(group, now, config.window_s)
+    msg_id = message_id(group, now, config.window_s, database_identity(conn))
     there = set(
         conn.execute(
             sa.select(OUTBOX.c.channel).where(OUTBOX.c.msg_id == msg_id, OUTBOX.c.channel.in_(channels))
@@ -316,6 +361,8 @@ def finding_alert(config: AlertConfig):
     """The health watch's `on_finding`: a finding becomes a message grouped by job and rule."""
 
     def on_finding(conn: Connection, job_id: int, attempt: int | None, finding: Finding) -> None:
+        # a finding that ends the job is its failure's one alert: channels of failed jobs get it too
+        ends = finding.level == Level.ERROR and finding.rule != Rule.STALL
         enqueue(
             conn,
             config,
@@ -332,6 +379,7 @@ def finding_alert(config: AlertConfig):
             level=str(finding.level),
             job_id=job_id,
             rule=str(finding.rule),
+            also=(Topic.JOB_FAILED,) if ends else (),
         )
 
     return on_finding
@@ -429,14 +477,54 @@ def deliver_due(
     return counts
 
 
+def pending(eng: Engine) -> list[Any]:
+    """The outbox rows not delivered yet (id, msg_id, channel, subject, tries, last_error), oldest first."""
+    with eng.connect() as conn:
+        return conn.execute(
+            sa.select(OUTBOX.c.id, OUTBOX.c.msg_id, OUTBOX.c.channel, OUTBOX.c.subject, OUTBOX.c.tries)
+            .add_columns(OUTBOX.c.last_error)
+            .where(OUTBOX.c.status == PENDING)
+            .order_by(OUTBOX.c.id)
+        ).all()
+
+
+def flush(eng: Engine, config: AlertConfig, wait_s: float, poll_s: float = 1.0) -> dict[str, int]:
+    """Deliver every pending message now, not at its backoff's time, in rounds `poll_s` apart until none
+    is left of a configured channel or `wait_s` seconds have passed (a round under way is finished).
+    Returns {"delivered": n, "failed": n (tries that failed), "left": n (still pending)}."""
+    deadline = time.monotonic() + wait_s
+    total = {"delivered": 0, "failed": 0}
+    names = {c.name for c in config.channels}
+    while True:
+        got = deliver_due(eng, config, now=time.time() + 1e9, limit=1000)
+        total = {k: total[k] + got[k] for k in total}
+        left = [r for r in pending(eng) if r.channel in names]
+        if not left or time.monotonic() + poll_s > deadline:
+            break
+        time.sleep(poll_s)
+    return {**total, "left": len(pending(eng))}
+
+
+def say_left(eng: Engine) -> list[str]:
+    """A line per message left undelivered (logged by a driver that ends, printed by the CLI)."""
+    return [
+        f"undelivered: {r.subject} (id {r.msg_id}, channel {r.channel}, {r.tries} tries"
+        + (f", last error {r.last_error}" if r.last_error else "")
+        + ")"
+        for r in pending(eng)
+    ]
+
+
 class Deliverer:
     """The background thread that empties the outbox every `poll_s` seconds, apart from the driver's
     loop: a slow or failing channel costs the queue nothing. A round that fails (the database away) is
-    tried again at the next poll."""
+    tried again at the next poll. When the driver ends, the same thread flushes (`flush`): only one
+    thread ever sends, so nothing is sent twice by this driver."""
 
     def __init__(self, eng: Engine, config: AlertConfig, poll_s: float = 1.0) -> None:
         self.eng, self.config, self.poll_s = eng, config, poll_s
         self._stop = threading.Event()
+        self._flush_s = 0.0
         self._thread = threading.Thread(target=self._loop, name="looplab-alerts", daemon=True)
 
     def start(self) -> Deliverer:
@@ -446,7 +534,10 @@ class Deliverer:
     def _loop(self) -> None:
         while not self._stop.wait(self.poll_s):
             self._round()
-        self._round()  # one last round when the driver stops
+        try:  # the driver stops: what is pending goes now, within the bound
+            flush(self.eng, self.config, self._flush_s, self.poll_s)
+        except Exception:
+            log.warning("alert delivery at exit failed", exc_info=True)
 
     def _round(self) -> None:
         try:
@@ -454,11 +545,17 @@ class Deliverer:
         except Exception:  # the database away: the next round tries again
             log.debug("alert delivery round failed", exc_info=True)
 
-    def stop(self, wait_s: float = 3.0) -> None:
-        """Stop the thread after its last round, waiting at most `wait_s` for it: a channel that hangs
-        delays the driver's exit by no more (what is still pending waits for the next driver)."""
+    def stop(self, flush_s: float = 3.0) -> list[str]:
+        """Stop the thread after it has delivered what is pending, for at most `flush_s` seconds (plus a
+        channel's timeout for the try under way); returns a line per message left."""
+        self._flush_s = flush_s
         self._stop.set()
-        self._thread.join(timeout=wait_s)
+        longest = max((c.timeout_s for c in self.config.channels), default=0.0)
+        self._thread.join(timeout=flush_s + longest + self.poll_s + 1.0)
+        try:
+            return [f"{line}: sent by `looplab alerts --send` or the next run" for line in say_left(self.eng)]
+        except Exception:  # the database away: nothing to say about it here
+            return []
 
 
 def notify(eng: Engine, config: AlertConfig, topic: str, subject: str, text: str, **kw: Any) -> str | None:
@@ -470,10 +567,23 @@ def notify(eng: Engine, config: AlertConfig, topic: str, subject: str, text: str
         return enqueue(conn, config, topic, subject, {"text": text}, **kw)
 
 
-def job_counts(eng: Engine) -> dict[str, int]:
-    """How many jobs the queue holds in each status (for the message at its end)."""
-    from looplab.orchestrator.schema import Job
-
-    with eng.connect() as conn:
-        rows = conn.execute(sa.select(Job.status, sa.func.count()).group_by(Job.status)).all()
-    return {str(s): int(n) for s, n in rows}
+def queue_done(
+    eng: Engine, config: AlertConfig, finished: dict[int, str], stopped: bool, worker: str
+) -> None:
+    """The message at the end of a driver's run: how the queue ended (empty, or stopped) and how the jobs
+    this run finished ended. A run that finished nothing and was not stopped sends none: running
+    `looplab run --until-empty` on an empty queue again is no news."""
+    if not finished and not stopped:
+        return
+    counts = Counter(str(s) for s in finished.values())
+    failed = counts.get("failed", 0)
+    text = "this run: " + (", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "nothing finished")
+    notify(
+        eng,
+        config,
+        Topic.QUEUE_DONE,
+        f"queue {'stopped' if stopped else 'empty'}" + (f" with {failed} failed job(s)" if failed else ""),
+        text,
+        group=f"queue_done:{worker}:{time.time()}",
+        level="error" if failed else "warning",
+    )

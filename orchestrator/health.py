@@ -18,6 +18,17 @@ and attempt (`store`). Why these rules and these defaults (docs/health.md):
   own median rate: one warning per episode (it ends when the rate is back above the fraction).
 - eval divergence: validation loss rising at each of the last `eval_count` evaluations and by more
   than `eval_noise` (relative) in all: a warning, once per episode.
+- at chance: the train loss within `chance_tol` (relative) of ln V, the loss of a uniform guess over
+  the vocabulary, at every point of the last `chance_window` steps, from step `chance_after` on: a
+  collapsed run (its logits went flat) that would otherwise end "succeeded". It raises nothing, so no
+  other rule sees it. Action `chance_action` (stop by default).
+- plateau: the train loss's range over the last `plateau_window` steps under `plateau_rel` of its
+  mean, from step `plateau_after` on: a loss that stopped moving (a minibatch loss of a learning run
+  moves by percents from step to step). Action `plateau_action` (warn by default).
+A rule's action: `warn` (a warning; the run goes on), `stop` (the attempt is killed at once and the
+job fails, not retried: a deterministic run would collapse again) or `hold` (the run is asked to stop
+at its next step with a checkpoint, and the job fails, not retried, for a person to look at and
+`looplab retry`, which resumes it from that checkpoint).
 
 Torch-free and Ray-free: the writer, the driver, the CLI and the dashboard read the same names.
 """
@@ -49,6 +60,8 @@ class Rule(StrEnum):
     STALL = "stall"
     SLOWDOWN = "slowdown"
     EVAL_DIVERGENCE = "eval_divergence"
+    AT_CHANCE = "at_chance"  # the train loss sits at ln V: the run collapsed to a uniform guess
+    PLATEAU = "plateau"  # the train loss stopped moving
     REWIND = "rewind"  # the trainer rewound a loss spike (its spec's spike_rewind)
     PREEMPTED = "preempted"  # the driver stopped a preemptible job for an urgent one (admission.py)
 
@@ -63,6 +76,9 @@ class Level(StrEnum):
 # the figures the non-finite rule checks (a NaN elsewhere, e.g. in an MFU estimate, is no divergence)
 NON_FINITE_KEYS = ("train_loss", "grad_norm", "val_loss")
 TRAIN_LOSS, VAL_LOSS = "train_loss", "val_loss"
+# what a rule that does not raise does when it trips (HealthSettings.chance_action, plateau_action)
+WARN, STOP, HOLD = "warn", "stop", "hold"
+ACTIONS = (WARN, STOP, HOLD)
 
 
 @dataclass(frozen=True)
@@ -80,6 +96,19 @@ class HealthSettings:
     eval_count: int = 3
     eval_noise: float = 0.01
     retry_non_finite: bool = False
+    # at chance: a run stuck at ln V for 50 steps after step 20 is no run that learns (a healthy one
+    # leaves ln V within its first few steps, down to the corpus's unigram entropy and below)
+    chance_tol: float = 0.01
+    chance_window: int = 50
+    chance_after: int = 20
+    chance_action: str = STOP
+    # plateau: a minibatch loss that moves by under 0.1 % of itself for 50 steps, after step 100
+    plateau_rel: float = 1e-3
+    plateau_window: int = 50
+    plateau_after: int = 100
+    plateau_action: str = WARN
+    # a program error (config, shape, type) repeats on every attempt: not retried unless asked
+    retry_program_errors: bool = False
 
     @classmethod
     def of(cls, where: str, values: Any, base: HealthSettings | None = None) -> HealthSettings:
@@ -89,13 +118,17 @@ class HealthSettings:
         checked: dict[str, Any] = {}
         for key, value in given.items():
             name = f"{where}.{key}"
-            if key == "retry_non_finite":
+            if key in ("retry_non_finite", "retry_program_errors"):
                 checked[key] = fields.boolean(name, value)
+            elif key in ("chance_action", "plateau_action"):
+                checked[key] = fields.choice(name, value, ACTIONS)
+            elif key in ("chance_window", "plateau_window", "chance_after", "plateau_after"):
+                checked[key] = fields.integer(name, value, lo=0 if key.endswith("_after") else 1)
             elif key in ("spike_window", "slow_window", "eval_count"):
                 checked[key] = fields.integer(name, value, lo=2 if key != "eval_count" else 1)
             elif key in ("spike_k", "stall_kill_factor"):
                 checked[key] = fields.number(name, value, lo=1.0, lo_open=True)
-            elif key == "slow_fraction":
+            elif key in ("slow_fraction", "chance_tol", "plateau_rel"):
                 checked[key] = fields.number(name, value, lo=0.0, lo_open=True, hi=1.0, hi_open=True)
             else:
                 checked[key] = fields.number(name, value, lo=0.0, lo_open=key != "eval_noise")
@@ -124,6 +157,11 @@ class Finding:
     key: str | None
     value: float | None
     message: str
+    action: str | None = None  # a rule that does not raise: what the driver does (WARN, STOP, HOLD)
+
+    @property
+    def stops(self) -> bool:
+        return self.action in (STOP, HOLD)
 
 
 def non_finite(key: str, step: int, value: float) -> Finding | None:
@@ -261,16 +299,108 @@ class EvalDivergenceRule:
         return found
 
 
+def _acted(action: str) -> tuple[Level, str]:
+    """The level of a finding with `action`, and what the sentence says happens."""
+    if action == STOP:
+        return Level.ERROR, "the run is stopped and the job failed, not retried"
+    if action == HOLD:
+        return (
+            Level.ERROR,
+            "the run stops at its next step with a checkpoint, held for a person (looplab retry)",
+        )
+    return Level.WARNING, "a warning; the run goes on"
+
+
+class ChanceRule:
+    """The train loss within `tol` x ln V of ln V (a uniform guess over V tokens) at every point of the
+    last `window` steps, from step `after` on: the run collapsed. Once per attempt."""
+
+    def __init__(self, vocab: int | None, tol: float, window: int, after: int, action: str) -> None:
+        self.chance = math.log(vocab) if vocab and vocab > 1 else None
+        self.tol, self.window, self.after, self.action = tol, window, after, action
+        self.since: int | None = None  # the step the current run of points at chance began
+        self.done = False
+
+    def near(self, value: float) -> bool:
+        return self.chance is not None and abs(value - self.chance) <= self.tol * self.chance
+
+    def observe(self, step: int, value: float) -> Finding | None:
+        if not self.near(value):
+            self.since = None
+            return None
+        self.since = step if self.since is None else self.since
+        if self.done or step < self.after or step - self.since < self.window:
+            return None
+        self.done = True
+        level, then = _acted(self.action)
+        return Finding(
+            Rule.AT_CHANCE,
+            level,
+            step,
+            TRAIN_LOSS,
+            value,
+            f"train_loss {value:.6g} at step {step} has been at chance, ln V = {self.chance:.6g} (within "
+            f"{self.tol:.0%}), since step {self.since}: the run collapsed to a uniform guess over its "
+            f"vocabulary (lower lr?); {then}",
+            self.action,
+        )
+
+
+class PlateauRule:
+    """The train loss's range over the last `window` steps under `rel` of its mean, from step `after`
+    on: the loss stopped moving. Once per episode; a loss at chance is the chance rule's."""
+
+    def __init__(self, rel: float, window: int, after: int, action: str) -> None:
+        self.rel, self.window, self.after, self.action = rel, window, after, action
+        self.points: deque[tuple[int, float]] = deque()
+        self.flat = False
+
+    def observe(self, step: int, value: float, at_chance: bool) -> Finding | None:
+        self.points.append((step, value))
+        while len(self.points) > 2 and step - self.points[1][0] >= self.window:
+            self.points.popleft()
+        span = step - self.points[0][0]
+        values = [v for _, v in self.points]
+        mean = statistics.fmean(values)
+        moved = max(values) - min(values)
+        flat = span >= self.window and step >= self.after and mean != 0 and moved < self.rel * abs(mean)
+        found = None
+        if flat and not self.flat and not at_chance:
+            level, then = _acted(self.action)
+            found = Finding(
+                Rule.PLATEAU,
+                level,
+                step,
+                TRAIN_LOSS,
+                value,
+                f"train_loss moved by {moved:.3g} ({moved / abs(mean):.2e} of its mean {mean:.6g}) over "
+                f"steps {self.points[0][0]}-{step}, under {self.rel:g}: the loss stopped moving; {then}",
+                self.action,
+            )
+        self.flat = flat
+        return found
+
+
 class RunHealth:
     """The curve rules of one attempt of one job, fed its metric points in order; a point at or before
     the last one seen of its key (a replayed spool, a batch written again) is not counted twice."""
 
-    def __init__(self, settings: HealthSettings) -> None:
+    def __init__(self, settings: HealthSettings, vocab: int | None = None) -> None:
         s = self.settings = settings
         self.spike = SpikeRule(s.spike_k, s.spike_window)
         self.slowdown = SlowdownRule(s.slow_fraction, s.slow_window)
         self.divergence = EvalDivergenceRule(s.eval_count, s.eval_noise)
+        self.chance = ChanceRule(vocab, s.chance_tol, s.chance_window, s.chance_after, s.chance_action)
+        self.plateau = PlateauRule(s.plateau_rel, s.plateau_window, s.plateau_after, s.plateau_action)
         self.last_step: dict[str, int] = {}
+
+    def rearm(self, finding: Finding) -> None:
+        """`finding` (a stop) was a replay of one the job has already: the rule trips again at its next
+        point, so a run resumed after the stop (`looplab retry`) that is still collapsed stops again."""
+        if finding.rule == Rule.AT_CHANCE:
+            self.chance.done = False
+        elif finding.rule == Rule.PLATEAU:
+            self.plateau.flat = False
 
     def observe(self, key: str, step: int, value: float, tokens=None, wall_s=None) -> list[Finding]:
         if step <= self.last_step.get(key, -1):
@@ -282,6 +412,8 @@ class RunHealth:
         found: list[Finding | None] = []
         if key == TRAIN_LOSS:
             found += [self.spike.observe(step, value), self.slowdown.observe(step, tokens, wall_s)]
+            found.append(self.chance.observe(step, value))
+            found.append(self.plateau.observe(step, value, self.chance.since is not None))
         elif key == VAL_LOSS:
             found.append(self.divergence.observe(step, value))
         return [f for f in found if f is not None]
@@ -357,15 +489,33 @@ def grid_settings(conn: Connection, job_id: int, base: HealthSettings) -> Health
         return base
 
 
+def job_vocab(conn: Connection, job_id: int) -> int | None:
+    """The vocabulary size job `job_id` trains with (filled at submission; None for a job that trains
+    nothing): the chance rule's ln V."""
+    from looplab.orchestrator.schema import Job
+
+    return conn.execute(sa.select(Job.vocab_size).where(Job.id == job_id)).scalar()
+
+
 def store(
     conn: Connection, job_id: int, attempt: int | None, finding: Finding, ts: float | None = None
-) -> int:
-    """One finding as a `health_events` row; returns its id."""
+) -> int | None:
+    """One finding as a `health_events` row; returns its id, or None when the job has it already (the
+    same rule, level, figure key and step: a point replayed from the spool by a later attempt, or a
+    finding given twice, is one event)."""
     from looplab.orchestrator.schema import HealthEvent
 
+    t = HealthEvent.__table__
+    if finding.step is not None:
+        same = (t.c.job_id == job_id) & (t.c.rule == str(finding.rule)) & (t.c.step == finding.step)
+        same &= (t.c.level == str(finding.level)) & (
+            t.c.key.is_(None) if finding.key is None else t.c.key == finding.key
+        )
+        if conn.execute(sa.select(t.c.id).where(same).limit(1)).first() is not None:
+            return None
     value = finding.value
     return conn.execute(
-        HealthEvent.__table__.insert().values(
+        t.insert().values(
             job_id=job_id,
             attempt=attempt,
             ts=time.time() if ts is None else ts,
@@ -391,11 +541,18 @@ class HealthWatch:
         self.on_finding = on_finding  # (conn, job_id, attempt, finding) -> None
         self.runs: dict[int, tuple[int, RunHealth]] = {}
         self._settings: dict[int, HealthSettings] = {}
+        # findings whose action stops the run (STOP, HOLD), for the driver to act on (`take_stops`)
+        self.stops: list[tuple[int, int | None, Finding]] = []
 
     def settings(self, conn: Connection, job_id: int) -> HealthSettings:
         if job_id not in self._settings:
             self._settings[job_id] = grid_settings(conn, job_id, self.base)
         return self._settings[job_id]
+
+    def take_stops(self) -> list[tuple[int, int | None, Finding]]:
+        """The (job, attempt, finding) whose rule's action stops its run, found since the last call."""
+        stops, self.stops = self.stops, []
+        return stops
 
     def observe(self, conn: Connection, job_id: int, attempt: int, events: list[Any]) -> list[Finding]:
         """Feed the metric events of one job's batch (reported under `attempt`) to its rules; store and
@@ -409,7 +566,8 @@ class HealthWatch:
             return found
         held = self.runs.get(job_id)
         if held is None or held[0] != attempt:
-            held = self.runs[job_id] = (attempt, RunHealth(self.settings(conn, job_id)))
+            run = RunHealth(self.settings(conn, job_id), job_vocab(conn, job_id))
+            held = self.runs[job_id] = (attempt, run)
         for e in points:
             p = e.payload
             if not (isinstance(p.get("key"), str) and isinstance(p.get("step"), int)):
@@ -419,103 +577,22 @@ class HealthWatch:
             for finding in held[1].observe(
                 p["key"], p["step"], float(p["value"]), p.get("tokens"), p.get("wall_s")
             ):
-                self.record(conn, job_id, attempt, finding)  # the writer's clock, as heartbeats
+                if not self.record(conn, job_id, attempt, finding) and finding.stops:
+                    held[1].rearm(finding)  # a replay of a stop found before: the resumed run is watched on
                 found.append(finding)
         return found
 
-    def record(self, conn: Connection, job_id: int, attempt: int | None, finding: Finding, ts=None) -> None:
-        store(conn, job_id, attempt, finding, ts)
+    def record(self, conn: Connection, job_id: int, attempt: int | None, finding: Finding, ts=None) -> bool:
+        """Store `finding` and alert it; False (nothing done) when the job has it already (`store`)."""
+        if store(conn, job_id, attempt, finding, ts) is None:
+            return False
+        if finding.stops:
+            self.stops.append((job_id, attempt, finding))
         if self.on_finding is not None:
             self.on_finding(conn, job_id, attempt, finding)
+        return True
 
     def forget(self, job_id: int) -> None:
         """A job finished: its rules' state goes."""
         self.runs.pop(job_id, None)
         self._settings.pop(job_id, None)
-
-
-# ---------------------------------------------------------------- what happened since a time
-
-
-def parse_since(text: str, now: float | None = None) -> float:
-    """A time as epoch seconds from what a person types: a duration back from now ("90m", "8h", "2d",
-    "45s"), a clock time today ("07:30"; yesterday's when that is still to come) or an ISO date-time
-    ("2026-12-03 18:00"); a ConfigError names what is accepted."""
-    import datetime as dt
-
-    now = time.time() if now is None else now
-    t = str(text).strip()
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    try:
-        if t and t[-1] in units:
-            return now - float(t[:-1]) * units[t[-1]]
-        if len(t) in (4, 5) and ":" in t:
-            hh, mm = (int(x) for x in t.split(":"))
-            day = dt.datetime.fromtimestamp(now).replace(hour=hh, minute=mm, second=0, microsecond=0)
-            at = day.timestamp()
-            return at - 86400 if at > now else at
-        return dt.datetime.fromisoformat(t).timestamp()
-    except ValueError:
-        raise ConfigError(
-            f"since: cannot read {text!r}; accepted: a duration back from now (90m, 8h, 2d), a clock time "
-            "today (07:30) or an ISO date-time (2026-12-03 18:00)"
-        ) from None
-
-
-def happened_since(eng: Any, since: float) -> dict[str, Any]:
-    """The morning view: what happened since `since` (epoch seconds), as DataFrames `finished` (jobs that
-    succeeded or failed), `health` (findings) and `alerts` (messages with their delivery), and `counts`
-    (finished, failed, stalled, warned, alerts delivered and pending)."""
-    import pandas as pd
-
-    finished = pd.read_sql(
-        sa.text(
-            "SELECT j.id AS job, j.kind, g.name AS grid, j.recipe, j.status, j.attempts, j.finished_at, "
-            "j.error FROM jobs j LEFT JOIN grids g ON g.id = j.grid_id "
-            "WHERE j.finished_at >= :since AND j.status IN ('succeeded', 'failed') ORDER BY j.finished_at"
-        ),
-        eng,
-        params={"since": since},
-    )
-    finished["error"] = finished["error"].map(
-        lambda e: e.strip().splitlines()[0] if isinstance(e, str) else ""
-    )
-    health = pd.read_sql(
-        sa.text(
-            "SELECT job_id AS job, attempt, step, rule, level, figure, message, ts AS seen_at FROM health_events "
-            "WHERE ts >= :since ORDER BY ts"
-        ),
-        eng,
-        params={"since": since},
-    )
-    sent = pd.read_sql(
-        sa.text(
-            "SELECT msg_id, channel, topic, job_id AS job, subject, repeats, status, tries, last_error, "
-            "created_at, delivered_at FROM alert_outbox WHERE created_at >= :since ORDER BY created_at"
-        ),
-        eng,
-        params={"since": since},
-    )
-    counts = {
-        "succeeded": int((finished["status"] == "succeeded").sum()),
-        "failed": int((finished["status"] == "failed").sum()),
-        "stalled": int(health.loc[health["rule"] == str(Rule.STALL), "job"].nunique()),
-        "warned": int(health.loc[health["level"] == str(Level.WARNING), "job"].nunique()),
-        "alerts delivered": int((sent["status"] == "delivered").sum()),
-        "alerts pending": int((sent["status"] != "delivered").sum()),
-    }
-    return {"finished": finished, "health": health, "alerts": sent, "counts": counts}
-
-
-def events_frame(eng: Any, job_ids: list[int] | tuple[int, ...]) -> Any:
-    """The health events of `job_ids` (a DataFrame: job_id, attempt, step, rule, level, key, figure,
-    message, ts), for markers on the curves."""
-    import pandas as pd
-
-    cols = ["job_id", "attempt", "step", "rule", "level", "key", "figure", "message", "ts"]
-    if not job_ids:
-        return pd.DataFrame(columns=cols)
-    stmt = sa.text(
-        f"SELECT {', '.join(cols)} FROM health_events WHERE job_id IN :ids ORDER BY ts"
-    ).bindparams(sa.bindparam("ids", expanding=True))
-    return pd.read_sql(stmt, eng, params={"ids": [int(i) for i in job_ids]})

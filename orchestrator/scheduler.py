@@ -84,10 +84,10 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from looplab.orchestrator import alerts, drivers, jobkinds, jobqueue, retention
+from looplab.orchestrator import alerts, drivers, faults, jobkinds, jobqueue, retention
 from looplab.orchestrator.admission import Admission, Candidate, Node, Preempt, Refuse, Request, Running
 from looplab.orchestrator.db import Outage, outage, outage_phrase
-from looplab.orchestrator.health import Finding, HealthWatch, Level, Rule, StepClock
+from looplab.orchestrator.health import STOP, Finding, HealthWatch, Level, Rule, StepClock
 from looplab.orchestrator.settings import (
     _seconds,
     aging_seconds,
@@ -185,6 +185,8 @@ class Scheduler:
         self.clocks: dict[int, StepClock] = {}  # running job -> its step clock
         self.findings: list[tuple[int, int, Any]] = []  # the driver's own, waiting for the database
         self.stalled: dict[int, Any] = {}  # job -> the stall finding its attempt was killed for
+        self.health_stopped: dict[int, Finding] = {}  # job -> the finding whose action stopped its run
+        self.finished_here: dict[int, str] = {}  # job -> how it finished, for this run's "queue empty"
         # preemption (orchestrator/admission.py): running jobs that checkpointed in their attempt (only
         # those may be preempted: a stop before loses work), and the ones asked to stop, with why
         self.checkpointed: set[int] = set()
@@ -236,13 +238,15 @@ class Scheduler:
             for s in old:
                 signal.signal(s, self._on_signal)
         if self.alerts.channels:
+            alerts.ensure_identity(self.eng)  # before any alert's transaction needs it
             self.deliverer = alerts.Deliverer(self.eng, self.alerts).start()
         try:
             self._loop()
             self._queue_done()
         finally:
-            if self.deliverer is not None:
-                self.deliverer.stop()
+            flush_s = 0.0 if self.stopping >= 2 else self.alerts.flush_s  # a second Ctrl-C waits for nothing
+            for line in self.deliverer.stop(flush_s) if self.deliverer is not None else ():
+                self._say(line)
             if threading.current_thread() is threading.main_thread():
                 for s, h in old.items():
                     signal.signal(s, h)
@@ -388,8 +392,9 @@ class Scheduler:
             self.preempting[victim] = why
             self.sink.request_stop.remote(victim)
             message = f"{why}: it stops at its next step, checkpointed, and resumes after"
+            step = self.clocks[victim].step if victim in self.clocks else None
             self.findings.append(
-                (victim, attempt[victim], Finding(Rule.PREEMPTED, Level.WARNING, None, None, None, message))
+                (victim, attempt[victim], Finding(Rule.PREEMPTED, Level.WARNING, step, None, None, message))
             )
             if self.progress:
                 print(f"{time.strftime('%H:%M:%S')} job {victim}: {message}", flush=True)
@@ -419,6 +424,7 @@ class Scheduler:
         self.checkpointed.discard(job_id)
         preempted = self.preempting.pop(job_id, None)
         stall = self.stalled.pop(job_id, None)
+        stopped = self.health_stopped.pop(job_id, None)
         try:
             out = ray.get(ref)
             if stall is not None and out.outcome != AttemptOutcome.SUCCEEDED:
@@ -426,11 +432,15 @@ class Scheduler:
         except ray.exceptions.NodeDiedError as e:  # the machine went away: not the job's fault
             out = TaskResult(AttemptOutcome.INTERRUPTED, f"Ray node lost: {e}")
         except Exception as e:  # the worker process died (OOM-killed, a crash in native code, ...)
-            out = TaskResult(AttemptOutcome.FAILED, f"Ray task failed: {type(e).__name__}: {e}")
+            out = TaskResult(
+                AttemptOutcome.FAILED, f"Ray task failed: {type(e).__name__}: {e}", fault=faults.Fault.MACHINE
+            )
             if stall is not None:  # killed by the stall rule: a failed attempt, retried from its checkpoint
                 out = TaskResult(AttemptOutcome.FAILED, stall.message)
         if preempted is not None and out.outcome == AttemptOutcome.INTERRUPTED:  # it stopped as asked
             out = TaskResult(AttemptOutcome.PREEMPTED, preempted)
+        if stopped is not None and out.outcome != AttemptOutcome.SUCCEEDED:  # a health rule stopped it
+            out = TaskResult(AttemptOutcome.FAILED, stopped.message, finding=stopped)
         self.outcomes.append((job_id, n, out))
 
     def _write_held(self, notes: list[tuple[int, int, list[Event]]] = ()) -> None:
@@ -452,6 +462,7 @@ class Scheduler:
         if self.findings:
             record_findings(self.eng, self.health, self.findings)
             self.findings = []
+        self._health_stops()
         while self.outcomes:
             self._record(*self.outcomes[0])
             self.outcomes.pop(0)
@@ -460,17 +471,15 @@ class Scheduler:
         # every event of the job is written (`_write_held` writes the events first), its result rows
         # among them; a resumed job's count covers all its attempts under this driver
         record_concurrency(self.eng, job_id, n, len(self.overlaps.get(job_id, ())))
-        retry = True
-        if out.finding is not None:
+        if out.finding is not None:  # stored once: a finding the writer stored already is not again
             record_findings(self.eng, self.health, [(job_id, n, out.finding)])
-            with self.eng.connect() as conn:  # a deterministic run would replay its NaN or its spikes
-                retry = out.finding.rule != Rule.REWIND and (
-                    out.finding.rule != Rule.NON_FINITE or self.health.settings(conn, job_id).retry_non_finite
-                )
+        with self.eng.connect() as conn:  # a deterministic run would replay its NaN, spikes or error
+            retry = faults.retried(out.finding, out.fault, self.health.settings(conn, job_id))
         status = self._finish(job_id, n, out.outcome, out.error, retry)
         if status.finished:
             self.health.forget(job_id)
-        if status == JobStatus.FAILED:
+            self.finished_here[job_id] = status
+        if status == JobStatus.FAILED and out.finding is None:  # a finding's own alert is the incident's
             first = (out.error or "").strip().splitlines()[:1]
             alerts.notify(
                 self.eng,
@@ -543,6 +552,23 @@ class Scheduler:
             if kill:
                 self.stalled[job_id] = finding
                 ray.cancel(ref, force=True)
+
+    def _health_stops(self) -> None:
+        """Act on the findings whose rule's action stops the run (orchestrator/health.py: at chance, a
+        plateau set to stop): `stop` kills the attempt at once, `hold` asks it to stop at its next step
+        with a checkpoint; either way its job fails with the finding, not retried (`_collect`)."""
+        refs = {(j, n): ref for ref, (j, n, _) in self.running.items()}
+        for job_id, n, finding in self.health.take_stops():
+            ref = refs.get((job_id, n))
+            if ref is None or job_id in self.health_stopped:
+                continue  # it ended already, or was stopped for another finding
+            self.health_stopped[job_id] = finding
+            if finding.action == STOP:
+                ray.cancel(ref, force=True)
+            else:
+                self.sink.request_stop.remote(job_id)
+            if self.progress:
+                print(f"{time.strftime('%H:%M:%S')} job {job_id}: {finding.message}", flush=True)
 
     def _heartbeat_and_cancels(self) -> None:
         mine = [j for j, *_ in self.running.values()]
@@ -617,22 +643,9 @@ class Scheduler:
         return [(j, n, [event]) for j, n in sorted(jobs.items())]
 
     def _queue_done(self) -> None:
-        """The end of the loop: the queue emptied, or stopped; a message says how it ended."""
-        if not self.alerts.channels or self.paused is not None:
-            return
-        counts = alerts.job_counts(self.eng)
-        failed = counts.get(JobStatus.FAILED, 0)
-        how = "stopped" if self.stopping else "empty"
-        text = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-        alerts.notify(
-            self.eng,
-            self.alerts,
-            alerts.Topic.QUEUE_DONE,
-            f"queue {how}" + (f" with {failed} failed job(s)" if failed else ""),
-            text or "no jobs",
-            group=f"queue_done:{self.worker}:{time.time()}",
-            level="error" if failed else "warning",
-        )
+        """The end of the loop: the queue emptied, or stopped; a message says how this run's jobs ended."""
+        if self.alerts.channels and self.paused is None:
+            alerts.queue_done(self.eng, self.alerts, self.finished_here, bool(self.stopping), self.worker)
 
     def _resume(self) -> None:
         p, self.paused = self.paused, None

@@ -576,6 +576,17 @@ class SupersededPoint(Base):
     value: Mapped[float] = mapped_column(Float)
 
 
+class DatabaseIdentity(Base):
+    """The database's own identity: one row (id 1), a random UUID written at its first use
+    (orchestrator/alerts.py `database_identity`). Alert ids are made from it, so two databases never
+    share one (revision 0022)."""
+
+    __tablename__ = "database_identity"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    uuid: Mapped[str] = mapped_column(String(36))
+    created_at: Mapped[float] = mapped_column(Float)
+
+
 def _result_tables() -> dict[str, type[Base]]:
     """The result tables the job kinds declare (workers.jobs.KINDS), by name, mapped to their ORM
     classes; a declared name with no class here is refused at import."""

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
+from looplab.orchestrator.faults import Fault, classify, program_note
 from looplab.orchestrator.health import TRAIN_LOSS, Finding, Level, Rule, non_finite
 from looplab.orchestrator.jobkinds import check_workers
 from looplab.orchestrator.states import AttemptOutcome
@@ -78,6 +79,7 @@ class TaskResult:
     error: str | None = None
     summary: dict[str, Any] | None = None
     finding: Finding | None = None
+    fault: str | None = None  # a failure's orchestrator.faults.Fault: whether a retry can help
 
 
 @ray.remote(num_cpus=0)
@@ -423,8 +425,13 @@ def run_attempt(
         result = TaskResult(AttemptOutcome.INTERRUPTED)
     except BaseException as e:  # every failure is recorded, the queue goes on
         finding = non_finite_of(e) or spikes_of(e)
+        fault = classify(_errors(e), _out_of_memory(e) or _disk_full(e))
         lead = advice(e, job_id) if finding is None else f"{finding.message}. Traceback follows.\n"
-        result = TaskResult(AttemptOutcome.FAILED, lead + traceback.format_exc(), finding=finding)
+        if finding is None and not lead and fault == Fault.PROGRAM:
+            lead = program_note(e)
+        result = TaskResult(
+            AttemptOutcome.FAILED, lead + traceback.format_exc(), finding=finding, fault=fault
+        )
     try:
         rep.close()
     except Exception:

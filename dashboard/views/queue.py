@@ -1,5 +1,5 @@
 """Queue: the morning view (what finished, failed, stalled or warned since a chosen time, and the alerts
-sent with their delivery: orchestrator.health.happened_since, as `looplab status --since` prints it);
+sent with their delivery: orchestrator.health_view.happened_since, as `looplab status --since` prints it);
 what is queued, running, done and failed; the disk the jobs' artifacts take; progress of each running
 job; recent errors.
 
@@ -18,7 +18,7 @@ from looplab.analysis.variants import MISSING, present
 from looplab.dashboard import listing, ui
 from looplab.orchestrator import frames, retention
 from looplab.orchestrator.errors import USER_ERRORS
-from looplab.orchestrator.health import happened_since, parse_since
+from looplab.orchestrator.health_view import happened_since, parse_since
 from looplab.orchestrator.states import JobStatus
 
 REFRESH_S = 5
@@ -64,9 +64,13 @@ def morning_view() -> None:
     for col, (label, n) in zip(st.columns(len(counts)), counts.items()):
         col.metric(label, n)
     st.caption(
-        f"since {time.strftime('%Y-%m-%d %H:%M', time.localtime(at))}; each job is on the Runs page by its id"
+        f"since {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(at))} (times in UTC); each job is on the Runs "
+        "page by its id"
     )
-    for name, title in (("finished", "Finished"), ("health", "Health events"), ("alerts", "Alerts")):
+    pending = seen["counts"]["alerts pending"]
+    if pending:  # what has not reached a person yet comes first, in a colour that stands out
+        st.error(f"{pending} alert(s) not delivered yet: `looplab alerts --send` delivers them now")
+    for name, title in (("alerts", "Alerts"), ("finished", "Finished"), ("health", "Health events")):
         df = seen[name]
         if not df.empty:
             st.markdown(f"**{title}** ({len(df)})")

@@ -39,6 +39,9 @@ def test_the_queue_page_opens_with_what_happened_since_a_chosen_time(tmp_path, m
         "1",
     )
     assert (counts["alerts delivered"], counts["alerts pending"]) == ("0", "1")
+    assert [e.value for e in at.error] == [
+        "1 alert(s) not delivered yet: `looplab alerts --send` delivers them now"
+    ]
     tables = [d.value for d in at.dataframe]
     finished = next(df for df in tables if "finished_at" in df.columns)
     assert sorted(finished["job"]) == [ok, bad]
@@ -49,6 +52,7 @@ def test_the_queue_page_opens_with_what_happened_since_a_chosen_time(tmp_path, m
     assert list(health["rule"]) == ["stall"] and list(health["job"]) == [stalled]
     sent = next(df for df in tables if "msg_id" in df.columns)
     assert list(sent["status"]) == ["pending"] and list(sent["channel"]) == ["hook"]
+    assert list(sent["job"]) == [bad] and str(sent["job"].dtype) == "Int64"  # an id, not 2.000
     # a later time: nothing happened since
     at.text_input(key="since").set_value("2099-01-01 00:00").run()
     counts = {m.label: m.value for m in at.metric}

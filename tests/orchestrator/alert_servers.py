@@ -135,3 +135,25 @@ def hanging_receiver() -> Iterator[str]:
         for s in held:
             s.close()
         server.close()
+
+
+@contextlib.contextmanager
+def late_receiver(after_s: float) -> Iterator[tuple[str, Receiver]]:
+    """A webhook whose port refuses connections for the first `after_s` seconds, then an `http_receiver`
+    on it (a receiver restarting, a network coming back); yields (URL, Receiver) at once."""
+    port, got, stop = free_port(), Receiver(), threading.Event()
+
+    def serve() -> None:
+        if stop.wait(after_s):
+            return
+        with http_receiver(port) as (_, inner):
+            inner.requests = got.requests  # one list: what the late server receives is `got`'s
+            stop.wait()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{port}/hook", got
+    finally:
+        stop.set()
+        thread.join(timeout=10)

@@ -5,15 +5,18 @@ succeeds once."""
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import threading
 import time
 
+import pytest
+
 from looplab import Grid, Queue
 from tests.db_rows import rows
 from tests.orchestrator import fake_jobs
-from tests.orchestrator.alert_servers import hanging_receiver, http_receiver
+from tests.orchestrator.alert_servers import hanging_receiver, http_receiver, late_receiver
 from tests.orchestrator.test_real_jobs import TRAIN
 
 
@@ -33,11 +36,13 @@ def test_a_diverging_run_fails_at_its_first_non_finite_loss_once(tmp_path, ray_c
         q.run(until_empty=True, progress=False, poll_s=0.2, retry_backoff_s=0.05)
     health = [b for _, b in hook.requests if b["topic"] == "health"]
     assert [(b["job_id"], b["rule"], b["level"]) for b in health] == [(diverged, "non_finite", "error")]
-    failed = [b for _, b in hook.requests if b["topic"] == "job_failed"]
-    assert [b["job_id"] for b in failed] == [diverged] and "diverged" in failed[0]["text"]
+    assert "diverged" in health[0]["text"]
+    # one incident, one alert: the finding is the failure's message, no job_failed beside it
+    assert [b["topic"] for _, b in hook.requests if b["job_id"] == diverged] == ["health"]
     assert len(set(hook.ids())) == len(hook.requests)  # each id once
-    assert [b["subject"] for _, b in hook.requests if b["topic"] == "queue_done"] == [
-        "queue empty with 1 failed job(s)"
+    done = [b for _, b in hook.requests if b["topic"] == "queue_done"]
+    assert [(b["subject"], b["text"]) for b in done] == [
+        ("queue empty with 1 failed job(s)", "this run: 1 failed, 1 succeeded")
     ]
     st = q.status().set_index("id")
     assert st.loc[ok, "status"] == "succeeded" and st.loc[diverged, "status"] == "failed"
@@ -55,6 +60,76 @@ def test_a_diverging_run_fails_at_its_first_non_finite_loss_once(tmp_path, ray_c
     (ckpt_step,) = rows(q, "SELECT checkpoint_step FROM jobs WHERE id=:j", j=diverged)[0]
     assert ckpt_step is None or ckpt_step <= step
     assert rows(q, "SELECT COUNT(*) FROM health_events WHERE job_id=:j", j=ok) == [(0,)]
+
+
+@pytest.mark.parametrize("action", ["stop", "hold"])
+def test_a_run_collapsed_to_chance_is_stopped_by_the_rule_with_one_alert(
+    tmp_path, ray_cluster, monkeypatch, action
+):
+    """lr 50 pins the tiny model's train loss at ln 256 from about step 9 (and reaches a NaN at step 36):
+    the chance rule stops it with its step and figures, the job fails once, not retried, and the
+    webhook hears of it once; its healthy neighbour raises nothing. The grid's window is shorter than
+    the default (50 steps after step 20, shown on this curve's shape in test_collapse.py) so the rule
+    acts well before the NaN would."""
+    q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art")
+    monkeypatch.setenv("LOOPLAB_ALERTS", str(tmp_path / "none.json"))
+    (tmp_path / "none.json").write_text("{}")
+    grid = Grid(
+        "collapse",
+        base={**TRAIN, "recipe": "lean", "seed": 0, "tokens": 4 * 32 * 80, "eval_every": 40},
+        sweep={"lr": [3e-3, 50]},
+        max_attempts=3,
+        health={"chance_after": 10, "chance_window": 5, "chance_action": action},
+    )
+    ok, collapsed = q.submit(grid)
+    with http_receiver() as (url, hook):
+        monkeypatch.setenv("LOOPLAB_ALERT_WEBHOOK", url)
+        q.run(until_empty=True, progress=False, poll_s=0.2, retry_backoff_s=0.05)
+    st = q.status().set_index("id")
+    assert st.loc[ok, "status"] == "succeeded" and st.loc[collapsed, "status"] == "failed"
+    assert st.loc[collapsed, "attempts"] == 1
+    ((step, rule, level, value, attempt),) = rows(
+        q, "SELECT step, rule, level, value, attempt FROM health_events WHERE job_id=:j", j=collapsed
+    )
+    assert (rule, level, attempt) == ("at_chance", "error", 1) and 10 <= step < 36
+    assert abs(value - math.log(256)) < 1e-3
+    err = rows(q, "SELECT error FROM jobs WHERE id=:j", j=collapsed)[0][0]
+    assert err.startswith(f"train_loss {value:.6g} at step {step} has been at chance, ln V = 5.54518"), err
+    then = {"stop": "the run is stopped and the job failed, not retried", "hold": "held for a person"}
+    assert then[action] in err
+    mine = [b for _, b in hook.requests if b["job_id"] == collapsed]
+    assert [(b["topic"], b["rule"], b["step"], b["attempt"]) for b in mine] == [
+        ("health", "at_chance", step, 1)
+    ]
+    assert rows(q, "SELECT COUNT(*) FROM health_events WHERE job_id=:j", j=ok) == [(0,)]
+    assert len(set(hook.ids())) == len(hook.requests)
+
+
+def test_alerts_refused_at_first_are_delivered_once_before_the_driver_exits(
+    tmp_path, ray_cluster, monkeypatch
+):
+    """The webhook refuses connections for the queue's first seconds and the queue empties before it is
+    back: the driver's exit waits (within flush_s) until every alert went, each once."""
+    monkeypatch.setenv("LOOPLAB_ALERTS", str(tmp_path / "none.json"))
+    (tmp_path / "none.json").write_text("{}")
+    monkeypatch.setenv("LOOPLAB_ALERT_FLUSH_S", "30")
+    q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art", kinds=fake_jobs)
+    q.submit([Grid("b", job="boom", sweep={"tag": ["x", "y"]}, max_attempts=1), Grid("n", job="noop")])
+    with late_receiver(after_s=4.0) as (url, hook):
+        monkeypatch.setenv("LOOPLAB_ALERT_WEBHOOK", url)
+        t0 = time.perf_counter()
+        q.run(until_empty=True, progress=False, poll_s=0.1)
+        took = time.perf_counter() - t0
+        got = rows(q, "SELECT topic, status, tries FROM alert_outbox ORDER BY id")
+    assert [(t, s) for t, s, _ in got] == [("job_failed", "delivered")] * 2 + [("queue_done", "delivered")]
+    assert max(n for *_, n in got) >= 2  # refused at first, then delivered
+    assert sorted(b["topic"] for _, b in hook.requests) == ["job_failed", "job_failed", "queue_done"]
+    assert len(set(hook.ids())) == 3 and took < 30
+    # the queue run again on the empty queue: no news, no message
+    with http_receiver() as (url, again):
+        monkeypatch.setenv("LOOPLAB_ALERT_WEBHOOK", url)
+        q.run(until_empty=True, progress=False, poll_s=0.1)
+    assert again.requests == []
 
 
 def test_a_stopped_job_past_its_stall_limit_is_killed_and_retried_from_its_checkpoint(tmp_path, ray_cluster):
@@ -118,11 +193,13 @@ def test_a_hanging_alert_channel_does_not_slow_the_queue(tmp_path, ray_cluster, 
     _, quiet = run_queue("quiet")
     with hanging_receiver() as url:
         monkeypatch.setenv("LOOPLAB_ALERT_WEBHOOK", url)
+        monkeypatch.setenv("LOOPLAB_ALERT_FLUSH_S", "1")  # the bound on delivery at the driver's exit
         q, alerted = run_queue("alerted")
         deadline = time.time() + 15  # the try under way when the driver left ends by its timeout
         while time.time() < deadline and not rows(q, "SELECT tries FROM alert_outbox WHERE tries > 0"):
             time.sleep(0.2)
-    assert alerted < quiet * 1.5 + 3.5, (quiet, alerted)  # at most the 3 s the driver waits at its exit
+    # at most what the driver waits at its exit: flush_s, plus the 5 s timeout of the try under way
+    assert alerted < quiet * 1.5 + 1 + 5 + 1.5, (quiet, alerted)
     got = rows(q, "SELECT topic, status, tries, last_error FROM alert_outbox ORDER BY id")
     assert [t for t, *_ in got] == ["job_failed", "queue_done"]
     assert all(status == "pending" for _, status, *_ in got)  # nothing lost: the next driver retries

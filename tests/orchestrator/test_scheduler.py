@@ -63,8 +63,11 @@ def test_failed_train_fails_its_follow_ups_with_the_reason(q):
     run(q)
     (train, sweep) = ids
     st = q.status().set_index("id")
-    assert st.loc[train, "status"] == "failed" and st.loc[train, "attempts"] == 2
+    # a ValueError is a program error: it would repeat, so it is final after one attempt (faults.py)
+    assert st.loc[train, "status"] == "failed" and st.loc[train, "attempts"] == 1
     assert st.loc[sweep, "status"] == "failed" and st.loc[sweep, "attempts"] == 0
+    own = rows(q, "SELECT error FROM jobs WHERE id=:j", j=train)[0][0]
+    assert own.startswith("ValueError: loss is NaN at step 3 (a program error: it repeats on every attempt")
     err = rows(q, "SELECT error FROM jobs WHERE id=:j", j=sweep)[0][0]
     assert err.startswith(f"dependency job {train} failed") and "loss is NaN" in err
 
