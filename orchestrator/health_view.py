@@ -11,7 +11,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from looplab.model.errors import ConfigError
+from looplab.orchestrator.alerts import DELIVERED
 from looplab.orchestrator.health import Level, Rule
+from looplab.orchestrator.states import JobStatus
 
 
 def parse_since(text: str, now: float | None = None) -> float:
@@ -49,10 +51,10 @@ def happened_since(eng: Any, since: float) -> dict[str, Any]:
         sa.text(
             "SELECT j.id AS job, j.kind, g.name AS grid, j.recipe, j.status, j.attempts, j.finished_at, "
             "j.error FROM jobs j LEFT JOIN grids g ON g.id = j.grid_id "
-            "WHERE j.finished_at >= :since AND j.status IN ('succeeded', 'failed') ORDER BY j.finished_at"
+            "WHERE j.finished_at >= :since AND j.status IN (:ended_ok, :ended_failed) ORDER BY j.finished_at"
         ),
         eng,
-        params={"since": since},
+        params={"since": since, "ended_ok": str(JobStatus.SUCCEEDED), "ended_failed": str(JobStatus.FAILED)},
     )
     finished["error"] = finished["error"].map(
         lambda e: e.strip().splitlines()[0] if isinstance(e, str) else ""
@@ -69,16 +71,16 @@ def happened_since(eng: Any, since: float) -> dict[str, Any]:
         sa.text(
             "SELECT msg_id, channel, topic, job_id AS job, subject, repeats, status, tries, last_error, "
             "created_at, delivered_at FROM alert_outbox WHERE created_at >= :since "
-            "ORDER BY CASE WHEN status = 'delivered' THEN 1 ELSE 0 END, created_at"
+            "ORDER BY CASE WHEN status = :delivered THEN 1 ELSE 0 END, created_at"
         ),
         eng,
-        params={"since": since},
+        params={"since": since, "delivered": DELIVERED},
     )
     # what a person asks of an alert: did it go (and when), or why not yet; a delivered one's earlier
     # failures are history, not its state; pending ones come first
     sent["delivery"] = [
         f"delivered after {t} tr{'y' if t == 1 else 'ies'}"
-        if s == "delivered"
+        if s == DELIVERED
         else f"pending after {t} tr{'y' if t == 1 else 'ies'}" + (f": {e}" if e else "")
         for s, t, e in zip(sent["status"], sent["tries"], sent["last_error"])
     ]
@@ -86,12 +88,12 @@ def happened_since(eng: Any, since: float) -> dict[str, Any]:
     for df in (finished, health, sent):  # ids as integers (a message about no job has none)
         df["job"] = df["job"].astype("Int64")
     counts = {
-        "succeeded": int((finished["status"] == "succeeded").sum()),
-        "failed": int((finished["status"] == "failed").sum()),
+        str(JobStatus.SUCCEEDED): int((finished["status"] == JobStatus.SUCCEEDED).sum()),
+        str(JobStatus.FAILED): int((finished["status"] == JobStatus.FAILED).sum()),
         "stalled": int(health.loc[health["rule"] == str(Rule.STALL), "job"].nunique()),
         "warned": int(health.loc[health["level"] == str(Level.WARNING), "job"].nunique()),
-        "alerts delivered": int((sent["status"] == "delivered").sum()),
-        "alerts pending": int((sent["status"] != "delivered").sum()),
+        "alerts delivered": int((sent["status"] == DELIVERED).sum()),
+        "alerts pending": int((sent["status"] != DELIVERED).sum()),
     }
     return {"finished": finished, "health": health, "alerts": sent, "counts": counts}
 

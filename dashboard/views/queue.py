@@ -59,7 +59,7 @@ def morning_view() -> None:
         st.error(str(e))
         return
     seen = since(url, float(int(at // 60) * 60))  # to the minute: the cache holds one view a minute
-    labels = {"succeeded": "finished", "failed": "failed since", "stalled": "stalled", "warned": "warned"}
+    labels = {JobStatus.SUCCEEDED: "finished", JobStatus.FAILED: "failed since"}
     counts = {labels.get(k, k): v for k, v in seen["counts"].items()}
     for col, (label, n) in zip(st.columns(len(counts)), counts.items()):
         col.metric(label, n)
