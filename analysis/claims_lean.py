@@ -168,6 +168,8 @@ def _parcae_best_claim() -> Claim:
         points=PARCAE_SWEEP,
         quotes=(Quote("12"),),
         across_models=False,
+        own_evidence="12 lies 0.0001 below 16 on both seeds, far inside the note's own noise floor of "
+        "0.01 on this sweep (line 3): its table cannot tell 12 from 8-32",
     )
 
 
