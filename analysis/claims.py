@@ -401,14 +401,14 @@ def judge(
     def out(verdict: ClaimVerdict, reason: str, what: str = judged) -> Judgement:
         return Judgement(claim, verdict, ours, study, at_scale, described, reason, tuple(runs), band, what)
 
-    if line_of(claim) is None:
-        return out(
-            ClaimVerdict.NOT_RESOLVED,
-            "not judgeable: the study states no margin within which values count as alike",
-            NOT_JUDGEABLE,
-        )
+    needs = "needs " + (", ".join(missing) or "runs that measure it")
+    if line_of(claim) is None:  # no run could resolve it: said with or without runs
+        why = "not judgeable: the study states no margin within which values count as alike"
+        if ours is None or not math.isfinite(ours.value):
+            return out(ClaimVerdict.NOT_RUN, f"{needs}; {why}", NOT_JUDGEABLE)
+        return out(ClaimVerdict.NOT_RESOLVED, why, NOT_JUDGEABLE)
     if ours is None or not math.isfinite(ours.value):
-        return out(ClaimVerdict.NOT_RUN, "needs " + (", ".join(missing) or "runs that measure it"), "")
+        return out(ClaimVerdict.NOT_RUN, needs, "")
     if not ours.defined:
         return out(ClaimVerdict.NOT_RESOLVED, f"no interval ({ours.method})")
     verdict, where = _sign(claim, ours)

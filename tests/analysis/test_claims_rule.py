@@ -219,7 +219,8 @@ def test_within_noise_without_a_stated_margin_is_not_judgeable():
     assert j.judged == claims.NOT_JUDGEABLE
     # so is the other one, with or without runs
     none = claims.judge(C["iso.reasoning_no_signal"], None)
-    assert none.judged == claims.NOT_JUDGEABLE and none.verdict == ClaimVerdict.NOT_RESOLVED
+    assert none.judged == claims.NOT_JUDGEABLE and none.verdict == ClaimVerdict.NOT_RUN
+    assert "not judgeable" in none.reason
 
 
 def test_the_verdict_names_and_the_scorecard():
