@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -318,6 +318,7 @@ class Judgement:
     runs: tuple = ()
     band: Band | None = None
     judged: str = ""
+    premise: str = ""  # what the claim takes for granted that our runs do not show (`premise`)
 
     @property
     def scale_note(self) -> str:
@@ -425,7 +426,39 @@ def judge_points(
     have = set(zip(points["series"], points["x"], strict=True)) if not points.empty else set()
     missing = [f"{s} at {x}" for s, x in needed(claim) if (s, x) not in have]
     ours = estimate(claim, points) if not missing else None
-    return judge(claim, ours, scale, missing, runs)
+    judged = judge(claim, ours, scale, missing, runs)
+    unmet = premise(claim, points) if not missing else ""
+    if unmet and judged.verdict in (ClaimVerdict.REPLICATED, ClaimVerdict.CONTRADICTED):
+        return replace(
+            judged, verdict=ClaimVerdict.NOT_RESOLVED, reason=f"premise not met: {unmet}", premise=unmet
+        )
+    return replace(judged, premise=unmet)
+
+
+def premise(claim: Claim, points: pd.DataFrame) -> str:
+    """What a claim takes for granted that our runs do not show, with the figure ("" when it holds):
+    a share of a gain needs the gain, in the study's direction and beyond the study's noise margin for
+    a loss (a share of +0.0003 of loss is a share of noise)."""
+    if claim.kind != Comparison.SHARE or points.empty:
+        return ""
+    series, start, _, end = claim.terms
+    values = points[points["series"] == series].groupby("x")["value"].mean()
+    if start not in values or end not in values:
+        return ""
+    ours = float(values[start] - values[end])
+    study = study_points(claim)
+    sign = 1.0
+    if not study.empty:
+        theirs = study[study["series"] == series].groupby("x")["value"].mean()
+        sign = math.copysign(1.0, float(theirs[start] - theirs[end]))
+    least = (margin_of(claim) or 0.0) if "loss" in claim.metric.column else 0.0
+    if sign * ours > least:
+        return ""
+    return (
+        f"the gain from {start} to {end} ({series}) is {ours:+.4g} in these runs"
+        + (f", inside the study's noise margin {least:g}" if sign * ours > 0 else "")
+        + ": no gain to take a share of"
+    )
 
 
 # ---------------------------------------------------------------- the study against itself
@@ -466,6 +499,7 @@ SCORECARD_COLUMNS = [
     "scale_note",
     "runs",
     "reason",
+    "premise",
     "stated",
     "contradiction",
 ]
@@ -510,6 +544,7 @@ def scorecard(judgements: Iterable[Judgement]) -> pd.DataFrame:
                 scale_note=j.scale_note if j.ours else "",
                 runs=", ".join(str(r) for r in j.runs),
                 reason=j.reason,
+                premise=j.premise,
                 stated=_stated(c),
                 contradiction=c.contradiction,
             )

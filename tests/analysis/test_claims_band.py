@@ -126,3 +126,19 @@ def test_the_studys_numbers_replicate_and_shifted_outside_the_band_contradict():
         assert moved.verdict == ClaimVerdict.CONTRADICTED and "misses" in moved.reason, (c.id, moved.reason)
         shifted += 1
     assert shifted >= 15 and shifted > sign_only
+
+
+def test_a_share_of_a_gain_that_does_not_exist_is_premise_not_met():
+    claim = C["lean.parcae_share_4_of_8"]
+    # 1 → 8 loops gains 0.0003 (inside the note's 0.01): any "share" of it is a share of noise
+    flat = sweep({1: (3.2500, 3.2400), 4: (3.2498, 3.2398), 8: (3.2497, 3.2397)})
+    j = claims.judge_points(claim, flat, TINY)
+    assert j.verdict == ClaimVerdict.NOT_RESOLVED and j.reason.startswith("premise not met")
+    assert "+0.0003" in j.premise and "noise margin 0.01" in j.premise
+    card = claims.scorecard([j])
+    assert card.loc[0, "premise"] == j.premise
+    # a loss that rises with loops: no gain at all
+    rising = sweep({1: (3.20, 3.21), 4: (3.25, 3.26), 8: (3.30, 3.31)})
+    assert "is -0.1 in these runs: no gain" in claims.judge_points(claim, rising, TINY).premise
+    # the study's own sweep meets it
+    assert claims.judge_points(claim, claims.study_points(claim), TINY).premise == ""
