@@ -464,6 +464,50 @@ def premise(claim: Claim, points: pd.DataFrame) -> str:
 # ---------------------------------------------------------------- the study against itself
 
 
+def _key(key: tuple) -> str:
+    return f"{key[0]}@{key[1]}"
+
+
+def derivation(claim: Claim) -> str:
+    """How the study's figure of `claim` is computed from the values it prints ("" where the figure is
+    one printed value): every such figure is shown marked "derived", with this computation."""
+    k, t = claim.kind, claim.terms
+    if not claim.points:
+        return ""
+    if k == Comparison.SHARE:
+        a, b, c = (_key((t[0], x)) for x in t[1:4])
+        how = f"({a} − {b}) / ({a} − {c})"
+    elif k == Comparison.LOCATION:
+        how = f"smallest excess of {t[0]} at {', '.join(str(x) for x in t[2])} over {_key((t[0], t[1]))}"
+    elif k == Comparison.TREND:
+        how = f"smallest step of {t[0]} over {' → '.join(str(x) for x in t[1])}"
+    elif k == Comparison.EXPONENT:
+        how = f"{t[2]} ** {_key((t[0], t[1]))}" if t[2] is not None else ""
+    elif k == Comparison.RANK:
+        how = f"Spearman's ρ of {t[0]} and {t[1]} over {t[2]}"
+    else:
+        op = " / " if k == Comparison.RATIO else " − "
+        pairs = _pairs(claim)
+        parts = [_key(a) + (op + _key(b) if b is not None else "") for a, b in pairs]
+        how = parts[0] if len(parts) == 1 else "the least favourable of " + ", ".join(parts)
+        how = "" if len(pairs) == 1 and pairs[0][1] is None else how  # one printed value is the figure
+        if k == Comparison.EQUIVALENT and len(parts) > 1:
+            how = "the largest |" + "|, |".join(parts) + "|"
+    seeds = {p.seed for p in claim.points if p.seed is not None}
+    if how and len(seeds) > 1:
+        how += f", mean over seeds {', '.join(str(s) for s in sorted(seeds))}"
+    return f"derived: {how}" if how else ""
+
+
+def study_figure(j: Judgement) -> str:
+    """The study's figure as the scorecard shows it: with its interval, and marked derived with its
+    computation where it is not a value the study prints."""
+    if j.study is None:
+        return "no values printed"
+    how = derivation(j.claim)
+    return j.study.describe() + (f"; {how}" if how else "")
+
+
 def self_check(claim: Claim) -> dict:
     """The study's figure computed from its own values beside what it states (`stated`, as printed):
     {"computed", "stated", "agrees"}; agrees is None where either is missing. A stated figure agrees
@@ -531,7 +575,7 @@ def scorecard(judgements: Iterable[Judgement]) -> pd.DataFrame:
                 statement=c.statement,
                 kind=str(c.kind),
                 verdict=str(j.verdict),
-                study_figure=j.study.describe() if j.study else "no values printed",
+                study_figure=study_figure(j),
                 study_scale=c.scale.describe(),
                 band=j.band.describe() if j.band else "",
                 judged=j.judged,

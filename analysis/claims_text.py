@@ -41,6 +41,7 @@ def _study(row: pd.Series) -> str:
     if str(row["study_figure"]).startswith("no values"):
         return "not printed"
     figure = str(row["study_figure"]).split(" ")[0]
+    figure += "*" if "; derived: " in str(row["study_figure"]) else ""
     band = str(row["band"])
     if band.startswith("["):
         return f"{figure} {band.split(']')[0]}]"
@@ -97,6 +98,7 @@ def text_scorecard(card: pd.DataFrame) -> str:
         counts(card),
         "judged: size = size and sign (a band of the study's figure), sign = sign only (another scale), "
         "n/j = not judgeable",
-        "scale: study = at the study's scale, other = another. Every column in full: --csv or --json.",
+        "scale: study = at the study's scale, other = another. * derived from the study's printed values",
+        "(the computation is in study_figure). Every column in full: --csv or --json.",
     ]
     return "\n".join(line[:WIDTH] for line in lines)

@@ -142,3 +142,16 @@ def test_a_share_of_a_gain_that_does_not_exist_is_premise_not_met():
     assert "is -0.1 in these runs: no gain" in claims.judge_points(claim, rising, TINY).premise
     # the study's own sweep meets it
     assert claims.judge_points(claim, claims.study_points(claim), TINY).premise == ""
+
+
+def test_a_figure_computed_from_the_studys_values_is_marked_derived_with_its_computation():
+    judged = {c.id: claims.judge(c, claims.study_estimate(c), c.scale) for c in claims.CLAIMS}
+    card = claims.scorecard(judged.values()).set_index("claim")
+    speedup = card.loc["lean.train_speedup", "study_figure"]
+    assert speedup.startswith("1.416") and "derived: parcae@time / lean@time" in speedup
+    assert "derived: 4 ** phi@fit" in card.loc["iso.worth_at_4", "study_figure"]
+    share = card.loc["lean.parcae_share_4_of_8", "study_figure"]
+    assert "derived: (parcae@1 − parcae@4) / (parcae@1 − parcae@8), mean over seeds 43, 44" in share
+    # a value the study prints as it is (φ = 0.46) is not marked
+    assert "derived" not in card.loc["iso.phi_below_one", "study_figure"]
+    assert "1.86 (printed; disagrees with the 1.892" in card.loc["iso.worth_at_4", "stated"]

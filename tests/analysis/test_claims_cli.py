@@ -97,7 +97,7 @@ def test_the_text_table_fits_120_columns_grouped_by_study_and_json_has_every_col
     # the share is judged on size (scale-free) and shows its band; the study's stated figure is shown,
     # and where the note's text and tables disagree the contradiction is on its own line
     share = next(line for line in lines if line.startswith("parcae_share_4_of_8 "))
-    assert "replicated" in share and " size " in share and "0.9376 [" in share
+    assert "replicated" in share and " size " in share and "0.9376* [" in share
     assert any(line.startswith("    stated: 94%") for line in lines)
     assert any(line.startswith("    contradiction: the note says plain beats lean") for line in lines)
     assert main(["--db", db, "claims", "--json"]) == 0
