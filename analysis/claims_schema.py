@@ -76,14 +76,16 @@ def _enum(enum, text: str, where: str):
 
 def _check_fields(raw: dict, where: str) -> None:
     """Every required field present with its type, no field the schema does not know."""
-    for key, kind in REQUIRED.items():
+    for key in REQUIRED:
         if key not in raw:
             raise ConfigError(f"{where}: field {key!r} is missing (required: {', '.join(REQUIRED)})")
     for key, value in raw.items():
         if key not in SCHEMA:
             raise ConfigError(f"{where}: field {key!r} is not in the schema; accepted: {', '.join(SCHEMA)}")
         want = SCHEMA[key]
-        ok = isinstance(value, want) or (want is float and isinstance(value, int) and not isinstance(value, bool))
+        ok = isinstance(value, want) or (
+            want is float and isinstance(value, int) and not isinstance(value, bool)
+        )
         if not ok or (want is int and isinstance(value, bool)):
             raise ConfigError(f"{where}: field {key!r} must be {want.__name__}, got {value!r}")
     lines = raw["lines"]
@@ -93,7 +95,7 @@ def _check_fields(raw: dict, where: str) -> None:
 
 def _quote(text, where: str) -> Quote:
     if not isinstance(text, str):
-        raise ConfigError(f"{where}: {text!r} must be a number as printed, in quotes (e.g. \"0.016\", \"94%\")")
+        raise ConfigError(f'{where}: {text!r} must be a number as printed, in quotes (e.g. "0.016", "94%")')
     try:
         parse_number(text)
     except ValueError as e:
@@ -105,7 +107,9 @@ def _points(raw: list, where: str) -> tuple[Point, ...]:
     out = []
     for p in raw:
         if not isinstance(p, list) or len(p) not in (3, 4):
-            raise ConfigError(f"{where}: field 'points': {p!r} must be [series, x, text] or [series, x, text, seed]")
+            raise ConfigError(
+                f"{where}: field 'points': {p!r} must be [series, x, text] or [series, x, text, seed]"
+            )
         seed = p[3] if len(p) == 4 else None
         out.append(Point(p[0], p[1], _quote(p[2], f"{where}: field 'points'"), seed))
     return tuple(out)
@@ -115,7 +119,9 @@ def _sub(raw: dict, key: str, accepted: set[str], where: str) -> dict:
     table = raw.get(key, {})
     unknown = set(table) - accepted
     if unknown:
-        raise ConfigError(f"{where}: field {key!r} has {sorted(unknown)}; accepted: {', '.join(sorted(accepted))}")
+        raise ConfigError(
+            f"{where}: field {key!r} has {sorted(unknown)}; accepted: {', '.join(sorted(accepted))}"
+        )
     return table
 
 

@@ -82,7 +82,10 @@ def test_a_good_file_loads_as_records(tmp_path):
 @pytest.mark.parametrize(
     "change, message",
     [
-        (('kind = "ratio"', 'kind = "ratoi"'), "lean.toml: claim 'lean.x': field 'kind': 'ratoi' is not accepted; accepted:"),
+        (
+            ('kind = "ratio"', 'kind = "ratoi"'),
+            "lean.toml: claim 'lean.x': field 'kind': 'ratoi' is not accepted; accepted:",
+        ),
         (('unit = "exact"', 'unit = "exact"\ncolour = "red"'), "field 'colour' is not in the schema"),
         (('where = "a paragraph"\n', ""), "field 'where' is missing"),
         (('"十分之一"', '"a tenth"'), "field 'points': quote: 'a tenth' is not a number as printed"),
