@@ -1,10 +1,10 @@
 """The three studies' claims as data, and one rule that judges each claim, the same way for the study's
 own numbers and for our runs.
 
-The registry: `CLAIMS` (records of `analysis/claims_base.py`, the studies' numbers as printed; one
-module per study: claims_lean (and claims_lean_cost), claims_iso_depth, claims_loop_design, and one data
-file per study, analysis/claims_data/*.toml, checked against `analysis/claims_schema.py` at import) and
-`STUDIES` (each file with its sha256). tests/analysis/test_claims.py checks every number against the files in ../shared/seeds/.
+The registry: `CLAIMS` (records of `analysis/claims_base.py`, the studies' numbers as printed), kept as
+data, one file per study (analysis/claims_data/lean.toml, iso_depth.toml, loop_design.toml) checked
+against the schema of `analysis/claims_schema.py` at import, and `STUDIES` (each file with its sha256
+and noise statement: claims_lean, claims_iso_depth, claims_loop_design). tests/analysis/test_claims.py checks every number against the files in ../shared/seeds/.
 
 The rule (`judge`), one for every comparison kind:
 - θ, the claim's figure, is computed per seed by the kind (`theta`) from values keyed (series, x); a
@@ -46,13 +46,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
-from looplab.analysis import (
-    claims_iso_depth,
-    claims_lean,
-    claims_lean_cost,
-    claims_loop_design,
-    claims_schema,
-)
+from looplab.analysis import claims_iso_depth, claims_lean, claims_loop_design, claims_schema
 from looplab.analysis.claims_base import (
     SEEDS_DIR,
     Claim,
@@ -71,16 +65,12 @@ __all__ = ["CLAIMS", "SEEDS_DIR", "STUDIES", "Claim", "ClaimVerdict", "Compariso
 STUDIES: dict[str, Study] = {
     s.key: s for s in (claims_lean.STUDY, claims_iso_depth.STUDY, claims_loop_design.STUDY)
 }
-# each study's claims: the first pass's records, then those kept as data (analysis/claims_data/*.toml,
-# checked against analysis/claims_schema.py's schema here, at import)
+# each study's claims, kept as data (analysis/claims_data/*.toml) and checked against the schema of
+# analysis/claims_schema.py here, at import
 CLAIMS: tuple[Claim, ...] = (
-    *claims_lean.CLAIMS,
-    *claims_lean_cost.CLAIMS,
-    *claims_schema.load("lean", "lean", "lean"),
-    *claims_iso_depth.CLAIMS,
-    *claims_schema.load("iso_depth", "iso-depth", "iso"),
-    *claims_loop_design.CLAIMS,
-    *claims_schema.load("loop_design", "loop-design", "loop"),
+    *claims_schema.load("lean", claims_lean.STUDY.key, "lean"),
+    *claims_schema.load("iso_depth", claims_iso_depth.STUDY.key, "iso"),
+    *claims_schema.load("loop_design", claims_loop_design.STUDY.key, "loop"),
 )
 BY_ID: dict[str, Claim] = {c.id: c for c in CLAIMS}
 # the kinds' own lines; NO_WORSE and EQUIVALENT take the study's noise margin, EXPONENT the claim's

@@ -1,5 +1,5 @@
 """The lean-recipe study's part of the claims registry (`analysis/claims.py`, records in
-`analysis/claims_lean.py`), measured on the runs of a results database and judged by the registry's
+`analysis/claims_data/lean.toml`), measured on the runs of a results database and judged by the registry's
 one rule: one scorecard row per claim (`claims.SCORECARD_COLUMNS`).
 
 Measured here, from the depth frame (`orchestrator.frames.depth`: train_job_id, recipe, size, seed,

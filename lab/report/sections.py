@@ -217,7 +217,7 @@ def _scorecards(data: StudyData) -> list[Section]:
         counts = card["verdict"].value_counts()
         tally = ", ".join(f"{n} {verdict}" for verdict, n in counts.items())
         text = [
-            f"Each claim of {STUDY_NAMES.get(study, study)} (the registry, `analysis/claims_*.py` and "
+            f"Each claim of {STUDY_NAMES.get(study, study)} (the registry, "
             "`analysis/claims_data/`, with the study's own numbers) judged on these runs by the one rule of "
             "`analysis/claims.py`, on sign and size: replicated when the 95 % interval lies on the claimed "
             "side of the line and, for a magnitude, inside the band of the study's figure; contradicted on "
