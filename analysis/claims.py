@@ -2,7 +2,8 @@
 own numbers and for our runs.
 
 The registry: `CLAIMS` (records of `analysis/claims_base.py`, the studies' numbers as printed), kept as
-data, one file per study (analysis/claims_data/lean.toml, iso_depth.toml, loop_design.toml) checked
+data, files per study (analysis/claims_data/lean.toml, lean_cost.toml, lean_added.toml,
+iso_depth.toml, loop_design.toml) checked
 against the schema of `analysis/claims_schema.py` at import, and `STUDIES` (each file with its sha256
 and noise statement: claims_lean, claims_iso_depth, claims_loop_design). tests/analysis/test_claims.py checks every number against the files in ../shared/seeds/.
 
@@ -68,11 +69,16 @@ STUDIES: dict[str, Study] = {
 # each study's claims, kept as data (analysis/claims_data/*.toml) and checked against the schema of
 # analysis/claims_schema.py here, at import
 CLAIMS: tuple[Claim, ...] = (
-    *claims_schema.load("lean", claims_lean.STUDY.key, "lean"),
+    *(c for name in ("lean", "lean_cost", "lean_added") for c in claims_schema.load(name, "lean", "lean")),
     *claims_schema.load("iso_depth", claims_iso_depth.STUDY.key, "iso"),
     *claims_schema.load("loop_design", claims_loop_design.STUDY.key, "loop"),
 )
 BY_ID: dict[str, Claim] = {c.id: c for c in CLAIMS}
+if len(BY_ID) != len(CLAIMS):  # ids are unique within a file (the loader) and across files (here)
+    _ids = [c.id for c in CLAIMS]
+    raise ConfigError(
+        f"claims_data: claim ids repeat across files: {sorted({i for i in _ids if _ids.count(i) > 1})}"
+    )
 # the kinds' own lines; NO_WORSE and EQUIVALENT take the study's noise margin, EXPONENT the claim's
 LINES = {
     Comparison.DIFFERENCE: 0.0,

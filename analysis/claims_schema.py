@@ -7,7 +7,8 @@ A claim's fields (see `claims_base.Claim`): id (the study's key, a dot, a name),
 the seed file, where (the section), statement (our own words, never the seed's sentence), kind, side,
 unit (the enums' values), scale {size, tokens, seeds, device, note} (each as printed), metric {frame,
 column, series [[name, variant]], at, note} (frame "" where looplab does not measure it yet), terms,
-points [[series, x, text]] or [[series, x, text, seed]] (the figures as printed), stated [text] (the
+points [[series, x, text]] or [[series, x, text, seed]] (the figures as printed), or the name of a
+value table several claims read (a top-level `[tables]` entry of the file), stated [text] (the
 study's own summary of the figure, one text or two for a range), stated_sign, across_models,
 higher_better, line, quotes [text], contradiction, own_evidence.
 
@@ -38,7 +39,7 @@ OPTIONAL = {
     "scale": dict,
     "metric": dict,
     "terms": list,
-    "points": list,
+    "points": (list, str),
     "stated": list,
     "stated_sign": int,
     "across_models": bool,
@@ -103,7 +104,13 @@ def _quote(text, where: str) -> Quote:
     return Quote(text)
 
 
-def _points(raw: list, where: str) -> tuple[Point, ...]:
+def _points(raw: list | str, tables: dict, where: str) -> tuple[Point, ...]:
+    """A claim's points: a list of [series, x, text(, seed)], or the name of a value table of the file."""
+    if isinstance(raw, str):
+        if raw not in tables:
+            accepted = ", ".join(tables) or "none in this file"
+            raise ConfigError(f"{where}: field 'points': no value table {raw!r}; tables: {accepted}")
+        raw = tables[raw]
     out = []
     for p in raw:
         if not isinstance(p, list) or len(p) not in (3, 4):
@@ -125,7 +132,7 @@ def _sub(raw: dict, key: str, accepted: set[str], where: str) -> dict:
     return table
 
 
-def claim_of(raw: dict, study: str, prefix: str, where: str) -> Claim:
+def claim_of(raw: dict, study: str, prefix: str, where: str, tables: dict | None = None) -> Claim:
     """One `[[claim]]` table checked against the schema and made a record (`where` names the file, ids
     start with `prefix` and a dot)."""
     where = f"{where}: claim {raw.get('id', '?')!r}"
@@ -152,7 +159,7 @@ def claim_of(raw: dict, study: str, prefix: str, where: str) -> Claim:
         Scale(**{**scale, "seeds": tuple(scale.get("seeds", ()))}),
         Metric(**{"frame": "", "column": "", **metric, "series": _tuples(metric.get("series", []))}),
         terms=terms,
-        points=_points(raw.get("points", []), where),
+        points=_points(raw.get("points", []), tables or {}, where),
         stated=tuple(_quote(t, f"{where}: field 'stated'") for t in raw.get("stated", [])),
         stated_sign=raw.get("stated_sign", 1),
         across_models=raw.get("across_models", True),
@@ -172,10 +179,11 @@ def load(name: str, study: str, prefix: str, folder: Path = DATA_DIR) -> tuple[C
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path.name}: not valid TOML ({e})") from None
-    unknown = set(data) - {"claim"}
+    unknown = set(data) - {"claim", "tables"}
     if unknown:
-        raise ConfigError(f"{path.name}: top-level {sorted(unknown)}; accepted: [[claim]] tables only")
-    claims = tuple(claim_of(raw, study, prefix, path.name) for raw in data.get("claim", []))
+        raise ConfigError(f"{path.name}: top-level {sorted(unknown)}; accepted: [[claim]] and [tables]")
+    tables = data.get("tables", {})
+    claims = tuple(claim_of(raw, study, prefix, path.name, tables) for raw in data.get("claim", []))
     ids = [c.id for c in claims]
     if len(set(ids)) != len(ids):
         raise ConfigError(f"{path.name}: claim ids repeat: {sorted({i for i in ids if ids.count(i) > 1})}")

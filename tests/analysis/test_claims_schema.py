@@ -108,3 +108,16 @@ def test_repeated_ids_and_bad_toml_are_refused(tmp_path):
         load(tmp_path, GOOD + "\n[[claim]\n")
     with pytest.raises(ConfigError, match=r"top-level \['claims'\]"):
         load(tmp_path, GOOD.replace("[[claim]]", "[[claims]]"))
+
+
+def test_a_value_table_is_shared_by_name_and_an_unknown_name_is_refused(tmp_path):
+    shared = '[tables]\ndraws = [["draws", "4 or fewer", "十分之一"]]\n' + GOOD.replace(
+        'points = [["draws", "4 or fewer", "十分之一"]]', 'points = "draws"'
+    )
+    (claim,) = load(tmp_path, shared)
+    assert claim.points[0].quote.text == "十分之一"
+    with pytest.raises(ConfigError, match="field 'points': no value table 'drawz'; tables: draws"):
+        load(tmp_path, shared.replace('points = "draws"', 'points = "drawz"'))
+    # the registry's sweeps are one table each, read by several claims
+    sweep = claims.BY_ID["lean.parcae_gain_4_to_8"].points
+    assert sweep == claims.BY_ID["lean.parcae_share_4_of_8"].points and len(sweep) == 20
