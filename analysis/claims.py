@@ -456,8 +456,8 @@ def premise(claim: Claim, points: pd.DataFrame) -> str:
     ours = float(values[start] - values[end])
     study = study_points(claim)
     sign = 1.0
-    if not study.empty:
-        theirs = study[study["series"] == series].groupby("x")["value"].mean()
+    theirs = study[study["series"] == series].groupby("x")["value"].mean() if not study.empty else {}
+    if start in theirs and end in theirs:  # the gain's direction is the study's (a fall of loss, a rise)
         sign = math.copysign(1.0, float(theirs[start] - theirs[end]))
     least = (margin_of(claim) or 0.0) if "loss" in claim.metric.column else 0.0
     if sign * ours > least:

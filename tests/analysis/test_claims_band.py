@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 
 import pandas as pd
+import pytest
 
 from looplab.analysis import claims
 from looplab.analysis.claims import Scale
@@ -155,3 +156,18 @@ def test_a_figure_computed_from_the_studys_values_is_marked_derived_with_its_com
     # a value the study prints as it is (φ = 0.46) is not marked
     assert "derived" not in card.loc["iso.phi_below_one", "study_figure"]
     assert "1.86 (printed; disagrees with the 1.892" in card.loc["iso.worth_at_4", "stated"]
+
+
+def test_the_samplers_share_of_short_draws_is_judged_on_our_implementation(monkeypatch):
+    from looplab.analysis import claims_measure
+    from looplab.model.presets import preset
+
+    claim = C["lean.tenth_draw_four_or_fewer"]  # about a tenth of draws at 4 loops or fewer (line 42)
+    j = claims_measure.sampler_judgement(claim)
+    assert j.ours.value == pytest.approx(0.0996, abs=1e-4)  # Poisson(8) at most 4
+    assert j.verdict == ClaimVerdict.REPLICATED and j.judged == claims.ON_SIZE
+    # a sampler with mean 6 draws 4 or fewer 29 % of the time: under half, but not "about a tenth"
+    monkeypatch.setattr(claims_measure, "preset", lambda name: preset(name, loops=6))
+    j = claims_measure.sampler_judgement(claim)
+    assert j.ours.value == pytest.approx(0.285, abs=1e-3)
+    assert j.verdict == ClaimVerdict.CONTRADICTED and "misses the study's band" in j.reason
