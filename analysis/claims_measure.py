@@ -17,12 +17,11 @@ from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
-from scipy import stats as scipy_stats
 
 from looplab.analysis import claims, comparison, findings, iso_depth, scaling
 from looplab.analysis.claims_base import Claim, Scale
 from looplab.analysis.iso_depth import IsoDepthStudy
-from looplab.model.presets import LOOP_LAYOUTS, preset
+from looplab.model.presets import LOOP_LAYOUTS
 
 FIT_CLAIMS = ("iso.phi_below_one", "iso.phi_above_zero", "iso.worth_at_4")
 # iso-depth claims on the compute-optimal allocation per r at the runs' largest budget
@@ -34,8 +33,6 @@ ALLOCATION_CLAIMS = (
     "iso.no_crossover",
 )
 ALLOCATION_COLUMNS = ("width", "tokens", "unique_params", "gap")  # iso_depth.optimal_draws' figures
-# lean-note claims on the training-loop sampler itself: P(loops <= n) of the parcae recipe's sampler
-SAMPLER_CLAIMS = {"lean.tenth_draw_four_or_fewer": 4}
 # loop-design claims on one model's rounds past its trained count: the round_deltas column each reads
 GEOMETRY_CLAIMS = {
     "loop.update_falls_beyond_horizon": "rel_change",
@@ -47,21 +44,6 @@ INTERACTION_CLAIMS = {"loop.channel_interaction_7x_dense": ("channel", "dense")}
 
 def _unmeasured(claim: Claim) -> claims.Judgement:
     return claims.judge(claim, None, None, [f"a measurement of it ({claim.metric.describe()})"])
-
-
-def sampler_judgement(claim: Claim) -> claims.Judgement:
-    """P(loops <= n) of the parcae recipe's training-loop sampler, exact from its definition
-    (model/looped.py `sample_loops`: Poisson with the recipe's loop count as its mean, at least 1, so for
-    n >= 1 it is the Poisson CDF at n): a property of our implementation of the study's sampler, which
-    needs no runs."""
-    cfg = preset("parcae")
-    n = SAMPLER_CLAIMS[claim.id]
-    if cfg.loop_sampler not in ("poisson_seq", "poisson_batch"):
-        return claims.judge(claim, None, None, [f"a Poisson loop sampler (parcae's is {cfg.loop_sampler})"])
-    p = float(scipy_stats.poisson.cdf(n, cfg.loops))
-    ours = claims.Estimate(p, p, p, 1, "exact: the sampler's distribution")
-    scale = Scale(note=f"the parcae recipe's sampler: Poisson, mean {cfg.loops} loops")
-    return claims.judge(claim, ours, scale, runs=["parcae recipe (model/presets.py)"])
 
 
 def fit_law(runs: pd.DataFrame) -> IsoDepthStudy:
@@ -267,10 +249,7 @@ def judgements(
     if any(c.study == "lean" for c in claims.CLAIMS if c.id in chosen):
         sweeps = depth[depth["train_job_id"].isin(done["job_id"])] if not depth.empty else depth
         evals = comparison.eval_loss_per_run(done, sweeps) if not done.empty else done
-        out += [
-            sampler_judgement(c) if c.id in SAMPLER_CLAIMS else findings.judge_lean_claim(c, sweeps, evals)
-            for c in claims.claims_of("lean")
-        ]
+        out += [findings.judge_lean_claim(c, sweeps, evals) for c in claims.claims_of("lean")]
     out += iso_depth_judgements(iso, iso_note)
     out += loop_design_judgements(done, deltas, interactions)
     return [j for j in out if j.claim.id in chosen]

@@ -159,15 +159,20 @@ def test_a_figure_computed_from_the_studys_values_is_marked_derived_with_its_com
 
 
 def test_the_samplers_share_of_short_draws_is_judged_on_our_implementation(monkeypatch):
-    from looplab.analysis import claims_measure
+    from looplab.analysis import findings
     from looplab.model.presets import preset
 
     claim = C["lean.tenth_draw_four_or_fewer"]  # about a tenth of draws at 4 loops or fewer (line 42)
-    j = claims_measure.sampler_judgement(claim)
+    empty = pd.DataFrame(columns=["job_id", "recipe"])
+    j = findings.judge_lean_claim(claim, empty, empty)  # no parcae runs: nothing trained with it
+    assert j.verdict == ClaimVerdict.NOT_RUN and "parcae runs" in j.reason
+    runs = pd.DataFrame({"job_id": [7], "recipe": ["parcae"]})
+    j = findings.judge_lean_claim(claim, empty, runs)
+    assert j.runs == (7,)
     assert j.ours.value == pytest.approx(0.0996, abs=1e-4)  # Poisson(8) at most 4
     assert j.verdict == ClaimVerdict.REPLICATED and j.judged == claims.ON_SIZE
     # a sampler with mean 6 draws 4 or fewer 29 % of the time: under half, but not "about a tenth"
-    monkeypatch.setattr(claims_measure, "preset", lambda name: preset(name, loops=6))
-    j = claims_measure.sampler_judgement(claim)
+    monkeypatch.setattr(findings, "preset", lambda name: preset(name, loops=6))
+    j = findings.sampler_judgement(claim)
     assert j.ours.value == pytest.approx(0.285, abs=1e-3)
     assert j.verdict == ClaimVerdict.CONTRADICTED and "misses the study's band" in j.reason
