@@ -1,24 +1,38 @@
 """The three studies' claims as data, and one rule that judges each claim, the same way for the study's
 own numbers and for our runs.
 
-The registry: `CLAIMS` (records of `analysis/claims_base.py`, the studies' numbers as printed; one
-module per study: claims_lean (and claims_lean_cost), claims_iso_depth, claims_loop_design) and `STUDIES` (each file with its
-sha256). tests/analysis/test_claims.py checks every number against the files in ../shared/seeds/.
+The registry: `CLAIMS` (records of `analysis/claims_base.py`, the studies' numbers as printed), kept as
+data, files per study (analysis/claims_data/lean.toml, lean_cost.toml, lean_added.toml,
+iso_depth.toml, loop_design.toml) checked
+against the schema of `analysis/claims_schema.py` at import, and `STUDIES` (each file with its sha256
+and noise statement: claims_lean, claims_iso_depth, claims_loop_design). tests/analysis/test_claims.py checks every number against the files in ../shared/seeds/.
 
 The rule (`judge`), one for every comparison kind:
-- θ, the claim's figure, is computed per seed by the kind (`theta`) from values keyed (series, x);
-- its interval (`estimate`): over 3 or more seeds a t interval of the per-seed θ; over 2 a seeded
-  percentile bootstrap; over 1 none. Where the study states its noise ("a loss difference under 0.01
-  is noise") and θ is a loss compared across separately trained models, an interval from 1 or 2 seeds
-  is widened to at least θ ± that noise: 2 seeds cannot measure a spread they did not show, and the
-  study's own figure says how far one training is from another. A fit brings its own bootstrap
-  interval (`fitted`);
-- against the kind's line (`line_of`): *replicated* when the interval lies on the claimed side and,
-  for a figure the study puts a magnitude on, meets the study's interval of it (at the study's
-  scale only); *contradicted* when it lies on the other side, or misses that magnitude; *not
-  resolved* when it reaches across the line or there is none; *not run* when values are missing.
-- runs at another scale than the claim's are judged on the side of the line only (direction and
-  shape), never on magnitude, and every judgement says which (`Judgement.scale_note`).
+- θ, the claim's figure, is computed per seed by the kind (`theta`) from values keyed (series, x); a
+  seed is a distinct training seed of the claim's own study (`claims_measure` averages the runs of one
+  seed; it never counts runs as seeds);
+- its interval (`estimate`): over 2 or more seeds a t interval of the per-seed θ (with 2 seeds t has
+  one degree of freedom and the interval is wide, as it should be: two values do not measure a spread);
+  over 1 none. Where the study states its noise ("a loss difference under 0.01 is noise") and θ is a
+  loss compared across separately trained models, an interval from 1 or 2 seeds is widened to at
+  least θ ± that noise. A fit brings its own bootstrap interval (`fitted`);
+- the noise floor (`floor_of`): a loss compared within one model's depth sweep (a difference, a best
+  loop count, a trend) must clear the study's noise margin too, the same margin the study's
+  "within noise" claims on that sweep use: replicated only beyond line + floor on the claimed side,
+  contradicted only beyond line − floor on the other, not resolved between;
+- sign (`line_of`): *replicated* when the interval lies on the claimed side, *contradicted* when it
+  lies on the other side, *not resolved* when it reaches across the line, *not run* when values are
+  missing;
+- size (`band_of`): every magnitude claim (a difference, a share, a ratio, an exponent) has a band of
+  stated width: the union of the study's own seed interval, its stated figure or range (each to half
+  its last printed digit) and the figure ± `DEFAULT_BAND` (25 %, the "about" of a figure printed
+  without a spread). An interval inside the band replicates, one wholly outside contradicts, one
+  reaching across the band's edge is not resolved;
+- scale (MISSION): a scale-free figure (an exponent, a share, a ratio: `SCALE_FREE_KINDS`) is judged on
+  size at any scale, so a fitted φ is always compared with 0.46; a scale-bound one (a loss or accuracy
+  difference) on size only at the study's scale (`same_scale`), elsewhere on sign only. Every
+  judgement says which (`Judgement.judged`: "size and sign", "sign only", "not judgeable");
+- a within-noise claim of a study that states no margin is "not judgeable": no margin is invented.
 
 Pure pandas / numpy / scipy: no torch, no database.
 """
@@ -27,13 +41,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
-from looplab.analysis import claims_iso_depth, claims_lean, claims_lean_cost, claims_loop_design
+from looplab.analysis import claims_iso_depth, claims_lean, claims_loop_design, claims_schema
 from looplab.analysis.claims_base import (
     SEEDS_DIR,
     Claim,
@@ -44,7 +58,7 @@ from looplab.analysis.claims_base import (
     Unit,
     printed_step,
 )
-from looplab.analysis.stats import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, LEVEL, ClaimVerdict
+from looplab.analysis.stats import LEVEL, ClaimVerdict
 from looplab.model.errors import ConfigError
 
 __all__ = ["CLAIMS", "SEEDS_DIR", "STUDIES", "Claim", "ClaimVerdict", "Comparison", "Scale", "Side"]
@@ -52,13 +66,19 @@ __all__ = ["CLAIMS", "SEEDS_DIR", "STUDIES", "Claim", "ClaimVerdict", "Compariso
 STUDIES: dict[str, Study] = {
     s.key: s for s in (claims_lean.STUDY, claims_iso_depth.STUDY, claims_loop_design.STUDY)
 }
+# each study's claims, kept as data (analysis/claims_data/*.toml) and checked against the schema of
+# analysis/claims_schema.py here, at import
 CLAIMS: tuple[Claim, ...] = (
-    *claims_lean.CLAIMS,
-    *claims_lean_cost.CLAIMS,
-    *claims_iso_depth.CLAIMS,
-    *claims_loop_design.CLAIMS,
+    *(c for name in ("lean", "lean_cost", "lean_added") for c in claims_schema.load(name, "lean", "lean")),
+    *claims_schema.load("iso_depth", claims_iso_depth.STUDY.key, "iso"),
+    *claims_schema.load("loop_design", claims_loop_design.STUDY.key, "loop"),
 )
 BY_ID: dict[str, Claim] = {c.id: c for c in CLAIMS}
+if len(BY_ID) != len(CLAIMS):  # ids are unique within a file (the loader) and across files (here)
+    _ids = [c.id for c in CLAIMS]
+    raise ConfigError(
+        f"claims_data: claim ids repeat across files: {sorted({i for i in _ids if _ids.count(i) > 1})}"
+    )
 # the kinds' own lines; NO_WORSE and EQUIVALENT take the study's noise margin, EXPONENT the claim's
 LINES = {
     Comparison.DIFFERENCE: 0.0,
@@ -70,6 +90,16 @@ LINES = {
 }
 # the kinds whose figure has a size the study states; the others are shapes (a side of the line)
 MAGNITUDE_KINDS = (Comparison.DIFFERENCE, Comparison.SHARE, Comparison.RATIO, Comparison.EXPONENT)
+# the kinds whose figure does not depend on the model's size (MISSION): judged on size at any scale
+SCALE_FREE_KINDS = (Comparison.SHARE, Comparison.RATIO, Comparison.EXPONENT)
+# the kinds that compare a loss within one model's depth sweep and so take the sweep's noise floor
+SWEEP_KINDS = (Comparison.DIFFERENCE, Comparison.LOCATION, Comparison.TREND)
+# the half-width of a magnitude band, relative to the figure, where the study prints a figure without a
+# spread of its own: its "about" (0.016 "about" → [0.012, 0.020]); the study's seed interval or stated
+# range widens the band further, never narrows it
+DEFAULT_BAND = 0.25
+# what each judgement compared (`Judgement.judged`)
+ON_SIZE, SIGN_ONLY, NOT_JUDGEABLE = "size and sign", "sign only", "not judgeable"
 SCALE_FACTOR = 1.5  # runs within this factor of a claim's parameters and tokens are at its scale
 POINT_COLUMNS = ["series", "x", "seed", "value"]
 
@@ -92,6 +122,14 @@ def margin_of(claim: Claim) -> float | None:
 def noise_of(claim: Claim) -> float | None:
     """The half-width the study's noise statement gives θ: only a loss across trained models."""
     return margin_of(claim) if claim.unit == Unit.LOSS and claim.across_models else None
+
+
+def floor_of(claim: Claim) -> float:
+    """The noise floor around the line: the study's margin for a loss compared within one model's depth
+    sweep (the margin its within-noise claims on the same sweep use), 0 otherwise."""
+    margin = margin_of(claim)
+    sweep = claim.unit == Unit.LOSS and not claim.across_models and claim.kind in SWEEP_KINDS
+    return margin if sweep and margin is not None else 0.0
 
 
 def line_of(claim: Claim) -> float | None:
@@ -221,14 +259,6 @@ def fitted(value: float, low: float, high: float, n: int, method: str = "bootstr
     return Estimate(float(value), float(low), float(high), int(n), method)
 
 
-def _bootstrap(values: np.ndarray, level: float) -> tuple[float, float]:
-    rng = np.random.default_rng(BOOTSTRAP_SEED)
-    means = values[rng.integers(0, len(values), size=(BOOTSTRAP_RESAMPLES, len(values)))].mean(axis=1)
-    tail = 100 * (1 - level) / 2
-    low, high = np.percentile(means, [tail, 100 - tail])
-    return float(low), float(high)
-
-
 def estimate(claim: Claim, points: pd.DataFrame, level: float = LEVEL) -> Estimate:
     """θ over the seeds of `points` with its interval, by the rule of the module docstring."""
     thetas = per_seed(claim, points).to_numpy()
@@ -236,11 +266,9 @@ def estimate(claim: Claim, points: pd.DataFrame, level: float = LEVEL) -> Estima
     if n == 0:
         return Estimate(math.nan, math.nan, math.nan, 0, "no values")
     value = float(thetas.mean())
-    if n >= 3:
+    if n >= 2:
         half = float(scipy_stats.t.ppf((1 + level) / 2, n - 1) * thetas.std(ddof=1) / math.sqrt(n))
         low, high, method = value - half, value + half, f"t interval over {n} seeds"
-    elif n == 2:
-        (low, high), method = _bootstrap(thetas, level), "bootstrap over 2 seeds"
     elif claim.unit == Unit.EXACT:
         low, high, method = value, value, "exact: no noise"
     else:
@@ -270,9 +298,23 @@ def same_scale(claim: Scale, ours: Scale | None) -> bool:
 
 
 @dataclass(frozen=True)
+class Band:
+    """The sizes of a magnitude claim's figure that count as the study's: [low, high] and where its
+    width comes from (`band_of`)."""
+
+    low: float
+    high: float
+    source: str
+
+    def describe(self) -> str:
+        return f"[{self.low:.4g}, {self.high:.4g}] ({self.source})"
+
+
+@dataclass(frozen=True)
 class Judgement:
     """A claim judged against runs' figures: the verdict, both figures with their intervals, both scales,
-    whether magnitude counted (`at_scale`) and why (`reason`)."""
+    the band of the study's figure, what was judged (`judged`: size and sign, sign only, not judgeable)
+    and why (`reason`)."""
 
     claim: Claim
     verdict: ClaimVerdict
@@ -282,6 +324,9 @@ class Judgement:
     our_scale: str
     reason: str
     runs: tuple = ()
+    band: Band | None = None
+    judged: str = ""
+    premise: str = ""  # what the claim takes for granted that our runs do not show (`premise`)
 
     @property
     def scale_note(self) -> str:
@@ -295,10 +340,54 @@ def study_estimate(claim: Claim) -> Estimate | None:
     return estimate(claim, study_points(claim)) if claim.points else None
 
 
-def _band(study: Estimate | None) -> tuple[float, float] | None:
-    if study is None or not math.isfinite(study.value):
+def band_of(claim: Claim) -> Band | None:
+    """The band of a magnitude claim (module docstring): the union of the study's figure ±
+    `DEFAULT_BAND`, its seed interval and its stated figure or range (to half a printed digit); None
+    for a shape claim or where the study prints no values."""
+    study = study_estimate(claim)
+    if claim.kind not in MAGNITUDE_KINDS or study is None or not math.isfinite(study.value):
         return None
-    return (study.low, study.high) if study.defined else (study.value, study.value)
+    v = study.value
+    low, high = v - DEFAULT_BAND * abs(v), v + DEFAULT_BAND * abs(v)
+    sources = [f"±{DEFAULT_BAND:.0%} of {v:.4g}"]
+    if study.defined and study.high > study.low:
+        low, high = min(low, study.low), max(high, study.high)
+        sources.append(f"the study's {study.method}")
+    if claim.stated:
+        values = [claim.stated_sign * q.value for q in claim.stated]
+        slack = max(printed_step(q.text) for q in claim.stated)
+        low, high = min(low, min(values) - slack), max(high, max(values) + slack)
+        sources.append("stated " + " to ".join(q.text for q in claim.stated))
+    return Band(float(low), float(high), "; ".join(sources))
+
+
+def _sign(claim: Claim, ours: Estimate) -> tuple[ClaimVerdict | None, str]:
+    """The verdict on the claimed side of the line with its noise floor: (REPLICATED, where) on the
+    claimed side, (CONTRADICTED, why) on the other, (NOT_RESOLVED, why) across."""
+    line, floor = line_of(claim), floor_of(claim)
+    above = claim.side == Side.ABOVE
+    direction = 1.0 if above else -1.0
+    toward, away = line + direction * floor, line - direction * floor
+    on_side = ours.low > toward if above else ours.high < toward
+    other_side = ours.high < away if above else ours.low > away
+    where = f"interval [{ours.low:.4g}, {ours.high:.4g}], line {line:g}"
+    if floor:
+        where += f" ± the sweep's noise floor {floor:g}"
+    if other_side:
+        return ClaimVerdict.CONTRADICTED, f"{where}: on the other side"
+    if not on_side:
+        return ClaimVerdict.NOT_RESOLVED, f"{where}: reaches across the line"
+    return ClaimVerdict.REPLICATED, where
+
+
+def _size(band: Band, ours: Estimate) -> tuple[ClaimVerdict, str]:
+    """Inside the band replicates, wholly outside contradicts, across its edge is not resolved."""
+    text = f"the study's band {band.low:.4g} to {band.high:.4g}"
+    if ours.high < band.low or ours.low > band.high:
+        return ClaimVerdict.CONTRADICTED, f"misses {text}"
+    if ours.low < band.low or ours.high > band.high:
+        return ClaimVerdict.NOT_RESOLVED, f"reaches across the edge of {text}"
+    return ClaimVerdict.REPLICATED, f"inside {text}"
 
 
 def judge(
@@ -309,37 +398,33 @@ def judge(
     runs: Iterable = (),
 ) -> Judgement:
     """The verdict on `claim` from our figure `ours` (from `estimate` or `fitted`) measured at `scale`;
-    `missing` names the runs it needs that are not there, `runs` those it rests on."""
+    `missing` names the runs it needs that are not there, `runs` those it rests on. Sign first, then
+    size where the claim has a band and its kind is scale-free or the runs are at the study's scale."""
     study = study_estimate(claim)
     at_scale = same_scale(claim.scale, scale)
     described = scale.describe() if scale is not None else "—"
-    missing = tuple(missing)
+    band = band_of(claim)
+    on_size = band is not None and (claim.kind in SCALE_FREE_KINDS or at_scale)
+    judged = ON_SIZE if on_size else SIGN_ONLY
 
-    def out(verdict: ClaimVerdict, reason: str) -> Judgement:
-        return Judgement(claim, verdict, ours, study, at_scale, described, reason, tuple(runs))
+    def out(verdict: ClaimVerdict, reason: str, what: str = judged) -> Judgement:
+        return Judgement(claim, verdict, ours, study, at_scale, described, reason, tuple(runs), band, what)
 
+    needs = "needs " + (", ".join(missing) or "runs that measure it")
+    if line_of(claim) is None:  # no run could resolve it: said with or without runs
+        why = "not judgeable: the study states no margin within which values count as alike"
+        if ours is None or not math.isfinite(ours.value):
+            return out(ClaimVerdict.NOT_RUN, f"{needs}; {why}", NOT_JUDGEABLE)
+        return out(ClaimVerdict.NOT_RESOLVED, why, NOT_JUDGEABLE)
     if ours is None or not math.isfinite(ours.value):
-        return out(ClaimVerdict.NOT_RUN, "needs " + (", ".join(missing) or "runs that measure it"))
-    line = line_of(claim)
-    if line is None:
-        return out(ClaimVerdict.NOT_RESOLVED, "the study states no margin within which values count as alike")
+        return out(ClaimVerdict.NOT_RUN, needs, "")
     if not ours.defined:
         return out(ClaimVerdict.NOT_RESOLVED, f"no interval ({ours.method})")
-    above = claim.side == Side.ABOVE
-    on_side = ours.low > line if above else ours.high < line
-    other_side = ours.high < line if above else ours.low > line
-    where = f"interval [{ours.low:.4g}, {ours.high:.4g}], line {line:g}"
-    if other_side:
-        return out(ClaimVerdict.CONTRADICTED, f"{where}: on the other side")
-    if not on_side:
-        return out(ClaimVerdict.NOT_RESOLVED, f"{where}: reaches across the line")
-    band = _band(study)
-    if at_scale and claim.kind in MAGNITUDE_KINDS and band is not None:
-        if ours.high < band[0] or ours.low > band[1]:
-            return out(
-                ClaimVerdict.CONTRADICTED, f"{where}: misses the study's [{band[0]:.4g}, {band[1]:.4g}]"
-            )
-    return out(ClaimVerdict.REPLICATED, f"{where}: on the claimed side")
+    verdict, where = _sign(claim, ours)
+    if verdict != ClaimVerdict.REPLICATED or not on_size:
+        return out(verdict, where if verdict != ClaimVerdict.REPLICATED else f"{where}: on the claimed side")
+    verdict, size = _size(band, ours)
+    return out(verdict, f"{where}: on the claimed side; {size}")
 
 
 def judge_points(
@@ -349,10 +434,86 @@ def judge_points(
     have = set(zip(points["series"], points["x"], strict=True)) if not points.empty else set()
     missing = [f"{s} at {x}" for s, x in needed(claim) if (s, x) not in have]
     ours = estimate(claim, points) if not missing else None
-    return judge(claim, ours, scale, missing, runs)
+    judged = judge(claim, ours, scale, missing, runs)
+    unmet = premise(claim, points) if not missing else ""
+    if unmet and judged.verdict in (ClaimVerdict.REPLICATED, ClaimVerdict.CONTRADICTED):
+        return replace(
+            judged, verdict=ClaimVerdict.NOT_RESOLVED, reason=f"premise not met: {unmet}", premise=unmet
+        )
+    return replace(judged, premise=unmet)
+
+
+def premise(claim: Claim, points: pd.DataFrame) -> str:
+    """What a claim takes for granted that our runs do not show, with the figure ("" when it holds):
+    a share of a gain needs the gain, in the study's direction and beyond the study's noise margin for
+    a loss (a share of +0.0003 of loss is a share of noise)."""
+    if claim.kind != Comparison.SHARE or points.empty:
+        return ""
+    series, start, _, end = claim.terms
+    values = points[points["series"] == series].groupby("x")["value"].mean()
+    if start not in values or end not in values:
+        return ""
+    ours = float(values[start] - values[end])
+    study = study_points(claim)
+    sign = 1.0
+    theirs = study[study["series"] == series].groupby("x")["value"].mean() if not study.empty else {}
+    if start in theirs and end in theirs:  # the gain's direction is the study's (a fall of loss, a rise)
+        sign = math.copysign(1.0, float(theirs[start] - theirs[end]))
+    least = (margin_of(claim) or 0.0) if "loss" in claim.metric.column else 0.0
+    if sign * ours > least:
+        return ""
+    return (
+        f"the gain from {start} to {end} ({series}) is {ours:+.4g} in these runs"
+        + (f", inside the study's noise margin {least:g}" if sign * ours > 0 else "")
+        + ": no gain to take a share of"
+    )
 
 
 # ---------------------------------------------------------------- the study against itself
+
+
+def _key(key: tuple) -> str:
+    return f"{key[0]}@{key[1]}"
+
+
+def derivation(claim: Claim) -> str:
+    """How the study's figure of `claim` is computed from the values it prints ("" where the figure is
+    one printed value): every such figure is shown marked "derived", with this computation."""
+    k, t = claim.kind, claim.terms
+    if not claim.points:
+        return ""
+    if k == Comparison.SHARE:
+        a, b, c = (_key((t[0], x)) for x in t[1:4])
+        how = f"({a} − {b}) / ({a} − {c})"
+    elif k == Comparison.LOCATION:
+        how = f"smallest excess of {t[0]} at {', '.join(str(x) for x in t[2])} over {_key((t[0], t[1]))}"
+    elif k == Comparison.TREND:
+        how = f"smallest step of {t[0]} over {' → '.join(str(x) for x in t[1])}"
+    elif k == Comparison.EXPONENT:
+        how = f"{t[2]} ** {_key((t[0], t[1]))}" if t[2] is not None else ""
+    elif k == Comparison.RANK:
+        how = f"Spearman's ρ of {t[0]} and {t[1]} over {t[2]}"
+    else:
+        op = " / " if k == Comparison.RATIO else " − "
+        pairs = _pairs(claim)
+        parts = [_key(a) + (op + _key(b) if b is not None else "") for a, b in pairs]
+        how = parts[0] if len(parts) == 1 else "the least favourable of " + ", ".join(parts)
+        how = "" if len(pairs) == 1 and pairs[0][1] is None else how  # one printed value is the figure
+        if k == Comparison.EQUIVALENT and len(parts) > 1:
+            how = "the largest |" + "|, |".join(parts) + "|"
+    seeds = {p.seed for p in claim.points if p.seed is not None}
+    if how and len(seeds) > 1:
+        how += f", mean over seeds {', '.join(str(s) for s in sorted(seeds))}"
+    return f"derived: {how}" if how else ""
+
+
+def study_figure(j: Judgement) -> str:
+    """The study's figure as the scorecard shows it: with its interval, and marked derived with its
+    computation where it is not a value the study prints."""
+    if j.study is None:
+        return "no values printed"
+    how = derivation(j.claim)
+    return j.study.describe() + (f"; {how}" if how else "")
 
 
 def self_check(claim: Claim) -> dict:
@@ -379,6 +540,8 @@ SCORECARD_COLUMNS = [
     "verdict",
     "study_figure",
     "study_scale",
+    "band",
+    "judged",
     "ours",
     "value",
     "low",
@@ -388,13 +551,28 @@ SCORECARD_COLUMNS = [
     "scale_note",
     "runs",
     "reason",
+    "premise",
+    "stated",
+    "contradiction",
 ]
 
 
+def _stated(claim: Claim) -> str:
+    """The study's own summary of the figure as printed, beside what its values compute to."""
+    check = self_check(claim)
+    if not check["stated"]:
+        return ""
+    if check["agrees"] is None:
+        return f"{check['stated']} (printed)"
+    verb = "agrees with" if check["agrees"] else "disagrees with"
+    return f"{check['stated']} (printed; {verb} the {check['computed']:.4g} its values compute to)"
+
+
 def scorecard(judgements: Iterable[Judgement]) -> pd.DataFrame:
-    """One row per judgement (SCORECARD_COLUMNS): the claim, its verdict, the study's figure and scale
-    beside ours (as text, and as value, low, high over n_seeds) with our scale, the runs it rests on and
-    why the verdict is what it is."""
+    """One row per judgement (SCORECARD_COLUMNS): the claim, its verdict, the study's figure, scale and
+    band, whether it was judged on size and sign or on sign only, ours (as text, and as value, low, high
+    over n_seeds) with our scale, the runs it rests on, why the verdict is what it is, and the study's
+    stated figure and any contradiction within the study."""
     rows = []
     for j in judgements:
         c = j.claim
@@ -405,8 +583,10 @@ def scorecard(judgements: Iterable[Judgement]) -> pd.DataFrame:
                 statement=c.statement,
                 kind=str(c.kind),
                 verdict=str(j.verdict),
-                study_figure=j.study.describe() if j.study else "no values printed",
+                study_figure=study_figure(j),
                 study_scale=c.scale.describe(),
+                band=j.band.describe() if j.band else "",
+                judged=j.judged,
                 ours=j.ours.describe() if j.ours else "—",
                 value=j.ours.value if j.ours else math.nan,
                 low=j.ours.low if j.ours else math.nan,
@@ -416,6 +596,9 @@ def scorecard(judgements: Iterable[Judgement]) -> pd.DataFrame:
                 scale_note=j.scale_note if j.ours else "",
                 runs=", ".join(str(r) for r in j.runs),
                 reason=j.reason,
+                premise=j.premise,
+                stated=_stated(c),
+                contradiction=c.contradiction,
             )
         )
     return pd.DataFrame(rows, columns=SCORECARD_COLUMNS)

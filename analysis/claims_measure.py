@@ -4,8 +4,8 @@ the Claims page shows, the study report and the studies' demos end with.
 What is measured where: the lean-recipe claims by `analysis.findings` (depth sweeps and the equal-data
 block); φ and 4^φ of the iso-depth study from the law fitted to the iso_depth runs
 (`analysis.iso_depth`, its bootstrap interval), given here as the fitted study; of the loop-design
-report, the loop geometry past the trained count (each run's depth sweep, `round_deltas`: a claim about
-one model's rounds, so each run is one sample) and channel-wise against dense injection's cross-round
+report, the loop geometry past the trained count (each run's depth sweep, `round_deltas`, of the
+study's own layouts; a sample is a training seed, the mean of that seed's runs: runs are never seeds) and channel-wise against dense injection's cross-round
 interaction (`round_interactions`, per seed: the two variants of one layout trained with that seed);
 every other claim's row is "not run" and names the measurement it needs (its metric). Pure: frames in,
 a table out.
@@ -148,35 +148,56 @@ def _of(frame: pd.DataFrame | None, done: pd.DataFrame) -> pd.DataFrame:
     return frame[frame["train_job_id"].isin(done["job_id"])]
 
 
+def _study_runs(done: pd.DataFrame) -> pd.DataFrame:
+    """The runs of the loop-design study (its layouts' recipes): its claims rest on no other recipe."""
+    if "recipe" not in done:
+        return done.iloc[:0]
+    return done[done["recipe"].isin(LOOP_LAYOUTS)]
+
+
 def _geometry_points(done: pd.DataFrame, deltas: pd.DataFrame, column: str) -> pd.DataFrame:
-    """Per run (its job id as the sample): `column` at its trained round and at the deepest round its
-    sweep measured past it (the deepest sweep's rounds; a round's state does not depend on how many
-    follow it)."""
+    """Per training seed: `column` at its runs' trained round and at the deepest round each run's sweep
+    measured past it (the deepest sweep's rounds; a round's state does not depend on how many follow
+    it), the mean over the runs of that seed, so a seed is a sample and several runs of one seed are
+    not counted as several."""
+    done = _study_runs(done)
     trained = dict(zip(done["job_id"], done["train_loops"], strict=True)) if "train_loops" in done else {}
+    seed_of = dict(zip(done["job_id"], done["seed"], strict=True)) if "seed" in done else {}
     rows = []
     for job_id, g in deltas.groupby("train_job_id") if not deltas.empty else ():
         n = trained.get(job_id)
-        if n is None or pd.isna(n) or g[column].isna().all():
+        if n is None or pd.isna(n) or g[column].isna().all() or pd.isna(seed_of.get(job_id)):
             continue
         g = g[g["loops"] == g["loops"].max()]
         at, last = g[g["round"] == int(n)], g[g["round"] == g["round"].max()]
         if at.empty or int(last["round"].iloc[0]) <= int(n):
             continue
-        rows += [(column, "trained", job_id, float(at[column].iloc[0]))]
-        rows += [(column, "beyond", job_id, float(last[column].iloc[0]))]
-    return pd.DataFrame(rows, columns=claims.POINT_COLUMNS)
+        rows += [(column, "trained", seed_of[job_id], float(at[column].iloc[0]), job_id)]
+        rows += [(column, "beyond", seed_of[job_id], float(last[column].iloc[0]), job_id)]
+    frame = pd.DataFrame(rows, columns=[*claims.POINT_COLUMNS, "job_id"])
+    return _per_seed_means(frame[claims.POINT_COLUMNS], sorted(frame["job_id"].unique()))
+
+
+def _per_seed_means(points: pd.DataFrame, jobs: list) -> pd.DataFrame:
+    """One value per (series, x, seed): the mean over that seed's runs; the job ids they rest on ride in
+    `attrs["jobs"]`."""
+    means = points.groupby(["series", "x", "seed"], as_index=False)["value"].mean()[claims.POINT_COLUMNS]
+    means.attrs["jobs"] = jobs
+    return means
 
 
 def _interaction_points(claim: Claim, done: pd.DataFrame, interactions: pd.DataFrame) -> pd.DataFrame:
-    """Per seed: the mean interaction of the first injection's run over the second's, of one layout
-    (same recipe, loops and width), both at the deepest interaction depth the two share."""
+    """Per training seed: the mean interaction of the first injection's run over the second's, of one
+    layout of the study (same recipe, loops and width), both at the deepest interaction depth the two
+    share; several layouts of one seed give that seed's mean ratio (one sample per seed)."""
     a, b = INTERACTION_CLAIMS[claim.id]
     series, x = claim.terms[0]
     if interactions.empty or "injection" not in done:
-        return pd.DataFrame(columns=claims.POINT_COLUMNS)
+        return _per_seed_means(pd.DataFrame(columns=claims.POINT_COLUMNS), [])
     keys = ["recipe", "train_loops", "d_model", "seed"]
+    done = _study_runs(done)
     runs = done[done["injection"].isin([a, b])][["job_id", "injection", *keys]]
-    rows = []
+    rows, jobs = [], []
     for (*_, seed), group in runs.groupby(keys, dropna=False):
         by = dict(zip(group["injection"], group["job_id"], strict=True))
         if set(by) != {a, b}:
@@ -186,7 +207,8 @@ def _interaction_points(claim: Claim, done: pd.DataFrame, interactions: pd.DataF
         mean_a, mean_b = (i[i["loops"] == depth]["interaction"].mean() for i in (ia, ib))
         if pd.notna(mean_a) and pd.notna(mean_b) and mean_b > 0:
             rows.append((series, x, seed, float(mean_a / mean_b)))
-    return pd.DataFrame(rows, columns=claims.POINT_COLUMNS)
+            jobs += [by[a], by[b]]
+    return _per_seed_means(pd.DataFrame(rows, columns=claims.POINT_COLUMNS), sorted(jobs))
 
 
 def loop_design_judgements(
@@ -204,9 +226,9 @@ def loop_design_judgements(
         else:
             out.append(_unmeasured(claim))
             continue
-        used = done[done["job_id"].isin(points["seed"])] if claim.id in GEOMETRY_CLAIMS else done
-        seeds = used["seed"] if claim.id in GEOMETRY_CLAIMS else points["seed"]
-        scale = findings.scale_of(used, seeds)
+        study = _study_runs(done)
+        used = study[study["job_id"].isin(points.attrs["jobs"])]
+        scale = findings.scale_of(used, points["seed"])
         out.append(claims.judge_points(claim, points, scale, sorted(used["job_id"])))
     return out
 

@@ -1,5 +1,5 @@
 """The lean-recipe study's part of the claims registry (`analysis/claims.py`, records in
-`analysis/claims_lean.py`), measured on the runs of a results database and judged by the registry's
+`analysis/claims_data/lean.toml`), measured on the runs of a results database and judged by the registry's
 one rule: one scorecard row per claim (`claims.SCORECARD_COLUMNS`).
 
 Measured here, from the depth frame (`orchestrator.frames.depth`: train_job_id, recipe, size, seed,
@@ -10,6 +10,8 @@ loops, val_loss, far_copy_loss, variant columns) and the finished runs with
 - a claim at equal data (metric `runs.eval_loss` with the iso-data note): the block of one size and
   token budget holding every series (the largest such budget), each series's per-seed eval_loss at
   the x the claim reads; iso-time runs are left out.
+- a claim on parcae's training-loop sampler (`SAMPLER_CLAIMS`), once parcae runs are among them: exact,
+  from the recipe's sampler (`sampler_judgement`).
 Any other claim (iso-time pairs, decode timings, loop geometry, a difference the study only prints)
 is not measured from these frames: its row says so, verdict "not run".
 
@@ -20,13 +22,17 @@ every claim, so they are judged on direction and shape only.
 from __future__ import annotations
 
 import pandas as pd
+from scipy import stats as scipy_stats
 
 from looplab.analysis import claims, far_copy
 from looplab.analysis.claims_base import Claim, Scale
 from looplab.analysis.claims_lean import EQUAL_DATA
 from looplab.analysis.variants import with_variants
+from looplab.model.presets import preset
 
 RECIPES = ("parcae", "fixed4", "lean")
+# claims on the training-loop sampler itself: P(loops <= n) of the sampler the parcae runs trained with
+SAMPLER_CLAIMS = {"lean.tenth_draw_four_or_fewer": 4}
 COLUMNS = claims.SCORECARD_COLUMNS
 POINTS = claims.POINT_COLUMNS
 
@@ -113,9 +119,27 @@ def _equal_data_points(claim: Claim, evals: pd.DataFrame) -> tuple[pd.DataFrame,
     return pd.DataFrame(rows, columns=POINTS), df
 
 
+def sampler_judgement(claim: Claim, runs: tuple = ()) -> claims.Judgement:
+    """P(loops <= n) of the parcae recipe's training-loop sampler, exact from its definition
+    (model/looped.py `sample_loops`: Poisson with the recipe's loop count as its mean, at least 1, so for
+    n >= 1 it is the Poisson CDF at n): a property of the sampler the parcae runs `runs` trained with."""
+    cfg = preset("parcae")
+    if cfg.loop_sampler not in ("poisson_seq", "poisson_batch"):
+        return claims.judge(claim, None, None, [f"a Poisson loop sampler (parcae's is {cfg.loop_sampler})"])
+    p = float(scipy_stats.poisson.cdf(SAMPLER_CLAIMS[claim.id], cfg.loops))
+    ours = claims.Estimate(p, p, p, 1, "exact: the sampler's distribution")
+    scale = Scale(note=f"the parcae recipe's sampler: Poisson, mean {cfg.loops} loops")
+    return claims.judge(claim, ours, scale, runs=runs)
+
+
 def judge_lean_claim(claim: Claim, depth: pd.DataFrame, evals: pd.DataFrame) -> claims.Judgement:
     """One lean claim measured on the frames (see the module docstring) and judged."""
     frame, note = claim.metric.frame, claim.metric.note
+    if claim.id in SAMPLER_CLAIMS:
+        parcae = evals[evals["recipe"] == "parcae"] if "recipe" in evals else evals.iloc[:0]
+        if parcae.empty:
+            return claims.judge(claim, None, None, ["parcae runs (the sampler they trained with)"])
+        return sampler_judgement(claim, tuple(sorted(parcae["job_id"])))
     if frame == "depth" and _series_measured(claim):
         points, jobs = _depth_points(claim, depth)
         runs = evals[evals["job_id"].isin(jobs)] if not evals.empty and "job_id" in evals else evals

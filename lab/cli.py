@@ -321,7 +321,8 @@ def _study_commands(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="only this study's claims (default: all three)",
     )
-    cl.add_argument("--csv", action="store_true", help="print the whole scorecard as CSV")
+    cl.add_argument("--csv", action="store_true", help="print the whole scorecard as CSV (every column)")
+    cl.add_argument("--json", action="store_true", help="print the whole scorecard as JSON (every column)")
 
     _output_commands(sub)
 

@@ -440,10 +440,9 @@ def cli_lm_eval(args) -> int:
 
 
 def cli_claims(args) -> int:
-    """The three studies' claims judged on the database's finished runs (analysis/claims.py)."""
-    import pandas as pd
-
-    from looplab.analysis import claims_measure, variants
+    """The three studies' claims judged on the database's finished runs (analysis/claims.py): a table
+    that fits 120 columns (analysis/claims_text.py), or every column as CSV or JSON."""
+    from looplab.analysis import claims_measure, claims_text, variants
     from looplab.orchestrator import frames
     from looplab.orchestrator.db import resolve_url
 
@@ -460,9 +459,8 @@ def cli_claims(args) -> int:
     if args.csv:
         print(card.to_csv(index=False), end="")
         return 0
-    cols = ["claim", "verdict", "study_figure", "ours", "scale_note"]
-    with pd.option_context("display.width", 220, "display.max_colwidth", 60, "display.max_rows", None):
-        print(card[cols].to_string(index=False))
-    counts = card["verdict"].value_counts()
-    print(f"{len(card)} claims: " + ", ".join(f"{n} {verdict}" for verdict, n in counts.items()))
+    if args.json:
+        print(card.to_json(orient="records", force_ascii=False, indent=1))
+        return 0
+    print(claims_text.text_scorecard(card))
     return 0

@@ -605,20 +605,15 @@ def main_adaptive(
 def print_scorecard(url: str, grids: list[str], study: str) -> None:
     """The scorecard of `study` on the runs of `grids`: each claim's verdict, the study's figure and ours
     (`analysis.claims_measure`, as `looplab claims --study STUDY` and the report give it)."""
-    import pandas as pd
-
+    from looplab.analysis import claims_text
     from looplab.lab.report import study_data
 
     card = study_data(url, grids).scorecards.get(study)
-    with pd.option_context("display.width", 220, "display.max_columns", 10, "display.max_colwidth", 70):
-        print(f"\n== the {study} study's claims against this run ==")
-        if card is None or card.empty:
-            print("(no finished runs of the study)")
-            return
-        cols = ["claim", "verdict", "study_figure", "ours", "scale_note"]
-        print(card[cols].to_string(index=False))
-        counts = card["verdict"].value_counts()
-        print(f"{len(card)} claims: " + ", ".join(f"{n} {verdict}" for verdict, n in counts.items()))
+    print(f"\n== the {study} study's claims against this run ==")
+    if card is None or card.empty:
+        print("(no finished runs of the study)")
+        return
+    print(claims_text.text_scorecard(card))
 
 
 def score_study(url: str, grids: list[str], study: str, report: str) -> bool:

@@ -14,7 +14,9 @@ import pytest
 
 from looplab.analysis import claims
 from looplab.lab import demo
+from tests.attribution import misattributed, seed_numbers
 from tests.test_end_to_end import LOOPLAB, ROOT
+from tests.test_misattribution import SEEDS
 
 pytestmark = [pytest.mark.demo, pytest.mark.ray, pytest.mark.slow]
 
@@ -60,6 +62,11 @@ def test_a_fast_study_prints_its_scorecard_and_writes_its_report(study, tmp_path
     assert "## Scorecard of" in md
     rows = [line for line in md.splitlines() if line.startswith(("| lean.", "| iso.", "| loop."))]
     assert len(rows) == n  # the report's scorecard has every claim of the study, once
+    # nothing the demo prints or writes attributes to the study a figure it did not print
+    seeds = [SEEDS / s.file for s in claims.STUDIES.values()]
+    if all(f.is_file() for f in seeds) or os.environ.get("LOOPLAB_REQUIRE_SEEDS") == "1":
+        printed = seed_numbers(f.read_text(encoding="utf-8") for f in seeds)
+        assert not misattributed(stdout, printed) and not misattributed(md, printed)
 
 
 def test_the_families_study_prints_both_tables_and_writes_its_report(tmp_path, looplab_cache):

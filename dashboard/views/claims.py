@@ -1,6 +1,9 @@
 """Claims: every claim of the three studies (`analysis/claims.py`) with its verdict on the selected runs,
-the study's figure and scale beside ours with its interval and scale, the runs it rests on and the
-reason; filters by study and verdict. The same scorecard as `looplab claims` (docs/claims.md).
+the study's figure, band and scale beside ours with its interval and scale, whether it was judged on
+size and sign or on sign only, a premise our runs do not meet (with the figure), the study's stated
+figure and any contradiction within the study, the runs it rests on and the reason; every row shown
+(no scrolling box), filters by study, verdict and what was judged. The same scorecard as
+`looplab claims` (docs/claims.md).
 
 Runs: the sidebar's selection, finished ones. The iso-depth claims read the law fitted to its
 iso_depth runs (the Scaling page's defaults: 200 resamples, seed 0, the linear loss)."""
@@ -14,6 +17,8 @@ from looplab.analysis import claims, claims_measure, variants
 from looplab.dashboard import ui
 from looplab.orchestrator.states import JobStatus
 
+JUDGED = [claims.ON_SIZE, claims.SIGN_ONLY, claims.NOT_JUDGEABLE]  # what each row was judged on
+
 
 @st.cache_data(show_spinner="fitting the iso-depth law ...", max_entries=8)
 def fitted(runs: pd.DataFrame):
@@ -22,10 +27,13 @@ def fitted(runs: pd.DataFrame):
 
 st.title("Claims")
 st.caption(
-    "Each claim of the three studies judged by one rule: replicated when our 95 % interval lies on the "
-    "claimed side of its line (and, at the study's scale, meets the study's figure), contradicted on the "
-    "other side, not resolved across it, not run without the runs it needs. Runs at another scale than "
-    "the claim's are judged on direction and shape only (`scale_note`). See docs/claims.md."
+    "Each claim of the three studies judged by one rule, on sign and size: replicated when our 95 % "
+    "interval lies on the claimed side of its line and, for a magnitude, inside the band of the study's "
+    "figure; contradicted on the other side or wholly outside the band; not resolved across either "
+    "edge; not run without the runs it needs. A scale-free figure (a share, a ratio, an exponent) is "
+    "judged on size at any scale, a scale-bound one (a loss difference) on size only at the study's "
+    "scale and on sign elsewhere (`judged`). `premise` names what a claim takes for granted that these "
+    "runs do not show. See docs/claims.md."
 )
 url = ui.url()
 runs = ui.filter_runs(variants.with_variants(ui.runs(url)))
@@ -36,15 +44,19 @@ card = claims_measure.scorecard(
     done, ui.filter_by_runs(ui.depth(url), done), iso=study, iso_note=why, **geometry
 )
 
-c1, c2 = st.columns(2)
+c1, c2, c3 = st.columns(3)
 studies = c1.multiselect("Study", list(claims.STUDIES), key="claims_study")
 verdicts = c2.multiselect("Verdict", [str(v) for v in claims.ClaimVerdict], key="claims_verdict")
+judged_as = c3.multiselect("Judged on", JUDGED, key="claims_judged")
 shown = card[card["study"].isin(studies or list(claims.STUDIES))]
 shown = shown[shown["verdict"].isin(verdicts or [str(v) for v in claims.ClaimVerdict])]
+shown = shown[shown["judged"].isin(judged_as or [*JUDGED, ""])]
 counts = card["verdict"].value_counts()
+unmet = int((card["premise"] != "").sum())
 st.markdown(
     f"**{len(card)} claims**: "
     + ", ".join(f"{n} {verdict}" for verdict, n in counts.items())
+    + (f" · {unmet} premise not met" if unmet else "")
     + f" · {len(done)} finished run(s) selected"
 )
-ui.table(shown.reset_index(drop=True), key="claims_table")
+ui.table(shown.reset_index(drop=True), key="claims_table", height="content")

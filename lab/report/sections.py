@@ -197,12 +197,17 @@ REPORT_COLUMNS = [
     "claim",
     "statement",
     "verdict",
+    "judged",
     "study_figure",
+    "band",
     "study_scale",
     "ours",
     "our_scale",
     "scale_note",
+    "premise",
     "reason",
+    "stated",
+    "contradiction",
 ]
 
 
@@ -212,11 +217,15 @@ def _scorecards(data: StudyData) -> list[Section]:
         counts = card["verdict"].value_counts()
         tally = ", ".join(f"{n} {verdict}" for verdict, n in counts.items())
         text = [
-            f"Each claim of {STUDY_NAMES.get(study, study)} (the registry, `analysis/claims_*.py`, with the "
-            "study's own numbers) judged on these runs by the one rule of `analysis/claims.py`: replicated "
-            "when the 95 % interval lies on the claimed side of the line, contradicted on the other side, not "
-            "resolved across it, not run without the runs it needs. Runs at another scale than the claim's "
-            "are judged on direction and shape only (`scale_note`). `looplab claims` prints the same.",
+            f"Each claim of {STUDY_NAMES.get(study, study)} (the registry, "
+            "`analysis/claims_data/`, with the study's own numbers) judged on these runs by the one rule of "
+            "`analysis/claims.py`, on sign and size: replicated when the 95 % interval lies on the claimed "
+            "side of the line and, for a magnitude, inside the band of the study's figure; contradicted on "
+            "the other side or wholly outside the band; not resolved across either edge; not run without the "
+            "runs it needs. A share, a ratio or an exponent is judged on size at any scale, a loss "
+            "difference on size only at the study's scale (`judged`). A study figure computed from its "
+            "printed values is marked derived; `stated` and `contradiction` give the study's own summary "
+            "and where its text and tables disagree. `looplab claims` prints the same.",
             f"Verdicts: {tally}.",
         ]
         name = "findings" if study == "lean" else f"scorecard_{study.replace('-', '_')}"

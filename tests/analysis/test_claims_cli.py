@@ -47,7 +47,7 @@ def test_one_study_and_the_text_table(db, capsys):
     assert set(lean["study"]) == {"lean"} and len(lean) == len(claims.claims_of("lean"))
     assert main(["--db", db, "claims", "--study", "iso-depth"]) == 0
     out = capsys.readouterr().out
-    assert "iso.worth_at_4" in out and f"{len(claims.claims_of('iso-depth'))} claims:" in out
+    assert "\nworth_at_4 " in out and f"{len(claims.claims_of('iso-depth'))} claims:" in out
     assert "lean." not in out
 
 
@@ -83,3 +83,25 @@ def test_the_iso_depth_claims_read_the_fitted_law(tmp_path, capsys):
         and worth["scale_note"] == "other scale: direction and shape only"
     )
     assert card.loc["iso.gap_grows_with_r", "verdict"] == "not run"
+
+
+def test_the_text_table_fits_120_columns_grouped_by_study_and_json_has_every_column(db, capsys):
+    from looplab.lab.cli import main
+
+    assert main(["--db", db, "claims"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) <= 120
+    heads = [line for line in lines if line.startswith("== ")]
+    assert [h.split(":")[0] for h in heads] == [f"== {s}" for s in claims.STUDIES]
+    assert f"== lean: {len(claims.claims_of('lean'))} claims:" in heads[0]
+    # the share is judged on size (scale-free) and shows its band; the study's stated figure is shown,
+    # and where the note's text and tables disagree the contradiction is on its own line
+    share = next(line for line in lines if line.startswith("parcae_share_4_of_8 "))
+    assert "replicated" in share and " size " in share and "0.9376* [" in share
+    assert any(line.startswith("    stated: 94%") for line in lines)
+    assert any(line.startswith("    contradiction: the note says plain beats lean") for line in lines)
+    assert main(["--db", db, "claims", "--json"]) == 0
+    records = pd.read_json(io.StringIO(capsys.readouterr().out), orient="records")
+    assert list(records.columns) == claims.SCORECARD_COLUMNS and len(records) == len(claims.CLAIMS)
+    row = records.set_index("claim").loc["lean.plain_beats_lean_equal_time"]
+    assert row["contradiction"].startswith("the note says") and "disagrees" in row["stated"]

@@ -1,5 +1,5 @@
 """The loop-design report's claims measured on runs (analysis/claims_measure.py): the loop geometry past
-the trained count, one sample per run, and channel-wise against dense injection's cross-round interaction,
+the trained count, one sample per training seed (never per run), and channel-wise against dense injection's cross-round interaction,
 one ratio per seed. Frames are built by hand in the shapes orchestrator.frames reads, so each verdict of
 the one rule can be produced, both ways."""
 
@@ -59,15 +59,26 @@ def verdicts(done, deltas=None, interactions=None) -> dict[str, str]:
 
 
 def test_state_past_the_trained_count_falling_update_and_growing_variance_are_replicated():
-    done = runs(4)
+    done = runs(2, seeds=(0, 1, 2))
     got = verdicts(done, deltas(done, slope=1.0, noise=0.01))
     assert got[FALLS] == got[GROWS] == claims.ClaimVerdict.REPLICATED
 
 
 def test_the_opposite_trends_contradict_both_claims():
-    done = runs(4)
+    done = runs(2, seeds=(0, 1, 2))
     got = verdicts(done, deltas(done, slope=-1.0, noise=0.01))
     assert got[FALLS] == got[GROWS] == claims.ClaimVerdict.CONTRADICTED
+
+
+def test_runs_are_not_counted_as_seeds_and_other_recipes_are_not_the_studys():
+    done = runs(9, seeds=(0, 1))  # nine runs of two seeds: two samples, not nine
+    judged = {j.claim.id: j for j in claims_measure.loop_design_judgements(done, deltas(done, 1.0, 0.01))}
+    assert judged[FALLS].ours.n == 2 and judged[FALLS].ours.method == "t interval over 2 seeds"
+    assert len(judged[FALLS].runs) == 18
+    # the lean recipe's runs are not the loop-design study's: nothing to judge
+    lean = done.assign(recipe="lean")
+    judged = {j.claim.id: j for j in claims_measure.loop_design_judgements(lean, deltas(lean, 1.0, 0.01))}
+    assert judged[FALLS].verdict == claims.ClaimVerdict.NOT_RUN and judged[FALLS].runs == ()
 
 
 def test_a_sweep_that_stops_at_the_trained_count_leaves_them_not_run():

@@ -91,7 +91,9 @@ def test_every_lean_claim_has_a_row_and_the_studys_tables_replicate_through_the_
     assert list(out.columns) == [c for c in claims.SCORECARD_COLUMNS if c != "claim"]
     assert list(out.index) == [c.id for c in claims.claims_of("lean")]
     for claim_id in DEPTH_CLAIMS:
-        assert out.loc[claim_id, "verdict"] == "replicated", (claim_id, out.loc[claim_id, "reason"])
+        # the study's own 12-loop best is 0.0001 below 16, inside the sweep's 0.01 noise floor
+        expected = "not resolved" if claim_id == "lean.parcae_best_at_12" else "replicated"
+        assert out.loc[claim_id, "verdict"] == expected, (claim_id, out.loc[claim_id, "reason"])
         # tiny runs: another scale than the study's, so direction and shape only, and said so
         assert out.loc[claim_id, "scale_note"] == "other scale: direction and shape only"
     share = out.loc["lean.parcae_share_4_of_8"]

@@ -31,3 +31,27 @@ def test_claims_page_on_an_empty_database(monkeypatch, empty_db):
     at = render(monkeypatch, empty_db[0], "claims")
     table = frame_with(at, "claim", "verdict")
     assert set(table["verdict"]) == {"not run"}
+
+
+def test_claims_page_shows_every_row_and_filters_by_what_was_judged(monkeypatch, fixture_db):
+    from looplab.dashboard import ui
+
+    heights, table_of = [], ui.table
+
+    def recording(df, **kw):
+        heights.append(kw.get("height"))
+        return table_of(df, **kw)
+
+    monkeypatch.setattr(ui, "table", recording)
+    at = render(monkeypatch, fixture_db[0], "claims")
+    table = frame_with(at, "claim", "verdict", "judged", "band", "premise", "stated", "contradiction")
+    assert len(table) == len(claims.CLAIMS)
+    assert heights[-1] == "content"  # the claims grid (the last table drawn) grows to its rows
+    at.multiselect(key="claims_judged").set_value([claims.ON_SIZE]).run()
+    sized = frame_with(at, "claim", "judged")
+    assert set(sized["judged"]) == {claims.ON_SIZE}
+    assert "lean.parcae_share_4_of_8" in set(sized["claim"])  # a share: on size at any scale
+    at.multiselect(key="claims_judged").set_value([claims.NOT_JUDGEABLE]).run()
+    unjudgeable = {c.id for c in claims.CLAIMS if claims.line_of(c) is None}  # within noise, no margin
+    assert {"iso.reasoning_no_signal", "loop.deep_layout_flat"} <= unjudgeable
+    assert set(frame_with(at, "claim", "judged")["claim"]) == unjudgeable

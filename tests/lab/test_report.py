@@ -213,6 +213,13 @@ def test_markdown_has_the_same_tables_as_text_and_no_chart(report_db, tmp_path):
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[4:6] == ["3.1150", "0.0050"] and cells[8] == "not resolved"
     assert "## Iso-time" in md and "## Decode" in md and "no iso-depth runs in these grids" in md
+    # with fixed4 (grid "extra") the lean scorecard is in: it carries the band, what was judged, the
+    # study's figure marked derived, its stated figure and its contradictions
+    assert main(["--db", str(path), "report", "study", "extra", "-o", str(tmp_path / "both.md")]) == 0
+    md = (tmp_path / "both.md").read_text()
+    row = next(line for line in md.splitlines() if line.startswith("| lean.plain_beats_lean_equal_time |"))
+    assert "the note says plain beats lean by 0.03-0.04" in row and "disagrees with the -0.0646" in row
+    assert "derived: plain@2 h − lean@2 h" in row
 
 
 def test_an_unknown_grid_or_format_is_refused_by_name(report_db):

@@ -1,0 +1,178 @@
+"""The rule on size (`analysis.claims.band_of`, `judge`): the issue's cases, each with its verdict.
+
+- bands of stated width at the study's own scale (a 4→8 drop of 0.0175 and 0.0178 against the note's
+  "about 0.016"; a share of 93.0 % against its 94 %) replicate, and the same figures moved outside the
+  band contradict;
+- one noise floor for every comparison of one depth sweep: with every loop count 0.005 above 12, "best at
+  12" is not resolved while "flat 6-32" replicates; a +0.00022 and a +0.00026 step are both inside it;
+- the study's own printed numbers replicate every magnitude claim they cover, and the same figures moved
+  just past the band's far edge (still on the claimed side of the line) contradict.
+
+Pure: the values are the registry's own or made here (no study file is read).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from looplab.analysis import claims
+from looplab.analysis.claims import Scale
+from looplab.analysis.stats import ClaimVerdict
+
+C = claims.BY_ID
+AT_144M = Scale("144M", "1000000000 token", (0, 1), "cpu")  # the note's 1.44 亿 / 10 亿 token, our seeds
+TINY = Scale("0.2M", "1048576 token", (0, 1), "cpu")
+
+
+def sweep(values: dict[int, tuple[float, float]], series: str = "parcae") -> pd.DataFrame:
+    """Two seeds' values of one series: {loops: (seed 0, seed 1)}."""
+    rows = [(series, x, s, v) for x, pair in values.items() for s, v in enumerate(pair)]
+    return pd.DataFrame(rows, columns=claims.POINT_COLUMNS)
+
+
+def test_a_drop_of_0175_and_0178_replicates_about_0016_at_the_studys_scale():
+    claim = C["lean.parcae_gain_4_to_8"]
+    band = claims.band_of(claim)
+    assert band.low < -0.0178 and band.high > -0.0175 and "stated 0.016" in band.source
+    points = sweep({4: (3.2622, 3.2610), 8: (3.2622 - 0.0175, 3.2610 - 0.0178)})
+    j = claims.judge_points(claim, points, AT_144M)
+    assert j.at_scale and j.judged == claims.ON_SIZE
+    assert j.verdict == ClaimVerdict.REPLICATED, j.reason
+    # a drop of 0.05 and 0.051: the right sign, three times the note's size
+    far = sweep({4: (3.2622, 3.2610), 8: (3.2622 - 0.05, 3.2610 - 0.051)})
+    j = claims.judge_points(claim, far, AT_144M)
+    assert j.verdict == ClaimVerdict.CONTRADICTED and "misses" in j.reason
+    # the same at another scale: a scale-bound loss difference is judged on sign only
+    j = claims.judge_points(claim, far, TINY)
+    assert j.verdict == ClaimVerdict.REPLICATED and j.judged == claims.SIGN_ONLY
+
+
+def test_a_share_of_93_percent_replicates_the_notes_94():
+    claim = C["lean.parcae_share_4_of_8"]
+    share = sweep({1: (3.50, 3.49), 4: (3.50 - 0.93 * 0.25, 3.49 - 0.93 * 0.25), 8: (3.25, 3.24)})
+    j = claims.judge_points(claim, share, AT_144M)
+    assert math.isclose(j.ours.value, 0.93) and j.verdict == ClaimVerdict.REPLICATED, j.reason
+    # a share is scale-free: at the tiny scale it is still judged on size; 0.6 is "most" but not 94 %
+    j = claims.judge_points(claim, share, TINY)
+    assert j.judged == claims.ON_SIZE and j.verdict == ClaimVerdict.REPLICATED
+    low = sweep({1: (3.50, 3.49), 4: (3.50 - 0.6 * 0.25, 3.49 - 0.6 * 0.25), 8: (3.25, 3.24)})
+    j = claims.judge_points(claim, low, TINY)
+    assert j.verdict == ClaimVerdict.CONTRADICTED and "misses the study's band" in j.reason
+
+
+def test_one_depth_sweep_is_read_at_one_noise_floor():
+    # every loop count 0.005 above 12, on both seeds
+    base = {12: (3.2458, 3.2446)}
+    values = {x: (base[12][0] + 0.005, base[12][1] + 0.005) for x in (1, 2, 3, 4, 6, 8, 16, 24, 32)}
+    points = sweep({**base, **values})
+    best = claims.judge_points(C["lean.parcae_best_at_12"], points, AT_144M)
+    flat = claims.judge_points(C["lean.parcae_flat_6_to_32"], points, AT_144M)
+    assert flat.verdict == ClaimVerdict.REPLICATED  # within the note's 0.01
+    assert best.verdict == ClaimVerdict.NOT_RESOLVED and "noise floor 0.01" in best.reason
+    assert claims.floor_of(C["lean.parcae_best_at_12"]) == claims.line_of(C["lean.parcae_flat_6_to_32"])
+    # 0.02 above 12 everywhere: now 12 is best beyond the floor, and the sweep is not flat
+    clear = sweep({**base, **{x: (v[0] + 0.015, v[1] + 0.015) for x, v in values.items()}})
+    assert claims.judge_points(C["lean.parcae_best_at_12"], clear, AT_144M).verdict == ClaimVerdict.REPLICATED
+    assert (
+        claims.judge_points(C["lean.parcae_flat_6_to_32"], clear, AT_144M).verdict
+        == ClaimVerdict.CONTRADICTED
+    )
+
+
+def test_two_steps_inside_the_floor_get_the_same_verdict():
+    # lean 8 loops +0.00022 above 4 (claimed: worse); parcae 8 loops +0.00026 above 4 (claimed: better)
+    lean = sweep({4: (3.30, 3.31), 8: (3.30022, 3.31022)}, "lean")
+    parcae = sweep({4: (3.26, 3.25), 8: (3.26026, 3.25026)})
+    a = claims.judge_points(C["lean.lean_8_loops_worse"], lean, TINY)
+    b = claims.judge_points(C["lean.parcae_gain_4_to_8"], parcae, TINY)
+    assert a.verdict == b.verdict == ClaimVerdict.NOT_RESOLVED, (a.reason, b.reason)
+
+
+def test_two_seeds_give_a_t_interval_not_their_range():
+    claim = C["lean.parcae_gain_4_to_8"]
+    est = claims.estimate(claim, sweep({4: (3.26, 3.25), 8: (3.24, 3.232)}))  # θ −0.02 and −0.018
+    assert est.method == "t interval over 2 seeds"
+    assert est.low < -0.02 - 0.005 and est.high > -0.018 + 0.005  # far wider than the range
+
+
+def _outside(claim: claims.Claim, band: claims.Band) -> claims.Estimate:
+    """The study's own figure moved just past the band's edge away from the line (the claimed side)."""
+    width = max(band.high - band.low, 1e-6)
+    if claim.side == claims.Side.ABOVE:
+        low = band.high + 0.05 * width
+    else:
+        low = band.low - 0.15 * width
+    return claims.Estimate(low + 0.05 * width, low, low + 0.1 * width, 3, "shifted")
+
+
+def test_the_studys_numbers_replicate_and_shifted_outside_the_band_contradict():
+    shifted = sign_only = 0
+    for c in claims.CLAIMS:
+        band = claims.band_of(c)
+        if band is None or c.own_evidence:
+            continue
+        own = claims.judge(c, claims.study_estimate(c), c.scale)
+        assert own.verdict == ClaimVerdict.REPLICATED, (c.id, own.reason)
+        if c.kind not in claims.SCALE_FREE_KINDS and not claims.same_scale(c.scale, c.scale):
+            # a scale-bound figure whose size or tokens the study does not state: sign only, always
+            assert own.judged == claims.SIGN_ONLY, c.id
+            sign_only += 1
+            continue
+        assert own.judged == claims.ON_SIZE, c.id
+        assert band.low <= own.study.value <= band.high, c.id
+        moved = claims.judge(c, _outside(c, band), c.scale)
+        assert moved.verdict == ClaimVerdict.CONTRADICTED and "misses" in moved.reason, (c.id, moved.reason)
+        shifted += 1
+    assert shifted >= 15 and shifted > sign_only
+
+
+def test_a_share_of_a_gain_that_does_not_exist_is_premise_not_met():
+    claim = C["lean.parcae_share_4_of_8"]
+    # 1 → 8 loops gains 0.0003 (inside the note's 0.01): any "share" of it is a share of noise
+    flat = sweep({1: (3.2500, 3.2400), 4: (3.2498, 3.2398), 8: (3.2497, 3.2397)})
+    j = claims.judge_points(claim, flat, TINY)
+    assert j.verdict == ClaimVerdict.NOT_RESOLVED and j.reason.startswith("premise not met")
+    assert "+0.0003" in j.premise and "noise margin 0.01" in j.premise
+    card = claims.scorecard([j])
+    assert card.loc[0, "premise"] == j.premise
+    # a loss that rises with loops: no gain at all
+    rising = sweep({1: (3.20, 3.21), 4: (3.25, 3.26), 8: (3.30, 3.31)})
+    assert "is -0.1 in these runs: no gain" in claims.judge_points(claim, rising, TINY).premise
+    # the study's own sweep meets it
+    assert claims.judge_points(claim, claims.study_points(claim), TINY).premise == ""
+
+
+def test_a_figure_computed_from_the_studys_values_is_marked_derived_with_its_computation():
+    judged = {c.id: claims.judge(c, claims.study_estimate(c), c.scale) for c in claims.CLAIMS}
+    card = claims.scorecard(judged.values()).set_index("claim")
+    speedup = card.loc["lean.train_speedup", "study_figure"]
+    assert speedup.startswith("1.416") and "derived: parcae@time / lean@time" in speedup
+    assert "derived: 4 ** phi@fit" in card.loc["iso.worth_at_4", "study_figure"]
+    share = card.loc["lean.parcae_share_4_of_8", "study_figure"]
+    assert "derived: (parcae@1 − parcae@4) / (parcae@1 − parcae@8), mean over seeds 43, 44" in share
+    # a value the study prints as it is (φ = 0.46) is not marked
+    assert "derived" not in card.loc["iso.phi_below_one", "study_figure"]
+    assert "1.86 (printed; disagrees with the 1.892" in card.loc["iso.worth_at_4", "stated"]
+
+
+def test_the_samplers_share_of_short_draws_is_judged_on_our_implementation(monkeypatch):
+    from looplab.analysis import findings
+    from looplab.model.presets import preset
+
+    claim = C["lean.tenth_draw_four_or_fewer"]  # about a tenth of draws at 4 loops or fewer (line 42)
+    empty = pd.DataFrame(columns=["job_id", "recipe"])
+    j = findings.judge_lean_claim(claim, empty, empty)  # no parcae runs: nothing trained with it
+    assert j.verdict == ClaimVerdict.NOT_RUN and "parcae runs" in j.reason
+    runs = pd.DataFrame({"job_id": [7], "recipe": ["parcae"]})
+    j = findings.judge_lean_claim(claim, empty, runs)
+    assert j.runs == (7,)
+    assert j.ours.value == pytest.approx(0.0996, abs=1e-4)  # Poisson(8) at most 4
+    assert j.verdict == ClaimVerdict.REPLICATED and j.judged == claims.ON_SIZE
+    # a sampler with mean 6 draws 4 or fewer 29 % of the time: under half, but not "about a tenth"
+    monkeypatch.setattr(findings, "preset", lambda name: preset(name, loops=6))
+    j = findings.sampler_judgement(claim)
+    assert j.ours.value == pytest.approx(0.285, abs=1e-3)
+    assert j.verdict == ClaimVerdict.CONTRADICTED and "misses the study's band" in j.reason
