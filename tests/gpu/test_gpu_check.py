@@ -261,3 +261,42 @@ def test_each_measured_run_starts_fresh(tmp_path, looplab_cache):
     )
     kinds = {e["kind"] for e in gpu_steps._events(tmp_path / "out" / "small.jsonl")}
     assert {"metric", "result"} <= kinds
+
+
+def _no_torch_checkout(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """The script alone in a folder that is no git checkout and has no .venv, and a PATH whose python3
+    cannot import torch (as on a machine with only the system python)."""
+    repo, bin_dir = tmp_path / "repo", tmp_path / "bin"
+    (repo / "benchmarks").mkdir(parents=True)
+    (repo / "benchmarks" / "gpu_check.sh").write_text(SCRIPT.read_text())
+    bin_dir.mkdir()
+    python3 = bin_dir / "python3"
+    python3.write_text("#!/usr/bin/env bash\necho 'ModuleNotFoundError: torch' >&2\nexit 1\n")
+    python3.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHON", "VIRTUAL_ENV")}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+    return repo, env
+
+
+def test_dry_run_finds_an_environment_with_torch_when_python3_lacks_it(tmp_path):
+    """python3 without torch: the dry run takes the project's environment ($VIRTUAL_ENV's here: no .venv,
+    no git checkout) and says so; with none to find it names the interpreter and what to pass, exit 2."""
+    repo, env = _no_torch_checkout(tmp_path)
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    python = venv / "bin" / "python"  # this interpreter, which has torch (a symlink would leave its venv)
+    python.write_text(f'#!/usr/bin/env bash\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    script = ["bash", str(repo / "benchmarks" / "gpu_check.sh"), "--dry-run", "--which-python"]
+    found = subprocess.run(
+        script, cwd=tmp_path, env={**env, "VIRTUAL_ENV": str(venv)}, capture_output=True, text=True
+    )
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.splitlines() == [
+        f"gpu_check: python3 has no torch; using the project's environment, {venv}/bin/python",
+        f"{venv}/bin/python",
+    ]
+    lost = subprocess.run(script, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert lost.returncode == 2 and lost.stdout == ""
+    assert "python3" in lost.stderr and "cannot import torch" in lost.stderr
+    assert "PYTHON=/path/to/venv/bin/python bash" in lost.stderr and "--venv" in lost.stderr
