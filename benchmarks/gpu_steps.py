@@ -677,12 +677,29 @@ def check_train_compiled(a, f: dict) -> list[str]:
     return problems
 
 
+def _utilisation(a, problems: list[str], f: dict, path: str) -> None:
+    """MFU and HFU at `path` (each as `_mfu` checks it), and MFU <= HFU: the useful FLOPs are part of
+    what the hardware computed."""
+    _mfu(a, problems, f, f"{path}/mfu")
+    _mfu(a, problems, f, f"{path}/hfu")
+    mfu, hfu = _at(f, f"{path}/mfu"), _at(f, f"{path}/hfu")
+    if isinstance(mfu, float) and isinstance(hfu, float) and mfu > hfu:
+        problems.append(f"{path}/mfu: {mfu:.3f} is above hfu {hfu:.3f}")
+
+
 def check_bench_ratios(a, f: dict) -> list[str]:
+    """Per recipe: tokens/s; the measured useful FLOP/s at most the hardware's (dry run too); on a GPU
+    MFU <= HFU, both in (0, 1)."""
     problems = _exited(f)
     recipes = _at(f, "ratios/recipes")
     for r in recipes if isinstance(recipes, dict) else ():
-        _number(problems, f, f"ratios/recipes/{r}/tokens_per_s", 0)
-        _mfu(a, problems, f, f"ratios/recipes/{r}/mfu")
+        path = f"ratios/recipes/{r}"
+        _number(problems, f, f"{path}/tokens_per_s", 0)
+        useful = _number(problems, f, f"{path}/achieved_tflops", 0)
+        hardware = _number(problems, f, f"{path}/hardware_tflops", 0)
+        if useful is not None and hardware is not None and useful > hardware:
+            problems.append(f"{path}/achieved_tflops: {useful:.4g} is above hardware_tflops {hardware:.4g}")
+        _utilisation(a, problems, f, path)
     return problems or ([] if isinstance(recipes, dict) and recipes else ["ratios/recipes: missing"])
 
 
@@ -731,11 +748,7 @@ def check_loop_buckets(a, f: dict) -> list[str]:
                 f"runs/{on}/padding_waste: {wastes[1]:.3f} is not below {wastes[0]:.3f} without bucketing"
             )
         for name in (off, on):
-            _mfu(a, problems, f, f"runs/{name}/mfu")
-            _mfu(a, problems, f, f"runs/{name}/hfu")
-            mfu, hfu = _at(f, f"runs/{name}/mfu"), _at(f, f"runs/{name}/hfu")
-            if isinstance(mfu, float) and isinstance(hfu, float) and mfu > hfu:
-                problems.append(f"runs/{name}/mfu: {mfu:.3f} is above hfu {hfu:.3f}")
+            _utilisation(a, problems, f, f"runs/{name}")
     return problems
 
 

@@ -300,3 +300,41 @@ def test_dry_run_finds_an_environment_with_torch_when_python3_lacks_it(tmp_path)
     assert lost.returncode == 2 and lost.stdout == ""
     assert "python3" in lost.stderr and "cannot import torch" in lost.stderr
     assert "PYTHON=/path/to/venv/bin/python bash" in lost.stderr and "--venv" in lost.stderr
+
+
+def test_mfu_counts_useful_causal_flops_and_hfu_the_hardware_s():
+    """model_bench's counts of a step: MFU's useful FLOPs leave parcae's padded rounds out, HFU's total
+    keeps them, both with causal attention pairs (about half the dense count's at seq 2,048); a fixed
+    loop count pads nothing."""
+    import model_bench
+
+    from looplab.model.presets import preset
+
+    cfg = preset("parcae", "tiny", seq_len=2048, vocab_size=256)
+    mixed = model_bench.counted_flops(cfg, [2, 9], 2048)
+    assert mixed["useful"] < mixed["total"] < mixed["dense"]
+    fixed = model_bench.counted_flops(preset("fixed4", "tiny", seq_len=2048, vocab_size=256), [4, 4], 2048)
+    assert fixed["useful"] == fixed["total"] < fixed["dense"]
+
+
+def test_bench_ratios_checks_useful_below_hardware_and_mfu_below_hfu_below_one(tmp_path, monkeypatch):
+    """The bench_ratios slot's checks on measured figures: useful TFLOP/s above the hardware's fails in the
+    dry run too; on a GPU MFU above HFU fails, and so does an HFU of 1 or more."""
+    dry, gpu = _args(tmp_path), _args(tmp_path, dry_run=False)
+    row = {"tokens_per_s": 10.0, "achieved_tflops": 0.8, "hardware_tflops": 1.0, "mfu": None, "hfu": None}
+
+    def figures(**changed):
+        return {"exit_status": 0, "ratios": {"recipes": {"parcae": {**row, **changed}}}}
+
+    assert gpu_steps.check_bench_ratios(dry, figures()) == []
+    assert gpu_steps.check_bench_ratios(dry, figures(achieved_tflops=1.2)) == [
+        "ratios/recipes/parcae/achieved_tflops: 1.2 is above hardware_tflops 1"
+    ]
+    monkeypatch.setattr(gpu_steps, "_gpu_name", lambda: "NVIDIA H100 NVL")
+    assert gpu_steps.check_bench_ratios(gpu, figures(mfu=0.3, hfu=0.4)) == []
+    assert gpu_steps.check_bench_ratios(gpu, figures(mfu=0.5, hfu=0.4)) == [
+        "ratios/recipes/parcae/mfu: 0.500 is above hfu 0.400"
+    ]
+    assert gpu_steps.check_bench_ratios(gpu, figures(mfu=0.5, hfu=1.1)) == [
+        "ratios/recipes/parcae/hfu: 1.1 is outside (0, 1)"
+    ]
