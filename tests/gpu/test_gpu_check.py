@@ -207,7 +207,8 @@ def test_figures_missing_or_out_of_range_fail(tmp_path, monkeypatch):
     whole batch's, bucketing that pads no less, MFU outside (0, 1) or unknown on a GPU (the message
     names the GPU and where to add its peak), a decode faster than the memory bandwidth allows."""
     dry, gpu = _args(tmp_path), _args(tmp_path, dry_run=False)
-    run = {"tokens_per_s": 1.0, "peak_mem_mb": 100.0, "padding_waste": 0.2, "mfu": None, "hfu": None}
+    run = {"tokens_per_s": 1.0, "steady_tokens_per_s": 1.2, "peak_mem_mb": 100.0, "padding_waste": 0.2}
+    run |= {"mfu": None, "hfu": None}
     assert (
         gpu_steps.check_micro_batch(
             dry, {"batch_size": 8, "runs": {"tiny micro 8": run, "tiny micro 2": run}}
@@ -257,7 +258,7 @@ def test_each_measured_run_starts_fresh(tmp_path, looplab_cache):
     assert (
         small["tokens_per_s"] > 0
         and small["final_train_loss"] > 0
-        and set(small) == set(gpu_steps.RUN_FIGURES)
+        and set(small) == {*gpu_steps.RUN_FIGURES, "warmup_steps", "steady_tokens_per_s"}
     )
     kinds = {e["kind"] for e in gpu_steps._events(tmp_path / "out" / "small.jsonl")}
     assert {"metric", "result"} <= kinds
@@ -338,3 +339,26 @@ def test_bench_ratios_checks_useful_below_hardware_and_mfu_below_hfu_below_one(t
     assert gpu_steps.check_bench_ratios(gpu, figures(mfu=0.5, hfu=1.1)) == [
         "ratios/recipes/parcae/hfu: 1.1 is outside (0, 1)"
     ]
+
+
+def test_steady_state_timing_leaves_the_warm_up_step_out():
+    """Tokens per second from the end of the warm-up step to the last step: a slow first step (20 s of
+    allocations and autotuning) does not count; the run's figure over every step would be 4x lower."""
+    points = [(0, 100, 20.0), (1, 200, 21.0), (2, 300, 22.0), (3, 400, 23.0)]
+    events = [
+        {"kind": "metric", "key": "tokens_per_s", "step": s, "tokens": t, "wall_s": w, "value": t / w}
+        for s, t, w in points
+    ]
+    events.append({"kind": "metric", "key": "train_loss", "step": 3, "tokens": 400, "wall_s": 99.0})
+    assert gpu_steps.WARMUP_STEPS == 1
+    assert gpu_steps.steady_tokens_per_s(events) == pytest.approx(100.0)
+    assert gpu_steps.steady_tokens_per_s(events, warmup=3) == pytest.approx(100.0)
+    assert gpu_steps.steady_tokens_per_s(events[:1]) is None  # nothing past the warm-up: no figure
+    missing = {
+        "batch_size": 8,
+        "runs": {n: {"tokens_per_s": 1.0, "peak_mem_mb": 1.0} for n in ("tiny micro 8", "tiny micro 2")},
+    }
+    import argparse
+
+    dry = argparse.Namespace(dry_run=True)
+    assert "runs/tiny micro 8/steady_tokens_per_s: missing" in gpu_steps.check_micro_batch(dry, missing)
