@@ -26,7 +26,8 @@ and eval" for the ON_CHECKPOINT ones, "decode bench" for the FORWARD one. The `s
   (`flop_model`) only when no job has finished on this device type.
 - `finished`: depth sweeps, evals and decode benches. Finished jobs of the same kind and variant (the
   variant of the model they are about; decode benches, whose cost model is `per_device`: and device
-  type), their wall time scaled by the ratio of FLOPs; a kind without a cost model takes the median wall
+  type), their wall time scaled by the ratio of FLOP-model times (with a calibration: a decode bench's
+  per cell, bytes and fixed cost per layer included; else the ratio of FLOPs); a kind without a cost model takes the median wall
   time of its finished jobs.
 - `budget`: a time budget (or `match_time_of`) whose throughput is unknown: the budget plus start-up.
 - `unknown`: nothing to go on (a plugin's kind never run before, a harness eval, no calibration).
@@ -383,9 +384,9 @@ class TimeModel:
         warm: bool = False,
     ) -> Estimate:
         """A job of forward passes: the median of finished runs of the same kind and variant (and device
-        type when its cost model is `per_device`), each wall time scaled by this run's FLOPs over theirs
-        (`counted(h)`: their cost, None when unknown; such runs are skipped); without any, the FLOP model,
-        else "unknown".
+        type when its cost model is `per_device`), each wall time scaled by this run's work over theirs
+        (`_forward_ratio`; `counted(h)`: their cost, None when unknown; such runs are skipped); without
+        any, the FLOP model times this machine's factor for the kind, else "unknown".
 
         Start-up by the FLOP model: a fresh worker process's (`startup_s`), except for a job that
         starts only after other jobs end (`warm`): one that depends on another (a depth sweep on its
@@ -411,7 +412,7 @@ class TimeModel:
             except UNREADABLE:
                 theirs = None
             if theirs and theirs.flops > 0:
-                scaled.append(h["wall"] * cost.flops / theirs.flops)
+                scaled.append(h["wall"] * self._forward_ratio(cost, theirs))
         if scaled:
             return Estimate(_median(scaled), EstimateSource.FINISHED, cost.flops, memory)
         cal = self.calibration
@@ -422,6 +423,14 @@ class TimeModel:
         startup = 0.0 if warm else self.startup_s
         source = EstimateSource.FLOP_MODEL if factor is None else EstimateSource.FLOP_FIT
         return Estimate(startup + seconds, source, cost.flops, memory, startup_s=startup, factor=factor)
+
+    def _forward_ratio(self, cost: ForwardCost, theirs: ForwardCost) -> float:
+        """How many times a finished job's (`theirs`) work this one's is: by the FLOP model's time with a
+        calibration (a decode bench's steps at other contexts or batches are bound by the bytes they
+        read and a fixed cost per layer, not by FLOPs), else by FLOPs."""
+        if self.calibration is None:
+            return cost.flops / theirs.flops
+        return self._forward_seconds(cost) / self._forward_seconds(theirs)
 
     def _forward_seconds(self, cost: ForwardCost) -> float:
         """A job of forward passes' work by the FLOP model alone: decode steps (`_decode_seconds`), else

@@ -11,12 +11,12 @@ import time
 import pytest
 import sqlalchemy as sa
 
+from looplab import Grid, Queue
 from looplab.lab.cli import main
 from looplab.lab.planner import Calibration, ForecastJob, simulate
 from looplab.model.errors import ConfigError
 from looplab.model.flops import step_flops, training_flops
 from looplab.model.presets import preset
-from looplab import Grid, Queue
 from tests.orchestrator import fake_jobs
 
 TABLES = ("grids", "jobs", "job_deps", "attempts", "train_results", "decode_benches", "metrics")
@@ -403,7 +403,8 @@ def test_dashboard_shows_plan_error_and_contended_decode_timings(q, monkeypatch)
 
 def test_sweep_and_decode_bench_scale_finished_runs_of_their_variant_by_flops():
     """A depth sweep or decode bench like a finished one of the same variant (same device for decode
-    benches) takes its wall time scaled by the FLOP ratio; without one, the FLOP model decides."""
+    benches) takes its wall time scaled by the ratio of FLOP-model times (a sweep's: of FLOPs at one
+    width); without one, the FLOP model decides."""
     from looplab.lab.planner import TimeModel
     from looplab.lab.planner.history import variant_of
 
@@ -442,11 +443,16 @@ def test_sweep_and_decode_bench_scale_finished_runs_of_their_variant_by_flops():
         planner.forward_cost("depth_sweep", sweep, trained).flops
         / planner.forward_cost("depth_sweep", past_sweep, trained).flops
     )
-    bench_ratio = (
+    # a decode bench at another batch: by the FLOP model's time (each step's fixed cost per layer
+    # application is the same at batch 1 and 2), not by FLOPs, which doubles
+    bench_flops_ratio = (
         planner.forward_cost("decode_bench", bench).flops
         / planner.forward_cost("decode_bench", past_bench).flops
     )
-    assert sweep_ratio > 1 and bench_ratio > 1
+    bench_ratio = planner._forward_seconds(planner.forward_cost("decode_bench", bench)) / (
+        planner._forward_seconds(planner.forward_cost("decode_bench", past_bench))
+    )
+    assert sweep_ratio > 1 and 1 < bench_ratio < bench_flops_ratio
     estimate = planner.estimate("depth_sweep", sweep, trained=trained)
     assert (estimate.source, estimate.seconds) == ("finished", pytest.approx(10.0 * sweep_ratio))
     estimate = planner.estimate("decode_bench", bench)
