@@ -236,8 +236,9 @@ def measured_train(a, name: str, recipe: str, size: str, batch: int, steps: int,
 
         gc.collect()
         torch.cuda.empty_cache()
+        left = torch.cuda.memory_allocated() / 2**20  # what earlier runs left allocated: checked below
         torch.cuda.reset_peak_memory_stats()
-        return _train_run(a, name, recipe, size, batch, steps, extra)
+        return {**_train_run(a, name, recipe, size, batch, steps, extra), "allocated_before_mb": left}
     job = {"out": a.out, "scratch": a.scratch, "dry_run": True}
     job |= {"name": name, "recipe": recipe, "size": size, "batch": batch, "steps": steps, "extra": extra}
     r = subprocess.run(
@@ -759,7 +760,26 @@ def check_micro_batch(a, f: dict) -> list[str]:
             problems.append(
                 f"runs/{micro}/peak_mem_mb: {peaks[1]:,.0f} MB is above the whole batch's {peaks[0]:,.0f} MB"
             )
+        for name, peak in zip((whole, micro), peaks, strict=True):
+            _fresh(a, problems, f, name, peak)
     return problems
+
+
+# the most a GPU run's peak may include of what earlier runs of the step left allocated
+LEFT_SHARE = 0.02
+
+
+def _fresh(a, problems: list[str], f: dict, name: str, peak) -> None:
+    """On a GPU, the allocator nearly empty before the run (`allocated_before_mb`, at most LEFT_SHARE of
+    its peak): else its peak counts an earlier run's tensors. On the CPU each run is its own process."""
+    if a.dry_run:
+        return
+    left = _number(problems, f, f"runs/{name}/allocated_before_mb", 0)
+    if left is not None and isinstance(peak, float) and left > LEFT_SHARE * peak:
+        problems.append(
+            f"runs/{name}/allocated_before_mb: {left:,.0f} MB left allocated by earlier runs, more than "
+            f"{LEFT_SHARE:.0%} of its {peak:,.0f} MB peak"
+        )
 
 
 def check_loop_buckets(a, f: dict) -> list[str]:

@@ -362,3 +362,22 @@ def test_steady_state_timing_leaves_the_warm_up_step_out():
 
     dry = argparse.Namespace(dry_run=True)
     assert "runs/tiny micro 8/steady_tokens_per_s: missing" in gpu_steps.check_micro_batch(dry, missing)
+
+
+def test_a_gpu_run_after_one_that_left_memory_allocated_fails_the_micro_batch_slot(tmp_path):
+    """On a GPU the measured runs share the step's process: each records what was still allocated before
+    it (`allocated_before_mb`); more than LEFT_SHARE of its peak fails the slot (its peak would count an
+    earlier run's tensors); a missing figure fails it too."""
+    gpu = _args(tmp_path, dry_run=False)
+    run = {"tokens_per_s": 1.0, "steady_tokens_per_s": 1.0, "peak_mem_mb": 1000.0, "allocated_before_mb": 0.0}
+    names = ("86m micro 16", "86m micro 4", "144m micro 16", "144m micro 4")
+    clean = {"batch_size": 16, "runs": dict.fromkeys(names, run)}
+    assert gpu_steps.check_micro_batch(gpu, clean) == []
+    dirty = {**clean, "runs": {**clean["runs"], "144m micro 4": {**run, "allocated_before_mb": 300.0}}}
+    assert gpu_steps.check_micro_batch(gpu, dirty) == [
+        "runs/144m micro 4/allocated_before_mb: 300 MB left allocated by earlier runs, more than 2% of its "
+        "1,000 MB peak"
+    ]
+    missing = {k: v for k, v in run.items() if k != "allocated_before_mb"}
+    lost = {**clean, "runs": {**clean["runs"], "86m micro 4": missing}}
+    assert gpu_steps.check_micro_batch(gpu, lost) == ["runs/86m micro 4/allocated_before_mb: missing"]
