@@ -455,7 +455,7 @@ def expand(grids: list[Grid], kinds: JobRegistry) -> list[JobPlan]:
                 plans.append(_follow_up(kinds, grid, follow, idx, spec, gi, label, follow_ups))
                 plans[-1].family_facts = facts
                 _refuse_follow(kinds, grid.name, plans[-1], grid.job, spec, facts)
-        refuse_same_runs(grid, _sweep_axes(grid), points, kinds)
+        refuse_same_runs(grid.name, grid.job, _sweep_axes(grid), points, kinds)
     pairing.link(plans, trains, pending_match)
     _add_preparations(plans, grids, kinds, follow_ups)
     return plans

@@ -21,25 +21,26 @@ from looplab.model.errors import ConfigError
 from looplab.orchestrator import jobkinds
 
 if TYPE_CHECKING:
-    from looplab.orchestrator.grid import Grid
     from looplab.workers.jobs import JobRegistry
 
 
 def refuse_same_runs(
-    grid: Grid,
+    grid_name: str,
+    job: str,
     axes: list[tuple[dict[str, list[Any]], int]],
     points: list[tuple[dict[str, Any], Any]],
     kinds: JobRegistry,
 ) -> None:
-    """Raise ConfigError when two points of `grid` have the same identity: the axes whose values differ
-    between them, and whether each is an execution field of the kind. `points`: each point's canonical
-    spec and what else defines its run (a match-time budget's reference, which is no part of the spec),
-    in `Grid.configs()` order; `axes`: the sweep's as `_sweep_axes` gives them."""
+    """Raise ConfigError when two points of grid `grid_name` (of kind `job`) have the same identity:
+    the axes whose values differ between them, and whether each is an execution field of the kind.
+    `points`: each point's canonical spec and what else defines its run (a match-time budget's
+    reference, which is no part of the spec), in `Grid.configs()` order; `axes`: the sweep's as
+    `_sweep_axes` gives them."""
     combos = list(itertools.product(*(range(length) for _, length in axes)))
     specs = [spec for spec, _ in points]
     keys = [
         json.dumps([k, other], sort_keys=True, default=str)
-        for k, (_, other) in zip(_keys(grid, specs, kinds), points, strict=True)
+        for k, (_, other) in zip(_keys(job, specs, kinds), points, strict=True)
     ]
     first: dict[str, int] = {}
     for n, key in enumerate(keys):
@@ -48,18 +49,18 @@ def refuse_same_runs(
             continue
         m = first[key]
         differ = [group for (group, _), a, b in zip(axes, combos[m], combos[n], strict=True) if a != b]
-        dropped = set(specs[n]) - set(jobkinds.identity(grid.job, specs[n], kinds))
+        dropped = set(specs[n]) - set(jobkinds.identity(job, specs[n], kinds))
         # the axes of the whole sweep that only set execution fields: each collapses the grid
         execution = [p for group, _ in axes if all(q.split(".")[0] in dropped for q in group) for p in group]
         paths = execution or [path for group in differ for path in group]
         why = (
             f"{' and '.join(paths)} {'is an execution field' if len(paths) == 1 else 'are execution fields'}"
-            f" of {grid.job}: how a run executes, not what it is, so no part of its identity"
+            f" of {job}: how a run executes, not what it is, so no part of its identity"
             if execution
             else f"points {m} and {n} resolve to the same spec"
         )
         raise ConfigError(
-            f"grid {grid.name!r}: sweep.{', sweep.'.join(paths)}: {'does' if len(paths) == 1 else 'do'} not "
+            f"grid {grid_name!r}: sweep.{', sweep.'.join(paths)}: {'does' if len(paths) == 1 else 'do'} not "
             f"change the run ({why}); its "
             f"{len(specs)} points are {len(set(keys))} job(s). To compare execution settings, time the same "
             "run with each (benchmarks/, e.g. benchmarks/model_bench.py) or sweep a field that defines the "
@@ -67,6 +68,6 @@ def refuse_same_runs(
         )
 
 
-def _keys(grid: Grid, specs: list[dict[str, Any]], kinds: JobRegistry) -> list[str]:
+def _keys(job: str, specs: list[dict[str, Any]], kinds: JobRegistry) -> list[str]:
     """Each point's identity (what its config hash is computed from, less its dependencies) as text."""
-    return [json.dumps(jobkinds.identity(grid.job, s, kinds), sort_keys=True, default=str) for s in specs]
+    return [json.dumps(jobkinds.identity(job, s, kinds), sort_keys=True, default=str) for s in specs]
