@@ -26,17 +26,22 @@
 #     bash benchmarks/gpu_check.sh             # the box's python3; PYTHON=path/to/python for another
 #     bash benchmarks/gpu_check.sh --venv      # .venv/bin/python instead
 #     bash benchmarks/gpu_check.sh --dry-run   # any machine: each step's tiny CPU version, with the
-#                                              # packages a box lacks made unimportable, limits x3
+#                                              # packages a box lacks made unimportable, limits x3;
+#                                              # python3 without torch: the project's .venv (here or
+#                                              # the main checkout's), else $VIRTUAL_ENV's, else it says
+#                                              # to pass PYTHON=
 set -u
 cd "$(dirname "$0")/.."
 dry=0
 venv=0
+which=0
 for arg in "$@"; do
     case $arg in
     --dry-run) dry=1 ;;
     --venv) venv=1 ;;
+    --which-python) which=1 ;; # print the interpreter the check would use, and stop
     *)
-        echo "usage: bash benchmarks/gpu_check.sh [--dry-run] [--venv]" >&2
+        echo "usage: bash benchmarks/gpu_check.sh [--dry-run] [--venv] [--which-python]" >&2
         exit 2
         ;;
     esac
@@ -44,6 +49,29 @@ done
 if [ -z "${PYTHON:-}" ]; then
     PYTHON=python3
     [ $venv = 1 ] && PYTHON=.venv/bin/python
+    # a dry run works on any machine: when python3 has no torch (a laptop, a CI box), the project's
+    # environment: .venv here, else the main checkout's (this may be a git worktree), else $VIRTUAL_ENV's
+    if [ $dry = 1 ] && [ $venv = 0 ] && ! python3 -c "import torch" >/dev/null 2>&1; then
+        common=$(git rev-parse --path-format=absolute --git-common-dir 2>/dev/null || true)
+        for candidate in .venv/bin/python "${common:+${common%/.git}/.venv/bin/python}" \
+            "${VIRTUAL_ENV:+$VIRTUAL_ENV/bin/python}"; do
+            if [ -n "$candidate" ] && [ -x "$candidate" ] && "$candidate" -c "import torch" >/dev/null 2>&1; then
+                PYTHON=$candidate
+                echo "gpu_check: python3 has no torch; using the project's environment, $PYTHON"
+                break
+            fi
+        done
+    fi
+fi
+if ! "$PYTHON" -c "import torch" >/dev/null 2>&1; then
+    echo "gpu_check: $PYTHON ($(command -v "$PYTHON" || echo 'not found')) cannot import torch;" \
+        "pass the python of an environment that has it: PYTHON=/path/to/venv/bin/python bash $0 $*" \
+        "(or --venv for this checkout's .venv/bin/python)" >&2
+    exit 2
+fi
+if [ $which = 1 ]; then
+    echo "$PYTHON"
+    exit 0
 fi
 OUT="${OUT:-benchmarks/results/gpu}"
 WHEELS="${WHEELS:-benchmarks/wheelhouse}"

@@ -90,6 +90,26 @@ RUN_FIGURES = (
     "hfu",
     "train_seconds",
 )
+# the steps a measured run (`_train_run`) trains before its steady-state timing starts: the first
+# step's allocations, kernel selection and (on a GPU) autotuning are no part of the steady state
+WARMUP_STEPS = 1
+
+
+def steady_tokens_per_s(events: list[dict], warmup: int = WARMUP_STEPS) -> float | None:
+    """Tokens per training second after the first `warmup` steps, from the run's `tokens_per_s` metric
+    points (every step's: cumulative tokens and training seconds); None with fewer than two points past
+    the warm-up."""
+    points = sorted(
+        (e["step"], e["tokens"], e["wall_s"])
+        for e in events
+        if e.get("kind") == "metric" and e.get("key") == "tokens_per_s" and e.get("wall_s") is not None
+    )
+    after = [p for p in points if p[0] >= warmup - 1]
+    if len(after) < 2 or after[-1][2] <= after[0][2]:
+        return None
+    return (after[-1][1] - after[0][1]) / (after[-1][2] - after[0][2])
+
+
 PASSED, SKIPPED, FAILED = "passed", "skipped", "failed"
 EXIT = {PASSED: 0, FAILED: 1, SKIPPED: 4}  # gpu_check.sh reads the outcome back from the exit status
 # Memory bandwidth assumed for a device the table (workers/device.py) does not list, the CPU included:
@@ -186,17 +206,23 @@ def _train_run(a, name: str, recipe: str, size: str, batch: int, steps: int, ext
             "eval_tokens": 2 * seq,
             "eval_loops": [4],
             "ckpt_every": 10**6,
+            "log_every": 1,  # every step's cumulative tokens and seconds: the steady-state timing
             **extra,
         }
     )
     out = Path(a.scratch) / name
     shutil.rmtree(out, ignore_errors=True)
-    reporter = make_reporter(name, str(Path(a.out) / f"{name}.jsonl"), quiet=True)
+    events = Path(a.out) / f"{name}.jsonl"
+    start = len(_events(events))  # the slot's runs share one file: this run's events follow
+    reporter = make_reporter(name, str(events), quiet=True)
     try:
         summary = train.run(spec, reporter, out)
     finally:
         reporter.close()
-    return {k: summary[k] for k in RUN_FIGURES}  # a figure the trainer no longer reports is a KeyError
+    figures = {k: summary[k] for k in RUN_FIGURES}  # a figure the trainer no longer reports is a KeyError
+    figures["warmup_steps"] = WARMUP_STEPS
+    figures["steady_tokens_per_s"] = steady_tokens_per_s(_events(events)[start:])
+    return figures
 
 
 def measured_train(a, name: str, recipe: str, size: str, batch: int, steps: int, extra: dict) -> dict:
@@ -210,8 +236,9 @@ def measured_train(a, name: str, recipe: str, size: str, batch: int, steps: int,
 
         gc.collect()
         torch.cuda.empty_cache()
+        left = torch.cuda.memory_allocated() / 2**20  # what earlier runs left allocated: checked below
         torch.cuda.reset_peak_memory_stats()
-        return _train_run(a, name, recipe, size, batch, steps, extra)
+        return {**_train_run(a, name, recipe, size, batch, steps, extra), "allocated_before_mb": left}
     job = {"out": a.out, "scratch": a.scratch, "dry_run": True}
     job |= {"name": name, "recipe": recipe, "size": size, "batch": batch, "steps": steps, "extra": extra}
     r = subprocess.run(
@@ -407,14 +434,15 @@ def bench_table(a) -> dict:
 
 def micro_batch(a) -> dict:
     """Gradient accumulation: lean with the whole batch at once against 4 micro-batches, at 86m and
-    144m (16 x 2,048 tokens, 3 steps each; the dry run: tiny, 8 x 64), each run from a fresh state
-    (`measured_train`): tokens/s and peak memory of each."""
+    144m (16 x 2,048 tokens, 4 steps each; the dry run: tiny, 8 x 64), each run from a fresh state
+    (`measured_train`): tokens/s over the run and over the steps after WARMUP_STEPS
+    (`steady_tokens_per_s`), and peak memory of each."""
     batch = 8 if a.dry_run else 16
     runs = {}
     for size in ("tiny",) if a.dry_run else ("86m", "144m"):
         for micro in (batch, batch // 4):
             extra = {MICRO_BATCH_FIELD: micro}
-            runs[f"{size} micro {micro}"] = measured_train(a, "micro_batch", "lean", size, batch, 3, extra)
+            runs[f"{size} micro {micro}"] = measured_train(a, "micro_batch", "lean", size, batch, 4, extra)
     return {"batch_size": batch, "runs": runs}
 
 
@@ -428,7 +456,7 @@ def loop_buckets(a) -> dict:
         for on in (False, True):
             extra = {MICRO_BATCH_FIELD: batch // 4, BUCKETING_FIELD: on}
             runs[f"{size} bucketing {on}"] = measured_train(
-                a, "loop_buckets", "parcae", size, batch, 3, extra
+                a, "loop_buckets", "parcae", size, batch, 4, extra
             )
     return {"batch_size": batch, "runs": runs}
 
@@ -677,12 +705,29 @@ def check_train_compiled(a, f: dict) -> list[str]:
     return problems
 
 
+def _utilisation(a, problems: list[str], f: dict, path: str) -> None:
+    """MFU and HFU at `path` (each as `_mfu` checks it), and MFU <= HFU: the useful FLOPs are part of
+    what the hardware computed."""
+    _mfu(a, problems, f, f"{path}/mfu")
+    _mfu(a, problems, f, f"{path}/hfu")
+    mfu, hfu = _at(f, f"{path}/mfu"), _at(f, f"{path}/hfu")
+    if isinstance(mfu, float) and isinstance(hfu, float) and mfu > hfu:
+        problems.append(f"{path}/mfu: {mfu:.3f} is above hfu {hfu:.3f}")
+
+
 def check_bench_ratios(a, f: dict) -> list[str]:
+    """Per recipe: tokens/s; the measured useful FLOP/s at most the hardware's (dry run too); on a GPU
+    MFU <= HFU, both in (0, 1)."""
     problems = _exited(f)
     recipes = _at(f, "ratios/recipes")
     for r in recipes if isinstance(recipes, dict) else ():
-        _number(problems, f, f"ratios/recipes/{r}/tokens_per_s", 0)
-        _mfu(a, problems, f, f"ratios/recipes/{r}/mfu")
+        path = f"ratios/recipes/{r}"
+        _number(problems, f, f"{path}/tokens_per_s", 0)
+        useful = _number(problems, f, f"{path}/achieved_tflops", 0)
+        hardware = _number(problems, f, f"{path}/hardware_tflops", 0)
+        if useful is not None and hardware is not None and useful > hardware:
+            problems.append(f"{path}/achieved_tflops: {useful:.4g} is above hardware_tflops {hardware:.4g}")
+        _utilisation(a, problems, f, path)
     return problems or ([] if isinstance(recipes, dict) and recipes else ["ratios/recipes: missing"])
 
 
@@ -699,7 +744,7 @@ def check_bench_table(a, f: dict) -> list[str]:
 
 def _runs(problems: list[str], f: dict, names: list[str]) -> None:
     for name in names:
-        for key in ("tokens_per_s", "peak_mem_mb"):
+        for key in ("tokens_per_s", "steady_tokens_per_s", "peak_mem_mb"):
             _number(problems, f, f"runs/{name}/{key}", 0)
 
 
@@ -715,7 +760,26 @@ def check_micro_batch(a, f: dict) -> list[str]:
             problems.append(
                 f"runs/{micro}/peak_mem_mb: {peaks[1]:,.0f} MB is above the whole batch's {peaks[0]:,.0f} MB"
             )
+        for name, peak in zip((whole, micro), peaks, strict=True):
+            _fresh(a, problems, f, name, peak)
     return problems
+
+
+# the most a GPU run's peak may include of what earlier runs of the step left allocated
+LEFT_SHARE = 0.02
+
+
+def _fresh(a, problems: list[str], f: dict, name: str, peak) -> None:
+    """On a GPU, the allocator nearly empty before the run (`allocated_before_mb`, at most LEFT_SHARE of
+    its peak): else its peak counts an earlier run's tensors. On the CPU each run is its own process."""
+    if a.dry_run:
+        return
+    left = _number(problems, f, f"runs/{name}/allocated_before_mb", 0)
+    if left is not None and isinstance(peak, float) and left > LEFT_SHARE * peak:
+        problems.append(
+            f"runs/{name}/allocated_before_mb: {left:,.0f} MB left allocated by earlier runs, more than "
+            f"{LEFT_SHARE:.0%} of its {peak:,.0f} MB peak"
+        )
 
 
 def check_loop_buckets(a, f: dict) -> list[str]:
@@ -731,11 +795,7 @@ def check_loop_buckets(a, f: dict) -> list[str]:
                 f"runs/{on}/padding_waste: {wastes[1]:.3f} is not below {wastes[0]:.3f} without bucketing"
             )
         for name in (off, on):
-            _mfu(a, problems, f, f"runs/{name}/mfu")
-            _mfu(a, problems, f, f"runs/{name}/hfu")
-            mfu, hfu = _at(f, f"runs/{name}/mfu"), _at(f, f"runs/{name}/hfu")
-            if isinstance(mfu, float) and isinstance(hfu, float) and mfu > hfu:
-                problems.append(f"runs/{name}/mfu: {mfu:.3f} is above hfu {hfu:.3f}")
+            _utilisation(a, problems, f, f"runs/{name}")
     return problems
 
 

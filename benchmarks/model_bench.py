@@ -9,8 +9,10 @@ time after one warm-up step. CPU: `small` width, vocabulary 256, batch 2, `--thr
 busy shared machine does not inflate it; wall-time ratios are printed beside). GPU: `144m`, batch 8,
 bf16 autocast, wall time. Prints the ratios lean/fixed4, lean_all64/fixed4, parcae_per_batch/parcae,
 plain/lean and lean/parcae, each beside the ratio a FLOP estimate predicts (see `step_flops`), so a
-gap between machine and arithmetic shows; per recipe also the achieved TFLOP/s by model/flops.py's count
-and, on a GPU whose peak workers/device.py knows, the model-FLOPs utilisation (MFU).
+gap between machine and arithmetic shows; per recipe also the achieved TFLOP/s by model/flops.py's
+counts over the median wall time of the steps after the warm-up step: useful (each sequence's own rounds,
+causal attention pairs), hardware (the padded rounds too) and dense (every T x T pair, beside), and on a
+GPU whose peak workers/device.py knows, MFU (useful / peak) and HFU (hardware / peak).
 
 Section "table": per recipe, training tokens/s (CPU: `small`, 4 x 128 tokens; GPU: `86m`, 8 x 2048,
 bf16) as a ratio against `parcae`; decode ms/token (workers.decode_bench: static cache, CUDA graph on
@@ -107,6 +109,19 @@ def train_tokens_per_s(
 
 # ---- FLOP estimate ------------------------------------------------------------------------------
 
+# the counts of one step that the ratio section reports (`counted_flops`)
+COUNTS = ("useful", "total", "dense")
+
+
+def counted_flops(cfg: ModelConfig, loops: list[int], seq_len: int) -> dict[str, float]:
+    """model/flops.py's FLOPs per token of a step that ran `loops`: `useful` (each row's own rounds,
+    causal attention pairs: what MFU counts), `total` (the padded rounds too, causal: what HFU counts;
+    the kernels' tiles past the diagonal and flash attention's backward recompute are not in it) and
+    `dense` (total with every T x T pair, the convention older figures used, shown beside)."""
+    causal = model_step_flops(cfg, loops, seq_len, attention="causal")
+    dense = model_step_flops(cfg, loops, seq_len)
+    return {"useful": causal.useful, "total": causal.total, "dense": dense.total}
+
 
 def keys_per_query(T: int, window: int | None, device: torch.device) -> float:
     """Keys each query is scored against by the backend `model.attention.attention` picks: full causal
@@ -181,7 +196,9 @@ def ratio_section(device: torch.device, steps: int, size: str | None = None) -> 
     wall: dict[str, list[float]] = {r: [] for r in RATIO_RECIPES}
     cpu: dict[str, list[float]] = {r: [] for r in RATIO_RECIPES}
     flops: dict[str, list[float]] = {r: [] for r in RATIO_RECIPES}
-    model_flops: dict[str, list[float]] = {r: [] for r in RATIO_RECIPES}  # model/flops.py, for MFU
+    # model/flops.py's count of each step: useful (each row's own rounds, causal pairs: MFU), total
+    # (padding included, causal: HFU, what the hardware computed) and total with dense pairs (beside)
+    counted: dict[str, dict[str, list[float]]] = {r: {k: [] for k in COUNTS} for r in RATIO_RECIPES}
     rounds: dict[str, list[int]] = {r: [] for r in RATIO_RECIPES}
     for i in range(steps + 1):  # step 0 is the warm-up
         order = RATIO_RECIPES[i % len(RATIO_RECIPES) :] + RATIO_RECIPES[: i % len(RATIO_RECIPES)]
@@ -191,8 +208,8 @@ def ratio_section(device: torch.device, steps: int, size: str | None = None) -> 
                 wall[r].append(wall_s)
                 cpu[r].append(cpu_s)
                 flops[r].append(step_flops(trainees[r].cfg, seq_len, batch, loops, device))
-                per_token = model_step_flops(trainees[r].cfg, loops, seq_len).total
-                model_flops[r].append(per_token * batch * seq_len)
+                for key, value in counted_flops(trainees[r].cfg, loops, seq_len).items():
+                    counted[r][key].append(value * batch * seq_len)
                 rounds[r].append(max(loops))
         done = "  ".join(f"{r} {wall[r][-1]:.2f}s" for r in order) if i > 0 else "warm-up"
         print(f"  step {i}: {done}", flush=True)
@@ -200,12 +217,18 @@ def ratio_section(device: torch.device, steps: int, size: str | None = None) -> 
     peak = peak_flops(device)
     for r in RATIO_RECIPES:
         step_s = statistics.median(cpu[r] if clock == "cpu" else wall[r])
-        # achieved FLOP/s by the FLOP model's standard count (dense attention pairs), and MFU on a GPU
-        # whose bf16 peak workers/device.py knows
-        achieved = statistics.median(f / t for f, t in zip(model_flops[r], wall[r], strict=True))
+        # FLOP/s of each count over the steps' wall time (after the warm-up step), and MFU / HFU on a
+        # GPU whose bf16 peak workers/device.py knows
+        rate = {
+            k: statistics.median(f / t for f, t in zip(v, wall[r], strict=True))
+            for k, v in counted[r].items()
+        }
         rows[r] = {
-            "achieved_tflops": achieved / 1e12,
-            "mfu": None if peak is None else achieved / peak,
+            "achieved_tflops": rate["useful"] / 1e12,
+            "hardware_tflops": rate["total"] / 1e12,
+            "dense_tflops": rate["dense"] / 1e12,
+            "mfu": None if peak is None else rate["useful"] / peak,
+            "hfu": None if peak is None else rate["total"] / peak,
             "median_step_s": step_s,
             "tokens_per_s": batch * seq_len / step_s,
             "median_wall_s": statistics.median(wall[r]),
@@ -227,13 +250,18 @@ def ratio_section(device: torch.device, steps: int, size: str | None = None) -> 
         f"\nratios: {size}{'' if gpu else ' (vocab 256)'}, batch {batch} x {seq_len}, AdamW, {where}; "
         f"median of {steps} steps after 1 warm-up, recipes interleaved; clock: {clock} time"
     )
-    head = f"{'recipe':<18}{'step s':>8}{'tok/s':>9}{'wall s':>8}{'GFLOP/step':>12}{'TFLOP/s':>9}{'MFU':>7}"
+    print("TFLOP/s: useful (own rounds, causal pairs) / hardware (padding too, causal) / dense pairs")
+    head = (
+        f"{'recipe':<18}{'step s':>8}{'tok/s':>9}{'wall s':>8}{'GFLOP/step':>12}{'useful':>8}{'hw':>8}"
+        f"{'dense':>8}{'MFU':>7}{'HFU':>7}"
+    )
     print(head + "  rounds run\n" + "-" * len(head))
     for r, row in rows.items():
-        mfu = "-" if row["mfu"] is None else f"{row['mfu']:.1%}"
+        mfu, hfu = ("-" if row[k] is None else f"{row[k]:.1%}" for k in ("mfu", "hfu"))
         print(
             f"{r:<18}{row['median_step_s']:>8.3f}{row['tokens_per_s']:>9,.0f}{row['median_wall_s']:>8.3f}"
-            f"{row['median_step_gflop']:>12.1f}{row['achieved_tflops']:>9.3f}{mfu:>7}  {row['rounds_run']}"
+            f"{row['median_step_gflop']:>12.1f}{row['achieved_tflops']:>8.3f}{row['hardware_tflops']:>8.3f}"
+            f"{row['dense_tflops']:>8.3f}{mfu:>7}{hfu:>7}  {row['rounds_run']}"
         )
     print(f"\n{'speed ratio':<26}{'measured':>9}{'(wall)':>8}{'predicted':>10}")
     for name, ratio in ratios.items():

@@ -8,7 +8,9 @@ parcae x 2 seeds), each followed by a depth sweep and a decode benchmark:
    calibration (measured first if not cached); planned, submitted (which stores the same estimates as
    `planned_seconds`) and run;
 2. the same grid with new seeds, now planned from the first one's history (`measured` train throughput,
-   `finished` sweeps and decode benches), submitted and run.
+   `finished` sweeps and decode benches), submitted and run; with `--new-recipes` the first grid is
+   fixed4's alone and the second lean, plain and parcae's, recipes the calibration never ran, priced by
+   the FLOP model times this machine's factor per kind learnt from the first (`flop_fit`).
 Per job: the estimate stored at submission (`planned_seconds`, what the dashboard's Plan page compares),
 the duration the plan's schedule gives it (without the start-up when it starts in a worker process an
 earlier job left idle), actual (the attempt's wall time), actual / planned and the contention it ran
@@ -56,7 +58,7 @@ KINDS = ("train", "depth_sweep", "decode_bench")
 TARGET = (0.65, 1.35)  # each kind's median actual / planned
 
 
-def _grid(name: str, tokens: int, seeds: list[int], contexts: list[int]):
+def _grid(name: str, tokens: int, seeds: list[int], contexts: list[int], recipes: list[str] | None = None):
     """Train jobs with their follow-ups; a decode bench times the architecture, whatever the seed, so
     the second grid gives it other context lengths (else it is the first grid's, not run again) and
     its estimate scales the first one's wall time by the FLOPs."""
@@ -65,7 +67,7 @@ def _grid(name: str, tokens: int, seeds: list[int], contexts: list[int]):
     return Grid(
         name,
         base={**TRAIN, "tokens": tokens},
-        sweep={"recipe": ["lean", "parcae"], "seed": seeds},
+        sweep={"recipe": recipes or ["lean", "parcae"], "seed": seeds},
         then=list(FOLLOW),
         follow={**FOLLOW, "decode_bench": {**FOLLOW["decode_bench"], "context_lens": contexts}},
     )
@@ -140,21 +142,33 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cpus", type=int, default=2, help="CPUs of the local Ray (parallel jobs)")
     parser.add_argument("--tokens", type=int, default=16384, help="training tokens per job")
+    parser.add_argument(
+        "--new-recipes",
+        action="store_true",
+        help="calibrate on fixed4 alone, then run lean, plain and parcae, which the calibration never ran "
+        "(their estimates come from the FLOP model x this machine's factor, `flop_fit`)",
+    )
     args = parser.parse_args(argv)
+    first_recipes, second_recipes = (
+        (["fixed4"], ["lean", "plain", "parcae"]) if args.new_recipes else (None, None)
+    )
 
     from looplab import Queue
 
     with tempfile.TemporaryDirectory() as tmp:
         q = Queue(db=Path(tmp) / "plan.db", artifacts=Path(tmp) / "art")
         print("== 1. the calibration grid: no history (the FLOP model, this machine's calibration) ==")
-        first = _run_grid(q, _grid("plan-bench", args.tokens, [0, 1], [64, 256]), args.cpus)
-        print("== 2. the same grid with new seeds, planned from the first one's history ==")
-        second = _run_grid(q, _grid("plan-bench-2", args.tokens, [2, 3], [128, 512]), args.cpus)
+        first = _run_grid(q, _grid("plan-bench", args.tokens, [0, 1], [64, 256], first_recipes), args.cpus)
+        print("== 2. new seeds (or recipes never run), planned from the first one's history ==")
+        second = _run_grid(
+            q, _grid("plan-bench-2", args.tokens, [2, 3], [128, 512], second_recipes), args.cpus
+        )
     result = {
         "machine": platform.platform(),
         "load_average": os.getloadavg(),
         "cpus": args.cpus,
         "tokens": args.tokens,
+        "new_recipes": args.new_recipes,
         "calibration_grid": first,
         "second_grid": second,
     }

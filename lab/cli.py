@@ -198,7 +198,7 @@ def _grid_commands(sub: argparse._SubParsersAction) -> None:
         "--device",
         default=None,
         metavar="NAME",
-        help="price for a GPU of the device table: h100, h200, a100, rtx5090, rtx4090, ...",
+        help="price for a GPU of the device table: h100, h100_pcie, h100_nvl, h200, a100, a100_40gb, l40s, rtx5090, ...",
     )
     pl.add_argument(
         "--mfu",

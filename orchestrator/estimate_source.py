@@ -16,6 +16,8 @@ class EstimateSource(StrEnum):
 
     MEASURED = "measured"  # the throughput of finished runs of the same variant, batch, device, workers
     FLOP_MODEL = "flop_model"  # the job's FLOPs over this machine's calibrated rates
+    # the FLOP model's time x this machine's factor for the kind, learnt from finished jobs of any recipe
+    FLOP_FIT = "flop_fit"
     FINISHED = "finished"  # finished jobs of the same kind and variant, scaled by FLOPs (or their median)
     BUDGET = "budget"  # a time budget whose throughput is unknown: the budget plus start-up
     UNKNOWN = "unknown"  # nothing to go on

@@ -41,6 +41,7 @@ from looplab.orchestrator.health import check_grid_health
 from looplab.orchestrator.jobkinds import CHECKPOINT, TRAIN, Kind
 from looplab.orchestrator.pairing import MATCH_TIME
 from looplab.orchestrator.retention import DEFAULT_RETENTION, RETENTIONS
+from looplab.orchestrator.same_run import refuse_same_runs
 from looplab.orchestrator.variants import LABEL_MAX
 
 if TYPE_CHECKING:
@@ -437,6 +438,7 @@ def _grid_plans(
     budgets to `pending_match`); ConfigError naming the grid for the first bad value in it."""
     grid = _checked(grid, kinds)
     declared = jobkinds.declared(grid.job, kinds)
+    points: list[tuple[dict[str, Any], Any]] = []  # each point's spec and match-time budget
     for cfg in grid.configs():
         label = _pop_label(f"grid {grid.name!r}", cfg)
         budget, facts = None, None
@@ -450,6 +452,7 @@ def _grid_plans(
             facts = _check_family(grid.name, spec, families)
         else:
             spec = _validate(kinds, grid.name, grid.job, cfg)
+        points.append((spec, budget if pairing.is_match_time(budget) else None))
         plan = JobPlan(
             grid.job,
             declared,
@@ -480,6 +483,7 @@ def _grid_plans(
             plans.append(_follow_up(kinds, grid, follow, idx, spec, gi, label, follow_ups))
             plans[-1].family_facts = facts
             _refuse_follow(kinds, grid.name, plans[-1], grid.job, spec, facts)
+    refuse_same_runs(grid.name, grid.job, _sweep_axes(grid), points, kinds)
 
 
 def _check_family(grid_name: str, spec: dict[str, Any], reports: dict[str, Any]) -> dict[str, Any] | None:

@@ -65,24 +65,34 @@ class DeviceSpec:
     calibration measured on one (`looplab plan --device KEY`), and what MFU is measured against."""
 
     key: str  # the name `looplab plan --device` takes
-    name: str  # matched as a whole word in torch.cuda.get_device_name(): "NVIDIA H100 80GB HBM3" -> H100
+    # a regular expression matched, as whole words, in torch.cuda.get_device_name(): "NVIDIA H100 80GB
+    # HBM3" -> "H100"; "NVIDIA A100-SXM4-40GB" -> "A100.*40GB"
+    name: str
     peak_flops: float  # dense bf16 tensor-core FLOP/s with FP32 accumulate (no sparsity)
     memory_bytes: float  # the datasheet's GB x 1e9 (the cards report a little more: conservative)
     bandwidth: float  # memory bandwidth, bytes per second
 
 
 # The table, from the vendors' datasheets (sparsity figures halved to dense ones). A name matches an entry
-# when it contains the entry's `name` as a whole word ("NVIDIA L40S" is not an L4); the first match wins,
-# so the more specific entries come first.
+# when it contains the entry's `name` as whole words ("NVIDIA L40S" is not an L4, "NVIDIA H100 NVL" not
+# an H100 SXM); the first match wins, so the more specific entries come first. A GPU that matches no
+# entry has no peak: its MFU is refused (`unknown_peak`), never guessed from a near name.
 DEVICES: tuple[DeviceSpec, ...] = (
-    # NVIDIA H100 Tensor Core GPU datasheet, H100 PCIe: BF16 1,513 TFLOPS with sparsity, 80 GB HBM2e, 2 TB/s
+    # NVIDIA H100 Tensor Core GPU datasheet, H100 NVL: BF16 1,671 TFLOPS with sparsity, 94 GB HBM3, 3.9 TB/s
+    DeviceSpec("h100_nvl", "H100 NVL", 835.5e12, 94e9, 3.9e12),
+    # same datasheet, H100 PCIe: BF16 1,513 TFLOPS with sparsity, 80 GB HBM2e, 2 TB/s
     DeviceSpec("h100_pcie", "H100 PCIe", 756e12, 80e9, 2.0e12),
     # same datasheet, H100 SXM: BF16 1,979 TFLOPS with sparsity, 80 GB HBM3, 3.35 TB/s
     DeviceSpec("h100", "H100", 989.5e12, 80e9, 3.35e12),
     # NVIDIA H200 Tensor Core GPU datasheet, H200 SXM: BF16 1,979 TFLOPS with sparsity, 141 GB HBM3e, 4.8 TB/s
     DeviceSpec("h200", "H200", 989.5e12, 141e9, 4.8e12),
-    # NVIDIA A100 Tensor Core GPU datasheet, A100 80GB SXM: BF16 312 TFLOPS dense, 80 GB HBM2e, 2,039 GB/s
+    # NVIDIA A100 Tensor Core GPU datasheet, A100 40GB (SXM and PCIe): BF16 312 TFLOPS dense, 40 GB HBM2,
+    # 1,555 GB/s
+    DeviceSpec("a100_40gb", "A100.*40GB", 312e12, 40e9, 1.555e12),
+    # same datasheet, A100 80GB SXM: BF16 312 TFLOPS dense, 80 GB HBM2e, 2,039 GB/s (the 80GB PCIe: 1,935)
     DeviceSpec("a100", "A100", 312e12, 80e9, 2.039e12),
+    # NVIDIA L40S GPU datasheet: BF16 tensor 362.05 TFLOPS dense (733 with sparsity), 48 GB GDDR6, 864 GB/s
+    DeviceSpec("l40s", "L40S", 362.05e12, 48e9, 864e9),
     # NVIDIA L4 Tensor Core GPU datasheet: BF16 242 TFLOPS with sparsity, 24 GB GDDR6, 300 GB/s
     DeviceSpec("l4", "L4", 121e12, 24e9, 300e9),
     # NVIDIA RTX Blackwell GPU architecture whitepaper, GeForce RTX 5090: peak BF16 tensor TFLOPS with FP32
@@ -105,7 +115,7 @@ def device_spec(key: str, name: str = "--device") -> DeviceSpec:
 def spec_of(name: str) -> DeviceSpec | None:
     """The table's entry for a GPU named `name` (torch.cuda.get_device_name), None when it is not listed."""
     for spec in DEVICES:
-        if re.search(rf"(?<![A-Za-z0-9]){re.escape(spec.name)}(?![A-Za-z0-9])", name):
+        if re.search(rf"(?<![A-Za-z0-9]){spec.name}(?![A-Za-z0-9])", name):
             return spec
     return None
 

@@ -14,7 +14,8 @@ st.caption(
     "Planned: the estimate `looplab submit` stored (`looplab plan` shows the same before submitting); "
     "actual: the wall time of the job's attempts. ratio = actual / planned. Sources: `measured` "
     "(throughput of the same variant in this database), `flop_model` (FLOPs over this machine's "
-    "calibrated FLOP/s), `finished` (finished jobs of the same kind), `budget` (a time budget). "
+    "calibrated FLOP/s), `flop_fit` (the same times this machine's factor for the kind, learnt from "
+    "finished jobs of other variants), `finished` (finished jobs of the same kind), `budget` (a time budget). "
     "`concurrent_jobs`: other jobs beside it (contention slows a job down)."
 )
 url = ui.url()

@@ -20,9 +20,14 @@ and eval" for the ON_CHECKPOINT ones, "decode bench" for the FORWARD one. The `s
   fixed cost per layer application. Start-up: the median over finished train jobs, else the calibration's;
   none for a job of forward passes that starts only after others end (a follow-up, an exclusive job: it
   starts in a worker process they left idle).
+- `flop_fit`: the FLOP model's time times this machine's factor for the kind: the median of actual over
+  FLOP-model time of this device type's finished jobs of that kind, of any recipe (of every kind when
+  the kind has none); lab/planner/machine_factor.py says why one factor per kind. The FLOP model alone
+  (`flop_model`) only when no job has finished on this device type.
 - `finished`: depth sweeps, evals and decode benches. Finished jobs of the same kind and variant (the
   variant of the model they are about; decode benches, whose cost model is `per_device`: and device
-  type), their wall time scaled by the ratio of FLOPs; a kind without a cost model takes the median wall
+  type), their wall time scaled by the ratio of FLOP-model times (with a calibration: a decode bench's
+  per cell, bytes and fixed cost per layer included; else the ratio of FLOPs); a kind without a cost model takes the median wall
   time of its finished jobs.
 - `budget`: a time budget (or `match_time_of`) whose throughput is unknown: the budget plus start-up.
 - `unknown`: nothing to go on (a plugin's kind never run before, a harness eval, no calibration).
@@ -59,6 +64,7 @@ from sqlalchemy import Engine
 
 from looplab.lab.planner.history import Followed, finished_runs, variant_of
 from looplab.lab.planner.local_machine import DEFAULT_STARTUP_S, Calibration, cached_calibration
+from looplab.lab.planner.machine_factor import Factor, MachineFactors
 from looplab.model.errors import ConfigError
 from looplab.orchestrator import jobkinds, pairing
 from looplab.orchestrator.estimate_source import EstimateSource
@@ -103,6 +109,7 @@ class Estimate:
     micro_batch: int | None = None  # a train job's sequences per forward (see the module docstring)
     micro_batch_given: bool = False  # the spec's micro_batch_size (else: the most that fit the device)
     disk: PlannedDisk | None = None
+    factor: Factor | None = None  # `flop_fit`: this machine's factor the FLOP model's time was multiplied by
 
 
 def _median(values: Iterable[float | None]) -> float | None:
@@ -134,6 +141,7 @@ class TimeModel:
         overheads = [h.get("overhead") for h in self.history]
         cal_startup = calibration.startup_s if calibration is not None else None
         self.startup_s = _median(overheads) or cal_startup or DEFAULT_STARTUP_S
+        self._factors: MachineFactors | None = None
 
     # ---- the kinds' cost models (their declarations' `cost`: imported when a job is priced)
     def _train_of(self, kind: str, spec: dict[str, Any]) -> tuple[TrainSpec, TrainCost] | None:
@@ -286,9 +294,11 @@ class TimeModel:
             )
             startup = _median(h["overhead"] for h in same)
         elif self.calibration is not None:
-            source = EstimateSource.FLOP_MODEL
-            tokens_per_s = cost.tokens_per_step / self._step_seconds(cost) * ddp_speedup(workers)
-            eval_rate = self.calibration.rates(cost.cfg.d_model)[1]
+            factor = self.factors.get(kind)
+            slower = 1.0 if factor is None else factor.value
+            source = EstimateSource.FLOP_MODEL if factor is None else EstimateSource.FLOP_FIT
+            tokens_per_s = cost.tokens_per_step / self._step_seconds(cost) * ddp_speedup(workers) / slower
+            eval_rate = self.calibration.rates(cost.cfg.d_model)[1] / slower
             per_ckpt = cost.checkpoint_bytes / self.calibration.save_bytes_per_s
             startup = self.startup_s
         else:
@@ -329,9 +339,11 @@ class TimeModel:
         eval_s = eval_flops / eval_rate if eval_rate else 0.0
         ckpt_s = per_ckpt * cost.n_ckpts(steps)
         seconds = (startup or 0.0) + calib_s + train_s + eval_s + ckpt_s
-        return Estimate(
+        est = Estimate(
             seconds, source, flops + eval_flops, memory, train_s, startup or 0.0, disk=self._disk(cost, steps)
         )
+        est.factor = self.factors.get(kind) if source == EstimateSource.FLOP_FIT else None
+        return est
 
     @staticmethod
     def _disk(cost: TrainCost, steps: int) -> PlannedDisk:
@@ -370,9 +382,9 @@ class TimeModel:
         warm: bool = False,
     ) -> Estimate:
         """A job of forward passes: the median of finished runs of the same kind and variant (and device
-        type when its cost model is `per_device`), each wall time scaled by this run's FLOPs over theirs
-        (`counted(h)`: their cost, None when unknown; such runs are skipped); without any, the FLOP model,
-        else "unknown".
+        type when its cost model is `per_device`), each wall time scaled by this run's work over theirs
+        (`_forward_ratio`; `counted(h)`: their cost, None when unknown; such runs are skipped); without
+        any, the FLOP model times this machine's factor for the kind, else "unknown".
 
         Start-up by the FLOP model: a fresh worker process's (`startup_s`), except for a job that
         starts only after other jobs end (`warm`): one that depends on another (a depth sweep on its
@@ -398,18 +410,70 @@ class TimeModel:
             except UNREADABLE:
                 theirs = None
             if theirs and theirs.flops > 0:
-                scaled.append(h["wall"] * cost.flops / theirs.flops)
+                scaled.append(h["wall"] * self._forward_ratio(cost, theirs))
         if scaled:
             return Estimate(_median(scaled), EstimateSource.FINISHED, cost.flops, memory)
         cal = self.calibration
         if cal is None:
             return Estimate(None, EstimateSource.UNKNOWN, cost.flops, memory)
-        if cost.decode_steps:
-            seconds = self._decode_seconds(cost)
-        else:
-            seconds = cost.flops / cal.rates(cost.d_model)[1]  # forwards only
+        factor = self.factors.get(kind)
+        seconds = self._forward_seconds(cost) * (1.0 if factor is None else factor.value)
         startup = 0.0 if warm else self.startup_s
-        return Estimate(startup + seconds, EstimateSource.FLOP_MODEL, cost.flops, memory, startup_s=startup)
+        source = EstimateSource.FLOP_MODEL if factor is None else EstimateSource.FLOP_FIT
+        return Estimate(startup + seconds, source, cost.flops, memory, startup_s=startup, factor=factor)
+
+    def _forward_ratio(self, cost: ForwardCost, theirs: ForwardCost) -> float:
+        """How many times a finished job's (`theirs`) work this one's is: by the FLOP model's time with a
+        calibration (a decode bench's steps at other contexts or batches are bound by the bytes they
+        read and a fixed cost per layer, not by FLOPs), else by FLOPs."""
+        if self.calibration is None:
+            return cost.flops / theirs.flops
+        return self._forward_seconds(cost) / self._forward_seconds(theirs)
+
+    def _forward_seconds(self, cost: ForwardCost) -> float:
+        """A job of forward passes' work by the FLOP model alone: decode steps (`_decode_seconds`), else
+        its forwards at the forward rate of its width."""
+        assert self.calibration is not None
+        if cost.decode_steps:
+            return self._decode_seconds(cost)
+        return cost.flops / self.calibration.rates(cost.d_model)[1]
+
+    # ---- this machine's correction of the FLOP model (lab/planner/machine_factor.py)
+    @property
+    def factors(self) -> MachineFactors:
+        """Per kind, actual over FLOP-model time of this device type's finished jobs (read once)."""
+        if self._factors is None:
+            ratios: dict[str, list[float]] = {}
+            if self.calibration is not None:
+                for h in self.history:
+                    if h.get("device") != self.device:
+                        continue
+                    try:
+                        ratio = self._flop_ratio(h)
+                    except UNREADABLE:
+                        ratio = None
+                    if ratio is not None and math.isfinite(ratio) and ratio > 0:
+                        ratios.setdefault(h["kind"], []).append(ratio)
+            self._factors = MachineFactors(ratios)
+        return self._factors
+
+    def _flop_ratio(self, h: dict[str, Any]) -> float | None:
+        """A finished job's actual over FLOP-model time: a train job's FLOP-model throughput over its
+        measured one (training alone), a job of forward passes' wall over its FLOP-model work (no
+        start-up, as such a job is planned when it waits); None when its cost is unknown."""
+        model = jobkinds.declared(h["kind"]).cost
+        if model is None:
+            return None
+        if model.pricing == Pricing.TRAINING:
+            cost = self.train_cost(h["kind"], h["spec"])
+            if cost is None or not h.get("tokens_per_s"):
+                return None
+            planned = cost.tokens_per_step / self._step_seconds(cost) * ddp_speedup(h.get("workers", 1))
+            return planned / h["tokens_per_s"]
+        cost = self.forward_cost(h["kind"], h["spec"], h.get("trained"))
+        if cost is None or cost.flops <= 0:
+            return None
+        return h["wall"] / self._forward_seconds(cost)
 
     def _decode_seconds(self, cost: ForwardCost) -> float:
         """Decode steps: per cell, its steps at the larger of their FLOPs over the training rate and their

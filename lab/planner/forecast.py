@@ -16,6 +16,7 @@ from looplab.lab.planner.jobs import device_memory, grid_jobs, local_slots, queu
 from looplab.lab.planner.local_machine import Calibration, cached_calibration, resolve_calibration
 from looplab.lab.planner.report import Forecast
 from looplab.lab.planner.simulate import simulate
+from looplab.orchestrator.estimate_source import EstimateSource
 from looplab.orchestrator.states import JobStatus
 
 if TYPE_CHECKING:
@@ -98,7 +99,18 @@ def plan_grids(
         aging_s=_scheduler_setting("aging_seconds", aging_s),
         cooldown_s=_scheduler_setting("preempt_cooldown_seconds"),
     )
-    return Forecast(jobs, cpus, gpus, makespan, now, cal, driver_start, elsewhere=elsewhere)
+    fitted = [j.kind for j in jobs if j.estimate.source == EstimateSource.FLOP_FIT]
+    return Forecast(
+        jobs,
+        cpus,
+        gpus,
+        makespan,
+        now,
+        cal,
+        driver_start,
+        elsewhere=elsewhere,
+        factors=model.factors.lines(fitted),
+    )
 
 
 def submission_estimates(eng: Engine, plans: list[JobPlan]) -> list[tuple[float | None, str | None]]:

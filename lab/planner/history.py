@@ -109,6 +109,7 @@ def _finished_query() -> sa.Select:
             attempts.c.resumed_from_step.is_(None),
             attempts.c.ended_at.is_not(None),
         )
+        .order_by(JOBS.c.id)  # oldest first: the machine's factor keeps the most recent (machine_factor.py)
     )
 
 

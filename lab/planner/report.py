@@ -7,7 +7,7 @@ and what the scheduler will refuse or cannot fit in memory.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from looplab.lab.planner.jobs import ForecastJob
@@ -32,6 +32,7 @@ class Forecast:
     calibration: Calibration | None = None
     driver_start_s: float = 0.0  # included in makespan_s: the queue's start-up before the first job
     elsewhere: bool = False  # priced for another machine (the calibration's), the grids alone
+    factors: list[str] = field(default_factory=list)  # the evidence of each `flop_fit` kind's factor
 
     @property
     def finish_at(self) -> float:
@@ -95,6 +96,8 @@ class Forecast:
                     "status": j.status,
                     "seconds": j.estimate.seconds,
                     "source": j.estimate.source,
+                    "factor": None if j.estimate.factor is None else j.estimate.factor.value,
+                    "factor_jobs": None if j.estimate.factor is None else j.estimate.factor.jobs,
                     "flops": j.estimate.flops,
                     "peak_mem_mb": None
                     if j.estimate.peak_mem_bytes is None
@@ -124,6 +127,7 @@ class Forecast:
                 f"priced for {self.gpus:g} x {self.calibration.describe()}; the grids alone (this database's "
                 "queue and history ran elsewhere)"
             )
+        lines += self.factors
         lines.append(HEADER)
         lines += [_row(j) for j in self.jobs]
         return "\n".join(lines + self._totals() + self._warnings())

@@ -207,7 +207,8 @@ def test_figures_missing_or_out_of_range_fail(tmp_path, monkeypatch):
     whole batch's, bucketing that pads no less, MFU outside (0, 1) or unknown on a GPU (the message
     names the GPU and where to add its peak), a decode faster than the memory bandwidth allows."""
     dry, gpu = _args(tmp_path), _args(tmp_path, dry_run=False)
-    run = {"tokens_per_s": 1.0, "peak_mem_mb": 100.0, "padding_waste": 0.2, "mfu": None, "hfu": None}
+    run = {"tokens_per_s": 1.0, "steady_tokens_per_s": 1.2, "peak_mem_mb": 100.0, "padding_waste": 0.2}
+    run |= {"mfu": None, "hfu": None}
     assert (
         gpu_steps.check_micro_batch(
             dry, {"batch_size": 8, "runs": {"tiny micro 8": run, "tiny micro 2": run}}
@@ -257,7 +258,126 @@ def test_each_measured_run_starts_fresh(tmp_path, looplab_cache):
     assert (
         small["tokens_per_s"] > 0
         and small["final_train_loss"] > 0
-        and set(small) == set(gpu_steps.RUN_FIGURES)
+        and set(small) == {*gpu_steps.RUN_FIGURES, "warmup_steps", "steady_tokens_per_s"}
     )
     kinds = {e["kind"] for e in gpu_steps._events(tmp_path / "out" / "small.jsonl")}
     assert {"metric", "result"} <= kinds
+
+
+def _no_torch_checkout(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """The script alone in a folder that is no git checkout and has no .venv, and a PATH whose python3
+    cannot import torch (as on a machine with only the system python)."""
+    repo, bin_dir = tmp_path / "repo", tmp_path / "bin"
+    (repo / "benchmarks").mkdir(parents=True)
+    (repo / "benchmarks" / "gpu_check.sh").write_text(SCRIPT.read_text())
+    bin_dir.mkdir()
+    python3 = bin_dir / "python3"
+    python3.write_text("#!/usr/bin/env bash\necho 'ModuleNotFoundError: torch' >&2\nexit 1\n")
+    python3.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHON", "VIRTUAL_ENV")}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+    return repo, env
+
+
+def test_dry_run_finds_an_environment_with_torch_when_python3_lacks_it(tmp_path):
+    """python3 without torch: the dry run takes the project's environment ($VIRTUAL_ENV's here: no .venv,
+    no git checkout) and says so; with none to find it names the interpreter and what to pass, exit 2."""
+    repo, env = _no_torch_checkout(tmp_path)
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    python = venv / "bin" / "python"  # this interpreter, which has torch (a symlink would leave its venv)
+    python.write_text(f'#!/usr/bin/env bash\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    script = ["bash", str(repo / "benchmarks" / "gpu_check.sh"), "--dry-run", "--which-python"]
+    found = subprocess.run(
+        script, cwd=tmp_path, env={**env, "VIRTUAL_ENV": str(venv)}, capture_output=True, text=True
+    )
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.splitlines() == [
+        f"gpu_check: python3 has no torch; using the project's environment, {venv}/bin/python",
+        f"{venv}/bin/python",
+    ]
+    lost = subprocess.run(script, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert lost.returncode == 2 and lost.stdout == ""
+    assert "python3" in lost.stderr and "cannot import torch" in lost.stderr
+    assert "PYTHON=/path/to/venv/bin/python bash" in lost.stderr and "--venv" in lost.stderr
+
+
+def test_mfu_counts_useful_causal_flops_and_hfu_the_hardware_s():
+    """model_bench's counts of a step: MFU's useful FLOPs leave parcae's padded rounds out, HFU's total
+    keeps them, both with causal attention pairs (about half the dense count's at seq 2,048); a fixed
+    loop count pads nothing."""
+    import model_bench
+
+    from looplab.model.presets import preset
+
+    cfg = preset("parcae", "tiny", seq_len=2048, vocab_size=256)
+    mixed = model_bench.counted_flops(cfg, [2, 9], 2048)
+    assert mixed["useful"] < mixed["total"] < mixed["dense"]
+    fixed = model_bench.counted_flops(preset("fixed4", "tiny", seq_len=2048, vocab_size=256), [4, 4], 2048)
+    assert fixed["useful"] == fixed["total"] < fixed["dense"]
+
+
+def test_bench_ratios_checks_useful_below_hardware_and_mfu_below_hfu_below_one(tmp_path, monkeypatch):
+    """The bench_ratios slot's checks on measured figures: useful TFLOP/s above the hardware's fails in the
+    dry run too; on a GPU MFU above HFU fails, and so does an HFU of 1 or more."""
+    dry, gpu = _args(tmp_path), _args(tmp_path, dry_run=False)
+    row = {"tokens_per_s": 10.0, "achieved_tflops": 0.8, "hardware_tflops": 1.0, "mfu": None, "hfu": None}
+
+    def figures(**changed):
+        return {"exit_status": 0, "ratios": {"recipes": {"parcae": {**row, **changed}}}}
+
+    assert gpu_steps.check_bench_ratios(dry, figures()) == []
+    assert gpu_steps.check_bench_ratios(dry, figures(achieved_tflops=1.2)) == [
+        "ratios/recipes/parcae/achieved_tflops: 1.2 is above hardware_tflops 1"
+    ]
+    monkeypatch.setattr(gpu_steps, "_gpu_name", lambda: "NVIDIA H100 NVL")
+    assert gpu_steps.check_bench_ratios(gpu, figures(mfu=0.3, hfu=0.4)) == []
+    assert gpu_steps.check_bench_ratios(gpu, figures(mfu=0.5, hfu=0.4)) == [
+        "ratios/recipes/parcae/mfu: 0.500 is above hfu 0.400"
+    ]
+    assert gpu_steps.check_bench_ratios(gpu, figures(mfu=0.5, hfu=1.1)) == [
+        "ratios/recipes/parcae/hfu: 1.1 is outside (0, 1)"
+    ]
+
+
+def test_steady_state_timing_leaves_the_warm_up_step_out():
+    """Tokens per second from the end of the warm-up step to the last step: a slow first step (20 s of
+    allocations and autotuning) does not count; the run's figure over every step would be 4x lower."""
+    points = [(0, 100, 20.0), (1, 200, 21.0), (2, 300, 22.0), (3, 400, 23.0)]
+    events = [
+        {"kind": "metric", "key": "tokens_per_s", "step": s, "tokens": t, "wall_s": w, "value": t / w}
+        for s, t, w in points
+    ]
+    events.append({"kind": "metric", "key": "train_loss", "step": 3, "tokens": 400, "wall_s": 99.0})
+    assert gpu_steps.WARMUP_STEPS == 1
+    assert gpu_steps.steady_tokens_per_s(events) == pytest.approx(100.0)
+    assert gpu_steps.steady_tokens_per_s(events, warmup=3) == pytest.approx(100.0)
+    assert gpu_steps.steady_tokens_per_s(events[:1]) is None  # nothing past the warm-up: no figure
+    missing = {
+        "batch_size": 8,
+        "runs": {n: {"tokens_per_s": 1.0, "peak_mem_mb": 1.0} for n in ("tiny micro 8", "tiny micro 2")},
+    }
+    import argparse
+
+    dry = argparse.Namespace(dry_run=True)
+    assert "runs/tiny micro 8/steady_tokens_per_s: missing" in gpu_steps.check_micro_batch(dry, missing)
+
+
+def test_a_gpu_run_after_one_that_left_memory_allocated_fails_the_micro_batch_slot(tmp_path):
+    """On a GPU the measured runs share the step's process: each records what was still allocated before
+    it (`allocated_before_mb`); more than LEFT_SHARE of its peak fails the slot (its peak would count an
+    earlier run's tensors); a missing figure fails it too."""
+    gpu = _args(tmp_path, dry_run=False)
+    run = {"tokens_per_s": 1.0, "steady_tokens_per_s": 1.0, "peak_mem_mb": 1000.0, "allocated_before_mb": 0.0}
+    names = ("86m micro 16", "86m micro 4", "144m micro 16", "144m micro 4")
+    clean = {"batch_size": 16, "runs": dict.fromkeys(names, run)}
+    assert gpu_steps.check_micro_batch(gpu, clean) == []
+    dirty = {**clean, "runs": {**clean["runs"], "144m micro 4": {**run, "allocated_before_mb": 300.0}}}
+    assert gpu_steps.check_micro_batch(gpu, dirty) == [
+        "runs/144m micro 4/allocated_before_mb: 300 MB left allocated by earlier runs, more than 2% of its "
+        "1,000 MB peak"
+    ]
+    missing = {k: v for k, v in run.items() if k != "allocated_before_mb"}
+    lost = {**clean, "runs": {**clean["runs"], "86m micro 4": missing}}
+    assert gpu_steps.check_micro_batch(gpu, lost) == ["runs/86m micro 4/allocated_before_mb: missing"]

@@ -273,7 +273,10 @@ def test_a_malformed_calibration_file_is_refused_naming_the_key(q, tmp_path, cap
 @pytest.mark.parametrize(
     "flags,message",
     [
-        (["--device", "tpu"], "--device: unknown device 'tpu'; accepted: h100_pcie, h100, h200, a100"),
+        (
+            ["--device", "tpu"],
+            "--device: unknown device 'tpu'; accepted: h100_nvl, h100_pcie, h100, h200, a100_40gb, a100",
+        ),
         (["--device", "h200", "--mfu", "1.5"], "--mfu: must be <= 1"),
         (["--device", "h200", "--mfu", "0"], "--mfu: must be > 0"),
         (["--mfu", "0.4"], "--mfu: only with --device"),

@@ -90,6 +90,12 @@ CASES = {
     ),
     "lean + a learned exit (entropy: R readouts)": (preset("lean", **SMALL, exit_gate="entropy"), 4),
     "fixed4 + a learned exit (act: the outputs' mixture)": (preset("fixed4", **SMALL, exit_gate="act"), 4),
+    # the GPU check's sequence lengths: each family of mechanisms (padding, windows, loops) at 512 and 2,048
+    "fixed4, seq 512": (preset("fixed4", **SMALL, seq_len=512), 4),
+    "fixed4, seq 2,048": (preset("fixed4", **SMALL, seq_len=2048), 4),
+    "lean (block-local), seq 2,048": (preset("lean", **SMALL, seq_len=2048), 4),
+    "parcae, mixed counts, seq 512": (preset("parcae", **SMALL, seq_len=512), [2, 9, 5, 1]),
+    "parcae, mixed counts, seq 2,048": (preset("parcae", **SMALL, seq_len=2048), [2, 5]),
     "untied head, value embeddings everywhere": (
         preset("fixed2", **SMALL, tie_embeddings=False, value_embeds="all"),
         2,

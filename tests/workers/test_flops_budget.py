@@ -178,17 +178,42 @@ def test_mfu_flops_agree_with_an_independent_count(recipe, looplab_cache, tmp_pa
     assert computed == pytest.approx(training_flops(spec.model_config(256), 8).total)  # = flops_per_token
 
 
-@pytest.mark.parametrize(
-    "name,peak",
-    [
-        ("NVIDIA H100 80GB HBM3", 989.5e12),
-        ("NVIDIA H200", 989.5e12),
-        ("NVIDIA A100-SXM4-80GB", 312e12),
-        ("NVIDIA L4", 121e12),
-        ("NVIDIA GeForce RTX 4090", 165e12),
-        ("NVIDIA L40S", None),  # not an L4
-        ("Tesla V100-SXM2-16GB", None),
-    ],
-)
-def test_peak_flops_table(name, peak):
+# every entry of workers/device.py DEVICES under the name torch.cuda.get_device_name() gives it:
+# (name, key, dense bf16 FLOP/s, memory bytes, bandwidth)
+GPU_NAMES = [
+    ("NVIDIA H100 80GB HBM3", "h100", 989.5e12, 80e9, 3.35e12),  # SXM
+    ("NVIDIA H100 PCIe", "h100_pcie", 756e12, 80e9, 2.0e12),
+    ("NVIDIA H100 NVL", "h100_nvl", 835.5e12, 94e9, 3.9e12),  # not the SXM's 989.5
+    ("NVIDIA H200", "h200", 989.5e12, 141e9, 4.8e12),
+    ("NVIDIA A100-SXM4-80GB", "a100", 312e12, 80e9, 2.039e12),
+    ("NVIDIA A100-SXM4-40GB", "a100_40gb", 312e12, 40e9, 1.555e12),
+    ("NVIDIA A100-PCIE-40GB", "a100_40gb", 312e12, 40e9, 1.555e12),
+    ("NVIDIA L40S", "l40s", 362.05e12, 48e9, 864e9),  # not an L4
+    ("NVIDIA L4", "l4", 121e12, 24e9, 300e9),
+    ("NVIDIA GeForce RTX 4090", "rtx4090", 165e12, 24e9, 1.008e12),
+    ("NVIDIA GeForce RTX 5090", "rtx5090", 209.5e12, 32e9, 1.792e12),
+]
+
+
+@pytest.mark.parametrize("name,key,peak,memory,bandwidth", GPU_NAMES)
+def test_peak_flops_table(name, key, peak, memory, bandwidth):
+    from looplab.workers.device import device_spec, spec_of
+
+    spec = spec_of(name)
+    assert spec is not None and spec.key == key and spec == device_spec(key)
+    assert (spec.peak_flops, spec.memory_bytes, spec.bandwidth) == (peak, memory, bandwidth)
     assert peak_flops_of(name) == peak
+
+
+def test_every_table_entry_is_named_and_unknown_gpus_are_refused():
+    """Each entry is reached by a GPU name of GPU_NAMES (none shadowed by an earlier, broader one); a GPU
+    the table does not list has no peak (MFU refused, naming where to add it), not a near entry's."""
+    from looplab.model.errors import ConfigError
+    from looplab.workers.device import DEVICES, device_spec, unknown_peak
+
+    assert {d.key for d in DEVICES} == {key for _, key, *_ in GPU_NAMES}
+    for name in ("Tesla V100-SXM2-16GB", "NVIDIA H800", "NVIDIA A10", "NVIDIA B200", "NVIDIA H100X"):
+        assert peak_flops_of(name) is None, name
+    assert "workers/device.py" in unknown_peak("NVIDIA H800")
+    with pytest.raises(ConfigError, match="--device: unknown device 'h800'; accepted: h100_nvl, "):
+        device_spec("h800")
