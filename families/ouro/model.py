@@ -19,7 +19,7 @@ label is σ(k (I − γ)).
 KV cache (`OuroCache`): one slot per (loop, layer), as the public `UniversalTransformerCache` keeps
 them. The exit path (`rope`, `readout`, `run_rounds` with a keep mask, `exit_gate`) lets the adaptive
 job run exits in one forward: a stopped token keeps its state and offers later tokens, at every
-layer, the keys and values of its last computed step (`HeldKV`).
+layer, the keys and values of its last computed step (`looplab.model.family_kv.LastKV`).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from torch import Tensor, nn
 
 from looplab.families.ouro.config import OuroConfig
 from looplab.model.exit_gate import exit_distribution, objective
+from looplab.model.family_kv import LastKV
 
 
 class RMSNorm(nn.Module):
@@ -70,22 +71,6 @@ class OuroCache:
 
     def nbytes(self) -> int:
         return self.k.nbytes + self.v.nbytes
-
-
-class HeldKV:
-    """The keys and values each token offers later steps at each layer: its last computed step's (a
-    stopped token holds them); `running` (B, 1, T, 1) marks the tokens computing the current step."""
-
-    def __init__(self) -> None:
-        self.running: Tensor | None = None
-        self.last: dict[int, tuple[Tensor, Tensor]] = {}
-
-    def attend(self, slot: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        last = self.last.get(slot)
-        if last is not None and self.running is not None:
-            k, v = torch.where(self.running, k, last[0]), torch.where(self.running, v, last[1])
-        self.last[slot] = (k, v)
-        return k, v
 
 
 class Layer(nn.Module):
@@ -218,8 +203,8 @@ class OuroLM(nn.Module):
         """The contract's exit path (docs/own-model.md): steps 1..max(counts) from the embedding, a row
         holding its state after its count, `observe` handed h_0 and every step's output, `keep()` asked
         before every step which tokens run it; a token that does not run keeps its state and its last
-        keys and values (`HeldKV`). No randomness: `h0_seed` is not read."""
-        rot, held = (ctx.cos, ctx.sin), HeldKV()
+        keys and values (`looplab.model.family_kv.LastKV`). No randomness: `h0_seed` is not read."""
+        rot, held = (ctx.cos, ctx.sin), LastKV()
         h = self.embed_tokens(idx)
         ran = torch.as_tensor([counts] * idx.shape[0] if isinstance(counts, int) else counts).to(idx.device)
         if observe is not None:
