@@ -33,7 +33,7 @@ from torch import Tensor, nn
 
 from looplab.families.huginn.cache import HuginnCache, KVStrategy, cache_bytes
 from looplab.families.huginn.config import HuginnConfig
-from looplab.model.family_kv import LastKV
+from looplab.model.family_parts import LastKV
 from looplab.model.init import RowKey, h0_rows
 
 

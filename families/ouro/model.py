@@ -19,7 +19,7 @@ label is σ(k (I − γ)).
 KV cache (`OuroCache`): one slot per (loop, layer), as the public `UniversalTransformerCache` keeps
 them. The exit path (`rope`, `readout`, `run_rounds` with a keep mask, `exit_gate`) lets the adaptive
 job run exits in one forward: a stopped token keeps its state and offers later tokens, at every
-layer, the keys and values of its last computed step (`looplab.model.family_kv.LastKV`).
+layer, the keys and values of its last computed step (`looplab.model.family_parts.LastKV`).
 """
 
 from __future__ import annotations
@@ -32,23 +32,7 @@ from torch import Tensor, nn
 
 from looplab.families.ouro.config import OuroConfig
 from looplab.model.exit_gate import exit_distribution, objective
-from looplab.model.family_kv import LastKV
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float) -> None:
-        super().__init__()
-        self.eps, self.weight = eps, nn.Parameter(torch.ones(dim))
-
-    def forward(self, x: Tensor) -> Tensor:
-        y = x.float()
-        return self.weight * (y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x)
-
-
-def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """x (B, H, S, D) rotated on half-split channels (i, i + D/2); cos, sin (S, D)."""
-    a, b = x.chunk(2, dim=-1)
-    return x * cos + torch.cat([-b, a], dim=-1) * sin
+from looplab.model.family_parts import LastKV, RMSNorm, rope_tables, rotate
 
 
 class OuroCache:
@@ -133,12 +117,7 @@ class OuroLM(nn.Module):
         return self._rot(torch.arange(n, device=self.embed_tokens.weight.device))
 
     def _rot(self, positions: Tensor) -> tuple[Tensor, Tensor]:
-        hd = self.cfg.head_dim
-        inv = 1.0 / (self.cfg.rope_base ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd))
-        angles = torch.outer(positions.float().cpu(), inv).to(positions.device)
-        angles = torch.cat([angles, angles], dim=-1)
-        dtype = self.embed_tokens.weight.dtype
-        return angles.cos().to(dtype), angles.sin().to(dtype)
+        return rope_tables(positions, self.cfg.head_dim, self.cfg.rope_base, self.embed_tokens.weight.dtype)
 
     def step(self, h: Tensor, rot, t: int = 0, kv=None) -> Tensor:
         """One loop (0-based `t`) of the whole stack, then the final norm: h_{t+1}."""
@@ -203,7 +182,7 @@ class OuroLM(nn.Module):
         """The contract's exit path (docs/own-model.md): steps 1..max(counts) from the embedding, a row
         holding its state after its count, `observe` handed h_0 and every step's output, `keep()` asked
         before every step which tokens run it; a token that does not run keeps its state and its last
-        keys and values (`looplab.model.family_kv.LastKV`). No randomness: `h0_seed` is not read."""
+        keys and values (`looplab.model.family_parts.LastKV`). No randomness: `h0_seed` is not read."""
         rot, held = (ctx.cos, ctx.sin), LastKV()
         h = self.embed_tokens(idx)
         ran = torch.as_tensor([counts] * idx.shape[0] if isinstance(counts, int) else counts).to(idx.device)
