@@ -70,6 +70,8 @@ class FamilyLM(nn.Module):
                 logits = part if every else part.new_empty((idx.shape[0], *part.shape[1:]))
             if not every:
                 logits[rows] = part
+        if not {"task_loss", "expected_rounds"} <= set(parts):  # a learned exit's figures come in pairs
+            parts.pop("task_loss", None), parts.pop("expected_rounds", None)
         return LMOutput(logits, parts["loss"], parts.get("task_loss"), parts.get("expected_rounds"))
 
     def _row_key(self, key, rows: list[int] | None) -> dict[str, Any]:
