@@ -1,7 +1,8 @@
 """Parts a family may share (families import looplab.model, torch and the standard library only):
 `LastKV`, for an exit path (the contract's `run_rounds` with a keep mask), the keys and values each
 token offers later rounds at each layer, which are its last computed round's; `RMSNorm`; and RoPE on
-half-split channels (`rope_tables`, `rotate`), as Llama-style public code lays it out."""
+half-split channels (`rope_tables`, `rotate`), as Llama-style public code lays it out; and
+`CachedDecode`, the contract's prefill and decode_step over a family's one cached pass."""
 
 from __future__ import annotations
 
@@ -49,3 +50,18 @@ def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """x (B, H, S, D) rotated on half-split channels (i, i + D/2); cos, sin (S, D) of `rope_tables`."""
     a, b = x.chunk(2, dim=-1)
     return x * cos + torch.cat([-b, a], dim=-1) * sin
+
+
+class CachedDecode:
+    """The contract's `prefill(idx, cache)` (a prompt from position 0 -> (B, T, V)) and `decode_step(tokens,
+    cache)` (tokens (B,) at the cache's position -> (B, V)) for a module whose `_cached(idx, cache)`
+    runs idx (B, S) from `cache.pos` through the cache, advances `cache.pos` by S and returns logits."""
+
+    @torch.no_grad()
+    def prefill(self, idx: Tensor, cache) -> Tensor:
+        cache.pos = 0
+        return self._cached(idx, cache)
+
+    @torch.no_grad()
+    def decode_step(self, tokens: Tensor, cache) -> Tensor:
+        return self._cached(tokens.view(-1, 1), cache)[:, 0]

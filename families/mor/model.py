@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from looplab.families.mor.config import MoRConfig
-from looplab.model.family_parts import RMSNorm, rope_tables, rotate
+from looplab.model.family_parts import CachedDecode, RMSNorm, rope_tables, rotate
 
 
 class Layer(nn.Module):
@@ -44,20 +44,73 @@ class Layer(nn.Module):
         self.up, self.down = nn.Linear(d, 2 * cfg.mlp, bias=False), nn.Linear(cfg.mlp, d, bias=False)
         self.n1, self.n2 = RMSNorm(d, cfg.norm_eps), RMSNorm(d, cfg.norm_eps)
 
-    def forward(self, x: Tensor, rot, keys: Tensor | None = None, shared=None) -> tuple[Tensor, tuple]:
-        """x (B, T, d); `keys` (B, T) bool: the tokens whose keys and values this recursion offers (each
-        query also reads itself); `shared`: (K, V) to use instead of this layer's own."""
-        B, T, d = x.shape
-        q, k, v = (t.view(B, T, self.h, self.hd).transpose(1, 2) for t in self.qkv(self.n1(x)).split(d, -1))
+    def forward(self, x: Tensor, rot, kv) -> tuple[Tensor, tuple]:
+        """x (B, S, d); `kv(k, v) -> (K, V, mask)`: the keys, values and attention mask this layer reads
+        (`sequence_kv`, or a cache's `MoRCache.view`). Returns the output and this layer's own (k, v)."""
+        B, S, d = x.shape
+        q, k, v = (t.view(B, S, self.h, self.hd).transpose(1, 2) for t in self.qkv(self.n1(x)).split(d, -1))
         q, k = rotate(q, *rot), rotate(k, *rot)
-        k, v = shared if shared is not None else (k, v)
-        mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-        if keys is not None:
-            mask = mask & (keys[:, None, None, :] | torch.eye(T, dtype=torch.bool, device=x.device))
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        x = x + self.out(y.transpose(1, 2).reshape(B, T, d))
+        keys, values, mask = kv(k, v)
+        y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+        x = x + self.out(y.transpose(1, 2).reshape(B, S, d))
         gate, up = self.up(self.n2(x)).chunk(2, -1)
         return x + self.down(F.silu(gate) * up), (k, v)
+
+
+def sequence_kv(keys: Tensor | None = None, shared: tuple | None = None):
+    """A whole sequence's attention: causal, reading only the tokens `keys` (B, T) marks (each query also
+    reads itself), or the keys and values `shared` (the first recursion's) instead of the layer's own."""
+
+    def kv(k: Tensor, v: Tensor):
+        T = k.shape[2]
+        mask = torch.ones(T, T, dtype=torch.bool, device=k.device).tril()
+        if keys is not None:
+            mask = mask & (keys[:, None, None, :] | torch.eye(T, dtype=torch.bool, device=k.device))
+        return (*(shared if shared is not None else (k, v)), mask)
+
+    return kv
+
+
+class MoRCache:
+    """Keys and values (slots, B, H, max_len, D) and which tokens each slot holds (slots, B, max_len):
+    slot 0 the first layer, 1 the last, then one per (recursion, shared layer), recursion-wise (a
+    recursion's slot holds only the tokens it ran), or, under `share_first`, the first recursion's
+    only, which every recursion reads."""
+
+    def __init__(self, cfg: MoRConfig, batch: int, max_len: int, loops: int, dtype, device) -> None:
+        self.recursion_slots = loops if cfg.kv == "recursion" else 1
+        slots = 2 + self.recursion_slots * cfg.n_shared
+        self.k = torch.zeros(slots, batch, cfg.n_heads, max_len, cfg.head_dim, dtype=dtype, device=device)
+        self.v = torch.zeros_like(self.k)
+        self.held = torch.zeros(slots, batch, max_len, dtype=torch.bool, device=device)
+        self.loops, self.n_shared, self.pos = loops, cfg.n_shared, 0
+
+    def slot(self, r: int, j: int) -> int:
+        return 2 + min(r, self.recursion_slots - 1) * self.n_shared + j
+
+    def view(self, slot: int, chosen: Tensor | None = None, write: bool = True):
+        """The attention of S new tokens at `pos` through `slot`: they write their keys and values (the
+        rows `chosen` (B, S) marks as held) and read every held position up to themselves."""
+
+        def kv(k: Tensor, v: Tensor):
+            S, end = k.shape[2], self.pos + k.shape[2]
+            if write:
+                self.k[slot, :, :, self.pos : end], self.v[slot, :, :, self.pos : end] = k, v
+                self.held[slot, :, self.pos : end] = True if chosen is None else chosen
+            causal = torch.ones(S, end, dtype=torch.bool, device=k.device).tril(self.pos)
+            itself = torch.zeros_like(causal)
+            itself[:, self.pos : end] = torch.eye(S, dtype=torch.bool, device=k.device)
+            mask = causal & (self.held[slot, :, None, None, :end] | itself)
+            return self.k[slot, :, :, :end], self.v[slot, :, :, :end], mask
+
+        return kv
+
+    def fake_fill(self, n: int) -> None:
+        """Pretend `n` tokens are cached (the decode benchmark's context): the position only."""
+        self.pos = n
+
+    def nbytes(self) -> int:
+        return self.k.nbytes + self.v.nbytes + self.held.nbytes
 
 
 @dataclass
@@ -75,7 +128,7 @@ class MoROutput:
     logits: Tensor
 
 
-class MoRLM(nn.Module):
+class MoRLM(CachedDecode, nn.Module):
     def __init__(self, cfg: MoRConfig) -> None:
         super().__init__()
         self.cfg = cfg
@@ -107,13 +160,14 @@ class MoRLM(nn.Module):
             chosen, aux = active & (s > 0.5), score.new_zeros(())
         return chosen, s, aux
 
-    def routed(self, idx: Tensor, loops: int) -> Routed:
-        """The forward with its routing (module docstring): logits, depths and the router's loss."""
+    def routed(self, idx: Tensor, loops: int, cache: MoRCache | None = None) -> Routed:
+        """The forward with its routing (module docstring): logits, depths and the router's loss;
+        through `cache` from its position (evaluation only: its routing is then token by token)."""
         cfg, T = self.cfg, idx.shape[1]
-        rot = rope_tables(
-            torch.arange(T, device=idx.device), cfg.head_dim, cfg.rope_base, self.embed.weight.dtype
-        )
-        h, _ = self.first(self.embed(idx), rot)
+        start = 0 if cache is None else cache.pos
+        positions = torch.arange(start, start + T, device=idx.device)
+        rot = rope_tables(positions, cfg.head_dim, cfg.rope_base, self.embed.weight.dtype)
+        h, _ = self.first(self.embed(idx), rot, sequence_kv() if cache is None else cache.view(0))
         depths = torch.zeros(idx.shape, dtype=torch.long, device=idx.device)
         if cfg.router == "token":
             probs = torch.softmax(self.routers[0](h).float()[..., :loops], -1)  # (B, T, loops)
@@ -133,14 +187,25 @@ class MoRLM(nn.Module):
                 active, router_loss = chosen, router_loss + cfg.aux_coef * aux
             x = h
             for j, layer in enumerate(self.shared):
-                share = first_kv.get(j) if cfg.kv == "share_first" else None
-                x, kv = layer(x, rot, None if share is not None else chosen, share)
-                first_kv.setdefault(j, kv)
+                x, own = layer(x, rot, self._kv(r, j, chosen, first_kv.get(j), cache))
+                first_kv.setdefault(j, own)  # the first recursion's, which share_first reads
             update = w.unsqueeze(-1).to(h.dtype) * (x - h)
             h = torch.where(chosen[..., None], h + update, h)
             depths = depths + chosen.long()
-        h, _ = self.last(h, rot)
+        h, _ = self.last(h, rot, sequence_kv() if cache is None else cache.view(1))
         return Routed(self.head(self.norm(h)).float(), depths, router_loss)
+
+    def _kv(self, r: int, j: int, chosen: Tensor, first: tuple | None, cache: MoRCache | None):
+        """Recursion r's attention at shared layer j: the tokens it runs (recursion-wise), or, past the
+        first recursion under `share_first`, the first recursion's keys and values of every token."""
+        sharing = self.cfg.kv == "share_first" and r > 0
+        if cache is None:
+            return sequence_kv(None, first) if sharing else sequence_kv(chosen)
+        return (
+            cache.view(cache.slot(r, j), None, write=False)
+            if sharing
+            else cache.view(cache.slot(r, j), chosen)
+        )
 
     # ---- the contract -----------------------------------------------------------------------------
 
@@ -160,6 +225,30 @@ class MoRLM(nn.Module):
     def token_depths(self, idx: Tensor, loops: int) -> Tensor:
         """(B, T) the recursions each token ran at `loops`  (1..loops: every token runs the first)."""
         return self.routed(idx, loops).depths
+
+    # ---- the KV cache: recursion-wise, or the first recursion's shared -------------------------------
+
+    def kv_cache_bytes(self, batch: int, max_len: int, loops: int | None = None, dtype=None) -> int:
+        """The bytes of `setup_cache(batch, max_len, loops=...)`: keys and values of 2 + recursion slots x
+        n_shared layers (one recursion slot under share_first), and the held-token mask (a byte each)."""
+        c = self.cfg
+        item = torch.empty((), dtype=dtype or self.embed.weight.dtype).element_size()
+        slots = 2 + (loops or c.max_recursions if c.kv == "recursion" else 1) * c.n_shared
+        return slots * batch * max_len * (2 * c.d_model * item + 1)
+
+    def setup_cache(self, batch: int, max_len: int, dtype=None, device=None, loops: int | None = None,
+                    **_) -> MoRCache:  # fmt: skip
+        """A cache for `batch` sequences of up to `max_len` tokens decoded with at most `loops`
+        recursions (`max_recursions` by default), under the model's `kv`."""
+        w = self.embed.weight
+        return MoRCache(
+            self.cfg, batch, max_len, loops or self.cfg.max_recursions, dtype or w.dtype, device or w.device
+        )
+
+    def _cached(self, idx: Tensor, cache: MoRCache) -> Tensor:
+        logits = self.routed(idx, cache.loops, cache).logits
+        cache.pos += idx.shape[1]
+        return logits
 
     def param_split(self) -> dict[str, list[nn.Parameter]]:
         once = [*self.first.parameters(), *self.last.parameters(), *self.norm.parameters()]

@@ -32,7 +32,7 @@ from torch import Tensor, nn
 
 from looplab.families.ouro.config import OuroConfig
 from looplab.model.exit_gate import exit_distribution, objective
-from looplab.model.family_parts import LastKV, RMSNorm, rope_tables, rotate
+from looplab.model.family_parts import CachedDecode, LastKV, RMSNorm, rope_tables, rotate
 
 
 class OuroCache:
@@ -93,7 +93,7 @@ class OuroOutput:
     expected_rounds: Tensor
 
 
-class OuroLM(nn.Module):
+class OuroLM(CachedDecode, nn.Module):
     def __init__(self, cfg: OuroConfig) -> None:
         super().__init__()
         self.cfg = cfg
@@ -235,15 +235,6 @@ class OuroLM(nn.Module):
         return OuroCache(
             self.cfg, batch, max_len, loops or self.cfg.max_loops, dtype or w.dtype, device or w.device
         )
-
-    @torch.no_grad()
-    def prefill(self, idx: Tensor, cache: OuroCache) -> Tensor:
-        cache.pos = 0
-        return self._cached(idx, cache)
-
-    @torch.no_grad()
-    def decode_step(self, tokens: Tensor, cache: OuroCache) -> Tensor:
-        return self._cached(tokens.view(-1, 1), cache)[:, 0]
 
     def _cached(self, idx: Tensor, cache: OuroCache) -> Tensor:
         rot = self._rot(torch.arange(cache.pos, cache.pos + idx.shape[1], device=idx.device))

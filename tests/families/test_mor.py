@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from looplab.families.mor import factory
+from looplab.families.mor.model import sequence_kv
 from looplab.model.contract import FamilyError, check_family
 from looplab.workers import jobs
 from looplab.workers.reporter import MemoryReporter
@@ -66,7 +67,7 @@ def test_token_choice_gives_each_token_its_routers_depth_and_a_balancing_loss():
     model = factory({**TINY, "router": "token", "balance_coef": 1.0})
     idx, _ = _batch()
     routed = model.routed(idx, 3)
-    h, _ = model.first(model.embed(idx), model_rot(model, idx.shape[1]))
+    h, _ = model.first(model.embed(idx), model_rot(model, idx.shape[1]), sequence_kv())
     probs = torch.softmax(model.routers[0](h).float()[..., :3], -1)
     assert torch.equal(routed.depths, probs.argmax(-1) + 1)
     share = F.one_hot(probs.argmax(-1), 3).float().mean((0, 1))
@@ -101,3 +102,36 @@ def test_both_routers_train_through_the_train_job_and_sweep_their_depth(router, 
     sweep = {"checkpoint": str(tmp_path / "train"), "loops": [1, 3], "eval_tokens": 512}
     out = jobs.run("depth_sweep", jobs.validate("depth_sweep", sweep), MemoryReporter(), tmp_path / "sweep")
     assert [e["loops"] for e in out["depth_evals"]] == [1, 3]
+
+
+@pytest.mark.parametrize("router", ["expert", "token"])
+@pytest.mark.parametrize("kv", ["recursion", "share_first"])
+def test_the_cache_decodes_what_the_forward_computes_with_per_token_depths(router, kv):
+    """In evaluation each token's depth is decided token by token, so a prompt prefilled and the rest
+    decoded one token at a time through the cache (a recursion's slot holding only the tokens it ran,
+    or the first recursion's shared) gives the forward's logits."""
+    torch.manual_seed(0)
+    model = factory({**TINY, "router": router, "kv": kv}).eval()
+    idx, _ = _batch(3, (2, 10))
+    with torch.no_grad():
+        want, depths = model(idx, loops=3), model.token_depths(idx, 3)
+    assert len(set(depths.flatten().tolist())) > 1  # the tokens' depths differ
+    cache = model.setup_cache(2, 10, loops=3)
+    got = [model.prefill(idx[:, :4], cache)] + [
+        model.decode_step(idx[:, t], cache)[:, None] for t in range(4, 10)
+    ]
+    torch.testing.assert_close(torch.cat(got, 1), want, rtol=1e-5, atol=1e-5)
+    assert cache.nbytes() == model.kv_cache_bytes(2, 10, loops=3)
+    slots = 2 + (3 if kv == "recursion" else 1)  # first, last, and the recursions' (n_shared = 1)
+    assert cache.nbytes() == slots * 2 * 10 * (2 * 32 * 4 + 1)  # K and V fp32, and the held mask
+
+
+@pytest.mark.parametrize("kv", ["recursion", "share_first"])
+def test_the_decode_bench_measures_each_kv_strategys_cache(kv, tmp_path, looplab_cache):
+    family = {"family": NAME, "family_config": {"d_model": 32, "n_heads": 2, "mlp": 48, "kv": kv}}
+    spec = tiny_spec(**family, model={"loops": 3})
+    arch = {k: spec[k] for k in ("recipe", "size", "model", "family", "family_config")}
+    bench = jobs.validate("decode_bench", {**arch, "context_lens": [48], "batch_sizes": [1], "steps": 2})
+    (row,) = jobs.run("decode_bench", bench, MemoryReporter(), tmp_path / "bench")["rows"]
+    model = factory({**family["family_config"], "vocab_size": 256, "seq_len": 32})
+    assert "recompute" not in row["arch"] and row["kv_cache_mb"] * 2**20 == model.kv_cache_bytes(1, 48)
