@@ -12,7 +12,8 @@ r) / loops, the capacity schedule), and a binary cross-entropy of s against that
 auxiliary loss) teaches the router to decide alone, which it does in evaluation (s > 0.5) so that a
 token's depth does not read later tokens. Token choice (`router: token`): one router gives every token
 a softmax over the depths 1..loops, the token runs argmax + 1 recursions, and a Switch-style balancing
-loss loops · Σ_j f_j P_j spreads the tokens. A selected token's update is scaled by its router weight.
+loss loops · Σ_j f_j P_j spreads the tokens. A selected token's state becomes h + w · block(h) (w its router weight; the public code's weighted
+gating, a scatter-add of the block's output).
 
 Attention in a recursion reads the keys and values of the tokens that recursion runs (recursion-wise
 caching: `kv: recursion`), or the first recursion's keys and values for every recursion (`kv:
@@ -189,8 +190,9 @@ class MoRLM(CachedDecode, nn.Module):
             for j, layer in enumerate(self.shared):
                 x, own = layer(x, rot, self._kv(r, j, chosen, first_kv.get(j), cache))
                 first_kv.setdefault(j, own)  # the first recursion's, which share_first reads
-            update = w.unsqueeze(-1).to(h.dtype) * (x - h)
-            h = torch.where(chosen[..., None], h + update, h)
+            # the public code's weighted gating: the block's output (its residual included) scaled by
+            # the router weight and added to the token's state (a scatter-add there)
+            h = torch.where(chosen[..., None], h + w.unsqueeze(-1).to(h.dtype) * x, h)
             depths = depths + chosen.long()
         h, _ = self.last(h, rot, sequence_kv() if cache is None else cache.view(1))
         return Routed(self.head(self.norm(h)).float(), depths, router_loss)
