@@ -4,7 +4,8 @@ Ouro (Zhu et al., "Scaling Latent Reasoning via Looped Language Models", arXiv:2
 modeling code `modeling_ouro.py` beside the ByteDance/Ouro-1.4B and -2.6B checkpoints) loops one
 whole decoder stack `total_ut_steps` times (no prelude, no coda) and trains an exit gate with an
 entropy-regularised objective (stage I), then tunes the gate alone on the loss improvement between
-steps (stage II). `objective` picks the stage the train job runs.
+steps (stage II). `objective` picks the stage the train job runs; `init_from` starts a run from
+another run's weights (stage II from stage I's).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class OuroConfig:
     entropy_coef: float = 0.05  # β of stage I: Σ p(t) L_t − β H(p) (a KL to the uniform prior)
     gate_k: float = 50.0  # stage II: the continuation label σ(k (I_t − γ)), I_t the loss improvement
     gate_gamma: float = 0.005
+    init_from: str = ""  # stage II: a looplab checkpoint (final.pt, or its run directory) of a stage I run
 
     @property
     def head_dim(self) -> int:
@@ -70,6 +72,8 @@ def check(config: dict[str, Any]) -> None:
             raise ValueError(f"{key}: expected a number {'> 0' if strict else '>= 0'}; got {value!r}")
     if not isinstance(config.get("tie_embeddings", False), bool):
         raise ValueError(f"tie_embeddings: expected true or false; got {config['tie_embeddings']!r}")
+    if not isinstance(config.get("init_from", ""), str):
+        raise ValueError(f"init_from: expected a checkpoint path (a string); got {config['init_from']!r}")
     if config.get("objective", "entropy") not in OBJECTIVES:
         raise ValueError(f"objective: expected one of {', '.join(OBJECTIVES)}; got {config['objective']!r}")
     d, heads = config.get("d_model", 32), config.get("n_heads", 2)

@@ -185,3 +185,27 @@ def test_the_family_trains_with_its_objective_and_runs_every_job_kind(tmp_path, 
     assert evals["fixed"]["val_loss"] == pytest.approx(depth[3], rel=1e-6)
     gated = [r for rule, r in evals.items() if rule.startswith("gate")]
     assert gated and all(1 <= r["mean_rounds"] <= 3 for r in gated)
+
+
+def test_stage_two_trains_the_gate_alone_from_a_stage_one_run(tmp_path, looplab_cache):
+    """The two stages as two train jobs: stage II (`objective: gate_tuning`, `init_from` stage I's
+    run) starts from stage I's weights and moves only the exit gate's."""
+    from looplab.workers import checkpoint as ckpt
+
+    stage1 = jobs.validate("train", tiny_spec(**FAMILY, model={"loops": 3}, tokens=8 * 32 * 6))
+    jobs.run("train", stage1, MemoryReporter(), tmp_path / "stage1")
+    config = {**FAMILY["family_config"], "objective": "gate_tuning", "init_from": str(tmp_path / "stage1")}
+    stage2 = tiny_spec(**{**FAMILY, "family_config": config}, model={"loops": 3}, tokens=8 * 32 * 6, seed=1)
+    jobs.run("train", jobs.validate("train", stage2), MemoryReporter(), tmp_path / "stage2")
+    before, after = (ckpt.load(tmp_path / run / "final.pt")["model"] for run in ("stage1", "stage2"))
+    moved = {k for k in before if not torch.equal(before[k], after[k])}
+    assert moved == {"inner.early_exit_gate.weight", "inner.early_exit_gate.bias"}
+
+
+def test_a_missing_stage_one_run_is_refused_naming_init_from(tmp_path):
+    from looplab.model.contract import FamilyError
+
+    with pytest.raises(FamilyError, match="init_from: .* is not a checkpoint"):
+        check_family(NAME, {**TINY, "objective": "gate_tuning", "init_from": str(tmp_path / "nothing")})
+    with pytest.raises(FamilyError, match="family_config: init_from: expected a checkpoint path"):
+        check_family(NAME, {**TINY, "init_from": 3})
