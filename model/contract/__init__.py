@@ -56,6 +56,7 @@ from looplab.model.contract.capabilities import (
 )
 from looplab.model.contract.conformance import (
     CHECK_BATCH,
+    CHECK_LEN,
     CHECK_MAX_PARAMS,
     FamilyReport,
     _forward_logits,
@@ -92,6 +93,7 @@ __all__ = [
     "BUILTIN",
     "Built",
     "CHECK_BATCH",
+    "CHECK_LEN",
     "CHECK_MAX_PARAMS",
     "Capabilities",
     "ENTRY_POINT_GROUP",
