@@ -39,10 +39,15 @@ def family_config(text: str | None, vocab_size: int, seq_len: int) -> dict[str, 
 def report_lines(report, loops: int) -> list[str]:
     """The check's findings for people: the family, its counts, and the capability table."""
     flops = "measured with FlopCounterMode" if report.flops_measured else "its own flops_per_token"
+    priced = (
+        f"{report.flops_per_token:.4g} at loops={loops} ({flops})"
+        if report.flops_per_token is not None
+        else "looplab's own FLOP model (model/flops.py; `looplab plan` prices a grid)"
+    )
     lines = [
         f"family {report.family!r}: conforms{_package(report)}",
         f"  parameters            {report.n_params:,}",
-        f"  training FLOPs/token  {report.flops_per_token:.4g} at loops={loops} ({flops})",
+        f"  training FLOPs/token  {priced}",
         f"  split-dependent       {'yes: resumes exactly only on the same micro-batch and worker split' if report.split_dependent else 'no'}",
     ]
     if report.kv_strategies:
@@ -70,13 +75,15 @@ def _package(report) -> str:
 def cli_family(args) -> int:
     """Run the conformance check; 0 and the table when the family conforms, else 1 and the reason (the
     check's message names the family and what was expected)."""
-    from looplab.model.contract import FamilyError, check_family
+    from looplab.model.contract import FamilyError, check_family, resolve_family
 
     if args.loops < 1:
         raise ConfigError(f"--loops: expected an int >= 1; got {args.loops}")
     config = family_config(args.config, args.vocab_size, args.seq_len)
     try:
-        report = check_family(args.name, config, loops=args.loops)
+        # looplab's own model is priced by its FLOP model, not by a method of the module
+        builtin = resolve_family(args.name).builtin
+        report = check_family(args.name, config, loops=None if builtin else args.loops)
     except FamilyError as e:
         print(f"looplab family check: refused: {e}", file=sys.stderr)
         return 1

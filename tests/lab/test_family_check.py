@@ -57,6 +57,12 @@ def test_the_example_family_shows_its_fallbacks_and_measured_flops(capsys):
     assert "measured with FlopCounterMode" in out and "exits emulated from separate forwards" in out
 
 
+def test_looplabs_own_family_is_checked_and_priced_by_its_flop_model(capsys):
+    assert main(["family", "check", "looped"]) == 0
+    out = capsys.readouterr().out
+    assert "looplab's own FLOP model" in out and "exit_gate        fallback" in out
+
+
 @pytest.mark.parametrize(
     ("name", "config", "said"),
     [
