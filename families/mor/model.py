@@ -125,8 +125,13 @@ class Routed:
 
 @dataclass
 class MoROutput:
+    """`training_loss`'s result: the loss, the logits, the cross-entropy part and the mean per-token
+    recursion depth (the train job logs the last two as train_task_loss and gate_expected_rounds)."""
+
     loss: Tensor
     logits: Tensor
+    task_loss: Tensor
+    expected_rounds: Tensor
 
 
 class MoRLM(CachedDecode, nn.Module):
@@ -221,7 +226,7 @@ class MoRLM(CachedDecode, nn.Module):
         ce = F.cross_entropy(
             out.logits.reshape(-1, out.logits.shape[-1]), targets.reshape(-1), ignore_index=-1
         )
-        return MoROutput(ce + out.router_loss, out.logits)
+        return MoROutput(ce + out.router_loss, out.logits, ce.detach(), out.depths.float().mean())
 
     @torch.no_grad()
     def token_depths(self, idx: Tensor, loops: int) -> Tensor:

@@ -99,6 +99,8 @@ def test_both_routers_train_through_the_train_job_and_sweep_their_depth(router, 
     train = jobs.run("train", jobs.validate("train", spec), rep, tmp_path / "train")
     losses = [m["value"] for m in rep.of("metric") if m["key"] == "train_loss"]
     assert losses[-1] < losses[0] and train["final_val_loss"] < math.log(256)
+    depths = [m["value"] for m in rep.of("metric") if m["key"] == "gate_expected_rounds"]
+    assert depths and all(1 <= d <= 3 for d in depths)  # each step's mean per-token recursion depth
     sweep = {"checkpoint": str(tmp_path / "train"), "loops": [1, 3], "eval_tokens": 512}
     out = jobs.run("depth_sweep", jobs.validate("depth_sweep", sweep), MemoryReporter(), tmp_path / "sweep")
     assert [e["loops"] for e in out["depth_evals"]] == [1, 3]
