@@ -57,6 +57,33 @@ class OuroCache:
         return self.k.nbytes + self.v.nbytes
 
 
+class HeldThroughCache:
+    """A decode step's attention with per-token exits (`step_context`): a row that does not run this
+    loop offers its last computed keys and values (`LastKV`), which are written to this loop's slots
+    too (a slot per loop and layer, as the `full` cache of a row that ran every loop would hold the
+    latest entry), so later tokens read what the parallel exit path gives them."""
+
+    def __init__(self, cache: OuroCache, held: LastKV, t: int, n_layers: int) -> None:
+        self.cache, self.held, self.t, self.n_layers = cache, held, t, n_layers
+
+    def attend(self, slot: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        k, v = self.held.attend(slot, k, v)
+        return self.cache.attend(self.t * self.n_layers + slot, k, v)
+
+
+@dataclass
+class StepContext:
+    """The exit path's context of one decode step: its rotation, position and cache (`cache` and
+    `held`, looplab's own slots, are None)."""
+
+    cos: Tensor
+    sin: Tensor
+    positions: Tensor
+    kv: OuroCache
+    cache: None = None
+    held: None = None
+
+
 class Layer(nn.Module):
     def __init__(self, cfg: OuroConfig) -> None:
         super().__init__()
@@ -182,8 +209,9 @@ class OuroLM(CachedDecode, nn.Module):
         """The contract's exit path (docs/own-model.md): steps 1..max(counts) from the embedding, a row
         holding its state after its count, `observe` handed h_0 and every step's output, `keep()` asked
         before every step which tokens run it; a token that does not run keeps its state and its last
-        keys and values (`looplab.model.family_parts.LastKV`). No randomness: `h0_seed` is not read."""
-        rot, held = (ctx.cos, ctx.sin), LastKV()
+        keys and values (`looplab.model.family_parts.LastKV`). In a decode step's context (`step_context`)
+        it attends through the cache (`HeldThroughCache`). No randomness: `h0_seed` is not read."""
+        rot, held, kv = (ctx.cos, ctx.sin), LastKV(), getattr(ctx, "kv", None)
         h = self.embed_tokens(idx)
         ran = torch.as_tensor([counts] * idx.shape[0] if isinstance(counts, int) else counts).to(idx.device)
         if observe is not None:
@@ -195,7 +223,8 @@ class OuroLM(CachedDecode, nn.Module):
             rows = (ran > t)[:, None, None]
             running = rows if running is None else running & rows
             held.running = running[:, None]
-            new = h if t == skip_round else self.step(h, rot, t, held)
+            attend = held if kv is None else HeldThroughCache(kv, held, t, self.cfg.n_layers)
+            new = h if t == skip_round else self.step(h, rot, t, attend)
             h = torch.where(running, new, h)
             if observe is not None:
                 observe(h)
@@ -224,7 +253,17 @@ class OuroLM(CachedDecode, nn.Module):
 
     # ---- the KV cache: a slot per (loop, layer) ---------------------------------------------------
 
-    def kv_cache_bytes(self, batch: int, max_len: int, loops: int | None = None, dtype=None) -> int:
+    def kv_strategies(self) -> tuple[str, ...]:
+        """One strategy, `full`: a slot per (loop, layer); an exited token's skipped slots hold its latest."""
+        return ("full",)
+
+    def step_context(self, cache: OuroCache) -> StepContext:
+        """The exit path's context of one decode step at the cache's position (the caller advances it)."""
+        positions = torch.tensor([cache.pos], device=self.embed_tokens.weight.device)
+        return StepContext(*self._rot(positions), positions, cache)
+
+    def kv_cache_bytes(self, batch: int, max_len: int, loops: int | None = None, strategy: str = "full",
+                       dtype=None) -> int:  # fmt: skip
         c = self.cfg
         item = torch.empty((), dtype=dtype or self.embed_tokens.weight.dtype).element_size()
         return 2 * (loops or c.max_loops) * c.n_layers * batch * c.n_heads * max_len * c.head_dim * item

@@ -24,8 +24,8 @@ from tests.workers.conftest import tiny_spec
 NAME = "families.ouro:factory"
 TINY = {"vocab_size": 64, "seq_len": 16, "d_model": 32, "n_heads": 2, "mlp": 48}
 FAMILY = {"family": NAME, "family_config": {"d_model": 32, "n_heads": 2, "mlp": 48}, "optimizer": "adamw"}
-# Ouro trains at a fixed step count (no sampler), has no randomness to key, and decodes at a fixed depth
-FALLBACKS = {"sample_loops", "row_key", "kv_exits"}
+# Ouro trains at a fixed step count (no sampler) and has no randomness to key
+FALLBACKS = {"sample_loops", "row_key"}
 
 
 def _model(**kw):
@@ -43,6 +43,7 @@ def test_the_family_meets_the_contract_with_its_exit_gate_and_its_own_objective(
     caps = report.capabilities
     assert set(report.fallbacks()) == FALLBACKS and not report.split_dependent
     assert caps.exit_gate and caps.training_loss and caps.readout and caps.kv_cache and caps.round_states
+    assert caps.kv_exits and report.kv_strategies == ("full",)
 
 
 @pytest.mark.parametrize(
@@ -134,7 +135,7 @@ def test_the_cache_decodes_what_the_forward_computes_and_holds_a_slot_per_loop_a
 def test_the_exit_path_is_the_forward_at_fixed_depth_and_the_gate_rule_reads_its_gate():
     from looplab.model.contract import build_model
     from looplab.model.exit_emulation import exit_natively
-    from looplab.model.exits import ExitRule, exit_forward
+    from looplab.model.exits import ExitRule, exit_forward, family_exit_forward
     from looplab.model.presets import preset
 
     cfg = preset("fixed4", "tiny", vocab_size=64, seq_len=16, loops=4)
@@ -151,6 +152,11 @@ def test_the_exit_path_is_the_forward_at_fixed_depth_and_the_gate_rule_reads_its
         first = exit_forward(lm, idx, ExitRule("gate", 1e-9, 2, 4), h0_seed=0)
         assert (first.exit_round == 2).all()
         torch.testing.assert_close(first.logits, at[2])
+        # decoding token by token through the `full` cache with those exits is the parallel exit path
+        parallel = exit_forward(lm, idx, h0_seed=0, exits=exits, max_rounds=4)
+        stepped = family_exit_forward(lm, idx, h0_seed=0, exits=exits, max_rounds=4, strategy="full")
+        torch.testing.assert_close(stepped.logits, parallel.logits, rtol=1e-5, atol=1e-5)
+        assert torch.equal(stepped.exit_round, exits)
 
 
 def test_the_family_trains_with_its_objective_and_runs_every_job_kind(tmp_path, looplab_cache):
@@ -176,15 +182,24 @@ def test_the_family_trains_with_its_objective_and_runs_every_job_kind(tmp_path, 
     adaptive = {
         "checkpoint": str(tmp_path / "train"),
         "rules": {"gate": [0.5, 1.0]},
-        "kv_strategies": ["per_round"],
+        "kv_strategies": ["per_round", "full"],
         **{"eval_tokens": 512, "batch_size": 8, "device": "cpu"},
     }
     out = jobs.run("adaptive", jobs.validate("adaptive", adaptive), MemoryReporter(), tmp_path / "adaptive")
-    evals = {CellKey.parse(r["config"]).rule: r for r in out["adaptive_evals"]}
-    assert not any(r["config"].endswith(EMULATED) for r in evals.values())
-    assert evals["fixed"]["val_loss"] == pytest.approx(depth[3], rel=1e-6)
-    gated = [r for rule, r in evals.items() if rule.startswith("gate")]
+    cells = {(c.rule, c.strategy): r for r in out["adaptive_evals"] for c in [CellKey.parse(r["config"])]}
+    assert not any(r["config"].endswith(EMULATED) for r in cells.values())
+    assert cells[("fixed", "per_round")]["val_loss"] == pytest.approx(depth[3], rel=1e-6)
+    gated = [r for (rule, _), r in cells.items() if rule.startswith("gate")]
     assert gated and all(1 <= r["mean_rounds"] <= 3 for r in gated)
+    # its `full` cache decoded token by token with the gate's exits is the parallel exit path's function
+    for rule in {rule for rule, _ in cells}:
+        full, per_round = cells[(rule, "full")], cells[(rule, "per_round")]
+        assert (
+            full["val_loss"] == pytest.approx(per_round["val_loss"], rel=1e-4)
+            and not full["changes_function"]
+        )
+    model = factory({**FAMILY["family_config"], "vocab_size": 256, "seq_len": 32})
+    assert cells[("fixed", "full")]["kv_mib"] * 2**20 == model.kv_cache_bytes(1, 32, loops=3)
 
 
 def test_stage_two_trains_the_gate_alone_from_a_stage_one_run(tmp_path, looplab_cache):
