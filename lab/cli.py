@@ -34,6 +34,7 @@ HANDLERS = {
     "dashboard": ("looplab.dashboard.launch", "cli_dashboard"),
     "export-model": ("looplab.lab.commands", "cli_export_model"),
     "lm-eval": ("looplab.lab.commands", "cli_lm_eval"),
+    "family": ("looplab.lab.family", "cli_family"),
 }
 # commands that read the database and must not create it: in the wrong directory they say so instead
 READS_EXISTING_DB = (
@@ -75,12 +76,13 @@ GUIDES = {
     "report": "docs/exports.md (Study reports)",
     "fit": "docs/studies.md (Study 2: iso-depth scaling laws)",
     "claims": "docs/claims.md (the registry, the rule, the scale marking)",
+    "family": "docs/own-model.md (the contract, each capability and its fallback)",
     "dashboard": "docs/statistics.md (the verdicts and intervals); the study pages: docs/studies.md",
 }
 EPILOG = (
     "Guides: README.md (start here), docs/queue.md, docs/variants.md, docs/planning.md, "
     "docs/statistics.md, docs/studies.md, docs/evaluation.md, docs/scale-out.md, docs/measured.md, "
-    "docs/gpu.md, docs/testing.md, docs/disk.md, docs/scale-training.md, docs/published-models.md, docs/adaptive.md, docs/exports.md, docs/data.md, docs/claims.md, docs/health.md. `looplab COMMAND --help` names the guide of a command."
+    "docs/gpu.md, docs/testing.md, docs/disk.md, docs/scale-training.md, docs/published-models.md, docs/own-model.md, docs/adaptive.md, docs/exports.md, docs/data.md, docs/claims.md, docs/health.md. `looplab COMMAND --help` names the guide of a command."
 )
 
 
@@ -370,7 +372,29 @@ def _output_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def _model_commands(sub: argparse._SubParsersAction) -> None:
-    """export-model and lm-eval: a trained model for other tools."""
+    """family check, export-model and lm-eval: a model of one's own, a trained model for other tools."""
+    fam = sub.add_parser(
+        "family", help="a model family: `family check NAME` runs the contract's conformance check"
+    )
+    checks = fam.add_subparsers(dest="action", metavar="ACTION", required=True)
+    ck = checks.add_parser(
+        "check",
+        help="build the family on the CPU at the smallest shapes and print its capabilities and fallbacks; "
+        "exit 1 naming what is wrong when it breaks the contract",
+    )
+    ck.add_argument(
+        "name", help='"package.module:factory", a name registered under looplab.models, or "looped"'
+    )
+    ck.add_argument(
+        "--config", default=None, help="the family_config as a JSON object, e.g. '{\"d_model\": 32}'"
+    )
+    ck.add_argument(
+        "--vocab-size", type=int, default=256, help="the vocabulary looplab would set (default 256)"
+    )
+    ck.add_argument(
+        "--seq-len", type=int, default=32, help="the context length looplab would set (default 32)"
+    )
+    ck.add_argument("--loops", type=int, default=2, help="the loop count to price the FLOPs at (default 2)")
     ex = sub.add_parser(
         "export-model",
         help="write a checkpoint as a model directory (config.json, "

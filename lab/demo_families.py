@@ -1,12 +1,14 @@
-"""`looplab demo --study families`: three model families side by side through the model contract.
+"""`looplab demo --study families`: five model families side by side through the model contract.
 
-looplab's own model (recipe parcae), the Huginn-style recurrent-depth family (`families/huginn`) and
-the example universal transformer (`examples/universal_transformer.py`), on `tiny` widths (d_model 64)
+looplab's own model (recipe parcae), the Huginn-style recurrent-depth family (`families/huginn`), the
+Ouro-style looped stack with its learned exit (`families/ouro`), the Mixture-of-Recursions-style family
+(`families/mor`, expert-choice router) and the example universal transformer
+(`examples/universal_transformer.py`), on `tiny` widths (d_model 64)
 and the embedded offline corpus (byte tokenizer), two seeds each (`lab.studies.families_grid`):
 
 - at equal data: the same tokens for every run, each followed by a depth sweep over 1, 2, 4 and 8
   loops (the iso-data table compares them at their best or trained loop count);
-- at equal training time: the Huginn-style and example runs of each seed given the training time of
+- at equal training time: every other family's run of each seed given the training time of
   parcae's run of that seed (the iso-time table: final validation losses, times, tokens).
 
 It prints both tables and writes the study report (`families-study.html`, `.md`, lab/report/).

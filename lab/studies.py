@@ -407,6 +407,22 @@ FAMILIES_STUDY = (
         "fixed4",
         {"loops": 4},
     ),
+    # the Ouro-style looped stack trained with its entropy-regularised exit objective (families/ouro)
+    (
+        "ouro",
+        "families.ouro:factory",
+        {"d_model": 64, "n_heads": 4, "mlp": 128, "n_layers": 2},
+        "fixed4",
+        {"loops": 4},
+    ),
+    # Mixture-of-Recursions, expert-choice router (families/mor): routers for the sweep's 8 recursions
+    (
+        "mor",
+        "families.mor:factory",
+        {"d_model": 64, "n_heads": 4, "mlp": 128, "max_recursions": 8},
+        "fixed4",
+        {"loops": 4},
+    ),
 )
 
 

@@ -33,6 +33,7 @@ from torch import Tensor, nn
 
 from looplab.families.huginn.cache import HuginnCache, KVStrategy, cache_bytes
 from looplab.families.huginn.config import HuginnConfig
+from looplab.model.family_parts import LastKV
 from looplab.model.init import RowKey, h0_rows
 
 
@@ -98,24 +99,13 @@ class SandwichBlock(nn.Module):
         return self.mlp_out(self.mlp(self.mlp_in(x)) + x)
 
 
-class HeldKV:
+class HeldKV(LastKV):
     """The keys and values each token offers later recurrences at each core layer: its last computed
     recurrence's (a token that stopped holds them). Passed where a cache goes: it owns a slot per core
     layer and none for the prelude and coda (`attend` passes those through)."""
 
-    def __init__(self) -> None:
-        self.running: Tensor | None = None  # (B, 1, T, 1) bool: the tokens computing this recurrence
-        self.last: dict[int, tuple[Tensor, Tensor]] = {}  # core layer -> (K, V) (B, H, T, D)
-
     def core_slot(self, r: int, j: int) -> int:
         return j
-
-    def attend(self, slot: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        last = self.last.get(slot)
-        if last is not None and self.running is not None:
-            k, v = torch.where(self.running, k, last[0]), torch.where(self.running, v, last[1])
-        self.last[slot] = (k, v)
-        return k, v
 
 
 @dataclass

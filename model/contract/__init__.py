@@ -14,6 +14,7 @@ discovered (`Capabilities`); each missing capability has a fallback the jobs use
     round_states(idx, loops, skip_round=None)        else no state measures in a depth sweep
     readout(h, idx, ctx), run_rounds(..., keep=), rope else exits emulated from separate forwards
     exit_gate(h, t) -> (B, T) stop probability       else no learned exit: the `gate` rule is refused
+    training_loss(idx, targets, loops=n) -> .loss    else the cross-entropy of the forward's logits
     setup_cache / prefill / decode_step              else decoding by full recompute
     kv_strategies(), step_context(cache)             else the adaptive job's KV strategy is per_round
     flops_per_token(loops) -> float                  else measured with FlopCounterMode

@@ -31,6 +31,8 @@ class FamilyLM(nn.Module):
 
     def forward(self, idx: Tensor, targets: Tensor | None = None, loops=None, h0_seed=None) -> LMOutput:
         counts = self._counts(self.cfg.loops if loops is None else loops, idx.shape[0])
+        if targets is not None and self.caps.training_loss and self.inner.training:
+            return self._objective(idx, targets, counts, h0_seed)
         if len(set(counts)) == 1:
             logits = self._logits(idx, counts[0], h0_seed, None)
         else:
@@ -46,6 +48,42 @@ class FamilyLM(nn.Module):
         loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-1)
         return LMOutput(logits=logits, loss=loss)
 
+    def _objective(self, idx: Tensor, targets: Tensor, counts: list[int], key) -> LMOutput:
+        """The family's own training objective (the contract's `training_loss(idx, targets, loops=n)`:
+        an object with `.loss`, a scalar to minimise, `.logits`, and optionally `.task_loss` and
+        `.expected_rounds`), one call per loop count, each weighted by its share of the rows."""
+        parts: dict[str, Tensor] = {}
+        logits = None
+        for n in sorted(set(counts)):
+            rows = [b for b, c in enumerate(counts) if c == n]
+            every = len(rows) == len(counts)
+            kwargs = self._row_key(key, None if every else rows)
+            sub = (idx, targets) if every else (idx[rows], targets[rows])
+            out = self.inner.training_loss(*sub, loops=n, **kwargs)
+            share = len(rows) / len(counts)
+            for name in ("loss", "task_loss", "expected_rounds"):
+                value = getattr(out, name, None)
+                if value is not None:
+                    parts[name] = parts.get(name, 0) + value * share
+            part = logits_of(out).float()
+            if logits is None:
+                logits = part if every else part.new_empty((idx.shape[0], *part.shape[1:]))
+            if not every:
+                logits[rows] = part
+        if not {"task_loss", "expected_rounds"} <= set(parts):  # a learned exit's figures come in pairs
+            parts.pop("task_loss", None), parts.pop("expected_rounds", None)
+        return LMOutput(logits, parts["loss"], parts.get("task_loss"), parts.get("expected_rounds"))
+
+    def _row_key(self, key, rows: list[int] | None) -> dict[str, Any]:
+        """The forward's `row_key` argument for rows `rows` of the batch (all when None), if it takes one."""
+        if not (self.caps.row_key and hasattr(key, "rows")):
+            return {}
+        return {
+            "row_key": key
+            if rows is None
+            else dataclasses.replace(key, rows=tuple(key.rows[r] for r in rows))
+        }
+
     @staticmethod
     def _counts(loops, batch: int) -> list[int]:
         if isinstance(loops, int):
@@ -53,12 +91,7 @@ class FamilyLM(nn.Module):
         return [int(c) for c in (loops.tolist() if isinstance(loops, Tensor) else loops)]
 
     def _logits(self, idx: Tensor, loops: int, key, rows: list[int] | None) -> Tensor:
-        kwargs = {}
-        if self.caps.row_key and hasattr(key, "rows"):
-            kwargs["row_key"] = (
-                key if rows is None else dataclasses.replace(key, rows=tuple(key.rows[r] for r in rows))
-            )
-        return logits_of(self.inner(idx, loops=loops, **kwargs)).float()
+        return logits_of(self.inner(idx, loops=loops, **self._row_key(key, rows))).float()
 
     def sample_loops(self, batch_size: int, step: int, seed: int = 0) -> Tensor:
         """The family's sampler, else the fixed `loops` of the run's config for every row."""

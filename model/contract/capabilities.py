@@ -22,6 +22,7 @@ class Capabilities:
     round_states: bool = False
     readout: bool = False
     exit_gate: bool = False
+    training_loss: bool = False
     kv_cache: bool = False
     kv_exits: bool = False
     flops_per_token: bool = False
@@ -37,6 +38,7 @@ class Capabilities:
             "round_states": "no state measures in a depth sweep",
             "readout": "exits emulated from separate forwards",
             "exit_gate": "no learned exit: the gate exit rule is refused",
+            "training_loss": "cross-entropy of the forward's logits",
             "kv_cache": "decoding times full recompute",
             "kv_exits": "exits only with the KV function of per_round",
             "flops_per_token": "measured once with FlopCounterMode",
@@ -85,6 +87,7 @@ def capabilities(module: nn.Module, factory: Any = None) -> Capabilities:
         round_states=has("round_states") and _names(module.round_states, "skip_round"),
         readout=all(has(n) for n in ("readout", "run_rounds", "rope")),
         exit_gate=has("exit_gate"),
+        training_loss=has("training_loss"),
         kv_cache=all(has(n) for n in ("setup_cache", "prefill", "decode_step")),
         kv_exits=all(has(n) for n in ("kv_strategies", "step_context", "setup_cache", "run_rounds")),
         flops_per_token=has("flops_per_token"),

@@ -30,7 +30,11 @@ def _model(**kw):
     return factory({**TINY, **kw})
 
 
-NO_GATE = {"exit_gate": "no learned exit: the gate exit rule is refused"}  # a learned gate is not Huginn's
+# a learned gate is not Huginn's, nor an objective other than the cross-entropy
+NO_GATE = {
+    "exit_gate": "no learned exit: the gate exit rule is refused",
+    "training_loss": "cross-entropy of the forward's logits",
+}
 
 
 def test_the_family_meets_the_contract_with_every_capability_but_a_learned_exit_gate():

@@ -265,7 +265,7 @@ def test_adaptive_grid_refuses_what_it_sets_itself():
 
 
 @pytest.mark.parametrize("fast", [False, True])
-def test_the_families_demo_grids_compare_three_families_at_equal_data_and_time(fast):
+def test_the_families_demo_grids_compare_five_families_at_equal_data_and_time(fast):
     """Every family x seed on the same tokens with a depth sweep; every family after parcae once more
     per seed at the training time of parcae's run of that seed (its dependency)."""
     from looplab.lab.demo_families import families_grids
@@ -274,15 +274,22 @@ def test_the_families_demo_grids_compare_three_families_at_equal_data_and_time(f
     trains = [p for p in plans if p.kind == "train"]
     timed = [p for p in trains if p.budget]
     equal = [p for p in trains if not p.budget]
-    assert sorted({p.label for p in equal}) == ["huginn", "parcae", "universal transformer"]
-    assert len(equal) == 3 * 2 and len({p.spec["tokens"] for p in equal}) == 1
+    assert sorted({p.label for p in equal}) == ["huginn", "mor", "ouro", "parcae", "universal transformer"]
+    assert len(equal) == 5 * 2 and len({p.spec["tokens"] for p in equal}) == 1
     assert sum(p.kind == "depth_sweep" for p in plans) == len(equal)
     assert {p.spec["family"] for p in equal if p.label != "parcae"} == {
         "families.huginn:factory",
+        "families.ouro:factory",
+        "families.mor:factory",
         "examples.universal_transformer:factory",
     }
     assert all("family" not in p.spec for p in equal if p.label == "parcae")  # looplab's own: no key
-    assert len(timed) == 2 * 2 and {p.label for p in timed} == {"huginn", "universal transformer"}
+    assert len(timed) == 4 * 2 and {p.label for p in timed} == {
+        "huginn",
+        "ouro",
+        "mor",
+        "universal transformer",
+    }
     for p in timed:  # each copies the time of parcae's run of its own seed
         (ref,) = [plans[i] for i in p.deps]
         assert (ref.label, ref.spec["seed"]) == ("parcae", p.spec["seed"])

@@ -152,6 +152,7 @@ def test_a_conforming_family_passes_and_reports_its_fallbacks():
         "round_states",
         "readout",
         "exit_gate",
+        "training_loss",
         "kv_cache",
         "kv_exits",
         "flops_per_token",

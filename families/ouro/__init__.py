@@ -1,0 +1,50 @@
+"""The Ouro-style looped family: in a grid, {"family": "families.ouro:factory", "family_config":
+{"d_model": 32, "n_heads": 2, "objective": "entropy", ...}} (the fields of `OuroConfig`; `vocab_size`
+and `seq_len` are set by looplab). Its exit gate is the contract's `exit_gate`, so the adaptive job's
+`gate` rule runs on it natively."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from looplab.families.ouro.config import OBJECTIVES, OuroConfig, check
+from looplab.families.ouro.model import OuroCache, OuroLM
+
+__all__ = ["OBJECTIVES", "OuroCache", "OuroConfig", "OuroLM", "factory"]
+
+
+def validate_config(config: dict[str, Any]) -> None:
+    check(config)
+
+
+def factory(config: dict[str, Any]) -> OuroLM:
+    cfg = OuroConfig.from_dict(config)
+    model = OuroLM(cfg)
+    if cfg.init_from:
+        load_weights(model, cfg.init_from)
+    return model
+
+
+def load_weights(model: OuroLM, path: str) -> None:
+    """The weights of a looplab checkpoint of this family (`final.pt`, or a run directory holding one;
+    its "model" state dict, whose keys the jobs' wrapper prefixes with "inner."); ValueError naming
+    `init_from` when it is missing or of another shape."""
+    file = Path(path) / "final.pt" if Path(path).is_dir() else Path(path)
+    if not file.is_file():
+        raise ValueError(
+            f"init_from: {path!r} is not a checkpoint (no such file); expected a stage I run's final.pt"
+        )
+    state = torch.load(file, map_location="cpu", weights_only=True).get("model", {})
+    state = {k.removeprefix("inner."): v for k, v in state.items()}
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as e:
+        raise ValueError(
+            f"init_from: {path!r} is not a checkpoint of this configuration ({str(e).splitlines()[0]})"
+        ) from None
+
+
+factory.validate_config = validate_config

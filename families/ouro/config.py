@@ -1,0 +1,81 @@
+"""The Ouro-style family's configuration: a small dataclass and its checks.
+
+Ouro (Zhu et al., "Scaling Latent Reasoning via Looped Language Models", arXiv:2510.25741; public
+modeling code `modeling_ouro.py` beside the ByteDance/Ouro-1.4B and -2.6B checkpoints) loops one
+whole decoder stack `total_ut_steps` times (no prelude, no coda) and trains an exit gate with an
+entropy-regularised objective (stage I), then tunes the gate alone on the loss improvement between
+steps (stage II). `objective` picks the stage the train job runs; `init_from` starts a run from
+another run's weights (stage II from stage I's).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+OBJECTIVES = ("entropy", "gate_tuning")
+
+
+@dataclass(frozen=True)
+class OuroConfig:
+    vocab_size: int
+    seq_len: int
+    d_model: int = 32
+    n_heads: int = 2
+    mlp: int = 64  # the gated MLP's hidden width
+    n_layers: int = 2  # decoder layers in the looped stack
+    max_loops: int = 4  # the KV cache's default loop count (the published total_ut_steps)
+    rope_base: float = 10_000.0
+    norm_eps: float = 1e-6
+    tie_embeddings: bool = False
+    objective: str = "entropy"  # stage I (entropy-regularised) or stage II (gate tuning, LM frozen)
+    entropy_coef: float = 0.05  # β of stage I: Σ p(t) L_t − β H(p) (a KL to the uniform prior)
+    gate_k: float = 50.0  # stage II: the continuation label σ(k (I_t − γ)), I_t the loss improvement
+    gate_gamma: float = 0.005
+    init_from: str = ""  # stage II: a looplab checkpoint (final.pt, or its run directory) of a stage I run
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @classmethod
+    def from_dict(cls, config: dict[str, Any]) -> OuroConfig:
+        check(config)
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in config.items() if k in names})
+
+
+_INTS = ("vocab_size", "seq_len", "d_model", "n_heads", "mlp", "n_layers", "max_loops")
+_POSITIVE = ("rope_base", "norm_eps", "gate_k")
+_NON_NEGATIVE = ("entropy_coef", "gate_gamma")
+
+
+def check(config: dict[str, Any]) -> None:
+    """ValueError naming the field and what is accepted; `vocab_size` and `seq_len` are looplab's."""
+    known = {f.name for f in dataclasses.fields(OuroConfig)}
+    unknown = sorted(set(config) - known)
+    if unknown:
+        raise ValueError(f"{unknown[0]}: not a setting of this family; accepted: {', '.join(sorted(known))}")
+    for key in _INTS:
+        value = config.get(key, 1)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{key}: expected an int >= 1; got {value!r}")
+    for key in (*_POSITIVE, *_NON_NEGATIVE):
+        value, strict = config.get(key, 1.0), key in _POSITIVE
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or value < 0
+            or (strict and value == 0)
+        ):
+            raise ValueError(f"{key}: expected a number {'> 0' if strict else '>= 0'}; got {value!r}")
+    if not isinstance(config.get("tie_embeddings", False), bool):
+        raise ValueError(f"tie_embeddings: expected true or false; got {config['tie_embeddings']!r}")
+    if not isinstance(config.get("init_from", ""), str):
+        raise ValueError(f"init_from: expected a checkpoint path (a string); got {config['init_from']!r}")
+    if config.get("objective", "entropy") not in OBJECTIVES:
+        raise ValueError(f"objective: expected one of {', '.join(OBJECTIVES)}; got {config['objective']!r}")
+    d, heads = config.get("d_model", 32), config.get("n_heads", 2)
+    if d % heads or (d // heads) % 2:
+        raise ValueError(f"n_heads: expected to divide d_model into even head widths; got {heads} for {d}")
