@@ -35,14 +35,14 @@ def test_db_upgrade_creates_every_table_and_view(db_url, capsys):
 def test_db_current_on_a_missing_file_creates_nothing(tmp_path, monkeypatch, capsys):  # SQLite only: a file
     monkeypatch.delenv("LOOPLAB_DB", raising=False)
     monkeypatch.chdir(tmp_path)
-    assert main(["db", "current"]) == 1  # default: ./looplab.db
-    assert "looplab db upgrade" in capsys.readouterr().out
+    assert main(["db", "current"]) == 2  # default: ./looplab.db, which is not there: said, not created
+    assert "nothing created" in capsys.readouterr().err
     assert not (tmp_path / "looplab.db").exists()
 
 
 def test_the_installed_console_script_runs_a_command_and_exits_with_its_status(tmp_path, monkeypatch):
     """`looplab` as pip installed it (pyproject's console entry point), as a user runs it: the command's
-    output on stdout and its exit status, 0 or 1, reach the shell."""
+    output on stdout and its exit status, 0 or 2, reach the shell."""
     monkeypatch.delenv("LOOPLAB_DB", raising=False)
 
     def looplab(*args: str) -> subprocess.CompletedProcess:
@@ -52,6 +52,6 @@ def test_the_installed_console_script_runs_a_command_and_exits_with_its_status(t
     p = looplab("--db", url, "db", "upgrade")
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == f"database {url} at revision {head_revision()} (head)"
-    p = looplab("db", "current")  # ./looplab.db does not exist
-    assert p.returncode == 1 and "looplab db upgrade" in p.stdout
+    p = looplab("db", "current")  # ./looplab.db does not exist: said on stderr, nothing created
+    assert p.returncode == 2 and "nothing created" in p.stderr
     assert not (tmp_path / "looplab.db").exists()

@@ -329,7 +329,11 @@ def test_a_resubmitted_part_of_a_grid_adds_no_prepare_job_and_a_new_job_gets_its
     # by id: the prepare job (inserted before the jobs that wait for it) says nothing, the others name it
     waiting = [line.endswith(f"waiting for prepare job {first[2]}") for line in lines[1:4]]
     assert waiting == [False, True, True]
-    assert "waiting for" not in lines[1] and lines[1].split()[:2] == [str(first[2]), PREPARE]
+    assert "waiting for" not in lines[1] and lines[1].split()[:3] == [
+        str(first[2]),
+        "two",
+        PREPARE,
+    ]  # id, grid, kind
     assert q.submit(Grid("small", base={**base, "tokens": 1024})) == [first[0]] and q.last_added == []
     (new_train, new_prep) = q.submit(Grid("seed 1", base={**base, "tokens": 1024, "seed": 1}))
     assert q.last_added == [new_prep, new_train] and new_prep not in first  # sized for its own grid
