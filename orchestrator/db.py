@@ -5,6 +5,7 @@
     readonly_engine(url)    SQLite `mode=ro` + `PRAGMA query_only=ON`; PostgreSQL a read-only session
                             (`default_transaction_read_only=on`); never migrates
     session(engine)         an ORM Session that commits on success and rolls back on error
+    ping(engine)            one real round trip (raises while the server is away)
     outage(error)           UNREACHABLE / FULL / DISK / LOCKED (a state to wait out), or None (a real error)
     describe_error(e, url)  the one line a person reads: the database, what failed, what to do
     outage_phrase(outage)   "is full (database or disk is full)": the driver's pause messages
@@ -38,7 +39,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.orm import Session
@@ -426,6 +427,14 @@ def outage(error: BaseException) -> Outage | None:
     if error.connection_invalidated or type(orig).__name__ in ("OperationalError", "InterfaceError"):
         return Outage(UNREACHABLE, detail)
     return None
+
+
+def ping(eng: Engine) -> None:
+    """One real round trip to the server (`SELECT 1` on a fresh checkout): raises as any statement
+    would while it is away. A paused driver that holds nothing to write tries this before it says
+    the database is back, instead of concluding so from a write it never made."""
+    with eng.connect() as conn:
+        conn.execute(text("SELECT 1"))
 
 
 _PHRASES = {

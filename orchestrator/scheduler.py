@@ -86,7 +86,7 @@ import ray
 
 from looplab.orchestrator import alerts, drivers, jobkinds, jobqueue, retention
 from looplab.orchestrator.admission import Admission, Candidate, Node, Preempt, Refuse, Request, Running
-from looplab.orchestrator.db import Outage, outage, outage_phrase
+from looplab.orchestrator.db import Outage, outage, outage_phrase, ping
 from looplab.orchestrator.health import Finding, HealthWatch, Level, Rule, StepClock
 from looplab.orchestrator.settings import (
     _seconds,
@@ -280,6 +280,8 @@ class Scheduler:
         """Everything of a pass that uses the database: write what is held, launch, heartbeats and
         recovery, progress. True when the driver is done. An outage raises (the loop pauses)."""
         now = time.time()
+        if self.paused is not None:  # a real round trip first: an idle driver may have nothing to write
+            ping(self.eng)
         self._write_held(self._pause_notes())  # what waited first (raises while an outage lasts)
         if self.paused is not None:
             self._resume()
@@ -545,8 +547,15 @@ class Scheduler:
                 ray.cancel(ref, force=True)
 
     def _heartbeat_and_cancels(self) -> None:
+        """Heartbeats; a user's cancel asks its job to stop; an attempt replaced (its job taken over while
+        this driver was paused or cut off) is killed at once: its task cancelled, its process ended,
+        so it writes nothing more (its outcome, collected as any, is refused by the fence)."""
         mine = [j for j, *_ in self.running.values()]
-        jobqueue.touch(self.eng, {j: n for j, n, _ in self.running.values()})
+        lost = jobqueue.touch(self.eng, {j: n for j, n, _ in self.running.values()})
+        for ref, (j, n, _) in list(self.running.items()):
+            if j in lost:
+                self._say(f"job {j}: attempt {n} was replaced (its job taken over): stopping it")
+                ray.cancel(ref, force=True)
         for j, s in jobqueue.statuses(self.eng, mine).items():
             if s == JobStatus.CANCELLED:
                 self.sink.request_stop.remote(j)
@@ -594,10 +603,11 @@ class Scheduler:
                 f"claiming and writing paused; {len(self.running)} running job(s) keep training, their "
                 f"events wait here; retrying in {delay:.3g} s"
             )
-        else:
+        else:  # INFO: the log says "paused" once and "back" once per outage
             self._say(
-                f"still paused after {now - p.since:.0f} s: the database {outage_phrase(what)}; {held} "
-                f"event(s) and {len(self.outcomes)} outcome(s) held; retrying in {delay:.3g} s"
+                level=logging.INFO,
+                message=f"still paused after {now - p.since:.0f} s: the database {outage_phrase(what)}; {held} "
+                f"event(s) and {len(self.outcomes)} outcome(s) held; retrying in {delay:.3g} s",
             )
         return True
 
@@ -652,8 +662,8 @@ class Scheduler:
             level="error",
         )
 
-    def _say(self, message: str) -> None:
-        log.warning(message)
+    def _say(self, message: str, level: int = logging.WARNING) -> None:
+        log.log(level, message)
         if self.progress:
             print(f"{time.strftime('%H:%M:%S')} {message}", flush=True)
 
