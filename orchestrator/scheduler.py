@@ -56,8 +56,9 @@ busy timeout: `orchestrator.db.outage`) is a state, not a crash: the driver stop
 while the running jobs keep training and their events keep arriving; it holds them (`held`, with the
 attempt each was reported under; of heartbeats and progress only the last) and the finished
 attempts' outcomes (`outcomes`), in memory (a few hundred bytes a point), retries after
-1, 2, 4, ... s (at most 30 s: `db_retry_s`, `db_retry_max_s`) and says so on its log and progress
-output at each try. When a write goes through it writes a WARNING line in the log of every job it held
+1, 2, 4, ... s (at most 30 s: `db_retry_s`, `db_retry_max_s`), each try a real round trip first
+(`db.ping`: an idle driver holds no write that would tell), and logs "paused" and "back" once per outage
+(each failed try at INFO). When a write goes through it writes a WARNING line in the log of every job it held
 (`looplab logs`: when and why its progress stood still), then the held events and the outcomes, in
 order, and claims again. Every point is stored once: a failed transaction writes nothing and is given
 again whole (points are upserts), and a batch written job by job keeps exactly its unwritten rest

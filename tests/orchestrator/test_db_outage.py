@@ -212,6 +212,39 @@ def test_a_lost_postgresql_server_pauses_the_queue_which_resumes_by_itself(
     )
 
 
+def test_an_idle_driver_says_paused_once_and_back_once_with_a_growing_backoff(
+    own_pg_server, tmp_path, ray_cluster, caplog
+):
+    """With nothing held, no write would tell the driver the server is back: it tries a real round
+    trip (`db.ping`) before it says so. Without it the driver said "back" at every retry and paused
+    again at its next query, its backoff never growing."""
+    url = own_pg_server.create_database("idle")
+    q = Queue(db=url, artifacts=tmp_path / "art", kinds=fake_jobs)
+    sched = Scheduler(
+        q.eng, q.artifacts, fake_jobs, progress=False, poll_s=0.1, db_retry_s=0.2, db_retry_max_s=1.6
+    )
+    caplog.set_level(logging.INFO, logger="looplab.scheduler")
+    t = start(sched)
+    try:
+        wait_for(lambda: getattr(sched, "last_touch", 0) > 0, what="the driver's first pass")
+        _pg_ctl(own_pg_server, "stop")
+        wait_for(lambda: sched.paused is not None and sched.paused.tries >= 5, what="five tries")
+        _pg_ctl(own_pg_server, "start")
+        wait_for(lambda: sched.paused is None, what="the driver back")
+        time.sleep(1.5)  # a flapping driver would pause again at its next pass
+        assert sched.paused is None
+    finally:
+        sched.stopping = 1
+        t.join(60)
+    assert not t.is_alive()
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "looplab.scheduler"]
+    warned = [m for level, m in said if level == logging.WARNING]
+    assert sum("claiming and writing paused" in m for m in warned) == 1, warned
+    assert sum(m.startswith("database back after") for m in warned) == 1, warned
+    delays = [float(m.rsplit("retrying in ", 1)[1].split()[0]) for _, m in said if "retrying in" in m]
+    assert delays[:5] == [0.2, 0.4, 0.8, 1.6, 1.6], delays  # grows while the server is down, to its cap
+
+
 # ---------------------------------------------------------------- one line, naming the database
 
 
