@@ -21,7 +21,7 @@ read these names; workers/checkpoint.py writes and loads the files).
   records A's success (`jobqueue.finish`, in the transaction that holds the job's row for A: `promote`);
   a replaced attempt that trains on to its end (a paused host resumed) leaves only its own
   `final-aAAAA.pt`, which nothing reads and `looplab gc` deletes. Outside the queue (no driver to record
-  a result) the trainer promotes its own at once;
+  a result) the trainer promotes its own at once. Promoting renames the file: one copy on disk;
 - `final.pt` (FINAL): the job's final weights: what every checkpoint follow-up reads
   (`workers.checkpoint.find` takes it before any checkpoint). A job finished before attempt-named finals
   has its final.pt written in place, and it is read the same way;
@@ -35,7 +35,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,21 +78,15 @@ def attempt_finals(artifact_dir: str | Path) -> list[Path]:
 
 
 def promote(artifact_dir: str | Path, attempt: int) -> bool:
-    """Make attempt `attempt`'s final weights the job's `final.pt` (a hard link renamed into place, so a
-    reader sees the old file or the new one, never none, and a retry after a failed commit finds the
-    attempt's file still there); False when the attempt left none (a job kind that writes no weights,
-    or a dir this process cannot see). Called only by the holder of the attempt's fence."""
+    """Make attempt `attempt`'s final weights the job's `final.pt` (renamed into place: a reader sees the
+    old file or the new one, never none, and no second copy takes the disk); False when the attempt
+    left none (a kind that writes no weights, a dir this process cannot see, or a retry after a commit
+    that failed: final.pt is already this attempt's). Called only by the holder of the attempt's fence."""
     d = Path(artifact_dir)
     src = d / final_name(attempt)
     if not src.is_file():
         return False
-    tmp = d / f".{FINAL}.tmp{os.getpid()}"
-    tmp.unlink(missing_ok=True)
-    try:
-        os.link(src, tmp)
-    except OSError:  # a file system without hard links: a copy, renamed into place the same way
-        shutil.copyfile(src, tmp)
-    os.replace(tmp, d / FINAL)
+    os.replace(src, d / FINAL)
     fsync_dir(d)
     return True
 
@@ -215,8 +208,8 @@ def temp_files(artifact_dir: str | Path) -> list[Path]:
 
 def resume_only(artifact_dir: str | Path) -> list[Path]:
     """The files of a finished run's dir that only a resume would read: every checkpoint (both layouts)
-    and every attempt's own final weights (the promoted one is final.pt too; the others are replaced
-    attempts') when final.pt is there (without it the checkpoints hold the only weights and stay) and any
+    and every attempt's own final weights left (a replaced attempt's: the winner's was renamed to
+    final.pt) when final.pt is there (without it the checkpoints hold the only weights and stay) and any
     temp file a killed write left. Empty when the dir does not exist."""
     d = Path(artifact_dir)
     if not d.is_dir():

@@ -93,10 +93,21 @@ def test_a_job_finished_before_attempt_named_finals_keeps_its_final_pt(eng, tmp_
 def test_outside_the_queue_the_trainer_promotes_its_own_final_weights(tmp_path):
     assert ckpt.save_final(tmp_path, weights(3), 3, queued=False) == tmp_path / FINAL
     assert ckpt.load(tmp_path / FINAL)["attempt"] == 3
-    # a promotion is a link renamed into place: the attempt's own file stays (a retry finds it) and gc
-    # removes both it and a replaced attempt's once final.pt is there
+    # a promotion renames: one copy on disk; a replaced attempt's own is left to gc once final.pt is there
+    assert not (tmp_path / final_name(3)).exists()
     ckpt.save_final(tmp_path, weights(2), 2, queued=True)
-    assert set(artifacts.resume_only(tmp_path)) == {tmp_path / final_name(2), tmp_path / final_name(3)}
+    assert artifacts.resume_only(tmp_path) == [tmp_path / final_name(2)]
+
+
+def test_a_success_recorded_again_after_its_commit_failed_keeps_the_attempts_weights(eng, tmp_path):
+    (train,) = jobqueue.submit(eng, [Grid("c", base={"tokens": 100})], fake_jobs)[0]
+    art = tmp_path / "art"
+    art.mkdir()
+    n = jobqueue.claim(eng, train, "driver-a", str(art))
+    ckpt.save_final(art, weights(n), n, queued=True)
+    assert artifacts.promote(art, n)  # the first try renamed, then its commit failed (the database away)
+    assert jobqueue.finish(eng, train, n, AttemptOutcome.SUCCEEDED) == JobStatus.SUCCEEDED  # the retry
+    assert ckpt.load(art / FINAL)["attempt"] == n
 
 
 def test_a_promotion_the_file_system_refuses_fails_the_attempt(eng, tmp_path, monkeypatch):
