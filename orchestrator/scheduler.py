@@ -66,8 +66,9 @@ again whole (points are upserts), and a batch written job by job keeps exactly i
 queue. After the pause the driver sends its own heartbeats first and waits a grace period before
 re-queueing stale jobs of other drivers, which were paused too; a driver of another host that resumes
 first may still re-queue this one's jobs after a pause longer than the grace period (fencing then
-keeps their points once, and they resume from their checkpoints). A second Ctrl-C during a pause stops
-at once; what was held is left to the next `looplab run`, which re-queues those jobs.
+keeps their points once, and they resume from their checkpoints). A stop (Ctrl-C, SIGTERM) during a
+pause stops at once, its tasks killed (nothing could be recorded before the database returns); what was
+held is left to a takeover or the next `looplab run`, which re-queue those jobs.
 """
 
 from __future__ import annotations
@@ -253,7 +254,7 @@ class Scheduler:
     def _loop(self) -> None:
         self.last_touch = self.last_progress = self.last_recover = time.time()
         while True:
-            if self.stopping >= 2:
+            if self.stopping >= 2 or (self.stopping and self.paused is not None):  # nothing to wait for
                 self._force_stop()
                 return
             if self.paused is None or time.time() >= self.paused.retry_at:
