@@ -13,6 +13,7 @@ import sqlalchemy as sa
 
 from looplab.orchestrator import Grid, jobqueue
 from looplab.orchestrator.db import engine
+from looplab.orchestrator.drivers import DriverId
 from looplab.orchestrator.states import AttemptOutcome
 from looplab.orchestrator.writer import write_events
 from looplab.workers.reporter import Event
@@ -98,3 +99,48 @@ def test_the_refused_writes_are_counted_per_attempt_from_the_queues_own_lines(tm
             tuple(r) for r in conn.execute(sa.text("SELECT job_id, n, ended_at FROM attempts WHERE n = 1"))
         ]
     assert soak_verdict.late_logs(taken, logs) == []
+
+
+class FakeLab:
+    """What `Soak.arm` asks of the cluster, on a local SQLite queue: its SQL, the worker hosts' Ray node
+    ids, drivers and Ray nodes that stay up."""
+
+    class Up:
+        def poll(self):
+            return None
+
+    def __init__(self, eng) -> None:
+        self.eng = eng
+        self.ray = {h: self.Up() for h in soak.WORKERS}
+
+    def query(self, sql: str) -> list[list]:
+        with self.eng.connect() as conn:
+            return [list(r) for r in conn.execute(sa.text(sql))]
+
+    def node_id(self, host: str) -> str:
+        return {"worker1": "a", "worker2": "b"}[host] * 56
+
+
+def test_a_fault_waits_for_a_job_on_its_target_and_counts_those_it_meets(tmp_path):
+    eng = engine(f"sqlite:///{tmp_path}/q.db")
+    ids = jobqueue.submit(eng, [Grid("a", job="noop", sweep={"tag": [1, 2, 3]})], fake_jobs)[0]
+    for jid, worker, driver in zip(
+        ids, ["a" * 12 + ":7", "c" * 12 + ":8"], ["head", "driver2"], strict=False
+    ):
+        jobqueue.claim(eng, jid, driver, "", DriverId(driver, 1, 0.0))
+        with eng.begin() as conn:
+            jobqueue.record_started(conn, jid, 1, worker, None)
+    run = soak.Soak(FakeLab(eng), [], 3, drivers={"head": FakeLab.Up()}, arm_timeout_s=0)
+    met = {}
+    for kind, target in [("kill", "worker1"), ("pause", "worker2"), ("pause", "driver2"), ("postgres", "pg")]:
+        f = fault(kind, target, met=None)
+        run.arm(f)
+        met[target] = (f.met, f.met_attempts)
+    assert met == {
+        "worker1": (1, [(ids[0], 1)]),
+        "worker2": (0, []),  # nothing runs there: with no time to wait, it meets none
+        "driver2": (1, [(ids[1], 1)]),
+        "pg": (2, [(ids[0], 1), (ids[1], 1)]),
+    }
+    assert any("no job running on worker2 after 0 s: it meets none" in e for e in run.events)
+    assert soak_verdict.problems([fault("pause", "worker2", met=0)], 1, Counter({(1, 1): 1}), set()) != []
