@@ -47,6 +47,7 @@ from sqlalchemy import Connection, Engine
 
 from looplab.orchestrator import drivers, jobkinds, pairing, retention
 from looplab.orchestrator.canonical import canonical_json
+from looplab.orchestrator.db import server_epoch
 from looplab.orchestrator.grid import Grid
 from looplab.orchestrator.jobkinds import CHECKPOINT
 from looplab.orchestrator.schema import RESULT_TABLES, Attempt, GridRow, JobDep, JobLog, TrainResult
@@ -248,7 +249,7 @@ def claim(
                 status=JobStatus.RUNNING,
                 attempts=JOBS.c.attempts + 1,
                 started_at=now,
-                heartbeat_at=now,
+                heartbeat_at=server_epoch(),
                 finished_at=None,
                 error=None,
                 worker=worker,
@@ -417,7 +418,7 @@ def finish(
             refused = retention.promote_final(job.artifact_dir, n)  # under the fence: see there
             outcome, error = (AttemptOutcome.FAILED, refused) if refused else (outcome, error)
         conn.execute(ATTEMPTS.update().where(this_attempt).values(ended_at=now, outcome=outcome, error=error))
-        values: dict[str, Any] = {"heartbeat_at": now}
+        values: dict[str, Any] = {"heartbeat_at": server_epoch()}
         if job.status == JobStatus.CANCELLED:
             conn.execute(ATTEMPTS.update().where(this_attempt).values(outcome=AttemptOutcome.CANCELLED))
             status = JobStatus.CANCELLED
@@ -520,9 +521,10 @@ def _close_cancelled(conn: Connection, lost: sa.Select, reason: str) -> None:
 
 
 def recover_stale(eng: Engine, grace_s: float, exclude: set[int] = frozenset()) -> list[int]:
-    """`running` jobs with a heartbeat older than `grace_s` seconds (epoch floats, one clock) go back
-    to `queued`; their open attempt is recorded as interrupted. They resume from their checkpoint."""
-    cutoff = time.time() - grace_s
+    """`running` jobs with a heartbeat older than `grace_s` seconds (epoch floats, one clock: the
+    database server's) go back to `queued`; their open attempt is recorded as interrupted. They resume
+    from their checkpoint."""
+    cutoff = server_epoch() - grace_s
     silent = sa.or_(JOBS.c.heartbeat_at.is_(None), JOBS.c.heartbeat_at < cutoff)
     with eng.begin() as conn:
         stale = conn.execute(
@@ -576,8 +578,7 @@ def touch(eng: Engine, attempts: dict[int, int]) -> list[int]:
     even between events. Only running jobs the attempt still owns (see `owns`) are touched. Returns the
     jobs whose attempt no longer owns them (taken over, or recovered): their driver stops them."""
     lost = []
-    now = time.time()
-    beat = sa.case((JOBS.c.status == JobStatus.RUNNING, now), else_=JOBS.c.heartbeat_at)
+    beat = sa.case((JOBS.c.status == JobStatus.RUNNING, server_epoch()), else_=JOBS.c.heartbeat_at)
     with eng.begin() as conn:
         for job_id, n in sorted(attempts.items()):
             if conn.execute(JOBS.update().where(owns(job_id, n)).values(heartbeat_at=beat)).rowcount != 1:

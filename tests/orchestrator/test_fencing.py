@@ -140,6 +140,22 @@ def test_touch_names_the_jobs_an_attempt_lost(eng):
     assert jobqueue.touch(eng, {a: na}) == []
 
 
+def test_heartbeats_are_stamped_and_judged_by_the_database_servers_clock(eng, monkeypatch):
+    """A driver whose clock is 10 minutes off changes nothing: heartbeats carry the server's time and
+    the grace is measured on it. By the drivers' clocks, a driver 10 minutes ahead took live jobs over."""
+    a, b = jobqueue.submit(eng, [Grid("k", job="noop", sweep={"tag": [1, 2]})], fake_jobs)[0]
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() - 600)  # driver A's clock: 10 minutes behind
+    na, nb = (jobqueue.claim(eng, j, "driver-a", "") for j in (a, b))
+    assert jobqueue.touch(eng, {a: na, b: nb}) == []
+    monkeypatch.setattr(time, "time", lambda: real() + 600)  # driver B's: 10 minutes ahead
+    assert jobqueue.recover_stale(eng, grace_s=60) == []  # the jobs are live: B leaves them
+    with eng.begin() as conn:  # a minute and a half of silence, by the server's clock
+        conn.execute(sa.text("UPDATE jobs SET heartbeat_at = heartbeat_at - 90 WHERE id = :j"), {"j": b})
+    monkeypatch.setattr(time, "time", lambda: real() - 600)  # a recoverer behind sees it stale all the same
+    assert jobqueue.recover_stale(eng, grace_s=60) == [b]
+
+
 # ---------------------------------------------------------------- the driver kills a replaced attempt
 
 STOP_BOUND_S = 5.0  # the driver's heartbeat pass (1 s) + a poll + Ray's forced cancel, loaded machine
