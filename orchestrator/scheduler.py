@@ -551,13 +551,17 @@ class Scheduler:
     def _heartbeat_and_cancels(self) -> None:
         """Heartbeats; a user's cancel asks its job to stop; an attempt replaced (its job taken over while
         this driver was paused or cut off) is killed at once: its task cancelled, its process ended,
-        so it writes nothing more (its outcome, collected as any, is refused by the fence)."""
+        so it writes nothing more (its outcome, collected as any, is refused by the fence). A gang is
+        asked to stop instead (at its next step, after a checkpoint that promise 10 never resumes from)."""
         mine = [j for j, *_ in self.running.values()]
         lost = jobqueue.touch(self.eng, {j: n for j, n, _ in self.running.values()})
-        for ref, (j, n, _) in list(self.running.items()):
+        for ref, (j, n, held) in list(self.running.items()):
             if j in lost:
                 self._say(f"job {j}: attempt {n} was replaced (its job taken over): stopping it")
-                ray.cancel(ref, force=True)
+                if held.request.workers > 1:  # a gang: Ray Train's controller outlives a killed task and
+                    self.sink.request_stop.remote(j)  # keeps its bundles; asked, the gang stops whole
+                else:
+                    ray.cancel(ref, force=True)
         for j, s in jobqueue.statuses(self.eng, mine).items():
             if s == JobStatus.CANCELLED:
                 self.sink.request_stop.remote(j)
