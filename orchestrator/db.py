@@ -5,6 +5,8 @@
     readonly_engine(url)    SQLite `mode=ro` + `PRAGMA query_only=ON`; PostgreSQL a read-only session
                             (`default_transaction_read_only=on`); never migrates
     session(engine)         an ORM Session that commits on success and rolls back on error
+    ping(engine)            one real round trip (raises while the server is away)
+    server_epoch()          the server's clock in a statement (heartbeats are stamped and judged by it)
     outage(error)           UNREACHABLE / FULL / DISK / LOCKED (a state to wait out), or None (a real error)
     describe_error(e, url)  the one line a person reads: the database, what failed, what to do
     outage_phrase(outage)   "is full (database or disk is full)": the driver's pause messages
@@ -38,10 +40,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, Float, create_engine, event, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.functions import FunctionElement
 
 from looplab.model.errors import ConfigError
 from looplab.orchestrator.errors import DatabaseError
@@ -426,6 +430,34 @@ def outage(error: BaseException) -> Outage | None:
     if error.connection_invalidated or type(orig).__name__ in ("OperationalError", "InterfaceError"):
         return Outage(UNREACHABLE, detail)
     return None
+
+
+class server_epoch(FunctionElement):  # noqa: N801 - used as a SQL function, like sa.func.now
+    """The database server's clock, epoch seconds, inside a statement: what heartbeats are stamped with
+    and judged by (`jobqueue.touch`, `recover_stale`, the writer's heartbeats), so a driver whose clock
+    is off neither takes live jobs over nor keeps dead ones (one clock: the server's, as MLflow's and
+    Optuna's users learnt). SQLite's server is the machine that opens the file."""
+
+    type = Float()
+    inherit_cache = True
+
+
+@compiles(server_epoch)
+def _sqlite_epoch(_element, _compiler, **_kw) -> str:
+    return "((julianday('now') - 2440587.5) * 86400.0)"
+
+
+@compiles(server_epoch, "postgresql")
+def _pg_epoch(_element, _compiler, **_kw) -> str:
+    return "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"
+
+
+def ping(eng: Engine) -> None:
+    """One real round trip to the server (`SELECT 1` on a fresh checkout): raises as any statement
+    would while it is away. A paused driver that holds nothing to write tries this before it says
+    the database is back, instead of concluding so from a write it never made."""
+    with eng.connect() as conn:
+        conn.execute(text("SELECT 1"))
 
 
 _PHRASES = {

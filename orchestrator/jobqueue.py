@@ -45,8 +45,9 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
 
-from looplab.orchestrator import drivers, jobkinds, pairing
+from looplab.orchestrator import drivers, jobkinds, pairing, retention
 from looplab.orchestrator.canonical import canonical_json
+from looplab.orchestrator.db import server_epoch
 from looplab.orchestrator.grid import Grid
 from looplab.orchestrator.jobkinds import CHECKPOINT
 from looplab.orchestrator.schema import RESULT_TABLES, Attempt, GridRow, JobDep, JobLog, TrainResult
@@ -235,11 +236,7 @@ def claim(
     """Atomically move one queued job to running; returns the attempt number (the attempt's fencing
     token), or None if lost. `driver` (host, pid, start time) is recorded on the job and the attempt."""
     now = time.time()
-    who = (
-        {"driver_host": None, "driver_pid": None}
-        if driver is None
-        else {"driver_host": driver.host, "driver_pid": driver.pid}
-    )
+    who = {"driver_host": driver and driver.host, "driver_pid": driver and driver.pid}
     with eng.begin() as conn:
         # PostgreSQL: a row another driver is claiming right now is skipped, not waited for
         free = sa.select(JOBS.c.id).where(JOBS.c.id == job_id, JOBS.c.status == JobStatus.QUEUED)
@@ -252,7 +249,7 @@ def claim(
                 status=JobStatus.RUNNING,
                 attempts=JOBS.c.attempts + 1,
                 started_at=now,
-                heartbeat_at=now,
+                heartbeat_at=server_epoch(),
                 finished_at=None,
                 error=None,
                 worker=worker,
@@ -395,7 +392,7 @@ def finish(
     retry: bool = True,
 ) -> JobStatus:
     """Record attempt `n`'s outcome (succeeded | failed | interrupted | preempted); returns the job's new
-    status.
+    status. A success makes the attempt's final weights the job's (`retention.promote_final`).
     `retry=False`: a failure is final whatever attempts are left (a deterministic run's non-finite loss
     would only repeat).
 
@@ -416,9 +413,12 @@ def finish(
                 "job %s: attempt %s no longer owns the job; its %s is not recorded", job_id, n, outcome
             )
             return JobStatus(status)
-        conn.execute(ATTEMPTS.update().where(this_attempt).values(ended_at=now, outcome=outcome, error=error))
         job = conn.execute(sa.select(JOBS).where(JOBS.c.id == job_id)).one()
-        values: dict[str, Any] = {"heartbeat_at": now}
+        if outcome == AttemptOutcome.SUCCEEDED and job.status != JobStatus.CANCELLED:
+            refused = retention.promote_final(job.artifact_dir, n)  # under the fence: see there
+            outcome, error = (AttemptOutcome.FAILED, refused) if refused else (outcome, error)
+        conn.execute(ATTEMPTS.update().where(this_attempt).values(ended_at=now, outcome=outcome, error=error))
+        values: dict[str, Any] = {"heartbeat_at": server_epoch()}
         if job.status == JobStatus.CANCELLED:
             conn.execute(ATTEMPTS.update().where(this_attempt).values(outcome=AttemptOutcome.CANCELLED))
             status = JobStatus.CANCELLED
@@ -521,9 +521,10 @@ def _close_cancelled(conn: Connection, lost: sa.Select, reason: str) -> None:
 
 
 def recover_stale(eng: Engine, grace_s: float, exclude: set[int] = frozenset()) -> list[int]:
-    """`running` jobs with a heartbeat older than `grace_s` seconds (epoch floats, one clock) go back
-    to `queued`; their open attempt is recorded as interrupted. They resume from their checkpoint."""
-    cutoff = time.time() - grace_s
+    """`running` jobs with a heartbeat older than `grace_s` seconds (epoch floats, one clock: the
+    database server's) go back to `queued`; their open attempt is recorded as interrupted. They resume
+    from their checkpoint."""
+    cutoff = server_epoch() - grace_s
     silent = sa.or_(JOBS.c.heartbeat_at.is_(None), JOBS.c.heartbeat_at < cutoff)
     with eng.begin() as conn:
         stale = conn.execute(
@@ -572,18 +573,17 @@ def recover_dead(
     return recovered
 
 
-def touch(eng: Engine, attempts: dict[int, int]) -> None:
+def touch(eng: Engine, attempts: dict[int, int]) -> list[int]:
     """The driver's heartbeat for the jobs it owns ({job id: attempt n}): proves the owner is alive
-    even between events. Only jobs the attempt still owns (see `owns`) are touched."""
-    if attempts:
-        now = time.time()
-        with eng.begin() as conn:
-            for job_id, n in sorted(attempts.items()):
-                conn.execute(
-                    JOBS.update()
-                    .where(owns(job_id, n), JOBS.c.status == JobStatus.RUNNING)
-                    .values(heartbeat_at=now)
-                )
+    even between events. Only running jobs the attempt still owns (see `owns`) are touched. Returns the
+    jobs whose attempt no longer owns them (taken over, or recovered): their driver stops them."""
+    lost = []
+    beat = sa.case((JOBS.c.status == JobStatus.RUNNING, server_epoch()), else_=JOBS.c.heartbeat_at)
+    with eng.begin() as conn:
+        for job_id, n in sorted(attempts.items()):
+            if conn.execute(JOBS.update().where(owns(job_id, n)).values(heartbeat_at=beat)).rowcount != 1:
+                lost.append(job_id)
+    return lost
 
 
 # What a running attempt reports about its job: the writer's (orchestrator/writer.py) row writes, in

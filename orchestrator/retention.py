@@ -31,7 +31,7 @@ from sqlalchemy import Engine
 from looplab.orchestrator.schema import GridRow
 from looplab.orchestrator.schema import Job as JobRow
 from looplab.orchestrator.states import JobStatus
-from looplab.workers.artifacts import KEEP_CHECKPOINTS, resume_only
+from looplab.workers.artifacts import KEEP_CHECKPOINTS, promote, resume_only
 
 FINAL, ALL = "final", "all"
 RETENTIONS = (FINAL, ALL)
@@ -189,3 +189,20 @@ class PlannedDisk:
         """After success (the spool is removed then): final.pt alone under "final", with the kept
         checkpoints under "all"."""
         return self.final if removes(retention) else self._held * self.checkpoint + self.final
+
+
+def promote_final(artifact_dir: str | None, n: int) -> str | None:
+    """Attempt `n`'s final weights become the job's final.pt (workers/artifacts.py `promote`): called by
+    `jobqueue.finish` in the transaction that holds the job's row for attempt `n`, so no takeover
+    commits meanwhile and a replaced attempt never gets here; the one step that makes weights what the
+    follow-ups read. None when done or nothing to do (a kind that writes no weights, a dir this driver
+    cannot see: its follow-ups then read the last checkpoint, as before); else why the file system
+    refused, and the attempt fails (and is retried) rather than record a success with another
+    attempt's weights."""
+    if not artifact_dir:
+        return None
+    try:
+        promote(artifact_dir, n)
+    except OSError as e:
+        return f"could not make attempt {n}'s final weights the job's final.pt: {e}"
+    return None

@@ -56,8 +56,9 @@ busy timeout: `orchestrator.db.outage`) is a state, not a crash: the driver stop
 while the running jobs keep training and their events keep arriving; it holds them (`held`, with the
 attempt each was reported under; of heartbeats and progress only the last) and the finished
 attempts' outcomes (`outcomes`), in memory (a few hundred bytes a point), retries after
-1, 2, 4, ... s (at most 30 s: `db_retry_s`, `db_retry_max_s`) and says so on its log and progress
-output at each try. When a write goes through it writes a WARNING line in the log of every job it held
+1, 2, 4, ... s (at most 30 s: `db_retry_s`, `db_retry_max_s`), each try a real round trip first
+(`db.ping`: an idle driver holds no write that would tell), and logs "paused" and "back" once per outage
+(each failed try at INFO). When a write goes through it writes a WARNING line in the log of every job it held
 (`looplab logs`: when and why its progress stood still), then the held events and the outcomes, in
 order, and claims again. Every point is stored once: a failed transaction writes nothing and is given
 again whole (points are upserts), and a batch written job by job keeps exactly its unwritten rest
@@ -65,8 +66,9 @@ again whole (points are upserts), and a batch written job by job keeps exactly i
 queue. After the pause the driver sends its own heartbeats first and waits a grace period before
 re-queueing stale jobs of other drivers, which were paused too; a driver of another host that resumes
 first may still re-queue this one's jobs after a pause longer than the grace period (fencing then
-keeps their points once, and they resume from their checkpoints). A second Ctrl-C during a pause stops
-at once; what was held is left to the next `looplab run`, which re-queues those jobs.
+keeps their points once, and they resume from their checkpoints). A stop (Ctrl-C, SIGTERM) during a
+pause stops at once, its tasks killed (nothing could be recorded before the database returns); what was
+held is left to a takeover or the next `looplab run`, which re-queue those jobs.
 """
 
 from __future__ import annotations
@@ -86,7 +88,7 @@ import ray
 
 from looplab.orchestrator import alerts, drivers, faults, jobkinds, jobqueue, retention
 from looplab.orchestrator.admission import Admission, Candidate, Node, Preempt, Refuse, Request, Running
-from looplab.orchestrator.db import Outage, outage, outage_phrase
+from looplab.orchestrator.db import Outage, outage, outage_phrase, ping
 from looplab.orchestrator.health import STOP, Finding, HealthWatch, Level, Rule, StepClock
 from looplab.orchestrator.settings import (
     _seconds,
@@ -256,7 +258,7 @@ class Scheduler:
     def _loop(self) -> None:
         self.last_touch = self.last_progress = self.last_recover = time.time()
         while True:
-            if self.stopping >= 2:
+            if self.stopping >= 2 or (self.stopping and self.paused is not None):  # nothing to wait for
                 self._force_stop()
                 return
             if self.paused is None or time.time() >= self.paused.retry_at:
@@ -284,6 +286,8 @@ class Scheduler:
         """Everything of a pass that uses the database: write what is held, launch, heartbeats and
         recovery, progress. True when the driver is done. An outage raises (the loop pauses)."""
         now = time.time()
+        if self.paused is not None:  # a real round trip first: an idle driver may have nothing to write
+            ping(self.eng)
         self._write_held(self._pause_notes())  # what waited first (raises while an outage lasts)
         if self.paused is not None:
             self._resume()
@@ -571,8 +575,19 @@ class Scheduler:
                 print(f"{time.strftime('%H:%M:%S')} job {job_id}: {finding.message}", flush=True)
 
     def _heartbeat_and_cancels(self) -> None:
+        """Heartbeats; a user's cancel asks its job to stop; an attempt replaced (its job taken over while
+        this driver was paused or cut off) is killed at once: its task cancelled, its process ended,
+        so it writes nothing more (its outcome, collected as any, is refused by the fence). A gang is
+        asked to stop instead (at its next step, after a checkpoint that promise 10 never resumes from)."""
         mine = [j for j, *_ in self.running.values()]
-        jobqueue.touch(self.eng, {j: n for j, n, _ in self.running.values()})
+        lost = jobqueue.touch(self.eng, {j: n for j, n, _ in self.running.values()})
+        for ref, (j, n, held) in list(self.running.items()):
+            if j in lost:
+                self._say(f"job {j}: attempt {n} was replaced (its job taken over): stopping it")
+                if held.request.workers > 1:  # a gang: Ray Train's controller outlives a killed task and
+                    self.sink.request_stop.remote(j)  # keeps its bundles; asked, the gang stops whole
+                else:
+                    ray.cancel(ref, force=True)
         for j, s in jobqueue.statuses(self.eng, mine).items():
             if s == JobStatus.CANCELLED:
                 self.sink.request_stop.remote(j)
@@ -620,10 +635,11 @@ class Scheduler:
                 f"claiming and writing paused; {len(self.running)} running job(s) keep training, their "
                 f"events wait here; retrying in {delay:.3g} s"
             )
-        else:
+        else:  # INFO: the log says "paused" once and "back" once per outage
             self._say(
-                f"still paused after {now - p.since:.0f} s: the database {outage_phrase(what)}; {held} "
-                f"event(s) and {len(self.outcomes)} outcome(s) held; retrying in {delay:.3g} s"
+                level=logging.INFO,
+                message=f"still paused after {now - p.since:.0f} s: the database {outage_phrase(what)}; {held} "
+                f"event(s) and {len(self.outcomes)} outcome(s) held; retrying in {delay:.3g} s",
             )
         return True
 
@@ -665,8 +681,8 @@ class Scheduler:
             level="error",
         )
 
-    def _say(self, message: str) -> None:
-        log.warning(message)
+    def _say(self, message: str, level: int = logging.WARNING) -> None:
+        log.log(level, message)
         if self.progress:
             print(f"{time.strftime('%H:%M:%S')} {message}", flush=True)
 

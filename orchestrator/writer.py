@@ -10,7 +10,8 @@ orchestrator/jobqueue.py (the one module that writes those rows), in this writer
 - metric     -> metrics upsert on (job_id, key, step) + latest_metrics upsert (dialect's ON CONFLICT),
                 with each new point's `curve_level` and the curve's point count (see "curves" below)
 - progress   -> jobs.progress_done/progress_total/eta_s
-- heartbeat  -> jobs.heartbeat_at (time of writing: one clock, whatever the worker node's clock says)
+- heartbeat  -> jobs.heartbeat_at (time of writing by the database server's clock: one clock, whatever
+                the worker node's or the driver's says)
 - checkpoint -> jobs.checkpoint_path/checkpoint_step
                 (these three: `record_live`, one UPDATE per batch, the last value of the batch winning)
 - result     -> a row of RESULT_TABLES[table] with job_id added
@@ -47,7 +48,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import time
 from numbers import Real
 from typing import Any
 
@@ -57,7 +57,7 @@ from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, InterfaceError
 
 from looplab.analysis.curves import CURVE_LEVEL_TOP, curve_level
 from looplab.orchestrator import jobqueue
-from looplab.orchestrator.db import outage
+from looplab.orchestrator.db import outage, server_epoch
 from looplab.orchestrator.health import Finding, HealthWatch
 from looplab.orchestrator.schema import RESULT_TABLES, JobLog, LatestMetric, Metric, Rewind, SupersededPoint
 from looplab.workers.reporter import Event, EventKind
@@ -309,8 +309,8 @@ def _write_job(
                 )
             case EventKind.PROGRESS:
                 live.update(progress_done=p["done"], progress_total=p["total"], eta_s=p.get("eta_s"))
-            case EventKind.HEARTBEAT:  # the writer's clock: recovery compares with the drivers' clocks,
-                live["heartbeat_at"] = time.time()  # not with a remote node's (one clock)
+            case EventKind.HEARTBEAT:
+                live["heartbeat_at"] = server_epoch()  # the server's clock, not a node's (one clock)
             case EventKind.CHECKPOINT:
                 live.update(checkpoint_path=p["path"], checkpoint_step=p["step"])
             case EventKind.STARTED:

@@ -16,8 +16,15 @@ read these names; workers/checkpoint.py writes and loads the files).
 - `checkpoint.pt` (CHECKPOINT): the layout before checkpoints by attempt: one file replaced in place.
   A job written that way still resumes from it (`resume_from`); its first checkpoint in the new layout
   makes it removable;
-- `final.pt` (FINAL): the final weights and the run's identity, written once at the end: what every
-  checkpoint follow-up reads (`workers.checkpoint.find` takes it before any checkpoint);
+- `final-aAAAA.pt` (`final_name`): the final weights, the run's identity and the attempt that wrote them,
+  written by attempt A at its end. Under the queue it becomes the job's `final.pt` only when the driver
+  records A's success (`jobqueue.finish`, in the transaction that holds the job's row for A: `promote`);
+  a replaced attempt that trains on to its end (a paused host resumed) leaves only its own
+  `final-aAAAA.pt`, which nothing reads and `looplab gc` deletes. Outside the queue (no driver to record
+  a result) the trainer promotes its own at once. Promoting renames the file: one copy on disk;
+- `final.pt` (FINAL): the job's final weights: what every checkpoint follow-up reads
+  (`workers.checkpoint.find` takes it before any checkpoint). A job finished before attempt-named finals
+  has its final.pt written in place, and it is read the same way;
 - `.<name>.tmp<pid>`: a write in progress, left behind only by a process killed mid-write (the next
   attempt deletes them);
 - `spec.json`, `tokenizer.json`: small, kept.
@@ -34,6 +41,7 @@ from pathlib import Path
 CHECKPOINT = "checkpoint.pt"
 FINAL = "final.pt"
 ATTEMPTS = "attempts"
+_FINAL_NAME = re.compile(r"^final-a(\d{4,})\.pt$")
 KEEP_CHECKPOINTS = 2  # the least a job keeps: the newest, and one from before a spike it may rewind
 _NAME = re.compile(r"^checkpoint-a(\d{4,})-s(\d{8,})\.pt$")
 
@@ -52,6 +60,47 @@ def checkpoint_name(attempt: int, step: int) -> str:
     if attempt < 0 or step < 0:
         raise ValueError(f"checkpoint_name: attempt and step must be >= 0, got {attempt}, {step}")
     return f"checkpoint-a{attempt:04d}-s{step:08d}.pt"
+
+
+def final_name(attempt: int) -> str:
+    """The file name of attempt `attempt`'s final weights (the job's only once promoted: `promote`)."""
+    if attempt < 0:
+        raise ValueError(f"final_name: attempt must be >= 0, got {attempt}")
+    return f"final-a{attempt:04d}.pt"
+
+
+def attempt_finals(artifact_dir: str | Path) -> list[Path]:
+    """Every attempt's final weights in the dir (`final_name`), promoted or not, oldest attempt first."""
+    d = Path(artifact_dir)
+    if not d.is_dir():
+        return []
+    return sorted(p for p in d.iterdir() if _FINAL_NAME.match(p.name) and p.is_file())
+
+
+def promote(artifact_dir: str | Path, attempt: int) -> bool:
+    """Make attempt `attempt`'s final weights the job's `final.pt` (renamed into place: a reader sees the
+    old file or the new one, never none, and no second copy takes the disk); False when the attempt
+    left none (a kind that writes no weights, a dir this process cannot see, or a retry after a commit
+    that failed: final.pt is already this attempt's). Called only by the holder of the attempt's fence."""
+    d = Path(artifact_dir)
+    src = d / final_name(attempt)
+    if not src.is_file():
+        return False
+    os.replace(src, d / FINAL)
+    fsync_dir(d)
+    return True
+
+
+def fsync_dir(d: Path) -> None:
+    """The rename survives a power cut once the directory is synced (where the platform allows)."""
+    try:
+        fd = os.open(d, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def parse(path: str | Path) -> Checkpoint | None:
@@ -159,13 +208,14 @@ def temp_files(artifact_dir: str | Path) -> list[Path]:
 
 def resume_only(artifact_dir: str | Path) -> list[Path]:
     """The files of a finished run's dir that only a resume would read: every checkpoint (both layouts)
-    when final.pt is there (without it the checkpoints hold the only weights and stay) and any temp file a
-    killed write left. Empty when the dir does not exist."""
+    and every attempt's own final weights left (a replaced attempt's: the winner's was renamed to
+    final.pt) when final.pt is there (without it the checkpoints hold the only weights and stay) and any
+    temp file a killed write left. Empty when the dir does not exist."""
     d = Path(artifact_dir)
     if not d.is_dir():
         return []
     stale = temp_files(d)
     if (d / FINAL).is_file():
         legacy = [d / CHECKPOINT] if (d / CHECKPOINT).is_file() else []
-        return sorted([*legacy, *(c.path for c in checkpoints(d)), *stale])
+        return sorted([*legacy, *(c.path for c in checkpoints(d)), *attempt_finals(d), *stale])
     return stale

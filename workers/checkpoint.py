@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from looplab.model.errors import ConfigError
-from looplab.workers.artifacts import FINAL, resume_from
+from looplab.workers.artifacts import FINAL, final_name, fsync_dir, promote, resume_from
 
 
 def rng_state() -> dict[str, Any]:
@@ -85,17 +85,6 @@ def _no_space(path: Path, state: dict[str, Any]) -> NoSpaceError:
     )
 
 
-def _fsync_dir(d: Path) -> None:
-    try:
-        fd = os.open(d, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def save(path: str | Path, state: dict[str, Any]) -> None:
     """Write `state` to `path` atomically (temp + fsync + rename); NoSpaceError when the disk is full."""
     path = Path(path)
@@ -114,7 +103,19 @@ def save(path: str | Path, state: dict[str, Any]) -> None:
     finally:
         if tmp.exists():  # the rename did not happen: drop the partial file, keep the old checkpoint
             tmp.unlink()
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
+
+
+def save_final(directory: str | Path, state: dict[str, Any], attempt: int, queued: bool) -> Path:
+    """Write the final weights of attempt `attempt` as its own file (workers/artifacts.py `final_name`,
+    the attempt inside too). `queued`: the driver makes them the job's final.pt when it records this
+    attempt's success, under the fence, so a replaced attempt that trains on never changes what the
+    follow-ups read; otherwise (a run outside the queue: nobody else records a result) at once."""
+    d = Path(directory)
+    save(d / final_name(attempt), {**state, "attempt": attempt})
+    if not queued:
+        promote(d, attempt)
+    return d / (final_name(attempt) if queued else FINAL)
 
 
 def load(path: str | Path) -> dict[str, Any]:

@@ -22,7 +22,7 @@ Trainer = Any
 
 
 def save(trainer: Trainer, final: bool = False) -> None:
-    """Every process's RNG state to rank 0, which writes the checkpoint (and `final.pt` at the end)."""
+    """Every process's RNG state to rank 0, which writes the checkpoint (and its final weights at the end: `checkpoint.save_final`)."""
     t0 = time.perf_counter()
     rngs = trainer.gang.gather(ckpt.rng_state())
     if not trainer.writes:
@@ -47,7 +47,10 @@ def save(trainer: Trainer, final: bool = False) -> None:
         },
     )
     if final:
-        ckpt.save(trainer.dir / ckpt.FINAL, {**weights, "trainer": trainer.state.to_dict(), **identity})
+        queued = getattr(trainer.reporter, "attempt", None) is not None  # a driver records its result
+        ckpt.save_final(
+            trainer.dir, {**weights, "trainer": trainer.state.to_dict(), **identity}, trainer.attempt, queued
+        )
     for old in artifacts.removable(trainer.dir, trainer.spec.keep_checkpoints):
         old.unlink(missing_ok=True)  # after the new one is in place: a kill between loses nothing
     trainer.state.ckpt_seconds += time.perf_counter() - t0

@@ -37,7 +37,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tests.cluster import promises
+from tests.cluster import promises, soak_verdict
 from tests.cluster.lab import LabCluster
 from tests.orchestrator.test_crash_resume import TRAIN as CRASH_TRAIN
 
@@ -47,6 +47,11 @@ CI_SEED = 41
 # 2 s timeout: a raylet starting under load answers late) and declares it dead after 3 misses in a row
 # (defaults: 3 s, 10 s, 5 misses); retries of a failed attempt wait 2 s, 4 s, at most 8 s
 GRACE_S = 8
+# the fence fault every soak has (`plan`): driver2 paused, holding a job, long enough for the head's
+# driver to take its job over (the grace, then its recovery poll every grace / 2, then the claim) with
+# room to spare, so that its attempt, resumed, writes late and is refused
+FENCE_HOLD_S = 2 * GRACE_S + 6
+ARM_TIMEOUT_S = 120  # how long a fault waits for a running job on its target before it goes without
 SETTINGS = {
     "LOOPLAB_HEARTBEAT_GRACE_S": str(GRACE_S),
     "LOOPLAB_RETRY_BACKOFF_S": "2",
@@ -115,21 +120,30 @@ class Fault:
     at_s: float | None = None  # when injected, seconds after the drivers started
     healed_s: float | None = None
     note: str = ""
+    fence: bool = False  # the fault that must make a takeover and a refused late write (`plan`)
+    met: int | None = None  # the jobs running on its target when it was injected
+    met_attempts: list = field(default_factory=list)  # their (job, attempt)
 
 
 def plan(seed: int, faults: int) -> list[Fault]:
-    """The schedule of `seed`: the same list for the same seed, whatever else runs. Each kind of fault
-    is in it once at least (when `faults` allows), the rest drawn, all in a seeded order."""
+    """The schedule of `seed`: the same list for the same seed, whatever else runs. One fault is the
+    fence fault (driver2 paused for FENCE_HOLD_S: a takeover and a refused late write in every soak,
+    whatever the draw), at a seeded place; of the others each kind is in once at least (when `faults`
+    allows), the rest drawn, all in a seeded order."""
     rng = random.Random(seed)
     kinds = sorted(TARGETS)
-    drawn = (kinds * (faults // len(kinds) + 1))[: min(faults, len(kinds))]
-    drawn += [rng.choice(kinds) for _ in range(faults - len(drawn))]
+    others = max(0, faults - 1)
+    drawn = (kinds * (others // len(kinds) + 1))[: min(others, len(kinds))]
+    drawn += [rng.choice(kinds) for _ in range(others - len(drawn))]
     rng.shuffle(drawn)
     out = []
     for kind in drawn:
         lo, hi = HOLD[kind]
         target = rng.choice(TARGETS[kind])
         out.append(Fault(kind, target, round(rng.uniform(2, 10), 1), round(rng.uniform(lo, hi), 1)))
+    if faults:
+        fence = Fault("pause", "driver2", round(rng.uniform(2, 10), 1), FENCE_HOLD_S, fence=True)
+        out.insert(rng.randrange(len(out) + 1), fence)
     return out
 
 
@@ -170,6 +184,7 @@ class Soak:
     waves: list[str] = field(default_factory=list)
     attempt_rows: list = field(default_factory=list)
     other_errors: list = field(default_factory=list)
+    arm_timeout_s: float = ARM_TIMEOUT_S
 
     def now(self) -> float:
         return round(time.monotonic() - self.t0, 1)
@@ -225,10 +240,13 @@ class Soak:
     def run_schedule(self) -> None:
         for i, fault in enumerate(self.faults, start=1):
             self.submit(i)
-            self.until_running()
             self.wait(fault.gap_s)
+            self.arm(fault)
             fault.at_s = self.now()
-            self.say(f"fault {i}: {fault.kind} {fault.target} for {fault.hold_s} s ({self.left()} jobs left)")
+            self.say(
+                f"fault {i}: {fault.kind} {fault.target} for {fault.hold_s} s, meeting {fault.met} job(s) "
+                f"{fault.met_attempts} ({self.left()} jobs left)"
+            )
             heal = self.inject(fault)
             time.sleep(fault.hold_s)
             heal()
@@ -247,14 +265,39 @@ class Soak:
                 self.lab.net.kill(host)
                 self.lab.start_ray(host, tries=3)
 
-    def until_running(self, timeout: float = 60) -> None:
-        """Wait (at most `timeout` s) until a job runs, so that the fault that follows meets one."""
-        end = time.monotonic() + timeout
-        while not self.lab.query("SELECT id FROM jobs WHERE status = 'running' LIMIT 1"):
-            if time.monotonic() > end:
-                self.say(f"no job running after {timeout:.0f} s: the fault meets an idle queue")
+    def arm(self, fault: Fault) -> None:
+        """Wait (at most `arm_timeout_s`) until `fault`'s target holds a running attempt
+        (`soak_verdict.on_target`), and record the ones it will meet; none found in time: it meets none,
+        which fails the soak (`soak_verdict.problems`) after it ran."""
+        end = time.monotonic() + self.arm_timeout_s
+        while True:
+            nodes = self.nodes() if soak_verdict.host_of(fault.kind, fault.target) in WORKERS else {}
+            rows = self.lab.query(
+                "SELECT j.id, j.attempts, a.worker, a.driver_host FROM jobs j JOIN attempts a "
+                "ON a.job_id = j.id AND a.n = j.attempts WHERE j.status = 'running' ORDER BY j.id"
+            )
+            hit = [
+                (j, n) for j, n, w, d in rows if soak_verdict.on_target(fault.kind, fault.target, w, d, nodes)
+            ]
+            if hit or time.monotonic() > end:
+                fault.met, fault.met_attempts = len(hit), hit
+                if not hit:
+                    self.say(
+                        f"no job running on {fault.target} after {self.arm_timeout_s:.0f} s: it meets none"
+                    )
                 return
             self.wait(0.5)
+
+    def nodes(self) -> dict[str, str]:
+        """The worker hosts' Ray nodes now: the first 12 digits of each node id (an attempt's `worker`
+        starts with them) -> its host; a host whose raylet is down (being started again) is left out."""
+        out = {}
+        for host in WORKERS:
+            try:
+                out[self.lab.node_id(host)[:12]] = host
+            except AssertionError:
+                continue
+        return out
 
     def wait(self, seconds: float) -> None:
         """Sleep `seconds` while the head's driver runs, restarting Ray nodes that left unasked."""
@@ -397,7 +440,18 @@ class Soak:
             "SELECT job_id, n, outcome, error FROM attempts WHERE outcome != 'succeeded' "
             "AND error NOT LIKE 'No space left on device%' AND error NOT LIKE 'driver lost%' ORDER BY job_id, n"
         )
+        taken = self.lab.query(
+            "SELECT job_id, n, ended_at FROM attempts WHERE outcome = 'interrupted' AND error LIKE 'driver lost%'"
+        )
+        refused = soak_verdict.refusals(logs)
         return {
+            "refused": refused,
+            "taken_over": {(j, n) for j, n, _ in taken},
+            # promise 2 where the metrics cannot tell (a late point with equal values is an upsert)
+            "late_logs": soak_verdict.late_logs(
+                [tuple(r) for r in taken],
+                [tuple(r) for r in self.lab.query("SELECT job_id, attempt, ts FROM job_logs")],
+            ),
             "where": self.where(),
             "reasons": [(o, " ".join(w.split()), n) for o, w, n in reasons],
             "takeovers": int(lost[0] or 0),
@@ -429,7 +483,11 @@ def summary(soak: Soak, checked: dict, counts: dict, curves: list[int], seconds:
     ]
     for i, x in enumerate(f, start=1):
         when = f"at {x.at_s:6.1f} s, healed {x.healed_s:6.1f} s" if x.at_s is not None else "-"
-        lines.append(f"  {i:2d}. {x.kind:9s} {x.target:13s} hold {x.hold_s:4.1f} s  {when}  {x.note}")
+        met = f"met {x.met if x.met is not None else '-':>2} job(s)"
+        fence = " (fence)" if x.fence else ""
+        lines.append(
+            f"  {i:2d}. {x.kind:9s} {x.target:13s} hold {x.hold_s:4.1f} s  {when}  {met}{fence}  {x.note}"
+        )
     lines += [
         f"takeovers (driver lost): {counts['takeovers']}   "
         f"Ray nodes or gang ranks lost under a job: {counts['nodes_lost']}   "
@@ -440,30 +498,46 @@ def summary(soak: Soak, checked: dict, counts: dict, curves: list[int], seconds:
         f"fenced writes refused: {counts['fenced_writes_refused']} (batches of {counts['fenced_events']} events, "
         f"and {counts['fenced_outcomes']} outcomes)   "
         f"Ray worker nodes restarted outside the schedule: {counts['repairs']}",
+        f"attempts with late writes refused: {len(counts['refused'])}   "
+        f"job log lines of an attempt stamped after its takeover: {len(counts['late_logs'])} (must be 0)",
         f"metric points: {checked['points']}   duplicates: {checked['duplicates']}",
         f"curves equal to an uninterrupted run, bit for bit: {len(curves)} job(s) {curves}",
         "promises (tests/cluster/promises.py): all held",
+        "what the soak tested: "
+        + ("; ".join(counts["problems"]) or "every fault met a job, the fence was exercised"),
         f"time: {seconds:.0f} s (cluster up to promises checked)",
     ]
     return "\n".join(line.rstrip() for line in lines) + "\n"
 
 
 def soak(
-    cache: Path, seed: int, faults: int, jobs: int, out: Path, ref_dir: Path, curves: int | None = None
+    cache: Path,
+    seed: int,
+    faults: int,
+    jobs: int,
+    out: Path,
+    ref_dir: Path,
+    curves: int | None = None,
+    arm_timeout_s: float = ARM_TIMEOUT_S,
 ) -> tuple[str, dict]:
     """Build the cluster, run the study under `plan(seed, faults)`, check (the curves of at most
     `curves` jobs; None: every job that ran twice), tear down (checked too); the summary (also written
-    to `out`) and the figures it was made of."""
+    to `out`) and the figures it was made of. Fails after writing the summary when the soak did not
+    test what it claims (`soak_verdict.problems`; `arm_timeout_s` 0 arms no fault: the switch that
+    shows it)."""
     started = time.monotonic()
     lab = LabCluster(cache)
     try:
-        run = Soak(lab, plan(seed, faults), jobs)
+        run = Soak(lab, plan(seed, faults), jobs, arm_timeout_s=arm_timeout_s)
         run.start()
         run.run_schedule()
         codes = run.finish(timeout=480)
         assert codes == {"head": 130, "driver2": 130}, (codes, run.tail("head"), run.tail("driver2"))
         checked = promises.check(lab)
         counts = run.counts()
+        counts["problems"] = soak_verdict.problems(
+            run.faults, counts["takeovers"], counts["refused"], counts["taken_over"]
+        ) + [f"a late write accepted: job log line {x}" for x in counts["late_logs"]]
         checked_curves = run.curves(ref_dir, curves)
     finally:
         keep = out.parent / f"{out.stem}-logs"  # the drivers', submitter's and Ray nodes' logs
@@ -481,6 +555,7 @@ def soak(
         + "".join(f"\njob {j} attempt {n} {o}, whole error:\n{e}\n" for j, n, o, e in run.other_errors)
     )
     print(text, flush=True)
+    assert not counts["problems"], text  # the summary says what is missing; it is written first
     figures = {**checked, **counts, "curves": checked_curves, "faults": [asdict(x) for x in run.faults]}
     return text, figures
 
@@ -494,11 +569,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=41, help="about this many jobs (default 41)")
     p.add_argument("--out", default="soak-summary.txt", help="where the summary is written")
     p.add_argument(
+        "--arm-timeout",
+        type=float,
+        default=ARM_TIMEOUT_S,
+        help=f"seconds a fault waits for a running job on its target (default {ARM_TIMEOUT_S}; 0: none, "
+        "so a fault may meet nothing and the soak fails)",
+    )
+    p.add_argument(
         "--curves", type=int, default=None, help="compare at most this many rerun jobs' curves (default: all)"
     )
     args = p.parse_args(argv)
     for name, value, lo in (
-        ("--faults", args.faults, 0),
+        ("--faults", args.faults, 1),  # the fence fault at least
+        ("--arm-timeout", args.arm_timeout, 0),
         ("--jobs", args.jobs, 3),
         ("--curves", args.curves, 0),
     ):
@@ -515,6 +598,7 @@ def main(argv: list[str] | None = None) -> int:
             Path(args.out).resolve(),
             work / "ref",
             args.curves,
+            args.arm_timeout,
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)  # the data cache and the reference runs

@@ -45,6 +45,8 @@ def test_the_soak_with_the_ci_seed_keeps_every_promise(looplab_cache, tmp_path):
     assert got["duplicates"] == 0
     assert got["jobs"] == 41 and got["succeeded"] == 41, text
     assert all(f["at_s"] is not None for f in got["faults"]), text  # each of the 10 faults was injected
+    assert all(f["met"] for f in got["faults"]) and got["problems"] == [], text  # each met a running job
+    assert got["takeovers"] >= 1 and sum(got["refused"].values()) >= 1, text  # the fence was exercised
     assert sum(got["attempts"].values()) > got["jobs"], text  # the faults cost attempts: they hit jobs
     assert len(got["curves"]) == CURVES, text  # the faults made at least that many jobs run again
     assert out.read_text().startswith(text)

@@ -12,6 +12,7 @@ import errno
 import json
 import logging
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -23,6 +24,7 @@ from sqlalchemy import event
 from looplab import Grid, Queue
 from looplab.lab import cli
 from looplab.lab.display import status_frame, table
+from looplab.orchestrator import jobqueue
 from looplab.orchestrator.db import (
     FULL,
     UNREACHABLE,
@@ -210,6 +212,69 @@ def test_a_lost_postgresql_server_pauses_the_queue_which_resumes_by_itself(
         rows(q, "SELECT COUNT(*) FROM job_logs WHERE message LIKE 'the database cannot be reached%'")[0][0]
         >= 1
     )
+
+
+def test_an_idle_driver_says_paused_once_and_back_once_with_a_growing_backoff(
+    own_pg_server, tmp_path, ray_cluster, caplog
+):
+    """With nothing held, no write would tell the driver the server is back: it tries a real round
+    trip (`db.ping`) before it says so. Without it the driver said "back" at every retry and paused
+    again at its next query, its backoff never growing."""
+    url = own_pg_server.create_database("idle")
+    q = Queue(db=url, artifacts=tmp_path / "art", kinds=fake_jobs)
+    sched = Scheduler(
+        q.eng, q.artifacts, fake_jobs, progress=False, poll_s=0.1, db_retry_s=0.2, db_retry_max_s=1.6
+    )
+    caplog.set_level(logging.INFO, logger="looplab.scheduler")
+    t = start(sched)
+    try:
+        wait_for(lambda: getattr(sched, "last_touch", 0) > 0, what="the driver's first pass")
+        _pg_ctl(own_pg_server, "stop")
+        wait_for(lambda: sched.paused is not None and sched.paused.tries >= 5, what="five tries")
+        _pg_ctl(own_pg_server, "start")
+        wait_for(lambda: sched.paused is None, what="the driver back")
+        time.sleep(1.5)  # a flapping driver would pause again at its next pass
+        assert sched.paused is None
+    finally:
+        sched.stopping = 1
+        t.join(60)
+    assert not t.is_alive()
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "looplab.scheduler"]
+    warned = [m for level, m in said if level == logging.WARNING]
+    assert sum("claiming and writing paused" in m for m in warned) == 1, warned
+    assert sum(m.startswith("database back after") for m in warned) == 1, warned
+    delays = [float(m.rsplit("retrying in ", 1)[1].split()[0]) for _, m in said if "retrying in" in m]
+    assert delays[:5] == [0.2, 0.4, 0.8, 1.6, 1.6], delays  # grows while the server is down, to its cap
+
+
+def test_a_stop_during_a_pause_exits_at_once_and_leaves_its_job_to_a_takeover(
+    own_pg_server, tmp_path, ray_cluster
+):
+    """SIGTERM to a driver paused for the database: it cannot record anything before the server returns,
+    so it kills its tasks and exits within seconds (it used to wait for the database); its job stays
+    running in the database, for another driver to take over once its heartbeat is stale."""
+    url = own_pg_server.create_database("stop")
+    q = Queue(db=url, artifacts=tmp_path / "art", kinds=fake_jobs)
+    (jid,) = q.submit(Grid("s", base={"tokens": 100, "steps": 2000, "step_s": 0.02, "ckpt_every": 5}))
+    # retries far apart: a driver that waited for the database would not see the stop for seconds
+    sched = Scheduler(
+        q.eng, q.artifacts, fake_jobs, progress=False, poll_s=0.1, db_retry_s=5, db_retry_max_s=30
+    )
+    t = start(sched)
+    wait_for(lambda: rows(q, "SELECT COUNT(*) FROM metrics")[0][0] >= 5, what="the first points")
+    _pg_ctl(own_pg_server, "stop")
+    try:
+        wait_for(lambda: sched.paused is not None, what="the pause")
+        asked = time.time()
+        sched._on_signal(signal.SIGTERM, None)
+        t.join(10)
+        assert not t.is_alive(), "the paused driver did not stop"
+        assert time.time() - asked < 10
+    finally:
+        _pg_ctl(own_pg_server, "start")
+    assert rows(q, "SELECT status, attempts FROM jobs")[0] == ("running", 1)
+    assert jobqueue.recover_stale(q.eng, grace_s=0) == [jid]  # another driver's recovery
+    assert rows(q, "SELECT outcome FROM attempts")[0][0] == "interrupted"
 
 
 # ---------------------------------------------------------------- one line, naming the database

@@ -139,6 +139,11 @@ def test_two_workers_give_the_two_micro_batch_curve_through_kills(tmp_path, loop
     assert "worker lost" in attempts[1][3]
     assert attempts[2][2] is not None and attempts[2][2] > resumed  # resumed again, not from scratch
     assert rows(q, "SELECT workers FROM train_results WHERE job_id=:j", j=job) == [(2,)]
+    # rank 0 wrote attempt 3's final weights; the driver made them the job's when it recorded the success
+    from looplab.workers import checkpoint
+
+    ((art,),) = rows(q, "SELECT artifact_dir FROM jobs WHERE id=:j", j=job)
+    assert checkpoint.load(Path(art) / "final.pt")["attempt"] == 3
 
     # the one-process run of the same spec: 2 micro-batches of 2, one torch thread like each worker
 

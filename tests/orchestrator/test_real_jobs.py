@@ -4,6 +4,7 @@ and a derived iso-time budget resolved from the reference's measured training ti
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -70,6 +71,12 @@ def test_real_grid_with_follow_ups_and_iso_time(tmp_path, ray_cluster):
     ] == [1, 2, 4]
     assert rows(q, "SELECT COUNT(*) FROM decode_benches WHERE job_id=:j", j=bench)[0][0] >= 1
     assert len(q.results("runs")) == 2  # the view reads what the queue wrote
+    # the trainer wrote its attempt's final weights, the driver made them the job's when it recorded
+    # the success (docs/guarantees.md, promise 11), and the "final" retention kept final.pt alone
+    from looplab.workers import checkpoint as ckpt
+
+    (art,) = rows(q, "SELECT artifact_dir FROM jobs WHERE id=:j", j=train)[0]
+    assert ckpt.load(Path(art) / "final.pt")["attempt"] == 1 and not list(Path(art).glob("final-a*.pt"))
 
     (secs,) = rows(q, "SELECT train_seconds FROM train_results WHERE job_id=:j", j=train)[0]
     budget, resolved = rows(q, "SELECT budget, budget_time_s FROM jobs WHERE id=:j", j=follower)[0]

@@ -116,6 +116,10 @@ def test_a_run_keeps_its_last_checkpoints_and_a_takeover_ignores_the_replaced_at
     assert not late.exists()  # removed with the older ones once attempt 2 saved
     assert sorted(p.name for p in run.glob("checkpoint-*")) == [checkpoint_name(2, s) for s in (8, 10, 12)]
     assert ckpt.load(resume_from(run))["attempt"] == 2  # the token is in the file too, not only its name
+    # under the queue the final weights are the attempt's own until the driver records its success
+    assert not (run / FINAL).exists() and ckpt.load(run / artifacts.final_name(2))["attempt"] == 2
+    assert artifacts.promote(run, 2) and ckpt.load(run / FINAL)["attempt"] == 2
+    assert ckpt.load(tmp_path / "whole" / FINAL)["attempt"] == 1  # outside the queue: its own at once
 
 
 def test_a_dir_of_the_old_one_file_layout_resumes_bit_for_bit(looplab_cache, tmp_path):
