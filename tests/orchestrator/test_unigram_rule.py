@@ -101,3 +101,31 @@ def test_the_finding_is_stored_with_its_step_and_figures_and_a_stop_reaches_the_
         ).all()
     assert [tuple(r) for r in rows] == [("unigram", "error", 10, "val_loss", 5.5, 1)]
     assert [tuple(r) for r in baseline] == [(0, BYTE_UNIGRAM)]  # the baseline is stored with the run
+
+
+def test_through_the_real_queue_a_run_above_the_baseline_is_warned_with_it(
+    tmp_path, ray_cluster, monkeypatch
+):
+    """lr 50 (the issue's collapse) evaluated at step 10, with the warm-up set to 0 and the chance rule
+    out of the way: the trainer reports the corpus's baseline at step 0, the writer's rule warns once
+    with the figures, and the job, warned only, succeeds."""
+    from looplab import Queue
+    from tests.db_rows import rows
+    from tests.orchestrator.test_real_jobs import TRAIN
+
+    monkeypatch.setenv("LOOPLAB_ALERTS", str(tmp_path / "none.json"))
+    (tmp_path / "none.json").write_text("{}")
+    q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art")
+    base = {**TRAIN, "recipe": "lean", "seed": 0, "lr": 50, "tokens": 4 * 32 * 12, "eval_every": 10}
+    (job,) = q.submit(Grid("u", base=base, health={"unigram_after": 0, "chance_window": 1000}))
+    q.run(until_empty=True, progress=False, poll_s=0.2, retry_backoff_s=0.05)
+    ((baseline,),) = rows(
+        q, "SELECT value FROM metrics WHERE job_id=:j AND key='unigram_xent' AND step=0", j=job
+    )
+    assert 3.25 < baseline < 3.35  # the byte corpus's
+    ((rule, level, step, value, message),) = rows(
+        q, "SELECT rule, level, step, value, message FROM health_events WHERE job_id=:j", j=job
+    )
+    assert (rule, level) == ("unigram", "warning") and value > baseline and step >= 9
+    assert f"above the unigram baseline {baseline:.4g}" in message
+    assert rows(q, "SELECT status FROM jobs WHERE id=:j", j=job) == [("succeeded",)]
