@@ -325,15 +325,24 @@ def unigram_xent(shards: Shards) -> float:
     from filelock import FileLock
 
     path = shards.dir / UNIGRAM_FILE
-    if not path.exists():
+    if path.exists():
+        return float(json.loads(path.read_text())["nats"])
+    try:
         with FileLock(str(shards.dir / ".lock")):
             if not path.exists():
-                train = np.memmap(shards.dir / "train.bin", dtype=shards.meta["dtype"], mode="r")
-                counts = np.zeros(shards.vocab_size, dtype=np.int64)
-                for at in range(0, len(train), UNIGRAM_CHUNK):
-                    counts += np.bincount(train[at : at + UNIGRAM_CHUNK], minlength=shards.vocab_size)
-                _write_json(path, {"nats": token_entropy(counts), "tokens": int(counts.sum())})
+                _write_json(path, _unigram(shards))
+    except OSError:  # a cache the run may read but not write (shared, read-only): counted, not kept
+        return float(_unigram(shards)["nats"])
     return float(json.loads(path.read_text())["nats"])
+
+
+def _unigram(shards: Shards) -> dict[str, Any]:
+    """The token counts of the preparation's whole train split, in chunks, as `unigram_xent` keeps them."""
+    train = np.memmap(shards.dir / "train.bin", dtype=shards.meta["dtype"], mode="r")
+    counts = np.zeros(shards.vocab_size, dtype=np.int64)
+    for at in range(0, len(train), UNIGRAM_CHUNK):
+        counts += np.bincount(train[at : at + UNIGRAM_CHUNK], minlength=shards.vocab_size)
+    return {"nats": token_entropy(counts), "tokens": int(counts.sum())}
 
 
 def token_entropy(counts: np.ndarray) -> float:

@@ -131,3 +131,17 @@ def test_the_byte_corpus_unigram_baseline_is_far_above_a_trained_tiny_model(loop
     are under from their first evaluation (val_loss 2.69-2.82 at step 19, ~1.9-2.1 at step 119)."""
     s = data.prepare(data.DataSpec(corpus="offline", tokenizer="byte"))
     assert 3.25 < data.unigram_xent(s) < 3.35 < np.log(256)
+
+
+def test_a_preparation_the_run_cannot_write_to_still_gives_its_baseline(looplab_cache, tmp_path, monkeypatch):
+    f = tmp_path / "ab.txt"
+    f.write_text("\n\n".join("abbb" * 40 for _ in range(300)))
+    s = data.prepare(data.DataSpec(corpus=str(f), tokenizer="byte"))
+    expected = data._unigram(s)["nats"]
+
+    def read_only(*a, **k):  # as a shared cache mounted read-only refuses the lock and the file
+        raise PermissionError(13, "Read-only file system")
+
+    monkeypatch.setattr(data, "_write_json", read_only)
+    monkeypatch.setattr("filelock.FileLock.acquire", read_only)
+    assert data.unigram_xent(s) == expected and not (s.dir / data.UNIGRAM_FILE).exists()
