@@ -17,7 +17,7 @@ import streamlit as st
 from looplab.analysis import comparison, variants
 from looplab.analysis.stats import ClaimVerdict, Verdict
 from looplab.orchestrator import frames
-from looplab.orchestrator.health_view import events_frame
+from looplab.orchestrator.health_view import LINK, events_frame
 
 TTL_S = 5
 NO_JOBS = (
@@ -275,6 +275,10 @@ def table(
         else st.column_config.NumberColumn(c, format=grid_format)
         for c, (grid_format, _) in formats.items()
     }
+    if LINK in df.columns:  # the morning view's deep links (orchestrator.health_view.run_link)
+        config[LINK] = st.column_config.LinkColumn(
+            LINK, display_text="open run", help="its run on the Runs page"
+        )
     st.dataframe(
         df, hide_index=True, key=key, height=height, column_config=config, placeholder=variants.MISSING
     )
@@ -374,7 +378,37 @@ def runs_page(title: str) -> tuple[str, pd.DataFrame, pd.DataFrame]:
     all_runs = variants.with_variants(runs(db))
     if not require_jobs(all_runs):
         st.stop()
-    return db, all_runs, filter_runs(all_runs)
+    linked = linked_jobs()
+    if linked is None:
+        return db, all_runs, filter_runs(all_runs)
+    chosen = all_runs[all_runs["job_id"].isin(linked)]  # the link is the selection, whatever the sidebar
+    absent = sorted(linked - set(int(j) for j in chosen["job_id"]))
+    if absent:
+        st.info(f"job(s) {', '.join(map(str, absent))} of the link: no training run of that id here")
+    st.caption(f"job(s) {', '.join(map(str, sorted(linked)))}, from the link (`?{JOB_PARAM}=`)")
+    return db, all_runs, chosen
+
+
+JOB_PARAM = "job"  # ?job=12,13: the runs a deep link opens (orchestrator.health_view.run_link)
+
+
+def linked_jobs(quiet: bool = False) -> set[int] | None:
+    """The job ids a `?job=12,13` query parameter names (the morning view's links), else None; a value
+    that is no list of ids is named on the page (once: `quiet` for a second reader) and ignored."""
+    raw = st.query_params.get(JOB_PARAM)
+    if raw is None:
+        return None
+    try:
+        ids = {int(v) for v in str(raw).split(",") if v.strip()}
+    except ValueError:
+        ids = set()
+    if not ids:
+        if not quiet:
+            st.error(
+                f"{JOB_PARAM}: cannot read {raw!r}; accepted: job ids, comma-separated (?{JOB_PARAM}=12,13)"
+            )
+        return None
+    return ids
 
 
 def require_jobs(jobs_df: pd.DataFrame) -> bool:

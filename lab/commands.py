@@ -242,10 +242,10 @@ def clock(t: float | None, local: bool = False, fmt: str = "%m-%d %H:%M:%S") -> 
 def since_text(eng, since: str, local: bool = False) -> str:
     """The morning view in text (`looplab status --since`): counts, finished jobs, findings, alerts
     (pending ones first), times in UTC (`local`: the local zone)."""
-    from looplab.orchestrator.health_view import happened_since, parse_since
+    from looplab.orchestrator.health_view import happened_since, parse_since, with_links
 
     at = parse_since(since)
-    seen = happened_since(eng, at)
+    seen = with_links(happened_since(eng, at))  # each job's run on the dashboard ($LOOPLAB_DASHBOARD_URL)
     head = f"since {clock(at, local, '%Y-%m-%d %H:%M')}: " + ", ".join(
         f"{n} {what}" for what, n in seen["counts"].items()
     )

@@ -25,6 +25,10 @@ and attempt (`store`). Why these rules and these defaults (docs/health.md):
 - plateau: the train loss's range over the last `plateau_window` steps under `plateau_rel` of its
   mean, from step `plateau_after` on: a loss that stopped moving (a minibatch loss of a learning run
   moves by percents from step to step). Action `plateau_action` (warn by default).
+- unigram: the validation loss above the unigram cross-entropy of the run's training data (the loss of
+  predicting each token by its frequency; computed once per preparation, workers/data.py, and reported
+  as the metric `unigram_xent`) at an evaluation from step `unigram_after` on: a run that has not
+  learned even the token frequencies. Action `unigram_action` (warn by default).
 A rule's action: `warn` (a warning; the run goes on), `stop` (the attempt is killed at once and the
 job fails, not retried: a deterministic run would collapse again) or `hold` (the run is asked to stop
 at its next step with a checkpoint, and the job fails, not retried, for a person to look at and
@@ -50,6 +54,7 @@ from sqlalchemy import Connection
 
 from looplab.model import fields
 from looplab.model.errors import ConfigError
+from looplab.workers.reporter import UNIGRAM_XENT
 
 
 class Rule(StrEnum):
@@ -62,6 +67,7 @@ class Rule(StrEnum):
     EVAL_DIVERGENCE = "eval_divergence"
     AT_CHANCE = "at_chance"  # the train loss sits at ln V: the run collapsed to a uniform guess
     PLATEAU = "plateau"  # the train loss stopped moving
+    UNIGRAM = "unigram"  # the validation loss is above the training data's unigram baseline
     REWIND = "rewind"  # the trainer rewound a loss spike (its spec's spike_rewind)
     PREEMPTED = "preempted"  # the driver stopped a preemptible job for an urgent one (admission.py)
 
@@ -107,6 +113,10 @@ class HealthSettings:
     plateau_window: int = 50
     plateau_after: int = 100
     plateau_action: str = WARN
+    # unigram: a val_loss above the data's unigram cross-entropy at step 100 or later (the demo's byte
+    # runs are under it from their first evaluation, step 19: 2.8 against 3.30 nats; docs/health.md)
+    unigram_after: int = 100
+    unigram_action: str = WARN
     # a program error (config, shape, type) repeats on every attempt: not retried unless asked
     retry_program_errors: bool = False
 
@@ -120,9 +130,9 @@ class HealthSettings:
             name = f"{where}.{key}"
             if key in ("retry_non_finite", "retry_program_errors"):
                 checked[key] = fields.boolean(name, value)
-            elif key in ("chance_action", "plateau_action"):
+            elif key in ("chance_action", "plateau_action", "unigram_action"):
                 checked[key] = fields.choice(name, value, ACTIONS)
-            elif key in ("chance_window", "plateau_window", "chance_after", "plateau_after"):
+            elif key in ("chance_window", "plateau_window") or key.endswith("_after"):
                 checked[key] = fields.integer(name, value, lo=0 if key.endswith("_after") else 1)
             elif key in ("spike_window", "slow_window", "eval_count"):
                 checked[key] = fields.integer(name, value, lo=2 if key != "eval_count" else 1)
@@ -381,6 +391,36 @@ class PlateauRule:
         return found
 
 
+class UnigramRule:
+    """A val_loss above the training data's unigram cross-entropy (`baseline`, None until the run reports
+    it) at an evaluation from step `after` on. Once per episode (it ends when the loss is under it)."""
+
+    def __init__(self, after: int, action: str) -> None:
+        self.after, self.action = after, action
+        self.baseline: float | None = None
+        self.above = False
+
+    def observe(self, step: int, value: float) -> Finding | None:
+        if self.baseline is None or step < self.after:
+            return None
+        above, was = value > self.baseline, self.above
+        self.above = above
+        if not above or was:
+            return None
+        level, then = _acted(self.action)
+        return Finding(
+            Rule.UNIGRAM,
+            level,
+            step,
+            VAL_LOSS,
+            value,
+            f"val_loss {value:.4g} at step {step} is above the unigram baseline {self.baseline:.4g} (the "
+            f"cross-entropy of predicting each token by its frequency in the training data): the run has "
+            f"not learned even the token frequencies (lr, data or model?); {then}",
+            self.action,
+        )
+
+
 class RunHealth:
     """The curve rules of one attempt of one job, fed its metric points in order; a point at or before
     the last one seen of its key (a replayed spool, a batch written again) is not counted twice."""
@@ -392,6 +432,7 @@ class RunHealth:
         self.divergence = EvalDivergenceRule(s.eval_count, s.eval_noise)
         self.chance = ChanceRule(vocab, s.chance_tol, s.chance_window, s.chance_after, s.chance_action)
         self.plateau = PlateauRule(s.plateau_rel, s.plateau_window, s.plateau_after, s.plateau_action)
+        self.unigram = UnigramRule(s.unigram_after, s.unigram_action)
         self.last_step: dict[str, int] = {}
 
     def rearm(self, finding: Finding) -> None:
@@ -401,6 +442,8 @@ class RunHealth:
             self.chance.done = False
         elif finding.rule == Rule.PLATEAU:
             self.plateau.flat = False
+        elif finding.rule == Rule.UNIGRAM:
+            self.unigram.above = False
 
     def observe(self, key: str, step: int, value: float, tokens=None, wall_s=None) -> list[Finding]:
         if step <= self.last_step.get(key, -1):
@@ -415,7 +458,9 @@ class RunHealth:
             found.append(self.chance.observe(step, value))
             found.append(self.plateau.observe(step, value, self.chance.since is not None))
         elif key == VAL_LOSS:
-            found.append(self.divergence.observe(step, value))
+            found += [self.divergence.observe(step, value), self.unigram.observe(step, value)]
+        elif key == UNIGRAM_XENT:
+            self.unigram.baseline = value
         return [f for f in found if f is not None]
 
 

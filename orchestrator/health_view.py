@@ -5,8 +5,10 @@ page) and the health events of runs (markers on the curves): readers of what the
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
+from urllib.parse import quote
 
 import sqlalchemy as sa
 
@@ -39,6 +41,30 @@ def parse_since(text: str, now: float | None = None) -> float:
             f"since: cannot read {text!r}; accepted: a duration back from now (90m, 8h, 2d), a clock time "
             "today (07:30) or an ISO date-time (2026-12-03 18:00)"
         ) from None
+
+
+DASHBOARD_ENV = "LOOPLAB_DASHBOARD_URL"  # where people open the dashboard, for the links of the CLI
+DEFAULT_DASHBOARD = "http://127.0.0.1:8501"  # `looplab dashboard`'s own address
+LINK = "run"  # the morning view's column of links to each job's run on the dashboard
+
+
+def run_link(job: int, base: str | None = None, db: str | None = None) -> str:
+    """The dashboard's Runs page opened on job `job` alone (`?job=`, dashboard/ui.py `linked_jobs`):
+    under `base` (default $LOOPLAB_DASHBOARD_URL, else `looplab dashboard`'s address), with the
+    database `db` when the page that links was opened on one (`?db=`)."""
+    base = (base or os.environ.get(DASHBOARD_ENV) or DEFAULT_DASHBOARD).rstrip("/")
+    return f"{base}/runs?job={int(job)}" + (f"&db={quote(db, safe='')}" if db else "")
+
+
+def with_links(seen: dict[str, Any], base: str | None = None, db: str | None = None) -> dict[str, Any]:
+    """`happened_since`'s frames with a `run` column: each job's link (`run_link`), none for a message
+    about no job."""
+    import pandas as pd
+
+    for name in ("finished", "health", "alerts"):
+        df = seen[name]
+        df[LINK] = [None if pd.isna(j) else run_link(j, base, db) for j in df["job"].astype(object)]
+    return seen
 
 
 def happened_since(eng: Any, since: float) -> dict[str, Any]:

@@ -312,6 +312,45 @@ def _open(spec: DataSpec, d: Path, limit: int | None) -> Shards:
     return Shards(d, train, mm["val"], tok, np.load(d / "token_bytes.npy"), meta)
 
 
+UNIGRAM_FILE = "unigram.json"
+UNIGRAM_CHUNK = 1 << 24  # tokens counted at a time: a whole split as int64 would be 8 bytes a token
+
+
+def unigram_xent(shards: Shards) -> float:
+    """The unigram cross-entropy (nats per token) of the preparation's whole train split: the loss of a
+    model that predicts every token with its frequency, the bar a validation loss must get under (the
+    `unigram` health rule, orchestrator/health.py). Computed once per preparation from its token counts
+    and kept beside its meta.json (a preparation is immutable, so the figure never goes stale; one made
+    before this figure existed gets it on its first use)."""
+    from filelock import FileLock
+
+    path = shards.dir / UNIGRAM_FILE
+    if path.exists():
+        return float(json.loads(path.read_text())["nats"])
+    try:
+        with FileLock(str(shards.dir / ".lock")):
+            if not path.exists():
+                _write_json(path, _unigram(shards))
+    except OSError:  # a cache the run may read but not write (shared, read-only): counted, not kept
+        return float(_unigram(shards)["nats"])
+    return float(json.loads(path.read_text())["nats"])
+
+
+def _unigram(shards: Shards) -> dict[str, Any]:
+    """The token counts of the preparation's whole train split, in chunks, as `unigram_xent` keeps them."""
+    train = np.memmap(shards.dir / "train.bin", dtype=shards.meta["dtype"], mode="r")
+    counts = np.zeros(shards.vocab_size, dtype=np.int64)
+    for at in range(0, len(train), UNIGRAM_CHUNK):
+        counts += np.bincount(train[at : at + UNIGRAM_CHUNK], minlength=shards.vocab_size)
+    return {"nats": token_entropy(counts), "tokens": int(counts.sum())}
+
+
+def token_entropy(counts: np.ndarray) -> float:
+    """The entropy (nats) of the distribution `counts` (per token id) describe."""
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * np.log(p)).sum())
+
+
 def _say(reporter: Reporter | None, message: str, level: str = "INFO") -> None:
     log.log(logging.getLevelName(level), message)
     if reporter is not None:

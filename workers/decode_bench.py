@@ -95,6 +95,24 @@ class Spec(ModelFields):
         return self.family_keys(spec_to_dict(self))
 
 
+def refuse_follow(spec: dict[str, Any], followed: dict[str, Any]) -> None:
+    """At submission (workers.jobs `refuse_follow`): a model of another family must take the longest
+    context this bench will run it at (a family without a KV cache is run only up to
+    RECOMPUTE_MAX_CONTEXT), else every attempt fails with the same shape error
+    (model.contract `check_context`: its declared `max_context`, or a forward at that length)."""
+    from looplab.model.contract import check_context, family_settings
+    from looplab.model.presets import preset
+
+    bench = Spec.from_dict(spec)
+    if bench.family == BUILTIN_FAMILY:
+        return
+    cached = (followed.get("capabilities") or {}).get("kv_cache", True)
+    lens = [c for c in bench.context_lens if cached or c <= RECOMPUTE_MAX_CONTEXT]
+    if lens:
+        cfg = preset(bench.recipe, bench.size, **bench.model)
+        check_context(bench.family, family_settings(cfg, bench.family_config), max(lens))
+
+
 def cost(spec: Spec) -> ForwardCost:
     """Every decode step of every cell (warm-up and timed: `warmup + steps` per context length and batch
     size), each a forward of one token per sequence at the cell's context length; a step also pays a

@@ -34,6 +34,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
+# a train run's unigram baseline, reported as a metric at step 0 of each attempt (workers/data.py
+# `unigram_xent`): the bar the health rule `unigram` (orchestrator/health.py) holds its val_loss to
+UNIGRAM_XENT = "unigram_xent"
+
 
 class JobInterrupted(Exception):
     """Raised by a job that was asked to stop (`Reporter.should_stop()`) after it saved a checkpoint.

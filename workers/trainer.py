@@ -84,12 +84,13 @@ from looplab.workers.data import (
     get_batch,
     prepare,
     sampler_for,
+    unigram_xent,
     val_chunks,
 )
 from looplab.workers.device import memory_bytes, peak_flops, peak_mem_mb, reset_peak_mem, resolve_device
 from looplab.workers.optim import build_optimizers, lr_factor, set_lr
 from looplab.workers.prepare import cores_given
-from looplab.workers.reporter import JobInterrupted, Reporter
+from looplab.workers.reporter import UNIGRAM_XENT, JobInterrupted, Reporter
 from looplab.workers.rewind import TEST_SPIKE, Rewind, data_step
 from looplab.workers.schedule import TimeBudgetSchedule
 from looplab.workers.tokenizer import smaller_vocab_message
@@ -265,6 +266,8 @@ class Trainer:
             rep.resumed(self.state.step)
             rep.log(f"resumed from {self.ckpt_path} at step {self.state.step}/{self.state.total_steps}")
         self._say_data()
+        if self.writes:  # each attempt: the health rules of an attempt start afresh
+            rep.metric(UNIGRAM_XENT, 0, unigram_xent(self.data))
         rep.log(
             f"train {spec.recipe}/{spec.size}: {self.param_counts['total']:,} params, "
             f"{self.state.total_steps} steps of {self.tokens_per_step} tokens on {self.device}; "

@@ -18,7 +18,7 @@ from looplab.analysis.variants import MISSING, present
 from looplab.dashboard import listing, ui
 from looplab.orchestrator import frames, retention
 from looplab.orchestrator.errors import USER_ERRORS
-from looplab.orchestrator.health_view import happened_since, parse_since
+from looplab.orchestrator.health_view import DEFAULT_DASHBOARD, happened_since, parse_since, with_links
 from looplab.orchestrator.states import JobStatus
 
 REFRESH_S = 5
@@ -45,8 +45,16 @@ def disk_line(used: retention.DiskInUse) -> str:
 
 
 @st.cache_data(ttl=REFRESH_S, show_spinner=False)
-def since(url: str, at: float) -> dict:
-    return happened_since(frames.engine(url), at)
+def since(url: str, at: float, root: str, db: str | None) -> dict:
+    return with_links(happened_since(frames.engine(url), at), root, db)
+
+
+def dashboard_root() -> str:
+    """This dashboard's address as the browser sees it (its links stay on it), without the page."""
+    here = str(st.context.url or "").split("?")[0].rstrip("/")
+    for page in ("/queue", "/home"):
+        here = here.removesuffix(page)
+    return here or DEFAULT_DASHBOARD
 
 
 def morning_view() -> None:
@@ -58,14 +66,15 @@ def morning_view() -> None:
     except USER_ERRORS as e:
         st.error(str(e))
         return
-    seen = since(url, float(int(at // 60) * 60))  # to the minute: the cache holds one view a minute
+    # to the minute: the cache holds one view a minute; each job links to its run, on this database
+    seen = since(url, float(int(at // 60) * 60), dashboard_root(), st.query_params.get("db"))
     labels = {JobStatus.SUCCEEDED: "finished", JobStatus.FAILED: "failed since"}
     counts = {labels.get(k, k): v for k, v in seen["counts"].items()}
     for col, (label, n) in zip(st.columns(len(counts)), counts.items()):
         col.metric(label, n)
     st.caption(
-        f"since {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(at))} (times in UTC); each job is on the Runs "
-        "page by its id"
+        f"since {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(at))} (times in UTC); each job's `run` "
+        "link opens the Runs page on it"
     )
     pending = seen["counts"]["alerts pending"]
     if pending:  # what has not reached a person yet comes first, in a colour that stands out

@@ -42,7 +42,11 @@ def with_superseded(chart, x: str):
 
 
 url, _, runs = ui.runs_page("Runs")
-shown = runs[runs["status"].isin([JobStatus.RUNNING, JobStatus.SUCCEEDED])].sort_values("job_id")
+# a failed run is drawn when a link asks for it (the morning view's: a run a health rule stopped)
+drawn = runs["status"].isin([JobStatus.RUNNING, JobStatus.SUCCEEDED]) | runs["job_id"].isin(
+    ui.linked_jobs(quiet=True) or ()
+)
+shown = runs[drawn].sort_values("job_id")
 ids = tuple(int(i) for i in shown["job_id"])
 depth_keys = ui.depth_metric_keys(url, ids)
 metric_keys = [*frames.CURVE_KEYS, *sorted(set(depth_keys["key"]), key=lambda k: int(k.split("@")[1]))]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -193,3 +194,53 @@ def check_family(family: str | None, config: dict[str, Any], loops: int | None =
     return FamilyReport(
         fam.name, fam.package, fam.version, caps, split, vocab, n_params, flops, measured, kv, checked
     )
+
+
+# The longest context the submission's forward probe runs (on the CPU, one row, the family's check size);
+# a longer one is checked against the family's declared `max_context` only (docs/own-model.md).
+CONTEXT_PROBE_MAX = 2048
+_CONTEXTS_TAKEN: dict[str, int | None] = {}  # a grid's points share a family and config: one probe
+
+
+def check_context(family: str | None, config: dict[str, Any], context: int) -> int | None:
+    """`_check_context`, once per family, config and context in a process (a passed check: a refusal
+    ends the submission)."""
+    key = json.dumps([family, config, context], sort_keys=True, default=str)
+    if key not in _CONTEXTS_TAKEN:
+        _CONTEXTS_TAKEN[key] = _check_context(family, config, context)
+    return _CONTEXTS_TAKEN[key]
+
+
+def _check_context(family: str | None, config: dict[str, Any], context: int) -> int | None:
+    """Refuse (FamilyError naming `context_lens`) a family that cannot take `context` tokens, the longest
+    a decode benchmark will ask of it: a module that declares `max_context` (an int: a learned position
+    table, a fixed-size cache) is held to it; one that declares nothing is run forward on one row of
+    `context` tokens (up to CONTEXT_PROBE_MAX), since a position table of the training length fails
+    there with the same shape error on every attempt of the job. Returns the declared limit, if any."""
+    fam = resolve_family(family)
+    large = large_module(fam, config)
+    module = instantiate(fam, config if large is None else check_config(fam, config)).cpu().eval()
+    limit = getattr(module, "max_context", None)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise FamilyError(f"family {fam.name!r}: max_context {limit!r}; expected an int >= 1 (tokens)")
+    if limit is not None:
+        if context > limit:
+            raise FamilyError(
+                f"context_lens: {context} tokens is more than family {fam.name!r} can take (its max_context "
+                f"is {limit}); accepted: context lengths up to {limit}"
+            )
+        return limit
+    if context > CONTEXT_PROBE_MAX:
+        return None
+    idx = torch.zeros((1, context), dtype=torch.long)
+    try:
+        with torch.no_grad():
+            module(idx, loops=1)
+    except Exception as e:
+        raise FamilyError(
+            f"context_lens: family {fam.name!r} cannot take a context of {context} tokens: its forward on "
+            f"(1, {context}) token ids raised {type(e).__name__}: {e} (trained at seq_len "
+            f"{config.get('seq_len')}); accepted: context lengths its forward takes, or declare the "
+            "family's `max_context` (docs/own-model.md)"
+        ) from None
+    return None

@@ -109,3 +109,39 @@ def test_offline_corpus_does_not_depend_on_what_the_caller_imported():
         for imports in ("", "import torch, ray, datasets, pandas")
     ]
     assert len(digests[0]) == 64 and digests[0] == digests[1]
+
+
+def test_the_unigram_baseline_is_computed_once_per_preparation(looplab_cache, tmp_path):
+    f = tmp_path / "ab.txt"  # a corpus whose token frequencies are known: the bytes 'a', 'b' and '\n'
+    f.write_text("\n\n".join("aaab" * 50 for _ in range(300)))
+    s = data.prepare(data.DataSpec(corpus=str(f), tokenizer="byte"))
+    counts = np.bincount(np.asarray(s.train), minlength=256)
+    assert set(np.flatnonzero(counts)) <= {ord("a"), ord("b"), ord("\n")}
+    p = counts[counts > 0] / counts.sum()
+    assert data.unigram_xent(s) == pytest.approx(float(-(p * np.log(p)).sum()), rel=1e-12)
+    assert 0.5 < data.unigram_xent(s) < np.log(3)  # mostly 'a': under a uniform guess over 3 tokens
+    # kept beside the preparation's meta.json and read back, not counted again (a counted figure would
+    # not be 1.25); a run on a prefix of the same preparation reads the same figure
+    (s.dir / data.UNIGRAM_FILE).write_text('{"nats": 1.25, "tokens": 1}')
+    assert data.unigram_xent(data.prepare(data.DataSpec(corpus=str(f), tokenizer="byte"))) == 1.25
+
+
+def test_the_byte_corpus_unigram_baseline_is_far_above_a_trained_tiny_model(looplab_cache):
+    """The figure docs/health.md gives for the demo's corpus: 3.30 nats, which the demo's 120-step runs
+    are under from their first evaluation (val_loss 2.69-2.82 at step 19, ~1.9-2.1 at step 119)."""
+    s = data.prepare(data.DataSpec(corpus="offline", tokenizer="byte"))
+    assert 3.25 < data.unigram_xent(s) < 3.35 < np.log(256)
+
+
+def test_a_preparation_the_run_cannot_write_to_still_gives_its_baseline(looplab_cache, tmp_path, monkeypatch):
+    f = tmp_path / "ab.txt"
+    f.write_text("\n\n".join("abbb" * 40 for _ in range(300)))
+    s = data.prepare(data.DataSpec(corpus=str(f), tokenizer="byte"))
+    expected = data._unigram(s)["nats"]
+
+    def read_only(*a, **k):  # as a shared cache mounted read-only refuses the lock and the file
+        raise PermissionError(13, "Read-only file system")
+
+    monkeypatch.setattr(data, "_write_json", read_only)
+    monkeypatch.setattr("filelock.FileLock.acquire", read_only)
+    assert data.unigram_xent(s) == expected and not (s.dir / data.UNIGRAM_FILE).exists()

@@ -14,7 +14,8 @@ from looplab.orchestrator.schema import TrainResult
 from looplab.workers import checkpoint as ckpt
 from looplab.workers import jobs, train
 from looplab.workers.artifacts import resume_from
-from looplab.workers.reporter import MemoryReporter
+from looplab.workers.data import prepare, unigram_xent
+from looplab.workers.reporter import UNIGRAM_XENT, MemoryReporter
 from tests.workers.conftest import TINY_MODEL, tiny_spec
 
 
@@ -70,7 +71,18 @@ def test_run_reports_curves_and_one_complete_result_row(trained_fixed4):
     assert row["train_seconds"] > 0 and row["eval_seconds"] > 0 and row["ckpt_seconds"] > 0
     keys = {p["key"] for p in rep.of("metric")}
     depth_keys = {"val_loss@1", "val_loss@2", "val_loss@4", "val_loss@8"}  # fixed4 is looped: the default
-    assert keys == {"train_loss", "val_loss", "val_bpb", "lr", "tokens_per_s", "peak_mem_mb"} | depth_keys
+    assert keys == {
+        "train_loss",
+        "val_loss",
+        "val_bpb",
+        "lr",
+        "tokens_per_s",
+        "peak_mem_mb",
+        UNIGRAM_XENT,
+    } | (depth_keys)
+    # the data's unigram baseline, once at step 0 (the health rule `unigram`), which the run is under
+    baseline = unigram_xent(prepare(train.Spec.from_dict(tiny_spec(tokens=8 * 32 * 200)).data))
+    assert rep.curve(UNIGRAM_XENT) == [(0, baseline)] and row["final_val_loss"] < baseline
     lr = dict(rep.curve("lr"))
     assert lr[199] == 0.0 and lr[0] > 0  # the decay completes on the last step
     tl = rep.curve("train_loss")
