@@ -34,6 +34,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
+# A `logging` record's `extra` key for a line the job already sent with `reporter.log`: the queue's
+# capture of the job's logging (orchestrator/joblog.py) does not repeat it.
+REPORTED = "looplab_reported"
+
 
 class JobInterrupted(Exception):
     """Raised by a job that was asked to stop (`Reporter.should_stop()`) after it saved a checkpoint.
