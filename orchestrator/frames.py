@@ -30,7 +30,16 @@ from looplab.model.names import LOOPED_ARCH_COLUMNS
 from looplab.orchestrator.db import readonly_engine
 from looplab.orchestrator.jobkinds import MODEL_SOURCES
 from looplab.orchestrator.pairing import MATCH_TIME, stored_reference
-from looplab.orchestrator.schema import Attempt, DecodeBench, GridRow, Job, JobDep, LatestMetric, TrainResult
+from looplab.orchestrator.schema import (
+    Attempt,
+    DecodeBench,
+    DepthEval,
+    GridRow,
+    Job,
+    JobDep,
+    LatestMetric,
+    TrainResult,
+)
 from looplab.orchestrator.states import ACTIVE, JobStatus
 
 CURVE_KEYS = ("train_loss", "val_loss", "val_bpb", "lr", "tokens_per_s")
@@ -63,7 +72,9 @@ def job_listing(
     job_ids: Iterable[int] | None = None,
 ) -> pd.DataFrame:
     """One row per job in id order: its grid, kind, run identity, state, attempts, timestamps, worker and
-    GPUs, progress and ETA, its latest train and val loss (`latest_metrics`), its error text and
+    GPUs, progress and ETA, its latest train and val loss (`latest_metrics`; for a depth sweep, which
+    reports no curve, its val loss at the deepest loop count evaluated so far, so its progress line has a
+    figure as a train job's has), its error text and
     `waiting_for`: the first job it depends on that has not succeeded ("prepare job 7"), else None.
 
     One query however many jobs there are. `grid`: a grid id or name; `active_only`: only queued and
@@ -73,6 +84,14 @@ def job_listing(
     lm_val = sa.alias(LatestMetric.__table__, "lv")
     j = Job.__table__
     deps, dep = JobDep.__table__, sa.alias(Job.__table__, "dep")
+    de = DepthEval.__table__
+    deepest = (
+        sa.select(de.c.val_loss)
+        .where(de.c.job_id == j.c.id)
+        .order_by(de.c.loops.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
     blocking = (
         sa.select(dep.c.id, dep.c.kind)
         .join(deps, deps.c.depends_on == dep.c.id)
@@ -105,7 +124,7 @@ def job_listing(
             j.c.progress_total,
             j.c.eta_s,
             lm_train.c.value.label("train_loss"),
-            lm_val.c.value.label("val_loss"),
+            sa.func.coalesce(lm_val.c.value, deepest).label("val_loss"),
             j.c.error,
             blocking.with_only_columns(dep.c.id).scalar_subquery().label("waiting_for_id"),
             blocking.with_only_columns(dep.c.kind).scalar_subquery().label("waiting_for_kind"),
