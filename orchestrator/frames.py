@@ -65,6 +65,18 @@ def _read(url: str, sql: str, **params) -> pd.DataFrame:
 # ---------------------------------------------------------------- the job listing
 
 
+def _deepest_val_loss(job_id) -> sa.ScalarSelect:
+    """A depth sweep's val loss at the deepest loop count it has evaluated so far (NULL before any)."""
+    de = DepthEval.__table__
+    return (
+        sa.select(de.c.val_loss)
+        .where(de.c.job_id == job_id)
+        .order_by(de.c.loops.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+
+
 def job_listing(
     eng: Engine,
     grid: str | int | None = None,
@@ -84,14 +96,6 @@ def job_listing(
     lm_val = sa.alias(LatestMetric.__table__, "lv")
     j = Job.__table__
     deps, dep = JobDep.__table__, sa.alias(Job.__table__, "dep")
-    de = DepthEval.__table__
-    deepest = (
-        sa.select(de.c.val_loss)
-        .where(de.c.job_id == j.c.id)
-        .order_by(de.c.loops.desc())
-        .limit(1)
-        .scalar_subquery()
-    )
     blocking = (
         sa.select(dep.c.id, dep.c.kind)
         .join(deps, deps.c.depends_on == dep.c.id)
@@ -124,7 +128,7 @@ def job_listing(
             j.c.progress_total,
             j.c.eta_s,
             lm_train.c.value.label("train_loss"),
-            sa.func.coalesce(lm_val.c.value, deepest).label("val_loss"),
+            sa.func.coalesce(lm_val.c.value, _deepest_val_loss(j.c.id)).label("val_loss"),
             j.c.error,
             blocking.with_only_columns(dep.c.id).scalar_subquery().label("waiting_for_id"),
             blocking.with_only_columns(dep.c.kind).scalar_subquery().label("waiting_for_kind"),
