@@ -208,7 +208,10 @@ def _grid_commands(sub: argparse._SubParsersAction) -> None:
         default=None,
         help=f"with --device: the MFU training reaches (default {DEFAULT_MFU})",
     )
-    pl.add_argument("--csv", action="store_true", help="print the per-job table as CSV")
+    pl.add_argument("--csv", action="store_true", help="print the per-job table as CSV (every field)")
+    pl.add_argument(
+        "--wide", action="store_true", help="every column (disk, kept, start) on one line per job"
+    )
 
     add_arguments(
         sub.add_parser(
@@ -297,6 +300,11 @@ def _study_commands(sub: argparse._SubParsersAction) -> None:
         "time, two seeds, with depth sweeps",
     )
     dm.add_argument("--artifacts", default=None, help="artifact directory (default: ./looplab_artifacts)")
+    dm.add_argument(
+        "--wide",
+        action="store_true",
+        help="the comparison tables with every column (default: within 120 columns)",
+    )
 
     ft = sub.add_parser("fit", help="fit a study's scaling law to the finished runs and print it")
     ft.add_argument(

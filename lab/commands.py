@@ -126,7 +126,7 @@ def cli_plan(args) -> int:
             if how != "cached":
                 print("calibrating this machine (about 15 s; cached for a week) ...", flush=True)
             report = q.plan(grids, num_cpus=args.num_cpus, num_gpus=args.num_gpus, calibration=how)
-    print(report.frame().to_csv(index=False) if args.csv else report.text())
+    print(report.frame().to_csv(index=False) if args.csv else report.text(wide=args.wide))
     return 0
 
 
@@ -405,7 +405,7 @@ def cli_demo(args) -> int:
         from looplab.lab.demo import main_lean
 
         return main_lean(db=args.db, fast=args.fast, artifacts=args.artifacts or "looplab_artifacts")
-    return main(db=args.db, fast=args.fast, artifacts=args.artifacts or "looplab_artifacts")
+    return main(db=args.db, fast=args.fast, artifacts=args.artifacts or "looplab_artifacts", wide=args.wide)
 
 
 def cli_export_model(args) -> int:

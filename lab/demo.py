@@ -441,10 +441,20 @@ ISO_TIME_SHOWN = [
 ]
 
 
-def print_tables(url: str, grids: list[str] | None = None, by_variant: bool = False) -> None:
+# what the narrow iso-data table (`looplab demo`) leaves out, besides the per-seed losses ("seed N"):
+# `--wide` shows them
+ISO_DATA_WIDE_ONLY = ("recipe", "n_ref", "method", "data_worth_pct", "variant_id")
+WIDTH = 120
+
+
+def print_tables(
+    url: str, grids: list[str] | None = None, by_variant: bool = False, wide: bool = False
+) -> None:
     """The iso-data and iso-time comparisons, computed by the Compare page's tested functions: of the
     runs of `grids` (None: every run), the iso-time pairs named by recipe or, `by_variant`, by variant
-    label (recipes alone do not tell model families apart)."""
+    label (recipes alone do not tell model families apart). Within WIDTH columns (no ISO_DATA_WIDE_ONLY, the
+    iso-time pairs without their token counts; a table still wider, a long variant label's, is folded
+    into blocks of columns); `wide` (`looplab demo --wide`): every column on one line per row."""
     import pandas as pd
 
     from looplab.analysis import comparison
@@ -453,18 +463,29 @@ def print_tables(url: str, grids: list[str] | None = None, by_variant: bool = Fa
     runs = frames.runs(url)
     runs = runs if grids is None else runs[runs["grid"].isin(grids)]
     evals = comparison.eval_loss_per_run(runs, frames.depth(url))
-    width = 200 if by_variant else 160  # a variant label is longer than a recipe
-    with pd.option_context("display.width", width, "display.max_columns", 20, "display.precision", 4):
+    name = "variant_label" if by_variant else "recipe"
+    with pd.option_context("display.max_columns", 40, "display.precision", 4):
         print("\n== iso-data: equal model size and tokens (looped recipes at their best loop count) ==")
         iso_data = comparison.iso_data_table(evals)
         cols = [c for c in iso_data.columns if c not in ("size", "budget_tokens", "std", "loop_rule")]
-        print(iso_data[cols].to_string(index=False) if not iso_data.empty else "(no finished runs)")
+        if not wide:  # a row is a variant: its label names it
+            cols = [c for c in cols if c not in ISO_DATA_WIDE_ONLY and not c.startswith("seed ")]
+        print(_fitted(iso_data[cols], wide) if not iso_data.empty else "(no finished runs)")
         print("\n== iso-time: equal training wall time (final validation loss) ==")
         pairs = comparison.iso_time_pairs(runs)
-        cols = (
-            [c.replace("recipe", "variant_label") for c in ISO_TIME_SHOWN] if by_variant else ISO_TIME_SHOWN
-        )
-        print(pairs[cols].to_string(index=False) if not pairs.empty else "(no finished iso-time pair)")
+        cols = [c.replace("recipe", name) for c in ISO_TIME_SHOWN]
+        if not wide:
+            cols = [c for c in cols if c not in ("tokens", "ref_tokens")]
+        print(_fitted(pairs[cols], wide) if not pairs.empty else "(no finished iso-time pair)")
+
+
+def _fitted(table, wide: bool) -> str:
+    """`table` as text: one line per row when `wide`, else within WIDTH columns (folded into blocks of
+    columns, as pandas does, only where its narrow columns still do not fit)."""
+    text = table.to_string(index=False)
+    if wide or max(len(line) for line in text.splitlines()) <= WIDTH:
+        return text
+    return table.to_string(index=False, line_width=WIDTH)
 
 
 def ensure_calibration() -> None:
@@ -512,12 +533,14 @@ def _run(grids: list[Grid], what: str, db: str | None, artifacts: str, progress_
     return q, rc, failed
 
 
-def main(db: str | None = None, fast: bool = False, artifacts: str = "looplab_artifacts") -> int:
+def main(
+    db: str | None = None, fast: bool = False, artifacts: str = "looplab_artifacts", wide: bool = False
+) -> int:
     q, rc, failed = _run(grids(fast), "demo", db, artifacts, progress_every_s=10.0)
     if rc != 0:
         return rc
     try:
-        print_tables(q.url)
+        print_tables(q.url, wide=wide)
     except Exception as e:  # the tables are a summary; never hide the run's outcome behind them
         print(f"(dashboard tables unavailable: {type(e).__name__}: {e}); the runs view instead:")
         print(q.results("train_results")[["job_id", "tokens", "train_seconds", "final_val_loss"]].to_string())

@@ -164,6 +164,13 @@ def looplab_command(db: str | None = None) -> str:
     return cmd + (f" --db {db}" if db else "")
 
 
+def _figure(train_loss: float | None, val_loss: float | None) -> str:
+    """The live line's figure: the train loss so far, else (a depth sweep, an eval) the val loss so far."""
+    if _num(train_loss) or not _num(val_loss):
+        return f"loss {_num(train_loss)}"
+    return f"val {_num(val_loss)}"
+
+
 def print_progress(eng: Engine, job_ids: list[int]) -> None:
     """The scheduler's live view: one line per running job."""
     df = status_frame(eng, job_ids=job_ids)
@@ -174,6 +181,6 @@ def print_progress(eng: Engine, job_ids: list[int]) -> None:
         )
         print(
             f"{stamp} job {r.id:>3} {what:<28} {bar(r.progress_done, r.progress_total)} "
-            f"eta {fmt_eta(r.eta_s):>6}  loss {_num(r.train_loss)}",
+            f"eta {fmt_eta(r.eta_s):>6}  {_figure(r.train_loss, r.val_loss)}",
             flush=True,
         )

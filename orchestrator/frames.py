@@ -30,7 +30,16 @@ from looplab.model.names import LOOPED_ARCH_COLUMNS
 from looplab.orchestrator.db import readonly_engine
 from looplab.orchestrator.jobkinds import MODEL_SOURCES
 from looplab.orchestrator.pairing import MATCH_TIME, stored_reference
-from looplab.orchestrator.schema import Attempt, DecodeBench, GridRow, Job, JobDep, LatestMetric, TrainResult
+from looplab.orchestrator.schema import (
+    Attempt,
+    DecodeBench,
+    DepthEval,
+    GridRow,
+    Job,
+    JobDep,
+    LatestMetric,
+    TrainResult,
+)
 from looplab.orchestrator.states import ACTIVE, JobStatus
 
 CURVE_KEYS = ("train_loss", "val_loss", "val_bpb", "lr", "tokens_per_s")
@@ -56,6 +65,18 @@ def _read(url: str, sql: str, **params) -> pd.DataFrame:
 # ---------------------------------------------------------------- the job listing
 
 
+def _deepest_val_loss(job_id) -> sa.ScalarSelect:
+    """A depth sweep's val loss at the deepest loop count it has evaluated so far (NULL before any)."""
+    de = DepthEval.__table__
+    return (
+        sa.select(de.c.val_loss)
+        .where(de.c.job_id == job_id)
+        .order_by(de.c.loops.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+
+
 def job_listing(
     eng: Engine,
     grid: str | int | None = None,
@@ -63,7 +84,9 @@ def job_listing(
     job_ids: Iterable[int] | None = None,
 ) -> pd.DataFrame:
     """One row per job in id order: its grid, kind, run identity, state, attempts, timestamps, worker and
-    GPUs, progress and ETA, its latest train and val loss (`latest_metrics`), its error text and
+    GPUs, progress and ETA, its latest train and val loss (`latest_metrics`; for a depth sweep, which
+    reports no curve, its val loss at the deepest loop count evaluated so far, so its progress line has a
+    figure as a train job's has), its error text and
     `waiting_for`: the first job it depends on that has not succeeded ("prepare job 7"), else None.
 
     One query however many jobs there are. `grid`: a grid id or name; `active_only`: only queued and
@@ -105,7 +128,7 @@ def job_listing(
             j.c.progress_total,
             j.c.eta_s,
             lm_train.c.value.label("train_loss"),
-            lm_val.c.value.label("val_loss"),
+            sa.func.coalesce(lm_val.c.value, _deepest_val_loss(j.c.id)).label("val_loss"),
             j.c.error,
             blocking.with_only_columns(dep.c.id).scalar_subquery().label("waiting_for_id"),
             blocking.with_only_columns(dep.c.kind).scalar_subquery().label("waiting_for_kind"),

@@ -44,6 +44,7 @@ import ray
 from looplab.orchestrator.faults import Fault, classify, program_note
 from looplab.orchestrator.health import TRAIN_LOSS, Finding, Level, Rule, non_finite
 from looplab.orchestrator.jobkinds import check_workers
+from looplab.orchestrator.joblog import ProgressLines, captured
 from looplab.orchestrator.states import AttemptOutcome
 from looplab.workers.reporter import BaseReporter, Event, EventKind, JobInterrupted
 from looplab.workers.rewind import SpikeError
@@ -209,6 +210,7 @@ class QueueReporter(BaseReporter):
         self._send_lock = threading.Lock()  # keeps batches in order
         self._spool = MetricSpool(artifact_dir) if artifact_dir is not None else None
         self._spool_full = False
+        self._progress_lines = ProgressLines()
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
@@ -221,6 +223,13 @@ class QueueReporter(BaseReporter):
                     self._spool_full = not spooled
                     self._buf.append(Event(EventKind.LOG, event.ts, self._spool_note(spooled)))
             self._buf.append(event)
+
+    def progress(self, done, total, eta_s=None) -> None:
+        """The progress event, and a log line at each tenth of the way (orchestrator/joblog.py)."""
+        super().progress(done, total, eta_s)
+        line = self._progress_lines.line(float(done), float(total), eta_s)
+        if line is not None:
+            self.log(line)
 
     def resumed(self, step: int) -> None:
         """The attempt resumes from a checkpoint at `step`: the points earlier attempts spooled go first
@@ -420,7 +429,8 @@ def run_attempt(
     error fails it, the queue goes on; an out-of-memory or full-disk error opens with what to do."""
     rep.started(where, gpus)
     try:
-        result = run()
+        with captured(rep):
+            result = run()
     except (JobInterrupted, KeyboardInterrupt):
         result = TaskResult(AttemptOutcome.INTERRUPTED)
     except BaseException as e:  # every failure is recorded, the queue goes on

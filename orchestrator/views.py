@@ -11,7 +11,14 @@ history: revision 0001 created the first views itself, and the downgrade of 0003
 database taken back to 0001/0002 is exactly what that release expects.
 
 Portable SQL only (SQLite and PostgreSQL): no JSON functions; the columns they show are copied out of
-each job's config at submission (orchestrator/jobqueue.py, orchestrator/variants.py).
+each job's config at submission (orchestrator/jobqueue.py, orchestrator/variants.py). The one exception
+is a time shown to people: the tables hold epoch seconds, which read as nothing at a `looplab sql`
+prompt, so a view shows them as ISO 8601 UTC text (`created`, `finished`) through `ISO_TIME(expr)`,
+written once here and spelled per backend by `views_sql` (SQLite `strftime`, PostgreSQL `to_char`);
+the epoch columns (`created_at`, `finished_at`) stay beside them for programs (lab/export reads them).
+
+Every view that lists runs or their results carries the `grid` its job was submitted in (the name; NULL
+for a job outside a grid), so the iso-time run of one grid is told apart from another's without a join.
 
 Each view is declared by the job kind whose result table it shows (`Kind.views`, workers/jobs.py; a
 test checks the declarations and VIEWS name the same views), and the kinds the SQL names are read
@@ -21,6 +28,8 @@ writes `depth_evals`.
 """
 
 from __future__ import annotations
+
+import re
 
 from sqlalchemy import Connection
 
@@ -91,8 +100,14 @@ def _trained_model_of(follow_up_id: str) -> str:
 ) t ON t.follow_up_id = {follow_up_id}"""
 
 
+def _grid_of(job_id: str) -> str:
+    """The grid (`g.name AS grid`) of the job `job_id` names: joined, as alias `g`."""
+    return f"""LEFT JOIN jobs gj ON gj.id = {job_id}
+LEFT JOIN grids g ON g.id = gj.grid_id"""
+
+
 def _with_job_architecture(view: str, table: str, columns: str) -> str:
-    """Rows of `table` ("name alias") with the variant and architecture of the job that wrote them."""
+    """Rows of `table` ("name alias") with the grid, variant and architecture of the job that wrote them."""
     alias = table.split()[1]
     return f"""
 CREATE VIEW {view} AS
@@ -102,16 +117,18 @@ SELECT
     j.flops_per_token
 FROM {table}
 JOIN jobs j ON j.id = {alias}.job_id
+LEFT JOIN grids g ON g.id = j.grid_id
 """
 
 
 def _labelled_with_trained_model(view: str, table: str, id_name: str, columns: str) -> str:
-    """A follow-up job's result rows (`table` = "name alias") with its trained model's identity."""
+    """A follow-up job's result rows (`table` = "name alias") with its grid and its trained model's identity."""
     alias = table.split()[1]
     return f"""
 CREATE VIEW {view} AS
 SELECT
     {alias}.job_id AS {id_name},
+    g.name AS grid,
     t.id AS train_job_id,
     t.recipe,
     t.size,
@@ -119,6 +136,7 @@ SELECT
     {columns},{TRAINED}
 FROM {table}
 {_trained_model_of(alias + ".job_id")}
+{_grid_of(alias + ".job_id")}
 """
 
 
@@ -157,6 +175,7 @@ SELECT
         SELECT MIN(de.val_loss){_sweep_evals("d", "s", "de")}
     ) AS best_loop_val_loss,
     COALESCE(r.n_params, j.n_params) AS n_params,
+    ISO_TIME(j.created_at) AS created, ISO_TIME(j.finished_at) AS finished,
     j.created_at, j.finished_at,{ARCH.format(p="j")},
     j.budget_flops,
     COALESCE(r.flops_per_token, j.flops_per_token) AS flops_per_token,
@@ -173,7 +192,7 @@ WHERE j.kind IN ({RUN_KINDS})
     "curves": _with_job_architecture(
         "curves",
         "metrics m",
-        "m.job_id, j.recipe, j.size, j.seed, m.key, m.step, m.tokens, m.wall_s, m.value",
+        "m.job_id, g.name AS grid, j.recipe, j.size, j.seed, m.key, m.step, m.tokens, m.wall_s, m.value",
     ),
     # Loss against the evaluated loop count, labelled with the trained model; `inference_depth` = the
     # layers a token passes at the evaluated count (n_prelude + n_recurrent * loops + n_coda),
@@ -206,10 +225,12 @@ WHERE j.kind IN ({RUN_KINDS})
         f"ri.loops, {INFERENCE_DEPTH.format(loops='ri.loops')}, t.effective_depth AS trained_depth, "
         "ri.skipped, ri.round, ri.interaction",
     ),
+    # `recipe` is the benchmarked recipe (the table's `arch`, the name every other view uses); `arch`
+    # stays beside it for the readers written before the rename.
     "decode": _with_job_architecture(
         "decode",
         "decode_benches b",
-        "b.job_id, j.status, b.arch, b.size, b.context_len, b.batch_size, b.ms_per_token, b.ms_p10, "
+        "b.job_id, g.name AS grid, j.status, b.arch AS recipe, b.arch, b.size, b.context_len, b.batch_size, b.ms_per_token, b.ms_p10, "
         "b.ms_p90, b.kv_cache_mb, b.device, b.dtype, b.cuda_graph",
     ),
     # Task accuracy of eval jobs labelled with the trained model (named after `depth`: a view
@@ -227,6 +248,7 @@ WHERE j.kind IN ({RUN_KINDS})
 CREATE VIEW task_categories AS
 SELECT
     c.job_id AS eval_job_id,
+    g.name AS grid,
     t.id AS train_job_id,
     t.recipe,
     t.size,
@@ -242,6 +264,7 @@ FROM (
     GROUP BY s.job_id, s.category, s.loops
 ) c
 {_trained_model_of("c.job_id")}
+{_grid_of("c.job_id")}
 """,
     # The adaptive job's cells (workers/adaptive.py): loss and compute per exit rule, threshold and KV
     # strategy, labelled with the trained model; `changes_function` marks first / last_m.
@@ -279,6 +302,21 @@ FROM (
 }
 VIEW_NAMES = tuple(VIEWS)
 
+# An epoch-seconds column as ISO 8601 UTC text ("2026-12-05T21:53:32Z"), per backend; NULL stays NULL.
+ISO_TIME_SQL = {
+    "sqlite": "strftime('%Y-%m-%dT%H:%M:%SZ', {t}, 'unixepoch')",
+    "postgresql": """to_char(to_timestamp({t}) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')""",
+}
+
+
+def views_sql(dialect: str) -> dict[str, str]:
+    """VIEWS as `dialect` ("sqlite" | "postgresql") runs them: each ISO_TIME(expr) spelled out."""
+    iso = ISO_TIME_SQL[dialect]
+    return {
+        name: re.sub(r"ISO_TIME\(([^()]*)\)", lambda m: iso.format(t=m[1]), sql)
+        for name, sql in VIEWS.items()
+    }
+
 
 def drop_views(conn: Connection) -> None:
     """Drop every view of this module (those of revision 0001 have the same names)."""
@@ -289,5 +327,5 @@ def drop_views(conn: Connection) -> None:
 def create_views(conn: Connection) -> None:
     """(Re)create every view for the head schema."""
     drop_views(conn)
-    for sql in VIEWS.values():
+    for sql in views_sql(conn.dialect.name).values():
         conn.exec_driver_sql(sql)

@@ -64,7 +64,7 @@ from looplab.workers.corpus import (
     is_val,
     row_count,
 )
-from looplab.workers.reporter import JobInterrupted, Reporter
+from looplab.workers.reporter import REPORTED, JobInterrupted, Reporter
 from looplab.workers.tokenizer import (
     ParallelEncoder,
     Tokenizer,
@@ -352,7 +352,8 @@ def token_entropy(counts: np.ndarray) -> float:
 
 
 def _say(reporter: Reporter | None, message: str, level: str = "INFO") -> None:
-    log.log(logging.getLevelName(level), message)
+    # marked: the job's log gets it from the reporter, not again from orchestrator/joblog.py's capture
+    log.log(logging.getLevelName(level), message, extra={REPORTED: True})
     if reporter is not None:
         reporter.log(message, level)
 

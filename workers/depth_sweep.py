@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -234,6 +235,25 @@ def heldout_chunks(
     return val_chunks(heldout_tokens(spec, prepare(spec), reporter), eval_tokens, seq_len)
 
 
+class _Progress:
+    """The sweep's `on_batch`: a progress event per batch, with an eta that weighs each batch by its loop
+    count `at` (set by the caller as the sweep goes deeper): a batch at 16 loops costs about 16 at 1
+    loop, so the time the first, shallow batches took would promise far too early an end."""
+
+    def __init__(self, reporter, total: int, work: float) -> None:
+        self.reporter, self.total, self.work = reporter, total, work
+        self.at, self.done, self.done_work, self.started = 1.0, 0, 0.0, time.monotonic()
+
+    def __call__(self, _batch: int) -> None:
+        self.done += 1
+        self.done_work += self.at
+        spent = time.monotonic() - self.started
+        left = (
+            0.0 if self.done >= self.total else spent / self.done_work * max(0.0, self.work - self.done_work)
+        )
+        self.reporter.progress(self.done, self.total, left)
+
+
 def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
     from looplab.model.contract import capabilities
     from looplab.workers.device import resolve_device
@@ -257,16 +277,12 @@ def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
     inter_chunks = min(len(chunks), max(1, spec.interaction_tokens // cfg.seq_len))
     inter_batches = -(-inter_chunks // spec.batch_size)
     total = (2 * n_batches + t_batches) * len(spec.loops) + inter_batches * len(spec.interaction_loops)
-    done = 0
-
-    def tick(_: int) -> None:
-        nonlocal done
-        done += 1
-        reporter.progress(done, total)
-
+    work = sum((2 * n_batches + t_batches) * n for n in spec.loops)
+    tick = _Progress(reporter, total, work + sum(inter_batches * n for n in spec.interaction_loops))
     batches = {"h0_seed": spec.h0_seed, "on_batch": tick, "micro_batch_size": spec.micro_batch_size}
     evals, deltas = [], []
     for n in spec.loops:
+        tick.at = n
         r = evaluate(
             model, chunks, spec.batch_size, device, ev.token_bytes, loops=n, far_distance=distance, **batches
         )
@@ -293,6 +309,8 @@ def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
             + ("" if t is None else f"  test_loss {t.loss:.4f}  bpb {t.bpb:.4f}")
         )
         reporter.heartbeat()
+    # the interaction batches weigh their mean loop count: together they weigh what `work` counted
+    tick.at = sum(spec.interaction_loops) / max(1, len(spec.interaction_loops))
     interactions = (
         _interactions(spec, reporter, model, chunks[:inter_chunks], device, batches) if states else []
     )

@@ -37,6 +37,9 @@ from typing import Any, Protocol
 # a train run's unigram baseline, reported as a metric at step 0 of each attempt (workers/data.py
 # `unigram_xent`): the bar the health rule `unigram` (orchestrator/health.py) holds its val_loss to
 UNIGRAM_XENT = "unigram_xent"
+# A `logging` record's `extra` key for a line the job already sent with `reporter.log`: the queue's
+# capture of the job's logging (orchestrator/joblog.py) does not repeat it.
+REPORTED = "looplab_reported"
 
 
 class JobInterrupted(Exception):

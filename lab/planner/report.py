@@ -119,18 +119,44 @@ class Forecast:
             ]
         )
 
-    def text(self) -> str:
-        """The plan as `looplab plan` prints it: a row per job, then the totals and the warnings."""
+    def text(self, wide: bool = False) -> str:
+        """The plan as `looplab plan` prints it: a row per job, then the totals and the warnings. Within
+        WIDTH columns (a terminal's, a pasted issue's): the narrow table leaves out disk, kept and start, a note that does not fit beside its row goes on the line below it, and long lines wrap;
+        `wide` (`looplab plan --wide`) is every column on one line per job (`--csv`: every field)."""
+        if not wide:
+            return self._narrow()
+        lines = [*self._lead(), HEADER]
+        lines += [_row(j) for j in self.jobs]
+        return "\n".join(lines + self._totals() + self._warnings())
+
+    def _narrow(self) -> str:
+        import textwrap
+
+        lines = [
+            wrapped for line in self._lead() for wrapped in textwrap.wrap(line, WIDTH, subsequent_indent="  ")
+        ]
+        lines.append(NARROW_HEADER)
+        for j in self.jobs:
+            row, note = _narrow_row(j), "; ".join(_notes(j))
+            if note and len(row) + 2 + len(note) <= WIDTH:
+                lines.append(f"{row}  {note}")
+                continue
+            lines.append(row)
+            if note:
+                lines += textwrap.wrap(note, WIDTH, initial_indent=" " * 6, subsequent_indent=" " * 8)
+        for line in self._totals() + self._warnings():
+            lines += textwrap.wrap(line, WIDTH, subsequent_indent="  ") or [""]
+        return "\n".join(lines)
+
+    def _lead(self) -> list[str]:
+        """What the table is priced for, before it."""
         lines = []
         if self.elsewhere and self.calibration is not None:
             lines.append(
                 f"priced for {self.gpus:g} x {self.calibration.describe()}; the grids alone (this database's "
                 "queue and history ran elsewhere)"
             )
-        lines += self.factors
-        lines.append(HEADER)
-        lines += [_row(j) for j in self.jobs]
-        return "\n".join(lines + self._totals() + self._warnings())
+        return lines + list(self.factors)
 
     def _totals(self) -> list[str]:
         """The work per device, GPU-hours per kind, the disk and the finish time."""
@@ -195,6 +221,14 @@ HEADER = (
 )
 
 
+WIDTH = 120
+# the narrow table (`looplab plan`): 113 columns before the note
+NARROW_HEADER = (
+    f"{'job':>5} {'kind':<12} {'what':<26} {'status':<8} {'est.':>7} {'FLOPs':>8} "
+    f"{'peak mem':>9} {'micro':>5} {'source':<10} {'device':<6} {'end':>7}  note"
+)
+
+
 def _suggested(j: ForecastJob) -> bool:
     """Its whole batch does not fit the device, but the micro-batch shown (the most that fits) would."""
     e = j.estimate
@@ -212,6 +246,20 @@ def _row(j: ForecastJob) -> str:
         f"{j.key:>5} {j.kind:<12} {j.what[:30]:<30} {j.status:<8} {_dur(e.seconds):>7} "
         f"{flops:>8} {mem:>9} {micro:>5} {disk:>8} {kept:>8} "
         f"{e.source:<10} {j.device:<6} {_dur(j.start_s):>7} {_dur(j.end_s):>7}  {'; '.join(_notes(j))}"
+    )
+
+
+def _narrow_row(j: ForecastJob) -> str:
+    """One job's line of the narrow table (NARROW_HEADER's columns, the note left to the caller); a
+    `what` longer than its column is cut with "…"."""
+    e = j.estimate
+    mem = "" if e.peak_mem_bytes is None else fmt_bytes(e.peak_mem_bytes)
+    micro = "" if e.micro_batch is None else f"{e.micro_batch}{'*' if _suggested(j) else ''}"
+    flops = "" if e.flops is None else format(e.flops, ".2e")
+    what = j.what if len(j.what) <= 26 else j.what[:25] + "…"
+    return (
+        f"{j.key:>5} {j.kind[:12]:<12} {what:<26} {j.status:<8} {_dur(e.seconds):>7} "
+        f"{flops:>8} {mem:>9} {micro:>5} {e.source[:10]:<10} {j.device[:6]:<6} {_dur(j.end_s):>7}"
     )
 
 

@@ -40,6 +40,7 @@ def filled(db_url):
                     seed=0,
                     status="succeeded",
                     budget_tokens=1000,
+                    finished_at=1_800_000_000.5,
                 ),
                 _job(2, "train", grid_id=1, recipe="lean", size="tiny", seed=1, status="running"),
                 _job(3, "depth_sweep", grid_id=1, status="succeeded"),
@@ -124,6 +125,32 @@ def test_curves_depth_decode(filled):
     assert [(d["job_id"], d["status"], d["arch"], d["ms_per_token"]) for d in decode] == [
         (5, "succeeded", "lean", 1.5)
     ]
+
+
+def test_views_show_iso_times_the_grid_of_every_run_and_recipe_in_decode(filled):
+    """A person at `looplab sql` reads times, not epoch floats, and tells runs of two grids apart in
+    every view; `decode` calls the recipe `recipe` like every other view (keeping `arch`), and the epoch
+    columns stay for programs (lab/export reads `finished_at`)."""
+    runs = {r["job_id"]: r for r in _rows(filled, "SELECT * FROM runs")}
+    assert (runs[1]["created"], runs[1]["finished"]) == ("1970-01-01T00:01:41Z", "2027-01-15T08:00:00Z")
+    assert (runs[1]["created_at"], runs[1]["finished_at"]) == (101.0, 1_800_000_000.5)
+    assert runs[2]["finished"] is None  # still running: no time made up
+    assert {r["grid"] for r in _rows(filled, "SELECT grid FROM curves")} == {"g1"}
+    assert {
+        (d["sweep_job_id"], d["grid"]) for d in _rows(filled, "SELECT sweep_job_id, grid FROM depth")
+    } == {
+        (3, "g1"),
+        (4, "g1"),
+    }
+    for view in ("geometry", "interactions", "tasks", "task_categories", "adaptive", "adaptive_decode"):
+        assert "grid" in _rows_columns(filled, view), view
+    (bench,) = _rows(filled, "SELECT grid, recipe, arch FROM decode")
+    assert bench == {"grid": None, "recipe": "lean", "arch": "lean"}  # a bench outside any grid
+
+
+def _rows_columns(url, view):
+    with readonly_engine(url).connect() as c:
+        return list(c.execute(text(f"SELECT * FROM {view} WHERE 1 = 0")).keys())
 
 
 # ---------------------------------------------------------------- variants

@@ -39,6 +39,15 @@ TRAIN = {
     "seed": 0,
     "data": {"corpus": "offline", "tokenizer": "byte"},
 }
+# 144m at a batch of 32 on the bpe tokenizer: more than a 24 GB GPU holds
+BIG = {
+    **TRAIN,
+    "size": "144m",
+    "batch_size": 32,
+    "tokens": 32 * 2048,
+    "micro_batch_size": None,
+    "data": {"corpus": "offline", "tokenizer": "bpe", "vocab_size": 32768},
+}
 SWEEP = {"loops": [1, 2], "eval_tokens": 512, "interaction_loops": []}
 BENCH = {"context_lens": [64, 1024], "batch_sizes": [1, 256], "warmup": 2, "steps": 8}
 # the box the study runs on, as `looplab calibrate --out` would describe it (round numbers)
@@ -206,14 +215,7 @@ def test_a_micro_batch_is_used_as_given_or_the_one_that_fits_is_reported(q):
     """On a 24 GB device the whole batch of 32 x 2,048 tokens of a 144m model does not fit: the plan
     flags it and names the most sequences per forward that fit; given a micro_batch_size (newer train
     Specs), the memory is that forward's."""
-    spec = {
-        **TRAIN,
-        "size": "144m",
-        "batch_size": 32,
-        "tokens": 32 * 2048,
-        "micro_batch_size": None,
-        "data": {"corpus": "offline", "tokenizer": "bpe", "vocab_size": 32768},
-    }
+    spec = BIG
     (job,) = q.plan(Grid("big", base=spec), calibration=for_device("rtx4090"), elsewhere=True).new_jobs()
     cfg = Spec.from_dict(spec).resolved_model_config()
     fit = max(m for m in range(1, 33) if training_memory(cfg, m, "cuda", "adamw") <= 0.9 * 24e9)
@@ -387,3 +389,30 @@ def test_calibrate_runs_with_only_torch(tmp_path):
     assert "--out FILE" in via_cli.stdout
     blocked = _blocked("import sqlalchemy\n", tmp_path)
     assert blocked.returncode != 0 and "blocked" in blocked.stderr  # the hook does block
+
+
+def test_plan_fits_120_columns_with_every_column_behind_wide(q, tmp_path, capsys):
+    """`looplab plan` fits 120 columns: long notes (a model that will not fit, what would) go on the line
+    below their row, long lines wrap; `--wide` is every column, one line per job; `--csv` every field."""
+    spec = BIG
+    sweep = {"model.loops": [4, 8], "lr": [1e-3, 3e-3]}
+    report = q.plan(Grid("big", base=spec, sweep=sweep), calibration=for_device("rtx4090"), elsewhere=True)
+    narrow, wide = report.text(), report.text(wide=True)
+    assert max(len(line) for line in narrow.splitlines()) <= 120
+    assert max(len(line) for line in wide.splitlines()) > 120  # the wide form really is wider
+    assert "WILL NOT FIT" in narrow and "would fit" in narrow
+    assert " kept " in _header(wide) and " kept " not in _header(narrow)
+    f = tmp_path / "g.py"
+    f.write_text(f"from looplab import Grid\ng = Grid('big', base={spec!r}, sweep={sweep!r})\n")
+    for flag, check in (
+        ([], lambda out: max(map(len, out.splitlines())) <= 120),
+        (["--wide"], lambda out: " kept " in _header(out) and max(map(len, out.splitlines())) > 120),
+        (["--csv"], lambda out: out.startswith("job,job_id,kind,what")),
+    ):
+        assert main(["--db", q.url, "plan", str(f), "--device", "rtx4090", *flag]) == 0
+        assert check(capsys.readouterr().out), flag
+
+
+def _header(text: str) -> str:
+    """The plan table's header line."""
+    return next(line for line in text.splitlines() if line.lstrip().startswith("job kind"))

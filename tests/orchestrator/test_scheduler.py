@@ -70,6 +70,9 @@ def test_failed_train_fails_its_follow_ups_with_the_reason(q):
     assert own.startswith("ValueError: loss is NaN at step 3 (a program error: it repeats on every attempt")
     err = rows(q, "SELECT error FROM jobs WHERE id=:j", j=sweep)[0][0]
     assert err.startswith(f"dependency job {train} failed") and "loss is NaN" in err
+    # its log, written through Ray: how far it got (orchestrator/joblog.py), then the error
+    said = [m for (m,) in rows(q, "SELECT message FROM job_logs WHERE job_id=:j ORDER BY ts, id", j=train)]
+    assert any(m.startswith("progress ") for m in said) and said[-1] == own
 
 
 def test_raising_job_records_traceback_queue_goes_on_and_retry(q):

@@ -61,7 +61,11 @@ def test_four_loops_beat_one_and_rounds_change_the_state(trained_fixed4, tmp_pat
     assert res["far_distance"] == 500
     for e in evals.values():  # 32-token sequences: no previous occurrence lies 500 tokens back
         assert e["far_share"] == 0 and e["far_copy_loss"] is None and e["far_definition"] == 2
-    assert rep.of("progress")[-1]["done"] == rep.of("progress")[-1]["total"]
+    progress = rep.of("progress")
+    assert progress[-1]["done"] == progress[-1]["total"]
+    # an eta on every tick (the live line's `eta` column), down to none left at the end
+    assert all(p["eta_s"] is not None and p["eta_s"] >= 0 for p in progress)
+    assert progress[-1]["eta_s"] == 0 and progress[0]["eta_s"] > 0
 
 
 def test_far_split_at_a_distance_inside_the_sequence(trained_fixed4, tmp_path):
