@@ -52,7 +52,7 @@ PAGES = {
     ),
     "decode": ("Decode", ["ms_per_token", "kv_cache_mb", "ms_ratio", "variant_label"]),
     "sql": ("SQL", ["Run query", "final_val_loss", "best_loops"]),
-    "claims": ("Claims", ["103 claims", "not run", "scale_note", "Verdict"]),
+    "claims": ("Claims", ["103 claims", "not run", "Judged on", "Verdict"]),
 }
 
 
