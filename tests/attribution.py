@@ -83,6 +83,11 @@ def _after_phrases(text: str) -> list[tuple[tuple[str, bool], str]]:
     return out
 
 
+# "band 0.075 to 0.125" beside a study's figure is the band our rule judges it with (the figure's own
+# spread, else ±25 %: analysis/claims.py), not a figure the study printed
+BAND = re.compile(r"\bband\s+[-−+\d.,%\s]+(?:to|–|-)\s*[-−+\d.,%]+")
+
+
 def _table_cells(lines: list[str]) -> list[tuple[int, tuple[str, bool], str]]:
     """The figures in the cells of table columns headed "the study" (or the note's), unless marked."""
     out: list = []
@@ -100,7 +105,7 @@ def _table_cells(lines: list[str]) -> list[tuple[int, tuple[str, bool], str]]:
             (i, f, cells[k])
             for k in columns
             if k < len(cells) and not MARK.search(cells[k])
-            for f in _figures(cells[k])
+            for f in _figures(BAND.sub("", cells[k]))
         ]
     return out
 

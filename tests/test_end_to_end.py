@@ -55,7 +55,7 @@ def test_demo_prints_both_comparisons(demo_db):
     iso_data = stdout.split("== iso-data")[1].split("== iso-time")[0]
     assert "parcae" in iso_data and "lean" in iso_data and "reference" in iso_data
     assert "(no finished iso-time pair)" not in stdout
-    assert "looplab dashboard" in stdout
+    assert "open the dashboard:" in stdout and " dashboard" in stdout.split("open the dashboard:")[1]
 
 
 def test_every_job_succeeded_and_results_are_in_the_views(demo_db):

@@ -519,12 +519,14 @@ def soak(
     ref_dir: Path,
     curves: int | None = None,
     arm_timeout_s: float = ARM_TIMEOUT_S,
+    every_fault: bool = True,
 ) -> tuple[str, dict]:
     """Build the cluster, run the study under `plan(seed, faults)`, check (the curves of at most
     `curves` jobs; None: every job that ran twice), tear down (checked too); the summary (also written
     to `out`) and the figures it was made of. Fails after writing the summary when the soak did not
     test what it claims (`soak_verdict.problems`; `arm_timeout_s` 0 arms no fault: the switch that
-    shows it)."""
+    shows it). `every_fault` False leaves out of that verdict the faults that met no running job (they
+    stay in the summary and in `figures["problems"]`): what CI's run holds it to, see test_soak.py."""
     started = time.monotonic()
     lab = LabCluster(cache)
     try:
@@ -555,7 +557,8 @@ def soak(
         + "".join(f"\njob {j} attempt {n} {o}, whole error:\n{e}\n" for j, n, o, e in run.other_errors)
     )
     print(text, flush=True)
-    assert not counts["problems"], text  # the summary says what is missing; it is written first
+    binding = [p for p in counts["problems"] if every_fault or "met no running job" not in p]
+    assert not binding, text  # the summary says what is missing; it is written first
     figures = {**checked, **counts, "curves": checked_curves, "faults": [asdict(x) for x in run.faults]}
     return text, figures
 
