@@ -126,6 +126,8 @@ def misattributed(text: str, printed: tuple[set[float], set[float]]) -> list[tup
     plain, scaled = printed
     bad = []
     for i, (figure, sized), context in attributed(text):
+        if any(figure in band for band in BAND.findall(context)):  # our rule's band, not the study's figure
+            continue
         m = NUMBER.search(figure)
         if m and round(_value(m), 9) not in (scaled if sized else plain):
             bad.append((i, figure, context))
