@@ -56,7 +56,7 @@ busy timeout: `orchestrator.db.outage`) is a state, not a crash: the driver stop
 while the running jobs keep training and their events keep arriving; it holds them (`held`, with the
 attempt each was reported under; of heartbeats and progress only the last) and the finished
 attempts' outcomes (`outcomes`), in memory (a few hundred bytes a point), retries after
-1, 2, 4, ... s (at most 30 s: `db_retry_s`, `db_retry_max_s`), each try a real round trip first
+1, 2, 4, ... s (at most 30 s: `db_retry_s`, `db_retry_max_s`; orchestrator/held.py), each try a real round trip first
 (`db.ping`: an idle driver holds no write that would tell), and logs "paused" and "back" once per outage
 (each failed try at INFO). When a write goes through it writes a WARNING line in the log of every job it held
 (`looplab logs`: when and why its progress stood still), then the held events and the outcomes, in
@@ -75,7 +75,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import signal
 import threading
 import time
@@ -88,19 +87,14 @@ import ray
 
 from looplab.orchestrator import alerts, drivers, faults, jobkinds, jobqueue, retention
 from looplab.orchestrator.admission import Admission, Candidate, Node, Preempt, Refuse, Request, Running
-from looplab.orchestrator.db import Outage, outage, outage_phrase, ping
-from looplab.orchestrator.health import STOP, Finding, HealthWatch, Level, Rule, StepClock
-from looplab.orchestrator.settings import (
-    _seconds,
-    aging_seconds,
-    backoff_seconds,
-    grace_seconds,
-    health_settings,
-    preempt_cooldown_seconds,
-)
+from looplab.orchestrator.db import outage, outage_phrase, ping
+from looplab.orchestrator.health import STOP, Finding, HealthWatch, StepClock
+from looplab.orchestrator.held import Held
+from looplab.orchestrator.preemption import Preemptions
+from looplab.orchestrator.settings import DriverSettings, health_settings
 from looplab.orchestrator.states import AttemptOutcome, JobStatus
 from looplab.orchestrator.task import QueueReporter, TaskResult, launch, sink_on_this_node
-from looplab.orchestrator.writer import Unwritten, record_concurrency, record_findings, write_events
+from looplab.orchestrator.writer import Unwritten, record_concurrency, record_findings
 from looplab.workers import artifacts
 from looplab.workers.reporter import Event, EventKind
 
@@ -108,8 +102,6 @@ if TYPE_CHECKING:
     from looplab.workers.jobs import JobRegistry
 
 log = logging.getLogger("looplab.scheduler")
-# what a job reports whose last value is all the writer keeps (the live columns of its jobs row)
-LATEST_ONLY = (EventKind.HEARTBEAT, EventKind.PROGRESS)
 
 
 def _record_claim(art: Path, n: int) -> None:
@@ -125,57 +117,39 @@ def _record_claim(art: Path, n: int) -> None:
 
 
 class Scheduler:
-    """The driver loop. `run()` returns 0 when the queue is empty (until_empty), 130 after Ctrl-C."""
+    """The driver loop. `run()` returns 0 when the queue is empty (until_empty), 130 after Ctrl-C.
+
+    It runs under one frozen `DriverSettings` (orchestrator/settings.py): `settings=`, or its fields as
+    keywords (`Scheduler(eng, art, until_empty=True, poll_s=0.2)`), which replace those of `settings`."""
 
     def __init__(
         self,
         eng,
         artifacts: str | Path = "looplab_artifacts",
         kinds: JobRegistry | None = None,
+        settings: DriverSettings | None = None,
         *,
-        address: str | None = None,
-        num_cpus: int | None = None,
-        num_gpus: float | None = None,
-        until_empty: bool = False,
-        max_concurrent: int | None = None,
-        grace_s: float | None = None,
-        poll_s: float = 0.5,
-        progress: bool = True,
-        progress_every_s: float = 5.0,
         live_view: Callable[[Any, list[int]], None] | None = None,
-        aging_s: float | None = None,
-        retry_backoff_s: float | None = None,
-        retry_backoff_max_s: float | None = None,
-        db_retry_s: float = 1.0,
-        db_retry_max_s: float = 30.0,
+        **fields: Any,
     ) -> None:
         self.eng, self.artifacts = eng, Path(artifacts).absolute()
         self.kinds = kinds if kinds is not None else jobkinds.registry()
-        self.address, self.num_cpus, self.num_gpus = address, num_cpus, num_gpus
-        self.until_empty, self.max_concurrent = until_empty, max_concurrent
-        self.grace_s = grace_seconds() if grace_s is None else grace_s
-        self.poll_s, self.progress, self.progress_every_s = poll_s, progress, progress_every_s
+        self.settings = s = DriverSettings.of(settings, **fields)
+        self.until_empty, self.grace_s, self.poll_s, self.progress = (
+            s.until_empty,
+            s.grace_s,
+            s.poll_s,
+            s.progress,
+        )
         # the lab's terminal view of the running jobs (lab/display.py), every progress_every_s
         self.live_view = live_view
-        self.aging_s = aging_seconds() if aging_s is None else _seconds("aging_s", aging_s, positive=True)
-        base, cap = backoff_seconds()
-        self.backoff_s = base if retry_backoff_s is None else _seconds("retry_backoff_s", retry_backoff_s)
-        self.backoff_max_s = (
-            cap if retry_backoff_max_s is None else _seconds("retry_backoff_max_s", retry_backoff_max_s)
-        )
         self.running: dict[Any, tuple[int, int, Running]] = {}  # ref -> (job, attempt, what it holds)
         self.art_dirs: dict[int, tuple[Path, str | None]] = {}  # job -> (artifact dir, its retention)
         # job -> the other jobs that ran at some time while it ran (the contention of its timings)
         self.overlaps: dict[int, set[int]] = {}
         self.stopping = 0  # 1: graceful stop asked, 2: forced
-        # what waits for the database (the module's "A database outage"): events drained from the
-        # sink, with the attempt they were reported under, and finished attempts' outcomes, in order
-        self.held: list[tuple[int, int, list[Event]]] = []
-        self.outcomes: list[tuple[int, int, TaskResult]] = []
-        self.live: dict[tuple[int, int, str], Event] = {}  # while paused: (job, attempt, kind) -> the last
-        self.paused: _Pause | None = None
-        self.db_retry_s = _seconds("db_retry_s", db_retry_s, positive=True)
-        self.db_retry_max_s = _seconds("db_retry_max_s", db_retry_max_s, positive=True)
+        # what waits for the database (the module's "A database outage"; orchestrator/held.py)
+        self.held = Held(s.db_retry_s, s.db_retry_max_s)
         self.driver = drivers.this_driver()
         self.worker = f"driver@{self.driver.host}:{self.driver.pid}"
         # the health rules (orchestrator/health.py): the curves' in the writer, the stall clock here
@@ -189,23 +163,18 @@ class Scheduler:
         self.stalled: dict[int, Any] = {}  # job -> the stall finding its attempt was killed for
         self.health_stopped: dict[int, Finding] = {}  # job -> the finding whose action stopped its run
         self.finished_here: dict[int, str] = {}  # job -> how it finished, for this run's "queue empty"
-        # preemption (orchestrator/admission.py): running jobs that checkpointed in their attempt (only
-        # those may be preempted: a stop before loses work), and the ones asked to stop, with why
-        self.checkpointed: set[int] = set()
-        self.preempted_at: dict[int, float | None] = {}  # running job -> when it was last preempted
-        self.preempting: dict[int, str] = {}
-        self.preempt_cooldown_s = preempt_cooldown_seconds()
+        self.preemptions = Preemptions(s.preempt_cooldown_s)  # orchestrator/preemption.py
 
     # ------------------------------------------------------------ setup
     def _connect(self) -> None:
         if ray.is_initialized():
             return
-        if self.address:
-            ray.init(address=self.address, log_to_driver=False, configure_logging=False)
+        if self.settings.address:
+            ray.init(address=self.settings.address, log_to_driver=False, configure_logging=False)
         else:
             ray.init(
-                num_cpus=self.num_cpus,
-                num_gpus=self.num_gpus,
+                num_cpus=self.settings.num_cpus,
+                num_gpus=self.settings.num_gpus,
                 include_dashboard=False,
                 log_to_driver=False,
                 configure_logging=False,
@@ -258,10 +227,10 @@ class Scheduler:
     def _loop(self) -> None:
         self.last_touch = self.last_progress = self.last_recover = time.time()
         while True:
-            if self.stopping >= 2 or (self.stopping and self.paused is not None):  # nothing to wait for
+            if self.stopping >= 2 or (self.stopping and self.held.paused is not None):  # nothing to wait for
                 self._force_stop()
                 return
-            if self.paused is None or time.time() >= self.paused.retry_at:
+            if self.held.paused is None or time.time() >= self.held.paused.retry_at:
                 try:
                     if self._step():
                         return
@@ -286,10 +255,12 @@ class Scheduler:
         """Everything of a pass that uses the database: write what is held, launch, heartbeats and
         recovery, progress. True when the driver is done. An outage raises (the loop pauses)."""
         now = time.time()
-        if self.paused is not None:  # a real round trip first: an idle driver may have nothing to write
+        if self.held.paused is not None:  # a real round trip first: an idle driver may have nothing to write
             ping(self.eng)
-        self._write_held(self._pause_notes())  # what waited first (raises while an outage lasts)
-        if self.paused is not None:
+        self._write_held(
+            self.held.notes(self._attempts())
+        )  # what waited first (raises while an outage lasts)
+        if self.held.paused is not None:
             self._resume()
             self.last_touch = 0.0  # our heartbeats now; other drivers' jobs went without theirs too,
             self.last_recover = now + self.grace_s / 2  # so they get a grace period to send them
@@ -310,7 +281,7 @@ class Scheduler:
         if (
             self.progress
             and self.live_view
-            and now - self.last_progress > self.progress_every_s
+            and now - self.last_progress > self.settings.progress_every_s
             and self.running
         ):
             self.live_view(self.eng, [j for j, *_ in self.running.values()])
@@ -322,11 +293,12 @@ class Scheduler:
         claim lost to another driver or a launch that fails books nothing for the rest of the pass."""
         ready = (
             Candidate(job, job.effective_priority, self._request(job))
-            for job in jobqueue.ready_jobs(self.eng, self.aging_s)
+            for job in jobqueue.ready_jobs(self.eng, self.settings.aging_s)
         )
         # the whole cluster as one node (the module's docstring): what Ray reports, less what this driver runs
         cluster = [Node.with_gpus(self.total["CPU"], self.total["GPU"])]
-        admission = Admission(ready, cluster, self._running_now(), self.max_concurrent)
+        running = self.preemptions.running_now(r for *_, r in self.running.values())
+        admission = Admission(ready, cluster, running, self.settings.max_concurrent)
         for decision in admission:
             job = decision.job
             if isinstance(decision, Preempt):
@@ -349,9 +321,11 @@ class Scheduler:
             except Exception as e:
                 admission.not_started(decision)
                 if outage(e):  # claimed, not launched: it goes back to the queue with the database
-                    self.outcomes.append((job.id, n, TaskResult(AttemptOutcome.INTERRUPTED)))
+                    self.held.outcomes.append((job.id, n, TaskResult(AttemptOutcome.INTERRUPTED)))
                     raise
-                self.outcomes.append((job.id, n, TaskResult(AttemptOutcome.FAILED, traceback.format_exc())))
+                self.held.outcomes.append(
+                    (job.id, n, TaskResult(AttemptOutcome.FAILED, traceback.format_exc()))
+                )
                 self._write_held()
                 continue
             admission.started(decision)
@@ -360,73 +334,45 @@ class Scheduler:
             for other in others:
                 self.overlaps[other].add(job.id)
             self.running[ref] = (job.id, n, dataclasses.replace(decision.running, job=job.id))
-            self.checkpointed.discard(job.id)
             with self.eng.connect() as conn:
                 self.clocks[job.id] = StepClock(self.health.settings(conn, job.id))
-                self.preempted_at[job.id] = jobqueue.last_preempted(conn, job.id)
+                self.preemptions.started(job.id, jobqueue.last_preempted(conn, job.id))
             self.art_dirs[job.id] = (art, job.retention)
             if self.progress:
                 print(
                     f"{time.strftime('%H:%M:%S')} job {job.id} ({job.kind}) started, attempt {n}", flush=True
                 )
 
-    def _running_now(self) -> list[Running]:
-        """This driver's running jobs as the admission books them, each saying whether it may be
-        preempted now: it opted in, checkpointed in this attempt, and was not preempted within the
-        cool-down ($LOOPLAB_PREEMPT_COOLDOWN_S); one asked to stop already is `stopping`."""
-        running = [r for *_, r in self.running.values()]
-        opted = [r.job for r in running if r.request.preemptible and r.job in self.checkpointed]
-        since = time.time() - self.preempt_cooldown_s
-        cooling = {j for j in opted if (self.preempted_at.get(j) or -math.inf) > since}
-        return [
-            dataclasses.replace(
-                r, preemptible=r.job in opted and r.job not in cooling, stopping=r.job in self.preempting
-            )
-            for r in running
-        ]
+    def _attempts(self) -> dict[int, int]:
+        """The attempt each running job of this driver is under."""
+        return {j: n for j, n, _ in self.running.values()}
 
     def _preempt(self, decision: Preempt) -> None:
-        """Ask the admission's victims to stop at their next step boundary (they checkpoint first); each
-        attempt ends as preempted (`_collect`) and its job goes back to the queue; a health event says so."""
-        attempt = {j: n for j, n, _ in self.running.values()}
-        for victim in decision.victims:
-            if victim in self.preempting:
-                continue
-            why = f"preempted for job {decision.job.id} (effective priority {decision.candidate.priority})"
-            self.preempting[victim] = why
+        """Ask the admission's victims to stop at their next step boundary (they checkpoint first, then end
+        as preempted, `_collect`, and their jobs go back to the queue); a health event says why."""
+        attempt = self._attempts()
+        steps = {j: clock.step for j, clock in self.clocks.items()}
+        for victim, finding in self.preemptions.ask(decision, steps):
             self.sink.request_stop.remote(victim)
-            message = f"{why}: it stops at its next step, checkpointed, and resumes after"
-            step = self.clocks[victim].step if victim in self.clocks else None
-            self.findings.append(
-                (victim, attempt[victim], Finding(Rule.PREEMPTED, Level.WARNING, step, None, None, message))
-            )
+            self.findings.append((victim, attempt[victim], finding))
             if self.progress:
-                print(f"{time.strftime('%H:%M:%S')} job {victim}: {message}", flush=True)
+                print(f"{time.strftime('%H:%M:%S')} job {victim}: {finding.message}", flush=True)
 
     def _drain(self) -> None:
-        """Take what the sink holds into `held`, each batch with the attempt it was reported under. While
-        paused, of a job's heartbeats and progress reports only the last is kept (`live`): the writer keeps
-        only the last anyway, and a long pause should hold the points, not a heartbeat every half second."""
+        """Take what the sink holds into `held`, each batch with the attempt it was reported under."""
         batches = ray.get(self.sink.drain.remote())
         if not batches:
             return
-        attempt = {j: n for j, n, _ in self.running.values()} | {j: n for j, n, _ in self.outcomes}
+        attempt = self._attempts() | {j: n for j, n, _ in self.held.outcomes}
         for job_id, events in batches:
-            n = attempt.get(job_id, 0)
             self._advance(job_id, events)
-            if self.paused is not None:
-                self.live.update({(job_id, n, e.kind): e for e in events if e.kind in LATEST_ONLY})
-                events = [e for e in events if e.kind not in LATEST_ONLY]
-            if events:
-                self.held.append((job_id, n, events))
+            self.held.add(job_id, attempt.get(job_id, 0), events)
 
     def _collect(self, ref: Any) -> None:
         """A finished task: its outcome waits in `outcomes` until it is recorded (`_write_held`)."""
         job_id, n, _ = self.running.pop(ref)
         self.clocks.pop(job_id, None)
-        self.preempted_at.pop(job_id, None)
-        self.checkpointed.discard(job_id)
-        preempted = self.preempting.pop(job_id, None)
+        preempted = self.preemptions.ended(job_id)
         stall = self.stalled.pop(job_id, None)
         stopped = self.health_stopped.pop(job_id, None)
         try:
@@ -445,31 +391,20 @@ class Scheduler:
             out = TaskResult(AttemptOutcome.PREEMPTED, preempted)
         if stopped is not None and out.outcome != AttemptOutcome.SUCCEEDED:  # a health rule stopped it
             out = TaskResult(AttemptOutcome.FAILED, stopped.message, finding=stopped)
-        self.outcomes.append((job_id, n, out))
+        self.held.outcomes.append((job_id, n, out))
 
     def _write_held(self, notes: list[tuple[int, int, list[Event]]] = ()) -> None:
         """Write `notes` and the held events (one transaction), then record the held outcomes, in order;
         each leaves `held` / `outcomes` once written, so an outage half-way keeps exactly what is not
         written yet (the notes of a failed try are dropped: the next try writes its own)."""
-        if self.held or notes or self.live:
-            batches, self.held = self.held, []
-            live = [(j, n, [e]) for (j, n, _), e in self.live.items()]  # after the job's held events
-            try:
-                write_events(self.eng, [*notes, *batches, *live], self.health)
-            except Unwritten as e:
-                self.held, self.live = e.batches + self.held, {}
-                raise
-            except Exception:
-                self.held = batches + self.held
-                raise
-            self.live = {}
+        self.held.write(self.eng, list(notes), self.health)
         if self.findings:
             record_findings(self.eng, self.health, self.findings)
             self.findings = []
         self._health_stops()
-        while self.outcomes:
-            self._record(*self.outcomes[0])
-            self.outcomes.pop(0)
+        while self.held.outcomes:
+            self._record(*self.held.outcomes[0])
+            self.held.outcomes.pop(0)
 
     def _record(self, job_id: int, n: int, out: TaskResult) -> None:
         # every event of the job is written (`_write_held` writes the events first), its result rows
@@ -517,8 +452,8 @@ class Scheduler:
             n,
             outcome,
             error,
-            backoff_s=self.backoff_s,
-            backoff_max_s=self.backoff_max_s,
+            backoff_s=self.settings.retry_backoff_s,
+            backoff_max_s=self.settings.retry_backoff_max_s,
             retry=retry,
         )
 
@@ -532,7 +467,7 @@ class Scheduler:
         now = time.time()
         for e in events:
             if e.kind == EventKind.CHECKPOINT:
-                self.checkpointed.add(job_id)
+                self.preemptions.checkpoint(job_id)
             if e.kind in (EventKind.STARTED, EventKind.RESUMED):
                 clock.restart()
             elif e.kind == EventKind.PROGRESS and isinstance(e.payload, dict):
@@ -580,7 +515,7 @@ class Scheduler:
         so it writes nothing more (its outcome, collected as any, is refused by the fence). A gang is
         asked to stop instead (at its next step, after a checkpoint that promise 10 never resumes from)."""
         mine = [j for j, *_ in self.running.values()]
-        lost = jobqueue.touch(self.eng, {j: n for j, n, _ in self.running.values()})
+        lost = jobqueue.touch(self.eng, self._attempts())
         for ref, (j, n, held) in list(self.running.items()):
             if j in lost:
                 self._say(f"job {j}: attempt {n} was replaced (its job taken over): stopping it")
@@ -599,7 +534,7 @@ class Scheduler:
         self._drain()
         for job_id, n, _ in self.running.values():
             forced = TaskResult(AttemptOutcome.INTERRUPTED, "stopped by a second Ctrl-C (forced)")
-            self.outcomes.append((job_id, n, forced))
+            self.held.outcomes.append((job_id, n, forced))
         self.running.clear()
         try:
             self._write_held()
@@ -608,7 +543,7 @@ class Scheduler:
             if what is None:
                 raise
             print(
-                f"stopped without writing {sum(len(b) for *_, b in self.held)} event(s) and {len(self.outcomes)} "
+                f"stopped without writing {self.held.count()} event(s) and {len(self.held.outcomes)} "
                 f"outcome(s): the database {outage_phrase(what)}; the next `looplab run` "
                 "re-queues those jobs, which resume from their checkpoints",
                 flush=True,
@@ -617,54 +552,16 @@ class Scheduler:
     # ------------------------------------------------------------ a database outage
     def _pause(self, error: BaseException) -> bool:
         """`error` is an outage: pause (or stay paused) and say so; False when it is no outage."""
-        what = outage(error.__cause__ if isinstance(error, Unwritten) else error)
-        if what is None:
-            return False
-        now = time.time()
-        first = self.paused is None
-        if first:
-            self.paused = _Pause(since=now, outage=what)
-        p = self.paused
-        p.tries += 1
-        delay = min(self.db_retry_max_s, self.db_retry_s * 2 ** (p.tries - 1))
-        p.retry_at = now + delay
-        held = sum(len(b) for *_, b in self.held)
-        if first:
-            self._say(
-                f"database {self.eng.url.render_as_string(hide_password=True)} {outage_phrase(what)}: "
-                f"claiming and writing paused; {len(self.running)} running job(s) keep training, their "
-                f"events wait here; retrying in {delay:.3g} s"
-            )
-        else:  # INFO: the log says "paused" once and "back" once per outage
-            self._say(
-                level=logging.INFO,
-                message=f"still paused after {now - p.since:.0f} s: the database {outage_phrase(what)}; {held} "
-                f"event(s) and {len(self.outcomes)} outcome(s) held; retrying in {delay:.3g} s",
-            )
-        return True
-
-    def _pause_notes(self) -> list[tuple[int, int, list[Event]]]:
-        """While paused: for the first write after the outage, a line in the log of each job it held
-        (running, or finished with its outcome held), so `looplab logs` tells why its progress stood still."""
-        p = self.paused
-        if p is None:
-            return []
-        start, end = time.strftime("%H:%M:%S", time.localtime(p.since)), time.strftime("%H:%M:%S")
-        note = (
-            f"the database {outage_phrase(p.outage)} from {start} to {end}: the driver paused claiming and "
-            "writing; this job kept running and its events waited in the driver"
-        )
-        event = Event(EventKind.LOG, time.time(), {"level": "WARNING", "message": note})
-        jobs = {j: n for j, n, _ in self.running.values()} | {j: n for j, n, _ in self.outcomes}
-        return [(j, n, [event]) for j, n in sorted(jobs.items())]
+        url = self.eng.url.render_as_string(hide_password=True)
+        return self.held.pause(error, len(self.running), url, self._say)
 
     def _queue_done(self) -> None:
         """The end of the loop: the queue emptied, or stopped; a message says how this run's jobs ended."""
-        if self.alerts.channels and self.paused is None:
+        if self.alerts.channels and self.held.paused is None:
             alerts.queue_done(self.eng, self.alerts, self.finished_here, bool(self.stopping), self.worker)
 
     def _resume(self) -> None:
-        p, self.paused = self.paused, None
+        p = self.held.resumed()
         self._say(
             f"database back after {time.time() - p.since:.0f} s: every held event and outcome is written; "
             "claiming again"
@@ -685,13 +582,3 @@ class Scheduler:
         log.log(level, message)
         if self.progress:
             print(f"{time.strftime('%H:%M:%S')} {message}", flush=True)
-
-
-@dataclasses.dataclass
-class _Pause:
-    """The outage the driver waits out: since when, what it is, how often a retry failed, the next try."""
-
-    since: float
-    outage: Outage
-    tries: int = 0
-    retry_at: float = 0.0

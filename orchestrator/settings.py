@@ -1,10 +1,12 @@
-"""The driver's settings read from the environment: heartbeat grace, priority aging, retry backoff and
-the health rules. Apart from the scheduler (which imports Ray) so that the planner reads the very setting the
-scheduler will use without starting anything.
+"""The driver's settings: `DriverSettings`, one frozen value the scheduler runs under (as Ray's
+`ScalingConfig`), and the defaults read from the environment (heartbeat grace, priority aging, retry backoff,
+preemption cool-down, the health rules). Apart from the scheduler (which imports Ray) so that the planner
+reads the very setting the scheduler will use without starting anything.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from typing import Any
@@ -70,3 +72,66 @@ def health_settings() -> HealthSettings:
             f"$LOOPLAB_HEALTH: expected a JSON object of health settings, got {value!r} ({e})"
         ) from None
     return HealthSettings.of("$LOOPLAB_HEALTH", parsed)
+
+
+@dataclasses.dataclass(frozen=True)
+class DriverSettings:
+    """How one driver (`looplab run`, `Queue.run`, `orchestrator.scheduler.Scheduler`) runs. A field left
+    None takes its default from the environment when the value is made (`grace_s`, `aging_s` and the retry
+    backoff: the functions above); every value is checked here, a bad one refused naming its field.
+
+    - where: `address` (a Ray cluster to join; None starts a local one with `num_cpus` / `num_gpus`);
+    - how much: `max_concurrent` jobs of this driver at once (None: as many as admission admits);
+    - when to stop: `until_empty` (return once nothing is left to run) or on Ctrl-C / SIGTERM;
+    - the queue's clocks: `grace_s` (a heartbeat older than this is another driver's lost job), `aging_s`
+      (waiting seconds per point of effective priority), `retry_backoff_s` / `retry_backoff_max_s`,
+      `preempt_cooldown_s`, `poll_s` (the loop's tick), `db_retry_s` / `db_retry_max_s` (the first and
+      the longest wait between tries while the database is away);
+    - what a person sees: `progress` lines, every `progress_every_s` the live view.
+    """
+
+    address: str | None = None
+    num_cpus: int | None = None
+    num_gpus: float | None = None
+    until_empty: bool = False
+    max_concurrent: int | None = None
+    grace_s: float | None = None
+    poll_s: float = 0.5
+    progress: bool = True
+    progress_every_s: float = 5.0
+    aging_s: float | None = None
+    retry_backoff_s: float | None = None
+    retry_backoff_max_s: float | None = None
+    preempt_cooldown_s: float | None = None
+    db_retry_s: float = 1.0
+    db_retry_max_s: float = 30.0
+
+    @classmethod
+    def of(cls, base: DriverSettings | None = None, **changes: Any) -> DriverSettings:
+        """`base` (or the defaults) with `changes` made; an unknown field is refused, naming it (a default
+        read from the environment is read only for a field not given)."""
+        names = [f.name for f in dataclasses.fields(cls)]
+        for name in changes:
+            if name not in names:
+                hint = fields.did_you_mean(name, names)
+                raise ConfigError(f"driver setting {name!r}: unknown{hint}; accepted: {', '.join(names)}")
+        return cls(**changes) if base is None else dataclasses.replace(base, **changes)
+
+    def __post_init__(self) -> None:
+        base, cap = backoff_seconds()
+        defaults = {
+            "grace_s": (grace_seconds, True),
+            "aging_s": (aging_seconds, True),
+            "retry_backoff_s": (lambda: base, False),
+            "retry_backoff_max_s": (lambda: cap, False),
+            "preempt_cooldown_s": (preempt_cooldown_seconds, False),
+        }
+        for name, (default, positive) in defaults.items():
+            value = getattr(self, name)
+            object.__setattr__(self, name, default() if value is None else _seconds(name, value, positive))
+        for name in ("poll_s", "progress_every_s", "db_retry_s", "db_retry_max_s"):
+            object.__setattr__(self, name, _seconds(name, getattr(self, name), positive=True))
+        if self.max_concurrent is not None:
+            object.__setattr__(
+                self, "max_concurrent", fields.integer("max_concurrent", self.max_concurrent, lo=1)
+            )

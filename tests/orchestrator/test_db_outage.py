@@ -118,14 +118,16 @@ def test_a_full_sqlite_database_pauses_the_queue_which_resumes_by_itself(tmp_pat
     t = start(sched)
     wait_for(lambda: rows(q, "SELECT COUNT(*) FROM metrics")[0][0] >= 10, what="the first points")
     limit.pages = sqlite_pages(tmp_path / "q.db")  # the volume is full: not one page more
-    wait_for(lambda: sched.paused is not None, what="the pause")
+    wait_for(lambda: sched.held.paused is not None, what="the pause")
     paused_at = rows(q, "SELECT COUNT(*) FROM metrics")[0][0]
     # the jobs keep training: their points pile up in the driver, none reaches the full database
-    wait_for(lambda: sum(len(b) for *_, b in sched.held) > 40, what="points held by the driver")
-    wait_for(lambda: sched.outcomes, what="a job that finished during the pause")  # its outcome waits too
-    assert sched.paused is not None and sched.paused.outage.kind == FULL
+    wait_for(lambda: sum(len(b) for *_, b in sched.held.events) > 40, what="points held by the driver")
+    wait_for(
+        lambda: sched.held.outcomes, what="a job that finished during the pause"
+    )  # its outcome waits too
+    assert sched.held.paused is not None and sched.held.paused.outage.kind == FULL
     assert rows(q, "SELECT COUNT(*) FROM metrics")[0][0] == paused_at
-    held = [kind for *_, kind in sched.live]
+    held = [kind for *_, kind in sched.held.live]
     assert "progress" in held and set(held) <= {"heartbeat", "progress"}  # only their last is held
     # `looplab status` (which can still read) notes the running jobs' silence
     assert "no heartbeat for 0m" in table(status_frame(q.eng), stale_s=0.5)
@@ -202,9 +204,9 @@ def test_a_lost_postgresql_server_pauses_the_queue_which_resumes_by_itself(
     t = start(sched)
     wait_for(lambda: rows(q, "SELECT COUNT(*) FROM metrics")[0][0] >= 10, what="the first points")
     _pg_ctl(own_pg_server, "stop")
-    wait_for(lambda: sched.paused is not None, what="the pause")
-    assert sched.paused.outage.kind == UNREACHABLE
-    wait_for(lambda: sum(len(b) for *_, b in sched.held) > 20, what="points held by the driver")
+    wait_for(lambda: sched.held.paused is not None, what="the pause")
+    assert sched.held.paused.outage.kind == UNREACHABLE
+    wait_for(lambda: sum(len(b) for *_, b in sched.held.events) > 20, what="points held by the driver")
     _pg_ctl(own_pg_server, "start")
     t.join(180)
     assert not t.is_alive()
@@ -231,11 +233,11 @@ def test_an_idle_driver_says_paused_once_and_back_once_with_a_growing_backoff(
     try:
         wait_for(lambda: getattr(sched, "last_touch", 0) > 0, what="the driver's first pass")
         _pg_ctl(own_pg_server, "stop")
-        wait_for(lambda: sched.paused is not None and sched.paused.tries >= 5, what="five tries")
+        wait_for(lambda: sched.held.paused is not None and sched.held.paused.tries >= 5, what="five tries")
         _pg_ctl(own_pg_server, "start")
-        wait_for(lambda: sched.paused is None, what="the driver back")
+        wait_for(lambda: sched.held.paused is None, what="the driver back")
         time.sleep(1.5)  # a flapping driver would pause again at its next pass
-        assert sched.paused is None
+        assert sched.held.paused is None
     finally:
         sched.stopping = 1
         t.join(60)
@@ -270,7 +272,7 @@ def test_a_stop_during_a_pause_exits_at_once_and_leaves_its_job_to_a_takeover(
     wait_for(lambda: rows(q, "SELECT COUNT(*) FROM metrics")[0][0] >= 5, what="the first points")
     _pg_ctl(own_pg_server, "stop")
     try:
-        wait_for(lambda: sched.paused is not None, what="the pause")
+        wait_for(lambda: sched.held.paused is not None, what="the pause")
         asked = time.time()
         sched._on_signal(signal.SIGTERM, None)
         t.join(10)

@@ -451,4 +451,4 @@ def test_bad_timing_settings_are_refused_naming_the_variable(q, monkeypatch, env
     monkeypatch.delenv(env)
     with pytest.raises(ConfigError, match="aging_s"):
         Scheduler(q.eng, kinds=fake_jobs, aging_s=0)
-    assert Scheduler(q.eng, kinds=fake_jobs, aging_s=10, retry_backoff_s=0).backoff_s == 0.0
+    assert Scheduler(q.eng, kinds=fake_jobs, aging_s=10, retry_backoff_s=0).settings.retry_backoff_s == 0.0

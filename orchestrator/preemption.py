@@ -1,0 +1,73 @@
+"""Preemption by priority, the driver's side: which of its running jobs may be preempted now, and asking
+the admission's victims to stop. Which job is preempted for which is the admission's rule
+(orchestrator/admission.py, `Preempt`); this module keeps what the rule needs from the running attempts.
+
+A job may be preempted only when it opted in (`preemptible` in its grid), checkpointed in this attempt (a
+stop before that would lose its work) and was not preempted within the cool-down ($LOOPLAB_PREEMPT_COOLDOWN_S,
+default 1800 s: a run stopped every few minutes by a stream of urgent jobs would redo its steps since the
+last checkpoint each time and never progress). A victim is asked to stop at its next step boundary, after a
+checkpoint; its attempt ends as preempted and its job goes back to the queue; a health event says why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Iterable
+
+from looplab.orchestrator.admission import Preempt, Running
+from looplab.orchestrator.health import Finding, Level, Rule
+
+
+class Preemptions:
+    """The preemption state of one driver's running jobs."""
+
+    def __init__(self, cooldown_s: float) -> None:
+        self.cooldown_s = cooldown_s
+        self.checkpointed: set[int] = set()  # running jobs that checkpointed in their attempt
+        self.preempted_at: dict[int, float | None] = {}  # running job -> when it was last preempted
+        self.asked: dict[int, str] = {}  # job asked to stop -> why
+
+    def started(self, job_id: int, last_preempted: float | None) -> None:
+        """An attempt of `job_id` started; it was last preempted at `last_preempted` (None: never)."""
+        self.checkpointed.discard(job_id)
+        self.preempted_at[job_id] = last_preempted
+
+    def checkpoint(self, job_id: int) -> None:
+        self.checkpointed.add(job_id)
+
+    def ended(self, job_id: int) -> str | None:
+        """The attempt of `job_id` ended: why it was asked to stop, if it was."""
+        self.preempted_at.pop(job_id, None)
+        self.checkpointed.discard(job_id)
+        return self.asked.pop(job_id, None)
+
+    def running_now(self, running: Iterable[Running]) -> list[Running]:
+        """The running jobs as the admission books them, each saying whether it may be preempted now; one
+        asked to stop already is `stopping`."""
+        running = list(running)
+        opted = [r.job for r in running if r.request.preemptible and r.job in self.checkpointed]
+        since = time.time() - self.cooldown_s
+        cooling = {j for j in opted if (self.preempted_at.get(j) or -math.inf) > since}
+        return [
+            dataclasses.replace(
+                r, preemptible=r.job in opted and r.job not in cooling, stopping=r.job in self.asked
+            )
+            for r in running
+        ]
+
+    def ask(self, decision: Preempt, steps: dict[int, int | None]) -> list[tuple[int, Finding]]:
+        """The victims of `decision` not asked yet, each with the health finding that says why (at the step
+        it had reached, from `steps`); the caller asks each to stop."""
+        asked = []
+        for victim in decision.victims:
+            if victim in self.asked:
+                continue
+            why = f"preempted for job {decision.job.id} (effective priority {decision.candidate.priority})"
+            self.asked[victim] = why
+            message = f"{why}: it stops at its next step, checkpointed, and resumes after"
+            asked.append(
+                (victim, Finding(Rule.PREEMPTED, Level.WARNING, steps.get(victim), None, None, message))
+            )
+        return asked
