@@ -434,7 +434,7 @@ def outage(error: BaseException) -> Outage | None:
 
 class server_epoch(FunctionElement):  # noqa: N801 - used as a SQL function, like sa.func.now
     """The database server's clock, epoch seconds, inside a statement: what heartbeats are stamped with
-    and judged by (`jobqueue.touch`, `recover_stale`, the writer's heartbeats), so a driver whose clock
+    and judged by (`recovery.touch`, `recover_stale`, the writer's heartbeats), so a driver whose clock
     is off neither takes live jobs over nor keeps dead ones (one clock: the server's, as MLflow's and
     Optuna's users learnt). SQLite's server is the machine that opens the file."""
 

@@ -85,7 +85,7 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from looplab.orchestrator import alerts, drivers, faults, jobkinds, jobqueue, retention
+from looplab.orchestrator import alerts, drivers, faults, jobkinds, jobqueue, recovery, retention
 from looplab.orchestrator.admission import Admission, Candidate, Node, Preempt, Refuse, Request, Running
 from looplab.orchestrator.db import outage, outage_phrase, ping
 from looplab.orchestrator.health import STOP, Finding, HealthWatch, StepClock
@@ -201,7 +201,7 @@ class Scheduler:
         cluster = ray.cluster_resources()
         self.total = {"CPU": float(cluster.get("CPU", 0)), "GPU": float(cluster.get("GPU", 0))}
         self.sink = sink_on_this_node()
-        back = jobqueue.recover_dead(self.eng, self.driver) + jobqueue.recover_stale(self.eng, self.grace_s)
+        back = recovery.recover_dead(self.eng, self.driver) + recovery.recover_stale(self.eng, self.grace_s)
         if back:
             print(f"recovered {len(back)} interrupted job(s) {back}: they resume from their checkpoints")
         old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -270,12 +270,12 @@ class Scheduler:
             return True
         if now - self.last_touch > 1.0:
             self._heartbeat_and_cancels()
-            back = jobqueue.recover_dead(self.eng, self.driver)
+            back = recovery.recover_dead(self.eng, self.driver)
             if back and self.progress:
                 print(f"recovered {len(back)} job(s) {back} of a dead driver on this host", flush=True)
             self.last_touch = now
         if now - self.last_recover > max(1.0, self.grace_s / 2):
-            jobqueue.recover_stale(self.eng, self.grace_s, exclude={j for j, *_ in self.running.values()})
+            recovery.recover_stale(self.eng, self.grace_s, exclude={j for j, *_ in self.running.values()})
             jobqueue.cascade(self.eng)
             self.last_recover = now
         if (
@@ -515,7 +515,7 @@ class Scheduler:
         so it writes nothing more (its outcome, collected as any, is refused by the fence). A gang is
         asked to stop instead (at its next step, after a checkpoint that promise 10 never resumes from)."""
         mine = [j for j, *_ in self.running.values()]
-        lost = jobqueue.touch(self.eng, self._attempts())
+        lost = recovery.touch(self.eng, self._attempts())
         for ref, (j, n, held) in list(self.running.items()):
             if j in lost:
                 self._say(f"job {j}: attempt {n} was replaced (its job taken over): stopping it")

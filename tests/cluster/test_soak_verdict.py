@@ -11,7 +11,7 @@ from collections import Counter
 
 import sqlalchemy as sa
 
-from looplab.orchestrator import Grid, jobqueue
+from looplab.orchestrator import Grid, jobqueue, recovery
 from looplab.orchestrator.db import engine
 from looplab.orchestrator.drivers import DriverId
 from looplab.orchestrator.states import AttemptOutcome
@@ -85,7 +85,7 @@ def test_the_refused_writes_are_counted_per_attempt_from_the_queues_own_lines(tm
     assert jobqueue.claim(eng, jid, "driver2", "") == 1
     with eng.begin() as conn:
         conn.execute(sa.text("UPDATE jobs SET heartbeat_at = heartbeat_at - 1000"))
-    assert jobqueue.recover_stale(eng, grace_s=8) == [jid]
+    assert recovery.recover_stale(eng, grace_s=8) == [jid]
     assert jobqueue.claim(eng, jid, "head", "") == 2
     caplog.set_level(logging.WARNING)
     late = Event("log", time.time(), {"level": "INFO", "message": "late"})

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from looplab.orchestrator import Grid, drivers, jobqueue
+from looplab.orchestrator import Grid, drivers, jobqueue, recovery
 from looplab.orchestrator.db import engine
 from looplab.orchestrator.drivers import DriverId
 from looplab.orchestrator.states import AttemptOutcome, JobStatus
@@ -100,14 +100,14 @@ def test_a_stalled_driver_writes_nothing_once_its_job_was_claimed_again(eng):
     assert rows(eng, "SELECT step, value FROM metrics WHERE job_id = :j", j=jid) == [(1, 1.0)]
 
     age_heartbeat(eng, jid)  # A stalls; driver B recovers the job and claims it again
-    assert jobqueue.recover_stale(eng, grace_s=60) == [jid]
+    assert recovery.recover_stale(eng, grace_s=60) == [jid]
     b = jobqueue.claim(eng, jid, "driver-b", "/tmp/a")
     assert (a, b) == (1, 2)
     before = snapshot(eng, jid)
 
     # A wakes up: every write it makes for the job is refused, and it cannot finish or fail it
     write_events(eng, [(jid, a, events(2, 99.0))])
-    jobqueue.touch(eng, {jid: a})
+    recovery.touch(eng, {jid: a})
     record_concurrency(eng, jid, a, 7)
     assert jobqueue.finish(eng, jid, a, AttemptOutcome.SUCCEEDED) == JobStatus.RUNNING
     assert jobqueue.finish(eng, jid, a, AttemptOutcome.FAILED, "late failure") == JobStatus.RUNNING
@@ -144,7 +144,7 @@ def test_a_recovered_attempt_cannot_finish_its_job_before_another_driver_claims_
     (jid,) = jobqueue.submit(eng, [Grid("f", job="noop")], fake_jobs)[0]
     n = jobqueue.claim(eng, jid, "driver-a", "/tmp/a")
     age_heartbeat(eng, jid)
-    assert jobqueue.recover_stale(eng, grace_s=60) == [jid]
+    assert recovery.recover_stale(eng, grace_s=60) == [jid]
     write_events(eng, [(jid, n, events(1, 1.0))])
     assert jobqueue.finish(eng, jid, n, AttemptOutcome.SUCCEEDED) == JobStatus.QUEUED
     assert rows(eng, "SELECT status, progress_done FROM jobs WHERE id = :j", j=jid) == [("queued", None)]
@@ -208,7 +208,7 @@ def test_recover_dead_requeues_exactly_the_jobs_of_dead_drivers_of_this_host(eng
         job_of = dict(zip(owners, ids, strict=True))
         for name, who in owners.items():
             assert jobqueue.claim(eng, job_of[name], f"driver-{name}", "/tmp/a", who) == 1
-        assert sorted(jobqueue.recover_dead(eng, me)) == sorted([job_of["dead"], job_of["reused"]])
+        assert sorted(recovery.recover_dead(eng, me)) == sorted([job_of["dead"], job_of["reused"]])
         status = dict(rows(eng, "SELECT id, status FROM jobs"))
         assert {name: status[j] for name, j in job_of.items()} == {
             "dead": "queued",
@@ -219,7 +219,7 @@ def test_recover_dead_requeues_exactly_the_jobs_of_dead_drivers_of_this_host(eng
         }
         ((error,),) = rows(eng, "SELECT error FROM attempts WHERE job_id = :j", j=job_of["dead"])
         assert f"pid {dead_process.pid}" in error
-        assert jobqueue.recover_dead(eng, me) == []  # queued now: not again
+        assert recovery.recover_dead(eng, me) == []  # queued now: not again
     finally:
         live_other.kill()
         live_other.wait()

@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 import torch
 
-from looplab.orchestrator import Grid, jobqueue
+from looplab.orchestrator import Grid, jobqueue, recovery
 from looplab.orchestrator.db import engine
 from looplab.orchestrator.scheduler import Scheduler
 from looplab.orchestrator.states import AttemptOutcome, JobStatus
@@ -42,7 +42,7 @@ def take_over(eng, job_id: int, art) -> int:
         conn.execute(
             sa.text("UPDATE jobs SET heartbeat_at = heartbeat_at - 1000 WHERE id = :j"), {"j": job_id}
         )
-    assert jobqueue.recover_stale(eng, grace_s=60) == [job_id]
+    assert recovery.recover_stale(eng, grace_s=60) == [job_id]
     return jobqueue.claim(eng, job_id, "driver-b", str(art))
 
 
@@ -133,11 +133,11 @@ def test_a_promotion_the_file_system_refuses_fails_the_attempt(eng, tmp_path, mo
 def test_touch_names_the_jobs_an_attempt_lost(eng):
     a, b = jobqueue.submit(eng, [Grid("t", job="noop", sweep={"tag": [1, 2]})], fake_jobs)[0]
     na, nb = (jobqueue.claim(eng, j, "driver-a", "") for j in (a, b))
-    assert jobqueue.touch(eng, {a: na, b: nb}) == []
+    assert recovery.touch(eng, {a: na, b: nb}) == []
     assert take_over(eng, b, "") == nb + 1
-    assert jobqueue.touch(eng, {a: na, b: nb}) == [b]
+    assert recovery.touch(eng, {a: na, b: nb}) == [b]
     jobqueue.cancel(eng, [a])  # cancelled while it runs: still its attempt's, told to stop otherwise
-    assert jobqueue.touch(eng, {a: na}) == []
+    assert recovery.touch(eng, {a: na}) == []
 
 
 def test_heartbeats_are_stamped_and_judged_by_the_database_servers_clock(eng, monkeypatch):
@@ -147,13 +147,13 @@ def test_heartbeats_are_stamped_and_judged_by_the_database_servers_clock(eng, mo
     real = time.time
     monkeypatch.setattr(time, "time", lambda: real() - 600)  # driver A's clock: 10 minutes behind
     na, nb = (jobqueue.claim(eng, j, "driver-a", "") for j in (a, b))
-    assert jobqueue.touch(eng, {a: na, b: nb}) == []
+    assert recovery.touch(eng, {a: na, b: nb}) == []
     monkeypatch.setattr(time, "time", lambda: real() + 600)  # driver B's: 10 minutes ahead
-    assert jobqueue.recover_stale(eng, grace_s=60) == []  # the jobs are live: B leaves them
+    assert recovery.recover_stale(eng, grace_s=60) == []  # the jobs are live: B leaves them
     with eng.begin() as conn:  # a minute and a half of silence, by the server's clock
         conn.execute(sa.text("UPDATE jobs SET heartbeat_at = heartbeat_at - 90 WHERE id = :j"), {"j": b})
     monkeypatch.setattr(time, "time", lambda: real() - 600)  # a recoverer behind sees it stale all the same
-    assert jobqueue.recover_stale(eng, grace_s=60) == [b]
+    assert recovery.recover_stale(eng, grace_s=60) == [b]
 
 
 # ---------------------------------------------------------------- the driver kills a replaced attempt

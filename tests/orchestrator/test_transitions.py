@@ -14,7 +14,7 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from looplab.orchestrator import Grid, jobqueue, variants
+from looplab.orchestrator import Grid, jobqueue, recovery, variants
 from looplab.orchestrator.db import engine
 from looplab.orchestrator.states import AttemptOutcome, JobStatus
 from looplab.orchestrator.writer import write_events
@@ -165,7 +165,7 @@ def test_a_stale_attempt_finishing_after_a_reclaim_does_not_change_the_job(eng):
     (jid,) = submit(eng, Grid("st", job="noop"))
     jobqueue.claim(eng, jid, "old-driver", "/tmp/a")
     age_heartbeat(eng, jid)
-    assert jobqueue.recover_stale(eng, grace_s=60) == [jid]
+    assert recovery.recover_stale(eng, grace_s=60) == [jid]
     assert jobqueue.claim(eng, jid, "new-driver", "/tmp/a") == 2
     for late in (AttemptOutcome.SUCCEEDED, AttemptOutcome.FAILED):  # the old owner reports late
         assert jobqueue.finish(eng, jid, 1, late, "late") == JobStatus.RUNNING
@@ -183,10 +183,10 @@ def test_recover_stale_puts_silent_running_jobs_back_only(eng):
         assert jobqueue.claim(eng, j, "driver-x", f"/tmp/a{j}") == 1
     age_heartbeat(eng, stale)
     age_heartbeat(eng, mine)
-    assert jobqueue.recover_stale(eng, grace_s=60, exclude={mine}) == [stale]
+    assert recovery.recover_stale(eng, grace_s=60, exclude={mine}) == [stale]
     assert [job(eng, j).status for j in (stale, fresh, mine)] == ["queued", "running", "running"]
     assert outcomes(eng, stale) == ["interrupted"] and outcomes(eng, fresh) == ["running"]
-    assert jobqueue.recover_stale(eng, grace_s=60, exclude={mine}) == []  # queued now: not again
+    assert recovery.recover_stale(eng, grace_s=60, exclude={mine}) == []  # queued now: not again
 
 
 def test_heartbeat_of_a_worker_with_a_skewed_clock_is_not_stale(eng):
@@ -195,7 +195,7 @@ def test_heartbeat_of_a_worker_with_a_skewed_clock_is_not_stale(eng):
     (jid,) = submit(eng, Grid("h", job="noop"))
     n = jobqueue.claim(eng, jid, "driver-x", "/tmp/a")
     write_events(eng, [(jid, n, [Event("heartbeat", time.time() - 1000, {})])])
-    assert jobqueue.recover_stale(eng, grace_s=60) == []
+    assert recovery.recover_stale(eng, grace_s=60) == []
     assert job(eng, jid).status == "running"
 
 
@@ -203,8 +203,8 @@ def test_touch_keeps_only_running_jobs_alive(eng):
     running, queued = submit(eng, Grid("t", job="noop", sweep={"tag": [1, 2]}))
     n = jobqueue.claim(eng, running, "driver", "/tmp/a")
     age_heartbeat(eng, running)
-    jobqueue.touch(eng, {running: n, queued: 1})
-    assert jobqueue.recover_stale(eng, grace_s=60) == []
+    recovery.touch(eng, {running: n, queued: 1})
+    assert recovery.recover_stale(eng, grace_s=60) == []
     assert job(eng, queued).heartbeat_at is None
 
 
@@ -307,7 +307,7 @@ def test_retry_waits_until_a_cancelled_attempt_has_ended(eng):
     assert jobqueue.retry(eng, [jid]) == []  # its attempt is still running
     assert job(eng, jid).status == "cancelled"
     age_heartbeat(eng, jid)
-    assert jobqueue.recover_stale(eng, grace_s=60) == []  # cancelled stays cancelled ...
+    assert recovery.recover_stale(eng, grace_s=60) == []  # cancelled stays cancelled ...
     assert outcomes(eng, jid) == ["cancelled"]  # ... and its attempt is closed
     assert jobqueue.retry(eng, [jid]) == [jid]
 
