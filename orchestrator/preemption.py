@@ -25,23 +25,26 @@ class Preemptions:
 
     def __init__(self, cooldown_s: float) -> None:
         self.cooldown_s = cooldown_s
-        self.checkpointed: set[int] = set()  # running jobs that checkpointed in their attempt
+        # running job that checkpointed in its attempt -> the step of its last checkpoint
+        self.checkpointed: dict[int, int | None] = {}
         self.preempted_at: dict[int, float | None] = {}  # running job -> when it was last preempted
         self.asked: dict[int, str] = {}  # job asked to stop -> why
 
     def started(self, job_id: int, last_preempted: float | None) -> None:
         """An attempt of `job_id` started; it was last preempted at `last_preempted` (None: never)."""
-        self.checkpointed.discard(job_id)
+        self.checkpointed.pop(job_id, None)
         self.preempted_at[job_id] = last_preempted
 
-    def checkpoint(self, job_id: int) -> None:
-        self.checkpointed.add(job_id)
+    def checkpoint(self, job_id: int, step: int | None) -> None:
+        self.checkpointed[job_id] = step
 
-    def ended(self, job_id: int) -> str | None:
-        """The attempt of `job_id` ended: why it was asked to stop, if it was."""
+    def ended(self, job_id: int) -> tuple[str, int | None] | None:
+        """The attempt of `job_id` ended: why it was asked to stop and the step of its last checkpoint (where
+        it stopped: it checkpoints before it stops), if it was asked."""
         self.preempted_at.pop(job_id, None)
-        self.checkpointed.discard(job_id)
-        return self.asked.pop(job_id, None)
+        step = self.checkpointed.pop(job_id, None)
+        why = self.asked.pop(job_id, None)
+        return None if why is None else (why, step)
 
     def running_now(self, running: Iterable[Running]) -> list[Running]:
         """The running jobs as the admission books them, each saying whether it may be preempted now; one
@@ -57,17 +60,21 @@ class Preemptions:
             for r in running
         ]
 
-    def ask(self, decision: Preempt, steps: dict[int, int | None]) -> list[tuple[int, Finding]]:
-        """The victims of `decision` not asked yet, each with the health finding that says why (at the step
-        it had reached, from `steps`); the caller asks each to stop."""
+    def ask(self, decision: Preempt) -> list[tuple[int, str]]:
+        """The victims of `decision` not asked yet, each with why; the caller asks each to stop."""
         asked = []
         for victim in decision.victims:
             if victim in self.asked:
                 continue
             why = f"preempted for job {decision.job.id} (effective priority {decision.candidate.priority})"
             self.asked[victim] = why
-            message = f"{why}: it stops at its next step, checkpointed, and resumes after"
-            asked.append(
-                (victim, Finding(Rule.PREEMPTED, Level.WARNING, steps.get(victim), None, None, message))
-            )
+            asked.append((victim, why))
         return asked
+
+
+def stopped(why: str, step: int | None) -> Finding:
+    """The health event of an attempt that stopped as asked, at the step of the checkpoint it stopped at,
+    recorded when the attempt ends: the run's own step, not what the driver had seen when it asked."""
+    at = f" at step {step}" if step is not None else ""
+    message = f"{why}: it stopped{at}, checkpointed, and resumes from there"
+    return Finding(Rule.PREEMPTED, Level.WARNING, step, None, None, message)

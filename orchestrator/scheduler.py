@@ -85,7 +85,7 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from looplab.orchestrator import alerts, drivers, faults, jobkinds, jobqueue, recovery, retention
+from looplab.orchestrator import alerts, drivers, faults, jobkinds, jobqueue, preemption, recovery, retention
 from looplab.orchestrator.admission import Admission, Candidate, Node, Preempt, Refuse, Request, Running
 from looplab.orchestrator.db import outage, outage_phrase, ping
 from looplab.orchestrator.health import STOP, Finding, HealthWatch, StepClock
@@ -349,14 +349,15 @@ class Scheduler:
 
     def _preempt(self, decision: Preempt) -> None:
         """Ask the admission's victims to stop at their next step boundary (they checkpoint first, then end
-        as preempted, `_collect`, and their jobs go back to the queue); a health event says why."""
-        attempt = self._attempts()
-        steps = {j: clock.step for j, clock in self.clocks.items()}
-        for victim, finding in self.preemptions.ask(decision, steps):
+        as preempted, `_collect`, which records a health event at the step they stopped at, and their jobs
+        go back to the queue)."""
+        for victim, why in self.preemptions.ask(decision):
             self.sink.request_stop.remote(victim)
-            self.findings.append((victim, attempt[victim], finding))
             if self.progress:
-                print(f"{time.strftime('%H:%M:%S')} job {victim}: {finding.message}", flush=True)
+                print(
+                    f"{time.strftime('%H:%M:%S')} job {victim}: {why}: asked to stop at its next step",
+                    flush=True,
+                )
 
     def _drain(self) -> None:
         """Take what the sink holds into `held`, each batch with the attempt it was reported under."""
@@ -388,7 +389,9 @@ class Scheduler:
             if stall is not None:  # killed by the stall rule: a failed attempt, retried from its checkpoint
                 out = TaskResult(AttemptOutcome.FAILED, stall.message)
         if preempted is not None and out.outcome == AttemptOutcome.INTERRUPTED:  # it stopped as asked
-            out = TaskResult(AttemptOutcome.PREEMPTED, preempted)
+            why, step = preempted
+            out = TaskResult(AttemptOutcome.PREEMPTED, why)
+            self.findings.append((job_id, n, preemption.stopped(why, step)))
         if stopped is not None and out.outcome != AttemptOutcome.SUCCEEDED:  # a health rule stopped it
             out = TaskResult(AttemptOutcome.FAILED, stopped.message, finding=stopped)
         self.held.outcomes.append((job_id, n, out))
@@ -466,8 +469,8 @@ class Scheduler:
             return
         now = time.time()
         for e in events:
-            if e.kind == EventKind.CHECKPOINT:
-                self.preemptions.checkpoint(job_id)
+            if e.kind == EventKind.CHECKPOINT and isinstance(e.payload, dict):
+                self.preemptions.checkpoint(job_id, e.payload.get("step"))
             if e.kind in (EventKind.STARTED, EventKind.RESUMED):
                 clock.restart()
             elif e.kind == EventKind.PROGRESS and isinstance(e.payload, dict):

@@ -53,7 +53,9 @@ def test_a_preempted_real_run_resumes_after_the_urgent_job_bit_for_bit(tmp_path,
         )
         assert [tuple(r) for r in got] == ref.curve(key) and len(got) > 0, key  # each point once
     assert rows(q, "SELECT COUNT(*) FROM train_results WHERE job_id=:j", j=long) == [(1,)]
-    ((rule, step),) = rows(q, "SELECT rule, step FROM health_events WHERE job_id=:j", j=long)
-    # the step the driver's stall clock had seen when it asked the run to stop: at least its first step
-    # (under CI's load the clock has lagged the checkpoint the test waited for: issue 50's closing note)
-    assert rule == "preempted" and step is not None and step >= 1
+    ((rule, step, message),) = rows(
+        q, "SELECT rule, step, message FROM health_events WHERE job_id=:j", j=long
+    )
+    # recorded when the attempt ended, at the step it stopped at: the one the next attempt resumed from
+    assert (rule, step) == ("preempted", attempts[2][2]), message
+    assert f"preempted for job {urgent}" in message and f"stopped at step {step}" in message
