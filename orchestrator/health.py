@@ -467,24 +467,38 @@ class RunHealth:
 class StepClock:
     """When an attempt's step last advanced (on the driver's clock) and its median seconds per step: the
     stall rule. The clock starts at the attempt's first step: before it a run may build its data or
-    compile for a long time, which is no stall."""
+    compile for a long time, which is no stall.
+
+    An attempt's progress comes in phases, each with its own total (a train job prepares its data first,
+    counting bytes, then counts steps): a new total starts the clock again, so a phase is never judged by
+    another's count (with one clock, the training steps after a fresh data preparation, all below its byte
+    count, were ignored and a healthy run was called stalled after `stall_s`), and a phase that reached its
+    total stops the clock until the next one reports."""
 
     def __init__(self, settings: HealthSettings) -> None:
         self.settings = settings
         self.step: int | None = None
+        self.total: float | None = None
         self.at = self.made = 0.0
         self.per_step: deque[float] = deque(maxlen=200)
         self.warned = False
 
-    def advance(self, step: int, now: float, ts: float | None = None) -> None:
-        """The attempt reported `step` done, seen at `now` (the driver's clock) and made at `ts` (the
-        worker's: step times come from one clock's differences; the driver drains in batches)."""
+    def advance(self, step: int, now: float, ts: float | None = None, total: float | None = None) -> None:
+        """The attempt reported `step` done (of `total`, its phase's), seen at `now` (the driver's clock) and
+        made at `ts` (the worker's: step times come from one clock's differences; the driver drains in
+        batches)."""
+        if total != self.total:  # a new phase: its own count and its own pace
+            self.restart()
+            self.per_step.clear()
+            self.total = total
         if self.step is not None and step <= self.step:
             return
         made = now if ts is None else ts
         if self.step is not None and made > self.made:
             self.per_step.append((made - self.made) / (step - self.step))
         self.step, self.at, self.made, self.warned = step, now, made, False
+        if total is not None and step >= total:  # the phase is done: what follows (building the model,
+            self.step = None  # compiling, the final evaluation) is no stall; the next phase starts it again
 
     def restart(self) -> None:
         """The attempt (re)started or resumed from a checkpoint: the clock waits for its next step (points

@@ -476,7 +476,8 @@ class Scheduler:
             elif e.kind == EventKind.PROGRESS and isinstance(e.payload, dict):
                 done = e.payload.get("done")
                 if isinstance(done, int | float) and not isinstance(done, bool):
-                    clock.advance(int(done), now, e.ts)
+                    total = e.payload.get("total")
+                    clock.advance(int(done), now, e.ts, total if isinstance(total, int | float) else None)
 
     def _check_stalls(self, now: float) -> None:
         """The stall rule on every running attempt: a warning at its limit, then a kill (recorded as a

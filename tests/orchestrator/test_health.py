@@ -84,6 +84,22 @@ def test_stall_warns_then_kills_past_the_limit_of_its_median_step_time():
     assert clock.check(1e6) == (None, False)
 
 
+def test_each_phase_of_progress_has_its_own_clock():
+    """A train job on fresh data reports its preparation in bytes, then its steps: the steps, all below the
+    byte count, still advance the clock (they were ignored, and a healthy run was called stalled)."""
+    clock = StepClock(HealthSettings(stall_s=10.0, stall_factor=20.0))
+    for done in (400_000, 800_000, 1_200_000):
+        clock.advance(done, now=100.0, total=1_582_616)  # preparing: bytes of the corpus
+    clock.advance(1_582_616, now=101.0, total=1_582_616)  # done: building the model is no stall
+    assert clock.step is None and clock.check(1e6) == (None, False)
+    for step in range(1, 6):
+        clock.advance(step, now=200.0 + step, total=120)  # training: steps
+    assert (clock.step, clock.total, clock.limit()) == (5, 120, 20.0)  # 1 s a step, its own pace
+    assert clock.check(205.0 + 19) == (None, False)
+    warn, _ = clock.check(205.0 + 21)
+    assert warn is not None and warn.step == 5 and "after step 5 " in warn.message
+
+
 def test_step_times_come_from_the_workers_clock_not_the_drivers_batches():
     clock = StepClock(HealthSettings(stall_s=1.0, stall_factor=10.0))
     for step in range(1, 11):  # reported every 3 s, drained together by the driver at one time
