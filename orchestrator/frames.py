@@ -418,9 +418,10 @@ def decode(url: str) -> pd.DataFrame:
 # ---------------------------------------------------------------- curves
 
 
-def depth_metric_keys(url: str, job_ids: Iterable[int]) -> pd.DataFrame:
-    """(job_id, key) of every `val_loss@N` metric the given jobs reported, from `latest_metrics` (one
-    row per job and key: cheap), so a page knows which loop counts to read before reading curves."""
+def reported_keys(url: str, job_ids: Iterable[int], pattern: str = "%") -> pd.DataFrame:
+    """(job_id, key) of every metric matching `pattern` (SQL LIKE) the given jobs reported, from
+    `latest_metrics` (one row per job and key: cheap), so a page knows which curves exist before reading
+    them."""
     ids = [int(i) for i in job_ids]
     if not ids:
         return pd.DataFrame(columns=["job_id", "key"])
@@ -428,8 +429,13 @@ def depth_metric_keys(url: str, job_ids: Iterable[int]) -> pd.DataFrame:
         url,
         "SELECT job_id, key FROM latest_metrics WHERE job_id IN :ids AND key LIKE :pattern ORDER BY job_id, key",
         ids=ids,
-        pattern=DEPTH_KEY_PATTERN,
+        pattern=pattern,
     )
+
+
+def depth_metric_keys(url: str, job_ids: Iterable[int]) -> pd.DataFrame:
+    """(job_id, key) of every `val_loss@N` metric the given jobs reported (`reported_keys`)."""
+    return reported_keys(url, job_ids, DEPTH_KEY_PATTERN)
 
 
 def superseded(url: str, job_ids: Iterable[int], key: str) -> pd.DataFrame:

@@ -51,8 +51,12 @@ ids = tuple(int(i) for i in shown["job_id"])
 depth_keys = ui.depth_metric_keys(url, ids)
 metric_keys = [*frames.CURVE_KEYS, *sorted(set(depth_keys["key"]), key=lambda k: int(k.split("@")[1]))]
 
+# validation loss first; runs that never evaluated (a run stopped early, opened from a link) open on what
+# they reported instead of an empty chart
+reported = set(ui.reported_keys(url, ids)["key"])
+first = next((k for k in ("val_loss", *frames.CURVE_KEYS) if k in reported), "val_loss")
 c1, c2, c3, c4, c5 = st.columns(5)
-metric = c1.selectbox("Metric", metric_keys, index=1, key="runs_metric")
+metric = c1.selectbox("Metric", metric_keys, index=metric_keys.index(first), key="runs_metric")
 x_label = c2.selectbox("x axis", list(X_AXES), key="runs_x")
 groups = [g for g in GROUP_CHOICES if g in runs.columns]
 group_by = c3.multiselect(
@@ -112,7 +116,8 @@ else:
         )
         ui.table(rewound.drop(columns=["ts"]), key="runs_rewinds")
     st.caption(
-        f"{len(ids):,} runs drawn (running and finished ones of the selection), each curve read at "
+        f"{len(ids):,} run{'s' if len(ids) != 1 else ''} drawn (running and finished ones of the selection, "
+        "and any a link asks for), each curve read at "
         f"≤ {points} points."
     )
 

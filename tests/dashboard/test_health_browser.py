@@ -58,6 +58,14 @@ def red_pixels(png: bytes, left: float = 1.0) -> int:
     return sum(1 for r, g, b in image.getdata() if r - max(g, b) > 80 and abs(g - b) < 12)
 
 
+def coloured_pixels(png: bytes) -> int:
+    """Pixels of a saturated colour: a series' line or marker (axes, grid and text are grey or black)."""
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(png)).convert("RGB")
+    return sum(1 for px in image.getdata() if max(px) - min(px) > 60)
+
+
 def test_morning_view_and_health_markers_in_a_browser(dashboard_server, browser, tmp_path):
     db = health_db(tmp_path)
     expected = ["Since", "failed since", "Health events", "non_finite", "the run diverged"]
@@ -102,3 +110,36 @@ def test_compare_wall_time_chart_draws_the_health_marker_in_a_browser(
         chart.scroll_into_view_if_needed()
         page.wait_for_timeout(1000)
         assert red_pixels(chart.screenshot(), left=0.5) < 5
+
+
+def test_a_morning_view_link_opens_its_run_in_the_browser(dashboard_server, browser, tmp_path):
+    """The link a person clicks in the morning view (read from the page as the browser has it) stays on
+    this dashboard and this database, and the Runs page it opens shows that run alone."""
+    import html as html_lib
+    import re
+
+    from tests.dashboard.test_run_links import night
+
+    q, jobs = night(tmp_path)
+    failed = jobs[1]
+    expected = ["Since", "failed since", "open run"]
+    with open_page(
+        browser, page_url(dashboard_server, "queue", str(tmp_path / "q.db")), "Queue", expected, height=1600
+    ) as page:
+        page.screenshot(path=str(SHOTS / "queue_morning_links.png"), full_page=True)
+        links = set(
+            re.findall(r"(http[^\s\"'<>]*/runs\?job=\d+[^\s\"'<>]*)", html_lib.unescape(page.content()))
+        )
+    assert links, "no run link on the page"
+    mine = [link for link in links if f"job={failed}&" in link or link.endswith(f"job={failed}")]
+    assert len(mine) == 1, links
+    assert mine[0].startswith(dashboard_server + "/runs?"), mine[0]  # this dashboard, not a default address
+    with open_page(browser, mine[0], "Runs", ["from the link", "run drawn"], height=1400) as page:
+        chart = page.wait_for_selector('[data-testid="stVegaLiteChart"]', timeout=60_000)
+        page.wait_for_timeout(1000)
+        page.screenshot(path=str(SHOTS / "runs_opened_from_a_link.png"), full_page=True)
+        drawn = coloured_pixels(chart.screenshot())
+        assert drawn >= 200, drawn  # its curve is drawn (axes and labels are grey)
+        body = assert_page_shows(page, "Runs", ["from the link"], min_charts=1)
+        # the run never evaluated (it was stopped early): the page opens on the curve it has, not an empty one
+        assert "could not read" not in body and "1 run drawn" in body and "no metric points" not in body

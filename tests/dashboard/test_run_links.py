@@ -28,7 +28,11 @@ def night(tmp_path) -> tuple[Queue, list[int]]:
     for n, job in enumerate(jobs):
         claim(q.eng, job, "driver", str(tmp_path / f"a{job}"))
         points = [
-            Event(EventKind.METRIC, 1.0, {"key": "train_loss", "step": s, "value": 4.0 - 0.01 * s - n})
+            Event(
+                EventKind.METRIC,
+                1.0,
+                {"key": "train_loss", "step": s, "value": 4.0 - 0.01 * s - n, "tokens": 64 * s},
+            )
             for s in range(20)
         ]
         write_events(q.eng, [(job, 1, points)], HealthWatch())
