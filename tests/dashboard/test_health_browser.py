@@ -118,11 +118,22 @@ def test_a_morning_view_link_opens_its_run_in_the_browser(dashboard_server, brow
     import html as html_lib
     import re
 
+    from looplab.orchestrator import alerts
     from tests.dashboard.test_run_links import night
 
     q, jobs = night(tmp_path)
-    failed = jobs[1]
-    expected = ["Since", "failed since", "open run"]
+    ok, failed, other = jobs
+    # the night: a run collapsed to chance and stopped, another preempted, the webhook down at its alert
+    cfg = alerts.AlertConfig((alerts.channel("c", {"name": "hook", "type": "webhook", "url": "http://x/"}),))
+    with q.eng.begin() as conn:
+        chance = "train_loss 5.5452 within 1% of ln 256 = 5.5452 for 50 steps: the run collapsed to chance"
+        store(conn, failed, 1, Finding(Rule.AT_CHANCE, Level.ERROR, 61, "train_loss", 5.5452, chance))
+        why = f"preempted for job {ok} (effective priority 20): it stopped at step 12, checkpointed"
+        store(conn, other, 1, Finding(Rule.PREEMPTED, Level.WARNING, 12, None, None, why))
+        alerts.enqueue(
+            conn, cfg, "health", f"job {failed}: at_chance", {"text": chance}, group="g", job_id=failed
+        )
+    expected = ["Since", "failed since", "open run", "at_chance", "preempted", "not delivered yet"]
     with open_page(
         browser, page_url(dashboard_server, "queue", str(tmp_path / "q.db")), "Queue", expected, height=1600
     ) as page:
