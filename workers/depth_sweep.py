@@ -153,6 +153,18 @@ def cost(spec: Spec, trained: TrainCost) -> ForwardCost:
     return ForwardCost(float(flops), {d: memory for d in DEVICE_TYPES}, cfg.d_model)
 
 
+def refuse_follow(spec: dict[str, Any], followed: dict[str, Any]) -> None:
+    """At submission (workers.jobs `refuse_follow`): a sweep asking for the test split of a corpus that
+    has none is refused before its run trains (workers/heldout.py `refuse_short`), not after it."""
+    if not spec.get("test_split"):
+        return
+    from looplab.workers.data import DataSpec
+    from looplab.workers.heldout import refuse_short
+
+    # the data the sweep will read: the followed job's (`data_spec`; an import without one: the default)
+    refuse_short(DataSpec.from_dict((followed.get("spec") or {}).get("data")).corpus)
+
+
 def load_model(path: str | Path, device):
     """(model in eval mode, ModelConfig, train spec dict) from a train or import artifact dir, a
     checkpoint file, or a model directory (workers/hub.py: an export, a published checkpoint; its

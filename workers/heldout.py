@@ -58,6 +58,34 @@ def heldout_tokens(spec: data.DataSpec, shards: data.Shards, reporter: Reporter 
     return np.memmap(d / "test.bin", dtype=meta["dtype"], mode="r")
 
 
+def refuse_short(corpus: str) -> None:
+    """At submission: refuse a test split of a corpus that cannot have one, before its run is trained. The
+    test split starts after the validation split's `VAL_TOKENS` tokens of the validation stream, and no
+    tokenizer gives more tokens than the stream's UTF-8 bytes (a byte-level BPE merges bytes; byte fallback
+    gives one token a byte): a local corpus whose validation stream holds at most `VAL_TOKENS` bytes has
+    none, whatever its tokenizer. A hub corpus (`hf:`) is not read at submission; its build checks it."""
+    if corpus.startswith("hf:"):
+        return
+    held = _val_bytes(corpus, data.VAL_TOKENS)
+    if held <= data.VAL_TOKENS:
+        raise ConfigError(
+            f"test_split: corpus {corpus!r} has no tokens left for a test split: its validation documents "
+            f"hold {held:,} bytes (so at most as many tokens), all inside the validation split of "
+            f"{data.VAL_TOKENS:,} tokens; leave test_split out, or train on a corpus whose validation "
+            "documents hold more (a local corpus or hf:NAME; docs/evaluation.md)"
+        )
+
+
+def _val_bytes(corpus: str, limit: int) -> int:
+    """UTF-8 bytes of `corpus`' validation stream (documents and separators), counted until past `limit`."""
+    sep, n = len(data.DOC_SEP.encode()), 0
+    for batch in _val_texts(corpus):
+        n += sum(len(t.encode()) + sep for t in batch if t is not None)
+        if n > limit:
+            break
+    return n
+
+
 def _val_digest(val: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(val).tobytes()).hexdigest()
 
