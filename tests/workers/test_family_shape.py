@@ -87,7 +87,9 @@ def test_submission_checks_and_prices_the_family_at_its_shape(tmp_path):
     wide, _ = _plans({**SHAPED, "seq_len": 96})
     # the conformance check built the family at the shape's context: a longer context costs more FLOPs
     assert wide.family_facts["flops_per_token"] > train.family_facts["flops_per_token"] > 0
-    cal = Calibration(device="cpu", flops_per_s=1e9, decode_layer_s=1e-4, save_bytes_per_s=1e12, startup_s=2.0)
+    cal = Calibration(
+        device="cpu", flops_per_s=1e9, decode_layer_s=1e-4, save_bytes_per_s=1e12, startup_s=2.0
+    )
     cost = TimeModel(None, cal, "cpu").train_cost("train", train.spec)
     assert cost.flops_per_token == train.family_facts["flops_per_token"] and cost.steps == 6
     q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art")
