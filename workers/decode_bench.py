@@ -71,7 +71,7 @@ class Spec(ModelFields):
         chosen = model_fields(d, given)
         if chosen["recipe"] is not None and d["seq_len"] is not None:
             raise ConfigError(
-                f"seq_len: another family's context, when its spec names no recipe or size; looplab's own "
+                f"seq_len: another family's context, when its spec names no recipe, size or model; looplab's own "
                 f"model's is its size's or model.seq_len; got {d['seq_len']!r}"
             )
         cls(**chosen).preset_config()  # validates the overrides, by field
@@ -333,7 +333,7 @@ def run(spec: Spec, reporter: Reporter, artifact_dir: str | Path | None = None) 
             f"over its context (contexts up to {RECOMPUTE_MAX_CONTEXT} tokens), rows labelled {RECOMPUTE!r}"
         )
         cells = [(c, b) for c, b in cells if c <= RECOMPUTE_MAX_CONTEXT]
-    reporter.log(f"decode_bench {spec.recipe}/{spec.size} on {device} {dtype_name}, cuda_graph={use_graph}")
+    reporter.log(f"decode_bench {spec.model_name} on {device} {dtype_name}, cuda_graph={use_graph}")
     rows = []
     for done, (ctx, batch) in enumerate(cells):
         if reporter.should_stop():
@@ -348,7 +348,7 @@ def run(spec: Spec, reporter: Reporter, artifact_dir: str | Path | None = None) 
         else:
             (med, p10, p90), want = _recompute_cell(model, cfg, ctx, batch, device, spec), 0
         row = {
-            "arch": spec.recipe if cached else f"{spec.recipe} {RECOMPUTE}"[:64],
+            "arch": spec.arch_name[:64] if cached else f"{spec.arch_name} {RECOMPUTE}"[-64:],
             "size": spec.size,
             "context_len": ctx,
             "batch_size": batch,

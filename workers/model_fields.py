@@ -7,7 +7,7 @@ families existed keeps its dict and its hash.
 Another family's run states its shape (model/shape.py) as its own keys: `seq_len`, `loops` (and, for
 a train job, `batch_size` and the budget), with no recipe, size or `model` overrides, which are
 LoopedLM's; its spec stores the resolved figures, so leaving one out and giving its default are one run.
-A family spec that names a recipe or size (written before families stated their shape, as the families
+A family spec that names a recipe, size or model (written before families stated their shape, as the families
 study's grids are) is read as it always was, its shape from the preset, and keeps its stored dict."""
 
 from __future__ import annotations
@@ -67,6 +67,16 @@ class ModelFields:
                 d.pop(key)
         return d
 
+    @property
+    def model_name(self) -> str:
+        """How a log line names the model: recipe/size, or the family of one stating its own shape."""
+        return self.family if self.shaped else f"{self.recipe}/{self.size}"
+
+    @property
+    def arch_name(self) -> str:
+        """A decode bench row's `arch`: the recipe, or the family of one stating its own shape."""
+        return self.family if self.shaped else str(self.recipe)
+
     def preset_config(self):
         """The ModelConfig this spec names, at its preset's vocabulary: looplab's own model's, or for a
         shaped family `RunShape.model_config` (the defaults at its context and loop count)."""
@@ -82,17 +92,14 @@ def model_fields(d: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
     """The checked values of `d` (which holds every key, defaults filled; `given`: the keys the spec
     gave) that select the model: recipe and size by name, the overrides as canonical JSON (tuples ->
     lists, keys sorted, as spec.json and the queue store them), the family checked by `family_fields`;
-    for a shaped family (another family named with no recipe or size) its loops and seq_len instead."""
+    for a shaped family (another family named with no recipe, size or model) its loops and seq_len
+    instead. A family spec naming any of those is read as it was before families stated their shape
+    (its shape from the preset), so a grid written so keeps its jobs' hashes."""
     from looplab.model.presets import RECIPES, SIZES
 
     family, family_config = family_fields(d["family"], d["family_config"])
     chosen: dict[str, Any] = {"family": family, "family_config": family_config}
-    if family != BUILTIN_FAMILY and not {"recipe", "size"} & set(given):
-        if given.get("model"):
-            raise ConfigError(
-                f"model: LoopedLM's overrides, for looplab's own model or with a recipe and size; a family "
-                f"states its shape as seq_len and loops, its own settings as family_config; got {given['model']!r}"
-            )
+    if family != BUILTIN_FAMILY and not set(LOOPED_KEYS) & set(given):
         seq_len = FAMILY_SEQ_LEN if d["seq_len"] is None else d["seq_len"]
         loops = FAMILY_LOOPS if d["loops"] is None else d["loops"]
         return {
@@ -103,8 +110,8 @@ def model_fields(d: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
         }
     if d["loops"] is not None:
         raise ConfigError(
-            f"loops: another family's loop count, when its spec names no recipe or size; looplab's own model "
-            f"(or a family given a recipe and size) takes it from the recipe or model.loops; got {d['loops']!r}"
+            f"loops: another family's loop count, when its spec names no recipe, size or model; looplab's own "
+            f"model (or a family given those) takes it from the recipe or model.loops; got {d['loops']!r}"
         )
     model = fields.mapping("model", d["model"], "a mapping of ModelConfig overrides")
     try:

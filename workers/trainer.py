@@ -273,7 +273,7 @@ class Trainer:
         if self.writes:  # each attempt: the health rules of an attempt start afresh
             rep.metric(UNIGRAM_XENT, 0, unigram_xent(self.data))
         rep.log(
-            f"train {spec.recipe}/{spec.size}: {self.param_counts['total']:,} params, "
+            f"train {spec.model_name}: {self.param_counts['total']:,} params, "
             f"{self.state.total_steps} steps of {self.tokens_per_step} tokens on {self.device}; "
             + self._batch_line()
         )

@@ -63,7 +63,7 @@ def test_a_family_grid_names_no_recipe_or_size_and_its_shape_is_its_own():
 
 
 def test_looped_lm_keys_are_refused_on_a_shaped_family_and_loops_on_looplab_s_own():
-    with pytest.raises(ConfigError, match="^model: "):
+    with pytest.raises(ConfigError, match="^loops: "):  # model.loops is the older spelling's, not both
         jobs.validate("train", {**SHAPED, "model": {"loops": 2}})
     with pytest.raises(ConfigError, match="^loops: "):
         jobs.validate("train", {"recipe": "fixed4", "loops": 2, "tokens": 512})
@@ -106,9 +106,13 @@ def test_a_family_trains_at_its_shape(tmp_path, looplab_cache):
     assert out["tokens"] == 4 * 48 * 6
     facts = json.loads((tmp_path / "family.json").read_text())
     assert facts["flops_per_token"] == out["flops_per_token"] > 0
+    sweep = jobs.validate("depth_sweep", {"checkpoint": str(tmp_path), "loops": [1, 3], "eval_tokens": 1024})
+    evals = jobs.run("depth_sweep", sweep, MemoryReporter(), tmp_path / "sweep")["depth_evals"]
+    assert [e["loops"] for e in evals] == [1, 3]  # the trained count's loss is the run's final loss
+    assert evals[1]["val_loss"] == pytest.approx(out["final_val_loss"], rel=1e-5)
     (bench_plan,) = [p for p in _plans(SHAPED) if p.kind == "decode_bench"]
     (row,) = jobs.run("decode_bench", bench_plan.spec, MemoryReporter(), tmp_path / "bench")["rows"]
-    assert row["ms_per_token"] > 0
+    assert row["ms_per_token"] > 0 and row["arch"] == f"{UT} (full recompute)" and row["size"] is None
 
 
 def test_a_family_grid_with_a_recipe_and_size_keeps_its_stored_spec():
@@ -116,3 +120,19 @@ def test_a_family_grid_with_a_recipe_and_size_keeps_its_stored_spec():
     train, bench = _plans({**legacy, "recipe": "fixed4", "size": "tiny", "model": {"loops": 3}})
     assert train.spec["recipe"] == "fixed4" and train.spec["model"] == {"loops": 3}
     assert "loops" not in train.spec and "loops" not in bench.spec and "seq_len" not in bench.spec
+    # a family grid of the older spelling, its loop count as model.loops: read and stored as before
+    (old, _) = _plans({**legacy, "model": {"loops": 3}})
+    assert (old.spec["recipe"], old.spec["size"], old.spec["model"]) == ("lean", "tiny", {"loops": 3})
+
+
+def test_the_own_model_page_s_grid_submits_as_a_shaped_family():
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "own-model.md").read_text()
+    section = page[page.index("## In a grid") :]
+    code = "\n".join(line[4:] for line in section.split("\n\n")[1].splitlines())  # its indented block
+    grid = eval(code, {"Grid": Grid})  # noqa: S307 - the page's own example
+    plans = expand([grid], jobs)
+    train = plans[0]
+    assert train.spec["loops"] == 3 and train.spec["seq_len"] == 32 and "recipe" not in train.spec
+    assert {p.kind for p in plans} == {"train", "depth_sweep", "decode_bench", "eval"}
