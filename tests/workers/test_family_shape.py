@@ -17,10 +17,12 @@ from looplab.orchestrator.grid import assign_hashes, expand
 from looplab.workers import jobs
 from looplab.workers.reporter import MemoryReporter
 from tests.db_rows import rows
+from tests.workers.conftest import tiny_spec
 
 UT = "examples.universal_transformer:factory"
 # a family's whole grid: no recipe, no size, no model overrides
 SHAPED = {
+    **{k: v for k, v in tiny_spec().items() if k not in ("recipe", "size", "model")},
     "family": UT,
     "family_config": {"d_model": 32, "n_heads": 2},
     "optimizer": "adamw",
@@ -28,11 +30,6 @@ SHAPED = {
     "loops": 3,
     "batch_size": 4,
     "tokens": 4 * 48 * 6,
-    "eval_every": 1000,
-    "eval_tokens": 1024,
-    "ckpt_every": 1000,
-    "device": "cpu",
-    "data": {"corpus": "offline", "tokenizer": "byte"},
 }
 FOLLOW = {"decode_bench": {"context_lens": [40], "batch_sizes": [1], "steps": 2}}
 
