@@ -89,6 +89,11 @@ def test_submission_checks_and_prices_the_family_at_its_shape(tmp_path):
     )
     cost = TimeModel(None, cal, "cpu").train_cost("train", train.spec)
     assert cost.flops_per_token == train.family_facts["flops_per_token"] and cost.steps == 6
+    # its memory is the family's own, priced at the shape (the context the factory is given)
+    from looplab.model.memory import family_training_memory
+
+    assert json.loads(cost.family.config_json)["seq_len"] == 48
+    assert cost.memory["cpu"] == family_training_memory(cost.family, 3, 4, "cpu", "adamw") > 0
     q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art")
     q.submit([Grid("shaped", base=SHAPED, then=["decode_bench"], follow=FOLLOW)])
     got = rows(q, "SELECT kind, recipe, size, loops, variant_label, n_params FROM jobs ORDER BY id")
@@ -98,7 +103,7 @@ def test_submission_checks_and_prices_the_family_at_its_shape(tmp_path):
 
 
 def test_a_family_trains_at_its_shape(tmp_path, looplab_cache):
-    spec = jobs.validate("train", SHAPED)
+    spec = jobs.validate("train", {**SHAPED, "micro_batch_size": "auto"})  # fitted by its own memory
     out = jobs.run("train", spec, MemoryReporter(), tmp_path)
     assert out["tokens"] == 4 * 48 * 6
     facts = json.loads((tmp_path / "family.json").read_text())
