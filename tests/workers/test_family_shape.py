@@ -138,3 +138,24 @@ def test_the_own_model_page_s_grid_submits_as_a_shaped_family():
     train = plans[0]
     assert train.spec["loops"] == 3 and train.spec["seq_len"] == 32 and "recipe" not in train.spec
     assert {p.kind for p in plans} == {"train", "depth_sweep", "decode_bench", "eval"}
+
+
+def test_the_planner_prices_every_job_of_a_shaped_family_and_a_wider_one_costs_more():
+    from looplab.lab.planner import Calibration
+    from looplab.lab.planner.estimates import TimeModel, estimate_plans
+
+    cal = Calibration(
+        device="cpu", flops_per_s=1e9, decode_layer_s=1e-4, save_bytes_per_s=1e12, startup_s=2.0
+    )
+    follow = {**FOLLOW, "eval": {"tasks": ["deduction"], "n_per_subset": 2}}
+    priced = {}
+    for width in (32, 64):
+        base = {**SHAPED, "family_config": {"d_model": width, "n_heads": 2}}
+        plans = expand(
+            [Grid("g", base=base, then=["depth_sweep", "eval", "decode_bench"], follow=follow)], jobs
+        )
+        estimates = estimate_plans(TimeModel(None, cal, "cpu"), plans)
+        priced[width] = {p.kind: e for p, e in zip(plans, estimates, strict=True)}
+    assert set(priced[32]) == {"train", "depth_sweep", "eval", "decode_bench"}
+    for kind, narrow in priced[32].items():  # twice the width: more FLOPs and time for every job
+        assert priced[64][kind].flops > narrow.flops > 0 and priced[64][kind].seconds > narrow.seconds, kind
