@@ -368,20 +368,10 @@ def by_architecture(evals: pd.DataFrame, x: str, color: str, value: str = "eval_
 # ---------------------------------------------------------------- iso-time
 
 
+# A difference against a reference and its verdict, as every comparison reports it.
+VERDICT_COLUMNS = ("diff", "ci_low", "ci_high", "verdict", "n_seeds", "n_ref", "method", "seeds_needed")
 # What a comparison against the reference shows of each variant, after the columns that block it.
-VERSUS_COLUMNS = (
-    "variant_label",
-    "recipe",
-    "mean",
-    "diff",
-    "ci_low",
-    "ci_high",
-    "verdict",
-    "n_seeds",
-    "n_ref",
-    "method",
-    "seeds_needed",
-)
+VERSUS_COLUMNS = ("variant_label", "recipe", "mean", *VERDICT_COLUMNS)
 # The columns of `iso_time_pairs`: each matched run beside its reference (`ref_`).
 ISO_TIME_COLUMNS = (
     "size",
@@ -488,14 +478,7 @@ def iso_time_summary(
         *keys,
         "final_val_loss",
         "ref_final_val_loss",
-        "diff",
-        "ci_low",
-        "ci_high",
-        "verdict",
-        "n_seeds",
-        "n_ref",
-        "method",
-        "seeds_needed",
+        *VERDICT_COLUMNS,
         "diff_std",
         "n_pairs",
     ]

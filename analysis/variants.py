@@ -249,4 +249,7 @@ def group_aggregate(df: pd.DataFrame, value: str, by: list[str] | tuple[str, ...
         df.drop_duplicates(keys)[[*keys, "group"]] if not df.empty else pd.DataFrame(columns=[*keys, "group"])
     )
     out = agg.merge(info.drop(columns="variant_label", errors="ignore"), on="variant_id", how="left")
+    for key in keys:  # a key with no value (the size of a family stating its own shape) may read as float
+        if out[key].dtype != labels[key].dtype:
+            out, labels = out.astype({key: object}), labels.astype({key: object})
     return out.merge(labels, on=keys, how="left").rename(columns={"group": "variant_label"})

@@ -144,3 +144,50 @@ def plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {str(k): plain(v) for k, v in value.items()}
     return value
+
+
+def family_settings(
+    cls: type,
+    config: dict[str, Any],
+    *,
+    counts: Collection[str] = (),
+    positive: Collection[str] = (),
+    choices: dict[str, Collection[str]] | None = None,
+    texts: dict[str, str] | None = None,
+) -> None:
+    """A family's own config dict checked against its config dataclass `cls`: an unknown
+    key is refused first (the settings listed), then each key given by its field's declared type — an
+    int >= 1 (>= 0 for a key in `counts`), a number >= 0 (> 0 in `positive`), true or false, a string
+    (one of `choices[key]`; `texts[key]` says what else is expected) — and last n_heads must split d_model
+    into even head widths (RoPE rotates pairs). Each message begins with the field's name: the contract
+    names the family and `family_config` before it. The families share this one check (families/*/config.py)."""
+    declared = {f.name: f.type for f in dataclasses.fields(cls)}
+    default = {f.name: f.default for f in dataclasses.fields(cls)}
+    unknown = sorted(set(config) - set(declared))
+    if unknown:
+        raise ConfigError(
+            f"{unknown[0]}: not a setting of this family; accepted: {', '.join(sorted(declared))}"
+        )
+    for key, value in config.items():
+        kind, number = declared[key], not isinstance(value, bool) and isinstance(value, int | float)
+        if kind == "int" and (
+            not isinstance(value, int) or isinstance(value, bool) or value < (key not in counts)
+        ):
+            raise ConfigError(f"{key}: expected an int >= {int(key not in counts)}; got {value!r}")
+        if kind == "float" and (not number or value < 0 or (key in positive and value == 0)):
+            raise ConfigError(
+                f"{key}: expected a number {'> 0' if key in positive else '>= 0'}; got {value!r}"
+            )
+        if kind == "bool" and not isinstance(value, bool):
+            raise ConfigError(f"{key}: expected true or false; got {value!r}")
+        accepted = (choices or {}).get(key)
+        if kind == "str" and (not isinstance(value, str) or (accepted is not None and value not in accepted)):
+            what = (
+                f"one of {', '.join(accepted)}"
+                if accepted is not None
+                else (texts or {}).get(key, "a string")
+            )
+            raise ConfigError(f"{key}: expected {what}; got {value!r}")
+    d, heads = config.get("d_model", default["d_model"]), config.get("n_heads", default["n_heads"])
+    if d % heads or (d // heads) % 2:
+        raise ConfigError(f"n_heads: expected to divide d_model into even head widths; got {heads} for {d}")

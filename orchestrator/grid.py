@@ -493,16 +493,16 @@ def _check_family(grid_name: str, spec: dict[str, Any], reports: dict[str, Any])
     family = spec.get("family")
     if family is None:
         return None
-    from looplab.model.contract import check_family
+    from looplab.model.contract import check_family, family_settings
     from looplab.workers.train_spec import Spec
 
     probe = spec if spec.get("time_s") or spec.get("tokens") or spec.get("flops") else {**spec, "time_s": 1.0}
-    cfg = Spec.from_dict(probe).resolved_model_config()
-    config = {**spec.get("family_config", {}), "vocab_size": cfg.vocab_size, "seq_len": cfg.seq_len}
+    shape = Spec.from_dict(probe).run_shape()  # what the planner prices and the trainer builds, too
+    config = family_settings(shape, spec.get("family_config"))
     key = canonical_json([family, config])
     if key not in reports:
         try:
-            report = check_family(family, config, loops=cfg.loops)
+            report = check_family(family, config, loops=shape.loops)
         except ConfigError as e:
             raise ConfigError(f"grid {grid_name!r}: {e}") from None
         # what the variant columns say of this model (model/counts.py's figures are LoopedLM's), and
@@ -618,9 +618,11 @@ def _follow_up(
     else:
         arch = {k: spec[k] for k in declared.arch_keys if k in spec}
         if "model" in declared.arch_keys:  # a model of another family is its family and config too
-            from looplab.workers.model_fields import FAMILY_KEYS
+            from looplab.workers.model_fields import FAMILY_KEYS, SHAPE_KEYS
 
-            arch.update({k: spec[k] for k in FAMILY_KEYS if k in spec})
+            # and, when its spec states its own shape (no recipe), its loop count and context
+            shaped = FAMILY_KEYS + SHAPE_KEYS if "loops" in spec else FAMILY_KEYS
+            arch.update({k: spec[k] for k in shaped if k in spec})
         if spec.get("seq_len") is not None and isinstance(arch.get("model"), dict):
             # the trained model's seq_len is part of its architecture (and of its variant)
             arch["model"] = {**arch["model"], "seq_len": spec["seq_len"]}

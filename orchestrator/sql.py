@@ -97,9 +97,8 @@ WRITE_FUNCTIONS = (
     "pg_create_logical_replication_slot",
 )
 WRITE_FUNCTION_PREFIXES = ("pg_advisory",)  # session/transaction locks held past the query
-# PRAGMAs that only read. Anything else (an assignment, a call with an argument that sets a value,
-# wal_checkpoint, optimize, incremental_vacuum, ...) is refused.
-READ_PRAGMAS = {
+# Read PRAGMAs whose argument names an object to inspect rather than a value to set.
+READ_PRAGMAS_WITH_ARG = {
     "table_info",
     "table_xinfo",
     "table_list",
@@ -110,6 +109,11 @@ READ_PRAGMAS = {
     "foreign_key_check",
     "integrity_check",
     "quick_check",
+}
+# PRAGMAs that only read: those above, and these (without an argument, or with none that sets a value).
+# Anything else (an assignment, a call with an argument that sets a value, wal_checkpoint, optimize,
+# incremental_vacuum, ...) is refused.
+READ_PRAGMAS = READ_PRAGMAS_WITH_ARG | {
     "database_list",
     "collation_list",
     "function_list",
@@ -132,19 +136,6 @@ READ_PRAGMAS = {
     "synchronous",
     "cache_size",
     "max_page_count",
-}
-# Read PRAGMAs whose argument names an object to inspect rather than a value to set.
-READ_PRAGMAS_WITH_ARG = {
-    "table_info",
-    "table_xinfo",
-    "index_list",
-    "index_info",
-    "index_xinfo",
-    "foreign_key_list",
-    "foreign_key_check",
-    "integrity_check",
-    "quick_check",
-    "table_list",
 }
 DOLLAR_QUOTE = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*)?\$")  # PostgreSQL: $$ or $tag$
 MAX_CELL = 40  # characters shown per cell in the table format

@@ -56,8 +56,8 @@ class Resolved:
 
     cfg: Any  # model.config.ModelConfig
     batch_size: int
-    recipe: str
-    size: str
+    recipe: str | None
+    size: str | None  # None, and recipe too: another family stating its own shape
     overrides: dict[str, Any]  # canonical: only the fields that differ from the preset, JSON values
     identity: dict[str, Any] = dataclasses.field(default_factory=dict)  # the kind's identity_keys' values
     trained: bool = False  # a training run: its batch size and vocabulary are part of its variant
@@ -83,6 +83,8 @@ def resolve(kind: str, spec: dict[str, Any], declared: Kind | None = None) -> Re
     declared = jobkinds.declared(kind) if declared is None else declared
     if not declared.arch_keys or not isinstance(spec, dict):
         return None
+    if spec.get("family") is not None and "loops" in spec:
+        return _resolve_shaped(spec, declared)
     recipe, size, model = spec.get("recipe"), spec.get("size") or "tiny", spec.get("model") or {}
     if not isinstance(recipe, str) or not isinstance(size, str) or not isinstance(model, dict):
         return None
@@ -116,8 +118,44 @@ def resolve(kind: str, spec: dict[str, Any], declared: Kind | None = None) -> Re
     return Resolved(cfg, batch_size, recipe, size, overrides, identity, trained=declared.trains)
 
 
+def _resolve_shaped(spec: dict[str, Any], declared: Kind) -> Resolved | None:
+    """`resolve` of another family's spec that states its own shape (model/shape.py; no recipe or size):
+    the variant is the family, its config and the shape's loops and context (and, for a training run,
+    its batch and vocabulary); its ModelConfig is the shape's (`RunShape.model_config`)."""
+    from looplab.model.errors import ConfigError as ModelConfigError
+    from looplab.workers import decode_bench, train_spec
+
+    try:
+        if declared.trains:
+            probe = (
+                spec
+                if any(spec.get(k) is not None for k in ("tokens", "time_s", "flops"))
+                else {
+                    **spec,
+                    "time_s": 1.0,  # a budget resolved later (a match-time one) does not change the model
+                }
+            )
+            shape = train_spec.Spec.from_dict(probe).run_shape()
+        else:
+            shape = decode_bench.Spec.from_dict(
+                {k: spec[k] for k in ("family", "family_config", "loops", "seq_len") if k in spec}
+            ).run_shape()
+            shape = dataclasses.replace(shape, batch_size=train_spec.Spec.batch_size)
+    except (ModelConfigError, TypeError, ValueError, OSError):
+        return None
+    overrides = {
+        "family": spec["family"],
+        "family_config": spec.get("family_config") or {},
+        "loops": shape.loops,
+        "seq_len": shape.seq_len,
+    }
+    identity = {k: spec.get(k) for k in declared.identity_keys}
+    cfg = dataclasses.replace(shape.model_config(), vocab_size=shape.vocab_size)
+    return Resolved(cfg, shape.batch_size, None, None, overrides, identity, trained=declared.trains)
+
+
 def variant_id(
-    recipe: str,
+    recipe: str | None,
     size: str,
     overrides: dict[str, Any],
     run: dict[str, Any] | None = None,
@@ -137,13 +175,16 @@ def run_variant_id(arch_id: str, run: dict[str, Any]) -> str:
     return sha256({"architecture": arch_id, **run})[:VARIANT_ID_HEX]
 
 
-def variant_label(recipe: str, overrides: dict[str, Any], shared: dict[str, Any] | None = None) -> str:
+def variant_label(recipe: str | None, overrides: dict[str, Any], shared: dict[str, Any] | None = None) -> str:
     """`fixed4 · d_model=192 · loops=8`: the recipe and each override that differs from its preset
     (the size has its own column), cut to LABEL_MAX characters. An override in `shared` with the same
     value is left out (`shared_overrides`: what every variant of a submission sets alike tells none
     of them apart); the variant id and the columns still count it."""
     shared = shared or {}
     kept = {k: v for k, v in overrides.items() if k not in shared or shared[k] != v}
+    if recipe is None:  # another family stating its own shape: named first by its family
+        recipe = str(overrides.get("family"))
+        kept.pop("family", None)
     parts = [recipe, *(f"{key}={_label_value(value)}" for key, value in sorted(kept.items()))]
     return clip_label(LABEL_SEPARATOR.join(parts))
 

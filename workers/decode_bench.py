@@ -33,7 +33,7 @@ from looplab.model.errors import ConfigError
 from looplab.model.names import BUILTIN_FAMILY
 from looplab.workers.cost import ForwardCost
 from looplab.workers.identity import spec_to_dict
-from looplab.workers.model_fields import ModelFields, model_fields
+from looplab.workers.model_fields import SHAPE_KEYS, ModelFields, model_fields
 from looplab.workers.reporter import JobInterrupted, Reporter
 from looplab.workers.spec_cli import SpecParser, job_parser, run_standalone
 
@@ -60,14 +60,21 @@ class Spec(ModelFields):
     """auto, cpu, cuda or cuda:N"""
     cuda_graph: str | bool = "auto"
     """replay each step from a captured CUDA graph: auto (= on CUDA), true or false"""
+    seq_len: int | None = None
+    """another family's context (its factory's seq_len; default 64); looplab's own model's is its
+    size's or model.seq_len"""
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Spec:
-        from looplab.model.presets import preset
-
-        d = fields.with_defaults("decode_bench", d, cls)
-        chosen = model_fields(d)
-        preset(chosen["recipe"], chosen["size"], **chosen["model"])  # validates the overrides, by field
+        given = fields.known_keys("decode_bench", d, cls)
+        d = {**vars(cls()), **given}
+        chosen = model_fields(d, given)
+        if chosen["recipe"] is not None and d["seq_len"] is not None:
+            raise ConfigError(
+                f"seq_len: another family's context, when its spec names no recipe, size or model; looplab's own "
+                f"model's is its size's or model.seq_len; got {d['seq_len']!r}"
+            )
+        cls(**chosen).preset_config()  # validates the overrides, by field
         warmup = fields.integer("warmup", d["warmup"], lo=0)
         steps = fields.integer("steps", d["steps"], lo=1)
         lens = fields.int_list("context_lens", d["context_lens"], lo=1)
@@ -90,9 +97,16 @@ class Spec(ModelFields):
             cuda_graph=cuda_graph,
         )
 
+    def run_shape(self):
+        """The benched model's shape (model/shape.py), at its preset's vocabulary."""
+        from looplab.model.shape import RunShape
+
+        return RunShape.of_config(self.preset_config())
+
     def to_dict(self) -> dict[str, Any]:
-        """Every field; the family's only when it is not looplab's own (stored benches keep their hash)."""
-        return self.family_keys(spec_to_dict(self))
+        """Every field; the family's only when it is not looplab's own, the shape's only for a shaped
+        family (stored benches keep their hash)."""
+        return self.family_keys(spec_to_dict(self), optional=SHAPE_KEYS)
 
 
 def refuse_follow(spec: dict[str, Any], followed: dict[str, Any]) -> None:
@@ -101,7 +115,6 @@ def refuse_follow(spec: dict[str, Any], followed: dict[str, Any]) -> None:
     RECOMPUTE_MAX_CONTEXT), else every attempt fails with the same shape error
     (model.contract `check_context`: its declared `max_context`, or a forward at that length)."""
     from looplab.model.contract import check_context, family_settings
-    from looplab.model.presets import preset
 
     bench = Spec.from_dict(spec)
     if bench.family == BUILTIN_FAMILY:
@@ -109,8 +122,7 @@ def refuse_follow(spec: dict[str, Any], followed: dict[str, Any]) -> None:
     cached = (followed.get("capabilities") or {}).get("kv_cache", True)
     lens = [c for c in bench.context_lens if cached or c <= RECOMPUTE_MAX_CONTEXT]
     if lens:
-        cfg = preset(bench.recipe, bench.size, **bench.model)
-        check_context(bench.family, family_settings(cfg, bench.family_config), max(lens))
+        check_context(bench.family, family_settings(bench.run_shape(), bench.family_config), max(lens))
 
 
 def cost(spec: Spec) -> ForwardCost:
@@ -121,9 +133,8 @@ def cost(spec: Spec) -> ForwardCost:
     of the largest cell."""
     from looplab.model.flops import step_flops
     from looplab.model.memory import DEVICE_TYPES, decode_memory, decode_step_bytes
-    from looplab.model.presets import preset
 
-    cfg = preset(spec.recipe, spec.size, **spec.model)
+    cfg = spec.preset_config()
     if spec.family != BUILTIN_FAMILY:
         return _family_cost(spec, cfg)
     per_cell = spec.warmup + spec.steps
@@ -155,7 +166,7 @@ def _family_cost(spec: Spec, cfg) -> ForwardCost:
     from looplab.model.family_pricing import family_pricing
     from looplab.model.memory import DEVICE_TYPES, decode_memory
 
-    family = family_pricing(spec.family, family_settings(cfg, spec.family_config))
+    family = family_pricing(spec.family, family_settings(spec.run_shape(), spec.family_config))
     cached, per_token = family.capabilities.kv_cache, family.forward_flops(cfg.loops)
     contexts = [c for c in spec.context_lens if cached or c <= RECOMPUTE_MAX_CONTEXT] or [0]
     per_cell, flops, n_steps = spec.warmup + spec.steps, 0.0, 0
@@ -302,16 +313,16 @@ def run(spec: Spec, reporter: Reporter, artifact_dir: str | Path | None = None) 
 
     from looplab.model.contract import build_model
     from looplab.model.counts import kv_cache_bytes
-    from looplab.model.presets import preset
     from looplab.workers.device import resolve_device
 
     device = resolve_device(spec.device)
     dtype_name = spec.dtype if spec.dtype != "auto" else ("bfloat16" if device.type == "cuda" else "float32")
     dtype = getattr(torch, dtype_name)
     use_graph = device.type == "cuda" and spec.cuda_graph in ("auto", True)
-    cfg = preset(spec.recipe, spec.size, **spec.model)
+    cfg = spec.preset_config()
     torch.manual_seed(0)
-    built = build_model(cfg, spec.family, spec.family_config)
+    shape = cfg if spec.family == BUILTIN_FAMILY else spec.run_shape()  # a family is built at its shape
+    built = build_model(shape, spec.family, spec.family_config)
     model = built.module.to(device=device, dtype=dtype).eval()
     cached = built.capabilities.kv_cache  # else every step recomputes the whole context, labelled so
     use_graph = use_graph and built.builtin
@@ -322,7 +333,7 @@ def run(spec: Spec, reporter: Reporter, artifact_dir: str | Path | None = None) 
             f"over its context (contexts up to {RECOMPUTE_MAX_CONTEXT} tokens), rows labelled {RECOMPUTE!r}"
         )
         cells = [(c, b) for c, b in cells if c <= RECOMPUTE_MAX_CONTEXT]
-    reporter.log(f"decode_bench {spec.recipe}/{spec.size} on {device} {dtype_name}, cuda_graph={use_graph}")
+    reporter.log(f"decode_bench {spec.model_name} on {device} {dtype_name}, cuda_graph={use_graph}")
     rows = []
     for done, (ctx, batch) in enumerate(cells):
         if reporter.should_stop():
@@ -337,7 +348,7 @@ def run(spec: Spec, reporter: Reporter, artifact_dir: str | Path | None = None) 
         else:
             (med, p10, p90), want = _recompute_cell(model, cfg, ctx, batch, device, spec), 0
         row = {
-            "arch": spec.recipe if cached else f"{spec.recipe} {RECOMPUTE}"[:64],
+            "arch": spec.arch_name[:64] if cached else f"{spec.arch_name} {RECOMPUTE}"[-64:],
             "size": spec.size,
             "context_len": ctx,
             "batch_size": batch,

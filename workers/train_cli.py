@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         Spec,
         lambda spec, reporter, out: train(spec, reporter, Path(out)),
         lambda spec, row, args: print(summary(row, args.out)),
-        desc=lambda spec: f"train {spec.recipe}/{spec.size}",
+        desc=lambda spec: f"train {spec.model_name}",
         argv=argv,
         resume_hint="rerun the same command to resume",
     )

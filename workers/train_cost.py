@@ -170,4 +170,4 @@ def _family_pricing(spec: Spec, cfg):
 
     if spec.family == BUILTIN_FAMILY:
         return None
-    return family_pricing(spec.family, family_settings(cfg, spec.family_config))
+    return family_pricing(spec.family, family_settings(spec.run_shape(cfg.vocab_size), spec.family_config))

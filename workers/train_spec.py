@@ -37,6 +37,7 @@ from typing import Any
 from looplab.model import fields
 from looplab.model.errors import ConfigError
 from looplab.model.names import Optimizer
+from looplab.model.shape import FAMILY_BATCH, RunShape
 from looplab.workers.artifacts import KEEP_CHECKPOINTS
 from looplab.workers.data import BUDGET, DataSpec
 from looplab.workers.identity import EXECUTION, spec_to_dict
@@ -134,7 +135,7 @@ class Spec(ModelFields):
 
         given = fields.known_keys("train", d, cls)
         d = {**vars(cls()), **given}
-        v: dict[str, Any] = model_fields(d)
+        v: dict[str, Any] = model_fields(d, given)
         v["seed"] = fields.integer("seed", d["seed"], lo=0)
         v["tokens"] = fields.integer("tokens", d["tokens"], lo=1, allow_none=True)
         v["time_s"] = fields.number("time_s", d["time_s"], lo=0, lo_open=True, allow_none=True)
@@ -144,8 +145,8 @@ class Spec(ModelFields):
                 "tokens / time_s / flops: give exactly one budget (a token count, training seconds or "
                 "training FLOPs)"
             )
-        if "batch_size" not in given:  # the size's published batch
-            d["batch_size"] = SIZE_BATCH[v["size"]]
+        if "batch_size" not in given:  # the size's published batch (a shaped family's: model/shape.py)
+            d["batch_size"] = FAMILY_BATCH if v["size"] is None else SIZE_BATCH[v["size"]]
         v["batch_size"] = fields.integer("batch_size", d["batch_size"], lo=1)
         if "micro_batch_size" not in given:
             d["micro_batch_size"] = SIZE_MICRO_BATCH.get(v["size"])
@@ -159,7 +160,8 @@ class Spec(ModelFields):
             except ConfigError as e:
                 raise ConfigError(f"{e}; or 'auto' (the largest that fits the device)") from None
         v["bucketing"] = fields.boolean("bucketing", d["bucketing"])
-        v["seq_len"] = fields.integer("seq_len", d["seq_len"], lo=2, allow_none=True)
+        if "seq_len" not in v:  # a shaped family's is its shape's (model_fields)
+            v["seq_len"] = fields.integer("seq_len", d["seq_len"], lo=2, allow_none=True)
         for name in ("lr", "adam_lr"):
             v[name] = fields.number(name, d[name], lo=0, lo_open=True, allow_none=True)
         v["optimizer"] = fields.choice("optimizer", d["optimizer"], tuple(Optimizer))
@@ -211,11 +213,14 @@ class Spec(ModelFields):
         return RewindRule.from_value("spike_rewind", self.spike_rewind)
 
     def model_config(self, vocab_size: int):
-        """The ModelConfig this spec trains, for a tokenizer of `vocab_size` tokens."""
+        """The ModelConfig this spec trains, for a tokenizer of `vocab_size` tokens (a shaped family's:
+        `RunShape.model_config`, the figures of its shape)."""
         return dataclasses.replace(self._preset_config(), vocab_size=vocab_size)
 
     def _preset_config(self):
         """The preset with this spec's model overrides and seq_len, at the preset's vocabulary."""
+        if self.shaped:
+            return self.preset_config()
         from looplab.model.presets import preset
 
         overrides = dict(self.model)
@@ -227,18 +232,28 @@ class Spec(ModelFields):
             raise ConfigError(f"model: bad override(s) {sorted(overrides)}: {e}") from e
         return cfg
 
-    def resolved_model_config(self):
-        """The ModelConfig this spec trains, at the vocabulary its data will have, read without torch
-        and without the corpus: "byte" 256, "bpe" data.vocab_size, a tokenizer.json the size of its
-        vocabulary and added tokens (the preset's vocabulary if the file cannot be read)."""
+    def asked_vocab_size(self) -> int | None:
+        """The vocabulary the spec's data will have, read without torch and without the corpus: "byte"
+        256, "bpe" data.vocab_size, a tokenizer.json the size of its vocabulary and added tokens (None
+        if the file cannot be read)."""
         tokenizer = self.data.tokenizer
         if tokenizer == "byte":
-            vocab_size = 256
-        elif tokenizer == "bpe":
-            vocab_size = self.data.vocab_size
-        else:
-            vocab_size = tokenizer_json_vocab_size(Path(tokenizer).expanduser())
+            return 256
+        if tokenizer == "bpe":
+            return self.data.vocab_size
+        return tokenizer_json_vocab_size(Path(tokenizer).expanduser())
+
+    def resolved_model_config(self):
+        """The ModelConfig this spec trains, at the vocabulary its data will have (`asked_vocab_size`;
+        the preset's vocabulary if it cannot be read)."""
+        vocab_size = self.asked_vocab_size()
         return self._preset_config() if vocab_size is None else self.model_config(vocab_size)
+
+    def run_shape(self, vocab_size: int | None = None) -> RunShape:
+        """The run's shape (model/shape.py) at `vocab_size` (default: the vocabulary its data will have):
+        what submission checks a family at, the planner prices it at and the trainer builds it at."""
+        cfg = self.resolved_model_config() if vocab_size is None else self.model_config(vocab_size)
+        return RunShape.of_config(cfg, self.batch_size, self.budget_tokens())
 
     def resolved_eval_loops(self, cfg) -> list[int]:
         """The loop counts each evaluation reports (`val_loss@N`) for the model config `cfg`."""

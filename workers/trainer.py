@@ -75,6 +75,7 @@ from looplab.model.flops import FlopBreakdown, step_flops, training_flops
 from looplab.model.init import RowKey, draw_h0
 from looplab.model.looped import LoopedLM
 from looplab.model.memory import largest_micro_batch
+from looplab.model.names import BUILTIN_FAMILY
 from looplab.model.rounds import forward_sizes
 from looplab.workers import artifacts, train_checkpoint
 from looplab.workers import checkpoint as ckpt
@@ -172,6 +173,7 @@ class Trainer:
                 (self.data.dir / self.data.meta["tokenizer"]).read_bytes()
             )
         self.cfg = spec.model_config(self.data.vocab_size)  # the tokenizer's vocabulary, not the asked one
+        self.built_in = spec.family == BUILTIN_FAMILY  # looplab's own model, not another family
         self.vocab_asked = spec.resolved_model_config().vocab_size
         self.auto_memory = None  # bytes `micro_batch_size: auto` fitted into
         if spec.micro_batch_size == AUTO:  # an execution field: resolved here, on the device it runs on
@@ -185,7 +187,9 @@ class Trainer:
         self.token_bytes = torch.from_numpy(self.data.token_bytes)  # (vocab,)
         seed_everything(spec.seed)
         # through the model-family contract (model/contract/): LoopedLM itself for looplab's own family
-        self.built = build_model(self.cfg, spec.family, spec.family_config)
+        # another family is built at the run's shape (model/shape.py), as submission checked it
+        self.shape = spec.run_shape(self.data.vocab_size)
+        self.built = build_model(self.cfg if self.built_in else self.shape, spec.family, spec.family_config)
         self.model = self.built.module.to(self.device)
         if self.built.builtin:
             self.param_counts = param_count(self.cfg)
@@ -217,19 +221,19 @@ class Trainer:
         from looplab.model.contract import family_settings
         from looplab.model.family_pricing import family_pricing
         from looplab.model.memory import family_training_memory, training_memory
-        from looplab.model.names import BUILTIN_FAMILY
 
         device_type, cfg = self.device.type, self.cfg
-        if spec.family == BUILTIN_FAMILY:
+        if self.built_in:
             return lambda n: training_memory(cfg, n, device_type, spec.optimizer)
-        pricing = family_pricing(spec.family, family_settings(cfg, spec.family_config))
-        return lambda n: family_training_memory(pricing, cfg.loops, n, device_type, spec.optimizer)
+        shape = spec.run_shape(self.data.vocab_size)
+        pricing = family_pricing(spec.family, family_settings(shape, spec.family_config))
+        return lambda n: family_training_memory(pricing, shape.loops, n, device_type, spec.optimizer)
 
     def _family_facts(self) -> None:
         """Another family's parameter counts, FLOPs per token and split-dependence (model.contract
         `family_facts`), written to family.json with the run (its package version is recorded there, not
         hashed) and said in the log."""
-        facts = family_facts(self.built, self.cfg)
+        facts = family_facts(self.built, self.shape)
         self.param_counts, self.split_dependent = facts.param_counts, facts.split_dependent
         self.flops = self.split_flops = facts.flops
         if self.writes:
@@ -269,7 +273,7 @@ class Trainer:
         if self.writes:  # each attempt: the health rules of an attempt start afresh
             rep.metric(UNIGRAM_XENT, 0, unigram_xent(self.data))
         rep.log(
-            f"train {spec.recipe}/{spec.size}: {self.param_counts['total']:,} params, "
+            f"train {spec.model_name}: {self.param_counts['total']:,} params, "
             f"{self.state.total_steps} steps of {self.tokens_per_step} tokens on {self.device}; "
             + self._batch_line()
         )

@@ -10,9 +10,10 @@ tomg-group-umd/huginn-0125 and Table 1 / section 4 of Geiping et al., arXiv:2502
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
+
+from looplab.model import fields
 
 
 @dataclass(frozen=True)
@@ -53,36 +54,13 @@ class HuginnConfig:
     @classmethod
     def from_dict(cls, config: dict[str, Any]) -> HuginnConfig:
         check(config)
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in config.items() if k in names})
-
-
-_INTS = ("d_model", "n_heads", "mlp", "n_core", "mean_recurrence", "backprop_depth")
-_COUNTS = ("n_prelude", "n_coda", "max_recurrence")  # may be 0
-_FLOATS = ("rope_base", "norm_eps")
-_BOOLS = ("qk_bias", "tie_embeddings")
+        return cls(**config)
 
 
 def check(config: dict[str, Any]) -> None:
-    """ValueError naming the field and what is accepted; `vocab_size` and `seq_len` are looplab's."""
-    known = {f.name for f in dataclasses.fields(HuginnConfig)}
-    unknown = sorted(set(config) - known)
-    if unknown:
-        raise ValueError(f"{unknown[0]}: not a setting of this family; accepted: {', '.join(sorted(known))}")
-    for key in ("vocab_size", "seq_len", *_INTS, *_COUNTS):
-        value, least = config.get(key, 1), 0 if key in _COUNTS else 1
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise ValueError(f"{key}: expected an int >= {least}; got {value!r}")
-    for key in _FLOATS:
-        value = config.get(key, 1.0)
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            raise ValueError(f"{key}: expected a number > 0; got {value!r}")
-    for key in _BOOLS:
-        if not isinstance(config.get(key, True), bool):
-            raise ValueError(f"{key}: expected true or false; got {config[key]!r}")
-    d, heads = config.get("d_model", 32), config.get("n_heads", 2)
-    if d % heads or (d // heads) % 2:
-        raise ValueError(f"n_heads: expected to divide d_model into even head widths; got {heads} for {d}")
+    """ConfigError naming the field and what is accepted; `vocab_size` and `seq_len` are looplab's."""
+    counts = ("n_prelude", "n_coda", "max_recurrence")  # may be 0
+    fields.family_settings(HuginnConfig, config, counts=counts, positive=("rope_base", "norm_eps"))
 
 
 # The published Huginn-0125 (see the module docstring for the source).

@@ -13,9 +13,10 @@ recursion's keys and values: recursion KV sharing).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
+
+from looplab.model import fields
 
 ROUTERS = ("expert", "token")
 KV = ("recursion", "share_first")
@@ -44,28 +45,11 @@ class MoRConfig:
     @classmethod
     def from_dict(cls, config: dict[str, Any]) -> MoRConfig:
         check(config)
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in config.items() if k in names})
-
-
-_CHOICES = {"router": ROUTERS, "kv": KV}
+        return cls(**config)
 
 
 def check(config: dict[str, Any]) -> None:
-    """ValueError naming the field and what is accepted; `vocab_size` and `seq_len` are looplab's."""
-    known = {f.name: f for f in dataclasses.fields(MoRConfig)}
-    unknown = sorted(set(config) - set(known))
-    if unknown:
-        raise ValueError(f"{unknown[0]}: not a setting of this family; accepted: {', '.join(sorted(known))}")
-    for key, value in config.items():
-        kind = known[key].type
-        if key in _CHOICES and value not in _CHOICES[key]:
-            raise ValueError(f"{key}: expected one of {', '.join(_CHOICES[key])}; got {value!r}")
-        number = not isinstance(value, bool) and isinstance(value, int | float)
-        if kind == "int" and (not number or not isinstance(value, int) or value < 1):
-            raise ValueError(f"{key}: expected an int >= 1; got {value!r}")
-        if kind == "float" and (not number or value < 0 or (value == 0 and key in ("rope_base", "norm_eps"))):
-            raise ValueError(f"{key}: expected a number >= 0 (> 0 for rope_base, norm_eps); got {value!r}")
-    d, heads = config.get("d_model", 32), config.get("n_heads", 2)
-    if d % heads or (d // heads) % 2:
-        raise ValueError(f"n_heads: expected to divide d_model into even head widths; got {heads} for {d}")
+    """ConfigError naming the field and what is accepted; `vocab_size` and `seq_len` are looplab's."""
+    fields.family_settings(
+        MoRConfig, config, positive=("rope_base", "norm_eps"), choices={"router": ROUTERS, "kv": KV}
+    )

@@ -10,9 +10,10 @@ another run's weights (stage II from stage I's).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
+
+from looplab.model import fields
 
 OBJECTIVES = ("entropy", "gate_tuning")
 
@@ -42,40 +43,15 @@ class OuroConfig:
     @classmethod
     def from_dict(cls, config: dict[str, Any]) -> OuroConfig:
         check(config)
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in config.items() if k in names})
-
-
-_INTS = ("vocab_size", "seq_len", "d_model", "n_heads", "mlp", "n_layers", "max_loops")
-_POSITIVE = ("rope_base", "norm_eps", "gate_k")
-_NON_NEGATIVE = ("entropy_coef", "gate_gamma")
+        return cls(**config)
 
 
 def check(config: dict[str, Any]) -> None:
-    """ValueError naming the field and what is accepted; `vocab_size` and `seq_len` are looplab's."""
-    known = {f.name for f in dataclasses.fields(OuroConfig)}
-    unknown = sorted(set(config) - known)
-    if unknown:
-        raise ValueError(f"{unknown[0]}: not a setting of this family; accepted: {', '.join(sorted(known))}")
-    for key in _INTS:
-        value = config.get(key, 1)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{key}: expected an int >= 1; got {value!r}")
-    for key in (*_POSITIVE, *_NON_NEGATIVE):
-        value, strict = config.get(key, 1.0), key in _POSITIVE
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or value < 0
-            or (strict and value == 0)
-        ):
-            raise ValueError(f"{key}: expected a number {'> 0' if strict else '>= 0'}; got {value!r}")
-    if not isinstance(config.get("tie_embeddings", False), bool):
-        raise ValueError(f"tie_embeddings: expected true or false; got {config['tie_embeddings']!r}")
-    if not isinstance(config.get("init_from", ""), str):
-        raise ValueError(f"init_from: expected a checkpoint path (a string); got {config['init_from']!r}")
-    if config.get("objective", "entropy") not in OBJECTIVES:
-        raise ValueError(f"objective: expected one of {', '.join(OBJECTIVES)}; got {config['objective']!r}")
-    d, heads = config.get("d_model", 32), config.get("n_heads", 2)
-    if d % heads or (d // heads) % 2:
-        raise ValueError(f"n_heads: expected to divide d_model into even head widths; got {heads} for {d}")
+    """ConfigError naming the field and what is accepted; `vocab_size` and `seq_len` are looplab's."""
+    fields.family_settings(
+        OuroConfig,
+        config,
+        positive=("rope_base", "norm_eps", "gate_k"),
+        choices={"objective": OBJECTIVES},
+        texts={"init_from": "a checkpoint path (a string)"},
+    )

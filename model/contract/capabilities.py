@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from torch import nn
@@ -13,40 +13,32 @@ from torch import nn
 from looplab.model.looped import LoopedLM
 
 
+def _optional(fallback: str) -> Any:
+    """A capability's field: absent by default; `fallback` is what looplab does without it."""
+    return field(default=False, metadata={"fallback": fallback})
+
+
 @dataclass(frozen=True)
 class Capabilities:
-    """Which optional parts of the contract a module has (see the module docstring for each fallback)."""
+    """Which optional parts of the contract a module has, each with what looplab does without it (see
+    the package docstring)."""
 
-    sample_loops: bool = False
-    row_key: bool = False
-    round_states: bool = False
-    readout: bool = False
-    exit_gate: bool = False
-    training_loss: bool = False
-    kv_cache: bool = False
-    kv_exits: bool = False
-    flops_per_token: bool = False
-    param_groups: bool = False
-    param_split: bool = False
-    validate_config: bool = False
+    sample_loops: bool = _optional("the grid's fixed loops")
+    row_key: bool = _optional("split-dependent if the forward is random: resume only on the same split")
+    round_states: bool = _optional("no state measures in a depth sweep")
+    readout: bool = _optional("exits emulated from separate forwards")
+    exit_gate: bool = _optional("no learned exit: the gate exit rule is refused")
+    training_loss: bool = _optional("cross-entropy of the forward's logits")
+    kv_cache: bool = _optional("decoding times full recompute")
+    kv_exits: bool = _optional("exits only with the KV function of per_round")
+    flops_per_token: bool = _optional("measured once with FlopCounterMode")
+    param_groups: bool = _optional("AdamW on every parameter")
+    param_split: bool = _optional("left empty")
+    validate_config: bool = _optional("the factory's own exception")
 
     def fallbacks(self) -> dict[str, str]:
         """What looplab does instead of each missing capability: recorded with a run's results."""
-        said = {
-            "sample_loops": "the grid's fixed loops",
-            "row_key": "split-dependent if the forward is random: resume only on the same split",
-            "round_states": "no state measures in a depth sweep",
-            "readout": "exits emulated from separate forwards",
-            "exit_gate": "no learned exit: the gate exit rule is refused",
-            "training_loss": "cross-entropy of the forward's logits",
-            "kv_cache": "decoding times full recompute",
-            "kv_exits": "exits only with the KV function of per_round",
-            "flops_per_token": "measured once with FlopCounterMode",
-            "param_groups": "AdamW on every parameter",
-            "param_split": "left empty",
-            "validate_config": "the factory's own exception",
-        }
-        return {k: v for k, v in said.items() if not getattr(self, k)}
+        return {f.name: f.metadata["fallback"] for f in dataclasses.fields(self) if not getattr(self, f.name)}
 
 
 # LoopedLM has every capability: known without looking, so its path does no extra work; the exit gate

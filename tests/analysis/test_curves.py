@@ -68,6 +68,22 @@ def test_depth_curves_and_round_deltas():
     assert len(curves.round_delta_curves(deltas)) == 3
 
 
+def test_depth_curves_of_a_family_with_no_recipe_or_size():
+    """A family stating its own shape (model/shape.py) has no recipe and no size: the NULL size must key
+    its series as any size does (it read as float on one side of the label join and as text on the other)."""
+    depth = frame(
+        [
+            {"recipe": None, "size": None, "variant_id": "v1", "variant_label": "ut", "loops": n,
+             "val_loss": 3.0 - n / 10 + seed / 10, "train_job_id": 1 + seed, "seed": seed}
+            for n in (1, 2)
+            for seed in (0, 1)
+        ]
+    )  # fmt: skip
+    d = curves.depth_curves(depth).set_index("loops")
+    assert list(d["variant_label"]) == ["ut", "ut"] and d.loc[2, "n_seeds"] == 2
+    assert d.loc[1, "mean"] == pytest.approx(2.95)
+
+
 # ---------------------------------------------------------------- curves
 
 

@@ -162,12 +162,19 @@ HUGINN = {
 }
 
 
+# the example family stating its own shape (model/shape.py): no recipe, size or model overrides
+SHAPED = {**FAMILY, "loops": 2}
+
+
 @pytest.mark.ray
 @pytest.mark.slow
-@pytest.mark.parametrize("family", [FAMILY, HUGINN], ids=["example", "huginn"])
+@pytest.mark.parametrize("family", [FAMILY, HUGINN, SHAPED], ids=["example", "huginn", "shaped"])
 def test_a_grid_of_a_family_runs_through_the_queue(tmp_path, ray_cluster, monkeypatch, family):
     q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art")
-    base = {**tiny_spec(**family, model={"loops": 2}), "seed": 0}
+    if "loops" in family:
+        base = {k: v for k, v in tiny_spec(**family).items() if k not in ("recipe", "size", "model")}
+    else:
+        base = {**tiny_spec(**family, model={"loops": 2}), "seed": 0}
     grid = Grid(
         "ut",
         base=base,
