@@ -59,4 +59,8 @@ st.markdown(
     + (f" · {unmet} premise not met" if unmet else "")
     + f" · {len(done)} finished run(s) selected"
 )
-ui.table(shown.reset_index(drop=True), key="claims_table", height="content")
+# what a person reads first fits 1,280 px beside the sidebar: the claim, its verdict, what was judged and
+# the two figures; the statement and the rest follow (the grid scrolls sideways for them)
+FIRST = ["claim", "verdict", "judged", "study_figure", "ours", "premise"]
+order = [*FIRST, *(c for c in shown.columns if c not in FIRST)]
+ui.table(shown[order].reset_index(drop=True), key="claims_table", height="content")

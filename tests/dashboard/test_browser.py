@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.dashboard.browser import SHOTS, assert_page_shows, open_page
+from tests.dashboard.browser import SHOTS, assert_page_shows, open_page, wait_until_idle
 
 # page url path -> (title, texts that must be on the page: table headers, labels, section titles)
 PAGES = {
@@ -119,3 +119,27 @@ def test_depth_far_copies_and_bf16_convergence_screenshot(dashboard_server, brow
         body = page.inner_text("body")
         assert "previous occurrence in the sequence lies more than 500" in body
         assert "first round whose relative change" in body and "Change over the previous round" in body
+
+
+def test_claims_page_at_1280_pixels_screenshot(dashboard_server, browser):
+    """The Claims page at 1,280 px as a person sees it (saved for review): every claim is a row of the
+    table (no ten-row box), and the verdict column is the first after the claim's name, never cut off."""
+    from looplab.analysis import claims
+
+    page = browser.new_page(viewport={"width": 1280, "height": 2400})
+    try:
+        page.goto(f"{dashboard_server}/claims", wait_until="domcontentloaded")
+        wait_until_idle(page, "Claims", [f"{len(claims.CLAIMS)} claims", "Verdict"])
+        page.wait_for_selector(
+            '[data-testid="stDataFrame"] [role="columnheader"]', state="attached", timeout=30_000
+        )
+        page.wait_for_timeout(1500)
+        page.screenshot(path=str(SHOTS / "claims_1280.png"), full_page=True)
+        grid = page.locator('[data-testid="stDataFrame"]').first
+        box = grid.bounding_box()
+        assert box["x"] + box["width"] <= 1280  # the table fits the window
+        assert box["height"] >= 30 * 20  # tall enough to show its rows, not a ten-row box
+        headers = page.locator('[data-testid="stDataFrame"] [role="columnheader"]').all_inner_texts()
+        assert [h.strip() for h in headers[:3]] == ["claim", "verdict", "judged"], headers[:6]
+    finally:
+        page.close()
