@@ -296,8 +296,8 @@ def _study_commands(sub: argparse._SubParsersAction) -> None:
         "strategies against the fixed depth (page Adaptive); learned-exits = exit gates trained "
         "with the entropy, geometric and act objectives, judged with the post-hoc rules; lean = parcae, "
         "fixed4 and lean at ~1 M tokens with depth sweeps, its findings checked and a report written; "
-        "families = parcae, the Huginn-style family and the example family at equal data and equal "
-        "time, two seeds, with depth sweeps",
+        "families = parcae, the Huginn-, Ouro- and MoR-style families and the example family at equal "
+        "data and equal training time, two seeds, with depth sweeps",
     )
     dm.add_argument("--artifacts", default=None, help="artifact directory (default: ./looplab_artifacts)")
     dm.add_argument(
