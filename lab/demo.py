@@ -448,13 +448,18 @@ WIDTH = 120
 
 
 def print_tables(
-    url: str, grids: list[str] | None = None, by_variant: bool = False, wide: bool = False
+    url: str,
+    grids: list[str] | None = None,
+    by_variant: bool = False,
+    wide: bool = False,
+    iso_time: bool = True,
 ) -> None:
     """The iso-data and iso-time comparisons, computed by the Compare page's tested functions: of the
     runs of `grids` (None: every run), the iso-time pairs named by recipe or, `by_variant`, by variant
     label (recipes alone do not tell model families apart). Within WIDTH columns (no ISO_DATA_WIDE_ONLY, the
     iso-time pairs without their token counts; a table still wider, a long variant label's, is folded
-    into blocks of columns); `wide` (`looplab demo --wide`): every column on one line per row."""
+    into blocks of columns); `wide` (`looplab demo --wide`): every column on one line per row. Without
+    `iso_time`, the iso-data table alone."""
     import pandas as pd
 
     from looplab.analysis import comparison
@@ -471,6 +476,8 @@ def print_tables(
         if not wide:  # a row is a variant: its label names it
             cols = [c for c in cols if c not in ISO_DATA_WIDE_ONLY and not c.startswith("seed ")]
         print(_fitted(iso_data[cols], wide) if not iso_data.empty else "(no finished runs)")
+        if not iso_time:
+            return
         print("\n== iso-time: equal training wall time (final validation loss) ==")
         pairs = comparison.iso_time_pairs(runs)
         cols = [c.replace("recipe", name) for c in ISO_TIME_SHOWN]

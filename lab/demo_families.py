@@ -8,8 +8,11 @@ and the embedded offline corpus (byte tokenizer), two seeds each (`lab.studies.f
 
 - at equal data: the same tokens for every run, each followed by a depth sweep over 1, 2, 4 and 8
   loops (the iso-data table compares them at their best or trained loop count);
-- at equal training time: every other family's run of each seed given the training time of
-  parcae's run of that seed (the iso-time table: final validation losses, times, tokens).
+- at equal training FLOPs: every other family given the training FLOPs parcae spends on those tokens,
+  each family's FLOPs counted by its own model (`lab.studies.reference_flops`; a cheaper family trains
+  more tokens), compared as the Compare page's iso-FLOP table does (`analysis.comparison.iso_flop_table`).
+  FLOPs rather than wall time: on a shared CPU a time budget measures the machine's load as much as the
+  model, and FLOPs are what a GPU study's budget is planned in.
 
 It prints both tables and writes the study report (`families-study.html`, `.md`, lab/report/).
 `--fast`: fewer tokens and a shorter sweep, the same design. Times are in docs/studies.md.
@@ -51,19 +54,46 @@ def families_grids(fast: bool = False) -> list[Grid]:
         name="demo-families-fast" if fast else "demo-families",
         data=DATA,
         sweep_loops=p["sweep_loops"],
+        iso_time=False,
+        iso_flops=True,
         follow={"depth_sweep": p["depth_sweep"]},
         **p["train"],
     )
 
 
 def print_family_tables(url: str, grids: list[str]) -> None:
-    """The iso-data and iso-time tables of the study's runs (the demo's, by variant), then what each
+    """The iso-data and iso-FLOP tables of the study's runs (the demo's, by variant), then what each
     family costs per token and in parameters."""
+    import pandas as pd
+
+    from looplab.analysis import comparison
+    from looplab.lab.demo import _fitted
     from looplab.orchestrator import frames
 
-    print_tables(url, grids, by_variant=True)
+    print_tables(url, grids, by_variant=True, iso_time=False)
     runs = frames.runs(url)
-    runs = runs[runs["grid"].isin(grids)].drop_duplicates("variant_label")
+    runs = runs[runs["grid"].isin(grids)]
+    evals = comparison.eval_loss_per_run(runs, frames.depth(url))
+    print(
+        "\n== iso-FLOP: equal training FLOPs (each family's own count; a cheaper one trains more tokens) =="
+    )
+    table = comparison.iso_flop_table(evals)
+    cols = [
+        "variant_label",
+        "mean",
+        "n_seeds",
+        "diff",
+        "ci_low",
+        "ci_high",
+        "verdict",
+        "tokens",
+        "train_flops",
+    ]
+    with pd.option_context("display.precision", 4):
+        print(
+            _fitted(table[[c for c in cols if c in table.columns]], False) if not table.empty else "(no pair)"
+        )
+    runs = runs.drop_duplicates("variant_label")
     print("\n== what each family costs (training FLOPs per token, parameters) ==")
     print(runs[["variant_label", "flops_per_token", "n_params"]].to_string(index=False))
 

@@ -426,6 +426,21 @@ FAMILIES_STUDY = (
 )
 
 
+def reference_flops(base: dict[str, Any], reference: Sequence[Any]) -> float:
+    """The training FLOPs the run of `reference` ((label, family, family_config, recipe, model)) spends on
+    `base`'s token budget: its FLOPs per token (its own family's count) x the tokens of its whole steps,
+    as its run records them (`train_flops`)."""
+    from looplab.workers.train_cost import cost
+    from looplab.workers.train_spec import Spec
+
+    _, family, family_config, recipe, model = reference
+    spec = {**base, "recipe": recipe, "model": dict(model), "seed": 0}
+    if family != BUILTIN_FAMILY:
+        spec.update(family=family, family_config=dict(family_config))
+    priced = cost(Spec.from_dict(spec))
+    return float(priced.flops_per_token * priced.steps * priced.tokens_per_step)
+
+
 def families_grid(
     families: Sequence[Sequence[Any]] = FAMILIES_STUDY,
     tokens: int = 8 * 64 * 200,
@@ -436,6 +451,7 @@ def families_grid(
     size: str = "tiny",
     sweep_loops: Sequence[int] = (1, 2, 4, 8),
     iso_time: bool = True,
+    iso_flops: bool = False,
     follow: dict[str, dict[str, Any]] | None = None,
     priority: int = 0,
     **train: Any,
@@ -444,7 +460,10 @@ def families_grid(
     model overrides)) x `seeds` on `tokens` tokens, each followed by a depth sweep at `sweep_loops`
     (`follow["depth_sweep"]` gives its other keys); with `iso_time`, one grid per seed in which every
     family but the first trains for the time the first's run of that seed took (priority + 1, so it
-    starts as soon as its reference is done). `train`: any other train spec key."""
+    starts as soon as its reference is done); with `iso_flops`, one grid in which every family but the
+    first trains on the training FLOPs the first's run spends on `tokens` (each family's FLOPs counted by
+    its own model: a cheaper family trains more tokens; `reference_flops`). `train`: any other train spec
+    key."""
     where = f"families_grid {name!r}"
     if not isinstance(families, list | tuple) or not families or any(len(f) != 5 for f in families):
         raise ConfigError(
@@ -474,6 +493,16 @@ def families_grid(
         "recipe": families[0][3],
         **({"family": families[0][1]} if families[0][1] != BUILTIN_FAMILY else {}),
     }
+    if iso_flops and len(families) > 1:
+        spent = reference_flops({**base, "tokens": budget}, families[0])
+        grids.append(
+            Grid(
+                f"{name}-isoflops",
+                base={**base, "flops": spent},
+                sweep={"zip": zipped(families[1:]), "seed": seed_list},
+                priority=priority,
+            )
+        )
     for seed in seed_list if iso_time and len(families) > 1 else []:
         timed = {"seed": seed, "budget": {"match_time_of": {**reference, "seed": seed}}}
         grids.append(

@@ -196,7 +196,12 @@ class Spec(ModelFields):
             return max(1, self.tokens // per_step) * per_step
         if self.flops is not None:
             from looplab.model.counts import tokens_for_flops
+            from looplab.workers.train_cost import family_pricing_of
 
+            family = family_pricing_of(self, cfg)
+            if family is not None:  # another family: its own FLOPs per token, as the trainer counts them
+                per_token = family.training_flops(cfg.loops)
+                return max(1, int(self.flops / per_token) // per_step) * per_step
             return tokens_for_flops(cfg, self.flops, self.batch_size, cfg.seq_len)
         return None
 

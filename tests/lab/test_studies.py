@@ -265,15 +265,17 @@ def test_adaptive_grid_refuses_what_it_sets_itself():
 
 
 @pytest.mark.parametrize("fast", [False, True])
-def test_the_families_demo_grids_compare_five_families_at_equal_data_and_time(fast):
-    """Every family x seed on the same tokens with a depth sweep; every family after parcae once more
-    per seed at the training time of parcae's run of that seed (its dependency)."""
+def test_the_families_demo_grids_compare_five_families_at_equal_data_and_flops(fast):
+    """Every family x seed on the same tokens with a depth sweep; every family after parcae once more per
+    seed on the training FLOPs parcae's run spends, each counted by its own model (within one step: 1 %)."""
     from looplab.lab.demo_families import families_grids
+    from looplab.workers.train_cost import cost
+    from looplab.workers.train_spec import Spec
 
     plans = expand(families_grids(fast), jobs)
     trains = [p for p in plans if p.kind == "train"]
-    timed = [p for p in trains if p.budget]
-    equal = [p for p in trains if not p.budget]
+    matched = [p for p in trains if p.spec.get("flops")]
+    equal = [p for p in trains if not p.spec.get("flops")]
     assert sorted({p.label for p in equal}) == ["huginn", "mor", "ouro", "parcae", "universal transformer"]
     assert len(equal) == 5 * 2 and len({p.spec["tokens"] for p in equal}) == 1
     assert sum(p.kind == "depth_sweep" for p in plans) == len(equal)
@@ -284,16 +286,17 @@ def test_the_families_demo_grids_compare_five_families_at_equal_data_and_time(fa
         "examples.universal_transformer:factory",
     }
     assert all("family" not in p.spec for p in equal if p.label == "parcae")  # looplab's own: no key
-    assert len(timed) == 4 * 2 and {p.label for p in timed} == {
+    assert len(matched) == 4 * 2 and {p.label for p in matched} == {
         "huginn",
         "ouro",
         "mor",
         "universal transformer",
     }
-    for p in timed:  # each copies the time of parcae's run of its own seed
-        (ref,) = [plans[i] for i in p.deps]
-        assert (ref.label, ref.spec["seed"]) == ("parcae", p.spec["seed"])
-    assert all(p.priority == 1 for p in timed)
+    spent = lambda p: (c := cost(Spec.from_dict(p.spec))).flops_per_token * c.steps * c.tokens_per_step  # noqa: E731
+    (reference,) = {spent(p) for p in equal if p.label == "parcae"}
+    for p in matched:  # a cheaper family trains more tokens for the same compute
+        assert 0.99 * reference <= spent(p) <= reference
+        assert Spec.from_dict(p.spec).budget_tokens() > equal[0].spec["tokens"]
 
 
 def test_families_grid_bad_arguments_are_named():
