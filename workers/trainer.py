@@ -22,7 +22,9 @@ Utilisation and padding, measured: after each step the trainer counts the FLOPs 
 and loop-count bucket) and the FLOPs of each row's own rounds (`_count_step`). The difference over the
 recurrent rounds' FLOPs is the step's padding waste (the `padding_waste` metric, and over the run the
 row's `padding_waste`); the useful FLOPs per second over the device's peak are MFU (the row's `mfu`, and
-the `mfu` metric), the computed ones HFU (the `hfu` metric and the returned summary). The FLOP model's
+the `mfu` metric), the computed ones HFU (the `hfu` metric and the returned summary), both with attention
+counted as causal pairs (what fused causal kernels compute, as benchmarks/model_bench.py counts them; the
+budget's dense count would put MFU 11-19 % high at 2,048 tokens). The FLOP model's
 expected waste (`model.flops.training_flops`) is a planning figure, logged as such; the budget
 accounting (`flops_per_token`, `train_flops`) stays the expected whole-batch figure.
 
@@ -381,17 +383,19 @@ class Trainer:
         """Hardware-FLOPs utilisation: as MFU, with the FLOPs computed for padded rounds counted too."""
         return self._utilisation(self.state.flops_computed)
 
-    def _count_step(self, step: int) -> FlopBreakdown:
+    def _count_step(self, step: int, attention: str = "dense") -> FlopBreakdown:
         """FLOPs per token of step `step` as it ran: every process's forwards of it (`split_step`), each
         padded to its own largest loop count (model.flops.step_flops), against each row's own rounds
-        (its `useful` FLOPs). The counts and the split are functions of (seed, step): recomputed here,
-        outside the timed step, on every rank alike."""
+        (its `useful` FLOPs), counting attention by `attention` (model/flops.py: "dense", every T x T pair
+        handed to the kernel, or "causal", the pairs the mask lets through). The counts and the split are
+        functions of (seed, step): recomputed here, outside the timed step, on every rank alike."""
         if not self.built.builtin:  # a family: rows of different counts run apart, nothing is padded
             return self.flops
         spec = self.spec
         counts = self.model.sample_loops(spec.batch_size, step, spec.seed).tolist()
         split = split_step(counts, spec.micro_batch_size, spec.bucketing, ranks=self.gang.size)
-        return step_flops(self.cfg, counts, self.seq_len, forwards=[rows for rank in split for rows in rank])
+        forwards = [rows for rank in split for rows in rank]
+        return step_flops(self.cfg, counts, self.seq_len, forwards=forwards, attention=attention)
 
     def _flop_budget_tokens(self, flops: float) -> int:
         """The tokens of the whole steps a FLOP budget trains (the FLOP model's conversion for LoopedLM;
@@ -408,9 +412,10 @@ class Trainer:
         tokens = self.tokens_per_step
         state.round_flops += counted.recurrent * tokens
         state.round_flops_padded += counted.padded * tokens
-        if timed:
-            state.flops_computed += counted.total * tokens
-            state.flops_useful += counted.useful * tokens
+        if timed:  # utilisation counts causal pairs, as benchmarks/model_bench.py does (fused causal
+            done = self._count_step(step, "causal")  # kernels skip the key blocks above the diagonal)
+            state.flops_computed += done.total * tokens
+            state.flops_useful += done.useful * tokens
             state.flops_seconds += seconds
         return counted.padding_waste
 

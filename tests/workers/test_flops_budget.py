@@ -148,6 +148,25 @@ def test_mfu_counts_useful_flops_and_hfu_computed_ones(looplab_cache, tmp_path, 
     assert rep.curve("mfu")[-1][1] == pytest.approx(row["mfu"])
 
 
+def test_utilisation_counts_causal_attention_pairs_and_the_budget_dense_ones(looplab_cache, tmp_path):
+    """MFU and HFU count attention as the causal pairs fused kernels compute (as the GPU check does); the
+    budget's `flops_per_token` stays the dense count every stored run was planned and compared with."""
+    from looplab.model.flops import step_flops
+    from looplab.workers.trainer import Trainer
+
+    spec = Spec.from_dict(tiny_spec(recipe="fixed4", micro_batch_size=4))
+    (tmp_path / "run").mkdir()
+    trainer = Trainer(spec, MemoryReporter(), tmp_path / "run")
+    dense, causal = trainer._count_step(0), trainer._count_step(0, "causal")
+    cfg = spec.model_config(256)
+    assert causal.total == pytest.approx(step_flops(cfg, 4, 32, attention="causal").total)
+    assert causal.total < dense.total == pytest.approx(training_flops(cfg, 8).total)
+    trainer.state.flops_seconds = 0.0
+    trainer._account(0, 1.0, timed=True)
+    assert trainer.state.flops_computed == pytest.approx(causal.total * trainer.tokens_per_step)
+    assert trainer.state.round_flops == pytest.approx(dense.recurrent * trainer.tokens_per_step)
+
+
 def counted_training_step(spec: Spec, run_dir, custom_mapping) -> tuple[float, float, float]:
     """Step 0 of `spec` as the trainer runs it (every forward and backward of `_accumulate`; the
     optimizer is no part of the FLOP model): (FLOPs per token FlopCounterMode counts, the trainer's own
