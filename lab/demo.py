@@ -48,6 +48,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import textwrap
 import time
 
 from looplab.lab.display import looplab_command
@@ -227,7 +228,7 @@ def print_extrapolation(url: str, grid_prefix: str) -> None:
     cols = [c for c in extrapolation.SUMMARY_COLUMNS if c not in ("size", "n_seeds")]
     with pd.option_context("display.width", 160, "display.max_columns", 20, "display.precision", 4):
         print("\n== extrapolation: validation loss at the trained effective depth and beyond ==")
-        print(table[cols].to_string(index=False) if not table.empty else "(no finished depth sweep)")
+        print(_fitted(table[cols], False) if not table.empty else "(no finished depth sweep)")
 
 
 # The adaptive-compute study at CPU size: parcae, fixed4, lean, BaseLoop 2x4 and BaseLoop 2x4 with loop
@@ -309,7 +310,7 @@ def print_adaptive(url: str, grid_prefix: str) -> None:
         "display.width", 200, "display.max_columns", 30, "display.max_rows", 500, "display.precision", 4
     ):
         print("\n== adaptive compute: rounds saved at equal loss to the fixed depth (max_rounds) ==")
-        print(f"noise floor: {noise.describe(adaptive.EQUAL_THRESHOLD)}")
+        print(textwrap.fill(f"noise floor: {noise.describe(adaptive.EQUAL_THRESHOLD)}", WIDTH))
         cols = [
             "variant_label",
             "rule",
@@ -325,17 +326,17 @@ def print_adaptive(url: str, grid_prefix: str) -> None:
             "fixed_equal_depth",
             "vs_fixed",
         ]
-        print(saved[cols].to_string(index=False) if not saved.empty else "(no finished adaptive job)")
+        print(_fitted(saved[cols], False) if not saved.empty else "(no finished adaptive job)")
         print(
-            "(first and last_m change the function even without exits: they are compared with the trained "
-            "model's fixed depth all the same)"
+            "(first and last_m change the function even without exits: they are compared with the\n"
+            "trained model's fixed depth all the same)"
         )
         print(
             "\n== the frontier under per_round: loss against rounds per token and compute (rounds' worth) =="
         )
         cols = ["variant_label", "rule", "threshold", "mean_rounds", "equivalent_rounds", "val_loss"]
         shown = points[points["strategy"] == "per_round"]
-        print(shown[cols].to_string(index=False) if not shown.empty else "(no finished adaptive job)")
+        print(_fitted(shown[cols], False) if not shown.empty else "(no finished adaptive job)")
 
 
 # The learned-exit study at CPU size (docs/adaptive.md, "Learned exits"): `tiny`, 16 x 64 tokens a step.
@@ -393,7 +394,7 @@ def print_best_at_loss(url: str, grid_prefix: str) -> None:
     table = adaptive.best_at_loss(evals[evals["train_job_id"].isin(ids)])
     with pd.option_context("display.width", 200, "display.max_columns", 30, "display.precision", 4):
         print("\n== at each loss level, the rule that spends the fewest rounds (learned: gate) ==")
-        print(table.to_string(index=False) if not table.empty else "(no finished adaptive job)")
+        print(_fitted(table, False) if not table.empty else "(no finished adaptive job)")
 
 
 def grids(fast: bool = False) -> list[Grid]:

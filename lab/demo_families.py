@@ -95,7 +95,7 @@ def print_family_tables(url: str, grids: list[str]) -> None:
         )
     runs = runs.drop_duplicates("variant_label")
     print("\n== what each family costs (training FLOPs per token, parameters) ==")
-    print(runs[["variant_label", "flops_per_token", "n_params"]].to_string(index=False))
+    print(_fitted(runs[["variant_label", "flops_per_token", "n_params"]], False))
 
 
 def main_families(db: str | None = None, fast: bool = False, artifacts: str = "looplab_artifacts") -> int:
