@@ -211,6 +211,11 @@ def cli_status(args) -> int:
     if getattr(args, "since", None):
         print(since_text(q.eng, args.since, args.local))
         return 0
+    if getattr(args, "audit", False):
+        from looplab.orchestrator.owners import audit_text
+
+        print(audit_text(q.eng))
+        return 0
     while True:
         df = status_frame(q.eng, grid=args.grid, all_jobs=args.all)
         if df.empty and not args.all and args.grid is None:  # a finished queue: what became of it
@@ -346,6 +351,13 @@ def cli_cancel(args) -> int:
 def cli_retry(args) -> int:
     done = _queue(args).retry(args.job_ids)  # the dead ends, once their attempt has stopped
     return _report(done, args.job_ids, "re-queued", f"not {'/'.join(DEAD_ENDS)}, or still stopping")
+
+
+def cli_priority(args) -> int:
+    done = _queue(args).set_priority(args.job_ids, args.priority)
+    return _report(
+        done, args.job_ids, f"priority {args.priority}", f"not {'/'.join(ACTIVE)}, or already at it"
+    )
 
 
 def cli_logs(args) -> int:
