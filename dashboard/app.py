@@ -17,6 +17,7 @@ from __future__ import annotations
 import streamlit as st
 
 from looplab.dashboard import ui
+from looplab.orchestrator.db import display_url
 
 QUEUE = st.Page("views/queue.py", title="Queue", icon=":material/list:", url_path="queue")
 PAGES = [
@@ -52,6 +53,6 @@ url = ui.open_db()
 if url is None:
     st.stop()
 st.session_state["db_url"] = url
-st.sidebar.caption(f"database (read-only): `{url}`")
+st.sidebar.caption(f"database (read-only): `{display_url(url)}`")
 ui.sidebar_filters(ui.runs(url))
 page.run()

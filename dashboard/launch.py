@@ -38,12 +38,12 @@ def command(port: int) -> list[str]:
 
 def cli_dashboard(args) -> int:
     """Resolve the database, check it opens read-only, then run Streamlit until Ctrl-C."""
-    from looplab.orchestrator.db import readonly_engine, resolve_url
+    from looplab.orchestrator.db import display_url, readonly_engine, resolve_url
 
     url = resolve_url(args.db)
     readonly_engine(url)  # fail here with one clear line (no file, schema behind), not in the browser
     port = int(getattr(args, "port", 8501) or 8501)
-    print(f"looplab dashboard: http://127.0.0.1:{port}  (database {url}, read-only)", flush=True)
+    print(f"looplab dashboard: http://127.0.0.1:{port}  (database {display_url(url)}, read-only)", flush=True)
     env = {**os.environ, "LOOPLAB_DB": url}
     proc = subprocess.Popen(command(port), env=env)
     # SIGTERM to this process must not orphan Streamlit (Ctrl-C reaches both through the terminal)

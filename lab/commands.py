@@ -187,10 +187,11 @@ def cli_gc(args) -> int:
 
 def cli_run(args) -> int:
     from looplab.lab.display import print_progress
+    from looplab.orchestrator.db import display_url
     from looplab.orchestrator.scheduler import Scheduler
 
     q = _queue(args, artifacts=args.artifacts)
-    print(f"looplab run: database {q.url}, artifacts {q.artifacts.absolute()}", flush=True)
+    print(f"looplab run: database {display_url(q.url)}, artifacts {q.artifacts.absolute()}", flush=True)
     return Scheduler(
         q.eng,
         q.artifacts,
@@ -205,6 +206,7 @@ def cli_run(args) -> int:
 
 def cli_status(args) -> int:
     from looplab.lab.display import last_grids, status_frame, table
+    from looplab.orchestrator.db import display_url
 
     _check_slots(args)
     q = _queue(args)
@@ -228,7 +230,7 @@ def cli_status(args) -> int:
         if not args.watch:
             print(text)
             return 0
-        print("\033[2J\033[H" + time.strftime("%H:%M:%S  ") + q.url + "\n" + text, flush=True)
+        print("\033[2J\033[H" + time.strftime("%H:%M:%S  ") + display_url(q.url) + "\n" + text, flush=True)
         time.sleep(3)
 
 
