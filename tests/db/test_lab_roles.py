@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 from looplab import Grid, Queue
-from looplab.orchestrator import jobqueue
+from looplab.orchestrator import jobqueue, recovery
 from looplab.orchestrator.db import dispose_all
 from looplab.orchestrator.owners import NotYourJob
 from looplab.orchestrator.states import AttemptOutcome
@@ -186,7 +186,7 @@ def test_the_driver_runs_the_queue_under_its_role_with_row_level_security(lab, r
     assert points > 0 and attempts >= 2
     (later,) = alice.submit(Grid("alice-later", base={"tokens": 100, "seed": 22}))
     n = jobqueue.claim(drv.eng, later, "test-worker", str(tmp / "art" / "later"))
-    assert n == 1 and jobqueue.touch(drv.eng, {later: n}) == []
+    assert n == 1 and recovery.touch(drv.eng, {later: n}) == []
     with drv.eng.begin() as conn:  # what the driver's finish writes for a preempted attempt
         conn.execute(
             sa.text("UPDATE attempts SET outcome = :o, error = :e WHERE job_id = :j AND n = :n"),
