@@ -409,6 +409,17 @@ def _output_commands(sub: argparse._SubParsersAction) -> None:
 
     da = sub.add_parser("dashboard", help="start the Streamlit dashboard on 127.0.0.1")
     da.add_argument("--port", type=int, default=8501)
+    da.add_argument(
+        "--address",
+        default="127.0.0.1",
+        help="the address to listen on (default 127.0.0.1); any other needs --auth proxy (docs/lab.md)",
+    )
+    da.add_argument(
+        "--auth",
+        choices=["none", "proxy"],
+        default="none",
+        help="proxy: only sessions that a signing-in proxy vouches for ($LOOPLAB_DASHBOARD_SECRET)",
+    )
 
 
 def _model_commands(sub: argparse._SubParsersAction) -> None:
