@@ -70,7 +70,7 @@ PASS_THROUGH = "lm-eval"
 
 # command -> the guide (under docs/ in the repository) that `looplab COMMAND --help` names
 GUIDES = {
-    "db": "docs/queue.md (the database, read-only SQL); PostgreSQL and grant-reader: docs/scale-out.md",
+    "db": "docs/queue.md (the database, read-only SQL); PostgreSQL and grant-reader: docs/scale-out.md; grant: docs/lab.md",
     "sql": "docs/queue.md (read-only SQL, the views)",
     "submit": "docs/variants.md (recipes, variants, sweeps, budgets); data, max_tokens: docs/data.md; the tour: README.md",
     "plan": "docs/planning.md (also for a device you are not on: --calibration, --device); disk: docs/disk.md",
@@ -91,12 +91,12 @@ GUIDES = {
     "fit": "docs/studies.md (Study 2: iso-depth scaling laws)",
     "claims": "docs/claims.md (the registry, the rule, the scale marking)",
     "family": "docs/own-model.md (the contract, each capability and its fallback)",
-    "dashboard": "docs/statistics.md (the verdicts and intervals); the study pages: docs/studies.md",
+    "dashboard": "docs/statistics.md (the verdicts and intervals); the study pages: docs/studies.md; for a lab: docs/lab.md",
 }
 EPILOG = (
     "Guides: README.md (start here), docs/queue.md, docs/variants.md, docs/planning.md, "
     "docs/statistics.md, docs/studies.md, docs/evaluation.md, docs/scale-out.md, docs/measured.md, "
-    "docs/gpu.md, docs/testing.md, docs/disk.md, docs/scale-training.md, docs/published-models.md, docs/own-model.md, docs/adaptive.md, docs/exports.md, docs/data.md, docs/claims.md, docs/health.md. `looplab COMMAND --help` names the guide of a command."
+    "docs/gpu.md, docs/testing.md, docs/disk.md, docs/scale-training.md, docs/published-models.md, docs/own-model.md, docs/adaptive.md, docs/exports.md, docs/data.md, docs/claims.md, docs/health.md, docs/lab.md. `looplab COMMAND --help` names the guide of a command."
 )
 
 
