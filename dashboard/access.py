@@ -48,7 +48,7 @@ def is_loopback(address: str) -> bool:
 def check_listen(address: str, auth: str, env: Mapping[str, str]) -> None:
     """Raise ConfigError unless the dashboard may listen on `address` with `auth`: loopback always;
     any other address only with `auth == "proxy"` and the proxy's secret in `env`."""
-    from looplab.model.errors import ConfigError
+    from looplab.orchestrator.errors import ConfigError
 
     if auth not in AUTH_MODES:
         raise ConfigError(f"--auth: expected one of {', '.join(AUTH_MODES)}, got {auth!r}")

@@ -36,7 +36,7 @@ QUEUE_COMMANDS = (
 )
 HANDLERS = {
     "calibrate": ("looplab.workers.calibrate", "cli_calibrate"),  # needs only torch: runs on a bare GPU box
-    "db": ("looplab.orchestrator.db", "cli_db"),
+    "db": ("looplab.orchestrator.roles", "cli_db"),  # grant there, the other actions in orchestrator.db
     "sql": ("looplab.orchestrator.sql", "cli_sql"),
     **{command: ("looplab.lab.commands", f"cli_{command}") for command in QUEUE_COMMANDS},
     "fit": ("looplab.lab.fit", "cli_fit"),

@@ -568,15 +568,6 @@ def cli_db(args) -> int:
     url = resolve_url(args.db)
     shown = display_url(url)
     head = head_revision()
-    if args.action == "grant":
-        from looplab.orchestrator import roles
-
-        if not getattr(args, "role", None):
-            raise ConfigError("ROLE: `looplab db grant ROLE --as KIND` needs the name of the role")
-        kind = getattr(args, "grant_as", None) or "member"
-        roles.grant(url, args.role, kind)
-        print(roles.describe(args.role, kind, url))
-        return 0
     if args.action == "grant-reader":
         if not getattr(args, "role", None):
             raise ConfigError("ROLE: `looplab db grant-reader ROLE` needs the name of the role to create")

@@ -106,6 +106,21 @@ def grant(url: str | None, role: str, kind: str) -> list[str]:
     return statements
 
 
+def cli_db(args) -> int:
+    """`looplab db grant ROLE --as KIND` here; every other `looplab db` action is orchestrator.db's."""
+    from looplab.orchestrator.db import cli_db as db_actions
+
+    if args.action != "grant":
+        return db_actions(args)
+    if not getattr(args, "role", None):
+        raise ConfigError("ROLE: `looplab db grant ROLE --as KIND` needs the name of the role")
+    kind = getattr(args, "grant_as", None) or "member"
+    url = resolve_url(args.db)
+    grant(url, args.role, kind)
+    print(describe(args.role, kind, url))
+    return 0
+
+
 WHAT = {
     "reader": "can read {db} and write nothing (sessions start read-only)",
     "member": "can read {db}, submit, and cancel, retry or re-prioritise the jobs of its own grids",

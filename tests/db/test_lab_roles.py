@@ -38,10 +38,10 @@ def lab(tmp_path_factory):
     try:
         admin_url = server.create_database("lab")
         Queue(db=admin_url, kinds=fake_jobs)  # migrates to head as the superuser, the tables' owner
-        from looplab.orchestrator.roles import grant
+        from looplab.lab.cli import main
 
-        for role, kind in KINDS.items():
-            grant(admin_url, role, kind)
+        for role, kind in KINDS.items():  # through the command line, as a lab's administrator would
+            assert main(["--db", admin_url, "db", "grant", role, "--as", kind]) == 0
             server.execute(f"ALTER ROLE {role} PASSWORD '{PASSWORDS[role]}'")
         urls = {role: server.url("lab", user=role, password=pw) for role, pw in PASSWORDS.items()}
         urls["postgres"] = admin_url
@@ -49,6 +49,36 @@ def lab(tmp_path_factory):
     finally:
         dispose_all()
         server.stop()
+
+
+def test_grant_says_what_the_role_may_do_and_refuses_bad_input(lab, capsys, tmp_path):
+    server, urls, _ = lab
+    ran = looplab_here(capsys, "db", "grant", "dave", "--as", "reader", "--db", urls["postgres"])
+    assert ran.returncode == 0 and "role dave is now a reader (looplab_reader)" in ran.stdout
+    assert "super-secret-0" not in ran.stdout  # the URL is shown without its password
+    with sa.create_engine(server.url("lab"), poolclass=sa.pool.NullPool).connect() as conn:
+        groups = (
+            conn.exec_driver_sql(
+                "SELECT r.rolname FROM pg_auth_members m JOIN pg_roles r ON r.oid = m.roleid "
+                "JOIN pg_roles u ON u.oid = m.member WHERE u.rolname = 'dave'"
+            )
+            .scalars()
+            .all()
+        )
+    assert groups == ["looplab_reader"]
+    ran = looplab_here(capsys, "db", "grant", "dave", "--as", "admin", "--db", urls["postgres"])
+    assert ran.returncode == 0  # moved: in the admin group only now
+    for args, said in (
+        (["db", "grant", "1bad", "--db", urls["postgres"]], "ROLE: expected a PostgreSQL role name"),
+        (["db", "grant", "looplab_admin", "--db", urls["postgres"]], "not one of the group roles"),
+        (["db", "grant", "--db", urls["postgres"]], "ROLE: `looplab db grant ROLE --as KIND` needs"),
+        (
+            ["db", "grant", "erin", "--db", str(tmp_path / "q.db")],
+            "--db: `looplab db grant` needs a PostgreSQL",
+        ),
+    ):
+        ran = looplab_here(capsys, *args)
+        assert ran.returncode == 2 and said in ran.stderr, ran
 
 
 def queue(urls, role: str, tmp) -> Queue:
