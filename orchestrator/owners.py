@@ -23,7 +23,7 @@ from looplab.model import fields
 from looplab.orchestrator import jobqueue
 from looplab.orchestrator.errors import LooplabError
 from looplab.orchestrator.schema import Audit, Job
-from looplab.orchestrator.states import ACTIVE
+from looplab.orchestrator.states import ACTIVE, JobStatus
 
 ADMIN_ROLE = "looplab_admin"  # the group role whose members may act on anyone's jobs (orchestrator/roles.py)
 AUDIT = Audit.__table__
@@ -86,10 +86,14 @@ def cancel(eng: Engine, job_ids: int | list[int]) -> list[int]:
 
 
 def retry(eng: Engine, job_ids: int | list[int]) -> list[int]:
-    """jobqueue.retry, after refusing (with names) jobs that are not this session's to retry."""
+    """jobqueue.retry, after refusing (with names) jobs that are not this session's to retry. A retry also
+    re-queues the dependents that failed with a job; another member's among them stay failed (row-level
+    security skips them) and are not reported as re-queued."""
     ids = _ids(job_ids)
     check_owned(eng, ids, "retry")
-    return jobqueue.retry(eng, ids)
+    requeued = jobqueue.retry(eng, ids)
+    now = jobqueue.statuses(eng, requeued)
+    return [job for job in requeued if now.get(job) == JobStatus.QUEUED]
 
 
 def set_priority(eng: Engine, job_ids: int | list[int], priority: int) -> list[int]:
