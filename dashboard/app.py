@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from looplab.dashboard import ui
+from looplab.dashboard import access, ui
+from looplab.orchestrator.db import display_url
 
 QUEUE = st.Page("views/queue.py", title="Queue", icon=":material/list:", url_path="queue")
 PAGES = [
@@ -48,10 +49,13 @@ HOME = st.Page(_to_queue, title="looplab", url_path="home", default=True, visibi
 
 st.set_page_config(page_title="looplab", page_icon=":material/loop:", layout="wide")
 page = st.navigation([HOME, *PAGES])
+user = access.gate()  # behind the lab's proxy: nothing for a session it did not sign in
 url = ui.open_db()
 if url is None:
     st.stop()
 st.session_state["db_url"] = url
-st.sidebar.caption(f"database (read-only): `{url}`")
+st.sidebar.caption(f"database (read-only): `{display_url(url)}`")
+if user:
+    st.sidebar.caption(f"signed in as {user}")
 ui.sidebar_filters(ui.runs(url))
 page.run()

@@ -26,7 +26,7 @@ import sqlalchemy as sa
 
 from looplab.lab.display import status_frame
 from looplab.model.errors import ConfigError
-from looplab.orchestrator import jobqueue
+from looplab.orchestrator import jobqueue, owners
 from looplab.orchestrator.grid import Grid
 from looplab.orchestrator.states import JobStatus
 
@@ -104,10 +104,20 @@ class Queue:
         return status_frame(self.eng, grid=grid, all_jobs=all)
 
     def cancel(self, job_ids: int | list[int]) -> list[int]:
-        return jobqueue.cancel(self.eng, [job_ids] if isinstance(job_ids, int) else list(job_ids))
+        """Cancel queued or running jobs; another member's are refused (orchestrator/owners.py)."""
+        return owners.cancel(self.eng, job_ids)
 
     def retry(self, job_ids: int | list[int]) -> list[int]:
-        return jobqueue.retry(self.eng, [job_ids] if isinstance(job_ids, int) else list(job_ids))
+        """Re-queue failed or cancelled jobs; another member's are refused."""
+        return owners.retry(self.eng, job_ids)
+
+    def set_priority(self, job_ids: int | list[int], priority: int) -> list[int]:
+        """Give queued or running jobs a new priority; another member's are refused."""
+        return owners.set_priority(self.eng, job_ids, priority)
+
+    def audit(self, job_ids: list[int] | None = None, limit: int = 1000) -> pd.DataFrame:
+        """Who submitted, cancelled, retried, re-prioritised or preempted what (newest `limit`)."""
+        return owners.audit_frame(self.eng, job_ids=job_ids, limit=limit)
 
     def results(self, name: str = "runs") -> pd.DataFrame:
         """A whole view or table (runs, curves, depth, decode, train_results, ...) as a DataFrame."""

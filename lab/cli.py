@@ -21,10 +21,22 @@ import sys
 HEADLINE = "looplab: a job queue and results database for looped language models"
 # command -> (module, function); the function takes the parsed argparse.Namespace, returns an exit code
 # handled by lab/commands.py
-QUEUE_COMMANDS = ("submit", "plan", "run", "status", "cancel", "retry", "logs", "demo", "gc", "alerts")
+QUEUE_COMMANDS = (
+    "submit",
+    "plan",
+    "run",
+    "status",
+    "cancel",
+    "retry",
+    "priority",
+    "logs",
+    "demo",
+    "gc",
+    "alerts",
+)
 HANDLERS = {
     "calibrate": ("looplab.workers.calibrate", "cli_calibrate"),  # needs only torch: runs on a bare GPU box
-    "db": ("looplab.orchestrator.db", "cli_db"),
+    "db": ("looplab.orchestrator.roles", "cli_db"),  # grant there, the other actions in orchestrator.db
     "sql": ("looplab.orchestrator.sql", "cli_sql"),
     **{command: ("looplab.lab.commands", f"cli_{command}") for command in QUEUE_COMMANDS},
     "fit": ("looplab.lab.fit", "cli_fit"),
@@ -41,6 +53,7 @@ READS_EXISTING_DB = (
     "status",
     "cancel",
     "retry",
+    "priority",
     "logs",
     "alerts",
     "gc",
@@ -57,7 +70,7 @@ PASS_THROUGH = "lm-eval"
 
 # command -> the guide (under docs/ in the repository) that `looplab COMMAND --help` names
 GUIDES = {
-    "db": "docs/queue.md (the database, read-only SQL); PostgreSQL and grant-reader: docs/scale-out.md",
+    "db": "docs/queue.md (the database, read-only SQL); PostgreSQL and grant-reader: docs/scale-out.md; grant: docs/lab.md",
     "sql": "docs/queue.md (read-only SQL, the views)",
     "submit": "docs/variants.md (recipes, variants, sweeps, budgets); data, max_tokens: docs/data.md; the tour: README.md",
     "plan": "docs/planning.md (also for a device you are not on: --calibration, --device); disk: docs/disk.md",
@@ -66,9 +79,10 @@ GUIDES = {
     "export-model": "docs/published-models.md (Exporting a model)",
     "lm-eval": "docs/published-models.md (lm-evaluation-harness from the shell)",
     "run": "docs/queue.md (which job starts, stopping and resuming); several GPUs or nodes: docs/scale-out.md",
-    "status": "docs/queue.md; the estimated finish: docs/planning.md; --since: docs/health.md",
+    "status": "docs/queue.md; the estimated finish: docs/planning.md; --since: docs/health.md; --audit: docs/lab.md",
     "cancel": "docs/queue.md",
     "retry": "docs/queue.md",
+    "priority": "docs/queue.md; owners, roles and the audit trail: docs/lab.md",
     "logs": "docs/queue.md",
     "alerts": "docs/health.md (the rules, their defaults, the alert channels)",
     "demo": "docs/studies.md; --study adaptive: docs/adaptive.md; --study lean: docs/exports.md",
@@ -77,12 +91,12 @@ GUIDES = {
     "fit": "docs/studies.md (Study 2: iso-depth scaling laws)",
     "claims": "docs/claims.md (the registry, the rule, the scale marking)",
     "family": "docs/own-model.md (the contract, each capability and its fallback)",
-    "dashboard": "docs/statistics.md (the verdicts and intervals); the study pages: docs/studies.md",
+    "dashboard": "docs/statistics.md (the verdicts and intervals); the study pages: docs/studies.md; for a lab: docs/lab.md",
 }
 EPILOG = (
     "Guides: README.md (start here), docs/queue.md, docs/variants.md, docs/planning.md, "
     "docs/statistics.md, docs/studies.md, docs/evaluation.md, docs/scale-out.md, docs/measured.md, "
-    "docs/gpu.md, docs/testing.md, docs/disk.md, docs/scale-training.md, docs/published-models.md, docs/own-model.md, docs/adaptive.md, docs/exports.md, docs/data.md, docs/claims.md, docs/health.md. `looplab COMMAND --help` names the guide of a command."
+    "docs/gpu.md, docs/testing.md, docs/disk.md, docs/scale-training.md, docs/published-models.md, docs/own-model.md, docs/adaptive.md, docs/exports.md, docs/data.md, docs/claims.md, docs/health.md, docs/lab.md. `looplab COMMAND --help` names the guide of a command."
 )
 
 
@@ -136,13 +150,22 @@ def quiet_broken_pipe() -> int:
 
 def _database_commands(sub: argparse._SubParsersAction) -> None:
     """db and sql: the schema and read-only queries."""
-    db = sub.add_parser("db", help="database schema: upgrade, current; grant-reader ROLE (PostgreSQL)")
-    db.add_argument("action", choices=["upgrade", "current", "grant-reader"])
+    db = sub.add_parser(
+        "db", help="database schema: upgrade, current; grant ROLE --as KIND, grant-reader ROLE (PostgreSQL)"
+    )
+    db.add_argument("action", choices=["upgrade", "current", "grant", "grant-reader"])
     db.add_argument(
         "role",
         nargs="?",
         default=None,
-        help="grant-reader: the PostgreSQL role to create (SELECT only, read-only sessions)",
+        help="grant / grant-reader: the PostgreSQL login role to create or change",
+    )
+    db.add_argument(
+        "--as",
+        dest="grant_as",
+        choices=["reader", "member", "admin", "driver"],
+        default=None,
+        help="grant: what the role may do (default member; orchestrator/roles.py)",
     )
 
     sql = sub.add_parser("sql", help="run a read-only SQL query and print the result")
@@ -251,9 +274,18 @@ def _queue_commands(sub: argparse._SubParsersAction) -> None:
         "--local", action="store_true", help="with --since: times in the local zone (default UTC)"
     )
 
+    st.add_argument(
+        "--audit", action="store_true", help="who submitted, cancelled, retried, re-prioritised, preempted"
+    )
+
     for name, helptext in (("cancel", "cancel jobs"), ("retry", "re-queue failed or cancelled jobs")):
         c = sub.add_parser(name, help=helptext)
         c.add_argument("job_ids", nargs="+", type=int, metavar="JOB")
+    pr = sub.add_parser("priority", help="change the priority of queued or running jobs")
+    pr.add_argument("job_ids", nargs="+", type=int, metavar="JOB")
+    pr.add_argument(
+        "--to", dest="priority", type=int, required=True, help="the new priority (higher runs first)"
+    )
 
     al = sub.add_parser(
         "alerts", help="health events and alert deliveries; `alerts test` sends one to every channel"
@@ -377,6 +409,17 @@ def _output_commands(sub: argparse._SubParsersAction) -> None:
 
     da = sub.add_parser("dashboard", help="start the Streamlit dashboard on 127.0.0.1")
     da.add_argument("--port", type=int, default=8501)
+    da.add_argument(
+        "--address",
+        default="127.0.0.1",
+        help="the address to listen on (default 127.0.0.1); any other needs --auth proxy (docs/lab.md)",
+    )
+    da.add_argument(
+        "--auth",
+        choices=["none", "proxy"],
+        default="none",
+        help="proxy: only sessions that a signing-in proxy vouches for ($LOOPLAB_DASHBOARD_SECRET)",
+    )
 
 
 def _model_commands(sub: argparse._SubParsersAction) -> None:

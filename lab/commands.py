@@ -187,10 +187,11 @@ def cli_gc(args) -> int:
 
 def cli_run(args) -> int:
     from looplab.lab.display import print_progress
+    from looplab.orchestrator.db import display_url
     from looplab.orchestrator.scheduler import Scheduler
 
     q = _queue(args, artifacts=args.artifacts)
-    print(f"looplab run: database {q.url}, artifacts {q.artifacts.absolute()}", flush=True)
+    print(f"looplab run: database {display_url(q.url)}, artifacts {q.artifacts.absolute()}", flush=True)
     return Scheduler(
         q.eng,
         q.artifacts,
@@ -205,11 +206,17 @@ def cli_run(args) -> int:
 
 def cli_status(args) -> int:
     from looplab.lab.display import last_grids, status_frame, table
+    from looplab.orchestrator.db import display_url
 
     _check_slots(args)
     q = _queue(args)
     if getattr(args, "since", None):
         print(since_text(q.eng, args.since, args.local))
+        return 0
+    if getattr(args, "audit", False):
+        from looplab.orchestrator.owners import audit_text
+
+        print(audit_text(q.eng))
         return 0
     while True:
         df = status_frame(q.eng, grid=args.grid, all_jobs=args.all)
@@ -223,7 +230,7 @@ def cli_status(args) -> int:
         if not args.watch:
             print(text)
             return 0
-        print("\033[2J\033[H" + time.strftime("%H:%M:%S  ") + q.url + "\n" + text, flush=True)
+        print("\033[2J\033[H" + time.strftime("%H:%M:%S  ") + display_url(q.url) + "\n" + text, flush=True)
         time.sleep(3)
 
 
@@ -346,6 +353,13 @@ def cli_cancel(args) -> int:
 def cli_retry(args) -> int:
     done = _queue(args).retry(args.job_ids)  # the dead ends, once their attempt has stopped
     return _report(done, args.job_ids, "re-queued", f"not {'/'.join(DEAD_ENDS)}, or still stopping")
+
+
+def cli_priority(args) -> int:
+    done = _queue(args).set_priority(args.job_ids, args.priority)
+    return _report(
+        done, args.job_ids, f"priority {args.priority}", f"not {'/'.join(ACTIVE)}, or already at it"
+    )
 
 
 def cli_logs(args) -> int:

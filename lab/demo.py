@@ -52,6 +52,7 @@ import textwrap
 import time
 
 from looplab.lab.display import looplab_command
+from looplab.orchestrator.db import display_url
 from looplab.orchestrator.grid import Grid
 from looplab.orchestrator.states import JobStatus
 
@@ -523,7 +524,8 @@ def _run(grids: list[Grid], what: str, db: str | None, artifacts: str, progress_
     ensure_calibration()
     ids = q.submit(grids)
     print(
-        f"{what}: {len(ids)} jobs ({len(q.last_added)} new) in {q.url}; artifacts in {q.artifacts.absolute()}"
+        f"{what}: {len(ids)} jobs ({len(q.last_added)} new) in {display_url(q.url)}; "
+        f"artifacts in {q.artifacts.absolute()}"
     )
     rc = q.run(
         until_empty=True, num_cpus=os.cpu_count() or 2, num_gpus=None, progress_every_s=progress_every_s

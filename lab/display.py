@@ -21,6 +21,7 @@ COLUMNS = [
     "size",
     "seed",
     "status",
+    "owner",
     "attempts",
     "progress_done",
     "progress_total",
@@ -90,6 +91,7 @@ def table(df: pd.DataFrame, stale_s: float = STALE_S) -> str:
         return "no jobs"
     now = time.time()
     prog_w = BAR_WIDTH + 7
+    lab = df["owner"].nunique() > 1 if "owner" in df else False
     lines = [
         f"{'id':>4} {'grid':<{GRID_WIDTH}} {'kind':<12} {'recipe':<8} {'size':<6} {'seed':>4} {'status':<9} "
         f"{'att':>3} {'progress':<{prog_w}} {'eta':>7} {'train':>7} {'val':>7}  note"
@@ -111,6 +113,8 @@ def table(df: pd.DataFrame, stale_s: float = STALE_S) -> str:
             if running
             else (bar(1, 1, BAR_WIDTH) if r.status == JobStatus.SUCCEEDED else " " * prog_w)
         )
+        if lab:  # several people's jobs: whose each is
+            note = f"by {r.owner} {note}".rstrip()
         lines.append(
             f"{r.id:>4} {_cut(r.grid, GRID_WIDTH):<{GRID_WIDTH}} {r.kind:<12} {_cut(r.recipe, 8):<8} "
             f"{_cut(r.size, 6):<6} {seed!s:>4} {r.status:<9} "

@@ -285,6 +285,7 @@ def _open(url: str) -> Engine:
         eng = create_engine(url, **kwargs)
         event.listen(eng, "connect", _sqlite_pragmas)
         _upgrade(eng, url)
+        note_local_user(eng)
         return eng
     file = Path(path)
     if not file.parent.is_dir():
@@ -306,12 +307,28 @@ def _open(url: str) -> Engine:
         event.listen(eng, "connect", _sqlite_pragmas)
         try:
             _upgrade(eng, url)
+            note_local_user(eng)
         except BaseException:
             eng.dispose()
             raise
     finally:
         lock.release()
     return eng
+
+
+def note_local_user(eng: Engine) -> None:
+    """SQLite: make `local_user` name the operating-system user of this process, whom the audit
+    triggers record (revision 0024; a SQLite file is a single-user database). Written only when it
+    differs, so opening a file as the same user changes none of its bytes."""
+    import getpass
+
+    user = getpass.getuser()
+    with eng.connect() as conn:
+        if conn.exec_driver_sql("SELECT name FROM local_user WHERE id = 1").scalar() == user:
+            return
+    with eng.begin() as conn:
+        conn.exec_driver_sql("DELETE FROM local_user")
+        conn.exec_driver_sql("INSERT INTO local_user (id, name) VALUES (1, ?)", (user,))
 
 
 def readonly_engine(url: str | None = None) -> Engine:
@@ -558,7 +575,9 @@ def cli_db(args) -> int:
         print(f"role {args.role} can now read {shown} and write nothing (sessions start read-only)")
         return 0
     if getattr(args, "role", None):
-        raise ConfigError(f"ROLE: only `looplab db grant-reader` takes a role, not `db {args.action}`")
+        raise ConfigError(
+            f"ROLE: only `looplab db grant` and `grant-reader` take a role, not `db {args.action}`"
+        )
     if args.action == "upgrade":
         eng = engine(url)
         print(f"database {shown} at revision {_current_revision(eng)} (head)")

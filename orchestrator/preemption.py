@@ -2,7 +2,8 @@
 the admission's victims to stop. Which job is preempted for which is the admission's rule
 (orchestrator/admission.py, `Preempt`); this module keeps what the rule needs from the running attempts.
 
-A job may be preempted only when it opted in (`preemptible` in its grid), checkpointed in this attempt (a
+A job may be preempted only when it opted in (`preemptible` in its grid: its owner's to set, since row-level
+security lets no other member change the job, orchestrator/roles.py), checkpointed in this attempt (a
 stop before that would lose its work) and was not preempted within the cool-down ($LOOPLAB_PREEMPT_COOLDOWN_S,
 default 1800 s: a run stopped every few minutes by a stream of urgent jobs would redo its steps since the
 last checkpoint each time and never progress). A victim is asked to stop at its next step boundary, after a
@@ -67,6 +68,9 @@ class Preemptions:
             if victim in self.asked:
                 continue
             why = f"preempted for job {decision.job.id} (effective priority {decision.candidate.priority})"
+            owner = getattr(decision.job, "owner", None)
+            if owner:  # the audit trail (revision 0024) puts the preempted job's owner beside this
+                why += f", submitted by {owner}"
             self.asked[victim] = why
             asked.append((victim, why))
         return asked

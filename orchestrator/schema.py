@@ -61,6 +61,8 @@ class GridRow(Base):
     spec: Mapped[str] = mapped_column(Text)  # canonical JSON of the Grid as submitted
     spec_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[float] = mapped_column(Float)
+    # who submitted it (rev. 0024): PostgreSQL's session user, set by a trigger; SQLite's OS user
+    owner: Mapped[str | None] = mapped_column(String(63))
 
 
 class Job(Base):
@@ -78,6 +80,7 @@ class Job(Base):
     seed: Mapped[int | None] = mapped_column(Integer)
     status: Mapped[str] = mapped_column(String(16), default=JobStatus.QUEUED)  # a JobStatus value
     priority: Mapped[int] = mapped_column(Integer, default=0)
+    owner: Mapped[str | None] = mapped_column(String(63))  # who submitted it (rev. 0024, as GridRow.owner)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     max_attempts: Mapped[int] = mapped_column(Integer, default=3)
     # budget as submitted, e.g. {"tokens": 2e6} | {"time_s": 60} | {"match_time_of": 12}
@@ -585,6 +588,29 @@ class DatabaseIdentity(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     uuid: Mapped[str] = mapped_column(String(36))
     created_at: Mapped[float] = mapped_column(Float)
+
+
+class Audit(Base):
+    """Who did what to which job or grid (rev. 0024): written by database triggers only
+    (orchestrator/owners.py reads it), so an action in plain SQL is recorded like one through looplab."""
+
+    __tablename__ = "audit"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    at: Mapped[float] = mapped_column(Float)
+    actor: Mapped[str | None] = mapped_column(String(63))
+    action: Mapped[str] = mapped_column(String(16))  # grid | submit | cancel | retry | priority | preempt
+    job_id: Mapped[int | None] = mapped_column(Integer, index=True)
+    grid_id: Mapped[int | None] = mapped_column(Integer)
+    detail: Mapped[str | None] = mapped_column(Text)
+
+
+class LocalUser(Base):
+    """SQLite only: the operating-system user that the audit triggers record (one row, id 1, written
+    when looplab opens the file; a SQLite file is a single-user database). Unused on PostgreSQL."""
+
+    __tablename__ = "local_user"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    name: Mapped[str] = mapped_column(String(63))
 
 
 def _result_tables() -> dict[str, type[Base]]:

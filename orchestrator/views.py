@@ -299,6 +299,17 @@ FROM (
         "ad.mean_exit_round, ad.mean_step_rounds, "
         "ad.kv_mib, ad.kv_mib_needed, ad.device, ad.concurrent_jobs",
     ),
+    # Who did what (revision 0024's triggers write `audit`): grid and job submissions, cancellations,
+    # retries, priority changes, preemptions; `owner` is the job's (or grid's) owner beside the actor.
+    "audit_trail": """
+CREATE VIEW audit_trail AS
+SELECT
+    a.id, ISO_TIME(a.at) AS at_utc, a.at, a.actor, a.action, a.job_id, a.grid_id, g.name AS grid,
+    COALESCE(j.owner, g.owner) AS owner, a.detail
+FROM audit a
+LEFT JOIN jobs j ON j.id = a.job_id
+LEFT JOIN grids g ON g.id = a.grid_id
+""",
 }
 VIEW_NAMES = tuple(VIEWS)
 

@@ -1,6 +1,8 @@
 """A throw-away PostgreSQL server for the tests: one cluster per test session, on a temp dir.
 
     start_server()            PgServer, or raises PgUnavailable saying why (no binaries, initdb failed...)
+    start_server(password=P)  the same with password authentication (scram-sha-256) for every TCP client:
+                              the superuser's password is P; roles log in only with their own password
     server.url(name)          postgresql+psycopg:// URL of database `name` on it
     server.create_database(name, template=None) / server.drop_database(name)
     server.stop()             stop the server and delete its directory
@@ -79,6 +81,7 @@ class PgServer:
     port: int
     pg_ctl: str
     template_ready: bool = False  # the tests' migrated template database exists (tests/conftest.py)
+    password: str | None = None  # the superuser's, on a password-authenticated server
 
     @property
     def data_dir(self) -> Path:
@@ -88,16 +91,24 @@ class PgServer:
     def socket_dir(self) -> Path:
         return self.base / "sock"
 
-    def url(self, name: str = "postgres") -> str:
-        """The SQLAlchemy URL of database `name` (psycopg 3 driver, TCP on localhost, trust auth)."""
-        return f"postgresql+psycopg://{SUPERUSER}@127.0.0.1:{self.port}/{name}"
+    def url(self, name: str = "postgres", user: str = SUPERUSER, password: str | None = None) -> str:
+        """The SQLAlchemy URL of database `name` (psycopg 3 driver, TCP on localhost) for `user`; the
+        superuser's carries the server's password when it has one."""
+        secret = password if user != SUPERUSER else self.password
+        login = f"{user}:{secret}" if secret else user
+        return f"postgresql+psycopg://{login}@127.0.0.1:{self.port}/{name}"
 
     def _admin(self):
         """An autocommit psycopg connection to the `postgres` database (CREATE/DROP DATABASE)."""
         import psycopg
 
         return psycopg.connect(
-            host="127.0.0.1", port=self.port, user=SUPERUSER, dbname="postgres", autocommit=True
+            host="127.0.0.1",
+            port=self.port,
+            user=SUPERUSER,
+            password=self.password,
+            dbname="postgres",
+            autocommit=True,
         )
 
     def execute(self, sql: str) -> None:
@@ -125,8 +136,10 @@ class PgServer:
         shutil.rmtree(self.base, ignore_errors=True)
 
 
-def start_server() -> PgServer:
-    """initdb a temp dir and start a server on a free port; raises PgUnavailable saying why not."""
+def start_server(password: str | None = None) -> PgServer:
+    """initdb a temp dir and start a server on a free port; raises PgUnavailable saying why not.
+    `password`: TCP clients authenticate with scram-sha-256 (the superuser with this password), so a
+    client cannot claim a role it has no password for (trust auth lets it claim any)."""
     initdb, pg_ctl = find_binary("initdb"), find_binary("pg_ctl")
     if not initdb or not pg_ctl:
         raise PgUnavailable("initdb/pg_ctl not found (apt-get install -y postgresql)")
@@ -146,8 +159,15 @@ def start_server() -> PgServer:
             shutil.rmtree(base, ignore_errors=True)
             raise PgUnavailable(f"cannot hand {base} to the {SUPERUSER} user ({e})") from None
     data = base / "data"
+    auth = ["-A", "trust"]
+    if password is not None:
+        pwfile = base / "pwfile"
+        pwfile.write_text(password + "\n")
+        if os.geteuid() == 0:
+            shutil.chown(pwfile, SUPERUSER, SUPERUSER)
+        auth = ["--auth-local=trust", "--auth-host=scram-sha-256", f"--pwfile={pwfile}"]
     init = subprocess.run(
-        _as_server_user([initdb, "-D", str(data), "-U", SUPERUSER, "-A", "trust", "-E", "UTF8", "--no-sync"]),
+        _as_server_user([initdb, "-D", str(data), "-U", SUPERUSER, *auth, "-E", "UTF8", "--no-sync"]),
         capture_output=True,
         text=True,
         timeout=120,
@@ -169,7 +189,7 @@ def start_server() -> PgServer:
             timeout=START_TIMEOUT_S + 10,
         )
         if started.returncode == 0:
-            server = PgServer(base=base, port=port, pg_ctl=pg_ctl)
+            server = PgServer(base=base, port=port, pg_ctl=pg_ctl, password=password)
             _wait_ready(server)
             return server
         log = base / "server.log"

@@ -16,7 +16,7 @@ import streamlit as st
 
 from looplab.analysis.variants import MISSING, present
 from looplab.dashboard import listing, ui
-from looplab.orchestrator import frames, retention
+from looplab.orchestrator import frames, owners, retention
 from looplab.orchestrator.errors import USER_ERRORS
 from looplab.orchestrator.health_view import DEFAULT_DASHBOARD, happened_since, parse_since, with_links
 from looplab.orchestrator.states import JobStatus
@@ -127,6 +127,14 @@ def queue_view() -> None:
     st.subheader("All jobs")
     show = jobs.drop(columns=["error", "grid_id"]).sort_values("job_id", ascending=False)
     ui.table(show, precision=1, key="jobs_table", height=320)
+
+    st.subheader("Audit trail")
+    trail = owners.audit_frame(frames.engine(url), job_ids=[int(i) for i in jobs["job_id"]], limit=200)
+    if trail.empty:
+        st.caption("nothing recorded yet")
+    else:
+        st.caption("who submitted, cancelled, retried, re-prioritised or preempted each job (newest last)")
+        ui.table(trail.drop(columns=["id"]).rename(columns={"at": "done_at"}), key="audit_table", height=240)
     st.caption(f"updated {time.strftime('%H:%M:%S')}")
 
 

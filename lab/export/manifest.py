@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from looplab.model.errors import ConfigError
+from looplab.orchestrator.db import display_url
 
 MANIFEST = "looplab-export.json"
 VERSION = 1
@@ -43,6 +44,7 @@ class Manifest:
         """The manifest of `out` (a new one if there is none); ConfigError when `out` holds an export of
         another database or to another target (their job ids and run ids would mix)."""
         path = out / MANIFEST
+        database = display_url(database)  # the password of a database URL stays out of the file
         if not path.exists():
             return cls(path, database, target)
         try:
@@ -51,8 +53,9 @@ class Manifest:
             raise ConfigError(
                 f"export: {path} is not a readable export manifest ({e}); use a new -o directory"
             ) from None
+        stored = {"database": display_url(str(raw.get("database", ""))), "target": raw.get("target")}
         for name, mine in (("database", database), ("target", target)):
-            if raw.get(name) != mine:
+            if stored[name] != mine:
                 raise ConfigError(
                     f"export: {out} holds an export of {name} {raw.get(name)!r}, not {mine!r}; "
                     "use another -o directory"

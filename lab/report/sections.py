@@ -20,6 +20,7 @@ from looplab.analysis.comparison import NOISE_THRESHOLD
 from looplab.analysis.variants import MISSING
 from looplab.lab.report.content import CURVE_KEY, StudyData, grid_specs
 from looplab.lab.report.svg import LineChart, Series
+from looplab.orchestrator.db import display_url
 
 RUN_COLUMNS = [
     "job_id",
@@ -156,7 +157,7 @@ def _about(data: StudyData) -> Section:
     status = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none"
     text = [
         f"Grids: {', '.join(data.grids['name'])} (ids {', '.join(str(i) for i in data.grids['id'])}); "
-        f"database `{data.url}`.",
+        f"database `{display_url(data.url)}`.",
         f"Training runs: {len(data.runs)} ({status}). Every comparison reads the succeeded ones.",
         f"Code version (of the checkout that wrote this report; the runs do not record theirs): "
         f"`{data.code_version}`. Written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",

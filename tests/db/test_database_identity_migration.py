@@ -44,7 +44,8 @@ def test_the_identity_is_written_at_first_use_once_and_the_revision_round_trips(
     assert table_rows(db_url, "database_identity", "id").empty  # not written by the revision
     first = alerts.ensure_identity(eng)
     assert str(uuid.UUID(first)) == first and alerts.ensure_identity(eng) == first
-    assert table_rows(db_url, "jobs", "id").equals(before)
+    # the columns the revision found stay as they were (a later one, 0024, adds `owner`)
+    assert table_rows(db_url, "jobs", "id")[before.columns].equals(before)
     cfg = alerts.AlertConfig((alerts.channel("c", {"type": "command", "command": "true"}),))
     msg = alerts.notify(eng, cfg, "test", "t", "x", group="g", now=1e9)
     assert msg == alerts.message_id("g", 1e9, cfg.window_s, first)
@@ -53,4 +54,4 @@ def test_the_identity_is_written_at_first_use_once_and_the_revision_round_trips(
     command.downgrade(alembic_config(db_url), REVISION.down_revision)
     assert "database_identity" not in _tables(db_url)
     command.upgrade(alembic_config(db_url), "head")
-    assert table_rows(db_url, "jobs", "id").equals(before)
+    assert table_rows(db_url, "jobs", "id")[before.columns].equals(before)

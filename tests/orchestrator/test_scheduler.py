@@ -4,6 +4,7 @@ budgets, cancel, graceful stop and exact resume."""
 
 from __future__ import annotations
 
+import getpass
 import json
 import re
 import threading
@@ -270,6 +271,9 @@ def test_an_urgent_job_preempts_a_preemptible_run_which_resumes_after_it_exactly
     assert sorted(artifacts.records(art)) == [1, 2] and not artifacts.records(q.artifacts / "none")
     (message,) = rows(q, "SELECT message FROM health_events WHERE job_id=:j AND rule='preempted'", j=long)[0]
     assert f"preempted for job {urgent} (effective priority 20)" in message
+    # the audit trail (issue 56) has the preemption, with the urgent job's owner beside the run's
+    ((actor, detail, owner),) = rows(q, "SELECT actor, detail, owner FROM audit_trail WHERE action='preempt'")
+    assert actor == owner == getpass.getuser() and f"for job {urgent}" in detail and "submitted by" in detail
 
 
 def test_a_job_not_opted_in_or_not_urgent_enough_is_never_preempted(q):
