@@ -125,7 +125,7 @@ def cost(spec: Spec) -> TrainCost:
         steps = None
     counts = [cfg.loops, *(n for n in spec.resolved_eval_loops(cfg) if n != cfg.loops)]
     eval_tokens = max(1, spec.eval_tokens // seq) * seq
-    family = family_pricing_of(spec, cfg)
+    family = spec.family_pricing(cfg)
     if family is not None:  # its own FLOPs, all with autograd, no padded rounds
         per_token = grad_per_token = family.training_flops(cfg.loops)
         forward, padded, params = family.forward_flops, False, family.n_params
@@ -160,17 +160,3 @@ def cost(spec: Spec) -> TrainCost:
     )
     priced.memory.update({d: priced.memory_at(batch, d) for d in DEVICE_TYPES})
     return priced
-
-
-def family_pricing_of(spec: Spec, cfg):
-    """The contract's pricing of the spec's model when it is of another family, else None."""
-    from looplab.model.contract import family_settings
-    from looplab.model.family_pricing import family_pricing
-    from looplab.model.names import BUILTIN_FAMILY
-    from looplab.model.shape import RunShape
-
-    if spec.family == BUILTIN_FAMILY:
-        return None
-    # the shape without its tokens: a FLOP budget's tokens are priced from this (`Spec.budget_tokens`)
-    shape = RunShape.of_config(cfg, spec.batch_size)
-    return family_pricing(spec.family, family_settings(shape, spec.family_config))

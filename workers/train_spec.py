@@ -36,7 +36,7 @@ from typing import Any
 
 from looplab.model import fields
 from looplab.model.errors import ConfigError
-from looplab.model.names import Optimizer
+from looplab.model.names import BUILTIN_FAMILY, Optimizer
 from looplab.model.shape import FAMILY_BATCH, RunShape
 from looplab.workers.artifacts import KEEP_CHECKPOINTS
 from looplab.workers.data import BUDGET, DataSpec
@@ -196,9 +196,8 @@ class Spec(ModelFields):
             return max(1, self.tokens // per_step) * per_step
         if self.flops is not None:
             from looplab.model.counts import tokens_for_flops
-            from looplab.workers.train_cost import family_pricing_of
 
-            family = family_pricing_of(self, cfg)
+            family = self.family_pricing(cfg)
             if family is not None:  # another family: its own FLOPs per token, as the trainer counts them
                 per_token = family.training_flops(cfg.loops)
                 return max(1, int(self.flops / per_token) // per_step) * per_step
@@ -253,6 +252,18 @@ class Spec(ModelFields):
         the preset's vocabulary if it cannot be read)."""
         vocab_size = self.asked_vocab_size()
         return self._preset_config() if vocab_size is None else self.model_config(vocab_size)
+
+    def family_pricing(self, cfg):
+        """The contract's pricing (model/family_pricing.py) of the spec's model at `cfg`'s vocabulary,
+        context and loops when it is of another family, else None. Priced at the shape without its tokens:
+        a FLOP budget's tokens are priced from this (`budget_tokens`)."""
+        from looplab.model.contract import family_settings
+        from looplab.model.family_pricing import family_pricing
+
+        if self.family == BUILTIN_FAMILY:
+            return None
+        shape = RunShape.of_config(cfg, self.batch_size)
+        return family_pricing(self.family, family_settings(shape, self.family_config))
 
     def run_shape(self, vocab_size: int | None = None) -> RunShape:
         """The run's shape (model/shape.py) at `vocab_size` (default: the vocabulary its data will have):
