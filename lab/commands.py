@@ -187,8 +187,11 @@ def cli_gc(args) -> int:
 
 def cli_run(args) -> int:
     from looplab.lab.display import print_progress
+    from looplab.orchestrator import release
     from looplab.orchestrator.scheduler import Scheduler
 
+    release_on = release.parse(args.release_on)  # refused before anything starts
+    release.early(release_on)
     q = _queue(args, artifacts=args.artifacts)
     print(f"looplab run: database {q.url}, artifacts {q.artifacts.absolute()}", flush=True)
     return Scheduler(
@@ -200,6 +203,7 @@ def cli_run(args) -> int:
         until_empty=args.until_empty,
         max_concurrent=args.max_concurrent,
         live_view=print_progress,
+        release_on=release_on,
     ).run()
 
 

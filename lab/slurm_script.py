@@ -1,0 +1,127 @@
+"""The sbatch script `looplab slurm` writes (lab/slurm.py says what each allocation does and why).
+
+Written for a person to read, edit and resubmit: the settings are variables at its top, each step
+says what it does, and nothing in it needs looplab to be read."""
+
+from __future__ import annotations
+
+import shlex
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from looplab.lab.slurm import SlurmSettings
+
+q = shlex.quote
+
+
+def directives(s: SlurmSettings) -> list[str]:
+    lines = [
+        f"#SBATCH --job-name=looplab-{s.name}",
+        f"#SBATCH --nodes={s.nodes}",
+        "#SBATCH --ntasks-per-node=1",
+        f"#SBATCH --cpus-per-task={s.cpus_per_task}",
+        f"#SBATCH --time={s.time_minutes}",
+        f"#SBATCH --signal=B:USR1@{s.signal_before_s}",
+        "#SBATCH --no-requeue",
+        f"#SBATCH --output={s.artifacts}/slurm/%x-%j.out",
+    ]
+    if s.gpus_per_node:
+        lines.insert(4, f"#SBATCH --gpus-per-node={s.gpus_per_node}")
+    lines += [f"#SBATCH --partition={s.partition}"] if s.partition else []
+    lines += [f"#SBATCH --account={s.account}"] if s.account else []
+    return lines
+
+
+def render(s: SlurmSettings) -> str:
+    head = "\n".join(directives(s))
+    return f"""#!/bin/bash
+# looplab study "{s.name}" on SLURM, written by `looplab slurm`. Edit it freely; submit with
+#   sbatch {q(str(s.script))}
+# Each allocation runs the queue until SLURM's warning (USR1, {s.signal_before_s} s before the time
+# limit) or a preemption (TERM): then every running job checkpoints and is handed back, and this script
+# submits its own follow-on (afterany), whose driver resumes every job from its checkpoint. The chain
+# ends when the queue is empty. No SLURM requeue: the follow-on is submitted only when work is left.
+{head}
+
+set -uo pipefail
+
+DB={q(s.db)}
+ARTIFACTS={q(str(s.artifacts))}   # the same path on every node (checked below)
+GRIDS={q(str(s.grids))}
+SCRIPT={q(str(s.script))}   # this file, on a path the first node reads (for the follow-on)
+LOOPLAB=({q(s.python)} -m looplab)
+RAY={q(s.ray)}
+RAY_PORT={s.ray_port}
+HEAD_WAIT_S={s.head_wait_s}   # how long a worker node polls the head's address before it gives up
+
+say() {{ echo "$(date +%H:%M:%S) [$SLURM_JOB_ID $(hostname)] $*"; }}
+mapfile -t NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
+HEAD_ADDR=$(hostname -I | awk '{{print $1}}')   # this script runs on the allocation's first node
+say "allocation of ${{#NODES[@]}} node(s): ${{NODES[*]}}; head $HEAD_ADDR"
+
+# 1. The artifact directory must be one directory on every node: checkpoints written on one node are
+#    resumed on another. A file written here must be read back, word for word, on every node.
+mkdir -p "$ARTIFACTS/slurm"
+PROBE="$ARTIFACTS/slurm/.probe-$SLURM_JOB_ID"
+TOKEN="$SLURM_JOB_ID-$RANDOM$RANDOM"
+echo "$TOKEN" > "$PROBE"
+SEEN=$(srun --nodes=${{#NODES[@]}} --ntasks=${{#NODES[@]}} --ntasks-per-node=1 --overlap cat "$PROBE" 2>/dev/null | grep -cx "$TOKEN")
+rm -f "$PROBE"
+if [ "$SEEN" -ne "${{#NODES[@]}}" ]; then
+  say "error: $ARTIFACTS is not the same directory on every node ($SEEN of ${{#NODES[@]}} read the probe): nothing started"
+  exit 1
+fi
+say "shared artifact directory $ARTIFACTS seen by all ${{#NODES[@]}} node(s)"
+
+# 2. Ray: the head here; every other node polls the head's address (at most HEAD_WAIT_S s), then joins.
+"$RAY" start --block --head --port="$RAY_PORT" --node-ip-address="$HEAD_ADDR" --include-dashboard=false \\
+  --num-cpus="$SLURM_CPUS_PER_TASK" --num-gpus={s.gpus_per_node} --disable-usage-stats &
+RAY_HEAD=$!
+RAY_WORKERS=
+export HEAD_ADDR RAY_PORT HEAD_WAIT_S RAY GPUS={s.gpus_per_node}   # for the worker nodes' step
+if [ "${{#NODES[@]}}" -gt 1 ]; then
+  srun --nodes=$((${{#NODES[@]}} - 1)) --ntasks=$((${{#NODES[@]}} - 1)) --ntasks-per-node=1 --overlap \\
+    --exclude="${{NODES[0]}}" --kill-on-bad-exit=0 bash -c '
+    for i in $(seq 1 "$HEAD_WAIT_S"); do
+      if (exec 3<>"/dev/tcp/$HEAD_ADDR/$RAY_PORT") 2>/dev/null; then
+        exec "$RAY" start --block --address="$HEAD_ADDR:$RAY_PORT" --node-ip-address="$(hostname -I | awk "{{print \\$1}}")" \\
+          --num-cpus="$SLURM_CPUS_PER_TASK" --num-gpus="$GPUS" --disable-usage-stats
+      fi
+      sleep 1
+    done
+    echo "$(hostname): the Ray head $HEAD_ADDR:$RAY_PORT did not answer in $HEAD_WAIT_S s" >&2; exit 1' &
+  RAY_WORKERS=$!
+fi
+for i in $(seq 1 "$HEAD_WAIT_S"); do   # the driver needs the head up too
+  (exec 3<>"/dev/tcp/$HEAD_ADDR/$RAY_PORT") 2>/dev/null && break
+  sleep 1
+done
+
+# 3. The driver: submit the grids (adds nothing once they are in), then run the queue. USR1 (the time
+#    limit's warning) or TERM (a preemption) releases it: every running job checkpoints and goes back.
+RELEASED=
+DRIVER=
+release() {{ RELEASED=$1; say "SIG$1: releasing the queue"; [ -n "$DRIVER" ] && kill -"$1" "$DRIVER" 2>/dev/null; }}
+trap 'release USR1' USR1
+trap 'release TERM' TERM
+"${{LOOPLAB[@]}}" --db "$DB" submit "$GRIDS"
+"${{LOOPLAB[@]}}" --db "$DB" run --address "$HEAD_ADDR:$RAY_PORT" --artifacts "$ARTIFACTS" \\
+  --until-empty --release-on USR1,TERM &
+DRIVER=$!
+[ -n "$RELEASED" ] && kill -"$RELEASED" "$DRIVER"   # a signal that came before the driver started
+RC=
+until [ -n "$RC" ]; do   # a trapped signal ends a wait early: wait again while the driver runs
+  wait "$DRIVER"; STATUS=$?
+  kill -0 "$DRIVER" 2>/dev/null || RC=$STATUS
+done
+say "driver exited with $RC"
+
+# 4. Handed back with work left: the follow-on allocation takes the queue over.
+if [ -n "$RELEASED" ] && [ "$RC" -eq 0 ]; then
+  sbatch --dependency=afterany:"$SLURM_JOB_ID" "$SCRIPT" && say "follow-on submitted"
+fi
+kill "$RAY_HEAD" $RAY_WORKERS 2>/dev/null
+wait
+say "done"
+exit "$RC"
+"""
