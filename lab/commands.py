@@ -194,17 +194,20 @@ def cli_run(args) -> int:
     release.early(release_on)
     q = _queue(args, artifacts=args.artifacts)
     print(f"looplab run: database {q.url}, artifacts {q.artifacts.absolute()}", flush=True)
-    return Scheduler(
-        q.eng,
-        q.artifacts,
-        address=args.address,
-        num_cpus=args.num_cpus,
-        num_gpus=args.num_gpus,
-        until_empty=args.until_empty,
-        max_concurrent=args.max_concurrent,
-        live_view=print_progress,
-        release_on=release_on,
-    ).run()
+    try:
+        return Scheduler(
+            q.eng,
+            q.artifacts,
+            address=args.address,
+            num_cpus=args.num_cpus,
+            num_gpus=args.num_gpus,
+            until_empty=args.until_empty,
+            max_concurrent=args.max_concurrent,
+            live_view=print_progress,
+            release_on=release_on,
+        ).run()
+    finally:
+        release.ignore(release_on)
 
 
 def cli_status(args) -> int:

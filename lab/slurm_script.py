@@ -101,18 +101,24 @@ done
 #    limit's warning) or TERM (a preemption) releases it: every running job checkpoints and goes back.
 RELEASED=
 DRIVER=
-release() {{ RELEASED=$1; say "SIG$1: releasing the queue"; [ -n "$DRIVER" ] && kill -"$1" "$DRIVER" 2>/dev/null; }}
+release() {{ [ -n "$RELEASED" ] || say "SIG$1: releasing the queue"; RELEASED=$1; }}
 trap 'release USR1' USR1
 trap 'release TERM' TERM
 "${{LOOPLAB[@]}}" --db "$DB" submit "$GRIDS"
-"${{LOOPLAB[@]}}" --db "$DB" run --address "$HEAD_ADDR:$RAY_PORT" --artifacts "$ARTIFACTS" \\
-  --until-empty --release-on USR1,TERM &
+# The driver starts with USR1 and TERM ignored (so one that comes while it imports cannot end it) and
+# takes them once it is up; a released driver is sent the signal again every 2 s until it has stopped.
+(trap '' USR1 TERM; exec "${{LOOPLAB[@]}}" --db "$DB" run --address "$HEAD_ADDR:$RAY_PORT" \\
+  --artifacts "$ARTIFACTS" --until-empty --release-on USR1,TERM) &
 DRIVER=$!
-[ -n "$RELEASED" ] && kill -"$RELEASED" "$DRIVER"   # a signal that came before the driver started
 RC=
-until [ -n "$RC" ]; do   # a trapped signal ends a wait early: wait again while the driver runs
-  wait "$DRIVER"; STATUS=$?
-  kill -0 "$DRIVER" 2>/dev/null || RC=$STATUS
+until [ -n "$RC" ]; do
+  if [ -n "$RELEASED" ]; then
+    kill -"$RELEASED" "$DRIVER" 2>/dev/null; sleep 2
+    kill -0 "$DRIVER" 2>/dev/null || {{ wait "$DRIVER"; RC=$?; }}
+  else
+    wait "$DRIVER"; STATUS=$?   # a trapped signal ends the wait early: the driver still runs
+    kill -0 "$DRIVER" 2>/dev/null || RC=$STATUS
+  fi
 done
 say "driver exited with $RC"
 

@@ -44,6 +44,8 @@ def parse(names: str | Iterable[str] | None) -> tuple[signal.Signals, ...]:
         names = names.split(",")
     out = []
     for raw in names:
+        if isinstance(raw, signal.Signals):
+            raw = raw.name
         name = raw.strip().upper().removeprefix("SIG")
         if name not in SIGNALS:
             raise ConfigError(
@@ -63,6 +65,14 @@ def early(signals: tuple[signal.Signals, ...]) -> None:
     end the process); the driver's `Release.install` acts on it at once."""
     for s in signals:
         signal.signal(s, lambda signum, _frame: PENDING.append(signum))
+
+
+def ignore(signals: tuple[signal.Signals, ...]) -> None:
+    """The driver is done: a release signal now has nothing to release. Ignored, not left to Python's exit,
+    which puts back the default action of every signal it handled (for SIGUSR1: end the process, so the
+    batch script, which repeats the signal until the driver is gone, would see it killed)."""
+    for s in signals:
+        signal.signal(s, signal.SIG_IGN)
 
 
 class Release:

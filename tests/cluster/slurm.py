@@ -161,12 +161,17 @@ class SlurmLab:
     def close(self) -> None:
         self.lab.close()
 
-    def leftovers(self) -> list[str]:
-        """The cluster's own leftovers, and any SLURM or munge daemon or socket that survived it."""
-        out = self.lab.net.leftovers()
-        for tool in ("slurmctld", "slurmd", "slurmstepd", "munged"):
-            found = subprocess.run(["pgrep", "-a", "-x", tool], capture_output=True, text=True).stdout
-            out += [f"process {line}" for line in found.splitlines()]  # no one else runs SLURM here
-        if self.lab.net.root.exists():
-            out.append(f"directory {self.lab.net.root}")
-        return out
+    def leftovers(self, settle_s: float = 20) -> list[str]:
+        """The cluster's own leftovers, and any SLURM or munge process that survived it (no one else runs
+        them here); a step daemon's zombie is given `settle_s` to be reaped once its parent is gone."""
+        end = time.monotonic() + settle_s
+        while True:
+            out = self.lab.net.leftovers()
+            for tool in ("slurmctld", "slurmd", "slurmstepd", "munged"):
+                found = subprocess.run(["pgrep", "-a", "-x", tool], capture_output=True, text=True).stdout
+                out += [f"process {line}" for line in found.splitlines()]
+            if self.lab.net.root.exists():
+                out.append(f"directory {self.lab.net.root}")
+            if not out or time.monotonic() > end:
+                return out
+            time.sleep(0.5)
