@@ -27,41 +27,15 @@ import os
 import re
 import shlex
 import subprocess
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 
+from looplab.lab.slurm_script import SlurmSettings, render
 from looplab.model import fields
 from looplab.model.errors import ConfigError
 
 # file systems every node of a cluster may see (a SQLite file there is at least visible; see refuse_db)
 NETWORK_FS = ("nfs", "nfs4", "cifs", "smb3", "lustre", "gpfs", "beegfs", "cephfs", "ceph", "glusterfs")
 TIME = re.compile(r"^(\d+-)?\d+(:\d+){0,2}$")
-
-
-@dataclass(frozen=True)
-class SlurmSettings:
-    """What one sbatch script of a study needs; every field checked by `settings`."""
-
-    name: str
-    grids: Path
-    db: str
-    artifacts: Path
-    time_minutes: int
-    nodes: str
-    cpus_per_task: int
-    gpus_per_node: int
-    signal_before_s: int
-    script: Path
-    partition: str | None = None
-    account: str | None = None
-    ray_port: int = 6379
-    head_wait_s: int = 300
-    python: str = sys.executable
-
-    @property
-    def ray(self) -> str:
-        return str(Path(self.python).parent / "ray")
 
 
 def time_minutes(text: str) -> int:
@@ -200,8 +174,6 @@ def cli_slurm(args) -> int:
     with beside_grid_file(args.grids):
         grids = load_grids(args.grids)
     s = settings(args, grids)
-    from looplab.lab.slurm_script import render
-
     try:  # SLURM writes each allocation's output there (#SBATCH --output): it must exist beforehand
         (s.artifacts / "slurm").mkdir(parents=True, exist_ok=True)
     except OSError as e:

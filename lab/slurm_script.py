@@ -6,12 +6,36 @@ says what it does, and nothing in it needs looplab to be read."""
 from __future__ import annotations
 
 import shlex
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from looplab.lab.slurm import SlurmSettings
+import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 q = shlex.quote
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    """What one sbatch script of a study needs; every field checked by `lab.slurm.settings`."""
+
+    name: str
+    grids: Path
+    db: str
+    artifacts: Path
+    time_minutes: int
+    nodes: str
+    cpus_per_task: int
+    gpus_per_node: int
+    signal_before_s: int
+    script: Path
+    partition: str | None = None
+    account: str | None = None
+    ray_port: int = 6379
+    head_wait_s: int = 300
+    python: str = sys.executable
+
+    @property
+    def ray(self) -> str:
+        return str(Path(self.python).parent / "ray")
 
 
 def directives(s: SlurmSettings) -> list[str]:
@@ -33,6 +57,11 @@ def directives(s: SlurmSettings) -> list[str]:
 
 
 def render(s: SlurmSettings) -> str:
+    """The whole script: its settings, then the allocation's steps in order."""
+    return _settings(s) + _shared_and_ray(s) + _driver()
+
+
+def _settings(s: SlurmSettings) -> str:
     head = "\n".join(directives(s))
     return f"""#!/bin/bash
 # looplab study "{s.name}" on SLURM, written by `looplab slurm`. Edit it freely; submit with
@@ -55,11 +84,19 @@ RAY_PORT={s.ray_port}
 HEAD_WAIT_S={s.head_wait_s}   # how long a worker node polls the head's address before it gives up
 
 say() {{ echo "$(date +%H:%M:%S) [$SLURM_JOB_ID $(hostname)] $*"; }}
+RELEASED=   # USR1 or TERM once SLURM has said the allocation ends (step 3 hands the queue back)
+release() {{ [ -n "$RELEASED" ] || say "SIG$1: releasing the queue"; RELEASED=$1; }}
+trap 'release USR1' USR1
+trap 'release TERM' TERM
 mapfile -t NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
 HEAD_ADDR=$(hostname -I | awk '{{print $1}}')   # this script runs on the allocation's first node
 say "allocation of ${{#NODES[@]}} node(s): ${{NODES[*]}}; head $HEAD_ADDR"
 
-# 1. The artifact directory must be one directory on every node: checkpoints written on one node are
+"""
+
+
+def _shared_and_ray(s: SlurmSettings) -> str:
+    return f"""# 1. The artifact directory must be one directory on every node: checkpoints written on one node are
 #    resumed on another. A file written here must be read back, word for word, on every node.
 mkdir -p "$ARTIFACTS/slurm"
 PROBE="$ARTIFACTS/slurm/.probe-$SLURM_JOB_ID"
@@ -92,29 +129,28 @@ if [ "${{#NODES[@]}}" -gt 1 ]; then
     echo "$(hostname): the Ray head $HEAD_ADDR:$RAY_PORT did not answer in $HEAD_WAIT_S s" >&2; exit 1' &
   RAY_WORKERS=$!
 fi
+"${{LOOPLAB[@]}}" --db "$DB" submit "$GRIDS"   # while Ray starts: the grids (adds nothing once in)
 for i in $(seq 1 "$HEAD_WAIT_S"); do   # the driver needs the head up too
   (exec 3<>"/dev/tcp/$HEAD_ADDR/$RAY_PORT") 2>/dev/null && break
   sleep 1
 done
 
-# 3. The driver: submit the grids (adds nothing once they are in), then run the queue. USR1 (the time
-#    limit's warning) or TERM (a preemption) releases it: every running job checkpoints and goes back.
-RELEASED=
-DRIVER=
-release() {{ [ -n "$RELEASED" ] || say "SIG$1: releasing the queue"; RELEASED=$1; }}
-trap 'release USR1' USR1
-trap 'release TERM' TERM
-"${{LOOPLAB[@]}}" --db "$DB" submit "$GRIDS"
+"""
+
+
+def _driver() -> str:
+    return """# 3. The driver runs the queue. USR1 (the time limit's warning) or TERM (a preemption) releases it:
+#    every running job checkpoints and goes back to the queue.
 # The driver starts with USR1 and TERM ignored (so one that comes while it imports cannot end it) and
 # takes them once it is up; a released driver is sent the signal again every 2 s until it has stopped.
-(trap '' USR1 TERM; exec "${{LOOPLAB[@]}}" --db "$DB" run --address "$HEAD_ADDR:$RAY_PORT" \\
+(trap '' USR1 TERM; exec "${LOOPLAB[@]}" --db "$DB" run --address "$HEAD_ADDR:$RAY_PORT" \\
   --artifacts "$ARTIFACTS" --until-empty --release-on USR1,TERM) &
 DRIVER=$!
 RC=
 until [ -n "$RC" ]; do
   if [ -n "$RELEASED" ]; then
     kill -"$RELEASED" "$DRIVER" 2>/dev/null; sleep 2
-    kill -0 "$DRIVER" 2>/dev/null || {{ wait "$DRIVER"; RC=$?; }}
+    kill -0 "$DRIVER" 2>/dev/null || { wait "$DRIVER"; RC=$?; }
   else
     wait "$DRIVER"; STATUS=$?   # a trapped signal ends the wait early: the driver still runs
     kill -0 "$DRIVER" 2>/dev/null || RC=$STATUS

@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from looplab.workers.reporter import EventKind
 from tests.cluster import netns, slurm
 from tests.orchestrator.test_real_jobs import one_thread_run
 
@@ -26,13 +27,15 @@ if netns.available():
 elif slurm.available() and os.environ.get("LOOPLAB_REQUIRE_SLURM") != "1":
     pytestmark.append(pytest.mark.skip(reason=slurm.available()))
 
-# two small runs, long enough (several hundred steps on one loaded CPU) to span allocations of a minute
+# two small runs, each about TRAIN_S seconds of training on this machine as it is loaded now (measured,
+# `calibrated_steps`): more than one allocation's window between Ray's start and SLURM's warning (5-35 s
+# with a 2-minute limit, the warning 30 s before it and SLURM's check every 30 s), so each spans several
+TRAIN_S = 40
 TRAIN = {
     "recipe": "lean",
     "size": "tiny",
     "seq_len": 32,
     "batch_size": 4,
-    "tokens": 4 * 32 * 700,
     "ckpt_every": 50,
     "ckpt_minutes": 0.1,
     "eval_every": 50,
@@ -41,9 +44,9 @@ TRAIN = {
     "data": {"tokenizer": "byte"},
 }
 SEEDS = (0, 1)
-GRID = f"""
+GRID = """
 from looplab import Grid
-grid = Grid("slurm", base={TRAIN!r}, sweep={{"seed": {list(SEEDS)!r}}}, resources={{"num_cpus": 1}})
+grid = Grid("slurm", base={base!r}, sweep={{"seed": {seeds!r}}}, resources={{"num_cpus": 1}})
 """
 STUDY_TIMEOUT_S = 600
 
@@ -58,17 +61,27 @@ def cluster(looplab_cache):
     assert made.leftovers() == []
 
 
-def references(art) -> dict[int, object]:
+def calibrated_steps(art) -> int:
+    """How many steps train for about TRAIN_S seconds here now (a short run's pace, its start left out)."""
+    ref = one_thread_run({**TRAIN, "tokens": 4 * 32 * 80, "seed": 9}, art)
+    points = [e for e in ref.events if e.kind == EventKind.METRIC and e.payload["key"] == "train_loss"]
+    pace = (points[-1].payload["step"] - points[0].payload["step"]) / (points[-1].ts - points[0].ts)
+    return int(min(3000, max(150, pace * TRAIN_S)))
+
+
+def references(train: dict, art) -> dict[int, object]:
     """Each seed's run, uninterrupted, in this process on one thread (as a one-CPU Ray task runs it)."""
-    return {seed: one_thread_run({**TRAIN, "seed": seed}, art / str(seed)) for seed in SEEDS}
+    return {seed: one_thread_run({**train, "seed": seed}, art / str(seed)) for seed in SEEDS}
 
 
 def test_a_study_runs_across_slurm_time_limits_and_a_drained_node_bit_for_bit(cluster, tmp_path):
     lab = cluster.lab
+    steps = calibrated_steps(tmp_path / "pace")
+    train = {**TRAIN, "tokens": 4 * 32 * steps}
     ref: dict = {}
-    reference = threading.Thread(target=lambda: ref.update(references(tmp_path / "ref")), daemon=True)
+    reference = threading.Thread(target=lambda: ref.update(references(train, tmp_path / "ref")), daemon=True)
     reference.start()
-    (lab.net.shared / "grids.py").write_text(GRID)
+    (lab.net.shared / "grids.py").write_text(GRID.format(base=train, seeds=list(SEEDS)))
     lab.looplab_done("ctl", "db", "upgrade")  # the test reads the queue before the first driver starts
     script = lab.net.shared / "study.sbatch"
     wrote = lab.looplab_done(
@@ -94,6 +107,7 @@ def test_a_study_runs_across_slurm_time_limits_and_a_drained_node_bit_for_bit(cl
         assert time.monotonic() < end, f"study not done: {cluster.jobs()}\n{_outputs(lab)[-4000:]}"
         time.sleep(2)
     reference.join(300)
+    assert ref, "the reference runs did not finish"
 
     jobs = sorted(cluster.jobs(), key=lambda j: int(j[0]))
     outputs = {int(p.stem.rsplit("-", 1)[1]): p.read_text() for p in (lab.art / "slurm").glob("*.out")}
