@@ -158,6 +158,17 @@ class SlurmLab:
         out = self.slurm("squeue", "-h", "-t", "all", "-o", "%i|%T|%r|%N")
         return [tuple(line.split("|")) for line in out.stdout.splitlines() if line.strip()]
 
+    def limit_now(self, job: str) -> None:
+        """Bring allocation `job`'s time limit near: the next whole minute at least a minute away, so
+        SLURM's own warning (`--signal`, when more than 90 s before the limit) comes at its next check of
+        the limits, within 30 s, and the allocation has that minute to hand its jobs back."""
+        out = self.slurm("squeue", "-h", "-j", job, "-o", "%M")
+        parts = [int(x) for x in out.stdout.strip().replace("-", ":").split(":")]
+        elapsed = sum(v * m for v, m in zip(reversed(parts), (1, 60, 3600, 86400), strict=False))
+        minutes = elapsed // 60 + 2
+        update = self.slurm("scontrol", "update", f"jobid={job}", f"timelimit={minutes}")
+        assert update.returncode == 0, update.stderr
+
     def close(self) -> None:
         self.lab.close()
 

@@ -1,7 +1,11 @@
 """A study on a real SLURM (tests/cluster/slurm.py: slurmctld on `ctl`, slurmd on `c1` and `c2`, munge,
-PostgreSQL on `pg`), through the script `looplab slurm` writes and `sbatch`: each allocation has a
-two-minute limit, so SLURM's warning (USR1, 30 s before it, and up to 30 s earlier) ends it, the driver hands its jobs back and the script
-submits its follow-on; node c2 is drained during the first allocation, so the next ones run on c1 alone.
+PostgreSQL on `pg`), through the script `looplab slurm` writes and `sbatch` (a 10-minute limit, the
+warning 90 s before it). The first two allocations end by their time limit: once their jobs have made
+progress the test brings the limit near (`scontrol update timelimit`, as an operator may), SLURM warns
+(USR1) at its next check, the driver hands its jobs back and the script submits its follow-on. How long
+an allocation trains is then bounded whatever this machine's load (Ray's start alone takes 20-60 s
+here), so the number of allocations is not left to chance. Node c2 is drained during the first
+allocation, so the next ones run on c1 alone; the third finishes the study.
 Each job must end with one recorded result and curves equal, bit for bit and point for point, to an
 uninterrupted run; nothing of SLURM, munge or the cluster may be left.
 
@@ -28,9 +32,9 @@ elif slurm.available() and os.environ.get("LOOPLAB_REQUIRE_SLURM") != "1":
     pytestmark.append(pytest.mark.skip(reason=slurm.available()))
 
 # two small runs, each about TRAIN_S seconds of training on this machine as it is loaded now (measured,
-# `calibrated_steps`): more than one allocation's window between Ray's start and SLURM's warning (5-35 s
-# with a 2-minute limit, the warning 30 s before it and SLURM's check every 30 s), so each spans several
-TRAIN_S = 40
+# `calibrated_steps`): more than the first two allocations give them (each ends within 30 s of the test
+# bringing its limit near, SLURM's check interval), so the third finishes the study
+TRAIN_S = 60
 TRAIN = {
     "recipe": "lean",
     "size": "tiny",
@@ -85,22 +89,33 @@ def test_a_study_runs_across_slurm_time_limits_and_a_drained_node_bit_for_bit(cl
     lab.looplab_done("ctl", "db", "upgrade")  # the test reads the queue before the first driver starts
     script = lab.net.shared / "study.sbatch"
     wrote = lab.looplab_done(
-        "ctl", "slurm", "grids.py", "--artifacts", str(lab.art), "--time", "2", "--signal-before", "30",
+        "ctl", "slurm", "grids.py", "--artifacts", str(lab.art), "--time", "10", "--signal-before", "90",
         "--nodes", "1-2", "--head-wait", "60", "-o", str(script),
     )  # fmt: skip
     assert f"sbatch {script}" in wrote, wrote
     # the first allocation on both nodes (SLURM gives a range its smallest count when it can): the
     # follow-ons ask for 1-2 nodes, so they run on c1 alone once c2 is drained
-    submitted = cluster.slurm("sbatch", "--nodes=2", str(script))
+    submitted = cluster.slurm("sbatch", "--parsable", "--nodes=2", str(script))
     assert submitted.returncode == 0, submitted.stderr
+    first = submitted.stdout.strip()
 
-    # the first allocation on both nodes, a job running on each: then c2 is drained under it
-    end = time.monotonic() + 240
-    while not (len(lab.query("SELECT id FROM jobs WHERE status = 'running'")) == 2 and _on_both(cluster)):
+    # the first allocation: a job on each node, each past a checkpoint; then c2 is drained under it, and
+    # the allocation's time limit is brought near (SLURM warns at its next check, within 30 s)
+    progress = "SELECT id, checkpoint_step FROM jobs WHERE status = 'running' AND checkpoint_step > 0"
+    end = time.monotonic() + 300
+    while not (len(before := dict(lab.query(progress))) == 2 and _on_both(cluster)):
         assert time.monotonic() < end, f"no allocation ran two jobs on c1 and c2: {cluster.jobs()}"
         time.sleep(1)
     drained = cluster.slurm("scontrol", "update", "nodename=c2", "state=drain", "reason=test")
     assert drained.returncode == 0, drained.stderr
+    cluster.limit_now(first)
+    # the second allocation (c1 alone): once a job checkpointed past where the first left it, the same
+    second = _next_allocation(cluster, first)
+    end = time.monotonic() + 300
+    while not any(step > before.get(j, 0) for j, step in lab.query(progress)):
+        assert time.monotonic() < end, f"no progress in the second allocation: {cluster.jobs()}"
+        time.sleep(1)
+    cluster.limit_now(second)
 
     end = time.monotonic() + STUDY_TIMEOUT_S
     while not _study_over(cluster, lab):
@@ -136,6 +151,17 @@ def test_a_study_runs_across_slurm_time_limits_and_a_drained_node_bit_for_bit(cl
                 f"SELECT step, value FROM metrics WHERE job_id = {job_id} AND key = '{key}' ORDER BY step"
             )
             assert [tuple(r) for r in got] == ref[seed].curve(key) and got, (seed, key)  # once each
+
+
+def _next_allocation(cluster: slurm.SlurmLab, after: str, timeout: float = 300) -> str:
+    """The id of the allocation that follows `after`, once it runs."""
+    end = time.monotonic() + timeout
+    while True:
+        running = [j for j, state, _, _ in cluster.jobs() if state == "RUNNING" and int(j) > int(after)]
+        if running:
+            return running[0]
+        assert time.monotonic() < end, f"no allocation after {after}: {cluster.jobs()}"
+        time.sleep(1)
 
 
 def _on_both(cluster: slurm.SlurmLab) -> bool:
