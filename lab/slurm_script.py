@@ -111,18 +111,25 @@ fi
 say "shared artifact directory $ARTIFACTS seen by all ${{#NODES[@]}} node(s)"
 
 # 2. Ray: the head here; every other node polls the head's address (at most HEAD_WAIT_S s), then joins.
-"$RAY" start --block --head --port="$RAY_PORT" --node-ip-address="$HEAD_ADDR" --include-dashboard=false \\
-  --num-cpus="$SLURM_CPUS_PER_TASK" --num-gpus={s.gpus_per_node} --disable-usage-stats &
-RAY_HEAD=$!
+#    A Ray node whose start fails (a loaded machine can time it out) is started again, up to 3 times.
+ray_head() {{
+  "$RAY" start --block --head --port="$RAY_PORT" --node-ip-address="$HEAD_ADDR" --include-dashboard=false \\
+    --num-cpus="$SLURM_CPUS_PER_TASK" --num-gpus={s.gpus_per_node} --disable-usage-stats &
+  RAY_HEAD=$!
+}}
+ray_head
 RAY_WORKERS=
 export HEAD_ADDR RAY_PORT HEAD_WAIT_S RAY GPUS={s.gpus_per_node}   # for the worker nodes' step
 if [ "${{#NODES[@]}}" -gt 1 ]; then
   srun --nodes=$((${{#NODES[@]}} - 1)) --ntasks=$((${{#NODES[@]}} - 1)) --ntasks-per-node=1 --overlap \\
     --exclude="${{NODES[0]}}" --kill-on-bad-exit=0 bash -c '
+    tries=0
     for i in $(seq 1 "$HEAD_WAIT_S"); do
       if (exec 3<>"/dev/tcp/$HEAD_ADDR/$RAY_PORT") 2>/dev/null; then
-        exec "$RAY" start --block --address="$HEAD_ADDR:$RAY_PORT" --node-ip-address="$(hostname -I | awk "{{print \\$1}}")" \\
-          --num-cpus="$SLURM_CPUS_PER_TASK" --num-gpus="$GPUS" --disable-usage-stats
+        "$RAY" start --block --address="$HEAD_ADDR:$RAY_PORT" --node-ip-address="$(hostname -I | awk "{{print \\$1}}")" \\
+          --num-cpus="$SLURM_CPUS_PER_TASK" --num-gpus="$GPUS" --disable-usage-stats && exit 0
+        tries=$((tries + 1)); [ "$tries" -ge 3 ] && exit 1
+        echo "$(hostname): ray start failed; trying again" >&2
       fi
       sleep 1
     done
@@ -130,8 +137,12 @@ if [ "${{#NODES[@]}}" -gt 1 ]; then
   RAY_WORKERS=$!
 fi
 "${{LOOPLAB[@]}}" --db "$DB" submit "$GRIDS"   # while Ray starts: the grids (adds nothing once in)
+TRIES=1
 for i in $(seq 1 "$HEAD_WAIT_S"); do   # the driver needs the head up too
   (exec 3<>"/dev/tcp/$HEAD_ADDR/$RAY_PORT") 2>/dev/null && break
+  if ! kill -0 "$RAY_HEAD" 2>/dev/null && [ "$TRIES" -lt 3 ]; then
+    TRIES=$((TRIES + 1)); say "the Ray head did not start; trying again"; ray_head
+  fi
   sleep 1
 done
 

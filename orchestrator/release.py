@@ -23,7 +23,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from looplab.orchestrator.errors import ConfigError
-from looplab.orchestrator.health import Finding, Level, Rule
 
 # the signals a batch system sends before it takes the machine, as `--release-on` names them
 SIGNALS = {"USR1": signal.SIGUSR1, "USR2": signal.SIGUSR2, "TERM": signal.SIGTERM, "HUP": signal.SIGHUP}
@@ -104,17 +103,15 @@ class Release:
 
 def release_all(sched: Any, why: str) -> list[int]:
     """Ask every running attempt of `sched` to checkpoint and stop, each to end as preempted with `why`
-    (a health event says so); the driver claims nothing more and ends when they have. The jobs asked."""
+    (its health event, recorded when it has stopped, says so: `Scheduler._collect`); the driver claims
+    nothing more and ends when they have. The jobs asked."""
     sched.stopping = max(sched.stopping, 1)
     asked = []
-    for job_id, n, _ in list(sched.running.values()):
+    for job_id, _, _ in list(sched.running.values()):
         if job_id in sched.preemptions.asked:
             continue
-        sched.preemptions.asked[job_id] = why  # its attempt ends preempted (Scheduler._collect)
+        sched.preemptions.asked[job_id] = why
         sched.sink.request_stop.remote(job_id)
-        step = sched.clocks[job_id].step if job_id in sched.clocks else None
-        message = f"{why}: released; it stops at its next step, checkpointed, and resumes after"
-        sched.findings.append((job_id, n, Finding(Rule.PREEMPTED, Level.WARNING, step, None, None, message)))
         asked.append(job_id)
     if sched.progress:
         print(

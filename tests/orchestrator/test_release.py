@@ -43,7 +43,7 @@ def test_a_released_driver_hands_its_job_back_checkpointed_and_exits_0(tmp_path,
     ((job, status, ckpt),) = rows(q, "SELECT id, status, checkpoint_step FROM jobs")
     assert status == "queued" and ckpt >= 3
     assert rows(q, "SELECT outcome FROM attempts WHERE job_id = :j", j=job) == [("preempted",)]
-    ((rule, message),) = rows(q, "SELECT rule, message FROM health_events WHERE job_id = :j", j=job)
+    ((rule, message, at),) = rows(q, "SELECT rule, message, step FROM health_events WHERE job_id = :j", j=job)
     assert rule == "preempted" and message.startswith("slurm time limit"), message
 
     second = looplab(tmp_path, *run, env=env)
@@ -52,6 +52,7 @@ def test_a_released_driver_hands_its_job_back_checkpointed_and_exits_0(tmp_path,
     attempts = rows(q, "SELECT outcome, resumed_from_step FROM attempts WHERE job_id = :j ORDER BY n", j=job)
     assert [o for o, _ in attempts] == ["preempted", "succeeded"], attempts
     assert attempts[1][1] >= ckpt  # resumed from the checkpoint it wrote when released, not from zero
+    assert at == attempts[1][1]  # the health event names the step it stopped at, where it resumed
     (tmp_path / "ref").mkdir()
     ref = one_thread_run({**TRAIN, "seed": 5}, tmp_path / "ref")
     assert_curves_equal(q, job, ref, ("train_loss", "val_loss"))
