@@ -119,15 +119,20 @@ ray_head() {{
 }}
 ray_head
 RAY_WORKERS=
-export HEAD_ADDR RAY_PORT HEAD_WAIT_S RAY GPUS={s.gpus_per_node}   # for the worker nodes' step
+READY="$ARTIFACTS/slurm/.ready-$SLURM_JOB_ID"   # a file per worker node that joined
+mkdir -p "$READY"
+export HEAD_ADDR RAY_PORT HEAD_WAIT_S RAY READY GPUS={s.gpus_per_node}   # for the worker nodes' step
 if [ "${{#NODES[@]}}" -gt 1 ]; then
   srun --nodes=$((${{#NODES[@]}} - 1)) --ntasks=$((${{#NODES[@]}} - 1)) --ntasks-per-node=1 --overlap \\
     --exclude="${{NODES[0]}}" --kill-on-bad-exit=0 bash -c '
-    tries=0
+    set -o pipefail; tries=0
     for i in $(seq 1 "$HEAD_WAIT_S"); do
       if (exec 3<>"/dev/tcp/$HEAD_ADDR/$RAY_PORT") 2>/dev/null; then
         "$RAY" start --block --address="$HEAD_ADDR:$RAY_PORT" --node-ip-address="$(hostname -I | awk "{{print \\$1}}")" \\
-          --num-cpus="$SLURM_CPUS_PER_TASK" --num-gpus="$GPUS" --disable-usage-stats && exit 0
+          --num-cpus="$SLURM_CPUS_PER_TASK" --num-gpus="$GPUS" --disable-usage-stats 2>&1 |
+          while IFS= read -r line; do   # joined: say so to the first node (a file in READY)
+            echo "$line"; case "$line" in *"Ray runtime started"*) touch "$READY/$(hostname)";; esac
+          done && exit 0
         tries=$((tries + 1)); [ "$tries" -ge 3 ] && exit 1
         echo "$(hostname): ray start failed; trying again" >&2
       fi
@@ -145,6 +150,11 @@ for i in $(seq 1 "$HEAD_WAIT_S"); do   # the driver needs the head up too
   fi
   sleep 1
 done
+for i in $(seq 1 "$HEAD_WAIT_S"); do   # the driver books the Ray it finds when it starts: all nodes first
+  [ "$(ls "$READY" | wc -l)" -ge $((${{#NODES[@]}} - 1)) ] && break
+  sleep 1
+done
+say "Ray: the head and $(ls "$READY" | wc -l) of $((${{#NODES[@]}} - 1)) other node(s) joined"
 
 """
 
@@ -175,6 +185,7 @@ if [ -n "$RELEASED" ] && [ "$RC" -eq 0 ]; then
 fi
 kill "$RAY_HEAD" $RAY_WORKERS 2>/dev/null
 wait
+rm -rf "$READY"
 say "done"
 exit "$RC"
 """
