@@ -179,7 +179,7 @@ def cli_slurm(args) -> int:
     except OSError as e:
         raise ConfigError(f"--artifacts: cannot make {s.artifacts / 'slurm'} ({e})") from e
     s.script.write_text(render(s))
-    s.script.chmod(0o755)
+    s.script.chmod(0o700)  # it holds the database URL, password included: its owner only
     print(
         f"looplab slurm: wrote {s.script} ({len(grids)} grid(s); {s.nodes} node(s), {s.time_minutes} min each)"
     )
