@@ -47,6 +47,7 @@ HANDLERS = {
     "export-model": ("looplab.lab.commands", "cli_export_model"),
     "lm-eval": ("looplab.lab.commands", "cli_lm_eval"),
     "family": ("looplab.lab.family", "cli_family"),
+    "slurm": ("looplab.lab.slurm", "cli_slurm"),
 }
 # commands that read the database and must not create it: in the wrong directory they say so instead
 READS_EXISTING_DB = (
@@ -92,6 +93,7 @@ GUIDES = {
     "claims": "docs/claims.md (the registry, the rule, the scale marking)",
     "family": "docs/own-model.md (the contract, each capability and its fallback)",
     "dashboard": "docs/statistics.md (the verdicts and intervals); the study pages: docs/studies.md; for a lab: docs/lab.md",
+    "slurm": "docs/scale-out.md (A study on SLURM: time limits, follow-ons, what is tested)",
 }
 EPILOG = (
     "Guides: README.md (start here), docs/queue.md, docs/variants.md, docs/planning.md, "
@@ -256,6 +258,14 @@ def _queue_commands(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--num-gpus", type=float, default=None, help="GPUs for a local Ray instance")
     run.add_argument("--artifacts", default=None, help="artifact directory (default: ./looplab_artifacts)")
     run.add_argument("--max-concurrent", type=int, default=None, help="cap on jobs running at once")
+    run.add_argument(
+        "--release-on",
+        default=None,
+        metavar="SIGNALS",
+        help="signals (e.g. USR1,TERM) that hand the queue back: every running job checkpoints and returns "
+        "to the queue, the driver exits 0 (a batch system's time limit or preemption; see `looplab slurm`)",
+    )
+    _slurm_command(sub)
 
     st = sub.add_parser("status", help="jobs with progress and ETA")
     st.add_argument("--watch", action="store_true", help="refresh every few seconds")
@@ -460,6 +470,39 @@ def _model_commands(sub: argparse._SubParsersAction) -> None:
         help="lm-evaluation-harness with looplab models registered: every argument is the harness's own, "
         "e.g. lm-eval --model looplab --model_args checkpoint=DIR,loops=8 --tasks sciq",
     )
+
+
+def _slurm_command(sub: argparse._SubParsersAction) -> None:
+    sl = sub.add_parser(
+        "slurm",
+        help="write (--submit: and submit) an sbatch script that runs a study across SLURM allocations",
+        description="Write an sbatch script for the grids of FILE: the allocation's first node runs the Ray "
+        "head and the driver, the others join; SLURM's warning before the time limit (or a preemption) "
+        "checkpoints every running job and hands it back; the script then submits its follow-on, which "
+        "resumes every job from its checkpoint. The results database must be PostgreSQL (--db).",
+    )
+    sl.add_argument("grids", metavar="FILE", help="the study's grid file (as for `looplab submit`)")
+    sl.add_argument(
+        "--artifacts", required=True, help="shared artifact directory: the same path on every node"
+    )
+    sl.add_argument(
+        "--time", required=True, help="each allocation's time limit (minutes, HH:MM:SS, D-HH:MM:SS)"
+    )
+    sl.add_argument(
+        "--nodes", default="1", help="nodes per allocation: a count or a range MIN-MAX (default 1)"
+    )
+    sl.add_argument("--gpus-per-node", type=int, default=None, help="default: what a job of the grid asks")
+    sl.add_argument("--cpus-per-task", type=int, default=None, help="CPUs per node (default: a job's ask)")
+    sl.add_argument(
+        "--signal-before", type=int, default=180, help="seconds before the limit SLURM warns (default 180)"
+    )
+    sl.add_argument("--partition", default=None)
+    sl.add_argument("--account", default=None)
+    sl.add_argument("--name", default=None, help="the study's name (default: the grid file's)")
+    sl.add_argument("-o", "--output", default=None, help="the script's path (default looplab-NAME.sbatch)")
+    sl.add_argument("--ray-port", type=int, default=6379, help="the Ray head's port (default 6379)")
+    sl.add_argument("--head-wait", type=int, default=300, help="seconds a node polls for the Ray head")
+    sl.add_argument("--submit", action="store_true", help="submit the script with sbatch")
 
 
 def _split_pass_through(argv: list[str]) -> tuple[list[str], list[str]]:

@@ -187,21 +187,28 @@ def cli_gc(args) -> int:
 
 def cli_run(args) -> int:
     from looplab.lab.display import print_progress
+    from looplab.orchestrator import release
     from looplab.orchestrator.db import display_url
     from looplab.orchestrator.scheduler import Scheduler
 
+    release_on = release.parse(args.release_on)  # refused before anything starts
+    release.early(release_on)
     q = _queue(args, artifacts=args.artifacts)
     print(f"looplab run: database {display_url(q.url)}, artifacts {q.artifacts.absolute()}", flush=True)
-    return Scheduler(
-        q.eng,
-        q.artifacts,
-        address=args.address,
-        num_cpus=args.num_cpus,
-        num_gpus=args.num_gpus,
-        until_empty=args.until_empty,
-        max_concurrent=args.max_concurrent,
-        live_view=print_progress,
-    ).run()
+    try:
+        return Scheduler(
+            q.eng,
+            q.artifacts,
+            address=args.address,
+            num_cpus=args.num_cpus,
+            num_gpus=args.num_gpus,
+            until_empty=args.until_empty,
+            max_concurrent=args.max_concurrent,
+            live_view=print_progress,
+            release_on=release_on,
+        ).run()
+    finally:
+        release.ignore(release_on)
 
 
 def cli_status(args) -> int:

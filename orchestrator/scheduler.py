@@ -91,6 +91,7 @@ from looplab.orchestrator.db import outage, outage_phrase, ping
 from looplab.orchestrator.health import STOP, Finding, HealthWatch, StepClock
 from looplab.orchestrator.held import Held
 from looplab.orchestrator.preemption import Preemptions
+from looplab.orchestrator.release import Release
 from looplab.orchestrator.settings import DriverSettings, health_settings
 from looplab.orchestrator.states import AttemptOutcome, JobStatus
 from looplab.orchestrator.task import QueueReporter, TaskResult, launch, sink_on_this_node
@@ -164,6 +165,7 @@ class Scheduler:
         self.health_stopped: dict[int, Finding] = {}  # job -> the finding whose action stopped its run
         self.finished_here: dict[int, str] = {}  # job -> how it finished, for this run's "queue empty"
         self.preemptions = Preemptions(s.preempt_cooldown_s)  # orchestrator/preemption.py
+        self.release = Release(self, s.release_on)  # a batch system's time limit (orchestrator/release.py)
 
     # ------------------------------------------------------------ setup
     def _connect(self) -> None:
@@ -208,6 +210,7 @@ class Scheduler:
         if threading.current_thread() is threading.main_thread():
             for s in old:
                 signal.signal(s, self._on_signal)
+            self.release.install()
         if self.alerts.channels:
             alerts.ensure_identity(self.eng)  # before any alert's transaction needs it
             self.deliverer = alerts.Deliverer(self.eng, self.alerts).start()
@@ -221,8 +224,9 @@ class Scheduler:
             if threading.current_thread() is threading.main_thread():
                 for s, h in old.items():
                     signal.signal(s, h)
+                self.release.restore()
             ray.kill(self.sink)
-        return 130 if self.stopping else 0
+        return 130 if self.stopping and self.release.why is None else 0
 
     def _loop(self) -> None:
         self.last_touch = self.last_progress = self.last_recover = time.time()

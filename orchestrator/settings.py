@@ -13,7 +13,7 @@ from typing import Any
 
 from looplab.model import fields
 from looplab.model.errors import ConfigError
-from looplab.orchestrator import jobqueue
+from looplab.orchestrator import jobqueue, release
 from looplab.orchestrator.health import HealthSettings
 
 
@@ -87,7 +87,9 @@ class DriverSettings:
       (waiting seconds per point of effective priority), `retry_backoff_s` / `retry_backoff_max_s`,
       `preempt_cooldown_s`, `poll_s` (the loop's tick), `db_retry_s` / `db_retry_max_s` (the first and
       the longest wait between tries while the database is away);
-    - what a person sees: `progress` lines, every `progress_every_s` the live view.
+    - what a person sees: `progress` lines, every `progress_every_s` the live view;
+    - `release_on`: signals (names such as "USR1", or a comma-separated string) that hand every running job
+      back and end the driver with 0, a batch system's time limit or preemption (orchestrator/release.py).
     """
 
     address: str | None = None
@@ -105,6 +107,7 @@ class DriverSettings:
     preempt_cooldown_s: float | None = None
     db_retry_s: float = 1.0
     db_retry_max_s: float = 30.0
+    release_on: Any = ()
 
     @classmethod
     def of(cls, base: DriverSettings | None = None, **changes: Any) -> DriverSettings:
@@ -131,6 +134,7 @@ class DriverSettings:
             object.__setattr__(self, name, default() if value is None else _seconds(name, value, positive))
         for name in ("poll_s", "progress_every_s", "db_retry_s", "db_retry_max_s"):
             object.__setattr__(self, name, _seconds(name, getattr(self, name), positive=True))
+        object.__setattr__(self, "release_on", release.parse(self.release_on))
         if self.max_concurrent is not None:
             object.__setattr__(
                 self, "max_concurrent", fields.integer("max_concurrent", self.max_concurrent, lo=1)

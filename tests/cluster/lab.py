@@ -42,8 +42,9 @@ print(json.dumps([list(r) for r in rows], default=str))
 class LabCluster:
     """The cluster with PostgreSQL up and a database made; Ray nodes and drivers started on demand."""
 
-    def __init__(self, cache: Path) -> None:
-        self.net = Cluster(HOSTS, shared_mb=512)
+    def __init__(self, cache: Path, hosts: tuple[str, ...] = HOSTS, client: str = "head") -> None:
+        self.net = Cluster(hosts, shared_mb=512)
+        self.client = client  # the host that makes the database (and reads it: `query`)
         self.logs = self.net.root / "logs"
         self.logs.mkdir()
         self.art = self.net.shared / "artifacts"
@@ -85,7 +86,7 @@ class LabCluster:
         self.pg_ctl, self.pg_base = pg_ctl, base
         self.start_postgres()
         admin = f"postgresql+psycopg://{pg.SUPERUSER}@{host.addr}:{PG_PORT}/postgres"
-        made = self.net["head"].run(
+        made = self.net[self.client].run(
             [
                 sys.executable,
                 "-c",
@@ -184,9 +185,11 @@ class LabCluster:
         assert out.returncode == 0, out.stdout + out.stderr
         return out.stdout
 
-    def query(self, sql: str, host: str = "head") -> list[list]:
+    def query(self, sql: str, host: str | None = None) -> list[list]:
         """Rows of `sql` on the cluster's database, read from `host`."""
-        out = self.net[host].run([sys.executable, "-c", QUERY, self.url, sql], env=self.env, timeout=60)
+        out = self.net[host or self.client].run(
+            [sys.executable, "-c", QUERY, self.url, sql], env=self.env, timeout=60
+        )
         assert out.returncode == 0, out.stderr
         return json.loads(out.stdout)
 
