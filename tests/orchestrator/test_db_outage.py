@@ -24,7 +24,7 @@ from sqlalchemy import event
 from looplab import Grid, Queue
 from looplab.lab import cli
 from looplab.lab.display import status_frame, table
-from looplab.orchestrator import jobqueue
+from looplab.orchestrator import recovery
 from looplab.orchestrator.db import (
     FULL,
     UNREACHABLE,
@@ -281,7 +281,7 @@ def test_a_stop_during_a_pause_exits_at_once_and_leaves_its_job_to_a_takeover(
     finally:
         _pg_ctl(own_pg_server, "start")
     assert rows(q, "SELECT status, attempts FROM jobs")[0] == ("running", 1)
-    assert jobqueue.recover_stale(q.eng, grace_s=0) == [jid]  # another driver's recovery
+    assert recovery.recover_stale(q.eng, grace_s=0) == [jid]  # another driver's recovery
     assert rows(q, "SELECT outcome FROM attempts")[0][0] == "interrupted"
 
 
