@@ -85,7 +85,17 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from looplab.orchestrator import alerts, drivers, faults, jobkinds, jobqueue, preemption, recovery, retention
+from looplab.orchestrator import (
+    alerts,
+    drivers,
+    faults,
+    jobkinds,
+    jobqueue,
+    preemption,
+    ray_watch,
+    recovery,
+    retention,
+)
 from looplab.orchestrator.admission import Admission, Candidate, Node, Preempt, Refuse, Request, Running
 from looplab.orchestrator.db import outage, outage_phrase, ping
 from looplab.orchestrator.health import STOP, Finding, HealthWatch, StepClock
@@ -200,6 +210,7 @@ class Scheduler:
     # ------------------------------------------------------------ main loop
     def run(self) -> int:
         self._connect()
+        self.ray_watch = ray_watch.RayWatch(self.settings.ray_lost_s).start()  # its head lost: `_loop` stops
         cluster = ray.cluster_resources()
         self.total = {"CPU": float(cluster.get("CPU", 0)), "GPU": float(cluster.get("GPU", 0))}
         self.sink = sink_on_this_node()
@@ -225,12 +236,15 @@ class Scheduler:
                 for s, h in old.items():
                     signal.signal(s, h)
                 self.release.restore()
-            ray.kill(self.sink)
+            if not self.ray_watch.stop().gone:  # killing an actor needs the head
+                ray.kill(self.sink)
+        if self.ray_watch.gone:
+            return ray_watch.EXIT_RAY_LOST
         return 130 if self.stopping and self.release.why is None else 0
 
     def _loop(self) -> None:
         self.last_touch = self.last_progress = self.last_recover = time.time()
-        while True:
+        while not ray_watch.released(self):  # the Ray head lost: its jobs released (ray_watch.py)
             if self.stopping >= 2 or (self.stopping and self.held.paused is not None):  # nothing to wait for
                 self._force_stop()
                 return

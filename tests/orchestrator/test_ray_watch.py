@@ -1,0 +1,97 @@
+"""The driver's watch on its Ray head (orchestrator/ray_watch.py): the rule on a clock of the test's, and
+the probe thread on a probe that blocks as a call to an unreachable head does. The driver cut off
+from the head on the namespace cluster is tests/cluster/test_faults.py's."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from looplab.model.errors import ConfigError
+from looplab.orchestrator import ray_watch, settings
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_the_cluster_is_lost_only_after_the_bound_without_an_answer():
+    clock = Clock()
+    watch = ray_watch.RayWatch(5.0, probe=lambda: True, clock=clock)
+    for _ in range(10):  # answers every second: never lost
+        clock.t += 1
+        watch.beat(clock.t)
+        watch.observe(True)
+        assert watch.lost(clock.t) is None
+    for _ in range(5):  # the head answers no more (or lists this node dead): 5 s are within the bound
+        clock.t += 1
+        watch.beat(clock.t)
+        watch.observe(False, "ConnectionError: head unreachable")
+        assert watch.lost(clock.t) is None
+    clock.t += 1
+    watch.beat(clock.t)
+    why = watch.lost(clock.t)
+    assert why is not None and why.startswith("Ray cluster lost") and "head unreachable" in why
+
+
+def test_a_driver_that_stood_still_does_not_take_its_freeze_for_a_lost_cluster():
+    clock = Clock()
+    watch = ray_watch.RayWatch(5.0, probe=lambda: True, clock=clock)
+    watch.beat(clock.t)
+    clock.t += 60  # the host paused for a minute: the loop and the probe thread stood still together
+    watch.beat(clock.t)
+    assert watch.lost(clock.t) is None  # the count starts again from the resume
+    for _ in range(10):  # 5 s of running (a pass every half second) with no answer: within the bound
+        clock.t += 0.5
+        watch.beat(clock.t)
+    assert watch.lost(clock.t) is None
+    clock.t += 0.5
+    watch.beat(clock.t)
+    assert watch.lost(clock.t) is not None  # 5.5 s of running: lost
+
+
+def test_a_probe_blocked_on_an_unreachable_head_makes_the_cluster_lost_within_the_bound():
+    answer = threading.Event()
+    answer.set()
+    calls = []
+
+    def probe() -> bool:
+        calls.append(time.monotonic())
+        answer.wait()  # blocks while the head does not answer, as a GCS call does
+        return True
+
+    watch = ray_watch.RayWatch(0.6, every_s=0.05, probe=probe).start()
+    try:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 0.5:
+            watch.beat(time.monotonic())
+            assert watch.lost(time.monotonic()) is None
+            time.sleep(0.05)
+        answer.clear()  # the head stops answering
+        cut = time.monotonic()
+        while (why := watch.lost(time.monotonic())) is None:
+            watch.beat(time.monotonic())
+            assert time.monotonic() - cut < 3, "never lost"
+            time.sleep(0.05)
+        # the bound, counted from the last answer (at most one probe period before the cut), plus one period
+        assert 0.6 - 0.05 <= time.monotonic() - cut < 0.6 + 1.0, why
+        assert len(calls) >= 5
+    finally:
+        answer.set()
+        watch.stop()
+
+
+def test_the_bound_is_a_setting_named_in_its_error(monkeypatch):
+    monkeypatch.setenv("LOOPLAB_RAY_LOST_S", "12")
+    assert settings.ray_lost_seconds() == 12
+    monkeypatch.setenv("LOOPLAB_RAY_LOST_S", "0")
+    with pytest.raises(ConfigError, match="LOOPLAB_RAY_LOST_S"):
+        settings.ray_lost_seconds()
+    monkeypatch.delenv("LOOPLAB_RAY_LOST_S")
+    assert settings.ray_lost_seconds() == ray_watch.DEFAULT_LOST_AFTER_S
