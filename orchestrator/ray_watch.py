@@ -112,6 +112,7 @@ def released(driver) -> bool:
     from looplab.orchestrator.db import outage
     from looplab.orchestrator.states import AttemptOutcome
     from looplab.orchestrator.task import TaskResult
+    from looplab.orchestrator.writer import Unwritten
 
     watch, now = driver.ray_watch, time.monotonic()
     watch.beat(now)
@@ -127,7 +128,7 @@ def released(driver) -> bool:
         driver._write_held()
         done = f"released its {len(jobs)} running job(s) {jobs}: they are queued again for any driver"
     except Exception as e:
-        if outage(getattr(e, "__cause__", None) or e) is None:
+        if outage(e.__cause__ if isinstance(e, Unwritten) else e) is None:
             raise
         done = (
             f"could not release its job(s) {jobs} (the database is away too): a takeover after the grace will"

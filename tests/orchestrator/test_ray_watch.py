@@ -95,3 +95,58 @@ def test_the_bound_is_a_setting_named_in_its_error(monkeypatch):
         settings.ray_lost_seconds()
     monkeypatch.delenv("LOOPLAB_RAY_LOST_S")
     assert settings.ray_lost_seconds() == ray_watch.DEFAULT_LOST_AFTER_S
+
+
+class Driver:
+    """What `released` uses of the scheduler: its running attempts, the outcomes it records, its log."""
+
+    def __init__(self, watch: ray_watch.RayWatch, write_fails: Exception | None = None) -> None:
+        self.ray_watch, self.write_fails = watch, write_fails
+        self.running = {"ref-a": (7, 2, None), "ref-b": (9, 1, None)}
+        self.outcomes: list = []
+        self.recorded: list = []
+        self.said: list[str] = []
+
+    def _write_held(self) -> None:
+        if self.write_fails is not None:
+            raise self.write_fails
+        self.recorded, self.outcomes = self.outcomes, []
+
+    def _say(self, message: str) -> None:
+        self.said.append(message)
+
+
+def test_a_lost_cluster_releases_every_running_attempt_as_interrupted_and_stops_the_driver():
+    clock = Clock()
+    driver = Driver(ray_watch.RayWatch(5.0, probe=lambda: True, clock=clock))
+    clock.t += 1
+    assert ray_watch.released(driver) is False and len(driver.running) == 2  # within the bound
+    driver.ray_watch.observe(False, "TimeoutError: the head did not answer")
+    clock.t += 1  # the watch's clock is the real monotonic one in `released`: move it past the bound
+    driver.ray_watch.last_ok = driver.ray_watch.counting_from = time.monotonic() - 6
+    driver.ray_watch.last_beat = time.monotonic()
+    assert ray_watch.released(driver) is True and driver.ray_watch.gone
+    assert driver.running == {}
+    assert [(j, n, str(r.outcome)) for j, n, r in driver.recorded] == [
+        (7, 2, "interrupted"),
+        (9, 1, "interrupted"),
+    ]
+    assert all(r.error.startswith("Ray cluster lost") for *_, r in driver.recorded)  # costs no max_attempts
+    assert "released its 2 running job(s) [7, 9]" in driver.said[-1]
+
+
+def test_a_lost_cluster_with_the_database_away_too_leaves_the_jobs_to_a_takeover():
+    import sqlalchemy as sa
+
+    refused = type("OperationalError", (Exception,), {})("connection refused")  # as the driver's client says
+    down = sa.exc.OperationalError("SELECT 1", {}, refused)
+    driver = Driver(ray_watch.RayWatch(5.0, probe=lambda: True), write_fails=down)
+    driver.ray_watch.last_ok = driver.ray_watch.counting_from = time.monotonic() - 6
+    driver.ray_watch.last_beat = time.monotonic()
+    assert ray_watch.released(driver) is True
+    assert "a takeover after the grace will" in driver.said[-1]
+    boom = Driver(ray_watch.RayWatch(5.0, probe=lambda: True), write_fails=ValueError("a bug"))
+    boom.ray_watch.last_ok = boom.ray_watch.counting_from = time.monotonic() - 6
+    boom.ray_watch.last_beat = time.monotonic()
+    with pytest.raises(ValueError):  # anything but an outage is not swallowed
+        ray_watch.released(boom)
