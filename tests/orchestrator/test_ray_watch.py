@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+import types
 
 import pytest
 
@@ -103,14 +104,14 @@ class Driver:
     def __init__(self, watch: ray_watch.RayWatch, write_fails: Exception | None = None) -> None:
         self.ray_watch, self.write_fails = watch, write_fails
         self.running = {"ref-a": (7, 2, None), "ref-b": (9, 1, None)}
-        self.outcomes: list = []
+        self.held = types.SimpleNamespace(outcomes=[])
         self.recorded: list = []
         self.said: list[str] = []
 
     def _write_held(self) -> None:
         if self.write_fails is not None:
             raise self.write_fails
-        self.recorded, self.outcomes = self.outcomes, []
+        self.recorded, self.held.outcomes = self.held.outcomes, []
 
     def _say(self, message: str) -> None:
         self.said.append(message)
