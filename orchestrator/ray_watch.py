@@ -14,6 +14,10 @@ start it again once its head is reachable). The bound, from the moment the head 
 jobs queued again: `lost_after_s` plus one probe period plus one pass of the driver's loop
 (docs/guarantees.md, promise 12).
 
+The same pass ends an attempt whose task never said it started `ray_start_s` seconds after its
+launch ($LOOPLAB_RAY_START_S, default 300: `unstarted`): its lease was lost with a node, and the
+driver would otherwise hold its slot and heartbeat its job for ever.
+
 Time the driver itself stood still (its host paused: SIGSTOP, a frozen VM) is not counted: the probe
 thread stood still too, and a driver that resumes must not take its own freeze for a lost cluster; a
 gap of more than `FROZEN_S` between two passes of the driver's loop restarts the count.
@@ -31,6 +35,7 @@ from collections.abc import Callable
 log = logging.getLogger("looplab.scheduler")
 EXIT_RAY_LOST = 75  # EX_TEMPFAIL (sysexits.h): a temporary failure, try again later
 DEFAULT_LOST_AFTER_S = 30.0
+DEFAULT_START_S = 300.0
 FROZEN_S = 3.0  # a pause of the driver's loop longer than this is the driver's own freeze, not Ray's
 
 
@@ -58,6 +63,7 @@ class RayWatch:
         self.last_ok = self.counting_from = self.last_beat = now
         self.last_error = "no answer yet"
         self.gone = False  # the cluster was lost and the jobs released: the driver stops
+        self.waiting: dict[int, float] = {}  # job -> when its task was launched, until it says it started
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -85,6 +91,12 @@ class RayWatch:
             self.last_ok = self.clock()
         else:
             self.last_error = error[:300]
+
+    def launched(self, job_id: int) -> None:
+        self.waiting[job_id] = self.clock()
+
+    def started(self, job_id: int) -> None:
+        self.waiting.pop(job_id, None)
 
     def beat(self, now: float) -> None:
         """A pass of the driver's loop; after a gap longer than FROZEN_S (the driver stood still) the
@@ -118,6 +130,7 @@ def released(driver) -> bool:
     watch.beat(now)
     why = watch.lost(now)
     if why is None:
+        unstarted(driver, now)
         return False
     watch.gone = True
     jobs = sorted(j for j, *_ in driver.running.values())
@@ -135,6 +148,32 @@ def released(driver) -> bool:
         )
     driver._say(f"{why}; {done}; stopping (start `looplab run` again once the head is reachable)")
     return True
+
+
+def unstarted(driver, now: float) -> None:
+    """Attempts whose Ray task has not said it started (`QueueReporter.started`, the first thing a task
+    does) `driver.settings.ray_start_s` after its launch: Ray lost its lease with a node (seen in the
+    soak: a task launched as its node froze, that node then declared dead and started again, waited for
+    ever, and the driver heartbeated its job and held its slot). The task is cancelled and the attempt
+    ended interrupted (it ran nothing), its job queued again. The driver's own freezes are not counted."""
+    from looplab.orchestrator.states import AttemptOutcome
+    from looplab.orchestrator.task import TaskResult
+
+    watch, limit = driver.ray_watch, driver.settings.ray_start_s
+    for ref, (job, n, _) in list(driver.running.items()):
+        since = watch.waiting.get(job)
+        if since is None or now - max(since, watch.counting_from) <= limit:
+            continue
+        watch.started(job)
+        why = f"Ray did not start its task within {limit:g} s of its launch (a lease lost with a node?)"
+        try:
+            import ray
+
+            ray.cancel(ref, force=True)
+        except Exception as e:  # it is dropped here whatever Ray says
+            log.info("job %s: cancelling its unstarted task: %s", job, e)
+        driver._collect(ref, TaskResult(AttemptOutcome.INTERRUPTED, why))
+        driver._say(f"job {job}: attempt {n}: {why}: ended, its job queued again")
 
 
 def leave(code: int) -> None:

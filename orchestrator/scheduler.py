@@ -352,6 +352,7 @@ class Scheduler:
             for other in others:
                 self.overlaps[other].add(job.id)
             self.running[ref] = (job.id, n, dataclasses.replace(decision.running, job=job.id))
+            self.ray_watch.launched(job.id)  # until its task says it started (ray_watch.unstarted)
             with self.eng.connect() as conn:
                 self.clocks[job.id] = StepClock(self.health.settings(conn, job.id))
                 self.preemptions.started(job.id, jobqueue.last_preempted(conn, job.id))
@@ -387,15 +388,16 @@ class Scheduler:
             self._advance(job_id, events)
             self.held.add(job_id, attempt.get(job_id, 0), events)
 
-    def _collect(self, ref: Any) -> None:
-        """A finished task: its outcome waits in `outcomes` until it is recorded (`_write_held`)."""
+    def _collect(self, ref: Any, dropped: TaskResult | None = None) -> None:
+        """A finished task (or one `dropped` with that result: ray_watch.unstarted): its outcome waits in
+        `outcomes` until it is recorded (`_write_held`)."""
         job_id, n, _ = self.running.pop(ref)
         self.clocks.pop(job_id, None)
         preempted = self.preemptions.ended(job_id)
         stall = self.stalled.pop(job_id, None)
         stopped = self.health_stopped.pop(job_id, None)
         try:
-            out = ray.get(ref)
+            out = dropped or ray.get(ref)
             if stall is not None and out.outcome != AttemptOutcome.SUCCEEDED:
                 out = TaskResult(AttemptOutcome.FAILED, stall.message)
         except ray.exceptions.NodeDiedError as e:  # the machine went away: not the job's fault
@@ -491,6 +493,7 @@ class Scheduler:
                 self.preemptions.checkpoint(job_id, e.payload.get("step"))
             if e.kind in (EventKind.STARTED, EventKind.RESUMED):
                 clock.restart()
+                self.ray_watch.started(job_id)
             elif e.kind == EventKind.PROGRESS and isinstance(e.payload, dict):
                 done = e.payload.get("done")
                 if isinstance(done, int | float) and not isinstance(done, bool):

@@ -63,6 +63,9 @@ SETTINGS = {
     "LOOPLAB_HEARTBEAT_GRACE_S": str(GRACE_S),
     "LOOPLAB_RETRY_BACKOFF_S": "2",
     "LOOPLAB_RETRY_BACKOFF_MAX_S": "8",
+    # a task Ray never starts (its lease lost with a node that froze as it was launched) is ended after
+    # a minute, not the default five (orchestrator/ray_watch.py `unstarted`)
+    "LOOPLAB_RAY_START_S": "60",
     "RAY_health_check_initial_delay_ms": "5000",
     "RAY_health_check_period_ms": "1000",
     "RAY_health_check_timeout_ms": "2000",

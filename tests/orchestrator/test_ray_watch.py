@@ -105,6 +105,8 @@ class Driver:
         self.ray_watch, self.write_fails = watch, write_fails
         self.running = {"ref-a": (7, 2, None), "ref-b": (9, 1, None)}
         self.held = types.SimpleNamespace(outcomes=[])
+        self.settings = types.SimpleNamespace(ray_start_s=60.0)
+        self.collected: list = []
         self.recorded: list = []
         self.said: list[str] = []
 
@@ -115,6 +117,10 @@ class Driver:
 
     def _say(self, message: str) -> None:
         self.said.append(message)
+
+    def _collect(self, ref, dropped) -> None:
+        job, n, _ = self.running.pop(ref)
+        self.collected.append((job, n, dropped))
 
 
 def test_a_lost_cluster_releases_every_running_attempt_as_interrupted_and_stops_the_driver():
@@ -151,3 +157,20 @@ def test_a_lost_cluster_with_the_database_away_too_leaves_the_jobs_to_a_takeover
     boom.ray_watch.last_beat = time.monotonic()
     with pytest.raises(ValueError):  # anything but an outage is not swallowed
         ray_watch.released(boom)
+
+
+def test_an_attempt_whose_task_never_started_is_ended_after_the_bound_and_one_that_started_is_not():
+    clock = Clock()
+    driver = Driver(ray_watch.RayWatch(30.0, probe=lambda: True, clock=clock))
+    driver.ray_watch.launched(7)
+    driver.ray_watch.launched(9)
+    clock.t += 10
+    driver.ray_watch.started(9)  # job 9's task said it started
+    ray_watch.unstarted(driver, clock.t + 50)  # 60 s after the launch: within the bound
+    assert driver.collected == []
+    ray_watch.unstarted(driver, clock.t + 51)
+    assert [(j, n, str(r.outcome)) for j, n, r in driver.collected] == [(7, 2, "interrupted")]
+    assert driver.collected[0][2].error.startswith("Ray did not start its task within 60 s")
+    assert list(driver.running.values()) == [(9, 1, None)] and "job 7: attempt 2" in driver.said[-1]
+    ray_watch.unstarted(driver, clock.t + 500)  # job 9 started: never ended by this rule
+    assert len(driver.collected) == 1
