@@ -564,7 +564,7 @@ def summary(soak: Soak, checked: dict, counts: dict, curves: list[int], seconds:
         *(f"  {n:3d} {o}: {w}" for o, w, n in counts["reasons"][:8]),
         f"fenced writes refused: {counts['fenced_writes_refused']} (batches of {counts['fenced_events']} events, "
         f"and {counts['fenced_outcomes']} outcomes)   "
-        f"Ray worker nodes restarted outside the schedule: {counts['repairs']}",
+        f"Ray worker nodes or driver2 restarted outside the schedule: {counts['repairs']}",
         f"attempts with late writes refused: {len(counts['refused'])}   "
         f"job log lines of an attempt stamped after its takeover: {len(counts['late_logs'])} (must be 0)",
         f"metric points: {checked['points']}   duplicates: {checked['duplicates']}",
