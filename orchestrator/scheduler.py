@@ -85,7 +85,17 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from looplab.orchestrator import alerts, drivers, faults, jobkinds, jobqueue, preemption, recovery, retention
+from looplab.orchestrator import (
+    alerts,
+    drivers,
+    faults,
+    jobkinds,
+    jobqueue,
+    preemption,
+    ray_watch,
+    recovery,
+    retention,
+)
 from looplab.orchestrator.admission import Admission, Candidate, Node, Preempt, Refuse, Request, Running
 from looplab.orchestrator.db import outage, outage_phrase, ping
 from looplab.orchestrator.health import STOP, Finding, HealthWatch, StepClock
@@ -200,6 +210,7 @@ class Scheduler:
     # ------------------------------------------------------------ main loop
     def run(self) -> int:
         self._connect()
+        self.ray_watch = ray_watch.RayWatch(self.settings.ray_lost_s).start()  # its head lost: `_loop` stops
         cluster = ray.cluster_resources()
         self.total = {"CPU": float(cluster.get("CPU", 0)), "GPU": float(cluster.get("GPU", 0))}
         self.sink = sink_on_this_node()
@@ -225,12 +236,15 @@ class Scheduler:
                 for s, h in old.items():
                     signal.signal(s, h)
                 self.release.restore()
-            ray.kill(self.sink)
+            if not self.ray_watch.stop().gone:  # killing an actor needs the head
+                ray.kill(self.sink)
+        if self.ray_watch.gone:
+            return ray_watch.EXIT_RAY_LOST
         return 130 if self.stopping and self.release.why is None else 0
 
     def _loop(self) -> None:
         self.last_touch = self.last_progress = self.last_recover = time.time()
-        while True:
+        while not ray_watch.released(self):  # the Ray head lost: its jobs released (ray_watch.py)
             if self.stopping >= 2 or (self.stopping and self.held.paused is not None):  # nothing to wait for
                 self._force_stop()
                 return
@@ -338,6 +352,7 @@ class Scheduler:
             for other in others:
                 self.overlaps[other].add(job.id)
             self.running[ref] = (job.id, n, dataclasses.replace(decision.running, job=job.id))
+            self.ray_watch.launched(job.id)  # until its task says it started (ray_watch.unstarted)
             with self.eng.connect() as conn:
                 self.clocks[job.id] = StepClock(self.health.settings(conn, job.id))
                 self.preemptions.started(job.id, jobqueue.last_preempted(conn, job.id))
@@ -373,15 +388,16 @@ class Scheduler:
             self._advance(job_id, events)
             self.held.add(job_id, attempt.get(job_id, 0), events)
 
-    def _collect(self, ref: Any) -> None:
-        """A finished task: its outcome waits in `outcomes` until it is recorded (`_write_held`)."""
+    def _collect(self, ref: Any, dropped: TaskResult | None = None) -> None:
+        """A finished task (or one `dropped` with that result: ray_watch.unstarted): its outcome waits in
+        `outcomes` until it is recorded (`_write_held`)."""
         job_id, n, _ = self.running.pop(ref)
         self.clocks.pop(job_id, None)
         preempted = self.preemptions.ended(job_id)
         stall = self.stalled.pop(job_id, None)
         stopped = self.health_stopped.pop(job_id, None)
         try:
-            out = ray.get(ref)
+            out = dropped or ray.get(ref)
             if stall is not None and out.outcome != AttemptOutcome.SUCCEEDED:
                 out = TaskResult(AttemptOutcome.FAILED, stall.message)
         except ray.exceptions.NodeDiedError as e:  # the machine went away: not the job's fault
@@ -477,6 +493,7 @@ class Scheduler:
                 self.preemptions.checkpoint(job_id, e.payload.get("step"))
             if e.kind in (EventKind.STARTED, EventKind.RESUMED):
                 clock.restart()
+                self.ray_watch.started(job_id)
             elif e.kind == EventKind.PROGRESS and isinstance(e.payload, dict):
                 done = e.payload.get("done")
                 if isinstance(done, int | float) and not isinstance(done, bool):

@@ -15,6 +15,7 @@ from looplab.model import fields
 from looplab.model.errors import ConfigError
 from looplab.orchestrator import jobqueue, release
 from looplab.orchestrator.health import HealthSettings
+from looplab.orchestrator.ray_watch import DEFAULT_LOST_AFTER_S, DEFAULT_START_S
 
 
 def _seconds(name: str, value: Any, positive: bool = False) -> float:
@@ -52,6 +53,19 @@ def backoff_seconds() -> tuple[float, float]:
     )
 
 
+def ray_lost_seconds() -> float:
+    """Seconds without the Ray head confirming the driver's node after which the driver releases its jobs
+    and stops ($LOOPLAB_RAY_LOST_S, default 30; orchestrator/ray_watch.py)."""
+    return _env_seconds("LOOPLAB_RAY_LOST_S", DEFAULT_LOST_AFTER_S, positive=True)
+
+
+def ray_start_seconds() -> float:
+    """Seconds a launched task may take to say it started before the driver ends its attempt and queues
+    its job again ($LOOPLAB_RAY_START_S, default 300: a worker's first start imports torch, minutes on
+    a loaded machine; orchestrator/ray_watch.py)."""
+    return _env_seconds("LOOPLAB_RAY_START_S", DEFAULT_START_S, positive=True)
+
+
 def preempt_cooldown_seconds() -> float:
     """Seconds after a job was preempted during which it is not preempted again ($LOOPLAB_PREEMPT_COOLDOWN_S,
     default 1800: a run stopped every few minutes by a stream of urgent jobs would redo its steps since
@@ -86,7 +100,9 @@ class DriverSettings:
     - the queue's clocks: `grace_s` (a heartbeat older than this is another driver's lost job), `aging_s`
       (waiting seconds per point of effective priority), `retry_backoff_s` / `retry_backoff_max_s`,
       `preempt_cooldown_s`, `poll_s` (the loop's tick), `db_retry_s` / `db_retry_max_s` (the first and
-      the longest wait between tries while the database is away);
+      the longest wait between tries while the database is away), `ray_lost_s` (how long without its Ray
+      head confirming its node before the driver releases its jobs and stops), `ray_start_s` (how long
+      a launched task may take to say it started before its attempt is ended: orchestrator/ray_watch.py);
     - what a person sees: `progress` lines, every `progress_every_s` the live view;
     - `release_on`: signals (names such as "USR1", or a comma-separated string) that hand every running job
       back and end the driver with 0, a batch system's time limit or preemption (orchestrator/release.py).
@@ -108,6 +124,8 @@ class DriverSettings:
     db_retry_s: float = 1.0
     db_retry_max_s: float = 30.0
     release_on: Any = ()
+    ray_lost_s: float | None = None
+    ray_start_s: float | None = None
 
     @classmethod
     def of(cls, base: DriverSettings | None = None, **changes: Any) -> DriverSettings:
@@ -128,6 +146,8 @@ class DriverSettings:
             "retry_backoff_s": (lambda: base, False),
             "retry_backoff_max_s": (lambda: cap, False),
             "preempt_cooldown_s": (preempt_cooldown_seconds, False),
+            "ray_lost_s": (ray_lost_seconds, True),
+            "ray_start_s": (ray_start_seconds, True),
         }
         for name, (default, positive) in defaults.items():
             value = getattr(self, name)

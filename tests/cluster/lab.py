@@ -159,10 +159,15 @@ class LabCluster:
             self.net.kill(name)  # what the failed start left
 
     def node_id(self, name: str) -> str:
-        """The Ray node id of host `name` (an attempt's `worker` starts with its first 12 digits), as its
-        raylet logged it under the host's own /tmp."""
-        log = self.net[name].run(["sh", "-c", "cat /tmp/ray/session_latest/logs/raylet.out"]).stdout
-        found = re.search(r"node_id=([0-9a-f]{56})", log)
+        """The Ray node id of host `name` now (an attempt's `worker` starts with its first 12 digits), as
+        its raylet logged it under the host's own /tmp."""
+        # a raylet started again on the host logs to raylet.1.out, .2, ...: the newest is the live node's
+        # (the first raylet.out names the first node, which the soak's faults then looked for in vain)
+        newest = 'cat "$(ls -t /tmp/ray/session_latest/logs/raylet*.out | head -n 1)"'
+        log = self.net[name].run(["sh", "-c", newest]).stdout
+        found = re.search(r"Setting node ID node_id=([0-9a-f]{56})", log) or re.search(
+            r"node_id=([0-9a-f]{56})", log
+        )
         assert found, f"no node id in {name}'s raylet log"
         return found.group(1)
 

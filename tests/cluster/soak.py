@@ -30,6 +30,7 @@ import random
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -52,10 +53,19 @@ GRACE_S = 8
 # room to spare, so that its attempt, resumed, writes late and is refused
 FENCE_HOLD_S = 2 * GRACE_S + 6
 ARM_TIMEOUT_S = 120  # how long a fault waits for a running job on its target before it goes without
+# the study is fed while faults are to come: when fewer than FEED_LOW train runs wait in the queue, a wave
+# of FEED_RUNS more (each with its depth sweep) is submitted, so that no driver and no Ray worker host
+# runs dry before the last fault however fast the machine runs the study (a quiet machine outran the
+# fixed waves: the fence fault met no job); a slow machine, its queue long enough, gets none
+FEED_LOW = 2
+FEED_RUNS = 2
 SETTINGS = {
     "LOOPLAB_HEARTBEAT_GRACE_S": str(GRACE_S),
     "LOOPLAB_RETRY_BACKOFF_S": "2",
     "LOOPLAB_RETRY_BACKOFF_MAX_S": "8",
+    # a task Ray never starts (its lease lost with a node that froze as it was launched) is ended after
+    # a minute, not the default five (orchestrator/ray_watch.py `unstarted`)
+    "LOOPLAB_RAY_START_S": "60",
     "RAY_health_check_initial_delay_ms": "5000",
     "RAY_health_check_period_ms": "1000",
     "RAY_health_check_timeout_ms": "2000",
@@ -147,29 +157,34 @@ def plan(seed: int, faults: int) -> list[Fault]:
     return out
 
 
-def waves(jobs: int, faults: int) -> list[str]:
-    """The study as grid files, one submitted before each fault and one at the start (with the gang), so
-    that every fault meets running jobs however fast or loaded the machine is: (jobs - 1) // 2 train
-    runs in all, each with a depth sweep after it, and one 2-worker gang. A wave with no run is ""."""
+def grid_file(name: str, seeds: list[int], gang: bool = False) -> str:
+    """A wave of the study as a grid file: train runs of `seeds`, each with a depth sweep after it, and
+    (`gang`) the 2-worker gang; "" when it holds nothing."""
     from tests.orchestrator.test_gang import TRAIN as GANG
 
+    text = "".join(
+        [
+            f"study = Grid({name!r}, base={TRAIN!r}, sweep={{'seed': {seeds!r}}}, then=['depth_sweep'],\n"
+            f"    follow={{'depth_sweep': {SWEEP!r}}}, max_attempts={MAX_ATTEMPTS})\n"
+            if seeds
+            else "",
+            f"gang = Grid('soak-gang', base={GANG!r}, resources={{'workers': 2}}, max_attempts={MAX_ATTEMPTS})\n"
+            if gang
+            else "",
+        ]
+    )
+    return f"from orchestrator import Grid\n{text}" if text else ""
+
+
+def waves(jobs: int, faults: int) -> list[str]:
+    """The study's fixed part as grid files, one submitted before each fault and one at the start (with
+    the gang): (jobs - 1) // 2 train runs in all, each with a depth sweep after it, and one 2-worker gang.
+    A wave with no run is "". While faults are to come the soak feeds more (`Soak.feed_queue`)."""
     seeds, n = list(range(max(1, (jobs - 1) // 2))), faults + 1
-    out = []
-    for i in range(n):
-        part = seeds[i * len(seeds) // n : (i + 1) * len(seeds) // n]
-        text = "".join(
-            [
-                f"study = Grid('soak-{i}', base={TRAIN!r}, sweep={{'seed': {part!r}}}, then=['depth_sweep'],\n"
-                f"    follow={{'depth_sweep': {SWEEP!r}}}, max_attempts={MAX_ATTEMPTS})\n"
-                if part
-                else "",
-                f"gang = Grid('soak-gang', base={GANG!r}, resources={{'workers': 2}}, max_attempts={MAX_ATTEMPTS})\n"
-                if i == 0
-                else "",
-            ]
-        )
-        out.append(f"from orchestrator import Grid\n{text}" if text else "")
-    return out
+    return [
+        grid_file(f"soak-{i}", seeds[i * len(seeds) // n : (i + 1) * len(seeds) // n], gang=i == 0)
+        for i in range(n)
+    ]
 
 
 @dataclass
@@ -185,6 +200,11 @@ class Soak:
     attempt_rows: list = field(default_factory=list)
     other_errors: list = field(default_factory=list)
     arm_timeout_s: float = ARM_TIMEOUT_S
+    feed: bool = True  # False: the fixed waves only (`--outrun` starves the faults on purpose)
+    feeding: bool = False  # while faults are to come (`run_schedule`), `wait` keeps the queue fed
+    fed: list[int] = field(default_factory=list)  # the seeds of the runs fed beyond the fixed waves
+    submitted: int = 0  # waves handed to SUBMITTER (the fixed ones and the feeds, in that order)
+    outrun: bool = False  # each fault waits for the queue to run dry first: the study outruns it
 
     def now(self) -> float:
         return round(time.monotonic() - self.t0, 1)
@@ -206,15 +226,17 @@ class Soak:
         self.lab.net["head"].spawn(
             argv, cwd=self.lab.net.shared, env=self.lab.env, log=self.lab.logs / "submit.log"
         )
-        self.submit(0)
+        self.submit(self.waves[0])
         self.t0 = time.monotonic()
         self.start_driver("head")
         self.start_driver("driver2")
 
-    def submit(self, wave: int) -> None:
-        """Wave `wave` of the study, submitted from the head host (never faulted whole) by SUBMITTER."""
-        shared = self.lab.net.shared
-        (shared / f"wave{wave}.tmp").write_text(self.waves[wave])
+    def submit(self, text: str) -> None:
+        """The next wave of the study (grid file `text`, "" for none), submitted from the head host (never
+        faulted whole) by SUBMITTER."""
+        shared, wave = self.lab.net.shared, self.submitted
+        self.submitted += 1
+        (shared / f"wave{wave}.tmp").write_text(text)
         (shared / f"wave{wave}.tmp").rename(shared / f"wave{wave}.py")  # whole, never half written
         end = time.monotonic() + 180
         while not (shared / f"wave{wave}.done").exists():
@@ -237,11 +259,29 @@ class Soak:
     def left(self) -> int:
         return self.lab.query("SELECT COUNT(*) FROM jobs WHERE status IN ('queued', 'running')")[0][0]
 
+    def feed_queue(self) -> None:
+        """While faults are to come: fewer than FEED_LOW train runs queued, FEED_RUNS more (with their
+        sweeps) are submitted, with seeds after the study's; counted in the summary."""
+        if not (self.feeding and self.feed):
+            return
+        queued = self.lab.query("SELECT COUNT(*) FROM jobs WHERE kind = 'train' AND status = 'queued'")[0][0]
+        if queued >= FEED_LOW:
+            return
+        first = max(1, (self.jobs - 1) // 2) + len(self.fed)
+        seeds = list(range(first, first + FEED_RUNS))
+        self.fed += seeds
+        self.say(f"{queued} train run(s) queued: {FEED_RUNS} more fed (seeds {seeds})")
+        self.submit(grid_file(f"soak-fed-{first}", seeds))
+
     def run_schedule(self) -> None:
+        self.feeding = True
         for i, fault in enumerate(self.faults, start=1):
-            self.submit(i)
+            self.submit(self.waves[i])
             self.wait(fault.gap_s)
+            if self.outrun:
+                self.run_dry()
             self.arm(fault)
+            self.feeding = i < len(self.faults)  # fed while a fault is to come, not for the drain
             fault.at_s = self.now()
             self.say(
                 f"fault {i}: {fault.kind} {fault.target} for {fault.hold_s} s, meeting {fault.met} job(s) "
@@ -254,16 +294,30 @@ class Soak:
             fault.note = self.recover(fault)
             self.say(f"fault {i}: healed{'; ' + fault.note if fault.note else ''}")
 
+    def run_dry(self) -> None:
+        """`--outrun`: wait (at most 300 s) until no job is queued or running, as when the study outran
+        the schedule on a fast machine: the fault then meets nothing, and the soak must fail."""
+        end = time.monotonic() + 300
+        while self.left() and time.monotonic() < end:
+            self.wait(1)
+
     def repair(self) -> None:
         """A worker host whose Ray node left without a fault of the schedule (Ray's health checks, tuned
         short, declared a slow raylet dead under load: it then exits) is started again, as an operator
-        would; said in the schedule's log and counted."""
+        would, and so is driver2's driver if it exited (one started again after a kill refuses to start
+        while PostgreSQL is down: a fault of the schedule met it starting); said in the schedule's log
+        and counted."""
         for host in WORKERS:
             if self.lab.ray[host].poll() is not None:
                 self.repairs += 1
                 self.say(f"{host}'s Ray node left unasked (declared dead under load?): started again")
                 self.lab.net.kill(host)
                 self.lab.start_ray(host, tries=3)
+        two = self.drivers.get("driver2")
+        if two is not None and two.poll() is not None:  # e.g. started again while PostgreSQL was down
+            self.repairs += 1
+            self.say(f"driver2's driver exited unasked ({two.poll()}): started again")
+            self.start_driver("driver2")
 
     def arm(self, fault: Fault) -> None:
         """Wait (at most `arm_timeout_s`) until `fault`'s target holds a running attempt
@@ -271,13 +325,17 @@ class Soak:
         which fails the soak (`soak_verdict.problems`) after it ran."""
         end = time.monotonic() + self.arm_timeout_s
         while True:
-            nodes = self.nodes() if soak_verdict.host_of(fault.kind, fault.target) in WORKERS else {}
+            on_worker = soak_verdict.host_of(fault.kind, fault.target) in WORKERS
             rows = self.lab.query(
                 "SELECT j.id, j.attempts, a.worker, a.driver_host FROM jobs j JOIN attempts a "
                 "ON a.job_id = j.id AND a.n = j.attempts WHERE j.status = 'running' ORDER BY j.id"
             )
+            gang = on_worker and any((w or "").endswith("workers)") for _, _, w, _ in rows)
+            nodes, ranks = self.nodes() if on_worker else {}, self.rank_hosts() if gang else frozenset()
             hit = [
-                (j, n) for j, n, w, d in rows if soak_verdict.on_target(fault.kind, fault.target, w, d, nodes)
+                (j, n)
+                for j, n, w, d in rows
+                if soak_verdict.on_target(fault.kind, fault.target, w, d, nodes, ranks)
             ]
             if hit or time.monotonic() > end:
                 fault.met, fault.met_attempts = len(hit), hit
@@ -287,6 +345,13 @@ class Soak:
                     )
                 return
             self.wait(0.5)
+
+    def rank_hosts(self) -> frozenset[str]:
+        """The worker hosts holding a gang rank now (a Ray Train worker process in the host's network
+        namespace: the hosts share one pid namespace, so pgrep alone sees every host's)."""
+        found = subprocess.run(["pgrep", "-f", "RayTrainWorker"], capture_output=True, text=True)
+        pids = set(map(int, found.stdout.split()))
+        return frozenset(h for h in WORKERS if pids & set(self.lab.net[h].pids()))
 
     def nodes(self) -> dict[str, str]:
         """The worker hosts' Ray nodes now: the first 12 digits of each node id (an attempt's `worker`
@@ -306,6 +371,7 @@ class Soak:
             head = self.drivers["head"]
             assert head.poll() is None, f"the head's driver exited {head.poll()}: {self.tail('head')}"
             self.repair()
+            self.feed_queue()
             time.sleep(min(1.0, max(0.0, end - time.monotonic())))
 
     def inject(self, fault: Fault):
@@ -475,7 +541,8 @@ def summary(soak: Soak, checked: dict, counts: dict, curves: list[int], seconds:
         f"looplab soak  seed {seed}  faults {len(f)}  jobs asked {soak.jobs}  "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}  host {os.uname().nodename}  "
         f"load {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}",
-        f"jobs: {checked['jobs']} ({checked['succeeded']} succeeded, {checked['jobs'] - checked['succeeded']} failed)",
+        f"jobs: {checked['jobs']} ({checked['succeeded']} succeeded, {checked['jobs'] - checked['succeeded']} failed; "
+        f"{len(soak.fed)} train run(s) and their sweeps fed while faults were to come)",
         "attempts: "
         + ", ".join(f"{n} {o}" for o, n in sorted(checked["attempts"].items()))
         + f" ({sum(checked['attempts'].values())} in all)",
@@ -497,7 +564,7 @@ def summary(soak: Soak, checked: dict, counts: dict, curves: list[int], seconds:
         *(f"  {n:3d} {o}: {w}" for o, w, n in counts["reasons"][:8]),
         f"fenced writes refused: {counts['fenced_writes_refused']} (batches of {counts['fenced_events']} events, "
         f"and {counts['fenced_outcomes']} outcomes)   "
-        f"Ray worker nodes restarted outside the schedule: {counts['repairs']}",
+        f"Ray worker nodes or driver2 restarted outside the schedule: {counts['repairs']}",
         f"attempts with late writes refused: {len(counts['refused'])}   "
         f"job log lines of an attempt stamped after its takeover: {len(counts['late_logs'])} (must be 0)",
         f"metric points: {checked['points']}   duplicates: {checked['duplicates']}",
@@ -519,19 +586,18 @@ def soak(
     ref_dir: Path,
     curves: int | None = None,
     arm_timeout_s: float = ARM_TIMEOUT_S,
-    every_fault: bool = True,
+    outrun: bool = False,
 ) -> tuple[str, dict]:
     """Build the cluster, run the study under `plan(seed, faults)`, check (the curves of at most
     `curves` jobs; None: every job that ran twice), tear down (checked too); the summary (also written
     to `out`) and the figures it was made of. Fails after writing the summary when the soak did not
-    test what it claims (`soak_verdict.problems`; `arm_timeout_s` 0 arms no fault: the switch that
-    shows it). `every_fault` False reports that verdict (in the summary and `figures["problems"]`)
-    without failing on it: CI's run, whose faults meet jobs only as the machine's speed allows
-    (test_soak.py)."""
+    test what it claims (`soak_verdict.problems`). `outrun` is the switch that shows it: the queue is not
+    fed and each fault waits for it to run dry, as when a fast machine outran the schedule, so the faults
+    meet nothing."""
     started = time.monotonic()
     lab = LabCluster(cache)
     try:
-        run = Soak(lab, plan(seed, faults), jobs, arm_timeout_s=arm_timeout_s)
+        run = Soak(lab, plan(seed, faults), jobs, arm_timeout_s=arm_timeout_s, feed=not outrun, outrun=outrun)
         run.start()
         run.run_schedule()
         codes = run.finish(timeout=480)
@@ -558,7 +624,7 @@ def soak(
         + "".join(f"\njob {j} attempt {n} {o}, whole error:\n{e}\n" for j, n, o, e in run.other_errors)
     )
     print(text, flush=True)
-    assert not (every_fault and counts["problems"]), text  # the summary says what is missing; written first
+    assert not counts["problems"], text  # the summary says what is missing; it is written first
     figures = {**checked, **counts, "curves": checked_curves, "faults": [asdict(x) for x in run.faults]}
     return text, figures
 
@@ -577,6 +643,12 @@ def main(argv: list[str] | None = None) -> int:
         default=ARM_TIMEOUT_S,
         help=f"seconds a fault waits for a running job on its target (default {ARM_TIMEOUT_S}; 0: none, "
         "so a fault may meet nothing and the soak fails)",
+    )
+    p.add_argument(
+        "--outrun",
+        action="store_true",
+        help="feed nothing and let the queue run dry before each fault (a fast machine outrunning the "
+        "schedule): the faults meet nothing and the soak fails, as it must",
     )
     p.add_argument(
         "--curves", type=int, default=None, help="compare at most this many rerun jobs' curves (default: all)"
@@ -602,6 +674,7 @@ def main(argv: list[str] | None = None) -> int:
             work / "ref",
             args.curves,
             args.arm_timeout,
+            args.outrun,
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)  # the data cache and the reference runs

@@ -27,16 +27,25 @@ def host_of(kind: str, target: str) -> str | None:
 
 
 def on_target(
-    kind: str, target: str, worker: str | None, driver_host: str | None, nodes: dict[str, str]
+    kind: str,
+    target: str,
+    worker: str | None,
+    driver_host: str | None,
+    nodes: dict[str, str],
+    rank_hosts: frozenset[str] = frozenset(),
 ) -> bool:
-    """Whether a running attempt (its `worker` "node:pid" and its driver's host) is one fault (`kind`,
-    `target`) hits: a driver's fault its driver's jobs, a worker host's the attempts on its Ray node
-    (`nodes`: the first 12 digits of a node id -> its host), the database's and the disk's every one."""
+    """Whether a running attempt (its `worker` "node:pid", "node:pid (N workers)" for a gang, and its
+    driver's host) is one fault (`kind`, `target`) hits: a driver's fault its driver's jobs, a worker
+    host's the attempts on its Ray node (`nodes`: the first 12 digits of a node id -> its host) and a
+    gang with a rank there (`rank_hosts`: the hosts holding a gang rank now; a gang's `worker` names
+    the node of its controller only), the database's and the disk's every one."""
     host = host_of(kind, target)
     if host is None:
         return True
     if host in DRIVERS:
         return driver_host == host
+    if (worker or "").endswith("workers)") and host in rank_hosts:
+        return True
     return nodes.get((worker or "").split(":")[0]) == host
 
 

@@ -223,3 +223,113 @@ def reference_gang(spec: dict, art, jobs):
     from tests.orchestrator.test_real_jobs import one_thread_run
 
     return one_thread_run(spec, art)
+
+
+def test_a_database_outage_longer_than_the_grace_ends_in_a_clean_takeover_of_two_drivers_jobs(lab, tmp_path):
+    """PostgreSQL crashes while both drivers run jobs, for longer than the heartbeat grace: every
+    heartbeat in the database is then stale. The drivers come back one after the other (their retry
+    backoffs differ: here driver2 stays cut from the database host for 3 graces after the server
+    returns, so the order is the test's, not chance's). The head's driver, back first, heartbeats its own
+    jobs before recovering anyone's and takes driver2's over after the grace; driver2, back, finds its
+    attempts replaced: their held events and outcomes are refused, the attempts killed. Every job has one
+    recorded result, the head's jobs were not taken over, driver2's all were, and no replaced attempt
+    wrote a log line after its takeover."""
+    from tests.cluster import soak_verdict
+
+    grace = 6
+    lab.env["LOOPLAB_HEARTBEAT_GRACE_S"] = str(grace)
+    lab.start_ray("head", cpus=2)
+    (lab.net.shared / "grids.py").write_text(GRID.replace("[0, 1, 2]", "[0, 1, 2, 3]"))
+    lab.looplab_done("driver2", "submit", "grids.py")
+    run = ("run", "--until-empty", "--artifacts", str(lab.art))
+    head = lab.looplab("head", *run, "--address", lab.ray_address, "--max-concurrent", "2")
+    two = lab.looplab("driver2", *run, "--num-cpus", "2", "--max-concurrent", "2")
+    running = (
+        "SELECT a.driver_host, j.id, j.attempts FROM jobs j JOIN attempts a ON a.job_id = j.id "
+        "AND a.n = j.attempts WHERE j.status = 'running' AND j.checkpoint_step >= 2 ORDER BY j.id"
+    )
+    end, held = time.monotonic() + 240, []
+    while {r[0] for r in held} != {"head", "driver2"}:
+        assert head.poll() is None and two.poll() is None, "a driver exited before both ran a job"
+        assert time.monotonic() < end, f"not both drivers running a job: {held}"
+        time.sleep(0.5)
+        held = lab.query(running)
+    lab.stop_postgres()
+    time.sleep(grace + 6)  # longer than the grace: every heartbeat stale when it returns
+    lab.net.cut("driver2", "pg")
+    lab.start_postgres()
+    time.sleep(3 * grace)
+    lab.net.mend("driver2", "pg")
+    assert head.wait(timeout=400) == 0, (lab.logs / "head.log").read_text()[-3000:]
+    assert two.wait(timeout=180) == 0, (lab.logs / "driver2.log").read_text()[-3000:]
+    summary = promises.check(lab)
+    assert summary["succeeded"] == 4 and summary["duplicates"] == 0
+    ended = {
+        (j, n): (o, e)
+        for j, n, o, e in lab.query("SELECT job_id, n, outcome, COALESCE(error, '') FROM attempts")
+    }
+    for host, job, n in held:
+        outcome, error = ended[(job, n)]
+        taken = outcome == "interrupted" and error.startswith("driver lost")
+        assert taken == (host == "driver2"), (host, job, n, outcome, error[:200])
+    taken = [
+        tuple(r)
+        for r in lab.query(
+            "SELECT job_id, n, ended_at FROM attempts WHERE outcome = 'interrupted' AND error LIKE 'driver lost%'"
+        )
+    ]
+    logs = [tuple(r) for r in lab.query("SELECT job_id, attempt, ts FROM job_logs")]
+    assert soak_verdict.late_logs(taken, logs) == [], taken  # no two live attempts writing after it
+    refused = soak_verdict.refusals((lab.logs / "driver2.log").read_text())
+    assert all(refused[(j, n)] for h, j, n in held if h == "driver2"), (refused, held)
+    victim = next(j for h, j, _ in held if h == "driver2")
+    assert_curve_is_uninterrupted(lab, victim, tmp_path)
+
+
+def test_a_driver_cut_off_from_the_ray_head_but_not_the_database_releases_its_jobs_within_the_bound(
+    lab, tmp_path
+):
+    """driver2 runs its driver on a Ray node of its own host joined to the head's cluster; its job runs on
+    worker1. Cut off from the head (a blackhole both ways) but not from the database, it can no longer
+    run or hear from its job, yet it would keep the job's heartbeat fresh and nothing would take it over.
+    Its watch on the head (orchestrator/ray_watch.py) releases the job within the bound
+    ($LOOPLAB_RAY_LOST_S plus a probe period and a loop pass: 5 + 1 + 0.5 s here, well before the 60 s
+    grace), and the driver exits 75; the head's driver then runs the job to its one result, from its
+    checkpoint, its curve an uninterrupted run's."""
+    from looplab.orchestrator.ray_watch import EXIT_RAY_LOST
+
+    lost_s = 5
+    lab.env.update(LOOPLAB_RAY_LOST_S=str(lost_s), LOOPLAB_HEARTBEAT_GRACE_S="60")
+    lab.start_ray("head", cpus=0)
+    lab.start_ray("worker1")
+    lab.start_ray("driver2", cpus=0)
+    (lab.net.shared / "grids.py").write_text(GRID.replace("[0, 1, 2]", "[0]"))
+    lab.looplab_done("driver2", "submit", "grids.py")
+    cut_off = lab.looplab(
+        "driver2", "run", "--address", lab.ray_address, "--until-empty", "--artifacts", str(lab.art)
+    )
+    ((victim,),) = wait_for(
+        lab, "SELECT id FROM jobs WHERE checkpoint_step >= 3", "checkpoint", driver=cut_off
+    )
+    lab.net.cut("driver2", "head")
+    t_cut = time.monotonic()
+    ((error,),) = wait_for(
+        lab,
+        f"SELECT error FROM attempts WHERE job_id = {victim} AND n = 1 AND outcome != 'running'",
+        "the job released",
+        60,
+    )
+    took = time.monotonic() - t_cut
+    assert error.startswith("Ray cluster lost"), error[:300]
+    assert took < lost_s + 1 + 0.5 + 5, took  # the bound, and a query's round trip on a loaded machine
+    assert lab.query(f"SELECT status FROM jobs WHERE id = {victim}") == [["queued"]]  # for any driver
+    assert cut_off.wait(timeout=60) == EXIT_RAY_LOST, (lab.logs / "driver2.log").read_text()[-3000:]
+    head = lab.looplab(
+        "head", "run", "--address", lab.ray_address, "--until-empty", "--artifacts", str(lab.art)
+    )
+    assert head.wait(timeout=300) == 0, (lab.logs / "head.log").read_text()[-3000:]
+    lab.net.mend("driver2", "head")
+    assert promises.check(lab)["succeeded"] == 1
+    tried = lab.query(f"SELECT n, outcome, driver_host FROM attempts WHERE job_id = {victim} ORDER BY n")
+    assert [tuple(t) for t in tried] == [(1, "interrupted", "driver2"), (2, "succeeded", "head")], tried
+    assert_curve_is_uninterrupted(lab, victim, tmp_path)

@@ -48,6 +48,11 @@ def test_a_fault_is_armed_by_a_job_on_its_own_target():
     assert not on("cut", "driver2/pg", "aaaaaaaaaaaa:5", "head", nodes)  # the head's driver's job
     assert on("cut", "head/pg", "aaaaaaaaaaaa:5", "head", nodes)
     assert on("postgres", "pg", "x:1", "driver2", nodes) and on("disk", "shared", None, None, nodes)
+    # a gang's worker names its controller's node (here the head's); its ranks are where Ray Train put them
+    gang = "dddddddddddd:3 (2 workers)"
+    assert not on("pause", "worker2", gang, "head", nodes)  # no rank there: not met
+    assert on("pause", "worker2", gang, "head", nodes, frozenset({"worker1", "worker2"}))
+    assert not on("kill", "worker1", "bbbbbbbbbbbb:41", "head", nodes, frozenset({"worker1"}))  # not a gang
 
 
 def test_the_soak_fails_when_a_fault_met_nothing_or_the_fence_was_never_exercised():
