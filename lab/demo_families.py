@@ -70,7 +70,8 @@ def print_family_tables(url: str, grids: list[str]) -> None:
     from looplab.lab.demo import _fitted
     from looplab.orchestrator import frames
 
-    print_tables(url, grids, by_variant=True, iso_time=False)
+    # equal data: the study's first grid (the FLOP-matched runs train other token counts, one each)
+    print_tables(url, grids[:1], by_variant=True, iso_time=False)
     runs = frames.runs(url)
     runs = runs[runs["grid"].isin(grids)]
     evals = comparison.eval_loss_per_run(runs, frames.depth(url))
