@@ -65,3 +65,24 @@ class CachedDecode:
     @torch.no_grad()
     def decode_step(self, tokens: Tensor, cache) -> Tensor:
         return self._cached(tokens.view(-1, 1), cache)[:, 0]
+
+
+def checked_state(named, want: dict[str, Tensor], tied: tuple[str, str] | None = None) -> dict[str, Tensor]:
+    """A published layout's state dict as ours: `named` yields (published name, our name, tensor), each
+    checked against `want` (our module's state dict); `tied` (head, embedding) stores the embedding as
+    the head too. ValueError naming the unexpected or missing tensor, or the one whose shape differs."""
+    out: dict[str, Tensor] = {}
+    for name, ours, tensor in named:
+        if ours not in want:
+            raise ValueError(f"weights: unexpected tensor {name!r} (no {ours!r} in this configuration)")
+        if tuple(tensor.shape) != tuple(want[ours].shape):
+            raise ValueError(
+                f"weights: {name!r} has shape {tuple(tensor.shape)}; expected {tuple(want[ours].shape)}"
+            )
+        out[ours] = tensor
+    if tied:
+        out[tied[0]] = out.get(tied[1])
+    missing = sorted(k for k in want if out.get(k) is None)
+    if missing:
+        raise ValueError(f"weights: missing tensor(s) {', '.join(missing)} in the published layout")
+    return out

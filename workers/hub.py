@@ -4,8 +4,8 @@ A *model directory* holds
 - `config.json` with `_class_name`: `ParcaeConfig` (the public Parcae code's layout, read through
   `model.parcae_layout`), `looplab.LoopedLM` (what `export_model` writes: our `ModelConfig`) or
   `looplab.Family` (`export_model` of a run of another family: its family, family_config, weights); or with
-  `model_type`: `huginn_raven` (the public Huginn code's layout, a model of the family
-  `families.huginn`, read through the layout that family declares: workers/layouts.py);
+  `model_type`: `huginn_raven` or `ouro` (the public Huginn or Ouro code's layout, a model of the family
+  `families.huginn` or `families.ouro`, read through the layout that family declares: workers/layouts.py);
 - the weights: `model.safetensors`, `pytorch_model.bin` or `model.pt` (the first found; a `.bin`/`.pt`
   loads with `torch.load(weights_only=True)`, so opening one never runs code);
 - its tokenizer: `tokenizer.json`, or `tokenizer/tokenizer.json` (the published layout's tokenizer
@@ -20,7 +20,7 @@ Every bad source is a ConfigError that names the problem: the missing file and w
 the unknown `_class_name` and the accepted ones, the tensor whose shape differs (both shapes), the
 unexpected or missing tensors, the config field looplab cannot compute.
 
-`load_model_dir` reads any of them into a checked `LoopedLM` (a family export or a Huginn layout: the
+`load_model_dir` reads any of them into a checked `LoopedLM` (a family export or a published family layout: the
 family's module as the jobs hold it, `model.contract.FamilyLM`); workers/model_export.py writes a
 looplab checkpoint as one (read back bit for bit).
 """

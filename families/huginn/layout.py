@@ -21,6 +21,8 @@ from typing import Any
 
 from torch import Tensor
 
+from looplab.model.family_parts import checked_state
+
 MODEL_TYPE = "huginn_raven"
 FAMILY = "families.huginn:factory"
 
@@ -119,23 +121,14 @@ def state_from_published(
     """Our state dict from a published one, checked tensor by tensor against `want` (our module's, built
     from `config`): ValueError naming the unexpected or missing tensor, or the one whose shape differs."""
     tied = config.get("tie_embeddings", True)
-    out: dict[str, Tensor] = {}
-    for name, tensor in state.items():
-        ours = _our_name(name)
-        if ours is None or (ours == "head.weight" and tied):
-            continue  # a derived buffer; a tied head (the embedding) stored twice
-        if ours not in want:
-            raise ValueError(f"weights: unexpected tensor {name!r} (no {ours!r} in this configuration)")
-        if ours.endswith("qk_bias"):
-            tensor = tensor.reshape(want[ours].shape) if tensor.numel() == want[ours].numel() else tensor
-        if tuple(tensor.shape) != tuple(want[ours].shape):
-            raise ValueError(
-                f"weights: {name!r} has shape {tuple(tensor.shape)}; expected {tuple(want[ours].shape)}"
-            )
-        out[ours] = tensor
-    if tied:
-        out["head.weight"] = out.get("embed.weight")
-    missing = sorted(k for k in want if out.get(k) is None)
-    if missing:
-        raise ValueError(f"weights: missing tensor(s) {', '.join(missing)} in the published layout")
-    return out
+
+    def named():
+        for name, tensor in state.items():
+            ours = _our_name(name)
+            if ours is None or (ours == "head.weight" and tied):
+                continue  # a derived buffer; a tied head (the embedding) stored twice
+            if ours.endswith("qk_bias") and ours in want and tensor.numel() == want[ours].numel():
+                tensor = tensor.reshape(want[ours].shape)  # the public code's biases carry a unit axis
+            yield name, ours, tensor
+
+    return checked_state(named(), want, ("head.weight", "embed.weight") if tied else None)

@@ -10,10 +10,15 @@ from typing import Any
 
 import torch
 
+from looplab.families.ouro import layout
 from looplab.families.ouro.config import OBJECTIVES, OuroConfig, check
 from looplab.families.ouro.model import OuroCache, OuroLM
 
-__all__ = ["OBJECTIVES", "OuroCache", "OuroConfig", "OuroLM", "factory"]
+__all__ = ["OBJECTIVES", "PUBLISHED_LAYOUTS", "OuroCache", "OuroConfig", "OuroLM", "factory"]
+
+# The public code's checkpoint layout, which the importer reads (workers/layouts.py,
+# docs/published-models.md).
+PUBLISHED_LAYOUTS = (layout,)
 
 
 def validate_config(config: dict[str, Any]) -> None:

@@ -16,6 +16,7 @@ from safetensors.torch import load_file, save_file
 from looplab.model.errors import ConfigError
 from looplab.workers import hub, importer, jobs
 from looplab.workers.reporter import MemoryReporter
+from tests.families.conftest import edited_copy
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 FIXTURE = FIXTURES / "huginn_tiny"
@@ -52,15 +53,7 @@ def test_a_looplab_import_keeps_its_spec_without_family_keys():
 
 
 def _edited(tmp_path, config=None, weights=None) -> Path:
-    directory = tmp_path / "edited"
-    shutil.copytree(FIXTURE, directory)
-    if config:
-        raw = json.loads((directory / "config.json").read_text())
-        (directory / "config.json").write_text(json.dumps({**raw, **config}))
-    if weights:
-        state = load_file(str(directory / "model.safetensors"))
-        save_file(weights(state), str(directory / "model.safetensors"))
-    return directory
+    return edited_copy(FIXTURE, tmp_path, config, weights)
 
 
 @pytest.mark.parametrize(
