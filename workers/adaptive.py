@@ -58,6 +58,7 @@ from looplab.workers.adaptive_family import (
     family_strategies,
     refuse_family,
 )
+from looplab.workers.adaptive_routed import routed_exits, router_rules
 from looplab.workers.identity import EXECUTION, spec_to_dict
 from looplab.workers.spec_cli import SpecParser, checkpoint_exists, job_parser, run_standalone
 from looplab.workers.train_spec import EVAL_H0_SEED
@@ -306,6 +307,8 @@ class ExitLM:
         from looplab.model.exit_emulation import emulated_exit_forward
         from looplab.model.exits import exit_forward, family_exit_forward
 
+        if getattr(self.rule, "routed", False):  # a routed family's own depths (workers/adaptive_routed.py)
+            return routed_exits(self.model, idx, self.max_rounds)
         fixed = None if self.rule is not None else torch.full(idx.shape, self.max_rounds, device=idx.device)
         forward = emulated_exit_forward if self.emulated else exit_forward
         if self.strategy is not None:
@@ -462,6 +465,7 @@ def run(spec: Spec, reporter, artifact_dir: str | Path | None) -> dict[str, Any]
     )
     flops_at = family_forward_flops(model, cfg, R) if family else None
     grid = [c for c in cells(spec, R, emulated, own) if c.strategy in views]
+    grid += [Cell(rule, KVStrategy.PER_ROUND, None) for rule in router_rules(model, spec)]
     items = (
         _task_items(spec, Path(artifact_dir or default_out(spec.checkpoint)) / "tasks") if spec.tasks else {}
     )

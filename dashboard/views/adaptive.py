@@ -119,7 +119,8 @@ layers.append(
 st.altair_chart(alt.layer(*layers).properties(height=420), width="stretch")
 st.caption(
     "Grey dashed: the fixed depth (depth sweep), its band the equal-loss interval; each exit rule a line "
-    "through its thresholds. " + CHANGES
+    "through its thresholds; `router`: a routed family's own recursions per token (Mixture-of-Recursions), "
+    "one point. " + CHANGES
 )
 
 st.header("Rounds saved at equal loss")

@@ -11,6 +11,7 @@ from scipy import stats as scipy_stats
 
 from tests.dashboard.browser import check_page_in_browser
 from tests.dashboard.conftest import EXPECTED
+from tests.dashboard.test_curve_smoothing import datasets
 from tests.dashboard.test_pages import frame_with, render, text_of
 from tests.pg import BACKENDS, Databases
 
@@ -25,6 +26,7 @@ CELLS = [
     ("kl", 0.01, "per_round", 4.0, 6.5, 0.001),
     ("state", 0.05, "first", 5.0, 4.4, 0.08),  # first changes the function: +0.08 is worse
     ("gate", 0.5, "per_round", 6.0, 6.3, -0.001),  # a learned exit below the fixed depth's loss
+    ("router", None, "per_round", 5.5, 7.0, 0.0),  # a routed family's own depths (MoR), no threshold
 ]
 FIXED_AT_8 = {0: 3.10, 1: 3.13}
 
@@ -151,7 +153,7 @@ def test_the_frames_label_the_cells_with_their_trained_model(adaptive_url):
         len(evals) == 2 * len(CELLS) and set(evals["recipe"]) == {"parcae"} and set(evals["seed"]) == {0, 1}
     )
     first = evals[evals["kv_strategy"] == "first"]
-    assert first["changes_function"].astype(bool).all() and evals["threshold"].isna().sum() == 2
+    assert first["changes_function"].astype(bool).all() and evals["threshold"].isna().sum() == 2 * 2
     hist = frames.exit_rounds(adaptive_url)
     assert math.isinf(hist.loc[hist["split"] == "loss", "bucket_hi"].iloc[0])
     assert len(frames.adaptive_tasks(adaptive_url)) == 2 * len(CELLS)
@@ -201,6 +203,11 @@ def test_adaptive_page_in_apptest(monkeypatch, adaptive_url):
     assert len(best) == 1 and (best["rule"].iloc[0], best["threshold"].iloc[0]) == ("gate", 0.5)
     assert best["level"].iloc[0] == pytest.approx(3.115) and best["rounds_low"].iloc[0] == pytest.approx(6.3)
     assert "learned (`gate`) and post hoc alike" in text
+    # the loss-vs-compute chart draws the router's depths as a point beside the exit rules
+    drawn = [row for rows in datasets(at.get("vega_lite_chart")[0]).values() for row in rows]
+    routed = [row for row in drawn if row.get("rule") == "router"]
+    assert len(routed) == 1 and routed[0]["mean_rounds"] == pytest.approx(5.5)
+    assert {"fixed", "state", "gate"} <= {row.get("rule") for row in drawn}
     # another x axis and the strategies of the points drawn: the page reruns cleanly
     at.selectbox(key="adaptive_x").set_value("equivalent_rounds").run()
     at.multiselect(key="adaptive_strategies").set_value(["per_round", "first"]).run()
