@@ -15,6 +15,7 @@ import site
 import subprocess
 import sys
 import textwrap
+import time
 import zipfile
 from pathlib import Path
 
@@ -142,3 +143,37 @@ def test_a_users_model_py_is_theirs_and_trains_through_the_queue(installed, tmp_
         ["depth_sweep", "succeeded"],
         ["train", "succeeded"],
     ], states
+
+
+@pytest.mark.demo
+def test_the_families_study_runs_from_any_directory_with_the_wheel_alone(installed, tmp_path, looplab_cache):
+    """`looplab demo --study families --fast` from a directory outside the checkout with nothing of it
+    on the path (no PYTHONPATH): the example family ships in the wheel (`looplab.examples`; before, the
+    study stopped with "No module named 'examples'" anywhere but the checkout). Parcae, the Huginn-,
+    Ouro- and MoR-style families and the example family at equal data (with depth sweeps) and at equal
+    training FLOPs, two seeds; both tables and the report. (This is the families study's demo test:
+    tests/test_study_demos.py runs the other studies from the checkout.)"""
+    from looplab.lab.demo_families import FAMILIES_REPORT
+
+    py, bin_dir, _, env = installed
+    assert "PYTHONPATH" not in env
+    probe = subprocess.run([str(py), "-c", "import examples"], cwd=tmp_path, env=env, capture_output=True)
+    assert probe.returncode != 0  # the checkout's `examples` is not importable here
+    run_env = {**env, "LOOPLAB_CACHE": str(looplab_cache), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    t0 = time.monotonic()
+    stdout = _run(
+        [str(bin_dir / "looplab"), "--db", "looplab.db", "demo", "--study", "families", "--fast"],
+        tmp_path,
+        run_env,
+        timeout=1800,
+    )
+    print(f"demo --study families --fast from {tmp_path} (wheel only): {time.monotonic() - t0:.0f} s")
+    iso_data = stdout.split("== iso-data")[1].split("== iso-FLOP")[0]
+    iso_flop = stdout.split("== iso-FLOP")[1].split("== what each family costs")[0]
+    for label in ("parcae", "huginn", "ouro", "mor", "universal transformer"):
+        assert label in iso_data, iso_data
+        # every family in the one block of equal FLOPs (each within 1 % of parcae's: one class)
+        assert sum(line.lstrip().startswith(label) for line in iso_flop.splitlines()) == 1, iso_flop
+    assert "reference" in iso_flop and "(no pair)" not in iso_flop
+    for fmt in ("html", "md"):
+        assert (tmp_path / f"{FAMILIES_REPORT}.{fmt}").exists()

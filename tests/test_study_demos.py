@@ -69,20 +69,6 @@ def test_a_fast_study_prints_its_scorecard_and_writes_its_report(study, tmp_path
         assert not misattributed(stdout, printed) and not misattributed(md, printed)
 
 
-def test_the_families_study_prints_both_tables_and_writes_its_report(tmp_path, looplab_cache):
-    """`looplab demo --study families --fast`: parcae, the Huginn-, Ouro- and MoR-style families and the
-    example family at equal data (with depth sweeps) and at equal training FLOPs, two seeds; both tables
-    and the report."""
-    from looplab.lab.demo_families import FAMILIES_REPORT
-
-    stdout = run_fast_study("families", tmp_path, looplab_cache)
-    iso_data = stdout.split("== iso-data")[1].split("== iso-FLOP")[0]
-    iso_flop = stdout.split("== iso-FLOP")[1].split("== what each family costs")[0]
-    labels = ("parcae", "huginn", "ouro", "mor", "universal transformer")
-    for label in labels:
-        assert label in iso_data, iso_data
-        # every family in the one block of equal FLOPs (each within 1 % of parcae's: one class)
-        assert sum(line.lstrip().startswith(label) for line in iso_flop.splitlines()) == 1, iso_flop
-    assert "reference" in iso_flop and "(no pair)" not in iso_flop
-    for fmt in ("html", "md"):
-        assert (tmp_path / f"{FAMILIES_REPORT}.{fmt}").exists()
+# The families study's demo test runs it from the installed wheel in a directory outside the checkout
+# (tests/test_install.py), which is what a user does; the checkout's PYTHONPATH here would hide a
+# family that the wheel lacks.
