@@ -48,6 +48,7 @@ HANDLERS = {
     "lm-eval": ("looplab.lab.commands", "cli_lm_eval"),
     "family": ("looplab.lab.family", "cli_family"),
     "slurm": ("looplab.lab.slurm", "cli_slurm"),
+    "cluster-config": ("looplab.lab.cluster_configs", "cli_cluster_config"),
 }
 # commands that read the database and must not create it: in the wrong directory they say so instead
 READS_EXISTING_DB = (
@@ -94,6 +95,7 @@ GUIDES = {
     "family": "docs/own-model.md (the contract, each capability and its fallback)",
     "dashboard": "docs/statistics.md (the verdicts and intervals); the study pages: docs/studies.md; for a lab: docs/lab.md",
     "slurm": "docs/scale-out.md (A study on SLURM: time limits, follow-ons, what is tested)",
+    "cluster-config": "docs/scale-out.md (Ray's cluster launcher and KubeRay: what is checked)",
 }
 EPILOG = (
     "Guides: README.md (start here), docs/queue.md, docs/variants.md, docs/planning.md, "
@@ -266,6 +268,7 @@ def _queue_commands(sub: argparse._SubParsersAction) -> None:
         "to the queue, the driver exits 0 (a batch system's time limit or preemption; see `looplab slurm`)",
     )
     _slurm_command(sub)
+    _cluster_config_command(sub)
 
     st = sub.add_parser("status", help="jobs with progress and ETA")
     st.add_argument("--watch", action="store_true", help="refresh every few seconds")
@@ -472,6 +475,14 @@ def _model_commands(sub: argparse._SubParsersAction) -> None:
     )
 
 
+def _study_where(parser: argparse.ArgumentParser) -> None:
+    """What `looplab slurm` and `looplab cluster-config` both take: the grid file and the shared directory."""
+    parser.add_argument("grids", metavar="FILE", help="the study's grid file (as for `looplab submit`)")
+    parser.add_argument(
+        "--artifacts", required=True, help="shared artifact directory: the same path on every machine"
+    )
+
+
 def _slurm_command(sub: argparse._SubParsersAction) -> None:
     sl = sub.add_parser(
         "slurm",
@@ -481,10 +492,7 @@ def _slurm_command(sub: argparse._SubParsersAction) -> None:
         "checkpoints every running job and hands it back; the script then submits its follow-on, which "
         "resumes every job from its checkpoint. The results database must be PostgreSQL (--db).",
     )
-    sl.add_argument("grids", metavar="FILE", help="the study's grid file (as for `looplab submit`)")
-    sl.add_argument(
-        "--artifacts", required=True, help="shared artifact directory: the same path on every node"
-    )
+    _study_where(sl)
     sl.add_argument(
         "--time", required=True, help="each allocation's time limit (minutes, HH:MM:SS, D-HH:MM:SS)"
     )
@@ -503,6 +511,34 @@ def _slurm_command(sub: argparse._SubParsersAction) -> None:
     sl.add_argument("--ray-port", type=int, default=6379, help="the Ray head's port (default 6379)")
     sl.add_argument("--head-wait", type=int, default=300, help="seconds a node polls for the Ray head")
     sl.add_argument("--submit", action="store_true", help="submit the script with sbatch")
+
+
+def _cluster_config_command(sub: argparse._SubParsersAction) -> None:
+    cc = sub.add_parser(
+        "cluster-config",
+        help="write a Ray cluster-launcher YAML (on-premises) or a KubeRay RayCluster manifest for a study",
+        description="From the settings `looplab slurm` takes: --target ray writes a cluster-launcher YAML "
+        "(provider local: the head and workers by address) for `ray up`; --target kuberay a RayCluster "
+        "manifest for `kubectl apply`, the database URL from a Kubernetes secret. The results database "
+        "must be PostgreSQL (--db), the artifact directory the same absolute path on every machine.",
+    )
+    _study_where(cc)
+    cc.add_argument("--target", required=True, help="ray (cluster launcher) or kuberay (RayCluster)")
+    cc.add_argument("--gpus-per-node", type=int, default=None, help="default: what a job of the grid asks")
+    cc.add_argument("--cpus-per-node", type=int, default=None, help="default: what a job of the grid asks")
+    cc.add_argument("--head-ip", default=None, help="ray: the head machine's address")
+    cc.add_argument("--worker-ips", default=None, help="ray: the worker machines' addresses, comma-separated")
+    cc.add_argument("--ssh-user", default=None, help="ray: the ssh user on every machine (default looplab)")
+    cc.add_argument("--image", default=None, help="kuberay: a container image with looplab installed")
+    cc.add_argument("--workers", type=int, default=1, help="kuberay: worker pods (default 1)")
+    cc.add_argument(
+        "--db-secret", default="looplab-db", help="kuberay: the secret holding the URL (key 'url')"
+    )
+    cc.add_argument(
+        "--volume-claim", default="looplab-artifacts", help="kuberay: the artifacts' PVC (ReadWriteMany)"
+    )
+    cc.add_argument("--name", default=None, help="the study's name (default: the grid file's)")
+    cc.add_argument("-o", "--output", default=None, help="the file's path (default NAME-cluster.yaml)")
 
 
 def _split_pass_through(argv: list[str]) -> tuple[list[str], list[str]]:
