@@ -312,6 +312,7 @@ LEFT JOIN grids g ON g.id = a.grid_id
 """,
 }
 VIEW_NAMES = tuple(VIEWS)
+QUEUE_VIEWS = ("audit_trail",)  # views of the queue itself (its people's actions), no job kind's rows
 
 # An epoch-seconds column as ISO 8601 UTC text ("2026-12-05T21:53:32Z"), per backend; NULL stays NULL.
 ISO_TIME_SQL = {

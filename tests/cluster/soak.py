@@ -571,7 +571,8 @@ def summary(soak: Soak, checked: dict, counts: dict, curves: list[int], seconds:
         f"curves equal to an uninterrupted run, bit for bit: {len(curves)} job(s) {curves}",
         "promises (tests/cluster/promises.py): all held",
         "what the soak tested: "
-        + ("; ".join(counts["problems"]) or "every fault met a job, the fence was exercised"),
+        + ("; ".join(counts["problems"]) or "every fault met a job, the fence was exercised")
+        + "".join(f"\n  (reported, not binding) {note}" for note in counts.get("fence_notes", [])),
         f"time: {seconds:.0f} s (cluster up to promises checked)",
     ]
     return "\n".join(line.rstrip() for line in lines) + "\n"
@@ -604,9 +605,10 @@ def soak(
         assert codes == {"head": 130, "driver2": 130}, (codes, run.tail("head"), run.tail("driver2"))
         checked = promises.check(lab)
         counts = run.counts()
-        counts["problems"] = soak_verdict.problems(
-            run.faults, counts["takeovers"], counts["refused"], counts["taken_over"]
-        ) + [f"a late write accepted: job log line {x}" for x in counts["late_logs"]]
+        counts["problems"] = soak_verdict.problems(run.faults, counts["takeovers"], counts["refused"]) + [
+            f"a late write accepted: job log line {x}" for x in counts["late_logs"]
+        ]
+        counts["fence_notes"] = soak_verdict.fence_notes(run.faults, counts["refused"], counts["taken_over"])
         checked_curves = run.curves(ref_dir, curves)
     finally:
         keep = out.parent / f"{out.stem}-logs"  # the drivers', submitter's and Ray nodes' logs
