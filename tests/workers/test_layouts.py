@@ -14,10 +14,11 @@ def _layout(model_type: str) -> types.SimpleNamespace:
     return types.SimpleNamespace(MODEL_TYPE=model_type, FAMILY=f"{model_type}:factory")
 
 
-def test_every_family_package_is_asked_and_huginn_answers():
+def test_every_family_package_is_asked_and_huginn_and_ouro_answer():
     found = layouts.published_layouts()
-    assert set(found) == {"huginn_raven"}
+    assert set(found) == {"huginn_raven", "ouro"}  # MoR publishes no layout of its own (published-models.md)
     assert found["huginn_raven"].FAMILY == "families.huginn:factory"
+    assert found["ouro"].FAMILY == "families.ouro:factory"
 
 
 def test_a_family_outside_looplab_adds_its_layout_and_a_second_claim_is_refused():
