@@ -546,20 +546,28 @@ def reader_role_sql(role: str, database: str) -> list[str]:
     ]
 
 
-def grant_reader(url: str | None, role: str) -> list[str]:
-    """Run `reader_role_sql` on the PostgreSQL database at `url` (migrated first); return the statements."""
+def run_role_sql(url: str | None, command: str, sqlite_note: str, make_sql) -> list[str]:
+    """Run the role statements `make_sql(database name)` on the PostgreSQL database at `url` (migrated
+    first), in one transaction; return them. Roles are a server feature: any other database is refused
+    naming --db, `command` and `sqlite_note` (what a SQLite file offers instead)."""
     url = resolve_url(url)
     parsed = make_url(url)
     if parsed.get_backend_name() != "postgresql":
         raise ConfigError(
-            f"--db: grant-reader needs a PostgreSQL database (roles are a server feature), got "
-            f"{display_url(url)}; a SQLite file is read-only through `looplab sql` and the dashboard already"
+            f"--db: {command} needs a PostgreSQL database (roles are a server feature), got "
+            f"{display_url(url)}; {sqlite_note}"
         )
-    statements = reader_role_sql(role, parsed.database or "")
+    statements = make_sql(parsed.database or "")
     with engine(url).begin() as conn:
         for statement in statements:
             conn.exec_driver_sql(statement)
     return statements
+
+
+def grant_reader(url: str | None, role: str) -> list[str]:
+    """Run `reader_role_sql` on the PostgreSQL database at `url` (`run_role_sql`); return the statements."""
+    note = "a SQLite file is read-only through `looplab sql` and the dashboard already"
+    return run_role_sql(url, "grant-reader", note, lambda database: reader_role_sql(role, database))
 
 
 def cli_db(args) -> int:

@@ -16,10 +16,8 @@ lab's administrator (`ALTER ROLE name PASSWORD ...` in psql, `\\password name`),
 
 from __future__ import annotations
 
-from sqlalchemy.engine import make_url
-
 from looplab.model.errors import ConfigError
-from looplab.orchestrator.db import ROLE_NAME, display_url, engine, resolve_url
+from looplab.orchestrator.db import ROLE_NAME, display_url, resolve_url, run_role_sql
 
 KINDS = ("reader", "member", "admin", "driver")
 GROUP = {kind: f"looplab_{kind}" for kind in KINDS}
@@ -91,19 +89,9 @@ def grant_sql(role: str, kind: str, database: str) -> list[str]:
 
 
 def grant(url: str | None, role: str, kind: str) -> list[str]:
-    """Run `grant_sql` on the PostgreSQL database at `url` (migrated first); return the statements."""
-    url = resolve_url(url)
-    parsed = make_url(url)
-    if parsed.get_backend_name() != "postgresql":
-        raise ConfigError(
-            f"--db: `looplab db grant` needs a PostgreSQL database (roles are a server feature), got "
-            f"{display_url(url)}; a SQLite file is a single-user database"
-        )
-    statements = grant_sql(role, kind, parsed.database or "")
-    with engine(url).begin() as conn:
-        for statement in statements:
-            conn.exec_driver_sql(statement)
-    return statements
+    """Run `grant_sql` on the PostgreSQL database at `url` (`db.run_role_sql`); return the statements."""
+    note = "a SQLite file is a single-user database"
+    return run_role_sql(url, "`looplab db grant`", note, lambda database: grant_sql(role, kind, database))
 
 
 def cli_db(args) -> int:
