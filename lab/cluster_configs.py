@@ -227,7 +227,8 @@ def validate_kuberay(manifest: dict[str, Any]) -> None:
         if not all(isinstance(v, str) for v in params.values()):
             raise ValueError(f"RayCluster: {where}.rayStartParams values must be strings")
         for c in need(group, "template.spec.containers", list):
-            need(c, "name", str), need(c, "image", str)
+            need(c, "name", str)
+            need(c, "image", str)
 
 
 def default_name(target: str, s: ClusterSettings) -> str:
