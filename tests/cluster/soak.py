@@ -173,7 +173,7 @@ def grid_file(name: str, seeds: list[int], gang: bool = False) -> str:
             else "",
         ]
     )
-    return f"from orchestrator import Grid\n{text}" if text else ""
+    return f"from looplab import Grid\n{text}" if text else ""
 
 
 def waves(jobs: int, faults: int) -> list[str]:

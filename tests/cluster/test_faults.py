@@ -76,9 +76,9 @@ def test_a_worker_host_lost_mid_run_resumes_its_job_elsewhere_exactly(lab, tmp_p
         assert [tuple(r) for r in got] == ref.curve(key) and got
 
 
-def assert_curve_is_uninterrupted(lab: LabCluster, job_id: int, tmp_path) -> None:
+def assert_curve_is_uninterrupted(lab: LabCluster, job_id: int, tmp_path, train: dict | None = None) -> None:
     seed = lab.query(f"SELECT seed FROM jobs WHERE id = {job_id}")[0][0]
-    ref = reference_run(seed, tmp_path / f"ref{job_id}")
+    ref = reference_run(seed, tmp_path / f"ref{job_id}", train)
     for key in ("train_loss", "val_loss"):
         got = lab.query(
             f"SELECT step, value FROM metrics WHERE job_id = {job_id} AND key = '{key}' ORDER BY step"
@@ -152,7 +152,7 @@ def test_a_gang_losing_one_host_restarts_whole_from_its_checkpoint(lab, tmp_path
 
     for name in ("head", "worker1", "worker2"):
         lab.start_ray(name)
-    grid = f'from orchestrator import Grid\ngrid = Grid("gang", base={GANG_TRAIN!r}, resources={{"workers": 2}})\n'
+    grid = f'from looplab import Grid\ngrid = Grid("gang", base={GANG_TRAIN!r}, resources={{"workers": 2}})\n'
     (lab.net.shared / "grids.py").write_text(grid)
     lab.looplab_done("driver2", "submit", "grids.py")
     driver = lab.looplab(
@@ -239,11 +239,23 @@ def test_a_database_outage_longer_than_the_grace_ends_in_a_clean_takeover_of_two
     grace = 6
     lab.env["LOOPLAB_HEARTBEAT_GRACE_S"] = str(grace)
     lab.start_ray("head", cpus=2)
-    (lab.net.shared / "grids.py").write_text(GRID.replace("[0, 1, 2]", "[0, 1, 2, 3]"))
+    longer = {**TRAIN, "tokens": 4 * 32 * 300}  # a job outlasts the other driver's start-up
+    (lab.net.shared / "grids.py").write_text(
+        GRID.replace(repr(TRAIN), repr(longer)).replace("[0, 1, 2]", "[0, 1, 2, 3]")
+    )
     lab.looplab_done("driver2", "submit", "grids.py")
     run = ("run", "--until-empty", "--artifacts", str(lab.art))
-    head = lab.looplab("head", *run, "--address", lab.ray_address, "--max-concurrent", "2")
+    # driver2 (its own local Ray: the slower start) first, the head's once driver2 holds two jobs, so
+    # that neither drains the queue before the other has claimed; the order is the test's, not chance's
     two = lab.looplab("driver2", *run, "--num-cpus", "2", "--max-concurrent", "2")
+    wait_for(
+        lab,
+        "SELECT count(*) FROM attempts WHERE driver_host = 'driver2' AND outcome = 'running' "
+        "HAVING count(*) = 2",
+        "driver2 holding two jobs",
+        driver=two,
+    )
+    head = lab.looplab("head", *run, "--address", lab.ray_address, "--max-concurrent", "2")
     running = (
         "SELECT a.driver_host, j.id, j.attempts FROM jobs j JOIN attempts a ON a.job_id = j.id "
         "AND a.n = j.attempts WHERE j.status = 'running' AND j.checkpoint_step >= 2 ORDER BY j.id"
@@ -283,7 +295,7 @@ def test_a_database_outage_longer_than_the_grace_ends_in_a_clean_takeover_of_two
     refused = soak_verdict.refusals((lab.logs / "driver2.log").read_text())
     assert all(refused[(j, n)] for h, j, n in held if h == "driver2"), (refused, held)
     victim = next(j for h, j, _ in held if h == "driver2")
-    assert_curve_is_uninterrupted(lab, victim, tmp_path)
+    assert_curve_is_uninterrupted(lab, victim, tmp_path, longer)
 
 
 def test_a_driver_cut_off_from_the_ray_head_but_not_the_database_releases_its_jobs_within_the_bound(

@@ -113,7 +113,7 @@ class RayNode:
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
-def reference_run(seed: int, art: Path) -> MemoryReporter:
+def reference_run(seed: int, art: Path, train: dict | None = None) -> MemoryReporter:
     """The job run uninterrupted, in this process, on one thread as the Ray workers ran (float sums
     depend on the thread count)."""
     import torch
@@ -122,7 +122,7 @@ def reference_run(seed: int, art: Path) -> MemoryReporter:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        jobs.run("train", jobs.validate("train", {**TRAIN, "seed": seed}), ref, art)
+        jobs.run("train", jobs.validate("train", {**(train or TRAIN), "seed": seed}), ref, art)
     finally:
         torch.set_num_threads(threads)
     return ref
