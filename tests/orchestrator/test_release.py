@@ -1,5 +1,5 @@
-"""A driver released by a batch system's warning (`looplab run --release-on USR1`, orchestrator/release.py):
-its running job checkpoints and goes back to the queue as preempted, with a health event saying why, and
+"""A driver released by a batch system's warning or a preemption's SIGTERM (`--release-on USR1,TERM`,
+orchestrator/release.py): its running job checkpoints and goes back to the queue as preempted, with a health event saying why, and
 the driver exits 0; the next driver resumes the job, whose curves equal an uninterrupted run's bit for
 bit. The same on a real SLURM: tests/cluster/test_slurm.py."""
 
@@ -25,7 +25,17 @@ grid = Grid("release", base={{**{TRAIN!r}, "seed": 5}})
 """
 
 
-def test_a_released_driver_hands_its_job_back_checkpointed_and_exits_0(tmp_path, looplab_cache):
+RELEASES = {
+    # SLURM's warning before the time limit, then its own TERM at the limit: the second changes nothing
+    "time-limit": ((signal.SIGUSR1, signal.SIGTERM), "slurm time limit (SIGUSR1, sbatch --signal)"),
+    # a preemption by a higher-priority job: SIGTERM with no warning first (then the grace, then KILL)
+    "preemption": ((signal.SIGTERM,), "allocation ending (SIGTERM: a preemption or the time limit)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RELEASES))
+def test_a_released_driver_hands_its_job_back_checkpointed_and_exits_0(tmp_path, looplab_cache, case):
+    sent, why = RELEASES[case]
     env = driver_env(looplab_cache)
     assert "1 added" in submit(tmp_path, GRID_FILE, env)
     q = Queue(db=tmp_path / "q.db")
@@ -35,16 +45,16 @@ def test_a_released_driver_hands_its_job_back_checkpointed_and_exits_0(tmp_path,
     while not rows(q, "SELECT id FROM jobs WHERE status = 'running' AND checkpoint_step >= 3"):
         assert driver.poll() is None and time.time() < end, driver.stdout.read() if driver.poll() else "late"
         time.sleep(0.2)
-    os.kill(driver.pid, signal.SIGUSR1)
-    os.kill(driver.pid, signal.SIGTERM)  # SLURM's own TERM at the limit, after the warning: no change
+    for sig in sent:
+        os.kill(driver.pid, sig)
     out = driver.communicate(timeout=120)[0]
     assert driver.returncode == 0, out
-    assert "slurm time limit (SIGUSR1, sbatch --signal): releasing 1 running job(s)" in out, out
+    assert f"{why}: releasing 1 running job(s)" in out, out
     ((job, status, ckpt),) = rows(q, "SELECT id, status, checkpoint_step FROM jobs")
     assert status == "queued" and ckpt >= 3
     assert rows(q, "SELECT outcome FROM attempts WHERE job_id = :j", j=job) == [("preempted",)]
     ((rule, message, at),) = rows(q, "SELECT rule, message, step FROM health_events WHERE job_id = :j", j=job)
-    assert rule == "preempted" and message.startswith("slurm time limit"), message
+    assert rule == "preempted" and message.startswith(why), message
 
     second = looplab(tmp_path, *run, env=env)
     out = second.communicate(timeout=300)[0]
