@@ -13,9 +13,12 @@ machine's driver or worker reaches it), the artifact directory an absolute path,
 machine (`--artifacts`), GPUs per node at least what a job of the grid asks (`--gpus-per-node`).
 
 Checked as far as this machine allows: the launcher YAML against Ray's own published schema
-(`ray/autoscaler/ray-schema.json`, which the installed Ray ships: `validate_ray`), the manifest against
+(`ray/autoscaler/ray-schema.json`, which the installed Ray ships: `validate_ray`); the manifest against
 the fields KubeRay's RayCluster requires as its documentation states them (`validate_kuberay`: our reading
-of the CRD, not the CRD itself, which is not on this machine). Neither is run against a real cluster here.
+of the CRD, not the CRD itself, which no registry this machine reaches ships), then as Ray's own KubeRay
+autoscaler reads a RayCluster (`kuberay_as_ray_reads_it`: the CPUs, GPUs and workers of each group as Ray
+derives them from the manifest, that derived config through Ray's schema). Neither is run against a real
+cluster here.
 """
 
 from __future__ import annotations
@@ -231,6 +234,25 @@ def validate_kuberay(manifest: dict[str, Any]) -> None:
             need(c, "image", str)
 
 
+def kuberay_as_ray_reads_it(manifest: dict[str, Any], s: ClusterSettings) -> dict[str, Any]:
+    """The manifest read by the installed Ray's KubeRay autoscaler (the code that turns a RayCluster into
+    Ray's own node types, then checks them against Ray's schema); ValueError if a group's CPUs, GPUs or
+    worker count as Ray reads them are not what `s` asked for. The operator fills in the namespace of a
+    stored RayCluster; here it is "default"."""
+    from ray.autoscaler._private.kuberay.autoscaling_config import _derive_autoscaling_config_from_ray_cr
+
+    stored = {**manifest, "metadata": {"namespace": "default", **manifest["metadata"]}}
+    derived = _derive_autoscaling_config_from_ray_cr(stored)
+    want = {"CPU": s.cpus_per_node, **({"GPU": s.gpus_per_node} if s.gpus_per_node else {})}
+    for name, node in derived["available_node_types"].items():
+        got = {k: node["resources"].get(k) for k in want}
+        if got != want:
+            raise ValueError(f"RayCluster: Ray reads group {name!r} as {got}, not {want}")
+    if derived["max_workers"] != s.workers:
+        raise ValueError(f"RayCluster: Ray reads {derived['max_workers']} worker(s), not {s.workers}")
+    return derived
+
+
 def default_name(target: str, s: ClusterSettings) -> str:
     return f"{s.name}-{'cluster' if target == 'ray' else 'raycluster'}.yaml"
 
@@ -249,6 +271,7 @@ def render(target: str, s: ClusterSettings, filename: str | None = None) -> str:
     else:
         config = kuberay(s)
         validate_kuberay(config)
+        kuberay_as_ray_reads_it(config, s)
         how = [
             f"kubectl create secret generic {s.db_secret} --from-literal={SECRET_KEY}=postgresql+psycopg://...",
             f"kubectl apply -f {filename}; copy {s.grids.name} into the claim {s.volume_claim}, then:",

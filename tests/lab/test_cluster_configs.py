@@ -1,16 +1,23 @@
 """`looplab cluster-config`: the Ray cluster-launcher YAML checked against Ray's own published schema (it
 ships with Ray), the KubeRay RayCluster manifest against the fields its documentation requires; both from
-the settings `looplab slurm` takes, neither holding the database password; bad input refused by option."""
+the settings `looplab slurm` takes, neither holding the database password; bad input refused by option.
+The manifest is also read by Ray's own KubeRay autoscaler code, which must find the groups we meant."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
 import yaml
 
 from looplab.lab.cli import main
-from looplab.lab.cluster_configs import validate_kuberay, validate_ray
+from looplab.lab.cluster_configs import (
+    ClusterSettings,
+    kuberay_as_ray_reads_it,
+    validate_kuberay,
+    validate_ray,
+)
 from tests.lab.test_slurm import PG, grid_file
 
 
@@ -76,6 +83,22 @@ def test_the_raycluster_manifest_has_every_field_kuberay_requires(tmp_path):
     ):
         with pytest.raises(ValueError, match=says):
             validate_kuberay(bad)
+    asked = ClusterSettings("s", tmp_path, "", tmp_path, workers=3, cpus_per_node=2, gpus_per_node=1)
+    derived = kuberay_as_ray_reads_it(manifest, asked)  # Ray's own reading of a RayCluster
+    assert derived["available_node_types"]["workers"]["resources"]["GPU"] == 1
+    assert derived["available_node_types"]["workers"]["min_workers"] == 3
+    for changed, says in (
+        (
+            {"gpus_per_node": 2},
+            "Ray reads group 'headgroup' as {'CPU': 2, 'GPU': 1}, not {'CPU': 2, 'GPU': 2}",
+        ),
+        ({"workers": 4}, "Ray reads 3 worker\\(s\\), not 4"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(says) if "{" in says else says):
+            kuberay_as_ray_reads_it(manifest, dataclasses.replace(asked, **changed))
+    group["rayStartParams"]["num-cpus"] = "two"  # a value Ray cannot read is refused by Ray's own code
+    with pytest.raises(ValueError, match="invalid literal for int.*'two'"):
+        kuberay_as_ray_reads_it(manifest, asked)
     group["replicas"] = -1
     with pytest.raises(ValueError, match=r"workerGroupSpecs\[0\].replicas must be >= 0"):
         validate_kuberay(manifest)
