@@ -30,8 +30,10 @@ The rule (`judge`), one for every comparison kind:
   reaching across the band's edge is not resolved;
 - scale (MISSION): a scale-free figure (an exponent, a share, a ratio: `SCALE_FREE_KINDS`) is judged on
   size at any scale, so a fitted φ is always compared with 0.46; a scale-bound one (a loss or accuracy
-  difference) on size only at the study's scale (`same_scale`), elsewhere on sign only. Every
-  judgement says which (`Judgement.judged`: "size and sign", "sign only", "not judgeable");
+  difference) on size only at the study's scale (`same_scale`: the parameters and/or tokens the study
+  prints for the claim, each record citing the seed's line), elsewhere on sign only; where the study
+  prints no count for it, on sign only (its own numbers excepted). Every judgement says what it
+  compared (`Judgement.judged`: "size and sign", "sign only", "not judgeable") and why (`scale_basis`);
 - a within-noise claim of a study that states no margin is "not judgeable": no margin is invented.
 
 Pure pandas / numpy / scipy: no torch, no database.
@@ -101,6 +103,12 @@ DEFAULT_BAND = 0.25
 # what each judgement compared (`Judgement.judged`)
 ON_SIZE, SIGN_ONLY, NOT_JUDGEABLE = "size and sign", "sign only", "not judgeable"
 SCALE_FACTOR = 1.5  # runs within this factor of a claim's parameters and tokens are at its scale
+# what a judgement compares, by the runs' scale (`scale_basis`; the scorecard's scale_note)
+AT_SCALE = "at the study's scale"
+SCALE_FREE = "other scale: size judged (the figure does not depend on scale)"
+OTHER_SCALE = "other scale: sign only"
+NO_SCALE = "scale not stated by the study: sign only"
+SCALE_NOTES = (AT_SCALE, SCALE_FREE, OTHER_SCALE, NO_SCALE)
 POINT_COLUMNS = ["series", "x", "seed", "value"]
 
 
@@ -286,15 +294,28 @@ def estimate(claim: Claim, points: pd.DataFrame, level: float = LEVEL) -> Estima
 
 
 def same_scale(claim: Scale, ours: Scale | None) -> bool:
-    """Whether runs at `ours` are at the claim's scale: parameters and tokens both stated and each
-    within `SCALE_FACTOR` of the claim's."""
+    """Whether runs at `ours` are at the claim's scale: every count the study prints for the claim
+    (parameters and/or tokens) stated for ours too and within `SCALE_FACTOR` of it. A claim whose study
+    prints neither is at its scale only for the study's own numbers (`ours` is the claim's scale)."""
     if ours is None:
         return False
-    pairs = ((claim.params, ours.params), (claim.n_tokens, ours.n_tokens))
-    return all(
-        math.isfinite(a) and math.isfinite(b) and a > 0 and b > 0 and max(a / b, b / a) <= SCALE_FACTOR
-        for a, b in pairs
+    if ours == claim:
+        return True
+    pairs = [
+        (a, b) for a, b in ((claim.params, ours.params), (claim.n_tokens, ours.n_tokens)) if math.isfinite(a)
+    ]
+    return bool(pairs) and all(
+        math.isfinite(b) and a > 0 and b > 0 and max(a / b, b / a) <= SCALE_FACTOR for a, b in pairs
     )
+
+
+def scale_basis(claim: Claim, at_scale: bool) -> str:
+    """What a judgement of `claim` compares, given whether the runs are at its scale (`SCALE_NOTES`)."""
+    if at_scale:
+        return AT_SCALE
+    if claim.kind in SCALE_FREE_KINDS:
+        return SCALE_FREE
+    return OTHER_SCALE if claim.scale.stated else NO_SCALE
 
 
 @dataclass(frozen=True)
@@ -330,9 +351,7 @@ class Judgement:
 
     @property
     def scale_note(self) -> str:
-        if self.at_scale:
-            return "at the study's scale"
-        return "other scale: direction and shape only"
+        return scale_basis(self.claim, self.at_scale)
 
 
 def study_estimate(claim: Claim) -> Estimate | None:
@@ -421,10 +440,22 @@ def judge(
     if not ours.defined:
         return out(ClaimVerdict.NOT_RESOLVED, f"no interval ({ours.method})")
     verdict, where = _sign(claim, ours)
-    if verdict != ClaimVerdict.REPLICATED or not on_size:
-        return out(verdict, where if verdict != ClaimVerdict.REPLICATED else f"{where}: on the claimed side")
+    if verdict != ClaimVerdict.REPLICATED:
+        return out(verdict, where)
+    if not on_size:
+        return out(verdict, f"{where}: on the claimed side{_unsized(claim, band)}")
     verdict, size = _size(band, ours)
     return out(verdict, f"{where}: on the claimed side; {size}")
+
+
+def _unsized(claim: Claim, band: Band | None) -> str:
+    """Why a magnitude claim's size was not judged ("" for a shape claim): the runs are at another scale
+    than the one the study prints, or the study prints none for it."""
+    if band is None:
+        return ""
+    if claim.scale.stated:
+        return f"; size not judged: the study's figure is for {claim.scale.describe()}"
+    return "; size not judged: the study prints no parameter or token count for it"
 
 
 def judge_points(

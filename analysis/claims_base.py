@@ -139,7 +139,14 @@ class Scale:
     tokens: str = ""  # e.g. "10 亿 token"
     seeds: tuple[int, ...] = ()
     device: str = ""
-    note: str = ""  # anything else: the budgets, the layer configuration
+    note: str = ""  # anything else: the budgets, the layer configuration; where neither size nor
+    # tokens is printed for the claim, what the study does say (its "not stated")
+    lines: tuple[int, ...] = ()  # the seed's lines that print `size` and `tokens` ([first, last])
+
+    @property
+    def stated(self) -> bool:
+        """Whether the study prints a parameter or a token count for the claim."""
+        return math.isfinite(self.params) or math.isfinite(self.n_tokens)
 
     @property
     def params(self) -> float:
@@ -155,6 +162,9 @@ class Scale:
         if self.seeds:
             parts.append("seeds " + ", ".join(str(s) for s in self.seeds))
         parts += [self.device, self.note]
+        if self.lines:
+            first, last = self.lines
+            parts.append(f"line {first}" if first == last else f"lines {first}-{last}")
         return " · ".join(p for p in parts if p) or "not stated"
 
 

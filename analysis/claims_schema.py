@@ -5,7 +5,8 @@ file, the claim and the field, and what is accepted.
 
 A claim's fields (see `claims_base.Claim`): id (the study's key, a dot, a name), lines [first, last] of
 the seed file, where (the section), statement (our own words, never the seed's sentence), kind, side,
-unit (the enums' values), scale {size, tokens, seeds, device, note} (each as printed), metric {frame,
+unit (the enums' values), scale {size, tokens, seeds, device, note, lines} (each as printed; lines:
+the seed's [first, last] lines that print the size and tokens, required with either), metric {frame,
 column, series [[name, variant]], at, note} (frame "" where looplab does not measure it yet), terms,
 points [[series, x, text]] or [[series, x, text, seed]] (the figures as printed), or the name of a
 value table several claims read (a top-level `[tables]` entry of the file), stated [text] (the
@@ -50,7 +51,7 @@ OPTIONAL = {
     "own_evidence": str,
 }
 SCHEMA = {**REQUIRED, **OPTIONAL}
-SCALE_KEYS = {"size", "tokens", "seeds", "device", "note"}
+SCALE_KEYS = {"size", "tokens", "seeds", "device", "note", "lines"}
 METRIC_KEYS = {"frame", "column", "series", "at", "note"}
 # how many operands each kind's terms hold (pairwise kinds: any number of pairs, or one key)
 TERM_COUNTS = {
@@ -89,9 +90,12 @@ def _check_fields(raw: dict, where: str) -> None:
         )
         if not ok or (want is int and isinstance(value, bool)):
             raise ConfigError(f"{where}: field {key!r} must be {want.__name__}, got {value!r}")
-    lines = raw["lines"]
+    _check_lines(raw["lines"], where, "lines")
+
+
+def _check_lines(lines: list, where: str, field: str) -> None:
     if len(lines) != 2 or not all(isinstance(n, int) and n >= 1 for n in lines) or lines[0] > lines[1]:
-        raise ConfigError(f"{where}: field 'lines' must be [first, last] line numbers, got {lines!r}")
+        raise ConfigError(f"{where}: field {field!r} must be [first, last] line numbers, got {lines!r}")
 
 
 def _quote(text, where: str) -> Quote:
@@ -132,6 +136,19 @@ def _sub(raw: dict, key: str, accepted: set[str], where: str) -> dict:
     return table
 
 
+def _scale(raw: dict, where: str) -> Scale:
+    """A claim's scale; `lines` ([first, last] of the seed) is required where it prints a size or tokens."""
+    lines = raw.get("lines", [])
+    if lines:
+        _check_lines(lines, where, "scale.lines")
+    scale = Scale(**{**raw, "seeds": tuple(raw.get("seeds", ())), "lines": tuple(lines)})
+    if (scale.size or scale.tokens) and not lines:
+        raise ConfigError(
+            f"{where}: field 'scale.lines' is missing: the seed's lines that print {scale.size or scale.tokens!r}"
+        )
+    return scale
+
+
 def claim_of(raw: dict, study: str, prefix: str, where: str, tables: dict | None = None) -> Claim:
     """One `[[claim]]` table checked against the schema and made a record (`where` names the file, ids
     start with `prefix` and a dot)."""
@@ -156,7 +173,7 @@ def claim_of(raw: dict, study: str, prefix: str, where: str, tables: dict | None
         kind,
         _enum(Side, raw["side"], f"{where}: field 'side'"),
         _enum(Unit, raw["unit"], f"{where}: field 'unit'"),
-        Scale(**{**scale, "seeds": tuple(scale.get("seeds", ()))}),
+        _scale(scale, where),
         Metric(**{"frame": "", "column": "", **metric, "series": _tuples(metric.get("series", []))}),
         terms=terms,
         points=_points(raw.get("points", []), tables or {}, where),

@@ -13,6 +13,8 @@ import math
 
 import pandas as pd
 
+from looplab.analysis import claims
+
 WIDTH = 120
 # (heading, width) of each column; the widths add up to WIDTH with one space between columns
 COLUMNS = (
@@ -57,10 +59,14 @@ def _ours(row: pd.Series) -> str:
     return f"{_number(row['value'])} {interval} n{int(row['n_seeds'])}"
 
 
+# the scale column: what a judgement compared, by the runs' scale (`analysis.claims.SCALE_NOTES`)
+SCALES = dict(zip(claims.SCALE_NOTES, ("study", "free", "other", "n/s"), strict=True))
+
+
 def _scale(row: pd.Series) -> str:
     if not math.isfinite(row["value"]):
         return ""
-    return "study" if row["scale_note"] == "at the study's scale" else "other"
+    return SCALES.get(row["scale_note"], "?")
 
 
 def _line(cells: list[str]) -> str:
@@ -96,9 +102,10 @@ def text_scorecard(card: pd.DataFrame) -> str:
     lines += [
         "-" * WIDTH,
         counts(card),
-        "judged: size = size and sign (a band of the study's figure), sign = sign only (another scale), "
-        "n/j = not judgeable",
-        "scale: study = at the study's scale, other = another. * derived from the study's printed values",
-        "(the computation is in study_figure). Every column in full: --csv or --json.",
+        "judged: size = size and sign (a band of the study's figure), sign = sign only, n/j = not judgeable",
+        "scale: study = at the study's scale; free = another, the figure (a share, ratio, exponent) judged on",
+        "size anyway; other = another, sign only; n/s = the study prints no size or tokens for it, sign only.",
+        "* derived from the study's printed values (the computation is in study_figure).",
+        "Every column in full: --csv or --json.",
     ]
     return "\n".join(line[:WIDTH] for line in lines)

@@ -109,24 +109,37 @@ def _outside(claim: claims.Claim, band: claims.Band) -> claims.Estimate:
 
 
 def test_the_studys_numbers_replicate_and_shifted_outside_the_band_contradict():
-    shifted = sign_only = 0
+    """Every magnitude claim with printed values: the study's own numbers at its own scale replicate on
+    size; moved past the band's far edge they contradict; the same moved figure at another scale is
+    judged on sign only for a scale-bound figure (replicated, the reason saying size was not judged)
+    and still on size for a scale-free one (contradicted)."""
+    shifted = 0
+    notes = dict.fromkeys(claims.SCALE_NOTES, 0)  # what the judgements at another scale compared
     for c in claims.CLAIMS:
         band = claims.band_of(c)
         if band is None or c.own_evidence:
             continue
         own = claims.judge(c, claims.study_estimate(c), c.scale)
         assert own.verdict == ClaimVerdict.REPLICATED, (c.id, own.reason)
-        if c.kind not in claims.SCALE_FREE_KINDS and not claims.same_scale(c.scale, c.scale):
-            # a scale-bound figure whose size or tokens the study does not state: sign only, always
-            assert own.judged == claims.SIGN_ONLY, c.id
-            sign_only += 1
-            continue
-        assert own.judged == claims.ON_SIZE, c.id
+        assert own.judged == claims.ON_SIZE and own.scale_note == claims.AT_SCALE, c.id
         assert band.low <= own.study.value <= band.high, c.id
         moved = claims.judge(c, _outside(c, band), c.scale)
         assert moved.verdict == ClaimVerdict.CONTRADICTED and "misses" in moved.reason, (c.id, moved.reason)
         shifted += 1
-    assert shifted >= 15 and shifted > sign_only
+        elsewhere = claims.judge(c, _outside(c, band), TINY)
+        if c.kind in claims.SCALE_FREE_KINDS:
+            assert (
+                elsewhere.verdict == ClaimVerdict.CONTRADICTED and elsewhere.scale_note == claims.SCALE_FREE
+            )
+            notes[elsewhere.scale_note] += 1
+            continue
+        assert elsewhere.verdict == ClaimVerdict.REPLICATED and elsewhere.judged == claims.SIGN_ONLY, c.id
+        assert elsewhere.scale_note == (claims.OTHER_SCALE if c.scale.stated else claims.NO_SCALE), c.id
+        assert "size not judged" in elsewhere.reason, c.id
+        notes[elsewhere.scale_note] += 1
+    assert shifted >= 25 and notes[claims.AT_SCALE] == 0
+    # 18 scale-bound figures with a printed scale, 3 whose lines print none, 4 scale-free ones
+    assert notes[claims.OTHER_SCALE] >= 15 and notes[claims.NO_SCALE] >= 3 and notes[claims.SCALE_FREE] >= 3
 
 
 def test_a_share_of_a_gain_that_does_not_exist_is_premise_not_met():

@@ -35,7 +35,8 @@ def test_every_claim_has_a_row_with_its_verdict(db, capsys):
     assert set(card["verdict"]) <= {"replicated", "contradicted", "not resolved", "not run"}
     rows = card.set_index("claim")
     assert rows.loc["lean.parcae_share_4_of_8", "verdict"] == "replicated"
-    assert rows.loc["lean.parcae_share_4_of_8", "scale_note"] == "other scale: direction and shape only"
+    # a share does not depend on scale: at the tiny scale it is still judged on size, and said so
+    assert rows.loc["lean.parcae_share_4_of_8", "scale_note"] == claims.SCALE_FREE
     assert rows.loc["iso.phi_below_one", "reason"] == "needs iso_depth runs (none in this database)"
     assert rows.loc["loop.5x4_beats_nonloop", "verdict"] == "not run"
 
@@ -78,10 +79,7 @@ def test_the_iso_depth_claims_read_the_fitted_law(tmp_path, capsys):
     worth = card.loc["iso.worth_at_4"]
     assert worth["verdict"] == "replicated"  # under the 4 blocks it costs
     assert worth["value"] == pytest.approx(4 ** phi["value"])
-    assert (
-        "27 runs; r in 1, 2, 4" in worth["our_scale"]
-        and worth["scale_note"] == "other scale: direction and shape only"
-    )
+    assert "27 runs; r in 1, 2, 4" in worth["our_scale"] and worth["scale_note"] == claims.SCALE_FREE
     assert card.loc["iso.gap_grows_with_r", "verdict"] == "not run"
 
 

@@ -53,7 +53,7 @@ def test_the_studies_own_values_replicate_every_claim_they_resolve():
             assert j.verdict != ClaimVerdict.REPLICATED, c.id  # the reason recorded is still true
         else:
             assert j.verdict == ClaimVerdict.REPLICATED, (c.id, j.reason)
-            assert j.at_scale or not (c.scale.size and c.scale.tokens), c.id  # judged on magnitude too
+            assert j.at_scale, c.id  # the study's numbers are at its own scale
             replicated += 1
     assert replicated >= 30
     assert replicated == sum(not c.own_evidence for c in claims.CLAIMS)
@@ -191,7 +191,7 @@ def test_at_the_studys_scale_magnitude_counts_elsewhere_direction_only():
     assert at_scale.scale_note == "at the study's scale"
     elsewhere = claims.judge_points(C["lean.lean_beats_parcae_86m"], far, TINY)
     assert elsewhere.verdict == ClaimVerdict.REPLICATED and not elsewhere.at_scale
-    assert elsewhere.scale_note == "other scale: direction and shape only"
+    assert elsewhere.scale_note == claims.OTHER_SCALE and "size not judged" in elsewhere.reason
     assert claims.same_scale(C["lean.lean_beats_parcae_86m"].scale, AT_86M)
     assert not claims.same_scale(C["lean.lean_beats_parcae_86m"].scale, Scale("86.5M", "2000000000 token"))
 

@@ -93,6 +93,14 @@ def test_a_good_file_loads_as_records(tmp_path):
         (("lines = [42, 42]", "lines = [42, 41]"), "field 'lines' must be [first, last]"),
         (("line = 0.5", 'line = "half"'), "field 'line' must be float"),
         (('kind = "ratio"', 'kind = "share of a gain"'), "field 'terms' of a share of a gain claim holds 4"),
+        (
+            ('unit = "exact"', 'unit = "exact"\nscale = { size = "1.44 亿参数" }'),
+            "field 'scale.lines' is missing: the seed's lines that print '1.44 亿参数'",
+        ),
+        (
+            ('unit = "exact"', 'unit = "exact"\nscale = { tokens = "10 亿 token", lines = [7] }'),
+            "field 'scale.lines' must be [first, last] line numbers, got [7]",
+        ),
     ],
 )
 def test_a_file_breaking_the_schema_is_refused_naming_the_field(tmp_path, change, message):

@@ -94,8 +94,9 @@ def test_every_lean_claim_has_a_row_and_the_studys_tables_replicate_through_the_
         # the study's own 12-loop best is 0.0001 below 16, inside the sweep's 0.01 noise floor
         expected = "not resolved" if claim_id == "lean.parcae_best_at_12" else "replicated"
         assert out.loc[claim_id, "verdict"] == expected, (claim_id, out.loc[claim_id, "reason"])
-        # tiny runs: another scale than the study's, so direction and shape only, and said so
-        assert out.loc[claim_id, "scale_note"] == "other scale: direction and shape only"
+        # tiny runs: another scale than the study's, so sign only (a share: size, being scale-free), said so
+        assert out.loc[claim_id, "scale_note"] in (claims.OTHER_SCALE, claims.SCALE_FREE)
+        assert out.loc[claim_id, "scale_note"] == claims.scale_basis(C[claim_id], False)
     share = out.loc["lean.parcae_share_4_of_8"]
     assert share["value"] == pytest.approx(claims.study_estimate(C["lean.parcae_share_4_of_8"]).value)
     assert share["n_seeds"] == 2 and "seeds 43, 44" in share["our_scale"]
