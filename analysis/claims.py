@@ -26,8 +26,9 @@ The rule (`judge`), one for every comparison kind:
 - size (`band_of`): every magnitude claim (a difference, a share, a ratio, an exponent) has a band of
   stated width: the union of the study's own seed interval, its stated figure or range (each to half
   its last printed digit) and the figure ± `DEFAULT_BAND` (25 %, the "about" of a figure printed
-  without a spread). An interval inside the band replicates, one wholly outside contradicts, one
-  reaching across the band's edge is not resolved;
+  without a spread; for a fraction of a whole, `bounded`, 25 % of its distance to 0 or 1, whichever is
+  nearer, so a share of 94 % is not "about" 71 %). An interval inside the band replicates, one wholly
+  outside contradicts, one reaching across the band's edge is not resolved;
 - scale (MISSION): a scale-free figure (an exponent, a share, a ratio: `SCALE_FREE_KINDS`) is judged on
   size at any scale, so a fitted φ is always compared with 0.46; a scale-bound one (a loss or accuracy
   difference) on size only at the study's scale (`same_scale`: the parameters and/or tokens the study
@@ -359,6 +360,12 @@ def study_estimate(claim: Claim) -> Estimate | None:
     return estimate(claim, study_points(claim)) if claim.points else None
 
 
+def bounded(claim: Claim) -> bool:
+    """Whether the claim's figure is a fraction of a whole (a share of a gain, a fraction), so it
+    saturates at 1 as it does at 0."""
+    return claim.kind == Comparison.SHARE or claim.unit == Unit.FRACTION and claim.kind in MAGNITUDE_KINDS
+
+
 def band_of(claim: Claim) -> Band | None:
     """The band of a magnitude claim (module docstring): the union of the study's figure ±
     `DEFAULT_BAND`, its seed interval and its stated figure or range (to half a printed digit); None
@@ -367,8 +374,14 @@ def band_of(claim: Claim) -> Band | None:
     if claim.kind not in MAGNITUDE_KINDS or study is None or not math.isfinite(study.value):
         return None
     v = study.value
-    low, high = v - DEFAULT_BAND * abs(v), v + DEFAULT_BAND * abs(v)
-    sources = [f"±{DEFAULT_BAND:.0%} of {v:.4g}"]
+    if bounded(claim):  # a fraction near 1 has little room left: the "about" is of what remains
+        half, sources = (
+            DEFAULT_BAND * min(abs(v), abs(1 - v)),
+            [f"±{DEFAULT_BAND:.0%} of min({v:.4g}, 1 − it)"],
+        )
+    else:
+        half, sources = DEFAULT_BAND * abs(v), [f"±{DEFAULT_BAND:.0%} of {v:.4g}"]
+    low, high = v - half, v + half
     if study.defined and study.high > study.low:
         low, high = min(low, study.low), max(high, study.high)
         sources.append(f"the study's {study.method}")

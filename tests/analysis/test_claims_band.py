@@ -63,6 +63,26 @@ def test_a_share_of_93_percent_replicates_the_notes_94():
     assert j.verdict == ClaimVerdict.CONTRADICTED and "misses the study's band" in j.reason
 
 
+def test_near_saturation_the_default_band_is_a_share_of_what_remains():
+    """±25 % of 0.94 would let a share of 71 % "replicate" the note's 94 %: for a fraction of a whole the
+    default half-width is 25 % of its distance to 1 (0.016), widened only by the study's own two-seed
+    interval and its printed 94 %."""
+    claim = C["lean.parcae_share_4_of_8"]
+    band = claims.band_of(claim)
+    assert claims.bounded(claim) and 0.91 < band.low < 0.93 and 0.95 < band.high < 0.96
+    assert "1 − it" in band.source
+
+    def share(value: float) -> pd.DataFrame:
+        return sweep({1: (3.50, 3.49), 4: (3.50 - value * 0.25, 3.49 - value * 0.25), 8: (3.25, 3.24)})
+
+    assert claims.judge_points(claim, share(0.93), TINY).verdict == ClaimVerdict.REPLICATED
+    j = claims.judge_points(claim, share(0.80), TINY)  # most of the gain, but not "94 %"
+    assert j.verdict == ClaimVerdict.CONTRADICTED and "misses the study's band" in j.reason
+    # a figure that is not a fraction keeps ±25 % of itself
+    drop = claims.band_of(C["lean.parcae_gain_4_to_8"])
+    assert not claims.bounded(C["lean.parcae_gain_4_to_8"]) and "±25% of -0.0159;" in drop.source
+
+
 def test_one_depth_sweep_is_read_at_one_noise_floor():
     # every loop count 0.005 above 12, on both seeds
     base = {12: (3.2458, 3.2446)}
