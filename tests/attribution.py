@@ -132,3 +132,18 @@ def misattributed(text: str, printed: tuple[set[float], set[float]]) -> list[tup
         if m and round(_value(m), 9) not in (scaled if sized else plain):
             bad.append((i, figure, context))
     return bad
+
+
+def unprinted_in_statement(statement: str, printed: tuple[set[float], set[float]]) -> list[str]:
+    """The figures of a claim's statement (every one of them is the study's, in every clause, not only
+    the first) that the seeds do not print, except in a clause marked derived."""
+    plain, scaled = printed
+    bad = []
+    for clause in re.split(r"[;()]", statement):
+        if MARK.search(clause):
+            continue
+        for figure, sized in _figures(clause):
+            m = NUMBER.search(figure)
+            if m and round(_value(m), 9) not in (scaled if sized else plain):
+                bad.append(figure)
+    return bad
