@@ -224,7 +224,8 @@ def _scorecards(data: StudyData) -> list[Section]:
             "side of the line and, for a magnitude, inside the band of the study's figure; contradicted on "
             "the other side or wholly outside the band; not resolved across either edge; not run without the "
             "runs it needs. A share, a ratio or an exponent is judged on size at any scale, a loss "
-            "difference on size only at the study's scale (`judged`). A study figure computed from its "
+            "difference on size only at the parameters and tokens the study prints for it, else on sign "
+            "only (`judged`, and `scale_note` for why). A study figure computed from its "
             "printed values is marked derived; `stated` and `contradiction` give the study's own summary "
             "and where its text and tables disagree. `looplab claims` prints the same.",
             f"Verdicts: {tally}.",
