@@ -12,11 +12,14 @@ loops, val_loss, far_copy_loss, variant columns) and the finished runs with
   the x the claim reads; iso-time runs are left out.
 - a claim on parcae's training-loop sampler (`SAMPLER_CLAIMS`), once parcae runs are among them: exact,
   from the recipe's sampler (`sampler_judgement`).
+- the test split ordering the recipes as validation does (`HELDOUT_CLAIMS`): Spearman's ρ per seed of
+  the three recipes' validation and test losses, each at its best loop count on validation, from the
+  sweeps that evaluated the test split (`heldout_points`).
 Any other claim (iso-time pairs, decode timings, loop geometry, a difference the study only prints)
 is not measured from these frames: its row says so, verdict "not run".
 
 Every verdict carries our scale beside the study's: these CPU-sized runs are at another scale than
-every claim, so they are judged on direction and shape only.
+every claim, so a scale-bound figure is judged on sign only (`scale_note` says which).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from __future__ import annotations
 import pandas as pd
 from scipy import stats as scipy_stats
 
-from looplab.analysis import claims, far_copy
+from looplab.analysis import claims, far_copy, heldout
 from looplab.analysis.claims_base import Claim, Scale
 from looplab.analysis.claims_lean import EQUAL_DATA
 from looplab.analysis.variants import with_variants
@@ -33,6 +36,8 @@ from looplab.model.presets import preset
 RECIPES = ("parcae", "fixed4", "lean")
 # claims on the training-loop sampler itself: P(loops <= n) of the sampler the parcae runs trained with
 SAMPLER_CLAIMS = {"lean.tenth_draw_four_or_fewer": 4}
+# claims on the test split against validation: read from the sweeps that evaluated both (heldout_points)
+HELDOUT_CLAIMS = {"lean.test_agrees_with_validation"}
 COLUMNS = claims.SCORECARD_COLUMNS
 POINTS = claims.POINT_COLUMNS
 
@@ -119,6 +124,29 @@ def _equal_data_points(claim: Claim, evals: pd.DataFrame) -> tuple[pd.DataFrame,
     return pd.DataFrame(rows, columns=POINTS), df
 
 
+def heldout_points(claim: Claim, depth: pd.DataFrame) -> tuple[pd.DataFrame, list]:
+    """Per seed, each recipe's validation and test loss at its best loop count on validation (series
+    "validation" and "test", x the recipe), from sweeps that evaluated the test split, in one block."""
+    depth = heldout.with_test(depth)
+    labels = _labels(claim, depth)
+    present = {label for label in labels.values() if label is not None}
+    if not present:
+        return pd.DataFrame(columns=POINTS), []
+    block = _block(with_variants(depth), present)
+    rows, jobs = [], []
+    for name, label in labels.items():
+        d = block[block["variant_label"] == label]
+        per = d.groupby(["seed", "loops"])[["val_loss", "test_loss"]].mean().reset_index()
+        for seed, sweep in per.groupby("seed"):
+            best = sweep.loc[sweep["val_loss"].idxmin()]
+            rows += [
+                ("validation", name, seed, float(best["val_loss"])),
+                ("test", name, seed, float(best["test_loss"])),
+            ]
+        jobs += sorted(set(d["train_job_id"]))
+    return pd.DataFrame(rows, columns=POINTS), jobs
+
+
 def sampler_judgement(claim: Claim, runs: tuple = ()) -> claims.Judgement:
     """P(loops <= n) of the parcae recipe's training-loop sampler, exact from its definition
     (model/looped.py `sample_loops`: Poisson with the recipe's loop count as its mean, at least 1, so for
@@ -140,6 +168,14 @@ def judge_lean_claim(claim: Claim, depth: pd.DataFrame, evals: pd.DataFrame) -> 
         if parcae.empty:
             return claims.judge(claim, None, None, ["parcae runs (the sampler they trained with)"])
         return sampler_judgement(claim, tuple(sorted(parcae["job_id"])))
+    if claim.id in HELDOUT_CLAIMS:
+        points, jobs = heldout_points(claim, depth)
+        if points.empty:
+            return claims.judge(
+                claim, None, None, ["depth sweeps of parcae, fixed4 and lean with the test split"]
+            )
+        runs = evals[evals["job_id"].isin(jobs)] if not evals.empty and "job_id" in evals else evals
+        return claims.judge_points(claim, points, scale_of(runs, points["seed"]), jobs)
     if frame == "depth" and _series_measured(claim):
         points, jobs = _depth_points(claim, depth)
         runs = evals[evals["job_id"].isin(jobs)] if not evals.empty and "job_id" in evals else evals

@@ -142,3 +142,24 @@ def test_a_claim_these_frames_cannot_measure_says_so():
 def test_applies_to_the_three_recipes():
     assert findings.applies(pd.DataFrame({"recipe": ["parcae", "fixed4", "lean", "plain"]}))
     assert not findings.applies(pd.DataFrame({"recipe": ["parcae", "lean"]}))
+
+
+def test_the_test_split_orders_the_recipes_as_validation_does():
+    claim = C["lean.test_agrees_with_validation"]  # line 34: test agrees with validation in direction
+    depth, evals = frames({"parcae": PARCAE, "fixed4": FIXED4, "lean": LEAN})
+    depth.loc[depth["recipe"] == "fixed4", "val_loss"] += 0.003  # no tie with lean at 4 loops
+    j = findings.judge_lean_claim(claim, depth, evals)  # no sweep evaluated the test split
+    assert j.verdict == claims.ClaimVerdict.NOT_RUN and "with the test split" in j.reason
+    # the test loss 0.02 above validation everywhere: the same order on both seeds, ρ = 1
+    same = depth.assign(test_loss=depth["val_loss"] + 0.02)
+    j = findings.judge_lean_claim(claim, same, evals)
+    assert j.verdict == claims.ClaimVerdict.REPLICATED and j.ours.value == 1.0 and j.ours.n == 2
+    assert len(j.runs) == 6 and j.judged == claims.SIGN_ONLY  # a rank: a side of the line, no size
+    # each recipe at its best loop count on validation: parcae at 12 (the note's), lean and fixed4 at 4
+    points, _ = findings.heldout_points(claim, same)
+    best = points[points["series"] == "validation"].set_index(["x", "seed"])["value"]
+    assert best[("parcae", 43)] == 3.2458 and best[("lean", 43)] == 3.2413
+    # test losses in the reverse order of validation on both seeds: ρ = −1
+    order = {"parcae": 0.0, "fixed4": 0.2, "lean": 0.4}
+    flipped = depth.assign(test_loss=-depth["val_loss"] + depth["recipe"].map(order))
+    assert findings.judge_lean_claim(claim, flipped, evals).verdict == claims.ClaimVerdict.CONTRADICTED
