@@ -31,8 +31,9 @@ st.caption(
     "interval lies on the claimed side of its line and, for a magnitude, inside the band of the study's "
     "figure; contradicted on the other side or wholly outside the band; not resolved across either "
     "edge; not run without the runs it needs. A scale-free figure (a share, a ratio, an exponent) is "
-    "judged on size at any scale, a scale-bound one (a loss difference) on size only at the study's "
-    "scale and on sign elsewhere (`judged`). `premise` names what a claim takes for granted that these "
+    "judged on size at any scale, a scale-bound one (a loss difference) on size only at the parameters "
+    "and tokens the study prints for it and on sign elsewhere (`judged`; `scale_note` says why, also "
+    "where the study prints no scale). `premise` names what a claim takes for granted that these "
     "runs do not show. See docs/claims.md."
 )
 url = ui.url()
