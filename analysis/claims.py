@@ -542,7 +542,8 @@ def derivation(claim: Claim) -> str:
         pairs = _pairs(claim)
         parts = [_key(a) + (op + _key(b) if b is not None else "") for a, b in pairs]
         how = parts[0] if len(parts) == 1 else "the least favourable of " + ", ".join(parts)
-        how = "" if len(pairs) == 1 and pairs[0][1] is None else how  # one printed value is the figure
+        if len(pairs) == 1 and pairs[0][1] is None:  # one printed value is the figure (its mean, per seed)
+            how = parts[0] if len({p.seed for p in claim.points}) > 1 else ""
         if k == Comparison.EQUIVALENT and len(parts) > 1:
             how = "the largest |" + "|, |".join(parts) + "|"
     seeds = {p.seed for p in claim.points if p.seed is not None}

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from looplab.analysis import claims
-from tests.attribution import misattributed, seed_numbers, unprinted_in_statement
+from looplab.analysis import claims, claims_text
+from looplab.analysis.claims_base import _CHINESE as CHINESE
+from tests.attribution import NUMBER, _value, misattributed, seed_numbers, unprinted_in_statement
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = ROOT.parent / "shared" / claims.SEEDS_DIR
@@ -71,3 +72,43 @@ def test_the_checker_fails_on_a_figure_the_study_did_not_print(printed):
     # amounts in M and B are the seeds' 亿 and 万: 144 M is printed (1.44 亿), 150 M is not
     assert not misattributed("the note's 144 M model", printed)
     assert misattributed("the note's 150 M model", printed)
+
+
+def study_column(text: str) -> list[tuple[str, str]]:
+    """(claim, the figure in the "study [band]" column) of each claim's row of `looplab claims`' table
+    (what the demos print)."""
+    start = len(" ".join("x" * w for _, w in claims_text.COLUMNS[:3])) + 1
+    width = claims_text.COLUMNS[3][1]
+    verdicts = tuple(str(v) for v in claims.ClaimVerdict)
+    return [
+        (line[:28].strip(), line[start : start + width].split(" ")[0])
+        for line in text.splitlines()
+        if line[29:41].strip() in verdicts and line[28] == " "  # a claim's row, not a heading or a note
+    ]
+
+
+def study_column_unprinted(text: str, printed: tuple[set[float], set[float]]) -> list[str]:
+    """The figures of the study column that the seeds do not print and that carry no "*" (derived)
+    mark; a Chinese fraction ("十分之一") counts as printed."""
+    plain = printed[0] | {round(v, 9) for v in CHINESE.values()}
+    bad = []
+    for claim, figure in study_column(text):
+        m = NUMBER.fullmatch(figure)
+        if m and round(abs(_value(m)), 9) not in plain and round(_value(m), 9) not in plain:
+            bad.append(f"{claim}: {figure}")
+    return bad
+
+
+def test_the_scorecard_the_demos_print_marks_every_figure_the_study_did_not_print(printed):
+    judged = [claims.judge(c, claims.study_estimate(c), c.scale) for c in claims.CLAIMS]
+    text = claims_text.text_scorecard(claims.scorecard(judged))
+    assert not study_column_unprinted(text, printed)
+    column = study_column(text)
+    assert len(column) == len(claims.CLAIMS)
+    assert sum(bool(NUMBER.fullmatch(f)) for _, f in column) >= 10  # unmarked figures were checked
+    assert sum(f.endswith("*") for _, f in column) >= 30
+    # shown able to fail: a study figure that is not printed and not marked
+    forged = text.replace("0.023 ", "0.024 ", 1)
+    assert forged != text and study_column_unprinted(forged, printed) == [
+        "all_rounds_grad_beats_6_loo…: 0.024"
+    ]
