@@ -46,13 +46,11 @@ if evals.empty:
     st.stop()
 depth = ui.filter_by_runs(ui.depth(url), runs)
 noise = stats.noise_floor(comparison.eval_loss_per_run(ui.runs(url), ui.depth(url)))
-threshold = st.sidebar.number_input(
+threshold = ui.loss_input(
     "Equal-loss threshold without a noise floor",
-    value=adaptive.EQUAL_THRESHOLD,
-    min_value=0.0,
-    step=0.005,
-    format="%.3f",
+    adaptive.EQUAL_THRESHOLD,
     key="adaptive_threshold",
+    where=st.sidebar,
 )
 st.caption(
     f"Noise floor: {noise.describe(threshold)}. Equal loss = the difference to the fixed depth at "
