@@ -162,14 +162,7 @@ else:
 
 st.subheader("Runs")
 cols = [
-    "job_id",
-    "grid",
-    "variant_label",
-    "recipe",
-    "size",
-    "seed",
-    "budget",
-    "status",
+    *variants.RUN_KEYS,
     "batch_size",
     "micro_batch_size",
     "workers",
