@@ -43,6 +43,15 @@ from looplab.model.exit_names import EMULATED, FIXED, CellKey, KVStrategy, strat
 EQUAL_THRESHOLD = 0.01  # loss difference counted as equal where no interval exists
 POINT = ["variant_id", "size", "rule", "kv_strategy", "kv_m", "threshold"]
 LINE = ["variant_id", "size", "rule", "kv_strategy", "kv_m"]
+# what `rounds_saved` says a line at its cheapest equal threshold spends and saves (module docstring)
+SAVINGS = [
+    "mean_rounds",
+    "equivalent_rounds",
+    "rounds_saved",
+    "compute_saved",
+    "fixed_equal_depth",
+    "vs_fixed",
+]
 
 
 def _variants(df: pd.DataFrame) -> pd.DataFrame:
@@ -57,6 +66,26 @@ def _variants(df: pd.DataFrame) -> pd.DataFrame:
 def _strategy_labels(df: pd.DataFrame) -> list[str]:
     """The strategy of each row as its cells name it (`last_m2`; `model.exit_names.strategy_label`)."""
     return [strategy_label(s, m) for s, m in zip(df["kv_strategy"], df["kv_m"])]
+
+
+def _point_means(
+    df: pd.DataFrame,
+    means: list[str],
+    first: list[str],
+    count: str | None = None,
+    keys: list[str] | None = None,
+) -> pd.DataFrame:
+    """One row per cell point (`keys`) of labelled cells: the mean over seeds of `means`, the value of
+    `first` (the same in every seed), `n_seeds` (the seeds with a `count`) when `count` is given, the
+    strategy's label, and the threshold (NaN for the fixed depth, which stores -1)."""
+    g = df.groupby(keys or POINT, sort=False, dropna=False)
+    out = g[means].mean()
+    if count is not None:
+        out["n_seeds"] = g[count].count()
+    out = out.join(g[first].first()).reset_index()
+    out["strategy"] = _strategy_labels(out)
+    out["threshold"] = out["threshold"].where(out["threshold"] >= 0)
+    return out
 
 
 def frontier(evals: pd.DataFrame) -> pd.DataFrame:
@@ -76,14 +105,10 @@ def frontier(evals: pd.DataFrame) -> pd.DataFrame:
     ]
     if evals.empty:
         return pd.DataFrame(columns=cols)
-    df = _variants(evals)
-    g = df.groupby(POINT, sort=False, dropna=False)
-    out = g[["val_loss", "mean_rounds", "equivalent_rounds"]].mean()
-    out["n_seeds"] = g["val_loss"].count()
-    first = g[["variant_label", "max_rounds", "changes_function"]].first()
-    out = out.join(first).reset_index()
-    out["strategy"] = _strategy_labels(out)
-    out["threshold"] = out["threshold"].where(out["threshold"] >= 0)
+    means = ["val_loss", "mean_rounds", "equivalent_rounds"]
+    out = _point_means(
+        _variants(evals), means, ["variant_label", "max_rounds", "changes_function"], "val_loss"
+    )
     return out.sort_values(["variant_label", "rule", "strategy", "mean_rounds"])[cols].reset_index(drop=True)
 
 
@@ -163,12 +188,7 @@ def rounds_saved(
         "ci_low",
         "ci_high",
         "method",
-        "mean_rounds",
-        "equivalent_rounds",
-        "rounds_saved",
-        "compute_saved",
-        "fixed_equal_depth",
-        "vs_fixed",
+        *SAVINGS,
         "n_seeds",
         "variant_id",
     ]
@@ -273,13 +293,9 @@ def accuracy_frontier(tasks: pd.DataFrame, evals: pd.DataFrame, subset: str = "a
         [job, "config", "rule", "threshold", "kv_strategy", "kv_m", "mean_rounds", "equivalent_rounds"]
     ]
     df = _variants(t.merge(cells, on=[job, "config"], how="inner"))
-    keys = [*POINT, "task"]
-    g = df.groupby(keys, sort=False, dropna=False)
-    out = g[["acc", "mean_rounds", "equivalent_rounds"]].mean()
-    out["n_seeds"] = g["acc"].count()
-    out = out.join(g[["variant_label"]].first()).reset_index()
-    out["strategy"] = _strategy_labels(out)
-    out["threshold"] = out["threshold"].where(out["threshold"] >= 0)
+    out = _point_means(
+        df, ["acc", "mean_rounds", "equivalent_rounds"], ["variant_label"], "acc", [*POINT, "task"]
+    )
     return out.sort_values(["variant_label", "task", "rule", "strategy", "mean_rounds"])[cols].reset_index(
         drop=True
     )
@@ -303,12 +319,8 @@ def kv_table(evals: pd.DataFrame) -> pd.DataFrame:
     ]
     if evals.empty:
         return pd.DataFrame(columns=cols)
-    df = _variants(evals)
-    g = df.groupby(POINT, sort=False, dropna=False)
-    out = g[["kv_mib", "kv_mib_needed", "val_loss", "mean_rounds"]].mean()
-    out = out.join(g[["variant_label", "changes_function"]].first()).reset_index()
-    out["strategy"] = _strategy_labels(out)
-    out["threshold"] = out["threshold"].where(out["threshold"] >= 0)
+    means = ["kv_mib", "kv_mib_needed", "val_loss", "mean_rounds"]
+    out = _point_means(_variants(evals), means, ["variant_label", "changes_function"])
     return out.sort_values(["variant_label", "strategy", "val_loss"])[cols].reset_index(drop=True)
 
 

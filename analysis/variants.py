@@ -34,6 +34,8 @@ VARIANT_COLUMNS = ("variant_id", "variant_label")
 # columns that identify a configuration; the seed is deliberately not one of them
 CONFIG_COLUMNS = ("grid", "variant_id", "variant_label", "recipe", "size", "budget_tokens", "budget_time_s")
 BUDGET = "budget"  # a run's budget as a label ('61.44k tokens', 'time of #1'): `budget_labels`
+# what a listing of runs (the Runs page's table, the report's) opens with: which run, of what, and its state
+RUN_KEYS = ("job_id", "grid", "variant_label", "recipe", "size", "seed", BUDGET, "status")
 # the rule of which runs' values are averaged together (over seeds): one variant, one size, one budget
 GROUP_COLUMNS = ("variant_id", "size", BUDGET)
 # The resolved architecture of a run, as `orchestrator.frames` names the columns (the trained loop count is

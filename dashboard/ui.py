@@ -358,6 +358,40 @@ def mean_with_spread(
     return line + marks[spread].encode(y="min:Q", y2="max:Q")
 
 
+def seed_tooltip(*fields, std: bool = True) -> list:
+    """A mean-over-seeds chart's tooltip: `fields`, then the mean (and with `std` the standard
+    deviation) to four decimals, then how many seeds."""
+    import altair as alt
+
+    spread = [alt.Tooltip("std:Q", format=".4f")] if std else []
+    return [*fields, alt.Tooltip("mean:Q", format=".4f"), *spread, "n_seeds"]
+
+
+def loops_picker(counts: list, key: str, where=st) -> int:
+    """A selectbox of the loop counts a forward pass was measured with, in `where` (a column or the page),
+    the largest chosen at first."""
+    return where.selectbox(
+        "Forward pass with", counts, index=len(counts) - 1, key=key, format_func="{} loops".format
+    )
+
+
+def loss_input(label: str, value: float, key: str, lowest: float = 0.0, where=st) -> float:
+    """A loss difference typed in `where` (a column, the sidebar or the page): three decimals, in steps
+    of 0.005, at least `lowest`."""
+    return where.number_input(label, min_value=lowest, value=value, step=0.005, format="%.3f", key=key)
+
+
+def accuracy_marks(base, tooltip: list) -> tuple:
+    """(lines with points, error bars) of task accuracy over `base` (an Altair chart encoding x and
+    colour over rows with `acc`, `ci_low` and `ci_high`: the Wilson interval), the y axis 0 to 1."""
+    import altair as alt
+
+    lines = base.mark_line(point=True).encode(
+        y=alt.Y("acc:Q", title="accuracy", scale=alt.Scale(domain=[0, 1])), tooltip=tooltip
+    )
+    return lines, base.mark_errorbar().encode(y=alt.Y("ci_low:Q", title="accuracy"), y2="ci_high:Q")
+
+
 def axis_picker(label: str, options: list[str], default: str, key: str) -> str:
     """A selectbox of column names for a chart axis or colour, shown by their readable names."""
     index = options.index(default) if default in options else 0

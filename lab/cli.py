@@ -200,12 +200,7 @@ def _grid_commands(sub: argparse._SubParsersAction) -> None:
         "plan", help="estimate time, FLOPs and memory of a grid file's jobs (submits nothing)"
     )
     pl.add_argument("file", help="a .py file defining Grid objects, as for submit")
-    pl.add_argument(
-        "--num-cpus", type=int, default=None, help="CPUs the queue runs on (default: this machine's)"
-    )
-    pl.add_argument(
-        "--num-gpus", type=float, default=None, help="GPUs the queue runs on (default: this machine's)"
-    )
+    _resource_flags(pl, "the queue runs on (default: this machine's)")
     how = pl.add_mutually_exclusive_group()
     how.add_argument(
         "--no-calibrate",
@@ -256,8 +251,7 @@ def _queue_commands(sub: argparse._SubParsersAction) -> None:
     run = sub.add_parser("run", help="run the queue (the scheduler driver)")
     run.add_argument("--address", default=None, help="Ray cluster address (default: start a local Ray)")
     run.add_argument("--until-empty", action="store_true", help="exit when no job is left to run")
-    run.add_argument("--num-cpus", type=int, default=None, help="CPUs for a local Ray instance")
-    run.add_argument("--num-gpus", type=float, default=None, help="GPUs for a local Ray instance")
+    _resource_flags(run, "for a local Ray instance")
     run.add_argument("--artifacts", default=None, help="artifact directory (default: ./looplab_artifacts)")
     run.add_argument("--max-concurrent", type=int, default=None, help="cap on jobs running at once")
     run.add_argument(
@@ -274,8 +268,7 @@ def _queue_commands(sub: argparse._SubParsersAction) -> None:
     st.add_argument("--watch", action="store_true", help="refresh every few seconds")
     st.add_argument("--grid", default=None, help="only this grid (name or id)")
     st.add_argument("--all", action="store_true", help="show finished jobs too")
-    st.add_argument("--num-cpus", type=int, default=None, help="CPUs for the finish-time estimate")
-    st.add_argument("--num-gpus", type=float, default=None, help="GPUs for the finish-time estimate")
+    _resource_flags(st, "for the finish-time estimate")
     st.add_argument(
         "--since",
         default=None,
@@ -481,6 +474,13 @@ def _study_where(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--artifacts", required=True, help="shared artifact directory: the same path on every machine"
     )
+
+
+def _resource_flags(parser: argparse.ArgumentParser, what: str) -> None:
+    """--num-cpus and --num-gpus (whole CPUs, fractional GPUs), each helped as "CPUs/GPUs <what>";
+    `lab/commands.py` checks their ranges."""
+    parser.add_argument("--num-cpus", type=int, default=None, help=f"CPUs {what}")
+    parser.add_argument("--num-gpus", type=float, default=None, help=f"GPUs {what}")
 
 
 def _slurm_command(sub: argparse._SubParsersAction) -> None:

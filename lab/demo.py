@@ -320,12 +320,7 @@ def print_adaptive(url: str, grid_prefix: str) -> None:
             "reference_loss",
             "threshold",
             "val_loss",
-            "mean_rounds",
-            "equivalent_rounds",
-            "rounds_saved",
-            "compute_saved",
-            "fixed_equal_depth",
-            "vs_fixed",
+            *adaptive.SAVINGS,
         ]
         print(_fitted(saved[cols], False) if not saved.empty else "(no finished adaptive job)")
         print(

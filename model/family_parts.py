@@ -2,9 +2,13 @@
 `LastKV`, for an exit path (the contract's `run_rounds` with a keep mask), the keys and values each
 token offers later rounds at each layer, which are its last computed round's; `RMSNorm`; and RoPE on
 half-split channels (`rope_tables`, `rotate`), as Llama-style public code lays it out; and
-`CachedDecode`, the contract's prefill and decode_step over a family's one cached pass."""
+`CachedDecode`, the contract's prefill and decode_step over a family's one cached pass; and for a
+published layout, `published_values` (a config.json's fields checked and completed) and
+`checked_state` (its weights as ours)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -65,6 +69,22 @@ class CachedDecode:
     @torch.no_grad()
     def decode_step(self, tokens: Tensor, cache) -> Tensor:
         return self._cached(tokens.view(-1, 1), cache)[:, 0]
+
+
+def published_values(
+    raw: dict[str, Any], model_type: str, required: tuple[tuple[str, Any], ...], defaults: dict[str, Any]
+) -> dict[str, Any]:
+    """A published config.json's fields a layout reads: `raw` must say `model_type`, every (field,
+    accepted value) of `required` present in it must hold that value, and each of `defaults`' fields
+    it leaves out takes the default. ValueError naming the field and what is accepted."""
+    if raw.get("model_type") != model_type:
+        raise ValueError(f"config.model_type: expected {model_type!r}; got {raw.get('model_type')!r}")
+    for key, accepted in required:
+        if key in raw and raw[key] != accepted:
+            raise ValueError(
+                f"config.{key}: {raw[key]!r} is not computed by this family; accepted: {accepted!r}"
+            )
+    return {**defaults, **{k: raw[k] for k in defaults if k in raw}}
 
 
 def checked_state(named, want: dict[str, Tensor], tied: tuple[str, str] | None = None) -> dict[str, Tensor]:

@@ -45,6 +45,7 @@ import math
 import statistics
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -207,6 +208,16 @@ def rewound(p: dict[str, Any]) -> Finding | None:
     )
 
 
+def _onset(now: bool, before: bool, what: tuple, say: Callable[[], str]) -> Finding | None:
+    """A warning rule's finding as its episode begins (`now` and not `before`): `what` is its (rule,
+    step, key, value), `say` writes the message (called only then: its figures exist only inside an
+    episode); None otherwise, so a rule warns once per episode."""
+    if not now or before:
+        return None
+    rule, step, key, value = what
+    return Finding(rule, Level.WARNING, step, key, value, say())
+
+
 class SpikeRule:
     """Train loss above k x the running median of the last n points; one warning per episode."""
 
@@ -217,17 +228,15 @@ class SpikeRule:
         full = len(self.points) == self.points.maxlen
         median = statistics.median(self.points) if full else None
         spike = median is not None and median > 0 and value > self.k * median
-        found = None
-        if spike and not self.spiking:
-            found = Finding(
-                Rule.LOSS_SPIKE,
-                Level.WARNING,
-                step,
-                TRAIN_LOSS,
-                value,
+        found = _onset(
+            spike,
+            self.spiking,
+            (Rule.LOSS_SPIKE, step, TRAIN_LOSS, value),
+            lambda: (
                 f"train_loss {value:.4g} at step {step} is {value / median:.1f}x its running median "
-                f"{median:.4g} (limit {self.k:g}x over {self.points.maxlen} points)",
-            )
+                f"{median:.4g} (limit {self.k:g}x over {self.points.maxlen} points)"
+            ),
+        )
         self.spiking = spike
         if not spike:  # a spike would lift the median it is measured against
             self.points.append(value)
@@ -263,17 +272,15 @@ class SlowdownRule:
         (t0, w0), (t1, w1) = self.recent[0], self.recent[-1]
         rate, median = (t1 - t0) / (w1 - w0), self.median
         slow = rate < self.fraction * median
-        found = None
-        if slow and not self.slow:
-            found = Finding(
-                Rule.SLOWDOWN,
-                Level.WARNING,
-                step,
-                "tokens_per_s",
-                rate,
+        found = _onset(
+            slow,
+            self.slow,
+            (Rule.SLOWDOWN, step, "tokens_per_s", rate),
+            lambda: (
                 f"{rate:.4g} tokens/s over the last {self.window} intervals at step {step}, under "
-                f"{self.fraction:g} x the run's median {median:.4g}",
-            )
+                f"{self.fraction:g} x the run's median {median:.4g}"
+            ),
+        )
         self.slow = slow
         return found
 
@@ -292,17 +299,15 @@ class EvalDivergenceRule:
         v = list(self.values)
         rising = len(v) == self.count + 1 and all(b > a for a, b in zip(v, v[1:]))
         diverging = rising and v[-1] - v[0] > self.noise * abs(v[0])
-        found = None
-        if diverging and not self.warned:
-            found = Finding(
-                Rule.EVAL_DIVERGENCE,
-                Level.WARNING,
-                step,
-                VAL_LOSS,
-                value,
+        found = _onset(
+            diverging,
+            self.warned,
+            (Rule.EVAL_DIVERGENCE, step, VAL_LOSS, value),
+            lambda: (
                 f"val_loss rose at each of the last {self.count} evaluations, {v[0]:.4g} -> {v[-1]:.4g} "
-                f"at step {step} (noise floor {self.noise:.2%})",
-            )
+                f"at step {step} (noise floor {self.noise:.2%})"
+            ),
+        )
         if not rising or v[-1] < v[-2]:
             self.warned = False
         self.warned = self.warned or diverging

@@ -34,6 +34,23 @@ def _load(url: str, what: str) -> pd.DataFrame:
     return read[what](url)
 
 
+def rule_lines(frame: pd.DataFrame, x: alt.X, y: alt.Y, figures: list, **encode) -> alt.Chart:
+    """A line per exit rule (its colour) and KV strategy (its dash) through the rule's thresholds; the
+    tooltip names the cell, then `figures`; `encode`: further channels."""
+    return (
+        alt.Chart(frame)
+        .mark_line(point=True)
+        .encode(
+            x=x,
+            y=y,
+            color=ui.color("rule", title="exit rule"),
+            strokeDash=alt.StrokeDash("strategy:N", title="KV strategy"),
+            tooltip=["rule", "strategy", "threshold", *figures],
+            **encode,
+        )
+    )
+
+
 st.title("Adaptive")
 url = ui.url()
 runs = ui.filter_runs(ui.runs(url))
@@ -46,13 +63,11 @@ if evals.empty:
     st.stop()
 depth = ui.filter_by_runs(ui.depth(url), runs)
 noise = stats.noise_floor(comparison.eval_loss_per_run(ui.runs(url), ui.depth(url)))
-threshold = st.sidebar.number_input(
+threshold = ui.loss_input(
     "Equal-loss threshold without a noise floor",
-    value=adaptive.EQUAL_THRESHOLD,
-    min_value=0.0,
-    step=0.005,
-    format="%.3f",
+    adaptive.EQUAL_THRESHOLD,
     key="adaptive_threshold",
+    where=st.sidebar,
 )
 st.caption(
     f"Noise floor: {noise.describe(threshold)}. Equal loss = the difference to the fixed depth at "
@@ -97,23 +112,17 @@ if not ref.empty:
         )
     )
 layers.append(
-    alt.Chart(mine)
-    .mark_line(point=True)
-    .encode(
-        x=alt.X(f"{x}:Q", title=X_AXES[x]),
-        y=alt.Y("val_loss:Q", scale=alt.Scale(zero=False)),
-        color=ui.color("rule", title="exit rule"),
-        strokeDash=alt.StrokeDash("strategy:N", title="KV strategy"),
-        detail="strategy:N",
-        tooltip=[
-            "rule",
-            "strategy",
-            "threshold",
+    rule_lines(
+        mine,
+        alt.X(f"{x}:Q", title=X_AXES[x]),
+        alt.Y("val_loss:Q", scale=alt.Scale(zero=False)),
+        [
             alt.Tooltip("val_loss:Q", format=".4f"),
             alt.Tooltip("mean_rounds:Q", format=".2f"),
             alt.Tooltip("equivalent_rounds:Q", format=".2f"),
             "n_seeds",
         ],
+        detail="strategy:N",
     )
 )
 st.altair_chart(alt.layer(*layers).properties(height=420), width="stretch")
@@ -150,26 +159,15 @@ if not tasks.empty:
     st.header("Task accuracy vs compute")
     acc = adaptive.accuracy_frontier(tasks, evals)
     acc = acc[(acc["variant_label"] == variant) & acc["strategy"].isin(shown)]
-    st.altair_chart(
-        alt.Chart(acc)
-        .mark_line(point=True)
-        .encode(
-            x=alt.X(f"{x}:Q", title=X_AXES[x] + " (on validation text)"),
-            y=alt.Y("acc:Q", title="accuracy"),
-            color=ui.color("rule", title="exit rule"),
-            strokeDash=alt.StrokeDash("strategy:N", title="KV strategy"),
-            column=alt.Column("task:N"),
-            tooltip=[
-                "rule",
-                "strategy",
-                "threshold",
-                alt.Tooltip("acc:Q", format=".3f"),
-                alt.Tooltip("mean_rounds:Q", format=".2f"),
-                "n_seeds",
-            ],
-        )
-        .properties(height=260, width=320)
+    tooltip = [alt.Tooltip("acc:Q", format=".3f"), alt.Tooltip("mean_rounds:Q", format=".2f"), "n_seeds"]
+    chart = rule_lines(
+        acc,
+        alt.X(f"{x}:Q", title=X_AXES[x] + " (on validation text)"),
+        alt.Y("acc:Q", title="accuracy"),
+        tooltip,
+        column=alt.Column("task:N"),
     )
+    st.altair_chart(chart.properties(height=260, width=320))
 
 st.header("Exit rounds")
 hist = ui.filter_by_runs(_load(url, "hist"), runs)

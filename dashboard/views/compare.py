@@ -20,21 +20,18 @@ url, all_runs, runs = ui.runs_page("Compare")
 c1, c2, c3 = st.columns(3)
 with c1:
     reference = ui.reference_picker(list(runs["variant_label"]))
-delta = c2.number_input(
+delta = ui.loss_input(
     "Difference to resolve δ (loss), for `seeds_needed`",
-    min_value=0.001,
-    value=comparison.NOISE_THRESHOLD,
-    step=0.005,
-    format="%.3f",
+    comparison.NOISE_THRESHOLD,
     key="power_delta",
+    lowest=0.001,
+    where=c2,
 )
-threshold = c3.number_input(
+threshold = ui.loss_input(
     "Fallback threshold (loss), only where no interval exists",
-    min_value=0.0,
-    value=comparison.NOISE_THRESHOLD,
-    step=0.005,
-    format="%.3f",
+    comparison.NOISE_THRESHOLD,
     key="noise_threshold",
+    where=c3,
 )
 
 done = runs[runs["status"] == JobStatus.SUCCEEDED]  # a running or failed run is no result (yet)
@@ -153,13 +150,7 @@ else:
         ),
         color=ui.color("variant_label", title="variant"),
     )
-    tooltip = [
-        "variant_label",
-        "size",
-        alt.Tooltip("train_flops:Q", format=".3e"),
-        alt.Tooltip("mean:Q", format=".4f"),
-        "n_seeds",
-    ]
+    tooltip = ui.seed_tooltip("variant_label", "size", alt.Tooltip("train_flops:Q", format=".3e"), std=False)
     chart = ui.mean_with_spread(base, y_title="loss (mean over seeds)", tooltip=tooltip, spread="rule")
     st.altair_chart(chart.properties(height=360), width="stretch")
     flop_table = comparison.iso_flop_table(
@@ -197,7 +188,7 @@ else:
         x=alt.X(f"{x}:{kind[x]}", title=variants.ARCH_LABELS.get(x, x), scale=alt.Scale(zero=False)),
         color=ui.color(color, kind[color] == "Q", title=variants.ARCH_LABELS.get(color, color)),
     )
-    tooltip = ["variant_label", x, color, alt.Tooltip("mean:Q", format=".4f"), "n_seeds"]
+    tooltip = ui.seed_tooltip("variant_label", x, color, std=False)
     # points, never a line: the variants are of different recipes, so no line joins them into a trend
     chart = ui.mean_with_spread(
         base, y_title="loss (mean over seeds)", tooltip=tooltip, spread="rule", line=False

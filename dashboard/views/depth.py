@@ -15,6 +15,24 @@ from looplab.dashboard import ui
 
 X_AXES = {"loops": "inference loops", "inference_depth": "effective depth at inference (layers)"}
 
+
+def round_lines(frame: pd.DataFrame, y_title: str, tooltip: list, log: bool = False, **encode):
+    """The mean over seeds (`mean`) against the round of one forward pass, a line per variant; `log`: a
+    logarithmic y axis; `encode`: further channels (a dash per metric)."""
+    y = alt.Y("mean:Q", title=y_title, scale=alt.Scale(type="log") if log else alt.Undefined)
+    return (
+        alt.Chart(frame)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("round:O", title="round"),
+            y=y,
+            color=ui.color("variant_label", title="variant"),
+            tooltip=tooltip,
+            **encode,
+        )
+    )
+
+
 st.title("Depth")
 url = ui.url()
 runs, depth = ui.selected_sweeps(url)
@@ -41,15 +59,7 @@ base = alt.Chart(by_loops).encode(
     color=ui.color(color, numeric_color, title=variants.ARCH_LABELS.get(color, color)),
     detail="variant_label:N",  # one line per variant, whatever the colour
 )
-tooltip = [
-    "variant_label",
-    "size",
-    "loops",
-    x,
-    alt.Tooltip("mean:Q", format=".4f"),
-    alt.Tooltip("std:Q", format=".4f"),
-    "n_seeds",
-]
+tooltip = ui.seed_tooltip("variant_label", "size", "loops", x)
 chart = ui.mean_with_spread(base, y_title=f"{value} (mean over seeds)", tooltip=tooltip)
 st.altair_chart(chart.properties(height=400), width="stretch")
 ui.table(curves.depth_wide(by_loops), key="depth_wide")
@@ -60,13 +70,7 @@ if deltas.empty:
     st.caption("no per-round measurements yet")
 else:
     counts = sorted(deltas["loops"].unique())
-    loops = st.selectbox(
-        "Forward pass with",
-        counts,
-        index=len(counts) - 1,
-        key="delta_loops",
-        format_func=lambda n: f"{n} loops",
-    )
+    loops = ui.loops_picker(counts, key="delta_loops")
     rd = curves.round_delta_curves(deltas, loops=loops)
     first, rest = curves.split_first_round(rd)
     st.caption(
@@ -89,18 +93,9 @@ else:
             width="stretch",
         )
     if not rest.empty:
-        p2.altair_chart(
-            alt.Chart(rest)
-            .mark_line(point=True)
-            .encode(
-                x=alt.X("round:O", title="round"),
-                y=alt.Y("mean:Q", title="relative change", scale=alt.Scale(type="log")),
-                color=ui.color("variant_label", title="variant"),
-                tooltip=["variant_label", "round", alt.Tooltip("mean:Q", format=".4g"), "n_seeds"],
-            )
-            .properties(height=320, title="Rounds 2 and later"),
-            width="stretch",
-        )
+        tooltip = ["variant_label", "round", alt.Tooltip("mean:Q", format=".4g"), "n_seeds"]
+        chart = round_lines(rest, "relative change", tooltip, log=True)
+        p2.altair_chart(chart.properties(height=320, title="Rounds 2 and later"), width="stretch")
     shown = ["variant_label", "size", "loops", "round", "mean", "std", "min", "max", "n_seeds", "variant_id"]
     ui.table(rd[shown], key="round_deltas")
 
@@ -189,36 +184,17 @@ else:
         "of the state it changes, from where a bf16 forward cannot hold the change."
     )
     counts = sorted(known["loops"].unique())
-    conv_loops = st.selectbox(
-        "Forward pass with", counts, index=len(counts) - 1, key="conv_loops", format_func="{} loops".format
-    )
+    conv_loops = ui.loops_picker(counts, key="conv_loops")
     conv = convergence.round_curves(known, conv_loops)
     ratio = conv[conv["metric"] == "change_ratio"]
     versus = conv[conv["metric"] != "change_ratio"]
     c3, c4 = st.columns(2)
-    c3.altair_chart(
-        alt.Chart(ratio)
-        .mark_line(point=True)
-        .encode(
-            x=alt.X("round:O", title="round"),
-            y=alt.Y("mean:Q", title="change ratio"),
-            color=ui.color("variant_label", title="variant"),
-            tooltip=["variant_label", "round", alt.Tooltip("mean:Q", format=".3f"), "n_seeds"],
-        )
-        .properties(height=300, title="Change over the previous round's"),
-        width="stretch",
+    tooltip = ["variant_label", "round", alt.Tooltip("mean:Q", format=".3f"), "n_seeds"]
+    chart = round_lines(ratio, "change ratio", tooltip)
+    c3.altair_chart(chart.properties(height=300, title="Change over the previous round's"), width="stretch")
+    tooltip = ["variant_label", "metric", "round", alt.Tooltip("mean:Q", format=".4g")]
+    chart = round_lines(
+        versus, "relative size", tooltip, log=True, strokeDash=alt.StrokeDash("metric:N", title=None)
     )
-    c4.altair_chart(
-        alt.Chart(versus)
-        .mark_line(point=True)
-        .encode(
-            x=alt.X("round:O", title="round"),
-            y=alt.Y("mean:Q", title="relative size", scale=alt.Scale(type="log")),
-            color=ui.color("variant_label", title="variant"),
-            strokeDash=alt.StrokeDash("metric:N", title=None),
-            tooltip=["variant_label", "metric", "round", alt.Tooltip("mean:Q", format=".4g")],
-        )
-        .properties(height=300, title="Relative change vs bf16 resolution"),
-        width="stretch",
-    )
+    c4.altair_chart(chart.properties(height=300, title="Relative change vs bf16 resolution"), width="stretch")
     ui.table(convergence.bf16_rounds(known), key="bf16_rounds")

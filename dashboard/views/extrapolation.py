@@ -41,15 +41,7 @@ st.caption(
     "each variant was trained at. Effective depth = prelude + recurrent layers × loops + coda."
 )
 base = alt.Chart(curves).encode(x=alt.X("inference_depth:Q", title=DEPTH_AXIS), color=variant_color)
-tooltip = [
-    "variant_label",
-    "loops",
-    "inference_depth",
-    "trained_depth",
-    alt.Tooltip("mean:Q", format=".4f"),
-    alt.Tooltip("std:Q", format=".4f"),
-    "n_seeds",
-]
+tooltip = ui.seed_tooltip("variant_label", "loops", "inference_depth", "trained_depth")
 loss_chart = ui.mean_with_spread(base, y_title="val_loss (mean over seeds)", tooltip=tooltip)
 marks = extrapolation.trained_marks(curves)
 st.altair_chart(
@@ -65,20 +57,16 @@ if not accuracy.empty:
     of_task = accuracy[accuracy["task"] == task]
     st.caption("Seeds pooled; bars: 95 % Wilson interval; dotted: the trained depth.")
     acc_base = alt.Chart(of_task).encode(x=alt.X("inference_depth:Q", title=DEPTH_AXIS), color=variant_color)
-    lines = acc_base.mark_line(point=True).encode(
-        y=alt.Y("acc:Q", title="accuracy", scale=alt.Scale(domain=[0, 1])),
-        tooltip=[
-            "variant_label",
-            "loops",
-            "inference_depth",
-            alt.Tooltip("acc:Q", format=".3f"),
-            "n",
-            "n_seeds",
-        ],
-    )
-    bars = acc_base.mark_errorbar().encode(y=alt.Y("ci_low:Q", title="accuracy"), y2="ci_high:Q")
+    tooltip = [
+        "variant_label",
+        "loops",
+        "inference_depth",
+        alt.Tooltip("acc:Q", format=".3f"),
+        "n",
+        "n_seeds",
+    ]
     task_marks = of_task.dropna(subset=["trained_depth"]).drop_duplicates("variant_label")
-    chart = alt.layer(lines, bars, trained_rules(task_marks, variant_color))
+    chart = alt.layer(*ui.accuracy_marks(acc_base, tooltip), trained_rules(task_marks, variant_color))
     st.altair_chart(chart.properties(height=360), width="stretch")
     st.caption(
         "By category: the mean over each category's tasks of their accuracy (and over every task as the "
@@ -99,13 +87,7 @@ depths = extrapolation.geometry_depths(deltas, metric)
 if not depths:
     st.caption("no per-round measurements of this metric yet")
 else:
-    loops = c2.selectbox(
-        "Forward pass with",
-        depths,
-        index=len(depths) - 1,
-        key="extrapolation_depth",
-        format_func=lambda n: f"{n} loops",
-    )
+    loops = ui.loops_picker(depths, key="extrapolation_depth", where=c2)
     geo = extrapolation.geometry_curves(deltas, metric, loops)
     positive = bool((geo["min"] > 0).all()) if not geo.empty else False
     # round 1 (from the initial state) is often orders of magnitude above the rest: log by default
@@ -136,13 +118,7 @@ else:
     c1, c2 = st.columns(2)
     variant = c1.selectbox("Variant", sorted(options["variant_label"].unique()), key="extrapolation_variant")
     counts = options.loc[options["variant_label"] == variant, "loops"].tolist()
-    loops = c2.selectbox(
-        "Forward pass with",
-        counts,
-        index=len(counts) - 1,
-        key="extrapolation_interaction_loops",
-        format_func=lambda n: f"{n} loops",
-    )
+    loops = ui.loops_picker(counts, key="extrapolation_interaction_loops", where=c2)
     matrix = extrapolation.interaction_matrix(interactions, variant, loops)
     st.caption(
         "Cell (i, j): how much skipping round i changes round j's update, ‖Δ_j − Δ_j^(skip i)‖ / ‖Δ_j‖ "

@@ -91,7 +91,7 @@ else:
     # the whole label in the legend: what tells two variants apart is often at its end
     legend = alt.Legend(labelLimit=0)
     base = alt.Chart(bands).encode(x=alt.X(f"{x}:Q", title=x_label), color=ui.color("config", legend=legend))
-    tooltip = ["config", alt.Tooltip(f"{x}:Q", format=",.0f"), alt.Tooltip("mean:Q", format=".4f"), "n_seeds"]
+    tooltip = ui.seed_tooltip("config", alt.Tooltip(f"{x}:Q", format=",.0f"), std=False)
     chart = ui.mean_with_spread(
         base, y_title=metric, tooltip=tooltip, spread="area" if band else None, points=False
     )
@@ -162,14 +162,7 @@ else:
 
 st.subheader("Runs")
 cols = [
-    "job_id",
-    "grid",
-    "variant_label",
-    "recipe",
-    "size",
-    "seed",
-    "budget",
-    "status",
+    *variants.RUN_KEYS,
     "batch_size",
     "micro_batch_size",
     "workers",

@@ -26,22 +26,18 @@ def _marks(curves: pd.DataFrame, color: alt.Color, detail: str, by_variant: bool
     """Lines with points, the Wilson interval as error bars, chance as a dashed rule and the trained
     loop count as a dotted vertical rule (in the variant's colour when the lines are variants)."""
     base = alt.Chart(curves).encode(x=_loops_axis(curves), color=color, detail=detail)
-    lines = base.mark_line(point=True).encode(
-        y=alt.Y("acc:Q", title="accuracy", scale=alt.Scale(domain=[0, 1])),
-        tooltip=[
-            "variant_label",
-            "subset",
-            "loops",
-            alt.Tooltip("acc:Q", format=".3f"),
-            alt.Tooltip("ci_low:Q", format=".3f"),
-            alt.Tooltip("ci_high:Q", format=".3f"),
-            "n",
-            "n_seeds",
-            alt.Tooltip("chance:Q", format=".3f"),
-            "train_loops",
-        ],
-    )
-    bars = base.mark_errorbar().encode(y=alt.Y("ci_low:Q", title="accuracy"), y2="ci_high:Q")
+    tooltip = [
+        "variant_label",
+        "subset",
+        "loops",
+        alt.Tooltip("acc:Q", format=".3f"),
+        alt.Tooltip("ci_low:Q", format=".3f"),
+        alt.Tooltip("ci_high:Q", format=".3f"),
+        "n",
+        "n_seeds",
+        alt.Tooltip("chance:Q", format=".3f"),
+        "train_loops",
+    ]
     chance = (
         alt.Chart(curves.dropna(subset=["chance"]).drop_duplicates("chance"))
         .mark_rule(strokeDash=[6, 4], color="gray")
@@ -56,7 +52,7 @@ def _marks(curves: pd.DataFrame, color: alt.Color, detail: str, by_variant: bool
         if by_variant
         else trained.mark_rule(strokeDash=[2, 3], color="black")
     )
-    return alt.layer(lines, bars, chance, trained)
+    return alt.layer(*ui.accuracy_marks(base, tooltip), chance, trained)
 
 
 st.title("Tasks")

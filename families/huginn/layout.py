@@ -21,7 +21,7 @@ from typing import Any
 
 from torch import Tensor
 
-from looplab.model.family_parts import checked_state
+from looplab.model.family_parts import checked_state, published_values
 
 MODEL_TYPE = "huginn_raven"
 FAMILY = "families.huginn:factory"
@@ -78,14 +78,7 @@ def config_from_published(raw: dict[str, Any]) -> tuple[dict[str, Any], dict[str
     """(this family's config, the run's settings) from a published config.json: the run's `vocab_size`
     (the padded table), `seq_len` (the block size) and `loops` (the mean recurrence). ValueError naming
     the field this family cannot compute."""
-    if raw.get("model_type") != MODEL_TYPE:
-        raise ValueError(f"config.model_type: expected {MODEL_TYPE!r}; got {raw.get('model_type')!r}")
-    for key, accepted in REQUIRED:
-        if key in raw and raw[key] != accepted:
-            raise ValueError(
-                f"config.{key}: {raw[key]!r} is not computed by this family; accepted: {accepted!r}"
-            )
-    value = {**DEFAULTS, **{k: raw[k] for k in DEFAULTS if k in raw}}
+    value = published_values(raw, MODEL_TYPE, REQUIRED, DEFAULTS)
     heads = raw.get("num_key_value_heads", value["n_heads"])
     if heads != value["n_heads"]:
         raise ValueError(f"config.num_key_value_heads: {heads} (grouped-query attention); accepted: n_heads")

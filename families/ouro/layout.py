@@ -23,7 +23,7 @@ from typing import Any
 
 from torch import Tensor
 
-from looplab.model.family_parts import checked_state
+from looplab.model.family_parts import checked_state, published_values
 
 MODEL_TYPE = "ouro"
 FAMILY = "families.ouro:factory"
@@ -71,14 +71,7 @@ def config_from_published(raw: dict[str, Any]) -> tuple[dict[str, Any], dict[str
     """(this family's config, the run's settings) from a published config.json: the run's `vocab_size`,
     `seq_len` (max_position_embeddings) and `loops` (total_ut_steps). ValueError naming the field this
     family cannot compute."""
-    if raw.get("model_type") != MODEL_TYPE:
-        raise ValueError(f"config.model_type: expected {MODEL_TYPE!r}; got {raw.get('model_type')!r}")
-    for key, accepted in REQUIRED:
-        if key in raw and raw[key] != accepted:
-            raise ValueError(
-                f"config.{key}: {raw[key]!r} is not computed by this family; accepted: {accepted!r}"
-            )
-    value = {**DEFAULTS, **{k: raw[k] for k in DEFAULTS if k in raw}}
+    value = published_values(raw, MODEL_TYPE, REQUIRED, DEFAULTS)
     heads = value["num_attention_heads"]
     kv_heads = raw.get("num_key_value_heads") or heads
     if kv_heads != heads:

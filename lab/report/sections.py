@@ -17,20 +17,13 @@ import numpy as np
 import pandas as pd
 
 from looplab.analysis.comparison import NOISE_THRESHOLD
-from looplab.analysis.variants import MISSING
+from looplab.analysis.variants import MISSING, RUN_KEYS
 from looplab.lab.report.content import CURVE_KEY, StudyData, grid_specs
 from looplab.lab.report.svg import LineChart, Series
 from looplab.orchestrator.db import display_url
 
 RUN_COLUMNS = [
-    "job_id",
-    "grid",
-    "variant_label",
-    "recipe",
-    "size",
-    "seed",
-    "budget",
-    "status",
+    *RUN_KEYS,
     "tokens",
     "train_seconds",
     "tokens_per_s",
