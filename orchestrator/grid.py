@@ -452,6 +452,7 @@ def _grid_plans(
             facts = _check_family(grid.name, spec, families)
         else:
             spec = _validate(kinds, grid.name, grid.job, cfg)
+        _refuse_alone(kinds, grid.name, grid.job, spec)
         points.append((spec, budget if pairing.is_match_time(budget) else None))
         plan = JobPlan(
             grid.job,
@@ -545,6 +546,18 @@ def _refuse_follow(
         refuse(plan.kind, plan.spec, followed)
     except ConfigError as e:
         raise ConfigError(f"grid {grid_name!r}: follow.{plan.kind}.{e}") from None
+
+
+def _refuse_alone(kinds: JobRegistry, grid_name: str, kind: str, spec: dict[str, Any]) -> None:
+    """A job of the grid's own kind that its kind cannot run is refused before anything is stored, as a
+    follow-up is (`_refuse_follow`): the registry's optional `refuse_alone(kind, spec)` (workers/jobs.py),
+    raising ConfigError naming the field. A decode bench of a family refuses there a context it cannot take."""
+    refuse = getattr(kinds, "refuse_alone", None)
+    if refuse is not None:
+        try:
+            refuse(kind, spec)
+        except ConfigError as e:
+            raise ConfigError(f"grid {grid_name!r}: {e}") from None
 
 
 def needs_preparation(data: dict[str, Any]) -> bool:

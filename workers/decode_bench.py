@@ -111,15 +111,31 @@ class Spec(ModelFields):
 
 def refuse_follow(spec: dict[str, Any], followed: dict[str, Any]) -> None:
     """At submission (workers.jobs `refuse_follow`): a model of another family must take the longest
-    context this bench will run it at (a family without a KV cache is run only up to
-    RECOMPUTE_MAX_CONTEXT), else every attempt fails with the same shape error
-    (model.contract `check_context`: its declared `max_context`, or a forward at that length)."""
-    from looplab.model.contract import check_context, family_settings
+    context this bench will run it at (`_refuse_context`), its KV cache as the followed run's check found."""
+    bench = Spec.from_dict(spec)
+    if bench.family != BUILTIN_FAMILY:
+        _refuse_context(bench, (followed.get("capabilities") or {}).get("kv_cache", True))
+
+
+def refuse_alone(spec: dict[str, Any]) -> None:
+    """At submission of a bench on its own (workers.jobs `refuse_alone`: a grid of decode benches, following
+    no run): another family is checked as a train grid's is (model.contract `check_family`, FamilyError
+    naming the family), then held to the longest context the bench will ask of it (`_refuse_context`)."""
+    from looplab.model.contract import check_family, family_settings
 
     bench = Spec.from_dict(spec)
     if bench.family == BUILTIN_FAMILY:
         return
-    cached = (followed.get("capabilities") or {}).get("kv_cache", True)
+    report = check_family(bench.family, family_settings(bench.run_shape(), bench.family_config))
+    _refuse_context(bench, report.capabilities.kv_cache)
+
+
+def _refuse_context(bench: Spec, cached: bool) -> None:
+    """Refuse a family that cannot take the longest context `bench` will run it at (a family without a KV
+    cache, `cached` false, is run only up to RECOMPUTE_MAX_CONTEXT), else every attempt fails with the same
+    shape error (model.contract `check_context`: its declared `max_context`, or a forward at that length)."""
+    from looplab.model.contract import check_context, family_settings
+
     lens = [c for c in bench.context_lens if cached or c <= RECOMPUTE_MAX_CONTEXT]
     if lens:
         check_context(bench.family, family_settings(bench.run_shape(), bench.family_config), max(lens))

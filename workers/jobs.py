@@ -230,6 +230,7 @@ class JobRegistry(Protocol):
 
     # optional: `identity(kind, spec) -> dict`, what defines a job (its hash); without it, the whole spec
     # optional: `refuse_follow(kind, spec, followed)`, a follow-up refused against the job it follows
+    # optional: `refuse_alone(kind, spec)`, a job of a grid's own kind refused on its own spec
 
 
 def _module(kind: str):
@@ -255,9 +256,23 @@ def refuse_follow(kind: str, spec: dict[str, Any], followed: dict[str, Any]) -> 
     "spec", and for a model of another family its "family" and "capabilities", else None; see
     orchestrator.grid `_refuse_follow`), through its module's `refuse_follow(spec, followed)` when it
     has one (ConfigError naming the field): e.g. the adaptive job's `gate` rule needs an exit gate."""
-    refuse = getattr(_module(kind), "refuse_follow", None) if kind in KINDS else None
+    refuse = _hook(kind, "refuse_follow")
     if refuse is not None:
         refuse(spec, followed)
+
+
+def refuse_alone(kind: str, spec: dict[str, Any]) -> None:
+    """At submission, the canonical spec of a job of a grid's own kind (following no job; orchestrator.grid
+    `_refuse_alone`), through its module's `refuse_alone(spec)` when it has one (ConfigError naming the
+    field): e.g. a decode bench of a family that cannot take its longest context."""
+    refuse = _hook(kind, "refuse_alone")
+    if refuse is not None:
+        refuse(spec)
+
+
+def _hook(kind: str, name: str) -> Any:
+    """The optional submission hook `name` of `kind`'s module (None: it has none, or the kind is not ours)."""
+    return getattr(_module(kind), name, None) if kind in KINDS else None
 
 
 def run(kind: str, spec: dict[str, Any], reporter: Reporter, artifact_dir: str | Path) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from torch import nn
 from looplab import Grid, Queue
 from looplab.model.contract import check_context
 from looplab.model.errors import ConfigError
+from looplab.workers.decode_bench import RECOMPUTE_MAX_CONTEXT
 from tests.db_rows import rows
 from tests.workers.conftest import tiny_spec
 
@@ -88,6 +89,54 @@ def test_a_family_that_takes_the_context_is_submitted(tmp_path):
         ("decode_bench", 2),
         ("train", 2),
     ]
+
+
+def alone(family: str, context_lens: list[int]) -> Grid:
+    """A decode bench on its own (no train job before it): the family, its shape and the bench's cells."""
+    base = {"family": f"{HERE}:{family}", "seq_len": 32, "context_lens": context_lens, "batch_sizes": [1]}
+    return Grid("alone", job="decode_bench", base={**base, "warmup": 1, "steps": 2})
+
+
+@pytest.mark.parametrize(
+    ("family", "expected"),
+    [
+        (
+            "positions",
+            "cannot take a context of 128 tokens: its forward on (1, 128) token ids raised IndexError",
+        ),
+        (
+            "declared",
+            "128 tokens is more than family 'tests.workers.test_family_context:declared' can take (its ",
+        ),
+    ],
+)
+def test_a_bench_on_its_own_that_its_family_cannot_take_is_refused_naming_the_field(
+    tmp_path, family, expected
+):
+    """The same check as a follow-up's, for a grid of decode benches that follows no run: the longest
+    context of any of its points, refused before anything is stored."""
+    q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art")
+    fine = Grid("fine", job="decode_bench", base={"recipe": "lean", "size": "tiny", "context_lens": [64]})
+    with pytest.raises(ConfigError) as e:
+        q.submit([fine, alone(family, [16, 128])])
+    assert "grid 'alone': context_lens: " in str(e.value)
+    assert expected in str(e.value)
+    assert rows(q, "SELECT COUNT(*) FROM jobs") == [(0,)]  # nothing stored, not even the other grid's
+
+
+def test_a_bench_on_its_own_within_the_limit_is_submitted(tmp_path):
+    """Within the limit it is stored; a context past the declared limit of a family without a KV cache is
+    not refused, since the bench times such a family only up to RECOMPUTE_MAX_CONTEXT (the capability is
+    discovered by the conformance check, as there is no train job's to read)."""
+    q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art")
+    over = RECOMPUTE_MAX_CONTEXT + 1
+    q.submit([alone("positions", [8, 32]), alone("declared", [16, over]), alone("long_table", [128])])
+    assert rows(q, "SELECT kind, COUNT(*) FROM jobs GROUP BY kind") == [("decode_bench", 3)]
+    with pytest.raises(
+        ConfigError, match=r"grid 'alone': context_lens: 129 tokens is more than .*max_context is 128"
+    ):
+        q.submit([alone("long_table", [16, 129])])
+    assert rows(q, "SELECT COUNT(*) FROM jobs") == [(3,)]
 
 
 def test_the_check_itself_and_a_bad_declaration():
