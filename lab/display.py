@@ -11,6 +11,7 @@ import pandas as pd
 from sqlalchemy import Engine
 
 from looplab.orchestrator.frames import job_listing
+from looplab.orchestrator.health import HELD, is_held
 from looplab.orchestrator.states import JobStatus
 
 COLUMNS = [
@@ -83,6 +84,14 @@ def _cut(text: object, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def shown_status(df: pd.DataFrame) -> pd.Series:
+    """Each job's state as a person reads it: a job a health rule held for a person is failed in the
+    database, and its error says it is held (orchestrator/health.py `Finding.error`), so it reads `held`."""
+    return pd.Series(
+        [HELD if is_held(s, e) else s for s, e in zip(df["status"], df["error"])], index=df.index
+    )
+
+
 def table(df: pd.DataFrame, stale_s: float = STALE_S) -> str:
     """A compact text table with the job's grid, a progress bar and ETA per job, under 120 columns
     before the note; a running job silent for more than `stale_s` seconds is noted (its driver is
@@ -96,7 +105,8 @@ def table(df: pd.DataFrame, stale_s: float = STALE_S) -> str:
         f"{'id':>4} {'grid':<{GRID_WIDTH}} {'kind':<12} {'recipe':<8} {'size':<6} {'seed':>4} {'status':<9} "
         f"{'att':>3} {'progress':<{prog_w}} {'eta':>7} {'train':>7} {'val':>7}  note"
     ]
-    for r in df.itertuples():
+    shown = shown_status(df)
+    for r, status in zip(df.itertuples(), shown):
         seed = "" if pd.isna(r.seed) else int(r.seed)
         running = r.status == JobStatus.RUNNING
         note = r.error if r.error else (f"gpu {r.gpu_ids}" if r.gpu_ids and running else "")
@@ -117,11 +127,11 @@ def table(df: pd.DataFrame, stale_s: float = STALE_S) -> str:
             note = f"by {r.owner} {note}".rstrip()
         lines.append(
             f"{r.id:>4} {_cut(r.grid, GRID_WIDTH):<{GRID_WIDTH}} {r.kind:<12} {_cut(r.recipe, 8):<8} "
-            f"{_cut(r.size, 6):<6} {seed!s:>4} {r.status:<9} "
+            f"{_cut(r.size, 6):<6} {seed!s:>4} {status:<9} "
             f"{r.attempts:>3} {prog:<{prog_w}} {fmt_eta(r.eta_s) if running else '':>7} "
             f"{_num(r.train_loss):>7} {_num(r.val_loss):>7}  {note}"
         )
-    counts = df["status"].value_counts().to_dict()
+    counts = shown.value_counts().to_dict()
     lines.append("  ".join(f"{k}: {v}" for k, v in sorted(counts.items())))
     return "\n".join(lines)
 
@@ -136,7 +146,7 @@ def last_grids(eng: Engine, n: int = 3) -> str:
     lines = ["queue empty; the last grids:"]
     grids = listing.groupby(listing["grid_id"].fillna(-1), sort=True)
     for grid_id, jobs in list(grids)[-n:]:
-        counts = ", ".join(f"{v} {k}" for k, v in sorted(jobs["status"].value_counts().items()))
+        counts = ", ".join(f"{v} {k}" for k, v in sorted(shown_status(jobs).value_counts().items()))
         finished = jobs["finished_at"].max()
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(finished)) if pd.notna(finished) else "—"
         name = jobs["grid"].iloc[0] if grid_id != -1 else "(no grid)"

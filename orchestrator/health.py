@@ -55,6 +55,7 @@ from sqlalchemy import Connection
 
 from looplab.model import fields
 from looplab.model.errors import ConfigError
+from looplab.orchestrator.states import JobStatus
 from looplab.workers.reporter import UNIGRAM_XENT
 
 
@@ -86,6 +87,10 @@ TRAIN_LOSS, VAL_LOSS = "train_loss", "val_loss"
 # what a rule that does not raise does when it trips (HealthSettings.chance_action, plateau_action)
 WARN, STOP, HOLD = "warn", "stop", "hold"
 ACTIONS = (WARN, STOP, HOLD)
+# How the error of a job a `hold` stopped opens (`Finding.error`), and its state as `looplab status`
+# shows it: its stored state is failed (states are the queue's, orchestrator/states.py), which alone
+# would not tell it from a crash.
+HELD = "held"
 
 
 @dataclass(frozen=True)
@@ -173,6 +178,24 @@ class Finding:
     @property
     def stops(self) -> bool:
         return self.action in (STOP, HOLD)
+
+    def error(self, job_id: int) -> str:
+        """The error of job `job_id` when this finding stopped its run: the message, and for a hold first
+        the word HELD, the step and the one command that resumes it from its checkpoint, so every view
+        that cuts an error short (`looplab status`, the Queue page) still says so (`is_held`)."""
+        if self.action != HOLD:
+            return self.message
+        resume = f"`looplab retry {job_id}` resumes it from its checkpoint"
+        return f"{HELD} for a person at step {self.step}: {resume}; {self.message}"
+
+
+def is_held(status: str, error: object) -> bool:
+    """Whether a job of `status` with `error` is one a `hold` stopped (`Finding.error`), not a failure."""
+    return (
+        status == JobStatus.FAILED
+        and isinstance(error, str)
+        and error.startswith(f"{HELD} for a person at step ")
+    )
 
 
 def non_finite(key: str, step: int, value: float) -> Finding | None:
@@ -321,7 +344,7 @@ def _acted(action: str) -> tuple[Level, str]:
     if action == HOLD:
         return (
             Level.ERROR,
-            "the run stops at its next step with a checkpoint, held for a person (looplab retry)",
+            f"the run stops at its next step with a checkpoint, {HELD} for a person (looplab retry)",
         )
     return Level.WARNING, "a warning; the run goes on"
 

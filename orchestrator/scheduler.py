@@ -413,7 +413,7 @@ class Scheduler:
             out = TaskResult(AttemptOutcome.PREEMPTED, why)
             self.findings.append((job_id, n, preemption.stopped(why, step)))
         if stopped is not None and out.outcome != AttemptOutcome.SUCCEEDED:  # a health rule stopped it
-            out = TaskResult(AttemptOutcome.FAILED, stopped.message, finding=stopped)
+            out = TaskResult(AttemptOutcome.FAILED, stopped.error(job_id), finding=stopped)
         self.held.outcomes.append((job_id, n, out))
 
     def _write_held(self, notes: list[tuple[int, int, list[Event]]] = ()) -> None:
