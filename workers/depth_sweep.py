@@ -165,6 +165,25 @@ def refuse_follow(spec: dict[str, Any], followed: dict[str, Any]) -> None:
     refuse_short(DataSpec.from_dict((followed.get("spec") or {}).get("data")).corpus)
 
 
+def refuse_alone(spec: dict[str, Any]) -> None:
+    """At submission of a sweep on its own (workers.jobs `refuse_alone`: a grid of sweeps of a given
+    checkpoint), the test split refused as a follow-up's is (`refuse_follow`), of the data its run read:
+    the `spec.json` of a train artifact dir (or of the dir holding the checkpoint file), a model
+    directory's default corpus (`load_model`). A path that holds neither is the run's to report."""
+    import json
+
+    from looplab.workers import hub
+
+    if not spec.get("test_split") or spec.get("checkpoint") is None:
+        return
+    path = Path(spec["checkpoint"]).expanduser()
+    where = path if path.is_dir() else path.parent
+    if (where / "spec.json").is_file():
+        refuse_follow(spec, {"spec": json.loads((where / "spec.json").read_text())})
+    elif hub.is_model_dir(where):
+        refuse_follow(spec, {"spec": {}})
+
+
 def load_model(path: str | Path, device):
     """(model in eval mode, ModelConfig, train spec dict) from a train or import artifact dir, a
     checkpoint file, or a model directory (workers/hub.py: an export, a published checkpoint; its

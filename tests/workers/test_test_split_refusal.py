@@ -46,3 +46,40 @@ def test_a_local_corpus_too_small_is_refused_and_a_hub_corpus_is_left_to_its_bui
     from looplab.workers.heldout import refuse_short
 
     refuse_short("hf:some/corpus")  # not read at submission (offline here): the build checks it
+
+
+def run_dir(tmp_path, corpus: str = "offline"):
+    """A train artifact dir as its run leaves it at the start (spec.json written by the trainer's own
+    check), with a checkpoint file beside it: all a sweep on its own reads at submission."""
+    from looplab.workers.train_spec import Spec, check_artifact_dir
+
+    art = tmp_path / "run"
+    art.mkdir()
+    check_artifact_dir(Spec.from_dict({**TRAIN, "data": {"corpus": corpus}}), art)
+    (art / "final.pt").write_bytes(b"")
+    return art
+
+
+def test_a_sweep_on_its_own_of_a_run_without_a_test_split_is_refused(tmp_path):
+    """A grid of sweeps of a given checkpoint (following no job): the corpus is its run's spec.json's,
+    whether the grid names the artifact dir or the checkpoint file in it."""
+    art = run_dir(tmp_path)
+    q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art")
+    for checkpoint in (art, art / "final.pt"):
+        alone = Grid("alone", job="depth_sweep", base={"checkpoint": str(checkpoint), "test_split": True})
+        with pytest.raises(
+            ConfigError, match=r"grid 'alone': test_split: corpus 'offline' has no tokens left"
+        ):
+            q.submit([alone])
+    assert rows(q, "SELECT COUNT(*) FROM jobs") == [(0,)]
+    # without the test split, or where the corpus has room, it is stored
+    q.submit([Grid("plain", job="depth_sweep", base={"checkpoint": str(art)})])
+    assert rows(q, "SELECT COUNT(*) FROM jobs") == [(1,)]
+
+
+def test_a_sweep_on_its_own_with_room_for_a_test_split_is_stored(tmp_path, monkeypatch):
+    monkeypatch.setattr(data, "VAL_TOKENS", 50_000)  # as above: the offline corpus then has room
+    art = run_dir(tmp_path)
+    q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art")
+    q.submit([Grid("alone", job="depth_sweep", base={"checkpoint": str(art), "test_split": True})])
+    assert rows(q, "SELECT kind FROM jobs") == [("depth_sweep",)]
