@@ -6,8 +6,10 @@ from step 0. The database keeps it failed: states are a migration's (orchestrato
 from __future__ import annotations
 
 from looplab import Grid, Queue
+from looplab.dashboard import listing
 from looplab.lab.cli import main
 from looplab.lab.display import last_grids, table
+from looplab.orchestrator.frames import job_listing
 from looplab.orchestrator.health import HELD, Finding, Level, Rule, is_held
 from looplab.orchestrator.jobqueue import claim, finish
 from looplab.orchestrator.states import AttemptOutcome
@@ -81,6 +83,11 @@ def test_the_label_is_the_holds_alone(tmp_path):
     assert states == [HELD, "failed", "failed"]
     assert text.splitlines()[-1] == "failed: 2  held: 1"
     assert "grid 1 m: 2 failed, 1 held; last finished" in last_grids(q.eng)  # the queue run dry
+    # the Queue page's recent failures: the held one's line opens with what resumes it
+    failures = listing.recent_failures(job_listing(q.eng)).set_index("job_id")
+    assert failures.loc[jobs[0], "error_summary"].startswith(
+        f"held for a person at step 12: `looplab retry {jobs[0]}`"
+    )
     assert [
         is_held(s, e) for s, e in (("failed", errors[0]), ("cancelled", errors[0]), ("failed", None))
     ] == [True, False, False]
