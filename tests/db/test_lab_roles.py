@@ -18,12 +18,11 @@ import sqlalchemy as sa
 
 from looplab import Grid, Queue
 from looplab.orchestrator import jobqueue, recovery
-from looplab.orchestrator.db import dispose_all
 from looplab.orchestrator.owners import NotYourJob
 from looplab.orchestrator.states import AttemptOutcome
 from tests.cli import looplab_here
 from tests.orchestrator import fake_jobs
-from tests.pg import PgUnavailable, snapshot, start_server
+from tests.pg import lab_database, password_server, snapshot
 
 PASSWORDS = {"alice": "a-secret-1", "bob": "b-secret-2", "carol": "c-secret-3", "drv": "d-secret-4"}
 KINDS = {"alice": "member", "bob": "member", "carol": "admin", "drv": "driver"}
@@ -31,24 +30,10 @@ KINDS = {"alice": "member", "bob": "member", "carol": "admin", "drv": "driver"}
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    try:
-        server = start_server(password="super-secret-0")
-    except PgUnavailable as e:
-        pytest.skip(f"no PostgreSQL server here: {e}")
-    try:
-        admin_url = server.create_database("lab")
-        Queue(db=admin_url, kinds=fake_jobs)  # migrates to head as the superuser, the tables' owner
-        from looplab.lab.cli import main
-
-        for role, kind in KINDS.items():  # through the command line, as a lab's administrator would
-            assert main(["--db", admin_url, "db", "grant", role, "--as", kind]) == 0
-            server.execute(f"ALTER ROLE {role} PASSWORD '{PASSWORDS[role]}'")
-        urls = {role: server.url("lab", user=role, password=pw) for role, pw in PASSWORDS.items()}
-        urls["postgres"] = admin_url
+    with password_server("super-secret-0") as server:
+        # migrated as the superuser, the tables' owner; the roles made through the command line
+        urls = lab_database(server, {r: (KINDS[r], pw) for r, pw in PASSWORDS.items()}, fake_jobs)
         yield server, urls, tmp_path_factory.mktemp("lab")
-    finally:
-        dispose_all()
-        server.stop()
 
 
 def test_grant_says_what_the_role_may_do_and_refuses_bad_input(lab, capsys, tmp_path):
