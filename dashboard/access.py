@@ -12,9 +12,15 @@ request as `X-Looplab-Proxy-Secret` (a browser cannot add a header to Streamlit'
 client that talks to the port directly does not know the secret).
 
 `looplab dashboard --address A` refuses a non-loopback A unless `--auth proxy` is given with the secret
-set (at least MIN_SECRET characters); the app then shows nothing to a session without both headers. What
-the pages read is what the dashboard's database role may read (give it a reader role:
-`looplab db grant NAME --as reader`).
+set (at least MIN_SECRET characters); the app then shows nothing to a session without both headers.
+
+On PostgreSQL every page reads as the signed-in person's own database role (`person_url`): the dashboard
+logs in as a role made by `looplab db grant NAME --as dashboard` (NOINHERIT, no rights of its own, a
+member of every person's role through looplab_dashboard, orchestrator/roles.py), and each of its
+connections for that person starts with `-c role=USER`, PostgreSQL's SET ROLE at connection start. The
+engines and loaders are cached per URL, so per person. A user whose role the dashboard may not read as
+(never granted, a group role, a superuser, the dashboard itself) sees why and nothing else. A SQLite
+file has one user: its pages read as whoever opened it.
 """
 
 from __future__ import annotations
@@ -76,6 +82,52 @@ def signed_in_user(headers: Mapping[str, str], secret: str) -> str | None:
         return None
     user = (headers.get(USER_HEADER) or "").strip()
     return user if USER_NAME.fullmatch(user) else None
+
+
+class NoRole(Exception):
+    """The signed-in user has no database role that the dashboard may read as."""
+
+
+def person_url(url: str, user: str) -> str:
+    """`url` (the dashboard's own, a `--as dashboard` role) reading as `user`'s PostgreSQL role; raise
+    NoRole unless `user` is a role granted as a reader, member or admin (a direct member of
+    looplab_dashboard's group). SQLite: `url` itself. The name reaches SQL only as a bound parameter."""
+    import sqlalchemy as sa
+
+    from looplab.orchestrator.db import ROLE_NAME
+    from looplab.orchestrator.roles import DASHBOARD
+
+    parsed = sa.engine.make_url(url)
+    if parsed.get_backend_name() != "postgresql":
+        return url
+    hint = f"ask an admin to run `looplab db grant {user} --as member` (or reader)"
+    if not ROLE_NAME.fullmatch(user):  # `looplab db grant` makes no other names
+        raise NoRole(f"no database role for {user}; {hint}")
+    eng = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        with eng.connect() as conn:
+            dashboard, person = conn.execute(sa.text(GRANTED), {"group": DASHBOARD, "user": user}).one()
+    finally:
+        eng.dispose()
+    if not dashboard:
+        raise NoRole(
+            f"the dashboard's database role ({parsed.username}) cannot read as the people signed in: run "
+            f"`looplab db grant {parsed.username} --as dashboard` and serve the dashboard as that role"
+        )
+    if not person:
+        raise NoRole(f"no database role for {user}; {hint}")
+    return parsed.update_query_dict({"options": f"-c role={user}"}).render_as_string(hide_password=False)
+
+
+# whether the session user is in the dashboard's group, and whether `user` was granted to that group
+GRANTED = """
+SELECT
+  EXISTS (SELECT 1 FROM pg_auth_members m JOIN pg_roles g ON g.oid = m.roleid
+          JOIN pg_roles s ON s.oid = m.member WHERE g.rolname = :group AND s.rolname = session_user),
+  EXISTS (SELECT 1 FROM pg_auth_members m JOIN pg_roles g ON g.oid = m.member
+          JOIN pg_roles u ON u.oid = m.roleid WHERE g.rolname = :group AND u.rolname = :user
+          AND NOT u.rolsuper)
+"""
 
 
 def gate() -> str | None:

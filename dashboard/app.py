@@ -50,12 +50,15 @@ HOME = st.Page(_to_queue, title="looplab", url_path="home", default=True, visibi
 st.set_page_config(page_title="looplab", page_icon=":material/loop:", layout="wide")
 page = st.navigation([HOME, *PAGES])
 user = access.gate()  # behind the lab's proxy: nothing for a session it did not sign in
-url = ui.open_db()
+url = ui.open_db(user)  # behind the proxy on PostgreSQL: read as the signed-in person's role
 if url is None:
     st.stop()
 st.session_state["db_url"] = url
-st.sidebar.caption(f"database (read-only): `{display_url(url)}`")
+st.sidebar.caption(f"database (read-only): `{display_url(ui.db_url())}`")
 if user:
     st.sidebar.caption(f"signed in as {user}")
+role = ui.database_role(url)
+if role:
+    st.sidebar.caption(f"database role: {role}")
 ui.sidebar_filters(ui.runs(url))
 page.run()

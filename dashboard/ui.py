@@ -45,27 +45,59 @@ VERDICT_STROKES = {
 
 
 def db_url() -> str:
-    """The database: `?db=` query parameter, else $LOOPLAB_DB (set by `looplab dashboard`), else the default."""
+    """The database: `?db=` query parameter, else $LOOPLAB_DB (set by `looplab dashboard`), else the default.
+    Behind the lab's proxy only the dashboard's own: a link must not choose whose database, or role, a
+    signed-in person reads."""
+    from looplab.dashboard import access
     from looplab.orchestrator.db import resolve_url
+    from looplab.orchestrator.errors import ConfigError
 
-    return resolve_url(st.query_params.get("db") or os.environ.get("LOOPLAB_DB") or None)
+    asked = st.query_params.get("db")
+    if asked and os.environ.get(access.AUTH_ENV) == "proxy":
+        raise ConfigError("?db=: not accepted behind the sign-in proxy; open the page without it")
+    return resolve_url(asked or os.environ.get("LOOPLAB_DB") or None)
 
 
-def open_db() -> str | None:
-    """The URL if the database opens read-only; otherwise explains why on the page and returns None."""
+@st.cache_data(ttl=30, show_spinner=False)
+def person_url(url: str, user: str) -> str:
+    """`access.person_url`, asked again after 30 s (the Queue page reruns every few seconds; a refusal,
+    an exception, is never cached)."""
+    from looplab.dashboard import access
+
+    return access.person_url(url, user)
+
+
+def open_db(user: str | None = None) -> str | None:
+    """The URL if the database opens read-only (as signed-in `user`'s role: dashboard/access.py);
+    otherwise explains why on the page and returns None."""
     from sqlalchemy.exc import DBAPIError
 
+    from looplab.dashboard import access
     from looplab.orchestrator.db import describe_error
     from looplab.orchestrator.errors import USER_ERRORS
 
+    url = None
     try:
         url = db_url()
+        if user:
+            url = person_url(url, user)
         frames.engine(url)
+    except access.NoRole as e:
+        st.error(f"Signed in as {user}: {e}")
+        return None
     except USER_ERRORS as e:
         st.error(f"Cannot open the results database: {e}")
         st.caption("Pass `--db PATH` to `looplab dashboard`, or set LOOPLAB_DB.")
         return None
     except DBAPIError as e:  # e.g. the server is not running: say which database, and what to do
+        if user and "permission denied" in str(
+            e.orig
+        ):  # the person's role may not read: the database said so
+            st.error(
+                f"Signed in as {user}: the database refused to read as role {user}: "
+                f"{str(e.orig).splitlines()[0]}; ask an admin to run `looplab db grant {user} --as reader` (or member)"
+            )
+            return None
         st.error(f"Cannot open the results database: {describe_error(e, url)}")
         return None
     return url
@@ -403,6 +435,17 @@ def axis_picker(label: str, options: list[str], default: str, key: str) -> str:
 def url() -> str:
     """The database URL `app.py` opened for this run."""
     return st.session_state["db_url"]
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def database_role(url: str) -> str | None:
+    """PostgreSQL: the role this URL's sessions read as (`current_user`: the signed-in person's behind
+    the proxy); None on SQLite, which has no roles."""
+    eng = frames.engine(url)
+    if eng.dialect.name != "postgresql":
+        return None
+    with eng.connect() as conn:
+        return conn.exec_driver_sql("SELECT current_user").scalar()
 
 
 def runs_page(title: str) -> tuple[str, pd.DataFrame, pd.DataFrame]:

@@ -167,7 +167,7 @@ def _database_commands(sub: argparse._SubParsersAction) -> None:
     db.add_argument(
         "--as",
         dest="grant_as",
-        choices=["reader", "member", "admin", "driver"],
+        choices=["reader", "member", "admin", "driver", "dashboard"],
         default=None,
         help="grant: what the role may do (default member; orchestrator/roles.py)",
     )

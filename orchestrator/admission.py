@@ -33,6 +33,9 @@ be placed; if even all of them would not make room, nothing is preempted. The de
 them to stop; the job itself waits reserved like any job that does not fit, and starts in a later pass
 once they have ended. Whether a running job may be preempted *now* (it has checkpointed in its attempt,
 it was not preempted lately) is the caller's to say (`Running.preemptible`): the rule sees no clock.
+An admin's urgent job (`Candidate.by_admin`, issue 56) may also take the place of a job that did not opt
+in, if that job could be stopped now (`Running.stoppable`: checkpointed, not preempted lately); a
+member's may not: the opt-in is the preempted job's owner's.
 
 Placement (first fit, in node order, then device order): a bundle goes on the first node with its CPUs
 free and its GPUs placeable; `gpus` >= 1 takes ceil(gpus) whole free devices, a fraction goes on the first
@@ -152,8 +155,9 @@ class Placement:
 class Running:
     """A running job as the admission books it; `placement` None: placed by someone else where we do not
     know (its resources are then taken from the first nodes and devices that have them). For preemption:
-    the caller's `job`, the `priority` it started at, `preemptible` (it may be stopped now) and
-    `stopping` (asked to stop already: what it holds is as good as free for the job that asked)."""
+    the caller's `job`, the `priority` it started at, `preemptible` (it opted in and may be stopped now),
+    `stopping` (asked to stop already: what it holds is as good as free for the job that asked) and
+    `stoppable` (it could be stopped now, opted in or not: an admin's urgent job may stop it)."""
 
     request: Request
     placement: Placement | None
@@ -161,15 +165,18 @@ class Running:
     priority: int = 0
     preemptible: bool = False
     stopping: bool = False
+    stoppable: bool = False
 
 
 @dataclass(frozen=True)
 class Candidate:
-    """A ready job: the caller's object, its effective priority and what it asks."""
+    """A ready job: the caller's object, its effective priority, what it asks, and whether an admin
+    submitted it (it may then preempt jobs that did not opt in: the module's docstring)."""
 
     job: Any
     priority: int
     request: Request
+    by_admin: bool = False
 
 
 @dataclass(frozen=True)
@@ -424,7 +431,7 @@ class Admission:
             (
                 r
                 for r in self._running
-                if r.preemptible
+                if (r.preemptible or (candidate.by_admin and r.stoppable))
                 and not r.stopping
                 and r.job is not None
                 and r.priority <= candidate.priority - self.preempt_gap

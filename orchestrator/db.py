@@ -345,7 +345,9 @@ def _open_readonly(url: str) -> Engine:
     if parsed.get_backend_name() != "sqlite" or _sqlite_path(parsed) is None:
         kwargs: dict = {}
         if parsed.get_backend_name() == "postgresql":  # every transaction of the session read-only
-            kwargs["connect_args"] = {"options": "-c default_transaction_read_only=on"}
+            more = parsed.query.get("options")  # e.g. the dashboard's `-c role=USER` (dashboard/access.py)
+            options = "-c default_transaction_read_only=on" + (f" {more}" if isinstance(more, str) else "")
+            kwargs["connect_args"] = {"options": options}
         eng = create_engine(url, pool_pre_ping=True, **kwargs)
         rev = _current_revision(eng)
     else:

@@ -28,7 +28,7 @@ from looplab.orchestrator.states import ACTIVE, JobStatus
 ADMIN_ROLE = "looplab_admin"  # the group role whose members may act on anyone's jobs (orchestrator/roles.py)
 AUDIT = Audit.__table__
 JOBS = Job.__table__
-AUDIT_ACTIONS = ("grid", "submit", "cancel", "retry", "priority", "preempt")
+AUDIT_ACTIONS = ("grid", "submit", "cancel", "retry", "priority", "preempt", "resources")
 PRIORITY_RANGE = (-1_000_000, 1_000_000)
 VERBS = {"cancel": "cancelling", "retry": "retrying", "priority": "re-prioritising"}
 
@@ -51,6 +51,36 @@ def privileged(conn: Connection) -> bool:
     if conn.dialect.name != "postgresql":
         return True
     return bool(conn.exec_driver_sql("SELECT looplab_privileged()").scalar())
+
+
+# whether role :name is a member of the admin group (PostgreSQL; a missing group: nobody is; a superuser,
+# whom pg_has_role counts a member of every role, is not)
+IS_ADMIN = """
+SELECT EXISTS (SELECT 1 FROM pg_roles r JOIN pg_roles g ON g.rolname = :group
+               WHERE r.rolname = :name AND NOT r.rolsuper AND pg_has_role(r.oid, g.oid, 'MEMBER'))
+"""
+
+
+class Admins:
+    """Whether a job's owner is an admin (a member of looplab_admin), for preemption: an admin's urgent
+    job may preempt a job that did not opt in (orchestrator/admission.py). Only that group counts, not
+    a superuser or the tables' owner, so a one-person PostgreSQL queue behaves as before; SQLite has
+    no admins. Each answer is kept `ttl_s` seconds: the driver asks on every pass."""
+
+    def __init__(self, eng: Engine, ttl_s: float = 30.0) -> None:
+        self.eng, self.ttl_s = eng, ttl_s
+        self._seen: dict[str, tuple[bool, float]] = {}
+
+    def __call__(self, owner: str | None) -> bool:
+        if not owner or self.eng.dialect.name != "postgresql":
+            return False
+        now = time.monotonic()
+        hit = self._seen.get(owner)
+        if hit is None or now - hit[1] > self.ttl_s:
+            with self.eng.connect() as conn:
+                yes = conn.execute(sa.text(IS_ADMIN), {"name": owner, "group": ADMIN_ROLE}).scalar()
+            hit = self._seen[owner] = (bool(yes), now)
+        return hit[0]
 
 
 def check_owned(eng: Engine, job_ids: list[int], action: str) -> None:

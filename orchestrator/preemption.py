@@ -3,7 +3,8 @@ the admission's victims to stop. Which job is preempted for which is the admissi
 (orchestrator/admission.py, `Preempt`); this module keeps what the rule needs from the running attempts.
 
 A job may be preempted only when it opted in (`preemptible` in its grid: its owner's to set, since row-level
-security lets no other member change the job, orchestrator/roles.py), checkpointed in this attempt (a
+security lets no other member change the job, orchestrator/roles.py) or the urgent job is an admin's
+(issue 56; `owners.Admins` says whose, the reason recorded says so), checkpointed in this attempt (a
 stop before that would lose its work) and was not preempted within the cool-down ($LOOPLAB_PREEMPT_COOLDOWN_S,
 default 1800 s: a run stopped every few minutes by a stream of urgent jobs would redo its steps since the
 last checkpoint each time and never progress). A victim is asked to stop at its next step boundary, after a
@@ -30,6 +31,7 @@ class Preemptions:
         self.checkpointed: dict[int, int | None] = {}
         self.preempted_at: dict[int, float | None] = {}  # running job -> when it was last preempted
         self.asked: dict[int, str] = {}  # job asked to stop -> why
+        self.opted: set[int] = set()  # running jobs whose owner opted them in to preemption
 
     def started(self, job_id: int, last_preempted: float | None) -> None:
         """An attempt of `job_id` started; it was last preempted at `last_preempted` (None: never)."""
@@ -51,12 +53,16 @@ class Preemptions:
         """The running jobs as the admission books them, each saying whether it may be preempted now; one
         asked to stop already is `stopping`."""
         running = list(running)
-        opted = [r.job for r in running if r.request.preemptible and r.job in self.checkpointed]
+        self.opted = {r.job for r in running if r.request.preemptible}
         since = time.time() - self.cooldown_s
-        cooling = {j for j in opted if (self.preempted_at.get(j) or -math.inf) > since}
+        cooling = {j for j in self.checkpointed if (self.preempted_at.get(j) or -math.inf) > since}
+        stoppable = {r.job for r in running if r.job in self.checkpointed and r.job not in cooling}
         return [
             dataclasses.replace(
-                r, preemptible=r.job in opted and r.job not in cooling, stopping=r.job in self.asked
+                r,
+                preemptible=r.job in self.opted and r.job in stoppable,
+                stoppable=r.job in stoppable,  # an admin's urgent job may stop it (admission.py)
+                stopping=r.job in self.asked,
             )
             for r in running
         ]
@@ -71,6 +77,8 @@ class Preemptions:
             owner = getattr(decision.job, "owner", None)
             if owner:  # the audit trail (revision 0024) puts the preempted job's owner beside this
                 why += f", submitted by {owner}"
+            if victim not in self.opted:  # only an admin's job may do this (admission.py)
+                why += " (an admin's job: this one had not opted in to preemption)"
             self.asked[victim] = why
             asked.append((victim, why))
         return asked

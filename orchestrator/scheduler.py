@@ -91,6 +91,7 @@ from looplab.orchestrator import (
     faults,
     jobkinds,
     jobqueue,
+    owners,
     preemption,
     ray_watch,
     recovery,
@@ -175,6 +176,7 @@ class Scheduler:
         self.health_stopped: dict[int, Finding] = {}  # job -> the finding whose action stopped its run
         self.finished_here: dict[int, str] = {}  # job -> how it finished, for this run's "queue empty"
         self.preemptions = Preemptions(s.preempt_cooldown_s)  # orchestrator/preemption.py
+        self.admins = owners.Admins(self.eng)
         self.release = Release(self, s.release_on)  # a batch system's time limit (orchestrator/release.py)
 
     # ------------------------------------------------------------ setup
@@ -309,8 +311,8 @@ class Scheduler:
     def _launch_ready(self) -> None:
         """Start what the admission rule (orchestrator/admission.py) admits, confirming each start: a
         claim lost to another driver or a launch that fails books nothing for the rest of the pass."""
-        ready = (
-            Candidate(job, job.effective_priority, self._request(job))
+        ready = (  # an admin's job may preempt one that did not opt in (owners.Admins)
+            Candidate(job, job.effective_priority, self._request(job), self.admins(job.owner))
             for job in jobqueue.ready_jobs(self.eng, self.settings.aging_s)
         )
         # the whole cluster as one node (the module's docstring): what Ray reports, less what this driver runs

@@ -225,8 +225,11 @@ def check_readonly(sql: str) -> None:
         if word == "ANALYZE" and re.fullmatch(r"\s*EXPLAIN\s*(\([^)]*)?", body[: m.start()], re.I):
             continue  # PostgreSQL's EXPLAIN ANALYZE runs the statement that follows: checked on its own
         raise WriteRefused(word)
-    for m in re.finditer(r"([A-Za-z_][A-Za-z0-9_$]*)\s*\(", body):
-        name = m.group(1).lower()
+    called = [m.group(1) for m in re.finditer(r"([A-Za-z_][A-Za-z0-9_$]*)\s*\(", body)]
+    # a quoted name is blanked above, yet "set_config"(...) is the same call (and could switch the
+    # dashboard's session to another person's role): scanned in the text itself, literals and all
+    called += [m.group(1).replace('""', '"') for m in re.finditer(r'"((?:[^"]|"")+)"\s*\(', sql)]
+    for name in map(str.lower, called):
         if name in WRITE_FUNCTIONS or name.startswith(WRITE_FUNCTION_PREFIXES):
             raise WriteRefused(f"{name}() (a function that changes state)")
 

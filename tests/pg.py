@@ -17,6 +17,7 @@ belongs to the `postgres` system user (the package creates it) and every server 
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import itertools
 import os
@@ -25,6 +26,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -295,3 +297,39 @@ def snapshot(url: str) -> object:
         return tables, sorted(insp.get_view_names()), rows
     finally:
         raw.dispose()
+
+
+def lab_database(server: PgServer, roles: dict[str, tuple[str, str]], kinds) -> dict[str, str]:
+    """A database `lab` on a password-authenticated `server`, migrated by its superuser (the tables'
+    owner), with each of `roles` (name -> (kind, password)) made by `looplab db grant NAME --as KIND`
+    as a lab's administrator would, its password set. The URL of each role, and the superuser's as
+    "postgres"."""
+    from looplab import Queue
+    from looplab.lab.cli import main
+
+    admin_url = server.create_database("lab")
+    Queue(db=admin_url, kinds=kinds)
+    for role, (kind, _) in roles.items():
+        assert main(["--db", admin_url, "db", "grant", role, "--as", kind]) == 0
+        server.execute(f"ALTER ROLE {role} PASSWORD '{roles[role][1]}'")
+    urls = {role: server.url("lab", user=role, password=pw) for role, (_, pw) in roles.items()}
+    return {**urls, "postgres": admin_url}
+
+
+@contextlib.contextmanager
+def password_server(password: str) -> Iterator[PgServer]:
+    """`start_server(password=...)` for a module's fixture: skips the tests when no server can start
+    here (saying why); closes every cached engine and stops the server afterwards."""
+    import pytest
+
+    from looplab.orchestrator.db import dispose_all
+
+    try:
+        server = start_server(password=password)
+    except PgUnavailable as e:
+        pytest.skip(f"no PostgreSQL server here: {e}")
+    try:
+        yield server
+    finally:
+        dispose_all()
+        server.stop()

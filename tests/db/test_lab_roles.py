@@ -17,38 +17,26 @@ import pytest
 import sqlalchemy as sa
 
 from looplab import Grid, Queue
-from looplab.orchestrator import jobqueue, recovery
-from looplab.orchestrator.db import dispose_all
+from looplab.orchestrator import jobqueue, owners, recovery
+from looplab.orchestrator.admission import Candidate, Node, Request, Running, admit
 from looplab.orchestrator.owners import NotYourJob
+from looplab.orchestrator.preemption import Preemptions
 from looplab.orchestrator.states import AttemptOutcome
 from tests.cli import looplab_here
 from tests.orchestrator import fake_jobs
-from tests.pg import PgUnavailable, snapshot, start_server
+from tests.pg import lab_database, password_server, snapshot
 
 PASSWORDS = {"alice": "a-secret-1", "bob": "b-secret-2", "carol": "c-secret-3", "drv": "d-secret-4"}
 KINDS = {"alice": "member", "bob": "member", "carol": "admin", "drv": "driver"}
+GPU = Request(cpus=1, gpus=1)
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    try:
-        server = start_server(password="super-secret-0")
-    except PgUnavailable as e:
-        pytest.skip(f"no PostgreSQL server here: {e}")
-    try:
-        admin_url = server.create_database("lab")
-        Queue(db=admin_url, kinds=fake_jobs)  # migrates to head as the superuser, the tables' owner
-        from looplab.lab.cli import main
-
-        for role, kind in KINDS.items():  # through the command line, as a lab's administrator would
-            assert main(["--db", admin_url, "db", "grant", role, "--as", kind]) == 0
-            server.execute(f"ALTER ROLE {role} PASSWORD '{PASSWORDS[role]}'")
-        urls = {role: server.url("lab", user=role, password=pw) for role, pw in PASSWORDS.items()}
-        urls["postgres"] = admin_url
+    with password_server("super-secret-0") as server:
+        # migrated as the superuser, the tables' owner; the roles made through the command line
+        urls = lab_database(server, {r: (KINDS[r], pw) for r, pw in PASSWORDS.items()}, fake_jobs)
         yield server, urls, tmp_path_factory.mktemp("lab")
-    finally:
-        dispose_all()
-        server.stop()
 
 
 def test_grant_says_what_the_role_may_do_and_refuses_bad_input(lab, capsys, tmp_path):
@@ -161,11 +149,14 @@ def test_a_member_cannot_touch_another_member_s_jobs_by_any_path(lab, capsys):
     for statement in _sql_attempts(alice_jobs, alice_grid, bob_job):  # plain SQL on bob's own session
         refused.append(f"sql {_try_sql(urls['bob'], statement)}: {statement}")
     assert len(refused) >= 30, refused
-    # each way the database says no was met: no privilege, a row-level policy, rows hidden from bob
+    # each way the database says no was met: no privilege, a row-level policy, the trigger that names
+    # the owner of a row bob tried to UPDATE (revision 0025; before it, `UPDATE 0`)
     met = {
-        how: sum(how in r for r in refused) for how in ("permission denied", "row-level", "no row changed")
+        how: sum(how in r for r in refused)
+        for how in ("permission denied", "row-level", "belongs to alice: changing another member's")
     }
-    assert met["permission denied"] >= 8 and met["row-level"] >= 1 and met["no row changed"] >= 8, met
+    assert met["permission denied"] >= 8 and met["row-level"] >= 1, met
+    assert met["belongs to alice: changing another member's"] >= 9, met
     assert snapshot(urls["postgres"]) == before, "a refused attempt changed the database"
 
     # his own jobs: cancel through the CLI, retry through the API, a priority in plain SQL
@@ -228,3 +219,62 @@ def test_the_driver_runs_the_queue_under_its_role_with_row_level_security(lab, r
         "alice",
         "alice",
     ]  # the driver's claims and completions are not a person's actions: only the submissions
+
+
+def test_an_admin_s_urgent_job_may_preempt_a_job_its_owner_did_not_opt_in(lab):
+    """Issue 56: an urgent job preempts another member's job only if that job opted in (its owner's
+    flag) or an admin submitted the urgent one; the preemption is recorded with both names. The
+    owners come from the database (each job's session user), as the driver reads them."""
+    _, urls, tmp = lab
+    alice, bob, carol, drv = (queue(urls, r, tmp) for r in ("alice", "bob", "carol", "drv"))
+    (pinned,) = alice.submit(Grid("alice-pinned", base={"tokens": 100, "seed": 31}))  # not preemptible
+    (bobs,) = bob.submit(Grid("bob-urgent", base={"tokens": 100, "seed": 32}, priority=50))
+    (carols,) = carol.submit(Grid("carol-urgent", base={"tokens": 100, "seed": 33}, priority=50))
+    admins = owners.Admins(drv.eng)
+    names = ("carol", "alice", "bob", "drv", "postgres", "nobody", None)
+    assert [admins(n) for n in names] == [True, False, False, False, False, False, False]
+    n = jobqueue.claim(drv.eng, pinned, "test-worker", str(tmp / "art" / "pinned"))
+    kept = Preemptions(cooldown_s=1800)  # the driver's view: alice's job runs and has checkpointed
+    kept.started(pinned, None)
+    kept.checkpoint(pinned, 8)
+    running = kept.running_now([Running(GPU, None, pinned, 0)])
+    assert running[0].stoppable and not running[0].preemptible
+    decided = {}
+    for job in (j for j in jobqueue.ready_jobs(drv.eng) if j.id in (bobs, carols)):
+        candidate = Candidate(job, job.effective_priority, GPU, admins(job.owner))
+        decided[job.owner] = admit([candidate], [Node(4, (1.0,))], running).preempts
+    assert decided["bob"] == [] and [d.victims for d in decided["carol"]] == [(pinned,)]
+    ((victim, why),) = kept.ask(decided["carol"][0])
+    assert victim == pinned and "submitted by carol" in why and "had not opted in" in why
+    with drv.eng.begin() as conn:  # what the driver's finish writes for the stopped attempt
+        conn.execute(
+            sa.text("UPDATE attempts SET outcome = :o, error = :e WHERE job_id = :j AND n = :n"),
+            {"o": AttemptOutcome.PREEMPTED, "e": why, "j": pinned, "n": n},
+        )
+    actor, action, owner, detail = drv.audit(job_ids=[pinned])[["actor", "action", "owner", "detail"]].values[
+        -1
+    ]
+    assert (actor, action, owner) == ("drv", "preempt", "alice") and "submitted by carol" in detail
+
+
+def test_opting_a_job_in_to_preemption_is_its_owner_s_and_is_in_the_trail(lab):
+    """The `preemptible` flag lives in a job's resources: changing them is an audit row (revision 0025)
+    with the JSON before and after; another member's try is refused naming the owner, an admin's is
+    allowed and recorded with the admin's name."""
+    _, urls, tmp = lab
+    alice, carol = queue(urls, "alice", tmp), queue(urls, "carol", tmp)
+    (job,) = alice.submit(Grid("alice-optin", base={"tokens": 100, "seed": 41}))
+    opt_in = f"""UPDATE jobs SET resources = '{{"num_cpus": 1, "preemptible": true}}' WHERE id = {job}"""
+    said = _try_sql(urls["bob"], opt_in)
+    assert (
+        f"refused: job {job} belongs to alice: changing another member's job needs the looplab_admin" in said
+    )
+    with sa.create_engine(urls["alice"], poolclass=sa.pool.NullPool).begin() as conn:
+        assert conn.exec_driver_sql(opt_in).rowcount == 1
+    with sa.create_engine(urls["carol"], poolclass=sa.pool.NullPool).begin() as conn:
+        assert conn.exec_driver_sql(f"UPDATE jobs SET resources = NULL WHERE id = {job}").rowcount == 1
+    rows = carol.audit(job_ids=[job])[["actor", "action", "owner", "detail"]].values.tolist()
+    changes = [r for r in rows if r[1] == "resources"]
+    assert [r[:3] for r in changes] == [["alice", "resources", "alice"], ["carol", "resources", "alice"]]
+    assert changes[0][3].endswith(' -> {"num_cpus": 1, "preemptible": true}'), changes[0][3]
+    assert changes[1][3] == '{"num_cpus": 1, "preemptible": true} -> null'

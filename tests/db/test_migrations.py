@@ -123,6 +123,10 @@ def test_data_survives_upgrade_to_head(db_url, old):
     old_meta = MetaData()
     old_meta.reflect(raw)
     with raw.begin() as conn:
+        if conn.dialect.name == "postgresql":  # the rows as given: 0024's triggers neither rewrite nor add
+            conn.exec_driver_sql("SET LOCAL session_replication_role = replica")
+        if "local_user" in old_meta.tables:  # 0024 writes its one row itself
+            conn.exec_driver_sql("DELETE FROM local_user")
         inserted = fill(conn, old_meta, skip={VERSION_TABLE})
     assert set(inserted) == set(old_meta.tables) - {VERSION_TABLE}
 
@@ -138,13 +142,20 @@ def test_data_survives_upgrade_to_head(db_url, old):
     new_meta.reflect(raw)
     with raw.connect() as conn:
         for name, rows in inserted.items():
+            if (
+                name == "local_user"
+            ):  # who opened a SQLite file: looplab rewrites it on open (note_local_user)
+                continue
             columns = [c.name for c in old_meta.tables[name].columns]
             got = read(conn, new_meta.tables[name], columns)
 
             def key(r, columns=columns):
                 return tuple(r[c] for c in columns)
 
-            assert sorted(map(key, got)) == sorted(map(key, rows)), name
+            # every row is still there; SQLite's audit triggers (0024) add rows of their own as it is filled
+            kept = sorted(map(key, got))
+            assert [k for k in sorted(map(key, rows)) if k not in kept] == [], name
+            assert len(kept) == len(rows) or name == "audit", name
     raw.dispose()
 
 

@@ -80,6 +80,8 @@ WRITES = [
     ("COPY jobs TO '/tmp/x'", "COPY"),
     ("SET default_transaction_read_only = off", "SET"),
     ("SELECT set_config('default_transaction_read_only', 'off', false)", "set_config()"),
+    # quoted, the same function: behind the lab's proxy it would switch the dashboard to another person's role
+    ("""SELECT "set_config"('role', 'carol', false)""", "set_config()"),
     ("SELECT pg_terminate_backend(pid) FROM pg_stat_activity", "pg_terminate_backend()"),
     ("SELECT nextval('jobs_id_seq')", "nextval()"),
     ("SELECT pg_advisory_lock(1)", "pg_advisory_lock()"),

@@ -176,6 +176,20 @@ def test_preemption_needs_the_gap_an_eligible_job_and_counts_what_already_stops(
     assert all(isinstance(d, Preempt) for d in p.preempts)
 
 
+def test_an_admin_s_urgent_job_may_stop_a_job_that_did_not_opt_in_and_a_member_s_may_not():
+    cluster = [Node(4, (1.0,))]
+    pinned = [dataclasses.replace(r, stoppable=True) for r in busy(cluster, ("pinned", 0, False))]
+    assert admit(ready(("member's", 50, GPU)), cluster, pinned).preempts == []  # its owner did not opt in
+    by_admin = [dataclasses.replace(c, by_admin=True) for c in ready(("admin's", 50, GPU))]
+    assert [d.victims for d in admit(by_admin, cluster, pinned).preempts] == [("pinned",)]
+    fresh = busy(
+        cluster, ("fresh", 0, False)
+    )  # not checkpointed (or preempted lately): not even for an admin
+    assert admit(by_admin, cluster, fresh).preempts == []
+    near = [dataclasses.replace(c, priority=9) for c in by_admin]  # the gap holds for an admin too
+    assert admit(near, cluster, pinned).preempts == []
+
+
 # ---------------------------------------------------------------- the incremental API
 
 

@@ -84,3 +84,17 @@ def test_a_bad_priority_or_job_id_is_refused_naming_the_field(fq, capsys):
     assert ran.returncode == 0 and f"priority 5: [{job}]" in ran.stdout
     ran = looplab_here(capsys, "priority", str(job), "--to", "5", "--db", fq.url)
     assert ran.returncode == 1 and "already at it" in ran.stdout
+
+
+def test_a_change_of_resources_is_in_the_trail(fq):
+    """The `preemptible` flag lives in a job's resources (revision 0025): a change made in plain SQL is
+    an audit row with the JSON before and after; an UPDATE that leaves them as they were is not."""
+    (job,) = fq.submit(Grid("g", base={"tokens": 100}))
+    with fq.eng.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE jobs SET resources = :r WHERE id = :j"), {"r": '{"preemptible": true}', "j": job}
+        )
+        conn.execute(sa.text("UPDATE jobs SET resources = resources WHERE id = :j"), {"j": job})
+    changes = [r for r in trail(fq) if r[1] == "resources"]
+    assert len(changes) == 1 and changes[0][:3] == (me(fq), "resources", job), changes
+    assert changes[0][3].endswith(' -> {"preemptible": true}'), changes[0][3]
