@@ -64,6 +64,7 @@ class RayWatch:
         self.last_error = "no answer yet"
         self.gone = False  # the cluster was lost and the jobs released: the driver stops
         self.waiting: dict[int, float] = {}  # job -> when its task was launched, until it says it started
+        self.gangs: dict[tuple[int, int], tuple[int | None, float]] = {}  # orchestrator/gang_watch.py
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -121,6 +122,7 @@ def released(driver) -> bool:
     the reason (its held events first, all fenced: an attempt already replaced writes nothing); an
     outage of the database as well leaves them to a takeover after the grace. True: the driver stops
     and exits with EXIT_RAY_LOST; its tasks are not cancelled (that needs the head) and end with it."""
+    from looplab.orchestrator import gang_watch
     from looplab.orchestrator.db import outage
     from looplab.orchestrator.states import AttemptOutcome
     from looplab.orchestrator.task import TaskResult
@@ -131,6 +133,7 @@ def released(driver) -> bool:
     why = watch.lost(now)
     if why is None:
         unstarted(driver, now)
+        gang_watch.check(driver, now)
         return False
     watch.gone = True
     jobs = sorted(j for j, *_ in driver.running.values())

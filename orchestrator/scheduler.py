@@ -89,6 +89,7 @@ from looplab.orchestrator import (
     alerts,
     drivers,
     faults,
+    gang_watch,
     jobkinds,
     jobqueue,
     owners,
@@ -517,7 +518,7 @@ class Scheduler:
                 print(f"{time.strftime('%H:%M:%S')} job {job_id}: {finding.message}", flush=True)
             if kill:
                 self.stalled[job_id] = finding
-                ray.cancel(ref, force=True)
+                gang_watch.kill(self, ref, job_id, self.running[ref][2].request.workers)  # a gang's group too
 
     def _health_stops(self) -> None:
         """Act on the findings whose rule's action stops the run (orchestrator/health.py: at chance, a

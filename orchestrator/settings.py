@@ -14,6 +14,7 @@ from typing import Any
 from looplab.model import fields
 from looplab.model.errors import ConfigError
 from looplab.orchestrator import jobqueue, release
+from looplab.orchestrator.gang_watch import DEFAULT_GANG_STALL_S
 from looplab.orchestrator.health import HealthSettings
 from looplab.orchestrator.ray_watch import DEFAULT_LOST_AFTER_S, DEFAULT_START_S
 
@@ -66,6 +67,13 @@ def ray_start_seconds() -> float:
     return _env_seconds("LOOPLAB_RAY_START_S", DEFAULT_START_S, positive=True)
 
 
+def gang_stall_seconds() -> float:
+    """Seconds a gang may go without a step before its driver stops it whole and fails the attempt as the
+    machine's fault, retried from its checkpoint ($LOOPLAB_GANG_STALL_S, default 600;
+    orchestrator/gang_watch.py)."""
+    return _env_seconds("LOOPLAB_GANG_STALL_S", DEFAULT_GANG_STALL_S, positive=True)
+
+
 def preempt_cooldown_seconds() -> float:
     """Seconds after a job was preempted during which it is not preempted again ($LOOPLAB_PREEMPT_COOLDOWN_S,
     default 1800: a run stopped every few minutes by a stream of urgent jobs would redo its steps since
@@ -102,7 +110,8 @@ class DriverSettings:
       `preempt_cooldown_s`, `poll_s` (the loop's tick), `db_retry_s` / `db_retry_max_s` (the first and
       the longest wait between tries while the database is away), `ray_lost_s` (how long without its Ray
       head confirming its node before the driver releases its jobs and stops), `ray_start_s` (how long
-      a launched task may take to say it started before its attempt is ended: orchestrator/ray_watch.py);
+      a launched task may take to say it started before its attempt is ended: orchestrator/ray_watch.py),
+      `gang_stall_s` (how long a gang may go without a step before it is stopped whole: gang_watch.py);
     - what a person sees: `progress` lines, every `progress_every_s` the live view;
     - `release_on`: signals (names such as "USR1", or a comma-separated string) that hand every running job
       back and end the driver with 0, a batch system's time limit or preemption (orchestrator/release.py).
@@ -126,6 +135,7 @@ class DriverSettings:
     release_on: Any = ()
     ray_lost_s: float | None = None
     ray_start_s: float | None = None
+    gang_stall_s: float | None = None
 
     @classmethod
     def of(cls, base: DriverSettings | None = None, **changes: Any) -> DriverSettings:
@@ -148,6 +158,7 @@ class DriverSettings:
             "preempt_cooldown_s": (preempt_cooldown_seconds, False),
             "ray_lost_s": (ray_lost_seconds, True),
             "ray_start_s": (ray_start_seconds, True),
+            "gang_stall_s": (gang_stall_seconds, True),
         }
         for name, (default, positive) in defaults.items():
             value = getattr(self, name)

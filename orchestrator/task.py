@@ -91,6 +91,7 @@ class EventSink:
         self.batches: list[tuple[int, list[Event]]] = []
         self.stop: set[int] = set()
         self.stop_all = False
+        self.groups: dict[int, str] = {}  # job -> its running gang's placement group
 
     def push(self, job_id: int, events: list[Event]) -> bool:
         if events:
@@ -108,8 +109,18 @@ class EventSink:
             self.stop.add(job_id)
 
     def allow(self, job_id: int) -> None:
-        """A new attempt starts: forget a stop asked of an earlier one (a cancel, then a retry)."""
+        """A new attempt starts: forget a stop asked of an earlier one (a cancel, then a retry), and the
+        placement group of an earlier gang."""
         self.stop.discard(job_id)
+        self.groups.pop(job_id, None)
+
+    def placement(self, job_id: int, group: str) -> None:
+        """Rank 0 of a gang names the placement group Ray Train made for it (hex id): the driver removes
+        it when it stops the gang itself (orchestrator/gang_watch.py)."""
+        self.groups[job_id] = group
+
+    def placement_of(self, job_id: int) -> str | None:
+        return self.groups.get(job_id)
 
 
 class MetricSpool:
@@ -230,6 +241,10 @@ class QueueReporter(BaseReporter):
         line = self._progress_lines.line(float(done), float(total), eta_s)
         if line is not None:
             self.log(line)
+
+    def placement(self, group: str) -> None:
+        """Rank 0 of a gang: the driver learns the gang's Ray placement group (`EventSink.placement`)."""
+        self.sink.placement.remote(self.job_id, group)
 
     def resumed(self, step: int) -> None:
         """The attempt resumes from a checkpoint at `step`: the points earlier attempts spooled go first

@@ -159,6 +159,7 @@ def run_rank(spec: Spec, gang: Ranks, artifact_dir: Path, reporter: Reporter | N
 
 def train_worker(config: dict[str, Any]) -> dict[str, Any]:
     """Ray Train's function on each worker: this rank of the run `config` describes (see `fit`)."""
+    import ray
     import ray.train
     import ray.train.torch
 
@@ -171,6 +172,9 @@ def train_worker(config: dict[str, Any]) -> dict[str, Any]:
         torch.cuda.set_device(device)
     gang = Ranks(ctx.get_world_rank(), ctx.get_world_size(), device)
     reporter = config["make_reporter"]() if gang.rank == 0 else None
+    name_group = getattr(reporter, "placement", None)
+    if name_group is not None:  # the driver removes the group if it must stop a wedged gang itself
+        name_group(ray.get_runtime_context().get_placement_group_id())
     try:
         return run_rank(spec, gang, Path(config["artifact_dir"]), reporter)
     finally:

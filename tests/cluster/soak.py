@@ -66,6 +66,9 @@ SETTINGS = {
     # a task Ray never starts (its lease lost with a node that froze as it was launched) is ended after
     # a minute, not the default five (orchestrator/ray_watch.py `unstarted`)
     "LOOPLAB_RAY_START_S": "60",
+    # a gang without a step for a minute is stopped whole and retried (orchestrator/gang_watch.py): the CI
+    # soak saw one wedge at 73 % after its ranks' hosts were paused and partitioned, holding both workers
+    "LOOPLAB_GANG_STALL_S": "60",
     "RAY_health_check_initial_delay_ms": "5000",
     "RAY_health_check_period_ms": "1000",
     "RAY_health_check_timeout_ms": "2000",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -148,10 +149,27 @@ def test_a_gang_losing_one_host_restarts_whole_from_its_checkpoint(lab, tmp_path
     host holding one of its ranks loses power: the whole gang stops (never goes on with fewer ranks) and
     starts again from its checkpoint on the hosts left, its curve the one-process run's with two
     micro-batches, bit for bit."""
+    driver, job, ckpt = start_gang(lab, head_cpus=1)
+    ranks = rank_pids(lab)
+    victim = next((name for name, pids in ranks.items() if pids), None)  # a worker host holding a rank
+    assert victim is not None, f"no rank on a worker host: {ranks}"
+    assert lab.net.kill(victim)
+    assert driver.wait(timeout=500) == 0, (lab.logs / "head.log").read_text()[-3000:]
+    promises.check(lab)
+    tried = lab.query(f"SELECT n, outcome, resumed_from_step FROM attempts WHERE job_id = {job} ORDER BY n")
+    assert [t[1] for t in tried][-1] == "succeeded" and all(t[1] == "interrupted" for t in tried[:-1]), tried
+    assert len(tried) >= 2 and tried[-1][2] is not None and tried[-1][2] >= ckpt  # from its checkpoint
+    assert_gang_curve_is_one_process(lab, job, tmp_path)
+
+
+def start_gang(lab: LabCluster, head_cpus: int) -> tuple:
+    """Ray on head (offering `head_cpus`), worker1 and worker2 (one CPU each), the 2-worker gang
+    submitted and the head's driver running it: (the driver, the job, its first checkpoint >= 3)."""
     from tests.orchestrator.test_gang import TRAIN as GANG_TRAIN
 
-    for name in ("head", "worker1", "worker2"):
-        lab.start_ray(name)
+    lab.start_ray("head", cpus=head_cpus)
+    lab.start_ray("worker1")
+    lab.start_ray("worker2")
     grid = f'from looplab import Grid\ngrid = Grid("gang", base={GANG_TRAIN!r}, resources={{"workers": 2}})\n'
     (lab.net.shared / "grids.py").write_text(grid)
     lab.looplab_done("driver2", "submit", "grids.py")
@@ -161,20 +179,22 @@ def test_a_gang_losing_one_host_restarts_whole_from_its_checkpoint(lab, tmp_path
     ((job, ckpt),) = wait_for(
         lab, "SELECT id, checkpoint_step FROM jobs WHERE checkpoint_step >= 3", "checkpoint", driver=driver
     )
-    # the hosts share one pid namespace (only the network, hostname and mounts are their own), so a
-    # pgrep run on a host sees every host's rank processes: a rank is the host's when its pid is in the
-    # host's network namespace (choosing by pgrep alone killed a host without a rank, and the gang went on)
+    return driver, job, ckpt
+
+
+def rank_pids(lab: LabCluster) -> dict[str, set[int]]:
+    """The gang's rank processes on each worker host. The hosts share one pid namespace (only the
+    network, hostname and mounts are their own), so a pgrep run on a host sees every host's rank
+    processes: a rank is the host's when its pid is in the host's network namespace (choosing by pgrep
+    alone killed a host without a rank, and the gang went on)."""
     found = subprocess.run(["pgrep", "-f", "RayTrainWorker"], capture_output=True, text=True).stdout.split()
-    ranks = {name: set(map(int, found)) & set(lab.net[name].pids()) for name in ("worker1", "worker2")}
-    victim = next((name for name, pids in ranks.items() if pids), None)  # a worker host holding a rank
-    assert victim is not None, f"no rank on a worker host: {ranks}, rank processes {found}"
-    assert lab.net.kill(victim)
-    assert driver.wait(timeout=500) == 0, (lab.logs / "head.log").read_text()[-3000:]
-    promises.check(lab)
-    tried = lab.query(f"SELECT n, outcome, resumed_from_step FROM attempts WHERE job_id = {job} ORDER BY n")
-    assert [t[1] for t in tried][-1] == "succeeded" and all(t[1] == "interrupted" for t in tried[:-1]), tried
-    assert len(tried) >= 2 and tried[-1][2] is not None and tried[-1][2] >= ckpt  # from its checkpoint
+    return {name: set(map(int, found)) & set(lab.net[name].pids()) for name in ("worker1", "worker2")}
+
+
+def assert_gang_curve_is_one_process(lab: LabCluster, job: int, tmp_path) -> None:
+    """The gang's train curve equals the one-process run's with its micro-batches, bit for bit."""
     from looplab.workers import jobs
+    from tests.orchestrator.test_gang import TRAIN as GANG_TRAIN
 
     ref = reference_gang(GANG_TRAIN, tmp_path / "ref", jobs)
     got = lab.query(
@@ -345,3 +365,51 @@ def test_a_driver_cut_off_from_the_ray_head_but_not_the_database_releases_its_jo
     tried = lab.query(f"SELECT n, outcome, driver_host FROM attempts WHERE job_id = {victim} ORDER BY n")
     assert [tuple(t) for t in tried] == [(1, "interrupted", "driver2"), (2, "succeeded", "head")], tried
     assert_curve_is_uninterrupted(lab, victim, tmp_path)
+
+
+def test_a_gang_with_a_frozen_rank_is_stopped_whole_and_resumes_from_its_checkpoint(lab, tmp_path):
+    """Issue 51's wedge, small: a 2-worker gang on worker1 and worker2 (the head offers no CPU) whose rank
+    on worker1 freezes (SIGSTOP of that process alone: its node stays healthy, so Ray declares nothing
+    dead). The other rank waits in a collective (gloo: 30 minutes) and Ray Train counts a worker whose
+    status poll hangs as alive for 10 minutes; the gang neither ends nor progresses, holding both worker
+    CPUs. The driver's gang watch (orchestrator/gang_watch.py) stops it whole within the limit (20 s
+    here), removes its placement group (without that, the frozen rank's bundle stays reserved and the
+    retry can never be placed), fails the attempt as the machine's fault, and the retry resumes from
+    the checkpoint: one result, the curve of an uninterrupted run."""
+    import os
+    import signal
+
+    limit = 20
+    lab.env["LOOPLAB_GANG_STALL_S"] = str(limit)
+    driver, job, ckpt = start_gang(lab, head_cpus=0)
+    (rank,) = rank_pids(lab)["worker1"]  # the rank on worker1 (one CPU)
+    os.kill(rank, signal.SIGSTOP)
+    frozen = time.monotonic()
+    ((error,),) = wait_for(
+        lab,
+        f"SELECT error FROM attempts WHERE job_id = {job} AND n = 1 AND outcome != 'running'",
+        "the stop",
+        120,
+    )
+    took = time.monotonic() - frozen
+    assert error.startswith("gang stalled: no step after step"), error[:300]
+    assert took < limit + 0.5 + 15, took  # the limit, a pass, a query's round trip on a loaded machine
+    end = time.monotonic() + 60  # the group's removal ends the frozen rank's process (SIGKILL works on it)
+    while _state(rank) == "T":  # stopped; gone or a zombie once killed
+        assert time.monotonic() < end, "the frozen rank's process outlived its gang's stop by 60 s"
+        time.sleep(0.5)
+    assert driver.wait(timeout=400) == 0, (lab.logs / "head.log").read_text()[-3000:]
+    promises.check(lab)
+    tried = lab.query(f"SELECT n, outcome, resumed_from_step FROM attempts WHERE job_id = {job} ORDER BY n")
+    assert [t[1] for t in tried] == ["failed", "succeeded"], tried
+    assert tried[1][2] is not None and tried[1][2] >= ckpt, tried  # from its checkpoint, not step 0
+    assert_gang_curve_is_one_process(lab, job, tmp_path)
+
+
+def _state(pid: int) -> str | None:
+    """A process's state letter (R, S, T stopped, Z zombie...), None when it is gone (the hosts share one
+    pid namespace: the test process sees every host's)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None

@@ -98,14 +98,19 @@ def test_the_bound_is_a_setting_named_in_its_error(monkeypatch):
     assert settings.ray_lost_seconds() == ray_watch.DEFAULT_LOST_AFTER_S
 
 
+ONE = types.SimpleNamespace(request=types.SimpleNamespace(workers=1))  # an attempt's booking: one worker
+
+
 class Driver:
-    """What `released` uses of the scheduler: its running attempts, the outcomes it records, its log."""
+    """What `released` uses of the scheduler: its running attempts (what each booked), their step clocks,
+    the outcomes it records, its log."""
 
     def __init__(self, watch: ray_watch.RayWatch, write_fails: Exception | None = None) -> None:
         self.ray_watch, self.write_fails = watch, write_fails
-        self.running = {"ref-a": (7, 2, None), "ref-b": (9, 1, None)}
+        self.running = {"ref-a": (7, 2, ONE), "ref-b": (9, 1, ONE)}
+        self.clocks: dict = {}
         self.held = types.SimpleNamespace(outcomes=[])
-        self.settings = types.SimpleNamespace(ray_start_s=60.0)
+        self.settings = types.SimpleNamespace(ray_start_s=60.0, gang_stall_s=600.0)
         self.collected: list = []
         self.recorded: list = []
         self.said: list[str] = []
@@ -171,6 +176,6 @@ def test_an_attempt_whose_task_never_started_is_ended_after_the_bound_and_one_th
     ray_watch.unstarted(driver, clock.t + 51)
     assert [(j, n, str(r.outcome)) for j, n, r in driver.collected] == [(7, 2, "interrupted")]
     assert driver.collected[0][2].error.startswith("Ray did not start its task within 60 s")
-    assert list(driver.running.values()) == [(9, 1, None)] and "job 7: attempt 2" in driver.said[-1]
+    assert list(driver.running.values()) == [(9, 1, ONE)] and "job 7: attempt 2" in driver.said[-1]
     ray_watch.unstarted(driver, clock.t + 500)  # job 9 started: never ended by this rule
     assert len(driver.collected) == 1
