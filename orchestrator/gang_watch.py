@@ -64,12 +64,12 @@ def check(driver: Any, now: float) -> None:
         if idle <= limit:
             continue
         at = "since its last phase ended" if step is None else f"after step {step}"
-        why = (
-            f"gang stalled: no step {at} for {idle:.0f} s (limit {limit:g} s): stopped whole, its "
-            "placement group removed; retried from its checkpoint"
-        )
         del seen[(job, n)]
-        kill(driver, ref, job, held.request.workers)
+        group = kill(driver, ref, job, held.request.workers)
+        why = (
+            f"gang stalled: no step {at} for {idle:.0f} s (limit {limit:g} s): stopped whole, "
+            f"{group}; retried from its checkpoint"
+        )
         driver._collect(ref, TaskResult(AttemptOutcome.FAILED, why, fault=Fault.MACHINE))
         driver._say(f"job {job}: attempt {n}: {why}")
 
@@ -81,11 +81,11 @@ def _limit(driver: Any, clock: Any) -> float:
     return max(base, clock.settings.stall_factor * statistics.median(clock.per_step))
 
 
-def kill(driver: Any, ref: Any, job: int, workers: int = 1) -> None:
+def kill(driver: Any, ref: Any, job: int, workers: int = 1) -> str:
     """End attempt `ref` of `job` at once: its task cancelled by force and, for a gang (`workers` > 1),
     the placement group its rank 0 named removed (the ranks' processes end with it and their bundles
     are freed; Ray would keep the group while the driver runs). What Ray refuses is logged: the attempt
-    is dropped whatever it says."""
+    is dropped whatever it says. Returns what became of the group, in words."""
     import ray
 
     group = None
@@ -98,10 +98,13 @@ def kill(driver: Any, ref: Any, job: int, workers: int = 1) -> None:
         ray.cancel(ref, force=True)
     except Exception as e:
         log.info("job %s: cancelling its task: %s", job, e)
-    if group:
-        try:
-            from ray.util.placement_group import PlacementGroup, remove_placement_group
+    if not group:
+        return "its placement group unknown (rank 0 had not named it)"
+    try:
+        from ray.util.placement_group import PlacementGroup, remove_placement_group
 
-            remove_placement_group(PlacementGroup(ray.PlacementGroupID(bytes.fromhex(group))))
-        except Exception as e:
-            log.info("job %s: removing its placement group %s: %s", job, group, e)
+        remove_placement_group(PlacementGroup(ray.PlacementGroupID(bytes.fromhex(group))))
+    except Exception as e:
+        log.info("job %s: removing its placement group %s: %s", job, group, e)
+        return f"its placement group {group} not removed ({type(e).__name__})"
+    return f"its placement group {group[:12]} removed"

@@ -27,9 +27,12 @@ def driver(monkeypatch):
     made.running = {"gang": (7, 2, booking(2)), "solo": (9, 1, booking(1))}
     made.clocks = {7: StepClock(HealthSettings()), 9: StepClock(HealthSettings())}
     made.killed = []
-    monkeypatch.setattr(
-        gang_watch, "kill", lambda d, ref, job, workers=1: d.killed.append((ref, job, workers))
-    )
+
+    def kill(d, ref, job, workers=1) -> str:
+        d.killed.append((ref, job, workers))
+        return "its placement group 0123456789ab removed"
+
+    monkeypatch.setattr(gang_watch, "kill", kill)
     made.ray_watch.counting_from = 0.0
     return made
 
@@ -43,7 +46,10 @@ def test_a_gang_standing_still_past_its_limit_is_stopped_whole_and_failed_as_the
     assert driver.killed == [("gang", 7, 2)]
     ((job, n, result),) = driver.collected
     assert (job, n, str(result.outcome), str(result.fault)) == (7, 2, "failed", "machine")
-    assert result.error.startswith("gang stalled: no step after step 40 for 20 s (limit 20 s)"), result.error
+    assert result.error == (
+        "gang stalled: no step after step 40 for 20 s (limit 20 s): stopped whole, its placement group "
+        "0123456789ab removed; retried from its checkpoint"
+    ), result.error
     assert "job 7: attempt 2: gang stalled" in driver.said[-1]
     assert list(driver.running) == ["solo"] and driver.ray_watch.gangs == {}
 
