@@ -237,13 +237,16 @@ def claim(
 ) -> int | None:
     """Atomically move one queued job to running; returns the attempt number (the attempt's fencing
     token), or None if lost. `driver` (host, pid, start time) is recorded on the job and the attempt."""
-    now = time.time()
     who = {"driver_host": driver and driver.host, "driver_pid": driver and driver.pid}
     with eng.begin() as conn:
         # PostgreSQL: a row another driver is claiming right now is skipped, not waited for
         free = sa.select(JOBS.c.id).where(JOBS.c.id == job_id, JOBS.c.status == JobStatus.QUEUED)
         if conn.execute(free.with_for_update(skip_locked=True)).first() is None:
             return None
+        # stamped once the row is ours, so after the commit that queued it again: stamped before the lock
+        # (a loaded driver waiting 36 ms for it), attempt 3 of a job started before attempt 2, which
+        # another driver had claimed and failed meanwhile, and the soak's checker saw two live attempts
+        now = time.time()
         won = conn.execute(
             JOBS.update()
             .where(JOBS.c.id == job_id, JOBS.c.status == JobStatus.QUEUED)

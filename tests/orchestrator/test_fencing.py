@@ -230,3 +230,26 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def test_a_claim_stamps_its_start_once_the_job_row_is_its_own(eng, tmp_path, monkeypatch):
+    """The attempt's start is stamped after the claim's SELECT of the queued row (FOR UPDATE on
+    PostgreSQL), so after the commit that queued the job again: stamped before it, a loaded driver's
+    attempt 3 started before attempt 2, which another driver had claimed and failed meanwhile, and the
+    soak's checker saw two live attempts. Shown able to fail: with the stamp before the SELECT, the
+    order read here is the other."""
+    (train,) = jobqueue.submit(eng, [Grid("s", base={"tokens": 100})], fake_jobs)[0]
+    order: list[str] = []
+
+    def seen(conn, cursor, statement, *args) -> None:
+        if statement.lstrip().upper().startswith("SELECT") and "jobs.status" in statement:
+            order.append("select")
+
+    real = time.time
+    monkeypatch.setattr(jobqueue.time, "time", lambda: order.append("stamp") or real())
+    sa.event.listen(eng, "before_cursor_execute", seen)
+    try:
+        assert jobqueue.claim(eng, train, "driver-a", str(tmp_path / "art")) == 1
+    finally:
+        sa.event.remove(eng, "before_cursor_execute", seen)
+    assert order[:2] == ["select", "stamp"], order
