@@ -2,7 +2,7 @@
 
 Inputs as `orchestrator.frames` reads them: `evals` (one row per adaptive-job cell: train_job_id,
 seed, size, the variant columns, config, rule, threshold, kv_strategy, kv_m, changes_function,
-max_rounds, val_loss, mean_rounds, equivalent_rounds, kv_mib, kv_mib_needed; workers/adaptive.py) and
+max_rounds, val_loss, mean_rounds, equivalent_rounds, kv_mib, kv_mib_needed; workers/adaptive/job.py) and
 `depth` (the depth sweeps: train_job_id, seed, variant columns, loops, val_loss).
 
 - `frontier`: per variant, rule, KV strategy and threshold the mean over seeds of the loss, mean rounds

@@ -1,6 +1,6 @@
 """Does the test split agree with validation? The sign of every variant difference on both.
 
-A depth sweep asked for the test split (workers/heldout.py: the validation stream's next `VAL_TOKENS`
+A depth sweep asked for the test split (workers/evaluate/heldout.py: the validation stream's next `VAL_TOKENS`
 tokens) stores `test_loss` beside `val_loss` at each loop count. For each loop count and each pair of
 variants that both have rows with both losses there, the difference a − b of their mean losses over
 seeds is taken on validation and on test; the pair *agrees* when the two differences have the same sign

@@ -116,10 +116,10 @@ EXIT = {PASSED: 0, FAILED: 1, SKIPPED: 4}  # gpu_check.sh reads the outcome back
 # more than any memory today (B200 HBM3e: 8 TB/s), so a decode step faster than weights / this is wrong
 FASTEST_BANDWIDTH = 10e12
 JOB_MODULES = (
-    "looplab.workers.train_cli",
-    "looplab.workers.decode_bench",
-    "looplab.workers.depth_sweep",
-    "looplab.workers.eval",
+    "looplab.workers.train.cli",
+    "looplab.workers.evaluate.decode_bench",
+    "looplab.workers.evaluate.depth_sweep",
+    "looplab.workers.evaluate.eval",
 )
 
 # The torch APIs the GPU path calls, with the release that brought each (docs/gpu.md lists the same
@@ -189,10 +189,10 @@ def _events(path: Path) -> list[dict]:
 
 
 def _train_run(a, name: str, recipe: str, size: str, batch: int, steps: int, extra: dict) -> dict:
-    """One train run through `workers.train.run` (as the queue runs it): RUN_FIGURES of its result."""
-    from looplab.workers import train
+    """One train run through `workers.train.job.run` (as the queue runs it): RUN_FIGURES of its result."""
     from looplab.workers.reporter import make_reporter
-    from looplab.workers.train_spec import Spec
+    from looplab.workers.train import job as train
+    from looplab.workers.train.spec import Spec
 
     seq = 64 if a.dry_run else 2048
     spec = Spec.from_dict(
@@ -385,7 +385,7 @@ def train_argv(dry_run: bool, out: Path, scratch: Path) -> list[str]:
     size, device, steps, batch, seq = ("tiny", "cpu", 4, 8, 64) if dry_run else ("86m", "cuda", 60, 8, 2048)
     argv = [
         "-m",
-        "looplab.workers.train",
+        "looplab.workers.train.job",
         "--preset",
         "lean",
         "--size",
@@ -466,7 +466,7 @@ def exit_rules(a) -> dict:
     trained 60 steps; lean tiny in the dry run): the `state` rule at two thresholds against the fixed
     depth, per_round and latest KV, decoding at batch 1 and 8 (ms/token, speedup, KV MiB) and the
     validation loss and mean rounds per token of each cell. Without that checkpoint it fails."""
-    from looplab.workers import adaptive
+    from looplab.workers.adaptive import job as adaptive
     from looplab.workers.reporter import MemoryReporter
 
     checkpoint = Path(a.scratch) / "train_compiled"

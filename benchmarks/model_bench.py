@@ -15,7 +15,7 @@ causal attention pairs), hardware (the padded rounds too) and dense (every T x T
 GPU whose peak workers/device.py knows, MFU (useful / peak) and HFU (hardware / peak).
 
 Section "table": per recipe, training tokens/s (CPU: `small`, 4 x 128 tokens; GPU: `86m`, 8 x 2048,
-bf16) as a ratio against `parcae`; decode ms/token (workers.decode_bench: static cache, CUDA graph on
+bf16) as a ratio against `parcae`; decode ms/token (workers.evaluate.decode_bench: static cache, CUDA graph on
 GPU) at two contexts x batch sizes (CPU: 256 / 1024 x 1 / 8 at `small`; GPU: 2000 / 16000 x 1 / 8 / 64
 at `144m`); KV-cache MB for `144m` at 2,000 and 16,000 tokens, batch 1, bf16 (analytic, exact).
 
@@ -288,8 +288,8 @@ def table_section(
     device: torch.device, steps: int, size: str | None = None, recipes: tuple[str, ...] = RECIPES
 ) -> dict:
     """The per-recipe table for `recipes`; `size` replaces both default sizes (training and decode)."""
-    from looplab.workers.decode_bench import Spec
-    from looplab.workers.decode_bench import run as decode_run
+    from looplab.workers.evaluate.decode_bench import Spec
+    from looplab.workers.evaluate.decode_bench import run as decode_run
     from looplab.workers.reporter import MemoryReporter
 
     gpu = device.type == "cuda"

@@ -7,7 +7,7 @@ a temp dir and deleted after, unless `--keep` names a dir to keep it in, and reu
 
 1. the tokenizer's own `encode_batch` throughput (tokens/s) with P Rust threads (RAYON_NUM_THREADS=P)
    on the corpus' first `--ref-mb` MB, held in memory, in batches of 1,024 documents: the ceiling;
-2. `python -m looplab.workers.prepare` of the whole corpus (or `--max-tokens`) on P processes, in a fresh
+2. `python -m looplab.workers.data.prepare` of the whole corpus (or `--max-tokens`) on P processes, in a fresh
    cache: its tokens/s while tokenizing (between its first and last progress events) and over the
    whole process (start-up, imports and the stream's opening included), and the peak memory of the
    preparing processes (the job and its workers) as their unique set size (USS: private pages, what
@@ -75,7 +75,7 @@ def generate(root: Path, gb: float, files: int) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from looplab.workers.corpus import documents
+    from looplab.workers.data.corpus import documents
 
     words: dict[str, int] = {}
     for _, text in documents("offline"):
@@ -190,7 +190,7 @@ def preparation(tok: Path, corpus: Path, processes: int, work: Path, max_tokens:
     cmd = [
         sys.executable,
         "-m",
-        "looplab.workers.prepare",
+        "looplab.workers.data.prepare",
         "--corpus",
         str(corpus),
         "--tokenizer",
@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         generate(corpus, args.gb, args.files)
         size = sum(f.stat().st_size for f in corpus.glob("*.parquet"))
         if not tok.exists():
-            from looplab.workers import tokenizer
+            from looplab.workers.data import tokenizer
 
             tokenizer.BPE_TRAIN_MAX_CHARS = int(args.bpe_mb * 1e6)
             t0 = time.perf_counter()

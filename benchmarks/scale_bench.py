@@ -10,7 +10,7 @@ On `small` at batch 32 (seq_len 64 by default, so it runs on a CPU in a minute o
    exact count of the timed steps' splits), the padded row-rounds of those splits, and the measured
    step time beside it, with one forward of 32 for reference (target: bucketing removes at least half
    of the padding of the unbucketed micro-batches).
-3. workers: fixed4 steps of 32 sequences on 2 data-parallel workers (workers/distributed.py: two
+3. workers: fixed4 steps of 32 sequences on 2 data-parallel workers (workers/train/distributed.py: two
    processes of a gloo process group, `--threads` torch threads each, 16 sequences per worker, the
    gradient all-reduced) against one process doing the 32 (ideal: 2x the throughput, when the machine
    has two free cores). The processes are spawned without Ray: the ratio is DDP's, not the queue's
@@ -42,8 +42,8 @@ BATCH, MICRO = 32, 8
 
 def trainer(recipe: str, seq_len: int, micro: int | None, bucketing: bool, out: Path, device: str, gang=None):
     from looplab.workers.reporter import SilentReporter
-    from looplab.workers.train_spec import Spec
-    from looplab.workers.trainer import SOLO, Trainer
+    from looplab.workers.train.spec import Spec
+    from looplab.workers.train.trainer import SOLO, Trainer
 
     spec = Spec.from_dict(
         {
@@ -88,7 +88,7 @@ def worker_rank(
     import torch
     import torch.distributed as dist
 
-    from looplab.workers.distributed import Ranks
+    from looplab.workers.train.distributed import Ranks
 
     torch.set_num_threads(threads)
     dist.init_process_group("gloo", init_method=f"file://{tmp}/pg", rank=rank, world_size=world)
@@ -130,7 +130,7 @@ def data_parallel(seq_len: int, repeats: int, steps: int, threads: int, tmp: Pat
 def padding_of_timed_steps(t, repeats: int, steps: int) -> dict[str, float]:
     """Over the steps the timing ran: the FLOP model's exact padding of their splits and padded rounds."""
     from looplab.model.flops import step_flops
-    from looplab.workers.batching import padded_rounds, split_step
+    from looplab.workers.train.batching import padded_rounds, split_step
 
     spec, waste, padded, rounds = t.spec, [], 0, 0
     for step in range(repeats * steps):

@@ -447,7 +447,7 @@ def cli_lm_eval(args) -> int:
     try:
         from lm_eval.__main__ import cli_evaluate
 
-        import looplab.workers.lm_eval_adapter  # noqa: F401 - registers the model with the harness
+        import looplab.workers.evaluate.lm_eval_adapter  # noqa: F401 - registers the model with the harness
     except ImportError as e:
         raise ConfigError(
             f"lm-eval: lm-evaluation-harness is not installed (pip install -e .[eval]): {e}"

@@ -17,7 +17,7 @@ follow-up is one spec per grid, so the variants are split into one grid per trai
 
 `adaptive_grid` is the adaptive-compute study: recipes (parcae, fixed4, lean) and loop-design variants
 trained on the same tokens, each followed by a depth sweep (the fixed-depth reference curve) and an
-adaptive job (exit rules x thresholds x KV strategies, workers/adaptive.py) on the same validation
+adaptive job (exit rules x thresholds x KV strategies, workers/adaptive/job.py) on the same validation
 tokens, so the page Adaptive can put every rule's frontier against the fixed depth.
 
 `families_grid` is the model-families study: looplab's own model (parcae), the Huginn-style family
@@ -333,7 +333,7 @@ def adaptive_grid(
     BaseLoop 2x4 with loop gating), x `seeds`, trained on `tokens` tokens; each run followed by a depth
     sweep (the fixed-depth reference, no interaction matrices: the recipes' at `sweep_loops`, the
     designs' at 1..`design_sweep_factor` x their trained loops, as `loop_design_grid` does) and an adaptive job
-    (workers/adaptive.py; `adaptive` gives its other keys: rules, kv_strategies, tasks, decode_*). Both
+    (workers/adaptive/job.py; `adaptive` gives its other keys: rules, kv_strategies, tasks, decode_*). Both
     evaluate the same `sweep_tokens` validation tokens in batches of `sweep_batch`, so an adaptive cell
     at threshold 0 reproduces the sweep's loss at its max_rounds. `train`: any other train spec key."""
     where = f"adaptive_grid {name!r}"
@@ -430,8 +430,8 @@ def reference_flops(base: dict[str, Any], reference: Sequence[Any]) -> float:
     """The training FLOPs the run of `reference` ((label, family, family_config, recipe, model)) spends on
     `base`'s token budget: its FLOPs per token (its own family's count) x the tokens of its whole steps,
     as its run records them (`train_flops`)."""
-    from looplab.workers.train_cost import cost
-    from looplab.workers.train_spec import Spec
+    from looplab.workers.train.cost import cost
+    from looplab.workers.train.spec import Spec
 
     _, family, family_config, recipe, model = reference
     spec = {**base, "recipe": recipe, "model": dict(model), "seed": 0}

@@ -52,7 +52,7 @@ GATE_OBJECTIVES = ("none", "entropy", "geometric", "act")
 # The rule column of the fixed-depth cells: every token runs max_rounds rounds.
 FIXED = "fixed"
 # The rule column of a routed family's own cell: each token runs the recursions its router gives it
-# (the family's `token_depths(idx, loops)`, as Mixture-of-Recursions; workers/adaptive_routed.py).
+# (the family's `token_depths(idx, loops)`, as Mixture-of-Recursions; workers/adaptive/routed.py).
 ROUTER = "router"
 CELL_SEPARATOR = " | "
 # Ends the strategy part of a cell's `config` when its exits were emulated from separate forwards (a

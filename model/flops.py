@@ -38,7 +38,7 @@ that one, per step), and `useful` (each row's own rounds) is what MFU counts, `t
 Micro-batches: a step whose rows run in several forwards (`model.rounds.forward_sizes`) pads each
 forward to its own largest count only. `step_flops(..., forwards=)` counts a given split exactly (the
 row indices of each forward); `training_flops(..., micro_batch_size=, bucketing=, ranks=)` takes the
-expectation of the trainer's split (workers/batching.py): without bucketing a forward holds s rows
+expectation of the trainer's split (workers/train/batching.py): without bucketing a forward holds s rows
 drawn independently, whose largest count has CDF F^s; with bucketing the rows are sorted by count and
 cut in order, so the forward holding sorted positions a+1..a+s (1 = the largest count) has the
 (a+1)-th largest count of the batch as its own largest: P(it runs round g) = P(N_g >= a+1), N_g ~

@@ -2,7 +2,7 @@
 them: pure Python (no torch), so a grid is validated and the analysis reads rows without importing torch.
 
 - `Optimizer`: the optimizers a train job chooses by name (the model's memory accounting in
-  model/memory.py and the trainer's factory in workers/optim.py read the same names);
+  model/memory.py and the trainer's factory in workers/train/optim.py read the same names);
 - the far-copy split of the depth sweep (workers/validation.py measures it, analysis/far_copy.py and the
   claims read it): `FAR_DEFINITION`, the definition a row's `far_definition` names, and
   `DEFAULT_FAR_DISTANCE`, the lean-recipe note's distance.

@@ -17,7 +17,7 @@ and the same gradients:
 
 A training step may run its rows in several forwards (micro-batches, maybe on several ranks):
 `forward_sizes` says how many forwards and how many rows each, the one rule that the trainer's split
-(workers/batching.py) and the FLOP model's expectation (model/flops.py) both read.
+(workers/train/batching.py) and the FLOP model's expectation (model/flops.py) both read.
 
 Everything here is Python: the loop asks `grad[g]` without touching the device, and the masks go to
 the device once per forward (`device_masks`). Reading counts from a device tensor needs one host

@@ -370,7 +370,7 @@ ADAPTIVE_ID = "adaptive_job_id"
 
 def adaptive(url: str) -> pd.DataFrame:
     """The adaptive jobs' cells (exit rule x threshold x KV strategy, rule `fixed` for the fixed depth;
-    workers/adaptive.py) labelled with the trained model and its variant."""
+    workers/adaptive/job.py) labelled with the trained model and its variant."""
     columns = (
         "r.config, r.rule, r.threshold, r.kv_strategy, r.kv_m, r.min_rounds, r.max_rounds, r.changes_function, "
         "r.val_loss, r.val_bpb, r.tokens, r.mean_rounds, r.equivalent_rounds, r.forward_flops_per_token, "

@@ -1,6 +1,6 @@
 """A gang that stopped making progress is stopped whole by its driver, its placement group removed.
 
-A gang (a train job of `resources: {"workers": N}`, run by Ray Train: workers/distributed.py) can wedge
+A gang (a train job of `resources: {"workers": N}`, run by Ray Train: workers/train/distributed.py) can wedge
 without failing: one rank stops answering (its process frozen, its host hung or cut off in a way Ray's
 health checks do not call a death), the other ranks wait in a collective that gloo times out only after
 30 minutes, and Ray Train's controller counts a worker whose status poll hangs as alive for 10 minutes
@@ -23,7 +23,7 @@ Time the driver itself stood still is not counted (`RayWatch.counting_from`). Bo
 to the job queued again: the limit, plus one pass of the loop (0.5 s) and the cancel. An attempt is
 judged from its first step on: before it, the gang's start (a worker's torch import, Ray Train placing
 its group and starting its workers, minutes on a loaded machine) is bounded by Ray Train's start
-timeouts (workers/distributed.py `START_TRIES`) and the task's start by `ray_start_s`; counted from
+timeouts (workers/train/distributed.py `START_TRIES`) and the task's start by `ray_start_s`; counted from
 the launch, a 20 s limit stopped a healthy gang still starting under load.
 """
 

@@ -14,11 +14,11 @@ grid submitted twice gives the same hashes, so the queue adds nothing (idempoten
 decode benchmark (random weights, architecture only) is shared by every seed of an architecture.
 
 Preparations: the train jobs of a submission that share a corpus and tokenizer wait for one `prepare`
-job (workers/prepare.py) sized for the largest of them, unless their data is the built-in offline
+job (workers/data/prepare.py) sized for the largest of them, unless their data is the built-in offline
 corpus prepared whole (a second's work, done inline by each job as before). A train job *waits* for its
 preparation (`JobPlan.waits`: a stored dependency, so it starts once the shards exist) but is not
 defined by it: the wait is left out of its hash, since what it reads is the first `data.max_tokens`
-tokens of any preparation that covers it (workers/data.py), whichever of its siblings sized it.
+tokens of any preparation that covers it (workers/data/shards.py), whichever of its siblings sized it.
 Resubmitting a grid gives the same prepare job (same size, same hash); a larger grid later gets a new,
 larger one; a train job already in the database keeps the dependencies it had (and one stored before
 prepare jobs existed has none: it prepares inline when it starts).
@@ -236,7 +236,7 @@ def _nested_keys(head: str) -> tuple[str, ...]:
         from looplab.model.config import ModelConfig
 
         return tuple(sorted(f.name for f in dataclasses.fields(ModelConfig)))
-    from looplab.workers.data import DataSpec
+    from looplab.workers.data.shards import DataSpec
 
     return tuple(f.name for f in dataclasses.fields(DataSpec))
 
@@ -321,7 +321,7 @@ def _kind_resources(
             fields.boolean(f"grid {grid.name!r}: {where}.{k}", v)
         elif k == "workers":  # bundles of num_cpus/num_gpus started all at once (orchestrator/admission.py)
             fields.integer(f"grid {grid.name!r}: {where}.{k}", v, lo=1)
-            # one run, data-parallel on Ray Train (workers/distributed.py), for the kinds declared so
+            # one run, data-parallel on Ray Train (workers/train/distributed.py), for the kinds declared so
             jobkinds.check_workers(f"grid {grid.name!r}: {where}.{k}", kind, v, kinds)
         else:
             fields.number(f"grid {grid.name!r}: {where}.{k}", v, lo=0)
@@ -495,7 +495,7 @@ def _check_family(grid_name: str, spec: dict[str, Any], reports: dict[str, Any])
     if family is None:
         return None
     from looplab.model.contract import check_family, family_settings
-    from looplab.workers.train_spec import Spec
+    from looplab.workers.train.spec import Spec
 
     probe = spec if spec.get("time_s") or spec.get("tokens") or spec.get("flops") else {**spec, "time_s": 1.0}
     shape = Spec.from_dict(probe).run_shape()  # what the planner prices and the trainer builds, too

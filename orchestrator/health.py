@@ -26,7 +26,7 @@ and attempt (`store`). Why these rules and these defaults (docs/health.md):
   mean, from step `plateau_after` on: a loss that stopped moving (a minibatch loss of a learning run
   moves by percents from step to step). Action `plateau_action` (warn by default).
 - unigram: the validation loss above the unigram cross-entropy of the run's training data (the loss of
-  predicting each token by its frequency; computed once per preparation, workers/data.py, and reported
+  predicting each token by its frequency; computed once per preparation, workers/data/shards.py, and reported
   as the metric `unigram_xent`) at an evaluation from step `unigram_after` on: a run that has not
   learned even the token frequencies. Action `unigram_action` (warn by default).
 A rule's action: `warn` (a warning; the run goes on), `stop` (the attempt is killed at once and the

@@ -313,7 +313,7 @@ class DepthEval(Base):
     far_distance: Mapped[int | None] = mapped_column(Integer)
     far_definition: Mapped[int | None] = mapped_column(Integer)
     bf16_round: Mapped[int | None] = mapped_column(Integer)
-    # rev. 0020: loss and bits per byte on the test split (workers/heldout.py), for sweeps that asked
+    # rev. 0020: loss and bits per byte on the test split (workers/evaluate/heldout.py), for sweeps that asked
     # for it (`test_split`); NULL otherwise and for every sweep before
     test_loss: Mapped[float | None] = mapped_column(Float)
     test_bpb: Mapped[float | None] = mapped_column(Float)
@@ -385,7 +385,7 @@ class TaskScore(Base):
 
 
 class AdaptiveEval(Base):
-    """One cell of an adaptive job's grid (rev. 0013_adaptive, workers/adaptive.py): an exit rule at a
+    """One cell of an adaptive job's grid (rev. 0013_adaptive, workers/adaptive/job.py): an exit rule at a
     threshold (rule `fixed`: the fixed depth max_rounds, threshold NULL) under a KV strategy, on the
     validation set. `config` names the cell (`kl<0.01 | per_round`); `changes_function`: the strategy
     (first, last_m) differs from the trained model even without exits. `mean_rounds` = recurrent rounds
@@ -547,7 +547,7 @@ class AlertOutbox(Base):
 
 
 class Rewind(Base):
-    """A loss spike the trainer rewound (the spec's spike rule set to rewind; workers/trainer.py): the
+    """A loss spike the trainer rewound (the spec's spike rule set to rewind; workers/train/trainer.py): the
     n-th rewind of the job, under which attempt, the checkpoint step it went back to (`step`), the step
     that spiked and the data rows skipped from then on (global row indices, a JSON list: what a reader
     lists, what a rerun skips again). A rerun or a resume that meets the same spike rewinds again with

@@ -2,7 +2,7 @@
 
 `launch` starts a job with what the admission booked for it: `execute_job` for a job of one worker, or
 `execute_gang` for a train job of N workers (`resources: {"workers": N}`), which runs it data-parallel
-on Ray Train (workers/distributed.py). Where the resources are held, for a gang: the task that hosts
+on Ray Train (workers/train/distributed.py). Where the resources are held, for a gang: the task that hosts
 Ray Train's driver (`TorchTrainer.fit`, its controller actor beside it) holds none (num_cpus=0, no
 GPU) and runs on the driver's node (so it is lost only with the driver, and Ray's placement group
 with it); the N training workers run in the one placement group Ray Train reserves for them, N bundles of
@@ -47,7 +47,7 @@ from looplab.orchestrator.jobkinds import check_workers
 from looplab.orchestrator.joblog import ProgressLines, captured
 from looplab.orchestrator.states import AttemptOutcome
 from looplab.workers.reporter import BaseReporter, Event, EventKind, JobInterrupted
-from looplab.workers.rewind import SpikeError
+from looplab.workers.train.rewind import SpikeError
 
 if TYPE_CHECKING:
     from looplab.orchestrator.admission import Request
@@ -422,9 +422,9 @@ def run_gang(
     gpus: float,
     rank0: Callable[[], BaseReporter],
 ) -> TaskResult:
-    """The run of a gang (workers/distributed.py `fit`): a rank that died (killed, its node lost)
+    """The run of a gang (workers/train/distributed.py `fit`): a rank that died (killed, its node lost)
     interrupts the attempt, as a lost node does; a rank's error is raised, for `run_attempt`."""
-    from looplab.workers.distributed import WorkerLost, fit
+    from looplab.workers.train.distributed import WorkerLost, fit
 
     try:
         ranks = fit(spec, artifact_dir, workers, cpus, gpus, rank0)
@@ -488,7 +488,7 @@ def non_finite_of(error: BaseException) -> Finding | None:
 
 
 def spikes_of(error: BaseException) -> Finding | None:
-    """The finding of a run that loss spikes stopped (`workers.rewind.SpikeError`: its rewinds used up,
+    """The finding of a run that loss spikes stopped (`workers.train.rewind.SpikeError`: its rewinds used up,
     or none possible): final, as a non-finite loss is, since a retry would replay the same spikes."""
     for e in _errors(error):
         if isinstance(e, SpikeError):

@@ -73,12 +73,12 @@ def resolve(kind: str, spec: dict[str, Any], declared: Kind | None = None) -> Re
     decode bench; `declared`, default `jobkinds.declared(kind)`); None when the spec names no model
     this code knows (a kind about another job's model, a plugin's spec, a config that no longer builds).
 
-    A train spec is read through `workers.train_spec.Spec` (the vocabulary its data will have, the
+    A train spec is read through `workers.train.spec.Spec` (the vocabulary its data will have, the
     spec's seq_len); a spec that is not one (a test double's, an old config whose data is gone) falls
     back to the preset with its model overrides and the preset's vocabulary."""
     from looplab.model.errors import ConfigError as ModelConfigError
     from looplab.model.presets import preset
-    from looplab.workers.train_spec import Spec
+    from looplab.workers.train.spec import Spec
 
     declared = jobkinds.declared(kind) if declared is None else declared
     if not declared.arch_keys or not isinstance(spec, dict):
@@ -123,7 +123,8 @@ def _resolve_shaped(spec: dict[str, Any], declared: Kind) -> Resolved | None:
     the variant is the family, its config and the shape's loops and context (and, for a training run,
     its batch and vocabulary); its ModelConfig is the shape's (`RunShape.model_config`)."""
     from looplab.model.errors import ConfigError as ModelConfigError
-    from looplab.workers import decode_bench, train_spec
+    from looplab.workers.evaluate import decode_bench
+    from looplab.workers.train import spec as train_spec
 
     try:
         if declared.trains:

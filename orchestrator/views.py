@@ -266,7 +266,7 @@ FROM (
 {_trained_model_of("c.job_id")}
 {_grid_of("c.job_id")}
 """,
-    # The adaptive job's cells (workers/adaptive.py): loss and compute per exit rule, threshold and KV
+    # The adaptive job's cells (workers/adaptive/job.py): loss and compute per exit rule, threshold and KV
     # strategy, labelled with the trained model; `changes_function` marks first / last_m.
     "adaptive": _labelled_with_trained_model(
         "adaptive",

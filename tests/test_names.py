@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 from looplab.names import canonical_family, import_family_module
-from looplab.workers.train_spec import Spec
+from looplab.workers.train.spec import Spec
 
 
 def test_both_spellings_of_a_bundled_family_are_one_run():

@@ -4,7 +4,7 @@ read these names; workers/checkpoint.py writes and loads the files).
 - `checkpoint-aAAAA-sSSSSSSSS.pt` (`checkpoint_name`): weights, optimizer state, RNG and trainer state at
   step S, written by attempt A (the job's attempt number, which is also its fencing token: see
   `jobqueue.claim`), each written atomically and never replaced. A job keeps its last `keep_checkpoints`
-  (at least 2: a loss spike rewinds to one from before it, workers/trainer.py). What a resume reads, and
+  (at least 2: a loss spike rewinds to one from before it, workers/train/trainer.py). What a resume reads, and
   nothing else once the run has finished;
 - `attempts/aAAAA.json`: written when attempt A starts, before it reads any checkpoint: the names of the
   checkpoints it found. An attempt that was replaced (its job claimed again after a lost heartbeat) may

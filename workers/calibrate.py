@@ -327,7 +327,7 @@ def measure(
     import torch
 
     from looplab.model.names import Optimizer
-    from looplab.workers.optim import build_optimizers
+    from looplab.workers.train.optim import build_optimizers
 
     load = os.getloadavg()[0] / (os.cpu_count() or 1) if hasattr(os, "getloadavg") else None
     dev = torch.device(fields.choice("device", device, ("cpu", "cuda")))

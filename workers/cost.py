@@ -2,7 +2,7 @@
 sweep, an eval, a decode benchmark): its FLOPs, its peak memory per device type, and what a time model
 needs besides (the width whose forward rate applies; a decode benchmark's step count, the layer
 applications of one step, each of which pays a fixed cost, and per cell its steps with the FLOPs and the
-bytes each reads, which bound a step on a GPU by compute or by memory bandwidth). A train job has its own (workers/train_cost.py).
+bytes each reads, which bound a step on a GPU by compute or by memory bandwidth). A train job has its own (workers/train/cost.py).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ any step and no reported value (a loss, a result column) depends on it beyond fl
 `identity(spec_cls, spec_dict)` is the spec dict with its execution fields dropped. It is what a job's
 config hash is computed from (orchestrator/grid.py: submitting a grid again after an upgrade adds
 execution fields, or with other execution values, adds nothing), what a train checkpoint's resume check
-compares (workers/train_spec.py), and it drops execution fields whether present or not, so a dict
+compares (workers/train/spec.py), and it drops execution fields whether present or not, so a dict
 stored before a field existed keeps matching. Each kind's Spec docstring lists its execution fields.
 """
 

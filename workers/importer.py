@@ -7,7 +7,7 @@ Its artifact dir ends up as a train job's does for its follow-ups: `final.pt` (a
 the mapped weights, the ModelConfig, a spec whose `data` names the validation corpus and the model's
 own tokenizer.json) and that `tokenizer.json`. So the depth sweep, the eval job and lm-evaluation-harness
 read it as they read a trained run, and the depth sweep's bits per byte are on the same validation
-documents as a trained run's (the corpus' val split by document id, workers/corpus.py), re-tokenized
+documents as a trained run's (the corpus' val split by document id, workers/data/corpus.py), re-tokenized
 with the model's tokenizer: the number that compares across tokenizers (its loss per token does not).
 
 Validation resolves the source (workers/hub.py): it reads config.json (from the hub when online, its
@@ -64,7 +64,7 @@ class Spec:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Spec:
-        from looplab.workers.data import DataSpec
+        from looplab.workers.data.shards import DataSpec
 
         d = fields.with_defaults("import", d, cls)
         if d["source"] is None:
@@ -152,7 +152,7 @@ def run(spec: Spec, reporter, artifact_dir: str | Path) -> dict[str, Any]:
     """Fetch the source at its revision, load and check it, write final.pt and tokenizer.json."""
     from looplab.model.counts import param_count
     from looplab.workers import checkpoint as ckpt
-    from looplab.workers.tokenizer import load_tokenizer
+    from looplab.workers.data.tokenizer import load_tokenizer
 
     out = Path(artifact_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -62,7 +62,7 @@ class Pricing(StrEnum):
     """How the planner (lab/planner/estimates.py) turns a job's cost into seconds, and so what the
     kind's `cost` function takes and returns (its `Spec` is the validated spec of the job):
 
-    TRAINING: `cost(spec) -> workers.train_cost.TrainCost`: steps at the throughput its finished runs
+    TRAINING: `cost(spec) -> workers.train.cost.TrainCost`: steps at the throughput its finished runs
       measured (their `train_results`), else at the calibrated FLOP rates, plus evaluations, checkpoints
       and start-up; its micro-batch and disk are planned too. Its jobs are what checkpoint follow-ups
       are priced on.
@@ -115,7 +115,7 @@ class Kind:
     source and revision, so a published model never shares a variant with a run of the same
     architecture trained here). `title`: its name as a person reads it (the plan's GPU-hours per
     kind); the kind's own name when empty. `gang`: one job may span several workers started at once
-    (`resources: {"workers": N}`: data-parallel training on Ray Train, workers/distributed.py).
+    (`resources: {"workers": N}`: data-parallel training on Ray Train, workers/train/distributed.py).
     `cost`: how the planner prices it (CostModel; None: by its finished jobs' wall time).
     `trains`: its jobs train a model from a corpus: its grids get a data-preparation job and a planned
     micro-batch, its budgets (tokens, seconds, FLOPs) and iso-time pairs are matched across jobs, and
@@ -162,30 +162,30 @@ class Kind:
 
 KINDS: dict[str, Kind] = {
     "train": Kind(
-        "looplab.workers.train",
+        "looplab.workers.train.job",
         arch_keys=MODEL_KEYS,
         tables=("train_results",),
         views=("runs", "curves"),
         title="training",
         gang=True,
         trains=True,
-        cost=CostModel("looplab.workers.train_cost", Pricing.TRAINING),
+        cost=CostModel("looplab.workers.train.cost", Pricing.TRAINING),
     ),
     "import": Kind(
         "looplab.workers.importer", arch_keys=MODEL_KEYS, identity_keys=("source", "revision"), title="import"
     ),
     "depth_sweep": Kind(
-        "looplab.workers.depth_sweep",
+        "looplab.workers.evaluate.depth_sweep",
         follows=MODEL_SOURCES,
         about=CHECKPOINT,
         tables=("depth_evals", "round_deltas", "round_interactions"),
         views=("depth", "geometry", "interactions"),
         inherits=("batch_size",),
         title="depth sweep",
-        cost=CostModel("looplab.workers.depth_sweep", Pricing.ON_CHECKPOINT),
+        cost=CostModel("looplab.workers.evaluate.depth_sweep", Pricing.ON_CHECKPOINT),
     ),
     "decode_bench": Kind(
-        "looplab.workers.decode_bench",
+        "looplab.workers.evaluate.decode_bench",
         follows=MODEL_SOURCES,
         about=ARCHITECTURE,
         exclusive=True,
@@ -193,19 +193,19 @@ KINDS: dict[str, Kind] = {
         tables=("decode_benches",),
         views=("decode",),
         title="decode benchmark",
-        cost=CostModel("looplab.workers.decode_bench", Pricing.FORWARD, per_device=True),
+        cost=CostModel("looplab.workers.evaluate.decode_bench", Pricing.FORWARD, per_device=True),
     ),
     "eval": Kind(
-        "looplab.workers.eval",
+        "looplab.workers.evaluate.eval",
         follows=MODEL_SOURCES,
         about=CHECKPOINT,
         tables=("task_scores",),
         views=("tasks", "task_categories"),
         title="task evaluation",
-        cost=CostModel("looplab.workers.eval", Pricing.ON_CHECKPOINT),
+        cost=CostModel("looplab.workers.evaluate.eval", Pricing.ON_CHECKPOINT),
     ),
     "adaptive": Kind(
-        "looplab.workers.adaptive",
+        "looplab.workers.adaptive.job",
         follows=MODEL_SOURCES,
         about=CHECKPOINT,
         exclusive=True,
@@ -214,7 +214,7 @@ KINDS: dict[str, Kind] = {
         title="adaptive exits",
     ),
     # made by the grid for the train jobs that share a corpus and tokenizer (orchestrator/grid.py)
-    "prepare": Kind("looplab.workers.prepare", title="data preparation"),
+    "prepare": Kind("looplab.workers.data.prepare", title="data preparation"),
 }
 
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
-# a train run's unigram baseline, reported as a metric at step 0 of each attempt (workers/data.py
+# a train run's unigram baseline, reported as a metric at step 0 of each attempt (workers/data/shards.py
 # `unigram_xent`): the bar the health rule `unigram` (orchestrator/health.py) holds its val_loss to
 UNIGRAM_XENT = "unigram_xent"
 # A `logging` record's `extra` key for a line the job already sent with `reporter.log`: the queue's

@@ -100,9 +100,9 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def resolved_config(stored: dict[str, Any]) -> dict[str, Any]:
-    """The train spec with every default (`workers.train_spec.Spec`) and its resolved model config, as
+    """The train spec with every default (`workers.train.spec.Spec`) and its resolved model config, as
     plain JSON values."""
-    from looplab.workers.train_spec import Spec
+    from looplab.workers.train.spec import Spec
 
     try:
         spec = Spec.from_dict(stored)

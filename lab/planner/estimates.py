@@ -2,10 +2,10 @@
 
 A job's cost (FLOPs, memory, the counts a time needs) comes from its kind's cost model, which the kind's
 declaration names (`Kind.cost` in workers/jobs.py: a module with the kind's Spec and its `cost`, e.g.
-`workers.train_cost`, `workers.depth_sweep`), with the defaults of the kind's Spec; this module turns it
+`workers.train.cost`, `workers.evaluate.depth_sweep`), with the defaults of the kind's Spec; this module turns it
 into seconds the way the declaration's `Pricing` says, from this database's finished jobs
 (lab/planner/history.py) or this machine's calibration (lab/planner/local_machine.py). It never names a
-kind: what follows says "train job" for a kind priced as TRAINING (`workers.train_cost`), "depth sweep
+kind: what follows says "train job" for a kind priced as TRAINING (`workers.train.cost`), "depth sweep
 and eval" for the ON_CHECKPOINT ones, "decode bench" for the FORWARD one. The `source` of each estimate
 (`EstimateSource`, orchestrator/estimate_source.py):
 - `measured`: train jobs. The median throughput (`train_results.tokens_per_s`) of finished runs of the
@@ -74,8 +74,8 @@ from looplab.orchestrator.retention import PlannedDisk
 if TYPE_CHECKING:
     from looplab.orchestrator.grid import JobPlan
     from looplab.workers.cost import ForwardCost
-    from looplab.workers.train_cost import TrainCost
-    from looplab.workers.train_spec import Spec as TrainSpec
+    from looplab.workers.train.cost import TrainCost
+    from looplab.workers.train.spec import Spec as TrainSpec
 
 # bytes of one metric point in a job's spool (orchestrator/task.py MetricSpool: a JSON line of ts, key,
 # step, value, tokens, wall_s), for a point of a long run (6-10 digit steps and tokens, 17-digit floats)

@@ -28,7 +28,7 @@ def _calibration_key(device: str, threads: int) -> str:
 
 
 def calibration_path() -> Path:
-    from looplab.workers.corpus import cache_root
+    from looplab.workers.data.corpus import cache_root
 
     return cache_root() / "planner" / CALIBRATION_FILE
 

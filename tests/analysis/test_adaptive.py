@@ -247,7 +247,7 @@ def test_the_names_reach_the_analysis_without_torch():
     import sys
 
     code = (
-        "import sys; import looplab.analysis.adaptive, looplab.model.exit_names, looplab.workers.train_spec; "
+        "import sys; import looplab.analysis.adaptive, looplab.model.exit_names, looplab.workers.train.spec; "
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,5 +1,5 @@
 """The Adaptive page on cells whose exits were emulated from separate forwards (a model family without
-the readout at any round, workers/adaptive_family.py): it says so for that variant and draws the cells
+the readout at any round, workers/adaptive/family.py): it says so for that variant and draws the cells
 without KV figures; a variant of native cells gets no such line."""
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ from sqlalchemy.pool import NullPool
 from looplab.orchestrator import frames
 from looplab.orchestrator.canonical import sha256
 from looplab.orchestrator.db import alembic_config, engine
-from looplab.workers import depth_sweep, jobs
+from looplab.workers import jobs
+from looplab.workers.evaluate import depth_sweep
 
 REVISION = importlib.import_module("looplab.migrations.versions.0018_metrics")
 OLD_COLUMNS = ["job_id", "loops", "val_loss", "val_bpb", "far_copy_loss", "near_loss"]

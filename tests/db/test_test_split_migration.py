@@ -13,7 +13,8 @@ from sqlalchemy.pool import NullPool
 from looplab.orchestrator import frames
 from looplab.orchestrator.canonical import sha256
 from looplab.orchestrator.db import engine
-from looplab.workers import depth_sweep, jobs
+from looplab.workers import jobs
+from looplab.workers.evaluate import depth_sweep
 from tests.db.added_columns import round_trip_keeps_rows, table_rows
 from tests.db.test_metrics_migration import OLD_SPEC, sweep_at
 

@@ -65,7 +65,7 @@ def test_a_family_strategy_survives_pickling_with_its_flag():
     """A cell's strategy crosses process boundaries (Ray) with what it says of the function."""
     import pickle
 
-    from looplab.workers.adaptive_family import FamilyKV
+    from looplab.workers.adaptive.family import FamilyKV
 
     back = pickle.loads(pickle.dumps(FamilyKV("latest_per_slot", True)))
     assert back == "latest_per_slot" and back.changes_function is True

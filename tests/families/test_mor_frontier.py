@@ -1,4 +1,4 @@
-"""MoR's per-token recursion depths on the Adaptive page's frontier (workers/adaptive_routed.py): the
+"""MoR's per-token recursion depths on the Adaptive page's frontier (workers/adaptive/routed.py): the
 adaptive job on a trained MoR run gives a `router | per_round` cell beside the exit rules, whose loss
 is the model's own forward (the fixed cell's) and whose mean rounds are the recursions its router ran
 per token, counted here independently from `token_depths` over the same validation chunks; the
@@ -13,7 +13,7 @@ import torch
 from looplab.analysis import adaptive as analysis
 from looplab.model.exit_names import ROUTER, CellKey
 from looplab.workers import jobs
-from looplab.workers.adaptive_routed import routes
+from looplab.workers.adaptive.routed import routes
 from looplab.workers.reporter import MemoryReporter
 from tests.workers.conftest import tiny_spec
 
@@ -22,7 +22,7 @@ NAME = "families.mor:factory"
 
 @pytest.mark.parametrize("router", ["expert", "token"])
 def test_a_mor_runs_router_depths_reach_the_frontier_beside_the_exit_rules(router, tmp_path, looplab_cache):
-    from looplab.workers.depth_sweep import eval_inputs
+    from looplab.workers.evaluate.depth_sweep import eval_inputs
 
     family = {"family": NAME, "family_config": {"d_model": 32, "n_heads": 2, "mlp": 48, "router": router}}
     spec = tiny_spec(**family, optimizer="adamw", model={"loops": 3}, tokens=8 * 32 * 16, log_every=4)

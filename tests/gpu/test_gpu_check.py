@@ -45,14 +45,14 @@ def test_gpu_check_parses_and_fits_five_minutes():
 def test_gpu_check_training_command_is_a_valid_spec(tmp_path):
     """The compiled 86m run's flags make a valid train spec (a typo would only show on the GPU box),
     and so do the dry run's."""
-    from looplab.workers import train
-    from looplab.workers.train_cli import build_parser
+    from looplab.workers.train import job as train
+    from looplab.workers.train.cli import build_parser
 
     parser = build_parser()
     specs = {}
     for dry in (False, True):
         argv = gpu_steps.train_argv(dry, tmp_path / "out", tmp_path / "scratch")
-        assert argv[:2] == ["-m", "looplab.workers.train"]
+        assert argv[:2] == ["-m", "looplab.workers.train.job"]
         specs[dry] = train.Spec.from_dict(parser.spec_dict(parser.parse_args(argv[2:])))
     gpu, cpu = specs[False], specs[True]
     assert gpu.compile and gpu.recipe == "lean" and gpu.size == "86m" and gpu.device == "cuda"
@@ -72,7 +72,7 @@ def test_the_gpu_path_imports_without_what_a_box_lacks():
     benchmarks and every GPU test module import, and none of those packages was even tried lazily; the
     same interpreter refuses `import ray` (installed in the development environment), so the block is
     real."""
-    modules = [*gpu_steps.JOB_MODULES, "looplab.workers.trainer", "gpu_steps", "model_bench"]
+    modules = [*gpu_steps.JOB_MODULES, "looplab.workers.train.trainer", "gpu_steps", "model_bench"]
     modules += [f"tests.gpu.{name.removesuffix('.py')}" for name in gpu_steps.GPU_TEST_FILES]
     code = f"""
 import importlib, json, sys

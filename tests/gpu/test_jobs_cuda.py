@@ -16,10 +16,10 @@ import pytest
 import torch
 from torch.utils.flop_counter import sdpa_flop_count
 
-from looplab.workers import train
 from looplab.workers.device import peak_flops_of, unknown_peak
 from looplab.workers.reporter import MemoryReporter
-from looplab.workers.train_spec import Spec
+from looplab.workers.train import job as train
+from looplab.workers.train.spec import Spec
 from tests.model.test_flops import CPU_FLASH
 from tests.workers.conftest import tiny_spec
 from tests.workers.test_flops_budget import counted_training_step
@@ -94,7 +94,16 @@ def test_mfu_flops_agree_with_an_independent_count_on_gpu(recipe, looplab_cache,
 @pytest.mark.parametrize("recipe", ["lean", "parcae"])
 def test_decode_bench_replays_cuda_graphs(recipe, tmp_path):
     """Tiny model, bf16, CUDA graphs; a context of 100 tokens wraps lean's 16- and 32-slot rings."""
-    args = ["-m", "looplab.workers.decode_bench", "--recipe", recipe, "--size", "tiny", "--device", "cuda"]
+    args = [
+        "-m",
+        "looplab.workers.evaluate.decode_bench",
+        "--recipe",
+        recipe,
+        "--size",
+        "tiny",
+        "--device",
+        "cuda",
+    ]
     args += ["--context-lens", "40,100", "--batch-sizes", "1,4", "--warmup", "2", "--steps", "5"]
     _run([*args, "--cuda-graph", "true", "--out", str(tmp_path)], timeout=300)
     rows = json.loads((tmp_path / "decode_bench.json").read_text())["rows"]

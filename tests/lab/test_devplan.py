@@ -21,7 +21,7 @@ from looplab.model.flops import BACKWARD_FACTOR, head_flops, step_flops, trainin
 from looplab.model.memory import training_memory
 from looplab.model.presets import preset
 from looplab.workers.calibrate import Calibration, for_device, read_file
-from looplab.workers.train_spec import Spec
+from looplab.workers.train.spec import Spec
 from tests.cli import looplab_here
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -206,7 +206,7 @@ def test_mlflow_export_is_read_back_by_mlflows_client_with_every_point(db, tmp_p
 
 def test_resolved_config_is_the_train_specs_with_every_default():
     from looplab.lab.export.source import flatten, resolved_config
-    from looplab.workers.train_spec import Spec
+    from looplab.workers.train.spec import Spec
 
     stored = {"recipe": "fixed4", "size": "tiny", "tokens": 1000, "model": {"loops": 8}}
     flat = flatten(resolved_config(stored))

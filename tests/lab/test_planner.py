@@ -639,17 +639,17 @@ def test_follow_ups_of_a_train_job_are_described_by_its_model(q):
 
 
 def test_eval_cost_counts_exactly_the_forwards_the_scorer_runs():
-    """An eval job's FLOPs by its cost model (workers/eval.py) against the (batch, width) of every forward
+    """An eval job's FLOPs by its cost model (workers/evaluate/eval.py) against the (batch, width) of every forward
     the real scorer runs on a tiny model with the byte tokenizer: the same sum, batch by batch."""
     import torch
 
     from looplab.model.looped import LoopedLM
-    from looplab.workers import eval as eval_job
+    from looplab.workers.data.tokenizer import Tokenizer
+    from looplab.workers.evaluate import eval as eval_job
     from looplab.workers.tasks.likelihood import LoopedScorer
     from looplab.workers.tasks.scoring import score_items
-    from looplab.workers.tokenizer import Tokenizer
-    from looplab.workers.train_cost import cost as train_cost
-    from looplab.workers.train_spec import Spec as TrainSpec
+    from looplab.workers.train.cost import cost as train_cost
+    from looplab.workers.train.spec import Spec as TrainSpec
 
     spec = eval_job.Spec.from_dict(
         {"tasks": ["deduction", "kinship"], "n_per_subset": 1, "loops": [1, 3], "batch_size": 5, "limit": 7}

@@ -1,4 +1,4 @@
-"""The planner prices a model of another family from the contract (workers/train_cost.py,
+"""The planner prices a model of another family from the contract (workers/train/cost.py,
 model.family_pricing.family_pricing): its train job at its own FLOPs per token, the submission's figure, and
 its depth sweep and eval at its own forwards, so a wider model costs more; looplab's own grids price
 exactly as before (the numbers pinned from the code before families were priced)."""

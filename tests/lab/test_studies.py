@@ -269,8 +269,8 @@ def test_the_families_demo_grids_compare_five_families_at_equal_data_and_flops(f
     """Every family x seed on the same tokens with a depth sweep; every family after parcae once more per
     seed on the training FLOPs parcae's run spends, each counted by its own model (within one step: 1 %)."""
     from looplab.lab.demo_families import families_grids
-    from looplab.workers.train_cost import cost
-    from looplab.workers.train_spec import Spec
+    from looplab.workers.train.cost import cost
+    from looplab.workers.train.spec import Spec
 
     plans = expand(families_grids(fast), jobs)
     trains = [p for p in plans if p.kind == "train"]

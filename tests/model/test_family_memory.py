@@ -9,8 +9,8 @@ import torch
 from looplab.model.contract import measure_activation_bytes
 from looplab.model.family_pricing import family_pricing
 from looplab.model.memory import FLOAT_BYTES, family_optimizer_state_bytes, family_training_memory
-from looplab.workers import train_cost
-from looplab.workers.train_spec import Spec
+from looplab.workers.train import cost as train_cost
+from looplab.workers.train.spec import Spec
 
 UT = "examples.universal_transformer:factory"
 HUGINN = "families.huginn:factory"

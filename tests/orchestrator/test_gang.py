@@ -228,7 +228,7 @@ def test_a_gang_whose_rank_runs_out_of_memory_or_disk_gets_the_one_worker_advice
 
     from looplab.orchestrator import task
     from looplab.orchestrator.states import AttemptOutcome
-    from looplab.workers import distributed
+    from looplab.workers.train import distributed
 
     rank_error = pickle.loads(pickle.dumps(error()))  # as it comes back from the rank's process
 
@@ -260,7 +260,7 @@ def test_a_gang_attempt_ends_as_its_ranks_say(monkeypatch):
     (`WorkerLost`): interrupted, saying so; a Ctrl-C: interrupted, as on one worker."""
     from looplab.orchestrator import task
     from looplab.orchestrator.states import AttemptOutcome
-    from looplab.workers import distributed
+    from looplab.workers.train import distributed
 
     def ends(fit) -> task.TaskResult:
         monkeypatch.setattr(distributed, "fit", fit)

@@ -142,7 +142,7 @@ def test_run_health_counts_each_point_once():
 
 
 def test_the_trainers_non_finite_error_becomes_a_finding():
-    from looplab.workers.trainer import NonFiniteError
+    from looplab.workers.train.trainer import NonFiniteError
 
     try:
         try:
@@ -219,7 +219,7 @@ def test_spikes_that_stop_a_run_fail_it_once_without_a_retry(migrated_db_url):
     from looplab.orchestrator.scheduler import Scheduler
     from looplab.orchestrator.states import AttemptOutcome
     from looplab.orchestrator.task import TaskResult, spikes_of
-    from looplab.workers.rewind import SpikeError
+    from looplab.workers.train.rewind import SpikeError
 
     error = pickle.loads(pickle.dumps(SpikeError("loss spike at step 9: ...; 3 rewind(s) used", 9, 7.5)))
     try:

@@ -14,7 +14,7 @@ from looplab.orchestrator.joblog import ProgressLines
 from looplab.orchestrator.states import AttemptOutcome
 from looplab.orchestrator.task import run_attempt
 from looplab.orchestrator.writer import write_events
-from looplab.workers import data
+from looplab.workers.data import shards as data
 from looplab.workers.reporter import EventKind
 from tests.orchestrator import fake_jobs
 from tests.orchestrator.test_writer import LocalReporter

@@ -137,7 +137,7 @@ def test_every_view_is_declared_by_the_kind_whose_rows_it_shows():
 
 
 def test_the_built_in_declarations_say_what_the_old_lists_said():
-    # the old lists' four kinds, the import kind, then the adaptive job (workers/adaptive.py): a checkpoint
+    # the old lists' four kinds, the import kind, then the adaptive job (workers/adaptive/job.py): a checkpoint
     # follow-up that runs alone, since it times decoding
     assert jobkinds.follow_ups("train") == ("depth_sweep", "decode_bench", "eval", "adaptive")
     assert jobkinds.follow_ups("import") == ("depth_sweep", "decode_bench", "eval", "adaptive")  # a run too
@@ -203,7 +203,7 @@ def test_the_task_runner_refuses_a_gang_of_a_kind_not_declared_one_naming_the_ga
         ),
         (dict(follows="train", about=ARCHITECTURE), "arch_keys: an architecture follow-up needs"),
         (
-            dict(cost=CostModel("looplab.workers.eval", Pricing.ON_CHECKPOINT)),
+            dict(cost=CostModel("looplab.workers.evaluate.eval", Pricing.ON_CHECKPOINT)),
             "cost: pricing on_checkpoint prices a job on the checkpoint it follows: give it about 'checkpoint'",
         ),
     ],

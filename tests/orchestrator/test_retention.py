@@ -194,10 +194,10 @@ def test_planned_checkpoint_sizes_match_a_real_run(tmp_path, looplab_cache, one_
     """A checkpoint and final.pt of a real (tiny) run are the sizes the plan counts, within 5 %, for
     AdamW and the default (Muon) optimizer; a spool point of a long run is ~140 bytes."""
     from looplab.orchestrator.task import MetricSpool
-    from looplab.workers import train
     from looplab.workers.reporter import Event, EventKind, MemoryReporter
-    from looplab.workers.train_cost import cost
-    from looplab.workers.train_spec import Spec
+    from looplab.workers.train import job as train
+    from looplab.workers.train.cost import cost
+    from looplab.workers.train.spec import Spec
 
     for optimizer in ("adamw", "parcae"):
         spec = Spec.from_dict(

@@ -112,8 +112,9 @@ def test_the_trainers_own_rewind_leaves_one_live_point_per_step(eng, train_job, 
     """The events of a real (tiny) run whose step 6 spikes (the test-only hook) and is rewound to its
     checkpoint at step 4, written as the queue writes them: one live point per step, the first pass's
     steps 5 and 6 superseded, the rewind listed with the rows the trainer skipped."""
-    from looplab.workers import train, trainer
     from looplab.workers.reporter import MemoryReporter
+    from looplab.workers.train import job as train
+    from looplab.workers.train import trainer
     from tests.workers.conftest import tiny_spec
 
     monkeypatch.setattr(trainer, "TEST_SPIKE", (6.0, 50.0))

@@ -15,7 +15,7 @@ from looplab.model.counts import arch_summary, tokens_for_flops
 from looplab.model.errors import ConfigError
 from looplab.model.presets import preset
 from looplab.orchestrator.variants import ARCH_COLUMNS, run_variant_id, variant_columns, variant_id
-from looplab.workers.train_spec import Spec
+from looplab.workers.train.spec import Spec
 
 
 @pytest.fixture

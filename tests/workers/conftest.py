@@ -44,8 +44,8 @@ def trained_fixed4(looplab_cache, tmp_path_factory):
     """A tiny fixed4 model trained long enough that 4 loops beat 1 loop; (artifact_dir, reporter)."""
     import torch
 
-    from looplab.workers import train
     from looplab.workers.reporter import MemoryReporter
+    from looplab.workers.train import job as train
 
     torch.set_num_threads(1)
     out = tmp_path_factory.mktemp("fixed4_run")

@@ -20,13 +20,14 @@ import torch
 from looplab.model.errors import ConfigError
 from looplab.model.init import RowKey
 from looplab.workers import checkpoint as ckpt
-from looplab.workers import jobs, train
+from looplab.workers import jobs
 from looplab.workers.artifacts import resume_from
-from looplab.workers.data import SAMPLER_PERMUTATION, SAMPLER_WITH_REPLACEMENT, get_batch
-from looplab.workers.optim import set_lr
+from looplab.workers.data.shards import SAMPLER_PERMUTATION, SAMPLER_WITH_REPLACEMENT, get_batch
 from looplab.workers.reporter import MemoryReporter
-from looplab.workers.train_spec import SIZE_BATCH, Spec, execution_fields, identity
-from looplab.workers.trainer import Trainer
+from looplab.workers.train import job as train
+from looplab.workers.train.optim import set_lr
+from looplab.workers.train.spec import SIZE_BATCH, Spec, execution_fields, identity
+from looplab.workers.train.trainer import Trainer
 from looplab.workers.validation import eval_forwards, evaluate
 from tests.model.conftest import randomize
 from tests.tier import fast_few
@@ -356,7 +357,7 @@ def test_new_runs_record_the_row_key_h0(looplab_cache, tmp_path):
 
 
 def test_cli_global_batch_and_micro_batch(looplab_cache, tmp_path, capsys):
-    from looplab.workers.train_cli import main
+    from looplab.workers.train.cli import main
 
     def logs(name: str) -> str:
         lines = (tmp_path / f"{name}.jsonl").read_text().splitlines()

@@ -1,4 +1,4 @@
-"""The adaptive job (workers/adaptive.py) on a tiny trained model: its limits reproduce the depth sweep
+"""The adaptive job (workers/adaptive/job.py) on a tiny trained model: its limits reproduce the depth sweep
 exactly, latest is per_round's function with smaller KV needs, the histograms count every token, the
 FLOPs follow model/flops.py, tasks and decode timings come per cell; bad specs are refused by name; its
 rows go through the writer into the schema and the `adaptive` view on both backends."""
@@ -12,7 +12,7 @@ import pytest
 from looplab.model.errors import ConfigError
 from looplab.model.exit_names import CellKey
 from looplab.model.flops import fixed_depth_flops
-from looplab.workers import adaptive
+from looplab.workers.adaptive import job as adaptive
 from looplab.workers.reporter import MemoryReporter
 
 SPEC = {
@@ -42,7 +42,7 @@ def result(trained_fixed4, tmp_path_factory):
 
 def sweep_losses(trained, loops: list[int], out) -> dict[int, float]:
     """The depth sweep's validation loss per loop count on the adaptive job's validation tokens."""
-    from looplab.workers import depth_sweep
+    from looplab.workers.evaluate import depth_sweep
 
     common = {"eval_tokens": 512, "batch_size": 8, "interaction_loops": [], "device": "cpu"}
     spec = depth_sweep.Spec.from_dict({**common, "checkpoint": str(trained[0]), "loops": loops})
@@ -77,7 +77,7 @@ def test_the_fixed_depth_loss_is_the_depth_sweeps_in_micro_batches(trained_fixed
     sweep's loss at 4 loops in the same forwards exactly: the same forwards and per-forward sums, added in
     the same order. Against the sweep in whole batches it agrees to float rounding only: there the fp32
     sum runs over 8 sequences at once instead of three partial sums added in double."""
-    from looplab.workers import depth_sweep
+    from looplab.workers.evaluate import depth_sweep
 
     common = {"checkpoint": str(trained_fixed4[0]), "eval_tokens": 512, "batch_size": 8, "device": "cpu"}
     micro = {**common, "micro_batch_size": 3}
@@ -195,7 +195,7 @@ def test_decode_rows_name_the_fixed_depth_at_equal_loss(result, every_depth):
 
 
 def test_the_equal_loss_depth_is_the_shallowest_no_worse():
-    from looplab.workers.adaptive_decode import equal_loss_depth
+    from looplab.workers.adaptive.decode import equal_loss_depth
 
     losses = {1: 3.0, 2: 2.5, 3: 2.4, 4: 2.35}
     assert [equal_loss_depth(losses, x) for x in (5.0, 2.5, 2.45, 2.35)] == [1, 2, 3, 4]

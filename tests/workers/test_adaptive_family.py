@@ -1,4 +1,4 @@
-"""The adaptive job on any family (workers/adaptive_family.py, model/exit_emulation.py): on looplab's own
+"""The adaptive job on any family (workers/adaptive/family.py, model/exit_emulation.py): on looplab's own
 model the exits emulated from separate forwards agree with the native exit forward at fixed depth and at
 the infinite threshold; the example family (examples/universal_transformer.py) runs through the job with
 its rows labelled emulated, its fixed depth the depth sweep's loss and its FLOPs its own; what emulation
@@ -32,8 +32,8 @@ def _loss(model, chunks, token_bytes, forward) -> float:
 def test_emulated_exits_agree_with_the_native_path_on_looplab_s_model(trained_fixed4):
     from looplab.model.exit_emulation import emulated_exit_forward, exit_natively
     from looplab.model.exits import ExitRule
-    from looplab.workers.adaptive import ExitLM
-    from looplab.workers.depth_sweep import eval_inputs
+    from looplab.workers.adaptive.job import ExitLM
+    from looplab.workers.evaluate.depth_sweep import eval_inputs
 
     ev = eval_inputs(str(trained_fixed4[0]), 512, torch.device("cpu"))
     assert exit_natively(ev.model)
@@ -139,7 +139,7 @@ def test_a_family_s_adaptive_follow_up_with_what_emulation_does_is_accepted():
     plans = expand([Grid("ut", base=tiny_spec(**FAMILY), then=["adaptive"], follow=follow)], jobs)
     assert [p.kind for p in plans if p.kind == "adaptive"] == ["adaptive"]
     with pytest.raises(ConfigError, match="kv_strategies"):
-        from looplab.workers.adaptive_family import refuse_family
+        from looplab.workers.adaptive.family import refuse_family
 
         refuse_family({"kv_strategies": ["latest"]}, {"family": UT, "capabilities": {}})
 
@@ -247,6 +247,6 @@ def test_the_gate_rule_on_a_family_is_accepted_with_a_gate_and_native_exits_only
     spec = {"rules": {"gate": [0.5]}, "kv_strategies": ["per_round"]}
     emulated = {"family": "f", "capabilities": {"exit_gate": True, "readout": False}}
     with pytest.raises(ConfigError, match="^rules.gate: family 'f' has no readout at any round"):
-        from looplab.workers.adaptive_family import refuse_family
+        from looplab.workers.adaptive.family import refuse_family
 
         refuse_family(spec, emulated)

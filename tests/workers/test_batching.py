@@ -1,4 +1,4 @@
-"""The split of a step into forwards (workers/batching.py) and the FLOP model of a split (model/flops.py).
+"""The split of a step into forwards (workers/train/batching.py) and the FLOP model of a split (model/flops.py).
 
 (b) Bucketing computes fewer padded rounds than no bucketing on sampled batches, and the FLOP model
 counts exactly what runs: the rounds each forward really executes (with and without autograd), times
@@ -18,7 +18,7 @@ from looplab.model.flops import step_flops, training_flops
 from looplab.model.looped import LoopedLM
 from looplab.model.presets import preset
 from looplab.model.rounds import forward_sizes
-from looplab.workers.batching import padded_rounds, split_step, work
+from looplab.workers.train.batching import padded_rounds, split_step, work
 from tests.model.conftest import randomize
 from tests.model.test_flops import CPU_FLASH, SMALL
 
@@ -221,13 +221,13 @@ def test_bucketing_halves_parcae_padding_at_the_published_batch():
     assert 0.15 < whole.padding_waste and bucketed.padding_waste < 0.5 * plain.padding_waste
 
 
-# ---- the trainer's measured padding (workers/trainer.py `_count_step`) --------------------------------
+# ---- the trainer's measured padding (workers/train/trainer.py `_count_step`) --------------------------------
 
 
 def _trained(tmp_path, steps: int, **kw):
     """A tiny parcae run of `steps` steps of 8 rows: its result row and its per-step metrics."""
-    from looplab.workers import train
     from looplab.workers.reporter import MemoryReporter
+    from looplab.workers.train import job as train
     from tests.workers.conftest import tiny_spec
 
     rep = MemoryReporter()

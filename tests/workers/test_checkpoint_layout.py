@@ -10,10 +10,11 @@ import pytest
 
 from looplab.model.errors import ConfigError
 from looplab.orchestrator import retention
-from looplab.workers import artifacts, jobs, train
+from looplab.workers import artifacts, jobs
 from looplab.workers import checkpoint as ckpt
 from looplab.workers.artifacts import CHECKPOINT, FINAL, checkpoint_name, resume_from
 from looplab.workers.reporter import MemoryReporter
+from looplab.workers.train import job as train
 from tests.workers.conftest import tiny_spec
 
 

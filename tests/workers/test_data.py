@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from looplab.model.errors import ConfigError
-from looplab.workers import data
+from looplab.workers.data import shards as data
 
 
 def test_offline_corpus_is_deterministic_and_splits_by_document():
@@ -94,7 +94,7 @@ def test_offline_corpus_does_not_depend_on_what_the_caller_imported():
 
     root = str(Path(__file__).resolve().parents[2])
     code = (
-        "import hashlib, sys\n{imports}\nfrom workers.corpus import documents\n"
+        "import hashlib, sys\n{imports}\nfrom workers.data.corpus import documents\n"
         "h = hashlib.sha256()\nfor i, t in documents('offline'):\n    h.update(i.encode()); h.update(t.encode())\n"
         "print(h.hexdigest())"
     )

@@ -28,8 +28,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from looplab.workers.reporter import MemoryReporter, SilentReporter
-from looplab.workers.train_spec import Spec
-from looplab.workers.trainer import Trainer
+from looplab.workers.train.spec import Spec
+from looplab.workers.train.trainer import Trainer
 from tests.model.conftest import randomize
 from tests.workers.conftest import TINY_MODEL, tiny_spec
 
@@ -96,7 +96,7 @@ def _step_grads(t: Trainer, step: int) -> tuple[float, dict[str, torch.Tensor]]:
 
 def _rank(rank: int, world: int, init_file: str, out: str) -> None:
     """One spawned rank: every case's loss and gradients at STEPS, saved to rank{rank}.pt."""
-    from looplab.workers.distributed import Ranks, run_rank
+    from looplab.workers.train.distributed import Ranks, run_rank
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
@@ -163,8 +163,8 @@ def test_a_gated_run_on_two_ranks_follows_the_one_process_run(ranks, tmp_path):
     process with the same global batch of 8: the same logged curves and final weights, to the float
     summation order (the 2-forwards case's tolerance)."""
     from looplab.workers import checkpoint as ckpt
-    from looplab.workers import train
     from looplab.workers.artifacts import resume_from
+    from looplab.workers.train import job as train
 
     rep = MemoryReporter()
     train.run(Spec.from_dict(tiny_spec(**GATE_RUN, micro_batch_size=4)), rep, tmp_path / "one")
@@ -202,7 +202,7 @@ def test_the_forced_counts_leave_a_parameter_unused_on_a_rank(looplab_cache, tmp
 
 def test_workers_must_share_the_batch():
     from looplab.model.errors import ConfigError
-    from looplab.workers.distributed import check_workers
+    from looplab.workers.train.distributed import check_workers
 
     check_workers(8, 4)
     with pytest.raises(ConfigError, match="resources.workers: 3 workers cannot share batch_size 8"):
@@ -213,8 +213,8 @@ def test_one_process_checkpoint_keeps_its_layout(looplab_cache, tmp_path):
     """A one-process checkpoint has no per-rank RNG list (`rng_ranks` is a gang's): its layout is as
     before, and the row says 1 worker."""
     from looplab.workers import checkpoint as ckpt
-    from looplab.workers import train
     from looplab.workers.artifacts import resume_from
+    from looplab.workers.train import job as train
 
     rep = MemoryReporter()
     row = train.run(Spec.from_dict(tiny_spec(tokens=8 * 32 * 2)), rep, tmp_path / "run")

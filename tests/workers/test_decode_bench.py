@@ -7,7 +7,7 @@ import pytest
 from looplab.model.counts import kv_cache_bytes
 from looplab.model.errors import ConfigError
 from looplab.model.presets import RECIPES, preset
-from looplab.workers.decode_bench import Spec, main, run
+from looplab.workers.evaluate.decode_bench import Spec, main, run
 from looplab.workers.reporter import MemoryReporter
 
 
@@ -90,7 +90,7 @@ def test_cli_prints_a_table(capsys):
 
 
 def test_cli_flags_come_from_the_spec():
-    from looplab.workers.decode_bench import build_parser
+    from looplab.workers.evaluate.decode_bench import build_parser
 
     parser = build_parser()
     args = parser.parse_args(

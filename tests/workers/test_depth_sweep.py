@@ -10,8 +10,10 @@ import pytest
 import torch
 
 from looplab.model.errors import ConfigError
-from looplab.workers import depth_sweep, jobs, train
+from looplab.workers import jobs
+from looplab.workers.evaluate import depth_sweep
 from looplab.workers.reporter import MemoryReporter
+from looplab.workers.train import job as train
 from looplab.workers.validation import far_copy_mask, previous_gap
 from tests.workers.conftest import tiny_spec
 
@@ -154,7 +156,7 @@ def test_sweep_at_the_trained_loop_count_reproduces_the_final_val_loss(trained_f
 
 
 def test_standalone_sweep_reproduces_a_parcae_runs_val_loss_exactly(looplab_cache, tmp_path):
-    """`python -m looplab.workers.depth_sweep` with its default h0 seed, at parcae's trained loop count (8),
+    """`python -m looplab.workers.evaluate.depth_sweep` with its default h0 seed, at parcae's trained loop count (8),
     gives exactly the train run's final_val_loss (h0 matters for parcae: its state keeps h0)."""
     import json
 
@@ -164,7 +166,7 @@ def test_standalone_sweep_reproduces_a_parcae_runs_val_loss_exactly(looplab_cach
     cmd = [
         sys.executable,
         "-m",
-        "looplab.workers.depth_sweep",
+        "looplab.workers.evaluate.depth_sweep",
         "--checkpoint",
         str(out),
         "--loops",
@@ -194,7 +196,7 @@ def test_sweep_records_the_loop_geometry_and_the_interaction_matrix(trained_fixe
     """Every round of every depth gets rel_change, angle and state variance (of the states the forward
     passes through); each interaction depth n gets its n(n-1)/2 pairs i < j, all finite and positive."""
     from looplab.model.geometry import rel_update
-    from looplab.workers.data import prepare, val_chunks
+    from looplab.workers.data.shards import prepare, val_chunks
     from tests.model.conftest import forward_states
 
     out, _ = trained_fixed4
@@ -264,7 +266,7 @@ def test_the_test_split_is_evaluated_when_asked_and_only_then(trained_fixed4, tm
     corpus' validation documents (~100k byte tokens) fit in a 2M-token validation split, so the test
     cuts the validation split at 4,096 tokens (a preparation of its own) to leave room for a test split."""
     from looplab.orchestrator.writer import _result_problem
-    from looplab.workers import data
+    from looplab.workers.data import shards as data
 
     monkeypatch.setattr(data, "VAL_TOKENS", 4096)
     out, _ = trained_fixed4

@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from looplab.model.errors import ConfigError
-from looplab.workers import eval as eval_job
 from looplab.workers import jobs
+from looplab.workers.evaluate import eval as eval_job
 from looplab.workers.reporter import JobInterrupted, MemoryReporter
 from looplab.workers.tasks.likelihood import LoopedScorer
-from looplab.workers.train_spec import EVAL_H0_SEED
+from looplab.workers.train.spec import EVAL_H0_SEED
 
 SEQ_LEN = 96
 ITEMS = [
@@ -153,7 +153,7 @@ def test_scores_equal_independently_computed_loglikelihoods(checkpoint, tmp_path
 
 def test_a_request_scores_the_same_in_any_batch(checkpoint):
     _, model = checkpoint
-    from looplab.workers.tokenizer import Tokenizer
+    from looplab.workers.data.tokenizer import Tokenizer
 
     pairs = [(i["context"], " " + c) for i in ITEMS for c in i["choices"]]
     expected = [independent_loglikelihood(model, c, x, 2) for c, x in pairs]
@@ -172,7 +172,7 @@ def test_a_request_scores_the_same_in_any_batch(checkpoint):
 
 def test_rolling_loglikelihood_predicts_every_token_once(checkpoint):
     _, model = checkpoint
-    from looplab.workers.tokenizer import Tokenizer
+    from looplab.workers.data.tokenizer import Tokenizer
 
     scorer = LoopedScorer(
         model, Tokenizer(), loops=1, h0_seed=EVAL_H0_SEED, batch_size=4, device=torch.device("cpu")

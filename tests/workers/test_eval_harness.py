@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from looplab.workers import eval as eval_job
+from looplab.workers.data.tokenizer import Tokenizer
+from looplab.workers.evaluate import eval as eval_job
 from looplab.workers.reporter import MemoryReporter
 from looplab.workers.tasks.likelihood import LoopedScorer
-from looplab.workers.tokenizer import Tokenizer
-from looplab.workers.train_spec import EVAL_H0_SEED
+from looplab.workers.train.spec import EVAL_H0_SEED
 from tests.workers.test_eval import ITEMS, assert_rows_match, independent_rows, write_checkpoint, write_items
 
 lm_eval = pytest.importorskip("lm_eval", reason="lm-evaluation-harness is the `eval` extra")
@@ -33,7 +33,7 @@ def _harness_acc(results: dict, task: str) -> tuple[float, float]:
 def test_simple_evaluate_with_a_local_task_matches_independent_loglikelihoods(setup):
     from lm_eval.tasks import TaskManager
 
-    from looplab.workers.lm_eval_adapter import LooplabLM, local_task_config
+    from looplab.workers.evaluate.lm_eval_adapter import LooplabLM, local_task_config
 
     root, model, task = setup
     manager = TaskManager(include_defaults=False)
@@ -59,7 +59,7 @@ def test_simple_evaluate_with_a_local_task_matches_independent_loglikelihoods(se
 
 
 def test_the_adapter_refuses_generation_and_needs_a_checkpoint():
-    from looplab.workers.lm_eval_adapter import LooplabLM
+    from looplab.workers.evaluate.lm_eval_adapter import LooplabLM
 
     scorer = LoopedScorer(
         write_checkpoint_model(), Tokenizer(), loops=1, h0_seed=0, batch_size=1, device=torch.device("cpu")

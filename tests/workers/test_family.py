@@ -142,8 +142,8 @@ def test_the_example_family_runs_every_job_kind(tmp_path, looplab_cache):
 
 
 def test_a_split_dependent_family_refuses_another_split_on_resume(tmp_path, looplab_cache):
-    from looplab.workers import train as train_job
-    from looplab.workers.trainer import Trainer
+    from looplab.workers.train import job as train_job
+    from looplab.workers.train.trainer import Trainer
 
     given = tiny_spec(family="tests.model.test_contract:dropping", optimizer="adamw", tokens=8 * 32 * 4)
     spec = train_job.Spec.from_dict(given)

@@ -11,7 +11,7 @@ from torch import nn
 from looplab import Grid, Queue
 from looplab.model.contract import check_context
 from looplab.model.errors import ConfigError
-from looplab.workers.decode_bench import RECOMPUTE_MAX_CONTEXT
+from looplab.workers.evaluate.decode_bench import RECOMPUTE_MAX_CONTEXT
 from tests.db_rows import rows
 from tests.workers.conftest import tiny_spec
 

@@ -3,8 +3,8 @@ the spec's budget tokens (its data's `max_tokens: budget`, its run shape) agree 
 so with the trainer (it was priced with the stand-in LoopedLM config's FLOPs: 1.8 x too few tokens for this Huginn)."""
 
 from looplab.model.counts import tokens_for_flops
-from looplab.workers.train_cost import cost
-from looplab.workers.train_spec import Spec
+from looplab.workers.train.cost import cost
+from looplab.workers.train.spec import Spec
 
 HUGINN = {
     "recipe": "fixed4",

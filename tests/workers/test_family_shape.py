@@ -54,7 +54,7 @@ def test_a_family_grid_names_no_recipe_or_size_and_its_shape_is_its_own():
     assert train.spec["loops"] == 3 and train.spec["seq_len"] == 48
     assert bench.spec["loops"] == 3 and bench.spec["seq_len"] == 48  # the architecture it benches
     shape = jobs.validate("train", SHAPED)
-    from looplab.workers.train_spec import Spec
+    from looplab.workers.train.spec import Spec
 
     assert Spec.from_dict(shape).run_shape() == RunShape(256, 48, 3, 4, 4 * 48 * 6)
 
@@ -70,7 +70,7 @@ def test_looped_lm_keys_are_refused_on_a_shaped_family_and_loops_on_looplab_s_ow
 
 def test_a_family_s_defaults_are_the_shape_it_trained_at_before():
     spec = {k: v for k, v in SHAPED.items() if k not in ("seq_len", "loops", "batch_size")}
-    from looplab.workers.train_spec import Spec
+    from looplab.workers.train.spec import Spec
 
     shape = Spec.from_dict(spec).run_shape()
     assert (shape.seq_len, shape.loops, shape.batch_size) == (FAMILY_SEQ_LEN, FAMILY_LOOPS, FAMILY_BATCH)

@@ -9,8 +9,9 @@ import pandas as pd
 import pytest
 
 from looplab.analysis import far_copy
-from looplab.workers import depth_sweep, train
+from looplab.workers.evaluate import depth_sweep
 from looplab.workers.reporter import MemoryReporter
+from looplab.workers.train import job as train
 from tests.workers.conftest import tiny_spec
 
 SEEDS = (0, 1, 2)

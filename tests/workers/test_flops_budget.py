@@ -13,10 +13,10 @@ import pytest
 from looplab.model.counts import arch_summary, tokens_for_flops
 from looplab.model.errors import ConfigError
 from looplab.model.flops import step_flops, training_flops
-from looplab.workers import train
 from looplab.workers.device import peak_flops_of
 from looplab.workers.reporter import MemoryReporter
-from looplab.workers.train_spec import Spec
+from looplab.workers.train import job as train
+from looplab.workers.train.spec import Spec
 from tests.workers.conftest import tiny_spec
 
 
@@ -77,7 +77,7 @@ def test_resolved_model_config_reads_a_tokenizer_json(tmp_path):
 
 def test_resolved_model_config_imports_no_torch():
     code = (
-        "import sys; from looplab.workers.train_spec import Spec; "
+        "import sys; from looplab.workers.train.spec import Spec; "
         "Spec.from_dict({'recipe': 'parcae', 'flops': 1e15}).resolved_model_config(); "
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
@@ -134,7 +134,7 @@ def test_mfu_counts_useful_flops_and_hfu_computed_ones(looplab_cache, tmp_path, 
     """With a peak to measure against (a GPU of the table; here a made-up one on the CPU), MFU is the
     useful FLOPs (each row's own rounds) of the timed steps per second over the peak, HFU the computed
     ones (padding included); for parcae's padded forwards HFU > MFU, both reported per step."""
-    from looplab.workers import trainer
+    from looplab.workers.train import trainer
 
     monkeypatch.setattr(trainer, "peak_flops", lambda device: 1e12)
     rep = MemoryReporter()
@@ -152,7 +152,7 @@ def test_utilisation_counts_causal_attention_pairs_and_the_budget_dense_ones(loo
     """MFU and HFU count attention as the causal pairs fused kernels compute (as the GPU check does); the
     budget's `flops_per_token` stays the dense count every stored run was planned and compared with."""
     from looplab.model.flops import step_flops
-    from looplab.workers.trainer import Trainer
+    from looplab.workers.train.trainer import Trainer
 
     spec = Spec.from_dict(tiny_spec(recipe="fixed4", micro_batch_size=4))
     (tmp_path / "run").mkdir()
@@ -173,7 +173,7 @@ def counted_training_step(spec: Spec, run_dir, custom_mapping) -> tuple[float, f
     count of the step, `_count_step`, its computed and its useful FLOPs per token)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from looplab.workers.trainer import Trainer
+    from looplab.workers.train.trainer import Trainer
 
     run_dir.mkdir(parents=True, exist_ok=True)
     trainer = Trainer(spec, MemoryReporter(), run_dir)

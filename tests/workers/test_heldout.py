@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from looplab.model.errors import ConfigError
-from looplab.workers import data
-from looplab.workers.heldout import heldout_dir, heldout_tokens
+from looplab.workers.data import shards as data
+from looplab.workers.evaluate.heldout import heldout_dir, heldout_tokens
 
 CUT = 300  # VAL_TOKENS for these tests: the validation split and the test split hold 300 tokens each
 

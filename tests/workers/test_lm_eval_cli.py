@@ -42,7 +42,7 @@ def _looplab(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_looplab_lm_eval_runs_a_local_task_from_the_shell_on_the_cpu(tmp_path):
-    from looplab.workers.lm_eval_adapter import local_task_config
+    from looplab.workers.evaluate.lm_eval_adapter import local_task_config
 
     model = write_checkpoint(tmp_path / "ckpt")
     exported = _looplab("export-model", str(tmp_path / "ckpt"), "-o", str(tmp_path / "model"), cwd=tmp_path)

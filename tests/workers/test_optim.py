@@ -14,9 +14,10 @@ from torch import nn
 
 from looplab.model.errors import ConfigError
 from looplab.model.names import Optimizer
-from looplab.workers import optim, train_spec
-from looplab.workers.muon import ParcaeMuonAdamW, TorchMuon
-from looplab.workers.orthogonalise import newton_schulz
+from looplab.workers.train import optim
+from looplab.workers.train import spec as train_spec
+from looplab.workers.train.muon import ParcaeMuonAdamW, TorchMuon
+from looplab.workers.train.orthogonalise import newton_schulz
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -68,7 +69,7 @@ def _train(model, opts, steps: range, total: int) -> list[float]:
 
 # ----------------------------------------------------------------------------------- names, groups
 def test_names_and_defaults():
-    # the names specs store: the enum's values, spelled once (workers/train_spec.py)
+    # the names specs store: the enum's values, spelled once (workers/train/spec.py)
     assert [str(o) for o in Optimizer] == ["parcae", "torch_muon", "adamw"]
     assert train_spec.Spec().optimizer == "parcae" and set(optim.DEFAULTS) == set(Optimizer)
     (opt,) = optim.build_optimizers(TinyNet(), "parcae", None, None, None)
@@ -273,7 +274,7 @@ def test_torch_muon_steps_like_torch_and_shares_its_state_dict():
 def test_importing_our_optimizers_leaves_torch_untouched():
     code = (
         "import torch.optim._muon as m; original = m._zeropower_via_newtonschulz; "
-        "import looplab.workers.optim, looplab.workers.muon, looplab.workers.orthogonalise; "
+        "import looplab.workers.train.optim, looplab.workers.train.muon, looplab.workers.train.orthogonalise; "
         "assert m._zeropower_via_newtonschulz is original; "
         "assert original.__module__ == 'torch.optim._muon'; print('untouched')"
     )

@@ -11,8 +11,8 @@ import math
 import pytest
 import torch
 
-from looplab.workers import muon
-from looplab.workers.orthogonalise import (
+from looplab.workers.train import muon
+from looplab.workers.train.orthogonalise import (
     POLAR_EXPRESS_COEFFICIENTS,
     newton_schulz,
     orthogonalisation_dtype,
@@ -78,7 +78,7 @@ def test_polar_express_works_on_a_batch_and_refuses_bad_step_counts(monkeypatch)
     computation in float64 rounds 2^29 ~ 5e8 times finer (measured here: 3.5e-15 to 7.8e-15), so 1e-10
     leaves a margin of 10^4 on any machine, and a batched formula that differs from the 2-D one shows far
     above it."""
-    from looplab.workers import orthogonalise
+    from looplab.workers.train import orthogonalise
 
     monkeypatch.setattr(orthogonalise, "orthogonalisation_dtype", lambda device: torch.float64)
     batch = torch.randn(3, 8, 5, generator=torch.Generator().manual_seed(1), dtype=torch.float64)

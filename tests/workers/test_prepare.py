@@ -1,6 +1,6 @@
 """Preparations: a corpus in the hub's layout read through the same streaming path as a hub dataset,
 `max_tokens` prefixes shared across budgets, the validation split fixed, resumable pieces (kill -9 of
-`python -m looplab.workers.prepare`, then resume, gives the same bytes), parallel = serial, and the prepare job
+`python -m looplab.workers.data.prepare`, then resume, gives the same bytes), parallel = serial, and the prepare job
 the grid creates for train jobs that share a corpus (in-process here; through the real queue on Ray in
 the slow test at the end)."""
 
@@ -19,8 +19,10 @@ import pytest
 
 from looplab.model.errors import ConfigError
 from looplab.orchestrator.grid import PREPARE, Grid, assign_hashes, expand
-from looplab.workers import corpus, data, jobs
-from looplab.workers import prepare as prepare_job
+from looplab.workers import jobs
+from looplab.workers.data import corpus
+from looplab.workers.data import prepare as prepare_job
+from looplab.workers.data import shards as data
 from looplab.workers.reporter import MemoryReporter
 from tests.workers.conftest import tiny_spec
 
@@ -150,7 +152,7 @@ def test_tokenizer_processes_that_never_start_fail_the_preparation_by_name(bpe_f
     and the pool keeps replacing it: the encoder says so after its timeout instead of waiting forever."""
     import types
 
-    from looplab.workers import tokenizer
+    from looplab.workers.data import tokenizer
 
     script = tmp_path / "broken_main.py"
     script.write_text("raise SystemExit('this __main__ does not run in a child')\n")
@@ -177,7 +179,7 @@ def _prepare_cmd(hub_dir: Path, tokenizer: str, events: Path) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "looplab.workers.prepare",
+        "looplab.workers.data.prepare",
         "--corpus",
         str(hub_dir),
         "--tokenizer",
@@ -196,7 +198,7 @@ def _prepare_cmd(hub_dir: Path, tokenizer: str, events: Path) -> list[str]:
 
 @pytest.mark.slow
 def test_kill_9_mid_preparation_then_resume_gives_the_uninterrupted_bytes(tmp_path, looplab_cache):
-    """`python -m looplab.workers.prepare` killed with SIGKILL after some pieces, rerun: it resumes after the last
+    """`python -m looplab.workers.data.prepare` killed with SIGKILL after some pieces, rerun: it resumes after the last
     committed piece (it says so) and ends with the shards an uninterrupted preparation writes."""
     corpus_dir = write_hub_layout(tmp_path / "big", files=2, docs_per_file=800, seed=1)
     # a tokenizer file by path: a BPE slow enough on 1,600 documents to be killed on the way
@@ -269,7 +271,7 @@ def test_prepare_spec_and_cli_name_the_field(capsys):
 
 
 def test_budget_max_tokens_is_the_jobs_own_and_old_specs_keep_their_identity():
-    from looplab.workers.train_spec import Spec
+    from looplab.workers.train.spec import Spec
 
     s = Spec.from_dict(tiny_spec(tokens=8 * 32 * 20 + 5, data={"tokenizer": "byte", "max_tokens": "budget"}))
     assert s.data.max_tokens == 8 * 32 * 20 + 1  # whole steps' tokens, + the last target
@@ -384,8 +386,9 @@ def test_a_run_whose_checkpoint_predates_the_sampler_keeps_sampling_with_replace
     resumes with replacement, whatever a new run of its spec would use: the curve of an uninterrupted
     with-replacement run. A new run on data sized to it samples without replacement."""
     from looplab.workers import checkpoint as ckpt
-    from looplab.workers import train, trainer
     from looplab.workers.artifacts import resume_from
+    from looplab.workers.train import job as train
+    from looplab.workers.train import trainer
 
     class StopAt(MemoryReporter):
         def should_stop(self):
@@ -415,7 +418,7 @@ def test_a_run_whose_checkpoint_predates_the_sampler_keeps_sampling_with_replace
 
 
 def test_a_smaller_bpe_than_asked_is_said_and_counted_at_its_size(looplab_cache, tmp_path):
-    from looplab.workers import train
+    from looplab.workers.train import job as train
 
     spec = train.Spec.from_dict(tiny_spec(tokens=8 * 32 * 2, data={"tokenizer": "bpe", "vocab_size": 40_000}))
     rep = MemoryReporter()

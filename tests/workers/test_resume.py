@@ -30,7 +30,7 @@ def _cmd(out, events) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "looplab.workers.train",
+        "looplab.workers.train.job",
         "--preset",
         "fixed4",
         "--size",

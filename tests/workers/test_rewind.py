@@ -1,4 +1,4 @@
-"""Loss spikes rewound (workers/rewind.py): a spike placed by the test-only hook sends the run back to a
+"""Loss spikes rewound (workers/train/rewind.py): a spike placed by the test-only hook sends the run back to a
 checkpoint from before it, its data step is skipped and listed, the run finishes, and a rerun, a stop and
 resume, and a kill -9 and resume all give the same curve; the rewinds are bounded; bad settings are
 refused by name."""
@@ -13,9 +13,11 @@ import torch
 
 from looplab.model.errors import ConfigError
 from looplab.workers import checkpoint as ckpt
-from looplab.workers import jobs, rewind, train, trainer
+from looplab.workers import jobs
 from looplab.workers.artifacts import resume_from
 from looplab.workers.reporter import MemoryReporter
+from looplab.workers.train import job as train
+from looplab.workers.train import rewind, trainer
 from tests.workers.conftest import tiny_spec
 from tests.workers.test_resume import _cmd, _env, kill_once
 

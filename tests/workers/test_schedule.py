@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from looplab.workers.optim import lr_factor
-from looplab.workers.schedule import TimeBudgetSchedule
+from looplab.workers.train.optim import lr_factor
+from looplab.workers.train.schedule import TimeBudgetSchedule
 
 
 @pytest.mark.parametrize("frac", [0.01, 0.2, 0.5, 1.0])

@@ -9,7 +9,7 @@ import signal
 import pytest
 
 from looplab.model.errors import ConfigError
-from looplab.workers import decode_bench
+from looplab.workers.evaluate import decode_bench
 from looplab.workers.reporter import JobInterrupted
 from looplab.workers.spec_cli import run_standalone
 

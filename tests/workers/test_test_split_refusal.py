@@ -7,7 +7,7 @@ import pytest
 
 from looplab import Grid, Queue
 from looplab.model.errors import ConfigError
-from looplab.workers import data
+from looplab.workers.data import shards as data
 from tests.db_rows import rows
 
 TRAIN = {"recipe": "lean", "size": "tiny", "tokens": 4096, "seed": 0, "device": "cpu"}
@@ -43,7 +43,7 @@ def test_a_local_corpus_too_small_is_refused_and_a_hub_corpus_is_left_to_its_bui
     q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art")
     with pytest.raises(ConfigError, match=r"test_split: corpus '.*small.txt' has no tokens left"):
         q.submit([grid(str(small))])
-    from looplab.workers.heldout import refuse_short
+    from looplab.workers.evaluate.heldout import refuse_short
 
     refuse_short("hf:some/corpus")  # not read at submission (offline here): the build checks it
 
@@ -51,7 +51,7 @@ def test_a_local_corpus_too_small_is_refused_and_a_hub_corpus_is_left_to_its_bui
 def run_dir(tmp_path, corpus: str = "offline"):
     """A train artifact dir as its run leaves it at the start (spec.json written by the trainer's own
     check), with a checkpoint file beside it: all a sweep on its own reads at submission."""
-    from looplab.workers.train_spec import Spec, check_artifact_dir
+    from looplab.workers.train.spec import Spec, check_artifact_dir
 
     art = tmp_path / "run"
     art.mkdir()

@@ -12,10 +12,11 @@ import torch
 from looplab.model.errors import ConfigError
 from looplab.orchestrator.schema import TrainResult
 from looplab.workers import checkpoint as ckpt
-from looplab.workers import jobs, train
+from looplab.workers import jobs
 from looplab.workers.artifacts import resume_from
-from looplab.workers.data import prepare, unigram_xent
+from looplab.workers.data.shards import prepare, unigram_xent
 from looplab.workers.reporter import UNIGRAM_XENT, MemoryReporter
+from looplab.workers.train import job as train
 from tests.workers.conftest import TINY_MODEL, tiny_spec
 
 
@@ -208,7 +209,7 @@ def test_loop_design_variants_resume_bit_for_bit(looplab_cache, tmp_path, recipe
 
 @pytest.mark.slow  # docs/testing.md: trains for its 6-second budget
 def test_time_budget_lands_within_ten_percent(looplab_cache, tmp_path, monkeypatch):
-    from looplab.workers import trainer
+    from looplab.workers.train import trainer
 
     resets = []
     monkeypatch.setattr(trainer, "reset_peak_mem", lambda device: resets.append(device))
@@ -230,7 +231,7 @@ def test_time_budget_lands_within_ten_percent(looplab_cache, tmp_path, monkeypat
 def test_cli_bad_input_prints_one_line_and_exits_2(tmp_path, capsys):
     """In-process, as the next test: `python -m looplab.workers.train` is this `main` (test_resume.py runs
     the real command)."""
-    from looplab.workers.train_cli import main
+    from looplab.workers.train.cli import main
 
     for args, field in [
         (["--preset", "nope", "--tokens", "1e3"], "recipe"),
@@ -257,7 +258,7 @@ def test_cli_bad_input_prints_one_line_and_exits_2(tmp_path, capsys):
     ],
 )
 def test_cli_errors_are_one_line_naming_the_field(args, line, tmp_path, capsys):
-    from looplab.workers.train_cli import main
+    from looplab.workers.train.cli import main
 
     out = tmp_path / "x"
     with pytest.raises(SystemExit) as e:
@@ -268,7 +269,7 @@ def test_cli_errors_are_one_line_naming_the_field(args, line, tmp_path, capsys):
 
 
 def test_cli_passes_only_given_flags_so_defaults_live_in_the_spec():
-    from looplab.workers.train_cli import build_parser
+    from looplab.workers.train.cli import build_parser
 
     parser = build_parser()
     args = parser.parse_args(
@@ -310,10 +311,10 @@ def test_cli_passes_only_given_flags_so_defaults_live_in_the_spec():
 def test_every_cli_has_a_flag_with_help_for_every_spec_field():
     import dataclasses
 
-    from looplab.workers import decode_bench, depth_sweep
-    from looplab.workers.data import DataSpec
+    from looplab.workers.data.shards import DataSpec
+    from looplab.workers.evaluate import decode_bench, depth_sweep
     from looplab.workers.spec_cli import field_docs
-    from looplab.workers.train_cli import build_parser
+    from looplab.workers.train.cli import build_parser
 
     for spec_cls, parser in [
         (train.Spec, build_parser()),
@@ -390,7 +391,7 @@ def test_cli_compiled_training_of_a_per_batch_recipe(looplab_cache, tmp_path):
     args = ["--preset", "parcae_per_batch", "--size", "tiny", "--tokens", "2000", "--compile"]
     args += ["--eval-tokens", "256", "--eval-loops", "8", "--eval-every", "1000", "--ckpt-every", "1000"]
     r = subprocess.run(
-        [sys.executable, "-m", "looplab.workers.train", *args, "--device", "cpu", "--out", str(out)],
+        [sys.executable, "-m", "looplab.workers.train.job", *args, "--device", "cpu", "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=600,

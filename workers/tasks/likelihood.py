@@ -1,11 +1,11 @@
 """Log-likelihoods of continuations under a looped LM, at a fixed loop count and h0 seed, batched.
 
 This is the model side of task scoring, shared by the eval job and the lm-evaluation-harness adapter
-(`workers.lm_eval_adapter`), and it needs no harness.
+(`workers.evaluate.lm_eval_adapter`), and it needs no harness.
 
 Conventions (the harness's, for a model without special tokens):
 - every input starts with the document separator the training shards put between documents
-  (`workers.data.DOC_SEP`): an empty context is a document start, as in training;
+  (`workers.data.shards.DOC_SEP`): an empty context is a document start, as in training;
 - a pair (context, continuation) is tokenized as the harness does for causal models: trailing spaces of
   the context move to the continuation, then `tokens(prefix + context + continuation)` is split after
   `len(tokens(prefix + context))`, so a BPE merge across the boundary is counted once;
@@ -28,8 +28,8 @@ import torch
 import torch.nn.functional as F
 
 from looplab.model.errors import ConfigError
-from looplab.workers.data import DOC_SEP
-from looplab.workers.tokenizer import Tokenizer, load_tokenizer
+from looplab.workers.data.shards import DOC_SEP
+from looplab.workers.data.tokenizer import Tokenizer, load_tokenizer
 from looplab.workers.validation import autocast
 
 TokenRequest = tuple[list[int], list[int]]  # (context tokens, continuation tokens)
@@ -39,7 +39,7 @@ def checkpoint_tokenizer(train_spec: dict[str, Any], checkpoint: str | Path) -> 
     """The tokenizer a checkpoint was trained with: the tokenizer.json its train job wrote next to it
     (any non-byte tokenizer), else the byte tokenizer when that is what it trained on, else the data
     cache's BPE. Only the tokenizer is loaded: no corpus is read or tokenized."""
-    from looplab.workers.data import DataSpec, is_cached, prepare
+    from looplab.workers.data.shards import DataSpec, is_cached, prepare
 
     checkpoint = Path(checkpoint)
     beside = (checkpoint if checkpoint.is_dir() else checkpoint.parent) / "tokenizer.json"
@@ -62,7 +62,7 @@ def checkpoint_tokenizer(train_spec: dict[str, Any], checkpoint: str | Path) -> 
 
 def load_checkpoint(checkpoint: str | Path, device: torch.device):
     """(model in eval mode, its tokenizer) of a train artifact dir or checkpoint file."""
-    from looplab.workers.depth_sweep import load_model
+    from looplab.workers.evaluate.depth_sweep import load_model
 
     model, cfg, train_spec = load_model(checkpoint, device)
     tokenizer = checkpoint_tokenizer(train_spec, checkpoint)

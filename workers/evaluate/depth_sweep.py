@@ -20,12 +20,12 @@ occurred anywhere beyond the smallest attention window). A sequence shorter than
 far tokens: a share of 0 and no far loss.
 
 Test split (`test_split: true`, off by default and then left out of the canonical spec, so stored
-sweeps keep their hashes): each loop count is also evaluated on the test split (workers/heldout.py: the
+sweeps keep their hashes): each loop count is also evaluated on the test split (workers/evaluate/heldout.py: the
 validation stream's next `VAL_TOKENS` tokens, built on first use without touching the preparation), on
 its first `eval_tokens` tokens with the same batches and h0 seeds → `test_loss`, `test_bpb` on the
 `depth_evals` row (NULL without it).
 
-Standalone: `python -m looplab.workers.depth_sweep --checkpoint runs/x --loops 1,2,4,8`.
+Standalone: `python -m looplab.workers.evaluate.depth_sweep --checkpoint runs/x --loops 1,2,4,8`.
 """
 
 from __future__ import annotations
@@ -44,10 +44,10 @@ from looplab.model.names import DEFAULT_FAR_DISTANCE, FAR_DEFINITION
 from looplab.workers.cost import ForwardCost
 from looplab.workers.identity import EXECUTION, spec_to_dict
 from looplab.workers.spec_cli import SpecParser, checkpoint_exists, job_parser, run_standalone
-from looplab.workers.train_spec import EVAL_H0_SEED
+from looplab.workers.train.spec import EVAL_H0_SEED
 
 if TYPE_CHECKING:
-    from looplab.workers.train_cost import TrainCost
+    from looplab.workers.train.cost import TrainCost
 
 DEFAULT_LOOPS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 DEFAULT_INTERACTION_LOOPS = (4, 8)
@@ -75,7 +75,7 @@ class Spec:
     far_distance: int = DEFAULT_FAR_DISTANCE
     """tokens back beyond which a target's previous occurrence makes it a far copy (none within it)"""
     test_split: bool = False
-    """also evaluate each loop count on the test split (workers/heldout.py: the validation stream's next
+    """also evaluate each loop count on the test split (workers/evaluate/heldout.py: the validation stream's next
     VAL_TOKENS tokens; the same `eval_tokens`, batches and h0 seeds) → test_loss, test_bpb"""
     interaction_loops: list[int] = field(default_factory=lambda: list(DEFAULT_INTERACTION_LOOPS))
     """inference loop counts (2..32) at which to measure the round-interaction matrix; [] for none"""
@@ -155,11 +155,11 @@ def cost(spec: Spec, trained: TrainCost) -> ForwardCost:
 
 def refuse_follow(spec: dict[str, Any], followed: dict[str, Any]) -> None:
     """At submission (workers.jobs `refuse_follow`): a sweep asking for the test split of a corpus that
-    has none is refused before its run trains (workers/heldout.py `refuse_short`), not after it."""
+    has none is refused before its run trains (workers/evaluate/heldout.py `refuse_short`), not after it."""
     if not spec.get("test_split"):
         return
-    from looplab.workers.data import DataSpec
-    from looplab.workers.heldout import refuse_short
+    from looplab.workers.data.shards import DataSpec
+    from looplab.workers.evaluate.heldout import refuse_short
 
     # the data the sweep will read: the followed job's (`data_spec`; an import without one: the default)
     refuse_short(DataSpec.from_dict((followed.get("spec") or {}).get("data")).corpus)
@@ -212,7 +212,7 @@ def data_spec(train_spec: dict[str, Any], checkpoint: Path):
     """The train (or import) job's data; a BPE whose cache is gone (another machine), or a tokenizer file
     that moved with its artifact dir, comes from the run's own tokenizer.json, so the sweep scores exactly
     the tokens the model was trained on (an imported model: its own tokenizer, on the same documents)."""
-    from looplab.workers.data import DataSpec, is_cached
+    from looplab.workers.data.shards import DataSpec, is_cached
 
     data = dict(train_spec.get("data") or {})
     tok = (checkpoint if checkpoint.is_dir() else checkpoint.parent) / "tokenizer.json"
@@ -242,7 +242,7 @@ def eval_inputs(checkpoint: str | None, eval_tokens: int, device) -> EvalInputs:
     depth sweep and the adaptive job evaluate them (so their losses compare)."""
     import torch
 
-    from looplab.workers.data import prepare, val_chunks
+    from looplab.workers.data.shards import prepare, val_chunks
 
     if checkpoint is None:
         raise ConfigError("checkpoint: missing; give a train artifact dir or a checkpoint file")
@@ -259,8 +259,8 @@ def heldout_chunks(
 ):
     """The first `eval_tokens` of the checkpoint's data's test split (built on first use) as validation
     chunks: the windows `val_chunks` cuts from the validation split, cut from the test split."""
-    from looplab.workers.data import prepare, val_chunks
-    from looplab.workers.heldout import heldout_tokens
+    from looplab.workers.data.shards import prepare, val_chunks
+    from looplab.workers.evaluate.heldout import heldout_tokens
 
     spec = data_spec(train_spec, Path(checkpoint))
     return val_chunks(heldout_tokens(spec, prepare(spec), reporter), eval_tokens, seq_len)
@@ -412,7 +412,9 @@ def _interactions(spec: Spec, reporter, model, chunks, device, batches: dict) ->
 def build_parser() -> SpecParser:
     what = "Validation loss of a trained looped LM at many loop counts."
     aliases = {"split_far_copy": ["--far-copy"]}
-    return job_parser(Spec, "looplab.workers.depth_sweep", what, aliases=aliases, required=("checkpoint",))
+    return job_parser(
+        Spec, "looplab.workers.evaluate.depth_sweep", what, aliases=aliases, required=("checkpoint",)
+    )
 
 
 def print_table(spec: Spec, out: dict[str, Any], args: Any = None) -> None:

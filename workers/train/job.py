@@ -11,13 +11,13 @@ resumes from the newest one a resume may take (workers/artifacts.py `resume_from
 
 Time budget (`time_s`): a short calibration on a throw-away copy of the model measures tokens/s
 (reported as `calib_tokens_per_s`, saved in `calibration.json`) and plans the step count; before every
-step the plan is re-fitted to the time left (workers/schedule.py), and the cooldown still ends at lr 0
+step the plan is re-fitted to the time left (workers/train/schedule.py), and the cooldown still ends at lr 0
 on the last step. The summary reports how far the real training time landed from `time_s`. Unlike a
 token budget, such a run is not bit-reproducible: its step count depends on the machine's speed.
 
-The job is four modules importing one way: workers/train_spec.py (the Spec, torch-free),
-workers/trainer.py (the loop), workers/train_cost.py (its cost model: FLOPs, steps, memory) and
-workers/train_cli.py (the command line). This one only names them for `workers.jobs` and
+The job is four modules importing one way: workers/train/spec.py (the Spec, torch-free),
+workers/train/trainer.py (the loop), workers/train/cost.py (its cost model: FLOPs, steps, memory) and
+workers/train/cli.py (the command line). This one only names them for `workers.jobs` and
 `python -m looplab.workers.train --preset lean --size tiny --tokens 2e6 --out runs/x`.
 """
 
@@ -27,20 +27,22 @@ from pathlib import Path
 from typing import Any
 
 from looplab.workers.reporter import Reporter
-from looplab.workers.train_cost import TrainCost, cost
-from looplab.workers.train_spec import Spec, check_artifact_dir
+from looplab.workers.train.cost import TrainCost, cost
+from looplab.workers.train.spec import Spec, check_artifact_dir
 
 __all__ = ["Spec", "TrainCost", "check_artifact_dir", "cost", "run"]
 
 
 def run(spec: Spec, reporter: Reporter, artifact_dir: str | Path) -> dict[str, Any]:
     """Train (or resume) `spec` in `artifact_dir`; returns the `train_results` row (+ compile_seconds)."""
-    from looplab.workers.trainer import train  # torch is imported when a job runs, not when specs are checked
+    from looplab.workers.train.trainer import (
+        train,  # torch is imported when a job runs, not when specs are checked
+    )
 
     return train(spec, reporter, Path(artifact_dir))
 
 
 if __name__ == "__main__":
-    from looplab.workers.train_cli import main
+    from looplab.workers.train.cli import main
 
     raise SystemExit(main())

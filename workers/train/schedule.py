@@ -1,6 +1,6 @@
 """The learning-rate schedule of a time-budget run, whose step count is only known approximately.
 
-A token budget knows its step count up front and uses the fixed `workers.optim.lr_factor`. A time
+A token budget knows its step count up front and uses the fixed `workers.train.optim.lr_factor`. A time
 budget (`time_s`) starts from a step count planned by a short calibration, and before every step
 re-fits it to the time left at the recent step time (warm-up and a changing machine load change
 throughput, so the first plan alone would land far from `time_s`).

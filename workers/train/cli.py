@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from looplab.workers.spec_cli import SpecParser, job_parser, run_standalone
-from looplab.workers.train_spec import Spec
+from looplab.workers.train.spec import Spec
 
 
 def build_parser() -> SpecParser:
@@ -26,7 +26,7 @@ def build_parser() -> SpecParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from looplab.workers.trainer import train
+    from looplab.workers.train.trainer import train
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     return run_standalone(

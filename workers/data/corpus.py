@@ -80,7 +80,7 @@ def _offline_documents() -> Iterator[tuple[str, str]]:
     root = str(Path(sys.modules["looplab"].__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     code = (
-        "import json, sys; from looplab.workers.corpus import _walk_offline; "
+        "import json, sys; from looplab.workers.data.corpus import _walk_offline; "
         "json.dump(list(_walk_offline()), sys.stdout)"
     )
     out = subprocess.run([sys.executable, "-P", "-c", code], env=env, capture_output=True, text=True)

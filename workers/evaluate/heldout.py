@@ -1,6 +1,6 @@
 """The test split: the validation stream's next `VAL_TOKENS` tokens, built the first time it is asked.
 
-The validation split (workers/data.py) is the first `VAL_TOKENS` tokens of the validation documents'
+The validation split (workers/data/shards.py) is the first `VAL_TOKENS` tokens of the validation documents'
 stream (each document followed by the separator's tokens, in corpus order), cut wherever that count
 falls, even inside a document. The test split is what follows in the same stream: tokens
 `VAL_TOKENS .. 2 * VAL_TOKENS` of it (fewer when the corpus has fewer; `test.json` says how many and
@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 
 from looplab.model.errors import ConfigError
-from looplab.workers import data
+from looplab.workers.data import shards as data
+from looplab.workers.data.tokenizer import ParallelEncoder
 from looplab.workers.reporter import Reporter
-from looplab.workers.tokenizer import ParallelEncoder
 
 TEST_DIR = "test"  # under the base directory of a (corpus, tokenizer): shared by its preparations
 TEST_VERSION = 1

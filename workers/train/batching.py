@@ -2,7 +2,7 @@
 
     split_step(counts, micro_batch_size, bucketing, ranks=1) -> per rank, a list of row-index lists
 
-A step is `batch_size` rows (global rows 0..B-1 of `workers.data.get_batch`), each with its loop count
+A step is `batch_size` rows (global rows 0..B-1 of `workers.data.shards.get_batch`), each with its loop count
 (`LoopedLM.sample_loops`) and its initial state (`model.init.RowKey`), all functions of (seed, step,
 global row). The split only decides which rows share a forward, so it never changes what a row
 computes: the step's gradient is the same sum over the same rows (the trainer scales each forward's

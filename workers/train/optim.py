@@ -1,7 +1,7 @@
 """Optimizers and the learning-rate schedule of a training run.
 
 Three optimizers, chosen by name (`model.names.Optimizer`):
-- "parcae" (default): the Parcae reference's Muon+AdamW (`workers.muon.ParcaeMuonAdamW`) — Muon for the
+- "parcae" (default): the Parcae reference's Muon+AdamW (`workers.train.muon.ParcaeMuonAdamW`) — Muon for the
   2-D matrices and the value-embedding gates, AdamW for embeddings, norms and the injection; lr 8e-3 for
   both, cautious Muon weight decay 0.2 falling linearly to 0 over training, first step skipped.
 - "torch_muon": `torch.optim.Muon`'s algorithm (Newton–Schulz, lr 0.02, fp32 on the CPU) for the 2-D
@@ -23,7 +23,7 @@ import torch
 
 from looplab.model import fields
 from looplab.model.names import Optimizer
-from looplab.workers.muon import ParcaeMuonAdamW, TorchMuon
+from looplab.workers.train.muon import ParcaeMuonAdamW, TorchMuon
 
 # Runs stored before the optimizers were renamed called today's "torch_muon" simply "muon".
 _OLD_NAMES = {"muon": Optimizer.TORCH_MUON}

@@ -1,9 +1,9 @@
-"""The adaptive job's decode timing (`workers.adaptive`, with `decode_steps` > 0): one cell's exits per
-token against the fixed depth, per batch size and mode (`workers.decode_bench.exit_decode_cell`, the
+"""The adaptive job's decode timing (`workers.adaptive.job`, with `decode_steps` > 0): one cell's exits per
+token against the fixed depth, per batch size and mode (`workers.evaluate.decode_bench.exit_decode_cell`, the
 exit rule's readouts included), and against the fixed depth at equal loss: the shallowest fixed depth
 whose validation loss is no worse than the cell's, decoded the same way. Rows of `adaptive_decodes`.
 
-Kept apart from workers/adaptive.py (which calls it) so that module stays within its size; it imports
+Kept apart from workers/adaptive/job.py (which calls it) so that module stays within its size; it imports
 nothing of it (the cell and the spec come in as arguments).
 """
 
@@ -21,13 +21,13 @@ def equal_loss_depth(fixed_losses: dict[int, float], loss: float) -> int | None:
 def decode_rows(
     view, cfg, cell, R: int, chunks, spec, device, timed: dict, tick, loss: float, fixed_losses: dict
 ) -> list[dict[str, Any]]:
-    """Decode latency of `cell` (a `workers.adaptive.Cell` on `view`, its model under the cell's KV
+    """Decode latency of `cell` (a `workers.adaptive.job.Cell` on `view`, its model under the cell's KV
     strategy, validation loss `loss`) against the fixed depth R and against the fixed depth at equal loss
     (`fixed_losses`: {r: the fixed depth r's validation loss under the strategy}, r = 1..R), per batch
     size and mode, with the KV MiB the strategy allocates and needs for the exits seen. A fixed depth is
     timed once per strategy, batch, mode and depth (`timed` caches it across cells)."""
     from looplab.model.counts import kv_strategy_bytes
-    from looplab.workers.decode_bench import EXIT_MODES, exit_decode_cell
+    from looplab.workers.evaluate.decode_bench import EXIT_MODES, exit_decode_cell
 
     if cell.rule is None:  # the fixed depth R is as good as itself, however its recomputation rounds
         fixed_losses = {**fixed_losses, R: loss}

@@ -4,7 +4,7 @@ families/mor) puts that routing on the Adaptive page's frontier beside the exit 
 
 Its cell, `router | per_round`, is the family's own forward at max_rounds R (the model as trained: its
 loss is the fixed cell's) with each token's exit round its recursion count, so `mean_rounds` is the
-mean recursions per token the router spent and the cost columns (`workers.adaptive_family.family_cost`)
+mean recursions per token the router spent and the cost columns (`workers.adaptive.family.family_cost`)
 charge a token of depth d the family's forward FLOPs at d. The exit-round histograms count the same
 depths. Threshold: none (the router has no knob at evaluation). The exit rules (post hoc, emulated from
 separate forwards for a family without the readout at any round) run beside it as for any family.

@@ -1,7 +1,7 @@
 """What a train job costs, from its validated Spec alone: the FLOPs and step arithmetic a time estimate
 needs and the peak memory on each device type (`cost(spec)`; the planner turns it into seconds).
 
-Every count follows what the trainer runs (workers/trainer.py), with the Spec's own values (its defaults
+Every count follows what the trainer runs (workers/train/trainer.py), with the Spec's own values (its defaults
 included, never re-typed here): steps = max(1, tokens // tokens per step) for a token budget, the whole
 steps of `model.counts.tokens_for_flops` for a FLOP budget, unknown for a time budget; an evaluation every
 `eval_every` steps and at the last one, each a forward of the first `eval_tokens` validation tokens (whole
@@ -20,10 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from looplab.workers.train_spec import Spec
+from looplab.workers.train.spec import Spec
 
 FLOAT_BYTES = 4
-# the metrics the trainer reports at each logged step (workers/trainer.py: train_loss, lr, tokens_per_s),
+# the metrics the trainer reports at each logged step (workers/train/trainer.py: train_loss, lr, tokens_per_s),
 # and padding_waste when rows run their own loop counts (mfu and hfu on a GPU of the peak table are left
 # out: a spec does not say which GPU runs it)
 LOG_POINTS = 3

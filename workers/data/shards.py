@@ -1,7 +1,7 @@
 """Text → token shards on disk → batches that are a pure function of (seed, step, row).
 
-`DataSpec` names a corpus (see workers/corpus.py: "offline", a local file or dir, "hf:NAME[:CONFIG]"), a
-tokenizer (see workers/tokenizer.py: "byte", "bpe" with `vocab_size`, or a tokenizer.json path) and how
+`DataSpec` names a corpus (see workers/data/corpus.py: "offline", a local file or dir, "hf:NAME[:CONFIG]"), a
+tokenizer (see workers/data/tokenizer.py: "byte", "bpe" with `vocab_size`, or a tokenizer.json path) and how
 many train tokens to prepare (`max_tokens`; none: the whole corpus).
 
 A *preparation* tokenizes the corpus in its fixed document order into `train.bin` / `val.bin` (uint16, or
@@ -55,7 +55,7 @@ import numpy as np
 
 from looplab.model import fields
 from looplab.model.errors import ConfigError
-from looplab.workers.corpus import (
+from looplab.workers.data.corpus import (
     LOCAL_EXTS,
     VAL_PERMILLE,
     cache_root,
@@ -64,22 +64,22 @@ from looplab.workers.corpus import (
     is_val,
     row_count,
 )
-from looplab.workers.reporter import REPORTED, JobInterrupted, Reporter
-from looplab.workers.tokenizer import (
+from looplab.workers.data.tokenizer import (
     ParallelEncoder,
     Tokenizer,
     load_tokenizer,
     smaller_vocab_message,
     train_bpe,
 )
+from looplab.workers.reporter import REPORTED, JobInterrupted, Reporter
 
 __all__ = ["DataSpec", "Shards", "prepare", "get_batch", "val_chunks", "documents", "is_val", "cache_root"]
 
-log = logging.getLogger("looplab.workers.data")
+log = logging.getLogger("looplab.workers.data.shards")
 
 CACHE_VERSION = 2  # 2: preparations of max_tokens under one directory per corpus and tokenizer
 DOC_SEP = "\n\n"  # joins documents in a shard (byte vocab has no room for a special token)
-BUDGET = "budget"  # data.max_tokens derived from the train job's own budget (workers/train_spec.py)
+BUDGET = "budget"  # data.max_tokens derived from the train job's own budget (workers/train/spec.py)
 # The validation split: the first VAL_TOKENS tokens of the validation documents, in corpus order, in
 # every preparation (so runs on differently sized preparations of one corpus evaluate alike).
 VAL_TOKENS = 1 << 21

@@ -1,5 +1,5 @@
 """What a training run's checkpoint saves of its progress (`TrainerState`), and the error a run stops
-with at a non-finite figure (`NonFiniteError`). Apart from the trainer (workers/trainer.py) so that the
+with at a non-finite figure (`NonFiniteError`). Apart from the trainer (workers/train/trainer.py) so that the
 queue and the tests read them without the trainer's imports.
 
 h0 versions: how training draws each row's initial state; the trainer's module docstring says how
@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from looplab.model.errors import ConfigError
-from looplab.workers.data import SAMPLER_WITH_REPLACEMENT
+from looplab.workers.data.shards import SAMPLER_WITH_REPLACEMENT
 
 __all__ = ["H0_VERSION", "NonFiniteError", "TrainerState"]
 
-H0_VERSION = 1  # the h0 draw of new runs (workers/trainer.py's docstring); 0: the global RNG, per step
+H0_VERSION = 1  # the h0 draw of new runs (workers/train/trainer.py's docstring); 0: the global RNG, per step
 
 
 class NonFiniteError(FloatingPointError):
@@ -46,9 +46,9 @@ class TrainerState:
     step_of_last_val: int = -1  # `step` when the last evaluation ran
     calib_tokens_per_s: float | None = None  # time budget: the calibration's throughput
     schedule: dict[str, Any] | None = None  # time budget: TimeBudgetSchedule.state_dict()
-    h0_version: int = H0_VERSION  # how training draws h0 (workers/trainer.py's docstring)
-    # the batch sampler (workers.data.window_offsets); a checkpoint from before it was recorded resumes
-    # with the one it was made with, so the default is that one; a new run's is workers.data.sampler_for
+    h0_version: int = H0_VERSION  # how training draws h0 (workers/train/trainer.py's docstring)
+    # the batch sampler (workers.data.shards.window_offsets); a checkpoint from before it was recorded resumes
+    # with the one it was made with, so the default is that one; a new run's is workers.data.shards.sampler_for
     sampler: int = SAMPLER_WITH_REPLACEMENT
     # What the steps computed, counted from each step's real forwards (`Trainer._count_step`): FLOPs of
     # the timed steps with the padded rounds (computed) and with each row's own rounds only (useful),
@@ -59,7 +59,7 @@ class TrainerState:
     flops_seconds: float = 0.0
     round_flops: float = 0.0
     round_flops_padded: float = 0.0
-    # Loss spikes rewound (workers/rewind.py): the data steps skipped, the rewinds made, and the last
+    # Loss spikes rewound (workers/train/rewind.py): the data steps skipped, the rewinds made, and the last
     # train losses the spike test reads (saved, so a resume replays the same rewinds)
     skipped_steps: list[int] = dataclasses.field(default_factory=list)
     rewinds: int = 0

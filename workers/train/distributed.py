@@ -1,14 +1,14 @@
 """One training run on N processes: data parallel (DDP) over a torch.distributed process group, launched
 on a Ray cluster by Ray Train.
 
-    Ranks(rank, size, device)            the trainer's gang (workers/trainer.py `Solo`) as collectives
+    Ranks(rank, size, device)            the trainer's gang (workers/train/trainer.py `Solo`) as collectives
     run_rank(spec, gang, artifact_dir, reporter)   one rank of a run (also without Ray: the tests' process
                                          groups); its outcome
     fit(spec, artifact_dir, workers, cpus, gpus, make_reporter)   the whole run as a Ray Train
                                          `TorchTrainer`; rank 0's outcome
 
 What each rank computes: its share of every step, `split_step(counts, micro_batch_size, bucketing,
-ranks=N)[rank]` (workers/batching.py: the rows, loop counts and h0 a one-process run with accumulation
+ranks=N)[rank]` (workers/train/batching.py: the rows, loop counts and h0 a one-process run with accumulation
 uses, dealt so ranks do similar rows x rounds of work). Each forward's loss is scaled by its share of
 the step's *global* target tokens, so the sum of every rank's gradient is the gradient of the step's
 mean loss; DDP's all-reduce is made a sum (a comm hook; DDP itself would average over ranks). Only the
@@ -53,8 +53,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from looplab.model.errors import ConfigError
 from looplab.workers.reporter import JobInterrupted, Reporter, SilentReporter
-from looplab.workers.train_spec import Spec, check_artifact_dir
-from looplab.workers.trainer import Solo, Trainer
+from looplab.workers.train.spec import Spec, check_artifact_dir
+from looplab.workers.train.trainer import Solo, Trainer
 
 # Ray Train settings for the process that calls `fit`: workers keep the caller's working directory
 # (relative data paths stay valid), and no preemption watcher or metrics actors (the queue resumes an
@@ -135,7 +135,7 @@ class Ranks(Solo):
 
 
 def check_workers(batch_size: int, workers: int) -> None:
-    """A run on `workers` ranks needs a global batch they share evenly (workers/batching.py)."""
+    """A run on `workers` ranks needs a global batch they share evenly (workers/train/batching.py)."""
     if workers > 1 and batch_size % workers:
         raise ConfigError(
             f"resources.workers: {workers} workers cannot share batch_size {batch_size} evenly; "

@@ -15,9 +15,9 @@ per_round reproduces the sweep's loss at `max_rounds`):
 - task scores (`tasks`, the eval job's generated tasks or task files) with the exits:
   `adaptive_task_scores`;
 - with `decode_steps` > 0: decode latency with the exits against the fixed depth, per batch size and
-  mode (`masked` / `batch_stop`, `workers.decode_bench.exit_decode_cell`), and against the shallowest
+  mode (`masked` / `batch_stop`, `workers.evaluate.decode_bench.exit_decode_cell`), and against the shallowest
   fixed depth as good as the cell (`equal_loss_rounds`, from the strategy's fixed-depth losses at
-  1..max_rounds): `adaptive_decodes` (`workers.adaptive_decode`).
+  1..max_rounds): `adaptive_decodes` (`workers.adaptive.decode`).
 `per_round` and `latest` are one function, evaluated once and reported under both names (only their KV
 needs differ); `first` and `last_m` change the function even without exits (their rows say so:
 `changes_function`). A strategy a model cannot run (e.g. `first` when round 1 is MLP-only) is skipped
@@ -49,8 +49,8 @@ from looplab.model.exit_names import (
     KVStrategy,
     strategy_label,
 )
-from looplab.workers.adaptive_decode import decode_rows
-from looplab.workers.adaptive_family import (
+from looplab.workers.adaptive.decode import decode_rows
+from looplab.workers.adaptive.family import (
     emulated_exits,
     family_cost,
     family_forward_flops,
@@ -58,10 +58,10 @@ from looplab.workers.adaptive_family import (
     family_strategies,
     refuse_family,
 )
-from looplab.workers.adaptive_routed import routed_exits, router_rules
+from looplab.workers.adaptive.routed import routed_exits, router_rules
 from looplab.workers.identity import EXECUTION, spec_to_dict
 from looplab.workers.spec_cli import SpecParser, checkpoint_exists, job_parser, run_standalone
-from looplab.workers.train_spec import EVAL_H0_SEED
+from looplab.workers.train.spec import EVAL_H0_SEED
 
 DEFAULT_RULES = {
     ExitRuleName.STATE.value: [0.01, 0.03, 0.1],
@@ -123,7 +123,7 @@ class Spec:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Spec:
-        from looplab.workers.eval import HARNESS_PREFIX, _tasks
+        from looplab.workers.evaluate.eval import HARNESS_PREFIX, _tasks
 
         d = fields.with_defaults("adaptive", d, cls)
         min_rounds = fields.integer("min_rounds", d["min_rounds"], lo=2)
@@ -164,7 +164,7 @@ def refuse_follow(spec: dict[str, Any], followed: dict[str, Any]) -> None:
     """At submission (the grid's one follow-up hook, workers.jobs `refuse_follow`): the `gate` rule needs
     the trained model to have an exit gate, known for looplab's own model from its train spec
     (`model.exit_gate`); a model of another family (`followed["family"]`) is checked against its
-    capabilities (`workers.adaptive_family.refuse_family`: the gate, emulated exits, KV strategies)."""
+    capabilities (`workers.adaptive.family.refuse_family`: the gate, emulated exits, KV strategies)."""
     if followed.get("family") is not None:
         refuse_family(spec, followed)
         return
@@ -307,7 +307,7 @@ class ExitLM:
         from looplab.model.exit_emulation import emulated_exit_forward
         from looplab.model.exits import exit_forward, family_exit_forward
 
-        if getattr(self.rule, "routed", False):  # a routed family's own depths (workers/adaptive_routed.py)
+        if getattr(self.rule, "routed", False):  # a routed family's own depths (workers/adaptive/routed.py)
             return routed_exits(self.model, idx, self.max_rounds)
         fixed = None if self.rule is not None else torch.full(idx.shape, self.max_rounds, device=idx.device)
         forward = emulated_exit_forward if self.emulated else exit_forward
@@ -443,8 +443,8 @@ def _max_rounds(spec: Spec, cfg) -> int:
 
 
 def run(spec: Spec, reporter, artifact_dir: str | Path | None) -> dict[str, Any]:
-    from looplab.workers.depth_sweep import eval_inputs
     from looplab.workers.device import resolve_device
+    from looplab.workers.evaluate.depth_sweep import eval_inputs
     from looplab.workers.tasks.likelihood import LoopedScorer, checkpoint_tokenizer
     from looplab.workers.tasks.scoring import score_items, subset_rows
 
@@ -558,7 +558,7 @@ def _eval_row(
     """The `adaptive_evals` row of a cell from its evaluation `r`: FLOPs spent (the rule's readouts
     included) and KV bytes (allocated, needed) from the measured exit rounds; for emulated exits
     and for a model of another family (`flops_at`: its forward FLOPs per loop count)
-    `workers.adaptive_family.family_cost`."""
+    `workers.adaptive.family.family_cost`."""
     share = _share(r["hist"])
     cost = (
         _native_cost(cell, share, view_cfg, cfg, R)
@@ -620,7 +620,7 @@ def _emit(reporter, out: dict, table: str, rows: list[dict]) -> None:
 
 def _task_items(spec: Spec, task_dir: Path) -> dict[str, tuple[list, str | None]]:
     """{task name: (items, category)} of the spec's tasks (generated into `task_dir`, or files)."""
-    from looplab.workers import eval as eval_job
+    from looplab.workers.evaluate import eval as eval_job
 
     espec = eval_job.Spec.from_dict(
         {
@@ -643,7 +643,7 @@ def _fixed_losses(
     """{r: validation loss of the fixed depth r} for r = 1..R under the cell's KV strategy (its model
     `view` with every token exiting at round r: the forward a rule's exits at r take), once per function
     (`cache`); depth R is the strategy's fixed cell, already evaluated (`at_R`). The fixed depth at
-    equal loss of the decode rows (`workers.adaptive_decode`)."""
+    equal loss of the decode rows (`workers.adaptive.decode`)."""
     key = _same_function(Cell(None, cell.strategy, cell.m))
     if key not in cache:
         cache[key] = {

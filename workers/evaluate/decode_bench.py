@@ -10,10 +10,10 @@ not a 16k-token prefill, and the cache measured is exactly `kv_cache_bytes(cfg, 
 median over `steps`, with p10/p90. On CUDA the timers are synchronised and, when `cuda_graph` is
 "auto" or true, the whole step is replayed from a captured CUDA graph (static shapes, no host sync).
 
-    python -m looplab.workers.decode_bench --preset lean --size tiny --context-lens 128,512 --batch-sizes 1,8
+    python -m looplab.workers.evaluate.decode_bench --preset lean --size tiny --context-lens 128,512 --batch-sizes 1,8
 
 Decoding with per-token exit rules and KV strategies (`exit_decode_cell`) needs a trained model (the
-exits depend on the weights) and real tokens: the adaptive job (`workers.adaptive`) times it on its
+exits depend on the weights) and real tokens: the adaptive job (`workers.adaptive.job`) times it on its
 checkpoint with the validation text, against the fixed depth, with this module's timer (`time_steps`).
 """
 
@@ -401,7 +401,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 def build_parser() -> SpecParser:
     what = "Per-token decode latency and KV-cache size of an architecture."
     return job_parser(
-        Spec, "looplab.workers.decode_bench", what, out_help="artifact dir for decode_bench.json"
+        Spec, "looplab.workers.evaluate.decode_bench", what, out_help="artifact dir for decode_bench.json"
     )
 
 

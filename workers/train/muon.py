@@ -9,7 +9,7 @@
     W ← W − lr'·U − lr'·wd·W·[U·W ≥ 0],  lr' = lr·sqrt(max(1, rows/cols)) (cautious weight decay)
   AdamW group: the reference's AdamW (bias-corrected, ε outside the square root), wd 0 by default.
   The very first `step()` call changes nothing (the reference skips its first optimizer step).
-  `wd` is set from outside (`workers.optim.set_lr`: 0.2 falling linearly to 0 over training).
+  `wd` is set from outside (`workers.train.optim.set_lr`: 0.2 falling linearly to 0 over training).
 - `TorchMuon` (`optimizer: "torch_muon"`): `torch.optim.Muon`'s algorithm and state dict, with its
   Newton–Schulz run in fp32 on the CPU, without replacing anything inside torch.
 
@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 import torch
 from torch import Tensor
 
-from looplab.workers.orthogonalise import newton_schulz, polar_express
+from looplab.workers.train.orthogonalise import newton_schulz, polar_express
 
 MOMENTUM_START, MOMENTUM_END, MOMENTUM_WARMUP_STEPS = 0.85, 0.95, 300
 SECOND_MOMENT_BETA = 0.95  # the NorMuon second-moment EMA (the reference's `beta2` default for Muon)

@@ -1,4 +1,4 @@
-"""A train job's checkpoints as the trainer writes and reads them (workers/trainer.py `Trainer`): what one
+"""A train job's checkpoints as the trainer writes and reads them (workers/train/trainer.py `Trainer`): what one
 holds (model, optimizers, every rank's RNG state, `TrainerState`, and the spec and model config that
 identify the run), the checks a resume makes before it continues (same run identity, same total steps,
 the same split for a split-dependent family, the same checkpoint on every rank of a gang), and the
@@ -14,10 +14,10 @@ from typing import Any
 from looplab.model.errors import ConfigError
 from looplab.workers import artifacts
 from looplab.workers import checkpoint as ckpt
-from looplab.workers.train_spec import identity_diff
-from looplab.workers.train_state import TrainerState
+from looplab.workers.train.spec import identity_diff
+from looplab.workers.train.state import TrainerState
 
-# Each function takes the `workers.trainer.Trainer` (not imported: it imports this module).
+# Each function takes the `workers.train.trainer.Trainer` (not imported: it imports this module).
 Trainer = Any
 
 
@@ -59,7 +59,7 @@ def save(trainer: Trainer, final: bool = False) -> None:
 
 def restore(trainer: Trainer, saved: dict[str, Any]) -> None:
     """Continue from a checkpoint of the same run: its spec may differ from this one in execution
-    fields only (workers/train_spec.py `identity`)."""
+    fields only (workers/train/spec.py `identity`)."""
     diff = identity_diff(saved["spec"], trainer.spec.to_dict())
     if diff:
         k = diff[0]

@@ -1,4 +1,4 @@
-"""The training loop behind `workers.train.run`: budget → steps, calibration, steps, evaluation, checkpoints.
+"""The training loop behind `workers.train.job.run`: budget → steps, calibration, steps, evaluation, checkpoints.
 
 Clocks: `train_seconds` counts only the training steps (batch, forward, backward, optimizer);
 evaluation and checkpoint writing are timed separately, so `wall_s` on every metric point and
@@ -30,12 +30,12 @@ accounting (`flops_per_token`, `train_flops`) stays the expected whole-batch fig
 
 Global and micro batch: a step is `batch_size` sequences (its rows: data windows, loop counts and
 initial states, each a function of (seed, step, global row)), run in the forwards that
-`workers.batching.split_step` makes of them (`micro_batch_size` rows at most, sorted into loop-count
+`workers.train.batching.split_step` makes of them (`micro_batch_size` rows at most, sorted into loop-count
 buckets with `bucketing`); each forward's mean loss is scaled by its share of the step's target
 tokens, so the accumulated gradient is the mean over the whole batch whatever the split. Evaluation
 runs in forwards of `micro_batch_size` too.
 
-Data parallel (workers/distributed.py): the same loop runs in each of N processes, each given a
+Data parallel (workers/train/distributed.py): the same loop runs in each of N processes, each given a
 `Solo` subclass that says its rank and makes the few cross-process steps collectives: its forwards of a
 step (`split_step(..., ranks=N)[rank]`), DDP around the model with the gradient reduced on the last
 micro-step only, the loss summed over ranks, and rank 0's value of every decision that reads a clock or
@@ -46,7 +46,7 @@ defaults make each of these the identity.
 
 A checkpoint is model + optimizers + RNG states + `TrainerState` (+ the spec and model config that
 identify it); restoring those four makes the rest of a token-budget run bit-identical on CPU. It
-resumes under any spec with the same `identity` (workers/train_spec.py): a new micro-batch size or
+resumes under any spec with the same `identity` (workers/train/spec.py): a new micro-batch size or
 compile flag continues the same run (a different split sums in a different order: equal to float
 rounding, not bit for bit).
 
@@ -79,10 +79,10 @@ from looplab.model.looped import LoopedLM
 from looplab.model.memory import largest_micro_batch
 from looplab.model.names import BUILTIN_FAMILY
 from looplab.model.rounds import forward_sizes
-from looplab.workers import artifacts, train_checkpoint
+from looplab.workers import artifacts
 from looplab.workers import checkpoint as ckpt
-from looplab.workers.batching import split_step
-from looplab.workers.data import (
+from looplab.workers.data.prepare import cores_given
+from looplab.workers.data.shards import (
     SAMPLER_PERMUTATION,
     get_batch,
     prepare,
@@ -90,21 +90,22 @@ from looplab.workers.data import (
     unigram_xent,
     val_chunks,
 )
+from looplab.workers.data.tokenizer import smaller_vocab_message
 from looplab.workers.device import memory_bytes, peak_flops, peak_mem_mb, reset_peak_mem, resolve_device
-from looplab.workers.optim import build_optimizers, lr_factor, set_lr
-from looplab.workers.prepare import cores_given
 from looplab.workers.reporter import UNIGRAM_XENT, JobInterrupted, Reporter
-from looplab.workers.rewind import TEST_SPIKE, Rewind, data_step
-from looplab.workers.schedule import TimeBudgetSchedule
-from looplab.workers.tokenizer import smaller_vocab_message
-from looplab.workers.train_spec import AUTO, EVAL_H0_SEED, Spec, check_artifact_dir
-from looplab.workers.train_state import NonFiniteError, TrainerState
+from looplab.workers.train import checkpoint as train_checkpoint
+from looplab.workers.train.batching import split_step
+from looplab.workers.train.optim import build_optimizers, lr_factor, set_lr
+from looplab.workers.train.rewind import TEST_SPIKE, Rewind, data_step
+from looplab.workers.train.schedule import TimeBudgetSchedule
+from looplab.workers.train.spec import AUTO, EVAL_H0_SEED, Spec, check_artifact_dir
+from looplab.workers.train.state import NonFiniteError, TrainerState
 from looplab.workers.validation import autocast, evaluate
 
 
 class Solo:
     """How the work of one step is shared among the processes of a run: here one process does all of
-    it. `workers.distributed.Ranks` is the data-parallel gang: the same methods as collectives over the
+    it. `workers.train.distributed.Ranks` is the data-parallel gang: the same methods as collectives over the
     run's N processes. The trainer reaches other processes only through these, so the one-process path
     is the same code with every collective the identity."""
 
@@ -113,7 +114,7 @@ class Solo:
     device: torch.device | None = None  # where this process trains; None: the spec's `device`
 
     def forwards(self, counts, micro_batch_size: int | None, bucketing: bool) -> list[list[int]]:
-        """The global rows of each of this process's forwards of a step (workers/batching.py)."""
+        """The global rows of each of this process's forwards of a step (workers/train/batching.py)."""
         return split_step(counts, micro_batch_size, bucketing, ranks=self.size)[self.rank]
 
     def wrap(self, model: LoopedLM, forward):
@@ -511,7 +512,9 @@ class Trainer:
                 share = len(rows) * T / n_targets
                 part = out.loss * share  # this forward's share of the step's mean
                 if data_at == TEST_SPIKE[0]:
-                    part = part * TEST_SPIKE[1]  # tests only: a spike at a data step (workers/rewind.py)
+                    part = (
+                        part * TEST_SPIKE[1]
+                    )  # tests only: a spike at a data step (workers/train/rewind.py)
                 part.backward()
             loss += part.detach()
             if out.task_loss is not None:
@@ -596,7 +599,7 @@ class Trainer:
                 last_beat = now
 
     def _rewound(self, step: int, loss: float) -> bool:
-        """Whether step `step`'s loss was a spike that sent the run back (workers/rewind.py `Rewind`)."""
+        """Whether step `step`'s loss was a spike that sent the run back (workers/train/rewind.py `Rewind`)."""
         back = Rewind.of(self.rewind, self.state, self.dir, step, loss)
         if back is None:
             return False
@@ -656,9 +659,9 @@ class Trainer:
 
     # --------------------------------------------------------------------------------- checkpoints
     def _save(self, final: bool = False) -> None:
-        """Write a checkpoint (and `final.pt` at the end): workers/train_checkpoint.py `save`."""
+        """Write a checkpoint (and `final.pt` at the end): workers/train/checkpoint.py `save`."""
         train_checkpoint.save(self, final)
 
     def _restore(self, saved: dict[str, Any]) -> None:
-        """Continue from a checkpoint of the same run: workers/train_checkpoint.py `restore`."""
+        """Continue from a checkpoint of the same run: workers/train/checkpoint.py `restore`."""
         train_checkpoint.restore(self, saved)

@@ -5,7 +5,7 @@ multiple-choice, cloze and perplexity tasks (SciQ, ARC, PIQA, HellaSwag, LAMBADA
 looplab checkpoint when the task's data is available (the hub when online, the HF cache or local files
 otherwise):
 
-    import looplab.workers.lm_eval_adapter, lm_eval
+    import looplab.workers.evaluate.lm_eval_adapter, lm_eval
     lm_eval.simple_evaluate(model="looplab", model_args="checkpoint=runs/x,loops=8", tasks=["sciq"])
 
 Model arguments: `checkpoint` (a train or import artifact dir, a checkpoint file, or a model directory
@@ -36,7 +36,7 @@ from lm_eval.api.registry import register_model
 from looplab.model import fields
 from looplab.workers.tasks.likelihood import LoopedScorer, load_checkpoint
 from looplab.workers.tasks.scoring import Outcome, subset_rows
-from looplab.workers.train_spec import EVAL_H0_SEED
+from looplab.workers.train.spec import EVAL_H0_SEED
 
 MODEL_NAME = "looplab"
 log = logging.getLogger("looplab.lm_eval")

@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from looplab.model.errors import ConfigError
-from looplab.workers.corpus import documents, is_val
+from looplab.workers.data.corpus import documents, is_val
 
-log = logging.getLogger("looplab.workers.tokenizer")
+log = logging.getLogger("looplab.workers.data.tokenizer")
 
 BPE_TRAIN_MAX_CHARS = 400_000_000  # BPE trains on at most this much train text (hub corpora)
 

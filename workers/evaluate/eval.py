@@ -10,7 +10,7 @@ Tasks (`tasks`), each one of:
 
 Local tasks are scored through `LoopedScorer.loglikelihood` with the harness's multiple-choice rules
 (workers/tasks/scoring.py); harness tasks through the harness itself with the same scorer wrapped as
-its model (workers/lm_eval_adapter.py). Every loop count uses one fixed h0 seed (training's evaluation
+its model (workers/evaluate/lm_eval_adapter.py). Every loop count uses one fixed h0 seed (training's evaluation
 seed by default), so the scores are a function of the checkpoint and the spec.
 
 Resumable: each (task, loop count) result is written to `<artifact dir>/scores/` as soon as it is
@@ -18,7 +18,7 @@ done, keyed by what it depends on (checkpoint file, device type, items, loops, h
 ones again and scores only the rest. A stop request (Ctrl-C, cancel) ends the job between two of them.
 Each result is a `task_scores` row per subset plus one for the whole task (subset "all").
 
-Standalone: `python -m looplab.workers.eval --checkpoint runs/x --tasks deduction,kinship --loops 1,2,4,8`
+Standalone: `python -m looplab.workers.evaluate.eval --checkpoint runs/x --tasks deduction,kinship --loops 1,2,4,8`
 (results under `<checkpoint dir>/eval` unless `--out DIR`).
 """
 
@@ -41,10 +41,10 @@ from looplab.workers.identity import EXECUTION, spec_to_dict
 from looplab.workers.spec_cli import SpecParser, checkpoint_exists, job_parser, run_standalone
 from looplab.workers.tasks import GENERATORS
 from looplab.workers.tasks.schema import Item, dumps_jsonl, load_jsonl, write_jsonl
-from looplab.workers.train_spec import EVAL_H0_SEED
+from looplab.workers.train.spec import EVAL_H0_SEED
 
 if TYPE_CHECKING:
-    from looplab.workers.train_cost import TrainCost
+    from looplab.workers.train.cost import TrainCost
 
 DEFAULT_LOOPS = (1, 2, 4, 8)
 HARNESS_PREFIX = "harness:"
@@ -194,7 +194,7 @@ def cost(spec: Spec, trained: TrainCost) -> ForwardCost | None:
     token at that width (`model.flops.step_flops`) for each loop count. Memory: one batch at the
     longest width (`model.memory.forward_memory`)."""
     from looplab.model.memory import DEVICE_TYPES, forward_memory
-    from looplab.workers.data import DOC_SEP
+    from looplab.workers.data.shards import DOC_SEP
     from looplab.workers.tasks.scoring import requests
 
     if any(entry.startswith(HARNESS_PREFIX) for entry in spec.tasks):
@@ -333,7 +333,7 @@ def run(spec: Spec, reporter, artifact_dir: str | Path | None) -> dict[str, Any]
                     for r in subset_rows(score_items(files[name][1], scorer.loglikelihood))
                 ]
             else:
-                from looplab.workers.lm_eval_adapter import LooplabLM, harness_rows, task_manager
+                from looplab.workers.evaluate.lm_eval_adapter import LooplabLM, harness_rows, task_manager
 
                 harness_manager = harness_manager or task_manager(spec.harness_include, harness)
                 by_task = harness_rows(LooplabLM.from_scorer(scorer), [name], harness_manager, spec.limit)
@@ -366,7 +366,7 @@ def default_out(checkpoint: str) -> Path:
 def build_parser() -> SpecParser:
     what = "Multiple-choice task accuracy of a trained looped LM at several loop counts."
     out = "folder for task files and results (default: <checkpoint dir>/eval)"
-    return job_parser(Spec, "looplab.workers.eval", what, out_help=out, required=("checkpoint",))
+    return job_parser(Spec, "looplab.workers.evaluate.eval", what, out_help=out, required=("checkpoint",))
 
 
 def print_table(spec: Spec, out: dict[str, Any], args: Any = None) -> None:

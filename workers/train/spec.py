@@ -15,7 +15,7 @@ What a run is. Every field either *defines* the run or says only *how it execute
   evaluation / checkpoint cadences (log_every, eval_every, ckpt_every, ckpt_minutes, keep_checkpoints), which extra depths
   an evaluation reports (eval_loops) and the time budget's calibration length (calib_steps). Changing one
   changes no row's sequences, loop counts, initial state or gradient (micro-batches and buckets change
-  the float summation order only, see workers/batching.py), so a checkpoint resumes under it.
+  the float summation order only, see workers/train/batching.py), so a checkpoint resumes under it.
 
 The rule for a new field: it is execution only if no weight after any step and no reported value
 (a loss, a result column) depends on it beyond float summation order; otherwise it defines the run.
@@ -39,12 +39,12 @@ from looplab.model.errors import ConfigError
 from looplab.model.names import BUILTIN_FAMILY, Optimizer
 from looplab.model.shape import FAMILY_BATCH, RunShape
 from looplab.workers.artifacts import KEEP_CHECKPOINTS
-from looplab.workers.data import BUDGET, DataSpec
+from looplab.workers.data.shards import BUDGET, DataSpec
 from looplab.workers.identity import EXECUTION, spec_to_dict
 from looplab.workers.identity import execution_fields as _execution_fields
 from looplab.workers.identity import identity as _identity
 from looplab.workers.model_fields import ModelFields, model_fields
-from looplab.workers.rewind import RewindRule
+from looplab.workers.train.rewind import RewindRule
 
 # Validation draws h0 from this seed, in training's evaluations and in the depth sweep alike, so the
 # sweep's loss at a run's trained loop count is the run's final validation loss.
@@ -102,7 +102,7 @@ class Spec(ModelFields):
     grad_clip: float = 1.0
     """gradient-norm clipping threshold; 0 disables clipping"""
     spike_rewind: dict[str, Any] | None = None
-    """rewind loss spikes: {k, window, max_rewinds} (workers/rewind.py: a step's loss above k x the
+    """rewind loss spikes: {k, window, max_rewinds} (workers/train/rewind.py: a step's loss above k x the
     median of the last `window` goes back to a checkpoint from before it and skips that step's data;
     after max_rewinds the run fails); none: off, and left out of the stored spec"""
     eval_every: int = field(default=50, metadata=EXECUTION)
@@ -183,7 +183,7 @@ class Spec(ModelFields):
         v["data"] = DataSpec.from_dict(given.get("data"))
         spec = cls(**v)
         spec.model_config(256)  # unknown model overrides fail here, naming the key
-        if spec.data.max_tokens == BUDGET:  # the tokens of this run's own budget (workers/data.py)
+        if spec.data.max_tokens == BUDGET:  # the tokens of this run's own budget (workers/data/shards.py)
             spec = dataclasses.replace(spec, data=spec.data.budgeted(spec.budget_tokens()))
         return spec
 

@@ -4,18 +4,18 @@ A grid's train jobs that share a corpus and a tokenizer depend on one prepare jo
 submission, orchestrator/grid.py), sized for the largest of them: its `max_tokens` is the largest of
 their own `data.max_tokens` (none, the whole corpus, when any of them reads all of it). Each train job
 then reads the first `data.max_tokens` tokens of that preparation, which are byte for byte what a
-preparation of its own size would hold (workers/data.py), so a job's identity never depends on its
+preparation of its own size would hold (workers/data/shards.py), so a job's identity never depends on its
 siblings while the corpus is tokenized once. The job trains the BPE first when the tokenizer is "bpe"
 (on a capped sample of the train split), then tokenizes on `processes` worker processes, committing a
 piece every `piece_docs` documents: stopped or killed, it resumes after the last complete piece and
 ends with the same bytes. Progress is tokens so far out of max_tokens plus the validation split's
-`workers.data.VAL_TOKENS`, with tokens/s and an ETA, like a train job's steps.
+`workers.data.shards.VAL_TOKENS`, with tokens/s and an ETA, like a train job's steps.
 
 A preparation that already exists (this one, or a larger one of the same corpus and tokenizer) makes
 the job finish at once. The shards live in the data cache ($LOOPLAB_CACHE), not in the job's artifact
 dir, which gets `preparation.json` naming them.
 
-    python -m looplab.workers.prepare --corpus hf:HuggingFaceFW/fineweb-edu:sample-10BT --tokenizer bpe \\
+    python -m looplab.workers.data.prepare --corpus hf:HuggingFaceFW/fineweb-edu:sample-10BT --tokenizer bpe \\
         --vocab-size 32768 --max-tokens 2e9 --processes 16
 """
 
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from looplab.model import fields
-from looplab.workers.data import PIECE_DOCS, DataSpec, preparation_dir, prepare
+from looplab.workers.data.shards import PIECE_DOCS, DataSpec, preparation_dir, prepare
 from looplab.workers.identity import spec_to_dict
 from looplab.workers.reporter import Reporter
 from looplab.workers.spec_cli import SpecParser, job_parser, run_standalone
@@ -104,7 +104,7 @@ def run(spec: Spec, reporter: Reporter, artifact_dir: str | Path | None) -> dict
 def build_parser() -> SpecParser:
     what = "Tokenize a corpus into train/validation shards (resumable; rerun to continue)."
     out = "also write preparation.json (where the shards are) into this dir"
-    return job_parser(Spec, "looplab.workers.prepare", what, out_help=out)
+    return job_parser(Spec, "looplab.workers.data.prepare", what, out_help=out)
 
 
 def print_summary(spec: Spec, out: dict[str, Any], args: Any = None) -> None:
