@@ -12,7 +12,8 @@ one module to one or two: the command line starts the dashboard (`looplab dashbo
 dashboard/launch.py); the engine (orchestrator/db.py) finds the Alembic scripts in `migrations/`; and
 `from looplab import Grid, Queue` resolves lazily into the queue and the lab (looplab/__init__.py). No
 module anywhere imports a room by its old top-level name, pyproject installs nothing but `looplab`, and
-no job module imports a family by name. The graph is read from
+no job module imports a family by name; a job's package in workers/ imports the shared helpers, not
+another job's modules (JOB_REACHES lists the few that stay, with why). The graph is read from
 the source text (ast), so nothing is imported to check it; a module named in a module-level dict (a
 registry imported by name: the CLI's HANDLERS, workers/jobs.py's KINDS) counts as imported.
 """
@@ -340,3 +341,70 @@ def test_no_job_module_imports_a_family_by_name():
     graph = import_graph()
     assert "families" in graph["workers.layouts"]  # the importer asks the families' package, by no name
     assert _jobs_naming_a_family(graph) == []
+
+
+# workers/ by job (docs/ARCHITECTURE.md): a job's own code lives in its package; what several jobs use
+# is shared, at workers/ itself or in workers/data/ (the data pipeline every job reads through, with the
+# prepare job that runs it ahead). A job package imports shared code, not another job's modules; a
+# shared module imports no job package, save the kinds registry (workers/jobs.py names every job).
+JOB_PACKAGES = ("workers.train", "workers.adaptive", "workers.evaluate")
+# The reaches that stay, each with why: a new one is a finding (move the piece to shared code, or
+# declare it here with its reason); one that is gone must leave this list.
+JOB_REACHES = {
+    # the h0 seed every validation loss uses (train/spec.py, torch-free, next to the Spec that reports it):
+    # the sweep's loss at the trained loop count is the run's final validation loss
+    ("workers.evaluate.eval", "workers.train.spec"),
+    ("workers.evaluate.depth_sweep", "workers.train.spec"),
+    ("workers.evaluate.lm_eval_adapter", "workers.train.spec"),
+    ("workers.adaptive.job", "workers.train.spec"),
+    # the type a checkpoint follow-up is priced on (Pricing.ON_CHECKPOINT), for annotations only
+    ("workers.evaluate.eval", "workers.train.cost"),
+    ("workers.evaluate.depth_sweep", "workers.train.cost"),
+    # the adaptive job scores its exits on the sweep's batches and the eval job's tasks, and times them
+    # with the decode benchmark's cell, so its fixed-depth numbers are theirs
+    ("workers.adaptive.job", "workers.evaluate.depth_sweep"),
+    ("workers.adaptive.job", "workers.evaluate.eval"),
+    ("workers.adaptive.decode", "workers.evaluate.decode_bench"),
+    # the likelihood scorer loads a checkpoint's model as the sweep does
+    ("workers.tasks.likelihood", "workers.evaluate.depth_sweep"),
+    # calibration times a training step with the trainer's optimizers
+    ("workers.calibrate", "workers.train.optim"),
+}
+
+
+def _job_package(mod: str) -> str | None:
+    return next((p for p in JOB_PACKAGES if mod == p or mod.startswith(p + ".")), None)
+
+
+def _job_reaches(graph: dict[str, set[str]]) -> tuple[list[str], int]:
+    """Edges into a job package from outside it within workers/ (the registry's excepted), and how many
+    workers/ edges were looked at."""
+    seen = 0
+    out = []
+    for mod, targets in sorted(graph.items()):
+        if mod.split(".")[0] != "workers" or mod == "workers.jobs":
+            continue
+        for t in sorted(targets):
+            seen += 1
+            home = _job_package(t)
+            if home is not None and home != _job_package(mod) and (mod, t) not in JOB_REACHES:
+                out.append(f"{mod} -> {t}")
+    return out, seen
+
+
+def test_jobs_import_shared_helpers_not_each_other():
+    bad, _ = _job_reaches(
+        {
+            "workers.evaluate.heldout": {"workers.train.trainer", "workers.data.shards", "workers.reporter"},
+            "workers.hub": {"workers.adaptive.job"},
+            "workers.train.trainer": {"workers.train.optim", "workers.validation"},
+            "workers.jobs": {"workers.train.job"},
+        }
+    )
+    assert bad == ["workers.evaluate.heldout -> workers.train.trainer", "workers.hub -> workers.adaptive.job"]
+    graph = import_graph()
+    bad, seen = _job_reaches(graph)
+    assert seen > 100  # the workers' own edges were read
+    assert bad == []
+    stale = sorted(f"{a} -> {b}" for a, b in JOB_REACHES if b not in graph.get(a, set()))
+    assert stale == []
