@@ -12,7 +12,7 @@ pytestmark = [pytest.mark.multinode, pytest.mark.ray, pytest.mark.slow]
 if netns.available():
     pytestmark.append(pytest.mark.skip(reason=netns.available()))
 
-BUDGET_S = 600  # the bound for the CI run
+BUDGET_S = 900  # a guard against a hung soak: 257-373 s on a quiet 2-core machine, 644 s at load 8-13
 # a fault waits at most this long for a running job on its target. The queue is fed while faults are to
 # come (soak.FEED_LOW), so a target waits only for a job to start there (a driver2 just started again
 # imports torch and joins Ray first: tens of seconds under load); with the fixed waves alone, 6 of 10 of
