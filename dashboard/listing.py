@@ -13,14 +13,27 @@ import numpy as np
 import pandas as pd
 
 from looplab.analysis.variants import MISSING, present
+from looplab.orchestrator.health import HELD, shown_states
 from looplab.orchestrator.states import JobStatus
 
-JOB_STATES = tuple(status.value for status in JobStatus)  # in the order a job moves through them
+# in the order a job moves through them; `held` (a failed job a health rule stopped for a person, which
+# `looplab retry` resumes from its checkpoint) beside failed, as `looplab status` counts it
+JOB_STATES = tuple(
+    state
+    for status in JobStatus
+    for state in ((status.value, HELD) if status == JobStatus.FAILED else (status.value,))
+)
+
+
+def shown_status(jobs: pd.DataFrame) -> pd.Series:
+    """Each job's state as a person reads it: `held` for a job a hold stopped (orchestrator/health.py)."""
+    errors = jobs["error"] if "error" in jobs else pd.Series(None, index=jobs.index, dtype=object)
+    return pd.Series(shown_states(jobs["status"], errors), index=jobs.index)
 
 
 def status_counts(jobs: pd.DataFrame) -> pd.DataFrame:
     """Number of jobs per state, every state listed (a real zero here means no job in that state)."""
-    counts = jobs["status"].value_counts() if not jobs.empty else pd.Series(dtype=int)
+    counts = shown_status(jobs).value_counts() if not jobs.empty else pd.Series(dtype=int)
     states = list(JOB_STATES) + sorted(set(counts.index) - set(JOB_STATES))
     return pd.DataFrame({"status": states, "jobs": [int(counts.get(s, 0)) for s in states]})
 

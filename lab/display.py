@@ -11,7 +11,7 @@ import pandas as pd
 from sqlalchemy import Engine
 
 from looplab.orchestrator.frames import job_listing
-from looplab.orchestrator.health import HELD, is_held
+from looplab.orchestrator.health import shown_states
 from looplab.orchestrator.states import JobStatus
 
 COLUMNS = [
@@ -87,9 +87,7 @@ def _cut(text: object, width: int) -> str:
 def shown_status(df: pd.DataFrame) -> pd.Series:
     """Each job's state as a person reads it: a job a health rule held for a person is failed in the
     database, and its error says it is held (orchestrator/health.py `Finding.error`), so it reads `held`."""
-    return pd.Series(
-        [HELD if is_held(s, e) else s for s, e in zip(df["status"], df["error"])], index=df.index
-    )
+    return pd.Series(shown_states(df["status"], df["error"]), index=df.index)
 
 
 def table(df: pd.DataFrame, stale_s: float = STALE_S) -> str:

@@ -189,6 +189,12 @@ class Finding:
         return f"{HELD} for a person at step {self.step}: {resume}; {self.message}"
 
 
+def shown_states(statuses, errors) -> list[str]:
+    """Each job's state as a person reads it (`looplab status`, the Queue page): `held` for a failed job
+    a hold stopped for a person (`is_held`), its own state otherwise."""
+    return [HELD if is_held(s, e) else s for s, e in zip(statuses, errors)]
+
+
 def is_held(status: str, error: object) -> bool:
     """Whether a job of `status` with `error` is one a `hold` stopped (`Finding.error`), not a failure."""
     return (

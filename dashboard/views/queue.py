@@ -125,7 +125,8 @@ def queue_view() -> None:
                 st.code(r.error or MISSING, language="text")
 
     st.subheader("All jobs")
-    show = jobs.drop(columns=["error", "grid_id"]).sort_values("job_id", ascending=False)
+    show = jobs.assign(status=listing.shown_status(jobs))  # a job a hold stopped reads `held`
+    show = show.drop(columns=["error", "grid_id"]).sort_values("job_id", ascending=False)
     ui.table(show, precision=1, key="jobs_table", height=320)
 
     st.subheader("Audit trail")

@@ -75,6 +75,32 @@ def test_queue_summaries():
     assert list(f["job_id"]) == [2] and f.loc[0, "error_summary"] == "ValueError: boom"
 
 
+def test_a_held_job_is_counted_and_shown_held_not_failed():
+    """A job a health rule held for a person is failed in the database; the Queue page counts it apart,
+    as `looplab status` does (orchestrator/health.py `Finding.error` opens its error so)."""
+    from looplab.orchestrator.health import HOLD, Finding, Level, Rule
+
+    at_chance = Finding(Rule.AT_CHANCE, Level.ERROR, 40, "train_loss", 5.545, "train loss at chance", HOLD)
+    held = at_chance.error(job_id=1)
+    jobs = pd.DataFrame(
+        {
+            "job_id": [1, 2, 3],
+            "status": ["failed", "failed", "succeeded"],
+            "error": [held, "ValueError: x", None],
+        }
+    )
+    c = listing.status_counts(jobs).set_index("status")["jobs"]
+    assert (c["held"], c["failed"], c["succeeded"]) == (1, 1, 1)
+    assert list(listing.status_counts(jobs)["status"][:5]) == [
+        "queued",
+        "running",
+        "succeeded",
+        "failed",
+        "held",
+    ]
+    assert list(listing.shown_status(jobs)) == ["held", "failed", "succeeded"]
+
+
 def test_format_duration():
     assert [listing.format_duration(x) for x in (None, NAN, 42, 185, 3725)] == [
         "—",
