@@ -595,7 +595,8 @@ def store(
 ) -> int | None:
     """One finding as a `health_events` row; returns its id, or None when the job has it already (the
     same rule, level, figure key and step: a point replayed from the spool by a later attempt, or a
-    finding given twice, is one event)."""
+    finding given twice, is one event). A preemption is the driver's, never replayed: each attempt's is
+    its own event, though two attempts may stop at the same checkpoint's step."""
     from looplab.orchestrator.schema import HealthEvent
 
     t = HealthEvent.__table__
@@ -604,6 +605,8 @@ def store(
         same &= (t.c.level == str(finding.level)) & (
             t.c.key.is_(None) if finding.key is None else t.c.key == finding.key
         )
+        if finding.rule == Rule.PREEMPTED:
+            same &= t.c.attempt.is_(None) if attempt is None else t.c.attempt == attempt
         if conn.execute(sa.select(t.c.id).where(same).limit(1)).first() is not None:
             return None
     value = finding.value

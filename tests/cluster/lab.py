@@ -124,11 +124,11 @@ class LabCluster:
 
     # ------------------------------------------------------------ Ray
 
-    def start_ray(self, name: str, tries: int = 1, cpus: int = 1) -> None:
+    def start_ray(self, name: str, tries: int = 2, cpus: int = 1) -> None:
         """A Ray node on host `name` offering `cpus` CPUs: the head on `head`, a worker joining it
         elsewhere; returns when it is up. A node started again (after a fault) reads only its own lines
-        of the host's log; with `tries` > 1 a start that fails (a raylet not up in time on a loaded
-        machine) is tried again on a clean host."""
+        of the host's log; a start that fails (a raylet not up in time on a loaded machine: CI saw "the
+        current node timed out during startup" once) is tried again on a clean host, `tries` in all."""
         host = self.net[name]
         role = (
             ["--head", f"--port={RAY_PORT}", "--include-dashboard=false"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import sqlalchemy as sa
@@ -129,23 +130,30 @@ def test_each_person_s_pages_in_a_browser_read_as_their_role(lab, tmp_path):
         proc = _serve(urls["dash"], port, log)
         try:
             _wait_up(base, proc, tmp_path / "dash.log")
-            with sync_playwright() as playwright:
-                browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-                try:
-                    seen = {
-                        (user, path): _shown(
-                            browser,
-                            base + path,
-                            {access.USER_HEADER: user, access.SECRET_HEADER: SECRET},
-                            [
-                                expect[(user, path)],
-                                *(READ if user in ("alice", "bob") and "?" not in path else []),
-                            ],
-                        )
-                        for user, path in expect
-                    }
-                finally:
-                    browser.close()
+
+            def browse() -> dict:
+                with sync_playwright() as playwright:
+                    browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+                    try:
+                        return {
+                            (user, path): _shown(
+                                browser,
+                                base + path,
+                                {access.USER_HEADER: user, access.SECRET_HEADER: SECRET},
+                                [
+                                    expect[(user, path)],
+                                    *(READ if user in ("alice", "bob") and "?" not in path else []),
+                                ],
+                            )
+                            for user, path in expect
+                        }
+                    finally:
+                        browser.close()
+
+            # in a thread of its own: Playwright's sync API refuses a thread whose asyncio loop is marked
+            # running, which CI once found this test's xdist worker to be after an earlier test
+            with ThreadPoolExecutor(1) as pool:
+                seen = pool.submit(browse).result()
         finally:
             proc.terminate()
             proc.wait(timeout=30)

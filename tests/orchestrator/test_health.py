@@ -189,6 +189,23 @@ def test_the_writer_stores_findings_with_job_attempt_step_figure_and_rule(migrat
         assert conn.execute(sa.text("SELECT COUNT(*) FROM health_events")).scalar_one() == 2
 
 
+def test_each_attempt_preempted_at_the_same_step_is_an_event_of_its_own(migrated_db_url):
+    """Found by the SLURM test: a job released by two allocations at the same checkpoint's step (it
+    resumed there and was released again before its next checkpoint) had two preempted attempts and one
+    event, as if the second release were a replayed point."""
+    from looplab.orchestrator import health
+
+    eng = engine(migrated_db_url)
+    ids, _ = jobqueue.submit(eng, [Grid("p", base={"tokens": 100})], fake_jobs)
+    release = health.Finding(Rule.PREEMPTED, health.Level.WARNING, 40, None, None, "slurm time limit")
+    with eng.begin() as conn:
+        stored = [health.store(conn, ids[0], n, release) for n in (1, 1, 2)]
+        spike = health.Finding(Rule.LOSS_SPIKE, health.Level.WARNING, 40, "train_loss", 8.0, "spike")
+        replayed = [health.store(conn, ids[0], n, spike) for n in (1, 2)]  # a replayed point: one event
+    assert stored[0] and stored[1] is None and stored[2]  # once per attempt
+    assert replayed[0] and replayed[1] is None
+
+
 @pytest.mark.parametrize("retry", [False, True])
 def test_a_non_finite_attempt_is_final_unless_the_grid_asks_for_retries(migrated_db_url, retry):
     from looplab.orchestrator.scheduler import Scheduler
