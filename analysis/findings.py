@@ -88,16 +88,22 @@ def _labels(claim: Claim, df: pd.DataFrame) -> dict[str, str | None]:
     return {name: variant_of(df, recipe) if not df.empty else None for name, recipe in claim.metric.series}
 
 
+def _present_block(claim: Claim, depth: pd.DataFrame) -> tuple[dict, pd.DataFrame | None]:
+    """Each series's variant label in `depth`, and the one block of the sweeps holding the labels that
+    have runs (None when no series has any)."""
+    labels = _labels(claim, depth)
+    present = {label for label in labels.values() if label is not None}
+    return labels, (_block(with_variants(depth), present) if present else None)
+
+
 def _depth_points(claim: Claim, depth: pd.DataFrame) -> tuple[pd.DataFrame, list]:
     """Each series's sweep loss per (seed, loop count) in one block; series without runs give none."""
     column = claim.metric.column
     if column == "far_copy_loss":  # only splits of the current definition at the note's distance
         depth = far_copy.comparable(depth)
-    labels = _labels(claim, depth)
-    present = {label for label in labels.values() if label is not None}
-    if not present:
+    labels, block = _present_block(claim, depth)
+    if block is None:
         return pd.DataFrame(columns=POINTS), []
-    block = _block(with_variants(depth), present)
     rows, jobs = [], []
     for name, label in labels.items():
         d = block[block["variant_label"] == label].dropna(subset=[column])
@@ -127,12 +133,9 @@ def _equal_data_points(claim: Claim, evals: pd.DataFrame) -> tuple[pd.DataFrame,
 def heldout_points(claim: Claim, depth: pd.DataFrame) -> tuple[pd.DataFrame, list]:
     """Per seed, each recipe's validation and test loss at its best loop count on validation (series
     "validation" and "test", x the recipe), from sweeps that evaluated the test split, in one block."""
-    depth = heldout.with_test(depth)
-    labels = _labels(claim, depth)
-    present = {label for label in labels.values() if label is not None}
-    if not present:
+    labels, block = _present_block(claim, heldout.with_test(depth))
+    if block is None:
         return pd.DataFrame(columns=POINTS), []
-    block = _block(with_variants(depth), present)
     rows, jobs = [], []
     for name, label in labels.items():
         d = block[block["variant_label"] == label]
