@@ -83,7 +83,8 @@ def _run_grid(q, grid, cpus: int) -> dict:
     print(report.text())
     ids = q.submit(grid)
     # what the plan predicts for each job where the schedule put it: a job started in a worker
-    # process an earlier job left idle skips the start-up (planned_seconds keeps the estimate)
+    # process an earlier job left idle skips the start-up (planned_seconds, stored at submission by the
+    # same schedule on this machine's CPUs, does too; with --cpus below the machine's they may differ)
     new = [j for j in report.new_jobs() if j.status != "present"]  # a job already run is not submitted again
     scheduled = {i: j.end_s - j.start_s for i, j in zip(ids, new, strict=True)}
     started = time.time()

@@ -5,6 +5,7 @@ the queue alone (`forecast_queue`, `looplab status`), and the estimates `submit`
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,8 @@ from looplab.lab.planner.report import Forecast
 from looplab.lab.planner.simulate import simulate
 from looplab.orchestrator.estimate_source import EstimateSource
 from looplab.orchestrator.states import JobStatus
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from looplab.orchestrator.grid import Grid, JobPlan
@@ -115,11 +118,49 @@ def plan_grids(
 
 def submission_estimates(eng: Engine, plans: list[JobPlan]) -> list[tuple[float | None, str | None]]:
     """What `jobqueue.submit` stores as (planned_seconds, planned_source) per plan: the database's
-    throughputs, else the FLOP model with a calibration already cached (never measured here)."""
-    _, gpus = local_slots(num_cpus=1)
+    throughputs, else the FLOP model with a calibration already cached (never measured here). A job the
+    plan's schedule starts in a worker process an earlier job left idle is stored without the start-up it
+    does not pay (`_starts_warm`), so actual / planned compares like with like: charging every job a
+    fresh process's start-up put a grid's train jobs at half their plan (docs/planning.md)."""
+    cpus, gpus = local_slots()
     device = "cuda" if gpus > 0 else "cpu"
     model = TimeModel(eng, cached_calibration(device), device)
-    return [(e.seconds, e.source) for e in estimate_plans(model, plans, existing_train_seconds(eng, plans))]
+    estimates = estimate_plans(model, plans, existing_train_seconds(eng, plans))
+    warm = _starts_warm(eng, model, plans, estimates, cpus, gpus)
+    return [
+        (None if e.seconds is None else e.seconds - (e.startup_s if i in warm else 0.0), e.source)
+        for i, e in enumerate(estimates)
+    ]
+
+
+def _starts_warm(
+    eng: Engine, model: TimeModel, plans: list[JobPlan], estimates: list, cpus: float, gpus: float
+) -> set[int]:
+    """The plans whose new job the schedule (the queue ahead, then these plans, on this machine's `cpus`
+    and `gpus` as a local `looplab run` gets them) starts warm, never preempted. Advice like every
+    estimate: a schedule that cannot be made warms nothing (each job keeps its start-up)."""
+    from looplab.orchestrator.submission import jobs_by_hash
+
+    try:
+        now = time.time()
+        with eng.connect() as conn:
+            existing = jobs_by_hash(conn, [p.config_hash for p in plans])
+        jobs = queue_jobs(eng, model, gpus > 0, now)
+        jobs += grid_jobs(
+            plans, existing, estimates, {j.job_id for j in jobs}, max_job_id(eng) + 1, gpus, None
+        )
+        jobs = [j for j in jobs if j.status != "present"]  # in the database already: not run again
+        simulate(
+            jobs,
+            cpus,
+            gpus,
+            aging_s=_scheduler_setting("aging_seconds"),
+            cooldown_s=_scheduler_setting("preempt_cooldown_seconds"),
+        )
+    except Exception:  # an estimate is advice: it never fails a submission
+        log.warning("no schedule for this submission's start-ups", exc_info=True)
+        return set()
+    return {int(j.key[1:]) for j in jobs if j.key.startswith("+") and j.warm and not j.preempted_s}
 
 
 def forecast_queue(

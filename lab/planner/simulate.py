@@ -58,7 +58,8 @@ def simulate(
         cold = busy + job.workers > processes
         processes = max(processes, busy + job.workers)
         warm_cut = 0.0
-        if not cold and job.status != JobStatus.RUNNING and job.estimate is not None:
+        job.warm = not cold and job.status != JobStatus.RUNNING
+        if job.warm and job.estimate is not None:
             warm_cut = job.estimate.startup_s
         job.start_s = at
         left = job.left_s if job.left_s is not None else job.remaining_s

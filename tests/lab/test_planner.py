@@ -299,6 +299,31 @@ def test_submit_stores_the_estimate_and_status_shows_the_finish(q, capsys):
     assert "queue: 2 job(s) left, estimated finish in 1m02s" in capsys.readouterr().out
 
 
+def test_a_job_the_schedule_starts_warm_is_stored_without_the_start_up(q, monkeypatch):
+    """On two CPUs the third of three equal jobs starts in a worker process one of the first two left
+    idle: its stored plan is the estimate less the start-up it does not pay (charging every job a fresh
+    process's start-up put a grid's train jobs at half their plan, docs/planning.md)."""
+    monkeypatch.setattr("looplab.lab.planner.jobs.os.cpu_count", lambda: 2)  # as a local run gets them
+    finished_run(q)
+    grid = Grid("s", base={**TRAIN, "tokens": 2560}, sweep={"seed": [1, 2, 3]})
+    est = q.plan(grid, num_cpus=2, num_gpus=0, calibration=None).new_jobs()[0].estimate
+    assert est.startup_s > 1.0  # the finished run's overhead, measured
+    ids = q.submit(grid)
+    with q.eng.connect() as conn:
+        stored = dict(
+            conn.execute(
+                sa.select(sa.column("id"), sa.column("planned_seconds"))
+                .select_from(sa.table("jobs"))
+                .where(sa.column("id").in_(ids))
+            ).all()
+        )
+    assert [stored[i] for i in ids] == [
+        pytest.approx(est.seconds),
+        pytest.approx(est.seconds),
+        pytest.approx(est.seconds - est.startup_s),
+    ]
+
+
 def test_exclusive_resource_is_validated_and_iso_pairs_are_exclusive(tmp_path):
     fq = Queue(db=tmp_path / "f.db", kinds=fake_jobs)
     with pytest.raises(ConfigError, match=r"resources.exclusive: expected true or false"):
