@@ -57,10 +57,8 @@ def simulate(
         busy = sum(j.workers for j, _ in running)
         cold = busy + job.workers > processes
         processes = max(processes, busy + job.workers)
-        warm_cut = 0.0
         job.warm = not cold and job.status != JobStatus.RUNNING
-        if job.warm and job.estimate is not None:
-            warm_cut = job.estimate.startup_s
+        warm_cut = job.estimate.startup_s if job.warm and job.estimate is not None else 0.0
         job.start_s = at
         left = job.left_s if job.left_s is not None else job.remaining_s
         job.end_s = at + max(0.0, (left or 0.0) - warm_cut)
