@@ -71,6 +71,18 @@ class FamilyPricing:
         on the meta module when the family counts its own FLOPs)."""
         return _priced_activations(self.family, self.config_json, int(loops))
 
+    def kv_cache_bytes(self, batch: int, context: int, item: int) -> float:
+        """Bytes of the family's static cache of `context` tokens for `batch` rows at `item` bytes an
+        element: its own `kv_cache_bytes(batch, max_len, dtype=)` on the pricing module (the meta device:
+        counted, not allocated); 0 for a family without a KV cache or without that count."""
+        import torch
+
+        module, _ = _pricing_module(self.family, self.config_json)
+        count = getattr(module, "kv_cache_bytes", None)
+        if count is None or not capabilities(module).kv_cache:
+            return 0.0
+        return float(count(batch, context, dtype=torch.bfloat16 if item == 2 else torch.float32))
+
     @property
     def matrix_params(self) -> int:
         """Parameters the Muon optimizers update as matrices: the family's `param_groups()["matrix"]`;

@@ -52,4 +52,13 @@ def load_weights(model: OuroLM, path: str) -> None:
         ) from None
 
 
+def check_config(config: dict[str, Any]) -> dict[str, Any]:
+    """A small configuration of the same code for looplab's conformance check of a large one (the
+    contract's `check_config`, model/family_pricing.py): the same layers, loop count, vocabulary and
+    objective at width 32, so Ouro-1.4B (1.43 B parameters) is checked without allocating it. A
+    stage II run's `init_from` is left out: its weights are the large width's, read by the run."""
+    return {**config, "d_model": 32, "n_heads": 2, "mlp": 48, "init_from": ""}
+
+
 factory.validate_config = validate_config
+factory.check_config = check_config

@@ -144,7 +144,11 @@ class OuroLM(CachedDecode, nn.Module):
         return self._rot(torch.arange(n, device=self.embed_tokens.weight.device))
 
     def _rot(self, positions: Tensor) -> tuple[Tensor, Tensor]:
-        return rope_tables(positions, self.cfg.head_dim, self.cfg.rope_base, self.embed_tokens.weight.dtype)
+        dtype = self.embed_tokens.weight.dtype
+        if positions.is_meta:  # priced on the meta device (model/family_pricing.py): the tables' shapes
+            cos = torch.empty(len(positions), self.cfg.head_dim, dtype=dtype, device="meta")
+            return cos, torch.empty_like(cos)
+        return rope_tables(positions, self.cfg.head_dim, self.cfg.rope_base, dtype)
 
     def step(self, h: Tensor, rot, t: int = 0, kv=None) -> Tensor:
         """One loop (0-based `t`) of the whole stack, then the final norm: h_{t+1}."""

@@ -176,25 +176,31 @@ def _family_cost(spec: Spec, cfg) -> ForwardCost:
     """`cost` of a model of another family, from the contract (`model.family_pricing.family_pricing`): a step
     is its forward per token at the trained loop count (measured at the run's length) for one token per
     sequence, or with no KV cache for the whole context (the full recompute the run times, at contexts up
-    to RECOMPUTE_MAX_CONTEXT); it reads its weights once a step. Memory: `decode_memory` of the
-    ModelConfig the spec names (an approximation)."""
+    to RECOMPUTE_MAX_CONTEXT); it reads its weights and its whole static cache (the family's own
+    `kv_cache_bytes`) once a step and writes the batch's fp32 logits. Memory: the weights, the largest
+    cell's cache and its logits."""
     from looplab.model.contract import family_settings
     from looplab.model.family_pricing import family_pricing
-    from looplab.model.memory import DEVICE_TYPES, decode_memory
+    from looplab.model.memory import DEVICE_TYPES, FLOAT_BYTES
 
     family = family_pricing(spec.family, family_settings(spec.run_shape(), spec.family_config))
     cached, per_token = family.capabilities.kv_cache, family.forward_flops(cfg.loops)
     contexts = [c for c in spec.context_lens if cached or c <= RECOMPUTE_MAX_CONTEXT] or [0]
     per_cell, flops, n_steps = spec.warmup + spec.steps, 0.0, 0
     cells: dict[str, list[tuple[int, float, float]]] = {d: [] for d in DEVICE_TYPES}
+
+    def held(context: int, batch: int, d: str) -> float:  # weights, cache and logits of one cell
+        item = _item_bytes(spec.dtype, d)
+        cache = family.kv_cache_bytes(batch, context, item) if cached else 0.0
+        return family.n_params * item + cache + batch * cfg.vocab_size * FLOAT_BYTES
+
     for context in contexts:
         for batch in spec.batch_sizes:
             step = batch * per_token * (1 if cached else context)
             flops, n_steps = flops + per_cell * step, n_steps + per_cell
             for d in DEVICE_TYPES:
-                cells[d].append((per_cell, float(step), float(family.n_params * _item_bytes(spec.dtype, d))))
-    biggest = max(spec.context_lens), max(spec.batch_sizes)
-    memory = {d: decode_memory(cfg, *biggest, d) for d in DEVICE_TYPES}
+                cells[d].append((per_cell, float(step), held(context, batch, d)))
+    memory = {d: held(max(spec.context_lens), max(spec.batch_sizes), d) for d in DEVICE_TYPES}
     return ForwardCost(
         float(flops), memory, cfg.d_model, n_steps, cfg.loops, {d: tuple(c) for d, c in cells.items()}
     )
