@@ -50,11 +50,12 @@ import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
-from looplab.analysis import claims_iso_depth, claims_lean, claims_loop_design, claims_schema
+from looplab.analysis import claims_iso_depth, claims_lean, claims_loop_design, claims_noise, claims_schema
 from looplab.analysis.claims_base import (
     SEEDS_DIR,
     Claim,
     Comparison,
+    DefaultNoise,
     Scale,
     Side,
     Study,
@@ -131,6 +132,14 @@ def margin_of(claim: Claim) -> float | None:
 def noise_of(claim: Claim) -> float | None:
     """The half-width the study's noise statement gives θ: only a loss across trained models."""
     return margin_of(claim) if claim.unit == Unit.LOSS and claim.across_models else None
+
+
+def default_of(claim: Claim) -> DefaultNoise | None:
+    """Our documented default noise of one run's figure (`claims_noise`), where the study states none for
+    the claim's unit; None for an exact figure or where the study's own noise applies."""
+    if noise_of(claim) is not None or claim.unit == Unit.EXACT:
+        return None
+    return next((d for d in STUDIES[claim.study].defaults if claim.unit in d.units), None)
 
 
 def floor_of(claim: Claim) -> float:
@@ -219,9 +228,10 @@ def theta(claim: Claim, y: Mapping[tuple, float]) -> float:
 
 
 def study_points(claim: Claim) -> pd.DataFrame:
-    """The study's own values of a claim as runs' figures: columns series, x, seed, value."""
-    rows = [(p.series, p.x, p.seed, p.quote.value) for p in claim.points]
-    return pd.DataFrame(rows, columns=POINT_COLUMNS)
+    """The study's own values of a claim as runs' figures: columns series, x, seed, value, and step (half
+    the last printed digit of each)."""
+    rows = [(p.series, p.x, p.seed, p.quote.value, printed_step(p.quote.text)) for p in claim.points]
+    return pd.DataFrame(rows, columns=[*POINT_COLUMNS, "step"])
 
 
 def per_seed(claim: Claim, points: pd.DataFrame) -> pd.Series:
@@ -282,11 +292,16 @@ def estimate(claim: Claim, points: pd.DataFrame, level: float = LEVEL) -> Estima
         low, high, method = value, value, "exact: no noise"
     else:
         low, high, method = math.nan, math.nan, "one run"
-    noise = noise_of(claim)
+    noise, default = noise_of(claim), default_of(claim)
     if n <= 2 and noise is not None:
         low, high = np.nanmin([low, value - noise]), np.nanmax([high, value + noise])
         method += f" ∪ the study's noise ±{noise:g}"
-    elif not math.isfinite(low):
+    elif n <= 2 and default is not None:  # our documented default (docs/claims.md), said as ours
+        ends = claims_noise.default_interval(default, lambda y: theta(claim, y), needed(claim), points, value)
+        if math.isfinite(ends[0]):
+            low, high = np.nanmin([low, ends[0]]), np.nanmax([high, ends[1]])
+            method += f" ∪ our default noise {default.describe()}"
+    if not math.isfinite(low):
         method += " and no stated noise for it"
     return Estimate(value, float(low), float(high), n, method)
 
@@ -322,13 +337,17 @@ def scale_basis(claim: Claim, at_scale: bool) -> str:
 @dataclass(frozen=True)
 class Band:
     """The sizes of a magnitude claim's figure that count as the study's: [low, high] and where its
-    width comes from (`band_of`)."""
+    width comes from (`band_of`); `default` says why the width is wholly ours (the study prints the
+    figure once, without a spread or a range), empty where the study gives part of it."""
 
     low: float
     high: float
     source: str
+    default: str = ""
 
     def describe(self) -> str:
+        if self.default:
+            return f"[{self.low:.4g}, {self.high:.4g}] (band: default ({self.source}): {self.default})"
         return f"[{self.low:.4g}, {self.high:.4g}] ({self.source})"
 
 
@@ -371,7 +390,7 @@ def band_of(claim: Claim) -> Band | None:
     `DEFAULT_BAND`, its seed interval and its stated figure or range (to half a printed digit); None
     for a shape claim or where the study prints no values."""
     study = study_estimate(claim)
-    if claim.kind not in MAGNITUDE_KINDS or study is None or not math.isfinite(study.value):
+    if claim.kind not in MAGNITUDE_KINDS or claim.no_band or study is None or not math.isfinite(study.value):
         return None
     v = study.value
     if bounded(claim):  # a fraction near 1 has little room left: the "about" is of what remains
@@ -382,15 +401,26 @@ def band_of(claim: Claim) -> Band | None:
     else:
         half, sources = DEFAULT_BAND * abs(v), [f"±{DEFAULT_BAND:.0%} of {v:.4g}"]
     low, high = v - half, v + half
+    default = default_of(claim)
     if study.defined and study.high > study.low:
         low, high = min(low, study.low), max(high, study.high)
-        sources.append(f"the study's {study.method}")
+        ours = default is not None and study.n <= 1
+        sources.append(f"one run {default.describe()}" if ours else f"the study's {study.method}")
     if claim.stated:
         values = [claim.stated_sign * q.value for q in claim.stated]
         slack = max(printed_step(q.text) for q in claim.stated)
         low, high = min(low, min(values) - slack), max(high, max(values) + slack)
         sources.append("stated " + " to ".join(q.text for q in claim.stated))
-    return Band(float(low), float(high), "; ".join(sources))
+    return Band(float(low), float(high), "; ".join(sources), _ours_only(claim, study, default))
+
+
+def _ours_only(claim: Claim, study: Estimate, default: DefaultNoise | None) -> str:
+    """Why a band's width is wholly ours ("" where the study gives part of it: its seeds' spread, its
+    noise statement or a stated range): a figure printed once without any, and our default's reason."""
+    if study.n > 1 or len(claim.stated) > 1 or noise_of(claim) is not None:
+        return ""
+    why = "the study gives this figure from one run, without a spread or a range"
+    return why + (f"; our default noise of one run: {default.why}" if default is not None else "")
 
 
 def _sign(claim: Claim, ours: Estimate) -> tuple[ClaimVerdict | None, str]:
@@ -464,6 +494,8 @@ def judge(
 def _unsized(claim: Claim, band: Band | None) -> str:
     """Why a magnitude claim's size was not judged ("" for a shape claim): the runs are at another scale
     than the one the study prints, or the study prints none for it."""
+    if claim.no_band:
+        return f"; size not judgeable: {claim.no_band}"
     if band is None:
         return ""
     if claim.scale.stated:

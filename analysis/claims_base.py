@@ -119,9 +119,42 @@ class Point:
 
 
 @dataclass(frozen=True)
+class DefaultNoise:
+    """Our documented default for the noise of one run's figure, for the `units` of a study that states
+    none for them (docs/claims.md, "Bands of single runs"): never the study's, and every interval and band
+    it widens says so. `half_width` is absolute, or a share of the value when `relative`; `per_value`
+    applies it to each value the figure reads (the figure's range over them, `analysis.claims_noise`),
+    otherwise to the figure itself; `printed` takes each printed value to half its last digit instead
+    (a fitted figure printed without an interval). `why` is the reason, with the seed's lines it rests on."""
+
+    units: tuple[Unit, ...]
+    half_width: float
+    why: str
+    relative: bool = False
+    per_value: bool = False
+    printed: bool = False
+
+    def describe(self) -> str:
+        if self.printed:
+            return "each printed value to half its last digit"
+        size = f"{self.half_width:.0%}" if self.relative else f"{self.half_width:g}"
+        return f"±{size} " + ("per value" if self.per_value else "on the figure")
+
+
+# the reason of our relative default (`DefaultNoise`, relative and per value) for the kinds of figure no
+# study here repeats over seeds (a relative update, a cross-round interaction); docs/claims.md
+RELATIVE_WHY = (
+    "no study here repeats this kind of figure, so nothing measures its noise; ±10 % of each value is our "
+    "default, between the spread over seeds of the lean note's equal-time gaps, figures far beyond its "
+    "noise line (±2 % and ±5 % of their means, 000 lines 83-87, derived), and the ±25 % of an 'about'"
+)
+
+
+@dataclass(frozen=True)
 class Study:
     """One study file of ../shared/seeds/ with the sha256 of the text read, and its own noise statement
-    (the loss difference it counts as seed noise), where it makes one."""
+    (the loss difference it counts as seed noise), where it makes one; `defaults`: our documented noise
+    of one run's figure for the units it states none for (`DefaultNoise`)."""
 
     key: str
     file: str
@@ -129,6 +162,7 @@ class Study:
     sha256: str
     noise: Quote | None = None
     noise_lines: tuple[int, int] | None = None
+    defaults: tuple[DefaultNoise, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -211,7 +245,8 @@ class Claim:
     printed (one quote, or two for a range), `stated_sign` maps it onto θ (−1: "lower by 0.025" is
     θ = −0.025). `contradiction` says where the study contradicts itself about this claim;
     `own_evidence` says why the study's own numbers do not replicate it under the rule (empty: they
-    do; tests/analysis/test_claims_rule.py checks both ways).
+    do; tests/analysis/test_claims_rule.py checks both ways). `no_band` says why a magnitude claim has no
+    honest band of its size (the figure depends on what no scale states): it is judged on sign only.
     """
 
     id: str
@@ -234,6 +269,7 @@ class Claim:
     quotes: tuple[Quote, ...] = ()  # further numbers the claim rests on (scale, context), as printed
     contradiction: str = ""
     own_evidence: str = ""
+    no_band: str = ""  # why no honest band of the figure's size exists (judged on sign only, everywhere)
 
     @property
     def numbers(self) -> tuple[Quote, ...]:

@@ -11,7 +11,8 @@ column, series [[name, variant]], at, note} (frame "" where looplab does not mea
 points [[series, x, text]] or [[series, x, text, seed]] (the figures as printed), or the name of a
 value table several claims read (a top-level `[tables]` entry of the file), stated [text] (the
 study's own summary of the figure, one text or two for a range), stated_sign, across_models,
-higher_better, line, quotes [text], contradiction, own_evidence.
+higher_better, line, quotes [text], contradiction, own_evidence, no_band (why no honest band of the
+figure's size exists).
 
 Pure Python (tomllib): the dashboard and the CLI read it cheaply.
 """
@@ -49,6 +50,7 @@ OPTIONAL = {
     "quotes": list,
     "contradiction": str,
     "own_evidence": str,
+    "no_band": str,
 }
 SCHEMA = {**REQUIRED, **OPTIONAL}
 SCALE_KEYS = {"size", "tokens", "seeds", "device", "note", "lines"}
@@ -185,6 +187,7 @@ def claim_of(raw: dict, study: str, prefix: str, where: str, tables: dict | None
         quotes=tuple(_quote(t, f"{where}: field 'quotes'") for t in raw.get("quotes", [])),
         contradiction=raw.get("contradiction", ""),
         own_evidence=raw.get("own_evidence", ""),
+        no_band=raw.get("no_band", ""),
     )
 
 

@@ -45,8 +45,8 @@ def _study(row: pd.Series) -> str:
     figure = str(row["study_figure"]).split(" ")[0]
     figure += "*" if "; derived: " in str(row["study_figure"]) else ""
     band = str(row["band"])
-    if band.startswith("["):
-        return f"{figure} {band.split(']')[0]}]"
+    if band.startswith("["):  # "d": the band's width is our default, not the study's
+        return f"{figure} {band.split(']')[0]}]" + ("d" if "(band: default (" in band else "")
     return figure
 
 
@@ -106,6 +106,7 @@ def text_scorecard(card: pd.DataFrame) -> str:
         "scale: study = at the study's scale; free = another, the figure (a share, ratio, exponent) judged on",
         "size anyway; other = another, sign only; n/s = the study prints no size or tokens for it, sign only.",
         "* derived from the study's printed values (the computation is in study_figure).",
+        "d after a band: its width is our documented default, not the study's (the band column says why).",
         "Every column in full: --csv or --json.",
     ]
     return "\n".join(line[:WIDTH] for line in lines)

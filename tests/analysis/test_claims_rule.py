@@ -171,9 +171,13 @@ def test_a_ratio():
     points = own("lean.kv_third")  # exact sizes: no noise
     assert verdict("lean.kv_third", points) == ClaimVerdict.REPLICATED
     assert verdict("lean.kv_third", swapped(points, "lean", "parcae8")) == ClaimVerdict.CONTRADICTED
-    timing = own("lean.train_speedup")  # one timing and no stated timing noise: no interval
+    timing = own("lean.train_speedup")  # one timing each: our default ±1 % per timing (lines 71, 89)
     j = claims.judge_points(C["lean.train_speedup"], timing, TINY)
-    assert j.verdict == ClaimVerdict.NOT_RESOLVED and "no interval" in j.reason
+    assert j.verdict == ClaimVerdict.REPLICATED and "our default noise ±1% per value" in j.ours.method
+    assert (j.ours.low, j.ours.high) == pytest.approx((8.07 / 5.7 * 0.99 / 1.01, 8.07 / 5.7 * 1.01 / 0.99))
+    # lean 1 % faster: inside two timings' noise, so not resolved
+    close = changed(timing, "lean", "time", 8.07 / 1.01 - 5.7)
+    assert verdict("lean.train_speedup", close) == ClaimVerdict.NOT_RESOLVED
     seeds = pd.DataFrame(
         [("parcae", "time", s, v) for s, v in ((0, 2.0), (1, 2.1))]
         + [("lean", "time", s, v) for s, v in ((0, 1.4), (1, 1.5))],
