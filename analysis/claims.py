@@ -15,7 +15,8 @@ The rule (`judge`), one for every comparison kind:
   one degree of freedom and the interval is wide, as it should be: two values do not measure a spread);
   over 1 none. Where the study states its noise ("a loss difference under 0.01 is noise") and θ is a
   loss compared across separately trained models, an interval from 1 or 2 seeds is widened to at
-  least θ ± that noise. A fit brings its own bootstrap interval (`fitted`);
+  least θ ± that noise; where it states none for the figure's unit, by our documented default instead
+  (`default_of`, analysis/claims_noise.py), said as ours. A fit brings its own bootstrap interval (`fitted`);
 - the noise floor (`floor_of`): a loss compared within one model's depth sweep (a difference, a best
   loop count, a trend) must clear the study's noise margin too, the same margin the study's
   "within noise" claims on that sweep use: replicated only beyond line + floor on the claimed side,
@@ -27,8 +28,10 @@ The rule (`judge`), one for every comparison kind:
   stated width: the union of the study's own seed interval, its stated figure or range (each to half
   its last printed digit) and the figure ± `DEFAULT_BAND` (25 %, the "about" of a figure printed
   without a spread; for a fraction of a whole, `bounded`, 25 % of its distance to 0 or 1, whichever is
-  nearer, so a share of 94 % is not "about" 71 %). An interval inside the band replicates, one wholly
-  outside contradicts, one reaching across the band's edge is not resolved;
+  nearer, so a share of 94 % is not "about" 71 %); a band the study gives no part of reads "band:
+  default (reason)", and a figure with no honest band (`no_band`) is judged on sign only. An interval
+  inside the band replicates, one wholly outside contradicts, one reaching across the band's edge is not
+  resolved;
 - scale (MISSION): a scale-free figure (an exponent, a share, a ratio: `SCALE_FREE_KINDS`) is judged on
   size at any scale, so a fitted φ is always compared with 0.46; a scale-bound one (a loss or accuracy
   difference) on size only at the study's scale (`same_scale`: the parameters and/or tokens the study
