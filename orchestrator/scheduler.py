@@ -90,6 +90,7 @@ from looplab.orchestrator import (
     drivers,
     faults,
     gang_watch,
+    health_stops,
     jobkinds,
     jobqueue,
     owners,
@@ -415,8 +416,11 @@ class Scheduler:
             why, step = preempted
             out = TaskResult(AttemptOutcome.PREEMPTED, why)
             self.findings.append((job_id, n, preemption.stopped(why, step)))
-        if stopped is not None and out.outcome != AttemptOutcome.SUCCEEDED:  # a health rule stopped it
-            out = TaskResult(AttemptOutcome.FAILED, stopped.error(job_id), finding=stopped)
+        if stopped is not None:  # a health rule asked it to stop: its failure, if that is what ended it
+            out, late = health_stops.ending(stopped, out, job_id)
+            if late is not None:  # it ended on its own first: said in its log, before its outcome
+                self.held.add(job_id, n, [late])
+                self._say(f"job {job_id}: {late.payload['message']}")
         self.held.outcomes.append((job_id, n, out))
 
     def _write_held(self, notes: list[tuple[int, int, list[Event]]] = ()) -> None:
@@ -523,7 +527,8 @@ class Scheduler:
     def _health_stops(self) -> None:
         """Act on the findings whose rule's action stops the run (orchestrator/health.py: at chance, a
         plateau set to stop): `stop` kills the attempt at once, `hold` asks it to stop at its next step
-        with a checkpoint; either way its job fails with the finding, not retried (`_collect`)."""
+        with a checkpoint; either way its job fails with the finding, not retried (`_collect`), unless the run
+        ended on its own before the stop reached it (orchestrator/health_stops.py)."""
         refs = {(j, n): ref for ref, (j, n, _) in self.running.items()}
         for job_id, n, finding in self.health.take_stops():
             ref = refs.get((job_id, n))
