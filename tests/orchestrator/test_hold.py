@@ -9,13 +9,16 @@ from looplab import Grid, Queue
 from looplab.dashboard import listing
 from looplab.lab.cli import main
 from looplab.lab.display import last_grids, table
+from looplab.orchestrator.admission import Request, Running
 from looplab.orchestrator.frames import job_listing
-from looplab.orchestrator.health import HELD, Finding, Level, Rule, is_held
+from looplab.orchestrator.health import HELD, HOLD, STOP, Finding, Level, Rule, is_held, non_finite
 from looplab.orchestrator.jobqueue import claim, finish
+from looplab.orchestrator.scheduler import Scheduler
 from looplab.orchestrator.states import AttemptOutcome
+from looplab.orchestrator.task import TaskResult
 from tests.db_rows import rows
 from tests.orchestrator import fake_jobs
-from tests.orchestrator.test_real_jobs import TRAIN
+from tests.orchestrator.test_health_queue import collapse_grid
 
 
 def test_a_held_job_is_shown_held_and_resumed_from_its_checkpoint_by_one_command(
@@ -24,21 +27,7 @@ def test_a_held_job_is_shown_held_and_resumed_from_its_checkpoint_by_one_command
     monkeypatch.setenv("LOOPLAB_ALERTS", str(tmp_path / "none.json"))
     (tmp_path / "none.json").write_text("{}")  # no user's channels
     q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art")
-    grid = Grid(
-        "held",
-        base={
-            **TRAIN,
-            "recipe": "lean",
-            "seed": 0,
-            # 400 steps: long enough that the hold reaches the run before it ends (with 80, on a quiet
-            # machine the run once ended first and no checkpoint was written); no checkpoint but the hold's
-            "tokens": 4 * 32 * 400,
-            "eval_every": 1000,
-            "ckpt_every": 1000,
-        },
-        sweep={"lr": [3e-3, 50]},  # lr 50 pins the loss at ln 256 from about step 9 (test_health_queue.py)
-        health={"chance_after": 10, "chance_window": 5, "chance_action": "hold"},
-    )
+    grid = collapse_grid("held", "hold")  # 400 steps: the hold reaches the run long before its end
     ok, held = q.submit(grid)
     q.run(until_empty=True, progress=False, poll_s=0.2, retry_backoff_s=0.05)
     ((step,),) = rows(q, "SELECT step FROM health_events WHERE job_id=:j", j=held)
@@ -47,10 +36,8 @@ def test_a_held_job_is_shown_held_and_resumed_from_its_checkpoint_by_one_command
         f"held for a person at step {step}: `looplab retry {held}` resumes it from its checkpoint; "
     )
     assert "train_loss" in err and "has been at chance" in err
-    # it stops at its next step with a checkpoint there (the grid's own cadence is 1000: none before).
-    # OPEN (issue 50, 2026-12-06): in 2 of 5 runs on a quiet machine the hold's checkpoint was not
-    # recorded (checkpoint_step NULL), so the retry below started from 0; not yet understood
-    assert ckpt is None or step <= ckpt < 400
+    # it stops at its next step with a checkpoint there (the grid's own cadence is 1000: none before)
+    assert ckpt is not None and step <= ckpt < 400
     assert rows(q, "SELECT status, attempts FROM jobs WHERE id=:j", j=held) == [("failed", 1)]  # stored state
 
     assert main(["--db", q.url, "status", "--all"]) == 0
@@ -64,6 +51,12 @@ def test_a_held_job_is_shown_held_and_resumed_from_its_checkpoint_by_one_command
     q.run(until_empty=True, progress=False, poll_s=0.2, retry_backoff_s=0.05)
     attempts = rows(q, "SELECT n, resumed_from_step FROM attempts WHERE job_id=:j ORDER BY n", j=held)
     assert attempts[0] == (1, None) and attempts[1] == (2, ckpt)  # from the held step, not from 0
+    # still at chance, the resumed run is held again: the rule, re-armed by the replay of the stop it found
+    # before (health.py `RunHealth.rearm`), trips at the next replayed point, so at the attempt's first step
+    ((again,),) = rows(q, "SELECT step FROM health_events WHERE job_id=:j AND attempt=2", j=held)
+    err2, ckpt2, status2 = rows(q, "SELECT error, checkpoint_step, status FROM jobs WHERE id=:j", j=held)[0]
+    assert step < again and ckpt <= ckpt2 < 400 and status2 == "failed"
+    assert err2.startswith(f"held for a person at step {again}: `looplab retry {held}`")
     assert rows(q, "SELECT COUNT(*) FROM attempts WHERE job_id=:j", j=ok) == [(1,)]
 
 
@@ -95,3 +88,48 @@ def test_the_label_is_the_holds_alone(tmp_path):
     assert [
         is_held(s, e) for s, e in (("failed", errors[0]), ("cancelled", errors[0]), ("failed", None))
     ] == [True, False, False]
+
+
+def test_a_run_that_ends_on_its_own_before_the_stop_reaches_it_keeps_its_own_ending(tmp_path):
+    """The rules run in the driver, a second or so behind the run: a run pinned at chance by a huge lr
+    may reach a NaN (lr 50 on the tiny model: step 30) before the hold's stop reaches it. Its attempt is
+    then the NaN's failure, not a hold whose error promises a checkpoint that was never written (what
+    left test_hold's checkpoint_step NULL, issue 50), and the job's log says the hold came too late. A run
+    that stopped as asked is held; one a `stop` killed fails with the rule's finding; one that finished
+    first succeeded."""
+    q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art", kinds=fake_jobs)
+    jobs = q.submit(Grid("race", base={"tokens": 100}, sweep={"seed": [0, 1, 2, 3]}, max_attempts=3))
+    sched = Scheduler(q.eng, kinds=fake_jobs, progress=False)
+    rule = {
+        a: Finding(Rule.AT_CHANCE, Level.ERROR, 12, "train_loss", 5.5, "at chance", a) for a in (HOLD, STOP)
+    }
+    nan = non_finite("train_loss", 30, float("nan"))
+    killed = "Ray task failed: TaskCancelledError"
+    ended = {  # job -> the action its rule asked for, how its task ended
+        jobs[0]: (
+            HOLD,
+            TaskResult(AttemptOutcome.FAILED, f"{nan.message}. Traceback follows.\n", finding=nan),
+        ),
+        jobs[1]: (HOLD, TaskResult(AttemptOutcome.INTERRUPTED)),  # stopped as asked, after its checkpoint
+        jobs[2]: (STOP, TaskResult(AttemptOutcome.FAILED, killed, fault="machine")),
+        jobs[3]: (HOLD, TaskResult(AttemptOutcome.SUCCEEDED, summary={})),  # its last step came first
+    }
+    for job, (action, out) in ended.items():
+        claim(q.eng, job, "driver", str(tmp_path / f"a{job}"))
+        sched.running[job] = (
+            job,
+            1,
+            Running(Request(), None, job),
+        )  # the job id as its Ray ref: any key does
+        sched.health_stopped[job] = rule[action]  # what `_health_stops` does when it asks
+        sched._collect(job, dropped=out)
+    sched._write_held()
+    got = {j: (s, e) for j, s, e in rows(q, "SELECT id, status, error FROM jobs")}
+    assert [s for s, _ in got.values()] == ["failed", "failed", "failed", "succeeded"]
+    assert got[jobs[0]][1].startswith("train_loss is nan at step 30") and not is_held(*got[jobs[0]])
+    assert got[jobs[1]][1] == rule[HOLD].error(jobs[1]) and is_held(*got[jobs[1]])
+    assert got[jobs[2]][1] == "at chance"
+    assert rows(q, "SELECT rule, step FROM health_events WHERE job_id=:j", j=jobs[0]) == [("non_finite", 30)]
+    late = rows(q, "SELECT job_id, level, message FROM job_logs WHERE message LIKE '%on its own first%'")
+    assert [(j, level) for j, level, _ in late] == [(jobs[0], "WARNING"), (jobs[3], "WARNING")]
+    assert "asked at step 12 to hold the run" in late[0][2] and "no checkpoint was written" in late[0][2]
