@@ -351,23 +351,8 @@ JOB_PACKAGES = ("workers.train", "workers.adaptive", "workers.evaluate")
 # The reaches that stay, each with why: a new one is a finding (move the piece to shared code, or
 # declare it here with its reason); one that is gone must leave this list.
 JOB_REACHES = {
-    # the h0 seed every validation loss uses (train/spec.py, torch-free, next to the Spec that reports it):
-    # the sweep's loss at the trained loop count is the run's final validation loss
-    ("workers.evaluate.eval", "workers.train.spec"),
-    ("workers.evaluate.depth_sweep", "workers.train.spec"),
-    ("workers.evaluate.lm_eval_adapter", "workers.train.spec"),
-    ("workers.adaptive.job", "workers.train.spec"),
-    # the type a checkpoint follow-up is priced on (Pricing.ON_CHECKPOINT), for annotations only
-    ("workers.evaluate.eval", "workers.train.cost"),
-    ("workers.evaluate.depth_sweep", "workers.train.cost"),
-    # the adaptive job scores its exits on the sweep's batches and the eval job's tasks, and times them
-    # with the decode benchmark's cell, so its fixed-depth numbers are theirs
-    ("workers.adaptive.job", "workers.evaluate.depth_sweep"),
-    ("workers.adaptive.job", "workers.evaluate.eval"),
-    ("workers.adaptive.decode", "workers.evaluate.decode_bench"),
-    # the likelihood scorer loads a checkpoint's model as the sweep does
-    ("workers.tasks.likelihood", "workers.evaluate.depth_sweep"),
-    # calibration times a training step with the trainer's optimizers
+    # calibration (a shared module: the planner and `looplab calibrate` use it) runs a training step to
+    # time it, with the optimizers the trainer builds, so the seconds it measures are a real step's
     ("workers.calibrate", "workers.train.optim"),
 }
 

@@ -11,7 +11,11 @@ from __future__ import annotations
 import os
 import re
 import resource
+import statistics
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -140,3 +144,18 @@ def peak_flops(device: torch.device) -> float | None:
     if device.type != "cuda":
         return None
     return peak_flops_of(torch.cuda.get_device_name(device))
+
+
+def time_steps(step: Callable[[int], Any], n: int, warmup: int, sync: Callable[[], Any]):
+    """Run `step(i)` for i = 0..n-1, each between two `sync()` calls, and return the median, p10 and
+    p90 wall time in ms of the steps after the first `warmup`."""
+    times = []
+    for i in range(n):
+        sync()
+        t0 = time.perf_counter()
+        step(i)
+        sync()
+        if i >= warmup:
+            times.append((time.perf_counter() - t0) * 1e3)
+    q = statistics.quantiles(times, n=10, method="inclusive") if len(times) > 1 else [times[0]] * 9
+    return statistics.median(times), q[0], q[-1]

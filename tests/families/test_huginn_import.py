@@ -24,7 +24,7 @@ TOKENIZER = FIXTURES / "parcae_tiny" / "tokenizer" / "tokenizer.json"  # a 300-t
 
 
 def test_the_import_gives_the_public_codes_logits_at_every_recurrence_count(tmp_path, looplab_cache):
-    from looplab.workers.evaluate.depth_sweep import load_model
+    from looplab.workers.inputs import load_model
 
     spec = importer.Spec.from_dict({"source": str(FIXTURE), "tokenizer": str(TOKENIZER)})
     assert spec.family == "families.huginn:factory" and spec.family_config["n_core"] == 2

@@ -22,7 +22,7 @@ NAME = "families.mor:factory"
 
 @pytest.mark.parametrize("router", ["expert", "token"])
 def test_a_mor_runs_router_depths_reach_the_frontier_beside_the_exit_rules(router, tmp_path, looplab_cache):
-    from looplab.workers.evaluate.depth_sweep import eval_inputs
+    from looplab.workers.inputs import eval_inputs
 
     family = {"family": NAME, "family_config": {"d_model": 32, "n_heads": 2, "mlp": 48, "router": router}}
     spec = tiny_spec(**family, optimizer="adamw", model={"loops": 3}, tokens=8 * 32 * 16, log_every=4)

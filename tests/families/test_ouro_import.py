@@ -29,7 +29,7 @@ def reference():
 
 
 def _imported(tmp_path):
-    from looplab.workers.evaluate.depth_sweep import load_model
+    from looplab.workers.inputs import load_model
 
     spec = importer.Spec.from_dict({"source": str(FIXTURE), "tokenizer": str(TOKENIZER)})
     assert spec.family == "families.ouro:factory" and spec.family_config["n_layers"] == 2

@@ -22,8 +22,7 @@ SWEEP = {"loops": [1, 2, 4], "eval_tokens": 512, "batch_size": 4, "interaction_l
 @pytest.mark.slow
 def test_an_imported_models_depth_sweep_runs_through_the_queue(tmp_path, ray_cluster, monkeypatch):
     from looplab.workers.data.shards import DataSpec, prepare, val_chunks
-    from looplab.workers.evaluate.depth_sweep import load_model
-    from looplab.workers.train.spec import EVAL_H0_SEED
+    from looplab.workers.inputs import EVAL_H0_SEED, load_model
 
     q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art")
     grid = Grid(

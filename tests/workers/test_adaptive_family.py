@@ -33,7 +33,7 @@ def test_emulated_exits_agree_with_the_native_path_on_looplab_s_model(trained_fi
     from looplab.model.exit_emulation import emulated_exit_forward, exit_natively
     from looplab.model.exits import ExitRule
     from looplab.workers.adaptive.job import ExitLM
-    from looplab.workers.evaluate.depth_sweep import eval_inputs
+    from looplab.workers.inputs import eval_inputs
 
     ev = eval_inputs(str(trained_fixed4[0]), 512, torch.device("cpu"))
     assert exit_natively(ev.model)

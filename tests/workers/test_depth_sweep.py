@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from looplab.model.errors import ConfigError
-from looplab.workers import jobs
+from looplab.workers import inputs, jobs
 from looplab.workers.evaluate import depth_sweep
 from looplab.workers.reporter import MemoryReporter
 from looplab.workers.train import job as train
@@ -227,7 +227,7 @@ def test_sweep_records_the_loop_geometry_and_the_interaction_matrix(trained_fixe
         assert e["bf16_round"] == (below[0] if below else None)
     # rel_change equals the relative update of the states the forward passes through, on the same
     # batches and h0 seeds, as a mean over tokens
-    model, cfg, train_spec = depth_sweep.load_model(out, torch.device("cpu"))
+    model, cfg, train_spec = inputs.load_model(out, torch.device("cpu"))
     data = prepare(depth_sweep.data_spec(train_spec, out))
     chunks = val_chunks(data.val, 512, cfg.seq_len)
     total, tokens = torch.zeros(4), 0

@@ -13,9 +13,9 @@ import torch
 from looplab.model.errors import ConfigError
 from looplab.workers import jobs
 from looplab.workers.evaluate import eval as eval_job
+from looplab.workers.inputs import EVAL_H0_SEED
 from looplab.workers.reporter import JobInterrupted, MemoryReporter
 from looplab.workers.tasks.likelihood import LoopedScorer
-from looplab.workers.train.spec import EVAL_H0_SEED
 
 SEQ_LEN = 96
 ITEMS = [

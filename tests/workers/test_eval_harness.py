@@ -9,9 +9,9 @@ import torch
 
 from looplab.workers.data.tokenizer import Tokenizer
 from looplab.workers.evaluate import eval as eval_job
+from looplab.workers.inputs import EVAL_H0_SEED
 from looplab.workers.reporter import MemoryReporter
 from looplab.workers.tasks.likelihood import LoopedScorer
-from looplab.workers.train.spec import EVAL_H0_SEED
 from tests.workers.test_eval import ITEMS, assert_rows_match, independent_rows, write_checkpoint, write_items
 
 lm_eval = pytest.importorskip("lm_eval", reason="lm-evaluation-harness is the `eval` extra")

@@ -28,7 +28,7 @@ HUGINN = {
 
 @pytest.mark.parametrize("family", [FAMILY, {**FAMILY, **HUGINN}], ids=["example", "huginn"])
 def test_a_family_run_exports_and_reads_back_with_equal_logits(tmp_path, looplab_cache, family):
-    from looplab.workers.evaluate.depth_sweep import load_model
+    from looplab.workers.inputs import load_model
 
     name, family_config, package = family["family"], family["family_config"], family["family"].split(".")[0]
     spec = jobs.validate("train", tiny_spec(**family, model={"loops": 3}, tokens=8 * 32 * 4))

@@ -33,7 +33,7 @@ def reference_logits(model, loops: int) -> torch.Tensor:
 
 
 def test_the_import_job_writes_a_run_whose_logits_are_the_public_codes(tmp_path, looplab_cache):
-    from looplab.workers.evaluate.depth_sweep import load_model
+    from looplab.workers.inputs import load_model
     from looplab.workers.tasks.likelihood import load_checkpoint
 
     spec = importer.Spec.from_dict({"source": str(FIXTURE)})
@@ -188,7 +188,7 @@ def test_a_local_source_that_changed_after_submission_is_refused(tmp_path):
 
 
 def test_export_then_import_is_bit_for_bit(tmp_path):
-    from looplab.workers.evaluate.depth_sweep import load_model
+    from looplab.workers.inputs import load_model
 
     importer.run(importer.Spec.from_dict({"source": str(FIXTURE)}), MemoryReporter(), tmp_path / "run")
     original, cfg, _ = load_model(tmp_path / "run", torch.device("cpu"))

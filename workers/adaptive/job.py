@@ -60,8 +60,8 @@ from looplab.workers.adaptive.family import (
 )
 from looplab.workers.adaptive.routed import routed_exits, router_rules
 from looplab.workers.identity import EXECUTION, spec_to_dict
+from looplab.workers.inputs import EVAL_H0_SEED
 from looplab.workers.spec_cli import SpecParser, checkpoint_exists, job_parser, run_standalone
-from looplab.workers.train.spec import EVAL_H0_SEED
 
 DEFAULT_RULES = {
     ExitRuleName.STATE.value: [0.01, 0.03, 0.1],
@@ -123,7 +123,7 @@ class Spec:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Spec:
-        from looplab.workers.evaluate.eval import HARNESS_PREFIX, _tasks
+        from looplab.workers.tasks.entries import HARNESS_PREFIX, task_list
 
         d = fields.with_defaults("adaptive", d, cls)
         min_rounds = fields.integer("min_rounds", d["min_rounds"], lo=2)
@@ -146,7 +146,7 @@ class Spec:
             batch_size=fields.integer("batch_size", d["batch_size"], lo=1),
             micro_batch_size=fields.integer("micro_batch_size", d["micro_batch_size"], lo=1, allow_none=True),
             h0_seed=fields.integer("h0_seed", d["h0_seed"], lo=0),
-            tasks=_tasks(tasks) if tasks else [],
+            tasks=task_list(tasks) if tasks else [],
             n_per_subset=fields.integer("n_per_subset", d["n_per_subset"], lo=1, hi=100_000),
             task_seed=fields.integer("task_seed", d["task_seed"], lo=0),
             task_limit=fields.integer("task_limit", d["task_limit"], lo=1, allow_none=True),
@@ -444,7 +444,7 @@ def _max_rounds(spec: Spec, cfg) -> int:
 
 def run(spec: Spec, reporter, artifact_dir: str | Path | None) -> dict[str, Any]:
     from looplab.workers.device import resolve_device
-    from looplab.workers.evaluate.depth_sweep import eval_inputs
+    from looplab.workers.inputs import eval_inputs
     from looplab.workers.tasks.likelihood import LoopedScorer, checkpoint_tokenizer
     from looplab.workers.tasks.scoring import score_items, subset_rows
 
@@ -620,20 +620,13 @@ def _emit(reporter, out: dict, table: str, rows: list[dict]) -> None:
 
 def _task_items(spec: Spec, task_dir: Path) -> dict[str, tuple[list, str | None]]:
     """{task name: (items, category)} of the spec's tasks (generated into `task_dir`, or files)."""
-    from looplab.workers.evaluate import eval as eval_job
+    from looplab.workers.tasks.entries import category, local_items, task_name
 
-    espec = eval_job.Spec.from_dict(
-        {
-            "tasks": spec.tasks,
-            "n_per_subset": spec.n_per_subset,
-            "task_seed": spec.task_seed,
-            "limit": spec.task_limit,
-        }
-    )
     out = {}
-    for entry in espec.tasks:
-        name = eval_job.task_name(entry)
-        out[name] = (eval_job.local_items(entry, espec, task_dir)[1], eval_job.category(name, espec))
+    for entry in spec.tasks:
+        name = task_name(entry)
+        items = local_items(entry, task_dir, spec.n_per_subset, spec.task_seed, spec.task_limit)[1]
+        out[name] = (items, category(name, {}))
     return out
 
 

@@ -12,18 +12,15 @@ median over `steps`, with p10/p90. On CUDA the timers are synchronised and, when
 
     python -m looplab.workers.evaluate.decode_bench --preset lean --size tiny --context-lens 128,512 --batch-sizes 1,8
 
-Decoding with per-token exit rules and KV strategies (`exit_decode_cell`) needs a trained model (the
-exits depend on the weights) and real tokens: the adaptive job (`workers.adaptive.job`) times it on its
-checkpoint with the validation text, against the fixed depth, with this module's timer (`time_steps`).
+Decoding with per-token exit rules and KV strategies needs a trained model (the exits depend on the
+weights) and real tokens: the adaptive job times it (workers/adaptive/decode.py), with the same timer
+(`workers.device.time_steps`).
 """
 
 from __future__ import annotations
 
 import json
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +29,7 @@ from looplab.model import fields
 from looplab.model.errors import ConfigError
 from looplab.model.names import BUILTIN_FAMILY
 from looplab.workers.cost import ForwardCost
+from looplab.workers.device import time_steps
 from looplab.workers.identity import spec_to_dict
 from looplab.workers.model_fields import SHAPE_KEYS, ModelFields, model_fields
 from looplab.workers.reporter import JobInterrupted, Reporter
@@ -255,79 +253,6 @@ def _recompute_cell(model, cfg, context_len: int, batch: int, device, spec: Spec
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     with torch.no_grad():
         return time_steps(lambda i: model(tokens, loops=cfg.loops), n, spec.warmup, sync)
-
-
-def time_steps(step: Callable[[int], Any], n: int, warmup: int, sync: Callable[[], Any]):
-    """Run `step(i)` for i = 0..n-1, each between two `sync()` calls, and return the median, p10 and
-    p90 wall time in ms of the steps after the first `warmup`."""
-    times = []
-    for i in range(n):
-        sync()
-        t0 = time.perf_counter()
-        step(i)
-        sync()
-        if i >= warmup:
-            times.append((time.perf_counter() - t0) * 1e3)
-    q = statistics.quantiles(times, n=10, method="inclusive") if len(times) > 1 else [times[0]] * 9
-    return statistics.median(times), q[0], q[-1]
-
-
-# ---- decoding with per-token exits (model.exits), on a trained model --------------------------------
-
-EXIT_MODES = ("masked", "batch_stop")
-
-
-def exit_decode_cell(
-    model, prompt, continuation, rule, max_rounds: int, h0_seed: int, mode: str, warmup: int
-) -> dict[str, Any]:
-    """Decode `continuation` (B, S) one token at a time after prefilling `prompt` (B, P), teacher-forced
-    (each step is fed the real next token), with exit rule `rule` (None: the fixed depth `max_rounds`)
-    on `model` (a `model.exits.kv_view` for a KV strategy). Modes, for the batch's rows that stop at
-    different rounds: `masked` runs every round for every row, stopped rows held (static shapes, no host
-    sync: no time saved, the padding to the slowest row is every round); `batch_stop` ends a step's
-    rounds once every row has stopped (one host sync per round: the batch waits for its slowest row).
-    Returns ms_per_token (median step time; one step decodes a token for every row), ms_p10, ms_p90,
-    tokens_per_s (rows / median step), mean_exit_round (over the timed tokens), mean_step_rounds (rounds
-    a timed step ran) and the exit rounds of the timed tokens (`exit_rounds`, a list)."""
-    import torch
-
-    from looplab.model.exits import exit_decode_step, exit_prefill
-
-    fields.choice("mode", mode, EXIT_MODES)
-    device = prompt.device
-    batch, steps = continuation.shape
-    cache = model.setup_cache(batch, prompt.shape[1] + steps, loops=max_rounds, h0_seed=h0_seed)
-    stop = mode == "batch_stop"
-    exits, rounds = [], []
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-
-    def step(i: int) -> None:
-        if rule is None:
-            model.decode_step(continuation[:, i], cache)
-            out_round, ran = torch.full((batch,), max_rounds, device=device), max_rounds
-        else:
-            out = exit_decode_step(model, continuation[:, i], cache, rule, stop=stop)
-            out_round, ran = out.exit_round, out.rounds_run
-        if i >= warmup:
-            exits.append(out_round)
-            rounds.append(ran)
-
-    with torch.no_grad():
-        if rule is None:
-            model.prefill(prompt, cache)
-        else:
-            exit_prefill(model, prompt, cache, rule, stop=stop)
-        med, p10, p90 = time_steps(step, steps, warmup, sync)
-    exit_rounds = torch.cat(exits).cpu().tolist()
-    return {
-        "ms_per_token": med,
-        "ms_p10": p10,
-        "ms_p90": p90,
-        "tokens_per_s": batch / (med / 1e3),
-        "mean_exit_round": sum(exit_rounds) / len(exit_rounds),
-        "mean_step_rounds": sum(rounds) / len(rounds),
-        "exit_rounds": exit_rounds,
-    }
 
 
 def run(spec: Spec, reporter: Reporter, artifact_dir: str | Path | None = None) -> dict[str, Any]:

@@ -38,33 +38,23 @@ from looplab.model import fields
 from looplab.model.errors import ConfigError
 from looplab.workers.cost import ForwardCost
 from looplab.workers.identity import EXECUTION, spec_to_dict
+from looplab.workers.inputs import EVAL_H0_SEED
 from looplab.workers.spec_cli import SpecParser, checkpoint_exists, job_parser, run_standalone
 from looplab.workers.tasks import GENERATORS
-from looplab.workers.tasks.schema import Item, dumps_jsonl, load_jsonl, write_jsonl
-from looplab.workers.train.spec import EVAL_H0_SEED
+from looplab.workers.tasks.entries import (
+    CATEGORIES,
+    HARNESS_PREFIX,
+    category,
+    local_items,
+    task_list,
+    task_name,
+)
+from looplab.workers.tasks.schema import Item, dumps_jsonl, load_jsonl
 
 if TYPE_CHECKING:
-    from looplab.workers.train.cost import TrainCost
+    from looplab.workers.cost import TrainCost
 
 DEFAULT_LOOPS = (1, 2, 4, 8)
-HARNESS_PREFIX = "harness:"
-CATEGORIES = ("knowledge", "reasoning")
-# harness tasks that test what a model knows (the built-in generators are reasoning)
-KNOWLEDGE_TASKS = (
-    "sciq",
-    "arc_easy",
-    "arc_challenge",
-    "openbookqa",
-    "piqa",
-    "hellaswag",
-    "winogrande",
-    "boolq",
-    "lambada_openai",
-    "lambada_standard",
-    "triviaqa",
-    "commonsense_qa",
-    "mmlu",
-)
 TABLE = "task_scores"
 HEARTBEAT_S = 10.0
 
@@ -105,11 +95,11 @@ class Spec:
         categories = fields.mapping(
             "categories", d["categories"], "a dict task name -> knowledge | reasoning"
         )
-        for name, category in categories.items():
-            fields.choice(f"categories.{name}", category, CATEGORIES)
+        for name, cat in categories.items():
+            fields.choice(f"categories.{name}", cat, CATEGORIES)
         return cls(
             checkpoint=checkpoint,
-            tasks=_tasks(d["tasks"]),
+            tasks=task_list(d["tasks"]),
             loops=fields.int_list("loops", d["loops"], lo=1),
             n_per_subset=fields.integer("n_per_subset", d["n_per_subset"], lo=1, hi=100_000),
             task_seed=fields.integer("task_seed", d["task_seed"], lo=0),
@@ -122,50 +112,6 @@ class Spec:
         )
 
     to_dict = spec_to_dict
-
-
-def _tasks(value: Any) -> list[str]:
-    """The task list, each entry checked (a task file read whole) and named once; files made absolute."""
-    accepted = f"{', '.join(GENERATORS)}, a path to a .jsonl task file, or {HARNESS_PREFIX}NAME"
-    if not isinstance(value, list | tuple) or not value:
-        raise ConfigError(f"tasks: expected a non-empty list of {accepted}; got {value!r}")
-    out, names = [], set()
-    for entry in value:
-        if not isinstance(entry, str) or not entry.strip():
-            raise ConfigError(f"tasks: {entry!r} is not a task; accepted: {accepted}")
-        entry = entry.strip()
-        if entry.startswith(HARNESS_PREFIX):
-            if not entry[len(HARNESS_PREFIX) :]:
-                raise ConfigError(f"tasks: {entry!r} names no harness task (give {HARNESS_PREFIX}NAME)")
-        elif entry.endswith(".jsonl"):
-            path = Path(entry).expanduser().resolve()
-            load_jsonl(path)  # refuses a bad file, naming file, line and field
-            entry = str(path)
-        elif entry not in GENERATORS:
-            raise ConfigError(f"tasks: unknown {entry!r}; accepted: {accepted}")
-        name = task_name(entry)
-        if name in names:
-            raise ConfigError(f"tasks: two tasks named {name!r}; give each task once (rename a file)")
-        names.add(name)
-        out.append(entry)
-    return out
-
-
-def task_name(entry: str) -> str:
-    """The name a task's rows carry: the generator's, the file's stem, or the harness task's."""
-    if entry.startswith(HARNESS_PREFIX):
-        return entry[len(HARNESS_PREFIX) :]
-    return Path(entry).stem if entry.endswith(".jsonl") else entry
-
-
-def category(name: str, spec: Spec) -> str | None:
-    if name in spec.categories:
-        return spec.categories[name]
-    if name in GENERATORS:
-        return "reasoning"
-    if any(name == k or name.startswith(f"{k}_") for k in KNOWLEDGE_TASKS):
-        return "knowledge"
-    return None
 
 
 # ---------------------------------------------------------------------------------- cost model
@@ -267,19 +213,6 @@ class ResultStore:
 # ---------------------------------------------------------------------------------- the job
 
 
-def local_items(entry: str, spec: Spec, task_dir: Path) -> tuple[Path, list[Item]]:
-    """(task file, its items, cut to `limit`) of a generated task (written now) or a task file."""
-    if entry in GENERATORS:
-        items = GENERATORS[entry].generate(spec.n_per_subset, spec.task_seed)
-        path = task_dir / f"{entry}.jsonl"
-        if not path.is_file() or path.read_bytes() != dumps_jsonl(items):
-            write_jsonl(path, items)
-    else:
-        path = Path(entry)
-        items = load_jsonl(path)
-    return path, items[: spec.limit] if spec.limit else items
-
-
 def run(spec: Spec, reporter, artifact_dir: str | Path | None) -> dict[str, Any]:
     from looplab.workers.device import resolve_device
     from looplab.workers.reporter import JobInterrupted
@@ -295,7 +228,10 @@ def run(spec: Spec, reporter, artifact_dir: str | Path | None) -> dict[str, Any]
     ckpt_id = _checkpoint_identity(spec.checkpoint)
     local = [e for e in spec.tasks if not e.startswith(HARNESS_PREFIX)]
     harness = [task_name(e) for e in spec.tasks if e.startswith(HARNESS_PREFIX)]
-    files = {task_name(e): local_items(e, spec, out_dir / "tasks") for e in local}
+    files = {
+        task_name(e): local_items(e, out_dir / "tasks", spec.n_per_subset, spec.task_seed, spec.limit)
+        for e in local
+    }
     units = [(task_name(e), n) for e in spec.tasks for n in spec.loops]
     all_rows: list[dict[str, Any]] = []
     done = 0
@@ -338,7 +274,7 @@ def run(spec: Spec, reporter, artifact_dir: str | Path | None) -> dict[str, Any]
                 harness_manager = harness_manager or task_manager(spec.harness_include, harness)
                 by_task = harness_rows(LooplabLM.from_scorer(scorer), [name], harness_manager, spec.limit)
                 rows = [{"task": task, **r} for task, task_rows in by_task.items() for r in task_rows]
-            rows = [{**r, "loops": loops, "category": category(r["task"], spec)} for r in rows]
+            rows = [{**r, "loops": loops, "category": category(r["task"], spec.categories)} for r in rows]
             store.put(name, loops, key, rows)
         for row in rows:
             reporter.result(TABLE, row)

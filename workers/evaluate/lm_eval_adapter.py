@@ -34,9 +34,9 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
 from looplab.model import fields
+from looplab.workers.inputs import EVAL_H0_SEED
 from looplab.workers.tasks.likelihood import LoopedScorer, load_checkpoint
 from looplab.workers.tasks.scoring import Outcome, subset_rows
-from looplab.workers.train.spec import EVAL_H0_SEED
 
 MODEL_NAME = "looplab"
 log = logging.getLogger("looplab.lm_eval")

@@ -62,7 +62,7 @@ def checkpoint_tokenizer(train_spec: dict[str, Any], checkpoint: str | Path) -> 
 
 def load_checkpoint(checkpoint: str | Path, device: torch.device):
     """(model in eval mode, its tokenizer) of a train artifact dir or checkpoint file."""
-    from looplab.workers.evaluate.depth_sweep import load_model
+    from looplab.workers.inputs import load_model
 
     model, cfg, train_spec = load_model(checkpoint, device)
     tokenizer = checkpoint_tokenizer(train_spec, checkpoint)

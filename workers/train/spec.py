@@ -46,11 +46,6 @@ from looplab.workers.identity import identity as _identity
 from looplab.workers.model_fields import ModelFields, model_fields
 from looplab.workers.train.rewind import RewindRule
 
-# Validation draws h0 from this seed, in training's evaluations and in the depth sweep alike, so the
-# sweep's loss at a run's trained loop count is the run's final validation loss.
-EVAL_H0_SEED = 1234
-
-
 # Loop counts evaluated at every evaluation of a looped recipe when `eval_loops` is not given.
 DEFAULT_EVAL_LOOPS = (1, 2, 4, 8)
 

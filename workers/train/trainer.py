@@ -92,13 +92,14 @@ from looplab.workers.data.shards import (
 )
 from looplab.workers.data.tokenizer import smaller_vocab_message
 from looplab.workers.device import memory_bytes, peak_flops, peak_mem_mb, reset_peak_mem, resolve_device
+from looplab.workers.inputs import EVAL_H0_SEED
 from looplab.workers.reporter import UNIGRAM_XENT, JobInterrupted, Reporter
 from looplab.workers.train import checkpoint as train_checkpoint
 from looplab.workers.train.batching import split_step
 from looplab.workers.train.optim import build_optimizers, lr_factor, set_lr
 from looplab.workers.train.rewind import TEST_SPIKE, Rewind, data_step
 from looplab.workers.train.schedule import TimeBudgetSchedule
-from looplab.workers.train.spec import AUTO, EVAL_H0_SEED, Spec, check_artifact_dir
+from looplab.workers.train.spec import AUTO, Spec, check_artifact_dir
 from looplab.workers.train.state import NonFiniteError, TrainerState
 from looplab.workers.validation import autocast, evaluate
 
