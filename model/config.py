@@ -70,6 +70,9 @@ SAMPLERS = ("fixed", "poisson_seq", "poisson_batch")
 INJECTIONS = ("diagonal", "none", "scalar", "channel", "dense")
 TIMESTEPS = ("none", "loop_gate", "branch_gate", "adaln")
 VALUE_EMBED_RULES = ("alternate", "none", "all")
+# the value-embedding gate reads the first 32 channels of the block input (the layer builds it, the
+# parameter and FLOP counts count it: one constant for both)
+VE_GATE_CHANNELS = 32
 PARCAE_DECAY = math.sqrt(1.0 / 5.0)  # the reference's injection decay exp(-dt*A) at init (about 0.447)
 
 

@@ -15,11 +15,10 @@ import math
 import torch
 
 from looplab.model import fields
-from looplab.model.config import ModelConfig
+from looplab.model.config import VE_GATE_CHANNELS, ModelConfig
 from looplab.model.exit_names import KVStrategy
 from looplab.model.flops import training_flops
 from looplab.model.kv_cache import RECURRENT, cache_layout, strategy_config
-from looplab.model.layers import VE_GATE_CHANNELS
 
 _DTYPES = {
     "float32": torch.float32,

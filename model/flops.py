@@ -57,8 +57,7 @@ from dataclasses import dataclass
 
 from looplab.model import fields
 from looplab.model.attention import cpu_block_size, use_block_local
-from looplab.model.config import ModelConfig, RoundSettings
-from looplab.model.layers import VE_GATE_CHANNELS
+from looplab.model.config import VE_GATE_CHANNELS, ModelConfig, RoundSettings
 from looplab.model.rounds import forward_sizes, loop_counts, plan_rounds
 
 ATTENTION_CONVENTIONS = ("dense", "causal")

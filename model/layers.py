@@ -16,12 +16,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from looplab.model.config import ModelConfig, RoundSettings
+from looplab.model.config import VE_GATE_CHANNELS, ModelConfig, RoundSettings
 from looplab.model.init import scaled_orthogonal_, small_init_std, torch_default_linear_
 from looplab.model.kv_cache import LayerKey
 from looplab.model.loop_design import LayerCondition
 
-VE_GATE_CHANNELS = 32  # the value-embedding gate reads the first 32 channels of the block input
 NORM_EPS = 1e-5  # block norms, the prelude-output norm and the final norm, as the reference
 
 
