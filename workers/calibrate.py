@@ -522,7 +522,12 @@ def _device_facts(dev) -> tuple[str, float | None, int]:
     return platform.processor() or platform.machine() or "cpu", ram, 1
 
 
-_JOB_START = "import torch; from model.looped import LoopedLM; from model.presets import preset; LoopedLM(preset('lean'))"
+# a job's start-up: torch and looplab's model imported by their installed names (the old top-level
+# `model` exists only in a checkout, so installed the measurement failed and fell back to the default)
+_JOB_START = (
+    "import torch; from looplab.model.looped import LoopedLM; from looplab.model.presets import preset; "
+    "LoopedLM(preset('lean'))"
+)
 
 
 def subprocess_seconds(code: str) -> float | None:
