@@ -152,7 +152,7 @@ def heldout_points(claim: Claim, depth: pd.DataFrame) -> tuple[pd.DataFrame, lis
 
 def sampler_judgement(claim: Claim, runs: tuple = ()) -> claims.Judgement:
     """P(loops <= n) of the parcae recipe's training-loop sampler, exact from its definition
-    (model/looped.py `sample_loops`: Poisson with the recipe's loop count as its mean, at least 1, so for
+    (families/looped/model.py `sample_loops`: Poisson with the recipe's loop count as its mean, at least 1, so for
     n >= 1 it is the Poisson CDF at n): a property of the sampler the parcae runs `runs` trained with."""
     cfg = preset("parcae")
     if cfg.loop_sampler not in ("poisson_seq", "poisson_batch"):

@@ -508,7 +508,7 @@ def _ddp_train(rank: int, world: int, cuda: bool, size: str, steps: int) -> dict
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from looplab.model.looped import LoopedLM
+    from looplab.families.looped.model import LoopedLM
     from looplab.model.presets import preset
 
     device = torch.device("cuda", rank) if cuda else torch.device("cpu")

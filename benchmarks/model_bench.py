@@ -40,13 +40,13 @@ from pathlib import Path
 
 import torch
 
+from looplab.families.looped.model import LoopedLM
 from looplab.model import fields
 from looplab.model.attention import FLEX_BLOCK, cpu_block_size, use_block_local
 from looplab.model.config import ModelConfig
 from looplab.model.counts import kv_cache_bytes
 from looplab.model.errors import ConfigError
 from looplab.model.flops import step_flops as model_step_flops
-from looplab.model.looped import LoopedLM
 from looplab.model.presets import RECIPES, SIZES, preset
 from looplab.model.rounds import loop_counts, plan_rounds
 from looplab.workers.device import peak_flops

@@ -1,7 +1,8 @@
-"""Model families other than looplab's own, written against the model contract (docs/own-model.md)
-only: each is a package whose `factory(config) -> torch.nn.Module` a grid names as
-"families.NAME:factory". A family imports `model` (the contract's helpers) and torch, nothing else of
-looplab's, so it could live in its own repository unchanged (tests/test_imports.py holds the rule).
+"""Model families: looplab's own (`looped/`, built in: a grid names it "looped", or no family),
+and others written against the model contract (docs/own-model.md) only: each is a package whose
+`factory(config) -> torch.nn.Module` a grid names as "families.NAME:factory". A family imports
+`model` (the contract's helpers) and torch, nothing else of looplab's, so it could live in its own
+repository unchanged (tests/test_imports.py holds the rule).
 
 A family that reads the checkpoints of another code base declares them as `PUBLISHED_LAYOUTS` (modules
 or objects with `MODEL_TYPE`, `FAMILY`, `config_from_published(raw)` and `state_from_published(...)`):

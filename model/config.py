@@ -18,7 +18,7 @@ Loop design (R = the recurrent block with round t's settings, e = the prelude ou
 embedding when n_prelude = 0; x_t = round t's input, t = 1, 2, ...):
 - `injection`: how e enters every round.
     "diagonal"  the Parcae form: h_0 ~ random (see `h0_std`), x_t = exp(-dt*A) * h_{t-1} + dt * (B e'),
-                e' = RMSNorm(e), and a dense readout C h_T before the coda (see `model.looped`).
+                e' = RMSNorm(e), and a dense readout C h_T before the coda (see `families.looped.model`).
     "none"      h_0 = e, x_t = h_{t-1}: the block simply continues the residual stream; with
                 `loops=1` a plain transformer.
     "scalar"    h_0 = e, x_t = h_{t-1} + a e, a one learned scalar, init 1.

@@ -28,7 +28,7 @@ from looplab.model.exits import ExitOutput, ExitRule, ExitTracker
 def exit_natively(model: Any) -> bool:
     """Whether `model` (as the jobs hold it) offers what `model.exits` runs the rules on: the contract's
     readout capability, `readout(h, idx, ctx)` after any round, `run_rounds(...)` with a `keep` mask and
-    `rope(T)` (as `model.looped.LoopedLM`)."""
+    `rope(T)` (as `families.looped.model.LoopedLM`)."""
     return capabilities(model).readout
 
 

@@ -30,7 +30,7 @@ The *task loss* (`GateLoss.task`) is the first term (Σ p L, or the mixture's cr
 `expected_rounds` is Σ_t t p(t). Training runs all R rounds with gradient (a `grad_rounds` truncation
 applies as for any model: the earlier rounds' readouts then train the coda, head and gate only).
 The cumulative exit mass (`cumulative_mass`) is what the `gate` exit rule thresholds at inference.
-Pure PyTorch; the model calls `ExitGate` and `objective` (`model.looped`).
+Pure PyTorch; the model calls `ExitGate` and `objective` (`families.looped.model`).
 """
 
 from __future__ import annotations

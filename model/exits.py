@@ -20,7 +20,7 @@ from there. An eps of infinity (k = 0 for argmax) stops every token at `min_roun
 A token that stopped keeps its state, and for the rounds after its exit the keys and values later
 tokens read for it are those of its last computed round (`model.contexts.HeldKV`; no recompute). The
 forward stays dense: every round runs for every token, stopped rows are masked (`torch.where`, the
-loop's `keep` hook in `model.looped`), shapes never change. So threshold 0 is exactly the fixed-depth
+loop's `keep` hook in `families.looped.model`), shapes never change. So threshold 0 is exactly the fixed-depth
 forward at R and an infinite threshold exactly the forward at `min_rounds`, bit for bit.
 
 The readout at round t runs the coda over every token's state at round t (a stopped token's held
@@ -55,7 +55,7 @@ from looplab.model.geometry import EPS
 from looplab.model.kv_cache import KVCache, LayerKey, strategy_config
 
 if TYPE_CHECKING:
-    from looplab.model.looped import LoopedLM
+    from looplab.families.looped.model import LoopedLM
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ Parameter by parameter (d = d_model, std_d = sqrt(2 / (5 d)), "small init"; the 
     injection B             identity
     RMSNorm weights         one (block norms, prelude-output norm, final norm)
     loop-design parameters  scalar/channel/dense injection one/ones/identity, history maps zero,
-                            timestep gates one, adaLN scale and shift zero (`model.loop_design`)
+                            timestep gates one, adaLN scale and shift zero (`families.looped.loop_design`)
     h0 (per forward)        truncated normal on [-3 std, 3 std], std = cfg.initial_state_std = std_d
                             (training: a function of (seed, step, global row, position, channel),
                             see `RowKey`; evaluation and decoding: of (seed, position, channel))

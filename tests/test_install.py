@@ -73,7 +73,11 @@ def test_the_wheel_installs_one_name(installed):
     py, _, names, env = installed
     assert {n for n in names if not n.endswith(".dist-info")} == {"looplab"}
     out = _run(
-        [str(py), "-c", "import looplab, looplab.model.looped as m; print(looplab.__file__, m.__file__)"],
+        [
+            str(py),
+            "-c",
+            "import looplab, looplab.families.looped.model as m; print(looplab.__file__, m.__file__)",
+        ],
         "/",
         env,
     )

@@ -400,8 +400,8 @@ def _width_rates(dev, configs: list[tuple[Any, int]], timed) -> tuple[Any, list[
     the widest model too (the optimizer steps are timed on its gradients)."""
     import torch
 
+    from looplab.families.looped.model import LoopedLM
     from looplab.model.flops import training_flops
-    from looplab.model.looped import LoopedLM
     from looplab.workers.validation import autocast
 
     def forward(model: LoopedLM, x: torch.Tensor, grad: bool) -> None:
@@ -470,7 +470,7 @@ def _decode_layer_seconds(dev, sync: Callable[[], None], n_steps: int = 6) -> fl
     """One decode step of the tiny model per layer application (its fixed cost: the FLOPs are nothing)."""
     import torch
 
-    from looplab.model.looped import LoopedLM
+    from looplab.families.looped.model import LoopedLM
     from looplab.model.presets import preset
 
     cfg = preset("lean", "tiny")
@@ -525,7 +525,7 @@ def _device_facts(dev) -> tuple[str, float | None, int]:
 # a job's start-up: torch and looplab's model imported by their installed names (the old top-level
 # `model` exists only in a checkout, so installed the measurement failed and fell back to the default)
 _JOB_START = (
-    "import torch; from looplab.model.looped import LoopedLM; from looplab.model.presets import preset; "
+    "import torch; from looplab.families.looped.model import LoopedLM; from looplab.model.presets import preset; "
     "LoopedLM(preset('lean'))"
 )
 

@@ -2,7 +2,7 @@
 
 A *model directory* holds
 - `config.json` with `_class_name`: `ParcaeConfig` (the public Parcae code's layout, read through
-  `model.parcae_layout`), `looplab.LoopedLM` (what `export_model` writes: our `ModelConfig`) or
+  `families.looped.parcae_layout`), `looplab.LoopedLM` (what `export_model` writes: our `ModelConfig`) or
   `looplab.Family` (`export_model` of a run of another family: its family, family_config, weights); or with
   `model_type`: `huginn_raven` or `ouro` (the public Huginn or Ouro code's layout, a model of the family
   `families.huginn` or `families.ouro`, read through the layout that family declares: workers/layouts.py);
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from looplab.model import parcae_layout
+from looplab.families.looped import parcae_layout
 from looplab.model.errors import ConfigError
 from looplab.workers.layouts import published_layouts
 
@@ -306,7 +306,7 @@ def load_model_dir(directory: str | Path):
     """(LoopedLM on the CPU, its ModelInfo, its tokenizer.json or None) of a model directory, weights
     loaded and checked tensor by tensor; a family export's model is rebuilt through the contract
     (`load_family_dir`), a published layout of another family's mapped by its layout (`_load_published`)."""
-    from looplab.model.looped import LoopedLM
+    from looplab.families.looped.model import LoopedLM
 
     directory = Path(directory)
     info = read_config(directory)

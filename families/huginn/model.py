@@ -213,7 +213,7 @@ class HuginnLM(nn.Module):
     def run_rounds(self, idx: Tensor, ctx, positions: Tensor, counts, h0_seed=None, skip_round=None,
                    observe=None, keep=None) -> Tensor:  # fmt: skip
         """The prelude, the initial state and the recurrences with the exit path's context -> the last
-        state (B, T, d), as `model.looped.LoopedLM.run_rounds`: `counts` an int or one per row (a row
+        state (B, T, d), as `families.looped.model.LoopedLM.run_rounds`: `counts` an int or one per row (a row
         holds its state after its count); `h0_seed` a `model.init.RowKey` (else the forward's default
         key, as `FamilyLM` calls the forward); `skip_round` runs recurrence g (0-based) as the identity;
         `observe(s)` is handed s_0 and every recurrence's output; `keep()` is asked before every

@@ -11,11 +11,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from looplab.families.looped.model import LMOutput, LoopedLM
 from looplab.model.contract.capabilities import Capabilities, capabilities, logits_of, looped_capabilities
 from looplab.model.contract.conformance import split_dependent
 from looplab.model.contract.flops import measure_flops_per_token
 from looplab.model.contract.resolution import Family, instantiate, resolve_family
-from looplab.model.looped import LMOutput, LoopedLM
 
 
 class FamilyLM(nn.Module):
@@ -122,7 +122,7 @@ class FamilyLM(nn.Module):
     def exit_gate(self, h: Tensor, t: int) -> Tensor:
         return self.inner.exit_gate(h, t)
 
-    # the readout at any round and the rounds with a keep mask (as model/looped.py's), for the exit rules
+    # the readout at any round and the rounds with a keep mask (as families/looped/model.py's), for the exit rules
     def readout(self, h: Tensor, idx: Tensor, ctx=None) -> Tensor:
         return logits_of(self.inner.readout(h, idx, ctx)).float()
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from torch import nn
 
-from looplab.model.looped import LoopedLM
+from looplab.families.looped.model import LoopedLM
 
 
 def _optional(fallback: str) -> Any:

@@ -11,8 +11,8 @@ from typing import Any
 
 from torch import nn
 
+from looplab.families.looped.model import LoopedLM
 from looplab.model.errors import ConfigError
-from looplab.model.looped import LoopedLM
 from looplab.model.names import BUILTIN_FAMILY
 from looplab.names import import_family_module
 

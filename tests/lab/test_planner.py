@@ -668,7 +668,7 @@ def test_eval_cost_counts_exactly_the_forwards_the_scorer_runs():
     the real scorer runs on a tiny model with the byte tokenizer: the same sum, batch by batch."""
     import torch
 
-    from looplab.model.looped import LoopedLM
+    from looplab.families.looped.model import LoopedLM
     from looplab.workers.data.tokenizer import Tokenizer
     from looplab.workers.evaluate import eval as eval_job
     from looplab.workers.tasks.likelihood import LoopedScorer

@@ -14,9 +14,9 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
+from looplab.families.looped.model import LoopedLM
 from looplab.model.attention import clear_mask_cache, prepare_masks
 from looplab.model.geometry import rel_update
-from looplab.model.looped import LoopedLM
 from looplab.model.presets import RECIPES, preset
 from tests.model.conftest import forward_states, randomize
 from tests.tier import fast_few

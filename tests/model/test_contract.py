@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+from looplab.families.looped.model import LoopedLM
 from looplab.model.config import ModelConfig
 from looplab.model.contract import (
     BUILTIN,
@@ -22,7 +23,6 @@ from looplab.model.contract import (
     resolve_family,
 )
 from looplab.model.init import RowKey
-from looplab.model.looped import LoopedLM
 
 HERE = "tests.model.test_contract"
 CONFIG = {"vocab_size": 11, "seq_len": 8, "d": 8}

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from looplab.families.looped.decode import generate
+from looplab.families.looped.model import LoopedLM
 from looplab.model.counts import kv_cache_bytes
-from looplab.model.decode import generate
 from looplab.model.kv_cache import LayerKey
-from looplab.model.looped import LoopedLM
 from looplab.model.presets import RECIPES, preset
 from tests.model.conftest import randomize
 from tests.tier import fast_few
@@ -98,7 +98,7 @@ def test_kv_cache_layout_follows_the_rounds():
 def test_warm_up_leaves_every_cache_slot_unchanged_after_a_prefill(recipe):
     """What the CUDA-graph capture does before capturing, on CPU: after a prefill that wraps the ring
     buffers of windowed rounds (37 tokens, windows 16 and 32), warm-up steps leave no trace."""
-    from looplab.model.decode import warm_up_without_trace
+    from looplab.families.looped.decode import warm_up_without_trace
 
     cfg = preset(recipe, "tiny")
     m = randomize(LoopedLM(cfg), seed=5).eval()

@@ -9,11 +9,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from looplab.families.looped.model import LoopedLM
 from looplab.model.counts import param_count
 from looplab.model.errors import ConfigError
 from looplab.model.exit_gate import act_halting, cumulative_mass, exit_distribution
 from looplab.model.flops import gate_flops, readout_flops, training_flops
-from looplab.model.looped import LoopedLM
 from looplab.model.memory import training_memory
 from looplab.model.presets import preset
 

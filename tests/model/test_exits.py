@@ -11,6 +11,7 @@ import math
 import pytest
 import torch
 
+from looplab.families.looped.model import LoopedLM
 from looplab.model.config import RoundConfig
 from looplab.model.counts import kv_strategy_bytes
 from looplab.model.errors import ConfigError
@@ -29,7 +30,6 @@ from looplab.model.exits import (
 )
 from looplab.model.flops import exit_flops, fixed_depth_flops, readout_flops, round_flops, step_flops
 from looplab.model.kv_cache import LayerKey, strategy_config
-from looplab.model.looped import LoopedLM
 from looplab.model.presets import RECIPES, preset
 from tests.model.conftest import randomize
 from tests.tier import FAST_RECIPES

@@ -1,11 +1,11 @@
-"""The function of the public Parcae code, written out here independently of model/layers.py and
-model/looped.py: norms with eps 1e-5 (and a learnable prelude-output norm), the qk-norm without eps,
+"""The function of the public Parcae code, written out here independently of families/looped/layers.py and
+families/looped/model.py: norms with eps 1e-5 (and a learnable prelude-output norm), the qk-norm without eps,
 0.5 * ReLU^2, RoPE on neighbouring channel pairs (the reference's layout, which ours equals up to a
-permutation of q/k rows, `model.parcae_layout.pairs_to_halves`). Small-scale inputs make the epsilons
+permutation of q/k rows, `families.looped.parcae_layout.pairs_to_halves`). Small-scale inputs make the epsilons
 visible: an eps off by 10x fails.
 
 And the public code itself: tests/fixtures/parcae_tiny is a checkpoint it wrote, with its logits at 1,
-2, 4 and 8 loops; mapped by `model.parcae_layout` (the importer's mapping), ours equal them."""
+2, 4 and 8 loops; mapped by `families.looped.parcae_layout` (the importer's mapping), ours equal them."""
 
 from __future__ import annotations
 
@@ -16,16 +16,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from looplab.model.contexts import SeqContext
-from looplab.model.kv_cache import LayerKey
-from looplab.model.layers import qk_norm
-from looplab.model.looped import LoopedLM
-from looplab.model.parcae_layout import (
+from looplab.families.looped.layers import qk_norm
+from looplab.families.looped.model import LoopedLM
+from looplab.families.looped.parcae_layout import (
     config_from_parcae,
     halves_to_pairs,
     pairs_to_halves,
     state_dict_from_parcae,
 )
+from looplab.model.contexts import SeqContext
+from looplab.model.kv_cache import LayerKey
 from looplab.model.presets import preset
 from tests.model.conftest import randomize
 

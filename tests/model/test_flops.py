@@ -22,6 +22,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
+from looplab.families.looped.model import LoopedLM
 from looplab.model.config import ModelConfig
 from looplab.model.counts import (
     arch_summary,
@@ -32,7 +33,6 @@ from looplab.model.counts import (
 )
 from looplab.model.errors import ConfigError
 from looplab.model.flops import attention_pairs, step_flops, training_flops
-from looplab.model.looped import LoopedLM
 from looplab.model.presets import preset
 from looplab.model.rounds import loop_counts, plan_rounds
 from tests.model.conftest import randomize

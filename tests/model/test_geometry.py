@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
+from looplab.families.looped.model import LoopedLM
 from looplab.model import geometry
-from looplab.model.looped import LoopedLM
 from looplab.model.presets import preset
 from tests.model.conftest import forward_states
 

@@ -12,9 +12,9 @@ import math
 import pytest
 import torch
 
+from looplab.families.looped.model import LoopedLM
 from looplab.model.config import ModelConfig
 from looplab.model.init import draw_h0, scaled_orthogonal_, small_init_std
-from looplab.model.looped import LoopedLM
 from looplab.model.presets import preset
 
 D = 384  # wide enough for sample statistics, small enough to build in well under a second

@@ -11,12 +11,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from looplab.families.looped.model import LoopedLM
 from looplab.model.config import ModelConfig
 from looplab.model.contexts import SeqContext
 from looplab.model.counts import arch_summary, once_and_recurrent_params, param_count, timestep_params
 from looplab.model.errors import ConfigError
 from looplab.model.flops import training_flops
-from looplab.model.looped import LoopedLM
 from looplab.model.presets import LOOP_LAYOUTS, loop_layout, loop_layout_overrides, preset
 from tests.model.conftest import randomize
 from tests.model.test_decode import assert_decode_equals_forward

@@ -6,11 +6,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from looplab.families.looped.model import LoopedLM
 from looplab.model.contexts import SeqContext
 from looplab.model.counts import param_count
 from looplab.model.geometry import rel_update
 from looplab.model.kv_cache import LayerKey
-from looplab.model.looped import LoopedLM
 from looplab.model.presets import RECIPES, preset
 from tests.model.conftest import randomize
 

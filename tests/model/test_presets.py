@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from looplab.families.looped.model import LoopedLM
 from looplab.model.counts import arch_summary, once_and_recurrent_params
 from looplab.model.errors import ConfigError
-from looplab.model.looped import LoopedLM
 from looplab.model.presets import RECIPES, iso_depth, iso_depth_overrides, preset
 
 

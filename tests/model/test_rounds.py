@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-import looplab.model.looped as looped
+import looplab.families.looped.model as looped
+from looplab.families.looped.model import LoopedLM
 from looplab.model.errors import ConfigError
 from looplab.model.geometry import rel_update
-from looplab.model.looped import LoopedLM
 from looplab.model.presets import preset
 from looplab.model.rounds import loop_counts, plan_rounds
 from tests.model.conftest import forward_states, randomize

@@ -167,14 +167,14 @@ def _small(vocab: int, **overrides):
 def readout_family(config):
     """A family whose module has the readout at any round, the rounds with a keep mask and rope: looplab's
     own model built from the family's config."""
-    from looplab.model.looped import LoopedLM
+    from looplab.families.looped.model import LoopedLM
 
     return LoopedLM(_small(config["vocab_size"]))
 
 
 def act_gated_family(config):
     """looplab's own model with an act exit gate, as a family (a `LoopedLM` inside `FamilyLM`)."""
-    from looplab.model.looped import LoopedLM
+    from looplab.families.looped.model import LoopedLM
 
     torch.manual_seed(5)
     return LoopedLM(_small(config["vocab_size"], exit_gate="act"))
@@ -186,7 +186,7 @@ class GatedFamily(torch.nn.Module):
 
     def __init__(self, vocab: int) -> None:
         super().__init__()
-        from looplab.model.looped import LoopedLM
+        from looplab.families.looped.model import LoopedLM
 
         torch.manual_seed(5)
         self.lm = LoopedLM(_small(vocab, exit_gate="geometric"))

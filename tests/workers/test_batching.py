@@ -14,8 +14,8 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from looplab.families.looped.model import LoopedLM
 from looplab.model.flops import step_flops, training_flops
-from looplab.model.looped import LoopedLM
 from looplab.model.presets import preset
 from looplab.model.rounds import forward_sizes
 from looplab.workers.train.batching import padded_rounds, split_step, work
@@ -261,7 +261,7 @@ def test_measured_padding_equals_a_hand_count(looplab_cache, tmp_path, monkeypat
     (3, 3), (7, 1), largest 9, 8, 3, 7: 2 (17 + 16 + 9 + 15) = 114 computed, for the same 78."""
     import torch
 
-    from looplab.model.looped import LoopedLM
+    from looplab.families.looped.model import LoopedLM
 
     counts = [1, 9, 2, 8, 3, 3, 7, 1]
     monkeypatch.setattr(LoopedLM, "sample_loops", lambda self, b, step, seed=0: torch.tensor(counts))

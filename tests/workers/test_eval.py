@@ -49,7 +49,7 @@ ITEMS = [
 
 def write_checkpoint(directory, seed: int = 0):
     """A random-weight fixed4 model (byte vocabulary) saved the way a train job saves one."""
-    from looplab.model.looped import LoopedLM
+    from looplab.families.looped.model import LoopedLM
     from looplab.model.presets import preset
     from looplab.workers import checkpoint as ckpt
 

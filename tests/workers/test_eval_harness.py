@@ -76,7 +76,7 @@ def test_the_adapter_refuses_generation_and_needs_a_checkpoint():
 
 
 def write_checkpoint_model():
-    from looplab.model.looped import LoopedLM
+    from looplab.families.looped.model import LoopedLM
     from looplab.model.presets import preset
 
     return LoopedLM(

@@ -113,7 +113,7 @@ def test_sampled_loops_report_padding_waste(looplab_cache, tmp_path):
     """The row's padding_waste is measured from the steps' real counts (one forward of the batch each:
     the padded share of the recurrent FLOPs over both steps), not the FLOP model's expectation, which
     stays the budget accounting's figure (flops_per_token)."""
-    from looplab.model.looped import LoopedLM
+    from looplab.families.looped.model import LoopedLM
 
     rep = MemoryReporter()
     spec = Spec.from_dict(tiny_spec(recipe="parcae", tokens=8 * 32 * 2))

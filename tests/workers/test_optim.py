@@ -130,7 +130,7 @@ def test_frozen_parameters_are_left_out():
 
 
 def test_looped_model_parameters_each_land_in_exactly_one_group():
-    from looplab.model.looped import LoopedLM
+    from looplab.families.looped.model import LoopedLM
     from looplab.model.presets import preset
 
     model = LoopedLM(preset("parcae", "tiny"))

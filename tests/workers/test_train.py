@@ -362,7 +362,7 @@ def test_trainer_passes_the_loop_counts_on_the_cpu(looplab_cache, tmp_path, monk
     on a GPU (on the CPU `.to` is free, so the counts refuse to be moved at all)."""
     import torch
 
-    from looplab.model.looped import LoopedLM
+    from looplab.families.looped.model import LoopedLM
 
     class StayOnHost(torch.Tensor):
         def to(self, *args, **kwargs):

@@ -3,7 +3,7 @@
 looplab's own model runs the exit rules inside one forward (`model.exits`: the contract's readout at
 any round and the rounds with a keep mask), with KV strategies across rounds in its KV cache and decode
 timing with exits. A family runs them inside one forward too when it has the readout capability (as
-`model/looped.py`), else they are emulated from R separate forwards (`model.exit_emulation`). A family
+`families/looped/model.py`), else they are emulated from R separate forwards (`model.exit_emulation`). A family
 with the contract's KV strategies with exits (`kv_strategies()`, `step_context(cache)`; Huginn's `full`
 and `latest_per_slot`) also offers its own strategies as cells (`FamilyKV`): each is evaluated token by
 token through its cache, the rule decided inside every step (`model.exits.family_exit_forward`). So

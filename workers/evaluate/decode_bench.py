@@ -222,7 +222,7 @@ def _bench_cell(model, cfg, context_len: int, batch: int, dtype, device, spec: S
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     step = None
     if use_graph:
-        from looplab.model.decode import capture_decode_graph
+        from looplab.families.looped.decode import capture_decode_graph
 
         cache.fake_fill(context_len - n)
         graph, static_tokens, _ = capture_decode_graph(model, cache, tokens[0])

@@ -14,7 +14,7 @@ Conventions (the harness's, for a model without special tokens):
   `is_greedy` is whether every continuation token is the argmax.
 
 Determinism: one int h0 seed for every batch. With an int seed the initial state is a function of
-(seed, position, channel) only, the same for every row (see model.looped), so a request scores the same
+(seed, position, channel) only, the same for every row (see families.looped.model), so a request scores the same
 whichever batch, padding or order it runs in: batches are sorted by length to pad little.
 """
 

@@ -71,11 +71,11 @@ from typing import Any
 
 import torch
 
+from looplab.families.looped.model import LoopedLM
 from looplab.model.contract import build_model, family_facts
 from looplab.model.counts import param_count, tokens_for_flops
 from looplab.model.flops import FlopBreakdown, step_flops, training_flops
 from looplab.model.init import RowKey, draw_h0
-from looplab.model.looped import LoopedLM
 from looplab.model.memory import largest_micro_batch
 from looplab.model.names import BUILTIN_FAMILY
 from looplab.model.rounds import forward_sizes

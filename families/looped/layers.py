@@ -16,10 +16,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from looplab.families.looped.loop_design import LayerCondition
 from looplab.model.config import VE_GATE_CHANNELS, ModelConfig, RoundSettings
 from looplab.model.init import scaled_orthogonal_, small_init_std, torch_default_linear_
 from looplab.model.kv_cache import LayerKey
-from looplab.model.loop_design import LayerCondition
 
 NORM_EPS = 1e-5  # block norms, the prelude-output norm and the final norm, as the reference
 
@@ -149,7 +149,7 @@ class Block(nn.Module):
         self, x: Tensor, idx: Tensor, *, settings: RoundSettings, ctx, key: LayerKey, cond=None
     ) -> Tensor:
         """x (B, T, d) -> (B, T, d) with `settings` of the round; `key` names this application.
-        `cond`: a `model.loop_design.LayerCondition` (per-round gates on the branches and/or scale and
+        `cond`: a `families.looped.loop_design.LayerCondition` (per-round gates on the branches and/or scale and
         shift of the pre-norms, for timestep conditioning) or None."""
         cond = cond or UNCONDITIONED  # every part None: _modulate and _gated pass their input through
         if settings.round.attention:

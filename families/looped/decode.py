@@ -1,7 +1,7 @@
 """Generation and CUDA-graph capture on top of the model's incremental decoding.
 
 The pieces live elsewhere: the static KV cache (`model.kv_cache`), the attention contexts
-(`model.contexts`), and `LoopedLM.setup_cache / prefill / decode_step` (`model.looped`). This module
+(`model.contexts`), and `LoopedLM.setup_cache / prefill / decode_step` (`families.looped.model`). This module
 only uses them; nothing in the model imports it.
 
 `decode_step` has static shapes and no host sync (the position lives on the device and is advanced in
@@ -20,7 +20,7 @@ from torch import Tensor
 from looplab.model.kv_cache import KVCache
 
 if TYPE_CHECKING:
-    from looplab.model.looped import LoopedLM
+    from looplab.families.looped.model import LoopedLM
 
 
 @torch.no_grad()

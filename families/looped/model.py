@@ -8,10 +8,10 @@
     y   = head(norm(coda(C h_T)))                     C dense readout, scaled orthogonal at init; tied head
 
 This is the function of the public Parcae code (see `model.init` for its initialisation, parameter by
-parameter, and `model.layers` for its norms). `injection="none"` instead runs h_1 = R(e),
+parameter, and `families.looped.layers` for its norms). `injection="none"` instead runs h_1 = R(e),
 h_t = R(h_{t-1}), with no prelude-output norm, B, C or h0: the plain transformer.
 
-Loop-design variants (`model.config` has the formulas, `model.loop_design` the parameters): the
+Loop-design variants (`model.config` has the formulas, `families.looped.loop_design` the parameters): the
 "scalar" / "channel" / "dense" injections start from h_0 = e and add a e / W e (computed once, in the
 stem) to every round's input; `history` adds the last w state differences, which the loop carries
 along with h (newest first; a sample held still adds a zero difference); `timestep` hands each round
@@ -43,7 +43,7 @@ setting (and autograd variant), never per round index or loop count, so the numb
 depend on the loop counts. Attention masks are built before the parts run, outside compiled code.
 
 Decoding: `setup_cache` -> `prefill(idx, cache)` -> `decode_step(tokens, cache)` per token. The cache
-and the attention contexts live in `model.kv_cache` / `model.contexts`; `model.decode` (generation,
+and the attention contexts live in `model.kv_cache` / `model.contexts`; `families.looped.decode` (generation,
 CUDA-graph capture) builds on this module and is never imported by it.
 
 Learned exit (`cfg.exit_gate`, `model.exit_gate`): a gate after every round gives the probability of
@@ -65,14 +65,19 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from looplab.families.looped.layers import Block, RMSNorm, rope_tables
+from looplab.families.looped.loop_design import (
+    HistoryMaps,
+    InputInjection,
+    TimestepConditioning,
+    layer_conditions,
+)
 from looplab.model.attention import prepare_masks
 from looplab.model.config import ModelConfig
 from looplab.model.contexts import SeqContext, StepContext
 from looplab.model.exit_gate import ExitGate, objective
 from looplab.model.init import draw_h0, scaled_orthogonal_, small_init_std
 from looplab.model.kv_cache import KVCache, LayerKey
-from looplab.model.layers import Block, RMSNorm, rope_tables
-from looplab.model.loop_design import HistoryMaps, InputInjection, TimestepConditioning, layer_conditions
 from looplab.model.rounds import loop_counts, plan_rounds
 
 
@@ -124,7 +129,7 @@ class LoopedLM(nn.Module):
             self.dt_bias = nn.Parameter(torch.zeros(d))
             self.B = nn.Parameter(torch.empty(d, d))
             self.C = nn.Parameter(torch.empty(d, d))
-        # the loop-design parameters (model.loop_design), each only when its variant is on
+        # the loop-design parameters (families.looped.loop_design), each only when its variant is on
         self.input_injection = (
             InputInjection(cfg) if cfg.injection in ("scalar", "channel", "dense") else None
         )

@@ -2,7 +2,7 @@
 as `LoopedLM` weights. Pure mapping, no I/O (files, tokenizers and the hub are `workers.hub`'s).
 
 The public code (sandyresearch/parcae, `parcae_lm.models.parcae`) computes the same function as
-`model.looped` (tests/model/test_fidelity.py writes it out and compares) with three differences of
+`families.looped.model` (tests/model/test_fidelity.py writes it out and compares) with three differences of
 layout, undone here:
 - RoPE: it rotates neighbouring channels (2i, 2i+1) of a head, we rotate halves (i, i + D/2); the
   functions agree once the rows of every q and k weight are reordered per head (`pairs_to_halves`);
@@ -384,7 +384,7 @@ def _their_name(ours: str, cfg: ModelConfig) -> str:
 def _check_rope(table: Tensor, cfg: ModelConfig) -> None:
     """The public model's RoPE buffer (1, T, 1, D/2, 2) must be our tables at `cfg.rope_base`: it is
     loaded from the state dict, so it, not the config's rope_base, is what that model computes with."""
-    from looplab.model.layers import rope_tables
+    from looplab.families.looped.layers import rope_tables
 
     if table.dim() != 5 or table.shape[-2] != cfg.head_dim // 2:
         raise ConfigError(
