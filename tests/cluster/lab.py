@@ -130,8 +130,12 @@ class LabCluster:
         of the host's log; a start that fails (a raylet not up in time on a loaded machine: CI saw "the
         current node timed out during startup" once) is tried again on a clean host, `tries` in all."""
         host = self.net[name]
+        # $LOOPLAB_LAB_DASHBOARD=1: the head runs Ray's dashboard, which Ray's state API (what a task
+        # waits for, on which node) needs; off by default (a process more on a loaded machine)
+        dash = os.environ.get("LOOPLAB_LAB_DASHBOARD") == "1"
         role = (
-            ["--head", f"--port={RAY_PORT}", "--include-dashboard=false"]
+            ["--head", f"--port={RAY_PORT}", f"--include-dashboard={str(dash).lower()}"]
+            + ([f"--dashboard-host={host.addr}"] if dash else [])
             if name == "head"
             else [f"--address={self.ray_address}"]
         )

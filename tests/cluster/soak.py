@@ -38,7 +38,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tests.cluster import promises, soak_verdict
+from tests.cluster import evidence, promises, soak_verdict
 from tests.cluster.lab import LabCluster
 from tests.orchestrator.test_crash_resume import TRAIN as CRASH_TRAIN
 
@@ -613,6 +613,15 @@ def soak(
         ]
         counts["fence_notes"] = soak_verdict.fence_notes(run.faults, counts["refused"], counts["taken_over"])
         checked_curves = run.curves(ref_dir, curves)
+    except BaseException:
+        kept = out.parent / f"{out.stem}-evidence"  # the cluster's /tmp goes with the teardown: copied first
+        print(
+            f"the soak failed: its evidence is kept in {kept}:",
+            *evidence.keep(lab, kept),
+            sep="\n  ",
+            flush=True,
+        )
+        raise
     finally:
         keep = out.parent / f"{out.stem}-logs"  # the drivers', submitter's and Ray nodes' logs
         shutil.copytree(lab.logs, keep, dirs_exist_ok=True)
@@ -669,6 +678,7 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"{name}: expected an integer >= {lo}, got {value}")
     work = Path(tempfile.mkdtemp(prefix="looplab-soak-", dir="/var/tmp"))  # every host sees /var/tmp
     os.environ["LOOPLAB_CACHE"] = str(work / "cache")
+    passed = False
     try:
         soak(
             work / "cache",
@@ -681,8 +691,12 @@ def main(argv: list[str] | None = None) -> int:
             args.arm_timeout,
             args.outrun,
         )
+        passed = True
     finally:
-        shutil.rmtree(work, ignore_errors=True)  # the data cache and the reference runs
+        if passed:
+            shutil.rmtree(work, ignore_errors=True)  # the data cache and the reference runs
+        else:  # kept for whoever looks into the failure (the data cache the jobs read is in it)
+            print(f"the soak failed: its work dir is kept: {work}", flush=True)
     return 0
 
 
