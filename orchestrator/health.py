@@ -72,6 +72,7 @@ class Rule(StrEnum):
     UNIGRAM = "unigram"  # the validation loss is above the training data's unigram baseline
     REWIND = "rewind"  # the trainer rewound a loss spike (its spec's spike_rewind)
     PREEMPTED = "preempted"  # the driver stopped a preemptible job for an urgent one (admission.py)
+    UNSTARTED = "unstarted"  # Ray did not start the job's task, launch after launch (ray_watch.py)
 
 
 class Level(StrEnum):

@@ -64,6 +64,7 @@ class RayWatch:
         self.last_error = "no answer yet"
         self.gone = False  # the cluster was lost and the jobs released: the driver stops
         self.waiting: dict[int, float] = {}  # job -> when its task was launched, until it says it started
+        self.no_starts: dict[int, int] = {}  # job -> its launches in a row whose task never started
         self.gangs: dict[tuple[int, int], tuple[int | None, float]] = {}  # orchestrator/gang_watch.py
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -97,7 +98,9 @@ class RayWatch:
         self.waiting[job_id] = self.clock()
 
     def started(self, job_id: int) -> None:
+        """The job's task said it started: it is no longer waited for, and its count of no-starts ends."""
         self.waiting.pop(job_id, None)
+        self.no_starts.pop(job_id, None)
 
     def beat(self, now: float) -> None:
         """A pass of the driver's loop; after a gap longer than FROZEN_S (the driver stood still) the
@@ -158,25 +161,111 @@ def unstarted(driver, now: float) -> None:
     does) `driver.settings.ray_start_s` after its launch: Ray lost its lease with a node (seen in the
     soak: a task launched as its node froze, that node then declared dead and started again, waited for
     ever, and the driver heartbeated its job and held its slot). The task is cancelled and the attempt
-    ended interrupted (it ran nothing), its job queued again. The driver's own freezes are not counted."""
+    ended interrupted (it ran nothing), its job queued again. The driver's own freezes are not counted.
+
+    The same job not started launch after launch (soak seed 2026: a depth sweep's task launched, not
+    started, ended and queued again eleven times, until the soak gave up) is not left to loop for ever:
+    each end names where Ray put the task when its state API can say (`placed`), the `ALERT_AFTER`th
+    no-start in a row of a job is a health finding (an alert where channels are set), and the
+    `FAIL_AFTER`th ends the job failed, a fault of the machine, with what to do (`no_start_result`)."""
     from looplab.orchestrator.states import AttemptOutcome
-    from looplab.orchestrator.task import TaskResult
 
     watch, limit = driver.ray_watch, driver.settings.ray_start_s
     for ref, (job, n, _) in list(driver.running.items()):
         since = watch.waiting.get(job)
         if since is None or now - max(since, watch.counting_from) <= limit:
             continue
-        watch.started(job)
-        why = f"Ray did not start its task within {limit:g} s of its launch (a lease lost with a node?)"
+        watch.waiting.pop(job, None)
+        times = watch.no_starts[job] = watch.no_starts.get(job, 0) + 1
+        why = f"Ray did not start its task within {limit:g} s of its launch (a lease lost with a node?); {placed(ref)}"
         try:
             import ray
 
             ray.cancel(ref, force=True)
         except Exception as e:  # it is dropped here whatever Ray says
             log.info("job %s: cancelling its unstarted task: %s", job, e)
-        driver._collect(ref, TaskResult(AttemptOutcome.INTERRUPTED, why))
-        driver._say(f"job {job}: attempt {n}: {why}: ended, its job queued again")
+        result = no_start_result(job, times, why)
+        failed = result.outcome == AttemptOutcome.FAILED
+        if failed:
+            watch.no_starts.pop(job, None)  # a `looplab retry` starts a new count
+        elif times >= ALERT_AFTER:  # a warning while it goes on; the end's finding is the result's own
+            driver.findings.append((job, n, _finding(job, times, why, failed=False)))
+        driver._collect(ref, result)
+        ended = "ended, the job failed" if failed else "ended, its job queued again"
+        driver._say(f"job {job}: attempt {n}: {why}: {ended} (no-start {times} in a row)")
+
+
+ALERT_AFTER = 2  # a job's no-starts in a row that make a health finding (and an alert)
+FAIL_AFTER = 4  # ... that end the job failed
+
+
+def no_start_result(job: int, times: int, why: str):
+    """The TaskResult of an attempt whose task Ray did not start, the `times`th in a row of job `job`:
+    interrupted (it costs none of the job's attempts) before `FAIL_AFTER`, then failed for good: a
+    fault of the machine, with a finding that stops it (no retry: the next launch would wait the same
+    way) and what to do."""
+    from looplab.orchestrator.faults import Fault
+    from looplab.orchestrator.states import AttemptOutcome
+    from looplab.orchestrator.task import TaskResult
+
+    if times < FAIL_AFTER:
+        return TaskResult(AttemptOutcome.INTERRUPTED, why)
+    finding = _finding(job, times, why, failed=True)
+    return TaskResult(AttemptOutcome.FAILED, finding.message, finding=finding, fault=Fault.MACHINE)
+
+
+def _finding(job: int, times: int, why: str, failed: bool):
+    from looplab.orchestrator.health import STOP, Finding, Level, Rule
+
+    todo = (
+        "see `ray status` on the head (a node listed but not taking work?) and that node's raylet log "
+        "(/tmp/ray/session_latest/logs/raylet.out: workers that fail to start?); restart that node's Ray "
+        "(`ray stop`, then `ray start --address=HEAD:6379` on it)"
+    )
+    if failed:
+        message = (
+            f"Ray did not start job {job}'s task {times} launches in a row: the job is ended failed, a "
+            f"fault of the machine, not of the job. {todo}; then `looplab retry {job}`. Last: {why}"
+        )
+        return Finding(Rule.UNSTARTED, Level.ERROR, None, None, None, message, action=STOP)
+    message = (
+        f"Ray has not started job {job}'s task {times} launches in a row (it is ended failed at "
+        f"{FAIL_AFTER}): {todo}. Last: {why}"
+    )
+    return Finding(Rule.UNSTARTED, Level.WARNING, None, None, None, message)
+
+
+def placed(ref, wait_s: float = 3.0, get=None) -> str:
+    """Where Ray put the task of `ref`, in words, as its state API says (the task's state and node):
+    best effort, never more than `wait_s` seconds (the call runs on a thread of its own; an answer later
+    than that is dropped). The state API needs Ray's dashboard on the head; without it, that is said."""
+    found: list[str] = []
+
+    def ask() -> None:
+        try:
+            if get is None:
+                from ray.util.state import get_task
+
+                task = get_task(ref.task_id().hex(), timeout=max(1, int(wait_s)), _explain=False)
+            else:
+                task = get(ref)
+            if isinstance(task, list):  # one entry an execution attempt of the task: the last is now
+                task = task[-1] if task else None
+            if task is None:
+                found.append("Ray's state API does not know the task")
+                return
+            state, node = getattr(task, "state", "?"), getattr(task, "node_id", None)
+            on = f"on node {node}" if node else "on no node yet (waiting for one with room)"
+            found.append(f"Ray lists it {state} {on}")
+        except Exception as e:
+            found.append(f"where Ray put it is unknown (its state API: {type(e).__name__}: {str(e)[:160]})")
+
+    thread = threading.Thread(target=ask, name="looplab-ray-placed", daemon=True)
+    thread.start()
+    thread.join(wait_s)
+    return (
+        found[0] if found else f"where Ray put it is unknown (its state API gave no answer in {wait_s:g} s)"
+    )
 
 
 def leave(code: int) -> None:

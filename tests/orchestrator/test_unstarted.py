@@ -1,0 +1,121 @@
+"""A job whose Ray task is not started launch after launch (orchestrator/ray_watch.py `unstarted`): seen
+in the soak of seed 2026, where a depth sweep was launched, not started, ended and queued again eleven
+times until the soak gave up. The rule on the fakes of tests/orchestrator/test_ray_watch.py (a clock of
+the test's, a driver that collects what it is handed), and `placed` on a real local Ray."""
+
+from __future__ import annotations
+
+import threading
+import time
+import types
+
+from looplab.orchestrator import faults, ray_watch
+from looplab.orchestrator.health import HealthSettings, Level, Rule
+from tests.orchestrator.test_ray_watch import ONE, Clock, Driver
+
+WHERE = "Ray lists it PENDING_NODE_ASSIGNMENT on node 5a1f"
+
+
+def driver_with(monkeypatch, clock: Clock) -> Driver:
+    import ray
+
+    monkeypatch.setattr(ray_watch, "placed", lambda ref: WHERE, raising=False)  # the state API
+    cancelled: list = []  # (Ray's own cancel would start a local Ray for a fake ref)
+    monkeypatch.setattr(ray, "cancel", lambda ref, force: cancelled.append((ref, force)))
+    driver = Driver(ray_watch.RayWatch(30.0, probe=lambda: True, clock=clock))
+    driver.findings = []  # the scheduler's: the driver's own findings, waiting for the database
+    driver.running = {}
+    driver.cancelled = cancelled
+    return driver
+
+
+def no_start(driver: Driver, clock: Clock, job: int, n: int):
+    """Launch attempt `n` of `job`, let 60 s and a bit pass without a start, run the rule; its result."""
+    ref = f"ref-{job}-{n}"
+    driver.running[ref] = (job, n, ONE)
+    driver.ray_watch.launched(job)
+    clock.t += 61
+    ray_watch.unstarted(driver, clock.t)
+    assert ref not in driver.running and driver.cancelled[-1] == (ref, True)
+    got_job, got_n, result = driver.collected[-1]
+    assert (got_job, got_n) == (job, n)
+    return result
+
+
+def test_a_job_not_started_again_and_again_warns_at_the_second_and_fails_at_the_fourth(monkeypatch):
+    clock = Clock()
+    driver = driver_with(monkeypatch, clock)
+    first = no_start(driver, clock, 7, 1)
+    assert str(first.outcome) == "interrupted" and driver.findings == []  # once: a lease lost, as before
+    assert WHERE in first.error and WHERE in driver.said[-1]  # where Ray put it, named
+    for n in (2, 3):
+        result = no_start(driver, clock, 7, n)
+        assert str(result.outcome) == "interrupted"  # still queued again, and costs no attempt
+        job, attempt, finding = driver.findings[-1]
+        assert (job, attempt, finding.rule, finding.level) == (7, n, Rule.UNSTARTED, Level.WARNING)
+        assert f"{n} launches in a row" in finding.message and "ray status" in finding.message
+    assert len(driver.findings) == 2
+    last = no_start(driver, clock, 7, 4)
+    assert str(last.outcome) == "failed" and last.fault == faults.Fault.MACHINE
+    assert last.finding.rule == Rule.UNSTARTED and last.finding.level == Level.ERROR
+    assert "looplab retry 7" in last.error and "ray status" in last.error and WHERE in last.error
+    # the finding stops it: no retry of a launch that would wait the same way
+    assert faults.retried(last.finding, last.fault, HealthSettings()) is False
+    assert len(driver.findings) == 2  # the end's finding is the result's own, not a second one
+    assert "the job failed" in driver.said[-1] and 7 not in driver.ray_watch.no_starts
+
+
+def test_a_task_that_started_ends_the_count_and_other_jobs_have_their_own(monkeypatch):
+    clock = Clock()
+    driver = driver_with(monkeypatch, clock)
+    no_start(driver, clock, 7, 1)
+    no_start(driver, clock, 9, 1)
+    assert driver.ray_watch.no_starts == {7: 1, 9: 1}
+    driver.running["ref-7-2"] = (7, 2, ONE)
+    driver.ray_watch.launched(7)
+    driver.ray_watch.started(7)  # its task said it started: the count ends
+    del driver.running["ref-7-2"]
+    assert driver.ray_watch.no_starts == {9: 1}
+    outcomes = [str(no_start(driver, clock, 7, n).outcome) for n in (3, 4, 5)]
+    assert outcomes == ["interrupted"] * 3  # three in a row since the start: under the bound of four
+    assert str(no_start(driver, clock, 9, 2).outcome) == "interrupted"  # job 9: its second
+    assert str(no_start(driver, clock, 7, 6).outcome) == "failed"
+
+
+def test_placed_names_the_state_and_node_and_never_waits_past_its_bound():
+    task = types.SimpleNamespace(state="PENDING_NODE_ASSIGNMENT", node_id=None)
+    assert ray_watch.placed("ref", get=lambda ref: task).startswith(
+        "Ray lists it PENDING_NODE_ASSIGNMENT on no node"
+    )
+    task = types.SimpleNamespace(state="PENDING_ARGS_AVAIL", node_id="abcd")
+    assert ray_watch.placed("ref", get=lambda ref: [task]) == "Ray lists it PENDING_ARGS_AVAIL on node abcd"
+    assert "does not know" in ray_watch.placed("ref", get=lambda ref: None)
+
+    def refuses(ref):
+        raise ConnectionError("no dashboard")
+
+    assert "unknown (its state API: ConnectionError: no dashboard)" in ray_watch.placed("ref", get=refuses)
+    never = threading.Event()
+    t0 = time.monotonic()
+    said = ray_watch.placed("ref", wait_s=0.3, get=lambda ref: never.wait(30))  # a head that never answers
+    assert time.monotonic() - t0 < 2 and "no answer in 0.3 s" in said
+    never.set()
+
+
+def test_placed_on_a_real_ray_task_that_cannot_start_answers_within_its_bound(ray_cluster):
+    """A task asking for a resource no node has waits for ever, as job 51's did; the session's Ray runs
+    without the dashboard, so the state API cannot say where: that is what is said, within the bound."""
+    ray = ray_cluster
+
+    @ray.remote(resources={"no-such-node": 1}, num_cpus=0)
+    def never() -> int:
+        return 1
+
+    ref = never.remote()
+    try:
+        t0 = time.monotonic()
+        said = ray_watch.placed(ref, wait_s=3.0)
+        assert time.monotonic() - t0 < 3.5, said
+        assert said.startswith(("where Ray put it is unknown", "Ray lists it")), said
+    finally:
+        ray.cancel(ref, force=True)
