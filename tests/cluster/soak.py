@@ -581,6 +581,15 @@ def summary(soak: Soak, checked: dict, counts: dict, curves: list[int], seconds:
     return "\n".join(line.rstrip() for line in lines) + "\n"
 
 
+def keep_evidence(lab: LabCluster, out: Path) -> None:
+    """A failed soak's evidence (tests/cluster/evidence.py) beside its summary `out`, copied before the
+    teardown takes each host's /tmp; where it is, printed."""
+    kept = out.parent / f"{out.stem}-evidence"
+    print(
+        f"the soak failed: its evidence is kept in {kept}:", *evidence.keep(lab, kept), sep="\n  ", flush=True
+    )
+
+
 def soak(
     cache: Path,
     seed: int,
@@ -613,14 +622,10 @@ def soak(
         ]
         counts["fence_notes"] = soak_verdict.fence_notes(run.faults, counts["refused"], counts["taken_over"])
         checked_curves = run.curves(ref_dir, curves)
+        if counts["problems"]:  # it fails once the summary is written, after the teardown
+            keep_evidence(lab, out)
     except BaseException:
-        kept = out.parent / f"{out.stem}-evidence"  # the cluster's /tmp goes with the teardown: copied first
-        print(
-            f"the soak failed: its evidence is kept in {kept}:",
-            *evidence.keep(lab, kept),
-            sep="\n  ",
-            flush=True,
-        )
+        keep_evidence(lab, out)
         raise
     finally:
         keep = out.parent / f"{out.stem}-logs"  # the drivers', submitter's and Ray nodes' logs
