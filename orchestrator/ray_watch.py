@@ -235,13 +235,20 @@ def _finding(job: int, times: int, why: str, failed: bool):
     return Finding(Rule.UNSTARTED, Level.WARNING, None, None, None, message)
 
 
-def placed(ref, wait_s: float = 3.0, get=None) -> str:
-    """Where Ray put the task of `ref`, in words, as its state API says (the task's state and node):
-    best effort, never more than `wait_s` seconds (the call runs on a thread of its own; an answer later
-    than that is dropped). The state API needs Ray's dashboard on the head; without it, that is said."""
-    found: list[str] = []
+def placed(ref, wait_s: float = 3.0, get=None, free=None) -> str:
+    """Where Ray put the task of `ref`, in words: the CPUs and GPUs Ray has free in the cluster (a task
+    waits for ever where they are held by what the driver does not count, e.g. a placement group left
+    behind) and the task's state and node as Ray's state API says. Best effort, never more than
+    `wait_s` seconds (the calls run on a thread of their own; what answers later is dropped). The state
+    API needs Ray's dashboard on the head; without it, that is said. `get` and `free` replace the calls
+    to Ray (tests)."""
+    said: list[str] = []
 
     def ask() -> None:
+        try:
+            said.append((free or _free)())
+        except Exception as e:
+            said.append(f"Ray's free resources unknown ({type(e).__name__}: {str(e)[:120]})")
         try:
             if get is None:
                 from ray.util.state import get_task
@@ -252,20 +259,29 @@ def placed(ref, wait_s: float = 3.0, get=None) -> str:
             if isinstance(task, list):  # one entry an execution attempt of the task: the last is now
                 task = task[-1] if task else None
             if task is None:
-                found.append("Ray's state API does not know the task")
+                said.append("Ray's state API does not know the task")
                 return
             state, node = getattr(task, "state", "?"), getattr(task, "node_id", None)
             on = f"on node {node}" if node else "on no node yet (waiting for one with room)"
-            found.append(f"Ray lists it {state} {on}")
+            said.append(f"Ray lists it {state} {on}")
         except Exception as e:
-            found.append(f"where Ray put it is unknown (its state API: {type(e).__name__}: {str(e)[:160]})")
+            said.append(f"where Ray put it is unknown (its state API: {type(e).__name__}: {str(e)[:160]})")
 
     thread = threading.Thread(target=ask, name="looplab-ray-placed", daemon=True)
     thread.start()
     thread.join(wait_s)
-    return (
-        found[0] if found else f"where Ray put it is unknown (its state API gave no answer in {wait_s:g} s)"
-    )
+    if len(said) < 2:
+        said.append(f"(no answer from Ray in {wait_s:g} s)")
+    return "; ".join(list(said))
+
+
+def _free() -> str:
+    """What Ray has free in the whole cluster now, of what it has: CPUs and GPUs (two GCS round trips)."""
+    import ray
+
+    free, total = ray.available_resources(), ray.cluster_resources()
+    shown = (f"{k} {free.get(k, 0):g} of {total[k]:g}" for k in ("CPU", "GPU") if k in total)
+    return "Ray's cluster has free: " + ", ".join(shown)
 
 
 def leave(code: int) -> None:

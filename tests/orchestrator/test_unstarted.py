@@ -5,6 +5,7 @@ the test's, a driver that collects what it is handed), and `placed` on a real lo
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import types
@@ -82,23 +83,39 @@ def test_a_task_that_started_ends_the_count_and_other_jobs_have_their_own(monkey
     assert str(no_start(driver, clock, 7, 6).outcome) == "failed"
 
 
-def test_placed_names_the_state_and_node_and_never_waits_past_its_bound():
+def test_placed_names_the_free_resources_the_state_and_node_and_never_waits_past_its_bound():
+    def free():
+        return "Ray's cluster has free: CPU 0 of 2"
+
     task = types.SimpleNamespace(state="PENDING_NODE_ASSIGNMENT", node_id=None)
-    assert ray_watch.placed("ref", get=lambda ref: task).startswith(
-        "Ray lists it PENDING_NODE_ASSIGNMENT on no node"
+    said = ray_watch.placed("ref", get=lambda ref: task, free=free)
+    assert (
+        said
+        == "Ray's cluster has free: CPU 0 of 2; Ray lists it PENDING_NODE_ASSIGNMENT on no node yet (waiting for one with room)"
     )
     task = types.SimpleNamespace(state="PENDING_ARGS_AVAIL", node_id="abcd")
-    assert ray_watch.placed("ref", get=lambda ref: [task]) == "Ray lists it PENDING_ARGS_AVAIL on node abcd"
-    assert "does not know" in ray_watch.placed("ref", get=lambda ref: None)
+    assert ray_watch.placed("ref", get=lambda ref: [task], free=free).endswith(
+        "Ray lists it PENDING_ARGS_AVAIL on node abcd"
+    )
+    assert "does not know" in ray_watch.placed("ref", get=lambda ref: None, free=free)
 
-    def refuses(ref):
+    def refuses(*ref):
         raise ConnectionError("no dashboard")
 
-    assert "unknown (its state API: ConnectionError: no dashboard)" in ray_watch.placed("ref", get=refuses)
+    said = ray_watch.placed("ref", get=refuses, free=refuses)
+    assert said == (
+        "Ray's free resources unknown (ConnectionError: no dashboard); "
+        "where Ray put it is unknown (its state API: ConnectionError: no dashboard)"
+    )
     never = threading.Event()
     t0 = time.monotonic()
-    said = ray_watch.placed("ref", wait_s=0.3, get=lambda ref: never.wait(30))  # a head that never answers
-    assert time.monotonic() - t0 < 2 and "no answer in 0.3 s" in said
+    said = ray_watch.placed(
+        "ref", wait_s=0.3, get=lambda ref: never.wait(30), free=free
+    )  # a head that never answers
+    assert (
+        time.monotonic() - t0 < 2
+        and said == "Ray's cluster has free: CPU 0 of 2; (no answer from Ray in 0.3 s)"
+    )
     never.set()
 
 
@@ -116,6 +133,8 @@ def test_placed_on_a_real_ray_task_that_cannot_start_answers_within_its_bound(ra
         t0 = time.monotonic()
         said = ray_watch.placed(ref, wait_s=3.0)
         assert time.monotonic() - t0 < 3.5, said
-        assert said.startswith(("where Ray put it is unknown", "Ray lists it")), said
+        # the session's Ray: 2 CPUs and 2 logical GPUs (what other tests of the session hold aside)
+        assert re.match(r"Ray's cluster has free: CPU [\d.]+ of 2, GPU [\d.]+ of 2; ", said), said
+        assert "where Ray put it is unknown" in said or "Ray lists it" in said, said
     finally:
         ray.cancel(ref, force=True)
