@@ -47,14 +47,19 @@ def keep(lab: LabCluster, into: Path) -> list[str]:
         except Exception as e:  # the next step may still work
             said.append(f"{what}: NOT kept ({type(e).__name__}: {str(e)[:200]})")
 
-    for host in HOSTS:
+    for host in (h for h in HOSTS if h != "pg"):  # every host but the database's runs Ray
         dest = into / f"ray-{host}"
         # on the host (its own /tmp); the destination is outside /tmp, which every host sees
         step(
             f"{host}'s Ray session logs -> {dest}",
             lambda h=host, d=dest: _run_ok(lab, h, ["cp", "-rL", "/tmp/ray/session_latest/logs", str(d)]),
         )
-    step("ray status (head)", lambda: _write(into / "ray-status.txt", _out(lab, "head", [_ray(), "status"])))
+    step(
+        "ray status (head)",
+        lambda: _write(
+            into / "ray-status.txt", _out(lab, "head", [_ray(), "status", f"--address={lab.ray_address}"])
+        ),
+    )
     step(
         "Ray nodes and unfinished tasks (head)",
         lambda: _write(
