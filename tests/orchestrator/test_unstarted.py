@@ -138,3 +138,41 @@ def test_placed_on_a_real_ray_task_that_cannot_start_answers_within_its_bound(ra
         assert "where Ray put it is unknown" in said or "Ray lists it" in said, said
     finally:
         ray.cancel(ref, force=True)
+
+
+def test_a_job_whose_task_ray_never_starts_ends_failed_after_four_launches_with_its_findings(
+    tmp_path, ray_cluster
+):
+    """The real driver, database and Ray: a placement group holds every CPU of the session's Ray aside
+    (what a gang's group left behind would do) while the driver's admission, which counts the cluster's
+    CPUs, believes one free. The job's task waits each time; the driver ends it failed at the 4th
+    no-start instead of queueing it again for ever, and says why."""
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    from looplab.orchestrator import Grid, Queue
+    from tests.db_rows import rows
+    from tests.orchestrator import fake_jobs
+
+    ray = ray_cluster
+    group = placement_group([{"CPU": ray.cluster_resources()["CPU"]}])
+    ray.get(group.ready(), timeout=120)
+    try:
+        q = Queue(db=tmp_path / "q.db", artifacts=tmp_path / "art", kinds=fake_jobs)
+        (job,) = q.submit(Grid("never", job="noop", max_attempts=10))
+        t = threading.Thread(
+            target=q.run,
+            kwargs=dict(until_empty=True, progress=False, poll_s=0.1, ray_start_s=1.0),
+            daemon=True,
+        )
+        t.start()
+        t.join(180)
+        assert not t.is_alive(), "the driver still loops"
+    finally:
+        remove_placement_group(group)
+    ((status, error),) = rows(q, "SELECT status, error FROM jobs WHERE id=:j", j=job)
+    assert status == "failed" and "4 launches in a row" in error and f"looplab retry {job}" in error
+    assert "Ray's cluster has free: CPU 0 of " in error  # what held it: no CPU free, though none was booked
+    outcomes = rows(q, "SELECT n, outcome FROM attempts WHERE job_id=:j ORDER BY n", j=job)
+    assert outcomes == [(1, "interrupted"), (2, "interrupted"), (3, "interrupted"), (4, "failed")]
+    found = rows(q, "SELECT attempt, rule, level FROM health_events WHERE job_id=:j ORDER BY id", j=job)
+    assert found == [(2, "unstarted", "warning"), (3, "unstarted", "warning"), (4, "unstarted", "error")]
