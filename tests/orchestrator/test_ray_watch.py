@@ -164,7 +164,16 @@ def test_a_lost_cluster_with_the_database_away_too_leaves_the_jobs_to_a_takeover
         ray_watch.released(boom)
 
 
-def test_an_attempt_whose_task_never_started_is_ended_after_the_bound_and_one_that_started_is_not():
+def test_an_attempt_whose_task_never_started_is_ended_after_the_bound_and_one_that_started_is_not(
+    monkeypatch,
+):
+    import ray
+
+    # Ray's own cancel of a fake ref would start a local Ray in this process (ray.init by itself), and
+    # a later test's session Ray (conftest ray_cluster) would then refuse to start
+    cancelled: list = []
+    monkeypatch.setattr(ray, "cancel", lambda ref, force: cancelled.append(ref))
+    monkeypatch.setattr(ray_watch, "placed", lambda ref: "where Ray put it is unknown")
     clock = Clock()
     driver = Driver(ray_watch.RayWatch(30.0, probe=lambda: True, clock=clock))
     driver.ray_watch.launched(7)
@@ -176,6 +185,7 @@ def test_an_attempt_whose_task_never_started_is_ended_after_the_bound_and_one_th
     ray_watch.unstarted(driver, clock.t + 51)
     assert [(j, n, str(r.outcome)) for j, n, r in driver.collected] == [(7, 2, "interrupted")]
     assert driver.collected[0][2].error.startswith("Ray did not start its task within 60 s")
+    assert cancelled == ["ref-a"]  # job 7's task, cancelled
     assert list(driver.running.values()) == [(9, 1, ONE)] and "job 7: attempt 2" in driver.said[-1]
     ray_watch.unstarted(driver, clock.t + 500)  # job 9 started: never ended by this rule
     assert len(driver.collected) == 1
