@@ -164,7 +164,7 @@ def unstarted(driver, now: float) -> None:
     ended interrupted (it ran nothing), its job queued again. The driver's own freezes are not counted.
 
     The same job not started launch after launch (soak seed 2026: a depth sweep's task launched, not
-    started, ended and queued again eleven times, until the soak gave up) is not left to loop for ever:
+    started, ended and queued again, attempt 10 and on, until the soak gave up) is not left to loop for ever:
     each end names where Ray put the task when its state API can say (`placed`), the `ALERT_AFTER`th
     no-start in a row of a job is a health finding (an alert where channels are set), and the
     `FAIL_AFTER`th ends the job failed, a fault of the machine, with what to do (`no_start_result`)."""

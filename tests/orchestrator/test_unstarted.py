@@ -1,6 +1,6 @@
 """A job whose Ray task is not started launch after launch (orchestrator/ray_watch.py `unstarted`): seen
-in the soak of seed 2026, where a depth sweep was launched, not started, ended and queued again eleven
-times until the soak gave up. The rule on the fakes of tests/orchestrator/test_ray_watch.py (a clock of
+in the soak of seed 2026, where a depth sweep was launched, not started, ended and queued again ten
+times and more until the soak gave up. The rule on the fakes of tests/orchestrator/test_ray_watch.py (a clock of
 the test's, a driver that collects what it is handed), and `placed` on a real local Ray."""
 
 from __future__ import annotations
