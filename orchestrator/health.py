@@ -5,34 +5,34 @@ clock), so no extra process watches the queue. Each rule's result is a `Finding`
 the figure that tripped it, a level and a sentence), stored as a row of `health_events` with the job
 and attempt (`store`). Why these rules and these defaults (docs/health.md):
 
-- non-finite: a NaN or infinite train loss or gradient norm. A deterministic run replays the same
-  steps into the same NaN, so the job fails at that step without further attempts unless the grid
-  asks for them (`retry_non_finite`); the trainer raises before it can checkpoint the step.
-- loss spike: train loss above `spike_k` x its running median over the last `spike_window` points (the
-  median ignores the spike itself, a mean would follow it). One warning per episode.
-- stall: a running attempt whose step has not advanced for max(`stall_s`, `stall_factor` x its median
-  seconds per step): a warning, then at `stall_kill_factor` times that limit the attempt is killed and
-  retried from its checkpoint (a stopped or deadlocked process never reaches a step boundary, but its
-  reporter thread still heartbeats, so the heartbeat alone cannot tell).
-- slowdown: tokens per second over the last `slow_window` intervals under `slow_fraction` of the run's
-  own median rate: one warning per episode (it ends when the rate is back above the fraction).
-- eval divergence: validation loss rising at each of the last `eval_count` evaluations and by more
-  than `eval_noise` (relative) in all: a warning, once per episode.
-- at chance: the train loss within `chance_tol` (relative) of ln V, the loss of a uniform guess over
-  the vocabulary, at every point of the last `chance_window` steps, from step `chance_after` on: a
-  collapsed run (its logits went flat) that would otherwise end "succeeded". It raises nothing, so no
-  other rule sees it. Action `chance_action` (stop by default).
-- plateau: the train loss's range over the last `plateau_window` steps under `plateau_rel` of its
-  mean, from step `plateau_after` on: a loss that stopped moving (a minibatch loss of a learning run
-  moves by percents from step to step). Action `plateau_action` (warn by default).
+- non-finite: a NaN or infinite train loss or gradient norm. A deterministic run replays the same steps into
+  the same NaN, so the job fails at that step without further attempts unless the grid asks for them
+  (`retry_non_finite`); the trainer raises before it can checkpoint the step.
+- loss spike: train loss above `spike_k` x its running median over the last `spike_window` points (the median
+  ignores the spike itself, a mean would follow it). One warning per episode.
+- stall: a running attempt whose step has not advanced for max(`stall_s`, `stall_factor` x its median seconds
+  per step): a warning, then at `stall_kill_factor` times that limit the attempt is killed and retried from
+  its checkpoint (a stopped or deadlocked process never reaches a step boundary, but its reporter thread still
+  heartbeats, so the heartbeat alone cannot tell).
+- slowdown: tokens per second over the last `slow_window` intervals under `slow_fraction` of the run's own
+  median rate: one warning per episode (it ends when the rate is back above the fraction).
+- eval divergence: validation loss rising at each of the last `eval_count` evaluations and by more than
+  `eval_noise` (relative) in all: a warning, once per episode.
+- at chance: the train loss within `chance_tol` (relative) of ln V, the loss of a uniform guess over the
+  vocabulary, at every point of the last `chance_window` steps, from step `chance_after` on: a collapsed run
+  (its logits went flat) that would otherwise end "succeeded". It raises nothing, so no other rule sees it.
+  Action `chance_action` (stop by default).
+- plateau: the train loss's range over the last `plateau_window` steps under `plateau_rel` of its mean, from
+  step `plateau_after` on: a loss that stopped moving (a minibatch loss of a learning run moves by percents
+  from step to step). Action `plateau_action` (warn by default).
 - unigram: the validation loss above the unigram cross-entropy of the run's training data (the loss of
   predicting each token by its frequency; computed once per preparation, workers/data/shards.py, and reported
-  as the metric `unigram_xent`) at an evaluation from step `unigram_after` on: a run that has not
-  learned even the token frequencies. Action `unigram_action` (warn by default).
-A rule's action: `warn` (a warning; the run goes on), `stop` (the attempt is killed at once and the
-job fails, not retried: a deterministic run would collapse again) or `hold` (the run is asked to stop
-at its next step with a checkpoint, and the job fails, not retried, for a person to look at and
-`looplab retry`, which resumes it from that checkpoint).
+  as the metric `unigram_xent`) at an evaluation from step `unigram_after` on: a run that has not learned even
+  the token frequencies. Action `unigram_action` (warn by default).
+A rule's action: `warn` (a warning; the run goes on), `stop` (the attempt is killed at once and the job fails,
+not retried: a deterministic run would collapse again) or `hold` (the run is asked to stop at its next step
+with a checkpoint, and the job fails, not retried, for a person to look at and `looplab retry`, which resumes
+it from that checkpoint).
 
 Torch-free and Ray-free: the writer, the driver, the CLI and the dashboard read the same names.
 """
@@ -46,7 +46,6 @@ import statistics
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -94,7 +93,7 @@ ACTIONS = (WARN, STOP, HOLD)
 HELD = "held"
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class HealthSettings:
     """Every rule's knobs, with the defaults docs/health.md justifies. Set globally ($LOOPLAB_HEALTH, a
     JSON object of these keys) and per grid (`Grid(..., health={...})`, which wins per key)."""
@@ -164,7 +163,7 @@ def check_grid_health(where: str, values: Any) -> dict[str, Any] | None:
     return dict(values)
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Finding:
     """One rule's result: at `step`, the figure `value` of metric `key` tripped `rule`."""
 
@@ -469,16 +468,19 @@ class RunHealth:
         self.plateau = PlateauRule(s.plateau_rel, s.plateau_window, s.plateau_after, s.plateau_action)
         self.unigram = UnigramRule(s.unigram_after, s.unigram_action)
         self.last_step: dict[str, int] = {}
+        self.rearmed: set[Rule] = set()  # stops the replay of a resumed attempt found again
 
     def rearm(self, finding: Finding) -> None:
-        """`finding` (a stop) was a replay of one the job has already: the rule trips again at its next
-        point, so a run resumed after the stop (`looplab retry`) that is still collapsed stops again."""
-        if finding.rule == Rule.AT_CHANCE:
-            self.chance.done = False
-        elif finding.rule == Rule.PLATEAU:
-            self.plateau.flat = False
-        elif finding.rule == Rule.UNIGRAM:
-            self.unigram.above = False
+        """`finding`, a stop, replays one the job has: armed anew once the attempt resumes (`fresh`)."""
+        self.rearmed.add(finding.rule)
+
+    def fresh(self) -> None:
+        """The attempt resumed: windows count its new points (the replayed were judged); replayed stops re-arm."""
+        self.chance.since = None
+        self.plateau.points.clear()
+        self.chance.done = self.chance.done and Rule.AT_CHANCE not in self.rearmed
+        self.plateau.flat = self.plateau.flat and Rule.PLATEAU not in self.rearmed
+        self.unigram.above = self.unigram.above and Rule.UNIGRAM not in self.rearmed
 
     def observe(self, key: str, step: int, value: float, tokens=None, wall_s=None) -> list[Finding]:
         if step <= self.last_step.get(key, -1):
@@ -658,7 +660,7 @@ class HealthWatch:
         found = [f for f in found if f is not None]
         for finding in found:
             self.record(conn, job_id, attempt, finding)
-        points = [e for e in events if e.kind == "metric" and isinstance(e.payload, dict)]
+        points = [e for e in events if e.kind in ("metric", "resumed") and isinstance(e.payload, dict)]
         if not points:
             return found
         held = self.runs.get(job_id)
@@ -667,6 +669,9 @@ class HealthWatch:
             held = self.runs[job_id] = (attempt, run)
         for e in points:
             p = e.payload
+            if e.kind == "resumed":  # after the replay of the points before its checkpoint
+                held[1].fresh()
+                continue
             if not (isinstance(p.get("key"), str) and isinstance(p.get("step"), int)):
                 continue  # the writer refuses it with the reason
             if not isinstance(p.get("value"), int | float) or isinstance(p.get("value"), bool):

@@ -255,3 +255,35 @@ def test_spikes_that_stop_a_run_fail_it_once_without_a_retry(migrated_db_url):
     with eng.connect() as conn:
         status = conn.execute(sa.text("SELECT status FROM jobs WHERE id = :j"), {"j": ids[0]}).scalar_one()
     assert status == "failed"
+
+
+def test_a_resumed_run_gets_a_window_of_its_own_points_before_it_is_stopped_again(migrated_db_url):
+    """A run held at chance and resumed by a person (`looplab retry`) replays its points up to its
+    checkpoint: the replayed stop is not a new one, and the rule trips again only after a whole window
+    of the resumed attempt's own points at chance (issue 50: it tripped at the first replayed point after
+    the old stop, so the retry bought one step)."""
+    eng = engine(migrated_db_url)
+    ids, _ = jobqueue.submit(eng, [Grid("c", base={"tokens": 100})], fake_jobs)
+    settings = HealthSettings(chance_after=10, chance_window=5, chance_action="hold")
+    watch = HealthWatch()
+    watch._settings[ids[0]] = settings
+    at_chance = math.log(256)
+
+    def points(steps):
+        return [
+            Event(EventKind.METRIC, 1.0 + s, {"key": "train_loss", "step": s, "value": at_chance})
+            for s in steps
+        ]
+
+    def stops(n, events):
+        if ids[0] not in watch.runs or watch.runs[ids[0]][0] != n:  # a fake job states no vocabulary
+            watch.runs[ids[0]] = (n, RunHealth(settings, vocab=256))
+        with eng.begin() as conn:
+            watch.observe(conn, ids[0], n, events)
+        return [(a, f.step) for _, a, f in watch.take_stops()]
+
+    # held at step 10; its checkpoint at 20 (a busy run goes on for a while): more than a window after it
+    assert stops(1, points(range(0, 20))) == [(1, 10)]
+    resumed = Event(EventKind.RESUMED, 30.0, {"step": 20})
+    assert stops(2, [*points(range(0, 20)), resumed, *points(range(20, 24))]) == []  # replay, 4 new points
+    assert stops(2, points(range(24, 30))) == [(2, 25)]  # the fifth step after its own first point

@@ -121,7 +121,10 @@ def test_a_run_collapsed_to_chance_is_stopped_by_the_rule_with_one_alert(
     assert [(b["topic"], b["rule"], b["step"], b["attempt"]) for b in mine] == [
         ("health", "at_chance", step, 1)
     ]
-    assert rows(q, "SELECT COUNT(*) FROM health_events WHERE job_id=:j", j=ok) == [(0,)]
+    # the healthy neighbour raises nothing about its curve; a slowdown warning is the machine's (its 400
+    # steps run beside whatever else loads a test machine: 5 were seen at load 5-10)
+    neighbour = rows(q, "SELECT rule, step, message FROM health_events WHERE job_id=:j", j=ok)
+    assert [r for r in neighbour if r[0] != "slowdown"] == [], neighbour
     assert len(set(hook.ids())) == len(hook.requests)
 
 

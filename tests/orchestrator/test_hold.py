@@ -51,11 +51,14 @@ def test_a_held_job_is_shown_held_and_resumed_from_its_checkpoint_by_one_command
     q.run(until_empty=True, progress=False, poll_s=0.2, retry_backoff_s=0.05)
     attempts = rows(q, "SELECT n, resumed_from_step FROM attempts WHERE job_id=:j ORDER BY n", j=held)
     assert attempts[0] == (1, None) and attempts[1] == (2, ckpt)  # from the held step, not from 0
-    # still at chance, the resumed run is held again: the rule, re-armed by the replay of the stop it found
-    # before (health.py `RunHealth.rearm`), trips at the next replayed point, so at the attempt's first step
-    ((again,),) = rows(q, "SELECT step FROM health_events WHERE job_id=:j AND attempt=2", j=held)
+    # still at chance, the resumed run is held again, once a whole window (5) of its own points says so:
+    # the replayed points before its checkpoint were judged already (health.py `RunHealth.fresh`)
+    events2 = rows(q, "SELECT rule, step, message FROM health_events WHERE job_id=:j AND attempt=2", j=held)
+    assert len(events2) == 1, events2
+    ((_, again, _),) = events2
     err2, ckpt2, status2 = rows(q, "SELECT error, checkpoint_step, status FROM jobs WHERE id=:j", j=held)[0]
-    assert step < again and ckpt <= ckpt2 < 400 and status2 == "failed"
+    assert again >= ckpt + 5 and status2 == "failed", (ckpt, again, ckpt2)
+    assert ckpt2 is not None and again <= ckpt2 < 400, (ckpt, again, ckpt2)
     assert err2.startswith(f"held for a person at step {again}: `looplab retry {held}`")
     assert rows(q, "SELECT COUNT(*) FROM attempts WHERE job_id=:j", j=ok) == [(1,)]
 
