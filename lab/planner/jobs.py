@@ -60,7 +60,6 @@ class ForecastJob:
     preemptible: bool = False  # an urgent job may stop it (orchestrator/admission.py)
     preempted_s: list[float] = field(default_factory=list)  # when the simulation preempted it
     left_s: float | None = None  # the simulation's: what a preempted job has left to run when it resumes
-    warm: bool = False  # the simulation started it in a worker process an earlier job left idle
 
     @property
     def disk_kept(self) -> float | None:

@@ -57,8 +57,9 @@ def simulate(
         busy = sum(j.workers for j, _ in running)
         cold = busy + job.workers > processes
         processes = max(processes, busy + job.workers)
-        job.warm = not cold and job.status != JobStatus.RUNNING
-        warm_cut = job.estimate.startup_s if job.warm and job.estimate is not None else 0.0
+        warm_cut = 0.0
+        if not cold and job.status != JobStatus.RUNNING and job.estimate is not None:
+            warm_cut = job.estimate.startup_s
         job.start_s = at
         left = job.left_s if job.left_s is not None else job.remaining_s
         job.end_s = at + max(0.0, (left or 0.0) - warm_cut)
