@@ -137,7 +137,7 @@ def _starts_warm(eng: Engine, plans: list[JobPlan], cpus: float, gpus: float) ->
     applied in the order the queue starts them, without simulating the queue (which took 72 s for a grid
     of 2,000 behind 2,000): behind the jobs already queued or running, the first jobs up to as many as the
     machine runs at once start cold, the others warm; a job that waits for another is priced warm already,
-    a gang keeps its start-up."""
+    an exclusive one starts warm after others, a gang keeps its start-up."""
     from looplab.orchestrator.jobkinds import job_resources
     from looplab.orchestrator.submission import deps_first
 
@@ -152,6 +152,10 @@ def _starts_warm(eng: Engine, plans: list[JobPlan], cpus: float, gpus: float) ->
             continue
         res = job_resources(plan.kind, plan.resources, gpus > 0)
         if res["workers"] > 1:
+            continue
+        if res.get("exclusive"):  # it starts once the node is empty, in a process an earlier job left
+            if busy:
+                warm.add(i)
             continue
         at_once = gpus / res["num_gpus"] if res["num_gpus"] > 0 else cpus / max(res["num_cpus"], 1e-9)
         if busy >= max(1, int(at_once)):
