@@ -129,15 +129,19 @@ def test_a_replayed_point_is_one_event_and_a_stop_reaches_the_driver_once(migrat
     # attempt 2 resumes and replays the spool's points: the same findings are not stored or sent again
     assert jobqueue.finish(eng, job, 1, "interrupted") == "queued"
     assert jobqueue.claim(eng, job, "driver", "/tmp/c") == 2
-    write_events(eng, [(job, 2, points)], watch)
+    resumed = Event(EventKind.RESUMED, 50.0, {"step": 7})  # after the replay, as QueueReporter.resumed
+    write_events(eng, [(job, 2, [*points, resumed])], watch)
     with eng.connect() as conn:
         rows = conn.execute(sa.text("SELECT rule, step, attempt FROM health_events ORDER BY id")).all()
     assert [tuple(r) for r in rows] == [("loss_spike", 2, 1), ("at_chance", 6, 1)]
     assert seen == [(job, 1, Rule.LOSS_SPIKE), (job, 1, Rule.AT_CHANCE)]
     assert watch.take_stops() == []
-    # the resumed run (a person's retry of a held job) is still at chance: it is stopped again
-    write_events(eng, [(job, 2, [metric(7, LN256)])], watch)
-    assert [(j, n, f.rule, f.step) for j, n, f in watch.take_stops()] == [(job, 2, Rule.AT_CHANCE, 7)]
+    # the resumed run (a person's retry of a held job) still at chance is stopped again once a whole
+    # window (3) of its own points says so, not at its first point (RunHealth.fresh)
+    write_events(eng, [(job, 2, [metric(s, LN256) for s in range(7, 10)])], watch)
+    assert watch.take_stops() == []
+    write_events(eng, [(job, 2, [metric(10, LN256)])], watch)
+    assert [(j, n, f.rule, f.step) for j, n, f in watch.take_stops()] == [(job, 2, Rule.AT_CHANCE, 10)]
 
 
 def test_a_job_failed_by_a_rule_sends_that_rules_alert_only(migrated_db_url, monkeypatch, tmp_path):
