@@ -191,8 +191,40 @@ def unstarted(driver, now: float) -> None:
         elif times >= ALERT_AFTER:  # a warning while it goes on; the end's finding is the result's own
             driver.findings.append((job, n, _finding(job, times, why, failed=False)))
         driver._collect(ref, result)
-        ended = "ended, the job failed" if failed else "ended, its job queued again"
+        ended = (
+            "ended, the job failed"
+            if failed
+            else "ended, its job queued again (its next launch asks Ray through a scheduling class of its own)"
+        )
         driver._say(f"job {job}: attempt {n}: {why}: {ended} (no-start {times} in a row)")
+
+
+def relaunch_strategy(times: int, nodes: list[dict] | None = None):
+    """Where the next launch of a job whose task Ray did not start `times` launches in a row asks to
+    run: None (Ray's default) for a job that never missed a start; else a soft affinity to one live node
+    with CPUs, the `times`th in turn. Why: in the soak of seed 2026 every task the head's driver launched
+    while a worker's node was dying (and after) waited for ever, its later launches too, while the other
+    driver's tasks of the same kind started at once: the driver's own Ray client held a lease request
+    that never returned (a request to the dead node, Ray issue #63405), and Ray queues every task of the
+    same scheduling class behind it. A scheduling strategy is part of the class, so a launch with a
+    strategy of its own goes through a new lease request; soft, so a node without room defers to Ray's
+    choice. `nodes` replaces `ray.nodes()` (tests); what Ray cannot say leaves the default."""
+    if times < 1:
+        return None
+    try:
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        listed = ray.nodes() if nodes is None else nodes
+        alive = sorted(
+            n["NodeID"] for n in listed if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0
+        )
+    except Exception as e:  # the head away: the default, and the next pass of the watch says more
+        log.info("no node list for a relaunch (%s): Ray's default placement", e)
+        return None
+    if not alive:
+        return None
+    return NodeAffinitySchedulingStrategy(alive[(times - 1) % len(alive)], soft=True)
 
 
 ALERT_AFTER = 2  # a job's no-starts in a row that make a health finding (and an alert)

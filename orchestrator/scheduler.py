@@ -188,7 +188,9 @@ class Scheduler:
         if self.settings.address:
             ray.init(address=self.settings.address, log_to_driver=False, configure_logging=False)
         else:
-            ray.init(
+            ray.init(  # a Ray of its own: not whatever cluster /tmp/ray/ray_current_cluster names (a
+                # `ray start` of the user's, or one a killed session left behind), which refused the CPU count
+                address="local",
                 num_cpus=self.settings.num_cpus,
                 num_gpus=self.settings.num_gpus,
                 include_dashboard=False,
@@ -339,7 +341,10 @@ class Scheduler:
                 _record_claim(art, n)
             try:
                 spec = jobqueue.launch_spec(self.eng, job, self.kinds)
-                ref = launch(job.id, job.kind, spec, str(art), self.sink, self.kinds, decision.request, n)
+                placed = ray_watch.relaunch_strategy(self.ray_watch.no_starts.get(job.id, 0))
+                ref = launch(
+                    job.id, job.kind, spec, str(art), self.sink, self.kinds, decision.request, n, placed
+                )
             except Exception as e:
                 admission.not_started(decision)
                 if outage(e):  # claimed, not launched: it goes back to the queue with the database

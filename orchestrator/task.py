@@ -345,12 +345,16 @@ def launch(
     kinds: JobRegistry,
     request: Request,
     attempt: int | None = None,
+    strategy: Any = None,
 ) -> Any:
     """Start attempt `attempt` of job `job_id` (the number `jobqueue.claim` gave: checkpoints are named
     and fenced by it) with the resources the admission booked (`request`); returns the Ray ref of its
-    `TaskResult`. ConfigError for a gang of a kind that cannot run on several workers."""
+    `TaskResult`. `strategy`: a Ray scheduling strategy for a one-worker job (ray_watch.relaunch_strategy,
+    after a launch Ray never started); a gang stays on the driver's node. ConfigError for a gang of a
+    kind that cannot run on several workers."""
     if request.workers == 1:
-        return execute_job.options(num_cpus=request.cpus, num_gpus=request.gpus).remote(
+        placed = {} if strategy is None else {"scheduling_strategy": strategy}
+        return execute_job.options(num_cpus=request.cpus, num_gpus=request.gpus, **placed).remote(
             job_id, kind, spec, artifact_dir, sink, kinds_ref(kinds), attempt
         )
     check_workers("resources.workers", kind, request.workers, kinds)

@@ -36,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -543,7 +544,12 @@ def subprocess_seconds(code: str) -> float | None:
             cwd=str(Path(__file__).resolve().parents[1]),
             env=env,
         )
-    except (OSError, subprocess.SubprocessError):
+    except (OSError, subprocess.SubprocessError) as e:  # said: a silent None became a default start-up
+        said = getattr(e, "stderr", None) or b""
+        tail = said.decode(errors="replace").strip().splitlines()[-1:] if isinstance(said, bytes) else []
+        warnings.warn(
+            f"start-up probe failed ({type(e).__name__}{': ' + tail[0] if tail else ''})", stacklevel=2
+        )
         return None
     return time.perf_counter() - t0
 

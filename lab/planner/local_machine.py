@@ -63,8 +63,8 @@ def calibrate(
 
 # what `looplab run` does before its first job: import the driver, start a local Ray (and stop it)
 _DRIVER_START = (
-    "import ray, orchestrator.scheduler; ray.init(num_cpus=1, num_gpus=0, include_dashboard=False, "
-    "log_to_driver=False, configure_logging=False); ray.shutdown()"
+    "import ray, looplab.orchestrator.scheduler; ray.init(address='local', num_cpus=1, num_gpus=0, "
+    "include_dashboard=False, log_to_driver=False, configure_logging=False); ray.shutdown()"
 )
 
 

@@ -141,7 +141,7 @@ def test_placed_on_a_real_ray_task_that_cannot_start_answers_within_its_bound(ra
 
 
 def test_a_job_whose_task_ray_never_starts_ends_failed_after_four_launches_with_its_findings(
-    tmp_path, ray_cluster
+    tmp_path, ray_cluster, monkeypatch
 ):
     """The real driver, database and Ray: a placement group holds every CPU of the session's Ray aside
     (what a gang's group left behind would do) while the driver's admission, which counts the cluster's
@@ -149,11 +149,19 @@ def test_a_job_whose_task_ray_never_starts_ends_failed_after_four_launches_with_
     no-start instead of queueing it again for ever, and says why."""
     from ray.util.placement_group import placement_group, remove_placement_group
 
-    from looplab.orchestrator import Grid, Queue
+    from looplab.orchestrator import Grid, Queue, scheduler
     from tests.db_rows import rows
     from tests.orchestrator import fake_jobs
 
     ray = ray_cluster
+    placements: list = []  # the strategy each launch asked Ray for (ray_watch.relaunch_strategy)
+
+    def launch(*args):
+        placements.append(args[8] if len(args) > 8 else None)
+        return real_launch(*args)
+
+    real_launch = scheduler.launch
+    monkeypatch.setattr(scheduler, "launch", launch)
     group = placement_group([{"CPU": ray.cluster_resources()["CPU"]}])
     ray.get(group.ready(), timeout=120)
     try:
@@ -176,3 +184,25 @@ def test_a_job_whose_task_ray_never_starts_ends_failed_after_four_launches_with_
     assert outcomes == [(1, "interrupted"), (2, "interrupted"), (3, "interrupted"), (4, "failed")]
     found = rows(q, "SELECT attempt, rule, level FROM health_events WHERE job_id=:j ORDER BY id", j=job)
     assert found == [(2, "unstarted", "warning"), (3, "unstarted", "warning"), (4, "unstarted", "error")]
+    # the first launch takes Ray's default; each after a no-start asks through a class of its own: a
+    # soft affinity to the session's one node (a wedged lease request of the default class is bypassed)
+    node = ray.get_runtime_context().get_node_id()
+    assert placements[0] is None and len(placements) == 4, placements
+    assert [(p.node_id, p.soft) for p in placements[1:]] == [(node, True)] * 3
+
+
+def test_a_relaunch_after_a_no_start_asks_through_a_scheduling_class_of_its_own():
+    """The launch after the `times`th no-start in a row: Ray's default when none; else a soft affinity
+    to the live nodes with CPUs in turn (dead and CPU-less nodes, the head of a GPU-less split, skipped),
+    so consecutive relaunches do not queue behind one lease request; no node list leaves the default."""
+    nodes = [
+        {"NodeID": "c" * 56, "Alive": True, "Resources": {"CPU": 2.0}},
+        {"NodeID": "a" * 56, "Alive": True, "Resources": {"CPU": 1.0}},
+        {"NodeID": "b" * 56, "Alive": False, "Resources": {"CPU": 4.0}},
+        {"NodeID": "d" * 56, "Alive": True, "Resources": {"CPU": 0.0, "GPU": 1.0}},
+    ]
+    assert ray_watch.relaunch_strategy(0, nodes) is None
+    chosen = [ray_watch.relaunch_strategy(t, nodes) for t in (1, 2, 3)]
+    assert [(s.node_id, s.soft) for s in chosen] == [("a" * 56, True), ("c" * 56, True), ("a" * 56, True)]
+    assert ray_watch.relaunch_strategy(1, [nodes[2], nodes[3]]) is None  # no live node with CPUs
+    assert ray_watch.relaunch_strategy(1, [{"NodeID": "x"}]) is None  # a node Ray lists without state
