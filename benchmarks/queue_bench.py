@@ -524,7 +524,11 @@ def main() -> int:
                     import ray
 
                     ray.init(
-                        num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False
+                        address="local",
+                        num_cpus=2,
+                        include_dashboard=False,
+                        log_to_driver=False,
+                        configure_logging=False,
                     )
                     res["db"] = dbs.backend
                     if "train" in sections:

@@ -140,6 +140,7 @@ def ray_cluster(looplab_cache):
     import ray
 
     ray.init(
+        address="local",  # the session's own, never a cluster another Ray left named in /tmp/ray
         num_cpus=2,
         num_gpus=2,
         include_dashboard=False,
