@@ -5,7 +5,8 @@ The pieces live elsewhere: the static KV cache (`model.kv_cache`), the attention
 only uses them; nothing in the model imports it.
 
 `decode_step` has static shapes and no host sync (the position lives on the device and is advanced in
-place), so on CUDA the whole step can be captured in a CUDA graph (`capture_decode_graph`). Decoding
+place), so on CUDA the whole step can be captured in a CUDA graph (`capture_decode_graph`, which lives
+in `model.decode_graph`: a job reaches it through `LoopedLM.capture_decode_graph`, naming no family). Decoding
 runs a fixed loop count (the cache's `loops`) with an int h0 seed: h0 at position p is the same
 deterministic draw the full forward uses at p (see `model.init.h0_from_seed`).
 """
@@ -17,7 +18,9 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from looplab.model.kv_cache import KVCache
+from looplab.model.decode_graph import capture_decode_graph, warm_up_without_trace
+
+__all__ = ["capture_decode_graph", "generate", "warm_up_without_trace"]
 
 if TYPE_CHECKING:
     from looplab.families.looped.model import LoopedLM
@@ -52,29 +55,3 @@ def generate(
         if i + 1 < max_new_tokens:
             logits = model.decode_step(nxt, cache)
     return torch.cat(out, dim=1)
-
-
-def warm_up_without_trace(model: LoopedLM, cache: KVCache, tokens: Tensor, steps: int) -> None:
-    """Run `steps` decode steps (to settle allocators before a capture) and undo them: every K, V and
-    slot_pos buffer and the position are restored, so slots of a windowed ring buffer that are still
-    inside the window are not left overwritten by the warm-up."""
-    saved = cache.save_next_slots(steps)
-    for _ in range(steps):
-        model.decode_step(tokens, cache)
-    cache.restore(saved)
-
-
-def capture_decode_graph(model: LoopedLM, cache: KVCache, tokens: Tensor, warmup: int = 3):
-    """CUDA only: capture one decode step in a CUDA graph. Returns (graph, static_tokens, static_logits);
-    to step: static_tokens.copy_(next); graph.replay(). The cache is left as it was given (after a
-    prefill, too): the warm-up and the capture leave no trace in it."""
-    static_tokens = tokens.clone()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        warm_up_without_trace(model, cache, static_tokens, warmup)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):  # records the step's kernels without running them: the cache is untouched
-        static_logits = model.decode_step(static_tokens, cache)
-    return graph, static_tokens, static_logits

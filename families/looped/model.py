@@ -44,7 +44,8 @@ depend on the loop counts. Attention masks are built before the parts run, outsi
 
 Decoding: `setup_cache` -> `prefill(idx, cache)` -> `decode_step(tokens, cache)` per token. The cache
 and the attention contexts live in `model.kv_cache` / `model.contexts`; `families.looped.decode` (generation,
-CUDA-graph capture) builds on this module and is never imported by it.
+CUDA-graph capture) builds on this module and is never imported by it; `capture_decode_graph` offers
+the capture (`model.decode_graph`) as a method, so a job reaches it through the model it holds.
 
 Learned exit (`cfg.exit_gate`, `model.exit_gate`): a gate after every round gives the probability of
 stopping there (`exit_gate(h, t)`). A training forward (module in train mode, targets given) then runs
@@ -58,7 +59,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import torch
@@ -75,18 +75,12 @@ from looplab.families.looped.loop_design import (
 from looplab.model.attention import prepare_masks
 from looplab.model.config import ModelConfig
 from looplab.model.contexts import SeqContext, StepContext
+from looplab.model.decode_graph import capture_decode_graph
 from looplab.model.exit_gate import ExitGate, objective
 from looplab.model.init import draw_h0, scaled_orthogonal_, small_init_std
 from looplab.model.kv_cache import KVCache, LayerKey
+from looplab.model.output import LMOutput  # the contract's output type, re-exported here
 from looplab.model.rounds import loop_counts, plan_rounds
-
-
-@dataclass
-class LMOutput:
-    logits: Tensor  # (B, T, V) fp32
-    loss: Tensor | None = None  # mean cross-entropy over targets != -1 (with a gate: its objective)
-    task_loss: Tensor | None = None  # with a gate in training: the objective's task part
-    expected_rounds: Tensor | None = None  # with a gate in training: the exit distribution's mean round
 
 
 class SeqParts(NamedTuple):
@@ -538,3 +532,8 @@ class LoopedLM(nn.Module):
         logits = self._run(tokens.view(-1, 1), ctx, pos, cache.loops, cache.h0_seed)
         cache.pos.add_(1)
         return logits[:, 0]
+
+    def capture_decode_graph(self, cache: KVCache, tokens: Tensor, warmup: int = 3):
+        """CUDA only: one `decode_step` captured in a CUDA graph -> (graph, static_tokens, static_logits)
+        (`model.decode_graph`); the decode benchmark reaches it here, through the module it built."""
+        return capture_decode_graph(self, cache, tokens, warmup)

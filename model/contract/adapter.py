@@ -11,11 +11,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from looplab.families.looped.model import LMOutput, LoopedLM
+from looplab.families.looped.model import LoopedLM
 from looplab.model.contract.capabilities import Capabilities, capabilities, logits_of, looped_capabilities
 from looplab.model.contract.conformance import split_dependent
 from looplab.model.contract.flops import measure_flops_per_token
 from looplab.model.contract.resolution import Family, instantiate, resolve_family
+from looplab.model.output import LMOutput
 
 
 class FamilyLM(nn.Module):

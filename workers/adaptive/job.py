@@ -318,7 +318,7 @@ class ExitLM:
         )
 
     def __call__(self, idx, loops=None, h0_seed: int = 0):
-        from looplab.families.looped.model import LMOutput
+        from looplab.model.output import LMOutput
 
         return LMOutput(logits=self.exits(idx, h0_seed).logits)
 

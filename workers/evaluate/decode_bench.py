@@ -222,10 +222,8 @@ def _bench_cell(model, cfg, context_len: int, batch: int, dtype, device, spec: S
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     step = None
     if use_graph:
-        from looplab.families.looped.decode import capture_decode_graph
-
         cache.fake_fill(context_len - n)
-        graph, static_tokens, _ = capture_decode_graph(model, cache, tokens[0])
+        graph, static_tokens, _ = model.capture_decode_graph(cache, tokens[0])
 
         def step(t):
             static_tokens.copy_(t)
@@ -272,7 +270,8 @@ def run(spec: Spec, reporter: Reporter, artifact_dir: str | Path | None = None) 
     built = build_model(shape, spec.family, spec.family_config)
     model = built.module.to(device=device, dtype=dtype).eval()
     cached = built.capabilities.kv_cache  # else every step recomputes the whole context, labelled so
-    use_graph = use_graph and built.builtin
+    # a CUDA graph of the decode step where the model offers one (looplab's own; a family's module decodes eagerly)
+    use_graph = use_graph and callable(getattr(model, "capture_decode_graph", None))
     cells = [(c, b) for c in spec.context_lens for b in spec.batch_sizes]
     if not cached:
         reporter.log(
