@@ -401,11 +401,11 @@ def _width_rates(dev, configs: list[tuple[Any, int]], timed) -> tuple[Any, list[
     the widest model too (the optimizer steps are timed on its gradients)."""
     import torch
 
-    from looplab.families.looped.model import LoopedLM
+    from looplab.model.contract import build_model
     from looplab.model.flops import training_flops
     from looplab.workers.validation import autocast
 
-    def forward(model: LoopedLM, x: torch.Tensor, grad: bool) -> None:
+    def forward(model: torch.nn.Module, x: torch.Tensor, grad: bool) -> None:
         with torch.set_grad_enabled(grad), autocast(dev):
             out = model(x, targets=x)
         if grad:
@@ -415,7 +415,7 @@ def _width_rates(dev, configs: list[tuple[Any, int]], timed) -> tuple[Any, list[
     width_rates, model = [], None
     for cfg, batch in configs:
         del model  # one model at a time on the device
-        model = LoopedLM(cfg).to(dev)
+        model = build_model(cfg).module.to(dev)  # the built-in family: a LoopedLM
         x = torch.randint(0, cfg.vocab_size, (batch, cfg.seq_len), device=dev)  # (B, T)
         flops = training_flops(cfg, batch)
         train = flops.total * batch * cfg.seq_len / timed(lambda m=model, x=x: forward(m, x, True))
@@ -471,11 +471,11 @@ def _decode_layer_seconds(dev, sync: Callable[[], None], n_steps: int = 6) -> fl
     """One decode step of the tiny model per layer application (its fixed cost: the FLOPs are nothing)."""
     import torch
 
-    from looplab.families.looped.model import LoopedLM
+    from looplab.model.contract import build_model
     from looplab.model.presets import preset
 
     cfg = preset("lean", "tiny")
-    model = LoopedLM(cfg).to(dev).eval()
+    model = build_model(cfg).module.to(dev).eval()
     context = 32
     cache = model.setup_cache(1, context, device=dev)
     cache.fake_fill(context - n_steps - 2)
@@ -524,10 +524,11 @@ def _device_facts(dev) -> tuple[str, float | None, int]:
 
 
 # a job's start-up: torch and looplab's model imported by their installed names (the old top-level
-# `model` exists only in a checkout, so installed the measurement failed and fell back to the default)
+# `model` exists only in a checkout, so installed the measurement failed and fell back to the default),
+# the model built as a job builds it, through the contract
 _JOB_START = (
-    "import torch; from looplab.families.looped.model import LoopedLM; from looplab.model.presets import preset; "
-    "LoopedLM(preset('lean'))"
+    "import torch; from looplab.model.contract import build_model; from looplab.model.presets import preset; "
+    "build_model(preset('lean'))"
 )
 
 

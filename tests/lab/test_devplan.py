@@ -391,6 +391,17 @@ def test_calibrate_runs_with_only_torch(tmp_path):
     assert blocked.returncode != 0 and "blocked" in blocked.stderr  # the hook does block
 
 
+def test_the_start_up_probe_builds_the_model_through_the_contract():
+    """calibration times a job's start-up in a fresh Python (`_JOB_START`); a probe that fails falls back
+    to a default without a word, so it must run: it builds the built-in model as a job does, by the
+    contract, naming no family module."""
+    from looplab.workers import calibrate
+
+    assert "build_model" in calibrate._JOB_START and "families" not in calibrate._JOB_START
+    assert calibrate.subprocess_seconds(calibrate._JOB_START) > 0
+    assert calibrate.subprocess_seconds("import looplab.no_such_module") is None  # a failing probe is seen
+
+
 def test_plan_fits_120_columns_with_every_column_behind_wide(q, tmp_path, capsys):
     """`looplab plan` fits 120 columns: long notes (a model that will not fit, what would) go on the line
     below their row, long lines wrap; `--wide` is every column, one line per job; `--csv` every field."""

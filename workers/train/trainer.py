@@ -71,7 +71,6 @@ from typing import Any
 
 import torch
 
-from looplab.families.looped.model import LoopedLM
 from looplab.model.contract import build_model, family_facts
 from looplab.model.counts import param_count, tokens_for_flops
 from looplab.model.flops import FlopBreakdown, step_flops, training_flops
@@ -118,7 +117,7 @@ class Solo:
         """The global rows of each of this process's forwards of a step (workers/train/batching.py)."""
         return split_step(counts, micro_batch_size, bucketing, ranks=self.size)[self.rank]
 
-    def wrap(self, model: LoopedLM, forward):
+    def wrap(self, model: torch.nn.Module, forward):
         """What the training steps call: `forward` (the model, or its compiled parts), DDP in a gang."""
         return forward
 
