@@ -4,7 +4,8 @@ token offers later rounds at each layer, which are its last computed round's; `R
 half-split channels (`rope_tables`, `rotate`), as Llama-style public code lays it out; and
 `CachedDecode`, the contract's prefill and decode_step over a family's one cached pass; and for a
 published layout, `published_values` (a config.json's fields checked and completed) and
-`checked_state` (its weights as ours)."""
+`checked_state` (its weights as ours); `check_tensors`, a state dict that fills a model's exactly (a
+looplab export's, a mapped Parcae checkpoint's)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+
+from looplab.model.errors import ConfigError
 
 
 class LastKV:
@@ -106,3 +109,19 @@ def checked_state(named, want: dict[str, Tensor], tied: tuple[str, str] | None =
     if missing:
         raise ValueError(f"weights: missing tensor(s) {', '.join(missing)} in the published layout")
     return out
+
+
+def check_tensors(got: dict[str, Tensor], want: dict[str, Tensor], name=lambda key: key) -> None:
+    """`got` fills exactly the tensors of `want` (a model's state dict) with their shapes; else ConfigError
+    naming the tensor(s) as the file calls them (`name(our key)`): unexpected, missing, or both shapes."""
+    unexpected = sorted(set(got) - set(want))
+    if unexpected:
+        raise ConfigError(f"weights: unexpected tensor(s) {', '.join(map(name, unexpected))}")
+    missing = [key for key in want if key not in got]
+    if missing:
+        raise ConfigError(f"weights: missing tensor(s) {', '.join(map(name, missing))}")
+    for key, value in got.items():
+        if tuple(value.shape) != tuple(want[key].shape):
+            raise ConfigError(
+                f"weights: {name(key)} has shape {tuple(value.shape)}; its config makes it {tuple(want[key].shape)}"
+            )

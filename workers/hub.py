@@ -1,8 +1,8 @@
 """Model directories: a published Parcae checkpoint or a looplab export, from the Hugging Face hub or disk.
 
 A *model directory* holds
-- `config.json` with `_class_name`: `ParcaeConfig` (the public Parcae code's layout, read through
-  `families.looped.parcae_layout`), `looplab.LoopedLM` (what `export_model` writes: our `ModelConfig`) or
+- `config.json` with `_class_name`: `ParcaeConfig` (the public Parcae code's layout, which looplab's own
+  family declares: workers/layouts.py `published_classes`), `looplab.LoopedLM` (what `export_model` writes: our `ModelConfig`) or
   `looplab.Family` (`export_model` of a run of another family: its family, family_config, weights); or with
   `model_type`: `huginn_raven` or `ouro` (the public Huginn or Ouro code's layout, a model of the family
   `families.huginn` or `families.ouro`, read through the layout that family declares: workers/layouts.py);
@@ -33,9 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from looplab.families.looped import parcae_layout
 from looplab.model.errors import ConfigError
-from looplab.workers.layouts import published_layouts
+from looplab.workers.layouts import published_classes, published_layouts
 
 HF_PREFIX = "hf:"
 CONFIG = "config.json"
@@ -44,7 +43,6 @@ SHARD_INDEX = "model.safetensors.index.json"  # a sharded safetensors checkpoint
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer/tokenizer.json")
 LOOPLAB_CLASS = "looplab.LoopedLM"
 FAMILY_CLASS = "looplab.Family"  # an export of a run of another model family (model/contract/)
-CLASSES = (parcae_layout.CLASS_NAME, LOOPLAB_CLASS, FAMILY_CLASS)
 # What a hub snapshot needs of a model repo (nothing else is downloaded)
 HUB_FILES = [
     CONFIG,
@@ -218,7 +216,7 @@ class ModelInfo:
     export was trained as (None for a Parcae checkpoint)."""
 
     cfg: Any  # model.config.ModelConfig
-    layout: str  # one of CLASSES
+    layout: str  # one of `classes()`, or a published layout's model_type
     recipe: str | None = None
     size: str | None = None
     tokenizer: str | None = None  # "byte" when a looplab export says so
@@ -226,6 +224,12 @@ class ModelInfo:
     # a published layout (workers/layouts.py); None for LoopedLM
     family: str | None = None
     family_config: dict[str, Any] | None = None
+
+
+def classes() -> tuple[str, ...]:
+    """The `_class_name`s a config.json may say: the published layouts' that name one (Parcae's), then a
+    looplab export's."""
+    return (*published_classes(), LOOPLAB_CLASS, FAMILY_CLASS)
 
 
 def read_config(directory: Path) -> ModelInfo:
@@ -239,8 +243,8 @@ def read_config(directory: Path) -> ModelInfo:
     cls = raw.get("_class_name")
     if cls is None and raw.get("model_type") in published_layouts():
         return _family_info(raw, published_layouts()[raw["model_type"]], path)
-    if cls == parcae_layout.CLASS_NAME:
-        return ModelInfo(parcae_layout.config_from_parcae(raw), cls)
+    if cls in published_classes():  # a layout of looplab's own family (Parcae's): its config is a ModelConfig
+        return ModelInfo(published_classes()[cls].config_from_published(raw), cls)
     if cls in (LOOPLAB_CLASS, FAMILY_CLASS):
         from looplab.model.config import ModelConfig
 
@@ -259,7 +263,7 @@ def read_config(directory: Path) -> ModelInfo:
             raw.get("family_config") if family else None,
         )
     raise ConfigError(
-        f"config._class_name: {cls!r} in {path} is unknown; accepted: {', '.join(CLASSES)} (or model_type "
+        f"config._class_name: {cls!r} in {path} is unknown; accepted: {', '.join(classes())} (or model_type "
         f"{', '.join(published_layouts())})"
     )
 
@@ -306,20 +310,21 @@ def load_model_dir(directory: str | Path):
     """(LoopedLM on the CPU, its ModelInfo, its tokenizer.json or None) of a model directory, weights
     loaded and checked tensor by tensor; a family export's model is rebuilt through the contract
     (`load_family_dir`), a published layout of another family's mapped by its layout (`_load_published`)."""
-    from looplab.families.looped.model import LoopedLM
+    from looplab.model.contract import build_model
+    from looplab.model.family_parts import check_tensors
 
     directory = Path(directory)
     info = read_config(directory)
     if info.family is not None:
         load = _load_published if info.layout in published_layouts() else load_family_dir
         return load(directory, info), info, tokenizer_path(directory)
-    model = LoopedLM(info.cfg)
+    model = build_model(info.cfg).module  # the built-in family: a LoopedLM
     want = model.state_dict()
     state = read_weights(weights_path(directory))
-    if info.layout == parcae_layout.CLASS_NAME:
-        state = parcae_layout.state_dict_from_parcae(state, info.cfg, want)
+    if info.layout in published_classes():
+        state = published_classes()[info.layout].state_from_published(state, want, info.cfg)
     else:
-        parcae_layout.check_tensors(state, want)
+        check_tensors(state, want)
     model.load_state_dict(state)
     return model, info, tokenizer_path(directory)
 

@@ -1,5 +1,6 @@
 """The public Parcae code's checkpoints as looplab models: its config as a `ModelConfig`, its state dict
-as `LoopedLM` weights. Pure mapping, no I/O (files, tokenizers and the hub are `workers.hub`'s).
+as `LoopedLM` weights. Pure mapping, no I/O (files, tokenizers and the hub are `workers.hub`'s, which
+finds this module among the family's `PUBLISHED_LAYOUTS` by `CLASS_NAME`: workers/layouts.py).
 
 The public code (sandyresearch/parcae, `parcae_lm.models.parcae`) computes the same function as
 `families.looped.model` (tests/model/test_fidelity.py writes it out and compares) with three differences of
@@ -37,8 +38,13 @@ from torch import Tensor
 
 from looplab.model.config import ModelConfig
 from looplab.model.errors import ConfigError
+from looplab.model.family_parts import check_tensors
+from looplab.model.names import BUILTIN_FAMILY
 
+# The published layout this family declares (families/__init__.py): a Parcae config.json says its class,
+# not a `model_type`, and maps to looplab's own family, whose config is the run's ModelConfig.
 CLASS_NAME = "ParcaeConfig"  # config.json's `_class_name` for a Parcae model
+FAMILY = BUILTIN_FAMILY
 
 # The public code's defaults (parcae_lm/models/config.py Config, parcae_lm/models/parcae/config.py
 # ParcaeConfig) of every field read here: from_pretrained builds ParcaeConfig(**config.json), so a
@@ -351,22 +357,6 @@ def state_dict_from_parcae(
     return mapped
 
 
-def check_tensors(got: dict[str, Tensor], want: dict[str, Tensor], name=lambda key: key) -> None:
-    """`got` fills exactly the tensors of `want` (a model's state dict) with their shapes; else ConfigError
-    naming the tensor(s) as the file calls them (`name(our key)`): unexpected, missing, or both shapes."""
-    unexpected = sorted(set(got) - set(want))
-    if unexpected:
-        raise ConfigError(f"weights: unexpected tensor(s) {', '.join(map(name, unexpected))}")
-    missing = [key for key in want if key not in got]
-    if missing:
-        raise ConfigError(f"weights: missing tensor(s) {', '.join(map(name, missing))}")
-    for key, value in got.items():
-        if tuple(value.shape) != tuple(want[key].shape):
-            raise ConfigError(
-                f"weights: {name(key)} has shape {tuple(value.shape)}; its config makes it {tuple(want[key].shape)}"
-            )
-
-
 def _their_name(ours: str, cfg: ModelConfig) -> str:
     """The public state dict's name of our parameter `ours` (for a message about a missing tensor)."""
     for theirs, mine in _TOP.items():
@@ -398,3 +388,15 @@ def _check_rope(table: Tensor, cfg: ModelConfig) -> None:
         raise ConfigError(
             f"weights: {ROPE_BUFFER} is not RoPE with base {cfg.rope_base:g} (config.rope_settings.rope_base)"
         )
+
+
+def config_from_published(raw: dict[str, Any]) -> ModelConfig:
+    """The layout's config reader (workers/layouts.py): `config_from_parcae`."""
+    return config_from_parcae(raw)
+
+
+def state_from_published(
+    state: dict[str, Tensor], want: dict[str, Tensor], cfg: ModelConfig
+) -> dict[str, Tensor]:
+    """The layout's weights mapper (workers/layouts.py): `state_dict_from_parcae`."""
+    return state_dict_from_parcae(state, cfg, want)
