@@ -84,6 +84,13 @@ def test_the_wheel_installs_one_name(installed):
     assert str(ROOT) not in out and "site-packages/looplab/" in out  # the wheel's, not the checkout's
     probe = subprocess.run([str(py), "-c", "import model"], cwd="/", env=env, capture_output=True, text=True)
     assert probe.returncode != 0 and "No module named 'model'" in probe.stderr
+    # what a job reaches through the contract works installed: calibration's start-up probe (a fresh
+    # Python building the built-in model; None when it fails) and the Parcae layout the family declares
+    code = (
+        "from looplab.workers import calibrate as c; from looplab.workers.layouts import published_classes; "
+        "print(c.subprocess_seconds(c._JOB_START) is not None, sorted(published_classes()))"
+    )
+    assert _run([str(py), "-c", code], "/", env).split() == ["True", "['ParcaeConfig']"]
 
 
 USER_ANALYSIS = "WHO = 'user'\n"
