@@ -546,10 +546,9 @@ def subprocess_seconds(code: str) -> float | None:
             env=env,
         )
     except (OSError, subprocess.SubprocessError) as e:  # said: a silent None became a default start-up
-        said = getattr(e, "stderr", None) or b""
-        tail = said.decode(errors="replace").strip().splitlines()[-1:] if isinstance(said, bytes) else []
+        last = (getattr(e, "stderr", None) or b"").decode(errors="replace").strip().rpartition("\n")[2]
         warnings.warn(
-            f"start-up probe failed ({type(e).__name__}{': ' + tail[0] if tail else ''})", stacklevel=2
+            f"start-up probe failed ({type(e).__name__}{': ' + last if last else ''})", stacklevel=2
         )
         return None
     return time.perf_counter() - t0

@@ -1,4 +1,4 @@
-"""Generation and CUDA-graph capture on top of the model's incremental decoding.
+"""Generation on top of the model's incremental decoding.
 
 The pieces live elsewhere: the static KV cache (`model.kv_cache`), the attention contexts
 (`model.contexts`), and `LoopedLM.setup_cache / prefill / decode_step` (`families.looped.model`). This module
@@ -17,10 +17,6 @@ from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
-
-from looplab.model.decode_graph import capture_decode_graph, warm_up_without_trace
-
-__all__ = ["capture_decode_graph", "generate", "warm_up_without_trace"]
 
 if TYPE_CHECKING:
     from looplab.families.looped.model import LoopedLM

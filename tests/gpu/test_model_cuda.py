@@ -64,7 +64,7 @@ def test_compiled_bf16_training_step_on_cuda_equals_eager(recipe):
 @pytest.mark.parametrize("prefilled", [0, 37])  # 37 tokens wrap the ring buffers of windowed rounds
 def test_cuda_graph_decode_matches_eager(prefilled):
     """Graph replays decode exactly as eager, captured on a fresh cache or after a prefill."""
-    from looplab.families.looped.decode import capture_decode_graph
+    from looplab.model.decode_graph import capture_decode_graph
 
     m = randomize(LoopedLM(preset("lean", "tiny")), seed=4).cuda().eval()
     idx = torch.randint(0, 256, (2, DECODE_T), device="cuda")

@@ -98,7 +98,7 @@ def test_kv_cache_layout_follows_the_rounds():
 def test_warm_up_leaves_every_cache_slot_unchanged_after_a_prefill(recipe):
     """What the CUDA-graph capture does before capturing, on CPU: after a prefill that wraps the ring
     buffers of windowed rounds (37 tokens, windows 16 and 32), warm-up steps leave no trace."""
-    from looplab.families.looped.decode import warm_up_without_trace
+    from looplab.model.decode_graph import warm_up_without_trace
 
     cfg = preset(recipe, "tiny")
     m = randomize(LoopedLM(cfg), seed=5).eval()
